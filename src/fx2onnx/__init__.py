@@ -1,0 +1,49 @@
+"""fx2onnx: export PyTorch models to ONNX, and learn how it works.
+
+The public API is imported lazily: ``import fx2onnx`` is cheap and each name
+loads its module on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module (relative to this package) that defines it
+_PUBLIC_API: dict[str, str] = {
+    # the custom exporter
+    "to_onnx": ".convert.api",
+    "Dispatcher": ".convert.dispatcher",
+    "UnsupportedOpError": ".convert.errors",
+    "ExportError": ".convert.errors",
+    "ConversionError": ".convert.errors",
+    # checking an ONNX model against eager
+    "validate": ".validate",
+    "ValidationReport": ".validate",
+    # patches making torch.export work on transformers models
+    "torch_export_patches": ".patches",
+    "bypass_export_some_errors": ".patches",
+    "register_cache_serialization": ".patches",
+    "unregister_cache_serialization": ".patches",
+    "code_needing_rewriting": ".patches",
+    # tools
+    "compare_onnx_execution": ".compare",
+    "dump_onnx": ".backend",
+}
+
+__all__ = sorted(_PUBLIC_API) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PUBLIC_API:
+        module = importlib.import_module(_PUBLIC_API[name], __name__)
+        value = getattr(module, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'fx2onnx' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC_API))
