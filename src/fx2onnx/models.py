@@ -1,0 +1,299 @@
+"""Tiny transformers models built from configs in code, with inputs and dynamic shapes.
+
+No model hub, no download: every model is built from a small configuration
+(hidden size 32-64, 2-4 heads, a small vocabulary, one layer by default) with
+seeded random weights. Each comes with two sets of inputs of different sizes
+and the dynamic shapes to give to :func:`torch.export.export`.
+
+.. code-block:: python
+
+    import torch
+    from fx2onnx.models import export_dynamic_shapes, get_tiny_model
+
+    tiny = get_tiny_model("llama")
+    expected = tiny.model(**tiny.inputs)
+    ep = torch.export.export(
+        tiny.model,
+        (),
+        kwargs=tiny.inputs,
+        dynamic_shapes=export_dynamic_shapes(tiny.dynamic_shapes),
+        strict=False,
+    )
+
+The dimension names are ``batch``, ``seq`` (new tokens), ``past_seq`` (length of
+the cache) and ``total_seq`` (``past_seq + seq``, the attention mask). A cache
+input (``with_cache=True``) is a :class:`transformers.cache_utils.DynamicCache`;
+its dynamic shapes are a list ``[key_0, value_0, key_1, value_1, ...]``, the
+flattening order used by :func:`fx2onnx.register_cache_serialization`.
+
+A forward pass updates a cache in place: give a copy
+(``copy.deepcopy(tiny.inputs)``) to the model when the inputs are used again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+
+
+@dataclasses.dataclass
+class TinyModel:
+    """A tiny model, two sets of inputs and the dynamic shapes for torch.export."""
+
+    model: torch.nn.Module
+    inputs: dict[str, Any]
+    inputs2: dict[str, Any]
+    dynamic_shapes: dict[str, Any]
+    config: Any
+    name: str = ""
+
+    def __repr__(self) -> str:
+        return (
+            f"TinyModel(name={self.name!r}, model={type(self.model).__name__}, "
+            f"inputs={_describe(self.inputs)}, inputs2={_describe(self.inputs2)})"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+    config_class: str
+    model_class: str
+    kind: str  # "decoder" or "encoder"
+    config: dict[str, Any]
+    position_ids: bool = True
+
+
+_DECODER = dict(
+    vocab_size=128,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+)
+
+_SPECS: dict[str, _Spec] = {
+    "llama": _Spec("LlamaConfig", "LlamaForCausalLM", "decoder", dict(_DECODER)),
+    "mistral": _Spec("MistralConfig", "MistralForCausalLM", "decoder", dict(_DECODER, sliding_window=None)),
+    "qwen2": _Spec("Qwen2Config", "Qwen2ForCausalLM", "decoder", dict(_DECODER)),
+    "qwen3": _Spec("Qwen3Config", "Qwen3ForCausalLM", "decoder", dict(_DECODER, head_dim=8)),
+    "phi": _Spec("PhiConfig", "PhiForCausalLM", "decoder", dict(_DECODER, partial_rotary_factor=0.5)),
+    "phi3": _Spec("Phi3Config", "Phi3ForCausalLM", "decoder", dict(_DECODER, sliding_window=None)),
+    "gemma": _Spec("GemmaConfig", "GemmaForCausalLM", "decoder", dict(_DECODER, head_dim=8)),
+    "olmo": _Spec("OlmoConfig", "OlmoForCausalLM", "decoder", dict(_DECODER)),
+    "granite": _Spec("GraniteConfig", "GraniteForCausalLM", "decoder", dict(_DECODER)),
+    "smollm3": _Spec("SmolLM3Config", "SmolLM3ForCausalLM", "decoder", dict(_DECODER)),
+    "gpt2": _Spec(
+        "GPT2Config",
+        "GPT2LMHeadModel",
+        "decoder",
+        dict(vocab_size=128, n_embd=32, n_layer=1, n_head=4, n_positions=256, bos_token_id=1, eos_token_id=2),
+    ),
+    "bert": _Spec(
+        "BertConfig",
+        "BertModel",
+        "encoder",
+        dict(
+            vocab_size=128,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            max_position_embeddings=256,
+            pad_token_id=0,
+        ),
+        position_ids=False,
+    ),
+}
+
+# sizes of the two sets of inputs: (batch, seq, past_seq); none is 0 or 1 so that
+# torch.export does not specialize them
+_SIZES = ((2, 3, 5), (3, 4, 7))
+
+
+def list_tiny_models() -> list[str]:
+    """Returns the names :func:`get_tiny_model` accepts (those the installed transformers has)."""
+    import transformers
+
+    return sorted(
+        name
+        for name, spec in _SPECS.items()
+        if hasattr(transformers, spec.config_class) and hasattr(transformers, spec.model_class)
+    )
+
+
+def get_tiny_model(
+    name: str,
+    *,
+    with_cache: bool = False,
+    num_hidden_layers: int = 1,
+    attn_implementation: str = "eager",
+    seed: int = 0,
+    **config_overrides: Any,
+) -> TinyModel:
+    """Builds a tiny model with random weights, its inputs and dynamic shapes.
+
+    :param name: one of :func:`list_tiny_models` (``"llama"``, ``"phi3"``, ``"bert"``...)
+    :param with_cache: adds a ``past_key_values`` input (a ``DynamicCache`` of
+        past length > 0) for decoder models
+    :param num_hidden_layers: number of layers
+    :param attn_implementation: ``"eager"`` or ``"sdpa"``
+    :param seed: seed of the weights and of the inputs
+    :param config_overrides: other configuration values
+    :return: a :class:`TinyModel`
+
+    .. code-block:: python
+
+        tiny = get_tiny_model("phi3", with_cache=True, num_hidden_layers=2)
+        print(tiny)
+    """
+    import transformers
+
+    if name not in _SPECS:
+        raise ValueError(f"Unknown tiny model {name!r}, choose one of {sorted(_SPECS)}.")
+    spec = _SPECS[name]
+    config_class = getattr(transformers, spec.config_class, None)
+    model_class = getattr(transformers, spec.model_class, None)
+    if config_class is None or model_class is None:
+        raise ValueError(
+            f"Tiny model {name!r} needs transformers.{spec.config_class} and "
+            f"transformers.{spec.model_class}, missing from transformers {transformers.__version__}; "
+            f"choose one of {list_tiny_models()}."
+        )
+    if with_cache and spec.kind != "decoder":
+        raise ValueError(f"Tiny model {name!r} is an encoder: it has no cache, use with_cache=False.")
+
+    kwargs = dict(spec.config)
+    layer_key = "n_layer" if "n_layer" in kwargs else "num_hidden_layers"
+    kwargs[layer_key] = num_hidden_layers
+    kwargs.update(config_overrides)
+    config = config_class(**kwargs)
+    config._attn_implementation = attn_implementation
+    config.use_cache = with_cache
+
+    torch.manual_seed(seed)
+    model = model_class(config).eval()
+
+    generator = torch.Generator().manual_seed(seed + 1)
+    make: Callable[..., dict[str, Any]] = _decoder_inputs if spec.kind == "decoder" else _encoder_inputs
+    inputs = make(config, *_SIZES[0], with_cache=with_cache, position_ids=spec.position_ids, generator=generator)
+    inputs2 = make(config, *_SIZES[1], with_cache=with_cache, position_ids=spec.position_ids, generator=generator)
+    dynamic_shapes = _dynamic_shapes(inputs, config)
+    return TinyModel(model, inputs, inputs2, dynamic_shapes, config, name=name)
+
+
+def export_dynamic_shapes(dynamic_shapes: Any) -> Any:
+    """Replaces the dimension names (strings) by ``torch.export.Dim.DYNAMIC``.
+
+    :func:`torch.export.export` does not take strings; :func:`torch.onnx.export`
+    and :func:`fx2onnx.to_onnx` do (and keep the names in the ONNX model).
+
+    .. code-block:: python
+
+        ds = export_dynamic_shapes({"input_ids": {0: "batch", 1: "seq"}})
+        # {"input_ids": {0: Dim.DYNAMIC, 1: Dim.DYNAMIC}}
+    """
+    if isinstance(dynamic_shapes, str):
+        return torch.export.Dim.DYNAMIC
+    if isinstance(dynamic_shapes, dict):
+        return {k: export_dynamic_shapes(v) for k, v in dynamic_shapes.items()}
+    if isinstance(dynamic_shapes, (list, tuple)):
+        return type(dynamic_shapes)(export_dynamic_shapes(v) for v in dynamic_shapes)
+    return dynamic_shapes
+
+
+def _vocab_size(config: Any) -> int:
+    return int(config.vocab_size)
+
+
+def _kv_shape(config: Any, batch: int, past: int) -> tuple[int, int, int, int]:
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    heads = getattr(text, "num_attention_heads", None) or text.n_head
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    hidden = getattr(text, "hidden_size", None) or text.n_embd
+    head_dim = getattr(text, "head_dim", None) or hidden // heads
+    return batch, kv_heads, past, head_dim
+
+
+def _num_layers(config: Any) -> int:
+    return int(getattr(config, "num_hidden_layers", None) or config.n_layer)
+
+
+def _decoder_inputs(
+    config: Any,
+    batch: int,
+    seq: int,
+    past: int,
+    *,
+    with_cache: bool,
+    position_ids: bool,
+    generator: torch.Generator,
+) -> dict[str, Any]:
+    from transformers.cache_utils import DynamicCache
+
+    past = past if with_cache else 0
+    inputs: dict[str, Any] = {
+        "input_ids": torch.randint(3, _vocab_size(config), (batch, seq), generator=generator),
+        "attention_mask": torch.ones((batch, past + seq), dtype=torch.int64),
+    }
+    if position_ids:
+        inputs["position_ids"] = torch.arange(past, past + seq, dtype=torch.int64).expand(batch, -1).contiguous()
+    if with_cache:
+        shape = _kv_shape(config, batch, past)
+        data = [
+            (torch.randn(shape, generator=generator), torch.randn(shape, generator=generator))
+            for _ in range(_num_layers(config))
+        ]
+        inputs["past_key_values"] = DynamicCache(data, config=config)
+    return inputs
+
+
+def _encoder_inputs(
+    config: Any,
+    batch: int,
+    seq: int,
+    past: int,
+    *,
+    with_cache: bool,
+    position_ids: bool,
+    generator: torch.Generator,
+) -> dict[str, Any]:
+    return {
+        "input_ids": torch.randint(3, _vocab_size(config), (batch, seq), generator=generator),
+        "attention_mask": torch.ones((batch, seq), dtype=torch.int64),
+        "token_type_ids": torch.zeros((batch, seq), dtype=torch.int64),
+    }
+
+
+def _dynamic_shapes(inputs: dict[str, Any], config: Any) -> dict[str, Any]:
+    with_cache = "past_key_values" in inputs
+    shapes: dict[str, Any] = {}
+    for key in inputs:
+        if key == "attention_mask":
+            shapes[key] = {0: "batch", 1: "total_seq" if with_cache else "seq"}
+        elif key == "past_key_values":
+            kv = {0: "batch", 2: "past_seq"}
+            shapes[key] = [dict(kv) for _ in range(2 * _num_layers(config))]
+        else:
+            shapes[key] = {0: "batch", 1: "seq"}
+    return shapes
+
+
+def _describe(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return f"T{list(value.shape)}"
+    if isinstance(value, dict):
+        return {k: _describe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_describe(v) for v in value)
+    if hasattr(value, "layers"):
+        return f"{type(value).__name__}[" + ", ".join(
+            f"{_describe(layer.keys)}" for layer in value.layers
+        ) + "]"
+    return type(value).__name__

@@ -1,0 +1,77 @@
+"""Tiny models: they run in eager and export with dynamic shapes."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from fx2onnx.models import TinyModel, export_dynamic_shapes, get_tiny_model, list_tiny_models
+
+REQUIRED = {"llama", "mistral", "qwen2", "phi", "phi3", "gemma", "gpt2", "bert"}
+
+
+def test_list_tiny_models():
+    names = list_tiny_models()
+    assert REQUIRED <= set(names)
+
+
+@pytest.mark.parametrize("name", sorted(REQUIRED))
+@pytest.mark.parametrize("with_cache", [False, True])
+def test_eager(name, with_cache):
+    if name == "bert" and with_cache:
+        with pytest.raises(ValueError, match="encoder"):
+            get_tiny_model(name, with_cache=True)
+        return
+    tiny = get_tiny_model(name, with_cache=with_cache)
+    assert isinstance(tiny, TinyModel)
+    assert not tiny.model.training
+    assert set(tiny.dynamic_shapes) == set(tiny.inputs) == set(tiny.inputs2)
+    batch, seq = tiny.inputs["input_ids"].shape
+    batch2, seq2 = tiny.inputs2["input_ids"].shape
+    assert min(batch, seq) > 1 and batch != batch2 and seq != seq2
+    with torch.no_grad():
+        for inputs in (tiny.inputs, tiny.inputs2):
+            out = tiny.model(**copy.deepcopy(inputs))
+            logits = out[0]
+            assert logits.shape[:2] == inputs["input_ids"].shape
+            assert torch.isfinite(logits).all()
+    if with_cache:
+        cache = tiny.inputs["past_key_values"]
+        past = cache.layers[0].keys.shape[2]
+        assert past > 1 and past != tiny.inputs2["past_key_values"].layers[0].keys.shape[2]
+        assert tiny.inputs["attention_mask"].shape[1] == past + seq
+        assert len(tiny.dynamic_shapes["past_key_values"]) == 2 * len(cache.layers)
+
+
+def test_seeded():
+    a = get_tiny_model("llama", seed=3)
+    b = get_tiny_model("llama", seed=3)
+    for pa, pb in zip(a.model.parameters(), b.model.parameters()):
+        torch.testing.assert_close(pa, pb)
+    torch.testing.assert_close(a.inputs["input_ids"], b.inputs["input_ids"])
+
+
+def test_overrides_and_errors():
+    tiny = get_tiny_model("llama", num_hidden_layers=2, hidden_size=64)
+    assert tiny.config.num_hidden_layers == 2 and tiny.config.hidden_size == 64
+    with pytest.raises(ValueError, match="Unknown tiny model"):
+        get_tiny_model("not-a-model")
+
+
+@pytest.mark.parametrize("name", ["llama", "phi", "gpt2", "bert"])
+def test_export_no_cache(name):
+    tiny = get_tiny_model(name)
+    ep = torch.export.export(
+        tiny.model,
+        (),
+        kwargs=copy.deepcopy(tiny.inputs),
+        dynamic_shapes=export_dynamic_shapes(tiny.dynamic_shapes),
+        strict=False,
+    )
+    # the exported program runs on other sizes and matches eager
+    with torch.no_grad():
+        expected = tiny.model(**tiny.inputs2)[0]
+        got = ep.module()(**tiny.inputs2)[0]
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
