@@ -1,0 +1,37 @@
+# fx2onnx: two commands.
+#   make html   builds the site in _build/html (every gallery example runs, warnings are errors)
+#   make test   runs the unit tests
+# Both create .venv on first use and install requirements-docs.txt and the package (editable).
+# FX2ONNX_GALLERY_PATTERN=linreg make html   runs only the gallery examples matching a regex.
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BOOT_PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# reinstalled when the pins or the package metadata change
+STAMP := $(VENV)/.fx2onnx-installed
+SPHINXOPTS ?= -W --keep-going
+export PYTHONHASHSEED := 0
+
+.PHONY: html test clean venv
+
+venv: $(STAMP)
+
+$(PY):
+	@test -n "$(BOOT_PYTHON)" || { echo "python3.11 or python3 is needed to create $(VENV)"; exit 1; }
+	$(BOOT_PYTHON) -m venv $(VENV)
+
+$(STAMP): requirements-docs.txt pyproject.toml | $(PY)
+	$(PY) -m pip install -r requirements-docs.txt
+	$(PY) -m pip install --no-deps -e .
+	touch $(STAMP)
+
+html: $(STAMP)
+	$(PY) -m sphinx $(SPHINXOPTS) -b html . _build/html
+	@echo "The site is in _build/html/index.html"
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+clean:
+	rm -rf _build _generated auto_examples gen_modules sg_execution_times.rst \
+		scenarios api/_generated design/_generated

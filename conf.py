@@ -1,0 +1,147 @@
+"""Sphinx configuration of the fx2onnx site.
+
+The build is offline (no intersphinx, no remote images) and warnings are errors
+(``make html`` runs ``sphinx-build -W --keep-going``). Every gallery example in
+``_doc/examples`` runs at each build; the first failing one aborts the build.
+``FX2ONNX_GALLERY_PATTERN=<regex>`` restricts the examples which run (the others
+are rendered without outputs), e.g. ``FX2ONNX_GALLERY_PATTERN=linreg make html``.
+
+Pages generated at build time come from ``_doc/gen_*.py``: each module defines
+``generate(app)``, called (in file name order) when the builder starts.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import logging
+import os
+import warnings
+from pathlib import Path
+
+import fx2onnx
+
+ROOT = Path(__file__).resolve().parent
+
+project = "fx2onnx"
+author = "fx2onnx contributors"
+copyright = f"{datetime.date.today().year}, {author}"
+version = release = fx2onnx.__version__
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.mathjax",
+    "sphinx.ext.viewcode",
+    "sphinx_gallery.gen_gallery",
+    "sphinx_runpython.epkg",
+    "sphinx_runpython.runpython",
+]
+
+root_doc = "index"
+source_suffix = {".rst": "restructuredtext"}
+exclude_patterns = [
+    "_build",
+    "_build_gen",
+    ".venv",
+    "venv",
+    "src",
+    "tests",
+    "bench",
+    ".ci",
+    ".github",
+    ".pytest_cache",
+    "README.md",
+    "_doc/examples",  # the gallery sources: sphinx-gallery renders them in auto_examples
+    "auto_examples/*.ipynb",
+    "auto_examples/*.py",
+    "**/*.zip",
+]
+templates_path: list[str] = []
+
+html_theme = "furo"
+html_title = f"fx2onnx {release}"
+html_static_path: list[str] = []
+html_show_sourcelink = False
+
+# autodoc
+autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": True}
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+
+# sphinx-gallery
+_pattern = os.environ.get("FX2ONNX_GALLERY_PATTERN", "").strip()
+sphinx_gallery_conf = {
+    "examples_dirs": "_doc/examples",
+    "gallery_dirs": "auto_examples",
+    # only plot_*.py files run; a pattern restricts them further
+    "filename_pattern": rf"/plot_[^/]*(?:{_pattern})" if _pattern else r"/plot_",
+    "run_stale_examples": True,
+    "abort_on_example_error": True,
+    "only_warn_on_example_error": False,
+    "image_scrapers": ("matplotlib",),
+    "reset_modules": ("matplotlib",),
+    "download_all_examples": False,
+    "show_signature": False,
+    "remove_config_comments": True,
+    "within_subsection_order": "FileNameSortKey",
+    "capture_repr": ("_repr_html_", "__repr__"),
+}
+
+# the :epkg:`name` role: links to the packages we cite
+epkg_dictionary = {
+    "black": "https://black.readthedocs.io/",
+    "furo": "https://pradyunsg.me/furo/",
+    "matplotlib": "https://matplotlib.org/",
+    "numpy": "https://numpy.org/",
+    "onnx": "https://onnx.ai/onnx/",
+    "onnx-ir": "https://onnx.ai/ir-py/",
+    "onnxruntime": "https://onnxruntime.ai/",
+    "onnxscript": "https://microsoft.github.io/onnxscript/",
+    "ONNX": "https://onnx.ai/",
+    "ONNX operators": "https://onnx.ai/onnx/operators/",
+    "pandas": "https://pandas.pydata.org/",
+    "pytest": "https://docs.pytest.org/",
+    "python": "https://www.python.org/",
+    "pytorch": "https://pytorch.org/",
+    "sphinx": "https://www.sphinx-doc.org/",
+    "sphinx-gallery": "https://sphinx-gallery.github.io/",
+    "sphinx-runpython": "https://sdpython.github.io/doc/sphinx-runpython/dev/",
+    "sympy": "https://www.sympy.org/",
+    "torch": "https://pytorch.org/docs/stable/",
+    "torch.compile": "https://pytorch.org/docs/stable/generated/torch.compile.html",
+    "torch.export": "https://pytorch.org/docs/stable/export.html",
+    "torch.export.export": "https://pytorch.org/docs/stable/export.html#torch.export.export",
+    "torch.export.Dim": "https://pytorch.org/docs/stable/export.html#torch.export.Dim",
+    "torch.fx": "https://pytorch.org/docs/stable/fx.html",
+    "torch.onnx.export": "https://pytorch.org/docs/stable/onnx_export.html",
+    "transformers": "https://huggingface.co/docs/transformers/",
+}
+
+# runpython: nothing to configure; code blocks run in the build process.
+
+# Examples and runpython blocks run in this process: silence two messages which say
+# nothing about the code shown (torchvision is not needed here; a deprecation inside torch).
+logging.getLogger("torch.onnx._internal.exporter._registration").addFilter(
+    lambda record: "torchvision is not installed" not in record.getMessage()
+)
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
+
+
+def run_page_generators(app) -> None:
+    """Imports every ``_doc/gen_*.py`` (sorted) and calls its ``generate(app)``."""
+    for path in sorted((ROOT / "_doc").glob("gen_*.py")):
+        spec = importlib.util.spec_from_file_location(f"_fx2onnx_doc_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        if not hasattr(module, "generate"):
+            raise AttributeError(f"{path.name} must define generate(app), it does not.")
+        module.generate(app)
+
+
+def setup(app):
+    # priority < 500 so that the pages exist before sphinx-gallery and the reader run
+    app.connect("builder-inited", run_page_generators, priority=400)
+    return {"parallel_read_safe": True}
