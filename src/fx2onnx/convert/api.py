@@ -1,0 +1,222 @@
+"""``to_onnx``: capture -> convert -> optimize -> save."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Sequence
+
+import onnx
+import onnx_ir as ir
+import torch
+
+from .builder import GraphBuilder
+from .capture import capture
+from .dispatcher import Dispatcher
+from .errors import ConversionError
+from .interpreter import DimNamer, Interpreter
+
+#: initializers above this size (bytes) go to the external data file when saving
+EXTERNAL_DATA_THRESHOLD = 1024
+#: models whose weights exceed this size are always saved with external data
+PROTOBUF_SAFE_SIZE = 1_500_000_000
+
+
+class _Stages:
+    """Prints stages with timings when verbose."""
+
+    def __init__(self, verbose: int):
+        self.verbose = verbose
+        self.times: dict[str, float] = {}
+
+    def run(self, name: str, fn, *args, **kwargs):
+        begin = time.perf_counter()
+        if self.verbose:
+            print(f"[to_onnx] {name}...")
+        result = fn(*args, **kwargs)
+        self.times[name] = time.perf_counter() - begin
+        if self.verbose:
+            print(f"[to_onnx] {name} done in {self.times[name]:.3f}s")
+        return result
+
+
+def _check_options(target_opset: int, dispatcher: Any, input_names: Any, output_names: Any) -> None:
+    if not isinstance(target_opset, int) or not 18 <= target_opset <= 23:
+        raise ValueError(f"target_opset must be an int in [18, 23], got {target_opset!r}.")
+    if dispatcher is not None and not isinstance(dispatcher, Dispatcher):
+        raise TypeError(
+            f"dispatcher must be a fx2onnx.Dispatcher, got {type(dispatcher).__name__}: "
+            f"use fx2onnx.Dispatcher({{op: converter}})."
+        )
+    for label, names in (("input_names", input_names), ("output_names", output_names)):
+        if names is not None and (isinstance(names, str) or not all(isinstance(n, str) for n in names)):
+            raise TypeError(f"{label} must be a list of strings, got {names!r}.")
+
+
+def convert_exported_program(
+    ep: torch.export.ExportedProgram,
+    dim_names: dict | None = None,
+    *,
+    target_opset: int = 18,
+    dispatcher: Dispatcher | None = None,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    verbose: int = 0,
+) -> ir.Model:
+    """Converts an (already functionalized) ExportedProgram into an :class:`onnx_ir.Model`."""
+    namer = DimNamer(dim_names)
+    interpreter = Interpreter(dispatcher, namer, verbose=verbose)
+    builder = GraphBuilder("main_graph", target_opset)
+    env: dict[torch.fx.Node, Any] = {}
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    user_index = 0
+    for spec in ep.graph_signature.input_specs:
+        node = placeholders[spec.arg.name]
+        kind = spec.kind.name
+        if kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
+            tensor = ep.state_dict.get(spec.target) if spec.target in ep.state_dict else ep.constants.get(spec.target)
+            if tensor is None:
+                raise ConversionError(f"Cannot find the weight {spec.target!r} in the exported program.", node)
+            if isinstance(tensor, torch.nn.Parameter):
+                tensor = tensor.data
+            env[node] = builder.add_initializer(spec.target, tensor)
+        elif kind == "USER_INPUT":
+            val = node.meta.get("val")
+            if isinstance(val, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)):
+                name = node.name
+                if input_names is not None and user_index < len(input_names):
+                    name = input_names[user_index]
+                user_index += 1
+                if isinstance(val, torch.Tensor):
+                    value = builder.add_input(name, val.dtype, namer.shape(val))
+                else:
+                    dtype = torch.int64 if isinstance(val, torch.SymInt) else torch.float32 if isinstance(val, torch.SymFloat) else torch.bool
+                    value = builder.add_input(name, dtype, [])
+                env[node] = value
+            else:
+                env[node] = val  # a constant (int, float, None...) torch.export specialized
+        else:
+            raise ConversionError(f"Input kind {kind} is not supported (custom objects, tokens).", node)
+    outputs = interpreter.run_nodes(builder, ep.graph, env, owner=ep.graph_module)
+    output_node = next(n for n in ep.graph.nodes if n.op == "output")
+    out_kinds = [s.kind.name for s in ep.graph_signature.output_specs]
+    out_nodes = output_node.args[0]
+    k = 0
+    for value, kind, fx_out in zip(outputs, out_kinds, out_nodes):
+        if kind != "USER_OUTPUT":
+            continue  # buffer / input mutations: ONNX has no state
+        if value is None:
+            continue
+        if not isinstance(value, ir.Value):
+            value = builder.constant(value)
+        name = output_names[k] if output_names is not None and k < len(output_names) else None
+        if name is None and isinstance(fx_out, torch.fx.Node):
+            name = fx_out.name
+        out = builder.add_output(value, name)
+        if out is not value:
+            out.dtype, out.shape = value.dtype, value.shape
+        k += 1
+    return builder.to_model(producer_version=_version())
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def optimize_model(model: ir.Model, inline: bool = True) -> ir.Model:
+    """Constant folding, removal of unused nodes and identities (onnxscript's optimizer)."""
+    import onnxscript.optimizer
+
+    onnxscript.optimizer.optimize_ir(model, inline=inline)
+    return model
+
+
+def save_model(model: ir.Model, filename: str | os.PathLike, external_data: bool | None = None) -> None:
+    """Saves ``model``; weights go to ``<filename>.data`` when ``external_data`` is True or the model is large."""
+    size = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+    if external_data is None:
+        external_data = size > PROTOBUF_SAFE_SIZE
+    if external_data:
+        location = os.path.basename(str(filename)) + ".data"
+        ir.save(model, filename, external_data=location, size_threshold_bytes=EXTERNAL_DATA_THRESHOLD)
+    else:
+        ir.save(model, filename)
+
+
+def to_onnx(
+    model: torch.nn.Module | torch.export.ExportedProgram,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    *,
+    dynamic_shapes: Any = None,
+    strict: bool = False,
+    target_opset: int = 18,
+    dispatcher: Dispatcher | None = None,
+    optimize: bool = True,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    filename: str | os.PathLike | None = None,
+    external_data: bool | None = None,
+    verbose: int = 0,
+    return_ir: bool = False,
+) -> onnx.ModelProto:
+    """Exports a PyTorch model to ONNX with fx2onnx's own converter.
+
+    The model is captured with :func:`torch.export.export` (no decompositions),
+    each aten op is converted into ONNX, then the graph is cleaned up.
+
+    :param model: a :class:`torch.nn.Module` or a :class:`torch.export.ExportedProgram`
+    :param args: positional inputs (tensors, nested lists/tuples/dicts, None, scalars)
+    :param kwargs: keyword inputs
+    :param dynamic_shapes: as in :func:`torch.export.export`; strings name dimensions
+        (``{"x": {0: "batch"}}``) and the names are kept in the ONNX model
+    :param strict: strict mode of :func:`torch.export.export`
+    :param target_opset: ONNX opset of the main domain
+    :param dispatcher: :class:`fx2onnx.Dispatcher` with converters for custom ops
+    :param optimize: run onnxscript's optimizer (constant folding, dead code, identities)
+    :param input_names: names of the ONNX inputs (default: the FX placeholder names)
+    :param output_names: names of the ONNX outputs
+    :param filename: if given, saves the model there
+    :param external_data: save weights in ``<filename>.data`` (default: only for large models)
+    :param verbose: prints the stages and their timings
+    :param return_ir: return the :class:`onnx_ir.Model` instead of a ModelProto
+    :return: the ONNX model
+
+    .. code-block:: python
+
+        import torch, fx2onnx
+
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())
+        x = torch.randn(3, 4)
+        onx = fx2onnx.to_onnx(model, (x,), dynamic_shapes=({0: "batch"},))
+        print(fx2onnx.validate(onx, model, (torch.randn(5, 4),)))
+    """
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(f"args must be a tuple of inputs, got {type(args).__name__}: use (x,) for one input.")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"kwargs must be a dict, got {type(kwargs).__name__}.")
+    _check_options(target_opset, dispatcher, input_names, output_names)
+    stages = _Stages(verbose)
+    ep, dim_names = stages.run("capture (torch.export.export)", capture, model, tuple(args), dict(kwargs or {}), dynamic_shapes, strict)
+    if verbose > 1:
+        print(ep.graph)
+    onnx_model = stages.run(
+        "conversion (FX -> ONNX)",
+        convert_exported_program,
+        ep,
+        dim_names,
+        target_opset=target_opset,
+        dispatcher=dispatcher,
+        input_names=input_names,
+        output_names=output_names,
+        verbose=verbose,
+    )
+    if optimize:
+        stages.run("optimization", optimize_model, onnx_model)
+    if filename is not None:
+        stages.run("save", save_model, onnx_model, filename, external_data)
+    if return_ir:
+        return onnx_model
+    return stages.run("serialization", ir.to_proto, onnx_model)

@@ -1,0 +1,217 @@
+"""Captures a model with :func:`torch.export.export` (no decompositions).
+
+Dynamic shapes may be given as in torch.export or with strings
+(``{0: "batch"}``); the strings become ``Dim.DYNAMIC`` for torch and the
+names are kept to label the ONNX dimensions.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import sympy
+import torch
+from torch.export import Dim
+from torch.utils import _pytree as pytree
+
+from .errors import ExportError
+
+
+def _is_dim_spec(x: Any) -> bool:
+    return isinstance(x, str) or x is None or type(x).__name__ in ("_Dim", "Dim", "_DimHint", "_DerivedDim", "_StaticDim") or isinstance(x, int) or hasattr(x, "__name__") and hasattr(x, "min")
+
+
+def _tensor_spec(spec: Any, tensor: torch.Tensor, where: str) -> tuple[Any, dict[int, str | None]]:
+    """Converts the spec of one tensor; returns (spec for torch, {axis: user name})."""
+    if spec is None:
+        return None, {}
+    if isinstance(spec, (list, tuple)):
+        spec = {i: s for i, s in enumerate(spec) if s is not None}
+    if not isinstance(spec, dict):
+        raise ValueError(
+            f"dynamic_shapes for input {where} must be a dict {{axis: name}} or a list per axis, "
+            f"got {spec!r}."
+        )
+    converted: dict[int, Any] = {}
+    names: dict[int, str | None] = {}
+    for axis, dim in spec.items():
+        if not isinstance(axis, int) or not (-tensor.dim() <= axis < tensor.dim()):
+            raise ValueError(
+                f"dynamic_shapes for input {where}: axis {axis!r} does not exist, the tensor has "
+                f"shape {tuple(tensor.shape)}. Use an axis in [0, {tensor.dim() - 1}]."
+            )
+        axis = axis % tensor.dim()
+        if isinstance(dim, str):
+            converted[axis] = Dim.DYNAMIC
+            names[axis] = dim
+        else:
+            converted[axis] = dim
+            name = getattr(dim, "__name__", None)
+            names[axis] = name if isinstance(name, str) and not name.startswith("_") else None
+    return converted, names
+
+
+def _walk(value: Any, spec: Any, where: str, names: dict[int, dict[int, str | None]]) -> Any:
+    """Walks inputs and their dynamic shapes together, converting strings."""
+    if isinstance(value, torch.Tensor):
+        if _is_dim_spec(spec) and not isinstance(spec, (str, int)) and spec is not None and not isinstance(spec, dict):
+            # Dim.AUTO/DYNAMIC for the whole tensor is not allowed by torch: per axis only
+            raise ValueError(f"dynamic_shapes for tensor input {where} must be a dict or a list, got {spec!r}.")
+        converted, axis_names = _tensor_spec(spec, value, where)
+        names[id(value)] = axis_names
+        return converted
+    if spec is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        if not isinstance(spec, (list, tuple)) or len(spec) != len(value):
+            raise ValueError(
+                f"dynamic_shapes for input {where} must be a list of {len(value)} specs like the "
+                f"input, got {spec!r}."
+            )
+        return type(spec)(_walk(v, s, f"{where}[{i}]", names) for i, (v, s) in enumerate(zip(value, spec)))
+    if isinstance(value, dict):
+        if not isinstance(spec, dict):
+            raise ValueError(f"dynamic_shapes for input {where} must be a dict like the input, got {spec!r}.")
+        unknown = set(spec) - set(value)
+        if unknown:
+            raise ValueError(f"dynamic_shapes for input {where} names keys {sorted(unknown)} absent from the input.")
+        return {k: _walk(value[k], spec.get(k), f"{where}[{k!r}]", names) for k in spec}
+    if type(value) in pytree.SUPPORTED_NODES:
+        children, _ = pytree.SUPPORTED_NODES[type(value)].flatten_fn(value)
+        if isinstance(spec, (list, tuple)) and len(spec) == len(children):
+            return type(spec)(_walk(v, s, f"{where}[{i}]", names) for i, (v, s) in enumerate(zip(children, spec)))
+        return spec
+    return spec
+
+
+def prepare_dynamic_shapes(
+    model: Any, args: tuple, kwargs: dict, dynamic_shapes: Any
+) -> tuple[Any, dict[int, dict[int, str | None]]]:
+    """Checks ``dynamic_shapes`` against the inputs and converts strings into Dim.DYNAMIC.
+
+    :return: the dynamic shapes for torch.export and ``{id(tensor): {axis: name}}``
+    """
+    names: dict[int, dict[int, str | None]] = {}
+    if dynamic_shapes is None:
+        return None, names
+    forward = model.forward if isinstance(model, torch.nn.Module) else model
+    try:
+        bound = inspect.signature(forward).bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"The inputs do not match the signature of {type(model).__name__}.forward: {e}") from e
+    combined: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        kind = inspect.signature(forward).parameters[name].kind
+        if kind == inspect.Parameter.VAR_KEYWORD:
+            combined.update(value)
+        elif kind == inspect.Parameter.VAR_POSITIONAL:
+            combined[name] = value
+        else:
+            combined[name] = value
+    if isinstance(dynamic_shapes, dict):
+        unknown = set(dynamic_shapes) - set(combined)
+        if unknown:
+            raise ValueError(
+                f"dynamic_shapes names {sorted(unknown)} but the model received inputs "
+                f"{list(combined)}. Use the argument names of forward, or a tuple in the order of the inputs."
+            )
+        converted = {k: _walk(combined[k], spec, k, names) for k, spec in dynamic_shapes.items()}
+    elif isinstance(dynamic_shapes, (list, tuple)):
+        values = list(combined.values())
+        if len(dynamic_shapes) != len(values):
+            raise ValueError(
+                f"dynamic_shapes has {len(dynamic_shapes)} entries but the model received "
+                f"{len(values)} inputs {list(combined)}."
+            )
+        converted = type(dynamic_shapes)(
+            _walk(v, s, k, names) for (k, v), s in zip(combined.items(), dynamic_shapes)
+        )
+    else:
+        raise ValueError(f"dynamic_shapes must be a dict, a tuple or a list, got {type(dynamic_shapes).__name__}.")
+    return converted, names
+
+
+def symbol_names(
+    ep: torch.export.ExportedProgram, args: tuple, kwargs: dict, axis_names: dict[int, dict[int, str | None]]
+) -> dict[sympy.Symbol, str]:
+    """Maps torch's symbols to the names the user gave, or ``<input>_dim<axis>``."""
+    leaves, _ = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    by_name = {p.name: p for p in placeholders}
+    mapping: dict[sympy.Symbol, str] = {}
+    fallback: dict[sympy.Symbol, str] = {}
+    for leaf, ph_name in zip(leaves, user):
+        ph = by_name.get(ph_name)
+        val = ph.meta.get("val") if ph is not None else None
+        if not isinstance(val, torch.Tensor) or not isinstance(leaf, torch.Tensor):
+            if isinstance(val, torch.SymInt) and isinstance(val.node.expr, sympy.Symbol):
+                fallback.setdefault(val.node.expr, ph_name)
+            continue
+        given = axis_names.get(id(leaf), {})
+        for axis, d in enumerate(val.shape):
+            if isinstance(d, torch.SymInt) and isinstance(d.node.expr, sympy.Symbol):
+                sym = d.node.expr
+                if given.get(axis):
+                    mapping.setdefault(sym, given[axis])
+                else:
+                    fallback.setdefault(sym, f"{ph_name}_dim{axis}")
+    for sym, name in fallback.items():
+        mapping.setdefault(sym, name)
+    return mapping
+
+
+def capture(
+    model: Any,
+    args: tuple,
+    kwargs: dict,
+    dynamic_shapes: Any,
+    strict: bool,
+) -> tuple[torch.export.ExportedProgram, dict[sympy.Symbol, str]]:
+    """Runs torch.export.export and functionalizes the graph without decomposing ops."""
+    if isinstance(model, torch.export.ExportedProgram):
+        ep = model
+        axis_names: dict = {}
+    else:
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(
+                f"to_onnx expects a torch.nn.Module or a torch.export.ExportedProgram, got "
+                f"{type(model).__name__}. Wrap a function in a module: "
+                f"class M(torch.nn.Module): def forward(self, *args): return f(*args)"
+            )
+        ds, axis_names = prepare_dynamic_shapes(model, args, kwargs, dynamic_shapes)
+        try:
+            ep = torch.export.export(model, tuple(args), kwargs=dict(kwargs), dynamic_shapes=ds, strict=strict)
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ExportError(
+                f"Step 'capture' failed: torch.export.export(strict={strict}) could not capture "
+                f"{type(model).__name__}: {type(e).__name__}: {first}\n"
+                f"This happens before any ONNX conversion. Common fixes: for transformers models "
+                f"wrap the export in `with fx2onnx.torch_export_patches(patch_transformers=True):`; "
+                f"rewrite data-dependent Python control flow with torch.cond; check the "
+                f"dynamic_shapes. See the 'Frequent exceptions' page of the documentation."
+            ) from e
+    try:
+        ep = ep.run_decompositions({})
+    except Exception as e:
+        raise ExportError(
+            f"Step 'functionalization' failed (ExportedProgram.run_decompositions({{}})): "
+            f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        ) from e
+    names = symbol_names(ep, tuple(args), dict(kwargs), axis_names) if not isinstance(model, torch.export.ExportedProgram) else {}
+    if not names:
+        names = _names_from_placeholders(ep)
+    return ep, names
+
+
+def _names_from_placeholders(ep: torch.export.ExportedProgram) -> dict[sympy.Symbol, str]:
+    names: dict[sympy.Symbol, str] = {}
+    user = {s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"}
+    for n in ep.graph.nodes:
+        if n.op == "placeholder" and n.name in user and isinstance(n.meta.get("val"), torch.Tensor):
+            for axis, d in enumerate(n.meta["val"].shape):
+                if isinstance(d, torch.SymInt) and isinstance(d.node.expr, sympy.Symbol):
+                    names.setdefault(d.node.expr, f"{n.name}_dim{axis}")
+    return names

@@ -1,0 +1,13 @@
+"""Built-in converters, one module per family; importing this package registers them all."""
+
+from . import (  # noqa: F401
+    control_flow,
+    creation,
+    elementwise,
+    indexing,
+    nn,
+    reduction,
+    shape,
+    symbolic,
+    vision,
+)

@@ -1,0 +1,111 @@
+"""Tensor creation and casts: zeros, ones, full, arange, *_like, _to_copy, fill."""
+
+from __future__ import annotations
+
+import torch
+
+from ..registry import converter
+
+aten = torch.ops.aten
+
+
+def _full(ctx, size, value, dtype: torch.dtype):
+    static = ctx.val()
+    if isinstance(static, torch.Tensor) and all(isinstance(d, int) for d in static.shape) and not isinstance(value, type(None)) and not hasattr(value, "producer"):
+        shape = ctx.const([int(d) for d in static.shape], torch.int64)
+    else:
+        shape = ctx.shape_value(list(size))
+    fill = ctx.as_value(value, dtype)
+    if fill.shape is None or len(fill.shape) != 0:
+        fill = ctx.op.Reshape(fill, ctx.const([], torch.int64))
+    return ctx.op.Expand(fill, shape)
+
+
+@converter(aten.zeros.default, aten.new_zeros.default)
+def convert_zeros(ctx, node, *args, **kwargs):
+    size = args[-1] if node.target is aten.new_zeros.default else args[0]
+    return _full(ctx, size, 0, ctx.out_dtype())
+
+
+@converter(aten.ones.default, aten.new_ones.default)
+def convert_ones(ctx, node, *args, **kwargs):
+    size = args[-1] if node.target is aten.new_ones.default else args[0]
+    return _full(ctx, size, 1, ctx.out_dtype())
+
+
+@converter(aten.empty.memory_format, aten.new_empty.default, aten.empty_strided.default, aten.new_empty_strided.default)
+def convert_empty(ctx, node, *args, **kwargs):
+    size = args[1] if node.target in (aten.new_empty.default, aten.new_empty_strided.default) else args[0]
+    return _full(ctx, size, 0, ctx.out_dtype())
+
+
+@converter(aten.full.default)
+def convert_full(ctx, node, size, fill_value, **kwargs):
+    return _full(ctx, size, fill_value, ctx.out_dtype())
+
+
+@converter(aten.new_full.default)
+def convert_new_full(ctx, node, x, size, fill_value, **kwargs):
+    return _full(ctx, size, fill_value, ctx.out_dtype())
+
+
+def _like(value):
+    def convert_like(ctx, node, x, *args, **kwargs):
+        v = args[0] if value is None else value
+        return ctx.op.Expand(ctx.op.Reshape(ctx.as_value(v, ctx.out_dtype()), ctx.const([], torch.int64)), ctx.op.Shape(x))
+
+    return convert_like
+
+
+converter(aten.zeros_like.default, aten.empty_like.default)(_like(0))
+converter(aten.ones_like.default)(_like(1))
+converter(aten.full_like.default)(_like(None))
+
+
+@converter(aten.fill.Scalar, aten.fill.Tensor)
+def convert_fill(ctx, node, x, value):
+    return ctx.op.Expand(ctx.op.Reshape(ctx.as_value(value, ctx.out_dtype()), ctx.const([], torch.int64)), ctx.op.Shape(x))
+
+
+@converter(aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.to.device, aten.type_as.default)
+def convert_to_copy(ctx, node, x, *args, **kwargs):
+    return ctx.cast(ctx.as_value(x), ctx.out_dtype()) if ctx.dtype(ctx.as_value(x)) != ctx.out_dtype() else ctx.op.Identity(x)
+
+
+@converter(aten.arange.default, aten.arange.start, aten.arange.start_step)
+def convert_arange(ctx, node, *args, **kwargs):
+    dtype = ctx.out_dtype()
+    numbers = [a for a in args]
+    if len(numbers) == 1:
+        start, end, step = 0, numbers[0], 1
+    elif len(numbers) == 2:
+        (start, end), step = numbers, 1
+    else:
+        start, end, step = numbers[:3]
+    compute = dtype if dtype.is_floating_point else torch.int64
+    out = ctx.op.Range(ctx.as_value(start, compute), ctx.as_value(end, compute), ctx.as_value(step, compute))
+    return ctx.cast(out, dtype) if compute != dtype else out
+
+
+@converter(aten.linspace.default)
+def convert_linspace(ctx, node, start, end, steps, **kwargs):
+    dtype = ctx.out_dtype()
+    idx = ctx.op.Range(ctx.const(0, torch.int64), ctx.as_value(steps, torch.int64), ctx.const(1, torch.int64))
+    s, e = ctx.as_value(start, torch.float64), ctx.as_value(end, torch.float64)
+    n = ctx.cast(ctx.as_value(steps, torch.int64), torch.float64)
+    denom = ctx.op.Max(ctx.op.Sub(n, ctx.const(1.0, torch.float64)), ctx.const(1.0, torch.float64))
+    step = ctx.op.Div(ctx.op.Sub(e, s), denom)
+    out = ctx.op.Add(s, ctx.op.Mul(ctx.cast(idx, torch.float64), step))
+    return ctx.cast(out, dtype)
+
+
+@converter(aten.tril.default, aten.triu.default)
+def convert_tril_triu(ctx, node, x, diagonal=0):
+    return ctx.op.Trilu(x, ctx.as_value(diagonal, torch.int64), upper=int(node.target is aten.triu.default))
+
+
+@converter(aten.eye.default, aten.eye.m)
+def convert_eye(ctx, node, n, m=None, **kwargs):
+    m = n if m is None else m
+    zeros = _full(ctx, [n, m], 0, ctx.out_dtype())
+    return ctx.op.EyeLike(zeros, dtype=None)

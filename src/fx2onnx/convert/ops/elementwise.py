@@ -1,0 +1,424 @@
+"""Elementwise operators: arithmetic, comparisons, logic, activations."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..registry import converter
+from ._common import cast_all, result_dtype
+
+aten = torch.ops.aten
+
+
+def _binary(ctx, op_type: str, a, b):
+    dtype = ctx.out_dtype()
+    x, y = cast_all(ctx, [a, b], dtype)
+    return getattr(ctx.op, op_type)(x, y)
+
+
+@converter(aten.add.Tensor, aten.add.Scalar)
+def convert_add(ctx, node, a, b, alpha=1):
+    if alpha != 1:
+        b = ctx.op.Mul(ctx.as_value(b, ctx.out_dtype()), ctx.as_value(alpha, ctx.out_dtype()))
+    if ctx.out_dtype() == torch.bool:
+        return ctx.op.Or(*cast_all(ctx, [a, b], torch.bool))
+    return _binary(ctx, "Add", a, b)
+
+
+@converter(aten.sub.Tensor, aten.sub.Scalar)
+def convert_sub(ctx, node, a, b, alpha=1):
+    if alpha != 1:
+        b = ctx.op.Mul(ctx.as_value(b, ctx.out_dtype()), ctx.as_value(alpha, ctx.out_dtype()))
+    return _binary(ctx, "Sub", a, b)
+
+
+@converter(aten.rsub.Scalar, aten.rsub.Tensor)
+def convert_rsub(ctx, node, a, b, alpha=1):
+    return convert_sub(ctx, node, b, a, alpha)
+
+
+@converter(aten.mul.Tensor, aten.mul.Scalar)
+def convert_mul(ctx, node, a, b):
+    if ctx.out_dtype() == torch.bool:
+        return ctx.op.And(*cast_all(ctx, [a, b], torch.bool))
+    return _binary(ctx, "Mul", a, b)
+
+
+@converter(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
+def convert_div(ctx, node, a, b, rounding_mode=None):
+    dtype = ctx.out_dtype()
+    if rounding_mode is None:
+        return _binary(ctx, "Div", a, b)
+    if dtype.is_floating_point:
+        q = _binary(ctx, "Div", a, b)
+        return ctx.op.Floor(q) if rounding_mode == "floor" else _trunc(ctx, q)
+    # integer division: compute in float64 then round
+    x, y = cast_all(ctx, [a, b], torch.float64)
+    q = ctx.op.Div(x, y)
+    q = ctx.op.Floor(q) if rounding_mode == "floor" else _trunc(ctx, q)
+    return ctx.cast(q, dtype)
+
+
+def _trunc(ctx, x):
+    # trunc(x) = sign(x) * floor(|x|)
+    return ctx.op.Mul(ctx.op.Sign(x), ctx.op.Floor(ctx.op.Abs(x)))
+
+
+@converter(aten.trunc.default)
+def convert_trunc(ctx, node, x):
+    return _trunc(ctx, x)
+
+
+@converter(aten.floor_divide.default, aten.floor_divide.Scalar)
+def convert_floor_divide(ctx, node, a, b):
+    return convert_div(ctx, node, a, b, rounding_mode="floor")
+
+
+@converter(aten.remainder.Tensor, aten.remainder.Scalar)
+def convert_remainder(ctx, node, a, b):
+    dtype = ctx.out_dtype()
+    x, y = cast_all(ctx, [a, b], dtype)
+    if dtype.is_floating_point:
+        # python-style modulo: x - floor(x / y) * y
+        return ctx.op.Sub(x, ctx.op.Mul(ctx.op.Floor(ctx.op.Div(x, y)), y))
+    return ctx.op.Mod(x, y, fmod=0)
+
+
+@converter(aten.fmod.Tensor, aten.fmod.Scalar)
+def convert_fmod(ctx, node, a, b):
+    return ctx.op.Mod(*cast_all(ctx, [a, b], ctx.out_dtype()), fmod=1)
+
+
+@converter(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar)
+def convert_pow(ctx, node, a, b):
+    dtype = ctx.out_dtype()
+    if isinstance(b, (int, float)) and b == 2 and dtype.is_floating_point:
+        x = ctx.as_value(a, dtype)
+        return ctx.op.Mul(x, x)
+    if isinstance(b, (int, float)) and b == 0.5:
+        return ctx.op.Sqrt(ctx.as_value(a, dtype))
+    return _binary(ctx, "Pow", a, b)
+
+
+@converter(aten.minimum.default, aten.fmin.default)
+def convert_minimum(ctx, node, a, b):
+    return _binary(ctx, "Min", a, b)
+
+
+@converter(aten.maximum.default, aten.fmax.default)
+def convert_maximum(ctx, node, a, b):
+    return _binary(ctx, "Max", a, b)
+
+
+_UNARY = {
+    aten.neg.default: "Neg",
+    aten.abs.default: "Abs",
+    aten.exp.default: "Exp",
+    aten.log.default: "Log",
+    aten.sqrt.default: "Sqrt",
+    aten.sin.default: "Sin",
+    aten.cos.default: "Cos",
+    aten.tan.default: "Tan",
+    aten.asin.default: "Asin",
+    aten.acos.default: "Acos",
+    aten.atan.default: "Atan",
+    aten.sinh.default: "Sinh",
+    aten.cosh.default: "Cosh",
+    aten.asinh.default: "Asinh",
+    aten.acosh.default: "Acosh",
+    aten.atanh.default: "Atanh",
+    aten.tanh.default: "Tanh",
+    aten.sigmoid.default: "Sigmoid",
+    aten.relu.default: "Relu",
+    aten.erf.default: "Erf",
+    aten.floor.default: "Floor",
+    aten.ceil.default: "Ceil",
+    aten.sign.default: "Sign",
+    aten.reciprocal.default: "Reciprocal",
+    aten.bitwise_not.default: "Not",
+    aten.logical_not.default: "Not",
+    aten.isnan.default: "IsNaN",
+    aten.softplus.default: "Softplus",
+    aten.mish.default: "Mish",
+    aten.hardswish.default: "HardSwish",
+}
+
+
+def _make_unary(op_type: str):
+    def convert_unary(ctx, node, x, *args):
+        dtype = ctx.out_dtype()
+        if op_type == "Not":
+            if dtype != torch.bool:
+                return ctx.op.BitwiseNot(x)
+            return ctx.op.Not(ctx.cast(x, torch.bool))
+        if op_type in ("IsNaN",):
+            return ctx.op.IsNaN(x)
+        if op_type in ("Sign", "Abs", "Neg", "Relu") or dtype.is_floating_point:
+            return getattr(ctx.op, op_type)(ctx.cast(x, dtype) if op_type not in ("Sign",) else x)
+        # float ops on integer inputs (torch promotes to float)
+        return getattr(ctx.op, op_type)(ctx.cast(x, dtype))
+
+    convert_unary.__name__ = f"convert_{op_type.lower()}"
+    return convert_unary
+
+
+for _target, _op in _UNARY.items():
+    converter(_target)(_make_unary(_op))
+
+
+@converter(aten.rsqrt.default)
+def convert_rsqrt(ctx, node, x):
+    return ctx.op.Reciprocal(ctx.op.Sqrt(ctx.cast(x, ctx.out_dtype())))
+
+
+@converter(aten.log1p.default)
+def convert_log1p(ctx, node, x):
+    x = ctx.cast(x, ctx.out_dtype())
+    return ctx.op.Log(ctx.op.Add(x, ctx.const(1, ctx.out_dtype())))
+
+
+@converter(aten.expm1.default)
+def convert_expm1(ctx, node, x):
+    x = ctx.cast(x, ctx.out_dtype())
+    return ctx.op.Sub(ctx.op.Exp(x), ctx.const(1, ctx.out_dtype()))
+
+
+@converter(aten.log2.default)
+def convert_log2(ctx, node, x):
+    x = ctx.cast(x, ctx.out_dtype())
+    return ctx.op.Div(ctx.op.Log(x), ctx.const(math.log(2), ctx.out_dtype()))
+
+
+@converter(aten.log10.default)
+def convert_log10(ctx, node, x):
+    x = ctx.cast(x, ctx.out_dtype())
+    return ctx.op.Div(ctx.op.Log(x), ctx.const(math.log(10), ctx.out_dtype()))
+
+
+@converter(aten.exp2.default)
+def convert_exp2(ctx, node, x):
+    x = ctx.cast(x, ctx.out_dtype())
+    return ctx.op.Pow(ctx.const(2.0, ctx.out_dtype()), x)
+
+
+@converter(aten.round.default)
+def convert_round(ctx, node, x):
+    return ctx.op.Round(x)
+
+
+@converter(aten.round.decimals)
+def convert_round_decimals(ctx, node, x, decimals=0):
+    scale = ctx.const(10.0**decimals, ctx.out_dtype())
+    return ctx.op.Div(ctx.op.Round(ctx.op.Mul(x, scale)), scale)
+
+
+@converter(aten.isinf.default)
+def convert_isinf(ctx, node, x):
+    return ctx.op.IsInf(x)
+
+
+@converter(aten.isfinite.default)
+def convert_isfinite(ctx, node, x):
+    return ctx.op.Not(ctx.op.Or(ctx.op.IsInf(x), ctx.op.IsNaN(x)))
+
+
+@converter(aten.silu.default)
+def convert_silu(ctx, node, x):
+    return ctx.op.Mul(x, ctx.op.Sigmoid(x))
+
+
+@converter(aten.gelu.default)
+def convert_gelu(ctx, node, x, approximate="none"):
+    if ctx.opset >= 20:
+        return ctx.op.Gelu(x, approximate=approximate)
+    dtype = ctx.out_dtype()
+    half = ctx.const(0.5, dtype)
+    one = ctx.const(1.0, dtype)
+    if approximate == "tanh":
+        inner = ctx.op.Mul(
+            ctx.const(math.sqrt(2 / math.pi), dtype),
+            ctx.op.Add(x, ctx.op.Mul(ctx.const(0.044715, dtype), ctx.op.Mul(x, ctx.op.Mul(x, x)))),
+        )
+        return ctx.op.Mul(ctx.op.Mul(half, x), ctx.op.Add(one, ctx.op.Tanh(inner)))
+    erf = ctx.op.Erf(ctx.op.Div(x, ctx.const(math.sqrt(2.0), dtype)))
+    return ctx.op.Mul(ctx.op.Mul(half, x), ctx.op.Add(one, erf))
+
+
+@converter(aten.leaky_relu.default)
+def convert_leaky_relu(ctx, node, x, negative_slope=0.01):
+    return ctx.op.LeakyRelu(x, alpha=float(negative_slope))
+
+
+@converter(aten.elu.default)
+def convert_elu(ctx, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    if scale == 1.0 and input_scale == 1.0:
+        return ctx.op.Elu(x, alpha=float(alpha))
+    if alpha == 1.6732632423543772 and scale == 1.0507009873554805:
+        return ctx.op.Selu(x, alpha=float(alpha), gamma=float(scale))
+    raise ctx.error(f"elu with scale={scale}, input_scale={input_scale} is not supported.")
+
+
+@converter(aten.celu.default)
+def convert_celu(ctx, node, x, alpha=1.0):
+    return ctx.op.Celu(x, alpha=float(alpha))
+
+
+@converter(aten.selu.default)
+def convert_selu(ctx, node, x):
+    return ctx.op.Selu(x)
+
+
+@converter(aten.hardsigmoid.default)
+def convert_hardsigmoid(ctx, node, x):
+    return ctx.op.HardSigmoid(x, alpha=1.0 / 6, beta=0.5)
+
+
+@converter(aten.hardtanh.default)
+def convert_hardtanh(ctx, node, x, min_val=-1.0, max_val=1.0):
+    dtype = ctx.out_dtype()
+    return ctx.op.Clip(x, ctx.const(min_val, dtype), ctx.const(max_val, dtype))
+
+
+@converter(aten.relu6.default)
+def convert_relu6(ctx, node, x):
+    return convert_hardtanh(ctx, node, x, 0.0, 6.0)
+
+
+@converter(aten.prelu.default)
+def convert_prelu(ctx, node, x, weight):
+    # weight has one value per channel (axis 1)
+    rank = node.args[0].meta["val"].dim()
+    if rank >= 2:
+        weight = ctx.op.Reshape(weight, ctx.const([-1] + [1] * (rank - 2), torch.int64))
+    return ctx.op.PRelu(x, weight)
+
+
+@converter(aten.logit.default)
+def convert_logit(ctx, node, x, eps=None):
+    dtype = ctx.out_dtype()
+    if eps is not None:
+        x = ctx.op.Clip(x, ctx.const(eps, dtype), ctx.const(1 - eps, dtype))
+    return ctx.op.Log(ctx.op.Div(x, ctx.op.Sub(ctx.const(1.0, dtype), x)))
+
+
+@converter(aten.clamp.default, aten.clamp.Tensor, aten.clip.default, aten.clip.Tensor)
+def convert_clamp(ctx, node, x, min=None, max=None):
+    dtype = ctx.out_dtype()
+    x = ctx.cast(x, dtype)
+
+    def scalar(v):
+        return v is None or isinstance(v, (int, float))
+
+    if scalar(min) and scalar(max):
+        lo = None if min is None else ctx.const(min, dtype)
+        hi = None if max is None else ctx.const(max, dtype)
+        return ctx.op.Clip(x, lo, hi)
+    # tensor bounds broadcast: Max / Min
+    if min is not None:
+        x = ctx.op.Max(x, ctx.as_value(min, dtype))
+    if max is not None:
+        x = ctx.op.Min(x, ctx.as_value(max, dtype))
+    return x
+
+
+@converter(aten.clamp_min.default, aten.clamp_min.Tensor)
+def convert_clamp_min(ctx, node, x, min):
+    return convert_clamp(ctx, node, x, min=min)
+
+
+@converter(aten.clamp_max.default, aten.clamp_max.Tensor)
+def convert_clamp_max(ctx, node, x, max):
+    return convert_clamp(ctx, node, x, max=max)
+
+
+def _compare(op_type: str, negate: bool = False):
+    def convert_compare(ctx, node, a, b):
+        dtype = result_dtype(*node.args[:2])
+        x, y = cast_all(ctx, [a, b], dtype)
+        out = getattr(ctx.op, op_type)(x, y)
+        return ctx.op.Not(out) if negate else out
+
+    convert_compare.__name__ = f"convert_{op_type.lower()}{'_not' if negate else ''}"
+    return convert_compare
+
+
+converter(aten.eq.Tensor, aten.eq.Scalar)(_compare("Equal"))
+converter(aten.ne.Tensor, aten.ne.Scalar)(_compare("Equal", negate=True))
+converter(aten.lt.Tensor, aten.lt.Scalar)(_compare("Less"))
+converter(aten.le.Tensor, aten.le.Scalar)(_compare("LessOrEqual"))
+converter(aten.gt.Tensor, aten.gt.Scalar)(_compare("Greater"))
+converter(aten.ge.Tensor, aten.ge.Scalar)(_compare("GreaterOrEqual"))
+
+
+def _logical(op_type: str):
+    def convert_logical(ctx, node, a, b):
+        return getattr(ctx.op, op_type)(*cast_all(ctx, [a, b], torch.bool))
+
+    return convert_logical
+
+
+converter(aten.logical_and.default)(_logical("And"))
+converter(aten.logical_or.default)(_logical("Or"))
+converter(aten.logical_xor.default)(_logical("Xor"))
+
+
+def _bitwise(bool_op: str, int_op: str):
+    def convert_bitwise(ctx, node, a, b):
+        dtype = ctx.out_dtype()
+        x, y = cast_all(ctx, [a, b], dtype)
+        return getattr(ctx.op, bool_op if dtype == torch.bool else int_op)(x, y)
+
+    return convert_bitwise
+
+
+converter(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)(_bitwise("And", "BitwiseAnd"))
+converter(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)(_bitwise("Or", "BitwiseOr"))
+converter(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)(_bitwise("Xor", "BitwiseXor"))
+
+
+@converter(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def convert_where(ctx, node, cond, a, b):
+    dtype = ctx.out_dtype()
+    x, y = cast_all(ctx, [a, b], dtype)
+    return ctx.op.Where(ctx.cast(ctx.as_value(cond), torch.bool), x, y)
+
+
+@converter(aten.atan2.default)
+def convert_atan2(ctx, node, y, x):
+    dtype = ctx.out_dtype()
+    y, x = cast_all(ctx, [y, x], dtype)
+    atan = ctx.op.Atan(ctx.op.Div(y, x))
+    pi = ctx.const(math.pi, dtype)
+    zero = ctx.const(0.0, dtype)
+    # quadrant corrections
+    x_neg = ctx.op.Less(x, zero)
+    y_neg = ctx.op.Less(y, zero)
+    corr = ctx.op.Where(x_neg, ctx.op.Where(y_neg, ctx.op.Neg(pi), pi), zero)
+    return ctx.op.Add(atan, corr)
+
+
+@converter(aten.lerp.Scalar, aten.lerp.Tensor)
+def convert_lerp(ctx, node, start, end, weight):
+    dtype = ctx.out_dtype()
+    s, e, w = cast_all(ctx, [start, end, weight], dtype)
+    return ctx.op.Add(s, ctx.op.Mul(w, ctx.op.Sub(e, s)))
+
+
+@converter(aten.addcmul.default)
+def convert_addcmul(ctx, node, x, t1, t2, value=1):
+    dtype = ctx.out_dtype()
+    prod = ctx.op.Mul(t1, t2)
+    if value != 1:
+        prod = ctx.op.Mul(prod, ctx.const(value, dtype))
+    return ctx.op.Add(x, prod)
+
+
+@converter(aten.addcdiv.default)
+def convert_addcdiv(ctx, node, x, t1, t2, value=1):
+    dtype = ctx.out_dtype()
+    q = ctx.op.Div(t1, t2)
+    if value != 1:
+        q = ctx.op.Mul(q, ctx.const(value, dtype))
+    return ctx.op.Add(x, q)
