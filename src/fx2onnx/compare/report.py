@@ -102,6 +102,7 @@ class CompareResult:
         name_width: int = 14,
         op_width: int = 10,
         show_values: bool = True,
+        start: int = 0,
         max_rows: int | None = None,
     ) -> str:
         """Renders the alignment side by side.
@@ -110,9 +111,10 @@ class CompareResult:
         ``-`` only in model1, ``+`` only in model2), then for each model its result
         index, op type, name, shape, dtype and a value summary, then the max absolute
         difference. The first row where values diverge is pointed at with ``>>``.
+        ``start`` and ``max_rows`` select the rows to show.
         """
         first = self.first_divergence
-        widths = [4, op_width, name_width, 10, 4] + ([20] if show_values else [])
+        widths = [4, op_width, name_width, 10, 4] + ([22] if show_values else [])
 
         def side(cells: list[str]) -> str:
             return " ".join(
@@ -133,16 +135,19 @@ class CompareResult:
             f"{side(['#2'] + [t + '2' for t in titles])} | max|diff|"
         )
         lines = [*self.notes, self.summary(), header, "-" * len(header)]
-        rows = self.rows if max_rows is None else self.rows[:max_rows]
-        for k, row in enumerate(rows):
+        end = len(self.rows) if max_rows is None else min(len(self.rows), start + max_rows)
+        if start > 0:
+            lines.append(f"... {start} rows before")
+        for k in range(start, end):
+            row = self.rows[k]
             diff = "" if row.max_abs_diff is None else f"{row.max_abs_diff:.3g}"
             pointer = ">>" if k == first else "  "
             lines.append(
                 f"{k:>4} {pointer}{row.marker} {side(cells(row, '1'))} | "
                 f"{side(cells(row, '2'))} | {diff}".rstrip()
             )
-        if max_rows is not None and len(self.rows) > max_rows:
-            lines.append(f"... {len(self.rows) - max_rows} more rows")
+        if end < len(self.rows):
+            lines.append(f"... {len(self.rows) - end} more rows")
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -99,10 +99,10 @@ def summarize(value: np.ndarray | None) -> str:
         if finite.size == 0:
             return "nan/inf"
         bad = "" if finite.size == f.size else " !nan/inf"
-        return f"{finite.min():.3g}:{finite.max():.3g} m={finite.mean():.3g}{bad}"
+        return f"{finite.min():.3g}:{finite.max():.3g} m={finite.mean():.2g}{bad}"
     if value.dtype.kind in "iub":
         i = value.astype(np.int64)
-        return f"{i.min()}:{i.max()} m={i.mean():.3g}"
+        return f"{i.min()}:{i.max()} m={i.mean():.2g}"
     return str(value.dtype)
 
 
