@@ -422,3 +422,8 @@ def convert_addcdiv(ctx, node, x, t1, t2, value=1):
     if value != 1:
         q = ctx.op.Mul(q, ctx.const(value, dtype))
     return ctx.op.Add(x, q)
+
+
+converter(aten.__and__.Tensor, aten.__and__.Scalar)(_bitwise("And", "BitwiseAnd"))
+converter(aten.__or__.Tensor, aten.__or__.Scalar)(_bitwise("Or", "BitwiseOr"))
+converter(aten.__xor__.Tensor, aten.__xor__.Scalar)(_bitwise("Xor", "BitwiseXor"))

@@ -4,6 +4,282 @@ from __future__ import annotations
 
 import torch
 
-from ..registry import converter  # noqa: F401
+from ..registry import converter
+from ._common import fake_of, input_rank, normalize_axis
 
 aten = torch.ops.aten
+INT64_MAX = 9223372036854775807
+
+
+def _normalize_index(ctx, idx, x, axis: int):
+    """Negative indices count from the end: idx + (idx < 0) * size."""
+    idx = ctx.cast(idx, torch.int64)
+    size = ctx.dim_size(x, axis)
+    neg = ctx.cast(ctx.op.Less(idx, ctx.const(0, torch.int64)), torch.int64)
+    return ctx.op.Add(idx, ctx.op.Mul(neg, size))
+
+
+def _expand_bool_indices(ctx, indices, fakes):
+    """Replaces each boolean mask (covering m dims) by m int64 index tensors (NonZero)."""
+    out, out_fakes = [], []
+    for idx, f in zip(indices, fakes):
+        if idx is not None and isinstance(f, torch.Tensor) and f.dtype == torch.bool:
+            nz = ctx.op.NonZero(idx)  # [m, N]
+            m = f.dim()
+            if m == 1:
+                out.append(ctx.op.Squeeze(nz, ctx.const([0], torch.int64)))
+                out_fakes.append("int")
+            else:
+                parts = ctx.op.Split(nz, ctx.const([1] * m, torch.int64), axis=0, _outputs=m)
+                for p in parts:
+                    out.append(ctx.op.Squeeze(p, ctx.const([0], torch.int64)))
+                    out_fakes.append("int")
+        else:
+            out.append(idx)
+            out_fakes.append(f)
+    return out, out_fakes
+
+
+def _index_layout(ctx, x, indices, fakes, rank):
+    """Common part of index and index_put.
+
+    Returns (data with indexed dims first, stacked indices [B..., k], positions of the
+    indexed dims, broadcast shape B as a value, whether the indexed dims are consecutive).
+    """
+    indices, fakes = _expand_bool_indices(ctx, indices, fakes)
+    # trailing dims not given are not indexed
+    positions = [i for i, idx in enumerate(indices) if idx is not None]
+    others = [i for i in range(rank) if i not in positions]
+    perm = positions + others
+    data = x if perm == list(range(rank)) else ctx.op.Transpose(x, perm=perm)
+    norm = [_normalize_index(ctx, indices[p], x, p) for p in positions]
+    total = norm[0]
+    for n in norm[1:]:
+        total = ctx.op.Add(total, n)
+    bshape = ctx.op.Shape(total)
+    unsq = [ctx.op.Unsqueeze(ctx.op.Expand(n, bshape), ctx.const([-1], torch.int64)) for n in norm]
+    stacked = unsq[0] if len(unsq) == 1 else ctx.op.Concat(*unsq, axis=-1)
+    consecutive = positions == list(range(positions[0], positions[0] + len(positions)))
+    return data, stacked, positions, others, bshape, consecutive
+
+
+@converter(aten.index.Tensor)
+def convert_index(ctx, node, x, indices):
+    rank = input_rank(ctx)
+    fakes = [fake_of(i) for i in node.args[1]]
+    indices = list(indices)
+    non_none = [i for i, idx in enumerate(indices) if idx is not None]
+    if len(non_none) == 1 and not (isinstance(fakes[non_none[0]], torch.Tensor) and fakes[non_none[0]].dtype == torch.bool):
+        axis = non_none[0]
+        return ctx.op.Gather(x, _normalize_index(ctx, indices[axis], x, axis), axis=axis)
+    if len(non_none) == 1 and fakes[non_none[0]].dim() == 1:
+        axis = non_none[0]
+        nz = ctx.op.Squeeze(ctx.op.NonZero(indices[axis]), ctx.const([0], torch.int64))
+        return ctx.op.Gather(x, nz, axis=axis)
+    data, stacked, positions, others, bshape, consecutive = _index_layout(ctx, x, indices, fakes, rank)
+    gathered = ctx.op.GatherND(data, stacked, batch_dims=0)
+    p = positions[0]
+    if not consecutive or p == 0:
+        return gathered
+    # move the broadcast dims back where the indexed dims were
+    b_rank = ctx.out_rank() - len(others)
+    perm = list(range(b_rank, b_rank + p)) + list(range(b_rank)) + list(range(b_rank + p, b_rank + len(others)))
+    return ctx.op.Transpose(gathered, perm=perm)
+
+
+@converter(aten.index_put.default, aten._unsafe_index_put.default)
+def convert_index_put(ctx, node, x, indices, values, accumulate=False):
+    rank = input_rank(ctx)
+    fakes = [fake_of(i) for i in node.args[1]]
+    indices = list(indices)
+    dtype = ctx.out_dtype()
+    values = ctx.as_value(values, dtype)
+    non_none = [i for i, idx in enumerate(indices) if idx is not None]
+    # x[mask] = v with a full mask: Where
+    if (
+        len(non_none) == 1
+        and non_none[0] == 0
+        and isinstance(fakes[0], torch.Tensor)
+        and fakes[0].dtype == torch.bool
+        and fakes[0].dim() == rank
+        and fake_of(node.args[2]).numel() == 1
+        and not accumulate
+    ):
+        v = ctx.op.Reshape(values, ctx.const([], torch.int64))
+        return ctx.op.Where(indices[0], ctx.op.Expand(v, ctx.op.Shape(x)), x)
+    data, stacked, positions, others, bshape, consecutive = _index_layout(ctx, x, indices, fakes, rank)
+    p = positions[0]
+    shape_x = ctx.op.Shape(x)
+    # shape of x[indices] in torch's layout, to broadcast values
+    rest = [ctx.op.Gather(shape_x, ctx.const(others, torch.int64), axis=0)] if others else []
+    if consecutive and p > 0:
+        before = [o for o in others if o < p]
+        after = [o for o in others if o > p]
+        parts = []
+        if before:
+            parts.append(ctx.op.Gather(shape_x, ctx.const(before, torch.int64), axis=0))
+        parts.append(bshape)
+        if after:
+            parts.append(ctx.op.Gather(shape_x, ctx.const(after, torch.int64), axis=0))
+        torch_shape = ctx.op.Concat(*parts, axis=0) if len(parts) > 1 else parts[0]
+        upd = ctx.op.Expand(values, torch_shape)
+        b_rank = len(fakes_broadcast_rank(fakes, node))
+        n_before = len(before)
+        perm = list(range(n_before, n_before + b_rank)) + list(range(n_before)) + list(
+            range(n_before + b_rank, n_before + b_rank + len(after))
+        )
+        upd = ctx.op.Transpose(upd, perm=perm)
+    else:
+        full = ctx.op.Concat(bshape, *rest, axis=0) if rest else bshape
+        upd = ctx.op.Expand(values, full)
+    scattered = ctx.op.ScatterND(data, stacked, upd, reduction="add" if accumulate else "none")
+    perm = positions + others
+    if perm == list(range(rank)):
+        return scattered
+    inverse = [perm.index(i) for i in range(rank)]
+    return ctx.op.Transpose(scattered, perm=inverse)
+
+
+def fakes_broadcast_rank(fakes, node) -> list:
+    """Shape (as a list) of the broadcast of the index tensors (bool masks count as 1 dim)."""
+    shapes = []
+    for f in fakes:
+        if isinstance(f, torch.Tensor):
+            shapes.append([0] if f.dtype == torch.bool else list(f.shape))
+    rank = max(len(s) for s in shapes)
+    return [0] * rank
+
+
+@converter(aten.index_select.default)
+def convert_index_select(ctx, node, x, dim, index):
+    rank = input_rank(ctx)
+    axis = normalize_axis(dim, rank) if rank else 0
+    return ctx.op.Gather(x, _normalize_index(ctx, index, x, axis), axis=axis)
+
+
+@converter(aten.gather.default)
+def convert_gather(ctx, node, x, dim, index, sparse_grad=False):
+    rank = input_rank(ctx)
+    axis = normalize_axis(dim, rank) if rank else 0
+    return ctx.op.GatherElements(x, _normalize_index(ctx, index, x, axis), axis=axis)
+
+
+@converter(aten.scatter.src, aten.scatter.value, aten.scatter.reduce, aten.scatter.value_reduce)
+def convert_scatter(ctx, node, x, dim, index, src, reduce=None):
+    rank = input_rank(ctx)
+    axis = normalize_axis(dim, rank) if rank else 0
+    dtype = ctx.out_dtype()
+    if not hasattr(src, "producer"):
+        src = ctx.op.Expand(ctx.const(src, dtype), ctx.op.Shape(index))
+    reduction = {None: "none", "add": "add", "multiply": "mul", "sum": "add", "prod": "mul", "amax": "max", "amin": "min"}[reduce]
+    return ctx.op.ScatterElements(x, _normalize_index(ctx, index, x, axis), src, axis=axis, reduction=reduction)
+
+
+@converter(aten.scatter_add.default)
+def convert_scatter_add(ctx, node, x, dim, index, src):
+    return convert_scatter(ctx, node, x, dim, index, src, reduce="add")
+
+
+@converter(aten.scatter_reduce.two)
+def convert_scatter_reduce(ctx, node, x, dim, index, src, reduce, include_self=True):
+    if not include_self:
+        raise ctx.error("scatter_reduce with include_self=False is not supported.")
+    if reduce == "mean":
+        raise ctx.error("scatter_reduce with reduce='mean' is not supported.")
+    return convert_scatter(ctx, node, x, dim, index, src, reduce=reduce)
+
+
+@converter(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def convert_masked_fill(ctx, node, x, mask, value):
+    dtype = ctx.out_dtype()
+    v = ctx.as_value(value, dtype)
+    if v.shape is not None and len(v.shape) > 0:
+        v = ctx.op.Reshape(v, ctx.const([], torch.int64))
+    return ctx.op.Where(ctx.cast(mask, torch.bool), v, x)
+
+
+@converter(aten.masked_scatter.default)
+def convert_masked_scatter(ctx, node, x, mask, source):
+    mask = ctx.op.Expand(ctx.cast(mask, torch.bool), ctx.op.Shape(x))
+    idx = ctx.op.Transpose(ctx.op.NonZero(mask), perm=[1, 0])
+    n = ctx.op.Shape(idx, start=0, end=1)
+    flat = ctx.op.Reshape(source, ctx.const([-1], torch.int64))
+    upd = ctx.op.Slice(flat, ctx.const([0], torch.int64), n)
+    return ctx.op.ScatterND(x, idx, upd)
+
+
+@converter(aten.select_scatter.default)
+def convert_select_scatter(ctx, node, x, src, dim, index):
+    rank = input_rank(ctx)
+    axis = normalize_axis(dim, rank)
+    src = ctx.op.Unsqueeze(src, ctx.const([axis], torch.int64))
+    return _slice_scatter(ctx, x, src, axis, index, None, 1, single=True)
+
+
+@converter(aten.slice_scatter.default)
+def convert_slice_scatter(ctx, node, x, src, dim=0, start=None, end=None, step=1):
+    rank = input_rank(ctx)
+    return _slice_scatter(ctx, x, src, normalize_axis(dim, rank), start, end, step)
+
+
+def _slice_scatter(ctx, x, src, axis, start, end, step, single=False):
+    """Writes ``src`` into ``x[..., start:end:step, ...]`` along ``axis`` with ScatterElements."""
+    size = ctx.dim_size(x, axis)
+    if single:
+        idx = _normalize_index(ctx, ctx.as_value(start, torch.int64), x, axis)
+        positions = ctx.op.Reshape(idx, ctx.const([1], torch.int64))
+    else:
+        s = ctx.as_value(0 if start is None else start, torch.int64)
+        e = ctx.as_value(INT64_MAX if end is None else end, torch.int64)
+        # clamp like python slicing
+        s = ctx.op.Where(ctx.op.Less(s, ctx.const(0, torch.int64)), ctx.op.Add(s, size), s)
+        e = ctx.op.Where(ctx.op.Less(e, ctx.const(0, torch.int64)), ctx.op.Add(e, size), e)
+        s = ctx.op.Min(ctx.op.Max(s, ctx.const(0, torch.int64)), size)
+        e = ctx.op.Min(ctx.op.Max(e, ctx.const(0, torch.int64)), size)
+        positions = ctx.op.Range(s, e, ctx.as_value(step, torch.int64))
+    # index tensor shaped like src with positions along axis
+    rank = len(src.shape) if src.shape is not None else None
+    if rank is None:
+        rank = ctx.out_rank()
+    shape = [1] * rank
+    shape[axis] = -1
+    idx = ctx.op.Reshape(positions, ctx.const(shape, torch.int64))
+    idx = ctx.op.Expand(idx, ctx.op.Shape(src))
+    return ctx.op.ScatterElements(x, idx, ctx.cast(src, ctx.out_dtype()), axis=axis)
+
+
+@converter(aten.nonzero.default)
+def convert_nonzero(ctx, node, x):
+    return ctx.op.Transpose(ctx.op.NonZero(x), perm=[1, 0])
+
+
+@converter(aten.nonzero_numpy.default)
+def convert_nonzero_numpy(ctx, node, x):
+    rank = input_rank(ctx)
+    nz = ctx.op.NonZero(x)
+    if rank == 1:
+        return [ctx.op.Squeeze(nz, ctx.const([0], torch.int64))]
+    parts = ctx.op.Split(nz, ctx.const([1] * rank, torch.int64), axis=0, _outputs=rank)
+    return [ctx.op.Squeeze(p, ctx.const([0], torch.int64)) for p in parts]
+
+
+@converter(aten.index_copy.default)
+def convert_index_copy(ctx, node, x, dim, index, source):
+    rank = input_rank(ctx)
+    axis = normalize_axis(dim, rank)
+    shape = [1] * rank
+    shape[axis] = -1
+    idx = ctx.op.Expand(ctx.op.Reshape(index, ctx.const(shape, torch.int64)), ctx.op.Shape(source))
+    return ctx.op.ScatterElements(x, idx, source, axis=axis)
+
+
+@converter(aten.index_add.default)
+def convert_index_add(ctx, node, x, dim, index, source, alpha=1):
+    rank = input_rank(ctx)
+    axis = normalize_axis(dim, rank)
+    shape = [1] * rank
+    shape[axis] = -1
+    if alpha != 1:
+        source = ctx.op.Mul(source, ctx.const(alpha, ctx.out_dtype()))
+    idx = ctx.op.Expand(ctx.op.Reshape(index, ctx.const(shape, torch.int64)), ctx.op.Shape(source))
+    return ctx.op.ScatterElements(x, idx, source, axis=axis, reduction="add")
