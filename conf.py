@@ -141,7 +141,17 @@ def run_page_generators(app) -> None:
         module.generate(app)
 
 
+def quiet_root_logger(app) -> None:
+    """Puts the root logger back to WARNING.
+
+    A dependency of the theme (accessible-pygments) calls ``logging.basicConfig(level=INFO)``
+    when imported: the INFO logs of onnxscript and onnx-ir would flood the build output.
+    """
+    logging.getLogger().setLevel(logging.WARNING)
+
+
 def setup(app):
+    app.connect("builder-inited", quiet_root_logger, priority=300)
     # priority < 500 so that the pages exist before sphinx-gallery and the reader run
     app.connect("builder-inited", run_page_generators, priority=400)
     return {"parallel_read_safe": True}
