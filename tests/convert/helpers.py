@@ -1,0 +1,62 @@
+"""Shared test helper for the converter families: export, run on onnxruntime, compare.
+
+Test modules in this folder import it with ``from helpers import check_export``
+(pytest puts the folder of a test file without ``__init__.py`` on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import onnx
+import torch
+
+import fx2onnx
+from fx2onnx.convert.builder import onnx_dtype
+from fx2onnx.validate import flatten_outputs, validate
+
+
+def _expected_dtypes(model: Any, args: tuple, kwargs: dict) -> list[torch.dtype]:
+    eager_args, eager_kwargs = copy.deepcopy((tuple(args), dict(kwargs)))
+    with torch.no_grad():
+        return [t.dtype for t in flatten_outputs(model(*eager_args, **eager_kwargs))]
+
+
+def _check_one(onx: onnx.ModelProto, model: Any, args: tuple, kwargs: dict, atol: float, rtol: float, label: str) -> None:
+    report = validate(onx, model, args, kwargs, atol=atol, rtol=rtol)
+    assert report.ok, f"{label}: {report}\n{report.details}"
+    expected = [int(onnx_dtype(d)) for d in _expected_dtypes(model, args, kwargs)]
+    got = [o.type.tensor_type.elem_type for o in onx.graph.output]
+    assert got == expected, f"{label}: output dtypes {got} != eager dtypes {expected} (onnx enum values)"
+
+
+def check_export(
+    model: Any,
+    args: tuple,
+    kwargs: dict | None = None,
+    dynamic_shapes: Any = None,
+    inputs2: tuple[tuple, dict | None] | None = None,
+    atol: float = 1e-4,
+    rtol: float = 1e-3,
+    **to_onnx_kwargs: Any,
+) -> onnx.ModelProto:
+    """Exports ``model`` with :func:`fx2onnx.to_onnx` and checks it against eager.
+
+    The ONNX model is checked with :func:`onnx.checker.check_model`, run on
+    onnxruntime with ``(args, kwargs)`` and, when given, with ``inputs2``
+    (``(args2, kwargs2)``, inputs of other shapes for dynamic dimensions);
+    outputs must match eager within ``atol``/``rtol`` and have the same dtypes.
+
+    :return: the ONNX model
+    """
+    kwargs = dict(kwargs or {})
+    if isinstance(model, torch.nn.Module):
+        model.eval()
+    onx = fx2onnx.to_onnx(model, args, kwargs, dynamic_shapes=dynamic_shapes, **to_onnx_kwargs)
+    onnx.checker.check_model(onx)
+    _check_one(onx, model, tuple(args), kwargs, atol, rtol, "first inputs")
+    if inputs2 is not None:
+        args2, kwargs2 = inputs2
+        _check_one(onx, model, tuple(args2), dict(kwargs2 or {}), atol, rtol, "second inputs")
+    return onx
