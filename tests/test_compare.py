@@ -170,3 +170,68 @@ def test_dynamo_optimized_vs_not_on_an_mlp():
     assert only2.count("Transpose") == 2
     last = result.rows[-1]
     assert last.op_type1 == last.op_type2 == "Softmax" and last.max_abs_diff < 1e-6
+
+
+def test_text_window_and_counts(x):
+    model1 = chain_model(("Add", "Relu", "Mul", "Tanh"))
+    model2 = chain_model(("Sub", "Relu", "Mul", "Tanh"))
+    result = fx2onnx.compare_onnx_execution(model1, model2, {"x": x})
+    text = result.to_text(start=2, max_rows=2, show_values=False)
+    lines = text.splitlines()
+    assert lines[3] == "... 2 rows before"
+    assert lines[4].startswith("   2   x") and "Relu" in lines[4]
+    assert lines[5].startswith("   3   x") and "Mul" in lines[5]
+    assert lines[6] == "... 2 more rows"
+    assert "values1" not in text and "values1" in result.to_text()
+    with pytest.raises(ValueError, match="status must be one of"):
+        result.count("equal")
+    assert len(result.to_dicts()) == 6
+
+
+def test_reference_runtime_gives_the_same_alignment(x):
+    model1 = chain_model()
+    model2 = chain_model(insert_after=2)
+    ort = fx2onnx.compare_onnx_execution(model1, model2, {"x": x})
+    ref = fx2onnx.compare_onnx_execution(model1, model2, {"x": x}, runtime="reference")
+    assert [(r.index1, r.index2, r.status) for r in ort.rows] == [
+        (r.index1, r.index2, r.status) for r in ref.rows
+    ]
+    with pytest.raises(ValueError, match="runtime must be"):
+        fx2onnx.compare_onnx_execution(model1, model2, {"x": x}, runtime="torch")
+
+
+def test_reshaped_result_is_paired():
+    """A Flatten in one model, a Reshape to another shape in the other: same values."""
+    w = onnx.numpy_helper.from_array(np.array([2, 6], dtype=np.int64), "shape")
+
+    def make(second):
+        nodes = [oh.make_node("Relu", ["x"], ["r"])]
+        if second == "Flatten":
+            nodes.append(oh.make_node("Flatten", ["r"], ["f"], axis=2))
+        else:
+            nodes.append(oh.make_node("Reshape", ["r", "shape"], ["f"]))
+        nodes.append(oh.make_node("Neg", ["f"], ["y"]))
+        graph = oh.make_graph(
+            nodes, "g", [oh.make_tensor_value_info("x", FLOAT, [2, 3, 2])],
+            [oh.make_tensor_value_info("y", FLOAT, None)], [w] if second == "Reshape" else [],
+        )
+        return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18)], ir_version=9)
+
+    x = np.arange(12, dtype=np.float32).reshape(2, 3, 2) - 6
+    result = fx2onnx.compare_onnx_execution(make("Flatten"), make("Reshape"), {"x": x})
+    assert [(r.index1, r.index2) for r in result.rows] == [(0, 0), (1, 1), (2, 2), (3, 3)]
+    # values are close, shapes differ: paired and the values are said to match
+    row = result.rows[2]
+    assert (row.shape1, row.shape2, row.status) == ("6x2", "2x6", "same")
+
+
+def test_module_path_from_metadata(x):
+    model = chain_model()
+    onnx.helper.set_metadata_props(model.graph.node[1], {"module": "block.act"})
+    onnx.helper.set_metadata_props(
+        model.graph.node[2], {"pkg.torch.onnx.name_scopes": "['', 'block', 'block.mul', 'mul']"}
+    )
+    results = run_with_intermediate_results(model, {"x": x})
+    assert [r.module for r in results] == ["", "", "block.act", "block.mul", "", ""]
+    frame = fx2onnx.compare_onnx_execution(model, model, {"x": x}).to_frame()
+    assert frame["module1"].tolist()[2:4] == ["block.act", "block.mul"]

@@ -103,6 +103,7 @@ diff = fx2onnx.compare_onnx_execution(ours, broken, feeds)
 first = diff.first_divergence
 print(diff.to_text(start=first - 3, max_rows=8))
 row = diff.rows[first]
+print(f"the broken node comes from the module {row.module2!r}")
 assert (row.op_type1, row.op_type2) == ("Neg", "Identity")
 # the same nodes on both sides: the alignment is a perfect diagonal
 assert diff.count("only1") == diff.count("only2") == 0

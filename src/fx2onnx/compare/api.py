@@ -23,6 +23,7 @@ def _side(prefix: str, result: ResultInfo | None) -> dict[str, Any]:
         f"shape{prefix}": result.shape_text,
         f"dtype{prefix}": result.dtype,
         f"summary{prefix}": result.summary,
+        f"module{prefix}": result.module,
     }
 
 

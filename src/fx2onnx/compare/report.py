@@ -15,7 +15,8 @@ class AlignedRow:
 
     ``status`` is ``"same"`` (paired, values within tolerance), ``"diff"`` (paired,
     values differ or cannot be compared), ``"only1"`` or ``"only2"`` (found in one
-    model only).
+    model only). ``module1`` and ``module2`` name the torch module a node comes
+    from when the exporter recorded it.
     """
 
     status: str
@@ -25,12 +26,14 @@ class AlignedRow:
     shape1: str = ""
     dtype1: str = ""
     summary1: str = ""
+    module1: str = ""
     index2: int | None = None
     op_type2: str = ""
     name2: str = ""
     shape2: str = ""
     dtype2: str = ""
     summary2: str = ""
+    module2: str = ""
     max_abs_diff: float | None = None
 
     @property

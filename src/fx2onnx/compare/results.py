@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import functools
 from typing import Any
@@ -32,6 +33,8 @@ class ResultInfo:
     :param name: the result (value) name
     :param node: the name of the node producing it ("" for inputs)
     :param value: the computed array (None when it is not a tensor)
+    :param module: the path of the torch module the node comes from, when the
+        exporter left it in the node metadata ("" otherwise)
     """
 
     index: int
@@ -39,6 +42,7 @@ class ResultInfo:
     name: str
     node: str
     value: np.ndarray | None
+    module: str = ""
 
     @property
     def shape(self) -> tuple[int, ...] | None:
@@ -104,6 +108,27 @@ def summarize(value: np.ndarray | None) -> str:
         i = value.astype(np.int64)
         return f"{i.min()}:{i.max()} m={i.mean():.2g}"
     return str(value.dtype)
+
+
+def node_module(node: onnx.NodeProto) -> str:
+    """The torch module path an exporter recorded in the node metadata, "" if none.
+
+    Reads the ``module`` key (:func:`fx2onnx.to_onnx`) or the name scopes
+    ``torch.onnx.export`` writes (``pkg.torch.onnx.name_scopes``).
+    """
+    props = {p.key: p.value for p in node.metadata_props}
+    if props.get("module"):
+        return props["module"]
+    scopes = props.get("pkg.torch.onnx.name_scopes")
+    if scopes:
+        try:
+            names = ast.literal_eval(scopes)
+        except (ValueError, SyntaxError):
+            return ""
+        # the last scope is the FX node itself
+        if isinstance(names, list) and len(names) >= 2:
+            return str(names[-2])
+    return ""
 
 
 def _with_all_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -180,5 +205,7 @@ def run_with_intermediate_results(
                 continue
             value = values.get(name)
             array = np.asarray(value) if isinstance(value, (np.ndarray, np.generic)) else None
-            results.append(ResultInfo(len(results), node.op_type, name, node.name, array))
+            results.append(
+                ResultInfo(len(results), node.op_type, name, node.name, array, node_module(node))
+            )
     return results
