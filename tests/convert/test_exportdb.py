@@ -1,0 +1,88 @@
+"""Every case of torch's export database converts with to_onnx and matches eager.
+
+The cases come from ``torch._export.db.examples.all_examples()`` and carry their
+inputs and dynamic shapes. A case torch.export itself cannot capture is checked
+to fail in torch.export too (so the list changes when torch changes).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import fx2onnx
+from fx2onnx.convert import registry
+
+from torch._export.db.examples import all_examples
+
+CASES = dict(sorted(all_examples().items()))
+
+#: cases torch.export.export(strict=False) rejects itself (torch 2.13): nothing to convert
+TORCH_EXPORT_FAILS = {"dynamic_shape_round"}
+
+#: cases needing a control flow converter (torch.cond / torch.map); they fail with
+#: UnsupportedOpError until ops/control_flow.py registers the higher order operator
+CONTROL_FLOW = {
+    "cond_closed_over_variable": torch.ops.higher_order.cond,
+    "cond_operands": torch.ops.higher_order.cond,
+    "dynamic_shape_map": torch.ops.higher_order.map_impl,
+}
+
+
+def _grow_dynamic_dims(value, spec):
+    """A second input where every dynamic dimension is 2 larger (other shapes, other values)."""
+    if isinstance(value, torch.Tensor):
+        shape = list(value.shape)
+        if isinstance(spec, dict):
+            for axis in spec:
+                shape[axis] += 2
+        if value.dtype.is_floating_point:
+            return torch.randn(shape, dtype=value.dtype)
+        return torch.randint(0, 5, shape, dtype=value.dtype)
+    return value
+
+
+def _second_inputs(case):
+    ds = case.dynamic_shapes
+    if not ds:
+        return None
+    import inspect
+
+    names = list(inspect.signature(case.model.forward).parameters)
+    args = tuple(
+        _grow_dynamic_dims(a, ds.get(names[i]) if isinstance(ds, dict) else ds[i])
+        for i, a in enumerate(case.example_args)
+    )
+    return args, dict(case.example_kwargs)
+
+
+def test_database_is_the_expected_one():
+    # if torch adds or removes cases, this list must be reviewed
+    assert len(CASES) == 36, sorted(CASES)
+    assert TORCH_EXPORT_FAILS | set(CONTROL_FLOW) <= set(CASES)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_exportdb_case(name):
+    case = CASES[name]
+    model = case.model
+    args, kwargs, ds = case.example_args, dict(case.example_kwargs), case.dynamic_shapes
+    if name in TORCH_EXPORT_FAILS:
+        with pytest.raises(Exception):
+            torch.export.export(model, args, kwargs, dynamic_shapes=ds, strict=False)
+        with pytest.raises(fx2onnx.ExportError, match="Step 'capture' failed"):
+            fx2onnx.to_onnx(model, args, kwargs, dynamic_shapes=ds)
+        return
+    if name in CONTROL_FLOW and registry.lookup(CONTROL_FLOW[name]) is None:
+        with pytest.raises(fx2onnx.UnsupportedOpError, match="higher_order"):
+            fx2onnx.to_onnx(model, args, kwargs, dynamic_shapes=ds)
+        return
+    onx = fx2onnx.to_onnx(model, copy.deepcopy(args), copy.deepcopy(kwargs), dynamic_shapes=ds)
+    report = fx2onnx.validate(onx, model, args, kwargs, atol=1e-4)
+    assert report.ok, report
+    second = _second_inputs(case)
+    if second is not None:
+        report = fx2onnx.validate(onx, model, *second, atol=1e-4)
+        assert report.ok, report
