@@ -34,12 +34,12 @@ X = torch.randn(1000, n_features)
 y = X @ true_weight.T + true_bias + 0.1 * torch.randn(1000, 1)
 
 model = torch.nn.Linear(n_features, 1)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 loss_fn = torch.nn.MSELoss()
 
 losses = []
 begin = time.perf_counter()
-for epoch in range(30):
+for epoch in range(20):
     for i in range(0, X.shape[0], 50):
         optimizer.zero_grad()
         loss = loss_fn(model(X[i : i + 50]), y[i : i + 50])
