@@ -3,7 +3,8 @@
 Two exporters do not produce the same nodes, so results are paired by a
 dynamic program (Needleman-Wunsch): pairing two results costs a mix of op type,
 dtype, shape and value closeness; leaving a result unpaired costs :data:`GAP`.
-Two results are paired only when pairing costs less than two gaps.
+Two results are paired only when pairing costs no more than two gaps. The program
+computes n x m pairing costs (about a second for 300 x 700 results).
 """
 
 from __future__ import annotations
