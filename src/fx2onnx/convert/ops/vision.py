@@ -1,9 +1,532 @@
-"""Vision layers: convolutions, pooling, batch/group/instance norms, upsampling, padding."""
+"""Vision layers: convolutions, pooling, batch/group/instance norms, upsampling, padding.
+
+Each aten op maps to the closest ONNX op (Conv, ConvTranspose, MaxPool,
+AveragePool, BatchNormalization, InstanceNormalization, Resize, Pad,
+DepthToSpace). Inputs without a batch dimension (``(C, H, W)`` for a 2D layer)
+get one added then removed.
+"""
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
+import numpy as np
 import torch
 
-from ..registry import converter  # noqa: F401
+from ..registry import converter
+from ._common import fake_of, input_rank
 
 aten = torch.ops.aten
+
+
+# helpers
+def _ntuple(value: Any, n: int) -> list[int]:
+    """``3`` or ``[3]`` -> ``[3] * n``; a list of n values stays as it is."""
+    if isinstance(value, (list, tuple)):
+        if len(value) == 1:
+            return [int(value[0])] * n
+        if len(value) != n:
+            raise ValueError(f"Expected {n} values, got {value!r}.")
+        return [int(v) for v in value]
+    return [int(value)] * n
+
+
+def _static_dims(ctx, index: int = 0) -> list[Any]:
+    """The shape of the index-th FX argument: ints for static dims, SymInts otherwise."""
+    return list(fake_of(ctx.node.args[index]).shape)
+
+
+def _add_batch(ctx, x, n_spatial: int, index: int = 0):
+    """Adds a batch dimension to an unbatched input; returns (x, unbatched)."""
+    if input_rank(ctx, index) == n_spatial + 1:
+        return ctx.op.Unsqueeze(x, ctx.const([0], torch.int64)), True
+    return x, False
+
+
+def _remove_batch(ctx, y, unbatched: bool):
+    return ctx.op.Squeeze(y, ctx.const([0], torch.int64)) if unbatched else y
+
+
+def _channel_constant(ctx, value: float, x, dtype: torch.dtype):
+    """A 1-D tensor of size C (the channel dimension of x, axis 1) filled with ``value``."""
+    channels = _static_dims(ctx)[1]
+    if isinstance(channels, int):
+        return ctx.const(np.full((channels,), value, dtype=np.float64), dtype)
+    return ctx.op.Expand(ctx.const(value, dtype), ctx.op.Shape(x, start=1, end=2))
+
+
+def _reshape_channels(ctx, v, rank: int):
+    """Reshapes a per-channel vector [C] into [C, 1, ..., 1] to broadcast on [N, C, ...]."""
+    return ctx.op.Reshape(v, ctx.const([-1] + [1] * (rank - 2), torch.int64))
+
+
+# convolutions
+def _conv(ctx, x, weight, bias, stride, padding, dilation, groups, n: int):
+    x, unbatched = _add_batch(ctx, x, n)
+    kernel = _static_dims(ctx, 1)[2:]
+    strides, dilations = _ntuple(stride, n), _ntuple(dilation, n)
+    if isinstance(padding, str):
+        if padding == "valid":
+            pads = [0] * (2 * n)
+        elif padding == "same":
+            if not all(isinstance(k, int) for k in kernel):
+                raise ctx.error("padding='same' needs a static kernel size.")
+            total = [d * (k - 1) for d, k in zip(dilations, kernel)]
+            pads = [t // 2 for t in total] + [t - t // 2 for t in total]
+        else:
+            raise ctx.error(f"Unknown padding {padding!r}: use 'same', 'valid' or integers.")
+    else:
+        pads = _ntuple(padding, n) * 2
+    y = ctx.op.Conv(
+        x,
+        weight,
+        bias,
+        strides=strides,
+        pads=pads,
+        dilations=dilations,
+        group=int(groups),
+        kernel_shape=[int(k) for k in kernel] if all(isinstance(k, int) for k in kernel) else None,
+    )
+    return _remove_batch(ctx, y, unbatched)
+
+
+def _make_conv(n: int):
+    def convert_conv(ctx, node, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        return _conv(ctx, x, weight, bias, stride, padding, dilation, groups, n)
+
+    convert_conv.__name__ = f"convert_conv{n}d"
+    return convert_conv
+
+
+converter(aten.conv1d.default, aten.conv1d.padding)(_make_conv(1))
+converter(aten.conv2d.default, aten.conv2d.padding)(_make_conv(2))
+converter(aten.conv3d.default, aten.conv3d.padding)(_make_conv(3))
+
+
+def _conv_transpose(ctx, x, weight, bias, stride, padding, output_padding, groups, dilation, n: int):
+    x, unbatched = _add_batch(ctx, x, n)
+    kernel = _static_dims(ctx, 1)[2:]
+    y = ctx.op.ConvTranspose(
+        x,
+        weight,
+        bias,
+        strides=_ntuple(stride, n),
+        pads=_ntuple(padding, n) * 2,
+        output_padding=_ntuple(output_padding, n),
+        dilations=_ntuple(dilation, n),
+        group=int(groups),
+        kernel_shape=[int(k) for k in kernel] if all(isinstance(k, int) for k in kernel) else None,
+    )
+    return _remove_batch(ctx, y, unbatched)
+
+
+def _make_conv_transpose(n: int):
+    def convert_conv_transpose(ctx, node, x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+        return _conv_transpose(ctx, x, weight, bias, stride, padding, output_padding, groups, dilation, n)
+
+    convert_conv_transpose.__name__ = f"convert_conv_transpose{n}d"
+    return convert_conv_transpose
+
+
+converter(aten.conv_transpose1d.default)(_make_conv_transpose(1))
+converter(aten.conv_transpose2d.input)(_make_conv_transpose(2))
+converter(aten.conv_transpose3d.input)(_make_conv_transpose(3))
+
+
+@converter(aten.convolution.default)
+def convert_convolution(ctx, node, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    n = len(_static_dims(ctx, 1)) - 2
+    if transposed:
+        return _conv_transpose(ctx, x, weight, bias, stride, padding, output_padding, groups, dilation, n)
+    return _conv(ctx, x, weight, bias, stride, padding, dilation, groups, n)
+
+
+# normalizations
+def _batch_norm_eval(ctx, x, weight, bias, mean, var, eps):
+    dtype = ctx.out_dtype(0)
+    if weight is None:
+        weight = _channel_constant(ctx, 1.0, x, dtype)
+    if bias is None:
+        bias = _channel_constant(ctx, 0.0, x, dtype)
+    return ctx.op.BatchNormalization(x, weight, bias, mean, var, epsilon=float(eps))
+
+
+def _batch_norm_input_stats(ctx, x, weight, bias, eps):
+    """Normalization with the statistics of the batch (training mode or no running stats)."""
+    rank = input_rank(ctx)
+    axes = ctx.const([0] + list(range(2, rank)), torch.int64)
+    mean = ctx.op.ReduceMean(x, axes, keepdims=1)
+    centered = ctx.op.Sub(x, mean)
+    var = ctx.op.ReduceMean(ctx.op.Mul(centered, centered), axes, keepdims=1)
+    dtype = ctx.out_dtype(0)
+    y = ctx.op.Div(centered, ctx.op.Sqrt(ctx.op.Add(var, ctx.const(float(eps), dtype))))
+    if weight is not None:
+        y = ctx.op.Mul(y, _reshape_channels(ctx, weight, rank))
+    if bias is not None:
+        y = ctx.op.Add(y, _reshape_channels(ctx, bias, rank))
+    return y
+
+
+def _empty(ctx, index: int):
+    """The empty saved mean / rstd outputs batch norm returns in eval mode."""
+    return ctx.const(np.zeros((0,), dtype=np.float32), ctx.out_dtype(index))
+
+
+@converter(aten._native_batch_norm_legit_no_training.default)
+def convert_native_batch_norm_no_training(ctx, node, x, weight, bias, running_mean, running_var, momentum, eps):
+    y = _batch_norm_eval(ctx, x, weight, bias, running_mean, running_var, eps)
+    return y, _empty(ctx, 1), _empty(ctx, 2)
+
+
+@converter(aten._native_batch_norm_legit.no_stats)
+def convert_native_batch_norm_no_stats(ctx, node, x, weight, bias, training, momentum, eps):
+    y = _batch_norm_input_stats(ctx, x, weight, bias, eps)
+    return y, _empty(ctx, 1), _empty(ctx, 2)
+
+
+@converter(aten.batch_norm.default)
+def convert_batch_norm(ctx, node, x, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled=True):
+    if training or running_mean is None:
+        return _batch_norm_input_stats(ctx, x, weight, bias, eps)
+    return _batch_norm_eval(ctx, x, weight, bias, running_mean, running_var, eps)
+
+
+@converter(aten.instance_norm.default)
+def convert_instance_norm(
+    ctx, node, x, weight, bias, running_mean, running_var, use_input_stats, momentum, eps, cudnn_enabled=True
+):
+    if not use_input_stats:
+        return _batch_norm_eval(ctx, x, weight, bias, running_mean, running_var, eps)
+    dtype = ctx.out_dtype()
+    if weight is None:
+        weight = _channel_constant(ctx, 1.0, x, dtype)
+    if bias is None:
+        bias = _channel_constant(ctx, 0.0, x, dtype)
+    return ctx.op.InstanceNormalization(x, weight, bias, epsilon=float(eps))
+
+
+@converter(aten.group_norm.default)
+def convert_group_norm(ctx, node, x, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=True):
+    # [N, C, *] -> [N, G, -1], normalized over the last axis, back to [N, C, *]
+    rank = input_rank(ctx)
+    dtype = ctx.out_dtype()
+    shape = ctx.op.Shape(x)
+    grouped = ctx.op.Reshape(x, ctx.const([0, int(num_groups), -1], torch.int64))
+    axes = ctx.const([2], torch.int64)
+    mean = ctx.op.ReduceMean(grouped, axes, keepdims=1)
+    centered = ctx.op.Sub(grouped, mean)
+    var = ctx.op.ReduceMean(ctx.op.Mul(centered, centered), axes, keepdims=1)
+    y = ctx.op.Div(centered, ctx.op.Sqrt(ctx.op.Add(var, ctx.const(float(eps), dtype))))
+    y = ctx.op.Reshape(y, shape)
+    if weight is not None:
+        y = ctx.op.Mul(y, _reshape_channels(ctx, weight, rank))
+    if bias is not None:
+        y = ctx.op.Add(y, _reshape_channels(ctx, bias, rank))
+    return y
+
+
+# pooling
+def _pool_args(kernel_size, stride, padding, dilation, n: int):
+    kernel = _ntuple(kernel_size, n)
+    strides = kernel if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) else _ntuple(stride, n)
+    return kernel, strides, _ntuple(padding, n) * 2, _ntuple(dilation, n)
+
+
+def _max_pool(ctx, x, kernel_size, stride, padding, dilation, ceil_mode, n: int, with_indices: bool):
+    x, unbatched = _add_batch(ctx, x, n)
+    kernel, strides, pads, dilations = _pool_args(kernel_size, stride, padding, dilation, n)
+    attrs = dict(kernel_shape=kernel, strides=strides, pads=pads, dilations=dilations, ceil_mode=int(bool(ceil_mode)))
+    if not with_indices:
+        return _remove_batch(ctx, ctx.op.MaxPool(x, **attrs), unbatched)
+    y, flat = ctx.op.MaxPool(x, _outputs=2, **attrs)
+    # ONNX indexes the whole tensor, torch the spatial dimensions of each channel
+    spatial = ctx.op.ReduceProd(ctx.op.Shape(x, start=2), keepdims=0)
+    indices = ctx.op.Mod(flat, spatial)
+    return _remove_batch(ctx, y, unbatched), _remove_batch(ctx, indices, unbatched)
+
+
+def _make_max_pool(n: int, with_indices: bool):
+    def convert_max_pool(ctx, node, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+        return _max_pool(ctx, x, kernel_size, stride, padding, dilation, ceil_mode, n, with_indices)
+
+    convert_max_pool.__name__ = f"convert_max_pool{n}d{'_with_indices' if with_indices else ''}"
+    return convert_max_pool
+
+
+converter(aten.max_pool1d.default)(_make_max_pool(1, False))
+converter(aten.max_pool2d.default)(_make_max_pool(2, False))
+converter(aten.max_pool3d.default)(_make_max_pool(3, False))
+converter(aten.max_pool1d_with_indices.default)(_make_max_pool(1, True))
+converter(aten.max_pool2d_with_indices.default)(_make_max_pool(2, True))
+converter(aten.max_pool3d_with_indices.default)(_make_max_pool(3, True))
+
+
+def _make_avg_pool(n: int):
+    def convert_avg_pool(
+        ctx, node, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
+    ):
+        x, unbatched = _add_batch(ctx, x, n)
+        kernel, strides, pads, _ = _pool_args(kernel_size, stride, padding, 1, n)
+        if divisor_override is not None and ceil_mode:
+            raise ctx.error("avg_pool with divisor_override and ceil_mode=True is not supported: use one or the other.")
+        include = count_include_pad or divisor_override is not None
+        y = ctx.op.AveragePool(
+            x, kernel_shape=kernel, strides=strides, pads=pads, ceil_mode=int(bool(ceil_mode)), count_include_pad=int(bool(include))
+        )
+        if divisor_override is not None:
+            y = ctx.op.Mul(y, ctx.const(float(np.prod(kernel)) / float(divisor_override), ctx.out_dtype()))
+        return _remove_batch(ctx, y, unbatched)
+
+    convert_avg_pool.__name__ = f"convert_avg_pool{n}d"
+    return convert_avg_pool
+
+
+converter(aten.avg_pool1d.default)(_make_avg_pool(1))
+converter(aten.avg_pool2d.default)(_make_avg_pool(2))
+converter(aten.avg_pool3d.default)(_make_avg_pool(3))
+
+
+def _adaptive_matrix(size_in: int, size_out: int) -> np.ndarray:
+    """[size_in, size_out] matrix averaging the windows torch's adaptive pooling uses."""
+    m = np.zeros((size_in, size_out), dtype=np.float64)
+    for i in range(size_out):
+        start = (i * size_in) // size_out
+        end = -((-(i + 1) * size_in) // size_out)
+        m[start:end, i] = 1.0 / (end - start)
+    return m
+
+
+def _make_adaptive_avg_pool(n: int):
+    def convert_adaptive_avg_pool(ctx, node, x, output_size):
+        out = _ntuple(output_size, n)
+        x, unbatched = _add_batch(ctx, x, n)
+        spatial = _static_dims(ctx)[-n:]
+        if all(o == 1 for o in out):
+            return _remove_batch(ctx, ctx.op.GlobalAveragePool(x), unbatched)
+        if not all(isinstance(s, int) for s in spatial):
+            raise ctx.error(
+                f"adaptive_avg_pool{n}d to {out} needs static spatial dimensions (got {spatial}): "
+                "keep them static in dynamic_shapes or use output size 1."
+            )
+        if all(s % o == 0 for s, o in zip(spatial, out)):
+            kernel = [s // o for s, o in zip(spatial, out)]
+            y = ctx.op.AveragePool(x, kernel_shape=kernel, strides=kernel)
+            return _remove_batch(ctx, y, unbatched)
+        # windows of different sizes: the average is separable, one MatMul per spatial axis
+        rank = n + 2
+        dtype = ctx.out_dtype()
+        y = x
+        for axis in range(rank - 1, 1, -1):
+            size_in, size_out = spatial[axis - 2], out[axis - 2]
+            if axis != rank - 1:
+                perm = list(range(rank))
+                perm[axis], perm[-1] = perm[-1], perm[axis]
+                y = ctx.op.Transpose(y, perm=perm)
+            y = ctx.op.MatMul(y, ctx.const(_adaptive_matrix(size_in, size_out), dtype))
+            if axis != rank - 1:
+                y = ctx.op.Transpose(y, perm=perm)
+        return _remove_batch(ctx, y, unbatched)
+
+    convert_adaptive_avg_pool.__name__ = f"convert_adaptive_avg_pool{n}d"
+    return convert_adaptive_avg_pool
+
+
+converter(aten.adaptive_avg_pool1d.default)(_make_adaptive_avg_pool(1))
+converter(aten.adaptive_avg_pool2d.default, aten._adaptive_avg_pool2d.default)(_make_adaptive_avg_pool(2))
+converter(aten.adaptive_avg_pool3d.default, aten._adaptive_avg_pool3d.default)(_make_adaptive_avg_pool(3))
+
+
+def _make_adaptive_max_pool(n: int):
+    def convert_adaptive_max_pool(ctx, node, x, output_size):
+        out = _ntuple(output_size, n)
+        spatial = _static_dims(ctx)[-n:]
+        if not all(isinstance(s, int) and s % o == 0 for s, o in zip(spatial, out)):
+            raise ctx.error(
+                f"adaptive_max_pool{n}d is only supported when the static input size {spatial} "
+                f"is a multiple of the output size {out}."
+            )
+        kernel = [s // o for s, o in zip(spatial, out)]
+        return _max_pool(ctx, x, kernel, kernel, 0, 1, False, n, with_indices=True)
+
+    convert_adaptive_max_pool.__name__ = f"convert_adaptive_max_pool{n}d"
+    return convert_adaptive_max_pool
+
+
+converter(aten.adaptive_max_pool1d.default)(_make_adaptive_max_pool(1))
+converter(aten.adaptive_max_pool2d.default)(_make_adaptive_max_pool(2))
+converter(aten.adaptive_max_pool3d.default)(_make_adaptive_max_pool(3))
+
+
+# upsampling
+def _resize(ctx, x, output_size, scale_factors, n: int, mode: str, transform: str, nearest_mode: str = "floor"):
+    x, unbatched = _add_batch(ctx, x, n)
+    dtype = ctx.out_dtype()
+    if scale_factors is not None and output_size is None:
+        scales = ctx.const([1.0, 1.0] + [float(s) for s in _float_tuple(scale_factors, n)], torch.float32)
+        sizes = None
+    elif output_size is not None:
+        scales = None
+        sizes = ctx.op.Concat(ctx.op.Shape(x, start=0, end=2), ctx.shape_value(list(output_size)), axis=0)
+    else:
+        raise ctx.error("upsample needs an output size or scale factors.")
+    y = ctx.op.Resize(
+        x,
+        None,
+        scales,
+        sizes,
+        mode=mode,
+        coordinate_transformation_mode=transform,
+        nearest_mode=nearest_mode if mode == "nearest" else None,
+        cubic_coeff_a=-0.75 if mode == "cubic" else None,
+    )
+    y = ctx.cast(y, dtype)
+    return _remove_batch(ctx, y, unbatched)
+
+
+def _float_tuple(values: Any, n: int) -> list[float]:
+    if isinstance(values, (list, tuple)):
+        return [float(v) for v in values] if len(values) == n else [float(values[0])] * n
+    return [float(values)] * n
+
+
+def _scales_from_args(scales: Sequence[Any], n: int) -> list[float] | None:
+    """The ``scales_h``, ``scales_w``... arguments of the ``.default`` overloads (None when absent)."""
+    values = [s for s in scales[:n] if s is not None]
+    return [float(v) for v in values] if len(values) == n else None
+
+
+def _make_upsample_nearest(n: int, exact: bool):
+    transform, nearest_mode = ("half_pixel", "round_prefer_ceil") if exact else ("asymmetric", "floor")
+
+    def convert_upsample_nearest_vec(ctx, node, x, output_size, scale_factors):
+        return _resize(ctx, x, output_size, scale_factors, n, "nearest", transform, nearest_mode)
+
+    def convert_upsample_nearest(ctx, node, x, output_size, *scales):
+        return _resize(ctx, x, output_size, None, n, "nearest", transform, nearest_mode)
+
+    return convert_upsample_nearest_vec, convert_upsample_nearest
+
+
+for _n, _name in ((1, "1d"), (2, "2d"), (3, "3d")):
+    for _exact, _prefix in ((False, "upsample_nearest"), (True, "_upsample_nearest_exact")):
+        _packet = getattr(aten, f"{_prefix}{_name}")
+        _vec, _default = _make_upsample_nearest(_n, _exact)
+        converter(_packet.vec)(_vec)
+        converter(_packet.default)(_default)
+
+
+def _make_upsample_interp(n: int, mode: str):
+    def convert_upsample_vec(ctx, node, x, output_size, align_corners, scale_factors):
+        transform = "align_corners" if align_corners else "pytorch_half_pixel"
+        return _resize(ctx, x, output_size, scale_factors, n, mode, transform)
+
+    def convert_upsample(ctx, node, x, output_size, align_corners, *scales):
+        transform = "align_corners" if align_corners else "pytorch_half_pixel"
+        return _resize(ctx, x, output_size, None, n, mode, transform)
+
+    return convert_upsample_vec, convert_upsample
+
+
+for _n, _op_name, _mode in (
+    (1, "upsample_linear1d", "linear"),
+    (2, "upsample_bilinear2d", "linear"),
+    (3, "upsample_trilinear3d", "linear"),
+    (2, "upsample_bicubic2d", "cubic"),
+):
+    _packet = getattr(aten, _op_name)
+    _vec, _default = _make_upsample_interp(_n, _mode)
+    converter(_packet.vec)(_vec)
+    converter(_packet.default)(_default)
+
+
+# padding
+def _pad_pairs(pad: Sequence[Any], rank: int) -> list[tuple[int, Any, Any]]:
+    """torch's pad list (last dimension first) -> [(axis, begin, end)]."""
+    pairs = []
+    for i in range(len(pad) // 2):
+        pairs.append((rank - 1 - i, pad[2 * i], pad[2 * i + 1]))
+    return pairs[::-1]
+
+
+def _pad(ctx, x, pad: Sequence[Any], mode: str, value: Any = None):
+    rank = input_rank(ctx)
+    if len(pad) % 2 or len(pad) // 2 > rank:
+        raise ctx.error(f"pad={list(pad)} must have an even length of at most 2 * rank ({2 * rank}).")
+    pairs = _pad_pairs(pad, rank)
+    if mode == "circular":
+        return _pad_circular(ctx, x, pairs)
+    onnx_mode = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}.get(mode)
+    if onnx_mode is None:
+        raise ctx.error(f"Unknown padding mode {mode!r}: use constant, reflect, replicate or circular.")
+    axes = ctx.const([a for a, _, _ in pairs], torch.int64)
+    pads = ctx.shape_value([b for _, b, _ in pairs] + [e for _, _, e in pairs])
+    fill = None
+    if onnx_mode == "constant":
+        fill = ctx.as_value(0 if value is None else value, ctx.out_dtype())
+    return ctx.op.Pad(x, pads, fill, axes, mode=onnx_mode)
+
+
+def _pad_circular(ctx, x, pairs):
+    for axis, begin, end in pairs:
+        if not isinstance(begin, int) or not isinstance(end, int) or begin < 0 or end < 0:
+            raise ctx.error("circular padding needs non-negative static pads.")
+        parts = []
+        if begin:
+            parts.append(ctx.op.Slice(x, ctx.const([-begin], torch.int64), ctx.const([2**62], torch.int64), ctx.const([axis], torch.int64)))
+        parts.append(x)
+        if end:
+            parts.append(ctx.op.Slice(x, ctx.const([0], torch.int64), ctx.const([end], torch.int64), ctx.const([axis], torch.int64)))
+        if len(parts) > 1:
+            x = ctx.op.Concat(*parts, axis=axis)
+    return x if any(b or e for _, b, e in pairs) else ctx.op.Identity(x)
+
+
+@converter(aten.pad.default)
+def convert_pad(ctx, node, x, pad, mode="constant", value=None):
+    return _pad(ctx, x, pad, mode, value)
+
+
+@converter(aten.constant_pad_nd.default)
+def convert_constant_pad_nd(ctx, node, x, pad, value=0):
+    return _pad(ctx, x, pad, "constant", value)
+
+
+def _make_mode_pad(mode: str):
+    def convert_mode_pad(ctx, node, x, padding):
+        return _pad(ctx, x, padding, mode)
+
+    convert_mode_pad.__name__ = f"convert_{mode}_pad"
+    return convert_mode_pad
+
+
+converter(aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default)(_make_mode_pad("reflect"))
+converter(aten.replication_pad1d.default, aten.replication_pad2d.default, aten.replication_pad3d.default)(_make_mode_pad("replicate"))
+converter(aten._pad_circular.default)(_make_mode_pad("circular"))
+
+
+# pixel shuffle
+@converter(aten.pixel_shuffle.default)
+def convert_pixel_shuffle(ctx, node, x, upscale_factor):
+    if input_rank(ctx) not in (3, 4):
+        raise ctx.error("pixel_shuffle is supported on 3D and 4D inputs.")
+    x, unbatched = _add_batch(ctx, x, 2)
+    y = ctx.op.DepthToSpace(x, blocksize=int(upscale_factor), mode="CRD")
+    return _remove_batch(ctx, y, unbatched)
+
+
+@converter(aten.pixel_unshuffle.default)
+def convert_pixel_unshuffle(ctx, node, x, downscale_factor):
+    # SpaceToDepth orders the channels (block, channel); torch orders them (channel, block)
+    if input_rank(ctx) not in (3, 4):
+        raise ctx.error("pixel_unshuffle is supported on 3D and 4D inputs.")
+    x, unbatched = _add_batch(ctx, x, 2)
+    r = int(downscale_factor)
+    n_c = ctx.op.Shape(x, start=0, end=2)
+    h = ctx.op.Div(ctx.op.Shape(x, start=2, end=3), ctx.const([r], torch.int64))
+    w = ctx.op.Div(ctx.op.Shape(x, start=3, end=4), ctx.const([r], torch.int64))
+    r1 = ctx.const([r], torch.int64)
+    split = ctx.op.Reshape(x, ctx.op.Concat(n_c, h, r1, w, r1, axis=0))
+    moved = ctx.op.Transpose(split, perm=[0, 1, 3, 5, 2, 4])
+    out_shape = ctx.op.Concat(ctx.op.Shape(x, start=0, end=1), ctx.const([-1], torch.int64), h, w, axis=0)
+    y = ctx.op.Reshape(moved, out_shape)
+    return _remove_batch(ctx, y, unbatched)

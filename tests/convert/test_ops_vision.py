@@ -1,0 +1,207 @@
+"""Converters of vision layers: convolutions, norms, pooling, upsampling, padding, pixel shuffle."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import check_export
+from torch import nn
+
+import fx2onnx
+
+
+class Fn(nn.Module):
+    """Wraps a function of x into a module."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+def _randn(*shape):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(len(shape) * 7 + shape[-1]))
+
+
+def _check_dynamic_batch(model, shape, batch2=3, **kwargs):
+    """Exports with a dynamic batch (first) dimension and checks a second batch size."""
+    torch.manual_seed(0)
+    x = _randn(*shape)
+    x2 = _randn(batch2, *shape[1:])
+    return check_export(model, (x,), dynamic_shapes=({0: "batch"},), inputs2=((x2,), None), **kwargs)
+
+
+CONVS = {
+    "conv1d": (nn.Conv1d(3, 4, 3), (2, 3, 10)),
+    "conv1d_stride_pad_dil": (nn.Conv1d(3, 4, 3, stride=2, padding=2, dilation=2), (2, 3, 11)),
+    "conv1d_same": (nn.Conv1d(3, 4, 4, padding="same"), (2, 3, 10)),
+    "conv2d": (nn.Conv2d(3, 4, 3, padding=1), (2, 3, 8, 8)),
+    "conv2d_same_dil": (nn.Conv2d(3, 4, (3, 4), padding="same", dilation=(1, 2)), (2, 3, 8, 9)),
+    "conv2d_valid": (nn.Conv2d(3, 4, 3, padding="valid"), (2, 3, 8, 8)),
+    "conv2d_groups_nobias": (nn.Conv2d(4, 8, 3, groups=2, stride=(2, 1), bias=False), (2, 4, 9, 8)),
+    "conv2d_depthwise": (nn.Conv2d(4, 4, 3, groups=4, padding=(1, 2)), (2, 4, 7, 7)),
+    "conv3d": (nn.Conv3d(2, 3, 3, padding=1), (2, 2, 5, 5, 5)),
+    "convt1d": (nn.ConvTranspose1d(3, 4, 3, stride=2), (2, 3, 6)),
+    "convt2d": (nn.ConvTranspose2d(3, 4, 3, stride=2, padding=1, output_padding=1), (2, 3, 5, 5)),
+    "convt2d_groups_dil": (nn.ConvTranspose2d(4, 6, 3, groups=2, dilation=2, bias=False), (2, 4, 5, 5)),
+    "convt3d": (nn.ConvTranspose3d(2, 3, 2, stride=2), (2, 2, 3, 3, 3)),
+}
+
+
+@pytest.mark.parametrize("name", list(CONVS))
+def test_convolutions(name):
+    model, shape = CONVS[name]
+    _check_dynamic_batch(model, shape)
+
+
+def test_conv2d_unbatched_and_dynamic_spatial():
+    model = nn.Conv2d(3, 4, 3, padding=1)
+    check_export(model, (_randn(3, 8, 8),))
+    x, x2 = _randn(2, 3, 8, 9), _randn(1, 3, 5, 12)
+    check_export(model, (x,), dynamic_shapes=({0: "batch", 2: "h", 3: "w"},), inputs2=((x2,), None))
+
+
+NORMS = {
+    "batchnorm2d": (nn.BatchNorm2d(3), (4, 3, 5, 5)),
+    "batchnorm1d_2d_input": (nn.BatchNorm1d(3), (4, 3)),
+    "batchnorm1d_3d_input": (nn.BatchNorm1d(3), (4, 3, 6)),
+    "batchnorm3d_no_affine": (nn.BatchNorm3d(3, affine=False), (2, 3, 3, 3, 3)),
+    "batchnorm_no_running_stats": (nn.BatchNorm2d(3, track_running_stats=False), (4, 3, 5, 5)),
+    "groupnorm": (nn.GroupNorm(2, 4), (3, 4, 5, 5)),
+    "groupnorm_no_affine_1d": (nn.GroupNorm(3, 6, affine=False), (3, 6, 7)),
+    "instancenorm2d": (nn.InstanceNorm2d(3), (2, 3, 5, 5)),
+    "instancenorm1d_affine": (nn.InstanceNorm1d(3, affine=True), (2, 3, 8)),
+    "instancenorm_running_stats": (nn.InstanceNorm2d(3, affine=True, track_running_stats=True), (2, 3, 5, 5)),
+}
+
+
+def _randomize(model: nn.Module) -> nn.Module:
+    """Non-trivial weights and running statistics so that every term is tested."""
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.rand(p.shape, generator=gen) + 0.5)
+        for name, b in model.named_buffers():
+            if "running" in name:
+                b.copy_(torch.rand(b.shape, generator=gen) + (0.5 if "var" in name else -0.5))
+    return model.eval()
+
+
+@pytest.mark.parametrize("name", list(NORMS))
+def test_normalizations(name):
+    model, shape = NORMS[name]
+    _check_dynamic_batch(_randomize(model), shape)
+
+
+POOLS = {
+    "maxpool1d": (nn.MaxPool1d(3, stride=2, padding=1), (2, 3, 9)),
+    "maxpool2d": (nn.MaxPool2d(2), (2, 3, 8, 8)),
+    "maxpool2d_pad_dil_ceil": (nn.MaxPool2d(3, stride=2, padding=1, dilation=2, ceil_mode=True), (2, 3, 10, 9)),
+    "maxpool3d": (nn.MaxPool3d(2, stride=1), (2, 2, 4, 4, 4)),
+    "avgpool1d": (nn.AvgPool1d(3, stride=2, padding=1), (2, 3, 9)),
+    "avgpool2d": (nn.AvgPool2d(2), (2, 3, 8, 8)),
+    "avgpool2d_no_pad_count": (nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False), (2, 3, 8, 8)),
+    "avgpool2d_ceil": (nn.AvgPool2d(3, stride=2, padding=1, ceil_mode=True, count_include_pad=False), (2, 3, 8, 8)),
+    "avgpool2d_ceil_count_pad": (nn.AvgPool2d(3, stride=2, padding=1, ceil_mode=True), (2, 3, 8, 8)),
+    "avgpool2d_divisor": (nn.AvgPool2d(2, padding=1, divisor_override=3), (2, 3, 6, 6)),
+    "avgpool3d": (nn.AvgPool3d(2), (2, 2, 4, 4, 4)),
+    "adaptive_avg_global": (nn.AdaptiveAvgPool2d(1), (2, 3, 7, 5)),
+    "adaptive_avg_divisible": (nn.AdaptiveAvgPool2d((2, 4)), (2, 3, 8, 8)),
+    "adaptive_avg_uneven": (nn.AdaptiveAvgPool2d((3, 5)), (2, 3, 8, 7)),
+    "adaptive_avg1d_uneven": (nn.AdaptiveAvgPool1d(3), (2, 3, 8)),
+    "adaptive_avg3d": (nn.AdaptiveAvgPool3d((1, 2, 3)), (2, 2, 4, 4, 5)),
+    "adaptive_max2d": (nn.AdaptiveMaxPool2d((2, 4)), (2, 3, 8, 8)),
+    "adaptive_max1d": (nn.AdaptiveMaxPool1d(1), (2, 3, 8)),
+}
+
+
+@pytest.mark.parametrize("name", list(POOLS))
+def test_pooling(name):
+    model, shape = POOLS[name]
+    _check_dynamic_batch(model, shape)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_max_pool_with_indices(n):
+    pool = [nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d][n - 1](2, stride=2, padding=1, return_indices=True)
+    _check_dynamic_batch(pool, (2, 3) + (5,) * n)
+
+
+def test_global_pools_dynamic_spatial():
+    model = Fn(lambda x: F.adaptive_avg_pool2d(x, 1) + F.adaptive_max_pool2d(x, 1))
+    x, x2 = _randn(2, 3, 8, 9), _randn(1, 3, 5, 4)
+    with pytest.raises(fx2onnx.ConversionError, match="adaptive_max_pool2d"):
+        check_export(model, (x,), dynamic_shapes=({0: "batch", 2: "h", 3: "w"},))
+    check_export(Fn(lambda x: F.adaptive_avg_pool2d(x, 1)), (x,), dynamic_shapes=({0: "b", 2: "h", 3: "w"},), inputs2=((x2,), None))
+
+
+UPSAMPLES = {
+    "nearest2d_scale": (nn.Upsample(scale_factor=2), (2, 3, 4, 5)),
+    "nearest2d_size": (nn.Upsample(size=(7, 9)), (2, 3, 4, 5)),
+    "nearest2d_float_scale": (nn.Upsample(scale_factor=(1.5, 2.5)), (2, 3, 4, 5)),
+    "nearest1d": (nn.Upsample(scale_factor=3), (2, 3, 4)),
+    "nearest3d": (nn.Upsample(size=(3, 5, 6)), (2, 2, 2, 3, 4)),
+    "nearest_exact": (Fn(lambda x: F.interpolate(x, size=(7, 9), mode="nearest-exact")), (2, 3, 4, 5)),
+    "linear1d": (nn.Upsample(scale_factor=2, mode="linear"), (2, 3, 5)),
+    "linear1d_align": (nn.Upsample(size=9, mode="linear", align_corners=True), (2, 3, 5)),
+    "bilinear": (nn.Upsample(scale_factor=2, mode="bilinear"), (2, 3, 4, 5)),
+    "bilinear_size": (nn.Upsample(size=(7, 3), mode="bilinear"), (2, 3, 4, 5)),
+    "bilinear_align": (nn.Upsample(size=(7, 9), mode="bilinear", align_corners=True), (2, 3, 4, 5)),
+    "bilinear_down": (Fn(lambda x: F.interpolate(x, scale_factor=0.5, mode="bilinear")), (2, 3, 8, 6)),
+    "trilinear": (nn.Upsample(scale_factor=2, mode="trilinear"), (2, 2, 3, 3, 4)),
+    "bicubic": (nn.Upsample(scale_factor=2, mode="bicubic"), (2, 3, 4, 5)),
+    "bicubic_align": (nn.Upsample(size=(6, 7), mode="bicubic", align_corners=True), (2, 3, 4, 5)),
+}
+
+
+@pytest.mark.parametrize("name", list(UPSAMPLES))
+def test_upsampling(name):
+    model, shape = UPSAMPLES[name]
+    _check_dynamic_batch(model, shape)
+
+
+def test_upsample_dynamic_spatial():
+    model = Fn(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"))
+    x, x2 = _randn(2, 3, 4, 5), _randn(1, 3, 6, 3)
+    check_export(model, (x,), dynamic_shapes=({0: "batch", 2: "h", 3: "w"},), inputs2=((x2,), None))
+
+
+PADS = {
+    "constant2d": (nn.ConstantPad2d((1, 2, 3, 0), 0.5), (2, 3, 4, 5)),
+    "constant_negative": (Fn(lambda x: F.pad(x, (-1, 2, 1, -2))), (2, 3, 4, 5)),
+    "constant1d_last_only": (Fn(lambda x: F.pad(x, (2, 1), value=-3.0)), (2, 3, 4, 5)),
+    "zero3d": (nn.ZeroPad3d(1), (2, 2, 3, 3, 3)),
+    "reflect1d": (nn.ReflectionPad1d((2, 1)), (2, 3, 5)),
+    "reflect2d": (nn.ReflectionPad2d((1, 2, 2, 1)), (2, 3, 4, 5)),
+    "reflect3d": (nn.ReflectionPad3d(1), (2, 2, 3, 3, 3)),
+    "replicate1d": (nn.ReplicationPad1d(2), (2, 3, 5)),
+    "replicate2d": (nn.ReplicationPad2d((0, 1, 2, 3)), (2, 3, 4, 5)),
+    "replicate3d": (nn.ReplicationPad3d(1), (2, 2, 3, 3, 3)),
+    "circular2d": (nn.CircularPad2d((1, 2, 0, 1)), (2, 3, 4, 5)),
+    "circular1d": (nn.CircularPad1d(2), (2, 3, 5)),
+}
+
+
+@pytest.mark.parametrize("name", list(PADS))
+def test_padding(name):
+    model, shape = PADS[name]
+    _check_dynamic_batch(model, shape)
+
+
+def test_pad_int_tensor():
+    x = torch.arange(24, dtype=torch.int64).reshape(2, 3, 4)
+    check_export(Fn(lambda x: F.pad(x, (1, 1), value=7)), (x,))
+
+
+@pytest.mark.parametrize("name", ["shuffle", "unshuffle", "shuffle_unbatched"])
+def test_pixel_shuffle(name):
+    if name == "shuffle":
+        _check_dynamic_batch(nn.PixelShuffle(2), (2, 8, 3, 4))
+    elif name == "unshuffle":
+        x, x2 = _randn(2, 3, 4, 6), _randn(1, 3, 6, 2)
+        check_export(nn.PixelUnshuffle(2), (x,), dynamic_shapes=({0: "b", 2: "h", 3: "w"},), inputs2=((x2,), None))
+    else:
+        check_export(nn.PixelShuffle(3), (_randn(9, 2, 3),))
