@@ -86,6 +86,12 @@ _SPECS: dict[str, _Spec] = {
     "phi": _Spec("PhiConfig", "PhiForCausalLM", "decoder", dict(_DECODER, partial_rotary_factor=0.5)),
     "phi3": _Spec("Phi3Config", "Phi3ForCausalLM", "decoder", dict(_DECODER, sliding_window=None)),
     "gemma": _Spec("GemmaConfig", "GemmaForCausalLM", "decoder", dict(_DECODER, head_dim=8)),
+    "gemma2": _Spec(
+        "Gemma2Config", "Gemma2ForCausalLM", "decoder", dict(_DECODER, head_dim=8, sliding_window=32)
+    ),
+    "gemma3": _Spec(
+        "Gemma3TextConfig", "Gemma3ForCausalLM", "decoder", dict(_DECODER, head_dim=8, sliding_window=32)
+    ),
     "olmo": _Spec("OlmoConfig", "OlmoForCausalLM", "decoder", dict(_DECODER)),
     "granite": _Spec("GraniteConfig", "GraniteForCausalLM", "decoder", dict(_DECODER)),
     "smollm3": _Spec("SmolLM3Config", "SmolLM3ForCausalLM", "decoder", dict(_DECODER)),

@@ -1,0 +1,259 @@
+"""Registers the cache classes of transformers as pytree nodes.
+
+:func:`torch.export.export` only accepts inputs it can flatten into tensors.
+With transformers 5, ``DynamicCache`` is not a pytree node; once registered,
+``dynamic_shapes`` can be given for its tensors. The flattening order is the
+one of :mod:`fx2onnx.models`:
+
+* ``DynamicCache``: ``[key_0, value_0, key_1, value_1, ...]`` (layers without
+  tensors, such as KV-sharing ``DummyLayer``, contribute nothing),
+* ``StaticCache``: ``[key_0, value_0, length_0, key_1, ...]`` where ``length_i``
+  is the tensor ``cumulative_length`` of the layer (positions already written),
+* ``EncoderDecoderCache``: ``[self_attention_cache, cross_attention_cache]``.
+
+The unflatten functions rebuild the layers with their tensors set directly,
+without ``lazy_initialization``: transformers' own helper
+(``transformers.integrations.executorch.register_dynamic_cache_export_support``)
+rebuilds the cache through ``DynamicLayer.update``, whose lazy initialization
+creates ``torch.tensor([])`` constants which make torch.onnx.export fail at its
+decomposition step (``Constant tensor lifted_tensor_... is not in the constants
+dictionary``). A class already registered (by transformers or by the user) is
+kept as it is and not unregistered later.
+
+.. code-block:: python
+
+    import torch
+    from transformers.cache_utils import DynamicCache
+    from fx2onnx import register_cache_serialization, unregister_cache_serialization
+
+    done = register_cache_serialization()
+    cache = DynamicCache([(torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 4))])
+    leaves, spec = torch.utils._pytree.tree_flatten(cache)
+    assert len(leaves) == 2
+    unregister_cache_serialization(done)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+import torch
+from torch.utils import _pytree as pytree
+
+_CACHE_MODULE = "transformers.cache_utils"
+
+
+def _layer_context(layer: Any) -> tuple[Any, ...]:
+    """Describes a layer with hashable values: class name and constructor arguments."""
+    return (
+        type(layer).__name__,
+        getattr(layer, "sliding_window", None),
+        getattr(layer, "max_cache_len", None),
+        layer.keys is not None,
+        isinstance(getattr(layer, "cumulative_length", None), torch.Tensor),
+    )
+
+
+def _make_layer(module: Any, context: tuple[Any, ...]) -> Any:
+    class_name, sliding_window, max_cache_len = context[:3]
+    cls = getattr(module, class_name)
+    kwargs = {}
+    if sliding_window is not None:
+        kwargs["sliding_window"] = sliding_window
+    if max_cache_len is not None:
+        kwargs["max_cache_len"] = max_cache_len
+    return cls(**kwargs)
+
+
+def _set_tensors(layer: Any, keys: torch.Tensor, values: torch.Tensor, length: Any = None) -> None:
+    layer.keys, layer.values = keys, values
+    layer.dtype, layer.device = keys.dtype, keys.device
+    layer.is_initialized = True
+    if length is not None:
+        # static layers: a tensor, the number of positions already written
+        layer.cumulative_length = length
+    elif isinstance(getattr(layer, "cumulative_length", None), int):
+        # dynamic sliding layers: the number of tokens seen so far
+        layer.cumulative_length = keys.shape[-2]
+
+
+# DynamicCache, StaticCache: a list of layers
+
+
+def _flatten_layers(cache: Any) -> tuple[list[torch.Tensor], Any]:
+    children: list[torch.Tensor] = []
+    for layer in cache.layers:
+        if getattr(layer, "keys", None) is not None:
+            children.extend([layer.keys, layer.values])
+            if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
+                children.append(layer.cumulative_length)
+    return children, tuple(_layer_context(layer) for layer in cache.layers)
+
+
+def _flatten_layers_with_keys(cache: Any) -> tuple[list[tuple[Any, torch.Tensor]], Any]:
+    children, context = _flatten_layers(cache)
+    names = []
+    for i, layer_context in enumerate(context):
+        if layer_context[3]:
+            names.extend([f"key_{i}", f"value_{i}"])
+            if layer_context[4]:
+                names.append(f"length_{i}")
+    return [(pytree.MappingKey(n), c) for n, c in zip(names, children)], context
+
+
+def _unflatten_layers(cls: type) -> Callable[[list[torch.Tensor], Any], Any]:
+    def unflatten(children: list[torch.Tensor], context: Any) -> Any:
+        module = importlib.import_module(_CACHE_MODULE)
+        layers = []
+        position = 0
+        for layer_context in context:
+            layer = _make_layer(module, layer_context)
+            if layer_context[3]:
+                size = 3 if layer_context[4] else 2
+                _set_tensors(layer, *children[position : position + size])
+                position += size
+            layers.append(layer)
+        cache = cls.__new__(cls)
+        module.Cache.__init__(cache, layers=layers)
+        return cache
+
+    return unflatten
+
+
+# EncoderDecoderCache: two caches
+
+
+def _flatten_encoder_decoder(cache: Any) -> tuple[list[Any], Any]:
+    return [cache.self_attention_cache, cache.cross_attention_cache], None
+
+
+def _flatten_encoder_decoder_with_keys(cache: Any) -> tuple[list[tuple[Any, Any]], Any]:
+    children, context = _flatten_encoder_decoder(cache)
+    keys = [pytree.GetAttrKey("self_attention_cache"), pytree.GetAttrKey("cross_attention_cache")]
+    return list(zip(keys, children)), context
+
+
+def _unflatten_encoder_decoder(children: list[Any], context: Any) -> Any:
+    module = importlib.import_module(_CACHE_MODULE)
+    return module.EncoderDecoderCache(children[0], children[1])
+
+
+def _to_dumpable(context: Any) -> str:
+    import json
+
+    return json.dumps(context)
+
+
+def _from_dumpable(text: str) -> Any:
+    import json
+
+    value = json.loads(text)
+    return None if value is None else tuple(tuple(v) for v in value)
+
+
+def _serializers() -> dict[str, tuple[Callable, Callable, Callable]]:
+    """class name -> (flatten, unflatten, flatten_with_keys), for classes of transformers.cache_utils."""
+    module = importlib.import_module(_CACHE_MODULE)
+    found: dict[str, tuple[Callable, Callable, Callable]] = {}
+    for name in ("DynamicCache", "StaticCache"):
+        cls = getattr(module, name, None)
+        if cls is not None and hasattr(module, "Cache"):
+            found[name] = (_flatten_layers, _unflatten_layers(cls), _flatten_layers_with_keys)
+    if hasattr(module, "EncoderDecoderCache"):
+        found["EncoderDecoderCache"] = (
+            _flatten_encoder_decoder,
+            _unflatten_encoder_decoder,
+            _flatten_encoder_decoder_with_keys,
+        )
+    return found
+
+
+def supported_cache_classes() -> list[str]:
+    """Names of the cache classes of the installed transformers this module can register."""
+    try:
+        return sorted(_serializers())
+    except ImportError:
+        return []
+
+
+def is_registered(cls: type) -> bool:
+    """Tells if a class is a pytree node."""
+    return cls in pytree.SUPPORTED_NODES
+
+
+def register_cache_serialization(verbose: int = 0) -> dict[str, bool]:
+    """Registers the cache classes of transformers as pytree nodes.
+
+    :param verbose: prints what is registered
+    :return: class name -> True if registered by this call, False if it already was
+        (to give to :func:`unregister_cache_serialization`)
+    """
+    try:
+        module = importlib.import_module(_CACHE_MODULE)
+    except ImportError:
+        return {}
+    done: dict[str, bool] = {}
+    for name, (flatten, unflatten, flatten_with_keys) in _serializers().items():
+        cls = getattr(module, name)
+        if is_registered(cls):
+            done[name] = False
+            if verbose:
+                print(f"[fx2onnx.patches] {name} is already a pytree node, kept")
+            continue
+        serialized = f"{cls.__module__}.{cls.__name__}"
+        if serialized in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE:
+            # another class object of the same name (module reloaded): leave it
+            done[name] = False
+            continue
+        pytree.register_pytree_node(
+            cls,
+            flatten,
+            unflatten,
+            serialized_type_name=serialized,
+            flatten_with_keys_fn=flatten_with_keys,
+            to_dumpable_context=_to_dumpable,
+            from_dumpable_context=_from_dumpable,
+        )
+        done[name] = True
+        if verbose:
+            print(f"[fx2onnx.patches] register {name} as a pytree node")
+    return done
+
+
+def unregister_cache_serialization(done: dict[str, bool] | None = None, verbose: int = 0) -> None:
+    """Unregisters the classes :func:`register_cache_serialization` registered.
+
+    :param done: what :func:`register_cache_serialization` returned; if None, every
+        supported class registered with this module's functions is unregistered
+    """
+    module = importlib.import_module(_CACHE_MODULE)
+    if done is None:
+        done = {name: _registered_here(getattr(module, name)) for name in _serializers()}
+    for name, registered_by_us in done.items():
+        if not registered_by_us:
+            continue
+        cls = getattr(module, name, None)
+        if cls is None or not is_registered(cls):
+            continue
+        pytree._deregister_pytree_node(cls)
+        _deregister_cxx(cls)
+        if verbose:
+            print(f"[fx2onnx.patches] unregister {name}")
+
+
+def _registered_here(cls: type) -> bool:
+    node = pytree.SUPPORTED_NODES.get(cls)
+    return node is not None and getattr(node.flatten_fn, "__module__", None) == __name__
+
+
+def _deregister_cxx(cls: type) -> None:
+    """Removes the registration from the C++ pytree (optree) if torch made one."""
+    if not getattr(pytree, "_cxx_pytree_imported", False):
+        return
+    try:
+        import optree
+
+        optree.unregister_pytree_node(cls, namespace="torch")
+    except Exception:  # noqa: BLE001 - optree missing or class not registered there
+        pass

@@ -1,0 +1,509 @@
+"""Rewrites, with :mod:`ast`, ``if`` tests on tensors into :func:`torch.cond`.
+
+torch.export cannot capture a Python ``if`` whose condition depends on the
+values of a tensor (``if x.sum() > 0:``). This module rewrites such a function:
+
+* ``if cond: return a`` / ``else: return b`` (or the rest of the function after
+  the ``if``) becomes ``return torch.cond(cond, _true, _false, ())``,
+* ``if cond: x = ...`` / ``else: x = ...`` becomes
+  ``(x,) = torch.cond(cond, _true, _false, (operands,))``; a variable assigned in
+  one branch only must be a tensor defined before the ``if``,
+* ``if cond: raise ...`` becomes ``torch._check(...)``.
+
+An ``if`` is rewritten when its test calls a tensor method or a torch function
+(``x.sum()``, ``torch.max(...)``) or reads a variable assigned from one. Other
+``if`` statements (on shapes, on Python values) are kept. Decorators of the
+rewritten function are dropped.
+
+.. code-block:: python
+
+    import torch
+    from fx2onnx.patches.rewrite import rewrite_function
+
+    def f(x):
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+
+    g = rewrite_function(f).function
+    torch.testing.assert_close(g(torch.ones(2)), f(torch.ones(2)))
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import inspect
+import os
+import sys
+import textwrap
+import types
+from typing import Any, Callable, Iterable
+
+import torch
+
+TENSOR_METHODS = frozenset(
+    "sum any all max min mean prod item norm abs argmax argmin numel_nonzero count_nonzero "
+    "eq ne gt ge lt le".split()
+)
+
+_PREFIX = "_fx2onnx"
+
+
+_SHAPE_ATTRIBUTES = frozenset("shape dtype device ndim is_cuda requires_grad layout".split())
+
+
+def _own_nodes(node: ast.AST) -> Iterable[ast.AST]:
+    """Walks a function body without entering nested functions, lambdas or classes."""
+    stack = list(ast.iter_child_nodes(node))
+    while stack:
+        sub = stack.pop()
+        yield sub
+        if not isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(sub))
+
+
+def _is_torch_value_call(node: ast.Call) -> bool:
+    func = node.func
+    if not isinstance(func, ast.Attribute):
+        return False
+    if func.attr in TENSOR_METHODS:
+        return True
+    root = func.value
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if not (isinstance(root, ast.Name) and root.id == "torch"):
+        return False
+    # torch.is_tensor, torch.jit.is_tracing, torch.compiler.is_compiling... return Python values
+    return not func.attr.startswith("is_") and func.attr not in {"get_default_dtype", "device", "dtype"}
+
+
+def depends_on_values(expr: ast.AST, tensor_names: set[str]) -> bool:
+    """Tells if an expression depends on the values of tensors (not only on shapes)."""
+    if isinstance(expr, ast.Call):
+        if _is_torch_value_call(expr):
+            return True
+        if isinstance(expr.func, ast.Attribute) and depends_on_values(expr.func.value, tensor_names):
+            # x.float(), x.view(...) on a tensor
+            return expr.func.attr not in {"size", "dim", "numel", "get_device", "is_floating_point"}
+        return False
+    if isinstance(expr, ast.Name):
+        return expr.id in tensor_names
+    if isinstance(expr, ast.Compare):
+        if all(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in expr.ops):
+            return False
+        return any(depends_on_values(e, tensor_names) for e in [expr.left, *expr.comparators])
+    if isinstance(expr, ast.Attribute):
+        if expr.attr in _SHAPE_ATTRIBUTES:
+            return False
+        return depends_on_values(expr.value, tensor_names)
+    if isinstance(expr, ast.Subscript):
+        return depends_on_values(expr.value, tensor_names)
+    if isinstance(expr, ast.BoolOp):
+        if isinstance(expr.op, ast.And) and any(_is_tracing_guard(e) for e in expr.values):
+            # "not is_tracing(x) and x.all()": already skipped while exporting
+            return False
+        return any(depends_on_values(e, tensor_names) for e in expr.values)
+    if isinstance(expr, ast.UnaryOp):
+        return depends_on_values(expr.operand, tensor_names)
+    if isinstance(expr, ast.BinOp):
+        return depends_on_values(expr.left, tensor_names) or depends_on_values(expr.right, tensor_names)
+    if isinstance(expr, (ast.Tuple, ast.List)):
+        return any(depends_on_values(e, tensor_names) for e in expr.elts)
+    return False
+
+
+_TRACING_FUNCTIONS = frozenset(
+    "is_tracing is_torchdynamo_compiling is_torchdynamo_exporting is_compiling is_exporting is_scripting".split()
+)
+
+
+def _is_tracing_guard(expr: ast.AST) -> bool:
+    """``not is_tracing(...)`` or ``not torch.compiler.is_compiling()``..."""
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+        expr = expr.operand
+        if isinstance(expr, ast.BoolOp):
+            return any(_is_tracing_guard(ast.UnaryOp(op=ast.Not(), operand=e)) for e in expr.values)
+        if isinstance(expr, ast.Call):
+            func = expr.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            return name in _TRACING_FUNCTIONS
+    return False
+
+
+def _tensor_names(function: ast.AST) -> set[str]:
+    """Names assigned from an expression depending on tensor values."""
+    names: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for node in _own_nodes(function):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+                if not depends_on_values(node.value, names):
+                    continue
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    elts = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
+                    for sub in elts:
+                        if isinstance(sub, ast.Name) and sub.id not in names:
+                            names.add(sub.id)
+                            changed = True
+    return names
+
+
+def default_filter(test: ast.expr, tensor_names: set[str]) -> bool:
+    """Selects the ``if`` statements to rewrite: the test depends on tensor values."""
+    return depends_on_values(test, tensor_names)
+
+
+def _stored(nodes: list[ast.stmt]) -> list[str]:
+    seen: list[str] = []
+    for stmt in nodes:
+        for sub in ast.walk(stmt):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store) and sub.id not in seen:
+                seen.append(sub.id)
+    return seen
+
+
+def _read_before_write(nodes: list[ast.stmt]) -> set[str]:
+    written: set[str] = set()
+    read: set[str] = set()
+    for stmt in nodes:
+        loads = {s.id for s in ast.walk(stmt) if isinstance(s, ast.Name) and isinstance(s.ctx, ast.Load)}
+        read |= loads - written
+        written |= set(_stored([stmt]))
+    return read
+
+
+def _ends_with_return(nodes: list[ast.stmt]) -> bool:
+    return bool(nodes) and isinstance(nodes[-1], ast.Return) and nodes[-1].value is not None
+
+
+def _has_return(nodes: list[ast.stmt]) -> bool:
+    return any(isinstance(s, ast.Return) for stmt in nodes for s in ast.walk(stmt))
+
+
+class _IfRewriter(ast.NodeTransformer):
+    def __init__(self, tensor_names: set[str], select: Callable[[ast.expr, set[str]], bool]):
+        self.tensor_names = tensor_names
+        self.select = select
+        self.count = 0
+        self.rewritten: list[int] = []
+
+    # statements are handled list by list so that "if ...: return" can take the rest as else branch
+    def _rewrite_block(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        i = 0
+        while i < len(body):
+            stmt = self.visit(body[i])
+            if isinstance(stmt, ast.If) and self.select(stmt.test, self.tensor_names):
+                rest = body[i + 1 :]
+                replaced = self._rewrite_if(stmt, rest)
+                if replaced is not None:
+                    new_stmts, consumed_rest = replaced
+                    out.extend(new_stmts)
+                    if consumed_rest:
+                        return out
+                    i += 1
+                    continue
+            out.append(stmt)
+            i += 1
+        return out
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        node.body = self._rewrite_block(node.body)
+        return node
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt) and not isinstance(
+                node, ast.FunctionDef
+            ):
+                setattr(node, field, self._rewrite_block(block))
+        return node
+
+    def _rewrite_if(self, node: ast.If, rest: list[ast.stmt]) -> tuple[list[ast.stmt], bool] | None:
+        index = self.count
+        # if cond: raise ...
+        if len(node.body) == 1 and isinstance(node.body[0], ast.Raise) and not node.orelse:
+            message = ast.unparse(node.body[0].exc) if node.body[0].exc is not None else "assertion"
+            call = ast.parse(
+                f"{_PREFIX}_check_false({ast.unparse(node.test)}, {message!r})"
+            ).body[0]
+            self._done(node)
+            return [ast.copy_location(call, node)], False
+        true_body, false_body = node.body, node.orelse
+        consumed_rest = False
+        if _ends_with_return(true_body) and not false_body and _ends_with_return(rest):
+            false_body, consumed_rest = rest, True
+        if _ends_with_return(true_body) and _ends_with_return(false_body):
+            if _has_return(true_body[:-1]) or _has_return(false_body[:-1]):
+                return None
+            stmts = self._branches(index, true_body, false_body, outputs=None, operands=[])
+            ret = ast.parse(
+                f"return torch.cond({ast.unparse(node.test)}, {_PREFIX}_true_{index}, {_PREFIX}_false_{index}, ())"
+            ).body[0]
+            self._done(node)
+            return [*stmts, ast.copy_location(ret, node)], consumed_rest
+        if _has_return(true_body) or _has_return(false_body):
+            return None
+        outputs = sorted(set(_stored(true_body)) | set(_stored(false_body)))
+        if not outputs:
+            return None
+        operands = sorted(
+            n
+            for n in outputs
+            if n in _read_before_write(true_body)
+            or n in _read_before_write(false_body)
+            or n not in _stored(true_body)
+            or n not in _stored(false_body)
+        )
+        stmts = self._branches(index, true_body, false_body, outputs=outputs, operands=operands)
+        targets = ", ".join(outputs) + ","
+        args = ", ".join(operands) + ("," if operands else "")
+        assign = ast.parse(
+            f"({targets}) = torch.cond({ast.unparse(node.test)}, {_PREFIX}_true_{index}, "
+            f"{_PREFIX}_false_{index}, ({args}))"
+        ).body[0]
+        self._done(node)
+        return [*stmts, ast.copy_location(assign, node)], False
+
+    def _branches(
+        self,
+        index: int,
+        true_body: list[ast.stmt],
+        false_body: list[ast.stmt],
+        outputs: list[str] | None,
+        operands: list[str],
+    ) -> list[ast.stmt]:
+        stmts = []
+        for name, body in ((f"{_PREFIX}_true_{index}", true_body), (f"{_PREFIX}_false_{index}", false_body)):
+            code = f"def {name}({', '.join(operands)}):\n    pass\n"
+            fn = ast.parse(code).body[0]
+            fn.body = list(body)
+            if outputs is not None:
+                fn.body.append(ast.parse(f"return ({', '.join(outputs)},)").body[0])
+            stmts.append(fn)
+        self.count += 1
+        return stmts
+
+    def _done(self, node: ast.If) -> None:
+        self.rewritten.append(node.lineno)
+
+
+def check_false(condition: Any, message: str) -> None:
+    """Replaces ``if condition: raise``: fails with ``message`` if ``condition`` is true.
+
+    A tensor condition becomes a runtime assertion when exported.
+    """
+    if isinstance(condition, torch.Tensor):
+        condition = condition.any().item()
+    torch._check(torch.sym_not(condition), lambda: message)
+
+
+@dataclasses.dataclass
+class RewrittenFunction:
+    """A rewritten function, its sources and the lines of the rewritten ``if``."""
+
+    original: Callable[..., Any]
+    function: Callable[..., Any]
+    original_source: str
+    source: str
+    lines: list[int]
+
+    @property
+    def qualname(self) -> str:
+        return getattr(self.original, "__qualname__", getattr(self.original, "__name__", "function"))
+
+    def diff(self) -> str:
+        return "".join(
+            difflib.unified_diff(
+                self.original_source.splitlines(keepends=True),
+                self.source.splitlines(keepends=True),
+                fromfile=f"{self.qualname} (original)",
+                tofile=f"{self.qualname} (rewritten)",
+            )
+        )
+
+    def dump(self, folder: str | os.PathLike) -> list[str]:
+        """Writes the original, the rewritten function and the diff into ``folder``."""
+        os.makedirs(folder, exist_ok=True)
+        base = os.path.join(folder, self.qualname.replace("<", "").replace(">", "").replace(".", "_"))
+        written = []
+        for suffix, text in ((".original.py", self.original_source), (".rewritten.py", self.source), (".diff", self.diff())):
+            with open(base + suffix, "w", encoding="utf-8") as f:
+                f.write(text)
+            written.append(base + suffix)
+        return written
+
+
+def _parse_function(function: Callable[..., Any]) -> tuple[str, ast.FunctionDef]:
+    try:
+        source = textwrap.dedent(inspect.getsource(function))
+    except (OSError, TypeError) as e:
+        raise ValueError(f"The source of {function!r} cannot be read, it cannot be rewritten: {e}") from e
+    tree = ast.parse(source)
+    node = tree.body[0]
+    if not isinstance(node, ast.FunctionDef):
+        raise ValueError(f"{function!r} is not defined with 'def', it cannot be rewritten.")
+    return source, node
+
+
+def find_ifs_to_rewrite(
+    function: Callable[..., Any], select: Callable[[ast.expr, set[str]], bool] | None = None
+) -> list[tuple[int, str]]:
+    """Returns ``(line, test)`` for each ``if`` of ``function`` the rewriting selects."""
+    _, node = _parse_function(inspect.unwrap(function))
+    select = select or default_filter
+    names = _tensor_names(node)
+    first = inspect.unwrap(function).__code__.co_firstlineno
+    return [
+        (first + sub.lineno - 1, ast.unparse(sub.test))
+        for sub in _own_nodes(node)
+        if isinstance(sub, ast.If) and select(sub.test, names)
+    ]
+
+
+def rewrite_function(
+    function: Callable[..., Any], select: Callable[[ast.expr, set[str]], bool] | None = None
+) -> RewrittenFunction:
+    """Rewrites the ``if`` statements of ``function`` selected by ``select`` into torch.cond.
+
+    :param function: a Python function or method (not a builtin, source readable)
+    :param select: ``select(test, tensor_names) -> bool``, :func:`default_filter` by default
+    :return: a :class:`RewrittenFunction`; ``.function`` behaves like the original
+    """
+    function = inspect.unwrap(function)
+    if isinstance(function, types.MethodType):
+        function = function.__func__
+    source, node = _parse_function(function)
+    node.decorator_list = []
+    rewriter = _IfRewriter(_tensor_names(node), select or default_filter)
+    node = rewriter.visit(node)
+    module = ast.Module(body=[node], type_ignores=[])
+    ast.fix_missing_locations(module)
+    new_source = ast.unparse(module) + "\n"
+
+    freevars = function.__code__.co_freevars
+    namespace: dict[str, Any] = dict(function.__globals__)
+    namespace.setdefault("torch", torch)
+    namespace[f"{_PREFIX}_check_false"] = check_false
+    filename = f"<rewritten {function.__qualname__}>"
+    if freevars:
+        # rebuild the closure: the function is defined inside a factory taking the free variables
+        factory_src = f"def {_PREFIX}_factory({', '.join(freevars)}):\n" + textwrap.indent(new_source, "    ")
+        factory_src += f"    return {node.name}\n"
+        exec(compile(factory_src, filename, "exec"), namespace)  # noqa: S102
+        cells = [c.cell_contents for c in function.__closure__ or ()]
+        new_function = namespace[f"{_PREFIX}_factory"](*cells)
+    else:
+        exec(compile(new_source, filename, "exec"), namespace)  # noqa: S102
+        new_function = namespace[node.name]
+    new_function.__qualname__ = function.__qualname__
+    new_function.__module__ = function.__module__
+    new_function.__doc__ = function.__doc__
+    new_function.__wrapped__ = function
+    return RewrittenFunction(function, new_function, source, new_source, rewriter.rewritten)
+
+
+def _owner_and_name(function: Callable[..., Any]) -> tuple[Any, str]:
+    """Finds the class or module defining a function from its ``__qualname__``."""
+    module = sys.modules.get(function.__module__)
+    parts = function.__qualname__.split(".")
+    if "<locals>" in parts or module is None:
+        raise ValueError(
+            f"{function.__qualname__} is a local function: give the method of a class or a "
+            f"module-level function to rewrite."
+        )
+    owner: Any = module
+    for part in parts[:-1]:
+        owner = getattr(owner, part)
+    return owner, parts[-1]
+
+
+def collect_functions(rewrite: Any) -> list[Callable[..., Any]]:
+    """Turns the ``rewrite`` argument into a list of functions.
+
+    Accepts a function or method, a class (its ``forward``), a
+    :class:`torch.nn.Module` (the ``forward`` of every submodule class having an
+    ``if`` to rewrite) or a list of those.
+    """
+    if rewrite is None:
+        return []
+    if isinstance(rewrite, (list, tuple, set)):
+        functions: list[Callable[..., Any]] = []
+        for item in rewrite:
+            for f in collect_functions(item):
+                if f not in functions:
+                    functions.append(f)
+        return functions
+    if isinstance(rewrite, torch.nn.Module):
+        classes = []
+        for module in rewrite.modules():
+            if type(module) not in classes:
+                classes.append(type(module))
+        found = []
+        for cls in classes:
+            forward = cls.__dict__.get("forward")
+            if forward is not None and _safe_find(forward):
+                found.append(forward)
+        return found
+    if isinstance(rewrite, type):
+        forward = rewrite.__dict__.get("forward")
+        if forward is None:
+            raise ValueError(f"Class {rewrite.__name__} defines no forward method to rewrite.")
+        return [forward]
+    if isinstance(rewrite, types.MethodType):
+        return [rewrite.__func__]
+    if callable(rewrite):
+        return [rewrite]
+    raise TypeError(f"rewrite must be a function, a method, a class or a torch.nn.Module, not {type(rewrite)}.")
+
+
+def _safe_find(function: Callable[..., Any]) -> bool:
+    try:
+        return bool(find_ifs_to_rewrite(function))
+    except (ValueError, SyntaxError):
+        return False
+
+
+def rewrite_patches(rewrite: Any, dump_rewriting: str | os.PathLike | None = None) -> list[Any]:
+    """Builds one :class:`~fx2onnx.patches.registry.Patch` per function to rewrite."""
+    from .registry import Patch
+
+    patches = []
+    for function in collect_functions(rewrite):
+        owner, name = _owner_and_name(function)
+        target = f"{owner.__module__}.{owner.__qualname__}.{name}" if isinstance(owner, type) else f"{owner.__name__}.{name}"
+        rewritten = rewrite_function(function)
+        if dump_rewriting is not None:
+            rewritten.dump(dump_rewriting)
+
+        def make(original: Any, rewritten: RewrittenFunction = rewritten) -> Any:
+            return rewritten.function
+
+        patches.append(
+            Patch(
+                name=f"rewrite:{function.__qualname__}",
+                kind="rewrite",
+                target=target,
+                make=make,
+                doc=f"if statements on tensors rewritten into torch.cond (lines {rewritten.lines})",
+            )
+        )
+    return patches
+
+
+def iter_module_functions(module: types.ModuleType) -> Iterable[Callable[..., Any]]:
+    """Functions and methods defined in a module (not imported ones)."""
+    for value in list(vars(module).values()):
+        if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
+            yield value
+        elif isinstance(value, type) and value.__module__ == module.__name__:
+            for attr in value.__dict__.values():
+                if isinstance(attr, (staticmethod, classmethod)):
+                    attr = attr.__func__
+                if isinstance(attr, types.FunctionType):
+                    yield attr

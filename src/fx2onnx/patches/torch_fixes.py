@@ -1,0 +1,98 @@
+"""Patches of torch used while exporting with dynamic shapes.
+
+Two patches, each enabled by an option of :func:`fx2onnx.torch_export_patches`:
+
+* ``catch_constraints``: :func:`torch.export.export` raises ``Constraints
+  violated`` when two dimensions the user named differently (``seq`` and
+  ``total_seq``) turn out to be equal in the model. The patch turns that error
+  into a warning and lets the export go on with the dimensions merged.
+* ``stop_if_static``: a dimension declared dynamic that the code compares with a
+  constant becomes static; torch reports it at the end of the export, far from
+  the line responsible. With ``stop_if_static > 0`` the export stops at the
+  exact line (``stop_if_static >= 2`` also prints the stack).
+"""
+
+from __future__ import annotations
+
+import traceback
+import warnings
+from typing import Any
+
+from .registry import Patch
+
+
+class DynamicDimensionBecameStatic(AssertionError):
+    """Raised by the ``stop_if_static`` patch when a dynamic dimension is specialized."""
+
+
+def _make_catch_constraints(original: Any) -> Any:
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+    def produce_guards_and_solve_constraints(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(*args, **kwargs)
+        except ConstraintViolationError as e:
+            warnings.warn(
+                f"fx2onnx.torch_export_patches(catch_constraints=True) ignored a constraint "
+                f"violation, the export goes on with the dimensions merged: {e}",
+                UserWarning,
+                stacklevel=2,
+            )
+            return None
+
+    produce_guards_and_solve_constraints.__wrapped__ = original  # type: ignore[attr-defined]
+    return produce_guards_and_solve_constraints
+
+
+def _make_stop_if_static(level: int) -> Any:
+    def make(original: Any) -> Any:
+        import sympy
+
+        def _set_replacement(self: Any, a: Any, tgt: Any, msg: str) -> None:
+            if isinstance(tgt, sympy.Integer) and a in getattr(self, "var_to_sources", {}):
+                sources = [s.name() for s in self.var_to_sources.get(a, [])]
+                if sources:
+                    summary, _ = self._get_stack_summary()
+                    message = (
+                        f"Dimension {a} of {', '.join(sources)} was declared dynamic but the model "
+                        f"makes it static (= {tgt}) at {summary}. Rewrite that line with torch._check or "
+                        f"torch.cond, or declare the dimension static (stop_if_static={level})."
+                    )
+                    if level >= 2:
+                        print(message)
+                        traceback.print_stack()
+                    raise DynamicDimensionBecameStatic(message)
+            return original(self, a, tgt, msg)
+
+        _set_replacement.__wrapped__ = original  # type: ignore[attr-defined]
+        return _set_replacement
+
+    return make
+
+
+def torch_patches(*, catch_constraints: bool = True, stop_if_static: int = 0) -> list[Patch]:
+    """Returns the torch patches for the given options."""
+    patches = []
+    if catch_constraints:
+        patches.append(
+            Patch(
+                name="catch_constraints",
+                kind="torch",
+                target="torch.export._trace.produce_guards_and_solve_constraints",
+                make=_make_catch_constraints,
+                expected_args=("fake_mode", "gm", "dynamic_shapes", "equalities_inputs", "original_signature"),
+                doc="turns 'Constraints violated' between named dimensions into a warning",
+            )
+        )
+    if stop_if_static:
+        patches.append(
+            Patch(
+                name="stop_if_static",
+                kind="torch",
+                target="torch.fx.experimental.symbolic_shapes.ShapeEnv._set_replacement",
+                make=_make_stop_if_static(stop_if_static),
+                expected_args=("self", "a", "tgt", "msg"),
+                doc="raises at the line where a dynamic dimension becomes a constant",
+            )
+        )
+    return patches

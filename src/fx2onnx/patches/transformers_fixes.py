@@ -1,0 +1,146 @@
+"""Methods of transformers replaced, while exporting, by versions torch.export captures.
+
+Each one fixes a failure met with the installed transformers and tiny models:
+
+* ``DynamicLayer.lazy_initialization`` creates its empty tensors with
+  ``torch.tensor([])``: once exported, those become lifted constants which
+  torch.onnx.export's decomposition step rejects (``Constant tensor
+  lifted_tensor_0 is not in the constants dictionary``), and a 1-D empty tensor
+  concatenated on dimension -2 only works through a legacy rule of ``cat``.
+  The patch slices the incoming states to length 0 instead: same rank, no
+  constant.
+* the rotary embeddings decorated by ``dynamic_rope_update`` (rope type
+  ``dynamic``) test ``if seq_len > max_seq_len_cached:`` on a tensor computed from
+  ``position_ids``: a data-dependent branch torch.export cannot capture. The
+  patch computes the frequencies from ``seq_len`` without a branch (the
+  transformers formula gives the original frequencies when ``seq_len`` is below
+  ``max_position_embeddings``). It matches eager for a model whose cached
+  frequencies were not grown by a previous longer call.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+
+from .registry import Patch
+
+
+def _make_lazy_initialization(original: Any) -> Any:
+    def lazy_initialization(self: Any, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.keys = key_states[..., :0, :]
+        self.values = value_states[..., :0, :]
+        self.is_initialized = True
+
+    lazy_initialization.__wrapped__ = original  # type: ignore[attr-defined]
+    return lazy_initialization
+
+
+def _guard_lazy_initialization(original: Any) -> str | None:
+    import inspect
+
+    try:
+        source = inspect.getsource(original)
+    except (OSError, TypeError):
+        return "source of DynamicLayer.lazy_initialization cannot be read"
+    if "torch.tensor([]" not in source:
+        return "DynamicLayer.lazy_initialization does not create torch.tensor([]) in this version"
+    return None
+
+
+def _is_dynamic_rope_wrapper(function: Any) -> Any:
+    """Returns the ``dynamic_rope_update`` wrapper inside a forward method, or None."""
+    seen = 0
+    while function is not None and seen < 5:
+        code = getattr(function, "__code__", None)
+        if code is not None and getattr(code, "co_qualname", "").startswith("dynamic_rope_update."):
+            return function
+        function = getattr(function, "__wrapped__", None)
+        seen += 1
+    return None
+
+
+class _Overrides:
+    """Reads attributes from ``overrides`` first, then from ``module``."""
+
+    def __init__(self, module: Any, overrides: dict[str, Any]):
+        object.__setattr__(self, "_module", module)
+        object.__setattr__(self, "_overrides", overrides)
+
+    def __getattr__(self, name: str) -> Any:
+        overrides = object.__getattribute__(self, "_overrides")
+        if name in overrides:
+            return overrides[name]
+        return getattr(object.__getattribute__(self, "_module"), name)
+
+
+def _make_dynamic_rope_forward(original: Any) -> Any:
+    wrapper = _is_dynamic_rope_wrapper(original)
+    rope_forward = wrapper.__wrapped__
+
+    @torch.no_grad()
+    def forward(self: Any, x: torch.Tensor, position_ids: torch.Tensor, layer_type: str | None = None) -> Any:
+        rope_type = self.rope_type if layer_type is None else self.rope_type[layer_type]
+        kwargs = {"layer_type": layer_type} if layer_type is not None else {}
+        if "dynamic" not in rope_type:
+            return rope_forward(self, x, position_ids, **kwargs)
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+        seq_len = torch.max(position_ids) + 1
+        inv_freq, _ = ROPE_INIT_FUNCTIONS[rope_type](self.config, x.device, seq_len=seq_len, **kwargs)
+        prefix = f"{layer_type}_" if layer_type is not None else ""
+        proxy = _Overrides(self, {f"{prefix}inv_freq": inv_freq.to(x.device)})
+        return rope_forward(proxy, x, position_ids, **kwargs)
+
+    forward.__wrapped__ = original  # type: ignore[attr-defined]
+    return forward
+
+
+def dynamic_rope_targets() -> list[str]:
+    """Dotted paths of the ``forward`` methods decorated by ``dynamic_rope_update``
+    in the modeling modules already imported."""
+    targets = []
+    for module_name, module in list(sys.modules.items()):
+        if not module_name.startswith("transformers.models.") or module is None:
+            continue
+        for name, value in list(vars(module).items()):
+            if (
+                isinstance(value, type)
+                and value.__module__ == module_name
+                and "forward" in value.__dict__
+                and _is_dynamic_rope_wrapper(value.__dict__["forward"]) is not None
+            ):
+                targets.append(f"{module_name}.{name}.forward")
+    return sorted(targets)
+
+
+def transformers_patches() -> list[Patch]:
+    """Returns the transformers patches (rotary embeddings of the modeling modules imported so far)."""
+    patches = [
+        Patch(
+            name="DynamicLayer.lazy_initialization",
+            kind="transformers",
+            target="transformers.cache_utils.DynamicLayer.lazy_initialization",
+            make=_make_lazy_initialization,
+            expected_args=("self", "key_states", "value_states"),
+            guard=_guard_lazy_initialization,
+            doc="empty cache tensors sliced from the new states, no torch.tensor([]) constant",
+        )
+    ]
+    for target in dynamic_rope_targets():
+        class_name = target.split(".")[-2]
+        patches.append(
+            Patch(
+                name=f"{class_name}.forward",
+                kind="transformers",
+                target=target,
+                make=_make_dynamic_rope_forward,
+                expected_args=("self", "x", "position_ids"),
+                guard=lambda f: None if _is_dynamic_rope_wrapper(f) else "not decorated by dynamic_rope_update",
+                doc="dynamic rope frequencies computed without a data-dependent branch",
+            )
+        )
+    return patches
