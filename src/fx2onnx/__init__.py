@@ -28,6 +28,7 @@ _PUBLIC_API: dict[str, str] = {
     "register_cache_serialization": ".patches",
     "unregister_cache_serialization": ".patches",
     "code_needing_rewriting": ".patches",
+    "list_patches": ".patches",
     # tools
     "compare_onnx_execution": ".compare",
     "dump_onnx": ".backend",
