@@ -1,7 +1,180 @@
-"""Higher-order operators: torch.cond -> If, scan -> Scan, while_loop -> Loop, map."""
+"""Higher-order operators: torch.cond -> If, scan -> Scan, while_loop -> Loop, map -> Scan.
+
+torch.export keeps every branch or loop body as a GraphModule (``true_graph_0``,
+``scan_combine_graph_0``...) called by a higher-order operator. Each body becomes
+an ONNX subgraph; tensors the body reads from the outer graph (weights, closures,
+``additional_inputs``) are referenced from the outer scope, which ONNX allows.
+
+=====================================  ======================================
+torch                                  ONNX
+=====================================  ======================================
+``torch.cond(pred, f, g, ops)``        ``If`` (a Python bool pred inlines a branch)
+``scan(f, init, xs, add)``             ``Scan`` (carries = state, xs = scan inputs)
+``while_loop(c, b, carried, add)``     ``Loop`` (the condition is computed in the body)
+``map(f, xs, *args)``                  ``Scan`` without state
+=====================================  ======================================
+"""
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
+import onnx_ir as ir
 import torch
 
-from ..registry import converter  # noqa: F401
+from ..errors import ConversionError
+from ..interpreter import _value_type
+from ..registry import converter
+
+hop = torch.ops.higher_order
+
+
+def _placeholders(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def _as_list(x: Any) -> list:
+    if x is None:
+        return []
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def _values(ctx, items: Sequence[Any]) -> list[Any]:
+    """Python ints/floats/bools (static or specialized) become constants, Values stay."""
+    return [ctx.as_value(v) if isinstance(v, (int, float, bool)) else v for v in items]
+
+
+def _inline(ctx, gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> list[Any]:
+    """Converts ``gm`` directly into the current graph (a branch known at export time)."""
+    env = dict(zip(_placeholders(gm), inputs))
+    outputs = ctx.interpreter.run_nodes(ctx.builder, gm.graph, env, owner=gm)
+    return _as_list(outputs)
+
+
+def _body_input(ctx, sub, name: str, val: Any) -> ir.Value:
+    dtype, shape = _value_type(val)
+    namer = ctx.interpreter.dim_namer
+    return sub.add_input(name, dtype, None if shape is None else [namer(d) for d in shape])
+
+
+def _finish_body(sub, outputs: Sequence[Any]) -> ir.Graph:
+    for o in outputs:
+        if not isinstance(o, ir.Value):
+            o = sub.constant(o)
+        sub.add_output(o)
+    return sub.to_graph()
+
+
+def _graph_input_pairs(gm: torch.fx.GraphModule, count: int, vals: Sequence[Any] | None = None) -> list[tuple[int, Any]]:
+    phs = _placeholders(gm)
+    return [(i, vals[i] if vals is not None else phs[i].meta.get("val")) for i in range(count)]
+
+
+# torch.cond -> If
+
+
+@converter(hop.cond)
+def convert_cond(ctx, node, pred, true_gm, false_gm, operands):
+    """``torch.cond`` -> ``If``; a predicate torch already knows selects one branch."""
+    operands = _values(ctx, _as_list(operands))
+    if isinstance(pred, bool):
+        outs = _inline(ctx, true_gm if pred else false_gm, operands)
+        return tuple(outs)
+    pred = ctx.cast(ctx.as_value(pred), torch.bool)
+    if pred.shape is not None and len(pred.shape) != 0:
+        pred = ctx.op.Reshape(pred, ctx.const([], torch.int64))
+    then_graph, then_out = ctx.subgraph(true_gm, f"{node.name}_then", operands)
+    else_graph, else_out = ctx.subgraph(false_gm, f"{node.name}_else", operands)
+    if len(then_out) != len(else_out):
+        raise ctx.error(f"torch.cond branches return {len(then_out)} and {len(else_out)} outputs.")
+    outs = ctx.op.If(pred, then_branch=then_graph, else_branch=else_graph, _outputs=len(then_out))
+    return outs if isinstance(outs, tuple) else (outs,)
+
+
+# scan -> Scan
+
+
+@converter(hop.scan)
+def convert_scan(ctx, node, combine_gm, init, xs, additional_inputs=()):
+    """``scan(f, init, xs, additional_inputs)`` -> ``Scan`` along axis 0.
+
+    torch.export already moved the scanned dimension first and flipped the
+    inputs and outputs when ``reverse=True``, so the defaults of ONNX Scan apply.
+    """
+    init, xs = _values(ctx, _as_list(init)), _as_list(xs)
+    extra = _values(ctx, _as_list(additional_inputs))
+    n_state, n_scan = len(init), len(xs)
+    if n_scan == 0:
+        raise ctx.error("scan without scanned inputs is not supported: ONNX Scan needs at least one.")
+    graph, outputs = ctx.subgraph(
+        combine_gm, f"{node.name}_body", extra, _graph_input_pairs(combine_gm, n_state + n_scan)
+    )
+    outs = ctx.op.Scan(*init, *xs, body=graph, num_scan_inputs=n_scan, _outputs=len(outputs))
+    return outs if isinstance(outs, tuple) else (outs,)
+
+
+# map -> Scan
+
+
+@converter(hop.map_impl)
+def convert_map(ctx, node, body_gm, xs, args=()):
+    """``torch._higher_order_ops.map(f, xs, *args)`` -> ``Scan`` with no state."""
+    xs, extra = _as_list(xs), _values(ctx, _as_list(args))
+    graph, outputs = ctx.subgraph(body_gm, f"{node.name}_body", extra, _graph_input_pairs(body_gm, len(xs)))
+    outs = ctx.op.Scan(*xs, body=graph, num_scan_inputs=len(xs), _outputs=len(outputs))
+    return outs if isinstance(outs, tuple) else (outs,)
+
+
+# while_loop -> Loop
+
+
+@converter(hop.while_loop)
+def convert_while_loop(ctx, node, cond_gm, body_gm, carried_inputs, additional_inputs=()):
+    """``while_loop(cond_fn, body_fn, carried, additional)`` -> ``Loop``.
+
+    The first condition is computed before the loop, the next ones at the end of
+    the body, on the new carried values. Carried Python ints become int64 scalars.
+    """
+    carried = [ctx.as_value(c) if not isinstance(c, ir.Value) else c for c in _as_list(carried_inputs)]
+    extra = _values(ctx, _as_list(additional_inputs))
+    first = _inline(ctx, cond_gm, [*carried, *extra])
+    if len(first) != 1:
+        raise ctx.error("The condition of while_loop must return one boolean.")
+    cond0 = _scalar_bool(ctx, first[0])
+
+    sub = ctx.builder.subgraph(f"{node.name}_body")
+    body_phs = _placeholders(body_gm)
+    iteration = sub.add_input(f"{node.name}_iter", torch.int64, [])
+    cond_in = sub.add_input(f"{node.name}_cond_in", torch.bool, [])
+    del iteration, cond_in  # required by ONNX, unused
+    loop_vars = [_body_input(ctx, sub, f"{node.name}_{ph.name}", ph.meta.get("val")) for ph in body_phs[: len(carried)]]
+    _coerce_types(loop_vars, carried)
+    env = dict(zip(body_phs, [*loop_vars, *extra]))
+    new_values = _as_list(ctx.interpreter.run_nodes(sub, body_gm.graph, env, owner=body_gm))
+    if len(new_values) != len(carried):
+        raise ctx.error(f"The body of while_loop returns {len(new_values)} values for {len(carried)} carried inputs.")
+    sub_ctx = type(ctx)(sub, ctx.interpreter, node)
+    new_values = [sub_ctx.as_value(v) if not isinstance(v, ir.Value) else v for v in new_values]
+    cond_env = dict(zip(_placeholders(cond_gm), [*new_values, *extra]))
+    cond_out = _as_list(ctx.interpreter.run_nodes(sub, cond_gm.graph, cond_env, owner=cond_gm))
+    cond_next = _scalar_bool(sub_ctx, cond_out[0])
+    graph = _finish_body(sub, [cond_next, *[sub_ctx.cast(v, ctx.dtype(c)) for v, c in zip(new_values, carried)]])
+    outs = ctx.op.Loop(None, cond0, *carried, body=graph, _outputs=len(carried))
+    return outs if isinstance(outs, tuple) else (outs,)
+
+
+def _scalar_bool(ctx, value: Any) -> ir.Value:
+    value = ctx.cast(ctx.as_value(value), torch.bool)
+    if value.shape is None or len(value.shape) != 0:
+        value = ctx.op.Reshape(value, ctx.const([], torch.int64))
+        value.dtype, value.shape = ir.DataType.BOOL, ir.Shape([])
+    return value
+
+
+def _coerce_types(loop_vars: list[ir.Value], carried: list[ir.Value]) -> None:
+    """Body inputs take the dtype of the initial carried values (ints -> int64)."""
+    for v, c in zip(loop_vars, carried):
+        if c.dtype is not None:
+            v.dtype = c.dtype
+        if v.dtype is None:
+            raise ConversionError(f"Unknown dtype for the loop variable {v.name!r}.")
