@@ -168,3 +168,60 @@ class ConversionContext:
         :return: the ONNX graph and its output values
         """
         return self.interpreter.convert_subgraph(self, graph_module, name, input_values, graph_inputs)
+
+    # onnxscript functions
+    def call_onnxscript(self, fn: Any, *args: Any, **kwargs: Any) -> ir.Value | tuple[ir.Value, ...]:
+        """Calls an :epkg:`onnxscript` function (``@onnxscript.script()``) as a local function.
+
+        Tensor parameters receive ``args`` (Values, or Python scalars made constants),
+        the others become attributes of the call; the function is added once to the model
+        (its default opset follows the model's).
+
+        .. code-block:: python
+
+            from onnxscript import opset18 as op
+            import onnxscript
+
+            @onnxscript.script()
+            def scaled_relu(x, alpha: float):
+                return op.Relu(x) * op.CastLike(alpha, x)
+
+            def convert_myop(ctx, node, x, alpha):
+                return ctx.call_onnxscript(scaled_relu, x, alpha)
+        """
+        import inspect
+
+        proto = fn.to_function_proto()
+        params = list(inspect.signature(fn.function).parameters.values())
+        bound = inspect.signature(fn.function).bind(*args, **kwargs)
+        inputs: list[ir.Value | None] = []
+        attributes: dict[str, Any] = {}
+        input_names, attr_names = list(proto.input), set(proto.attribute) | {a.name for a in proto.attribute_proto}
+        for p in params:
+            if p.name not in bound.arguments:
+                if p.name in input_names:
+                    inputs.append(None)
+                continue
+            value = bound.arguments[p.name]
+            if p.name in attr_names:
+                if p.annotation in (float, "float"):
+                    value = float(value)
+                elif p.annotation in (int, "int"):
+                    value = int(value)
+                attributes[p.name] = value
+            else:
+                inputs.append(value if value is None or isinstance(value, ir.Value) else self.as_value(value))
+        key = (proto.domain, proto.name, proto.overload)
+        functions = self.builder.functions
+        if key not in functions:
+            function = ir.serde.deserialize_function(proto)
+            for domain, version in list(function.opset_imports.items()):
+                if domain == "":
+                    function.opset_imports[""] = self.opset
+                elif domain not in self.builder.opset_imports:
+                    self.builder.opset_imports[domain] = version
+            functions[key] = function
+        self.builder.opset_imports.setdefault(proto.domain, 1)
+        return self.builder.make_node(
+            proto.name, inputs, attributes, num_outputs=len(proto.output), domain=proto.domain
+        )

@@ -15,6 +15,11 @@ A converter receives ``(ctx, node, *args, **kwargs)`` where tensors are
 :class:`fx2onnx.convert.context.ConversionContext` for the helpers. An
 :epkg:`onnxscript` function (``@onnxscript.script()``) is accepted too: it is
 called with the tensor arguments and added as a local function.
+
+An op declared with ``mutates_args`` (modifying a tensor in place) reaches the
+converter through its functional form (``auto_functionalized_v2``): the
+converter receives the arguments as usual and returns the op's outputs followed
+by the new value of every mutated argument, in the order of the schema.
 """
 
 from __future__ import annotations

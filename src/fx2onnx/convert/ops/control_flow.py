@@ -178,3 +178,70 @@ def _coerce_types(loop_vars: list[ir.Value], carried: list[ir.Value]) -> None:
             v.dtype = c.dtype
         if v.dtype is None:
             raise ConversionError(f"Unknown dtype for the loop variable {v.name!r}.")
+
+
+# custom ops mutating their inputs: auto_functionalized(_v2)
+
+
+def _mutated_op_call(ctx, node, op, kwargs: dict, bases: list | None):
+    """Calls the converter of ``op`` on the functional form of a mutating call.
+
+    The converter of an op with ``mutates_args`` returns the op's outputs followed
+    by the new values of the mutated arguments (schema order).
+    """
+    from ..errors import UnsupportedOpError
+
+    fn = ctx.interpreter.find_converter(op)
+    if fn is None:
+        raise UnsupportedOpError(op, node)
+    schema = op._schema
+    mutable = [a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    positional, keyword = [], {}
+    for a in schema.arguments:
+        if a.name in mutable and bases is not None:
+            index = kwargs.get(f"_{a.name}_base_index")
+            if any(f"_{a.name}_{k}" in kwargs for k in ("size", "slice_dim")):
+                raise ctx.error(
+                    f"Argument {a.name!r} of {op} is a view of another tensor: only whole tensors "
+                    f"mutated in place are supported. Pass a contiguous tensor (x.clone()) to the op."
+                )
+            value = None if index is None else bases[index]
+        elif a.name in kwargs:
+            value = kwargs[a.name]
+        elif a.has_default_value():
+            value = a.default_value
+        else:
+            raise ctx.error(f"Missing argument {a.name!r} for {op}.")
+        (keyword.__setitem__(a.name, value) if a.kwarg_only else positional.append(value))
+    result = fn(ctx, node, *positional, **keyword)
+    result = list(result) if isinstance(result, (list, tuple)) else [result]
+    n_returns = len(schema.returns)
+    if len(result) != n_returns + len(mutable):
+        raise ctx.error(
+            f"The converter of {op} (mutates {mutable}) returned {len(result)} values: it must return "
+            f"the {n_returns} output(s) of the op followed by the new value of each mutated argument."
+        )
+    outputs, new_values = result[:n_returns], dict(zip(mutable, result[n_returns:]))
+    return outputs, mutable, new_values
+
+
+@converter(hop.auto_functionalized_v2)
+def convert_auto_functionalized_v2(ctx, node, op, **kwargs):
+    """A custom op with ``mutates_args`` after functionalization (torch >= 2.6)."""
+    bases = list(kwargs.get("_all_bases") or [])
+    outputs, mutable, new_values = _mutated_op_call(ctx, node, op, kwargs, bases)
+    new_bases = list(bases)
+    for name in mutable:
+        index = kwargs.get(f"_{name}_base_index")
+        if index is not None:
+            new_bases[index] = new_values[name]
+    head = outputs if outputs else [None]
+    return (*head, *new_bases)
+
+
+@converter(hop.auto_functionalized)
+def convert_auto_functionalized(ctx, node, op, **kwargs):
+    """A custom op with ``mutates_args`` after functionalization (first version)."""
+    outputs, mutable, new_values = _mutated_op_call(ctx, node, op, kwargs, None)
+    head = outputs if outputs else [None]
+    return (*head, *[new_values[n] for n in mutable])
