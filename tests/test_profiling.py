@@ -119,3 +119,12 @@ def test_profile_dynamo_export_op_types_match_the_model():
     model_ops = {n.op_type for n in onx.graph.node} - {"Constant"}
     assert set(per_node["op_type"]) == model_ops
     assert per_node["total_us"].sum() > 0
+
+
+def test_profile_a_file_with_external_data(tmp_path):
+    path = tmp_path / "model.onnx"
+    onnx.save(matmul_model(), path, save_as_external_data=True, location="weights.bin", size_threshold=0)
+    assert (tmp_path / "weights.bin").exists()
+    per_node = profile(path, {"x": X}, repeat=2, optimization="disable")
+    assert set(per_node["node"]) == {"mm", "add", "relu", "mm2", "tanh"}
+    assert per_node["total_us"].sum() > 0

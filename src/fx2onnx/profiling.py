@@ -104,7 +104,9 @@ def profile(
         raise ValueError(f"repeat must be >= 1 and warmup >= 0, got repeat={repeat}, warmup={warmup}.")
     if optimization not in _LEVELS:
         raise ValueError(f"optimization must be one of {sorted(_LEVELS)}, not {optimization!r}.")
-    proto = load_model(model)
+    is_path = isinstance(model, (str, os.PathLike))
+    # a file is given to onnxruntime as it is (its external weights stay on disk)
+    proto = load_model(model, load_external_data=not is_path)
     checked = check_feeds(proto, feeds)
     with tempfile.TemporaryDirectory(prefix="fx2onnx_profile_") as folder:
         opts = onnxruntime.SessionOptions()
@@ -115,7 +117,9 @@ def profile(
         if intra_op_num_threads is not None:
             opts.intra_op_num_threads = intra_op_num_threads
         sess = onnxruntime.InferenceSession(
-            proto.SerializeToString(), opts, providers=list(providers or ["CPUExecutionProvider"])
+            str(model) if is_path else proto.SerializeToString(),
+            opts,
+            providers=list(providers or ["CPUExecutionProvider"]),
         )
         for _ in range(warmup + repeat):
             sess.run(None, checked)

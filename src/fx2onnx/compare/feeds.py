@@ -19,17 +19,21 @@ from .. import validate as _public_validate  # noqa: F401
 from ..validate import to_numpy
 
 
-def load_model(model: onnx.ModelProto | str | os.PathLike) -> onnx.ModelProto:
+def load_model(
+    model: onnx.ModelProto | str | os.PathLike, load_external_data: bool = True
+) -> onnx.ModelProto:
     """Returns a ModelProto, loading it when ``model`` is a path.
 
     Raises FileNotFoundError naming the path when it does not exist.
+    ``load_external_data=False`` leaves the weights stored outside the file
+    where they are (enough to read the inputs).
     """
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, (str, os.PathLike)):
         if not os.path.exists(model):
             raise FileNotFoundError(f"ONNX model {str(model)!r} does not exist.")
-        return onnx.load(str(model))
+        return onnx.load(str(model), load_external_data=load_external_data)
     raise TypeError(
         f"Expected an onnx.ModelProto or a path to an .onnx file, got {type(model).__name__}."
     )
