@@ -1,0 +1,191 @@
+"""One FX graph converted into ONNX and run with onnxruntime, sessions cached per input signature."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import onnx_ir as ir
+import torch
+
+from ..convert.graph_module import convert_graph_module
+from ..validate import to_numpy
+from .dump import dump_targets, save_dump
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+@dataclasses.dataclass
+class BackendOptions:
+    """Options of :func:`fx2onnx.backend.make_onnxruntime_backend`."""
+
+    dynamic: bool = False
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    dump_folder: str | None = None
+    verbose: int = 0
+    fallback: bool = False
+    target_opset: int = 18
+    dispatcher: Any = None
+
+
+@dataclasses.dataclass
+class _CachedSession:
+    session: Any
+    model: ir.Model
+    input_indices: list[int]
+    output_layout: list[tuple[str, Any]]
+    input_names: list[str]
+
+
+def _ort_to_torch(array: np.ndarray) -> torch.Tensor:
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    if not array.flags.c_contiguous:
+        array = array.copy()  # np.ascontiguousarray would turn a 0-d array into a 1-d one
+    return torch.from_numpy(array)
+
+
+class GraphRunner:
+    """Runs one graph handed by dynamo or aot_autograd on onnxruntime.
+
+    The graph is converted once when the runner is created, so that an
+    unsupported operator is reported at compile time. A session is created per
+    input signature: dtypes and shapes (ranks if ``dynamic``) of the tensors,
+    values of the Python scalars. With ``dynamic=False`` each signature gets a
+    model with static shapes; with ``dynamic=True`` the model keeps the symbolic
+    dimensions dynamo gave.
+
+    :param gm: an FX graph of aten operators
+    :param example_inputs: one example per placeholder (fake tensors, SymInt...)
+    :param name: name of the graph (``g0_forward``...), used in dumps and messages
+    :param options: backend options
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], name: str, options: BackendOptions):
+        self._boxed_call = True  # aot_autograd gives the arguments as one list (copied by wrappers)
+        self.gm = gm
+        self.example_inputs = list(example_inputs)
+        self.name = name
+        self.options = options
+        self.sessions: dict[tuple, _CachedSession] = {}
+        self.n_calls = 0
+        self.cache_hits = 0
+        self.conversion_time = 0.0
+        self.files: list[str] = []
+        output_node = next(n for n in gm.graph.nodes if n.op == "output")
+        fx_outputs = output_node.args[0] if isinstance(output_node.args[0], (list, tuple)) else [output_node.args[0]]
+        self._expected_ranks = [
+            o.meta["val"].dim() if isinstance(o, torch.fx.Node) and isinstance(o.meta.get("val"), torch.Tensor) else None
+            for o in fx_outputs
+        ]
+        # converted now: an unsupported op fails at compile time
+        self.model = self._convert(self.example_inputs, static_shapes=False)
+        self._example_key = self._static_key(self.example_inputs)
+
+    def __repr__(self) -> str:
+        return f"GraphRunner({self.name!r}, sessions={len(self.sessions)}, calls={self.n_calls}, hits={self.cache_hits})"
+
+    @property
+    def node_count(self) -> int:
+        """Number of ONNX nodes of the model converted at compile time."""
+        return len(self.model.graph)
+
+    def _static_key(self, inputs: Sequence[Any]) -> tuple | None:
+        """The signature of the compile-time examples, None if a shape is symbolic and dynamic is False."""
+        if not self.options.dynamic and any(
+            isinstance(x, _SYMBOLIC) or (isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape))
+            for x in inputs
+        ):
+            return None
+        return self.signature(inputs)
+
+    def _convert(self, inputs: Sequence[Any], static_shapes: bool) -> ir.Model:
+        begin = time.perf_counter()
+        model = convert_graph_module(
+            self.gm,
+            inputs,
+            static_shapes=static_shapes,
+            target_opset=self.options.target_opset,
+            dispatcher=self.options.dispatcher,
+            verbose=max(self.options.verbose - 1, 0),
+        )
+        self.conversion_time += time.perf_counter() - begin
+        if self.options.verbose:
+            print(f"[fx2onnx.backend] {self.name}: {len(self.gm.graph.nodes)} FX nodes -> {len(model.graph)} ONNX nodes")
+        return model
+
+    def signature(self, args: Sequence[Any]) -> tuple:
+        """The cache key of a call: dtype and shape (rank if dynamic) of tensors, values of constants."""
+        key: list[Any] = []
+        for i, x in enumerate(args):
+            if isinstance(x, torch.Tensor):
+                key.append(("T", x.dtype, x.dim() if self.options.dynamic else tuple(int(d) for d in x.shape)))
+            elif self.options.dynamic and isinstance(self.example_inputs[i], _SYMBOLIC):
+                key.append(("S",))  # a symbolic scalar stays an input of the model
+            else:
+                key.append(("C", type(x).__name__, x))
+        return tuple(key)
+
+    def _session_for(self, args: Sequence[Any]) -> _CachedSession:
+        key = self.signature(args)
+        cached = self.sessions.get(key)
+        if cached is not None:
+            self.cache_hits += 1
+            return cached
+        if key == self._example_key:
+            model = self.model  # the model converted at compile time fits
+        else:
+            model = self._convert(list(args), static_shapes=True)
+        cached = self._make_session(model, len(self.sessions))
+        self.sessions[key] = cached
+        return cached
+
+    def _make_session(self, model: ir.Model, index: int) -> _CachedSession:
+        import onnxruntime
+
+        targets = dump_targets(self.options.dump_folder)
+        if targets:
+            self.files.extend(save_dump(model, self.gm, self.name, index, targets))
+        proto = ir.to_proto(model)
+        opts = onnxruntime.SessionOptions()
+        opts.log_severity_level = 3
+        try:
+            session = onnxruntime.InferenceSession(proto.SerializeToString(), opts, providers=list(self.options.providers))
+        except Exception as e:
+            raise RuntimeError(
+                f"onnxruntime cannot load the model converted from graph {self.name!r}: {e}\n"
+                f"Use fx2onnx.dump_onnx(prefix, folder) to save the model and its FX graph, then inspect them."
+            ) from e
+        return _CachedSession(
+            session=session,
+            model=model,
+            input_indices=list(model.meta["input_indices"]),
+            output_layout=list(model.meta["output_layout"]),
+            input_names=[i.name for i in session.get_inputs()],
+        )
+
+    def __call__(self, *args: Any) -> list[Any]:
+        # boxed convention: one list of arguments; some wrappers call it unboxed
+        args = list(args[0]) if len(args) == 1 and isinstance(args[0], list) else list(args)
+        self.n_calls += 1
+        cached = self._session_for(args)
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+        feeds = {}
+        for name, index in zip(cached.input_names, cached.input_indices):
+            feeds[name] = to_numpy(args[index])
+        results = cached.session.run(None, feeds)
+        outputs: list[Any] = []
+        for kind, value, expected in zip(*zip(*cached.output_layout), self._expected_ranks):
+            if kind == "onnx":
+                t = _ort_to_torch(results[value])
+                if expected is not None and t.dim() != expected:
+                    raise RuntimeError(
+                        f"Graph {self.name!r}: output {value} has rank {t.dim()} on onnxruntime but torch expects "
+                        f"rank {expected}; a converter is wrong. Dump the model with fx2onnx.dump_onnx to inspect it."
+                    )
+                outputs.append(t if device.type == "cpu" else t.to(device))
+            else:
+                outputs.append(value)
+        return outputs

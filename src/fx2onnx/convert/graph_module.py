@@ -1,0 +1,135 @@
+"""Converts a plain FX GraphModule (as dynamo or aot_autograd hand it) into ONNX.
+
+:func:`fx2onnx.to_onnx` starts from an ExportedProgram whose signature tells
+weights from inputs. A graph given to a ``torch.compile`` backend has no such
+signature: every placeholder is an input (weights included), with an example
+value (a real or a fake tensor, a SymInt, an int). This module turns such a
+graph into an ONNX model with one ONNX input per tensor or symbolic placeholder.
+
+.. code-block:: python
+
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from fx2onnx.convert.graph_module import convert_graph_module
+
+    def f(x, y):
+        return torch.relu(x) + y
+
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    gm = make_fx(f)(x, y)
+    model = convert_graph_module(gm, [x, y])  # an onnx_ir.Model
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import onnx_ir as ir
+import torch
+
+from .builder import GraphBuilder
+from .dispatcher import Dispatcher
+from .errors import ConversionError
+from .interpreter import DimNamer, Interpreter
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _placeholder_value(node: torch.fx.Node, example: Any) -> Any:
+    """The value describing a placeholder: its example, or the fake value in its meta."""
+    if example is not None:
+        return example
+    return node.meta.get("val", node.meta.get("example_value"))
+
+
+def _scalar_dtype(value: Any) -> torch.dtype:
+    if isinstance(value, (torch.SymBool, bool)):
+        return torch.bool
+    if isinstance(value, (torch.SymInt, int)):
+        return torch.int64
+    return torch.float32
+
+
+def convert_graph_module(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    *,
+    static_shapes: bool = False,
+    target_opset: int = 18,
+    dispatcher: Dispatcher | None = None,
+    verbose: int = 0,
+) -> ir.Model:
+    """Converts an FX GraphModule of aten ops into an :class:`onnx_ir.Model`.
+
+    :param gm: the graph, its nodes are aten ops (``node.meta["val"]`` holds
+        their fake results, as dynamo and aot_autograd leave them)
+    :param example_inputs: one value per placeholder (tensors, fake tensors,
+        SymInt, int, None); a tensor or a symbolic scalar becomes an ONNX input,
+        a plain Python value is kept as a constant of the model
+    :param static_shapes: write the example's concrete shapes on the ONNX inputs
+        (instead of the symbolic dimensions of the fake values)
+    :param target_opset: ONNX opset of the main domain
+    :param dispatcher: user converters (:class:`fx2onnx.Dispatcher`)
+    :param verbose: verbosity
+    :return: the model; its inputs follow the placeholders that became inputs
+        (see :func:`graph_module_input_indices`), its outputs the tensor outputs
+        of the graph (see :func:`graph_module_output_layout`)
+    """
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        raise ValueError(
+            f"The graph has {len(placeholders)} placeholders but {len(example_inputs)} example inputs were given: "
+            f"give one example value per placeholder."
+        )
+    interpreter = Interpreter(dispatcher, DimNamer(), verbose=verbose)
+    builder = GraphBuilder("main_graph", target_opset)
+    env: dict[torch.fx.Node, Any] = {}
+    for node, example in zip(placeholders, example_inputs):
+        value = _placeholder_value(node, example)
+        if isinstance(value, torch.Tensor):
+            fake = node.meta.get("val", value)
+            shape = list(value.shape) if static_shapes or not isinstance(fake, torch.Tensor) else list(fake.shape)
+            env[node] = builder.add_input(node.name, value.dtype, [interpreter.dim_namer(d) for d in shape])
+        elif isinstance(value, _SYMBOLIC):
+            env[node] = builder.add_input(node.name, _scalar_dtype(value), [])
+        else:
+            env[node] = value  # None, a static int, a float...
+    outputs = interpreter.run_nodes(builder, gm.graph, env, owner=gm)
+    if not isinstance(outputs, (list, tuple)):
+        outputs = [outputs]
+    output_node = next(n for n in gm.graph.nodes if n.op == "output")
+    fx_outputs = output_node.args[0]
+    if not isinstance(fx_outputs, (list, tuple)):
+        fx_outputs = [fx_outputs]
+    layout: list[tuple[str, Any]] = []
+    for value, fx_out in zip(outputs, fx_outputs):
+        if isinstance(value, ir.Value):
+            name = fx_out.name if isinstance(fx_out, torch.fx.Node) else None
+            out = builder.add_output(value, name)
+            if out is not value:
+                out.dtype, out.shape = value.dtype, value.shape
+            layout.append(("onnx", len(builder.outputs) - 1))
+        elif isinstance(value, (list, tuple)) and any(isinstance(v, ir.Value) for v in value):
+            raise ConversionError("Nested outputs are not supported by convert_graph_module.", output_node)
+        else:
+            layout.append(("const", value))
+    from .api import _version
+
+    model = builder.to_model(producer_version=_version())
+    model.meta["input_indices"] = [i for i, node in enumerate(placeholders) if isinstance(env[node], ir.Value)]
+    model.meta["output_layout"] = layout
+    return model
+
+
+def graph_module_input_indices(model: ir.Model) -> list[int]:
+    """Indices of the placeholders which :func:`convert_graph_module` made ONNX inputs."""
+    return list(model.meta["input_indices"])
+
+
+def graph_module_output_layout(model: ir.Model) -> list[tuple[str, Any]]:
+    """How the graph's outputs map to the ONNX outputs of a model built by :func:`convert_graph_module`.
+
+    One pair per output of the FX graph: ``("onnx", k)`` for the k-th ONNX output,
+    ``("const", value)`` for a value known at conversion time (None, an int).
+    """
+    return list(model.meta["output_layout"])
