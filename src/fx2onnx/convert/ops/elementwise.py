@@ -140,7 +140,6 @@ _UNARY = {
     aten.bitwise_not.default: "Not",
     aten.logical_not.default: "Not",
     aten.isnan.default: "IsNaN",
-    aten.softplus.default: "Softplus",
     aten.mish.default: "Mish",
     aten.hardswish.default: "HardSwish",
 }
@@ -244,6 +243,45 @@ def convert_gelu(ctx, node, x, approximate="none"):
         return ctx.op.Mul(ctx.op.Mul(half, x), ctx.op.Add(one, ctx.op.Tanh(inner)))
     erf = ctx.op.Erf(ctx.op.Div(x, ctx.const(math.sqrt(2.0), dtype)))
     return ctx.op.Mul(ctx.op.Mul(half, x), ctx.op.Add(one, erf))
+
+
+@converter(aten.softplus.default)
+def convert_softplus(ctx, node, x, beta=1, threshold=20):
+    if beta == 1 and threshold >= 20:
+        return ctx.op.Softplus(x)
+    # torch: x where beta * x > threshold, else log(1 + exp(beta * x)) / beta
+    dtype = ctx.out_dtype()
+    scaled = ctx.op.Mul(x, ctx.const(float(beta), dtype))
+    soft = ctx.op.Div(ctx.op.Softplus(scaled), ctx.const(float(beta), dtype))
+    return ctx.op.Where(ctx.op.Greater(scaled, ctx.const(float(threshold), dtype)), x, soft)
+
+
+@converter(aten.log_sigmoid.default)
+def convert_log_sigmoid(ctx, node, x):
+    # stable form: min(x, 0) - log(1 + exp(-|x|))
+    dtype = ctx.out_dtype()
+    one = ctx.const(1.0, dtype)
+    tail = ctx.op.Log(ctx.op.Add(one, ctx.op.Exp(ctx.op.Neg(ctx.op.Abs(x)))))
+    return ctx.op.Sub(ctx.op.Min(x, ctx.const(0.0, dtype)), tail)
+
+
+@converter(aten.threshold.default)
+def convert_threshold(ctx, node, x, threshold, value):
+    dtype = ctx.out_dtype()
+    return ctx.op.Where(ctx.op.Greater(x, ctx.as_value(threshold, dtype)), x, ctx.as_value(value, dtype))
+
+
+@converter(aten.rrelu.default)
+def convert_rrelu(ctx, node, x, lower=1.0 / 8, upper=1.0 / 3, training=False, generator=None):
+    if training:
+        raise ctx.error("rrelu in training mode is random and cannot be exported: call model.eval() before exporting.")
+    return ctx.op.LeakyRelu(x, alpha=(float(lower) + float(upper)) / 2)
+
+
+@converter(aten.glu.default)
+def convert_glu(ctx, node, x, dim=-1):
+    first, second = ctx.op.Split(x, axis=int(dim), num_outputs=2, _outputs=2)
+    return ctx.op.Mul(first, ctx.op.Sigmoid(second))
 
 
 @converter(aten.leaky_relu.default)

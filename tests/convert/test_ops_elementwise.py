@@ -1,0 +1,205 @@
+"""Converters of elementwise operators: activations, arithmetic, comparisons, logic."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import check_export
+from torch import nn
+
+
+class Fn(nn.Module):
+    """Wraps a function of one input into a module."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+class Fn2(Fn):
+    """Wraps a function of two inputs into a module."""
+
+    def forward(self, a, b):
+        return self.fn(a, b)
+
+
+def _x(*shape, scale=3.0, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale
+
+
+ACTIVATIONS = {
+    "relu": nn.ReLU(),
+    "relu_inplace": nn.ReLU(inplace=True),
+    "leaky_relu": nn.LeakyReLU(0.2),
+    "prelu": nn.PReLU(4, init=0.3),
+    "prelu_single": nn.PReLU(),
+    "elu": nn.ELU(0.7),
+    "selu": nn.SELU(),
+    "celu": nn.CELU(0.5),
+    "gelu": nn.GELU(),
+    "gelu_tanh": nn.GELU("tanh"),
+    "silu": nn.SiLU(),
+    "mish": nn.Mish(),
+    "softplus": nn.Softplus(),
+    "softplus_beta_threshold": nn.Softplus(beta=2.0, threshold=3.0),
+    "softsign": nn.Softsign(),
+    "hardswish": nn.Hardswish(),
+    "hardsigmoid": nn.Hardsigmoid(),
+    "hardtanh": nn.Hardtanh(-2.0, 1.5),
+    "relu6": nn.ReLU6(),
+    "sigmoid": nn.Sigmoid(),
+    "tanh": nn.Tanh(),
+    "logsigmoid": nn.LogSigmoid(),
+    "softmax": nn.Softmax(dim=1),
+    "softmax_last": nn.Softmax(dim=-1),
+    "logsoftmax": nn.LogSoftmax(dim=1),
+    "softmin": nn.Softmin(dim=1),
+    "threshold": nn.Threshold(0.5, -2.0),
+    "tanhshrink": nn.Tanhshrink(),
+    "softshrink": nn.Softshrink(0.7),
+    "hardshrink": nn.Hardshrink(0.7),
+    "glu": nn.GLU(dim=1),
+    "glu_last": nn.GLU(),
+    "rrelu_eval": nn.RReLU(0.1, 0.3),
+    "dropout_eval": nn.Dropout(0.5),
+    "dropout2d_eval": nn.Dropout2d(0.5),
+    "alpha_dropout_eval": nn.AlphaDropout(0.5),
+    "identity": nn.Identity(),
+}
+
+
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+def test_activations(name):
+    model = ACTIVATIONS[name]
+    x, x2 = _x(2, 4, 6), _x(5, 4, 6, seed=1)
+    check_export(model, (x,), dynamic_shapes=({0: "batch"},), inputs2=((x2,), None))
+
+
+def test_gelu_opset20():
+    x = _x(3, 8)
+    check_export(Fn(lambda x: F.gelu(x) + F.gelu(x, approximate="tanh")), (x,), target_opset=20)
+
+
+def test_activations_float16():
+    x = _x(3, 8).half()
+    model = Fn(lambda x: F.gelu(x) + F.silu(x) + torch.sigmoid(x) + F.softmax(x, -1) + F.hardswish(x))
+    check_export(model, (x,), atol=1e-2, rtol=1e-2)
+
+
+def test_softmax_dtype_argument():
+    check_export(Fn(lambda x: F.softmax(x, -1, dtype=torch.float64) + F.log_softmax(x, 0, dtype=torch.float64)), (_x(3, 5),))
+
+
+def _pos(*shape, seed=0):
+    return torch.rand(*shape, generator=torch.Generator().manual_seed(seed)) + 0.1
+
+
+def _ints(*shape, low=-9, high=10, seed=0, dtype=torch.int64):
+    return torch.randint(low, high, shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+FLOAT_BINARY = {
+    "add_alpha": lambda a, b: torch.add(a, b, alpha=2.5) + (a + 1.5),
+    "sub_alpha_rsub": lambda a, b: torch.sub(a, b, alpha=0.5) + (2.0 - a),
+    "mul_div": lambda a, b: a * b / (b.abs() + 1) * 3,
+    "div_modes": lambda a, b: torch.div(a, b, rounding_mode="floor") + torch.div(a, b, rounding_mode="trunc"),
+    "floor_divide": lambda a, b: torch.floor_divide(a, b) + a // 0.7,
+    "remainder_fmod": lambda a, b: torch.remainder(a, b) + torch.fmod(a, b) + a % 1.3,
+    "pow": lambda a, b: a.abs() ** b + a**2 + a.abs() ** 0.5 + a**3 + 2**a,
+    "min_max": lambda a, b: torch.minimum(a, b) + torch.maximum(a, b) * 2,
+    "atan2": lambda a, b: torch.atan2(a, b),
+    "lerp": lambda a, b: torch.lerp(a, b, 0.3) + torch.lerp(a, b, b.sigmoid()),
+    "addcmul_addcdiv": lambda a, b: torch.addcmul(a, a, b, value=0.5) + torch.addcdiv(a, a, b.abs() + 1, value=2),
+    "where_clamp": lambda a, b: torch.where(a > b, a, b * 2).clamp(-1, 1) + a.clamp(min=b) + a.clamp(max=0.5),
+    "clamp_tensor": lambda a, b: torch.clamp(a, min=b - 1, max=b + 1) + torch.clamp_min(a, 0.1) + torch.clamp_max(a, -0.1),
+}
+
+
+@pytest.mark.parametrize("name", list(FLOAT_BINARY))
+def test_float_binary(name):
+    a, b = _x(2, 3, 4), _x(2, 3, 4, seed=1) + 0.05
+    a2, b2 = _x(4, 3, 4, seed=2), _x(4, 3, 4, seed=3) + 0.05
+    ds = ({0: "batch"}, {0: "batch"})
+    check_export(Fn2(FLOAT_BINARY[name]), (a, b), dynamic_shapes=ds, inputs2=((a2, b2), None))
+
+
+UNARY = {
+    "exp_log": lambda x: torch.exp(x) + torch.log(x) + torch.log2(x) + torch.log10(x) + torch.log1p(x) + torch.expm1(x),
+    "sqrt_rsqrt_reciprocal": lambda x: torch.sqrt(x) + torch.rsqrt(x) + torch.reciprocal(x) + torch.exp2(x),
+    "trig": lambda x: torch.sin(x) + torch.cos(x) + torch.tan(x) + torch.asin(x - 0.5) + torch.acos(x - 0.5) + torch.atan(x),
+    "hyperbolic": lambda x: torch.sinh(x) + torch.cosh(x) + torch.tanh(x) + torch.asinh(x) + torch.acosh(x + 1) + torch.atanh(x - 0.55),
+    "rounding": lambda x: torch.floor(x * 5) + torch.ceil(x * 5) + torch.round(x * 5) + torch.trunc(x * 5 - 3) + torch.round(x, decimals=2),
+    "sign_abs_neg": lambda x: torch.sign(x - 0.5) + torch.abs(x - 0.5) - torch.neg(x) + torch.erf(x),
+    "logit": lambda x: torch.logit(x - 0.05) + torch.logit(x, eps=0.2),
+}
+
+
+@pytest.mark.parametrize("name", list(UNARY))
+def test_float_unary(name):
+    x, x2 = _pos(2, 5) * 0.9, _pos(3, 5, seed=1) * 0.9
+    check_export(Fn(UNARY[name]), (x,), dynamic_shapes=({0: "batch"},), inputs2=((x2,), None))
+
+
+def test_special_values():
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, 1.5, -80.0, 80.0])
+    model = Fn(lambda x: (torch.isnan(x), torch.isinf(x), torch.isfinite(x), F.logsigmoid(x), F.softplus(x)))
+    check_export(model, (x,))
+
+
+INT_OPS = {
+    "arith": lambda a, b: a + b * 3 - a * b + torch.add(a, b, alpha=2),
+    "floor_div_negative": lambda a, b: torch.div(a, b, rounding_mode="floor") + a // 3 + torch.div(a, b, rounding_mode="trunc"),
+    "true_div": lambda a, b: a / b,
+    "remainder_fmod": lambda a, b: a % b + torch.fmod(a, b) + a % 4,
+    "min_max_abs_neg": lambda a, b: torch.minimum(a, b) + torch.maximum(a, b) + a.abs() - b.neg() + a.sign(),
+    "compare": lambda a, b: (a < b, a <= 2, a > b, a >= b, a == b, a != 3),
+    "bitwise": lambda a, b: (a & b) + (a | b) + (a ^ b) + torch.bitwise_not(a) + (a & 3),
+    "clamp_where": lambda a, b: torch.where(a > 0, a, -b).clamp(-3, 4),
+    "int_to_float_unary": lambda a, b: torch.sqrt(a.abs()) + torch.exp(a * 0.1) + torch.sigmoid(b),
+    "pow_int": lambda a, b: a**2 + b.abs() ** 3,
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("name", list(INT_OPS))
+def test_integer_ops(name, dtype):
+    a = _ints(2, 6, dtype=dtype)
+    b = _ints(2, 6, low=1, high=6, seed=1, dtype=dtype) * torch.tensor([1, -1, 1, -1, 1, -1], dtype=dtype)
+    check_export(Fn2(INT_OPS[name]), (a, b))
+
+
+BOOL_OPS = {
+    "logical": lambda a, b: (a & b, a | b, a ^ b, ~a, torch.logical_and(a, b), torch.logical_or(a, b), torch.logical_xor(a, b), torch.logical_not(a)),
+    "add_mul": lambda a, b: (a + b, a * b),
+    "where": lambda a, b: torch.where(a, 1.0, 0.0) + torch.where(b, 2, 3),
+    "compare": lambda a, b: (a == b, a != b),
+}
+
+
+@pytest.mark.parametrize("name", list(BOOL_OPS))
+def test_bool_ops(name):
+    gen = torch.Generator().manual_seed(0)
+    a, b = torch.rand(3, 4, generator=gen) > 0.5, torch.rand(3, 4, generator=gen) > 0.5
+    check_export(Fn2(BOOL_OPS[name]), (a, b))
+
+
+PROMOTIONS = {
+    "int_plus_float_scalar": (lambda a, b: a + 1.5, torch.int64, torch.int64),
+    "int32_plus_int64": (lambda a, b: a + b, torch.int32, torch.int64),
+    "half_plus_float": (lambda a, b: a + b, torch.float16, torch.float32),
+    "int_times_float": (lambda a, b: a * b, torch.int64, torch.float32),
+    "bool_plus_int": (lambda a, b: (a > 0) + b, torch.int64, torch.int64),
+    "compare_int_float": (lambda a, b: a < b, torch.int64, torch.float32),
+}
+
+
+@pytest.mark.parametrize("name", list(PROMOTIONS))
+def test_type_promotion(name):
+    fn, da, db = PROMOTIONS[name]
+    a = _x(2, 3).to(da)
+    b = _x(2, 3, seed=1).to(db)
+    check_export(Fn2(fn), (a, b))
