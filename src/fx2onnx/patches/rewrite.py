@@ -283,14 +283,26 @@ class _IfRewriter(ast.NodeTransformer):
             code = f"def {name}({', '.join(operands)}):\n    pass\n"
             fn = ast.parse(code).body[0]
             fn.body = list(body)
-            if outputs is not None:
-                fn.body.append(ast.parse(f"return ({', '.join(outputs)},)").body[0])
+            if outputs is None:
+                last = fn.body[-1]
+                fn.body[-1] = ast.copy_location(
+                    ast.Return(ast.Call(ast.Name(f"{_PREFIX}_clone", ast.Load()), [last.value], [])), last
+                )
+            else:
+                # torch.cond rejects a branch returning one of its inputs: outputs are cloned
+                values = ", ".join(f"{_PREFIX}_clone({n})" for n in outputs)
+                fn.body.append(ast.parse(f"return ({values},)").body[0])
             stmts.append(fn)
         self.count += 1
         return stmts
 
     def _done(self, node: ast.If) -> None:
         self.rewritten.append(node.lineno)
+
+
+def clone(value: Any) -> Any:
+    """Clones the tensors of a value (torch.cond does not let a branch return an input)."""
+    return torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, value)
 
 
 def check_false(condition: Any, message: str) -> None:
@@ -386,21 +398,20 @@ def rewrite_function(
     ast.fix_missing_locations(module)
     new_source = ast.unparse(module) + "\n"
 
-    freevars = function.__code__.co_freevars
-    namespace: dict[str, Any] = dict(function.__globals__)
-    namespace.setdefault("torch", torch)
-    namespace[f"{_PREFIX}_check_false"] = check_false
-    filename = f"<rewritten {function.__qualname__}>"
-    if freevars:
-        # rebuild the closure: the function is defined inside a factory taking the free variables
-        factory_src = f"def {_PREFIX}_factory({', '.join(freevars)}):\n" + textwrap.indent(new_source, "    ")
-        factory_src += f"    return {node.name}\n"
-        exec(compile(factory_src, filename, "exec"), namespace)  # noqa: S102
-        cells = [c.cell_contents for c in function.__closure__ or ()]
-        new_function = namespace[f"{_PREFIX}_factory"](*cells)
-    else:
-        exec(compile(new_source, filename, "exec"), namespace)  # noqa: S102
-        new_function = namespace[node.name]
+    # The function is defined inside a factory whose parameters are the free
+    # variables of the original (its closure) and the helpers: the new function
+    # keeps the module's globals, which torch.compile's guards look up by name.
+    helpers = {"torch": torch, f"{_PREFIX}_check_false": check_false, f"{_PREFIX}_clone": clone}
+    freevars = list(function.__code__.co_freevars)
+    params = [*freevars, *helpers]
+    factory_name = f"{_PREFIX}_factory_{node.name}"
+    factory_src = f"def {factory_name}({', '.join(params)}):\n" + textwrap.indent(new_source, "    ")
+    factory_src += f"    return {node.name}\n"
+    namespace = function.__globals__
+    exec(compile(factory_src, f"<rewritten {function.__qualname__}>", "exec"), namespace)  # noqa: S102
+    factory = namespace.pop(factory_name)
+    cells = [c.cell_contents for c in function.__closure__ or ()]
+    new_function = factory(*cells, *helpers.values())
     new_function.__qualname__ = function.__qualname__
     new_function.__module__ = function.__module__
     new_function.__doc__ = function.__doc__

@@ -44,15 +44,42 @@ def _make_catch_constraints(original: Any) -> Any:
     return produce_guards_and_solve_constraints
 
 
+def _user_location() -> str:
+    """The innermost frame outside torch, sympy and this package: the line responsible."""
+    import os
+    import sys
+
+    torch_dir = os.path.dirname(os.path.abspath(_torch_file()))
+    here = os.path.dirname(os.path.abspath(__file__))
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not (
+            filename.startswith(torch_dir)
+            or filename.startswith(here)
+            or os.sep + "sympy" + os.sep in filename
+            or filename.endswith("contextlib.py")
+        ):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+        frame = frame.f_back
+    return "<unknown>"
+
+
+def _torch_file() -> str:
+    import torch
+
+    return torch.__file__
+
+
 def _make_stop_if_static(level: int) -> Any:
     def make(original: Any) -> Any:
         import sympy
 
         def _set_replacement(self: Any, a: Any, tgt: Any, msg: str) -> None:
             if isinstance(tgt, sympy.Integer) and a in getattr(self, "var_to_sources", {}):
-                sources = [s.name() for s in self.var_to_sources.get(a, [])]
+                sources = [s.name() if callable(s.name) else str(s.name) for s in self.var_to_sources.get(a, [])]
                 if sources:
-                    summary, _ = self._get_stack_summary()
+                    summary = _user_location()
                     message = (
                         f"Dimension {a} of {', '.join(sources)} was declared dynamic but the model "
                         f"makes it static (= {tgt}) at {summary}. Rewrite that line with torch._check or "

@@ -1,0 +1,62 @@
+"""Torch fixes: each test fails without its patch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fx2onnx.patches import torch_export_patches
+from fx2onnx.patches.torch_fixes import DynamicDimensionBecameStatic
+
+
+class Add(torch.nn.Module):
+    def forward(self, x, y):
+        return x + y
+
+
+class Specialize(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] == 4:
+            return x * 2
+        return x
+
+
+def _named_equal_dims():
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    ds = ({0: torch.export.Dim("a")}, {0: torch.export.Dim("b")})
+    return (x, y), ds
+
+
+def test_catch_constraints():
+    args, ds = _named_equal_dims()
+    with pytest.raises(Exception, match="Constraints violated"):
+        torch.export.export(Add(), args, dynamic_shapes=ds, strict=False)
+    with pytest.warns(UserWarning, match="ignored a constraint violation"):
+        with torch_export_patches(catch_constraints=True):
+            ep = torch.export.export(Add(), args, dynamic_shapes=ds, strict=False)
+    # both dimensions are still dynamic, merged into one
+    x, y = torch.randn(5, 4), torch.randn(5, 4)
+    torch.testing.assert_close(ep.module()(x, y), x + y)
+    # restored: the error comes back
+    with pytest.raises(Exception, match="Constraints violated"):
+        torch.export.export(Add(), args, dynamic_shapes=ds, strict=False)
+
+
+def test_catch_constraints_disabled():
+    args, ds = _named_equal_dims()
+    with torch_export_patches(catch_constraints=False):
+        with pytest.raises(Exception, match="Constraints violated"):
+            torch.export.export(Add(), args, dynamic_shapes=ds, strict=False)
+
+
+def test_stop_if_static():
+    ds = ({0: torch.export.Dim.DYNAMIC},)
+    x = (torch.randn(4, 3),)
+    # without the patch: a generic error at the end of the export
+    with pytest.raises(Exception, match="specialized it to be a constant") as plain:
+        torch.export.export(Specialize(), x, dynamic_shapes=ds, strict=False)
+    assert not isinstance(plain.value, DynamicDimensionBecameStatic)
+    # with the patch: the export stops where it happens, naming the input and the line
+    with torch_export_patches(stop_if_static=1):
+        with pytest.raises(DynamicDimensionBecameStatic, match=r"L\['x'\].size\(\)\[0\].*= 4.*test_patches_torch.py"):
+            torch.export.export(Specialize(), x, dynamic_shapes=ds, strict=False)
