@@ -207,10 +207,10 @@ def convert_nll_loss_forward(ctx, node, x, target, weight, reduction, ignore_ind
     picked = ctx.op.GatherElements(x, ctx.op.Unsqueeze(safe, ctx.const([class_axis], torch.int64)), axis=class_axis)
     picked = ctx.op.Squeeze(picked, ctx.const([class_axis], torch.int64))
     losses = ctx.op.Neg(ctx.op.Mul(picked, w))
-    total_weight = ctx.op.ReduceSum(w, keepdims=0)
     kind = _REDUCTIONS[reduction]
     if kind == "none":
-        return losses, total_weight
+        return losses, ctx.op.Identity(ctx.const(0, dtype))  # torch leaves total_weight at 0
+    total_weight = ctx.op.ReduceSum(w, keepdims=0)
     total = ctx.op.ReduceSum(losses, keepdims=0)
     return (ctx.op.Div(total, total_weight) if kind == "mean" else total), total_weight
 

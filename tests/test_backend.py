@@ -1,0 +1,313 @@
+"""The torch.compile backend on onnxruntime, the GraphModule converter and the backward converters."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import fx2onnx
+from fx2onnx.backend import make_onnxruntime_backend
+from fx2onnx.convert.graph_module import convert_graph_module
+from fx2onnx.validate import to_numpy
+
+aten = torch.ops.aten
+
+
+@pytest.fixture(autouse=True)
+def _reset_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.LayerNorm(8), torch.nn.Linear(8, 3))
+
+
+def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+# ---------------------------------------------------------------- converters
+
+
+def run_fx(fn, *inputs):
+    """Traces ``fn`` into aten ops, converts it, runs it on onnxruntime, returns (expected, got)."""
+    gm = make_fx(fn)(*inputs)
+    model = convert_graph_module(gm, list(inputs))
+    session = onnxruntime.InferenceSession(ir.to_proto(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {i.name: to_numpy(inputs[k]) for i, k in zip(session.get_inputs(), model.meta["input_indices"])}
+    got = session.run(None, feeds)
+    expected = fn(*inputs)
+    if not isinstance(expected, (tuple, list)):
+        expected = [expected]
+    expected = [e for e in expected if e is not None]
+    return expected, got
+
+
+def assert_close(fn, *inputs, atol=1e-5):
+    expected, got = run_fx(fn, *inputs)
+    assert len(expected) == len(got)
+    for e, g in zip(expected, got):
+        assert tuple(e.shape) == g.shape
+        np.testing.assert_allclose(g, e.detach().numpy(), atol=atol, rtol=1e-4)
+
+
+x34 = torch.randn(3, 4)
+g34 = torch.randn(3, 4)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda g, x: aten.threshold_backward.default(g, x, 0.0),
+        lambda g, x: aten.sigmoid_backward.default(g, torch.sigmoid(x)),
+        lambda g, x: aten.tanh_backward.default(g, torch.tanh(x)),
+        lambda g, x: aten.silu_backward.default(g, x),
+        lambda g, x: aten.gelu_backward.default(g, x),
+        lambda g, x: aten.gelu_backward.default(g, x, approximate="tanh"),
+        lambda g, x: aten._softmax_backward_data.default(g, torch.softmax(x, 1), 1, torch.float32),
+        lambda g, x: aten._log_softmax_backward_data.default(g, torch.log_softmax(x, -1), -1, torch.float32),
+        lambda g, x: aten.native_dropout_backward.default(g, x > 0, 2.0),
+        lambda g, x: aten.mse_loss.default(g, x),
+        lambda g, x: aten.mse_loss_backward.default(torch.tensor(1.5), g, x, 1),
+    ],
+    ids=["threshold", "sigmoid", "tanh", "silu", "gelu", "gelu_tanh", "softmax", "log_softmax", "dropout", "mse", "mse_bw"],
+)
+def test_elementwise_backward(fn):
+    assert_close(fn, g34, x34)
+
+
+def test_embedding_dense_backward_padding():
+    grad = torch.randn(2, 5, 3)
+    idx = torch.tensor([[1, 2, 1, 0, 4], [4, 4, 0, 3, 2]])
+    assert_close(lambda g, i: aten.embedding_dense_backward.default(g, i, 6, 0, False), grad, idx)
+    assert_close(lambda g, i: aten.embedding_dense_backward.default(g, i, 6, -1, False), grad, idx)
+
+
+@pytest.mark.parametrize("start,end,step", [(1, 4, 1), (0, 6, 2), (-3, 9223372036854775807, 1), (1, 6, 3)])
+def test_slice_backward(start, end, step):
+    x = torch.randn(3, 6, 2)
+    sliced = x[:, start:end:step]
+    grad = torch.randn(*sliced.shape)
+    assert_close(lambda g: aten.slice_backward.default(g, [3, 6, 2], 1, start, end, step), grad)
+
+
+def test_select_backward():
+    assert_close(lambda g: aten.select_backward.default(g, [3, 5, 2], 1, -2), torch.randn(3, 2))
+
+
+def test_native_layer_norm_backward():
+    x = torch.randn(2, 3, 8)
+    w, b = torch.randn(8), torch.randn(8)
+    _, mean, rstd = aten.native_layer_norm.default(x, [8], w, b, 1e-5)
+    grad = torch.randn(2, 3, 8)
+
+    def fn(g, x, mean, rstd, w, b):
+        return aten.native_layer_norm_backward.default(g, x, [8], mean, rstd, w, b, [True, True, True])
+
+    assert_close(fn, grad, x, mean, rstd, w, b, atol=1e-4)
+
+
+@pytest.mark.parametrize("reduction", [0, 1, 2])
+def test_nll_loss_forward_backward(reduction):
+    logp = torch.randn(6, 5).log_softmax(-1)
+    target = torch.tensor([1, 2, -100, 4, 0, 3])
+    weight = torch.rand(5) + 0.5
+
+    def fn(logp, target, weight):
+        loss, total = aten.nll_loss_forward.default(logp, target, weight, reduction, -100)
+        grad = torch.ones_like(loss) * 0.5
+        return loss, total, aten.nll_loss_backward.default(grad, logp, target, weight, reduction, -100, total)
+
+    assert_close(fn, logp, target, weight)
+
+
+def test_convert_graph_module_checks_inputs():
+    gm = make_fx(lambda x: x + 1)(torch.randn(2))
+    with pytest.raises(ValueError, match="one example value per placeholder"):
+        convert_graph_module(gm, [])
+
+
+# ---------------------------------------------------------------- backend
+
+
+def test_inference_matches_eager_and_reuses_session():
+    model = _mlp().eval()
+    backend = make_onnxruntime_backend()
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(5, 4)
+    with torch.no_grad():
+        got1, got2 = compiled(x), compiled(x)
+        expected = model(x)
+    torch.testing.assert_close(got1, expected, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(got2, expected, atol=1e-5, rtol=1e-4)
+    assert backend.stats() == {"graphs": 1, "sessions": 1, "calls": 2, "cache_hits": 1, "fallbacks": 0}
+    assert [r.name for r in backend.runners] == ["g0_inference"]
+
+
+def test_dynamic_shapes_one_session():
+    model = _mlp().eval()
+    backend = make_onnxruntime_backend(dynamic=True)
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for n in (3, 7, 11):
+            x = torch.randn(n, 4)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-4)
+    stats = backend.stats()
+    assert stats["graphs"] == 1 and stats["sessions"] == 1 and stats["cache_hits"] == 2, stats
+    inputs = backend.runners[0].model.graph.inputs
+    assert any(isinstance(d, ir.SymbolicDim) for i in inputs if i.shape is not None for d in i.shape)
+
+
+def test_static_backend_one_session_per_shape():
+    model = _mlp().eval()
+    backend = make_onnxruntime_backend(dynamic=False)
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for n in (3, 7, 3):
+            x = torch.randn(n, 4)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-4)
+    stats = backend.stats()
+    assert stats["graphs"] == 1 and stats["sessions"] == 2 and stats["cache_hits"] == 1, stats
+
+
+class _WithGraphBreak(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.b = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        print("graph break here")  # dynamo splits the graph
+        return torch.sigmoid(self.b(y))
+
+
+def test_graph_break_forward_and_backward(capsys):
+    torch.manual_seed(1)
+    model = _WithGraphBreak()
+    ref = copy.deepcopy(model)
+    backend = make_onnxruntime_backend()
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(3, 4)
+    got = compiled(x)
+    expected = ref(x)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    got.sum().backward()
+    expected.sum().backward()
+    for name, grad in _grads(ref).items():
+        torch.testing.assert_close(_grads(model)[name], grad, atol=1e-5, rtol=1e-4)
+    kinds = sorted(r.name.split("_", 1)[1] for r in backend.runners)
+    assert kinds == ["backward", "backward", "forward", "forward"]
+    assert "graph break here" in capsys.readouterr().out
+
+
+def test_training_mlp_gradients_match():
+    model = _mlp()
+    ref = copy.deepcopy(model)
+    backend = make_onnxruntime_backend()
+    compiled = torch.compile(model, backend=backend)
+    x, target = torch.randn(6, 4), torch.tensor([0, 1, 2, 1, 0, 2])
+    loss = torch.nn.functional.cross_entropy(compiled(x), target)
+    loss.backward()
+    ref_loss = torch.nn.functional.cross_entropy(ref(x), target)
+    ref_loss.backward()
+    torch.testing.assert_close(loss, ref_loss, atol=1e-5, rtol=1e-4)
+    for name, grad in _grads(ref).items():
+        torch.testing.assert_close(_grads(model)[name], grad, atol=1e-5, rtol=1e-4)
+    assert backend.stats()["graphs"] == 2
+
+
+def test_training_tiny_llama_loss_inside_the_graph():
+    from fx2onnx.models import get_tiny_model
+
+    tiny = get_tiny_model("llama")
+    model = tiny.model.train()
+    ref = copy.deepcopy(model)
+    backend = make_onnxruntime_backend()
+    compiled = torch.compile(model, backend=backend)
+    inputs = dict(tiny.inputs, labels=tiny.inputs["input_ids"].clone())
+    loss = compiled(**inputs).loss
+    loss.backward()
+    ref_loss = ref(**inputs).loss
+    ref_loss.backward()
+    torch.testing.assert_close(loss, ref_loss, atol=1e-5, rtol=1e-4)
+    for name, grad in _grads(ref).items():
+        torch.testing.assert_close(_grads(model)[name], grad, atol=1e-4, rtol=1e-3)
+    names = [r.name for r in backend.runners]
+    assert names == ["g0_forward", "g1_backward"]
+    assert all(r.node_count > 100 for r in backend.runners)
+
+
+def test_dump_onnx_writes_models_and_graphs(tmp_path):
+    model = _mlp().eval()
+    compiled = torch.compile(model, backend=make_onnxruntime_backend())
+    with torch.no_grad(), fx2onnx.dump_onnx("mlp", folder=tmp_path) as files:
+        compiled(torch.randn(2, 4))
+    names = sorted(os.path.basename(f) for f in files)
+    assert names == ["mlp_g0_inference.txt", "mlp_g0_inference_0.onnx"]
+    onx = onnx.load(os.path.join(tmp_path, "mlp_g0_inference_0.onnx"))
+    onnx.checker.check_model(onx)
+    assert {n.op_type for n in onx.graph.node} >= {"LayerNormalization"}
+    text = (tmp_path / "mlp_g0_inference.txt").read_text()
+    assert "torch.ops.aten" in text
+
+
+def test_dump_folder_option(tmp_path):
+    backend = make_onnxruntime_backend(dump_folder=str(tmp_path))
+    compiled = torch.compile(torch.nn.Linear(3, 2), backend=backend)
+    with torch.no_grad():
+        compiled(torch.randn(4, 3))
+    assert sorted(os.listdir(tmp_path)) == ["model_g0_inference.txt", "model_g0_inference_0.onnx"]
+
+
+@torch.library.custom_op("fx2onnx_test::mystery", mutates_args=())
+def _mystery(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + 1
+
+
+@_mystery.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+class _Mystery(torch.nn.Module):
+    def forward(self, x):
+        return torch.ops.fx2onnx_test.mystery(x.abs()) - 1
+
+
+def test_unsupported_op_raises_naming_it():
+    compiled = torch.compile(_Mystery(), backend=make_onnxruntime_backend())
+    with pytest.raises(Exception, match="fx2onnx_test::mystery") as info:
+        compiled(torch.randn(3))
+    assert "UnsupportedOpError" in f"{info.value!r} {info.value}" or isinstance(info.value, fx2onnx.UnsupportedOpError)
+
+
+def test_fallback_warns_and_runs_eagerly():
+    backend = make_onnxruntime_backend(fallback=True)
+    compiled = torch.compile(_Mystery(), backend=backend)
+    x = torch.randn(3)
+    with pytest.warns(UserWarning, match="runs eagerly .*fx2onnx_test::mystery"):
+        got = compiled(x)
+    torch.testing.assert_close(got, x.abs() * 2)
+    assert backend.stats()["fallbacks"] == 1 and backend.stats()["graphs"] == 0
+
+
+def test_bad_options():
+    with pytest.raises(ValueError, match="providers"):
+        make_onnxruntime_backend(providers=["NoSuchExecutionProvider"])
+    with pytest.raises(TypeError, match="list of provider names"):
+        make_onnxruntime_backend(providers="CPUExecutionProvider")
+    with pytest.raises(ValueError, match="prefix"):
+        with fx2onnx.dump_onnx(""):
+            pass
