@@ -62,6 +62,7 @@ def convert_exported_program(
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
     verbose: int = 0,
+    export_modules_as_functions: Any = False,
 ) -> ir.Model:
     """Converts an (already functionalized) ExportedProgram into an :class:`onnx_ir.Model`."""
     namer = DimNamer(dim_names)
@@ -97,7 +98,12 @@ def convert_exported_program(
                 env[node] = val  # a constant (int, float, None...) torch.export specialized
         else:
             raise ConversionError(f"Input kind {kind} is not supported (custom objects, tokens).", node)
-    outputs = interpreter.run_nodes(builder, ep.graph, env, owner=ep.graph_module)
+    if export_modules_as_functions:
+        from .functions import convert_with_functions
+
+        outputs = convert_with_functions(interpreter, builder, ep.graph, env, ep.graph_module, export_modules_as_functions)
+    else:
+        outputs = interpreter.run_nodes(builder, ep.graph, env, owner=ep.graph_module)
     output_node = next(n for n in ep.graph.nodes if n.op == "output")
     out_kinds = [s.kind.name for s in ep.graph_signature.output_specs]
     out_nodes = output_node.args[0]
@@ -161,6 +167,7 @@ def to_onnx(
     external_data: bool | None = None,
     verbose: int = 0,
     return_ir: bool = False,
+    export_modules_as_functions: bool | set[type[torch.nn.Module]] = False,
 ) -> onnx.ModelProto:
     """Exports a PyTorch model to ONNX with fx2onnx's own converter.
 
@@ -182,6 +189,10 @@ def to_onnx(
     :param external_data: save weights in ``<filename>.data`` (default: only for large models)
     :param verbose: prints the stages and their timings
     :param return_ir: return the :class:`onnx_ir.Model` instead of a ModelProto
+    :param export_modules_as_functions: True (every submodule) or a set of module
+        classes: each call of a selected module becomes an ONNX local function, one
+        function per class and signature (the optimizer keeps them, see
+        :mod:`fx2onnx.convert.functions`)
     :return: the ONNX model
 
     .. code-block:: python
@@ -212,9 +223,10 @@ def to_onnx(
         input_names=input_names,
         output_names=output_names,
         verbose=verbose,
+        export_modules_as_functions=export_modules_as_functions,
     )
     if optimize:
-        stages.run("optimization", optimize_model, onnx_model)
+        stages.run("optimization", optimize_model, onnx_model, inline=not export_modules_as_functions)
     if filename is not None:
         stages.run("save", save_model, onnx_model, filename, external_data)
     if return_ir:

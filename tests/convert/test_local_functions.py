@@ -1,0 +1,121 @@
+"""Submodules exported as ONNX local functions (export_modules_as_functions)."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+import torch
+from helpers import check_export
+
+import fx2onnx
+from fx2onnx.convert.functions import FUNCTION_DOMAIN
+
+
+class Block(torch.nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.lin = torch.nn.Linear(dim, dim)
+        self.norm = torch.nn.LayerNorm(dim)
+
+    def forward(self, x):
+        return self.norm(torch.relu(self.lin(x)) + x)
+
+
+class Stack(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block(4) for _ in range(3)])
+        self.head = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        x = self.blocks[0](x)  # the same instance called twice
+        return self.head(x)
+
+
+def _calls(onx: onnx.ModelProto) -> list[str]:
+    return [n.op_type for n in onx.graph.node if n.domain == FUNCTION_DOMAIN]
+
+
+X, X2, DS = torch.randn(3, 4), torch.randn(7, 4), ({0: "batch"},)
+
+
+@pytest.mark.parametrize("optimize", [False, True])
+def test_one_function_per_class(optimize):
+    torch.manual_seed(0)
+    onx = check_export(
+        Stack(), (X,), dynamic_shapes=DS, inputs2=((X2,), None), export_modules_as_functions={Block}, optimize=optimize
+    )
+    assert [f.name for f in onx.functions] == ["Block"]
+    assert _calls(onx) == ["Block"] * 4
+    # weights are inputs of the function: x, then the weights of lin and norm
+    assert len(onx.functions[0].input) == 5
+    assert onx.graph.output[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+
+
+def test_class_given_by_name_and_nested_functions():
+    onx = check_export(
+        Stack(), (X,), dynamic_shapes=DS, inputs2=((X2,), None), export_modules_as_functions={"Block", torch.nn.Linear}
+    )
+    names = sorted(f.name for f in onx.functions)
+    assert names == ["Block", "Linear"]
+    block = next(f for f in onx.functions if f.name == "Block")
+    assert [n.op_type for n in block.node if n.domain == FUNCTION_DOMAIN] == ["Linear"]
+    assert _calls(onx) == ["Block"] * 4 + ["Linear"]
+
+
+def test_all_submodules():
+    onx = check_export(Stack(), (X,), dynamic_shapes=DS, inputs2=((X2,), None), export_modules_as_functions=True)
+    assert sorted(f.name for f in onx.functions) == ["Block", "LayerNorm", "Linear"]
+
+
+class TwoSignatures(torch.nn.Module):
+    """Two Linear layers with different signatures (bias or not) -> two functions."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.b = torch.nn.Linear(4, 4, bias=False)
+        self.c = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.c(self.b(self.a(x)))
+
+
+def test_one_function_per_signature():
+    onx = check_export(
+        TwoSignatures(), (X,), dynamic_shapes=DS, inputs2=((X2,), None), export_modules_as_functions={torch.nn.Linear}
+    )
+    assert sorted(f.name for f in onx.functions) == ["Linear", "Linear_1"]
+    assert len(_calls(onx)) == 3
+
+
+class WithCond(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Block(4)
+
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda x: self.block(x), lambda x: x * 2, [x])
+
+
+def test_function_and_control_flow():
+    class Outer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = WithCond()
+
+        def forward(self, x):
+            return self.inner(x) + 1
+
+    onx = check_export(
+        Outer(), (X.abs(),), dynamic_shapes=DS, inputs2=((-X2.abs(),), None), export_modules_as_functions={WithCond}
+    )
+    assert [f.name for f in onx.functions] == ["WithCond"]
+    assert "If" in [n.op_type for n in onx.functions[0].node]
+
+
+def test_bad_selection():
+    with pytest.raises(TypeError, match="export_modules_as_functions"):
+        fx2onnx.to_onnx(Stack(), (X,), export_modules_as_functions={3})
