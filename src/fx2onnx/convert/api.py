@@ -15,6 +15,7 @@ from .capture import capture
 from .dispatcher import Dispatcher
 from .errors import ConversionError
 from .interpreter import DimNamer, Interpreter
+from .naming import output_names_from_spec
 
 #: initializers above this size (bytes) go to the external data file when saving
 EXTERNAL_DATA_THRESHOLD = 1024
@@ -107,15 +108,21 @@ def convert_exported_program(
     output_node = next(n for n in ep.graph.nodes if n.op == "output")
     out_kinds = [s.kind.name for s in ep.graph_signature.output_specs]
     out_nodes = output_node.args[0]
+    n_user = sum(kind == "USER_OUTPUT" for kind in out_kinds)
+    derived = output_names_from_spec(ep.call_spec.out_spec)
+    if len(derived) != n_user:
+        derived = [None] * n_user  # an unusual structure: keep the FX names
     k = 0
+    user_index = -1
     for value, kind, fx_out in zip(outputs, out_kinds, out_nodes):
         if kind != "USER_OUTPUT":
             continue  # buffer / input mutations: ONNX has no state
+        user_index += 1
         if value is None:
             continue
         if not isinstance(value, ir.Value):
             value = builder.constant(value)
-        name = output_names[k] if output_names is not None and k < len(output_names) else None
+        name = output_names[k] if output_names is not None and k < len(output_names) else derived[user_index]
         if name is None and isinstance(fx_out, torch.fx.Node):
             name = fx_out.name
         out = builder.add_output(value, name)
@@ -184,7 +191,8 @@ def to_onnx(
     :param dispatcher: :class:`fx2onnx.Dispatcher` with converters for custom ops
     :param optimize: run onnxscript's optimizer (constant folding, dead code, identities)
     :param input_names: names of the ONNX inputs (default: the FX placeholder names)
-    :param output_names: names of the ONNX outputs
+    :param output_names: names of the ONNX outputs (default: derived from the output
+        structure, ``logits`` for a ModelOutput, the keys of a dict, ``output_0``...)
     :param filename: if given, saves the model there
     :param external_data: save weights in ``<filename>.data`` (default: only for large models)
     :param verbose: prints the stages and their timings

@@ -1,0 +1,58 @@
+"""Tiny transformers text models (random weights, configs in code) exported with to_onnx.
+
+Each model is exported with dynamic batch and sequence (no cache), then checked
+against eager on a second input set of other sizes whose attention mask has padding.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fx2onnx
+from fx2onnx.models import get_tiny_model, list_tiny_models
+
+#: the models of the issue, exported with both attention implementations
+MAIN_MODELS = ["llama", "mistral", "qwen2", "phi", "phi3", "gemma", "gpt2", "bert"]
+#: other text models which export cheaply, eager attention only (gemma2 has no sdpa)
+OTHER_MODELS = ["qwen3", "gemma2", "gemma3", "olmo", "granite", "smollm3"]
+
+CASES = [(m, a) for m in MAIN_MODELS for a in ("eager", "sdpa")] + [(m, "eager") for m in OTHER_MODELS]
+
+
+def _padded(inputs: dict) -> dict:
+    """Same inputs, the first sequence of the batch padded on the left (two masked tokens)."""
+    inputs = dict(inputs)
+    mask = inputs["attention_mask"].clone()
+    mask[0, :2] = 0
+    inputs["attention_mask"] = mask
+    return inputs
+
+
+def _dims(value_info) -> list:
+    return [d.dim_param or d.dim_value for d in value_info.type.tensor_type.shape.dim]
+
+
+def test_models_are_available():
+    assert set(MAIN_MODELS + OTHER_MODELS) <= set(list_tiny_models())
+
+
+@pytest.mark.parametrize(("name", "attn"), CASES, ids=[f"{m}-{a}" for m, a in CASES])
+def test_transformers_model(name, attn):
+    tiny = get_tiny_model(name, attn_implementation=attn)
+    tiny.model.config.use_cache = False
+    onx = fx2onnx.to_onnx(tiny.model, (), tiny.inputs, dynamic_shapes=tiny.dynamic_shapes)
+
+    # the user's dimension names are kept
+    inputs = {i.name: _dims(i) for i in onx.graph.input}
+    assert inputs["input_ids"] == ["batch", "seq"], inputs
+    assert inputs["attention_mask"] == ["batch", "seq"], inputs
+    first = onx.graph.output[0]
+    # outputs are named after the ModelOutput's keys
+    assert first.name == ("last_hidden_state" if name == "bert" else "logits")
+    assert _dims(first)[:2] == ["batch", "seq"]
+
+    second = _padded(tiny.inputs2)
+    assert second["input_ids"].shape != tiny.inputs["input_ids"].shape
+    report = fx2onnx.validate(onx, tiny.model, (), second, atol=1e-4)
+    assert report.ok, report
