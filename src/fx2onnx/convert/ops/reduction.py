@@ -110,34 +110,74 @@ def convert_all(ctx, node, x, dim=None, keepdim=False):
     return ctx.cast(out, torch.bool)
 
 
-@converter(aten.var.correction, aten.var.dim, aten.var.default, aten.std.correction, aten.std.dim, aten.std.default)
-def convert_var(ctx, node, x, dim=None, *args, correction=None, keepdim=False, unbiased=None):
-    if node.target in (aten.var.dim, aten.std.dim):
-        unbiased = args[0] if args else True
-        keepdim = args[1] if len(args) > 1 else keepdim
-        correction = 1 if unbiased else 0
-    elif node.target in (aten.var.default, aten.std.default):
-        correction = 1 if (dim if isinstance(dim, bool) else True) else 0
-        dim = None
-    if correction is None:
-        correction = 1
+def _variance_args(node, args: tuple, kwargs: dict) -> tuple[object, int, bool]:
+    """(dim, correction, keepdim) from the overloads of var, std, var_mean, std_mean."""
+    name = node.target._overloadname
+    if name == "default":  # (x, unbiased=True)
+        unbiased = args[0] if args else kwargs.get("unbiased", True)
+        return None, int(bool(unbiased)), False
+    if name == "dim":  # (x, dim, unbiased=True, keepdim=False)
+        dim = args[0] if args else kwargs.get("dim")
+        unbiased = args[1] if len(args) > 1 else kwargs.get("unbiased", True)
+        keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+        return dim, int(bool(unbiased)), bool(keepdim)
+    # correction: (x, dim=None, *, correction=None, keepdim=False)
+    dim = args[0] if args else kwargs.get("dim")
+    correction = kwargs.get("correction")
+    return dim, 1 if correction is None else correction, bool(kwargs.get("keepdim", False))
+
+
+def _variance(ctx, x, dim, correction, keepdim: bool):
+    """(variance, mean) over ``dim`` with torch's ``correction`` (1: unbiased)."""
     rank = input_rank(ctx)
     axes = axes_value(ctx, dim, rank)
-    mean = ctx.op.ReduceMean(x, axes, keepdims=1) if axes is not None else ctx.op.ReduceMean(x, keepdims=1)
+    extra = [] if axes is None else [axes]
+    mean = ctx.op.ReduceMean(x, *extra, keepdims=1)
     diff = ctx.op.Sub(x, mean)
-    sq = ctx.op.Mul(diff, diff)
-    total = ctx.op.ReduceSum(sq, axes, keepdims=int(keepdim)) if axes is not None else ctx.op.ReduceSum(sq, keepdims=int(keepdim))
-    dtype = ctx.out_dtype()
+    total = ctx.op.ReduceSum(ctx.op.Mul(diff, diff), *extra, keepdims=int(keepdim))
+    dtype = ctx.out_dtype(0)
     shape = ctx.op.Shape(x)
-    if axes is None:
-        n = ctx.op.ReduceProd(shape, keepdims=0)
-    else:
-        n = ctx.op.ReduceProd(ctx.op.Gather(shape, axes, axis=0), keepdims=0)
-    n = ctx.op.Sub(ctx.cast(n, dtype), ctx.const(float(correction), dtype))
+    counted = shape if axes is None else ctx.op.Gather(shape, axes, axis=0)
+    n = ctx.cast(ctx.op.ReduceProd(counted, keepdims=0), dtype)
+    if correction:
+        n = ctx.op.Sub(n, ctx.const(float(correction), dtype))
+        n = ctx.op.Max(n, ctx.const(0.0, dtype))
     var = ctx.op.Div(total, n)
-    if node.target in (aten.std.correction, aten.std.dim, aten.std.default):
-        return ctx.op.Sqrt(var)
-    return var
+    if not keepdim:
+        mean = ctx.op.ReduceMean(x, *extra, keepdims=0)
+    return var, mean
+
+
+@converter(aten.var.correction, aten.var.dim, aten.var.default)
+def convert_var(ctx, node, x, *args, **kwargs):
+    return _variance(ctx, x, *_variance_args(node, args, kwargs))[0]
+
+
+@converter(aten.std.correction, aten.std.dim, aten.std.default)
+def convert_std(ctx, node, x, *args, **kwargs):
+    return ctx.op.Sqrt(_variance(ctx, x, *_variance_args(node, args, kwargs))[0])
+
+
+@converter(aten.var_mean.correction, aten.var_mean.dim, aten.var_mean.default)
+def convert_var_mean(ctx, node, x, *args, **kwargs):
+    return _variance(ctx, x, *_variance_args(node, args, kwargs))
+
+
+@converter(aten.std_mean.correction, aten.std_mean.dim, aten.std_mean.default)
+def convert_std_mean(ctx, node, x, *args, **kwargs):
+    var, mean = _variance(ctx, x, *_variance_args(node, args, kwargs))
+    return ctx.op.Sqrt(var), mean
+
+
+@converter(aten.aminmax.default)
+def convert_aminmax(ctx, node, x, *, dim=None, keepdim=False):
+    return _reduce(ctx, "ReduceMin", x, dim, keepdim), _reduce(ctx, "ReduceMax", x, dim, keepdim)
+
+
+@converter(aten.count_nonzero.dim_IntList, aten.count_nonzero.default)
+def convert_count_nonzero(ctx, node, x, dim=None):
+    nonzero = ctx.op.Not(ctx.op.Equal(x, ctx.const(0, ctx.dtype(x))))
+    return _reduce(ctx, "ReduceSum", ctx.cast(nonzero, torch.int64), dim, False)
 
 
 @converter(aten.cumsum.default)
@@ -164,3 +204,64 @@ def convert_vector_norm(ctx, node, x, ord=2, dim=None, keepdim=False, dtype=None
     p = ctx.const(float(ord), ctx.out_dtype())
     s = _reduce(ctx, "ReduceSum", ctx.op.Pow(ctx.op.Abs(x), p), dim, keepdim)
     return ctx.op.Pow(s, ctx.op.Reciprocal(p))
+
+
+@converter(aten.cumprod.default)
+def convert_cumprod(ctx, node, x, dim, dtype=None):
+    # ONNX has no CumProd: y[..., i] = prod_j x[..., j] * (j <= i), a triangular mask
+    out_dtype = ctx.out_dtype()
+    x = ctx.cast(x, out_dtype)
+    rank = input_rank(ctx)
+    if rank == 0:
+        return ctx.op.Identity(x)
+    axis = normalize_axis(dim, rank)
+    perm = list(range(rank))
+    perm[axis], perm[-1] = perm[-1], perm[axis]
+    moved = ctx.op.Transpose(x, perm=perm) if axis != rank - 1 else x
+    n = ctx.op.Shape(moved, start=rank - 1)
+    square = ctx.op.Expand(ctx.const(1, torch.int64), ctx.op.Concat(n, n, axis=0))
+    lower = ctx.cast(ctx.op.Trilu(square, upper=0), torch.bool)
+    rows = ctx.op.Unsqueeze(moved, ctx.const([-2], torch.int64))
+    masked = ctx.op.Where(lower, rows, ctx.const(1, out_dtype))
+    y = ctx.op.ReduceProd(masked, ctx.const([-1], torch.int64), keepdims=0)
+    return ctx.op.Transpose(y, perm=perm) if axis != rank - 1 else y
+
+
+def _topk(ctx, x, k, axis: int, largest: bool, sorted_: bool = True):
+    values, indices = ctx.op.TopK(x, ctx.scalar_1d(k), axis=axis, largest=int(bool(largest)), sorted=int(bool(sorted_)), _outputs=2)
+    return values, indices
+
+
+@converter(aten.topk.default)
+def convert_topk(ctx, node, x, k, dim=-1, largest=True, sorted=True):
+    rank = input_rank(ctx)
+    return _topk(ctx, x, k, normalize_axis(dim, rank) if rank else 0, largest, sorted)
+
+
+def _sort(ctx, x, dim: int, descending: bool):
+    """sort with TopK over the whole axis (ties keep their order, like a stable sort)."""
+    rank = input_rank(ctx)
+    if rank == 0:
+        return ctx.op.Identity(x), ctx.const(0, torch.int64)
+    axis = normalize_axis(dim, rank)
+    return _topk(ctx, x, ctx.op.Shape(x, start=axis, end=axis + 1), axis, descending)
+
+
+@converter(aten.sort.default)
+def convert_sort(ctx, node, x, dim=-1, descending=False):
+    return _sort(ctx, x, dim, descending)
+
+
+@converter(aten.sort.stable)
+def convert_sort_stable(ctx, node, x, *, stable=None, dim=-1, descending=False):
+    return _sort(ctx, x, dim, descending)
+
+
+@converter(aten.argsort.default)
+def convert_argsort(ctx, node, x, dim=-1, descending=False):
+    return _sort(ctx, x, dim, descending)[1]
+
+
+@converter(aten.argsort.stable)
+def convert_argsort_stable(ctx, node, x, *, stable, dim=-1, descending=False):
+    return _sort(ctx, x, dim, descending)[1]
