@@ -249,6 +249,32 @@ def test_training_tiny_llama_loss_inside_the_graph():
     assert all(r.node_count > 100 for r in backend.runners)
 
 
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_training_tiny_llama_dynamic_shapes(dynamic):
+    from fx2onnx.models import get_tiny_model
+
+    tiny = get_tiny_model("llama")
+    model = tiny.model.train()
+    ref = copy.deepcopy(model)
+    backend = make_onnxruntime_backend(dynamic=dynamic)
+    compiled = torch.compile(model, backend=backend, dynamic=True)
+    for inputs in (tiny.inputs, tiny.inputs2, tiny.inputs):
+        inputs = dict(inputs, labels=inputs["input_ids"].clone())
+        model.zero_grad()
+        ref.zero_grad()
+        loss = compiled(**inputs).loss
+        loss.backward()
+        ref_loss = ref(**inputs).loss
+        ref_loss.backward()
+        torch.testing.assert_close(loss, ref_loss, atol=1e-5, rtol=1e-4)
+        for name, grad in _grads(ref).items():
+            torch.testing.assert_close(_grads(model)[name], grad, atol=1e-4, rtol=1e-3)
+    stats = backend.stats()
+    # dynamic: one model with symbolic dimensions per graph; static: one model per shape
+    assert stats["graphs"] == 2 and stats["calls"] == 6, stats
+    assert stats["sessions"] == (2 if dynamic else 4), stats
+
+
 def test_dump_onnx_writes_models_and_graphs(tmp_path):
     model = _mlp().eval()
     compiled = torch.compile(model, backend=make_onnxruntime_backend())

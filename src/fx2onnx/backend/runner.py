@@ -39,6 +39,20 @@ class _CachedSession:
     input_names: list[str]
 
 
+def _expected_rank(output: Any) -> Any:
+    """Rank of a graph output tensor, a Python type for a symbolic scalar, None if unknown."""
+    val = output.meta.get("val") if isinstance(output, torch.fx.Node) else None
+    if isinstance(val, torch.Tensor):
+        return val.dim()
+    if isinstance(val, (torch.SymBool, bool)):
+        return bool
+    if isinstance(val, (torch.SymInt, int)):
+        return int
+    if isinstance(val, (torch.SymFloat, float)):
+        return float
+    return None
+
+
 def _ort_to_torch(array: np.ndarray) -> torch.Tensor:
     if array.dtype.name == "bfloat16":
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
@@ -76,10 +90,7 @@ class GraphRunner:
         self.files: list[str] = []
         output_node = next(n for n in gm.graph.nodes if n.op == "output")
         fx_outputs = output_node.args[0] if isinstance(output_node.args[0], (list, tuple)) else [output_node.args[0]]
-        self._expected_ranks = [
-            o.meta["val"].dim() if isinstance(o, torch.fx.Node) and isinstance(o.meta.get("val"), torch.Tensor) else None
-            for o in fx_outputs
-        ]
+        self._expected_ranks = [_expected_rank(o) for o in fx_outputs]
         # converted now: an unsupported op fails at compile time
         self.model = self._convert(self.example_inputs, static_shapes=False)
         self._example_key = self._static_key(self.example_inputs)
@@ -180,6 +191,9 @@ class GraphRunner:
         for kind, value, expected in zip(*zip(*cached.output_layout), self._expected_ranks):
             if kind == "onnx":
                 t = _ort_to_torch(results[value])
+                if expected in (int, float, bool):
+                    outputs.append(expected(t.item()))  # a SymInt saved for backward is a Python number
+                    continue
                 if expected is not None and t.dim() != expected:
                     raise RuntimeError(
                         f"Graph {self.name!r}: output {value} has rank {t.dim()} on onnxruntime but torch expects "

@@ -10,6 +10,7 @@ import math
 
 import torch
 
+from ..builder import onnx_dtype
 from ..registry import converter
 from ._common import fake_of, input_rank, normalize_axis
 
@@ -248,3 +249,9 @@ def convert_mse_loss_backward(ctx, node, grad, x, target, reduction):
         n = ctx.cast(ctx.op.Size(x), dtype)
         g = ctx.op.Div(g, n)
     return g
+
+
+@converter(torch.ops.prims.convert_element_type.default)
+def convert_prims_convert_element_type(ctx, node, x, dtype):
+    """Found in aot_autograd graphs with dynamic shapes (a decomposed ``_to_copy``)."""
+    return ctx.op.Cast(ctx.as_value(x), to=onnx_dtype(dtype))
