@@ -1,0 +1,73 @@
+"""Runs the zoo and writes its pages, reusing the last results when nothing changed.
+
+The command line (``python -m fx2onnx scenarios --out <dir>``) and the
+documentation build (``_doc/gen_scenarios.py``) both call :func:`build_pages`,
+so they produce the same files. The results are stored in ``<dir>/rows.json``
+with a hash of the sources of fx2onnx (cases included) and of the versions of
+torch, onnx and onnxruntime: when the hash did not change, the zoo does not run again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Sequence
+
+from .report import load_rows, save_rows, write_pages
+from .run import run
+
+ROWS_FILE = "rows.json"
+
+
+def sources_hash(extra: Any = None) -> str:
+    """A hash of every ``.py`` file of fx2onnx, the key versions, and ``extra`` (the options)."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode())
+        digest.update(path.read_bytes())
+    for name in ("torch", "onnx", "onnxruntime", "onnxscript", "onnx-ir"):
+        try:
+            digest.update(f"{name}={metadata.version(name)}".encode())
+        except metadata.PackageNotFoundError:
+            digest.update(f"{name}=none".encode())
+    digest.update(repr(extra).encode())
+    return digest.hexdigest()
+
+
+def build_pages(
+    out_dir: str | Path,
+    cases: Sequence[str] | None = None,
+    exporters: Sequence[str] | None = None,
+    workers: int = 2,
+    timeout: float = 180.0,
+    use_cache: bool = True,
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    """Runs the zoo (or reuses ``rows.json``), writes the pages into ``out_dir``, returns the metadata."""
+    import torch
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    key = sources_hash((sorted(cases) if cases else None, sorted(exporters) if exporters else None))
+    rows_path = out / ROWS_FILE
+    if use_cache and rows_path.exists():
+        rows, meta = load_rows(rows_path)
+        if meta.get("hash") == key:
+            meta = {**meta, "cached": True}
+            write_pages(rows, out, meta)
+            return meta
+    begin = time.perf_counter()
+    rows = run(cases, exporters, workers=workers, timeout=timeout, progress=progress)
+    meta = {
+        "hash": key,
+        "duration": time.perf_counter() - begin,
+        "workers": workers,
+        "tasks": len(rows),
+        "torch": torch.__version__,
+    }
+    save_rows(rows, rows_path, meta)
+    write_pages(rows, out, meta)
+    return meta

@@ -1,0 +1,328 @@
+"""Runs the zoo: every case x exporter x static/dynamic, one task each, in worker processes.
+
+A static run exports without dynamic shapes and checks the model on the first
+input set (the shapes it was exported with). A dynamic run exports with the
+case's dynamic shapes and checks the model on the second input set, whose shapes
+differ. ONNX models run on onnxruntime; exported programs run with
+``ep.module()``; both are compared with eager PyTorch, and a difference above
+the case's tolerance is a failure at step ``discrepancy``.
+
+.. code-block:: python
+
+    from fx2onnx.scenarios import run
+
+    rows = run(["OneTensor", "IfOnValue"], exporters=["export-nostrict", "custom"], workers=0)
+    print([(r["case"], r["exporter"], r["dynamic"], r["success"]) for r in rows])
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import io
+import multiprocessing
+import os
+import re
+import sys
+import time
+from multiprocessing.connection import wait
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from ..validate import compare_outputs, flatten_outputs, make_session, run_onnx, to_numpy
+from .cases import get_case, get_cases
+from .text import fx_short_text, onnx_short_text
+
+#: exporter name -> what it does
+EXPORTERS: dict[str, str] = {
+    "export-strict": "torch.export.export(strict=True)",
+    "export-nostrict": "torch.export.export(strict=False)",
+    "export-nostrict-decall": "torch.export.export(strict=False).run_decompositions()",
+    "dynamo": "torch.onnx.export(dynamo=True)",
+    "custom": "fx2onnx.to_onnx(strict=False)",
+    "custom-strict": "fx2onnx.to_onnx(strict=True)",
+}
+#: exporters producing an ExportedProgram (the others produce ONNX)
+PROGRAM_EXPORTERS = ("export-strict", "export-nostrict", "export-nostrict-decall")
+ONNX_EXPORTERS = ("dynamo", "custom", "custom-strict")
+#: the steps a task can fail at
+STEPS = ("export", "conversion", "run", "onnxruntime", "discrepancy", "timeout", "crash")
+#: lines kept from a graph printed in a row
+MAX_GRAPH_LINES = 60
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """``ExceptionType: first non-empty line of the message``, truncated."""
+    message = _ANSI_ESCAPE.sub("", str(exc))
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _eager(case, index: int) -> list[torch.Tensor]:
+    args, kwargs = case.input_set(index)
+    with torch.no_grad():
+        return flatten_outputs(case.make_model()(*args, **kwargs))
+
+
+def _export_program(case, exporter: str, dynamic: bool) -> torch.export.ExportedProgram:
+    args, kwargs = case.input_set(0)
+    ep = torch.export.export(
+        case.make_model(),
+        args,
+        kwargs=kwargs,
+        dynamic_shapes=case.torch_dynamic_shapes() if dynamic else None,
+        strict=exporter == "export-strict",
+    )
+    if exporter == "export-nostrict-decall":
+        ep = ep.run_decompositions()
+    return ep
+
+
+def _export_onnx(case, exporter: str, dynamic: bool):
+    """Returns ``(model_proto, step reached)``; raises with the step in ``exc.step``."""
+    args, kwargs = case.input_set(0)
+    model = case.make_model()
+    try:
+        if exporter == "dynamo":
+            program = torch.onnx.export(
+                model,
+                args,
+                kwargs=kwargs,
+                dynamic_shapes=case.torch_dynamic_shapes() if dynamic else None,
+                dynamo=True,
+                verbose=False,
+            )
+            return program.model_proto
+        from ..convert.api import to_onnx
+
+        return to_onnx(
+            model,
+            args,
+            kwargs,
+            dynamic_shapes=case.dynamic_shapes if dynamic else None,
+            strict=exporter == "custom-strict",
+        )
+    except Exception as e:
+        name = type(e).__name__
+        e.step = "export" if name in ("ExportError", "TorchExportError") else "conversion"  # type: ignore[attr-defined]
+        raise
+
+
+def run_task(case_name: str, exporter: str, dynamic: bool) -> dict[str, Any]:
+    """Exports one case with one exporter, runs it and compares it with eager: one row."""
+    if exporter not in EXPORTERS:
+        raise ValueError(f"Unknown exporter {exporter!r}, expected one of {list(EXPORTERS)}.")
+    case = get_case(case_name)
+    row: dict[str, Any] = dict(
+        case=case_name, family=case.family, exporter=exporter, dynamic=dynamic,
+        success=False, step=None, error=None, max_abs=None, time=None, graph=None,
+    )
+    if dynamic and not case.has_dynamic:
+        raise ValueError(f"Case {case_name!r} has no dynamic shapes: run it static only.")
+    index = 1 if dynamic else 0
+    begin = time.perf_counter()
+    step = "export"
+    try:
+        if exporter in PROGRAM_EXPORTERS:
+            ep = _export_program(case, exporter, dynamic)
+            row["graph"] = fx_short_text(ep.graph, MAX_GRAPH_LINES)
+            step = "run"
+            args, kwargs = case.input_set(index)
+            with torch.no_grad():
+                got = [to_numpy(t) for t in flatten_outputs(ep.module()(*args, **kwargs))]
+        else:
+            try:
+                onx = _export_onnx(case, exporter, dynamic)
+            except Exception as e:
+                step = getattr(e, "step", "conversion")
+                raise
+            row["graph"] = onnx_short_text(onx, MAX_GRAPH_LINES)
+            step = "onnxruntime"
+            args, kwargs = case.input_set(index)
+            got = run_onnx(make_session(onx), args, kwargs)
+        step = "discrepancy"
+        report = compare_outputs(_eager(case, index), got, atol=case.atol)
+        row["max_abs"] = float(report.max_abs)
+        if report.ok:
+            row["success"] = True
+            step = None
+        else:
+            row["error"] = f"{report} on input set {index}"
+    except Exception as e:  # noqa: BLE001 - every failure is a result
+        row["error"] = first_line(e)
+    row["step"] = step
+    row["time"] = time.perf_counter() - begin
+    if exporter == "export-strict" or exporter == "custom-strict":
+        torch._dynamo.reset()
+    return row
+
+
+def make_tasks(cases: Iterable[str], exporters: Sequence[str], dynamic: Sequence[bool]) -> list[tuple[str, str, bool]]:
+    """The list of ``(case, exporter, dynamic)``: dynamic runs only for cases with dynamic shapes."""
+    tasks = []
+    for name in cases:
+        case = get_case(name)
+        for exporter in exporters:
+            for dyn in dynamic:
+                if dyn and not case.has_dynamic:
+                    continue
+                tasks.append((name, exporter, bool(dyn)))
+    return tasks
+
+
+def _failed_row(task: tuple[str, str, bool], step: str, error: str, elapsed: float) -> dict[str, Any]:
+    case = get_case(task[0])
+    return dict(
+        case=task[0], family=case.family, exporter=task[1], dynamic=task[2], success=False,
+        step=step, error=error, max_abs=None, time=elapsed, graph=None,
+    )
+
+
+def _worker_main(conn) -> None:
+    """A worker process: runs the tasks it receives until it receives None."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    torch.set_num_threads(1)
+    while True:
+        task = conn.recv()
+        if task is None:
+            return
+        try:
+            row = run_task(*task)
+        except Exception as e:  # noqa: BLE001 - a bug in the runner itself, reported as a row
+            row = _failed_row(task, "crash", first_line(e), 0.0)
+        conn.send(row)
+
+
+class _Worker:
+    """A worker process with the task it runs and since when."""
+
+    def __init__(self, context):
+        self.context = context
+        self.task = None
+        self.started = 0.0
+        self.done = 0
+        self._start()
+
+    def _start(self) -> None:
+        self.conn, child = self.context.Pipe()
+        self.process = self.context.Process(target=_worker_main, args=(child,), daemon=True)
+        self.process.start()
+        child.close()
+        self.done = 0
+
+    def submit(self, indexed_task) -> None:
+        self.task, self.started = indexed_task, time.perf_counter()
+        self.conn.send(indexed_task[1])
+
+    def restart(self) -> None:
+        self.stop(kill=True)
+        self._start()
+
+    def stop(self, kill: bool = False) -> None:
+        if kill:
+            self.process.kill()
+        else:
+            with contextlib.suppress(OSError):
+                self.conn.send(None)
+        self.process.join(10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.conn.close()
+
+
+def _run_in_workers(tasks, workers: int, timeout: float, bar, max_tasks_per_worker: int, mp_context: str | None):
+    method = mp_context or ("fork" if sys.platform.startswith("linux") else "spawn")
+    context = multiprocessing.get_context(method)
+    pending = collections.deque(enumerate(tasks))
+    results: dict[int, dict[str, Any]] = {}
+    pool = [_Worker(context) for _ in range(min(workers, len(tasks)))]
+    try:
+        while pending or any(w.task is not None for w in pool):
+            for w in pool:
+                if w.task is None and pending:
+                    if w.done >= max_tasks_per_worker:
+                        w.restart()  # bounds the memory a long-lived worker accumulates
+                    w.submit(pending.popleft())
+            busy = [w for w in pool if w.task is not None]
+            ready = wait([w.conn for w in busy], timeout=0.5)
+            for w in busy:
+                index, task = w.task
+                elapsed = time.perf_counter() - w.started
+                if w.conn in ready:
+                    try:
+                        results[index] = w.conn.recv()
+                        w.done += 1
+                    except (EOFError, OSError):
+                        code = w.process.exitcode
+                        results[index] = _failed_row(task, "crash", f"the worker process died (exit code {code})", elapsed)
+                        w.restart()
+                elif elapsed > timeout:
+                    results[index] = _failed_row(task, "timeout", f"no result after {timeout:g} s, the task was killed", elapsed)
+                    w.restart()
+                else:
+                    continue
+                w.task = None
+                if bar is not None:
+                    bar.update(1)
+    finally:
+        for w in pool:
+            w.stop(kill=w.task is not None)
+    return [results[i] for i in range(len(tasks))]
+
+
+def run(
+    cases: Iterable[str] | None = None,
+    exporters: Sequence[str] | None = None,
+    dynamic: Sequence[bool] = (False, True),
+    workers: int = 2,
+    timeout: float = 180.0,
+    progress: bool | None = None,
+    max_tasks_per_worker: int = 200,
+    mp_context: str | None = None,
+) -> list[dict[str, Any]]:
+    """Runs cases x exporters x static/dynamic and returns one row (a dict) per task.
+
+    :param cases: case names (default: every case of :func:`fx2onnx.scenarios.cases.get_cases`)
+    :param exporters: exporter names, keys of :data:`EXPORTERS` (default: all)
+    :param dynamic: which runs, ``False`` static and ``True`` dynamic
+    :param workers: number of worker processes; 0 runs every task in this process
+        (no protection against hangs then)
+    :param timeout: seconds after which a task is killed (its row says ``timeout``)
+    :param progress: show a tqdm progress bar (default: when stderr is a terminal)
+    :param max_tasks_per_worker: a worker is replaced after that many tasks
+    :param mp_context: ``fork`` or ``spawn`` (default: fork on Linux)
+    :return: rows with keys ``case, family, exporter, dynamic, success, step, error,
+        max_abs, time, graph``; ``step`` is the step which failed (None on success)
+    """
+    names = list(cases) if cases is not None else list(get_cases())
+    exporters = list(exporters or EXPORTERS)
+    unknown = [e for e in exporters if e not in EXPORTERS]
+    if unknown:
+        raise ValueError(f"Unknown exporters {unknown}, expected some of {list(EXPORTERS)}.")
+    tasks = make_tasks(names, exporters, dynamic)
+    if progress is None:
+        progress = sys.stderr.isatty()
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(tasks), desc="scenarios")
+    try:
+        if workers <= 0:
+            rows = []
+            for task in tasks:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    rows.append(run_task(*task))
+                if bar is not None:
+                    bar.update(1)
+            return rows
+        return _run_in_workers(tasks, workers, timeout, bar, max_tasks_per_worker, mp_context)
+    finally:
+        if bar is not None:
+            bar.close()
