@@ -1,12 +1,227 @@
-"""Converters of nn operators: linear, matmul, softmax, dropout, embedding."""
+"""Converters of nn operators: linear, matmul, norms, softmax, embeddings, attention, distances."""
 
 from __future__ import annotations
 
+import pytest
 import torch
+import torch.nn.functional as F
 from helpers import check_export
+from torch import nn
+
+
+class Fn(nn.Module):
+    """Wraps a function of one input into a module."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+class Fn2(Fn):
+    """Wraps a function of two inputs into a module."""
+
+    def forward(self, a, b):
+        return self.fn(a, b)
+
+
+def _x(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
 def test_linear_relu_dynamic_batch():
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
-    check_export(model, (torch.randn(2, 4),), dynamic_shapes=({0: "batch"},), inputs2=((torch.randn(5, 4),), None))
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    check_export(model, (_x(2, 4),), dynamic_shapes=({0: "batch"},), inputs2=((_x(5, 4, seed=1),), None))
+
+
+LINEARS = {
+    "linear_2d": (nn.Linear(4, 3), (2, 4)),
+    "linear_3d": (nn.Linear(4, 3), (2, 5, 4)),
+    "linear_no_bias_2d": (nn.Linear(4, 3, bias=False), (2, 4)),
+    "linear_no_bias_4d": (nn.Linear(4, 3, bias=False), (2, 2, 5, 4)),
+    "linear_1d_input": (nn.Linear(4, 3), (4,)),
+    "bilinear": (nn.Bilinear(4, 5, 3), None),
+}
+
+
+@pytest.mark.parametrize("name", list(LINEARS))
+def test_linear(name):
+    torch.manual_seed(0)
+    model, shape = LINEARS[name]
+    if name == "bilinear":
+        args, args2 = (_x(2, 4), _x(2, 5)), (_x(3, 4, seed=1), _x(3, 5, seed=2))
+        check_export(model, args, dynamic_shapes=({0: "b"}, {0: "b"}), inputs2=(args2, None))
+    elif len(shape) == 1:
+        check_export(model, (_x(*shape),))
+    else:
+        check_export(model, (_x(*shape),), dynamic_shapes=({0: "batch"},), inputs2=((_x(3, *shape[1:], seed=1),), None))
+
+
+MATMULS = {
+    "matmul_3d": (lambda a, b: a @ b, (2, 3, 4), (2, 4, 5)),
+    "matmul_broadcast": (lambda a, b: a @ b, (2, 3, 4), (4, 5)),
+    "mm_via_2d": (lambda a, b: torch.mm(a[0], b[0]), (2, 3, 4), (2, 4, 5)),
+    "bmm": (lambda a, b: torch.bmm(a, b), (2, 3, 4), (2, 4, 5)),
+    "baddbmm": (lambda a, b: torch.baddbmm(a @ b, a, b, beta=0.5, alpha=2.0), (2, 3, 4), (2, 4, 5)),
+    "addbmm": (lambda a, b: torch.addbmm(a[0] @ b[0], a, b, alpha=0.5), (2, 3, 4), (2, 4, 5)),
+    "addmm": (lambda a, b: torch.addmm(b[0, 0], a[0], b[0], beta=2.0, alpha=0.5), (2, 3, 4), (2, 4, 5)),
+    "dot_mv": (lambda a, b: (torch.dot(a, b), torch.mv(a.reshape(2, 3), b[:3])), (6,), (6,)),
+    "outer": (lambda a, b: torch.outer(a, b), (3,), (4,)),
+    "einsum": (lambda a, b: (torch.einsum("bij,bjk->bik", a, b), torch.einsum("b i j -> b j i", b)), (2, 3, 4), (2, 4, 5)),
+}
+
+
+@pytest.mark.parametrize("name", list(MATMULS))
+def test_matmul_family(name):
+    fn, sa, sb = MATMULS[name]
+    check_export(Fn2(fn), (_x(*sa), _x(*sb, seed=1)))
+
+
+def test_matmul_dynamic_batch():
+    a, b = _x(2, 3, 4), _x(2, 4, 5, seed=1)
+    a2, b2 = _x(3, 6, 4, seed=2), _x(3, 4, 5, seed=3)
+    ds = ({0: "batch", 1: "seq"}, {0: "batch"})
+    check_export(Fn2(lambda a, b: torch.bmm(a, b) + 1), (a, b), dynamic_shapes=ds, inputs2=((a2, b2), None))
+
+
+NORMS = {
+    "layer_norm": nn.LayerNorm(6),
+    "layer_norm_2d": nn.LayerNorm((5, 6)),
+    "layer_norm_no_affine": nn.LayerNorm(6, elementwise_affine=False),
+    "layer_norm_no_bias": nn.LayerNorm(6, bias=False, eps=1e-3),
+    "rms_norm": nn.RMSNorm(6),
+    "rms_norm_eps_2d": nn.RMSNorm((5, 6), eps=1e-3),
+    "rms_norm_no_weight": nn.RMSNorm(6, elementwise_affine=False),
+}
+
+
+@pytest.mark.parametrize("opset", [18, 23])
+@pytest.mark.parametrize("name", list(NORMS))
+def test_norms(name, opset):
+    model = NORMS[name]
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.rand(p.shape, generator=torch.Generator().manual_seed(3)) + 0.5)
+    check_export(model, (_x(2, 5, 6) * 3 + 1,), dynamic_shapes=({0: "batch"},), inputs2=((_x(3, 5, 6, seed=1),), None), target_opset=opset)
+
+
+def test_native_layer_norm_outputs():
+    model = Fn(lambda x: torch.native_layer_norm(x, [6], None, None, 1e-5))
+    check_export(model, (_x(2, 5, 6),), dynamic_shapes=({0: "batch"},), inputs2=((_x(3, 5, 6, seed=1),), None))
+
+
+EMBEDDINGS = {
+    "embedding": nn.Embedding(10, 4),
+    "embedding_padding_idx": nn.Embedding(10, 4, padding_idx=0),
+    "embedding_bag_sum": nn.EmbeddingBag(10, 4, mode="sum"),
+    "embedding_bag_mean": nn.EmbeddingBag(10, 4, mode="mean"),
+    "embedding_bag_max": nn.EmbeddingBag(10, 4, mode="max"),
+    "embedding_bag_padding_idx": nn.EmbeddingBag(10, 4, mode="mean", padding_idx=2),
+}
+
+
+@pytest.mark.parametrize("name", list(EMBEDDINGS))
+def test_embeddings(name):
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    ids, ids2 = torch.randint(0, 10, (2, 5), generator=gen), torch.randint(0, 10, (4, 5), generator=gen)
+    ids[0, :3] = 2
+    check_export(EMBEDDINGS[name], (ids,), dynamic_shapes=({0: "batch"},), inputs2=((ids2,), None))
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag_offsets(mode):
+    torch.manual_seed(0)
+
+    class Bags(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bag = nn.EmbeddingBag(10, 4, mode=mode)
+
+        def forward(self, ids, offsets, weights=None):
+            return self.bag(ids, offsets)
+
+    ids, offsets = torch.tensor([1, 2, 3, 4, 5, 9, 0]), torch.tensor([0, 2, 2, 6])  # bag 1 is empty
+    ids2, offsets2 = torch.tensor([3, 3, 1, 8]), torch.tensor([0, 1])
+    check_export(Bags(), (ids, offsets), dynamic_shapes=({0: "n"}, {0: "bags"}), inputs2=((ids2, offsets2), None))
+
+
+def test_embedding_bag_per_sample_weights_last_offset():
+    torch.manual_seed(0)
+    bag = nn.EmbeddingBag(10, 4, mode="sum", include_last_offset=True)
+    model = Fn2(lambda ids, w: bag(ids, torch.tensor([0, 3, 5]), per_sample_weights=w))
+    model.bag = bag
+    check_export(model, (torch.tensor([1, 2, 3, 4, 5]), torch.rand(5)))
+
+
+DISTANCES = {
+    "cosine_similarity": nn.CosineSimilarity(dim=1),
+    "cosine_similarity_last": nn.CosineSimilarity(dim=-1, eps=1e-3),
+    "pairwise_distance": nn.PairwiseDistance(),
+    "pairwise_distance_p1_keepdim": nn.PairwiseDistance(p=1.0, keepdim=True),
+    "pairwise_distance_p3": nn.PairwiseDistance(p=3.0),
+    "cdist": Fn2(lambda a, b: torch.cdist(a, b)),
+    "cdist_p1": Fn2(lambda a, b: torch.cdist(a, b, p=1.0)),
+}
+
+
+@pytest.mark.parametrize("name", list(DISTANCES))
+def test_distances(name):
+    a, b = _x(2, 5, 4), _x(2, 5, 4, seed=1)
+    a2, b2 = _x(3, 5, 4, seed=2), _x(3, 5, 4, seed=3)
+    check_export(DISTANCES[name], (a, b), dynamic_shapes=({0: "b"}, {0: "b"}), inputs2=((a2, b2), None))
+
+
+class Attention(nn.Module):
+    def __init__(self, **kwargs):
+        super().__init__()
+        self.kwargs = kwargs
+
+    def forward(self, q, k, v, mask=None):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **self.kwargs)
+
+
+SDPA = {
+    "plain": ({}, None),
+    "causal": ({"is_causal": True}, None),
+    "scale": ({"scale": 0.3}, None),
+    "float_mask": ({}, "float"),
+    "bool_mask": ({}, "bool"),
+    "gqa": ({"enable_gqa": True}, None),
+}
+
+
+@pytest.mark.parametrize("name", list(SDPA))
+def test_scaled_dot_product_attention(name):
+    kwargs, mask_kind = SDPA[name]
+    kv_heads = 2 if name == "gqa" else 4
+    q, k, v = _x(2, 4, 5, 8), _x(2, kv_heads, 5, 8, seed=1), _x(2, kv_heads, 5, 8, seed=2)
+    args = (q, k, v)
+    if mask_kind == "float":
+        args += (_x(2, 1, 5, 5, seed=3),)
+    elif mask_kind == "bool":
+        mask = torch.rand(2, 1, 5, 5, generator=torch.Generator().manual_seed(4)) > 0.3
+        mask[0, 0, 1] = False  # a fully masked row gives zeros in torch
+        args += (mask,)
+    check_export(Attention(**kwargs), args)
+
+
+def test_attention_module_dynamic():
+    torch.manual_seed(0)
+    model = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, dropout=0.1)
+    x, x2 = _x(2, 5, 8), _x(3, 7, 8, seed=1)
+    with torch.no_grad():
+        check_export(model, (x,), dynamic_shapes=({0: "batch", 1: "seq"},), inputs2=((x2,), None))
+
+
+def test_softmax_dropout_eval():
+    model = nn.Sequential(nn.Linear(6, 6), nn.Dropout(0.3), nn.Softmax(-1)).eval()
+    check_export(model, (_x(2, 6),), dynamic_shapes=({0: "batch"},), inputs2=((_x(4, 6, seed=1),), None))
+
+
+def test_channel_shuffle():
+    x, x2 = _x(2, 6, 3, 4), _x(1, 6, 5, 2, seed=1)
+    check_export(nn.ChannelShuffle(3), (x,), dynamic_shapes=({0: "b", 2: "h", 3: "w"},), inputs2=((x2,), None))

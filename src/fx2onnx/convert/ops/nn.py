@@ -6,6 +6,7 @@ Convolutions, pooling and other vision layers live in :mod:`.vision`.
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 
@@ -197,3 +198,125 @@ def _repeat_heads(ctx, x, n: int):
         axis=0,
     )
     return ctx.op.Reshape(expanded, new_shape)
+
+
+@converter(aten.bilinear.default)
+def convert_bilinear(ctx, node, x1, x2, weight, bias=None):
+    # y[..., o] = sum_ij x1[..., i] * W[o, i, j] * x2[..., j] + b[o]
+    out_f, in1, in2 = (int(d) for d in fake_of(node.args[2]).shape)
+    w = ctx.op.Reshape(ctx.op.Transpose(weight, perm=[1, 0, 2]), ctx.const([in1, out_f * in2], torch.int64))
+    t = ctx.op.MatMul(x1, w)
+    lead = ctx.op.Shape(x1, start=0, end=input_rank(ctx) - 1)
+    t = ctx.op.Reshape(t, ctx.op.Concat(lead, ctx.const([out_f, in2], torch.int64), axis=0))
+    y = ctx.op.ReduceSum(ctx.op.Mul(t, ctx.op.Unsqueeze(x2, ctx.const([-2], torch.int64))), ctx.const([-1], torch.int64), keepdims=0)
+    return y if bias is None else ctx.op.Add(y, bias)
+
+
+@converter(aten.outer.default, aten.ger.default)
+def convert_outer(ctx, node, a, b):
+    dtype = ctx.out_dtype()
+    a = ctx.op.Unsqueeze(ctx.cast(a, dtype), ctx.const([1], torch.int64))
+    return ctx.op.Mul(a, ctx.cast(b, dtype))
+
+
+@converter(aten.einsum.default)
+def convert_einsum(ctx, node, equation, tensors, path=None):
+    dtype = ctx.out_dtype()
+    return ctx.op.Einsum(*[ctx.cast(t, dtype) for t in tensors], equation=equation.replace(" ", ""))
+
+
+def _p_norm(ctx, x, p: float, axis: int, keepdim: bool):
+    """The p-norm of x over one axis."""
+    axes = ctx.const([axis], torch.int64)
+    if p == 2:
+        return ctx.op.ReduceL2(x, axes, keepdims=int(keepdim))
+    if p == 1:
+        return ctx.op.ReduceL1(x, axes, keepdims=int(keepdim))
+    if p == float("inf"):
+        return ctx.op.ReduceMax(ctx.op.Abs(x), axes, keepdims=int(keepdim))
+    dtype = ctx.out_dtype()
+    if p == 0:
+        nonzero = ctx.cast(ctx.op.Not(ctx.op.Equal(x, ctx.const(0.0, dtype))), dtype)
+        return ctx.op.ReduceSum(nonzero, axes, keepdims=int(keepdim))
+    power = ctx.const(float(p), dtype)
+    total = ctx.op.ReduceSum(ctx.op.Pow(ctx.op.Abs(x), power), axes, keepdims=int(keepdim))
+    return ctx.op.Pow(total, ctx.op.Reciprocal(power))
+
+
+@converter(aten.pairwise_distance.default)
+def convert_pairwise_distance(ctx, node, x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    dtype = ctx.out_dtype()
+    diff = ctx.op.Add(ctx.op.Sub(x1, x2), ctx.const(float(eps), dtype))
+    return _p_norm(ctx, diff, float(p), -1, bool(keepdim))
+
+
+@converter(aten.cosine_similarity.default)
+def convert_cosine_similarity(ctx, node, x1, x2, dim=1, eps=1e-8):
+    # torch divides each input by its norm clamped to eps, then sums the product
+    dtype = ctx.out_dtype()
+    x1, x2 = ctx.cast(x1, dtype), ctx.cast(x2, dtype)
+    axes = ctx.const([dim], torch.int64)
+    floor = ctx.const(float(eps), dtype)
+    n1 = ctx.op.Max(ctx.op.ReduceL2(x1, axes, keepdims=1), floor)
+    n2 = ctx.op.Max(ctx.op.ReduceL2(x2, axes, keepdims=1), floor)
+    return ctx.op.ReduceSum(ctx.op.Mul(ctx.op.Div(x1, n1), ctx.op.Div(x2, n2)), axes, keepdims=0)
+
+
+@converter(aten.cdist.default, aten._cdist_forward.default)
+def convert_cdist(ctx, node, x1, x2, p=2.0, compute_mode=None):
+    # [..., P, M] and [..., R, M] -> [..., P, R]: norms of all the differences
+    diff = ctx.op.Sub(ctx.op.Unsqueeze(x1, ctx.const([-2], torch.int64)), ctx.op.Unsqueeze(x2, ctx.const([-3], torch.int64)))
+    return _p_norm(ctx, diff, float(p), -1, False)
+
+
+@converter(aten.embedding_bag.padding_idx, aten.embedding_bag.default, aten._embedding_bag.default)
+def convert_embedding_bag(
+    ctx,
+    node,
+    weight,
+    indices,
+    offsets,
+    scale_grad_by_freq=False,
+    mode=0,
+    sparse=False,
+    per_sample_weights=None,
+    include_last_offset=False,
+    padding_idx=None,
+):
+    used = {u.args[1] for u in node.users if u.target is operator.getitem}
+    if any(i != 0 for i in used) or any(u.target is not operator.getitem for u in node.users):
+        raise ctx.error("Only the first output of embedding_bag (the bags) can be exported.")
+    if fake_of(node.args[1]).dim() != 1:
+        raise ctx.error("embedding_bag expects 1-D indices and offsets at this level.")
+    dtype = ctx.out_dtype(0)
+    rows = ctx.op.Gather(weight, indices, axis=0)  # [N, D]
+    if per_sample_weights is not None:
+        rows = ctx.op.Mul(rows, ctx.op.Unsqueeze(per_sample_weights, ctx.const([1], torch.int64)))
+    if include_last_offset:
+        offsets = ctx.op.Slice(offsets, ctx.const([0], torch.int64), ctx.const([-1], torch.int64))
+    # bag of each index: number of offsets <= position, minus one
+    n = ctx.op.Shape(indices)
+    positions = ctx.op.Range(ctx.const(0, torch.int64), ctx.op.Squeeze(n, ctx.const([0], torch.int64)), ctx.const(1, torch.int64))
+    starts = ctx.op.LessOrEqual(ctx.op.Unsqueeze(offsets, ctx.const([0], torch.int64)), ctx.op.Unsqueeze(positions, ctx.const([1], torch.int64)))
+    bag = ctx.op.Sub(ctx.op.ReduceSum(ctx.cast(starts, torch.int64), ctx.const([1], torch.int64), keepdims=0), ctx.const(1, torch.int64))
+    keep = None
+    if padding_idx is not None and padding_idx >= 0:
+        keep = ctx.op.Not(ctx.op.Equal(indices, ctx.const(int(padding_idx), torch.int64)))
+    shape = ctx.op.Concat(ctx.op.Shape(offsets), ctx.op.Shape(weight, start=1, end=2), axis=0)
+    index = ctx.op.Expand(ctx.op.Unsqueeze(bag, ctx.const([1], torch.int64)), ctx.op.Shape(rows))
+    if mode == 2:  # max
+        low = ctx.const(float("-inf"), dtype)
+        if keep is not None:
+            rows = ctx.op.Where(ctx.op.Unsqueeze(keep, ctx.const([1], torch.int64)), rows, low)
+        init = ctx.op.Expand(low, shape)
+        out = ctx.op.ScatterElements(init, index, rows, axis=0, reduction="max")
+        return ctx.op.Where(ctx.op.IsInf(out, detect_positive=0), ctx.const(0.0, dtype), out), None, None, None
+    if keep is not None:
+        rows = ctx.op.Mul(rows, ctx.op.Unsqueeze(ctx.cast(keep, dtype), ctx.const([1], torch.int64)))
+    out = ctx.op.ScatterElements(ctx.op.Expand(ctx.const(0.0, dtype), shape), index, rows, axis=0, reduction="add")
+    if mode == 1:  # mean
+        ones = ctx.cast(keep, dtype) if keep is not None else ctx.op.Expand(ctx.const(1.0, dtype), n)
+        counts = ctx.op.ScatterElements(ctx.op.Expand(ctx.const(0.0, dtype), ctx.op.Shape(offsets)), bag, ones, axis=0, reduction="add")
+        counts = ctx.op.Max(counts, ctx.const(1.0, dtype))
+        out = ctx.op.Div(out, ctx.op.Unsqueeze(counts, ctx.const([1], torch.int64)))
+    return out, None, None, None

@@ -530,3 +530,14 @@ def convert_pixel_unshuffle(ctx, node, x, downscale_factor):
     out_shape = ctx.op.Concat(ctx.op.Shape(x, start=0, end=1), ctx.const([-1], torch.int64), h, w, axis=0)
     y = ctx.op.Reshape(moved, out_shape)
     return _remove_batch(ctx, y, unbatched)
+
+
+@converter(aten.channel_shuffle.default, aten.native_channel_shuffle.default)
+def convert_channel_shuffle(ctx, node, x, groups):
+    # [N, C, *] -> [N, g, C / g, *] -> swap the two channel axes -> [N, C, *]
+    rank = input_rank(ctx)
+    g = int(groups)
+    shape = ctx.op.Concat(ctx.op.Shape(x, start=0, end=1), ctx.const([g, -1], torch.int64), ctx.op.Shape(x, start=2), axis=0)
+    split = ctx.op.Reshape(x, shape)
+    perm = [0, 2, 1] + list(range(3, rank + 1))
+    return ctx.op.Reshape(ctx.op.Transpose(split, perm=perm), ctx.op.Shape(x))
