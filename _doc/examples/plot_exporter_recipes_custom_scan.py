@@ -1,0 +1,108 @@
+"""
+.. _l-plot-exporter-recipes-custom-scan:
+
+to_onnx and scan: a loop carrying a state becomes a Scan node
+=============================================================
+
+``torch._higher_order_ops.scan(combine_fn, init, xs)`` calls ``combine_fn(carry, x)``
+on every slice ``x`` of ``xs`` along the first dimension and carries a state from one
+step to the next, like :func:`itertools.accumulate` but returning the stacked outputs
+too. The number of steps stays dynamic. :func:`fx2onnx.to_onnx` converts it into an
+ONNX ``Scan``: the carries are the state variables, the sliced tensors the scan inputs,
+the stacked outputs the scan outputs.
+
+The model: an exponential moving average, two carries
+------------------------------------------------------
+"""
+
+import matplotlib.pyplot as plt
+import onnx
+import torch
+from torch._higher_order_ops.scan import scan
+
+import fx2onnx
+from fx2onnx.validate import run_onnx, validate
+
+
+
+class MovingAverage(torch.nn.Module):
+    """Exponential moving average and running maximum of a sequence, read backwards or not."""
+
+    def __init__(self, reverse: bool = False):
+        super().__init__()
+        self.reverse = reverse
+        self.decay = torch.nn.Parameter(torch.tensor([0.9, 0.5, 0.1]))
+
+    def forward(self, init, xs):
+        def step(carry, x):
+            mean, top = carry
+            mean = self.decay * mean + (1 - self.decay) * x  # a weight read inside the loop
+            top = torch.maximum(top, x)
+            return (mean, top), mean * 1  # new carries, one output per step
+
+        (mean, top), means = scan(step, (init, init.clone()), xs, reverse=self.reverse)
+        return mean, top, means
+
+
+torch.manual_seed(0)
+model = MovingAverage().eval()
+init, xs = torch.zeros(3), torch.randn(20, 3).cumsum(dim=0)
+
+# %%
+# Export with a dynamic number of steps
+# -------------------------------------
+
+dynamic_shapes = (None, {0: "steps"})
+onx = fx2onnx.to_onnx(model, (init, xs), dynamic_shapes=dynamic_shapes)
+print("main graph:", [n.op_type for n in onx.graph.node])
+scan_node = next(n for n in onx.graph.node if n.op_type == "Scan")
+print("Scan body:", [n.op_type for n in scan_node.attribute[0].g.node])
+print("outputs:", [(o.name, [d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim]) for o in onx.graph.output])
+
+# %%
+# The model runs on onnxruntime with sequences of any length.
+
+for steps in (20, 5, 50):
+    args = (torch.randn(3), torch.randn(steps, 3).cumsum(dim=0))
+    report = validate(onx, model, args, atol=1e-5)
+    print(f"steps={steps}: {report}")
+    assert report.ok, report
+
+# %%
+# ``reverse=True``: torch.export flips the inputs and the outputs around the loop,
+# the ONNX Scan itself stays the same.
+
+reverse_model = MovingAverage(reverse=True).eval()
+onx_rev = fx2onnx.to_onnx(reverse_model, (init, xs), dynamic_shapes=dynamic_shapes)
+print("main graph:", [n.op_type for n in onx_rev.graph.node])
+report = validate(onx_rev, reverse_model, (init, torch.randn(9, 3)), atol=1e-5)
+print("reverse:", report)
+assert report.ok, report
+
+# %%
+# The official exporter
+# ---------------------
+
+for name, m in [("forward", model), ("reverse", reverse_model)]:
+    try:
+        official = torch.onnx.export(m, (init, xs), dynamic_shapes=dynamic_shapes, dynamo=True, verbose=False).model_proto
+        onnx.checker.check_model(official)
+        report = validate(official, m, (init, torch.randn(9, 3)), atol=1e-5)
+        print(f"torch.onnx.export({name}): {[n.op_type for n in official.graph.node]}: {report}")
+    except Exception as e:
+        print(f"torch.onnx.export({name}) fails: {type(e).__name__}: {str(e).strip().splitlines()[0]}")
+
+# %%
+# The sequence, its moving average computed by onnxruntime, and eager's.
+
+got = run_onnx(onx, (init, xs))
+expected = model(init, xs)[2].detach()
+fig, ax = plt.subplots(figsize=(6, 3))
+for k in range(3):
+    ax.plot(xs[:, k], color=f"C{k}", alpha=0.3)
+    ax.plot(got[2][:, k], color=f"C{k}", label=f"decay={model.decay[k].item():.1f} (onnxruntime)")
+    ax.plot(expected[:, k], "k:", lw=1)
+ax.set_xlabel("step")
+ax.legend(fontsize=7)
+ax.set_title("moving averages computed by an ONNX Scan")
+fig.tight_layout()
