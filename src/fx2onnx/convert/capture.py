@@ -162,6 +162,34 @@ def symbol_names(
     return mapping
 
 
+def _call_targets(ep: torch.export.ExportedProgram) -> set[Any]:
+    targets: set[Any] = set()
+    for gm in ep.graph_module.modules():
+        if isinstance(gm, torch.fx.GraphModule):
+            targets.update(n.target for n in gm.graph.nodes if n.op == "call_function")
+    return targets
+
+
+def needs_functionalization(ep: torch.export.ExportedProgram) -> bool:
+    """Tells if ``ep.run_decompositions({})`` must run before the conversion.
+
+    torch.export returns a graph which may still contain in-place operators
+    (``add_``, ``copy_``...). Functionalizing it re-traces the whole model, which
+    costs as much as the export itself, so it only runs when the graph contains
+    an operator mutating its inputs or an operator without a built-in converter
+    (functionalization may turn it into supported ones).
+    """
+    from . import registry
+
+    for target in _call_targets(ep):
+        schema = getattr(target, "_schema", None)
+        if schema is not None and schema.is_mutable:
+            return True
+        if registry.lookup(target) is None:
+            return True
+    return False
+
+
 def capture(
     model: Any,
     args: tuple,
@@ -169,7 +197,7 @@ def capture(
     dynamic_shapes: Any,
     strict: bool,
 ) -> tuple[torch.export.ExportedProgram, dict[sympy.Symbol, str]]:
-    """Runs torch.export.export and functionalizes the graph without decomposing ops."""
+    """Runs torch.export.export and, when needed, functionalizes the graph without decomposing ops."""
     if isinstance(model, torch.export.ExportedProgram):
         ep = model
         axis_names: dict = {}
@@ -194,7 +222,8 @@ def capture(
                 f"dynamic_shapes. See the 'Frequent exceptions' page of the documentation."
             ) from e
     try:
-        ep = ep.run_decompositions({})
+        if needs_functionalization(ep):
+            ep = ep.run_decompositions({})
     except Exception as e:
         raise ExportError(
             f"Step 'functionalization' failed (ExportedProgram.run_decompositions({{}})): "

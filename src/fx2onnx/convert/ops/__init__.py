@@ -11,4 +11,5 @@ from . import (  # noqa: F401
     shape,
     symbolic,
     vision,
+    wrap,
 )
