@@ -423,7 +423,12 @@ def _owner_and_name(function: Callable[..., Any]) -> tuple[Any, str]:
     """Finds the class or module defining a function from its ``__qualname__``."""
     module = sys.modules.get(function.__module__)
     parts = function.__qualname__.split(".")
-    if "<locals>" in parts or module is None:
+    if module is None:
+        raise ValueError(
+            f"{function.__qualname__} comes from module {function.__module__!r} which is not in "
+            f"sys.modules: import it as a module to rewrite it."
+        )
+    if "<locals>" in parts:
         raise ValueError(
             f"{function.__qualname__} is a local function: give the method of a class or a "
             f"module-level function to rewrite."
