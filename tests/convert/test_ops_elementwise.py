@@ -203,3 +203,33 @@ def test_type_promotion(name):
     a = _x(2, 3).to(da)
     b = _x(2, 3, seed=1).to(db)
     check_export(Fn2(fn), (a, b))
+
+
+MORE_OPS = {
+    "square_true_divide": lambda a, b: (a.square(), torch.true_divide(a, b), torch.max(a, b), torch.min(a, b)),
+    "erfc_expit_frac_sgn": lambda a, b: (torch.special.erfc(a), torch.special.expit(a), a.frac(), a.sgn()),
+    "signbit_copysign": lambda a, b: (a.signbit(), torch.copysign(a, b), torch.copysign(a, -0.0)),
+    "heaviside": lambda a, b: torch.heaviside(a.round(), b),
+    "xlogy": lambda a, b: torch.xlogy(a.round(), b.abs()),
+    "sinc_deg_rad": lambda a, b: (torch.sinc(a.round()), torch.sinc(a), torch.deg2rad(a), torch.rad2deg(a)),
+    "hypot_logaddexp": lambda a, b: (torch.hypot(a, b), torch.logaddexp(a, b * 30), torch.logaddexp2(a, b)),
+    "nan_to_num": lambda a, b: (torch.nan_to_num(a.log()), torch.nan_to_num(a / a.round(), nan=1.0, posinf=2.0, neginf=-2.0)),
+    "float_power_isclose": lambda a, b: (torch.float_power(a.abs(), 2), torch.isclose(a, a + b * 1e-6), torch.isclose(a, b, atol=0.5)),
+    "isin": lambda a, b: (torch.isin(a.round(), b.round()), torch.isin(a.round(), b.round(), invert=True)),
+}
+
+
+@pytest.mark.parametrize("name", list(MORE_OPS))
+def test_more_float_ops(name):
+    a, b = _x(2, 3, 4), _x(2, 3, 4, seed=1)
+    a[0, 0, :2] = torch.tensor([0.0, -0.0])
+    a2, b2 = _x(4, 3, 4, seed=2), _x(4, 3, 4, seed=3)
+    ds = ({0: "batch"}, {0: "batch"})
+    check_export(Fn2(MORE_OPS[name]), (a, b), dynamic_shapes=ds, inputs2=((a2, b2), None))
+
+
+def test_shifts():
+    a = _ints(3, 4, low=-50, high=50)
+    check_export(Fn(lambda a: (a << 2, a >> 1, torch.bitwise_left_shift(a, 3), a >> 3)), (a,))
+    u = torch.randint(0, 255, (3, 4), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    check_export(Fn(lambda u: (u << 1, u >> 2)), (u,))

@@ -57,7 +57,7 @@ def _like(value):
     return convert_like
 
 
-converter(aten.zeros_like.default, aten.empty_like.default)(_like(0))
+converter(aten.zeros_like.default, aten.empty_like.default, aten.zero.default)(_like(0))
 converter(aten.ones_like.default)(_like(1))
 converter(aten.full_like.default)(_like(None))
 

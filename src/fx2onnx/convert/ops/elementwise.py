@@ -465,3 +465,194 @@ def convert_addcdiv(ctx, node, x, t1, t2, value=1):
 converter(aten.__and__.Tensor, aten.__and__.Scalar)(_bitwise("And", "BitwiseAnd"))
 converter(aten.__or__.Tensor, aten.__or__.Scalar)(_bitwise("Or", "BitwiseOr"))
 converter(aten.__xor__.Tensor, aten.__xor__.Scalar)(_bitwise("Xor", "BitwiseXor"))
+
+
+@converter(aten.square.default)
+def convert_square(ctx, node, x):
+    x = ctx.cast(x, ctx.out_dtype())
+    return ctx.op.Mul(x, x)
+
+
+@converter(aten.true_divide.Tensor, aten.true_divide.Scalar)
+def convert_true_divide(ctx, node, a, b):
+    return _binary(ctx, "Div", a, b)
+
+
+@converter(aten.max.other)
+def convert_max_other(ctx, node, a, b):
+    return _binary(ctx, "Max", a, b)
+
+
+@converter(aten.min.other)
+def convert_min_other(ctx, node, a, b):
+    return _binary(ctx, "Min", a, b)
+
+
+@converter(aten.special_expit.default)
+def convert_expit(ctx, node, x):
+    return ctx.op.Sigmoid(ctx.cast(x, ctx.out_dtype()))
+
+
+@converter(aten.erfc.default, aten.special_erfc.default)
+def convert_erfc(ctx, node, x):
+    x = ctx.cast(x, ctx.out_dtype())
+    return ctx.op.Sub(ctx.const(1.0, ctx.out_dtype()), ctx.op.Erf(x))
+
+
+@converter(aten.frac.default)
+def convert_frac(ctx, node, x):
+    return ctx.op.Sub(x, _trunc(ctx, x))
+
+
+@converter(aten.sgn.default)
+def convert_sgn(ctx, node, x):
+    return ctx.op.Sign(x)
+
+
+@converter(aten.signbit.default)
+def convert_signbit(ctx, node, x):
+    # negative numbers and -0.0: 1 / -0.0 = -inf
+    dtype = result_dtype(node.args[0])
+    if not dtype.is_floating_point:
+        return ctx.op.Less(x, ctx.const(0, dtype))
+    return _is_negative(ctx, x, dtype)
+
+
+@converter(aten.heaviside.default)
+def convert_heaviside(ctx, node, x, values):
+    dtype = ctx.out_dtype()
+    x, values = cast_all(ctx, [x, values], dtype)
+    zero = ctx.const(0, dtype)
+    step = ctx.cast(ctx.op.Greater(x, zero), dtype)
+    return ctx.op.Where(ctx.op.Equal(x, zero), values, step)
+
+
+@converter(aten.copysign.Tensor, aten.copysign.Scalar)
+def convert_copysign(ctx, node, a, b):
+    dtype = ctx.out_dtype()
+    a, b = cast_all(ctx, [a, b], dtype)
+    negative = _is_negative(ctx, b, dtype)
+    magnitude = ctx.op.Abs(a)
+    return ctx.op.Where(negative, ctx.op.Neg(magnitude), magnitude)
+
+
+def _is_negative(ctx, x, dtype):
+    zero = ctx.const(0.0, dtype)
+    return ctx.op.Or(ctx.op.Less(x, zero), ctx.op.And(ctx.op.Equal(x, zero), ctx.op.Less(ctx.op.Reciprocal(x), zero)))
+
+
+@converter(aten.xlogy.Tensor, aten.xlogy.Scalar_Other, aten.xlogy.Scalar_Self)
+def convert_xlogy(ctx, node, x, y):
+    dtype = ctx.out_dtype()
+    x, y = cast_all(ctx, [x, y], dtype)
+    product = ctx.op.Mul(x, ctx.op.Log(y))
+    zero = ctx.const(0.0, dtype)
+    # 0 * log(y) = 0 unless y is NaN
+    return ctx.op.Where(ctx.op.And(ctx.op.Equal(x, zero), ctx.op.Not(ctx.op.IsNaN(y))), zero, product)
+
+
+@converter(aten.sinc.default)
+def convert_sinc(ctx, node, x):
+    dtype = ctx.out_dtype()
+    x = ctx.cast(x, dtype)
+    pix = ctx.op.Mul(x, ctx.const(math.pi, dtype))
+    zero = ctx.const(0.0, dtype)
+    safe = ctx.op.Where(ctx.op.Equal(pix, zero), ctx.const(1.0, dtype), pix)
+    return ctx.op.Where(ctx.op.Equal(pix, zero), ctx.const(1.0, dtype), ctx.op.Div(ctx.op.Sin(safe), safe))
+
+
+@converter(aten.deg2rad.default)
+def convert_deg2rad(ctx, node, x):
+    dtype = ctx.out_dtype()
+    return ctx.op.Mul(ctx.cast(x, dtype), ctx.const(math.pi / 180.0, dtype))
+
+
+@converter(aten.rad2deg.default)
+def convert_rad2deg(ctx, node, x):
+    dtype = ctx.out_dtype()
+    return ctx.op.Mul(ctx.cast(x, dtype), ctx.const(180.0 / math.pi, dtype))
+
+
+@converter(aten.hypot.default)
+def convert_hypot(ctx, node, a, b):
+    dtype = ctx.out_dtype()
+    a, b = cast_all(ctx, [a, b], dtype)
+    return ctx.op.Sqrt(ctx.op.Add(ctx.op.Mul(a, a), ctx.op.Mul(b, b)))
+
+
+@converter(aten.logaddexp.default, aten.logaddexp2.default)
+def convert_logaddexp(ctx, node, a, b):
+    # max + log(1 + exp(-|a - b|)), in base 2 for logaddexp2
+    dtype = ctx.out_dtype()
+    a, b = cast_all(ctx, [a, b], dtype)
+    base2 = node.target is aten.logaddexp2.default
+    if base2:
+        ln2 = ctx.const(math.log(2.0), dtype)
+        a, b = ctx.op.Mul(a, ln2), ctx.op.Mul(b, ln2)
+    top = ctx.op.Max(a, b)
+    gap = ctx.op.Neg(ctx.op.Abs(ctx.op.Sub(a, b)))
+    out = ctx.op.Add(top, ctx.op.Log(ctx.op.Add(ctx.const(1.0, dtype), ctx.op.Exp(gap))))
+    # both -inf (or equal infinities): the gap is NaN, the answer is the max
+    out = ctx.op.Where(ctx.op.Equal(a, b), ctx.op.Add(a, ctx.const(math.log(2.0), dtype)), out)
+    out = ctx.op.Where(ctx.op.IsInf(top), top, out)
+    return ctx.op.Div(out, ln2) if base2 else out
+
+
+@converter(aten.nan_to_num.default)
+def convert_nan_to_num(ctx, node, x, nan=None, posinf=None, neginf=None):
+    dtype = ctx.out_dtype()
+    if not dtype.is_floating_point:
+        return ctx.op.Identity(x)
+    info = torch.finfo(dtype)
+    x = ctx.op.Where(ctx.op.IsNaN(x), ctx.const(0.0 if nan is None else float(nan), dtype), x)
+    x = ctx.op.Where(ctx.op.IsInf(x, detect_negative=0), ctx.const(info.max if posinf is None else float(posinf), dtype), x)
+    return ctx.op.Where(ctx.op.IsInf(x, detect_positive=0), ctx.const(info.min if neginf is None else float(neginf), dtype), x)
+
+
+@converter(aten.float_power.Tensor_Scalar, aten.float_power.Tensor_Tensor, aten.float_power.Scalar)
+def convert_float_power(ctx, node, a, b):
+    return _binary(ctx, "Pow", a, b)
+
+
+@converter(aten.isclose.default)
+def convert_isclose(ctx, node, a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
+    dtype = result_dtype(*node.args[:2])
+    a, b = cast_all(ctx, [a, b], dtype)
+    if not dtype.is_floating_point:
+        return ctx.op.Equal(a, b)
+    gap = ctx.op.Abs(ctx.op.Sub(a, b))
+    bound = ctx.op.Add(ctx.const(float(atol), dtype), ctx.op.Mul(ctx.const(float(rtol), dtype), ctx.op.Abs(b)))
+    close = ctx.op.Or(ctx.op.Equal(a, b), ctx.op.LessOrEqual(gap, bound))
+    if equal_nan:
+        close = ctx.op.Or(close, ctx.op.And(ctx.op.IsNaN(a), ctx.op.IsNaN(b)))
+    return close
+
+
+def _shift(left: bool):
+    def convert_shift(ctx, node, x, n):
+        # signed integers: ONNX BitShift is for unsigned types, use * 2**n and floor(x / 2**n)
+        dtype = ctx.out_dtype()
+        x, n = cast_all(ctx, [x, n], dtype)
+        if dtype in (torch.uint8, torch.uint16, torch.uint32, torch.uint64):
+            return ctx.op.BitShift(x, n, direction="LEFT" if left else "RIGHT")
+        factor = ctx.op.Pow(ctx.const(2, dtype), n)
+        if left:
+            return ctx.op.Mul(x, factor)
+        q = ctx.op.Div(ctx.cast(x, torch.float64), ctx.cast(factor, torch.float64))
+        return ctx.cast(ctx.op.Floor(q), dtype)
+
+    return convert_shift
+
+
+converter(aten.__lshift__.Scalar, aten.__lshift__.Tensor, aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar)(_shift(True))
+converter(aten.__rshift__.Scalar, aten.__rshift__.Tensor, aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar)(_shift(False))
+
+
+@converter(aten.isin.Tensor_Tensor, aten.isin.Tensor_Scalar, aten.isin.Scalar_Tensor)
+def convert_isin(ctx, node, elements, test_elements, assume_unique=False, invert=False):
+    dtype = result_dtype(*node.args[:2])
+    elements, test_elements = cast_all(ctx, [elements, test_elements], dtype)
+    flat = ctx.op.Reshape(test_elements, ctx.const([-1], torch.int64))
+    hits = ctx.op.Equal(ctx.op.Unsqueeze(elements, ctx.const([-1], torch.int64)), flat)
+    found = ctx.cast(ctx.op.ReduceMax(ctx.cast(hits, torch.int64), ctx.const([-1], torch.int64), keepdims=0), torch.bool)
+    return ctx.op.Not(found) if invert else found
