@@ -53,7 +53,7 @@ def test_pages_build_with_sphinx(rows, tmp_path):
     written = write_pages(rows, out, {"duration": 12.0, "workers": 0, "tasks": len(rows), "torch": "x"})
     names = sorted(p.name for p in written)
     assert names == [
-        "details_exportdb.rst", "details_signatures.rst", "exported_programs.rst",
+        "details_control_flow.rst", "details_exportdb.rst", "details_signatures.rst", "exported_programs.rst",
         "index.rst", "onnx_exporters.rst", "summary.png",
     ]
     table = (out / "onnx_exporters.rst").read_text(encoding="utf-8")

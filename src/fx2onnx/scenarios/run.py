@@ -259,6 +259,7 @@ def _run_in_workers(tasks, workers: int, timeout: float, bar, max_tasks_per_work
                         results[index] = w.conn.recv()
                         w.done += 1
                     except (EOFError, OSError):
+                        w.process.join(5)
                         code = w.process.exitcode
                         results[index] = _failed_row(task, "crash", f"the worker process died (exit code {code})", elapsed)
                         w.restart()
