@@ -8,6 +8,7 @@ names are kept to label the ONNX dimensions.
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Any
 
 import sympy
@@ -162,6 +163,37 @@ def symbol_names(
     return mapping
 
 
+def _first_lines(e: BaseException, n: int = 4) -> str:
+    """The first non-empty lines of an exception message (torch's messages can be very long)."""
+    lines = [line.rstrip() for line in str(e).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(e).__name__
+    return "\n".join(lines[:n]) + ("\n..." if len(lines) > n else "")
+
+
+def _specialized_dims_hint(message: str, model: Any, args: tuple, kwargs: dict, axis_names: dict) -> str:
+    """Names the user's dimensions torch specialized (``L['x'].size()[1]`` -> ``'seq'``)."""
+    if "specialized" not in message:
+        return ""
+    try:
+        bound = inspect.signature(model.forward).bind(*args, **kwargs).arguments
+    except TypeError:
+        return ""
+    found = []
+    for name, axis in re.findall(r"L\['(\w+)'\]\.size\(\)\[(\d+)\]", message):
+        value = bound.get(name)
+        user = axis_names.get(id(value), {}).get(int(axis)) if isinstance(value, torch.Tensor) else None
+        label = f"{user!r} ({name}, axis {axis})" if user else f"{name}, axis {axis}"
+        if label not in found:
+            found.append(label)
+    if not found:
+        return ""
+    return (
+        f"The model's code makes dimension(s) {', '.join(found)} static. Remove them from "
+        f"dynamic_shapes, or use torch.export.Dim.AUTO to let torch decide.\n"
+    )
+
+
 def _call_targets(ep: torch.export.ExportedProgram) -> set[Any]:
     targets: set[Any] = set()
     for gm in ep.graph_module.modules():
@@ -212,10 +244,11 @@ def capture(
         try:
             ep = torch.export.export(model, tuple(args), kwargs=dict(kwargs), dynamic_shapes=ds, strict=strict)
         except Exception as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first = _first_lines(e)
+            hint = _specialized_dims_hint(str(e), model, args, kwargs, axis_names)
             raise ExportError(
                 f"Step 'capture' failed: torch.export.export(strict={strict}) could not capture "
-                f"{type(model).__name__}: {type(e).__name__}: {first}\n"
+                f"{type(model).__name__}: {type(e).__name__}: {first}\n{hint}"
                 f"This happens before any ONNX conversion. Common fixes: for transformers models "
                 f"wrap the export in `with fx2onnx.torch_export_patches(patch_transformers=True):`; "
                 f"rewrite data-dependent Python control flow with torch.cond; check the "
@@ -227,7 +260,7 @@ def capture(
     except Exception as e:
         raise ExportError(
             f"Step 'functionalization' failed (ExportedProgram.run_decompositions({{}})): "
-            f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            f"{type(e).__name__}: {_first_lines(e)}"
         ) from e
     names = symbol_names(ep, tuple(args), dict(kwargs), axis_names) if not isinstance(model, torch.export.ExportedProgram) else {}
     if not names:

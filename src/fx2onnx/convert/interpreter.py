@@ -22,6 +22,19 @@ from .context import ConversionContext, is_symbolic
 from .errors import ConversionError, UnsupportedOpError, describe_node, node_module_path, node_source_line, target_name
 
 
+def _strip_outer_parentheses(text: str) -> str:
+    """``((seq+1)//2)`` -> ``(seq+1)//2``: only when the outer pair encloses everything."""
+    while text.startswith("(") and text.endswith(")"):
+        depth = 0
+        for i, c in enumerate(text):
+            depth += c == "("
+            depth -= c == ")"
+            if depth == 0 and i < len(text) - 1:
+                return text
+        text = text[1:-1]
+    return text
+
+
 class DimNamer:
     """Turns torch's symbols (``s77``) into the names the user gave (``batch``)."""
 
@@ -37,8 +50,8 @@ class DimNamer:
         if expr in self.names:
             return self.names[expr]
         subs = {s: sympy.Symbol(self.names[s]) for s in expr.free_symbols if s in self.names}
-        text = str(expr.xreplace(subs)) if subs else str(expr)
-        return text.replace(" ", "")
+        text = (str(expr.xreplace(subs)) if subs else str(expr)).replace(" ", "")
+        return _strip_outer_parentheses(text)
 
     def shape(self, fake: torch.Tensor) -> list[int | str]:
         return [self(d) for d in fake.shape]
