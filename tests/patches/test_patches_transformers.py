@@ -12,16 +12,15 @@ import fx2onnx
 from fx2onnx.models import export_dynamic_shapes, get_tiny_model
 
 
-def _onnx_export(tiny, patch_transformers=True):
+def _onnx_export(tiny, patch_transformers=True, exporter="torch.onnx"):
+    """Returns a ModelProto."""
     with fx2onnx.torch_export_patches(patch_transformers=patch_transformers) as modificator:
+        kwargs = modificator(copy.deepcopy(tiny.inputs))
+        if exporter == "fx2onnx":
+            return fx2onnx.to_onnx(tiny.model, (), kwargs=kwargs, dynamic_shapes=tiny.dynamic_shapes)
         return torch.onnx.export(
-            tiny.model,
-            (),
-            kwargs=modificator(copy.deepcopy(tiny.inputs)),
-            dynamic_shapes=tiny.dynamic_shapes,
-            dynamo=True,
-            optimize=False,
-        )
+            tiny.model, (), kwargs=kwargs, dynamic_shapes=tiny.dynamic_shapes, dynamo=True, optimize=False
+        ).model_proto
 
 
 def _validate(onx, tiny):
@@ -32,15 +31,26 @@ def _validate(onx, tiny):
     return report
 
 
-@pytest.mark.parametrize("name", ["llama", "phi3", "gemma2", "gpt2"])
-def test_export_with_cache(name):
+@pytest.mark.parametrize(
+    "name,exporter",
+    [
+        ("llama", "torch.onnx"),
+        ("gpt2", "torch.onnx"),
+        ("llama", "fx2onnx"),
+        ("phi3", "fx2onnx"),
+        ("gemma2", "fx2onnx"),
+    ],
+)
+def test_export_with_cache(name, exporter):
+    # gemma2 alternates sliding-window and full attention layers: two layers
     tiny = get_tiny_model(name, with_cache=True, num_hidden_layers=2 if name == "gemma2" else 1)
-    onx = _onnx_export(tiny)
-    names = [i.name for i in onx.model_proto.graph.input]
-    assert "past_key_values_key_0" in names and "past_key_values_value_0" in names
-    dims = {d.dim_param for i in onx.model_proto.graph.input for d in i.type.tensor_type.shape.dim}
-    assert {"batch", "seq", "past_seq", "total_seq"} <= dims
-    _validate(onx.model_proto, tiny)
+    onx = _onnx_export(tiny, exporter=exporter)
+    dims = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in onx.graph.input}
+    assert dims["input_ids"] == ["batch", "seq"]
+    assert dims["attention_mask"] == ["batch", "total_seq"]
+    key = [n for n in dims if "key" in n][0]
+    assert dims[key][0] == "batch" and dims[key][2] == "past_seq", dims
+    _validate(onx, tiny)
 
 
 def test_dynamic_rope_needs_the_patch():
@@ -55,9 +65,9 @@ def test_dynamic_rope_needs_the_patch():
                 dynamic_shapes=export_dynamic_shapes(tiny.dynamic_shapes),
                 strict=False,
             )
-    onx = _onnx_export(tiny)
+    onx = _onnx_export(tiny, exporter="fx2onnx")
     # inputs2 has 11 positions > max_position_embeddings=9: the frequencies are rescaled
-    _validate(onx.model_proto, tiny)
+    _validate(onx, tiny)
 
 
 def test_lazy_initialization_constants():
