@@ -77,3 +77,31 @@ def test_bool_reductions():
 def test_sort_stable_with_ties():
     x = torch.tensor([[3.0, 1.0, 3.0, 2.0, 1.0], [0.0, 0.0, 1.0, 0.0, 1.0]])
     check_export(Fn(lambda x: (*x.sort(dim=1, stable=True), x.argsort(dim=1, stable=True), x.sort(dim=1, stable=True, descending=True)[1])), (x,))
+
+
+MORE_REDUCTIONS = {
+    "nansum_nanmean": lambda x: (torch.nansum(x.log()), torch.nansum(x.log(), 1), torch.nanmean(x.log(), -1, keepdim=True)),
+    "median": lambda x: (torch.median(x), *torch.median(x, 1), *torch.median(x, -1, keepdim=True)),
+    "kthvalue": lambda x: (*torch.kthvalue(x, 2, 1), *torch.kthvalue(x, 3, -1, keepdim=True)),
+    "logcumsumexp": lambda x: (torch.logcumsumexp(x, 1), torch.logcumsumexp(x * 100, -1)),
+    "cummax_cummin": lambda x: (*torch.cummax(x, 1), *torch.cummin(x, -1)),
+    "diff": lambda x: (torch.diff(x), torch.diff(x, n=2, dim=1), torch.diff(x, dim=1, prepend=x[:, :1], append=x[:, -2:])),
+    "dist": lambda x: (torch.dist(x, x.flip(0)), torch.dist(x, x * 2, p=1), torch.dist(x, -x, p=3)),
+    "trace": lambda x: torch.trace(x[0]),
+}
+
+
+@pytest.mark.parametrize("name", list(MORE_REDUCTIONS))
+def test_more_reductions(name):
+    x, x2 = _x(2, 5, 6), _x(3, 5, 6, seed=1)
+    check_export(Fn(MORE_REDUCTIONS[name]), (x,), dynamic_shapes=({0: "batch"},), inputs2=((x2,), None))
+
+
+def test_cummax_integer_ties():
+    x = torch.tensor([[1, 3, 3, 2, 5, 5], [4, 4, 1, 1, 0, 7]])
+    check_export(Fn(lambda x: (*torch.cummax(x, 1), *torch.cummin(x, 1), torch.diff(x > 2))), (x,))
+
+
+def test_one_hot():
+    ids, ids2 = torch.tensor([[0, 3], [2, 1]]), torch.tensor([[4, 0], [1, 1], [2, 3]])
+    check_export(Fn(lambda x: torch.nn.functional.one_hot(x, 5)), (ids,), dynamic_shapes=({0: "batch"},), inputs2=((ids2,), None))

@@ -109,3 +109,12 @@ def convert_eye(ctx, node, n, m=None, **kwargs):
     m = n if m is None else m
     zeros = _full(ctx, [n, m], 0, ctx.out_dtype())
     return ctx.op.EyeLike(zeros, dtype=None)
+
+
+@converter(aten.one_hot.default)
+def convert_one_hot(ctx, node, x, num_classes=-1):
+    if isinstance(num_classes, int) and num_classes >= 0:
+        depth = ctx.const(num_classes, torch.int64)
+    else:
+        depth = ctx.op.Add(ctx.op.ReduceMax(x, keepdims=0), ctx.const(1, torch.int64))
+    return ctx.op.OneHot(x, depth, ctx.const([0, 1], torch.int64), axis=-1)

@@ -265,3 +265,155 @@ def convert_argsort(ctx, node, x, dim=-1, descending=False):
 @converter(aten.argsort.stable)
 def convert_argsort_stable(ctx, node, x, *, stable, dim=-1, descending=False):
     return _sort(ctx, x, dim, descending)[1]
+
+
+@converter(aten.nansum.default)
+def convert_nansum(ctx, node, x, dim=None, keepdim=False, dtype=None):
+    if ctx.dtype(x) is not None and ctx.dtype(x).is_floating_point:
+        x = ctx.op.Where(ctx.op.IsNaN(x), ctx.const(0.0, ctx.dtype(x)), x)
+    return _reduce(ctx, "ReduceSum", x, dim, keepdim)
+
+
+@converter(aten.nanmean.default)
+def convert_nanmean(ctx, node, x, dim=None, keepdim=False, dtype=None):
+    out_dtype = ctx.out_dtype()
+    valid = ctx.op.Not(ctx.op.IsNaN(x))
+    total = _reduce(ctx, "ReduceSum", ctx.op.Where(valid, x, ctx.const(0.0, ctx.dtype(x))), dim, keepdim)
+    count = _reduce(ctx, "ReduceSum", ctx.cast(valid, out_dtype), dim, keepdim)
+    return ctx.op.Div(total, count)
+
+
+def _kth_smallest(ctx, x, k, dim, keepdim: bool):
+    """(values, indices) of the k-th smallest element (1-based) along ``dim``."""
+    rank = input_rank(ctx)
+    if rank == 0:
+        return ctx.op.Identity(x), ctx.const(0, torch.int64)
+    axis = normalize_axis(dim, rank)
+    values, indices = ctx.op.TopK(x, ctx.scalar_1d(k), axis=axis, largest=0, sorted=1, _outputs=2)
+    last = ctx.op.Sub(ctx.scalar_1d(k), ctx.const([1], torch.int64))
+    if not keepdim:
+        last = ctx.op.Squeeze(last, ctx.const([0], torch.int64))
+    return ctx.op.Gather(values, last, axis=axis), ctx.op.Gather(indices, last, axis=axis)
+
+
+@converter(aten.kthvalue.default)
+def convert_kthvalue(ctx, node, x, k, dim=-1, keepdim=False):
+    return _kth_smallest(ctx, x, k, dim, keepdim)
+
+
+def _lower_median_k(ctx, x, axis: int):
+    """(n - 1) // 2 + 1 as a 1-D value: torch's median is the lower median."""
+    n = ctx.op.Shape(x, start=axis, end=axis + 1)
+    one = ctx.const([1], torch.int64)
+    return ctx.op.Add(ctx.op.Div(ctx.op.Sub(n, one), ctx.const([2], torch.int64)), one)
+
+
+@converter(aten.median.dim)
+def convert_median_dim(ctx, node, x, dim, keepdim=False):
+    rank = input_rank(ctx)
+    if rank == 0:
+        return ctx.op.Identity(x), ctx.const(0, torch.int64)
+    axis = normalize_axis(dim, rank)
+    return _kth_smallest(ctx, x, _lower_median_k(ctx, x, axis), axis, keepdim)
+
+
+@converter(aten.median.default)
+def convert_median(ctx, node, x):
+    flat = ctx.op.Reshape(x, ctx.const([-1], torch.int64))
+    values, _ = ctx.op.TopK(flat, _lower_median_k(ctx, flat, 0), axis=0, largest=0, sorted=1, _outputs=2)
+    return ctx.op.Squeeze(ctx.op.Slice(values, ctx.const([-1], torch.int64), ctx.const([2**62], torch.int64)), ctx.const([0], torch.int64))
+
+
+def _prefix_rows(ctx, x, dim: int, fill):
+    """Moves ``dim`` last and returns (rows [..., n, n] with x[..., j] where j <= i else fill, perm).
+
+    A reduction over the last axis of ``rows`` is the cumulative reduction.
+    """
+    rank = input_rank(ctx)
+    axis = normalize_axis(dim, rank)
+    perm = list(range(rank))
+    perm[axis], perm[-1] = perm[-1], perm[axis]
+    moved = ctx.op.Transpose(x, perm=perm) if axis != rank - 1 else x
+    n = ctx.op.Shape(moved, start=rank - 1)
+    square = ctx.op.Expand(ctx.const(1, torch.int64), ctx.op.Concat(n, n, axis=0))
+    lower = ctx.cast(ctx.op.Trilu(square, upper=0), torch.bool)
+    rows = ctx.op.Unsqueeze(moved, ctx.const([-2], torch.int64))
+    return ctx.op.Where(lower, rows, fill), (perm if axis != rank - 1 else None)
+
+
+def _move_back(ctx, y, perm):
+    return ctx.op.Transpose(y, perm=perm) if perm is not None else y
+
+
+@converter(aten.logcumsumexp.default)
+def convert_logcumsumexp(ctx, node, x, dim):
+    if input_rank(ctx) == 0:
+        return ctx.op.Identity(x)
+    rows, perm = _prefix_rows(ctx, x, dim, ctx.const(float("-inf"), ctx.out_dtype()))
+    return _move_back(ctx, ctx.op.ReduceLogSumExp(rows, ctx.const([-1], torch.int64), keepdims=0), perm)
+
+
+def _cumulative_extreme(largest: bool):
+    def convert_cumulative_extreme(ctx, node, x, dim):
+        if input_rank(ctx) == 0:
+            return ctx.op.Identity(x), ctx.const(0, torch.int64)
+        dtype = ctx.out_dtype(0)
+        if dtype.is_floating_point:
+            fill = float("-inf") if largest else float("inf")
+        elif dtype == torch.bool:
+            raise ctx.error("cummax/cummin on bool tensors is not supported: cast to int first.")
+        else:
+            fill = torch.iinfo(dtype).min if largest else torch.iinfo(dtype).max
+        rows, perm = _prefix_rows(ctx, x, dim, ctx.const(fill, dtype))
+        axes = ctx.const([-1], torch.int64)
+        values = (ctx.op.ReduceMax if largest else ctx.op.ReduceMin)(rows, axes, keepdims=0)
+        # torch keeps the last index among equal extremes
+        arg = ctx.op.ArgMax if largest else ctx.op.ArgMin
+        indices = arg(rows, axis=-1, keepdims=0, select_last_index=1)
+        return _move_back(ctx, values, perm), _move_back(ctx, indices, perm)
+
+    return convert_cumulative_extreme
+
+
+converter(aten.cummax.default)(_cumulative_extreme(True))
+converter(aten.cummin.default)(_cumulative_extreme(False))
+
+
+@converter(aten.diff.default)
+def convert_diff(ctx, node, x, n=1, dim=-1, prepend=None, append=None):
+    rank = input_rank(ctx)
+    axis = normalize_axis(dim, rank)
+    parts = [p for p in (prepend, x, append) if p is not None]
+    if len(parts) > 1:
+        x = ctx.op.Concat(*parts, axis=axis)
+    axes = ctx.const([axis], torch.int64)
+    big = ctx.const([2**62], torch.int64)
+    for _ in range(int(n)):
+        tail = ctx.op.Slice(x, ctx.const([1], torch.int64), big, axes)
+        head = ctx.op.Slice(x, ctx.const([0], torch.int64), ctx.const([-1], torch.int64), axes)
+        x = ctx.op.Xor(tail, head) if ctx.out_dtype() == torch.bool else ctx.op.Sub(tail, head)
+    return x
+
+
+@converter(aten.dist.default)
+def convert_dist(ctx, node, a, b, p=2):
+    dtype = ctx.out_dtype()
+    diff = ctx.op.Reshape(ctx.op.Sub(ctx.cast(a, dtype), ctx.cast(b, dtype)), ctx.const([-1], torch.int64))
+    p = float(p)
+    axes = ctx.const([0], torch.int64)
+    if p == 2:
+        return ctx.op.ReduceL2(diff, axes, keepdims=0)
+    if p == 1:
+        return ctx.op.ReduceL1(diff, axes, keepdims=0)
+    if p == float("inf"):
+        return ctx.op.ReduceMax(ctx.op.Abs(diff), axes, keepdims=0)
+    if p == 0:
+        nonzero = ctx.cast(ctx.op.Not(ctx.op.Equal(diff, ctx.const(0.0, dtype))), dtype)
+        return ctx.op.ReduceSum(nonzero, axes, keepdims=0)
+    power = ctx.const(p, dtype)
+    return ctx.op.Pow(ctx.op.ReduceSum(ctx.op.Pow(ctx.op.Abs(diff), power), axes, keepdims=0), ctx.op.Reciprocal(power))
+
+
+@converter(aten.trace.default)
+def convert_trace(ctx, node, x):
+    return ctx.op.ReduceSum(ctx.op.Mul(x, ctx.op.EyeLike(x)), keepdims=0)
