@@ -1,0 +1,134 @@
+"""
+.. _l-plot-export-tiny-llm-patched:
+
+Export a tiny LLM with its cache, thanks to the patches
+========================================================
+
+A decoder model of :epkg:`transformers` takes a cache (``past_key_values``, a
+``DynamicCache``) holding the keys and values of the tokens already seen.
+:epkg:`torch.export` cannot take it as it is: the cache is not a structure it
+knows how to flatten. :func:`fx2onnx.torch_export_patches` registers it (and
+patches what else is needed) for the time of the export. The exported model is
+then checked against eager PyTorch on :epkg:`onnxruntime` with inputs of other
+sizes (``atol=1e-4``).
+
+The model
+---------
+
+A tiny Llama built from a configuration in code, with random weights:
+one layer, a hidden size of 32. :func:`fx2onnx.models.get_tiny_model` also
+returns two sets of inputs and the dynamic shapes.
+"""
+
+import copy
+import time
+
+import matplotlib.pyplot as plt
+import torch
+
+import fx2onnx
+from fx2onnx.models import export_dynamic_shapes, get_tiny_model
+
+tiny = get_tiny_model("llama", with_cache=True)
+print(tiny)
+print("dynamic shapes:", tiny.dynamic_shapes)
+
+# %%
+# Without the patches
+# -------------------
+#
+# :epkg:`torch.export.export` needs the cache to be a pytree node to flatten it.
+
+try:
+    torch.export.export(
+        tiny.model,
+        (),
+        kwargs=copy.deepcopy(tiny.inputs),
+        dynamic_shapes=export_dynamic_shapes(tiny.dynamic_shapes),
+        strict=False,
+    )
+    failed = False
+except Exception as e:
+    failed = True
+    print(type(e).__name__, ":", str(e).split("\n")[0][:200])
+assert failed
+
+# %%
+# With the patches
+# ----------------
+#
+# ``modificator`` converts the inputs if needed (a cache given as a list of
+# ``(key, value)`` pairs becomes a ``DynamicCache``); ``reports`` tells which
+# patches were applied. The model is exported by :func:`fx2onnx.to_onnx`.
+
+begin = time.perf_counter()
+with fx2onnx.torch_export_patches(patch_transformers=True) as modificator:
+    onx = fx2onnx.to_onnx(
+        tiny.model,
+        (),
+        kwargs=modificator(copy.deepcopy(tiny.inputs)),
+        dynamic_shapes=tiny.dynamic_shapes,
+    )
+    for report in modificator.reports:
+        print(f"{report.kind:13s} {report.name:35s} {report.status}")
+print(f"export: {time.perf_counter() - begin:.1f}s")
+
+# %%
+# The inputs and outputs of the ONNX model keep the names of the dimensions.
+
+
+def shape(value_info):
+    return [d.dim_param or d.dim_value for d in value_info.type.tensor_type.shape.dim]
+
+
+for value in onx.graph.input:
+    print("input ", value.name, shape(value))
+for value in onx.graph.output:
+    print("output", value.name, shape(value))
+
+# %%
+# Check on onnxruntime
+# --------------------
+#
+# The second set of inputs has another batch size, another number of new tokens
+# and a longer cache. The eager model runs unpatched: only the cache registration
+# is needed to flatten the inputs (``patch_torch=False``).
+
+with fx2onnx.torch_export_patches(patch_torch=False):
+    report = fx2onnx.validate(onx, tiny.model, (), copy.deepcopy(tiny.inputs2), atol=1e-4)
+print(report)
+assert report.ok, report
+
+# %%
+# The same for other decoder models
+# ---------------------------------
+#
+# Every tiny decoder model goes the same way; the plot shows the export time and
+# the largest difference with eager for each of them.
+
+names, durations, diffs = [], [], []
+for name in ["mistral", "qwen2", "phi", "phi3", "gemma"]:
+    other = get_tiny_model(name, with_cache=True)
+    begin = time.perf_counter()
+    with fx2onnx.torch_export_patches(patch_transformers=True) as modificator:
+        model_proto = fx2onnx.to_onnx(
+            other.model,
+            (),
+            kwargs=modificator(copy.deepcopy(other.inputs)),
+            dynamic_shapes=other.dynamic_shapes,
+        )
+    durations.append(time.perf_counter() - begin)
+    with fx2onnx.torch_export_patches(patch_torch=False):
+        rep = fx2onnx.validate(model_proto, other.model, (), copy.deepcopy(other.inputs2), atol=1e-4)
+    assert rep.ok, (name, rep)
+    names.append(name)
+    diffs.append(max(rep.max_abs, 1e-9))
+    print(f"{name:8s} export {durations[-1]:.1f}s  {rep}")
+
+fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
+ax[0].bar(names, durations)
+ax[0].set_title("export time (s)")
+ax[1].bar(names, diffs)
+ax[1].set_yscale("log")
+ax[1].set_title("max abs diff with eager (inputs2)")
+fig.tight_layout()
