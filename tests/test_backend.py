@@ -80,8 +80,16 @@ g34 = torch.randn(3, 4)
         lambda g, x: aten.native_dropout_backward.default(g, x > 0, 2.0),
         lambda g, x: aten.mse_loss.default(g, x),
         lambda g, x: aten.mse_loss_backward.default(torch.tensor(1.5), g, x, 1),
+        lambda g, x: aten.hardtanh_backward.default(g, x, -0.5, 0.7),
+        lambda g, x: aten.leaky_relu_backward.default(g, x, 0.1, False),
+        lambda g, x: aten.elu_backward.default(g, 1.2, 1.1, 0.9, False, x),
+        lambda g, x: aten.elu_backward.default(g, 1.2, 1.1, 0.9, True, torch.nn.functional.elu(x, 1.2)),
+        lambda g, x: aten.softplus_backward.default(g, x * 10, 2.0, 5.0),
     ],
-    ids=["threshold", "sigmoid", "tanh", "silu", "gelu", "gelu_tanh", "softmax", "log_softmax", "dropout", "mse", "mse_bw"],
+    ids=[
+        "threshold", "sigmoid", "tanh", "silu", "gelu", "gelu_tanh", "softmax", "log_softmax", "dropout", "mse", "mse_bw",
+        "hardtanh", "leaky_relu", "elu", "elu_result", "softplus",
+    ],
 )
 def test_elementwise_backward(fn):
     assert_close(fn, g34, x34)
@@ -130,6 +138,46 @@ def test_nll_loss_forward_backward(reduction):
         return loss, total, aten.nll_loss_backward.default(grad, logp, target, weight, reduction, -100, total)
 
     assert_close(fn, logp, target, weight)
+
+
+@pytest.mark.parametrize(
+    "shape,kernel,stride,padding,dilation,groups",
+    [
+        ((2, 3, 9, 9), (4, 3, 3, 3), [1, 1], [1, 1], [1, 1], 1),
+        ((2, 3, 10, 9), (4, 3, 3, 2), [2, 3], [0, 1], [2, 1], 1),
+        ((2, 4, 8), (6, 4, 3), [2], [1], [1], 1),
+        ((1, 4, 7, 7), (4, 2, 3, 3), [2, 2], [1, 1], [1, 1], 2),
+    ],
+)
+def test_convolution_backward(shape, kernel, stride, padding, dilation, groups):
+    x, w = torch.randn(*shape), torch.randn(*kernel)
+    out = aten.convolution.default(x, w, None, stride, padding, dilation, False, [0] * len(stride), groups)
+    grad = torch.randn(*out.shape)
+    mask = [True, groups == 1, True]
+
+    def fn(g, x, w):
+        grads = aten.convolution_backward.default(g, x, w, [kernel[0]], stride, padding, dilation, False, [0] * len(stride), groups, mask)
+        return tuple(v for v, keep in zip(grads, mask) if keep)  # eager may fill the masked ones
+
+    assert_close(fn, grad, x, w, atol=1e-4)
+
+
+@pytest.mark.parametrize("kernel,stride,padding", [(2, 2, 0), (3, 2, 1), (3, 1, 0)])
+def test_pooling_backward(kernel, stride, padding):
+    x = torch.randn(2, 3, 7, 8)
+    y, indices = aten.max_pool2d_with_indices.default(x, [kernel, kernel], [stride, stride], [padding, padding])
+    grad = torch.randn(*y.shape)
+
+    def max_bw(g, x, i):
+        return aten.max_pool2d_with_indices_backward.default(g, x, [kernel] * 2, [stride] * 2, [padding] * 2, [1, 1], False, i)
+
+    assert_close(max_bw, grad, x, indices)
+    grad = torch.randn(*aten.avg_pool2d.default(x, [kernel] * 2, [stride] * 2, [padding] * 2).shape)
+
+    def avg_bw(g, x):
+        return aten.avg_pool2d_backward.default(g, x, [kernel] * 2, [stride] * 2, [padding] * 2, False, True, None)
+
+    assert_close(avg_bw, grad, x)
 
 
 def test_convert_graph_module_checks_inputs():
@@ -225,6 +273,38 @@ def test_training_mlp_gradients_match():
     torch.testing.assert_close(loss, ref_loss, atol=1e-5, rtol=1e-4)
     for name, grad in _grads(ref).items():
         torch.testing.assert_close(_grads(model)[name], grad, atol=1e-5, rtol=1e-4)
+    assert backend.stats()["graphs"] == 2
+
+
+def test_training_cnn_gradients_and_running_stats():
+    torch.manual_seed(0)
+    layers = [
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(8, 8, 3, stride=2),
+        torch.nn.Hardtanh(),
+        torch.nn.AvgPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8, 4),
+        torch.nn.LeakyReLU(),
+        torch.nn.ELU(),
+        torch.nn.Softplus(),
+    ]
+    model = torch.nn.Sequential(*layers).train()
+    ref = copy.deepcopy(model)
+    backend = make_onnxruntime_backend()
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(4, 3, 13, 13)
+    got, expected = compiled(x), ref(x)
+    got.pow(2).sum().backward()
+    expected.pow(2).sum().backward()
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    for name, grad in _grads(ref).items():
+        torch.testing.assert_close(_grads(model)[name], grad, atol=1e-4, rtol=1e-3)
+    for (name, buffer), (_, ref_buffer) in zip(model.named_buffers(), ref.named_buffers()):
+        torch.testing.assert_close(buffer, ref_buffer, atol=1e-6, rtol=1e-5, msg=name)
     assert backend.stats()["graphs"] == 2
 
 

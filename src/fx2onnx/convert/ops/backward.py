@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from ..builder import onnx_dtype
@@ -255,3 +256,207 @@ def convert_mse_loss_backward(ctx, node, grad, x, target, reduction):
 def convert_prims_convert_element_type(ctx, node, x, dtype):
     """Found in aot_autograd graphs with dynamic shapes (a decomposed ``_to_copy``)."""
     return ctx.op.Cast(ctx.as_value(x), to=onnx_dtype(dtype))
+
+
+# activations with parameters
+
+
+@converter(aten.hardtanh_backward.default)
+def convert_hardtanh_backward(ctx, node, grad, x, min_val, max_val):
+    dtype = _dtype(ctx, 1)
+    inside = ctx.op.And(ctx.op.Greater(x, ctx.const(min_val, dtype)), ctx.op.Less(x, ctx.const(max_val, dtype)))
+    return ctx.op.Where(inside, grad, ctx.const(0, _dtype(ctx)))
+
+
+@converter(aten.leaky_relu_backward.default)
+def convert_leaky_relu_backward(ctx, node, grad, x, negative_slope, self_is_result):
+    dtype = _dtype(ctx)
+    positive = ctx.op.Greater(x, ctx.const(0, _dtype(ctx, 1)))
+    return ctx.op.Where(positive, grad, ctx.op.Mul(grad, ctx.const(negative_slope, dtype)))
+
+
+@converter(aten.elu_backward.default)
+def convert_elu_backward(ctx, node, grad, alpha, scale, input_scale, is_result, self_or_result):
+    dtype = _dtype(ctx)
+    c = lambda v: ctx.const(v, dtype)  # noqa: E731
+    positive = ctx.op.Greater(self_or_result, c(0))
+    if is_result:  # y = scale * alpha * (exp(x * input_scale) - 1) for x <= 0
+        negative = ctx.op.Mul(ctx.op.Mul(grad, c(input_scale)), ctx.op.Add(self_or_result, c(alpha * scale)))
+    else:
+        negative = ctx.op.Mul(
+            ctx.op.Mul(grad, c(input_scale * alpha * scale)), ctx.op.Exp(ctx.op.Mul(self_or_result, c(input_scale)))
+        )
+    return ctx.op.Where(positive, ctx.op.Mul(grad, c(scale)), negative)
+
+
+@converter(aten.softplus_backward.default)
+def convert_softplus_backward(ctx, node, grad, x, beta, threshold):
+    dtype = _dtype(ctx)
+    bx = ctx.op.Mul(x, ctx.const(beta, dtype))
+    return ctx.op.Where(ctx.op.Greater(bx, ctx.const(threshold, dtype)), grad, ctx.op.Mul(grad, ctx.op.Sigmoid(bx)))
+
+
+# batch normalization (training)
+
+
+def _channel_axes(rank: int) -> list[int]:
+    return [0] + list(range(2, rank))
+
+
+def _per_channel(ctx, value, rank: int):
+    """Reshapes a [C] value into [1, C, 1, ...] to broadcast over an input of rank ``rank``."""
+    return ctx.op.Reshape(value, ctx.const([1, -1] + [1] * (rank - 2), torch.int64))
+
+
+@converter(aten._native_batch_norm_legit_functional.default)
+def convert_native_batch_norm_functional(ctx, node, x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """Batch norm in training: normalizes with the batch statistics and returns the updated running ones."""
+    if not training:
+        raise ctx.error("_native_batch_norm_legit_functional with training=False is not supported (it is an eval graph).")
+    rank = input_rank(ctx)
+    dtype = _dtype(ctx)
+    axes = ctx.const(_channel_axes(rank), torch.int64)
+    mean = ctx.op.ReduceMean(x, axes, keepdims=1)
+    centered = ctx.op.Sub(x, mean)
+    var = ctx.op.ReduceMean(ctx.op.Mul(centered, centered), axes, keepdims=1)
+    rstd = ctx.op.Reciprocal(ctx.op.Sqrt(ctx.op.Add(var, ctx.const(eps, dtype))))
+    y = ctx.op.Mul(centered, rstd)
+    if weight is not None:
+        y = ctx.op.Mul(y, _per_channel(ctx, weight, rank))
+    if bias is not None:
+        y = ctx.op.Add(y, _per_channel(ctx, bias, rank))
+    flat = ctx.const([-1], torch.int64)
+    mean_c, var_c, rstd_c = ctx.op.Reshape(mean, flat), ctx.op.Reshape(var, flat), ctx.op.Reshape(rstd, flat)
+    count = ctx.cast(ctx.op.Div(ctx.op.Size(x), ctx.dim_size(x, 1)), dtype)
+    unbiased = ctx.op.Mul(var_c, ctx.op.Div(count, ctx.op.Sub(count, ctx.const(1, dtype))))
+    keep = ctx.const(1 - momentum, dtype)
+    new_mean = ctx.op.Add(ctx.op.Mul(running_mean, keep), ctx.op.Mul(mean_c, ctx.const(momentum, dtype)))
+    new_var = ctx.op.Add(ctx.op.Mul(running_var, keep), ctx.op.Mul(unbiased, ctx.const(momentum, dtype)))
+    return y, mean_c, rstd_c, new_mean, new_var
+
+
+@converter(aten.native_batch_norm_backward.default)
+def convert_native_batch_norm_backward(
+    ctx, node, grad, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps, output_mask
+):
+    rank = input_rank(ctx, 1)
+    dtype = _dtype(ctx)
+    axes = ctx.const(_channel_axes(rank), torch.int64)
+    if train:
+        mean, invstd = _per_channel(ctx, save_mean, rank), _per_channel(ctx, save_invstd, rank)
+    else:
+        mean = _per_channel(ctx, running_mean, rank)
+        invstd = _per_channel(ctx, ctx.op.Reciprocal(ctx.op.Sqrt(ctx.op.Add(running_var, ctx.const(eps, dtype)))), rank)
+    xhat = ctx.op.Mul(ctx.op.Sub(x, mean), invstd)
+    results: list = []
+    if output_mask[0]:
+        g = grad if weight is None else ctx.op.Mul(grad, _per_channel(ctx, weight, rank))
+        if train:
+            mean_g = ctx.op.ReduceMean(g, axes, keepdims=1)
+            mean_gx = ctx.op.ReduceMean(ctx.op.Mul(g, xhat), axes, keepdims=1)
+            results.append(ctx.op.Mul(invstd, ctx.op.Sub(ctx.op.Sub(g, mean_g), ctx.op.Mul(xhat, mean_gx))))
+        else:
+            results.append(ctx.op.Mul(g, invstd))
+    else:
+        results.append(None)
+    results.append(ctx.op.ReduceSum(ctx.op.Mul(grad, xhat), axes, keepdims=0) if output_mask[1] else None)
+    results.append(ctx.op.ReduceSum(grad, axes, keepdims=0) if output_mask[2] else None)
+    return tuple(results)
+
+
+# convolution and pooling
+
+
+def _static_spatial(ctx, index: int) -> list[int]:
+    shape = fake_of(ctx.node.args[index]).shape
+    if any(isinstance(d, torch.SymInt) for d in shape[2:]):
+        raise ctx.error(f"{ctx.node.target} needs static spatial dimensions, got {list(shape)}: compile with dynamic=False.")
+    return [int(d) for d in shape[2:]]
+
+
+def _output_padding(in_sizes, out_sizes, kernel, stride, padding, dilation) -> list[int]:
+    """output_padding making a ConvTranspose of ``out_sizes`` give back ``in_sizes``."""
+    return [
+        i - ((o - 1) * s - 2 * p + d * (k - 1) + 1)
+        for i, o, k, s, p, d in zip(in_sizes, out_sizes, kernel, stride, padding, dilation)
+    ]
+
+
+@converter(aten.convolution_backward.default)
+def convert_convolution_backward(
+    ctx, node, grad, x, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask
+):
+    if transposed:
+        raise ctx.error("convolution_backward of a transposed convolution is not supported.")
+    n = input_rank(ctx, 1) - 2
+    stride, padding, dilation = list(stride) * (n // len(stride)), list(padding) * (n // len(padding)), list(dilation) * (n // len(dilation))
+    in_sizes, out_sizes = _static_spatial(ctx, 1), _static_spatial(ctx, 0)
+    kernel = [int(k) for k in fake_of(node.args[2]).shape[2:]]
+    results: list = []
+    if output_mask[0]:
+        results.append(
+            ctx.op.ConvTranspose(
+                grad,
+                weight,
+                strides=stride,
+                pads=padding * 2,
+                dilations=dilation,
+                group=groups,
+                output_padding=_output_padding(in_sizes, out_sizes, kernel, stride, padding, dilation),
+            )
+        )
+    else:
+        results.append(None)
+    if output_mask[1]:
+        if groups != 1:
+            raise ctx.error(f"convolution_backward: the weight gradient with groups={groups} is not supported (groups=1 only).")
+        perm = [1, 0] + list(range(2, n + 2))
+        # correlating the input with the output gradient: stride and dilation swap roles
+        full = ctx.op.Conv(ctx.op.Transpose(x, perm=perm), ctx.op.Transpose(grad, perm=perm), strides=dilation, dilations=stride, pads=padding * 2)
+        axes = list(range(2, n + 2))
+        full = ctx.op.Slice(full, ctx.const([0] * n, torch.int64), ctx.const(kernel, torch.int64), ctx.const(axes, torch.int64))
+        results.append(ctx.op.Transpose(full, perm=perm))
+    else:
+        results.append(None)
+    results.append(ctx.op.ReduceSum(grad, ctx.const(_channel_axes(n + 2), torch.int64), keepdims=0) if output_mask[2] else None)
+    return tuple(results)
+
+
+def _pool_window(kernel_size, stride, padding, dilation, n):
+    as_list = lambda v: [int(v)] * n if isinstance(v, int) else list(v) * (n // len(v)) if len(v) else []  # noqa: E731
+    kernel = as_list(kernel_size)
+    strides = as_list(stride) or kernel
+    return kernel, strides, as_list(padding), as_list(dilation)
+
+
+@converter(aten.max_pool2d_with_indices_backward.default, aten.max_pool3d_with_indices_backward.default)
+def convert_max_pool_backward(ctx, node, grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """Scatters the gradient at the positions (per channel, flattened spatial index) the forward picked."""
+    rank = input_rank(ctx, 1)
+    lead = rank - (3 if node.target is aten.max_pool3d_with_indices_backward.default else 2)
+    flat = ctx.const([0] * lead + [-1], torch.int64)  # 0 copies the leading dimensions
+    zeros = ctx.op.Reshape(ctx.op.Expand(ctx.const(0, _dtype(ctx)), ctx.op.Shape(x)), flat)
+    out = ctx.op.ScatterElements(zeros, ctx.op.Reshape(indices, flat), ctx.op.Reshape(grad, flat), axis=lead, reduction="add")
+    return ctx.op.Reshape(out, ctx.op.Shape(x))
+
+
+@converter(aten.avg_pool2d_backward.default, aten.avg_pool3d_backward.default)
+def convert_avg_pool_backward(ctx, node, grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    """Spreads each gradient over its window: a ConvTranspose with a constant kernel, channel by channel."""
+    rank = input_rank(ctx, 1)
+    n = 3 if node.target is aten.avg_pool3d_backward.default else 2
+    kernel, strides, pads, _ = _pool_window(kernel_size, stride, padding, 1, n)
+    if any(pads) and not count_include_pad and divisor_override is None:
+        raise ctx.error("avg_pool backward with padding and count_include_pad=False is not supported.")
+    dtype = _dtype(ctx)
+    in_sizes = [int(d) for d in fake_of(node.args[1]).shape[-n:]]
+    out_sizes = [int(d) for d in fake_of(node.args[0]).shape[-n:]]
+    extra = _output_padding(in_sizes, out_sizes, kernel, strides, pads, [1] * n)
+    if any(e < 0 for e in extra):
+        raise ctx.error("avg_pool backward with ceil_mode windows past the input is not supported.")
+    divisor = divisor_override if divisor_override is not None else int(np.prod(kernel))
+    weight = ctx.const(np.full([1, 1] + kernel, 1.0 / divisor), dtype)
+    planes = ctx.op.Reshape(grad, ctx.const([-1, 1] + out_sizes, torch.int64))
+    spread = ctx.op.ConvTranspose(planes, weight, strides=strides, pads=pads * 2, output_padding=extra)
+    return ctx.op.Reshape(spread, ctx.op.Shape(x))
+
