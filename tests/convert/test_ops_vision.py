@@ -205,3 +205,73 @@ def test_pixel_shuffle(name):
         check_export(nn.PixelUnshuffle(2), (x,), dynamic_shapes=({0: "b", 2: "h", 3: "w"},), inputs2=((x2,), None))
     else:
         check_export(nn.PixelShuffle(3), (_randn(9, 2, 3),))
+
+
+class SmallCNN(nn.Module):
+    """conv + batch norm + relu + pooling, twice, then a linear classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, padding=1, bias=False),
+            nn.BatchNorm2d(16),
+            nn.ReLU6(),
+            nn.AvgPool2d(2),
+        )
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2), nn.Linear(16, 10))
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+
+class UNetLike(nn.Module):
+    """Two levels of a UNet: down with max pooling, up with upsampling, padding to the skip's size."""
+
+    def __init__(self):
+        super().__init__()
+
+        def block(cin, cout):
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.GroupNorm(2, cout), nn.SiLU())
+
+        self.down1, self.down2 = block(3, 8), block(8, 16)
+        self.bottom = block(16, 16)
+        self.up2 = nn.ConvTranspose2d(16, 16, 2, stride=2)
+        self.dec2, self.dec1 = block(32, 8), block(16, 8)
+        self.out = nn.Conv2d(8, 2, 1)
+
+    @staticmethod
+    def _match(x, skip):
+        dh, dw = skip.shape[2] - x.shape[2], skip.shape[3] - x.shape[3]
+        return F.pad(x, [dw // 2, dw - dw // 2, dh // 2, dh - dh // 2], mode="replicate")
+
+    def forward(self, x):
+        s1 = self.down1(x)
+        s2 = self.down2(F.max_pool2d(s1, 2))
+        b = self.bottom(F.max_pool2d(s2, 2))
+        d2 = self.dec2(torch.cat([self._match(self.up2(b), s2), s2], dim=1))
+        up = F.interpolate(d2, scale_factor=2.0, mode="bilinear", align_corners=False)
+        d1 = self.dec1(torch.cat([self._match(up, s1), s1], dim=1))
+        return self.out(d1)
+
+
+def test_small_cnn():
+    model = _randomize(SmallCNN())
+    _check_dynamic_batch(model, (2, 3, 16, 16), batch2=5)
+
+
+def test_unet_like_static_and_dynamic():
+    model = _randomize(UNetLike())
+    x = _randn(2, 3, 16, 16)
+    check_export(model, (x,))
+    x2, x3 = _randn(2, 3, 16, 20), _randn(1, 3, 24, 12)
+    check_export(model, (x2,), dynamic_shapes=({0: "batch", 2: "height", 3: "width"},), inputs2=((x3,), None))
+
+
+def test_unet_uneven_input_needs_padding():
+    # odd sizes: the decoder pads the upsampled maps to the skip connection's size
+    model = _randomize(UNetLike())
+    check_export(model, (_randn(1, 3, 18, 22),))

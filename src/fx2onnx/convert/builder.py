@@ -186,6 +186,8 @@ class GraphBuilder:
             if v is not None and not isinstance(v, ir.Value):
                 raise TypeError(f"Input of {op_type} must be an onnx_ir.Value or None, not {type(v)}: {v!r}")
             ins.append(v)
+        while ins and ins[-1] is None:  # trailing optional inputs are omitted (some rewriters expect it)
+            ins.pop()
         attrs = ir.convenience.convert_attributes({k: v for k, v in (attributes or {}).items() if v is not None})
         base = self.metadata.get("fx_node", op_type.lower())
         node = ir.Node(
