@@ -8,6 +8,8 @@ import torch.nn.functional as F
 from helpers import check_export
 from torch import nn
 
+import fx2onnx
+
 
 class Fn(nn.Module):
     """Wraps a function of one input into a module."""
@@ -233,3 +235,12 @@ def test_shifts():
     check_export(Fn(lambda a: (a << 2, a >> 1, torch.bitwise_left_shift(a, 3), a >> 3)), (a,))
     u = torch.randint(0, 255, (3, 4), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
     check_export(Fn(lambda u: (u << 1, u >> 2)), (u,))
+
+
+def test_unsupported_op_error_names_the_op():
+    # lgamma has no ONNX equivalent and no converter: the error says which op and how to add one
+    model = Fn(lambda x: torch.lgamma(x) + 1)
+    with pytest.raises(fx2onnx.UnsupportedOpError, match="aten::lgamma") as info:
+        fx2onnx.to_onnx(model, (_pos(3, 4),))
+    assert "Dispatcher" in str(info.value)
+    assert "lgamma" in str(info.value).split("FX node:")[1]
