@@ -28,8 +28,7 @@ from fx2onnx.validate import run_onnx, validate
 
 
 @torch.library.custom_op("recipes::leaky_", mutates_args=("x",))
-def leaky_(x: torch.Tensor, slope: float) -> None:
-    """In place: ``x[x < 0] *= slope``, returns nothing."""
+def leaky_(x: torch.Tensor, slope: float) -> None:  # x[x < 0] *= slope, returns nothing
     x.mul_(torch.where(x < 0, slope, 1.0))
 
 
@@ -39,8 +38,7 @@ def _(x, slope):
 
 
 @torch.library.custom_op("recipes::accumulate_", mutates_args=("total",))
-def accumulate_(total: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """In place ``total += x.sum(0)``, returns the mean of ``x`` over the rows."""
+def accumulate_(total: torch.Tensor, x: torch.Tensor) -> torch.Tensor:  # total += x.sum(0)
     total.add_(x.sum(dim=0))
     return x.mean(dim=0)
 
@@ -81,8 +79,7 @@ for node in ep.graph.nodes:
 
 @onnxscript.script()
 def leaky_script(x: FLOAT, slope: float) -> FLOAT:
-    zero = op.CastLike(0.0, x)
-    return op.Where(x < zero, x * op.CastLike(slope, x), x)
+    return op.Where(x < op.CastLike(0.0, x), x * op.CastLike(slope, x), x)
 
 
 def convert_accumulate(ctx, node, total, x):
@@ -107,8 +104,9 @@ def wrong_converter(ctx, node, total, x):
     return ctx.op.ReduceMean(x, ctx.const([0], torch.int64), keepdims=0)
 
 
+wrong = fx2onnx.Dispatcher({"recipes::leaky_": leaky_script, "recipes::accumulate_": wrong_converter})
 try:
-    fx2onnx.to_onnx(model, (x, total), dispatcher=fx2onnx.Dispatcher({"recipes::leaky_": leaky_script, "recipes::accumulate_": wrong_converter}))
+    fx2onnx.to_onnx(model, (x, total), dispatcher=wrong)
 except fx2onnx.ConversionError as e:
     print(str(e).splitlines()[0])
 
@@ -122,7 +120,7 @@ except fx2onnx.ConversionError as e:
 
 def accumulate_official(total, x):  # the official exporter's style: onnxscript ops, no ctx
     axes = op.Constant(value_ints=[0])
-    return op.ReduceMean(x, axes, keepdims=0), op.Add(total, op.ReduceSum(x, axes, keepdims=0))
+    return op.ReduceMean(x, axes, keepdims=0), total + op.ReduceSum(x, axes, keepdims=0)
 
 
 table = {torch.ops.recipes.leaky_.default: leaky_script, torch.ops.recipes.accumulate_.default: accumulate_official}

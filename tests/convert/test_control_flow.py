@@ -266,3 +266,42 @@ def test_map():
     xs, y = torch.randn(4, 3), torch.randn(3)
     onx = check_export(MapRows(), (xs, y), dynamic_shapes=({0: "n"}, None), inputs2=((torch.randn(7, 3), y), None))
     assert "Scan" in _op_types(onx)
+
+
+def test_subgraphs_keep_dimension_names():
+    onx = check_export(
+        CondTwoOutputs(), (torch.randn(3, 4), torch.randn(3, 4)), dynamic_shapes=({0: "batch"}, {0: "batch"})
+    )
+    if_node = next(n for n in onx.graph.node if n.op_type == "If")
+    for attr in if_node.attribute:
+        assert _dim_params(attr.g.output) == [["batch", 4], ["batch", 4]]
+    onx = check_export(ScanAdditional(), (torch.randn(2, 3), torch.randn(4, 3)), dynamic_shapes=({0: "batch"}, {0: "steps"}))
+    body = next(n for n in onx.graph.node if n.op_type == "Scan").attribute[0].g
+    assert _dim_params(body.input) == [["batch", 3], [3]]
+    assert _dim_params(body.output) == [["batch", 3], ["batch"]]
+    assert _dim_params(onx.graph.output) == [["batch", 3], ["steps", "batch"]]
+
+
+def _without_source(onx: onnx.ModelProto) -> bytes:
+    """The model without the 'source' metadata: torch numbers the generated code of
+    higher-order ops (``<eval_with_key>.N``) with a counter growing at each export."""
+
+    def strip(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            kept = [p for p in node.metadata_props if p.key != "source"]
+            del node.metadata_props[:]
+            node.metadata_props.extend(kept)
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    strip(attr.g)
+
+    strip(onx.graph)
+    return onx.SerializeToString()
+
+
+def test_control_flow_export_is_deterministic():
+    import fx2onnx
+
+    args, ds = (torch.randn(4, 2),), ({0: "n"},)
+    first = _without_source(fx2onnx.to_onnx(NestedCond(), args, dynamic_shapes=ds))
+    assert first == _without_source(fx2onnx.to_onnx(NestedCond(), args, dynamic_shapes=ds))

@@ -119,3 +119,11 @@ def test_function_and_control_flow():
 def test_bad_selection():
     with pytest.raises(TypeError, match="export_modules_as_functions"):
         fx2onnx.to_onnx(Stack(), (X,), export_modules_as_functions={3})
+
+
+def test_functions_export_is_deterministic():
+    torch.manual_seed(0)
+    model = Stack()
+    first = fx2onnx.to_onnx(model, (X,), dynamic_shapes=DS, export_modules_as_functions=True).SerializeToString()
+    second = fx2onnx.to_onnx(model, (X,), dynamic_shapes=DS, export_modules_as_functions=True).SerializeToString()
+    assert first == second
