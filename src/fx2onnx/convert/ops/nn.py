@@ -283,7 +283,7 @@ def convert_embedding_bag(
     include_last_offset=False,
     padding_idx=None,
 ):
-    used = {u.args[1] for u in node.users if u.target is operator.getitem}
+    used = {u.args[1] for u in node.users if u.target is operator.getitem and u.users}
     if any(i != 0 for i in used) or any(u.target is not operator.getitem for u in node.users):
         raise ctx.error("Only the first output of embedding_bag (the bags) can be exported.")
     if fake_of(node.args[1]).dim() != 1:
