@@ -180,6 +180,26 @@ def test_pooling_backward(kernel, stride, padding):
     assert_close(avg_bw, grad, x)
 
 
+@pytest.mark.parametrize("mask", ["none", "causal", "minus_inf", "float"])
+def test_flash_attention_cpu_forward_backward(mask):
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 8)
+    grad = torch.randn(2, 3, 5, 8)
+    keep = torch.rand(5, 6) > 0.3
+    keep[:, 0] = True  # no fully masked row
+    minus_inf = torch.zeros(5, 6).masked_fill(~keep, -float("inf"))  # the CPU kernel takes float masks only
+    attn_mask = {"minus_inf": minus_inf, "float": torch.randn(1, 1, 5, 6)}.get(mask)
+    is_causal = mask == "causal"
+
+    def fn(g, q, k, v, attn_mask):
+        out, lse = aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, 0.0, is_causal, attn_mask=attn_mask, scale=0.3)
+        grads = aten._scaled_dot_product_flash_attention_for_cpu_backward.default(
+            g, q, k, v, out, lse, 0.0, is_causal, attn_mask=attn_mask, scale=0.3
+        )
+        return (out, lse, *grads)
+
+    assert_close(fn, grad, q, k, v, attn_mask, atol=1e-4)
+
+
 def test_convert_graph_module_checks_inputs():
     gm = make_fx(lambda x: x + 1)(torch.randn(2))
     with pytest.raises(ValueError, match="one example value per placeholder"):
@@ -355,6 +375,23 @@ def test_training_tiny_llama_dynamic_shapes(dynamic):
     assert stats["sessions"] == (2 if dynamic else 4), stats
 
 
+def test_training_tiny_llama_sdpa():
+    from fx2onnx.models import get_tiny_model
+
+    tiny = get_tiny_model("llama", attn_implementation="sdpa")
+    model = tiny.model.train()
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend=make_onnxruntime_backend())
+    inputs = dict(tiny.inputs, labels=tiny.inputs["input_ids"].clone())
+    loss = compiled(**inputs).loss
+    loss.backward()
+    ref_loss = ref(**inputs).loss
+    ref_loss.backward()
+    torch.testing.assert_close(loss, ref_loss, atol=1e-5, rtol=1e-4)
+    for name, grad in _grads(ref).items():
+        torch.testing.assert_close(_grads(model)[name], grad, atol=1e-4, rtol=1e-3)
+
+
 def test_dump_onnx_writes_models_and_graphs(tmp_path):
     model = _mlp().eval()
     compiled = torch.compile(model, backend=make_onnxruntime_backend())
@@ -396,7 +433,19 @@ def test_unsupported_op_raises_naming_it():
     compiled = torch.compile(_Mystery(), backend=make_onnxruntime_backend())
     with pytest.raises(Exception, match="fx2onnx_test::mystery") as info:
         compiled(torch.randn(3))
+    assert "make_onnxruntime_backend(dispatcher=" in str(info.value)
     assert "UnsupportedOpError" in f"{info.value!r} {info.value}" or isinstance(info.value, fx2onnx.UnsupportedOpError)
+
+
+def test_dispatcher_gives_a_converter():
+    def convert_mystery(ctx, node, x):
+        return ctx.op.Add(ctx.op.Mul(x, ctx.const(2.0)), ctx.const(1.0))
+
+    backend = make_onnxruntime_backend(dispatcher=fx2onnx.Dispatcher({torch.ops.fx2onnx_test.mystery.default: convert_mystery}))
+    compiled = torch.compile(_Mystery(), backend=backend)
+    x = torch.randn(4)
+    torch.testing.assert_close(compiled(x), x.abs() * 2)
+    assert backend.stats()["graphs"] == 1 and backend.stats()["fallbacks"] == 0
 
 
 def test_fallback_warns_and_runs_eagerly():

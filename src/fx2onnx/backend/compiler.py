@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..convert.dispatcher import Dispatcher
-from ..convert.errors import ConversionError
+from ..convert.errors import ConversionError, UnsupportedOpError
 from .runner import BackendOptions, GraphRunner
 
 
@@ -44,6 +44,12 @@ class OrtBackend:
         try:
             runner = GraphRunner(gm, example_inputs, name, self.options)
         except ConversionError as e:
+            if isinstance(e, UnsupportedOpError):
+                e.args = (
+                    f"{e.args[0]}\nWith torch.compile, give the converters to the backend: "
+                    f"make_onnxruntime_backend(dispatcher=fx2onnx.Dispatcher({{...}})), "
+                    f"or fallback=True to run this graph eagerly.",
+                )
             if not self.options.fallback:
                 raise
             reason = str(e).splitlines()[0]

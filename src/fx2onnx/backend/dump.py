@@ -70,9 +70,8 @@ def save_dump(
         onnx_path = f"{base}_{key_index}.onnx"
         ir.save(model, onnx_path)
         text_path = f"{base}.txt"
-        if not os.path.exists(text_path) or key_index == 0:
-            with open(text_path, "w", encoding="utf-8") as f:
-                f.write(gm.print_readable(print_output=False))
+        with open(text_path, "w", encoding="utf-8") as f:
+            f.write(gm.print_readable(print_output=False))
         new = [onnx_path, text_path]
         written.extend(new)
         if files is not None:

@@ -460,3 +460,60 @@ def convert_avg_pool_backward(ctx, node, grad, x, kernel_size, stride, padding, 
     spread = ctx.op.ConvTranspose(planes, weight, strides=strides, pads=pads * 2, output_padding=extra)
     return ctx.op.Reshape(spread, ctx.op.Shape(x))
 
+
+
+# attention (the CPU flash kernel aot_autograd keeps when training)
+
+
+def _attention_probs(ctx, q, k, attn_mask, is_causal, scale, logsumexp=None):
+    """Scores ``q k^T * scale`` with the masks applied, and either their logsumexp or the probabilities."""
+    dtype = _dtype(ctx, 1 if logsumexp is not None else 0)
+    if scale is None:
+        scale = 1.0 / math.sqrt(int(fake_of(ctx.node.args[1 if logsumexp is not None else 0]).shape[-1]))
+    rank = input_rank(ctx, 1 if logsumexp is not None else 0)
+    perm = list(range(rank - 2)) + [rank - 1, rank - 2]
+    scores = ctx.op.Mul(ctx.op.MatMul(q, ctx.op.Transpose(k, perm=perm)), ctx.const(scale, dtype))
+    minus_inf = ctx.const(-math.inf, dtype)
+    if is_causal:
+        size = ctx.op.Concat(ctx.op.Shape(q, start=-2, end=-1), ctx.op.Shape(k, start=-2, end=-1), axis=0)
+        ones = ctx.op.Expand(ctx.const(1.0, torch.float32), size)
+        keep = ctx.op.Cast(ctx.op.Trilu(ones, upper=0), to=onnx_dtype(torch.bool))
+        scores = ctx.op.Where(keep, scores, minus_inf)
+    if attn_mask is not None:
+        if ctx.dtype(attn_mask) == torch.bool:
+            scores = ctx.op.Where(attn_mask, scores, minus_inf)
+        else:
+            scores = ctx.op.Add(scores, ctx.cast(attn_mask, dtype))
+    return scores, scale
+
+
+@converter(aten._scaled_dot_product_flash_attention_for_cpu.default)
+def convert_flash_attention_cpu(ctx, node, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    if dropout_p:
+        raise ctx.error("scaled_dot_product_attention with dropout_p > 0 cannot be converted (random): set dropout to 0.")
+    scores, _ = _attention_probs(ctx, q, k, attn_mask, is_causal, scale)
+    lse = ctx.op.ReduceLogSumExp(scores, ctx.const([-1], torch.int64), keepdims=1)
+    probs = ctx.op.Exp(ctx.op.Sub(scores, lse))
+    out = ctx.op.MatMul(probs, v)
+    return out, ctx.cast(ctx.op.Squeeze(lse, ctx.const([-1], torch.int64)), ctx.out_dtype(1))
+
+
+@converter(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+def convert_flash_attention_cpu_backward(
+    ctx, node, grad, q, k, v, out, logsumexp, dropout_p, is_causal, *, attn_mask=None, scale=None
+):
+    if dropout_p:
+        raise ctx.error("scaled_dot_product_attention with dropout_p > 0 cannot be converted (random): set dropout to 0.")
+    dtype = _dtype(ctx, 1)
+    scores, scale = _attention_probs(ctx, q, k, attn_mask, is_causal, scale, logsumexp=logsumexp)
+    lse = ctx.op.Unsqueeze(ctx.cast(logsumexp, dtype), ctx.const([-1], torch.int64))
+    probs = ctx.op.Exp(ctx.op.Sub(scores, lse))
+    rank = input_rank(ctx, 1)
+    perm = list(range(rank - 2)) + [rank - 1, rank - 2]
+    grad_v = ctx.op.MatMul(ctx.op.Transpose(probs, perm=perm), grad)
+    grad_probs = ctx.op.MatMul(grad, ctx.op.Transpose(v, perm=perm))
+    delta = ctx.op.ReduceSum(ctx.op.Mul(grad, out), ctx.const([-1], torch.int64), keepdims=1)
+    grad_scores = ctx.op.Mul(ctx.op.Mul(probs, ctx.op.Sub(grad_probs, delta)), ctx.const(scale, dtype))
+    grad_q = ctx.op.MatMul(grad_scores, k)
+    grad_k = ctx.op.MatMul(ctx.op.Transpose(grad_scores, perm=perm), q)
+    return grad_q, grad_k, grad_v
