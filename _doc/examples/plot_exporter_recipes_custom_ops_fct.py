@@ -16,8 +16,6 @@ A custom op and a model using it
 --------------------------------
 """
 
-import re
-
 import matplotlib.pyplot as plt
 import onnx
 import onnxscript
@@ -122,8 +120,11 @@ for table in (None, {torch.ops.recipes.soft_clip.default: soft_clip_script}):
         print(f"torch.onnx.export with a translation table: {report}")
         assert report.ok, report
     except Exception as e:
-        first_line = re.sub(r"\x1b\[[0-9;]*m", "", str(e).strip().splitlines()[0])  # no terminal colors
-        print(f"torch.onnx.export without a translation table fails: {type(e).__name__}: {first_line}")
+        cause = e  # the root cause says more than the first line
+        while cause.__cause__ is not None:
+            cause = cause.__cause__
+        reason = str(cause).strip().splitlines()[0]
+        print(f"torch.onnx.export without a translation table fails: {type(cause).__name__}: {reason}")
 
 # %%
 # The custom op and its ONNX translation on a range of inputs.

@@ -15,8 +15,6 @@ Two custom ops
 --------------
 """
 
-import re
-
 import matplotlib.pyplot as plt
 import onnxscript
 import torch
@@ -57,6 +55,7 @@ class Model(torch.nn.Module):
         return y, total, mean
 
 
+torch.manual_seed(0)
 model = Model()
 x, total = torch.randn(6, 3), torch.zeros(3)
 
@@ -128,8 +127,10 @@ try:
     official = torch.onnx.export(model, (x, total), dynamo=True, custom_translation_table=table, verbose=False).model_proto
     print("torch.onnx.export:", validate(official, model, (x, total), atol=1e-5))
 except Exception as e:
-    first_line = re.sub(r"\x1b\[[0-9;]*m", "", str(e).strip().splitlines()[0])  # no terminal colors
-    print(f"torch.onnx.export fails: {type(e).__name__}: {first_line}")
+    cause = e  # the root cause says more than the first line
+    while cause.__cause__ is not None:
+        cause = cause.__cause__
+    print(f"torch.onnx.export fails: {type(cause).__name__}: {str(cause).strip().splitlines()[0]}")
 
 # %%
 # The running total computed by onnxruntime, batch after batch.

@@ -18,6 +18,7 @@ The model: an exponential moving average, two carries
 import matplotlib.pyplot as plt
 import onnx
 import torch
+from torch._higher_order_ops.map import map as torch_map
 from torch._higher_order_ops.scan import scan
 
 import fx2onnx
@@ -91,6 +92,35 @@ for name, m in [("forward", model), ("reverse", reverse_model)]:
         print(f"torch.onnx.export({name}): {[n.op_type for n in official.graph.node]}: {report}")
     except Exception as e:
         print(f"torch.onnx.export({name}) fails: {type(e).__name__}: {str(e).strip().splitlines()[0]}")
+
+# %%
+# map: the same body on every row
+# --------------------------------
+#
+# ``torch._higher_order_ops.map(fn, xs, *args)`` is a scan without state: fx2onnx
+# converts it into a Scan with no state variable; the official exporter has no
+# translation for it.
+
+
+class RowNorm(torch.nn.Module):
+    def forward(self, xs, scale):
+        return torch_map(lambda row, scale: row / row.norm() * scale, xs, scale)
+
+
+map_args = (torch.randn(6, 3), torch.tensor([1.0, 2.0, 3.0]))
+onx_map = fx2onnx.to_onnx(RowNorm(), map_args, dynamic_shapes=({0: "rows"}, None))
+print("map:", [n.op_type for n in onx_map.graph.node])
+report = validate(onx_map, RowNorm(), (torch.randn(11, 3), map_args[1]), atol=1e-5)
+print("map:", report)
+assert report.ok, report
+try:
+    torch.onnx.export(RowNorm(), map_args, dynamic_shapes=({0: "rows"}, None), dynamo=True, verbose=False)
+    print("torch.onnx.export(map) succeeds")
+except Exception as e:
+    cause = e  # the root cause says more than the first line
+    while cause.__cause__ is not None:
+        cause = cause.__cause__
+    print(f"torch.onnx.export(map) fails: {type(cause).__name__}: {str(cause).strip().splitlines()[0]}")
 
 # %%
 # The sequence, its moving average computed by onnxruntime, and eager's.

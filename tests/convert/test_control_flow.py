@@ -305,3 +305,20 @@ def test_control_flow_export_is_deterministic():
     args, ds = (torch.randn(4, 2),), ({0: "n"},)
     first = _without_source(fx2onnx.to_onnx(NestedCond(), args, dynamic_shapes=ds))
     assert first == _without_source(fx2onnx.to_onnx(NestedCond(), args, dynamic_shapes=ds))
+
+
+class ScanDim1(torch.nn.Module):
+    """Scans along the second dimension; every step returns a 0-d tensor."""
+
+    def forward(self, init, xs):
+        def combine(c, x):
+            return c + x, (c * x).sum(0)
+
+        return scan(combine, init, xs, dim=1)
+
+
+def test_scan_along_dim1():
+    onx = check_export(
+        ScanDim1(), (torch.zeros(2), torch.randn(2, 5)), dynamic_shapes=(None, {1: "t"}), inputs2=((torch.ones(2), torch.randn(2, 9)), None)
+    )
+    assert _dim_params(onx.graph.output) == [[2], ["t"]]
