@@ -35,7 +35,7 @@ FLOAT_REDUCTIONS = {
     "argmax_argmin": lambda x: (x.argmax(), x.argmax(1), x.argmin(-1, keepdim=True), x.argmin()),
     "var_std": lambda x: (x.var(), x.var(1), x.std(-1, keepdim=True), x.std((0, 2), correction=0), x.var(1, unbiased=False)),
     "var_std_mean": lambda x: (*torch.var_mean(x, 1), *torch.std_mean(x, dim=(0, 2), keepdim=True, correction=1), *torch.var_mean(x, unbiased=False)),
-    "norms": lambda x: (x.norm(), x.norm(dim=1), x.norm(p=1, dim=-1), torch.linalg.vector_norm(x, ord=3, dim=1), torch.linalg.vector_norm(x, float("inf"))),
+    "norms": lambda x: (x.norm(), x.norm(dim=1), x.norm(p=1, dim=-1), torch.linalg.vector_norm(x, ord=3, dim=1), torch.linalg.vector_norm(x, float("inf")), torch.linalg.vector_norm(x, float("-inf"), dim=1), torch.linalg.vector_norm(x.round(), 0, dim=-1)),
     "normalize": lambda x: F.normalize(x, dim=1),
     "logsumexp": lambda x: (torch.logsumexp(x, 1), torch.logsumexp(x, (0, 2), keepdim=True)),
     "cumsum_cumprod": lambda x: (x.cumsum(1), x.cumsum(-1), x.cumprod(1), x.cumprod(-1)),

@@ -201,6 +201,11 @@ def convert_vector_norm(ctx, node, x, ord=2, dim=None, keepdim=False, dtype=None
         return _reduce(ctx, "ReduceL1", x, dim, keepdim)
     if ord == float("inf"):
         return _reduce(ctx, "ReduceMax", ctx.op.Abs(x), dim, keepdim)
+    if ord == float("-inf"):
+        return _reduce(ctx, "ReduceMin", ctx.op.Abs(x), dim, keepdim)
+    if ord == 0:
+        nonzero = ctx.op.Not(ctx.op.Equal(x, ctx.const(0.0, ctx.dtype(x))))
+        return _reduce(ctx, "ReduceSum", ctx.cast(nonzero, ctx.out_dtype()), dim, keepdim)
     p = ctx.const(float(ord), ctx.out_dtype())
     s = _reduce(ctx, "ReduceSum", ctx.op.Pow(ctx.op.Abs(x), p), dim, keepdim)
     return ctx.op.Pow(s, ctx.op.Reciprocal(p))
