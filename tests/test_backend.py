@@ -249,6 +249,38 @@ def test_static_backend_one_session_per_shape():
     assert stats["graphs"] == 1 and stats["sessions"] == 2 and stats["cache_hits"] == 1, stats
 
 
+class _Counter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.zeros(1))
+
+    def forward(self, x):
+        self.count += 1  # aot_autograd returns the new value, copied back into the buffer
+        return x * self.count
+
+
+def test_mutated_buffer_and_aliased_outputs():
+    model = _Counter()
+    backend = make_onnxruntime_backend()
+    compiled = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        first, second = compiled(torch.ones(2)), compiled(torch.ones(2))
+    torch.testing.assert_close(first, torch.ones(2))
+    torch.testing.assert_close(second, torch.full((2,), 2.0))
+    torch.testing.assert_close(model.count, torch.tensor([2.0]))
+
+    def f(x, y):
+        z = y * 2
+        return z, z, y.view(-1), y.shape[0]
+
+    y = torch.randn(2, 3)
+    got = torch.compile(f, backend=backend)(torch.zeros(1), y)
+    expected = f(torch.zeros(1), y)
+    assert got[3] == expected[3] == 2
+    for g, e in zip(got[:3], expected[:3]):
+        torch.testing.assert_close(g, e)
+
+
 class _WithGraphBreak(torch.nn.Module):
     def __init__(self):
         super().__init__()
