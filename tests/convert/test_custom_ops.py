@@ -183,3 +183,58 @@ def test_custom_op_inside_cond():
     dispatcher = fx2onnx.Dispatcher({"fx2onnx_test::addmul": addmul_script})
     onx = check_export(M(), INPUTS, dynamic_shapes=DS, inputs2=((-INPUTS[0].abs(), INPUTS[1]), None), dispatcher=dispatcher)
     assert isinstance(onx, onnx.ModelProto)
+
+
+@torch.library.custom_op("fx2onnx_test::min_max", mutates_args=())
+def min_max(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return x.amin(dim=-1), x.amax(dim=-1)
+
+
+@min_max.register_fake
+def _min_max_fake(x):
+    return x.new_empty(x.shape[:-1]), x.new_empty(x.shape[:-1])
+
+
+def test_custom_op_two_outputs():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            low, high = min_max(x)
+            return high - low, low
+
+    def convert(ctx, node, x):
+        axes = ctx.const([-1], torch.int64)
+        return ctx.op.ReduceMin(x, axes, keepdims=0), ctx.op.ReduceMax(x, axes, keepdims=0)
+
+    check_export(
+        M(), (torch.randn(3, 5),), dynamic_shapes=({0: "a", 1: "b"},), inputs2=((torch.randn(4, 2),), None),
+        dispatcher=fx2onnx.Dispatcher({torch.ops.fx2onnx_test.min_max: convert}),
+    )
+
+
+class MutatesSlice(torch.nn.Module):
+    def forward(self, x):
+        y = x * 1
+        scale_(y[:, 1:3], 2.0)  # mutates a slice of y
+        z = y + 1
+        scale_(z[2:], 0.5)
+        return y, z
+
+
+def test_custom_op_mutating_a_slice():
+    dispatcher = fx2onnx.Dispatcher({"fx2onnx_test::scale_": convert_scale_})
+    onx = check_export(
+        MutatesSlice(), (torch.randn(4, 5),), dynamic_shapes=({0: "a"},), inputs2=((torch.randn(7, 5),), None), dispatcher=dispatcher
+    )
+    assert [n.op_type for n in onx.graph.node].count("Concat") == 2  # each slice written back into its base
+
+
+def test_custom_op_mutating_a_strided_view_is_refused():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            y = x * 1
+            scale_(y.t()[1], 2.0)  # a strided view: not a slice
+            return y
+
+    dispatcher = fx2onnx.Dispatcher({"fx2onnx_test::scale_": convert_scale_})
+    with pytest.raises(fx2onnx.ConversionError, match="strided view of another tensor"):
+        fx2onnx.to_onnx(M(), (torch.randn(3, 4),), dispatcher=dispatcher)

@@ -200,12 +200,14 @@ def _mutated_op_call(ctx, node, op, kwargs: dict, bases: list | None):
     for a in schema.arguments:
         if a.name in mutable and bases is not None:
             index = kwargs.get(f"_{a.name}_base_index")
-            if any(f"_{a.name}_{k}" in kwargs for k in ("size", "slice_dim")):
+            if f"_{a.name}_size" in kwargs:
                 raise ctx.error(
-                    f"Argument {a.name!r} of {op} is a view of another tensor: only whole tensors "
-                    f"mutated in place are supported. Pass a contiguous tensor (x.clone()) to the op."
+                    f"Argument {a.name!r} of {op} is a strided view of another tensor: only whole "
+                    f"tensors or slices mutated in place are supported. Pass x.clone() to the op."
                 )
             value = None if index is None else bases[index]
+            if value is not None and f"_{a.name}_slice_dim" in kwargs:
+                value = _slice(ctx, value, *_slice_info(kwargs, a.name))
         elif a.name in kwargs:
             value = kwargs[a.name]
         elif a.has_default_value():
@@ -233,7 +235,13 @@ def convert_auto_functionalized_v2(ctx, node, op, **kwargs):
     new_bases = list(bases)
     for name in mutable:
         index = kwargs.get(f"_{name}_base_index")
-        if index is not None:
+        if index is None:
+            continue
+        if f"_{name}_slice_dim" in kwargs:  # write the slice back into its base
+            dim, start, end = _slice_info(kwargs, name)
+            parts = [_slice(ctx, new_bases[index], dim, 0, start), new_values[name], _slice(ctx, new_bases[index], dim, end, None)]
+            new_bases[index] = ctx.op.Concat(*parts, axis=dim)
+        else:
             new_bases[index] = new_values[name]
     head = outputs if outputs else [None]
     return (*head, *new_bases)
@@ -245,3 +253,15 @@ def convert_auto_functionalized(ctx, node, op, **kwargs):
     outputs, mutable, new_values = _mutated_op_call(ctx, node, op, kwargs, None)
     head = outputs if outputs else [None]
     return (*head, *[new_values[n] for n in mutable])
+
+
+def _slice_info(kwargs: dict, name: str) -> tuple[int, Any, Any]:
+    return kwargs[f"_{name}_slice_dim"], kwargs.get(f"_{name}_slice_start"), kwargs.get(f"_{name}_slice_end")
+
+
+def _slice(ctx, value: ir.Value, dim: int, start: Any, end: Any) -> ir.Value:
+    """``value.narrow`` along ``dim`` from ``start`` to ``end`` (None: the end), step 1."""
+    big = 2**62
+    starts = ctx.scalar_1d(0 if start is None else start)
+    ends = ctx.scalar_1d(big if end is None else end)
+    return ctx.op.Slice(value, starts, ends, ctx.const([dim], torch.int64))
