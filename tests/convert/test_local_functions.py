@@ -127,3 +127,38 @@ def test_functions_export_is_deterministic():
     first = fx2onnx.to_onnx(model, (X,), dynamic_shapes=DS, export_modules_as_functions=True).SerializeToString()
     second = fx2onnx.to_onnx(model, (X,), dynamic_shapes=DS, export_modules_as_functions=True).SerializeToString()
     assert first == second
+
+
+class SplitHeads(torch.nn.Module):
+    """Reshapes with dynamic dimensions and returns two tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        h = self.proj(x).view(b, s, 2, 4).transpose(1, 2)
+        return h, h.sum(dim=-1)
+
+
+class TwoHeads(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = SplitHeads()
+        self.b = SplitHeads()
+
+    def forward(self, x):
+        ha, sa = self.a(x)
+        hb, sb = self.b(x * 2)
+        return (ha * hb).sum(dim=1), sa - sb
+
+
+def test_function_with_dynamic_reshape_and_two_outputs():
+    x, x2 = torch.randn(2, 3, 8), torch.randn(5, 7, 8)
+    onx = check_export(
+        TwoHeads(), (x,), dynamic_shapes=({0: "batch", 1: "seq"},), inputs2=((x2,), None), export_modules_as_functions={SplitHeads}
+    )
+    assert [f.name for f in onx.functions] == ["SplitHeads"]
+    assert len(onx.functions[0].output) == 2
+    assert _calls(onx) == ["SplitHeads"] * 2
