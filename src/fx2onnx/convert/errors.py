@@ -2,21 +2,37 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 FREQUENT_ERRORS_PAGE = "tutorial/frequent_exceptions (Frequent exceptions in the documentation)"
 
 
+def _torch_dir() -> str:
+    import torch
+
+    return os.path.dirname(torch.__file__) + os.sep
+
+
 def node_source_line(node: Any) -> str:
-    """Returns the last user frame of an FX node's stack trace, or ``""``."""
+    """Returns the last user frame of an FX node's stack trace, or ``""``.
+
+    Frames inside torch itself (``torch/nn/modules/linear.py``) are skipped when
+    the trace has another one: the line which matters is the one calling torch.
+    """
     trace = getattr(node, "meta", {}).get("stack_trace") or ""
     lines = [line.strip() for line in trace.strip().splitlines() if line.strip()]
     # the stack trace alternates 'File "...", line N, in f' and the code line
-    for i in range(len(lines) - 1, -1, -1):
-        if lines[i].startswith("File "):
+    frames = []
+    for i, line in enumerate(lines):
+        if line.startswith("File "):
             code = lines[i + 1] if i + 1 < len(lines) and not lines[i + 1].startswith("File ") else ""
-            return f"{lines[i]}: {code}".strip(": ")
-    return ""
+            frames.append((line, f"{line}: {code}".strip(": ")))
+    if not frames:
+        return ""
+    torch_dir = _torch_dir()
+    outside = [text for line, text in frames if torch_dir not in line]
+    return outside[-1] if outside else frames[-1][1]
 
 
 def node_module_path(node: Any) -> str:
