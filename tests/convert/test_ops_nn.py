@@ -225,3 +225,42 @@ def test_softmax_dropout_eval():
 def test_channel_shuffle():
     x, x2 = _x(2, 6, 3, 4), _x(1, 6, 5, 2, seed=1)
     check_export(nn.ChannelShuffle(3), (x,), dynamic_shapes=({0: "b", 2: "h", 3: "w"},), inputs2=((x2,), None))
+
+
+RECURRENT = {
+    "lstm": lambda: nn.LSTM(4, 5, batch_first=True),
+    "lstm_2layers_bidirectional": lambda: nn.LSTM(4, 5, num_layers=2, bidirectional=True, batch_first=True),
+    "lstm_seq_first_no_bias": lambda: nn.LSTM(4, 5, bias=False),
+    "gru": lambda: nn.GRU(4, 5, batch_first=True),
+    "gru_2layers_bidirectional": lambda: nn.GRU(4, 5, num_layers=2, bidirectional=True),
+    "rnn_tanh": lambda: nn.RNN(4, 5, batch_first=True),
+    "rnn_relu_bidirectional": lambda: nn.RNN(4, 5, nonlinearity="relu", num_layers=2, bidirectional=True, batch_first=True),
+}
+
+
+@pytest.mark.parametrize("name", list(RECURRENT))
+def test_recurrent_layers(name):
+    torch.manual_seed(0)
+    model = RECURRENT[name]().eval()
+    batch_first = model.batch_first
+    # torch.export specializes the sequence length of recurrent layers: only the batch is dynamic
+    x, x2 = _x(2, 6, 4), _x(3, 6, 4, seed=1)
+    if not batch_first:
+        x, x2 = x.transpose(0, 1).contiguous(), x2.transpose(0, 1).contiguous()
+    ds = ({0: "batch"},) if batch_first else ({1: "batch"},)
+    check_export(model, (x,), dynamic_shapes=ds, inputs2=((x2,), None))
+
+
+def test_lstm_with_initial_states():
+    torch.manual_seed(0)
+
+    class WithStates(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = nn.LSTM(4, 5, num_layers=2, batch_first=True)
+
+        def forward(self, x, h, c):
+            return self.lstm(x, (h, c))
+
+    args = (_x(2, 6, 4), _x(2, 2, 5, seed=1), _x(2, 2, 5, seed=2))
+    check_export(WithStates().eval(), args)

@@ -320,3 +320,89 @@ def convert_embedding_bag(
         counts = ctx.op.Max(counts, ctx.const(1.0, dtype))
         out = ctx.op.Div(out, ctx.op.Unsqueeze(counts, ctx.const([1], torch.int64)))
     return out, None, None, None
+
+
+# recurrent layers: ONNX orders the gates differently from torch
+_GATE_ORDER = {
+    "LSTM": [0, 3, 1, 2],  # torch (i, f, g, o) -> ONNX (i, o, f, c)
+    "GRU": [1, 0, 2],  # torch (r, z, n) -> ONNX (z, r, h)
+    "RNN": [0],
+}
+
+
+def _reorder_gates(ctx, w, op_type: str):
+    order = _GATE_ORDER[op_type]
+    if len(order) == 1:
+        return w
+    chunks = ctx.op.Split(w, axis=0, num_outputs=len(order), _outputs=len(order))
+    return ctx.op.Concat(*[chunks[i] for i in order], axis=0)
+
+
+def _stack(ctx, values):
+    zero = ctx.const([0], torch.int64)
+    parts = [ctx.op.Unsqueeze(v, zero) for v in values]
+    return parts[0] if len(parts) == 1 else ctx.op.Concat(*parts, axis=0)
+
+
+def _recurrent(ctx, node, op_type, x, states, params, has_biases, num_layers, dropout, train, bidirectional, batch_first, activation=None):
+    if train and dropout > 0 and num_layers > 1:
+        raise ctx.error(f"{op_type} with dropout in training mode cannot be exported: call model.eval() before exporting.")
+    directions = 2 if bidirectional else 1
+    per_direction = 4 if has_biases else 2
+    if len(params) != num_layers * directions * per_direction:
+        raise ctx.error(f"{op_type} with projections (proj_size > 0) is not supported.")
+    hidden = int(fake_of(node.args[2][1]).shape[1])
+    seq = ctx.op.Transpose(x, perm=[1, 0, 2]) if batch_first else x
+    last_h, last_c = [], []
+    for layer in range(num_layers):
+        ws, rs, bs = [], [], []
+        for d in range(directions):
+            base = (layer * directions + d) * per_direction
+            ws.append(_reorder_gates(ctx, params[base], op_type))
+            rs.append(_reorder_gates(ctx, params[base + 1], op_type))
+            if has_biases:
+                b_ih = _reorder_gates(ctx, params[base + 2], op_type)
+                b_hh = _reorder_gates(ctx, params[base + 3], op_type)
+                bs.append(ctx.op.Concat(b_ih, b_hh, axis=0))
+        start, end = ctx.const([layer * directions], torch.int64), ctx.const([(layer + 1) * directions], torch.int64)
+        axis0 = ctx.const([0], torch.int64)
+        initial = [ctx.op.Slice(s, start, end, axis0) for s in states]
+        attrs = dict(hidden_size=hidden, direction="bidirectional" if bidirectional else "forward")
+        if op_type == "GRU":
+            attrs["linear_before_reset"] = 1
+        if op_type == "RNN":
+            attrs["activations"] = [activation] * directions
+        n_out = 3 if op_type == "LSTM" else 2
+        outs = getattr(ctx.op, op_type)(
+            seq, _stack(ctx, ws), _stack(ctx, rs), _stack(ctx, bs) if bs else None, None, *initial, _outputs=n_out, **attrs
+        )
+        # Y: [seq, directions, batch, hidden] -> [seq, batch, directions * hidden]
+        y = ctx.op.Transpose(outs[0], perm=[0, 2, 1, 3])
+        seq = ctx.op.Reshape(y, ctx.const([0, 0, -1], torch.int64))
+        last_h.append(outs[1])
+        if op_type == "LSTM":
+            last_c.append(outs[2])
+    output = ctx.op.Transpose(seq, perm=[1, 0, 2]) if batch_first else seq
+    h_n = last_h[0] if num_layers == 1 else ctx.op.Concat(*last_h, axis=0)
+    if op_type != "LSTM":
+        return output, h_n
+    c_n = last_c[0] if num_layers == 1 else ctx.op.Concat(*last_c, axis=0)
+    return output, h_n, c_n
+
+
+@converter(aten.lstm.input)
+def convert_lstm(ctx, node, x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    return _recurrent(ctx, node, "LSTM", x, list(hx), params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+
+
+@converter(aten.gru.input)
+def convert_gru(ctx, node, x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    return _recurrent(ctx, node, "GRU", x, [hx], params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+
+
+@converter(aten.rnn_tanh.input, aten.rnn_relu.input)
+def convert_rnn(ctx, node, x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    activation = "Tanh" if node.target is aten.rnn_tanh.input else "Relu"
+    return _recurrent(
+        ctx, node, "RNN", x, [hx], params, has_biases, num_layers, dropout, train, bidirectional, batch_first, activation
+    )
