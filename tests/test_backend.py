@@ -360,13 +360,14 @@ def test_training_cnn_gradients_and_running_stats():
     assert backend.stats()["graphs"] == 2
 
 
-def test_training_tiny_llama_loss_inside_the_graph():
+@pytest.mark.parametrize("optimize", [False, True])
+def test_training_tiny_llama_loss_inside_the_graph(optimize):
     from fx2onnx.models import get_tiny_model
 
     tiny = get_tiny_model("llama")
     model = tiny.model.train()
     ref = copy.deepcopy(model)
-    backend = make_onnxruntime_backend()
+    backend = make_onnxruntime_backend(optimize=optimize)
     compiled = torch.compile(model, backend=backend)
     inputs = dict(tiny.inputs, labels=tiny.inputs["input_ids"].clone())
     loss = compiled(**inputs).loss

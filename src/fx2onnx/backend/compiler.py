@@ -102,6 +102,7 @@ def make_onnxruntime_backend(
     fallback: bool = False,
     target_opset: int = 18,
     dispatcher: Dispatcher | None = None,
+    optimize: bool = False,
 ) -> OrtBackend:
     """Creates a :func:`torch.compile` backend running the captured graphs on onnxruntime.
 
@@ -116,6 +117,8 @@ def make_onnxruntime_backend(
         saying why; by default the error is raised
     :param target_opset: ONNX opset
     :param dispatcher: user converters, :class:`fx2onnx.Dispatcher`
+    :param optimize: run onnxscript's optimizer on every model (constant folding,
+        dead code); onnxruntime optimizes the graph anyway when it creates a session
     :return: the backend, give it to ``torch.compile(model, backend=...)``
 
     .. code-block:: python
@@ -148,6 +151,7 @@ def make_onnxruntime_backend(
         fallback=bool(fallback),
         target_opset=target_opset,
         dispatcher=dispatcher,
+        optimize=bool(optimize),
     )
     return OrtBackend(options)
 

@@ -28,6 +28,7 @@ class BackendOptions:
     fallback: bool = False
     target_opset: int = 18
     dispatcher: Any = None
+    optimize: bool = False
 
 
 @dataclasses.dataclass
@@ -122,6 +123,10 @@ class GraphRunner:
             dispatcher=self.options.dispatcher,
             verbose=max(self.options.verbose - 1, 0),
         )
+        if self.options.optimize:
+            from ..convert.api import optimize_model
+
+            optimize_model(model)
         self.conversion_time += time.perf_counter() - begin
         if self.options.verbose:
             print(f"[fx2onnx.backend] {self.name}: {len(self.gm.graph.nodes)} FX nodes -> {len(model.graph)} ONNX nodes")
