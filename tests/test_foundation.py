@@ -189,3 +189,20 @@ def test_ci_script():
     assert script.stat().st_mode & 0o111, ".ci/run must be executable"
     assert "set -euo pipefail" in text
     assert text.index("make test") < text.index("make html")
+
+
+def test_validate_stays_a_function_after_importing_its_module():
+    # the submodule fx2onnx.validate and the function fx2onnx.validate share a name:
+    # importing the module (the library does it) must not hide the function
+    code = (
+        "import fx2onnx\n"
+        "from fx2onnx.validate import make_feeds\n"
+        "import fx2onnx.validate\n"
+        "assert callable(fx2onnx.validate) and fx2onnx.validate.__name__ == 'validate'\n"
+        "import sys\n"
+        "assert sys.modules['fx2onnx.validate'].make_feeds is make_feeds\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "ok"
