@@ -275,3 +275,35 @@ def test_unet_uneven_input_needs_padding():
     # odd sizes: the decoder pads the upsampled maps to the skip connection's size
     model = _randomize(UNetLike())
     check_export(model, (_randn(1, 3, 18, 22),))
+
+
+FOLDS = {
+    "unfold": (nn.Unfold(2), (2, 3, 4, 5)),
+    "unfold_stride_pad_dil": (nn.Unfold((2, 3), dilation=(1, 2), padding=1, stride=(2, 1)), (2, 3, 6, 7)),
+    "fold": (nn.Fold((4, 5), 2), (2, 12, 12)),
+    "fold_stride_pad": (nn.Fold((6, 7), (2, 3), padding=1, stride=2), (2, 18, 16)),
+}
+
+
+@pytest.mark.parametrize("name", list(FOLDS))
+def test_unfold_fold(name):
+    model, shape = FOLDS[name]
+    _check_dynamic_batch(model, shape)
+
+
+def test_unfold_fold_round_trip_dynamic_spatial():
+    model = Fn(lambda x: F.unfold(x, 3, padding=1).sum(1))
+    x, x2 = _randn(2, 3, 5, 6), _randn(1, 3, 4, 9)
+    check_export(model, (x,), dynamic_shapes=({0: "b", 2: "h", 3: "w"},), inputs2=((x2,), None))
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear", "bicubic"])
+def test_upsample_default_overloads_with_scales(mode):
+    # the .default overloads carry both the output size and the scales torch maps coordinates with
+    if mode == "nearest":
+        fn = lambda x: torch.ops.aten.upsample_nearest2d.default(x, [7, 12], 1.5, 2.5)  # noqa: E731
+    elif mode == "bilinear":
+        fn = lambda x: torch.ops.aten.upsample_bilinear2d.default(x, [7, 12], False, 1.5, 2.5)  # noqa: E731
+    else:
+        fn = lambda x: torch.ops.aten.upsample_bicubic2d.default(x, [7, 12], False, 1.5, 2.5)  # noqa: E731
+    _check_dynamic_batch(Fn(fn), (2, 3, 5, 5))

@@ -402,7 +402,9 @@ def _make_upsample_nearest(n: int, exact: bool):
         return _resize(ctx, x, output_size, scale_factors, n, "nearest", transform, nearest_mode)
 
     def convert_upsample_nearest(ctx, node, x, output_size, *scales):
-        return _resize(ctx, x, output_size, None, n, "nearest", transform, nearest_mode)
+        # torch maps coordinates with the given scales when there are some, as Resize does
+        factors = _scales_from_args(scales, n)
+        return _resize(ctx, x, None if factors else output_size, factors, n, "nearest", transform, nearest_mode)
 
     return convert_upsample_nearest_vec, convert_upsample_nearest
 
@@ -422,7 +424,8 @@ def _make_upsample_interp(n: int, mode: str):
 
     def convert_upsample(ctx, node, x, output_size, align_corners, *scales):
         transform = "align_corners" if align_corners else "pytorch_half_pixel"
-        return _resize(ctx, x, output_size, None, n, mode, transform)
+        factors = None if align_corners else _scales_from_args(scales, n)
+        return _resize(ctx, x, None if factors else output_size, factors, n, mode, transform)
 
     return convert_upsample_vec, convert_upsample
 
@@ -541,3 +544,53 @@ def convert_channel_shuffle(ctx, node, x, groups):
     split = ctx.op.Reshape(x, shape)
     perm = [0, 2, 1] + list(range(3, rank + 1))
     return ctx.op.Reshape(ctx.op.Transpose(split, perm=perm), ctx.op.Shape(x))
+
+
+# unfold / fold: a grouped convolution with one-hot kernels picks (or scatters back) every patch
+def _one_hot_kernels(channels: int, kernel: list[int]) -> np.ndarray:
+    """[C * kh * kw, 1, kh, kw]: output channel c * K + k copies position k of channel c."""
+    k = int(np.prod(kernel))
+    eye = np.eye(k, dtype=np.float64).reshape(k, 1, *kernel)
+    return np.tile(eye, (channels, 1, 1, 1))
+
+
+@converter(aten.im2col.default)
+def convert_im2col(ctx, node, x, kernel_size, dilation, padding, stride):
+    x, unbatched = _add_batch(ctx, x, 2)
+    channels = _static_dims(ctx)[-3]
+    if not isinstance(channels, int):
+        raise ctx.error("unfold (im2col) needs a static number of channels.")
+    kernel = _ntuple(kernel_size, 2)
+    weight = ctx.const(_one_hot_kernels(channels, kernel), ctx.out_dtype())
+    patches = ctx.op.Conv(
+        x, weight, kernel_shape=kernel, strides=_ntuple(stride, 2), pads=_ntuple(padding, 2) * 2, dilations=_ntuple(dilation, 2), group=channels
+    )
+    y = ctx.op.Reshape(patches, ctx.const([0, channels * int(np.prod(kernel)), -1], torch.int64))
+    return _remove_batch(ctx, y, unbatched)
+
+
+@converter(aten.col2im.default)
+def convert_col2im(ctx, node, x, output_size, kernel_size, dilation, padding, stride):
+    x, unbatched = _add_batch(ctx, x, 1)
+    kernel = _ntuple(kernel_size, 2)
+    k = int(np.prod(kernel))
+    rows = _static_dims(ctx)[-2]
+    if not isinstance(rows, int) or not all(isinstance(s, int) for s in output_size):
+        raise ctx.error("fold (col2im) needs a static number of channels and a static output size.")
+    channels = rows // k
+    strides, pads, dilations = _ntuple(stride, 2), _ntuple(padding, 2), _ntuple(dilation, 2)
+    blocks = [(o + 2 * p - d * (kk - 1) - 1) // s + 1 for o, p, d, kk, s in zip(output_size, pads, dilations, kernel, strides)]
+    grid = ctx.op.Reshape(x, ctx.const([0, rows] + blocks, torch.int64))
+    produced = [(b - 1) * s + d * (kk - 1) + 1 - 2 * p for b, s, d, kk, p in zip(blocks, strides, dilations, kernel, pads)]
+    weight = ctx.const(_one_hot_kernels(channels, kernel), ctx.out_dtype())
+    y = ctx.op.ConvTranspose(
+        grid,
+        weight,
+        kernel_shape=kernel,
+        strides=strides,
+        pads=pads * 2,
+        dilations=dilations,
+        group=channels,
+        output_padding=[int(o) - p for o, p in zip(output_size, produced)],
+    )
+    return _remove_batch(ctx, y, unbatched)
