@@ -2,7 +2,8 @@
 #   make html   builds the site in _build/html (every gallery example runs, warnings are errors)
 #   make test   runs the unit tests
 # Both create .venv on first use and install requirements-docs.txt and the package (editable).
-# FX2ONNX_GALLERY_PATTERN=linreg make html   runs only the gallery examples matching a regex.
+# FX2ONNX_GALLERY_PATTERN=linreg make html   runs only the gallery examples matching a regex,
+# FX2ONNX_SCENARIOS_CASES='^OneTensor$'       restricts the scenario zoo (a quick build).
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
