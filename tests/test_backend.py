@@ -361,6 +361,38 @@ def test_training_cnn_gradients_and_running_stats():
 
 
 @pytest.mark.parametrize("optimize", [False, True])
+def test_training_with_decompositions():
+    torch.manual_seed(0)
+    layers = [
+        torch.nn.Linear(6, 8),
+        torch.nn.Hardswish(),
+        torch.nn.Linear(8, 8),
+        torch.nn.Mish(),
+        torch.nn.GLU(),
+        torch.nn.Linear(4, 6),
+        torch.nn.GroupNorm(2, 6),
+        torch.nn.Hardsigmoid(),
+        torch.nn.LogSigmoid(),
+    ]
+    model = torch.nn.Sequential(*layers)
+    ref = copy.deepcopy(model)
+    backend = make_onnxruntime_backend()
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(5, 6)
+    got, expected = compiled(x), ref(x)
+    got.sum().backward()
+    expected.sum().backward()
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    for name, grad in _grads(ref).items():
+        torch.testing.assert_close(_grads(model)[name], grad, atol=1e-5, rtol=1e-4)
+    # only ops without converter are decomposed
+    table = backend.decompositions()
+    assert aten.silu_backward.default not in table and aten._softmax_backward_data.default not in table
+    from fx2onnx.convert import registry
+
+    assert all(registry.lookup(op) is None for op in table)
+
+
 def test_training_tiny_llama_loss_inside_the_graph(optimize):
     from fx2onnx.models import get_tiny_model
 

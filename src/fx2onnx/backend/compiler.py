@@ -73,8 +73,26 @@ class OrtBackend:
                 fw_compiler=self._compiler("forward"),
                 bw_compiler=self._compiler("backward"),
                 inference_compiler=self._compiler("inference"),
+                decompositions=self.decompositions() if self.options.decompose else {},
             )
         return self._aot(gm, example_inputs)
+
+    def decompositions(self) -> dict[Any, Callable[..., Any]]:
+        """torch's decompositions of the ops which have no converter.
+
+        An op with a converter (built-in or given by the dispatcher) stays as it is.
+        """
+        from torch._decomp import core_aten_decompositions
+
+        from ..convert import registry
+
+        dispatcher = self.options.dispatcher
+        table = core_aten_decompositions()
+        return {
+            op: fn
+            for op, fn in table.items()
+            if registry.lookup(op) is None and (dispatcher is None or dispatcher.find(op) is None)
+        }
 
     def stats(self) -> dict[str, int]:
         """Counts: converted graphs, sessions, calls, session cache hits, eager fallbacks."""
@@ -103,6 +121,7 @@ def make_onnxruntime_backend(
     target_opset: int = 18,
     dispatcher: Dispatcher | None = None,
     optimize: bool = False,
+    decompose: bool = True,
 ) -> OrtBackend:
     """Creates a :func:`torch.compile` backend running the captured graphs on onnxruntime.
 
@@ -119,6 +138,8 @@ def make_onnxruntime_backend(
     :param dispatcher: user converters, :class:`fx2onnx.Dispatcher`
     :param optimize: run onnxscript's optimizer on every model (constant folding,
         dead code); onnxruntime optimizes the graph anyway when it creates a session
+    :param decompose: an op without converter is decomposed with torch's core aten
+        decompositions when there is one (see :meth:`OrtBackend.decompositions`)
     :return: the backend, give it to ``torch.compile(model, backend=...)``
 
     .. code-block:: python
@@ -152,6 +173,7 @@ def make_onnxruntime_backend(
         target_opset=target_opset,
         dispatcher=dispatcher,
         optimize=bool(optimize),
+        decompose=bool(decompose),
     )
     return OrtBackend(options)
 

@@ -29,6 +29,7 @@ class BackendOptions:
     target_opset: int = 18
     dispatcher: Any = None
     optimize: bool = False
+    decompose: bool = True
 
 
 @dataclasses.dataclass

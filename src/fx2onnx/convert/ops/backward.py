@@ -364,6 +364,25 @@ def convert_native_batch_norm_backward(
     return tuple(results)
 
 
+@converter(aten.native_group_norm.default)
+def convert_native_group_norm(ctx, node, x, weight, bias, n, c, hxw, group, eps):
+    """Group norm as aot_autograd keeps it when training: (output, mean [N, G], rstd [N, G])."""
+    rank = input_rank(ctx)
+    dtype = _dtype(ctx)
+    grouped = ctx.op.Reshape(x, ctx.shape_value([n, group, -1]))
+    axis = ctx.const([2], torch.int64)
+    mean = ctx.op.ReduceMean(grouped, axis, keepdims=1)
+    centered = ctx.op.Sub(grouped, mean)
+    var = ctx.op.ReduceMean(ctx.op.Mul(centered, centered), axis, keepdims=1)
+    rstd = ctx.op.Reciprocal(ctx.op.Sqrt(ctx.op.Add(var, ctx.const(eps, dtype))))
+    y = ctx.op.Reshape(ctx.op.Mul(centered, rstd), ctx.op.Shape(x))
+    if weight is not None:
+        y = ctx.op.Mul(y, _per_channel(ctx, weight, rank))
+    if bias is not None:
+        y = ctx.op.Add(y, _per_channel(ctx, bias, rank))
+    return y, ctx.op.Squeeze(mean, axis), ctx.op.Squeeze(rstd, axis)
+
+
 # convolution and pooling
 
 
