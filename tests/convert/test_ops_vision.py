@@ -307,3 +307,54 @@ def test_upsample_default_overloads_with_scales(mode):
     else:
         fn = lambda x: torch.ops.aten.upsample_bicubic2d.default(x, [7, 12], False, 1.5, 2.5)  # noqa: E731
     _check_dynamic_batch(Fn(fn), (2, 3, 5, 5))
+
+
+EXTRA_SAMPLING = {
+    "antialias_bilinear": (lambda x: F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True), (2, 3, 8, 8)),
+    "antialias_bicubic": (lambda x: F.interpolate(x, size=(5, 3), mode="bicubic", antialias=True), (2, 3, 8, 8)),
+    "antialias_up_and_down": (lambda x: F.interpolate(x, size=(12, 5), mode="bilinear", antialias=True), (2, 3, 8, 8)),
+    "area": (lambda x: F.interpolate(x, size=(3, 5), mode="area"), (2, 3, 8, 8)),
+    "recompute_scale": (lambda x: F.interpolate(x, scale_factor=1.7, mode="bilinear", recompute_scale_factor=True), (2, 3, 8, 8)),
+    "local_response_norm": (nn.LocalResponseNorm(3), (2, 5, 6, 6)),
+    "lp_pool": (nn.LPPool2d(2, 2), (2, 3, 8, 8)),
+    "max_unpool": (lambda x: F.max_unpool2d(*F.max_pool2d(x, 2, return_indices=True), 2), (2, 3, 8, 8)),
+    "max_unpool_output_size": (lambda x: F.max_unpool2d(*F.max_pool2d(x, 2, return_indices=True), 2, output_size=(9, 9)), (2, 3, 9, 9)),
+}
+
+
+@pytest.mark.parametrize("name", list(EXTRA_SAMPLING))
+def test_extra_sampling(name):
+    fn, shape = EXTRA_SAMPLING[name]
+    _check_dynamic_batch(fn if isinstance(fn, nn.Module) else Fn(fn), shape)
+
+
+class GridSample(nn.Module):
+    def __init__(self, **kwargs):
+        super().__init__()
+        self.kwargs = kwargs
+
+    def forward(self, x, grid):
+        return F.grid_sample(x, grid, **self.kwargs)
+
+
+@pytest.mark.parametrize("opset", [18, 20])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample(mode, padding_mode, align_corners, opset):
+    gen = torch.Generator().manual_seed(0)
+    x, grid = torch.randn(2, 3, 6, 7, generator=gen), torch.rand(2, 5, 4, 2, generator=gen) * 2.4 - 1.2
+    model = GridSample(mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+    check_export(model, (x, grid), target_opset=opset)
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_affine_grid_then_sample(align_corners):
+    class Warp(nn.Module):
+        def forward(self, x, theta):
+            grid = F.affine_grid(theta, [x.shape[0], 3, 5, 6], align_corners=align_corners)
+            return grid, F.grid_sample(x, grid, align_corners=align_corners)
+
+    gen = torch.Generator().manual_seed(0)
+    x, theta = torch.randn(2, 3, 8, 8, generator=gen), torch.randn(2, 2, 3, generator=gen) * 0.5
+    check_export(Warp(), (x, theta))

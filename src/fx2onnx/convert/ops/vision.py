@@ -358,7 +358,9 @@ converter(aten.adaptive_max_pool3d.default)(_make_adaptive_max_pool(3))
 
 
 # upsampling
-def _resize(ctx, x, output_size, scale_factors, n: int, mode: str, transform: str, nearest_mode: str = "floor"):
+def _resize(
+    ctx, x, output_size, scale_factors, n: int, mode: str, transform: str, nearest_mode: str = "floor", antialias: bool = False
+):
     x, unbatched = _add_batch(ctx, x, n)
     dtype = ctx.out_dtype()
     if scale_factors is not None and output_size is None:
@@ -377,7 +379,10 @@ def _resize(ctx, x, output_size, scale_factors, n: int, mode: str, transform: st
         mode=mode,
         coordinate_transformation_mode=transform,
         nearest_mode=nearest_mode if mode == "nearest" else None,
-        cubic_coeff_a=-0.75 if mode == "cubic" else None,
+        # torch: a = -0.75 for bicubic, a = -0.5 and no weight outside the image with antialiasing
+        cubic_coeff_a=(-0.5 if antialias else -0.75) if mode == "cubic" else None,
+        antialias=1 if antialias else None,
+        exclude_outside=1 if antialias else None,
     )
     y = ctx.cast(y, dtype)
     return _remove_batch(ctx, y, unbatched)
@@ -440,6 +445,70 @@ for _n, _op_name, _mode in (
     _vec, _default = _make_upsample_interp(_n, _mode)
     converter(_packet.vec)(_vec)
     converter(_packet.default)(_default)
+
+
+def _make_upsample_antialias(mode: str):
+    def convert_upsample_antialias(ctx, node, x, output_size, align_corners, scale_factors):
+        # torch's antialiased resampling uses half-pixel centers (align_corners=False)
+        if align_corners:
+            raise ctx.error("antialias=True with align_corners=True is not supported.")
+        return _resize(ctx, x, output_size, scale_factors, 2, mode, "half_pixel", antialias=True)
+
+    return convert_upsample_antialias
+
+
+converter(aten._upsample_bilinear2d_aa.vec)(_make_upsample_antialias("linear"))
+converter(aten._upsample_bicubic2d_aa.vec)(_make_upsample_antialias("cubic"))
+
+
+_GRID_MODES = {0: ("bilinear", "linear"), 1: ("nearest", "nearest"), 2: ("bicubic", "cubic")}
+_GRID_PADDINGS = {0: "zeros", 1: "border", 2: "reflection"}
+
+
+@converter(aten.grid_sampler.default, aten.grid_sampler_2d.default)
+def convert_grid_sampler(ctx, node, x, grid, interpolation_mode, padding_mode, align_corners):
+    if input_rank(ctx) != 4:
+        raise ctx.error("grid_sample is supported on 4D inputs (N, C, H, W).")
+    mode = _GRID_MODES[int(interpolation_mode)][0 if ctx.opset < 20 else 1]
+    return ctx.op.GridSample(
+        x, grid, mode=mode, padding_mode=_GRID_PADDINGS[int(padding_mode)], align_corners=int(bool(align_corners))
+    )
+
+
+def _normalized_coordinates(size: int, align_corners: bool) -> np.ndarray:
+    if size <= 1:
+        return np.zeros((max(size, 1),), dtype=np.float64)
+    steps = np.linspace(-1.0, 1.0, size)
+    return steps if align_corners else steps * (size - 1) / size
+
+
+@converter(aten.affine_grid_generator.default)
+def convert_affine_grid_generator(ctx, node, theta, size, align_corners):
+    # grid[n, h, w] = theta[n] @ (x_w, y_h, 1): a constant base grid times theta^T
+    if len(size) != 4 or not all(isinstance(s, int) for s in size[2:]):
+        raise ctx.error("affine_grid is supported for 2D grids (size N, C, H, W) with a static H and W.")
+    height, width = int(size[2]), int(size[3])
+    xs = _normalized_coordinates(width, bool(align_corners))
+    ys = _normalized_coordinates(height, bool(align_corners))
+    base = np.stack([np.tile(xs, height), np.repeat(ys, width), np.ones(height * width)], axis=1)  # [H * W, 3]
+    dtype = ctx.out_dtype()
+    grid = ctx.op.MatMul(ctx.const(base, dtype), ctx.op.Transpose(theta, perm=[0, 2, 1]))  # [N, H * W, 2]
+    return ctx.op.Reshape(grid, ctx.const([0, height, width, 2], torch.int64))
+
+
+@converter(aten.max_unpool2d.default, aten.max_unpool3d.default)
+def convert_max_unpool(ctx, node, x, indices, output_size, *args):
+    # scatter the values back at their positions (indices are per channel, over the spatial dims)
+    n = len(output_size)
+    x, unbatched = _add_batch(ctx, x, n)
+    indices, _ = _add_batch(ctx, indices, n, index=1)
+    flat_shape = ctx.const([0, 0, -1], torch.int64)
+    values, positions = ctx.op.Reshape(x, flat_shape), ctx.op.Reshape(indices, flat_shape)
+    total = ctx.const([int(np.prod([int(o) for o in output_size]))], torch.int64)
+    zeros = ctx.op.Expand(ctx.const(0, ctx.out_dtype()), ctx.op.Concat(ctx.op.Shape(x, start=0, end=2), total, axis=0))
+    flat = ctx.op.ScatterElements(zeros, positions, values, axis=2)
+    out_shape = ctx.op.Concat(ctx.op.Shape(x, start=0, end=2), ctx.shape_value(list(output_size)), axis=0)
+    return _remove_batch(ctx, ctx.op.Reshape(flat, out_shape), unbatched)
 
 
 # padding
