@@ -148,7 +148,8 @@ def convert_repeat(ctx, node, x, repeats):
     rank = input_rank(ctx)
     repeats = list(repeats)
     if len(repeats) > rank:
-        x = ctx.op.Reshape(x, ctx.shape_value([1] * (len(repeats) - rank) + [0] * rank))
+        # torch prepends dimensions of size 1
+        x = ctx.op.Unsqueeze(x, ctx.const(list(range(len(repeats) - rank)), torch.int64))
     return ctx.op.Tile(x, ctx.shape_value(repeats))
 
 
