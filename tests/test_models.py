@@ -9,7 +9,7 @@ import torch
 
 from fx2onnx.models import TinyModel, export_dynamic_shapes, get_tiny_model, list_tiny_models
 
-REQUIRED = {"llama", "mistral", "qwen2", "phi", "phi3", "gemma", "gpt2", "bert"}
+REQUIRED = {"llama", "mistral", "qwen2", "phi", "phi3", "gemma", "gpt2", "bert", "bart"}
 
 
 def test_list_tiny_models():
@@ -17,7 +17,7 @@ def test_list_tiny_models():
     assert REQUIRED <= set(names)
 
 
-@pytest.mark.parametrize("name", sorted(REQUIRED))
+@pytest.mark.parametrize("name", list_tiny_models())
 @pytest.mark.parametrize("with_cache", [False, True])
 def test_eager(name, with_cache):
     if name == "bert" and with_cache:
@@ -25,24 +25,31 @@ def test_eager(name, with_cache):
             get_tiny_model(name, with_cache=True)
         return
     tiny = get_tiny_model(name, with_cache=with_cache)
-    assert isinstance(tiny, TinyModel)
+    assert isinstance(tiny, TinyModel) and name in repr(tiny)
     assert not tiny.model.training
     assert set(tiny.dynamic_shapes) == set(tiny.inputs) == set(tiny.inputs2)
-    batch, seq = tiny.inputs["input_ids"].shape
-    batch2, seq2 = tiny.inputs2["input_ids"].shape
+    ids = "decoder_input_ids" if "decoder_input_ids" in tiny.inputs else "input_ids"
+    batch, seq = tiny.inputs[ids].shape
+    batch2, seq2 = tiny.inputs2[ids].shape
     assert min(batch, seq) > 1 and batch != batch2 and seq != seq2
     with torch.no_grad():
         for inputs in (tiny.inputs, tiny.inputs2):
             out = tiny.model(**copy.deepcopy(inputs))
             logits = out[0]
-            assert logits.shape[:2] == inputs["input_ids"].shape
+            assert logits.shape[:2] == inputs[ids].shape
             assert torch.isfinite(logits).all()
     if with_cache:
         cache = tiny.inputs["past_key_values"]
+        cache = getattr(cache, "self_attention_cache", cache)
         past = cache.layers[0].keys.shape[2]
-        assert past > 1 and past != tiny.inputs2["past_key_values"].layers[0].keys.shape[2]
-        assert tiny.inputs["attention_mask"].shape[1] == past + seq
-        assert len(tiny.dynamic_shapes["past_key_values"]) == 2 * len(cache.layers)
+        cache2 = tiny.inputs2["past_key_values"]
+        cache2 = getattr(cache2, "self_attention_cache", cache2)
+        assert past > 1 and past != cache2.layers[0].keys.shape[2]
+        if ids == "input_ids":
+            assert tiny.inputs["attention_mask"].shape[1] == past + seq
+            assert len(tiny.dynamic_shapes["past_key_values"]) == 2 * len(cache.layers)
+        else:
+            assert [len(s) for s in tiny.dynamic_shapes["past_key_values"]] == [2 * len(cache.layers)] * 2
 
 
 def test_seeded():
@@ -60,7 +67,7 @@ def test_overrides_and_errors():
         get_tiny_model("not-a-model")
 
 
-@pytest.mark.parametrize("name", ["llama", "phi", "gpt2", "bert"])
+@pytest.mark.parametrize("name", ["llama", "phi", "gpt2", "bert", "bart"])
 def test_export_no_cache(name):
     tiny = get_tiny_model(name)
     ep = torch.export.export(

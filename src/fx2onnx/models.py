@@ -21,10 +21,12 @@ and the dynamic shapes to give to :func:`torch.export.export`.
     )
 
 The dimension names are ``batch``, ``seq`` (new tokens), ``past_seq`` (length of
-the cache) and ``total_seq`` (``past_seq + seq``, the attention mask). A cache
-input (``with_cache=True``) is a :class:`transformers.cache_utils.DynamicCache`;
-its dynamic shapes are a list ``[key_0, value_0, key_1, value_1, ...]``, the
-flattening order used by :func:`fx2onnx.register_cache_serialization`.
+the cache), ``total_seq`` (``past_seq + seq``, the attention mask) and, for
+encoder-decoder models, ``encoder_seq``. A cache input (``with_cache=True``) is a
+:class:`transformers.cache_utils.DynamicCache` (an ``EncoderDecoderCache`` of two
+of them for encoder-decoder models); its dynamic shapes are a list ``[key_0,
+value_0, key_1, value_1, ...]`` (a pair of such lists), the flattening order
+used by :func:`fx2onnx.register_cache_serialization`.
 
 A forward pass updates a cache in place: give a copy
 (``copy.deepcopy(tiny.inputs)``) to the model when the inputs are used again.
@@ -60,7 +62,7 @@ class TinyModel:
 class _Spec:
     config_class: str
     model_class: str
-    kind: str  # "decoder" or "encoder"
+    kind: str  # "decoder", "encoder" or "encoder-decoder"
     config: dict[str, Any]
     position_ids: bool = True
 
@@ -100,6 +102,27 @@ _SPECS: dict[str, _Spec] = {
         "GPT2LMHeadModel",
         "decoder",
         dict(vocab_size=128, n_embd=32, n_layer=1, n_head=4, n_positions=256, bos_token_id=1, eos_token_id=2),
+    ),
+    "bart": _Spec(
+        "BartConfig",
+        "BartForConditionalGeneration",
+        "encoder-decoder",
+        dict(
+            vocab_size=128,
+            d_model=32,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_position_embeddings=256,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            decoder_start_token_id=2,
+        ),
+        position_ids=False,
     ),
     "bert": _Spec(
         "BertConfig",
@@ -172,12 +195,16 @@ def get_tiny_model(
             f"transformers.{spec.model_class}, missing from transformers {transformers.__version__}; "
             f"choose one of {list_tiny_models()}."
         )
-    if with_cache and spec.kind != "decoder":
+    if with_cache and spec.kind == "encoder":
         raise ValueError(f"Tiny model {name!r} is an encoder: it has no cache, use with_cache=False.")
 
     kwargs = dict(spec.config)
-    layer_key = "n_layer" if "n_layer" in kwargs else "num_hidden_layers"
-    kwargs[layer_key] = num_hidden_layers
+    if "n_layer" in kwargs:
+        kwargs["n_layer"] = num_hidden_layers
+    elif "decoder_layers" in kwargs:
+        kwargs["encoder_layers"] = kwargs["decoder_layers"] = num_hidden_layers
+    else:
+        kwargs["num_hidden_layers"] = num_hidden_layers
     kwargs.update(config_overrides)
     config = config_class(**kwargs)
     config._attn_implementation = attn_implementation
@@ -187,7 +214,11 @@ def get_tiny_model(
     model = model_class(config).eval()
 
     generator = torch.Generator().manual_seed(seed + 1)
-    make: Callable[..., dict[str, Any]] = _decoder_inputs if spec.kind == "decoder" else _encoder_inputs
+    make: Callable[..., dict[str, Any]] = {
+        "decoder": _decoder_inputs,
+        "encoder": _encoder_inputs,
+        "encoder-decoder": _encoder_decoder_inputs,
+    }[spec.kind]
     inputs = make(config, *_SIZES[0], with_cache=with_cache, position_ids=spec.position_ids, generator=generator)
     inputs2 = make(config, *_SIZES[1], with_cache=with_cache, position_ids=spec.position_ids, generator=generator)
     dynamic_shapes = _dynamic_shapes(inputs, config)
@@ -219,16 +250,22 @@ def _vocab_size(config: Any) -> int:
 
 
 def _kv_shape(config: Any, batch: int, past: int) -> tuple[int, int, int, int]:
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    heads = getattr(text, "num_attention_heads", None) or text.n_head
+    text = config
+    if hasattr(config, "get_text_config") and not hasattr(config, "decoder_attention_heads"):
+        # (for BART, get_text_config returns a configuration with default values)
+        text = config.get_text_config(decoder=True)
+    heads = getattr(text, "decoder_attention_heads", None) or getattr(text, "num_attention_heads", None) or text.n_head
     kv_heads = getattr(text, "num_key_value_heads", None) or heads
-    hidden = getattr(text, "hidden_size", None) or text.n_embd
+    hidden = getattr(text, "d_model", None) or getattr(text, "hidden_size", None) or text.n_embd
     head_dim = getattr(text, "head_dim", None) or hidden // heads
     return batch, kv_heads, past, head_dim
 
 
 def _num_layers(config: Any) -> int:
-    return int(getattr(config, "num_hidden_layers", None) or config.n_layer)
+    for name in ("decoder_layers", "num_hidden_layers", "n_layer"):
+        if getattr(config, name, None):
+            return int(getattr(config, name))
+    raise ValueError(f"Cannot find the number of layers in {type(config).__name__}.")
 
 
 def _decoder_inputs(
@@ -277,8 +314,41 @@ def _encoder_inputs(
     }
 
 
+def _encoder_decoder_inputs(
+    config: Any,
+    batch: int,
+    seq: int,
+    past: int,
+    *,
+    with_cache: bool,
+    position_ids: bool,
+    generator: torch.Generator,
+) -> dict[str, Any]:
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+    encoder_seq = seq + 2
+    inputs: dict[str, Any] = {
+        "input_ids": torch.randint(3, _vocab_size(config), (batch, encoder_seq), generator=generator),
+        "attention_mask": torch.ones((batch, encoder_seq), dtype=torch.int64),
+        "decoder_input_ids": torch.randint(3, _vocab_size(config), (batch, seq), generator=generator),
+    }
+    if with_cache:
+
+        def pairs(length: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+            shape = _kv_shape(config, batch, length)
+            return [
+                (torch.randn(shape, generator=generator), torch.randn(shape, generator=generator))
+                for _ in range(_num_layers(config))
+            ]
+
+        inputs["past_key_values"] = EncoderDecoderCache(DynamicCache(pairs(past)), DynamicCache(pairs(encoder_seq)))
+    return inputs
+
+
 def _dynamic_shapes(inputs: dict[str, Any], config: Any) -> dict[str, Any]:
     with_cache = "past_key_values" in inputs
+    if "decoder_input_ids" in inputs:
+        return _encoder_decoder_dynamic_shapes(inputs, config)
     shapes: dict[str, Any] = {}
     for key in inputs:
         if key == "attention_mask":
@@ -291,6 +361,21 @@ def _dynamic_shapes(inputs: dict[str, Any], config: Any) -> dict[str, Any]:
     return shapes
 
 
+def _encoder_decoder_dynamic_shapes(inputs: dict[str, Any], config: Any) -> dict[str, Any]:
+    shapes: dict[str, Any] = {
+        "input_ids": {0: "batch", 1: "encoder_seq"},
+        "attention_mask": {0: "batch", 1: "encoder_seq"},
+        "decoder_input_ids": {0: "batch", 1: "seq"},
+    }
+    if "past_key_values" in inputs:
+        n = 2 * _num_layers(config)
+        shapes["past_key_values"] = [
+            [{0: "batch", 2: "past_seq"} for _ in range(n)],
+            [{0: "batch", 2: "encoder_seq"} for _ in range(n)],
+        ]
+    return shapes
+
+
 def _describe(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return f"T{list(value.shape)}"
@@ -298,6 +383,8 @@ def _describe(value: Any) -> Any:
         return {k: _describe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(_describe(v) for v in value)
+    if hasattr(value, "self_attention_cache"):
+        return f"{type(value).__name__}({_describe(value.self_attention_cache)}, {_describe(value.cross_attention_cache)})"
     if hasattr(value, "layers"):
         return f"{type(value).__name__}[" + ", ".join(
             f"{_describe(layer.keys)}" for layer in value.layers

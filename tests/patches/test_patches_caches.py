@@ -121,3 +121,14 @@ def test_legacy_cache_converted():
     cache = inputs["past_key_values"]
     assert isinstance(cache, DynamicCache) and len(cache.layers) == 2
     torch.testing.assert_close(cache.layers[1].values, pairs[1][1])
+
+
+def test_empty_cache_round_trip(registered):
+    """A cache created empty fills its layers lazily: it stays so once unflattened."""
+    cache = DynamicCache()
+    leaves, spec = pytree.tree_flatten(cache)
+    assert leaves == []
+    rebuilt = pytree.tree_unflatten(leaves, spec)
+    assert rebuilt.layers == [] and rebuilt.layer_class_to_replicate is DynamicLayer
+    k, _ = rebuilt.update(*_kv(seed=1), layer_idx=0)
+    assert k.shape[2] == 3

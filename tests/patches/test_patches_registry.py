@@ -143,3 +143,27 @@ def test_list_patches():
     assert all(r["status"] == "applicable" or r["reason"] for r in rows)
     names = {r["name"] for r in rows}
     assert {"catch_constraints", "stop_if_static", "DynamicLayer.lazy_initialization", "DynamicCache"} <= names
+
+
+def test_transformers_patch_skipped_when_target_changed(monkeypatch):
+    """A version of transformers without torch.tensor([]) in lazy_initialization: skipped."""
+    from transformers.cache_utils import DynamicLayer
+
+    def lazy_initialization(self, key_states, value_states):
+        self.keys = key_states[..., :0, :]
+        self.values = value_states[..., :0, :]
+        self.is_initialized = True
+
+    monkeypatch.setattr(DynamicLayer, "lazy_initialization", lazy_initialization)
+    with torch_export_patches(patch_transformers=True) as m:
+        report = {r.name: r for r in m.reports}["DynamicLayer.lazy_initialization"]
+        assert DynamicLayer.lazy_initialization is lazy_initialization
+    assert report.status == "skipped" and "does not create torch.tensor([])" in report.reason
+
+    def other_signature(self, keys):
+        pass
+
+    monkeypatch.setattr(DynamicLayer, "lazy_initialization", other_signature)
+    with torch_export_patches(patch_transformers=True) as m:
+        report = {r.name: r for r in m.reports}["DynamicLayer.lazy_initialization"]
+    assert report.status == "skipped" and "signature changed" in report.reason

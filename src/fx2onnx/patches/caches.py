@@ -88,13 +88,16 @@ def _flatten_layers(cache: Any) -> tuple[list[torch.Tensor], Any]:
             children.extend([layer.keys, layer.values])
             if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
                 children.append(layer.cumulative_length)
-    return children, tuple(_layer_context(layer) for layer in cache.layers)
+    # a cache created empty adds its layers lazily: the class to replicate is kept
+    replicate = getattr(cache, "layer_class_to_replicate", None)
+    context = (tuple(_layer_context(layer) for layer in cache.layers), replicate.__name__ if replicate else None)
+    return children, context
 
 
 def _flatten_layers_with_keys(cache: Any) -> tuple[list[tuple[Any, torch.Tensor]], Any]:
     children, context = _flatten_layers(cache)
     names = []
-    for i, layer_context in enumerate(context):
+    for i, layer_context in enumerate(context[0]):
         if layer_context[3]:
             names.extend([f"key_{i}", f"value_{i}"])
             if layer_context[4]:
@@ -107,7 +110,8 @@ def _unflatten_layers(cls: type) -> Callable[[list[torch.Tensor], Any], Any]:
         module = importlib.import_module(_CACHE_MODULE)
         layers = []
         position = 0
-        for layer_context in context:
+        layer_contexts, replicate = context
+        for layer_context in layer_contexts:
             layer = _make_layer(module, layer_context)
             if layer_context[3]:
                 size = 3 if layer_context[4] else 2
@@ -115,7 +119,11 @@ def _unflatten_layers(cls: type) -> Callable[[list[torch.Tensor], Any], Any]:
                 position += size
             layers.append(layer)
         cache = cls.__new__(cls)
-        module.Cache.__init__(cache, layers=layers)
+        if replicate is not None:
+            module.Cache.__init__(cache, layer_class_to_replicate=getattr(module, replicate))
+            cache.layers.extend(layers)
+        else:
+            module.Cache.__init__(cache, layers=layers)
         return cache
 
     return unflatten
@@ -149,7 +157,10 @@ def _from_dumpable(text: str) -> Any:
     import json
 
     value = json.loads(text)
-    return None if value is None else tuple(tuple(v) for v in value)
+    if value is None:
+        return None
+    layers, replicate = value
+    return tuple(tuple(v) for v in layers), replicate
 
 
 def _serializers() -> dict[str, tuple[Callable, Callable, Callable]]:
