@@ -283,3 +283,10 @@ def convert_index_add(ctx, node, x, dim, index, source, alpha=1):
         source = ctx.op.Mul(source, ctx.const(alpha, ctx.out_dtype()))
     idx = ctx.op.Expand(ctx.op.Reshape(index, ctx.const(shape, torch.int64)), ctx.op.Shape(source))
     return ctx.op.ScatterElements(x, idx, source, axis=axis, reduction="add")
+
+
+@converter(aten.copy.default)
+def convert_copy(ctx, node, x, src, non_blocking=False):
+    """``copy(x, src)``: the values of ``src`` broadcast to the shape and dtype of ``x``
+    (functionalization writes ``x[:, 1:3] = y`` as ``copy`` then ``slice_scatter``)."""
+    return ctx.op.Expand(ctx.cast(ctx.as_value(src), ctx.out_dtype()), ctx.op.Shape(x))
