@@ -360,7 +360,6 @@ def test_training_cnn_gradients_and_running_stats():
     assert backend.stats()["graphs"] == 2
 
 
-@pytest.mark.parametrize("optimize", [False, True])
 def test_training_with_decompositions():
     torch.manual_seed(0)
     layers = [
@@ -393,6 +392,7 @@ def test_training_with_decompositions():
     assert all(registry.lookup(op) is None for op in table)
 
 
+@pytest.mark.parametrize("optimize", [False, True])
 def test_training_tiny_llama_loss_inside_the_graph(optimize):
     from fx2onnx.models import get_tiny_model
 
