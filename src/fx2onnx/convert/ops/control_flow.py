@@ -8,11 +8,14 @@ an ONNX subgraph; tensors the body reads from the outer graph (weights, closures
 =====================================  ======================================
 torch                                  ONNX
 =====================================  ======================================
-``torch.cond(pred, f, g, ops)``        ``If`` (a Python bool pred inlines a branch)
+``torch.cond(pred, f, g, ops)``        ``If``
 ``scan(f, init, xs, add)``             ``Scan`` (carries = state, xs = scan inputs)
 ``while_loop(c, b, carried, add)``     ``Loop`` (the condition is computed in the body)
 ``map(f, xs, *args)``                  ``Scan`` without state
 =====================================  ======================================
+
+The file also converts ``auto_functionalized(_v2)``, the functional form of a custom op
+mutating its inputs: the user's converter returns the new values of the mutated tensors.
 """
 
 from __future__ import annotations
@@ -65,9 +68,10 @@ def _finish_body(sub, outputs: Sequence[Any]) -> ir.Graph:
     return sub.to_graph()
 
 
-def _graph_input_pairs(gm: torch.fx.GraphModule, count: int, vals: Sequence[Any] | None = None) -> list[tuple[int, Any]]:
+def _graph_input_pairs(gm: torch.fx.GraphModule, count: int) -> list[tuple[int, Any]]:
+    """The first ``count`` placeholders become subgraph inputs, typed by their fake values."""
     phs = _placeholders(gm)
-    return [(i, vals[i] if vals is not None else phs[i].meta.get("val")) for i in range(count)]
+    return [(i, phs[i].meta.get("val")) for i in range(count)]
 
 
 # torch.cond -> If
@@ -75,11 +79,8 @@ def _graph_input_pairs(gm: torch.fx.GraphModule, count: int, vals: Sequence[Any]
 
 @converter(hop.cond)
 def convert_cond(ctx, node, pred, true_gm, false_gm, operands):
-    """``torch.cond`` -> ``If``; a predicate torch already knows selects one branch."""
+    """``torch.cond`` -> ``If`` (torch itself inlines a branch when the predicate is known)."""
     operands = _values(ctx, _as_list(operands))
-    if isinstance(pred, bool):
-        outs = _inline(ctx, true_gm if pred else false_gm, operands)
-        return tuple(outs)
     pred = ctx.cast(ctx.as_value(pred), torch.bool)
     if pred.shape is not None and len(pred.shape) != 0:
         pred = ctx.op.Reshape(pred, ctx.const([], torch.int64))
