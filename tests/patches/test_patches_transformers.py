@@ -97,3 +97,36 @@ def test_lazy_initialization_constants():
         assert report.ok, report
     finally:
         pytree._deregister_pytree_node(DynamicCache)
+
+
+def test_static_cache_export():
+    """A StaticCache input: fixed length, its number of written positions is an input."""
+    from transformers.cache_utils import StaticCache
+
+    tiny = get_tiny_model("llama", with_cache=True)
+
+    def make(batch, seq, past, seed):
+        g = torch.Generator().manual_seed(seed)
+        cache = StaticCache(config=tiny.config, max_cache_len=16)
+        kv = [torch.randn(batch, 2, past, 8, generator=g) for _ in range(2)]
+        cache.update(*kv, layer_idx=0)
+        return dict(
+            input_ids=torch.randint(3, 128, (batch, seq), generator=g),
+            attention_mask=torch.ones(batch, past + seq, dtype=torch.int64),
+            position_ids=torch.arange(past, past + seq).expand(batch, -1).contiguous(),
+            past_key_values=cache,
+        )
+
+    ds = dict(
+        input_ids={0: "batch", 1: "seq"},
+        attention_mask={0: "batch", 1: "total_seq"},
+        position_ids={0: "batch", 1: "seq"},
+        past_key_values=[{0: "batch"}, {0: "batch"}, None],  # keys, values, cumulative_length
+    )
+    with fx2onnx.torch_export_patches(patch_transformers=True):
+        onx = fx2onnx.to_onnx(tiny.model, (), kwargs=make(2, 3, 5, 0), dynamic_shapes=ds)
+    names = [i.name for i in onx.graph.input]
+    assert names[-3:] == ["past_key_values_key_0", "past_key_values_value_0", "past_key_values_length_0"]
+    with fx2onnx.torch_export_patches(patch_torch=False):
+        report = fx2onnx.validate(onx, tiny.model, (), make(3, 4, 7, 1))
+    assert report.ok, report
