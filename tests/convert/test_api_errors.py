@@ -131,6 +131,11 @@ class Block(torch.nn.Module):
         return self.inner(x) * 2  # multiply line
 
 
+class Reshaped(Block):
+    def forward(self, x):
+        return super().forward(x).reshape(x.shape[0], 2, 2)
+
+
 def test_node_metadata():
     onx = fx2onnx.to_onnx(Block(), (X,), optimize=False)
     metas = [{p.key: p.value for p in n.metadata_props} for n in onx.graph.node]
@@ -139,8 +144,9 @@ def test_node_metadata():
     assert relu["module"] == "inner.1" and relu["fx_target"] == "aten::relu"
     mul = next(m for m in metas if m["fx_node"] == "mul")
     assert "test_api_errors.py" in mul["source"] and "multiply line" in mul["source"]
-    # the metadata survives the optimizer
-    onx = fx2onnx.to_onnx(Block(), (X,))
+    # the metadata survives the optimizer, also on the nodes it rebuilds (a folded shape)
+    onx = fx2onnx.to_onnx(Reshaped(), (X,), dynamic_shapes=({0: "batch"},))
+    assert "Reshape" in [n.op_type for n in onx.graph.node]
     assert all(any(p.key == "fx_node" for p in n.metadata_props) for n in onx.graph.node)
 
 

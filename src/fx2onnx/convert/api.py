@@ -142,7 +142,15 @@ def optimize_model(model: ir.Model, inline: bool = True) -> ir.Model:
     """Constant folding, removal of unused nodes and identities (onnxscript's optimizer)."""
     import onnxscript.optimizer
 
+    by_output = {o.name: dict(n.metadata_props) for n in model.graph for o in n.outputs if n.metadata_props}
     onnxscript.optimizer.optimize_ir(model, inline=inline)
+    # a node the optimizer rebuilt (a folded shape) takes the metadata of the node it replaces
+    for node in model.graph:
+        if "fx_node" not in node.metadata_props:
+            for out in node.outputs:
+                if out.name in by_output:
+                    node.metadata_props.update(by_output[out.name])
+                    break
     return model
 
 
