@@ -244,3 +244,16 @@ def test_unsupported_op_error_names_the_op():
         fx2onnx.to_onnx(model, (_pos(3, 4),))
     assert "Dispatcher" in str(info.value)
     assert "lgamma" in str(info.value).split("FX node:")[1]
+
+
+def test_nan_propagation():
+    nan = float("nan")
+    a = torch.tensor([[1.0, nan, 3.0, nan], [0.5, -1.0, nan, 2.0]])
+    b = torch.tensor([[nan, 2.0, 1.0, nan], [1.5, -2.0, 4.0, nan]])
+    model = Fn2(lambda a, b: (torch.maximum(a, b), torch.minimum(a, b), torch.fmax(a, b), torch.fmin(a, b), a.clamp(0, 1), torch.max(a, b)))
+    check_export(model, (a, b))
+
+
+def test_nan_in_reductions():
+    a = torch.tensor([[1.0, float("nan"), 3.0], [0.5, -1.0, 2.0]])
+    check_export(Fn(lambda a: (a.amax(1), a.amin(1), a.max(), a.sum(1), a.argmax(1), a.max(1)[0])), (a,))

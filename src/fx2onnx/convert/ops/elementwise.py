@@ -102,14 +102,31 @@ def convert_pow(ctx, node, a, b):
     return _binary(ctx, "Pow", a, b)
 
 
-@converter(aten.minimum.default, aten.fmin.default)
+@converter(aten.minimum.default)
 def convert_minimum(ctx, node, a, b):
     return _binary(ctx, "Min", a, b)
 
 
-@converter(aten.maximum.default, aten.fmax.default)
+@converter(aten.maximum.default)
 def convert_maximum(ctx, node, a, b):
     return _binary(ctx, "Max", a, b)
+
+
+def _nan_ignoring(op_type: str):
+    def convert_nan_ignoring(ctx, node, a, b):
+        # fmax / fmin: the other value where one is NaN (Max / Min propagate NaN)
+        dtype = ctx.out_dtype()
+        x, y = cast_all(ctx, [a, b], dtype)
+        out = getattr(ctx.op, op_type)(x, y)
+        if not dtype.is_floating_point:
+            return out
+        return ctx.op.Where(ctx.op.IsNaN(x), y, ctx.op.Where(ctx.op.IsNaN(y), x, out))
+
+    return convert_nan_ignoring
+
+
+converter(aten.fmax.default)(_nan_ignoring("Max"))
+converter(aten.fmin.default)(_nan_ignoring("Min"))
 
 
 _UNARY = {

@@ -18,9 +18,26 @@ def _reduce(ctx, op_type: str, x, dim=None, keepdim=False, dtype=None):
     if rank == 0:
         return ctx.op.Identity(x)
     axes = axes_value(ctx, dim, rank)
-    if axes is None:
-        return getattr(ctx.op, op_type)(x, keepdims=int(bool(keepdim)))
-    return getattr(ctx.op, op_type)(x, axes, keepdims=int(bool(keepdim)))
+    extra = [] if axes is None else [axes]
+    out = getattr(ctx.op, op_type)(x, *extra, keepdims=int(bool(keepdim)))
+    if op_type in ("ReduceMax", "ReduceMin") and _is_float(ctx, x):
+        # torch propagates NaN, onnxruntime skips it: add a sum that is NaN when one value is
+        nans = ctx.op.Where(ctx.op.IsNaN(x), x, ctx.const(0.0, ctx.dtype(x)))
+        out = ctx.op.Add(out, ctx.op.ReduceSum(nans, *extra, keepdims=int(bool(keepdim))))
+    return out
+
+
+def _is_float(ctx, x) -> bool:
+    dtype = ctx.dtype(x)
+    return dtype is not None and dtype.is_floating_point
+
+
+def _nan_as_extreme(ctx, x, largest: bool):
+    """NaN replaced by +inf (largest) or -inf so that ArgMax/ArgMin pick it, as torch does."""
+    if not _is_float(ctx, x):
+        return x
+    extreme = ctx.const(float("inf") if largest else float("-inf"), ctx.dtype(x))
+    return ctx.op.Where(ctx.op.IsNaN(x), extreme, x)
 
 
 @converter(aten.sum.dim_IntList, aten.sum.default)
@@ -63,6 +80,7 @@ def convert_min_all(ctx, node, x):
 def _arg(op_type: str):
     def convert_arg(ctx, node, x, dim=None, keepdim=False):
         rank = input_rank(ctx)
+        x = _nan_as_extreme(ctx, x, op_type == "ArgMax")
         if dim is None:
             x = ctx.op.Reshape(x, ctx.const([-1], torch.int64))
             out = getattr(ctx.op, op_type)(x, axis=0, keepdims=0, select_last_index=0)
@@ -82,8 +100,8 @@ converter(aten.argmin.default)(_arg("ArgMin"))
 def convert_max_dim(ctx, node, x, dim, keepdim=False):
     rank = input_rank(ctx)
     axis = normalize_axis(dim, rank)
-    values = ctx.op.ReduceMax(x, ctx.const([axis], torch.int64), keepdims=int(keepdim))
-    indices = ctx.op.ArgMax(x, axis=axis, keepdims=int(keepdim))
+    values = _reduce(ctx, "ReduceMax", x, [axis], keepdim)
+    indices = ctx.op.ArgMax(_nan_as_extreme(ctx, x, True), axis=axis, keepdims=int(keepdim))
     return values, indices
 
 
@@ -91,8 +109,8 @@ def convert_max_dim(ctx, node, x, dim, keepdim=False):
 def convert_min_dim(ctx, node, x, dim, keepdim=False):
     rank = input_rank(ctx)
     axis = normalize_axis(dim, rank)
-    values = ctx.op.ReduceMin(x, ctx.const([axis], torch.int64), keepdims=int(keepdim))
-    indices = ctx.op.ArgMin(x, axis=axis, keepdims=int(keepdim))
+    values = _reduce(ctx, "ReduceMin", x, [axis], keepdim)
+    indices = ctx.op.ArgMin(_nan_as_extreme(ctx, x, False), axis=axis, keepdims=int(keepdim))
     return values, indices
 
 
