@@ -36,16 +36,15 @@ class BackendOptions:
 class _CachedSession:
     session: Any
     model: ir.Model
-    input_indices: list[int]
+    feeds: list[tuple[str, int]]  # (ONNX input name, placeholder index)
     output_layout: list[tuple[str, Any]]
-    input_names: list[str]
 
 
-def _expected_rank(output: Any) -> Any:
-    """Rank of a graph output tensor, a Python type for a symbolic scalar, None if unknown."""
+def _expected_output(output: Any) -> Any:
+    """(rank, dtype) of a graph output tensor, a Python type for a symbolic scalar, None if unknown."""
     val = output.meta.get("val") if isinstance(output, torch.fx.Node) else None
     if isinstance(val, torch.Tensor):
-        return val.dim()
+        return val.dim(), val.dtype
     if isinstance(val, (torch.SymBool, bool)):
         return bool
     if isinstance(val, (torch.SymInt, int)):
@@ -92,7 +91,7 @@ class GraphRunner:
         self.files: list[str] = []
         output_node = next(n for n in gm.graph.nodes if n.op == "output")
         fx_outputs = output_node.args[0] if isinstance(output_node.args[0], (list, tuple)) else [output_node.args[0]]
-        self._expected_ranks = [_expected_rank(o) for o in fx_outputs]
+        self._expected = [_expected_output(o) for o in fx_outputs]
         # converted now: an unsupported op fails at compile time
         self.model = self._convert(self.example_inputs, static_shapes=False)
         self._example_key = self._static_key(self.example_inputs)
@@ -175,12 +174,12 @@ class GraphRunner:
                 f"onnxruntime cannot load the model converted from graph {self.name!r}: {e}\n"
                 f"Use fx2onnx.dump_onnx(prefix, folder) to save the model and its FX graph, then inspect them."
             ) from e
+        wanted = {i.name for i in session.get_inputs()}
         return _CachedSession(
             session=session,
             model=model,
-            input_indices=list(model.meta["input_indices"]),
+            feeds=[(name, index) for name, index in zip(model.meta["input_names"], model.meta["input_indices"]) if name in wanted],
             output_layout=list(model.meta["output_layout"]),
-            input_names=[i.name for i in session.get_inputs()],
         )
 
     def __call__(self, *args: Any) -> list[Any]:
@@ -189,23 +188,22 @@ class GraphRunner:
         self.n_calls += 1
         cached = self._session_for(args)
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
-        feeds = {}
-        for name, index in zip(cached.input_names, cached.input_indices):
-            feeds[name] = to_numpy(args[index])
+        feeds = {name: to_numpy(args[index]) for name, index in cached.feeds}
         results = cached.session.run(None, feeds)
         outputs: list[Any] = []
-        for kind, value, expected in zip(*zip(*cached.output_layout), self._expected_ranks):
-            if kind == "onnx":
-                t = _ort_to_torch(results[value])
-                if expected in (int, float, bool):
-                    outputs.append(expected(t.item()))  # a SymInt saved for backward is a Python number
-                    continue
-                if expected is not None and t.dim() != expected:
-                    raise RuntimeError(
-                        f"Graph {self.name!r}: output {value} has rank {t.dim()} on onnxruntime but torch expects "
-                        f"rank {expected}; a converter is wrong. Dump the model with fx2onnx.dump_onnx to inspect it."
-                    )
-                outputs.append(t if device.type == "cpu" else t.to(device))
-            else:
+        for (kind, value), expected in zip(cached.output_layout, self._expected):
+            if kind != "onnx":
                 outputs.append(value)
+                continue
+            t = _ort_to_torch(results[value])
+            if expected in (int, float, bool):
+                outputs.append(expected(t.item()))  # a SymInt saved for backward is a Python number
+                continue
+            if expected is not None and (t.dim(), t.dtype) != expected:
+                raise RuntimeError(
+                    f"Graph {self.name!r}: output {value} is a {t.dtype} tensor of rank {t.dim()} on onnxruntime "
+                    f"but torch expects (rank, dtype)={expected}; a converter is wrong. "
+                    f"Dump the model with fx2onnx.dump_onnx to inspect it."
+                )
+            outputs.append(t if device.type == "cpu" else t.to(device))
         return outputs

@@ -117,6 +117,7 @@ def convert_graph_module(
 
     model = builder.to_model(producer_version=_version())
     model.meta["input_indices"] = [i for i, node in enumerate(placeholders) if isinstance(env[node], ir.Value)]
+    model.meta["input_names"] = [v.name for v in model.graph.inputs]
     model.meta["output_layout"] = layout
     return model
 
@@ -124,6 +125,11 @@ def convert_graph_module(
 def graph_module_input_indices(model: ir.Model) -> list[int]:
     """Indices of the placeholders which :func:`convert_graph_module` made ONNX inputs."""
     return list(model.meta["input_indices"])
+
+
+def graph_module_input_names(model: ir.Model) -> list[str]:
+    """Names of the ONNX inputs, in the order of :func:`graph_module_input_indices`."""
+    return list(model.meta["input_names"])
 
 
 def graph_module_output_layout(model: ir.Model) -> list[tuple[str, Any]]:
