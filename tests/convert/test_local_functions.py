@@ -162,3 +162,25 @@ def test_function_with_dynamic_reshape_and_two_outputs():
     assert [f.name for f in onx.functions] == ["SplitHeads"]
     assert len(onx.functions[0].output) == 2
     assert _calls(onx) == ["SplitHeads"] * 2
+
+
+@pytest.mark.parametrize("selection", ["layer", True])
+def test_tiny_llama_decoder_layers_as_functions(selection):
+    from fx2onnx.models import get_tiny_model
+
+    tiny = get_tiny_model("llama", num_hidden_layers=2)
+    tiny.model.config.use_cache = False
+    layer_class = type(tiny.model.model.layers[0])
+    onx = check_export(
+        tiny.model,
+        (),
+        tiny.inputs,
+        dynamic_shapes=tiny.dynamic_shapes,
+        inputs2=((), tiny.inputs2),
+        export_modules_as_functions={layer_class} if selection == "layer" else True,
+    )
+    names = [f.name for f in onx.functions]
+    assert "LlamaDecoderLayer" in names
+    assert not any(n.startswith("_") for n in names)  # no function from torch's placeholder stack entries
+    if selection == "layer":
+        assert _calls(onx) == ["LlamaDecoderLayer"] * 2

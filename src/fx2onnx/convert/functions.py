@@ -67,7 +67,8 @@ def _stack(node: torch.fx.Node) -> list[tuple[str, str, str]]:
     """``[(call key, module path, class name), ...]`` from the outermost module, root excluded."""
     stack = node.meta.get("nn_module_stack") or {}
     items = [(key, str(path), str(cls) if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}") for key, (path, cls) in stack.items()]
-    return [it for it in items if it[1] not in ("", "L['self']")]
+    # torch adds a placeholder entry to nodes it creates itself (runtime asserts, sizes)
+    return [it for it in items if it[1] not in ("", "L['self']") and not it[1].startswith("_empty_nn_module_stack")]
 
 
 def _group_of(node: torch.fx.Node, selector: ModuleSelector, parent_key: str | None) -> tuple[str, str, str] | None:
