@@ -513,6 +513,16 @@ def test_dispatcher_gives_a_converter():
     assert backend.stats()["graphs"] == 1 and backend.stats()["fallbacks"] == 0
 
 
+def test_wrong_converter_is_caught_at_run_time():
+    def wrong_rank(ctx, node, x):
+        return ctx.op.Unsqueeze(x, ctx.const([0], torch.int64))  # torch's result has rank 1, not 2
+
+    backend = make_onnxruntime_backend(dispatcher=fx2onnx.Dispatcher({torch.ops.fx2onnx_test.mystery.default: wrong_rank}))
+    compiled = torch.compile(_Mystery(), backend=backend)
+    with pytest.raises(RuntimeError, match="a converter is wrong"):
+        compiled(torch.randn(4))
+
+
 def test_fallback_warns_and_runs_eagerly():
     backend = make_onnxruntime_backend(fallback=True)
     compiled = torch.compile(_Mystery(), backend=backend)
