@@ -257,3 +257,11 @@ def test_nan_propagation():
 def test_nan_in_reductions():
     a = torch.tensor([[1.0, float("nan"), 3.0], [0.5, -1.0, 2.0]])
     check_export(Fn(lambda a: (a.amax(1), a.amin(1), a.max(), a.sum(1), a.argmax(1), a.max(1)[0])), (a,))
+
+
+def test_broadcast_tensors_dynamic():
+    a, b = _x(2, 1, 4), _x(3, 1, seed=1)
+    a2, b2 = _x(5, 1, 4, seed=2), _x(6, 1, seed=3)
+    model = Fn2(lambda a, b: torch.broadcast_tensors(a, b))
+    check_export(model, (a, b), dynamic_shapes=({0: "n"}, {0: "m"}), inputs2=((a2, b2), None))
+    check_export(model, (a, b))

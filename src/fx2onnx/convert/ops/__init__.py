@@ -6,6 +6,7 @@ from . import (  # noqa: F401
     creation,
     elementwise,
     indexing,
+    loss,
     nn,
     reduction,
     shape,

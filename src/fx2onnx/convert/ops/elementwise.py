@@ -673,3 +673,22 @@ def convert_isin(ctx, node, elements, test_elements, assume_unique=False, invert
     hits = ctx.op.Equal(ctx.op.Unsqueeze(elements, ctx.const([-1], torch.int64)), flat)
     found = ctx.cast(ctx.op.ReduceMax(ctx.cast(hits, torch.int64), ctx.const([-1], torch.int64), keepdims=0), torch.bool)
     return ctx.op.Not(found) if invert else found
+
+
+@converter(aten.broadcast_tensors.default)
+def convert_broadcast_tensors(ctx, node, tensors):
+    fakes = [t.meta["val"] for t in node.args[0]]
+    rank = max(f.dim() for f in fakes)
+    target = list(ctx.val(0).shape)
+    if all(isinstance(d, int) for d in target):
+        shape = ctx.const([int(d) for d in target], torch.int64)
+    else:
+        # ranks aligned on the right, then the largest size of every axis (sizes are 1 or equal)
+        shapes = []
+        for t, f in zip(tensors, fakes):
+            s = ctx.op.Shape(t)
+            if f.dim() < rank:
+                s = ctx.op.Concat(ctx.const([1] * (rank - f.dim()), torch.int64), s, axis=0)
+            shapes.append(s)
+        shape = shapes[0] if len(shapes) == 1 else ctx.op.Max(*shapes)
+    return [ctx.op.Expand(t, shape) for t in tensors]
