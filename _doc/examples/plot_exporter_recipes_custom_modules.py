@@ -84,6 +84,27 @@ print(report)
 assert report.ok, report
 
 # %%
+# A tiny Llama
+# ------------
+#
+# The same option on a :epkg:`transformers` model (random weights, two layers):
+# each decoder layer becomes a call of the function ``LlamaDecoderLayer``.
+
+from fx2onnx.models import get_tiny_model  # noqa: E402
+
+tiny = get_tiny_model("llama", num_hidden_layers=2)
+tiny.model.config.use_cache = False
+layer_class = type(tiny.model.model.layers[0])
+onx_llama = fx2onnx.to_onnx(
+    tiny.model, (), tiny.inputs, dynamic_shapes=tiny.dynamic_shapes, export_modules_as_functions={layer_class}
+)
+calls = [n.op_type for n in onx_llama.graph.node if n.domain == "fx2onnx.modules"]
+print(f"main graph: {len(onx_llama.graph.node)} nodes (mask, embeddings, head), function calls {calls}")
+report = validate(onx_llama, tiny.model, (), tiny.inputs2, atol=1e-4)
+print("second input set, other batch and sequence lengths:", report)
+assert report.ok, report
+
+# %%
 # The official exporter
 # ---------------------
 #
