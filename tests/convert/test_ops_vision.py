@@ -358,3 +358,30 @@ def test_affine_grid_then_sample(align_corners):
     gen = torch.Generator().manual_seed(0)
     x, theta = torch.randn(2, 3, 8, 8, generator=gen), torch.randn(2, 2, 3, generator=gen) * 0.5
     check_export(Warp(), (x, theta))
+
+
+class ResidualSE(nn.Module):
+    """A ResNet basic block followed by a MobileNetV3-like depthwise block with squeeze-excitation."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(8, 8, 3, padding=1, padding_mode="reflect", bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1, padding_mode="circular", bias=False)
+        self.bn2 = nn.BatchNorm2d(8)
+        self.depthwise = nn.Conv2d(8, 8, 5, stride=2, padding=2, groups=8)
+        self.se_reduce, self.se_expand = nn.Conv2d(8, 4, 1), nn.Conv2d(4, 8, 1)
+        self.project = nn.Conv2d(8, 12, 1)
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        x = F.relu(x + self.bn2(self.conv2(h)))
+        h = F.hardswish(self.depthwise(x))
+        scale = F.hardsigmoid(self.se_expand(F.relu(self.se_reduce(F.adaptive_avg_pool2d(h, 1)))))
+        return nn.Softmax2d()(self.project(h * scale))
+
+
+def test_residual_and_squeeze_excitation_blocks():
+    model = _randomize(ResidualSE())
+    x, x2 = _randn(2, 8, 10, 12), _randn(3, 8, 6, 8)
+    check_export(model, (x,), dynamic_shapes=({0: "batch", 2: "h", 3: "w"},), inputs2=((x2,), None))
