@@ -55,9 +55,7 @@ legacy = [(layer.keys, layer.values) for layer in cache.layers]
 with fx2onnx.torch_export_patches(patch_transformers=True) as modificator:
     converted = modificator(dict(tiny.inputs, past_key_values=legacy))
     print(type(converted["past_key_values"]).__name__)
-    onx = fx2onnx.to_onnx(
-        tiny.model, (), kwargs=copy.deepcopy(converted), dynamic_shapes=tiny.dynamic_shapes
-    )
+    onx = fx2onnx.to_onnx(tiny.model, (), kwargs=copy.deepcopy(converted), dynamic_shapes=tiny.dynamic_shapes)
 print([(i.name, [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]) for i in onx.graph.input])
 
 # %%
@@ -68,7 +66,6 @@ print([(i.name, [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.di
 # length. The sliding window of the tiny Gemma2 is 32 tokens: the loop stays
 # below it (a sliding layer keeps at most ``sliding_window - 1`` tokens).
 # Every run is compared with eager.
-
 
 
 def timeit(fn, repeat=10):
@@ -85,7 +82,9 @@ batch, seq = 2, 3
 lengths, onnx_times, eager_times, max_diffs = [], [], [], []
 for past in [2, 4, 8, 12, 16, 20, 24, 28]:
     shape = (batch, 2, past, 8)
-    pairs = [(torch.randn(shape, generator=generator), torch.randn(shape, generator=generator)) for _ in range(2)]
+    pairs = [
+        (torch.randn(shape, generator=generator), torch.randn(shape, generator=generator)) for _ in range(2)
+    ]
     inputs = {
         "input_ids": torch.randint(3, 128, (batch, seq), generator=generator),
         "attention_mask": torch.ones((batch, past + seq), dtype=torch.int64),

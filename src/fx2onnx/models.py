@@ -219,8 +219,12 @@ def get_tiny_model(
         "encoder": _encoder_inputs,
         "encoder-decoder": _encoder_decoder_inputs,
     }[spec.kind]
-    inputs = make(config, *_SIZES[0], with_cache=with_cache, position_ids=spec.position_ids, generator=generator)
-    inputs2 = make(config, *_SIZES[1], with_cache=with_cache, position_ids=spec.position_ids, generator=generator)
+    inputs = make(
+        config, *_SIZES[0], with_cache=with_cache, position_ids=spec.position_ids, generator=generator
+    )
+    inputs2 = make(
+        config, *_SIZES[1], with_cache=with_cache, position_ids=spec.position_ids, generator=generator
+    )
     dynamic_shapes = _dynamic_shapes(inputs, config)
     return TinyModel(model, inputs, inputs2, dynamic_shapes, config, name=name)
 
@@ -254,7 +258,11 @@ def _kv_shape(config: Any, batch: int, past: int) -> tuple[int, int, int, int]:
     if hasattr(config, "get_text_config") and not hasattr(config, "decoder_attention_heads"):
         # (for BART, get_text_config returns a configuration with default values)
         text = config.get_text_config(decoder=True)
-    heads = getattr(text, "decoder_attention_heads", None) or getattr(text, "num_attention_heads", None) or text.n_head
+    heads = (
+        getattr(text, "decoder_attention_heads", None)
+        or getattr(text, "num_attention_heads", None)
+        or text.n_head
+    )
     kv_heads = getattr(text, "num_key_value_heads", None) or heads
     hidden = getattr(text, "d_model", None) or getattr(text, "hidden_size", None) or text.n_embd
     head_dim = getattr(text, "head_dim", None) or hidden // heads
@@ -286,7 +294,9 @@ def _decoder_inputs(
         "attention_mask": torch.ones((batch, past + seq), dtype=torch.int64),
     }
     if position_ids:
-        inputs["position_ids"] = torch.arange(past, past + seq, dtype=torch.int64).expand(batch, -1).contiguous()
+        inputs["position_ids"] = (
+            torch.arange(past, past + seq, dtype=torch.int64).expand(batch, -1).contiguous()
+        )
     if with_cache:
         shape = _kv_shape(config, batch, past)
         data = [
@@ -341,7 +351,9 @@ def _encoder_decoder_inputs(
                 for _ in range(_num_layers(config))
             ]
 
-        inputs["past_key_values"] = EncoderDecoderCache(DynamicCache(pairs(past)), DynamicCache(pairs(encoder_seq)))
+        inputs["past_key_values"] = EncoderDecoderCache(
+            DynamicCache(pairs(past)), DynamicCache(pairs(encoder_seq))
+        )
     return inputs
 
 
@@ -386,7 +398,7 @@ def _describe(value: Any) -> Any:
     if hasattr(value, "self_attention_cache"):
         return f"{type(value).__name__}({_describe(value.self_attention_cache)}, {_describe(value.cross_attention_cache)})"
     if hasattr(value, "layers"):
-        return f"{type(value).__name__}[" + ", ".join(
-            f"{_describe(layer.keys)}" for layer in value.layers
-        ) + "]"
+        return (
+            f"{type(value).__name__}[" + ", ".join(f"{_describe(layer.keys)}" for layer in value.layers) + "]"
+        )
     return type(value).__name__

@@ -26,7 +26,11 @@ class Small(torch.nn.Module):
 def _all_patches():
     get_tiny_model("llama")  # imports the modeling module: its rotary embedding gets a patch
     return collect_patches(
-        patch_torch=True, patch_transformers=True, stop_if_static=1, rewrite=Small, custom_patches=[CustomSmall]
+        patch_torch=True,
+        patch_transformers=True,
+        stop_if_static=1,
+        rewrite=Small,
+        custom_patches=[CustomSmall],
     )
 
 
@@ -93,7 +97,9 @@ def test_skipped_patches_have_a_reason():
     missing_attr = Patch("missing_attr", "custom", "math.not_a_function", make=lambda f: f)
     changed = Patch("changed", "custom", "math.sqrt", make=lambda f: f, expected_args=("x", "y"))
     guarded = Patch("guarded", "custom", "math.sqrt", make=lambda f: f, guard=lambda f: "not needed here")
-    with torch_export_patches(patch_torch=False, custom_patches=[missing, missing_attr, changed, guarded]) as m:
+    with torch_export_patches(
+        patch_torch=False, custom_patches=[missing, missing_attr, changed, guarded]
+    ) as m:
         reports = {r.name: r for r in m.reports if r.kind == "custom"}
     assert all(r.status == "skipped" for r in reports.values())
     assert "target missing" in reports["missing"].reason
@@ -142,7 +148,12 @@ def test_list_patches():
     assert all(r["status"] in ("applicable", "skipped") for r in rows)
     assert all(r["status"] == "applicable" or r["reason"] for r in rows)
     names = {r["name"] for r in rows}
-    assert {"catch_constraints", "stop_if_static", "DynamicLayer.lazy_initialization", "DynamicCache"} <= names
+    assert {
+        "catch_constraints",
+        "stop_if_static",
+        "DynamicLayer.lazy_initialization",
+        "DynamicCache",
+    } <= names
 
 
 def test_transformers_patch_skipped_when_target_changed(monkeypatch):

@@ -131,3 +131,22 @@ def test_code_needing_rewriting():
     assert any("seq_len > max_seq_len_cached" in r["test"] for r in rope)
     with pytest.raises(ValueError, match="no class"):
         fx2onnx.code_needing_rewriting("NotAModel")
+
+
+class Chained(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        if x.mean() < -1:
+            return x + 10
+        return x - 1
+
+
+def test_rewrite_chained_ifs():
+    rewritten = rewrite_function(Chained.forward)
+    assert rewritten.source.count("torch.cond(") == 2 and "_fx2onnx_true_1" in rewritten.source
+    model = Chained()
+    with torch_export_patches(rewrite=model):
+        ep = _export(model, (torch.ones(3, 2),))
+    for x in (torch.ones(4, 2), -5 * torch.ones(4, 2), -0.5 * torch.ones(4, 2)):
+        torch.testing.assert_close(ep.module()(x), model(x))

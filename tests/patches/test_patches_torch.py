@@ -58,5 +58,7 @@ def test_stop_if_static():
     assert not isinstance(plain.value, DynamicDimensionBecameStatic)
     # with the patch: the export stops where it happens, naming the input and the line
     with torch_export_patches(stop_if_static=1):
-        with pytest.raises(DynamicDimensionBecameStatic, match=r"L\['x'\].size\(\)\[0\].*= 4.*test_patches_torch.py"):
+        with pytest.raises(
+            DynamicDimensionBecameStatic, match=r"L\['x'\].size\(\)\[0\].*= 4.*test_patches_torch.py"
+        ):
             torch.export.export(Specialize(), x, dynamic_shapes=ds, strict=False)

@@ -47,7 +47,9 @@ def test_export_with_cache(name, exporter):
     # bart takes an EncoderDecoderCache
     tiny = get_tiny_model(name, with_cache=True, num_hidden_layers=2 if name == "gemma2" else 1)
     onx = _onnx_export(tiny, exporter=exporter)
-    dims = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in onx.graph.input}
+    dims = {
+        i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in onx.graph.input
+    }
     # the dimensions keep the names given in the dynamic shapes
     for name, spec in tiny.dynamic_shapes.items():
         if isinstance(spec, dict):
@@ -87,11 +89,18 @@ def test_lazy_initialization_constants():
     register_dynamic_cache_export_support()
     try:
         with pytest.raises(Exception, match="lifted_tensor"):
-            torch.onnx.export(tiny.model, (), kwargs=copy.deepcopy(tiny.inputs), dynamic_shapes=ds, dynamo=True)
+            torch.onnx.export(
+                tiny.model, (), kwargs=copy.deepcopy(tiny.inputs), dynamic_shapes=ds, dynamo=True
+            )
         with fx2onnx.torch_export_patches(patch_transformers=True) as m:
             assert {r.name: r.status for r in m.reports}["DynamicCache"] == "skipped"
             onx = torch.onnx.export(
-                tiny.model, (), kwargs=copy.deepcopy(tiny.inputs), dynamic_shapes=ds, dynamo=True, optimize=False
+                tiny.model,
+                (),
+                kwargs=copy.deepcopy(tiny.inputs),
+                dynamic_shapes=ds,
+                dynamo=True,
+                optimize=False,
             )
         report = fx2onnx.validate(onx.model_proto, tiny.model, (), copy.deepcopy(tiny.inputs2))
         assert report.ok, report

@@ -90,7 +90,10 @@ def _flatten_layers(cache: Any) -> tuple[list[torch.Tensor], Any]:
                 children.append(layer.cumulative_length)
     # a cache created empty adds its layers lazily: the class to replicate is kept
     replicate = getattr(cache, "layer_class_to_replicate", None)
-    context = (tuple(_layer_context(layer) for layer in cache.layers), replicate.__name__ if replicate else None)
+    context = (
+        tuple(_layer_context(layer) for layer in cache.layers),
+        replicate.__name__ if replicate else None,
+    )
     return children, context
 
 

@@ -10,7 +10,12 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
-from .caches import is_registered, register_cache_serialization, supported_cache_classes, unregister_cache_serialization
+from .caches import (
+    is_registered,
+    register_cache_serialization,
+    supported_cache_classes,
+    unregister_cache_serialization,
+)
 from .registry import Patch, PatchReport, PatchSet, check_patches
 from .rewrite import rewrite_patches
 from .torch_fixes import torch_patches
@@ -38,7 +43,9 @@ def custom_class_patches(patched: Any) -> list[Patch]:
         )
     target_class = patched.target_class
     names = getattr(patched, "methods", None) or [
-        name for name, value in patched.__dict__.items() if inspect.isfunction(value) and not name.startswith("__")
+        name
+        for name, value in patched.__dict__.items()
+        if inspect.isfunction(value) and not name.startswith("__")
     ]
     patches = []
     for name in names:
@@ -139,7 +146,9 @@ def _is_legacy_cache(value: Any) -> bool:
         isinstance(value, (list, tuple))
         and len(value) > 0
         and all(
-            isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(t, torch.Tensor) for t in pair)
+            isinstance(pair, (list, tuple))
+            and len(pair) == 2
+            and all(isinstance(t, torch.Tensor) for t in pair)
             for pair in value
         )
     )
@@ -270,4 +279,3 @@ def list_patches(
                 ).as_dict()
             )
     return rows
-

@@ -35,15 +35,6 @@ _HANDLED = {
 }
 
 
-def _nested_functions(function: Any) -> list[Any]:
-    """Functions defined inside ``function`` (closures such as decorators' helpers)."""
-    found = []
-    for const in getattr(function, "__code__", None).co_consts if hasattr(function, "__code__") else ():
-        if inspect.iscode(const):
-            found.append(const)
-    return found
-
-
 def code_needing_rewriting(class_name: str | type) -> list[dict[str, Any]]:
     """Lists the ``if`` tests on tensors met by a transformers model class.
 
@@ -97,8 +88,13 @@ def _inner_functions(function: Any) -> list[Any]:
     for const in code.co_consts:
         if inspect.iscode(const):
             try:
-                f = types.FunctionType(const, function.__globals__, const.co_name, None,
-                                       tuple(_cell(None) for _ in const.co_freevars) or None)
+                f = types.FunctionType(
+                    const,
+                    function.__globals__,
+                    const.co_name,
+                    None,
+                    tuple(_cell(None) for _ in const.co_freevars) or None,
+                )
             except (TypeError, ValueError):
                 continue
             inner.append(f)

@@ -153,7 +153,9 @@ class PatchSet:
         for patch in self.patches:
             checked = patch.check()
             if isinstance(checked, str):
-                self.reports.append(PatchReport(patch.name, patch.kind, patch.target, "skipped", checked, patch.doc))
+                self.reports.append(
+                    PatchReport(patch.name, patch.kind, patch.target, "skipped", checked, patch.doc)
+                )
                 if self.verbose:
                     print(f"[fx2onnx.patches] skip {patch.name}: {checked}")
                 continue
@@ -163,7 +165,9 @@ class PatchSet:
             if isinstance(before, staticmethod):
                 replacement = staticmethod(replacement)
             elif isinstance(before, classmethod):
-                raise TypeError(f"Patch {patch.name!r}: classmethod targets are not supported ({patch.target}).")
+                raise TypeError(
+                    f"Patch {patch.name!r}: classmethod targets are not supported ({patch.target})."
+                )
             self._undo.append((owner, attribute, before))
             setattr(owner, attribute, replacement)
             self.reports.append(PatchReport(patch.name, patch.kind, patch.target, "applied", "", patch.doc))

@@ -181,7 +181,15 @@ def _ends_with_return(nodes: list[ast.stmt]) -> bool:
 
 
 def _has_return(nodes: list[ast.stmt]) -> bool:
-    return any(isinstance(s, ast.Return) for stmt in nodes for s in ast.walk(stmt))
+    """Tells if a block returns (not counting nested functions)."""
+    for stmt in nodes:
+        if isinstance(stmt, ast.Return):
+            return True
+        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and any(
+            isinstance(sub, ast.Return) for sub in _own_nodes(stmt)
+        ):
+            return True
+    return False
 
 
 class _IfRewriter(ast.NodeTransformer):
@@ -218,29 +226,30 @@ class _IfRewriter(ast.NodeTransformer):
     def generic_visit(self, node: ast.AST) -> ast.AST:
         for field in ("body", "orelse", "finalbody"):
             block = getattr(node, field, None)
-            if isinstance(block, list) and block and isinstance(block[0], ast.stmt) and not isinstance(
-                node, ast.FunctionDef
+            if (
+                isinstance(block, list)
+                and block
+                and isinstance(block[0], ast.stmt)
+                and not isinstance(node, ast.FunctionDef)
             ):
                 setattr(node, field, self._rewrite_block(block))
         return node
 
     def _rewrite_if(self, node: ast.If, rest: list[ast.stmt]) -> tuple[list[ast.stmt], bool] | None:
-        index = self.count
         # if cond: raise ...
         if len(node.body) == 1 and isinstance(node.body[0], ast.Raise) and not node.orelse:
             message = ast.unparse(node.body[0].exc) if node.body[0].exc is not None else "assertion"
-            call = ast.parse(
-                f"{_PREFIX}_check_false({ast.unparse(node.test)}, {message!r})"
-            ).body[0]
+            call = ast.parse(f"{_PREFIX}_check_false({ast.unparse(node.test)}, {message!r})").body[0]
             self._done(node)
             return [ast.copy_location(call, node)], False
         true_body, false_body = node.body, node.orelse
         consumed_rest = False
         if _ends_with_return(true_body) and not false_body and _ends_with_return(rest):
-            false_body, consumed_rest = rest, True
+            false_body, consumed_rest = self._rewrite_block(list(rest)), True
         if _ends_with_return(true_body) and _ends_with_return(false_body):
             if _has_return(true_body[:-1]) or _has_return(false_body[:-1]):
                 return None
+            index = self.count
             stmts = self._branches(index, true_body, false_body, outputs=None, operands=[])
             ret = ast.parse(
                 f"return torch.cond({ast.unparse(node.test)}, {_PREFIX}_true_{index}, {_PREFIX}_false_{index}, ())"
@@ -260,6 +269,7 @@ class _IfRewriter(ast.NodeTransformer):
             or n not in _stored(true_body)
             or n not in _stored(false_body)
         )
+        index = self.count
         stmts = self._branches(index, true_body, false_body, outputs=outputs, operands=operands)
         targets = ", ".join(outputs) + ","
         args = ", ".join(operands) + ("," if operands else "")
@@ -344,7 +354,11 @@ class RewrittenFunction:
         os.makedirs(folder, exist_ok=True)
         base = os.path.join(folder, self.qualname.replace("<", "").replace(">", "").replace(".", "_"))
         written = []
-        for suffix, text in ((".original.py", self.original_source), (".rewritten.py", self.source), (".diff", self.diff())):
+        for suffix, text in (
+            (".original.py", self.original_source),
+            (".rewritten.py", self.source),
+            (".diff", self.diff()),
+        ):
             with open(base + suffix, "w", encoding="utf-8") as f:
                 f.write(text)
             written.append(base + suffix)
@@ -475,7 +489,9 @@ def collect_functions(rewrite: Any) -> list[Callable[..., Any]]:
         return [rewrite.__func__]
     if callable(rewrite):
         return [rewrite]
-    raise TypeError(f"rewrite must be a function, a method, a class or a torch.nn.Module, not {type(rewrite)}.")
+    raise TypeError(
+        f"rewrite must be a function, a method, a class or a torch.nn.Module, not {type(rewrite)}."
+    )
 
 
 def _safe_find(function: Callable[..., Any]) -> bool:
@@ -492,7 +508,11 @@ def rewrite_patches(rewrite: Any, dump_rewriting: str | os.PathLike | None = Non
     patches = []
     for function in collect_functions(rewrite):
         owner, name = _owner_and_name(function)
-        target = f"{owner.__module__}.{owner.__qualname__}.{name}" if isinstance(owner, type) else f"{owner.__name__}.{name}"
+        target = (
+            f"{owner.__module__}.{owner.__qualname__}.{name}"
+            if isinstance(owner, type)
+            else f"{owner.__name__}.{name}"
+        )
         rewritten = rewrite_function(function)
         if dump_rewriting is not None:
             rewritten.dump(dump_rewriting)

@@ -77,7 +77,9 @@ def _make_stop_if_static(level: int) -> Any:
 
         def _set_replacement(self: Any, a: Any, tgt: Any, msg: str) -> None:
             if isinstance(tgt, sympy.Integer) and a in getattr(self, "var_to_sources", {}):
-                sources = [s.name() if callable(s.name) else str(s.name) for s in self.var_to_sources.get(a, [])]
+                sources = [
+                    s.name() if callable(s.name) else str(s.name) for s in self.var_to_sources.get(a, [])
+                ]
                 if sources:
                     summary = _user_location()
                     message = (
@@ -107,7 +109,13 @@ def torch_patches(*, catch_constraints: bool = True, stop_if_static: int = 0) ->
                 kind="torch",
                 target="torch.export._trace.produce_guards_and_solve_constraints",
                 make=_make_catch_constraints,
-                expected_args=("fake_mode", "gm", "dynamic_shapes", "equalities_inputs", "original_signature"),
+                expected_args=(
+                    "fake_mode",
+                    "gm",
+                    "dynamic_shapes",
+                    "equalities_inputs",
+                    "original_signature",
+                ),
                 doc="turns 'Constraints violated' between named dimensions into a warning",
             )
         )

@@ -139,7 +139,9 @@ def transformers_patches() -> list[Patch]:
                 target=target,
                 make=_make_dynamic_rope_forward,
                 expected_args=("self", "x", "position_ids"),
-                guard=lambda f: None if _is_dynamic_rope_wrapper(f) else "not decorated by dynamic_rope_update",
+                guard=lambda f: (
+                    None if _is_dynamic_rope_wrapper(f) else "not decorated by dynamic_rope_update"
+                ),
                 doc="dynamic rope frequencies computed without a data-dependent branch",
             )
         )
