@@ -81,20 +81,51 @@ def _export_program(case, exporter: str, dynamic: bool) -> torch.export.Exported
     return ep
 
 
+_TORCHLIB_REGISTRIES: dict[Any, Any] = {}
+
+
+@contextlib.contextmanager
+def reuse_torchlib_registry():
+    """Builds the registry of torchlib functions of ``torch.onnx.export`` once per process.
+
+    ``torch.onnx.export(dynamo=True)`` rebuilds it at every call, which is most of its
+    time on a small model. Inside this context the first registry built is reused (the
+    zoo passes no custom translation table, so nothing modifies it); the export itself
+    is unchanged. The original method is restored on exit.
+    """
+    from torch.onnx._internal.exporter import _registration
+
+    registry_class = _registration.ONNXRegistry
+    original = registry_class.__dict__["from_torchlib"]
+
+    def from_torchlib(cls, *args, **kwargs):
+        key = (cls, args, tuple(sorted(kwargs.items())))
+        if key not in _TORCHLIB_REGISTRIES:
+            _TORCHLIB_REGISTRIES[key] = original.__func__(cls, *args, **kwargs)
+        return _TORCHLIB_REGISTRIES[key]
+
+    registry_class.from_torchlib = classmethod(from_torchlib)
+    try:
+        yield
+    finally:
+        registry_class.from_torchlib = original
+
+
 def _export_onnx(case, exporter: str, dynamic: bool):
     """Returns ``(model_proto, step reached)``; raises with the step in ``exc.step``."""
     args, kwargs = case.input_set(0)
     model = case.make_model()
     try:
         if exporter == "dynamo":
-            program = torch.onnx.export(
-                model,
-                args,
-                kwargs=kwargs,
-                dynamic_shapes=case.torch_dynamic_shapes() if dynamic else None,
-                dynamo=True,
-                verbose=False,
-            )
+            with reuse_torchlib_registry():
+                program = torch.onnx.export(
+                    model,
+                    args,
+                    kwargs=kwargs,
+                    dynamic_shapes=case.torch_dynamic_shapes() if dynamic else None,
+                    dynamo=True,
+                    verbose=False,
+                )
             return program.model_proto
         from ..convert.api import to_onnx
 
@@ -284,7 +315,7 @@ def run(
     workers: int = 2,
     timeout: float = 180.0,
     progress: bool | None = None,
-    max_tasks_per_worker: int = 200,
+    max_tasks_per_worker: int = 400,
     mp_context: str | None = None,
 ) -> list[dict[str, Any]]:
     """Runs cases x exporters x static/dynamic and returns one row (a dict) per task.
