@@ -10,6 +10,10 @@ Two patches, each enabled by an option of :func:`fx2onnx.torch_export_patches`:
   constant becomes static; torch reports it at the end of the export, far from
   the line responsible. With ``stop_if_static > 0`` the export stops at the
   exact line (``stop_if_static >= 2`` also prints the stack).
+
+Nothing else is patched: with torch 2.13, broadcasting two tensors whose
+dimensions are declared dynamic separately merges the dimensions (``Dim.DYNAMIC``)
+or raises the constraint violation ``catch_constraints`` handles (named ``Dim``).
 """
 
 from __future__ import annotations
