@@ -295,7 +295,7 @@ class EmbeddingIds(torch.nn.Module):
 class Attention(torch.nn.Module):
     """``scaled_dot_product_attention`` with a causal mask."""
 
-    _inputs = [I(T(1, 2, 3, 8), T(1, 2, 3, 8), T(1, 2, 3, 8)), I(T(2, 2, 5, 8), T(2, 2, 5, 8), T(2, 2, 5, 8))]
+    _inputs = [I(T(2, 2, 3, 8), T(2, 2, 3, 8), T(2, 2, 3, 8)), I(T(3, 2, 5, 8), T(3, 2, 5, 8), T(3, 2, 5, 8))]
     _dynamic = ({0: B, 2: "seq"}, {0: B, 2: "seq"}, {0: B, 2: "seq"})
 
     def forward(self, q, k, v):

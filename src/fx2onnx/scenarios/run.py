@@ -54,7 +54,15 @@ _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def first_line(exc: BaseException, limit: int = 300) -> str:
-    """``ExceptionType: first non-empty line of the message``, truncated."""
+    """``ExceptionType: first non-empty line of the message``, truncated.
+
+    When the exception was raised from another one (``raise ... from cause``), the
+    cause says more (torch.onnx.export wraps every error in a generic one):
+    ``ExceptionType <- CauseType: first line of the cause``.
+    """
+    cause = exc.__cause__
+    if cause is not None and cause is not exc:
+        return f"{type(exc).__name__} <- {first_line(cause, limit)}"[:limit]
     message = _ANSI_ESCAPE.sub("", str(exc))
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
@@ -219,7 +227,10 @@ def _worker_main(conn) -> None:
     os.dup2(devnull, 2)
     torch.set_num_threads(1)
     while True:
-        task = conn.recv()
+        try:
+            task = conn.recv()
+        except EOFError:  # the parent died
+            return
         if task is None:
             return
         try:
