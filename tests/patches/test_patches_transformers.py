@@ -85,7 +85,10 @@ def test_lazy_initialization_constants():
     tiny = get_tiny_model("llama", with_cache=True)
     ds = dict(tiny.dynamic_shapes)
     ds["past_key_values"] = [[ds["past_key_values"][0]], [ds["past_key_values"][1]]]
-    assert DynamicCache not in pytree.SUPPORTED_NODES
+    previous = pytree.SUPPORTED_NODES.get(DynamicCache)  # left by another test or library
+    previous_name = previous and pytree.SUPPORTED_SERIALIZED_TYPES[DynamicCache].serialized_type_name
+    if previous is not None:
+        pytree._deregister_pytree_node(DynamicCache)
     register_dynamic_cache_export_support()
     try:
         with pytest.raises(Exception, match="lifted_tensor"):
@@ -106,6 +109,14 @@ def test_lazy_initialization_constants():
         assert report.ok, report
     finally:
         pytree._deregister_pytree_node(DynamicCache)
+        if previous is not None:
+            pytree.register_pytree_node(
+                DynamicCache,
+                previous.flatten_fn,
+                previous.unflatten_fn,
+                serialized_type_name=previous_name,
+                flatten_with_keys_fn=previous.flatten_with_keys_fn,
+            )
 
 
 def test_static_cache_export():
