@@ -68,15 +68,16 @@ def test_every_target_exists_and_is_restored():
         assert statuses["stop_if_static"] == "applied"
         assert statuses["DynamicLayer.lazy_initialization"] == "applied"
         assert statuses["LlamaRotaryEmbedding.forward"] == "applied"
-        assert statuses["DynamicCache"] == "applied"
+        from transformers.cache_utils import DynamicCache
+
+        # registered unless someone else did it before (then kept as it is)
+        assert statuses["DynamicCache"] == ("skipped" if DynamicCache in nodes_before else "applied")
         # the rewrite and the custom patch target the same method: the last one wins
         assert Small().forward(torch.ones(2)).tolist() == [101.0, 101.0]
         during, nodes_during = _snapshot()
         changed = [t for t in before if during[t] is not before[t]]
         assert len(changed) == len(before)
-        from transformers.cache_utils import DynamicCache
-
-        assert DynamicCache in nodes_during and DynamicCache not in nodes_before
+        assert DynamicCache in nodes_during
     after, nodes_after = _snapshot()
     assert all(after[t] is before[t] for t in before)
     assert nodes_after.keys() == nodes_before.keys()
