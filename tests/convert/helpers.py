@@ -14,6 +14,7 @@ import torch
 
 import fx2onnx
 from fx2onnx.convert.builder import onnx_dtype
+from fx2onnx.convert.capture import prepare_dynamic_shapes
 from fx2onnx.validate import flatten_outputs, validate
 
 
@@ -39,6 +40,7 @@ def check_export(
     inputs2: tuple[tuple, dict | None] | None = None,
     atol: float = 1e-4,
     rtol: float = 1e-3,
+    decompositions: dict | str | None = None,
     **to_onnx_kwargs: Any,
 ) -> onnx.ModelProto:
     """Exports ``model`` with :func:`fx2onnx.to_onnx` and checks it against eager.
@@ -48,12 +50,21 @@ def check_export(
     (``(args2, kwargs2)``, inputs of other shapes for dynamic dimensions);
     outputs must match eager within ``atol``/``rtol`` and have the same dtypes.
 
+    ``decompositions`` exports the model first and converts the ExportedProgram
+    after ``run_decompositions``: ``{}`` functionalizes only (the lower-level
+    ops torch gives then), ``"core"`` decomposes into core ATen.
+
     :return: the ONNX model
     """
     kwargs = dict(kwargs or {})
     if isinstance(model, torch.nn.Module):
         model.eval()
-    onx = fx2onnx.to_onnx(model, args, kwargs, dynamic_shapes=dynamic_shapes, **to_onnx_kwargs)
+    exported: Any = model
+    if decompositions is not None:
+        ds, _ = prepare_dynamic_shapes(model, tuple(args), kwargs, dynamic_shapes)
+        ep = torch.export.export(model, tuple(args), kwargs=kwargs, dynamic_shapes=ds)
+        exported = ep.run_decompositions() if decompositions == "core" else ep.run_decompositions(decompositions)
+    onx = fx2onnx.to_onnx(exported, args, kwargs, dynamic_shapes=dynamic_shapes, **to_onnx_kwargs)
     onnx.checker.check_model(onx)
     _check_one(onx, model, tuple(args), kwargs, atol, rtol, "first inputs")
     if inputs2 is not None:

@@ -385,3 +385,30 @@ def test_residual_and_squeeze_excitation_blocks():
     model = _randomize(ResidualSE())
     x, x2 = _randn(2, 8, 10, 12), _randn(3, 8, 6, 8)
     check_export(model, (x,), dynamic_shapes=({0: "batch", 2: "h", 3: "w"},), inputs2=((x2,), None))
+
+
+DECOMPOSED = {
+    "small_cnn": (lambda: _randomize(SmallCNN()), (2, 3, 16, 16)),
+    "unet_like": (lambda: _randomize(UNetLike()), (2, 3, 16, 16)),
+    "residual_se": (lambda: _randomize(ResidualSE()), (2, 8, 10, 12)),
+    "norms": (lambda: _randomize(nn.Sequential(nn.BatchNorm2d(3), nn.InstanceNorm2d(3, affine=True), nn.GroupNorm(1, 3))), (2, 3, 5, 5)),
+    "bn_no_stats": (lambda: _randomize(nn.BatchNorm2d(3, track_running_stats=False)), (2, 3, 5, 5)),
+    "pads": (lambda: nn.Sequential(nn.ReflectionPad2d(1), nn.ReplicationPad2d((1, 0, 2, 1)), nn.CircularPad2d(1), nn.ConstantPad2d(1, 2.0)), (2, 3, 4, 5)),
+    "pads_1d_3d": (lambda: nn.Sequential(nn.ReflectionPad1d(2), nn.ReplicationPad1d(1)), (2, 3, 5)),
+    "pads_3d": (lambda: nn.Sequential(nn.ReflectionPad3d(1), nn.ReplicationPad3d(1)), (2, 2, 3, 3, 3)),
+    "upsample_1d": (lambda: nn.Sequential(nn.Upsample(scale_factor=2), nn.Upsample(scale_factor=1.5, mode="linear")), (2, 3, 5)),
+    "upsample_3d": (lambda: nn.Sequential(nn.Upsample(scale_factor=2), nn.Upsample(size=(5, 7, 9), mode="trilinear")), (2, 2, 2, 3, 4)),
+    "nearest_exact": (lambda: Fn(lambda x: F.interpolate(x, scale_factor=1.7, mode="nearest-exact")), (2, 3, 4, 5)),
+    "pools_3d": (lambda: nn.Sequential(nn.AdaptiveAvgPool3d((2, 3, 1)), nn.AdaptiveMaxPool3d(1)), (2, 2, 4, 6, 4)),
+    "conv3d_same": (lambda: nn.Conv3d(2, 3, 3, padding="same"), (2, 2, 4, 4, 4)),
+    "pixel_channel_shuffle": (lambda: nn.Sequential(nn.ChannelShuffle(2), nn.PixelShuffle(2)), (2, 8, 3, 3)),
+}
+
+
+@pytest.mark.parametrize("decompositions", ["functional", "core"])
+@pytest.mark.parametrize("name", list(DECOMPOSED))
+def test_lower_level_ops(name, decompositions):
+    # an ExportedProgram given by the user may hold lower-level ops (functionalized or core ATen)
+    torch.manual_seed(0)
+    make, shape = DECOMPOSED[name]
+    _check_dynamic_batch(make(), shape, decompositions={} if decompositions == "functional" else "core")
