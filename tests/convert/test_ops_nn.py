@@ -264,3 +264,35 @@ def test_lstm_with_initial_states():
 
     args = (_x(2, 6, 4), _x(2, 2, 5, seed=1), _x(2, 2, 5, seed=2))
     check_export(WithStates().eval(), args)
+
+
+class Block(nn.Module):
+    """Linear layers, norms, activations, attention and reductions in one module."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.norm, self.rms = nn.Linear(8, 8), nn.LayerNorm(8), nn.RMSNorm(8)
+        self.emb, self.drop = nn.Embedding(10, 8), nn.Dropout(0.1)
+
+    def forward(self, ids, x):
+        h = self.drop(self.norm(self.fc(x) + self.emb(ids)))
+        q = h.reshape(h.shape[0], h.shape[1], 2, 4).transpose(1, 2)
+        a = F.scaled_dot_product_attention(q, q, q, is_causal=True).transpose(1, 2).reshape(h.shape)
+        acts = F.gelu(a) + F.silu(a) + F.elu(a) + F.leaky_relu(a) + F.hardtanh(a) + F.softplus(a) + F.mish(a)
+        out = self.rms(acts)
+        return F.log_softmax(out, -1), out.var(-1), *torch.std_mean(out, -1), out.logsumexp(-1), out.cumsum(1), out.amax(-1), out.topk(2)[0]
+
+
+@pytest.mark.parametrize("decompositions", ["functional", "core"])
+def test_lower_level_ops(decompositions):
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    ids, x = torch.randint(0, 10, (2, 5), generator=gen), torch.randn(2, 5, 8, generator=gen)
+    ids2, x2 = torch.randint(0, 10, (3, 5), generator=gen), torch.randn(3, 5, 8, generator=gen)
+    check_export(
+        Block(),
+        (ids, x),
+        dynamic_shapes=({0: "batch"}, {0: "batch"}),
+        inputs2=((ids2, x2), None),
+        decompositions={} if decompositions == "functional" else "core",
+    )
