@@ -101,6 +101,10 @@ POOLS = {
     "maxpool2d": (nn.MaxPool2d(2), (2, 3, 8, 8)),
     "maxpool2d_pad_dil_ceil": (nn.MaxPool2d(3, stride=2, padding=1, dilation=2, ceil_mode=True), (2, 3, 10, 9)),
     "maxpool3d": (nn.MaxPool3d(2, stride=1), (2, 2, 4, 4, 4)),
+    "maxpool1d_ceil": (nn.MaxPool1d(3, stride=2, padding=1, ceil_mode=True), (2, 3, 10)),
+    "maxpool3d_ceil_pad": (nn.MaxPool3d(3, stride=2, padding=1, ceil_mode=True), (2, 2, 6, 5, 4)),
+    "avgpool1d_ceil_count_pad": (nn.AvgPool1d(3, stride=2, padding=1, ceil_mode=True), (2, 3, 10)),
+    "avgpool3d_ceil_no_count": (nn.AvgPool3d(3, stride=2, padding=1, ceil_mode=True, count_include_pad=False), (2, 2, 6, 5, 4)),
     "avgpool1d": (nn.AvgPool1d(3, stride=2, padding=1), (2, 3, 9)),
     "avgpool2d": (nn.AvgPool2d(2), (2, 3, 8, 8)),
     "avgpool2d_no_pad_count": (nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False), (2, 3, 8, 8)),
@@ -154,6 +158,13 @@ UPSAMPLES = {
     "trilinear": (nn.Upsample(scale_factor=2, mode="trilinear"), (2, 2, 3, 3, 4)),
     "bicubic": (nn.Upsample(scale_factor=2, mode="bicubic"), (2, 3, 4, 5)),
     "bicubic_align": (nn.Upsample(size=(6, 7), mode="bicubic", align_corners=True), (2, 3, 4, 5)),
+    "bicubic_down": (Fn(lambda x: F.interpolate(x, size=(5, 3), mode="bicubic")), (2, 3, 8, 7)),
+    "nearest_down": (Fn(lambda x: F.interpolate(x, scale_factor=0.6)), (2, 3, 8, 7)),
+    "nearest_exact_down": (Fn(lambda x: F.interpolate(x, size=(3, 5), mode="nearest-exact")), (2, 3, 8, 7)),
+    "bilinear_align_down": (Fn(lambda x: F.interpolate(x, size=(3, 5), mode="bilinear", align_corners=True)), (2, 3, 8, 7)),
+    "bilinear_size_one": (Fn(lambda x: F.interpolate(x, size=(1, 4), mode="bilinear")), (2, 3, 8, 7)),
+    "bicubic_size_one": (Fn(lambda x: F.interpolate(x, size=(3, 1), mode="bicubic")), (2, 3, 8, 7)),
+    "linear_size_one": (Fn(lambda x: F.interpolate(x, size=1, mode="linear")), (2, 3, 8)),
 }
 
 

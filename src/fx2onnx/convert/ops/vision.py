@@ -423,12 +423,14 @@ for _n, _name in ((1, "1d"), (2, "2d"), (3, "3d")):
 
 
 def _make_upsample_interp(n: int, mode: str):
+    # torch maps an output of size 1 on the center of the input: half_pixel does,
+    # pytorch_half_pixel maps it on 0 (older torch versions)
     def convert_upsample_vec(ctx, node, x, output_size, align_corners, scale_factors):
-        transform = "align_corners" if align_corners else "pytorch_half_pixel"
+        transform = "align_corners" if align_corners else "half_pixel"
         return _resize(ctx, x, output_size, scale_factors, n, mode, transform)
 
     def convert_upsample(ctx, node, x, output_size, align_corners, *scales):
-        transform = "align_corners" if align_corners else "pytorch_half_pixel"
+        transform = "align_corners" if align_corners else "half_pixel"
         factors = None if align_corners else _scales_from_args(scales, n)
         return _resize(ctx, x, None if factors else output_size, factors, n, mode, transform)
 
