@@ -124,3 +124,9 @@ def test_mixed_precision_inside_model():
 
     torch.manual_seed(0)
     check_export(Mixed().eval(), (torch.randn(2, 4),), atol=1e-2, rtol=1e-2)
+
+
+def test_uint8_image_ops():
+    img = torch.randint(0, 256, (1, 3, 6, 8), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    model = Fn(lambda x: (F.interpolate(x, scale_factor=2), F.pad(x, (1, 1, 2, 0), value=7), x.flip(-1).float() / 255, x.max(), x.sum(1)))
+    check_export(model, (img,))
