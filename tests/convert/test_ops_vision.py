@@ -423,3 +423,26 @@ def test_lower_level_ops(name, decompositions):
     torch.manual_seed(0)
     make, shape = DECOMPOSED[name]
     _check_dynamic_batch(make(), shape, decompositions={} if decompositions == "functional" else "core")
+
+
+class TinyViT(nn.Module):
+    """Patch embedding (strided conv), class token, position embedding, two encoder layers, head."""
+
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, 16, 4, stride=4)
+        self.cls = nn.Parameter(torch.randn(1, 1, 16))
+        self.pos = nn.Parameter(torch.randn(1, 17, 16) * 0.1)
+        layer = nn.TransformerEncoderLayer(16, 4, 32, batch_first=True, norm_first=True, activation="gelu")
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.norm, self.head = nn.LayerNorm(16), nn.Linear(16, 10)
+
+    def forward(self, x):
+        tokens = self.patch(x).flatten(2).transpose(1, 2)
+        tokens = torch.cat([self.cls.expand(x.shape[0], -1, -1), tokens], dim=1) + self.pos
+        return self.head(self.norm(self.encoder(tokens))[:, 0])
+
+
+def test_tiny_vit():
+    torch.manual_seed(0)
+    _check_dynamic_batch(TinyViT().eval(), (2, 3, 16, 16), batch2=3)
