@@ -50,3 +50,21 @@ def test_creation(name):
 def test_cast_float_to_int_truncates():
     x = torch.tensor([-2.7, -0.5, 0.5, 2.7, 3.0])
     check_export(Fn(lambda x: (x.long(), x.to(torch.int32), x.to(torch.uint8).to(torch.int64) * 0 + (x > 1).long())), (x,))
+
+
+STATIC_CREATIONS = {
+    "tril_triu_indices": lambda x: (x[tuple(torch.tril_indices(4, 5))], torch.triu_indices(3, 5, 1)),
+    "windows": lambda x: (x * torch.hann_window(5), torch.hamming_window(6, periodic=False), torch.blackman_window(4), torch.bartlett_window(5), torch.kaiser_window(7)),
+    "meshgrid": lambda x: (*torch.meshgrid(x[0], x[1, :3], indexing="ij"), *torch.meshgrid(x[0], x[1, :3], indexing="xy"), torch.cartesian_prod(x[0, :2], x[1, :3])),
+    "block_diag": lambda x: torch.block_diag(x, x[0], x[1, :2].reshape(2, 1), torch.tensor(3.0)),
+}
+
+
+@pytest.mark.parametrize("name", list(STATIC_CREATIONS))
+def test_static_creations(name):
+    check_export(Fn(STATIC_CREATIONS[name]), (_x(4, 5),))
+
+
+def test_meshgrid_dynamic():
+    model = Fn(lambda x: torch.meshgrid(x[0], x[:, 0], indexing="ij"))
+    check_export(model, (_x(4, 5),), dynamic_shapes=({0: "n", 1: "m"},), inputs2=((_x(2, 7, seed=1),), None))

@@ -296,3 +296,16 @@ def test_lower_level_ops(decompositions):
         inputs2=((ids2, x2), None),
         decompositions={} if decompositions == "functional" else "core",
     )
+
+
+LINALG = {
+    "tensordot": lambda x: (torch.tensordot(x, x, dims=([1], [1])), torch.tensordot(x.reshape(3, 2, 2), x.reshape(2, 2, 3), dims=2)),
+    "kron": lambda x: (torch.kron(x, x[:2, :2]), torch.kron(x[0], x)),
+    "det": lambda x: torch.linalg.det(x[:, :3] + torch.eye(3)),
+    "cross": lambda x: (torch.cross(x[:, :3], x[:, 1:], dim=1), torch.linalg.cross(x[:, :3], x[:, 1:]), torch.linalg.cross(x[:, :3], x[:, 1:], dim=0)),
+}
+
+
+@pytest.mark.parametrize("name", list(LINALG))
+def test_linalg(name):
+    check_export(Fn(LINALG[name]), (_x(3, 4),))

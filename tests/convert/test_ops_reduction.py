@@ -105,3 +105,17 @@ def test_cummax_integer_ties():
 def test_one_hot():
     ids, ids2 = torch.tensor([[0, 3], [2, 1]]), torch.tensor([[4, 0], [1, 1], [2, 3]])
     check_export(Fn(lambda x: torch.nn.functional.one_hot(x, 5)), (ids,), dynamic_shapes=({0: "batch"},), inputs2=((ids2,), None))
+
+
+SEARCHES = {
+    "bucketize": lambda x: (torch.bucketize(x, torch.tensor([-1.0, 0.0, 0.5, 1.0])), torch.bucketize(x.round(), torch.tensor([-1.0, 0.0, 1.0]), right=True, out_int32=True)),
+    "searchsorted": lambda x: (torch.searchsorted(torch.tensor([-1.0, 0.0, 1.0]), x), torch.searchsorted(x.sort(-1)[0], x[..., :2], side="right")),
+    "renorm": lambda x: (torch.renorm(x, 2, 1, 1.0), torch.renorm(x, 1, 0, 2.0), torch.renorm(x, 3, -1, 0.5)),
+}
+
+
+@pytest.mark.parametrize("name", list(SEARCHES))
+def test_searches_and_renorm(name):
+    x, x2 = _x(2, 5, 6), _x(3, 5, 6, seed=1)
+    x[0, 0, :3] = torch.tensor([0.0, 1.0, -1.0])
+    check_export(Fn(SEARCHES[name]), (x,), dynamic_shapes=({0: "batch"},), inputs2=((x2,), None))

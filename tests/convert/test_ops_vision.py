@@ -446,3 +446,8 @@ class TinyViT(nn.Module):
 def test_tiny_vit():
     torch.manual_seed(0)
     _check_dynamic_batch(TinyViT().eval(), (2, 3, 16, 16), batch2=3)
+
+
+@pytest.mark.parametrize("k,dims", [(1, (2, 3)), (2, (2, 3)), (3, (2, 3)), (-1, (3, 2)), (5, (1, 2)), (0, (2, 3))])
+def test_rot90(k, dims):
+    _check_dynamic_batch(Fn(lambda x: torch.rot90(x, k, dims)), (2, 3, 4, 5))

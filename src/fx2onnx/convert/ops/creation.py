@@ -118,3 +118,55 @@ def convert_one_hot(ctx, node, x, num_classes=-1):
     else:
         depth = ctx.op.Add(ctx.op.ReduceMax(x, keepdims=0), ctx.const(1, torch.int64))
     return ctx.op.OneHot(x, depth, ctx.const([0, 1], torch.int64), axis=-1)
+
+
+def _evaluate_static(ctx, node, *args, **kwargs):
+    """Ops whose arguments are all Python values: torch computes the constant at conversion time."""
+    if any(hasattr(a, "producer") for a in list(args) + list(kwargs.values())):
+        raise ctx.error(f"{node.target} with tensor or dynamic arguments is not supported: make the sizes static.")
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("device", "layout", "pin_memory")}
+    return ctx.const(node.target(*args, **kwargs))
+
+
+converter(
+    aten.tril_indices.default,
+    aten.triu_indices.default,
+    aten.hann_window,
+    aten.hamming_window,
+    aten.blackman_window,
+    aten.bartlett_window,
+    aten.kaiser_window,
+)(_evaluate_static)
+
+
+@converter(aten.meshgrid.indexing, aten.meshgrid.default)
+def convert_meshgrid(ctx, node, tensors, *, indexing="ij"):
+    # every 1-D input becomes a grid of the shape (len_0, len_1, ...), "xy" swaps the first two axes
+    n = len(tensors)
+    order = list(range(n))
+    if indexing == "xy" and n >= 2:
+        order[0], order[1] = 1, 0
+    sizes = [ctx.op.Shape(t) for t in tensors]
+    shape = ctx.op.Concat(*[sizes[i] for i in order], axis=0)
+    grids = []
+    for i, t in enumerate(tensors):
+        position = order.index(i)
+        view = [1] * n
+        view[position] = -1
+        grids.append(ctx.op.Expand(ctx.op.Reshape(t, ctx.const(view, torch.int64)), shape))
+    return grids
+
+
+@converter(aten.block_diag.default)
+def convert_block_diag(ctx, node, tensors):
+    dtype = ctx.out_dtype()
+    fakes = [t.meta["val"] for t in node.args[0]]
+    shapes = [(1, 1) if f.dim() == 0 else (1, int(f.shape[0])) if f.dim() == 1 else tuple(int(d) for d in f.shape) for f in fakes]
+    total = sum(c for _, c in shapes)
+    rows, before = [], 0
+    for t, (r, c) in zip(tensors, shapes):
+        block = ctx.op.Reshape(ctx.cast(t, dtype), ctx.const([r, c], torch.int64))
+        pads = ctx.const([0, before, 0, total - before - c], torch.int64)
+        rows.append(ctx.op.Pad(block, pads, ctx.const(0, dtype)))
+        before += c
+    return rows[0] if len(rows) == 1 else ctx.op.Concat(*rows, axis=0)

@@ -692,3 +692,21 @@ def convert_broadcast_tensors(ctx, node, tensors):
             shapes.append(s)
         shape = shapes[0] if len(shapes) == 1 else ctx.op.Max(*shapes)
     return [ctx.op.Expand(t, shape) for t in tensors]
+
+
+@converter(aten.linalg_cross.default, aten.cross.default)
+def convert_cross(ctx, node, a, b, dim=None):
+    # (a1 b2 - a2 b1, a2 b0 - a0 b2, a0 b1 - a1 b0) along the axis of size 3
+    dtype = ctx.out_dtype()
+    a, b = cast_all(ctx, [a, b], dtype)
+    shape = list(ctx.val().shape)
+    if dim is None:  # linalg_cross: the last axis, cross: the first axis of size 3
+        dim = -1 if node.target is aten.linalg_cross.default else next(i for i, d in enumerate(shape) if d == 3)
+    axis = dim + len(shape) if dim < 0 else dim
+    a_parts = ctx.op.Split(a, axis=axis, num_outputs=3, _outputs=3)
+    b_parts = ctx.op.Split(b, axis=axis, num_outputs=3, _outputs=3)
+
+    def term(i, j):
+        return ctx.op.Sub(ctx.op.Mul(a_parts[i], b_parts[j]), ctx.op.Mul(a_parts[j], b_parts[i]))
+
+    return ctx.op.Concat(term(1, 2), term(2, 0), term(0, 1), axis=axis)

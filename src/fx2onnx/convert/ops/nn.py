@@ -406,3 +406,42 @@ def convert_rnn(ctx, node, x, hx, params, has_biases, num_layers, dropout, train
     return _recurrent(
         ctx, node, "RNN", x, [hx], params, has_biases, num_layers, dropout, train, bidirectional, batch_first, activation
     )
+
+
+@converter(aten.tensordot.default)
+def convert_tensordot(ctx, node, a, b, dims_a, dims_b):
+    rank_a, rank_b = fake_of(node.args[0]).dim(), fake_of(node.args[1]).dim()
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    if rank_a + rank_b > len(letters):
+        raise ctx.error("tensordot on tensors with more than 26 dimensions in total is not supported.")
+    sub_a = list(letters[:rank_a])
+    sub_b = list(letters[rank_a : rank_a + rank_b])
+    for da, db in zip(dims_a, dims_b):
+        sub_b[db % rank_b] = sub_a[da % rank_a]
+    contracted = {sub_a[d % rank_a] for d in dims_a}
+    out = [c for c in sub_a if c not in contracted] + [c for c in sub_b if c not in contracted]
+    dtype = ctx.out_dtype()
+    equation = f"{''.join(sub_a)},{''.join(sub_b)}->{''.join(out)}"
+    return ctx.op.Einsum(ctx.cast(a, dtype), ctx.cast(b, dtype), equation=equation)
+
+
+@converter(aten.kron.default)
+def convert_kron(ctx, node, a, b):
+    # interleave the axes: a[i0, 1, i1, 1, ...] * b[1, j0, 1, j1, ...] -> reshape (i0 * j0, i1 * j1, ...)
+    fa, fb = fake_of(node.args[0]), fake_of(node.args[1])
+    rank = max(fa.dim(), fb.dim())
+    dtype = ctx.out_dtype()
+    a, b = ctx.cast(a, dtype), ctx.cast(b, dtype)
+    if fa.dim() < rank:
+        a = ctx.op.Reshape(a, ctx.const([1] * (rank - fa.dim()) + [int(d) for d in fa.shape], torch.int64))
+    if fb.dim() < rank:
+        b = ctx.op.Reshape(b, ctx.const([1] * (rank - fb.dim()) + [int(d) for d in fb.shape], torch.int64))
+    a = ctx.op.Unsqueeze(a, ctx.const([2 * i + 1 for i in range(rank)], torch.int64))
+    b = ctx.op.Unsqueeze(b, ctx.const([2 * i for i in range(rank)], torch.int64))
+    out_shape = ctx.shape_value([int(d) if isinstance(d, int) else -1 for d in ctx.val().shape])
+    return ctx.op.Reshape(ctx.op.Mul(a, b), out_shape)
+
+
+@converter(aten.linalg_det.default, aten.det.default)
+def convert_det(ctx, node, x):
+    return ctx.op.Det(x)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..registry import converter
-from ._common import axes_value, input_rank, normalize_axis
+from ._common import axes_value, fake_of, input_rank, normalize_axis
 
 aten = torch.ops.aten
 
@@ -440,3 +440,54 @@ def convert_dist(ctx, node, a, b, p=2):
 @converter(aten.trace.default)
 def convert_trace(ctx, node, x):
     return ctx.op.ReduceSum(ctx.op.Mul(x, ctx.op.EyeLike(x)), keepdims=0)
+
+
+def _count_below(ctx, boundaries, values, right: bool, out_int32: bool):
+    """Index of the bucket of every value: how many boundaries are below it (<= with right=True)."""
+    compare = ctx.op.LessOrEqual if right else ctx.op.Less
+    below = compare(boundaries, ctx.op.Unsqueeze(values, ctx.const([-1], torch.int64)))
+    count = ctx.op.ReduceSum(ctx.cast(below, torch.int64), ctx.const([-1], torch.int64), keepdims=0)
+    return ctx.cast(count, torch.int32) if out_int32 else count
+
+
+@converter(aten.bucketize.Tensor, aten.bucketize.Scalar)
+def convert_bucketize(ctx, node, x, boundaries, *, out_int32=False, right=False):
+    x = ctx.as_value(x)
+    return _count_below(ctx, boundaries, x, right, out_int32)
+
+
+@converter(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
+def convert_searchsorted(ctx, node, sorted_sequence, x, *, out_int32=False, right=False, side=None, sorter=None):
+    if sorter is not None:
+        raise ctx.error("searchsorted with a sorter is not supported: sort the sequence first.")
+    right = right or side == "right"
+    x = ctx.as_value(x)
+    if fake_of(node.args[0]).dim() == 1:
+        return _count_below(ctx, sorted_sequence, x, right, out_int32)
+    # one sorted row per leading index: compare [..., M, 1] with [..., 1, K]
+    seq = ctx.op.Unsqueeze(sorted_sequence, ctx.const([-2], torch.int64))
+    compare = ctx.op.LessOrEqual if right else ctx.op.Less
+    below = compare(seq, ctx.op.Unsqueeze(x, ctx.const([-1], torch.int64)))
+    count = ctx.op.ReduceSum(ctx.cast(below, torch.int64), ctx.const([-1], torch.int64), keepdims=0)
+    return ctx.cast(count, torch.int32) if out_int32 else count
+
+
+@converter(aten.renorm.default)
+def convert_renorm(ctx, node, x, p, dim, maxnorm):
+    # every slice along dim with a p-norm above maxnorm is scaled down to maxnorm
+    rank = input_rank(ctx)
+    dtype = ctx.out_dtype()
+    axes = ctx.const([a for a in range(rank) if a != normalize_axis(dim, rank)], torch.int64)
+    p = float(p)
+    if p == 2:
+        norm = ctx.op.ReduceL2(x, axes, keepdims=1)
+    elif p == 1:
+        norm = ctx.op.ReduceL1(x, axes, keepdims=1)
+    elif p == float("inf"):
+        norm = ctx.op.ReduceMax(ctx.op.Abs(x), axes, keepdims=1)
+    else:
+        power = ctx.const(p, dtype)
+        norm = ctx.op.Pow(ctx.op.ReduceSum(ctx.op.Pow(ctx.op.Abs(x), power), axes, keepdims=1), ctx.op.Reciprocal(power))
+    limit = ctx.const(float(maxnorm), dtype)
+    factor = ctx.op.Div(limit, ctx.op.Add(norm, ctx.const(1e-7, dtype)))
+    return ctx.op.Mul(x, ctx.op.Where(ctx.op.Greater(norm, limit), factor, ctx.const(1.0, dtype)))

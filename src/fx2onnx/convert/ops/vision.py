@@ -665,3 +665,31 @@ def convert_col2im(ctx, node, x, output_size, kernel_size, dilation, padding, st
         output_padding=[int(o) - p for o, p in zip(output_size, produced)],
     )
     return _remove_batch(ctx, y, unbatched)
+
+
+@converter(aten.rot90.default)
+def convert_rot90(ctx, node, x, k=1, dims=(0, 1)):
+    # k = 1: flip dims[1] then swap; k = 2: flip both; k = 3: swap then flip dims[1]
+    rank = input_rank(ctx)
+    d0, d1 = (d + rank if d < 0 else d for d in dims)
+    k = int(k) % 4
+    perm = list(range(rank))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+
+    def flip(v, axes):
+        n = len(axes)
+        return ctx.op.Slice(
+            v,
+            ctx.const([-1] * n, torch.int64),
+            ctx.const([-(2**62)] * n, torch.int64),
+            ctx.const(list(axes), torch.int64),
+            ctx.const([-1] * n, torch.int64),
+        )
+
+    if k == 0:
+        return ctx.op.Identity(x)
+    if k == 1:
+        return ctx.op.Transpose(flip(x, [d1]), perm=perm)
+    if k == 2:
+        return flip(x, [d0, d1])
+    return flip(ctx.op.Transpose(x, perm=perm), [d1])
