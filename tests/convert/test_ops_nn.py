@@ -309,3 +309,11 @@ LINALG = {
 @pytest.mark.parametrize("name", list(LINALG))
 def test_linalg(name):
     check_export(Fn(LINALG[name]), (_x(3, 4),))
+
+
+def test_safe_softmax_fully_masked_rows():
+    x = _x(3, 4)
+    x[1] = float("-inf")
+    x[2, :2] = float("-inf")
+    model = Fn(lambda x: (torch.ops.aten._safe_softmax.default(x, -1), torch.ops.aten._safe_softmax.default(x.t(), 0)))
+    check_export(model, (x,))

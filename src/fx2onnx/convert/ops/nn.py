@@ -105,7 +105,14 @@ def convert_softmax(ctx, node, x, dim, half_to_float_or_dtype=None):
     dtype = ctx.out_dtype()
     x = ctx.cast(x, dtype)
     rank = input_rank(ctx)
-    return ctx.op.Softmax(x, axis=normalize_axis(dim, rank) if rank else 0)
+    axis = normalize_axis(dim, rank) if rank else 0
+    y = ctx.op.Softmax(x, axis=axis)
+    if node.target is not aten._safe_softmax.default:
+        return y
+    # _safe_softmax returns zeros on rows where every value is -inf (Softmax gives NaN)
+    finite = ctx.cast(ctx.op.Not(ctx.op.IsInf(x, detect_positive=0)), torch.int64)
+    any_finite = ctx.op.ReduceMax(finite, ctx.const([axis], torch.int64), keepdims=1)
+    return ctx.op.Where(ctx.op.Equal(any_finite, ctx.const(0, torch.int64)), ctx.const(0.0, dtype), y)
 
 
 @converter(aten.log_softmax.int, aten._log_softmax.default)
