@@ -204,11 +204,13 @@ def plot_summary(rows: Sequence[dict[str, Any]], filename: str | Path) -> None:
     for x, t in zip(xs, table):
         ax.text(x - 0.2, t["static_ok"], f"{t['static_ok']}/{t['static_total']}", ha="center", va="bottom", fontsize=7)
         ax.text(x + 0.2, t["dynamic_ok"], f"{t['dynamic_ok']}/{t['dynamic_total']}", ha="center", va="bottom", fontsize=7)
+    top = max([t["static_total"] for t in table] + [1])
+    ax.set_ylim(0, top * 1.25)
     ax.set_xticks(list(xs))
     ax.set_xticklabels(names, rotation=15)
     ax.set_ylabel("successful scenarios")
     ax.set_title("Scenarios exported and matching eager, per exporter")
-    ax.legend()
+    ax.legend(loc="upper center", ncol=2)
     fig.tight_layout()
     fig.savefig(filename, dpi=100)
     plt.close(fig)
@@ -239,10 +241,18 @@ def _index_page(rows, meta: dict[str, Any], families: list[str]) -> str:
             + ".",
             "",
         ]
-    lines += [".. image:: summary.png", "    :alt: successes per exporter", ""]
+    n_dynamic = len({r["case"] for r in rows if r["dynamic"]})
+    lines += [
+        f"Dynamic runs only happen for the {n_dynamic} scenarios defining dynamic shapes (every "
+        "case of the zoo, and the examples of torch's export database which define some).",
+        "",
+        ".. image:: summary.png",
+        "    :alt: successes per exporter",
+        "",
+    ]
     table = summary(rows)
     lines += [".. list-table:: Successes per exporter", "    :header-rows: 1", ""]
-    lines.append("    * - exporter\n      - static\n      - dynamic\n      - time (s)")
+    lines.append("    * - exporter\n      - static\n      - dynamic\n      - time (s, sum over tasks)")
     for t in table:
         lines.append(
             f"    * - ``{t['exporter']}``\n      - {t['static_ok']} / {t['static_total']}\n"
