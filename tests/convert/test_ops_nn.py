@@ -317,3 +317,25 @@ def test_safe_softmax_fully_masked_rows():
     x[2, :2] = float("-inf")
     model = Fn(lambda x: (torch.ops.aten._safe_softmax.default(x, -1), torch.ops.aten._safe_softmax.default(x.t(), 0)))
     check_export(model, (x,))
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_multihead_attention(need_weights):
+    torch.manual_seed(0)
+
+    class MHA(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+
+        def forward(self, x, mask):
+            out, weights = self.attn(x, x, x, key_padding_mask=mask, need_weights=need_weights)
+            return (out, weights) if need_weights else out
+
+    gen = torch.Generator().manual_seed(0)
+    x, mask = torch.randn(2, 5, 8, generator=gen), torch.zeros(2, 5, dtype=torch.bool)
+    mask[1, 3:] = True
+    x2, mask2 = torch.randn(3, 5, 8, generator=gen), torch.zeros(3, 5, dtype=torch.bool)
+    mask2[0, 4:] = True
+    with torch.no_grad():
+        check_export(MHA().eval(), (x, mask), dynamic_shapes=({0: "batch"}, {0: "batch"}), inputs2=((x2, mask2), None))
