@@ -6,7 +6,10 @@ A zoo case is a small :class:`torch.nn.Module` whose class body declares:
   shapes, built with :func:`I` and :func:`T`,
 * ``_dynamic``: the dynamic shapes, written with strings naming the dimensions
   (``({0: "batch"},)``), as :func:`fx2onnx.to_onnx` takes them,
-* ``_atol`` (optional): the tolerance of the comparison with eager (1e-4).
+* ``_atol`` (optional): the tolerance of the comparison with eager (1e-4),
+* ``_converters`` / ``_translations`` (optional): converters of custom ops for
+  :class:`fx2onnx.Dispatcher` (``custom`` exporters) and for the
+  ``custom_translation_table`` of :func:`torch.onnx.export` (``dynamo``).
 
 :func:`Case.from_class` turns such a class into a :class:`Case`.
 """
@@ -53,6 +56,10 @@ class Case:
     dynamic_shapes: Any = None
     atol: float = 1e-4
     has_dynamic: bool = True
+    #: converters for fx2onnx.Dispatcher (custom ops), used by the ``custom`` exporters
+    converters: dict[str, Callable[..., Any]] = dataclasses.field(default_factory=dict)
+    #: ``custom_translation_table`` of torch.onnx.export, used by the ``dynamo`` exporter
+    translations: dict[Any, Callable[..., Any]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_class(cls, module_class: type, family: str) -> "Case":
@@ -78,6 +85,8 @@ class Case:
             dynamic_shapes=dynamic,
             atol=getattr(module_class, "_atol", 1e-4),
             has_dynamic=dynamic is not None,
+            converters=dict(getattr(module_class, "_converters", {})),
+            translations=dict(getattr(module_class, "_translations", {})),
         )
 
     def input_set(self, index: int) -> tuple[tuple, dict]:

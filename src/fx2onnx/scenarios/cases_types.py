@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from onnxscript import opset18 as op
 
 from .case import I, T
 
@@ -307,6 +308,28 @@ class CustomOp(torch.nn.Module):
 
     _inputs = [I(T(3, 4), T(3, 4)), I(T(5, 4), T(5, 4))]
     _dynamic = ({0: B}, {0: B})
+
+    def forward(self, x, y):
+        return scaled_add(x, y, 0.5)
+
+
+def _convert_scaled_add(ctx, node, x, y, alpha):
+    """fx2onnx converter of ``fx2onnx_zoo::scaled_add``."""
+    return ctx.op.Add(x, ctx.op.Mul(y, ctx.const(alpha, ctx.dtype(y))))
+
+
+def _onnxscript_scaled_add(x, y, alpha: float = 1.0):
+    """torch.onnx translation of ``fx2onnx_zoo::scaled_add`` (onnxscript ops)."""
+    return op.Add(x, op.Mul(y, op.CastLike(alpha, y)))
+
+
+class CustomOpWithConverters(torch.nn.Module):
+    """The same custom op, this time with a converter given to each ONNX exporter."""
+
+    _inputs = [I(T(3, 4), T(3, 4)), I(T(5, 4), T(5, 4))]
+    _dynamic = ({0: B}, {0: B})
+    _converters = {"fx2onnx_zoo::scaled_add": _convert_scaled_add}
+    _translations = {torch.ops.fx2onnx_zoo.scaled_add.default: _onnxscript_scaled_add}
 
     def forward(self, x, y):
         return scaled_add(x, y, 0.5)

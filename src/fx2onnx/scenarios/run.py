@@ -125,7 +125,9 @@ def _export_onnx(case, exporter: str, dynamic: bool):
     model = case.make_model()
     try:
         if exporter == "dynamo":
-            with reuse_torchlib_registry():
+            # a custom translation table is registered into the registry: build a new one then
+            reuse = contextlib.nullcontext() if case.translations else reuse_torchlib_registry()
+            with reuse:
                 program = torch.onnx.export(
                     model,
                     args,
@@ -133,9 +135,11 @@ def _export_onnx(case, exporter: str, dynamic: bool):
                     dynamic_shapes=case.torch_dynamic_shapes() if dynamic else None,
                     dynamo=True,
                     verbose=False,
+                    custom_translation_table=case.translations or None,
                 )
             return program.model_proto
         from ..convert.api import to_onnx
+        from ..convert.dispatcher import Dispatcher
 
         return to_onnx(
             model,
@@ -143,6 +147,7 @@ def _export_onnx(case, exporter: str, dynamic: bool):
             kwargs,
             dynamic_shapes=case.dynamic_shapes if dynamic else None,
             strict=exporter == "custom-strict",
+            dispatcher=Dispatcher(case.converters) if case.converters else None,
         )
     except Exception as e:
         name = type(e).__name__
