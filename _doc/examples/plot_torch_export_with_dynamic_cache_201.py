@@ -16,8 +16,7 @@ export with :func:`fx2onnx.to_onnx` for several architectures.
 The model and its inputs
 ------------------------
 
-A tiny Llama with two layers and random weights, built from a configuration:
-the inputs hold a cache of 5 tokens for each layer.
+A tiny Llama with two layers and random weights; the cache holds 5 tokens.
 """
 
 import copy
@@ -83,10 +82,9 @@ def dims(value):
     return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
 
 
-for value in onx.graph.input:
-    print("input ", value.name, dims(value))
-for value in onx.graph.output:
-    print("output", value.name, dims(value))
+for kind, values in [("input ", onx.graph.input), ("output", onx.graph.output)]:
+    for value in values:
+        print(kind, value.name, dims(value))
 
 # %%
 # The outputs are the logits and the new cache, one token longer per new token
@@ -125,10 +123,10 @@ for step in range(20):
     assert report.ok, (step, report)
     with torch.no_grad():
         expected_logits = tiny.model(**copy.deepcopy(step_inputs)).logits
-    logits, *present = run_onnx(session, (), step_inputs)
-    input_ids = torch.from_numpy(logits[:, -1:].argmax(axis=-1))
+    logits, *present = (torch.from_numpy(a) for a in run_onnx(session, (), step_inputs))
+    input_ids = logits[:, -1:].argmax(dim=-1)
     assert torch.equal(input_ids, expected_logits[:, -1:].argmax(dim=-1))
-    pairs = [(torch.from_numpy(present[2 * i]), torch.from_numpy(present[2 * i + 1])) for i in range(2)]
+    pairs = list(zip(present[::2], present[1::2]))
     past_lengths.append(past)
     max_diffs.append(report.max_abs)
     generated.append(input_ids)
@@ -139,8 +137,7 @@ assert pairs[0][0].shape[2] == 5 + 3 + 19
 
 # %%
 # The discrepancies stay far below the tolerance while the cache grows from 5
-# to 26 tokens: nothing in the exported graph depends on the length of the cache
-# used at export time.
+# to 26 tokens: the graph does not depend on the length used at export time.
 
 fig, ax = plt.subplots(figsize=(6, 3.5))
 ax.plot(past_lengths, max_diffs, "o-", label="ONNX vs eager")
