@@ -24,7 +24,9 @@ def _expected_dtypes(model: Any, args: tuple, kwargs: dict) -> list[torch.dtype]
         return [t.dtype for t in flatten_outputs(model(*eager_args, **eager_kwargs))]
 
 
-def _check_one(onx: onnx.ModelProto, model: Any, args: tuple, kwargs: dict, atol: float, rtol: float, label: str) -> None:
+def _check_one(
+    onx: onnx.ModelProto, model: Any, args: tuple, kwargs: dict, atol: float, rtol: float, label: str
+) -> None:
     report = validate(onx, model, args, kwargs, atol=atol, rtol=rtol)
     assert report.ok, f"{label}: {report}\n{report.details}"
     expected = [int(onnx_dtype(d)) for d in _expected_dtypes(model, args, kwargs)]

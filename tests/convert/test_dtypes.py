@@ -53,7 +53,11 @@ def _seeded(model: nn.Module) -> nn.Module:
 
 
 # (dtype, atol, rtol)
-FLOAT_DTYPES = {"float16": (torch.float16, 1e-2, 1e-2), "float64": (torch.float64, 1e-6, 1e-6), "float32": (torch.float32, 1e-4, 1e-3)}
+FLOAT_DTYPES = {
+    "float16": (torch.float16, 1e-2, 1e-2),
+    "float64": (torch.float64, 1e-6, 1e-6),
+    "float32": (torch.float32, 1e-4, 1e-3),
+}
 
 
 # onnxruntime's CPU provider has no double kernel for Erf and Conv: the float64
@@ -77,10 +81,22 @@ def test_float_models(model_name, dtype_name):
 
 
 INT_CASES = {
-    "embedding_ids": (lambda x: F.embedding(x, torch.arange(40.0).reshape(10, 4)), lambda: torch.randint(0, 10, (3, 4))),
-    "arith_reductions": (lambda x: (x * 2 + 1, x.sum(1), x.argmax(1), x.cumsum(0), x.max(1)[0], x // 3, x % 3), lambda: torch.randint(-9, 9, (3, 4))),
-    "comparisons_masks": (lambda x: (x > 2, (x == 1) | (x < 0), torch.where(x > 0, x, 0), x.masked_fill(x < 0, -1)), lambda: torch.randint(-5, 5, (3, 4))),
-    "to_float": (lambda x: (x.float() / 3, x.to(torch.float16), torch.sigmoid(x.float())), lambda: torch.randint(-5, 5, (3, 4))),
+    "embedding_ids": (
+        lambda x: F.embedding(x, torch.arange(40.0).reshape(10, 4)),
+        lambda: torch.randint(0, 10, (3, 4)),
+    ),
+    "arith_reductions": (
+        lambda x: (x * 2 + 1, x.sum(1), x.argmax(1), x.cumsum(0), x.max(1)[0], x // 3, x % 3),
+        lambda: torch.randint(-9, 9, (3, 4)),
+    ),
+    "comparisons_masks": (
+        lambda x: (x > 2, (x == 1) | (x < 0), torch.where(x > 0, x, 0), x.masked_fill(x < 0, -1)),
+        lambda: torch.randint(-5, 5, (3, 4)),
+    ),
+    "to_float": (
+        lambda x: (x.float() / 3, x.to(torch.float16), torch.sigmoid(x.float())),
+        lambda: torch.randint(-5, 5, (3, 4)),
+    ),
 }
 
 
@@ -109,7 +125,19 @@ def test_bool_inputs_and_outputs():
 
 def test_float16_elementwise_and_reductions():
     x = torch.randn(3, 6, generator=torch.Generator().manual_seed(0)).half()
-    model = Fn(lambda x: (x.exp(), x.abs().sqrt(), x.sum(1), x.mean(), x.amax(1), F.log_softmax(x, 1), x.cumsum(1), x.var(1), x.topk(2)[0]))
+    model = Fn(
+        lambda x: (
+            x.exp(),
+            x.abs().sqrt(),
+            x.sum(1),
+            x.mean(),
+            x.amax(1),
+            F.log_softmax(x, 1),
+            x.cumsum(1),
+            x.var(1),
+            x.topk(2)[0],
+        )
+    )
     check_export(model, (x,), atol=1e-2, rtol=1e-2)
 
 
@@ -128,5 +156,13 @@ def test_mixed_precision_inside_model():
 
 def test_uint8_image_ops():
     img = torch.randint(0, 256, (1, 3, 6, 8), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    model = Fn(lambda x: (F.interpolate(x, scale_factor=2), F.pad(x, (1, 1, 2, 0), value=7), x.flip(-1).float() / 255, x.max(), x.sum(1)))
+    model = Fn(
+        lambda x: (
+            F.interpolate(x, scale_factor=2),
+            F.pad(x, (1, 1, 2, 0), value=7),
+            x.flip(-1).float() / 255,
+            x.max(),
+            x.sum(1),
+        )
+    )
     check_export(model, (img,))

@@ -93,7 +93,9 @@ def test_activations_float16():
 
 
 def test_softmax_dtype_argument():
-    check_export(Fn(lambda x: F.softmax(x, -1, dtype=torch.float64) + F.log_softmax(x, 0, dtype=torch.float64)), (_x(3, 5),))
+    check_export(
+        Fn(lambda x: F.softmax(x, -1, dtype=torch.float64) + F.log_softmax(x, 0, dtype=torch.float64)), (_x(3, 5),)
+    )
 
 
 def _pos(*shape, seed=0):
@@ -117,7 +119,9 @@ FLOAT_BINARY = {
     "lerp": lambda a, b: torch.lerp(a, b, 0.3) + torch.lerp(a, b, b.sigmoid()),
     "addcmul_addcdiv": lambda a, b: torch.addcmul(a, a, b, value=0.5) + torch.addcdiv(a, a, b.abs() + 1, value=2),
     "where_clamp": lambda a, b: torch.where(a > b, a, b * 2).clamp(-1, 1) + a.clamp(min=b) + a.clamp(max=0.5),
-    "clamp_tensor": lambda a, b: torch.clamp(a, min=b - 1, max=b + 1) + torch.clamp_min(a, 0.1) + torch.clamp_max(a, -0.1),
+    "clamp_tensor": lambda a, b: torch.clamp(a, min=b - 1, max=b + 1)
+    + torch.clamp_min(a, 0.1)
+    + torch.clamp_max(a, -0.1),
 }
 
 
@@ -132,9 +136,23 @@ def test_float_binary(name):
 UNARY = {
     "exp_log": lambda x: torch.exp(x) + torch.log(x) + torch.log2(x) + torch.log10(x) + torch.log1p(x) + torch.expm1(x),
     "sqrt_rsqrt_reciprocal": lambda x: torch.sqrt(x) + torch.rsqrt(x) + torch.reciprocal(x) + torch.exp2(x),
-    "trig": lambda x: torch.sin(x) + torch.cos(x) + torch.tan(x) + torch.asin(x - 0.5) + torch.acos(x - 0.5) + torch.atan(x),
-    "hyperbolic": lambda x: torch.sinh(x) + torch.cosh(x) + torch.tanh(x) + torch.asinh(x) + torch.acosh(x + 1) + torch.atanh(x - 0.55),
-    "rounding": lambda x: torch.floor(x * 5) + torch.ceil(x * 5) + torch.round(x * 5) + torch.trunc(x * 5 - 3) + torch.round(x, decimals=2),
+    "trig": lambda x: torch.sin(x)
+    + torch.cos(x)
+    + torch.tan(x)
+    + torch.asin(x - 0.5)
+    + torch.acos(x - 0.5)
+    + torch.atan(x),
+    "hyperbolic": lambda x: torch.sinh(x)
+    + torch.cosh(x)
+    + torch.tanh(x)
+    + torch.asinh(x)
+    + torch.acosh(x + 1)
+    + torch.atanh(x - 0.55),
+    "rounding": lambda x: torch.floor(x * 5)
+    + torch.ceil(x * 5)
+    + torch.round(x * 5)
+    + torch.trunc(x * 5 - 3)
+    + torch.round(x, decimals=2),
     "sign_abs_neg": lambda x: torch.sign(x - 0.5) + torch.abs(x - 0.5) - torch.neg(x) + torch.erf(x),
     "logit": lambda x: torch.logit(x - 0.05) + torch.logit(x, eps=0.2),
 }
@@ -154,7 +172,9 @@ def test_special_values():
 
 INT_OPS = {
     "arith": lambda a, b: a + b * 3 - a * b + torch.add(a, b, alpha=2),
-    "floor_div_negative": lambda a, b: torch.div(a, b, rounding_mode="floor") + a // 3 + torch.div(a, b, rounding_mode="trunc"),
+    "floor_div_negative": lambda a, b: torch.div(a, b, rounding_mode="floor")
+    + a // 3
+    + torch.div(a, b, rounding_mode="trunc"),
     "true_div": lambda a, b: a / b,
     "remainder_fmod": lambda a, b: a % b + torch.fmod(a, b) + a % 4,
     "min_max_abs_neg": lambda a, b: torch.minimum(a, b) + torch.maximum(a, b) + a.abs() - b.neg() + a.sign(),
@@ -175,7 +195,16 @@ def test_integer_ops(name, dtype):
 
 
 BOOL_OPS = {
-    "logical": lambda a, b: (a & b, a | b, a ^ b, ~a, torch.logical_and(a, b), torch.logical_or(a, b), torch.logical_xor(a, b), torch.logical_not(a)),
+    "logical": lambda a, b: (
+        a & b,
+        a | b,
+        a ^ b,
+        ~a,
+        torch.logical_and(a, b),
+        torch.logical_or(a, b),
+        torch.logical_xor(a, b),
+        torch.logical_not(a),
+    ),
     "add_mul": lambda a, b: (a + b, a * b),
     "where": lambda a, b: torch.where(a, 1.0, 0.0) + torch.where(b, 2, 3),
     "compare": lambda a, b: (a == b, a != b),
@@ -215,8 +244,15 @@ MORE_OPS = {
     "xlogy": lambda a, b: torch.xlogy(a.round(), b.abs()),
     "sinc_deg_rad": lambda a, b: (torch.sinc(a.round()), torch.sinc(a), torch.deg2rad(a), torch.rad2deg(a)),
     "hypot_logaddexp": lambda a, b: (torch.hypot(a, b), torch.logaddexp(a, b * 30), torch.logaddexp2(a, b)),
-    "nan_to_num": lambda a, b: (torch.nan_to_num(a.log()), torch.nan_to_num(a / a.round(), nan=1.0, posinf=2.0, neginf=-2.0)),
-    "float_power_isclose": lambda a, b: (torch.float_power(a.abs(), 2), torch.isclose(a, a + b * 1e-6), torch.isclose(a, b, atol=0.5)),
+    "nan_to_num": lambda a, b: (
+        torch.nan_to_num(a.log()),
+        torch.nan_to_num(a / a.round(), nan=1.0, posinf=2.0, neginf=-2.0),
+    ),
+    "float_power_isclose": lambda a, b: (
+        torch.float_power(a.abs(), 2),
+        torch.isclose(a, a + b * 1e-6),
+        torch.isclose(a, b, atol=0.5),
+    ),
     "isin": lambda a, b: (torch.isin(a.round(), b.round()), torch.isin(a.round(), b.round(), invert=True)),
 }
 
@@ -250,7 +286,16 @@ def test_nan_propagation():
     nan = float("nan")
     a = torch.tensor([[1.0, nan, 3.0, nan], [0.5, -1.0, nan, 2.0]])
     b = torch.tensor([[nan, 2.0, 1.0, nan], [1.5, -2.0, 4.0, nan]])
-    model = Fn2(lambda a, b: (torch.maximum(a, b), torch.minimum(a, b), torch.fmax(a, b), torch.fmin(a, b), a.clamp(0, 1), torch.max(a, b)))
+    model = Fn2(
+        lambda a, b: (
+            torch.maximum(a, b),
+            torch.minimum(a, b),
+            torch.fmax(a, b),
+            torch.fmin(a, b),
+            a.clamp(0, 1),
+            torch.max(a, b),
+        )
+    )
     check_export(model, (a, b))
 
 

@@ -70,7 +70,11 @@ MATMULS = {
     "addmm": (lambda a, b: torch.addmm(b[0, 0], a[0], b[0], beta=2.0, alpha=0.5), (2, 3, 4), (2, 4, 5)),
     "dot_mv": (lambda a, b: (torch.dot(a, b), torch.mv(a.reshape(2, 3), b[:3])), (6,), (6,)),
     "outer": (lambda a, b: torch.outer(a, b), (3,), (4,)),
-    "einsum": (lambda a, b: (torch.einsum("bij,bjk->bik", a, b), torch.einsum("b i j -> b j i", b)), (2, 3, 4), (2, 4, 5)),
+    "einsum": (
+        lambda a, b: (torch.einsum("bij,bjk->bik", a, b), torch.einsum("b i j -> b j i", b)),
+        (2, 3, 4),
+        (2, 4, 5),
+    ),
 }
 
 
@@ -105,7 +109,13 @@ def test_norms(name, opset):
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.rand(p.shape, generator=torch.Generator().manual_seed(3)) + 0.5)
-    check_export(model, (_x(2, 5, 6) * 3 + 1,), dynamic_shapes=({0: "batch"},), inputs2=((_x(3, 5, 6, seed=1),), None), target_opset=opset)
+    check_export(
+        model,
+        (_x(2, 5, 6) * 3 + 1,),
+        dynamic_shapes=({0: "batch"},),
+        inputs2=((_x(3, 5, 6, seed=1),), None),
+        target_opset=opset,
+    )
 
 
 def test_native_layer_norm_outputs():
@@ -234,7 +244,9 @@ RECURRENT = {
     "gru": lambda: nn.GRU(4, 5, batch_first=True),
     "gru_2layers_bidirectional": lambda: nn.GRU(4, 5, num_layers=2, bidirectional=True),
     "rnn_tanh": lambda: nn.RNN(4, 5, batch_first=True),
-    "rnn_relu_bidirectional": lambda: nn.RNN(4, 5, nonlinearity="relu", num_layers=2, bidirectional=True, batch_first=True),
+    "rnn_relu_bidirectional": lambda: nn.RNN(
+        4, 5, nonlinearity="relu", num_layers=2, bidirectional=True, batch_first=True
+    ),
 }
 
 
@@ -280,7 +292,15 @@ class Block(nn.Module):
         a = F.scaled_dot_product_attention(q, q, q, is_causal=True).transpose(1, 2).reshape(h.shape)
         acts = F.gelu(a) + F.silu(a) + F.elu(a) + F.leaky_relu(a) + F.hardtanh(a) + F.softplus(a) + F.mish(a)
         out = self.rms(acts)
-        return F.log_softmax(out, -1), out.var(-1), *torch.std_mean(out, -1), out.logsumexp(-1), out.cumsum(1), out.amax(-1), out.topk(2)[0]
+        return (
+            F.log_softmax(out, -1),
+            out.var(-1),
+            *torch.std_mean(out, -1),
+            out.logsumexp(-1),
+            out.cumsum(1),
+            out.amax(-1),
+            out.topk(2)[0],
+        )
 
 
 @pytest.mark.parametrize("decompositions", ["functional", "core"])
@@ -299,10 +319,17 @@ def test_lower_level_ops(decompositions):
 
 
 LINALG = {
-    "tensordot": lambda x: (torch.tensordot(x, x, dims=([1], [1])), torch.tensordot(x.reshape(3, 2, 2), x.reshape(2, 2, 3), dims=2)),
+    "tensordot": lambda x: (
+        torch.tensordot(x, x, dims=([1], [1])),
+        torch.tensordot(x.reshape(3, 2, 2), x.reshape(2, 2, 3), dims=2),
+    ),
     "kron": lambda x: (torch.kron(x, x[:2, :2]), torch.kron(x[0], x)),
     "det": lambda x: torch.linalg.det(x[:, :3] + torch.eye(3)),
-    "cross": lambda x: (torch.cross(x[:, :3], x[:, 1:], dim=1), torch.linalg.cross(x[:, :3], x[:, 1:]), torch.linalg.cross(x[:, :3], x[:, 1:], dim=0)),
+    "cross": lambda x: (
+        torch.cross(x[:, :3], x[:, 1:], dim=1),
+        torch.linalg.cross(x[:, :3], x[:, 1:]),
+        torch.linalg.cross(x[:, :3], x[:, 1:], dim=0),
+    ),
 }
 
 

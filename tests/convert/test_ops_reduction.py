@@ -33,9 +33,27 @@ FLOAT_REDUCTIONS = {
     "max_min_dim": lambda x: (*x.max(1), *x.min(-1, keepdim=True)),
     "aminmax": lambda x: torch.aminmax(x, dim=1),
     "argmax_argmin": lambda x: (x.argmax(), x.argmax(1), x.argmin(-1, keepdim=True), x.argmin()),
-    "var_std": lambda x: (x.var(), x.var(1), x.std(-1, keepdim=True), x.std((0, 2), correction=0), x.var(1, unbiased=False)),
-    "var_std_mean": lambda x: (*torch.var_mean(x, 1), *torch.std_mean(x, dim=(0, 2), keepdim=True, correction=1), *torch.var_mean(x, unbiased=False)),
-    "norms": lambda x: (x.norm(), x.norm(dim=1), x.norm(p=1, dim=-1), torch.linalg.vector_norm(x, ord=3, dim=1), torch.linalg.vector_norm(x, float("inf")), torch.linalg.vector_norm(x, float("-inf"), dim=1), torch.linalg.vector_norm(x.round(), 0, dim=-1)),
+    "var_std": lambda x: (
+        x.var(),
+        x.var(1),
+        x.std(-1, keepdim=True),
+        x.std((0, 2), correction=0),
+        x.var(1, unbiased=False),
+    ),
+    "var_std_mean": lambda x: (
+        *torch.var_mean(x, 1),
+        *torch.std_mean(x, dim=(0, 2), keepdim=True, correction=1),
+        *torch.var_mean(x, unbiased=False),
+    ),
+    "norms": lambda x: (
+        x.norm(),
+        x.norm(dim=1),
+        x.norm(p=1, dim=-1),
+        torch.linalg.vector_norm(x, ord=3, dim=1),
+        torch.linalg.vector_norm(x, float("inf")),
+        torch.linalg.vector_norm(x, float("-inf"), dim=1),
+        torch.linalg.vector_norm(x.round(), 0, dim=-1),
+    ),
     "normalize": lambda x: F.normalize(x, dim=1),
     "logsumexp": lambda x: (torch.logsumexp(x, 1), torch.logsumexp(x, (0, 2), keepdim=True)),
     "cumsum_cumprod": lambda x: (x.cumsum(1), x.cumsum(-1), x.cumprod(1), x.cumprod(-1)),
@@ -76,16 +94,33 @@ def test_bool_reductions():
 
 def test_sort_stable_with_ties():
     x = torch.tensor([[3.0, 1.0, 3.0, 2.0, 1.0], [0.0, 0.0, 1.0, 0.0, 1.0]])
-    check_export(Fn(lambda x: (*x.sort(dim=1, stable=True), x.argsort(dim=1, stable=True), x.sort(dim=1, stable=True, descending=True)[1])), (x,))
+    check_export(
+        Fn(
+            lambda x: (
+                *x.sort(dim=1, stable=True),
+                x.argsort(dim=1, stable=True),
+                x.sort(dim=1, stable=True, descending=True)[1],
+            )
+        ),
+        (x,),
+    )
 
 
 MORE_REDUCTIONS = {
-    "nansum_nanmean": lambda x: (torch.nansum(x.log()), torch.nansum(x.log(), 1), torch.nanmean(x.log(), -1, keepdim=True)),
+    "nansum_nanmean": lambda x: (
+        torch.nansum(x.log()),
+        torch.nansum(x.log(), 1),
+        torch.nanmean(x.log(), -1, keepdim=True),
+    ),
     "median": lambda x: (torch.median(x), *torch.median(x, 1), *torch.median(x, -1, keepdim=True)),
     "kthvalue": lambda x: (*torch.kthvalue(x, 2, 1), *torch.kthvalue(x, 3, -1, keepdim=True)),
     "logcumsumexp": lambda x: (torch.logcumsumexp(x, 1), torch.logcumsumexp(x * 100, -1)),
     "cummax_cummin": lambda x: (*torch.cummax(x, 1), *torch.cummin(x, -1)),
-    "diff": lambda x: (torch.diff(x), torch.diff(x, n=2, dim=1), torch.diff(x, dim=1, prepend=x[:, :1], append=x[:, -2:])),
+    "diff": lambda x: (
+        torch.diff(x),
+        torch.diff(x, n=2, dim=1),
+        torch.diff(x, dim=1, prepend=x[:, :1], append=x[:, -2:]),
+    ),
     "dist": lambda x: (torch.dist(x, x.flip(0)), torch.dist(x, x * 2, p=1), torch.dist(x, -x, p=3)),
     "trace": lambda x: torch.trace(x[0]),
 }
@@ -104,12 +139,20 @@ def test_cummax_integer_ties():
 
 def test_one_hot():
     ids, ids2 = torch.tensor([[0, 3], [2, 1]]), torch.tensor([[4, 0], [1, 1], [2, 3]])
-    check_export(Fn(lambda x: torch.nn.functional.one_hot(x, 5)), (ids,), dynamic_shapes=({0: "batch"},), inputs2=((ids2,), None))
+    check_export(
+        Fn(lambda x: torch.nn.functional.one_hot(x, 5)), (ids,), dynamic_shapes=({0: "batch"},), inputs2=((ids2,), None)
+    )
 
 
 SEARCHES = {
-    "bucketize": lambda x: (torch.bucketize(x, torch.tensor([-1.0, 0.0, 0.5, 1.0])), torch.bucketize(x.round(), torch.tensor([-1.0, 0.0, 1.0]), right=True, out_int32=True)),
-    "searchsorted": lambda x: (torch.searchsorted(torch.tensor([-1.0, 0.0, 1.0]), x), torch.searchsorted(x.sort(-1)[0], x[..., :2], side="right")),
+    "bucketize": lambda x: (
+        torch.bucketize(x, torch.tensor([-1.0, 0.0, 0.5, 1.0])),
+        torch.bucketize(x.round(), torch.tensor([-1.0, 0.0, 1.0]), right=True, out_int32=True),
+    ),
+    "searchsorted": lambda x: (
+        torch.searchsorted(torch.tensor([-1.0, 0.0, 1.0]), x),
+        torch.searchsorted(x.sort(-1)[0], x[..., :2], side="right"),
+    ),
     "renorm": lambda x: (torch.renorm(x, 2, 1, 1.0), torch.renorm(x, 1, 0, 2.0), torch.renorm(x, 3, -1, 0.5)),
 }
 

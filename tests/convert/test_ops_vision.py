@@ -104,7 +104,10 @@ POOLS = {
     "maxpool1d_ceil": (nn.MaxPool1d(3, stride=2, padding=1, ceil_mode=True), (2, 3, 10)),
     "maxpool3d_ceil_pad": (nn.MaxPool3d(3, stride=2, padding=1, ceil_mode=True), (2, 2, 6, 5, 4)),
     "avgpool1d_ceil_count_pad": (nn.AvgPool1d(3, stride=2, padding=1, ceil_mode=True), (2, 3, 10)),
-    "avgpool3d_ceil_no_count": (nn.AvgPool3d(3, stride=2, padding=1, ceil_mode=True, count_include_pad=False), (2, 2, 6, 5, 4)),
+    "avgpool3d_ceil_no_count": (
+        nn.AvgPool3d(3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+        (2, 2, 6, 5, 4),
+    ),
     "avgpool1d": (nn.AvgPool1d(3, stride=2, padding=1), (2, 3, 9)),
     "avgpool2d": (nn.AvgPool2d(2), (2, 3, 8, 8)),
     "avgpool2d_no_pad_count": (nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False), (2, 3, 8, 8)),
@@ -139,7 +142,12 @@ def test_global_pools_dynamic_spatial():
     x, x2 = _randn(2, 3, 8, 9), _randn(1, 3, 5, 4)
     with pytest.raises(fx2onnx.ConversionError, match="adaptive_max_pool2d"):
         check_export(model, (x,), dynamic_shapes=({0: "batch", 2: "h", 3: "w"},))
-    check_export(Fn(lambda x: F.adaptive_avg_pool2d(x, 1)), (x,), dynamic_shapes=({0: "b", 2: "h", 3: "w"},), inputs2=((x2,), None))
+    check_export(
+        Fn(lambda x: F.adaptive_avg_pool2d(x, 1)),
+        (x,),
+        dynamic_shapes=({0: "b", 2: "h", 3: "w"},),
+        inputs2=((x2,), None),
+    )
 
 
 UPSAMPLES = {
@@ -161,7 +169,10 @@ UPSAMPLES = {
     "bicubic_down": (Fn(lambda x: F.interpolate(x, size=(5, 3), mode="bicubic")), (2, 3, 8, 7)),
     "nearest_down": (Fn(lambda x: F.interpolate(x, scale_factor=0.6)), (2, 3, 8, 7)),
     "nearest_exact_down": (Fn(lambda x: F.interpolate(x, size=(3, 5), mode="nearest-exact")), (2, 3, 8, 7)),
-    "bilinear_align_down": (Fn(lambda x: F.interpolate(x, size=(3, 5), mode="bilinear", align_corners=True)), (2, 3, 8, 7)),
+    "bilinear_align_down": (
+        Fn(lambda x: F.interpolate(x, size=(3, 5), mode="bilinear", align_corners=True)),
+        (2, 3, 8, 7),
+    ),
     "bilinear_size_one": (Fn(lambda x: F.interpolate(x, size=(1, 4), mode="bilinear")), (2, 3, 8, 7)),
     "bicubic_size_one": (Fn(lambda x: F.interpolate(x, size=(3, 1), mode="bicubic")), (2, 3, 8, 7)),
     "linear_size_one": (Fn(lambda x: F.interpolate(x, size=1, mode="linear")), (2, 3, 8)),
@@ -325,11 +336,17 @@ EXTRA_SAMPLING = {
     "antialias_bicubic": (lambda x: F.interpolate(x, size=(5, 3), mode="bicubic", antialias=True), (2, 3, 8, 8)),
     "antialias_up_and_down": (lambda x: F.interpolate(x, size=(12, 5), mode="bilinear", antialias=True), (2, 3, 8, 8)),
     "area": (lambda x: F.interpolate(x, size=(3, 5), mode="area"), (2, 3, 8, 8)),
-    "recompute_scale": (lambda x: F.interpolate(x, scale_factor=1.7, mode="bilinear", recompute_scale_factor=True), (2, 3, 8, 8)),
+    "recompute_scale": (
+        lambda x: F.interpolate(x, scale_factor=1.7, mode="bilinear", recompute_scale_factor=True),
+        (2, 3, 8, 8),
+    ),
     "local_response_norm": (nn.LocalResponseNorm(3), (2, 5, 6, 6)),
     "lp_pool": (nn.LPPool2d(2, 2), (2, 3, 8, 8)),
     "max_unpool": (lambda x: F.max_unpool2d(*F.max_pool2d(x, 2, return_indices=True), 2), (2, 3, 8, 8)),
-    "max_unpool_output_size": (lambda x: F.max_unpool2d(*F.max_pool2d(x, 2, return_indices=True), 2, output_size=(9, 9)), (2, 3, 9, 9)),
+    "max_unpool_output_size": (
+        lambda x: F.max_unpool2d(*F.max_pool2d(x, 2, return_indices=True), 2, output_size=(9, 9)),
+        (2, 3, 9, 9),
+    ),
 }
 
 
@@ -402,13 +419,27 @@ DECOMPOSED = {
     "small_cnn": (lambda: _randomize(SmallCNN()), (2, 3, 16, 16)),
     "unet_like": (lambda: _randomize(UNetLike()), (2, 3, 16, 16)),
     "residual_se": (lambda: _randomize(ResidualSE()), (2, 8, 10, 12)),
-    "norms": (lambda: _randomize(nn.Sequential(nn.BatchNorm2d(3), nn.InstanceNorm2d(3, affine=True), nn.GroupNorm(1, 3))), (2, 3, 5, 5)),
+    "norms": (
+        lambda: _randomize(nn.Sequential(nn.BatchNorm2d(3), nn.InstanceNorm2d(3, affine=True), nn.GroupNorm(1, 3))),
+        (2, 3, 5, 5),
+    ),
     "bn_no_stats": (lambda: _randomize(nn.BatchNorm2d(3, track_running_stats=False)), (2, 3, 5, 5)),
-    "pads": (lambda: nn.Sequential(nn.ReflectionPad2d(1), nn.ReplicationPad2d((1, 0, 2, 1)), nn.CircularPad2d(1), nn.ConstantPad2d(1, 2.0)), (2, 3, 4, 5)),
+    "pads": (
+        lambda: nn.Sequential(
+            nn.ReflectionPad2d(1), nn.ReplicationPad2d((1, 0, 2, 1)), nn.CircularPad2d(1), nn.ConstantPad2d(1, 2.0)
+        ),
+        (2, 3, 4, 5),
+    ),
     "pads_1d_3d": (lambda: nn.Sequential(nn.ReflectionPad1d(2), nn.ReplicationPad1d(1)), (2, 3, 5)),
     "pads_3d": (lambda: nn.Sequential(nn.ReflectionPad3d(1), nn.ReplicationPad3d(1)), (2, 2, 3, 3, 3)),
-    "upsample_1d": (lambda: nn.Sequential(nn.Upsample(scale_factor=2), nn.Upsample(scale_factor=1.5, mode="linear")), (2, 3, 5)),
-    "upsample_3d": (lambda: nn.Sequential(nn.Upsample(scale_factor=2), nn.Upsample(size=(5, 7, 9), mode="trilinear")), (2, 2, 2, 3, 4)),
+    "upsample_1d": (
+        lambda: nn.Sequential(nn.Upsample(scale_factor=2), nn.Upsample(scale_factor=1.5, mode="linear")),
+        (2, 3, 5),
+    ),
+    "upsample_3d": (
+        lambda: nn.Sequential(nn.Upsample(scale_factor=2), nn.Upsample(size=(5, 7, 9), mode="trilinear")),
+        (2, 2, 2, 3, 4),
+    ),
     "nearest_exact": (lambda: Fn(lambda x: F.interpolate(x, scale_factor=1.7, mode="nearest-exact")), (2, 3, 4, 5)),
     "pools_3d": (lambda: nn.Sequential(nn.AdaptiveAvgPool3d((2, 3, 1)), nn.AdaptiveMaxPool3d(1)), (2, 2, 4, 6, 4)),
     "conv3d_same": (lambda: nn.Conv3d(2, 3, 3, padding="same"), (2, 2, 4, 4, 4)),

@@ -11,7 +11,12 @@ aten = torch.ops.aten
 
 def _full(ctx, size, value, dtype: torch.dtype):
     static = ctx.val()
-    if isinstance(static, torch.Tensor) and all(isinstance(d, int) for d in static.shape) and not isinstance(value, type(None)) and not hasattr(value, "producer"):
+    if (
+        isinstance(static, torch.Tensor)
+        and all(isinstance(d, int) for d in static.shape)
+        and not isinstance(value, type(None))
+        and not hasattr(value, "producer")
+    ):
         shape = ctx.const([int(d) for d in static.shape], torch.int64)
     else:
         shape = ctx.shape_value(list(size))
@@ -52,7 +57,9 @@ def convert_new_full(ctx, node, x, size, fill_value, **kwargs):
 def _like(value):
     def convert_like(ctx, node, x, *args, **kwargs):
         v = args[0] if value is None else value
-        return ctx.op.Expand(ctx.op.Reshape(ctx.as_value(v, ctx.out_dtype()), ctx.const([], torch.int64)), ctx.op.Shape(x))
+        return ctx.op.Expand(
+            ctx.op.Reshape(ctx.as_value(v, ctx.out_dtype()), ctx.const([], torch.int64)), ctx.op.Shape(x)
+        )
 
     return convert_like
 
@@ -64,12 +71,18 @@ converter(aten.full_like.default)(_like(None))
 
 @converter(aten.fill.Scalar, aten.fill.Tensor)
 def convert_fill(ctx, node, x, value):
-    return ctx.op.Expand(ctx.op.Reshape(ctx.as_value(value, ctx.out_dtype()), ctx.const([], torch.int64)), ctx.op.Shape(x))
+    return ctx.op.Expand(
+        ctx.op.Reshape(ctx.as_value(value, ctx.out_dtype()), ctx.const([], torch.int64)), ctx.op.Shape(x)
+    )
 
 
 @converter(aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.to.device, aten.type_as.default)
 def convert_to_copy(ctx, node, x, *args, **kwargs):
-    return ctx.cast(ctx.as_value(x), ctx.out_dtype()) if ctx.dtype(ctx.as_value(x)) != ctx.out_dtype() else ctx.op.Identity(x)
+    return (
+        ctx.cast(ctx.as_value(x), ctx.out_dtype())
+        if ctx.dtype(ctx.as_value(x)) != ctx.out_dtype()
+        else ctx.op.Identity(x)
+    )
 
 
 @converter(aten.arange.default, aten.arange.start, aten.arange.start_step)
@@ -161,7 +174,10 @@ def convert_meshgrid(ctx, node, tensors, *, indexing="ij"):
 def convert_block_diag(ctx, node, tensors):
     dtype = ctx.out_dtype()
     fakes = [t.meta["val"] for t in node.args[0]]
-    shapes = [(1, 1) if f.dim() == 0 else (1, int(f.shape[0])) if f.dim() == 1 else tuple(int(d) for d in f.shape) for f in fakes]
+    shapes = [
+        (1, 1) if f.dim() == 0 else (1, int(f.shape[0])) if f.dim() == 1 else tuple(int(d) for d in f.shape)
+        for f in fakes
+    ]
     total = sum(c for _, c in shapes)
     rows, before = [], 0
     for t, (r, c) in zip(tensors, shapes):

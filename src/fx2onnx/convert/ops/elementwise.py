@@ -622,8 +622,12 @@ def convert_nan_to_num(ctx, node, x, nan=None, posinf=None, neginf=None):
         return ctx.op.Identity(x)
     info = torch.finfo(dtype)
     x = ctx.op.Where(ctx.op.IsNaN(x), ctx.const(0.0 if nan is None else float(nan), dtype), x)
-    x = ctx.op.Where(ctx.op.IsInf(x, detect_negative=0), ctx.const(info.max if posinf is None else float(posinf), dtype), x)
-    return ctx.op.Where(ctx.op.IsInf(x, detect_positive=0), ctx.const(info.min if neginf is None else float(neginf), dtype), x)
+    x = ctx.op.Where(
+        ctx.op.IsInf(x, detect_negative=0), ctx.const(info.max if posinf is None else float(posinf), dtype), x
+    )
+    return ctx.op.Where(
+        ctx.op.IsInf(x, detect_positive=0), ctx.const(info.min if neginf is None else float(neginf), dtype), x
+    )
 
 
 @converter(aten.float_power.Tensor_Scalar, aten.float_power.Tensor_Tensor, aten.float_power.Scalar)
@@ -661,8 +665,18 @@ def _shift(left: bool):
     return convert_shift
 
 
-converter(aten.__lshift__.Scalar, aten.__lshift__.Tensor, aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar)(_shift(True))
-converter(aten.__rshift__.Scalar, aten.__rshift__.Tensor, aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar)(_shift(False))
+converter(
+    aten.__lshift__.Scalar,
+    aten.__lshift__.Tensor,
+    aten.bitwise_left_shift.Tensor,
+    aten.bitwise_left_shift.Tensor_Scalar,
+)(_shift(True))
+converter(
+    aten.__rshift__.Scalar,
+    aten.__rshift__.Tensor,
+    aten.bitwise_right_shift.Tensor,
+    aten.bitwise_right_shift.Tensor_Scalar,
+)(_shift(False))
 
 
 @converter(aten.isin.Tensor_Tensor, aten.isin.Tensor_Scalar, aten.isin.Scalar_Tensor)
@@ -671,7 +685,9 @@ def convert_isin(ctx, node, elements, test_elements, assume_unique=False, invert
     elements, test_elements = cast_all(ctx, [elements, test_elements], dtype)
     flat = ctx.op.Reshape(test_elements, ctx.const([-1], torch.int64))
     hits = ctx.op.Equal(ctx.op.Unsqueeze(elements, ctx.const([-1], torch.int64)), flat)
-    found = ctx.cast(ctx.op.ReduceMax(ctx.cast(hits, torch.int64), ctx.const([-1], torch.int64), keepdims=0), torch.bool)
+    found = ctx.cast(
+        ctx.op.ReduceMax(ctx.cast(hits, torch.int64), ctx.const([-1], torch.int64), keepdims=0), torch.bool
+    )
     return ctx.op.Not(found) if invert else found
 
 

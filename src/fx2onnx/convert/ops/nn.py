@@ -144,9 +144,7 @@ def convert_embedding(ctx, node, weight, indices, padding_idx=-1, scale_grad_by_
 
 
 @converter(aten.scaled_dot_product_attention.default)
-def convert_sdpa(
-    ctx, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
-):
+def convert_sdpa(ctx, node, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     if dropout_p:
         raise ctx.error("scaled_dot_product_attention with dropout_p > 0 cannot be exported: use eval mode.")
     dtype = ctx.out_dtype()
@@ -154,7 +152,11 @@ def convert_sdpa(
     rank = fq.dim()
     head_dim = fq.shape[-1]
     if scale is None:
-        scale_value = ctx.op.Reciprocal(ctx.op.Sqrt(ctx.cast(ctx.dim_size(q, rank - 1), dtype))) if not isinstance(head_dim, int) else ctx.const(1.0 / math.sqrt(head_dim), dtype)
+        scale_value = (
+            ctx.op.Reciprocal(ctx.op.Sqrt(ctx.cast(ctx.dim_size(q, rank - 1), dtype)))
+            if not isinstance(head_dim, int)
+            else ctx.const(1.0 / math.sqrt(head_dim), dtype)
+        )
     else:
         scale_value = ctx.const(float(scale), dtype)
     if enable_gqa and rank == 4:
@@ -173,8 +175,10 @@ def convert_sdpa(
         attn_mask = ctx.cast(causal, torch.bool)
         mask_dtype = torch.bool
     else:
-        mask_dtype = fake_of(node.args[3]).dtype if attn_mask is not None and len(node.args) > 3 else (
-            fake_of(node.kwargs["attn_mask"]).dtype if attn_mask is not None else None
+        mask_dtype = (
+            fake_of(node.args[3]).dtype
+            if attn_mask is not None and len(node.args) > 3
+            else (fake_of(node.kwargs["attn_mask"]).dtype if attn_mask is not None else None)
         )
     if attn_mask is not None:
         if mask_dtype == torch.bool:
@@ -215,7 +219,9 @@ def convert_bilinear(ctx, node, x1, x2, weight, bias=None):
     t = ctx.op.MatMul(x1, w)
     lead = ctx.op.Shape(x1, start=0, end=input_rank(ctx) - 1)
     t = ctx.op.Reshape(t, ctx.op.Concat(lead, ctx.const([out_f, in2], torch.int64), axis=0))
-    y = ctx.op.ReduceSum(ctx.op.Mul(t, ctx.op.Unsqueeze(x2, ctx.const([-2], torch.int64))), ctx.const([-1], torch.int64), keepdims=0)
+    y = ctx.op.ReduceSum(
+        ctx.op.Mul(t, ctx.op.Unsqueeze(x2, ctx.const([-2], torch.int64))), ctx.const([-1], torch.int64), keepdims=0
+    )
     return y if bias is None else ctx.op.Add(y, bias)
 
 
@@ -272,7 +278,9 @@ def convert_cosine_similarity(ctx, node, x1, x2, dim=1, eps=1e-8):
 @converter(aten.cdist.default, aten._cdist_forward.default)
 def convert_cdist(ctx, node, x1, x2, p=2.0, compute_mode=None):
     # [..., P, M] and [..., R, M] -> [..., P, R]: norms of all the differences
-    diff = ctx.op.Sub(ctx.op.Unsqueeze(x1, ctx.const([-2], torch.int64)), ctx.op.Unsqueeze(x2, ctx.const([-3], torch.int64)))
+    diff = ctx.op.Sub(
+        ctx.op.Unsqueeze(x1, ctx.const([-2], torch.int64)), ctx.op.Unsqueeze(x2, ctx.const([-3], torch.int64))
+    )
     return _p_norm(ctx, diff, float(p), -1, False)
 
 
@@ -303,9 +311,16 @@ def convert_embedding_bag(
         offsets = ctx.op.Slice(offsets, ctx.const([0], torch.int64), ctx.const([-1], torch.int64))
     # bag of each index: number of offsets <= position, minus one
     n = ctx.op.Shape(indices)
-    positions = ctx.op.Range(ctx.const(0, torch.int64), ctx.op.Squeeze(n, ctx.const([0], torch.int64)), ctx.const(1, torch.int64))
-    starts = ctx.op.LessOrEqual(ctx.op.Unsqueeze(offsets, ctx.const([0], torch.int64)), ctx.op.Unsqueeze(positions, ctx.const([1], torch.int64)))
-    bag = ctx.op.Sub(ctx.op.ReduceSum(ctx.cast(starts, torch.int64), ctx.const([1], torch.int64), keepdims=0), ctx.const(1, torch.int64))
+    positions = ctx.op.Range(
+        ctx.const(0, torch.int64), ctx.op.Squeeze(n, ctx.const([0], torch.int64)), ctx.const(1, torch.int64)
+    )
+    starts = ctx.op.LessOrEqual(
+        ctx.op.Unsqueeze(offsets, ctx.const([0], torch.int64)), ctx.op.Unsqueeze(positions, ctx.const([1], torch.int64))
+    )
+    bag = ctx.op.Sub(
+        ctx.op.ReduceSum(ctx.cast(starts, torch.int64), ctx.const([1], torch.int64), keepdims=0),
+        ctx.const(1, torch.int64),
+    )
     keep = None
     if padding_idx is not None and padding_idx >= 0:
         keep = ctx.op.Not(ctx.op.Equal(indices, ctx.const(int(padding_idx), torch.int64)))
@@ -323,7 +338,9 @@ def convert_embedding_bag(
     out = ctx.op.ScatterElements(ctx.op.Expand(ctx.const(0.0, dtype), shape), index, rows, axis=0, reduction="add")
     if mode == 1:  # mean
         ones = ctx.cast(keep, dtype) if keep is not None else ctx.op.Expand(ctx.const(1.0, dtype), n)
-        counts = ctx.op.ScatterElements(ctx.op.Expand(ctx.const(0.0, dtype), ctx.op.Shape(offsets)), bag, ones, axis=0, reduction="add")
+        counts = ctx.op.ScatterElements(
+            ctx.op.Expand(ctx.const(0.0, dtype), ctx.op.Shape(offsets)), bag, ones, axis=0, reduction="add"
+        )
         counts = ctx.op.Max(counts, ctx.const(1.0, dtype))
         out = ctx.op.Div(out, ctx.op.Unsqueeze(counts, ctx.const([1], torch.int64)))
     return out, None, None, None
@@ -351,9 +368,25 @@ def _stack(ctx, values):
     return parts[0] if len(parts) == 1 else ctx.op.Concat(*parts, axis=0)
 
 
-def _recurrent(ctx, node, op_type, x, states, params, has_biases, num_layers, dropout, train, bidirectional, batch_first, activation=None):
+def _recurrent(
+    ctx,
+    node,
+    op_type,
+    x,
+    states,
+    params,
+    has_biases,
+    num_layers,
+    dropout,
+    train,
+    bidirectional,
+    batch_first,
+    activation=None,
+):
     if train and dropout > 0 and num_layers > 1:
-        raise ctx.error(f"{op_type} with dropout in training mode cannot be exported: call model.eval() before exporting.")
+        raise ctx.error(
+            f"{op_type} with dropout in training mode cannot be exported: call model.eval() before exporting."
+        )
     directions = 2 if bidirectional else 1
     per_direction = 4 if has_biases else 2
     if len(params) != num_layers * directions * per_direction:
@@ -381,7 +414,14 @@ def _recurrent(ctx, node, op_type, x, states, params, has_biases, num_layers, dr
             attrs["activations"] = [activation] * directions
         n_out = 3 if op_type == "LSTM" else 2
         outs = getattr(ctx.op, op_type)(
-            seq, _stack(ctx, ws), _stack(ctx, rs), _stack(ctx, bs) if bs else None, None, *initial, _outputs=n_out, **attrs
+            seq,
+            _stack(ctx, ws),
+            _stack(ctx, rs),
+            _stack(ctx, bs) if bs else None,
+            None,
+            *initial,
+            _outputs=n_out,
+            **attrs,
         )
         # Y: [seq, directions, batch, hidden] -> [seq, batch, directions * hidden]
         y = ctx.op.Transpose(outs[0], perm=[0, 2, 1, 3])
@@ -399,19 +439,35 @@ def _recurrent(ctx, node, op_type, x, states, params, has_biases, num_layers, dr
 
 @converter(aten.lstm.input)
 def convert_lstm(ctx, node, x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
-    return _recurrent(ctx, node, "LSTM", x, list(hx), params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+    return _recurrent(
+        ctx, node, "LSTM", x, list(hx), params, has_biases, num_layers, dropout, train, bidirectional, batch_first
+    )
 
 
 @converter(aten.gru.input)
 def convert_gru(ctx, node, x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
-    return _recurrent(ctx, node, "GRU", x, [hx], params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+    return _recurrent(
+        ctx, node, "GRU", x, [hx], params, has_biases, num_layers, dropout, train, bidirectional, batch_first
+    )
 
 
 @converter(aten.rnn_tanh.input, aten.rnn_relu.input)
 def convert_rnn(ctx, node, x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
     activation = "Tanh" if node.target is aten.rnn_tanh.input else "Relu"
     return _recurrent(
-        ctx, node, "RNN", x, [hx], params, has_biases, num_layers, dropout, train, bidirectional, batch_first, activation
+        ctx,
+        node,
+        "RNN",
+        x,
+        [hx],
+        params,
+        has_biases,
+        num_layers,
+        dropout,
+        train,
+        bidirectional,
+        batch_first,
+        activation,
     )
 
 

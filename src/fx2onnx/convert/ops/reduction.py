@@ -251,7 +251,9 @@ def convert_cumprod(ctx, node, x, dim, dtype=None):
 
 
 def _topk(ctx, x, k, axis: int, largest: bool, sorted_: bool = True):
-    values, indices = ctx.op.TopK(x, ctx.scalar_1d(k), axis=axis, largest=int(bool(largest)), sorted=int(bool(sorted_)), _outputs=2)
+    values, indices = ctx.op.TopK(
+        x, ctx.scalar_1d(k), axis=axis, largest=int(bool(largest)), sorted=int(bool(sorted_)), _outputs=2
+    )
     return values, indices
 
 
@@ -344,7 +346,9 @@ def convert_median_dim(ctx, node, x, dim, keepdim=False):
 def convert_median(ctx, node, x):
     flat = ctx.op.Reshape(x, ctx.const([-1], torch.int64))
     values, _ = ctx.op.TopK(flat, _lower_median_k(ctx, flat, 0), axis=0, largest=0, sorted=1, _outputs=2)
-    return ctx.op.Squeeze(ctx.op.Slice(values, ctx.const([-1], torch.int64), ctx.const([2**62], torch.int64)), ctx.const([0], torch.int64))
+    return ctx.op.Squeeze(
+        ctx.op.Slice(values, ctx.const([-1], torch.int64), ctx.const([2**62], torch.int64)), ctx.const([0], torch.int64)
+    )
 
 
 def _prefix_rows(ctx, x, dim: int, fill):
@@ -487,7 +491,9 @@ def convert_renorm(ctx, node, x, p, dim, maxnorm):
         norm = ctx.op.ReduceMax(ctx.op.Abs(x), axes, keepdims=1)
     else:
         power = ctx.const(p, dtype)
-        norm = ctx.op.Pow(ctx.op.ReduceSum(ctx.op.Pow(ctx.op.Abs(x), power), axes, keepdims=1), ctx.op.Reciprocal(power))
+        norm = ctx.op.Pow(
+            ctx.op.ReduceSum(ctx.op.Pow(ctx.op.Abs(x), power), axes, keepdims=1), ctx.op.Reciprocal(power)
+        )
     limit = ctx.const(float(maxnorm), dtype)
     factor = ctx.op.Div(limit, ctx.op.Add(norm, ctx.const(1e-7, dtype)))
     return ctx.op.Mul(x, ctx.op.Where(ctx.op.Greater(norm, limit), factor, ctx.const(1.0, dtype)))

@@ -121,7 +121,9 @@ def _conv_transpose(ctx, x, weight, bias, stride, padding, output_padding, group
 
 
 def _make_conv_transpose(n: int):
-    def convert_conv_transpose(ctx, node, x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    def convert_conv_transpose(
+        ctx, node, x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1
+    ):
         return _conv_transpose(ctx, x, weight, bias, stride, padding, output_padding, groups, dilation, n)
 
     convert_conv_transpose.__name__ = f"convert_conv_transpose{n}d"
@@ -185,7 +187,9 @@ def convert_native_batch_norm_no_stats(ctx, node, x, weight, bias, training, mom
 
 
 @converter(aten.batch_norm.default)
-def convert_batch_norm(ctx, node, x, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled=True):
+def convert_batch_norm(
+    ctx, node, x, weight, bias, running_mean, running_var, training, momentum, eps, cudnn_enabled=True
+):
     if training or running_mean is None:
         return _batch_norm_input_stats(ctx, x, weight, bias, eps)
     return _batch_norm_eval(ctx, x, weight, bias, running_mean, running_var, eps)
@@ -228,7 +232,9 @@ def convert_group_norm(ctx, node, x, num_groups, weight=None, bias=None, eps=1e-
 # pooling
 def _pool_args(kernel_size, stride, padding, dilation, n: int):
     kernel = _ntuple(kernel_size, n)
-    strides = kernel if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) else _ntuple(stride, n)
+    strides = (
+        kernel if stride is None or (isinstance(stride, (list, tuple)) and len(stride) == 0) else _ntuple(stride, n)
+    )
     return kernel, strides, _ntuple(padding, n) * 2, _ntuple(dilation, n)
 
 
@@ -271,7 +277,12 @@ def _make_avg_pool(n: int):
             raise ctx.error("avg_pool with divisor_override and ceil_mode=True is not supported: use one or the other.")
         include = count_include_pad or divisor_override is not None
         y = ctx.op.AveragePool(
-            x, kernel_shape=kernel, strides=strides, pads=pads, ceil_mode=int(bool(ceil_mode)), count_include_pad=int(bool(include))
+            x,
+            kernel_shape=kernel,
+            strides=strides,
+            pads=pads,
+            ceil_mode=int(bool(ceil_mode)),
+            count_include_pad=int(bool(include)),
         )
         if divisor_override is not None:
             y = ctx.op.Mul(y, ctx.const(float(np.prod(kernel)) / float(divisor_override), ctx.out_dtype()))
@@ -359,7 +370,15 @@ converter(aten.adaptive_max_pool3d.default)(_make_adaptive_max_pool(3))
 
 # upsampling
 def _resize(
-    ctx, x, output_size, scale_factors, n: int, mode: str, transform: str, nearest_mode: str = "floor", antialias: bool = False
+    ctx,
+    x,
+    output_size,
+    scale_factors,
+    n: int,
+    mode: str,
+    transform: str,
+    nearest_mode: str = "floor",
+    antialias: bool = False,
 ):
     x, unbatched = _add_batch(ctx, x, n)
     dtype = ctx.out_dtype()
@@ -546,10 +565,18 @@ def _pad_circular(ctx, x, pairs):
             raise ctx.error("circular padding needs non-negative static pads.")
         parts = []
         if begin:
-            parts.append(ctx.op.Slice(x, ctx.const([-begin], torch.int64), ctx.const([2**62], torch.int64), ctx.const([axis], torch.int64)))
+            parts.append(
+                ctx.op.Slice(
+                    x, ctx.const([-begin], torch.int64), ctx.const([2**62], torch.int64), ctx.const([axis], torch.int64)
+                )
+            )
         parts.append(x)
         if end:
-            parts.append(ctx.op.Slice(x, ctx.const([0], torch.int64), ctx.const([end], torch.int64), ctx.const([axis], torch.int64)))
+            parts.append(
+                ctx.op.Slice(
+                    x, ctx.const([0], torch.int64), ctx.const([end], torch.int64), ctx.const([axis], torch.int64)
+                )
+            )
         if len(parts) > 1:
             x = ctx.op.Concat(*parts, axis=axis)
     return x if any(b or e for _, b, e in pairs) else ctx.op.Identity(x)
@@ -573,8 +600,12 @@ def _make_mode_pad(mode: str):
     return convert_mode_pad
 
 
-converter(aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default)(_make_mode_pad("reflect"))
-converter(aten.replication_pad1d.default, aten.replication_pad2d.default, aten.replication_pad3d.default)(_make_mode_pad("replicate"))
+converter(aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default)(
+    _make_mode_pad("reflect")
+)
+converter(aten.replication_pad1d.default, aten.replication_pad2d.default, aten.replication_pad3d.default)(
+    _make_mode_pad("replicate")
+)
 converter(aten._pad_circular.default)(_make_mode_pad("circular"))
 
 
@@ -611,7 +642,9 @@ def convert_channel_shuffle(ctx, node, x, groups):
     # [N, C, *] -> [N, g, C / g, *] -> swap the two channel axes -> [N, C, *]
     rank = input_rank(ctx)
     g = int(groups)
-    shape = ctx.op.Concat(ctx.op.Shape(x, start=0, end=1), ctx.const([g, -1], torch.int64), ctx.op.Shape(x, start=2), axis=0)
+    shape = ctx.op.Concat(
+        ctx.op.Shape(x, start=0, end=1), ctx.const([g, -1], torch.int64), ctx.op.Shape(x, start=2), axis=0
+    )
     split = ctx.op.Reshape(x, shape)
     perm = [0, 2, 1] + list(range(3, rank + 1))
     return ctx.op.Reshape(ctx.op.Transpose(split, perm=perm), ctx.op.Shape(x))
@@ -634,7 +667,13 @@ def convert_im2col(ctx, node, x, kernel_size, dilation, padding, stride):
     kernel = _ntuple(kernel_size, 2)
     weight = ctx.const(_one_hot_kernels(channels, kernel), ctx.out_dtype())
     patches = ctx.op.Conv(
-        x, weight, kernel_shape=kernel, strides=_ntuple(stride, 2), pads=_ntuple(padding, 2) * 2, dilations=_ntuple(dilation, 2), group=channels
+        x,
+        weight,
+        kernel_shape=kernel,
+        strides=_ntuple(stride, 2),
+        pads=_ntuple(padding, 2) * 2,
+        dilations=_ntuple(dilation, 2),
+        group=channels,
     )
     y = ctx.op.Reshape(patches, ctx.const([0, channels * int(np.prod(kernel)), -1], torch.int64))
     return _remove_batch(ctx, y, unbatched)
@@ -650,9 +689,13 @@ def convert_col2im(ctx, node, x, output_size, kernel_size, dilation, padding, st
         raise ctx.error("fold (col2im) needs a static number of channels and a static output size.")
     channels = rows // k
     strides, pads, dilations = _ntuple(stride, 2), _ntuple(padding, 2), _ntuple(dilation, 2)
-    blocks = [(o + 2 * p - d * (kk - 1) - 1) // s + 1 for o, p, d, kk, s in zip(output_size, pads, dilations, kernel, strides)]
+    blocks = [
+        (o + 2 * p - d * (kk - 1) - 1) // s + 1 for o, p, d, kk, s in zip(output_size, pads, dilations, kernel, strides)
+    ]
     grid = ctx.op.Reshape(x, ctx.const([0, rows] + blocks, torch.int64))
-    produced = [(b - 1) * s + d * (kk - 1) + 1 - 2 * p for b, s, d, kk, p in zip(blocks, strides, dilations, kernel, pads)]
+    produced = [
+        (b - 1) * s + d * (kk - 1) + 1 - 2 * p for b, s, d, kk, p in zip(blocks, strides, dilations, kernel, pads)
+    ]
     weight = ctx.const(_one_hot_kernels(channels, kernel), ctx.out_dtype())
     y = ctx.op.ConvTranspose(
         grid,
