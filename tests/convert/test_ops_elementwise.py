@@ -310,3 +310,21 @@ def test_broadcast_tensors_dynamic():
     model = Fn2(lambda a, b: torch.broadcast_tensors(a, b))
     check_export(model, (a, b), dynamic_shapes=({0: "n"}, {0: "m"}), inputs2=((a2, b2), None))
     check_export(model, (a, b))
+
+
+COMPOSITE_OPS = {
+    "special_logit_fix": lambda a, b: (
+        torch.special.logit(a.sigmoid()),
+        torch.fix(a * 3),
+        torch.special.logit(a.sigmoid(), eps=0.1),
+    ),
+    "ldexp": lambda a, b: torch.ldexp(a, b.round()),
+    "ndtr": lambda a, b: torch.special.ndtr(a * 2),
+    "xlog1py": lambda a, b: torch.special.xlog1py(a.round(), b.abs()),
+}
+
+
+@pytest.mark.parametrize("name", list(COMPOSITE_OPS))
+def test_composite_ops(name):
+    a, b = _x(2, 3, 4), _x(2, 3, 4, seed=1)
+    check_export(Fn2(COMPOSITE_OPS[name]), (a, b))

@@ -366,3 +366,19 @@ def test_multihead_attention(need_weights):
     mask2[0, 4:] = True
     with torch.no_grad():
         check_export(MHA().eval(), (x, mask), dynamic_shapes=({0: "batch"}, {0: "batch"}), inputs2=((x2, mask2), None))
+
+
+MATRIX_CHAINS = {
+    "addr": lambda x: (
+        torch.addr(x, x[:, 0], x[0]),
+        torch.addr(x, x[:, 1], x[1], beta=0.5, alpha=2.0),
+        torch.addr(x, x[:, 0], x[0], beta=0),
+    ),
+    "multi_dot": lambda x: (torch.linalg.multi_dot([x, x.T, x]), torch.linalg.multi_dot([x[0], x.T, x[:, 0]])),
+    "special_softmax": lambda x: torch.special.softmax(x, 1),
+}
+
+
+@pytest.mark.parametrize("name", list(MATRIX_CHAINS))
+def test_matrix_chains(name):
+    check_export(Fn(MATRIX_CHAINS[name]), (_x(3, 3),))

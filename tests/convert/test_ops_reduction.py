@@ -162,3 +162,16 @@ def test_searches_and_renorm(name):
     x, x2 = _x(2, 5, 6), _x(3, 5, 6, seed=1)
     x[0, 0, :3] = torch.tensor([0.0, 1.0, -1.0])
     check_export(Fn(SEARCHES[name]), (x,), dynamic_shapes=({0: "batch"},), inputs2=((x2,), None))
+
+
+def test_trapezoid():
+    model = Fn(
+        lambda y: (
+            torch.trapezoid(y),
+            torch.trapezoid(y, dx=0.5, dim=1),
+            torch.trapz(y, dx=2.0),
+            torch.cumulative_trapezoid(y, dim=1),
+        )
+    )
+    x, x2 = _x(2, 5, 6), _x(3, 5, 6, seed=1)
+    check_export(model, (x,), dynamic_shapes=({0: "batch"},), inputs2=((x2,), None))

@@ -66,7 +66,7 @@ def _trunc(ctx, x):
     return ctx.op.Mul(ctx.op.Sign(x), ctx.op.Floor(ctx.op.Abs(x)))
 
 
-@converter(aten.trunc.default)
+@converter(aten.trunc.default, aten.fix.default)
 def convert_trunc(ctx, node, x):
     return _trunc(ctx, x)
 
@@ -350,7 +350,7 @@ def convert_prelu(ctx, node, x, weight):
     return ctx.op.PRelu(x, weight)
 
 
-@converter(aten.logit.default)
+@converter(aten.logit.default, aten.special_logit.default)
 def convert_logit(ctx, node, x, eps=None):
     dtype = ctx.out_dtype()
     if eps is not None:
@@ -726,3 +726,28 @@ def convert_cross(ctx, node, a, b, dim=None):
         return ctx.op.Sub(ctx.op.Mul(a_parts[i], b_parts[j]), ctx.op.Mul(a_parts[j], b_parts[i]))
 
     return ctx.op.Concat(term(1, 2), term(2, 0), term(0, 1), axis=axis)
+
+
+@converter(aten.ldexp.Tensor)
+def convert_ldexp(ctx, node, x, other):
+    dtype = ctx.out_dtype()
+    x, other = cast_all(ctx, [x, other], dtype)
+    return ctx.op.Mul(x, ctx.op.Pow(ctx.const(2.0, dtype), other))
+
+
+@converter(aten.special_ndtr.default)
+def convert_ndtr(ctx, node, x):
+    # standard normal CDF: (1 + erf(x / sqrt(2))) / 2
+    dtype = ctx.out_dtype()
+    x = ctx.cast(x, dtype)
+    erf = ctx.op.Erf(ctx.op.Mul(x, ctx.const(1.0 / math.sqrt(2.0), dtype)))
+    return ctx.op.Mul(ctx.op.Add(erf, ctx.const(1.0, dtype)), ctx.const(0.5, dtype))
+
+
+@converter(aten.special_xlog1py.default, aten.special_xlog1py.self_scalar, aten.special_xlog1py.other_scalar)
+def convert_xlog1py(ctx, node, x, y):
+    dtype = ctx.out_dtype()
+    x, y = cast_all(ctx, [x, y], dtype)
+    product = ctx.op.Mul(x, ctx.op.Log(ctx.op.Add(y, ctx.const(1.0, dtype))))
+    zero = ctx.const(0.0, dtype)
+    return ctx.op.Where(ctx.op.And(ctx.op.Equal(x, zero), ctx.op.Not(ctx.op.IsNaN(y))), zero, product)

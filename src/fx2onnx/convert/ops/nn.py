@@ -100,7 +100,7 @@ def convert_rms_norm(ctx, node, x, normalized_shape, weight=None, eps=None):
     return y if weight is None else ctx.op.Mul(y, weight)
 
 
-@converter(aten.softmax.int, aten._softmax.default, aten._safe_softmax.default)
+@converter(aten.softmax.int, aten._softmax.default, aten._safe_softmax.default, aten.special_softmax.default)
 def convert_softmax(ctx, node, x, dim, half_to_float_or_dtype=None):
     dtype = ctx.out_dtype()
     x = ctx.cast(x, dtype)
@@ -508,3 +508,26 @@ def convert_kron(ctx, node, a, b):
 @converter(aten.linalg_det.default, aten.det.default)
 def convert_det(ctx, node, x):
     return ctx.op.Det(x)
+
+
+@converter(aten.addr.default)
+def convert_addr(ctx, node, x, vec1, vec2, beta=1, alpha=1):
+    dtype = ctx.out_dtype()
+    outer = ctx.op.Mul(ctx.op.Unsqueeze(ctx.cast(vec1, dtype), ctx.const([1], torch.int64)), ctx.cast(vec2, dtype))
+    if alpha != 1:
+        outer = ctx.op.Mul(outer, ctx.const(alpha, dtype))
+    if beta == 0:
+        return outer
+    x = ctx.cast(x, dtype)
+    if beta != 1:
+        x = ctx.op.Mul(x, ctx.const(beta, dtype))
+    return ctx.op.Add(x, outer)
+
+
+@converter(aten.linalg_multi_dot.default, aten.chain_matmul.default)
+def convert_multi_dot(ctx, node, tensors):
+    # MatMul treats a 1-D first (last) operand as a row (column) vector, like multi_dot
+    out = tensors[0]
+    for t in tensors[1:]:
+        out = ctx.op.MatMul(out, t)
+    return out

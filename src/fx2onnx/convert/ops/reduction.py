@@ -497,3 +497,32 @@ def convert_renorm(ctx, node, x, p, dim, maxnorm):
     limit = ctx.const(float(maxnorm), dtype)
     factor = ctx.op.Div(limit, ctx.op.Add(norm, ctx.const(1e-7, dtype)))
     return ctx.op.Mul(x, ctx.op.Where(ctx.op.Greater(norm, limit), factor, ctx.const(1.0, dtype)))
+
+
+def _ends_and_inner(ctx, y, axis: int):
+    axes = ctx.const([axis], torch.int64)
+    big = ctx.const([2**62], torch.int64)
+    head = ctx.op.Slice(y, ctx.const([0], torch.int64), ctx.const([-1], torch.int64), axes)
+    tail = ctx.op.Slice(y, ctx.const([1], torch.int64), big, axes)
+    return head, tail
+
+
+@converter(aten.trapezoid.dx, aten.trapz.dx)
+def convert_trapezoid(ctx, node, y, *, dx=1, dim=-1):
+    # dx * sum((y[i] + y[i + 1]) / 2)
+    dtype = ctx.out_dtype()
+    y = ctx.cast(y, dtype)
+    axis = normalize_axis(dim, input_rank(ctx))
+    head, tail = _ends_and_inner(ctx, y, axis)
+    pairs = ctx.op.ReduceSum(ctx.op.Add(head, tail), ctx.const([axis], torch.int64), keepdims=0)
+    return ctx.op.Mul(pairs, ctx.const(float(dx) / 2.0, dtype))
+
+
+@converter(aten.cumulative_trapezoid.dx)
+def convert_cumulative_trapezoid(ctx, node, y, *, dx=1, dim=-1):
+    dtype = ctx.out_dtype()
+    y = ctx.cast(y, dtype)
+    axis = normalize_axis(dim, input_rank(ctx))
+    head, tail = _ends_and_inner(ctx, y, axis)
+    pairs = ctx.op.CumSum(ctx.op.Add(head, tail), ctx.const(axis, torch.int64))
+    return ctx.op.Mul(pairs, ctx.const(float(dx) / 2.0, dtype))
