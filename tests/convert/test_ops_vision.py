@@ -482,3 +482,10 @@ def test_tiny_vit():
 @pytest.mark.parametrize("k,dims", [(1, (2, 3)), (2, (2, 3)), (3, (2, 3)), (-1, (3, 2)), (5, (1, 2)), (0, (2, 3))])
 def test_rot90(k, dims):
     _check_dynamic_batch(Fn(lambda x: torch.rot90(x, k, dims)), (2, 3, 4, 5))
+
+
+@pytest.mark.parametrize("opset", [20, 21, 23])
+@pytest.mark.parametrize("name", ["small_cnn", "unet_like", "residual_se"])
+def test_models_other_opsets(name, opset):
+    make, shape = DECOMPOSED[name]
+    _check_dynamic_batch(make(), shape, target_opset=opset)
