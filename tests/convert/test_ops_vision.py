@@ -489,3 +489,10 @@ def test_rot90(k, dims):
 def test_models_other_opsets(name, opset):
     make, shape = DECOMPOSED[name]
     _check_dynamic_batch(make(), shape, target_opset=opset)
+
+
+@pytest.mark.parametrize("opset", [18, 21])
+@pytest.mark.parametrize("affine", [True, False])
+def test_group_norm_opsets(opset, affine):
+    model = _randomize(nn.GroupNorm(3, 6, affine=affine, eps=1e-3))
+    _check_dynamic_batch(model, (2, 6, 4, 5), target_opset=opset)

@@ -211,9 +211,13 @@ def convert_instance_norm(
 
 @converter(aten.group_norm.default)
 def convert_group_norm(ctx, node, x, num_groups, weight=None, bias=None, eps=1e-5, cudnn_enabled=True):
-    # [N, C, *] -> [N, G, -1], normalized over the last axis, back to [N, C, *]
     rank = input_rank(ctx)
     dtype = ctx.out_dtype()
+    if ctx.opset >= 21:  # GroupNormalization takes one scale and bias per channel since opset 21
+        weight = _channel_constant(ctx, 1.0, x, dtype) if weight is None else weight
+        bias = _channel_constant(ctx, 0.0, x, dtype) if bias is None else bias
+        return ctx.op.GroupNormalization(x, weight, bias, num_groups=int(num_groups), epsilon=float(eps))
+    # [N, C, *] -> [N, G, -1], normalized over the last axis, back to [N, C, *]
     shape = ctx.op.Shape(x)
     grouped = ctx.op.Reshape(x, ctx.const([0, int(num_groups), -1], torch.int64))
     axes = ctx.const([2], torch.int64)
