@@ -9,6 +9,7 @@ from . import (  # noqa: F401
     loss,
     nn,
     reduction,
+    resample,
     shape,
     symbolic,
     vision,

@@ -1,0 +1,236 @@
+"""Resampling layers: upsampling (Resize), grid sampling, affine grids, pixel and channel shuffles, rot90.
+
+Shares the helpers of :mod:`.vision` (unbatched inputs get a batch dimension
+added then removed).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ..registry import converter
+from ._common import input_rank
+from .vision import _add_batch, _remove_batch
+
+aten = torch.ops.aten
+
+
+# upsampling
+def _resize(
+    ctx,
+    x,
+    output_size,
+    scale_factors,
+    n: int,
+    mode: str,
+    transform: str,
+    nearest_mode: str = "floor",
+    antialias: bool = False,
+):
+    x, unbatched = _add_batch(ctx, x, n)
+    dtype = ctx.out_dtype()
+    if scale_factors is not None and output_size is None:
+        scales = ctx.const([1.0, 1.0] + [float(s) for s in _float_tuple(scale_factors, n)], torch.float32)
+        sizes = None
+    elif output_size is not None:
+        scales = None
+        sizes = ctx.op.Concat(ctx.op.Shape(x, start=0, end=2), ctx.shape_value(list(output_size)), axis=0)
+    else:
+        raise ctx.error("upsample needs an output size or scale factors.")
+    y = ctx.op.Resize(
+        x,
+        None,
+        scales,
+        sizes,
+        mode=mode,
+        coordinate_transformation_mode=transform,
+        nearest_mode=nearest_mode if mode == "nearest" else None,
+        # torch: a = -0.75 for bicubic, a = -0.5 and no weight outside the image with antialiasing
+        cubic_coeff_a=(-0.5 if antialias else -0.75) if mode == "cubic" else None,
+        antialias=1 if antialias else None,
+        exclude_outside=1 if antialias else None,
+    )
+    y = ctx.cast(y, dtype)
+    return _remove_batch(ctx, y, unbatched)
+
+
+def _float_tuple(values: Any, n: int) -> list[float]:
+    if isinstance(values, (list, tuple)):
+        return [float(v) for v in values] if len(values) == n else [float(values[0])] * n
+    return [float(values)] * n
+
+
+def _scales_from_args(scales: Sequence[Any], n: int) -> list[float] | None:
+    """The ``scales_h``, ``scales_w``... arguments of the ``.default`` overloads (None when absent)."""
+    values = [s for s in scales[:n] if s is not None]
+    return [float(v) for v in values] if len(values) == n else None
+
+
+def _make_upsample_nearest(n: int, exact: bool):
+    transform, nearest_mode = ("half_pixel", "round_prefer_ceil") if exact else ("asymmetric", "floor")
+
+    def convert_upsample_nearest_vec(ctx, node, x, output_size, scale_factors):
+        return _resize(ctx, x, output_size, scale_factors, n, "nearest", transform, nearest_mode)
+
+    def convert_upsample_nearest(ctx, node, x, output_size, *scales):
+        # torch maps coordinates with the given scales when there are some, as Resize does
+        factors = _scales_from_args(scales, n)
+        return _resize(ctx, x, None if factors else output_size, factors, n, "nearest", transform, nearest_mode)
+
+    return convert_upsample_nearest_vec, convert_upsample_nearest
+
+
+for _n, _name in ((1, "1d"), (2, "2d"), (3, "3d")):
+    for _exact, _prefix in ((False, "upsample_nearest"), (True, "_upsample_nearest_exact")):
+        _packet = getattr(aten, f"{_prefix}{_name}")
+        _vec, _default = _make_upsample_nearest(_n, _exact)
+        converter(_packet.vec)(_vec)
+        converter(_packet.default)(_default)
+
+
+def _make_upsample_interp(n: int, mode: str):
+    # torch maps an output of size 1 on the center of the input: half_pixel does,
+    # pytorch_half_pixel maps it on 0 (older torch versions)
+    def convert_upsample_vec(ctx, node, x, output_size, align_corners, scale_factors):
+        transform = "align_corners" if align_corners else "half_pixel"
+        return _resize(ctx, x, output_size, scale_factors, n, mode, transform)
+
+    def convert_upsample(ctx, node, x, output_size, align_corners, *scales):
+        transform = "align_corners" if align_corners else "half_pixel"
+        factors = None if align_corners else _scales_from_args(scales, n)
+        return _resize(ctx, x, None if factors else output_size, factors, n, mode, transform)
+
+    return convert_upsample_vec, convert_upsample
+
+
+for _n, _op_name, _mode in (
+    (1, "upsample_linear1d", "linear"),
+    (2, "upsample_bilinear2d", "linear"),
+    (3, "upsample_trilinear3d", "linear"),
+    (2, "upsample_bicubic2d", "cubic"),
+):
+    _packet = getattr(aten, _op_name)
+    _vec, _default = _make_upsample_interp(_n, _mode)
+    converter(_packet.vec)(_vec)
+    converter(_packet.default)(_default)
+
+
+def _make_upsample_antialias(mode: str):
+    def convert_upsample_antialias(ctx, node, x, output_size, align_corners, scale_factors):
+        # torch's antialiased resampling uses half-pixel centers (align_corners=False)
+        if align_corners:
+            raise ctx.error("antialias=True with align_corners=True is not supported.")
+        return _resize(ctx, x, output_size, scale_factors, 2, mode, "half_pixel", antialias=True)
+
+    return convert_upsample_antialias
+
+
+converter(aten._upsample_bilinear2d_aa.vec)(_make_upsample_antialias("linear"))
+converter(aten._upsample_bicubic2d_aa.vec)(_make_upsample_antialias("cubic"))
+
+
+_GRID_MODES = {0: ("bilinear", "linear"), 1: ("nearest", "nearest"), 2: ("bicubic", "cubic")}
+_GRID_PADDINGS = {0: "zeros", 1: "border", 2: "reflection"}
+
+
+@converter(aten.grid_sampler.default, aten.grid_sampler_2d.default)
+def convert_grid_sampler(ctx, node, x, grid, interpolation_mode, padding_mode, align_corners):
+    if input_rank(ctx) != 4:
+        raise ctx.error("grid_sample is supported on 4D inputs (N, C, H, W).")
+    mode = _GRID_MODES[int(interpolation_mode)][0 if ctx.opset < 20 else 1]
+    return ctx.op.GridSample(
+        x, grid, mode=mode, padding_mode=_GRID_PADDINGS[int(padding_mode)], align_corners=int(bool(align_corners))
+    )
+
+
+def _normalized_coordinates(size: int, align_corners: bool) -> np.ndarray:
+    if size <= 1:
+        return np.zeros((max(size, 1),), dtype=np.float64)
+    steps = np.linspace(-1.0, 1.0, size)
+    return steps if align_corners else steps * (size - 1) / size
+
+
+@converter(aten.affine_grid_generator.default)
+def convert_affine_grid_generator(ctx, node, theta, size, align_corners):
+    # grid[n, h, w] = theta[n] @ (x_w, y_h, 1): a constant base grid times theta^T
+    if len(size) != 4 or not all(isinstance(s, int) for s in size[2:]):
+        raise ctx.error("affine_grid is supported for 2D grids (size N, C, H, W) with a static H and W.")
+    height, width = int(size[2]), int(size[3])
+    xs = _normalized_coordinates(width, bool(align_corners))
+    ys = _normalized_coordinates(height, bool(align_corners))
+    base = np.stack([np.tile(xs, height), np.repeat(ys, width), np.ones(height * width)], axis=1)  # [H * W, 3]
+    dtype = ctx.out_dtype()
+    grid = ctx.op.MatMul(ctx.const(base, dtype), ctx.op.Transpose(theta, perm=[0, 2, 1]))  # [N, H * W, 2]
+    return ctx.op.Reshape(grid, ctx.const([0, height, width, 2], torch.int64))
+
+
+# pixel shuffle
+@converter(aten.pixel_shuffle.default)
+def convert_pixel_shuffle(ctx, node, x, upscale_factor):
+    if input_rank(ctx) not in (3, 4):
+        raise ctx.error("pixel_shuffle is supported on 3D and 4D inputs.")
+    x, unbatched = _add_batch(ctx, x, 2)
+    y = ctx.op.DepthToSpace(x, blocksize=int(upscale_factor), mode="CRD")
+    return _remove_batch(ctx, y, unbatched)
+
+
+@converter(aten.pixel_unshuffle.default)
+def convert_pixel_unshuffle(ctx, node, x, downscale_factor):
+    # SpaceToDepth orders the channels (block, channel); torch orders them (channel, block)
+    if input_rank(ctx) not in (3, 4):
+        raise ctx.error("pixel_unshuffle is supported on 3D and 4D inputs.")
+    x, unbatched = _add_batch(ctx, x, 2)
+    r = int(downscale_factor)
+    n_c = ctx.op.Shape(x, start=0, end=2)
+    h = ctx.op.Div(ctx.op.Shape(x, start=2, end=3), ctx.const([r], torch.int64))
+    w = ctx.op.Div(ctx.op.Shape(x, start=3, end=4), ctx.const([r], torch.int64))
+    r1 = ctx.const([r], torch.int64)
+    split = ctx.op.Reshape(x, ctx.op.Concat(n_c, h, r1, w, r1, axis=0))
+    moved = ctx.op.Transpose(split, perm=[0, 1, 3, 5, 2, 4])
+    out_shape = ctx.op.Concat(ctx.op.Shape(x, start=0, end=1), ctx.const([-1], torch.int64), h, w, axis=0)
+    y = ctx.op.Reshape(moved, out_shape)
+    return _remove_batch(ctx, y, unbatched)
+
+
+@converter(aten.channel_shuffle.default, aten.native_channel_shuffle.default)
+def convert_channel_shuffle(ctx, node, x, groups):
+    # [N, C, *] -> [N, g, C / g, *] -> swap the two channel axes -> [N, C, *]
+    rank = input_rank(ctx)
+    g = int(groups)
+    shape = ctx.op.Concat(
+        ctx.op.Shape(x, start=0, end=1), ctx.const([g, -1], torch.int64), ctx.op.Shape(x, start=2), axis=0
+    )
+    split = ctx.op.Reshape(x, shape)
+    perm = [0, 2, 1] + list(range(3, rank + 1))
+    return ctx.op.Reshape(ctx.op.Transpose(split, perm=perm), ctx.op.Shape(x))
+
+
+@converter(aten.rot90.default)
+def convert_rot90(ctx, node, x, k=1, dims=(0, 1)):
+    # k = 1: flip dims[1] then swap; k = 2: flip both; k = 3: swap then flip dims[1]
+    rank = input_rank(ctx)
+    d0, d1 = (d + rank if d < 0 else d for d in dims)
+    k = int(k) % 4
+    perm = list(range(rank))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+
+    def flip(v, axes):
+        n = len(axes)
+        return ctx.op.Slice(
+            v,
+            ctx.const([-1] * n, torch.int64),
+            ctx.const([-(2**62)] * n, torch.int64),
+            ctx.const(list(axes), torch.int64),
+            ctx.const([-1] * n, torch.int64),
+        )
+
+    if k == 0:
+        return ctx.op.Identity(x)
+    if k == 1:
+        return ctx.op.Transpose(flip(x, [d1]), perm=perm)
+    if k == 2:
+        return flip(x, [d0, d1])
+    return flip(ctx.op.Transpose(x, perm=perm), [d1])
