@@ -1,0 +1,125 @@
+"""Activation functions: gelu, silu, softplus, elu family, hard* functions, prelu, glu, thresholds.
+
+Simple unary activations (relu, sigmoid, tanh, mish, hardswish) are in the
+table of :mod:`.elementwise`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..registry import converter
+
+aten = torch.ops.aten
+
+
+@converter(aten.silu.default)
+def convert_silu(ctx, node, x):
+    return ctx.op.Mul(x, ctx.op.Sigmoid(x))
+
+
+@converter(aten.gelu.default)
+def convert_gelu(ctx, node, x, approximate="none"):
+    if ctx.opset >= 20:
+        return ctx.op.Gelu(x, approximate=approximate)
+    dtype = ctx.out_dtype()
+    half = ctx.const(0.5, dtype)
+    one = ctx.const(1.0, dtype)
+    if approximate == "tanh":
+        inner = ctx.op.Mul(
+            ctx.const(math.sqrt(2 / math.pi), dtype),
+            ctx.op.Add(x, ctx.op.Mul(ctx.const(0.044715, dtype), ctx.op.Mul(x, ctx.op.Mul(x, x)))),
+        )
+        return ctx.op.Mul(ctx.op.Mul(half, x), ctx.op.Add(one, ctx.op.Tanh(inner)))
+    erf = ctx.op.Erf(ctx.op.Div(x, ctx.const(math.sqrt(2.0), dtype)))
+    return ctx.op.Mul(ctx.op.Mul(half, x), ctx.op.Add(one, erf))
+
+
+@converter(aten.softplus.default)
+def convert_softplus(ctx, node, x, beta=1, threshold=20):
+    if beta == 1 and threshold >= 20:
+        return ctx.op.Softplus(x)
+    # torch: x where beta * x > threshold, else log(1 + exp(beta * x)) / beta
+    dtype = ctx.out_dtype()
+    scaled = ctx.op.Mul(x, ctx.const(float(beta), dtype))
+    soft = ctx.op.Div(ctx.op.Softplus(scaled), ctx.const(float(beta), dtype))
+    return ctx.op.Where(ctx.op.Greater(scaled, ctx.const(float(threshold), dtype)), x, soft)
+
+
+@converter(aten.log_sigmoid.default)
+def convert_log_sigmoid(ctx, node, x):
+    # stable form: min(x, 0) - log(1 + exp(-|x|))
+    dtype = ctx.out_dtype()
+    one = ctx.const(1.0, dtype)
+    tail = ctx.op.Log(ctx.op.Add(one, ctx.op.Exp(ctx.op.Neg(ctx.op.Abs(x)))))
+    return ctx.op.Sub(ctx.op.Min(x, ctx.const(0.0, dtype)), tail)
+
+
+@converter(aten.threshold.default)
+def convert_threshold(ctx, node, x, threshold, value):
+    dtype = ctx.out_dtype()
+    return ctx.op.Where(ctx.op.Greater(x, ctx.as_value(threshold, dtype)), x, ctx.as_value(value, dtype))
+
+
+@converter(aten.rrelu.default)
+def convert_rrelu(ctx, node, x, lower=1.0 / 8, upper=1.0 / 3, training=False, generator=None):
+    if training:
+        raise ctx.error("rrelu in training mode is random and cannot be exported: call model.eval() before exporting.")
+    return ctx.op.LeakyRelu(x, alpha=(float(lower) + float(upper)) / 2)
+
+
+@converter(aten.glu.default)
+def convert_glu(ctx, node, x, dim=-1):
+    first, second = ctx.op.Split(x, axis=int(dim), num_outputs=2, _outputs=2)
+    return ctx.op.Mul(first, ctx.op.Sigmoid(second))
+
+
+@converter(aten.leaky_relu.default)
+def convert_leaky_relu(ctx, node, x, negative_slope=0.01):
+    return ctx.op.LeakyRelu(x, alpha=float(negative_slope))
+
+
+@converter(aten.elu.default)
+def convert_elu(ctx, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    if scale == 1.0 and input_scale == 1.0:
+        return ctx.op.Elu(x, alpha=float(alpha))
+    if alpha == 1.6732632423543772 and scale == 1.0507009873554805:
+        return ctx.op.Selu(x, alpha=float(alpha), gamma=float(scale))
+    raise ctx.error(f"elu with scale={scale}, input_scale={input_scale} is not supported.")
+
+
+@converter(aten.celu.default)
+def convert_celu(ctx, node, x, alpha=1.0):
+    return ctx.op.Celu(x, alpha=float(alpha))
+
+
+@converter(aten.selu.default)
+def convert_selu(ctx, node, x):
+    return ctx.op.Selu(x)
+
+
+@converter(aten.hardsigmoid.default)
+def convert_hardsigmoid(ctx, node, x):
+    return ctx.op.HardSigmoid(x, alpha=1.0 / 6, beta=0.5)
+
+
+@converter(aten.hardtanh.default)
+def convert_hardtanh(ctx, node, x, min_val=-1.0, max_val=1.0):
+    dtype = ctx.out_dtype()
+    return ctx.op.Clip(x, ctx.const(min_val, dtype), ctx.const(max_val, dtype))
+
+
+@converter(aten.relu6.default)
+def convert_relu6(ctx, node, x):
+    return convert_hardtanh(ctx, node, x, 0.0, 6.0)
+
+
+@converter(aten.prelu.default)
+def convert_prelu(ctx, node, x, weight):
+    # weight has one value per channel (axis 1)
+    rank = node.args[0].meta["val"].dim()
+    if rank >= 2:
+        weight = ctx.op.Reshape(weight, ctx.const([-1] + [1] * (rank - 2), torch.int64))
+    return ctx.op.PRelu(x, weight)
