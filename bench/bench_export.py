@@ -61,13 +61,16 @@ MODELS = {
 }
 
 
-def _median_time(fn, repeat: int) -> float:
-    times = []
+def _median_times(fns: dict, repeat: int) -> dict:
+    """Median time of each function; the runs are interleaved so that a busy machine
+    slows all of them alike."""
+    times: dict = {name: [] for name in fns}
     for _ in range(repeat):
-        begin = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - begin)
-    return statistics.median(times)
+        for name, fn in fns.items():
+            begin = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - begin)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def _quiet(fn, *args, **kwargs):
@@ -80,12 +83,17 @@ def bench(name: str, repeat: int) -> dict:
     model, args, kwargs, ds = MODELS[name]()
     torch_ds = export_dynamic_shapes(ds)
     row = {"model": name}
-    row["torch.export"] = _median_time(
-        lambda: torch.export.export(model, args, kwargs, dynamic_shapes=torch_ds, strict=False), repeat
-    )
-    row["to_onnx"] = _median_time(lambda: fx2onnx.to_onnx(model, args, kwargs, dynamic_shapes=ds), repeat)
-    row["torch.onnx.export"] = _median_time(
-        lambda: _quiet(torch.onnx.export, model, args, kwargs=kwargs, dynamic_shapes=torch_ds, dynamo=True), repeat
+    row.update(
+        _median_times(
+            {
+                "torch.export": lambda: torch.export.export(model, args, kwargs, dynamic_shapes=torch_ds, strict=False),
+                "to_onnx": lambda: fx2onnx.to_onnx(model, args, kwargs, dynamic_shapes=ds),
+                "torch.onnx.export": lambda: _quiet(
+                    torch.onnx.export, model, args, kwargs=kwargs, dynamic_shapes=torch_ds, dynamo=True
+                ),
+            },
+            repeat,
+        )
     )
     # each model is checked once: a fast but wrong exporter would be no result
     onx = fx2onnx.to_onnx(model, args, kwargs, dynamic_shapes=ds)
