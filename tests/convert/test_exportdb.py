@@ -13,7 +13,6 @@ import pytest
 import torch
 
 import fx2onnx
-from fx2onnx.convert import registry
 
 from torch._export.db.examples import all_examples
 
@@ -22,8 +21,7 @@ CASES = dict(sorted(all_examples().items()))
 #: cases torch.export.export(strict=False) rejects itself (torch 2.13): nothing to convert
 TORCH_EXPORT_FAILS = {"dynamic_shape_round"}
 
-#: cases needing a control flow converter (torch.cond / torch.map); they fail with
-#: UnsupportedOpError until ops/control_flow.py registers the higher order operator
+#: cases needing a control flow converter (torch.cond -> If, torch.map -> Scan)
 CONTROL_FLOW = {
     "cond_closed_over_variable": torch.ops.higher_order.cond,
     "cond_operands": torch.ops.higher_order.cond,
@@ -75,11 +73,9 @@ def test_exportdb_case(name):
         with pytest.raises(fx2onnx.ExportError, match="Step 'capture' failed"):
             fx2onnx.to_onnx(model, args, kwargs, dynamic_shapes=ds)
         return
-    if name in CONTROL_FLOW and registry.lookup(CONTROL_FLOW[name]) is None:
-        with pytest.raises(fx2onnx.UnsupportedOpError, match="higher_order"):
-            fx2onnx.to_onnx(model, args, kwargs, dynamic_shapes=ds)
-        return
     onx = fx2onnx.to_onnx(model, copy.deepcopy(args), copy.deepcopy(kwargs), dynamic_shapes=ds)
+    if name in CONTROL_FLOW:
+        assert {"If", "Scan", "Loop"} & {n.op_type for n in onx.graph.node}, "the control flow was lost"
     report = fx2onnx.validate(onx, model, args, kwargs, atol=1e-4)
     assert report.ok, report
     second = _second_inputs(case)
