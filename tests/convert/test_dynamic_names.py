@@ -107,3 +107,21 @@ def test_output_names_model_output():
     assert path_to_name(()) == "output"
     assert path_to_name(("past_key_values", 0)) == "past_key_values_0"
     assert path_to_name(("a.b",)) == "a_b"
+
+
+def test_output_names_distinct_from_inputs():
+    from fx2onnx.convert.naming import distinct_from_inputs
+
+    names = ["logits", "past_key_values_key_0", "x", None]
+    assert distinct_from_inputs(names, {"x", "past_key_values_key_0"}) == ["logits", "present_key_0", "x_out", None]
+
+
+class Identityish(torch.nn.Module):
+    def forward(self, x):
+        return {"x": x + 1}
+
+
+def test_output_named_like_an_input():
+    onx = fx2onnx.to_onnx(Identityish(), (torch.randn(2, 3),))
+    assert [i.name for i in onx.graph.input] == ["x"]
+    assert [o.name for o in onx.graph.output] == ["x_out"]

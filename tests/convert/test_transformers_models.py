@@ -56,3 +56,22 @@ def test_transformers_model(name, attn):
     assert second["input_ids"].shape != tiny.inputs["input_ids"].shape
     report = fx2onnx.validate(onx, tiny.model, (), second, atol=1e-4)
     assert report.ok, report
+
+
+@pytest.mark.parametrize("name", ["llama", "phi3", "gpt2"])
+def test_transformers_model_with_cache(name):
+    import copy
+
+    tiny = get_tiny_model(name, with_cache=True)
+    with fx2onnx.torch_export_patches(patch_transformers=True) as modificator:
+        onx = fx2onnx.to_onnx(tiny.model, (), modificator(copy.deepcopy(tiny.inputs)), dynamic_shapes=tiny.dynamic_shapes)
+        second = _padded(copy.deepcopy(tiny.inputs2))
+        report = fx2onnx.validate(onx, tiny.model, (), second, atol=1e-4)
+    assert report.ok, report
+    inputs = {i.name: _dims(i) for i in onx.graph.input}
+    assert inputs["attention_mask"] == ["batch", "total_seq"]
+    assert inputs["past_key_values_key_0"][::2] == ["batch", "past_seq"]
+    outputs = {o.name: _dims(o) for o in onx.graph.output}
+    # the updated cache is named after the cache's keys, its length is an expression
+    assert list(outputs) == ["logits", "present_key_0", "present_value_0"], outputs
+    assert outputs["present_key_0"][::2] == ["batch", "past_seq+seq"]

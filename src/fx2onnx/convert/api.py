@@ -15,7 +15,7 @@ from .capture import capture
 from .dispatcher import Dispatcher
 from .errors import ConversionError
 from .interpreter import DimNamer, Interpreter
-from .naming import output_names_from_spec
+from .naming import distinct_from_inputs, output_names_from_spec
 
 #: initializers above this size (bytes) go to the external data file when saving
 EXTERNAL_DATA_THRESHOLD = 1024
@@ -112,6 +112,7 @@ def convert_exported_program(
     derived = output_names_from_spec(ep.call_spec.out_spec)
     if len(derived) != n_user:
         derived = [None] * n_user  # an unusual structure: keep the FX names
+    derived = distinct_from_inputs(derived, {v.name for v in builder.inputs})
     k = 0
     user_index = -1
     for value, kind, fx_out in zip(outputs, out_kinds, out_nodes):

@@ -61,6 +61,43 @@ def path_to_name(path: tuple[Any, ...]) -> str:
     return name
 
 
+def _key(entry: Any) -> Any:
+    for attribute in ("key", "idx", "name"):  # MappingKey, SequenceKey, GetAttrKey
+        if hasattr(entry, attribute):
+            return getattr(entry, attribute)
+    return str(entry)
+
+
+def _paths_with_keys(spec: pytree.TreeSpec) -> list[tuple[Any, ...]] | None:
+    """Paths given by the flatten-with-keys functions of the registered classes
+    (a ``DynamicCache`` names its leaves ``key_0``, ``value_0``...), or None when the
+    structure cannot be rebuilt from placeholder tensors."""
+    import torch
+
+    try:
+        tree = spec.unflatten([torch.zeros((1, 1, 1, 1)) for _ in range(spec.num_leaves)])
+        leaves = pytree.tree_flatten_with_path(tree)[0]
+    except Exception:  # a class whose unflatten needs real values: walk the spec instead
+        return None
+    if len(leaves) != spec.num_leaves:
+        return None
+    return [tuple(_key(k) for k in path) for path, _ in leaves]
+
+
 def output_names_from_spec(spec: pytree.TreeSpec | None) -> list[str]:
     """One readable name per flattened output (see the module docstring)."""
-    return [path_to_name(p) for p in output_paths(spec)]
+    if spec is None:
+        return []
+    paths = _paths_with_keys(spec) if not spec.is_leaf() else None
+    return [path_to_name(p) for p in (paths or output_paths(spec))]
+
+
+def distinct_from_inputs(names: list[str | None], input_names: set[str]) -> list[str | None]:
+    """Renames the output names equal to an input name: ``past_key_values_key_0``
+    becomes ``present_key_0`` (the usual name of an updated cache), others get ``_out``."""
+    result: list[str | None] = []
+    for name in names:
+        if name is not None and name in input_names:
+            name = "present" + name[len("past_key_values"):] if name.startswith("past_key_values_") else f"{name}_out"
+        result.append(name)
+    return result
