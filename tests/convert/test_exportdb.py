@@ -18,7 +18,7 @@ from torch._export.db.examples import all_examples
 
 CASES = dict(sorted(all_examples().items()))
 
-#: cases torch.export.export(strict=False) rejects itself (torch 2.13): nothing to convert
+#: cases torch.export.export rejects itself, strict or not (torch 2.13): nothing to convert
 TORCH_EXPORT_FAILS = {"dynamic_shape_round"}
 
 #: cases needing a control flow converter (torch.cond -> If, torch.map -> Scan)
@@ -62,18 +62,19 @@ def test_database_is_the_expected_one():
     assert TORCH_EXPORT_FAILS | set(CONTROL_FLOW) <= set(CASES)
 
 
+@pytest.mark.parametrize("strict", [False, True], ids=["nonstrict", "strict"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_exportdb_case(name):
+def test_exportdb_case(name, strict):
     case = CASES[name]
     model = case.model
     args, kwargs, ds = case.example_args, dict(case.example_kwargs), case.dynamic_shapes
     if name in TORCH_EXPORT_FAILS:
         with pytest.raises(Exception):
-            torch.export.export(model, args, kwargs, dynamic_shapes=ds, strict=False)
+            torch.export.export(model, args, kwargs, dynamic_shapes=ds, strict=strict)
         with pytest.raises(fx2onnx.ExportError, match="Step 'capture' failed"):
-            fx2onnx.to_onnx(model, args, kwargs, dynamic_shapes=ds)
+            fx2onnx.to_onnx(model, args, kwargs, dynamic_shapes=ds, strict=strict)
         return
-    onx = fx2onnx.to_onnx(model, copy.deepcopy(args), copy.deepcopy(kwargs), dynamic_shapes=ds)
+    onx = fx2onnx.to_onnx(model, copy.deepcopy(args), copy.deepcopy(kwargs), dynamic_shapes=ds, strict=strict)
     if name in CONTROL_FLOW:
         assert {"If", "Scan", "Loop"} & {n.op_type for n in onx.graph.node}, "the control flow was lost"
     report = fx2onnx.validate(onx, model, args, kwargs, atol=1e-4)
