@@ -479,7 +479,7 @@ def test_dump_folder_option(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["model_g0_inference.txt", "model_g0_inference_0.onnx"]
 
 
-@torch.library.custom_op("fx2onnx_test::mystery", mutates_args=())
+@torch.library.custom_op("fx2onnx_backend_test::mystery", mutates_args=())
 def _mystery(x: torch.Tensor) -> torch.Tensor:
     return x * 2 + 1
 
@@ -491,12 +491,12 @@ def _(x):
 
 class _Mystery(torch.nn.Module):
     def forward(self, x):
-        return torch.ops.fx2onnx_test.mystery(x.abs()) - 1
+        return torch.ops.fx2onnx_backend_test.mystery(x.abs()) - 1
 
 
 def test_unsupported_op_raises_naming_it():
     compiled = torch.compile(_Mystery(), backend=make_onnxruntime_backend())
-    with pytest.raises(Exception, match="fx2onnx_test::mystery") as info:
+    with pytest.raises(Exception, match="fx2onnx_backend_test::mystery") as info:
         compiled(torch.randn(3))
     assert "make_onnxruntime_backend(dispatcher=" in str(info.value)
     assert "UnsupportedOpError" in f"{info.value!r} {info.value}" or isinstance(info.value, fx2onnx.UnsupportedOpError)
@@ -506,7 +506,7 @@ def test_dispatcher_gives_a_converter():
     def convert_mystery(ctx, node, x):
         return ctx.op.Add(ctx.op.Mul(x, ctx.const(2.0)), ctx.const(1.0))
 
-    backend = make_onnxruntime_backend(dispatcher=fx2onnx.Dispatcher({torch.ops.fx2onnx_test.mystery.default: convert_mystery}))
+    backend = make_onnxruntime_backend(dispatcher=fx2onnx.Dispatcher({torch.ops.fx2onnx_backend_test.mystery.default: convert_mystery}))
     compiled = torch.compile(_Mystery(), backend=backend)
     x = torch.randn(4)
     torch.testing.assert_close(compiled(x), x.abs() * 2)
@@ -517,7 +517,7 @@ def test_wrong_converter_is_caught_at_run_time():
     def wrong_rank(ctx, node, x):
         return ctx.op.Unsqueeze(x, ctx.const([0], torch.int64))  # torch's result has rank 1, not 2
 
-    backend = make_onnxruntime_backend(dispatcher=fx2onnx.Dispatcher({torch.ops.fx2onnx_test.mystery.default: wrong_rank}))
+    backend = make_onnxruntime_backend(dispatcher=fx2onnx.Dispatcher({torch.ops.fx2onnx_backend_test.mystery.default: wrong_rank}))
     compiled = torch.compile(_Mystery(), backend=backend)
     with pytest.raises(RuntimeError, match="a converter is wrong"):
         compiled(torch.randn(4))
@@ -527,7 +527,7 @@ def test_fallback_warns_and_runs_eagerly():
     backend = make_onnxruntime_backend(fallback=True)
     compiled = torch.compile(_Mystery(), backend=backend)
     x = torch.randn(3)
-    with pytest.warns(UserWarning, match="runs eagerly .*fx2onnx_test::mystery"):
+    with pytest.warns(UserWarning, match="runs eagerly .*fx2onnx_backend_test::mystery"):
         got = compiled(x)
     torch.testing.assert_close(got, x.abs() * 2)
     assert backend.stats()["fallbacks"] == 1 and backend.stats()["graphs"] == 0
