@@ -34,6 +34,8 @@ _PUBLIC_API: dict[str, str] = {
     # tools
     "compare_onnx_execution": ".compare",
     "dump_onnx": ".backend",
+    "make_onnxruntime_backend": ".backend",
+    "onnxruntime_backend": ".backend",
 }
 
 __all__ = sorted(_PUBLIC_API) + ["__version__"]

@@ -51,6 +51,10 @@ def _sphinx_project(root: Path) -> Path:
 def test_pages_build_with_sphinx(rows, tmp_path):
     out = _sphinx_project(tmp_path)
     written = write_pages(rows, out, {"duration": 12.0, "workers": 0, "tasks": len(rows), "torch": "x"})
+    # a page left by an earlier run over other cases would break the build (not in any toctree)
+    (out / "details_stale_family.rst").write_text("Stale\n=====\n", encoding="utf-8")
+    written = write_pages(rows, out, {"duration": 12.0, "workers": 0, "tasks": len(rows), "torch": "x"})
+    assert not (out / "details_stale_family.rst").exists()
     names = sorted(p.name for p in written)
     assert names == [
         "details_control_flow.rst", "details_exportdb.rst", "details_signatures.rst", "exported_programs.rst",

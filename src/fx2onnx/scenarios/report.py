@@ -306,6 +306,10 @@ def write_pages(rows: Sequence[dict[str, Any]], out_dir: str | Path, meta: dict[
     }
     for family in families:
         pages[f"details_{family}.rst"] = _details_page(rows, family, [c for c in cases if get_case(c).family == family])
+    # a previous run over other cases may have left pages this run does not link
+    for stale in out.glob("details_*.rst"):
+        if stale.name not in pages:
+            stale.unlink()
     written = []
     for name, text in pages.items():
         _write_if_changed(out / name, text)
