@@ -6,8 +6,9 @@ Linear regression: train in torch, export with torch.onnx.export
 
 The smallest useful model: a linear regression trained with :epkg:`torch` on synthetic
 data, exported to ONNX with ``torch.onnx.export(..., dynamo=True)`` with a dynamic batch
-dimension, then run with :epkg:`onnxruntime` on a batch of another size. The ONNX outputs
-must match eager PyTorch within ``atol=1e-5``.
+dimension, then run with :epkg:`onnxruntime` on a batch of another size, and exported a second
+time with :func:`fx2onnx.to_onnx`. The ONNX outputs must match eager PyTorch within
+``atol=1e-5``.
 
 Data and training
 -----------------
@@ -115,6 +116,23 @@ np.testing.assert_allclose(got, expected, atol=1e-5)
 report = fx2onnx.validate(onx, model, (x_new,), atol=1e-5)
 print(report)
 assert report.ok, report
+
+# %%
+# The same export with fx2onnx.to_onnx
+# ------------------------------------
+#
+# :func:`fx2onnx.to_onnx` takes the same arguments; a string names a dynamic
+# dimension. It converts every ATen operator of the FX graph itself (here
+# ``aten.linear`` becomes one ``Gemm``) instead of going through torch's
+# decompositions.
+
+onx2 = fx2onnx.to_onnx(model, (X[:8],), dynamic_shapes=({0: "batch"},))
+print(onnx.printer.to_text(onx2.graph))
+assert shape_of(onx2.graph.input[0]) == ["batch", n_features]
+assert [n.op_type for n in onx2.graph.node] == ["Gemm"]
+report2 = fx2onnx.validate(onx2, model, (x_new,), atol=1e-5)
+print(report2)
+assert report2.ok, report2
 
 # %%
 # Loss and predictions
