@@ -290,3 +290,80 @@ def convert_copy(ctx, node, x, src, non_blocking=False):
     """``copy(x, src)``: the values of ``src`` broadcast to the shape and dtype of ``x``
     (functionalization writes ``x[:, 1:3] = y`` as ``copy`` then ``slice_scatter``)."""
     return ctx.op.Expand(ctx.cast(ctx.as_value(src), ctx.out_dtype()), ctx.op.Shape(x))
+
+
+# unique: ONNX Unique returns (values, first indices, inverse, counts); torch's
+# outputs are (values, inverse, counts), inverse and counts in int64, empty
+# tensors of shape [0] for the outputs not requested.
+_UNIQUE_DTYPES = {torch.float32, torch.float64, torch.int64, torch.int8}
+
+
+def _unique_input(ctx, x):
+    """Casts ``x`` to a dtype onnxruntime's Unique supports; returns (value, original dtype)."""
+    dtype = ctx.dtype(x)
+    if dtype in _UNIQUE_DTYPES or dtype is None:
+        return x, None
+    target = torch.float64 if dtype.is_floating_point else torch.int64
+    return ctx.cast(x, target), dtype
+
+
+def _empty_int64(ctx):
+    return ctx.const(torch.zeros((0,), dtype=torch.int64), torch.int64)
+
+
+def _unique_outputs(ctx, x, axis, return_inverse, return_counts, inverse_shape=None):
+    x, original = _unique_input(ctx, x)
+    kwargs = {"sorted": 1} if axis is None else {"sorted": 1, "axis": axis}
+    values, _first, inverse, counts = ctx.op.Unique(x, _outputs=4, **kwargs)
+    if original is not None:
+        values = ctx.cast(values, original)
+    if return_inverse:
+        if inverse_shape is not None:
+            inverse = ctx.op.Reshape(inverse, inverse_shape)
+    else:
+        inverse = _empty_int64(ctx)
+    return values, inverse, counts if return_counts else _empty_int64(ctx)
+
+
+@converter(aten._unique2.default)
+def convert_unique2(ctx, node, x, sorted=True, return_inverse=False, return_counts=False):
+    # torch returns sorted values on every device whatever ``sorted`` says
+    flat = ctx.op.Reshape(x, ctx.const([-1], torch.int64)) if input_rank(ctx) != 1 else x
+    return _unique_outputs(ctx, flat, None, return_inverse, return_counts, ctx.op.Shape(x))
+
+
+@converter(aten.unique_dim.default)
+def convert_unique_dim(ctx, node, x, dim, sorted=True, return_inverse=False, return_counts=False):
+    return _unique_outputs(ctx, x, normalize_axis(dim, input_rank(ctx)), return_inverse, return_counts)
+
+
+@converter(aten.unique_consecutive.default)
+def convert_unique_consecutive(ctx, node, x, return_inverse=False, return_counts=False, dim=None):
+    """Keeps every element different from the previous one (flattened input, ``dim=None`` only)."""
+    if dim is not None:
+        raise ctx.error(
+            "unique_consecutive with dim is not supported by this exporter; flatten the input "
+            "or use torch.unique(x, dim=...) when the order does not matter."
+        )
+    i64 = torch.int64
+    flat = ctx.op.Reshape(x, ctx.const([-1], i64))
+    size = ctx.op.Shape(flat)
+    head = ctx.op.Slice(flat, ctx.const([0], i64), ctx.const([-1], i64))
+    tail = ctx.op.Slice(flat, ctx.const([1], i64), ctx.const([INT64_MAX], i64))
+    changed = ctx.op.Not(ctx.op.Equal(tail, head))
+    # the first element always starts a run (an empty input gives no run at all)
+    first = ctx.op.Slice(ctx.op.Expand(ctx.const([True], torch.bool), size), ctx.const([0], i64), ctx.const([1], i64))
+    starts_mask = ctx.op.Concat(first, changed, axis=0)
+    starts = ctx.op.Squeeze(ctx.op.NonZero(starts_mask), ctx.const([0], i64))
+    values = ctx.op.Gather(flat, starts, axis=0)
+    if return_inverse:
+        run_index = ctx.op.CumSum(ctx.op.Cast(starts_mask, to=7), ctx.const(0, i64))
+        inverse = ctx.op.Reshape(ctx.op.Sub(run_index, ctx.const([1], i64)), ctx.op.Shape(x))
+    else:
+        inverse = _empty_int64(ctx)
+    if return_counts:
+        ends = ctx.op.Concat(ctx.op.Slice(starts, ctx.const([1], i64), ctx.const([INT64_MAX], i64)), size, axis=0)
+        counts = ctx.op.Sub(ends, starts)
+    else:
+        counts = _empty_int64(ctx)
+    return values, inverse, counts
