@@ -1,7 +1,10 @@
-"""Shared test helper for the converter families: export, run on onnxruntime, compare.
+"""Shared test helpers for the converter families: export, run on onnxruntime, compare.
 
-Test modules in this folder import it with ``from helpers import check_export``
+Test modules in this folder import them with ``from helpers import check_export``
 (pytest puts the folder of a test file without ``__init__.py`` on ``sys.path``).
+Besides :func:`check_export`: :class:`Fn` / :class:`Fn2` wrap a function of one or
+two inputs into a module (:func:`make` picks one from the inputs), :func:`seeded_randn`
+and :func:`r` make random inputs.
 """
 
 from __future__ import annotations
@@ -16,6 +19,39 @@ import fx2onnx
 from fx2onnx.convert.builder import onnx_dtype
 from fx2onnx.convert.capture import prepare_dynamic_shapes
 from fx2onnx.validate import flatten_outputs, validate
+
+
+class Fn(torch.nn.Module):
+    """Wraps a function of one input into a module."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+class Fn2(Fn):
+    """Wraps a function of two inputs into a module."""
+
+    def forward(self, x, y):
+        return self.fn(x, y)
+
+
+def make(fn, inputs: tuple) -> Fn:
+    """Wraps ``fn`` into :class:`Fn` or :class:`Fn2` depending on the number of inputs."""
+    return (Fn if len(inputs) == 1 else Fn2)(fn)
+
+
+def seeded_randn(*shape: int, seed: int = 0) -> torch.Tensor:
+    """Standard normal tensor drawn from its own generator seeded with ``seed``."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def r(*shape: int) -> torch.Tensor:
+    """Standard normal tensor drawn from the global generator."""
+    return torch.randn(*shape)
 
 
 def _expected_dtypes(model: Any, args: tuple, kwargs: dict) -> list[torch.dtype]:

@@ -5,19 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check_export
+from helpers import Fn, check_export
 from torch import nn
-
-
-class Fn(nn.Module):
-    """Wraps a function of one input into a module."""
-
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
 
 
 class MLP(nn.Module):

@@ -5,32 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check_export
+from helpers import Fn, Fn2, check_export, seeded_randn
 from torch import nn
 
 import fx2onnx
 
 
-class Fn(nn.Module):
-    """Wraps a function of one input into a module."""
-
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
-
-
-class Fn2(Fn):
-    """Wraps a function of two inputs into a module."""
-
-    def forward(self, a, b):
-        return self.fn(a, b)
-
-
 def _x(*shape, scale=3.0, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale
+    return seeded_randn(*shape, seed=seed) * scale
 
 
 ACTIVATIONS = {

@@ -4,29 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import check_export
-
-
-class Fn1(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
-
-
-class Fn2(Fn1):
-    def forward(self, x, y):
-        return self.fn(x, y)
-
-
-def make(fn, inputs):
-    return (Fn1 if len(inputs) == 1 else Fn2)(fn)
-
-
-def r(*shape):
-    return torch.randn(*shape)
+from helpers import check_export, make, r
 
 
 def i(high, *shape):

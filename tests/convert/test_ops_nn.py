@@ -5,30 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check_export
+from helpers import Fn, Fn2, check_export
+from helpers import seeded_randn as _x
 from torch import nn
-
-
-class Fn(nn.Module):
-    """Wraps a function of one input into a module."""
-
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
-
-
-class Fn2(Fn):
-    """Wraps a function of two inputs into a module."""
-
-    def forward(self, a, b):
-        return self.fn(a, b)
-
-
-def _x(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
 def test_linear_relu_dynamic_batch():

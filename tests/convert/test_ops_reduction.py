@@ -5,23 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check_export
-from torch import nn
-
-
-class Fn(nn.Module):
-    """Wraps a function of one input into a module."""
-
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
-
-
-def _x(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+from helpers import Fn, check_export
+from helpers import seeded_randn as _x
 
 
 FLOAT_REDUCTIONS = {

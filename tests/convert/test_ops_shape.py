@@ -4,31 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import check_export
-
-
-class Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-
-class Fn1(Fn):
-    def forward(self, x):
-        return self.fn(x)
-
-
-class Fn2(Fn):
-    def forward(self, x, y):
-        return self.fn(x, y)
-
-
-def make(fn, inputs):
-    return (Fn1 if len(inputs) == 1 else Fn2)(fn)
-
-
-def r(*shape):
-    return torch.randn(*shape)
+from helpers import check_export, make, r
 
 
 B = {0: "batch"}

@@ -5,21 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check_export
+from helpers import Fn, check_export
 from torch import nn
 
 import fx2onnx
-
-
-class Fn(nn.Module):
-    """Wraps a function of x into a module."""
-
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
 
 
 def _randn(*shape):
