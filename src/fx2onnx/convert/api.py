@@ -210,11 +210,20 @@ def to_onnx(
     verbose: int = 0,
     return_ir: bool = False,
     export_modules_as_functions: bool | set[type[torch.nn.Module]] = False,
+    decompose: bool = True,
 ) -> onnx.ModelProto:
     """Exports a PyTorch model to ONNX with fx2onnx's own converter.
 
     The model is captured with :func:`torch.export.export` (no decompositions),
     each aten op is converted into ONNX, then the graph is cleaned up.
+
+    An operator without a converter (neither built-in nor in ``dispatcher``) is
+    replaced by torch's decomposition of it, only that operator, a few rounds
+    while the decomposition brings new operators without a converter
+    (``verbose`` prints which ones were decomposed). Operators with a converter
+    are never decomposed: a converter given through the dispatcher always wins.
+    An operator torch cannot decompose raises
+    :class:`fx2onnx.UnsupportedOpError` naming it and its source line.
 
     :param model: a :class:`torch.nn.Module` or a :class:`torch.export.ExportedProgram`
     :param args: positional inputs (tensors, nested lists/tuples/dicts, None, scalars)
@@ -236,6 +245,8 @@ def to_onnx(
         classes: each call of a selected module becomes an ONNX local function, one
         function per class and signature (the optimizer keeps them, see
         :mod:`fx2onnx.convert.functions`)
+    :param decompose: decompose the operators without a converter (see above);
+        False raises UnsupportedOpError for them instead
     :return: the ONNX model
 
     .. code-block:: python
@@ -253,7 +264,10 @@ def to_onnx(
         raise TypeError(f"kwargs must be a dict, got {type(kwargs).__name__}.")
     _check_options(target_opset, dispatcher, input_names, output_names)
     stages = _Stages(verbose)
-    ep, dim_names = stages.run("capture (torch.export.export)", capture, model, tuple(args), dict(kwargs or {}), dynamic_shapes, strict)
+    ep, dim_names = stages.run(
+        "capture (torch.export.export)", capture, model, tuple(args), dict(kwargs or {}), dynamic_shapes, strict,
+        dispatcher=dispatcher, decompose=decompose, verbose=verbose,
+    )
     if verbose > 1:
         print(ep.graph)
     onnx_model = stages.run(

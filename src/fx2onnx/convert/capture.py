@@ -16,6 +16,7 @@ import torch
 from torch.export import Dim
 from torch.utils import _pytree as pytree
 
+from .decompose import call_targets, functionalize_and_decompose, has_converter
 from .errors import ExportError
 
 
@@ -194,30 +195,20 @@ def _specialized_dims_hint(message: str, model: Any, args: tuple, kwargs: dict, 
     )
 
 
-def _call_targets(ep: torch.export.ExportedProgram) -> set[Any]:
-    targets: set[Any] = set()
-    for gm in ep.graph_module.modules():
-        if isinstance(gm, torch.fx.GraphModule):
-            targets.update(n.target for n in gm.graph.nodes if n.op == "call_function")
-    return targets
-
-
-def needs_functionalization(ep: torch.export.ExportedProgram) -> bool:
-    """Tells if ``ep.run_decompositions({})`` must run before the conversion.
+def needs_functionalization(ep: torch.export.ExportedProgram, dispatcher: Any = None) -> bool:
+    """Tells if ``ep.run_decompositions`` must run before the conversion.
 
     torch.export returns a graph which may still contain in-place operators
     (``add_``, ``copy_``...). Functionalizing it re-traces the whole model, which
     costs as much as the export itself, so it only runs when the graph contains
-    an operator mutating its inputs or an operator without a built-in converter
-    (functionalization may turn it into supported ones).
+    an operator mutating its inputs or an operator without a converter
+    (functionalization or a decomposition may turn it into supported ones).
     """
-    from . import registry
-
-    for target in _call_targets(ep):
+    for target in call_targets(ep):
         schema = getattr(target, "_schema", None)
         if schema is not None and schema.is_mutable:
             return True
-        if registry.lookup(target) is None:
+        if not has_converter(target, dispatcher):
             return True
     return False
 
@@ -228,8 +219,17 @@ def capture(
     kwargs: dict,
     dynamic_shapes: Any,
     strict: bool,
+    *,
+    dispatcher: Any = None,
+    decompose: bool = True,
+    verbose: int = 0,
 ) -> tuple[torch.export.ExportedProgram, dict[sympy.Symbol, str]]:
-    """Runs torch.export.export and, when needed, functionalizes the graph without decomposing ops."""
+    """Runs torch.export.export and, when needed, functionalizes the graph.
+
+    Operators with a converter (built-in or in ``dispatcher``) are kept as they
+    are; when ``decompose`` is True, the others are decomposed with torch's
+    decompositions (see :mod:`fx2onnx.convert.decompose`).
+    """
     if isinstance(model, torch.export.ExportedProgram):
         ep = model
         axis_names: dict = {}
@@ -255,11 +255,10 @@ def capture(
                 f"dynamic_shapes. See the 'Frequent exceptions' page of the documentation."
             ) from e
     try:
-        if needs_functionalization(ep):
-            ep = ep.run_decompositions({})
+        ep, _ = functionalize_and_decompose(ep, dispatcher, decompose=decompose, verbose=verbose)
     except Exception as e:
         raise ExportError(
-            f"Step 'functionalization' failed (ExportedProgram.run_decompositions({{}})): "
+            f"Step 'functionalization' failed (ExportedProgram.run_decompositions): "
             f"{type(e).__name__}: {_first_lines(e)}"
         ) from e
     names = symbol_names(ep, tuple(args), dict(kwargs), axis_names) if not isinstance(model, torch.export.ExportedProgram) else {}

@@ -1,0 +1,119 @@
+"""Targeted decompositions: only the operators without a converter are decomposed.
+
+:func:`torch.export.export` keeps high-level operators (``diag_embed``,
+``hardshrink``...). Those with a converter (built-in or given through
+:class:`fx2onnx.Dispatcher`) are converted as they are. The others are
+replaced by torch's own decomposition (:func:`torch.export.default_decompositions`)
+restricted to them, a few rounds while the decomposition brings new operators
+without a converter. Operators with a converter are protected during these
+rounds: torch would otherwise expand some of them while re-tracing the graph.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterable, Iterator
+
+import torch
+
+from . import registry
+from .errors import target_name
+
+#: the number of decomposition rounds before giving up (each one re-traces the model)
+MAX_ROUNDS = 4
+
+# python kernels torch runs while re-tracing a graph, expanding an operator on the fly
+_EXPANDING_KEYS = (torch._C.DispatchKey.Autograd, torch._C.DispatchKey.CompositeImplicitAutograd)
+
+
+def has_converter(target: Any, dispatcher: Any = None) -> bool:
+    """Tells if ``target`` has a converter in ``dispatcher`` or in the built-in registry."""
+    if dispatcher is not None and dispatcher.find(target) is not None:
+        return True
+    return registry.lookup(target) is not None
+
+
+def call_targets(ep: torch.export.ExportedProgram) -> set[Any]:
+    """Every ``call_function`` target of the program, subgraphs included."""
+    targets: set[Any] = set()
+    for gm in ep.graph_module.modules():
+        if isinstance(gm, torch.fx.GraphModule):
+            targets.update(n.target for n in gm.graph.nodes if n.op == "call_function")
+    return targets
+
+
+def unsupported_ops(ep: torch.export.ExportedProgram, dispatcher: Any = None) -> set[torch._ops.OpOverload]:
+    """The operators of the program without any converter."""
+    return {
+        t for t in call_targets(ep) if isinstance(t, torch._ops.OpOverload) and not has_converter(t, dispatcher)
+    }
+
+
+def decompositions_for(ops: Iterable[torch._ops.OpOverload]) -> dict[torch._ops.OpOverload, Callable[..., Any]]:
+    """torch's decompositions of ``ops``, only those torch knows."""
+    ops = list(ops)
+    if not ops:
+        return {}
+    table = torch.export.default_decompositions()
+    return {op: table[op] for op in ops if op in table}
+
+
+@contextlib.contextmanager
+def preserving(ops: Iterable[Any]) -> Iterator[None]:
+    """Keeps ``ops`` as they are while torch re-traces a graph (always restored).
+
+    Some operators have a python kernel expanding them during any re-tracing
+    (``hardshrink`` becomes ``abs``, ``le``, ``where``); it is hidden meanwhile.
+    """
+    hidden: list[tuple[Any, Any, Any]] = []
+    try:
+        for op in ops:
+            if not isinstance(op, torch._ops.OpOverload):
+                continue
+            for key in _EXPANDING_KEYS:
+                if key in op.py_kernels:
+                    hidden.append((op, key, op.py_kernels.pop(key)))
+                    op._dispatch_cache.clear()
+        yield
+    finally:
+        for op, key, kernel in hidden:
+            op.py_kernels[key] = kernel
+            op._dispatch_cache.clear()
+
+
+def _is_mutating(target: Any) -> bool:
+    schema = getattr(target, "_schema", None)
+    return schema is not None and schema.is_mutable
+
+
+def functionalize_and_decompose(
+    ep: torch.export.ExportedProgram, dispatcher: Any = None, decompose: bool = True, verbose: int = 0
+) -> tuple[torch.export.ExportedProgram, list[str]]:
+    """Functionalizes ``ep`` when needed and decomposes the operators without a converter.
+
+    The program is re-traced (:meth:`torch.export.ExportedProgram.run_decompositions`)
+    only when it contains an operator mutating its inputs or an operator without a
+    converter. Operators with a converter are never decomposed.
+
+    :return: the program and the names of the decomposed operators
+    """
+    decomposed: list[str] = []
+    tried: set[Any] = set()
+    for round_index in range(MAX_ROUNDS):
+        targets = call_targets(ep)
+        unsupported = unsupported_ops(ep, dispatcher)
+        table = decompositions_for(unsupported - tried) if decompose else {}
+        if round_index == 0:
+            needed = bool(table) or bool(unsupported) or any(_is_mutating(t) for t in targets)
+        else:
+            needed = bool(table)
+        if not needed:
+            break
+        with preserving(targets - unsupported):
+            ep = ep.run_decompositions(table)
+        tried.update(table)
+        names = sorted(target_name(op) for op in table)
+        decomposed.extend(names)
+        if verbose and names:
+            print(f"[to_onnx] decomposed (no converter): {', '.join(names)}")
+    return ep, decomposed
