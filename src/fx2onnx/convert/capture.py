@@ -16,6 +16,7 @@ import torch
 from torch.export import Dim
 from torch.utils import _pytree as pytree
 
+from .complex_values import check_no_complex
 from .decompose import call_targets, functionalize_and_decompose, has_converter
 from .errors import ExportError
 
@@ -261,6 +262,7 @@ def capture(
             f"Step 'functionalization' failed (ExportedProgram.run_decompositions): "
             f"{type(e).__name__}: {_first_lines(e)}"
         ) from e
+    check_no_complex(ep, dispatcher)
     names = symbol_names(ep, tuple(args), dict(kwargs), axis_names) if not isinstance(model, torch.export.ExportedProgram) else {}
     if not names:
         names = _names_from_placeholders(ep)
