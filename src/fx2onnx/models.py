@@ -276,6 +276,17 @@ def _num_layers(config: Any) -> int:
     raise ValueError(f"Cannot find the number of layers in {type(config).__name__}.")
 
 
+def _random_kv_pairs(
+    config: Any, batch: int, length: int, generator: torch.Generator
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """One random (key, value) pair of cache tensors per layer, ``length`` positions long."""
+    shape = _kv_shape(config, batch, length)
+    return [
+        (torch.randn(shape, generator=generator), torch.randn(shape, generator=generator))
+        for _ in range(_num_layers(config))
+    ]
+
+
 def _decoder_inputs(
     config: Any,
     batch: int,
@@ -298,11 +309,7 @@ def _decoder_inputs(
             torch.arange(past, past + seq, dtype=torch.int64).expand(batch, -1).contiguous()
         )
     if with_cache:
-        shape = _kv_shape(config, batch, past)
-        data = [
-            (torch.randn(shape, generator=generator), torch.randn(shape, generator=generator))
-            for _ in range(_num_layers(config))
-        ]
+        data = _random_kv_pairs(config, batch, past, generator)
         inputs["past_key_values"] = DynamicCache(data, config=config)
     return inputs
 
@@ -343,16 +350,9 @@ def _encoder_decoder_inputs(
         "decoder_input_ids": torch.randint(3, _vocab_size(config), (batch, seq), generator=generator),
     }
     if with_cache:
-
-        def pairs(length: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-            shape = _kv_shape(config, batch, length)
-            return [
-                (torch.randn(shape, generator=generator), torch.randn(shape, generator=generator))
-                for _ in range(_num_layers(config))
-            ]
-
         inputs["past_key_values"] = EncoderDecoderCache(
-            DynamicCache(pairs(past)), DynamicCache(pairs(encoder_seq))
+            DynamicCache(_random_kv_pairs(config, batch, past, generator)),
+            DynamicCache(_random_kv_pairs(config, batch, encoder_seq, generator)),
         )
     return inputs
 
