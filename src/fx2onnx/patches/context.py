@@ -93,6 +93,21 @@ def collect_patches(
     return patches
 
 
+def _cache_report(name: str, status: str) -> PatchReport:
+    """The report row of the pytree registration of one cache class of transformers.
+
+    A registration is only ``skipped`` when the class already is a pytree node.
+    """
+    return PatchReport(
+        name=name,
+        kind="cache",
+        target=f"transformers.cache_utils.{name}",
+        status=status,
+        reason="already a pytree node, kept as it is" if status == "skipped" else "",
+        doc="registered as a pytree node",
+    )
+
+
 class PatchContext:
     """What ``with torch_export_patches(...) as modificator`` gives.
 
@@ -109,16 +124,7 @@ class PatchContext:
     def reports(self) -> list[PatchReport]:
         rows = list(self.patch_set.reports)
         for name, done in self.registered.items():
-            rows.append(
-                PatchReport(
-                    name=name,
-                    kind="cache",
-                    target=f"transformers.cache_utils.{name}",
-                    status="applied" if done else "skipped",
-                    reason="" if done else "already a pytree node, kept as it is",
-                    doc="registered as a pytree node",
-                )
-            )
+            rows.append(_cache_report(name, "applied" if done else "skipped"))
         return rows
 
     def __call__(self, inputs: Any) -> Any:
@@ -266,16 +272,6 @@ def list_patches(
         cache_utils = None  # type: ignore[assignment]
     if cache_utils is not None:
         for name in supported_cache_classes():
-            cls = getattr(cache_utils, name)
-            already = is_registered(cls)
-            rows.append(
-                PatchReport(
-                    name=name,
-                    kind="cache",
-                    target=f"transformers.cache_utils.{name}",
-                    status="skipped" if already else "applicable",
-                    reason="already a pytree node, kept as it is" if already else "",
-                    doc="registered as a pytree node",
-                ).as_dict()
-            )
+            already = is_registered(getattr(cache_utils, name))
+            rows.append(_cache_report(name, "skipped" if already else "applicable").as_dict())
     return rows
