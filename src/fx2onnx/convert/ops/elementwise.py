@@ -46,7 +46,14 @@ def convert_mul(ctx, node, a, b):
     return _binary(ctx, "Mul", a, b)
 
 
-@converter(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
+@converter(
+    aten.div.Tensor,
+    aten.div.Scalar,
+    aten.div.Tensor_mode,
+    aten.div.Scalar_mode,
+    aten.true_divide.Tensor,
+    aten.true_divide.Scalar,
+)
 def convert_div(ctx, node, a, b, rounding_mode=None):
     dtype = ctx.out_dtype()
     if rounding_mode is None:
@@ -102,12 +109,12 @@ def convert_pow(ctx, node, a, b):
     return _binary(ctx, "Pow", a, b)
 
 
-@converter(aten.minimum.default)
+@converter(aten.minimum.default, aten.min.other)
 def convert_minimum(ctx, node, a, b):
     return _binary(ctx, "Min", a, b)
 
 
-@converter(aten.maximum.default)
+@converter(aten.maximum.default, aten.max.other)
 def convert_maximum(ctx, node, a, b):
     return _binary(ctx, "Max", a, b)
 
@@ -378,21 +385,6 @@ converter(aten.__xor__.Tensor, aten.__xor__.Scalar)(_bitwise("Xor", "BitwiseXor"
 def convert_square(ctx, node, x):
     x = ctx.cast(x, ctx.out_dtype())
     return ctx.op.Mul(x, x)
-
-
-@converter(aten.true_divide.Tensor, aten.true_divide.Scalar)
-def convert_true_divide(ctx, node, a, b):
-    return _binary(ctx, "Div", a, b)
-
-
-@converter(aten.max.other)
-def convert_max_other(ctx, node, a, b):
-    return _binary(ctx, "Max", a, b)
-
-
-@converter(aten.min.other)
-def convert_min_other(ctx, node, a, b):
-    return _binary(ctx, "Min", a, b)
 
 
 @converter(aten.special_expit.default)

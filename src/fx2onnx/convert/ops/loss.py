@@ -16,7 +16,10 @@ aten = torch.ops.aten
 _NONE, _MEAN, _SUM = 0, 1, 2
 
 
-def _reduce_loss(ctx, losses, reduction: int):
+def _reduce_loss(ctx, losses, reduction: int, weight=None):
+    """Multiplies the element losses by ``weight`` when given, then applies the reduction."""
+    if weight is not None:
+        losses = ctx.op.Mul(losses, weight)
     if reduction == _NONE:
         return losses
     if reduction == _MEAN:
@@ -111,9 +114,7 @@ def convert_bce_with_logits(ctx, node, x, target, weight=None, pos_weight=None, 
     )
     factor = one if pos_weight is None else ctx.op.Add(one, ctx.op.Mul(ctx.op.Sub(pos_weight, one), target))
     losses = ctx.op.Add(ctx.op.Mul(ctx.op.Sub(one, target), x), ctx.op.Mul(factor, softplus_neg))
-    if weight is not None:
-        losses = ctx.op.Mul(losses, weight)
-    return _reduce_loss(ctx, losses, reduction)
+    return _reduce_loss(ctx, losses, reduction, weight)
 
 
 @converter(aten.binary_cross_entropy.default)
@@ -124,9 +125,7 @@ def convert_binary_cross_entropy(ctx, node, x, target, weight=None, reduction=_M
     log_x = ctx.op.Max(ctx.op.Log(x), floor)
     log_1mx = ctx.op.Max(ctx.op.Log(ctx.op.Sub(one, x)), floor)
     losses = ctx.op.Neg(ctx.op.Add(ctx.op.Mul(target, log_x), ctx.op.Mul(ctx.op.Sub(one, target), log_1mx)))
-    if weight is not None:
-        losses = ctx.op.Mul(losses, weight)
-    return _reduce_loss(ctx, losses, reduction)
+    return _reduce_loss(ctx, losses, reduction, weight)
 
 
 @converter(aten.kl_div.default)

@@ -234,20 +234,11 @@ def convert_cumprod(ctx, node, x, dim, dtype=None):
     # ONNX has no CumProd: y[..., i] = prod_j x[..., j] * (j <= i), a triangular mask
     out_dtype = ctx.out_dtype()
     x = ctx.cast(x, out_dtype)
-    rank = input_rank(ctx)
-    if rank == 0:
+    if input_rank(ctx) == 0:
         return ctx.op.Identity(x)
-    axis = normalize_axis(dim, rank)
-    perm = list(range(rank))
-    perm[axis], perm[-1] = perm[-1], perm[axis]
-    moved = ctx.op.Transpose(x, perm=perm) if axis != rank - 1 else x
-    n = ctx.op.Shape(moved, start=rank - 1)
-    square = ctx.op.Expand(ctx.const(1, torch.int64), ctx.op.Concat(n, n, axis=0))
-    lower = ctx.cast(ctx.op.Trilu(square, upper=0), torch.bool)
-    rows = ctx.op.Unsqueeze(moved, ctx.const([-2], torch.int64))
-    masked = ctx.op.Where(lower, rows, ctx.const(1, out_dtype))
+    masked, perm = _prefix_rows(ctx, x, dim, ctx.const(1, out_dtype))
     y = ctx.op.ReduceProd(masked, ctx.const([-1], torch.int64), keepdims=0)
-    return ctx.op.Transpose(y, perm=perm) if axis != rank - 1 else y
+    return _move_back(ctx, y, perm)
 
 
 def _topk(ctx, x, k, axis: int, largest: bool, sorted_: bool = True):
