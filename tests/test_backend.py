@@ -37,6 +37,35 @@ def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.grad.detach().clone() for n, p in model.named_parameters()}
 
 
+def _assert_same_grads(model: torch.nn.Module, ref: torch.nn.Module, atol: float, rtol: float) -> None:
+    """Every parameter of ``model`` has the gradient of the same parameter of ``ref``."""
+    for name, grad in _grads(ref).items():
+        torch.testing.assert_close(_grads(model)[name], grad, atol=atol, rtol=rtol)
+
+
+def _assert_same_training_step(compiled, model: torch.nn.Module, ref: torch.nn.Module, inputs: dict) -> None:
+    """A loss and its backward through ``compiled`` (wrapping ``model``) match ``ref``'s.
+
+    The transformers model computes its loss with ``labels=input_ids``; losses must
+    match within atol 1e-5, gradients within atol 1e-4.
+    """
+    inputs = dict(inputs, labels=inputs["input_ids"].clone())
+    loss = compiled(**inputs).loss
+    loss.backward()
+    ref_loss = ref(**inputs).loss
+    ref_loss.backward()
+    torch.testing.assert_close(loss, ref_loss, atol=1e-5, rtol=1e-4)
+    _assert_same_grads(model, ref, atol=1e-4, rtol=1e-3)
+
+
+def _assert_eager_results(compiled, model: torch.nn.Module, batch_sizes: tuple[int, ...]) -> None:
+    """``compiled`` gives the results of ``model`` on inputs [n, 4] for every ``n`` of ``batch_sizes``."""
+    with torch.no_grad():
+        for n in batch_sizes:
+            x = torch.randn(n, 4)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-4)
+
+
 # ---------------------------------------------------------------- converters
 
 
@@ -227,10 +256,7 @@ def test_dynamic_shapes_one_session():
     model = _mlp().eval()
     backend = make_onnxruntime_backend(dynamic=True)
     compiled = torch.compile(model, backend=backend, dynamic=True)
-    with torch.no_grad():
-        for n in (3, 7, 11):
-            x = torch.randn(n, 4)
-            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-4)
+    _assert_eager_results(compiled, model, (3, 7, 11))
     stats = backend.stats()
     assert stats["graphs"] == 1 and stats["sessions"] == 1 and stats["cache_hits"] == 2, stats
     inputs = backend.runners[0].model.graph.inputs
@@ -241,10 +267,7 @@ def test_static_backend_one_session_per_shape():
     model = _mlp().eval()
     backend = make_onnxruntime_backend(dynamic=False)
     compiled = torch.compile(model, backend=backend, dynamic=True)
-    with torch.no_grad():
-        for n in (3, 7, 3):
-            x = torch.randn(n, 4)
-            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-4)
+    _assert_eager_results(compiled, model, (3, 7, 3))
     stats = backend.stats()
     assert stats["graphs"] == 1 and stats["sessions"] == 2 and stats["cache_hits"] == 1, stats
 
@@ -305,8 +328,7 @@ def test_graph_break_forward_and_backward(capsys):
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
     got.sum().backward()
     expected.sum().backward()
-    for name, grad in _grads(ref).items():
-        torch.testing.assert_close(_grads(model)[name], grad, atol=1e-5, rtol=1e-4)
+    _assert_same_grads(model, ref, atol=1e-5, rtol=1e-4)
     kinds = sorted(r.name.split("_", 1)[1] for r in backend.runners)
     assert kinds == ["backward", "backward", "forward", "forward"]
     assert "graph break here" in capsys.readouterr().out
@@ -323,8 +345,7 @@ def test_training_mlp_gradients_match():
     ref_loss = torch.nn.functional.cross_entropy(ref(x), target)
     ref_loss.backward()
     torch.testing.assert_close(loss, ref_loss, atol=1e-5, rtol=1e-4)
-    for name, grad in _grads(ref).items():
-        torch.testing.assert_close(_grads(model)[name], grad, atol=1e-5, rtol=1e-4)
+    _assert_same_grads(model, ref, atol=1e-5, rtol=1e-4)
     assert backend.stats()["graphs"] == 2
 
 
@@ -353,8 +374,7 @@ def test_training_cnn_gradients_and_running_stats():
     got.pow(2).sum().backward()
     expected.pow(2).sum().backward()
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
-    for name, grad in _grads(ref).items():
-        torch.testing.assert_close(_grads(model)[name], grad, atol=1e-4, rtol=1e-3)
+    _assert_same_grads(model, ref, atol=1e-4, rtol=1e-3)
     for (name, buffer), (_, ref_buffer) in zip(model.named_buffers(), ref.named_buffers()):
         torch.testing.assert_close(buffer, ref_buffer, atol=1e-6, rtol=1e-5, msg=name)
     assert backend.stats()["graphs"] == 2
@@ -382,8 +402,7 @@ def test_training_with_decompositions():
     got.sum().backward()
     expected.sum().backward()
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
-    for name, grad in _grads(ref).items():
-        torch.testing.assert_close(_grads(model)[name], grad, atol=1e-5, rtol=1e-4)
+    _assert_same_grads(model, ref, atol=1e-5, rtol=1e-4)
     # only ops without converter are decomposed
     table = backend.decompositions()
     assert aten.silu_backward.default not in table and aten._softmax_backward_data.default not in table
@@ -401,14 +420,7 @@ def test_training_tiny_llama_loss_inside_the_graph(optimize):
     ref = copy.deepcopy(model)
     backend = make_onnxruntime_backend(optimize=optimize)
     compiled = torch.compile(model, backend=backend)
-    inputs = dict(tiny.inputs, labels=tiny.inputs["input_ids"].clone())
-    loss = compiled(**inputs).loss
-    loss.backward()
-    ref_loss = ref(**inputs).loss
-    ref_loss.backward()
-    torch.testing.assert_close(loss, ref_loss, atol=1e-5, rtol=1e-4)
-    for name, grad in _grads(ref).items():
-        torch.testing.assert_close(_grads(model)[name], grad, atol=1e-4, rtol=1e-3)
+    _assert_same_training_step(compiled, model, ref, tiny.inputs)
     names = [r.name for r in backend.runners]
     assert names == ["g0_forward", "g1_backward"]
     assert all(r.node_count > 100 for r in backend.runners)
@@ -424,16 +436,9 @@ def test_training_tiny_llama_dynamic_shapes(dynamic):
     backend = make_onnxruntime_backend(dynamic=dynamic)
     compiled = torch.compile(model, backend=backend, dynamic=True)
     for inputs in (tiny.inputs, tiny.inputs2, tiny.inputs):
-        inputs = dict(inputs, labels=inputs["input_ids"].clone())
         model.zero_grad()
         ref.zero_grad()
-        loss = compiled(**inputs).loss
-        loss.backward()
-        ref_loss = ref(**inputs).loss
-        ref_loss.backward()
-        torch.testing.assert_close(loss, ref_loss, atol=1e-5, rtol=1e-4)
-        for name, grad in _grads(ref).items():
-            torch.testing.assert_close(_grads(model)[name], grad, atol=1e-4, rtol=1e-3)
+        _assert_same_training_step(compiled, model, ref, inputs)
     stats = backend.stats()
     # dynamic: one model with symbolic dimensions per graph; static: one model per shape
     assert stats["graphs"] == 2 and stats["calls"] == 6, stats
@@ -447,14 +452,7 @@ def test_training_tiny_llama_sdpa():
     model = tiny.model.train()
     ref = copy.deepcopy(model)
     compiled = torch.compile(model, backend=make_onnxruntime_backend())
-    inputs = dict(tiny.inputs, labels=tiny.inputs["input_ids"].clone())
-    loss = compiled(**inputs).loss
-    loss.backward()
-    ref_loss = ref(**inputs).loss
-    ref_loss.backward()
-    torch.testing.assert_close(loss, ref_loss, atol=1e-5, rtol=1e-4)
-    for name, grad in _grads(ref).items():
-        torch.testing.assert_close(_grads(model)[name], grad, atol=1e-4, rtol=1e-3)
+    _assert_same_training_step(compiled, model, ref, tiny.inputs)
 
 
 def test_dump_onnx_writes_models_and_graphs(tmp_path):
