@@ -208,16 +208,16 @@ def convert_expm1(ctx, node, x):
     return ctx.op.Sub(ctx.op.Exp(x), ctx.const(1, ctx.out_dtype()))
 
 
-@converter(aten.log2.default)
-def convert_log2(ctx, node, x):
-    x = ctx.cast(x, ctx.out_dtype())
-    return ctx.op.Div(ctx.op.Log(x), ctx.const(math.log(2), ctx.out_dtype()))
+def _log_base(base: int):
+    def convert_log_base(ctx, node, x):
+        x = ctx.cast(x, ctx.out_dtype())
+        return ctx.op.Div(ctx.op.Log(x), ctx.const(math.log(base), ctx.out_dtype()))
+
+    return convert_log_base
 
 
-@converter(aten.log10.default)
-def convert_log10(ctx, node, x):
-    x = ctx.cast(x, ctx.out_dtype())
-    return ctx.op.Div(ctx.op.Log(x), ctx.const(math.log(10), ctx.out_dtype()))
+converter(aten.log2.default)(_log_base(2))
+converter(aten.log10.default)(_log_base(10))
 
 
 @converter(aten.exp2.default)

@@ -96,22 +96,20 @@ converter(aten.argmax.default)(_arg("ArgMax"))
 converter(aten.argmin.default)(_arg("ArgMin"))
 
 
-@converter(aten.max.dim)
-def convert_max_dim(ctx, node, x, dim, keepdim=False):
-    rank = input_rank(ctx)
-    axis = normalize_axis(dim, rank)
-    values = _reduce(ctx, "ReduceMax", x, [axis], keepdim)
-    indices = ctx.op.ArgMax(_nan_as_extreme(ctx, x, True), axis=axis, keepdims=int(keepdim))
-    return values, indices
+def _extreme_dim(reduce_type: str, arg_type: str, largest: bool):
+    """max.dim / min.dim: the values and their indices along ``dim``."""
+
+    def convert_extreme_dim(ctx, node, x, dim, keepdim=False):
+        axis = normalize_axis(dim, input_rank(ctx))
+        values = _reduce(ctx, reduce_type, x, [axis], keepdim)
+        indices = getattr(ctx.op, arg_type)(_nan_as_extreme(ctx, x, largest), axis=axis, keepdims=int(keepdim))
+        return values, indices
+
+    return convert_extreme_dim
 
 
-@converter(aten.min.dim)
-def convert_min_dim(ctx, node, x, dim, keepdim=False):
-    rank = input_rank(ctx)
-    axis = normalize_axis(dim, rank)
-    values = _reduce(ctx, "ReduceMin", x, [axis], keepdim)
-    indices = ctx.op.ArgMin(_nan_as_extreme(ctx, x, False), axis=axis, keepdims=int(keepdim))
-    return values, indices
+converter(aten.max.dim)(_extreme_dim("ReduceMax", "ArgMax", True))
+converter(aten.min.dim)(_extreme_dim("ReduceMin", "ArgMin", False))
 
 
 @converter(aten.any.default, aten.any.dim, aten.any.dims)
