@@ -43,6 +43,15 @@ def _assert_same_grads(model: torch.nn.Module, ref: torch.nn.Module, atol: float
         torch.testing.assert_close(_grads(model)[name], grad, atol=atol, rtol=rtol)
 
 
+def _tiny_llama_in_training(**kwargs):
+    """A tiny llama in training mode with its inputs and an untouched copy: (tiny, model, ref)."""
+    from fx2onnx.models import get_tiny_model
+
+    tiny = get_tiny_model("llama", **kwargs)
+    model = tiny.model.train()
+    return tiny, model, copy.deepcopy(model)
+
+
 def _assert_same_training_step(compiled, model: torch.nn.Module, ref: torch.nn.Module, inputs: dict) -> None:
     """A loss and its backward through ``compiled`` (wrapping ``model``) match ``ref``'s.
 
@@ -413,11 +422,7 @@ def test_training_with_decompositions():
 
 @pytest.mark.parametrize("optimize", [False, True])
 def test_training_tiny_llama_loss_inside_the_graph(optimize):
-    from fx2onnx.models import get_tiny_model
-
-    tiny = get_tiny_model("llama")
-    model = tiny.model.train()
-    ref = copy.deepcopy(model)
+    tiny, model, ref = _tiny_llama_in_training()
     backend = make_onnxruntime_backend(optimize=optimize)
     compiled = torch.compile(model, backend=backend)
     _assert_same_training_step(compiled, model, ref, tiny.inputs)
@@ -428,11 +433,7 @@ def test_training_tiny_llama_loss_inside_the_graph(optimize):
 
 @pytest.mark.parametrize("dynamic", [True, False])
 def test_training_tiny_llama_dynamic_shapes(dynamic):
-    from fx2onnx.models import get_tiny_model
-
-    tiny = get_tiny_model("llama")
-    model = tiny.model.train()
-    ref = copy.deepcopy(model)
+    tiny, model, ref = _tiny_llama_in_training()
     backend = make_onnxruntime_backend(dynamic=dynamic)
     compiled = torch.compile(model, backend=backend, dynamic=True)
     for inputs in (tiny.inputs, tiny.inputs2, tiny.inputs):
@@ -446,11 +447,7 @@ def test_training_tiny_llama_dynamic_shapes(dynamic):
 
 
 def test_training_tiny_llama_sdpa():
-    from fx2onnx.models import get_tiny_model
-
-    tiny = get_tiny_model("llama", attn_implementation="sdpa")
-    model = tiny.model.train()
-    ref = copy.deepcopy(model)
+    tiny, model, ref = _tiny_llama_in_training(attn_implementation="sdpa")
     compiled = torch.compile(model, backend=make_onnxruntime_backend())
     _assert_same_training_step(compiled, model, ref, tiny.inputs)
 
