@@ -358,22 +358,21 @@ def convert_lerp(ctx, node, start, end, weight):
     return ctx.op.Add(s, ctx.op.Mul(w, ctx.op.Sub(e, s)))
 
 
+def _add_scaled(ctx, x, term, value):
+    """x + value * term (addcmul, addcdiv)."""
+    if value != 1:
+        term = ctx.op.Mul(term, ctx.const(value, ctx.out_dtype()))
+    return ctx.op.Add(x, term)
+
+
 @converter(aten.addcmul.default)
 def convert_addcmul(ctx, node, x, t1, t2, value=1):
-    dtype = ctx.out_dtype()
-    prod = ctx.op.Mul(t1, t2)
-    if value != 1:
-        prod = ctx.op.Mul(prod, ctx.const(value, dtype))
-    return ctx.op.Add(x, prod)
+    return _add_scaled(ctx, x, ctx.op.Mul(t1, t2), value)
 
 
 @converter(aten.addcdiv.default)
 def convert_addcdiv(ctx, node, x, t1, t2, value=1):
-    dtype = ctx.out_dtype()
-    q = ctx.op.Div(t1, t2)
-    if value != 1:
-        q = ctx.op.Mul(q, ctx.const(value, dtype))
-    return ctx.op.Add(x, q)
+    return _add_scaled(ctx, x, ctx.op.Div(t1, t2), value)
 
 
 converter(aten.__and__.Tensor, aten.__and__.Scalar)(_bitwise("And", "BitwiseAnd"))
