@@ -5,17 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check_export
-from torch import nn
-
-
-class Loss(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x, target):
-        return self.fn(x, target)
+from helpers import Fn2, check_export
 
 
 WEIGHT = torch.tensor([0.5, 1.0, 2.0, 1.5, 0.7])
@@ -48,13 +38,13 @@ def test_class_losses(name):
     x, t = _logits_and_classes()
     x2, t2 = _logits_and_classes(6)
     check_export(
-        Loss(CLASS_LOSSES[name]), (x, t), dynamic_shapes=({0: "batch"}, {0: "batch"}), inputs2=((x2, t2), None)
+        Fn2(CLASS_LOSSES[name]), (x, t), dynamic_shapes=({0: "batch"}, {0: "batch"}), inputs2=((x2, t2), None)
     )
 
 
 def test_cross_entropy_spatial():
     x, t = _logits_and_classes(2, (3, 4))
-    check_export(Loss(lambda x, t: (F.cross_entropy(x, t), F.cross_entropy(x, t, reduction="none"))), (x, t))
+    check_export(Fn2(lambda x, t: (F.cross_entropy(x, t), F.cross_entropy(x, t, reduction="none"))), (x, t))
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
@@ -65,7 +55,7 @@ def test_cross_entropy_probabilities(smoothing):
         F.cross_entropy(x, p, label_smoothing=smoothing),
         F.cross_entropy(x, p, weight=WEIGHT, reduction="none"),
     )  # noqa: E731
-    check_export(Loss(fn), (x, p))
+    check_export(Fn2(fn), (x, p))
 
 
 ELEMENT_LOSSES = {
@@ -95,5 +85,5 @@ def test_elementwise_losses(name):
     x, t = torch.randn(3, 6, generator=gen), torch.rand(3, 6, generator=gen)
     x2, t2 = torch.randn(5, 6, generator=gen), torch.rand(5, 6, generator=gen)
     check_export(
-        Loss(ELEMENT_LOSSES[name]), (x, t), dynamic_shapes=({0: "batch"}, {0: "batch"}), inputs2=((x2, t2), None)
+        Fn2(ELEMENT_LOSSES[name]), (x, t), dynamic_shapes=({0: "batch"}, {0: "batch"}), inputs2=((x2, t2), None)
     )
