@@ -95,8 +95,8 @@ def _mark(row: dict[str, Any] | None) -> str:
     if row is None:
         return "–"
     if row["success"]:
-        return "✅"
-    return f"❌ {STEP_LETTERS.get(row['step'], '?')}"
+        return "✔"
+    return f"✘ {STEP_LETTERS.get(row['step'], '?')}"
 
 
 def describe(value: Any) -> str:
@@ -143,7 +143,7 @@ def _table_page(rows, cases: list[str], exporters: Sequence[str], title: str, in
 def _legend() -> str:
     steps = ", ".join(f"**{letter}** {step}" for step, letter in STEP_LETTERS.items())
     return (
-        f"✅ success, ❌ failure at the step given by its letter ({steps}), – not run "
+        f"✔ success, ✘ failure at the step given by its letter ({steps}), – not run "
         f"(the case defines no dynamic shapes). Each mark links to the graph or the error."
     )
 
@@ -176,9 +176,9 @@ def _details_page(rows, family: str, cases: list[str]) -> str:
             for r in sorted(mine, key=lambda r: r["dynamic"]):
                 kind = "dynamic" if r["dynamic"] else "static"
                 if r["success"]:
-                    lines += [f"* {kind}: ✅ max abs diff {r['max_abs']:.3g}, {r['time']:.2f} s", ""]
+                    lines += [f"* {kind}: ✔ max abs diff {r['max_abs']:.3g}, {r['time']:.2f} s", ""]
                 else:
-                    lines += [f"* {kind}: ❌ failed at step **{r['step']}** ({r['time']:.2f} s)", ""]
+                    lines += [f"* {kind}: ✘ failed at step **{r['step']}** ({r['time']:.2f} s)", ""]
                     lines += ["  " + line if line else "" for line in _code(r["error"] or "")]
             shown = next((r for r in sorted(mine, key=lambda r: not r["dynamic"]) if r.get("graph")), None)
             if shown is not None:
