@@ -276,6 +276,11 @@ def _num_layers(config: Any) -> int:
     raise ValueError(f"Cannot find the number of layers in {type(config).__name__}.")
 
 
+def _random_ids(config: Any, batch: int, seq: int, generator: torch.Generator) -> torch.Tensor:
+    """Random token ids [batch, seq] in [3, vocab_size)."""
+    return torch.randint(3, _vocab_size(config), (batch, seq), generator=generator)
+
+
 def _random_kv_pairs(
     config: Any, batch: int, length: int, generator: torch.Generator
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -301,7 +306,7 @@ def _decoder_inputs(
 
     past = past if with_cache else 0
     inputs: dict[str, Any] = {
-        "input_ids": torch.randint(3, _vocab_size(config), (batch, seq), generator=generator),
+        "input_ids": _random_ids(config, batch, seq, generator),
         "attention_mask": torch.ones((batch, past + seq), dtype=torch.int64),
     }
     if position_ids:
@@ -325,7 +330,7 @@ def _encoder_inputs(
     generator: torch.Generator,
 ) -> dict[str, Any]:
     return {
-        "input_ids": torch.randint(3, _vocab_size(config), (batch, seq), generator=generator),
+        "input_ids": _random_ids(config, batch, seq, generator),
         "attention_mask": torch.ones((batch, seq), dtype=torch.int64),
         "token_type_ids": torch.zeros((batch, seq), dtype=torch.int64),
     }
@@ -345,9 +350,9 @@ def _encoder_decoder_inputs(
 
     encoder_seq = seq + 2
     inputs: dict[str, Any] = {
-        "input_ids": torch.randint(3, _vocab_size(config), (batch, encoder_seq), generator=generator),
+        "input_ids": _random_ids(config, batch, encoder_seq, generator),
         "attention_mask": torch.ones((batch, encoder_seq), dtype=torch.int64),
-        "decoder_input_ids": torch.randint(3, _vocab_size(config), (batch, seq), generator=generator),
+        "decoder_input_ids": _random_ids(config, batch, seq, generator),
     }
     if with_cache:
         inputs["past_key_values"] = EncoderDecoderCache(
