@@ -17,7 +17,7 @@ from torch.export import Dim
 from torch.utils import _pytree as pytree
 
 from .complex_values import check_no_complex
-from .decompose import call_targets, functionalize_and_decompose, has_converter
+from .decompose import functionalize_and_decompose
 from .errors import ExportError
 
 
@@ -194,24 +194,6 @@ def _specialized_dims_hint(message: str, model: Any, args: tuple, kwargs: dict, 
         f"The model's code makes dimension(s) {', '.join(found)} static. Remove them from "
         f"dynamic_shapes, or use torch.export.Dim.AUTO to let torch decide.\n"
     )
-
-
-def needs_functionalization(ep: torch.export.ExportedProgram, dispatcher: Any = None) -> bool:
-    """Tells if ``ep.run_decompositions`` must run before the conversion.
-
-    torch.export returns a graph which may still contain in-place operators
-    (``add_``, ``copy_``...). Functionalizing it re-traces the whole model, which
-    costs as much as the export itself, so it only runs when the graph contains
-    an operator mutating its inputs or an operator without a converter
-    (functionalization or a decomposition may turn it into supported ones).
-    """
-    for target in call_targets(ep):
-        schema = getattr(target, "_schema", None)
-        if schema is not None and schema.is_mutable:
-            return True
-        if not has_converter(target, dispatcher):
-            return True
-    return False
 
 
 def capture(

@@ -104,7 +104,7 @@ def functionalize_and_decompose(
         unsupported = unsupported_ops(ep, dispatcher)
         table = decompositions_for(unsupported - tried) if decompose else {}
         if round_index == 0:
-            needed = bool(table) or bool(unsupported) or any(_is_mutating(t) for t in targets)
+            needed = bool(table) or any(_is_mutating(t) or not has_converter(t, dispatcher) for t in targets)
         else:
             needed = bool(table)
         if not needed:
