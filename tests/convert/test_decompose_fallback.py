@@ -98,3 +98,15 @@ def test_unsupported_ops_respects_the_dispatcher():
     assert unsupported_ops(ep) == {aten.diag_embed.default, aten.hardshrink.default}
     dispatcher = fx2onnx.Dispatcher({"aten::hardshrink": _shrink_with_onnx})
     assert unsupported_ops(ep, dispatcher) == {aten.diag_embed.default}
+
+
+def test_a_failing_decomposition_names_the_ops(monkeypatch):
+    import fx2onnx.convert.decompose as decompose
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("this decomposition is broken")
+
+    monkeypatch.setattr(decompose, "decompositions_for", lambda ops: {op: broken for op in ops})
+    with pytest.raises(fx2onnx.ExportError, match="without a converter \\(aten::diag_embed, aten::hardshrink\\) failed") as info:
+        fx2onnx.to_onnx(DiagEmbedShrink(), (torch.randn(2, 3), torch.randn(3, 3)))
+    assert "this decomposition is broken" in str(info.value) and "decompose=False" in str(info.value)

@@ -239,6 +239,8 @@ def capture(
             ) from e
     try:
         ep, _ = functionalize_and_decompose(ep, dispatcher, decompose=decompose, verbose=verbose)
+    except ExportError:
+        raise
     except Exception as e:
         raise ExportError(
             f"Step 'functionalization' failed (ExportedProgram.run_decompositions): "

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Iterator
 import torch
 
 from . import registry
-from .errors import target_name
+from .errors import ExportError, target_name
 
 #: the number of decomposition rounds before giving up (each one re-traces the model)
 MAX_ROUNDS = 4
@@ -109,10 +109,20 @@ def functionalize_and_decompose(
             needed = bool(table)
         if not needed:
             break
-        with preserving(targets - unsupported):
-            ep = ep.run_decompositions(table)
-        tried.update(table)
         names = sorted(target_name(op) for op in table)
+        try:
+            with preserving(targets - unsupported):
+                ep = ep.run_decompositions(table)
+        except Exception as e:
+            if not table:
+                raise
+            raise ExportError(
+                f"Decomposing the operators without a converter ({', '.join(names)}) failed: "
+                f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}\n"
+                f"Give them a converter through fx2onnx.Dispatcher, or call to_onnx(..., "
+                f"decompose=False) to get the UnsupportedOpError naming the node instead."
+            ) from e
+        tried.update(table)
         decomposed.extend(names)
         if verbose and names:
             print(f"[to_onnx] decomposed (no converter): {', '.join(names)}")
