@@ -24,6 +24,8 @@ from typing import Any, Callable
 
 import torch
 
+from ..models import export_dynamic_shapes
+
 _GENERATOR = torch.Generator().manual_seed(0)
 
 
@@ -96,17 +98,7 @@ class Case:
 
     def torch_dynamic_shapes(self) -> Any:
         """The dynamic shapes with each string replaced by ``torch.export.Dim.DYNAMIC``."""
-        return _strings_to_dims(self.dynamic_shapes)
-
-
-def _strings_to_dims(spec: Any) -> Any:
-    if isinstance(spec, str):
-        return torch.export.Dim.DYNAMIC
-    if isinstance(spec, dict):
-        return {k: _strings_to_dims(v) for k, v in spec.items()}
-    if isinstance(spec, (list, tuple)):
-        return type(spec)(_strings_to_dims(v) for v in spec)
-    return spec
+        return export_dynamic_shapes(self.dynamic_shapes)
 
 
 def collect_cases(module: Any, family: str) -> list[Case]:
