@@ -63,7 +63,9 @@ MODELS = {
 
 def _median_times(fns: dict, repeat: int) -> dict:
     """Median time of each function; the runs are interleaved so that a busy machine
-    slows all of them alike."""
+    slows all of them alike. A first untimed run of each warms up lazy initializations."""
+    for fn in fns.values():
+        fn()
     times: dict = {name: [] for name in fns}
     for _ in range(repeat):
         for name, fn in fns.items():
