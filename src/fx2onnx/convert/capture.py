@@ -21,10 +21,6 @@ from .decompose import functionalize_and_decompose
 from .errors import ExportError
 
 
-def _is_dim_spec(x: Any) -> bool:
-    return isinstance(x, str) or x is None or type(x).__name__ in ("_Dim", "Dim", "_DimHint", "_DerivedDim", "_StaticDim") or isinstance(x, int) or hasattr(x, "__name__") and hasattr(x, "min")
-
-
 def _tensor_spec(spec: Any, tensor: torch.Tensor, where: str) -> tuple[Any, dict[int, str | None]]:
     """Converts the spec of one tensor; returns (spec for torch, {axis: user name})."""
     if spec is None:
@@ -58,9 +54,6 @@ def _tensor_spec(spec: Any, tensor: torch.Tensor, where: str) -> tuple[Any, dict
 def _walk(value: Any, spec: Any, where: str, names: dict[int, dict[int, str | None]]) -> Any:
     """Walks inputs and their dynamic shapes together, converting strings."""
     if isinstance(value, torch.Tensor):
-        if _is_dim_spec(spec) and not isinstance(spec, (str, int)) and spec is not None and not isinstance(spec, dict):
-            # Dim.AUTO/DYNAMIC for the whole tensor is not allowed by torch: per axis only
-            raise ValueError(f"dynamic_shapes for tensor input {where} must be a dict or a list, got {spec!r}.")
         converted, axis_names = _tensor_spec(spec, value, where)
         names[id(value)] = axis_names
         return converted

@@ -9,7 +9,6 @@ converter produced when it is known.
 
 from __future__ import annotations
 
-import operator
 from typing import Any, Callable, Sequence
 
 import onnx_ir as ir
@@ -18,8 +17,8 @@ import torch
 
 from . import registry
 from .builder import TORCH_TO_ONNX_DTYPE, GraphBuilder, onnx_dtype
-from .context import ConversionContext, is_symbolic
-from .errors import ConversionError, UnsupportedOpError, describe_node, node_module_path, node_source_line, target_name
+from .context import ConversionContext
+from .errors import ConversionError, UnsupportedOpError, node_module_path, node_source_line, target_name
 
 
 def _strip_outer_parentheses(text: str) -> str:
@@ -85,7 +84,7 @@ class Interpreter:
     # helpers
     def set_value_info(self, value: ir.Value, val: Any) -> None:
         dtype, shape = _value_type(val)
-        if dtype is not None and dtype in _ONNX_OK:
+        if dtype is not None and dtype in TORCH_TO_ONNX_DTYPE:
             if value.dtype is not None and value.dtype != onnx_dtype(dtype) and value.producer() is not None:
                 raise ConversionError(
                     f"Converter produced dtype {value.dtype} but torch expects {dtype} for {value.name!r}."
@@ -222,9 +221,6 @@ class Interpreter:
         return sub.to_graph(), values
 
 
-_ONNX_OK = set(TORCH_TO_ONNX_DTYPE)
-
-
 def _node_metadata(node: torch.fx.Node) -> dict[str, str]:
     meta = {"fx_node": node.name, "fx_target": target_name(node.target)}
     module = node_module_path(node)
@@ -236,8 +232,4 @@ def _node_metadata(node: torch.fx.Node) -> dict[str, str]:
     return meta
 
 
-def is_python_scalar(x: Any) -> bool:
-    return isinstance(x, (int, float, bool)) or is_symbolic(x)
-
-
-__all__ = ["Interpreter", "DimNamer", "describe_node", "operator"]
+__all__ = ["Interpreter", "DimNamer"]

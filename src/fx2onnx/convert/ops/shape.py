@@ -122,19 +122,10 @@ def convert_identity(ctx, node, x, *args, **kwargs):
 
 @converter(aten.expand.default)
 def convert_expand(ctx, node, x, size, implicit=False):
-    rank_in = input_rank(ctx)
     # -1 keeps the input dimension: Expand with 1 does the same (broadcast)
-    size = list(size)
-    offset = len(size) - rank_in
-    dims = []
-    for i, s in enumerate(size):
-        if isinstance(s, int) and s == -1:
-            dims.append(1)
-        else:
-            dims.append(s)
+    dims = [1 if isinstance(s, int) and s == -1 else s for s in size]
     static = _static_shape(ctx.val())
     target = ctx.const(static, torch.int64) if static is not None else ctx.shape_value(dims)
-    del offset
     return ctx.op.Expand(x, target)
 
 
@@ -217,13 +208,6 @@ def convert_stack(ctx, node, tensors, dim=0):
     if len(parts) == 1:
         return parts[0]
     return ctx.op.Concat(*parts, axis=normalize_axis(dim, rank))
-
-
-def _split_sizes(ctx, x, dim: int, sizes_fake: list) -> list:
-    sizes = []
-    for f in sizes_fake:
-        sizes.append(f.shape[dim])
-    return sizes
 
 
 def _split(ctx, x, dim, sizes):
