@@ -11,12 +11,7 @@ aten = torch.ops.aten
 
 def _full(ctx, size, value, dtype: torch.dtype):
     static = ctx.val()
-    if (
-        isinstance(static, torch.Tensor)
-        and all(isinstance(d, int) for d in static.shape)
-        and not isinstance(value, type(None))
-        and not hasattr(value, "producer")
-    ):
+    if isinstance(static, torch.Tensor) and all(isinstance(d, int) for d in static.shape):
         shape = ctx.const([int(d) for d in static.shape], torch.int64)
     else:
         shape = ctx.shape_value(list(size))
@@ -78,17 +73,14 @@ def convert_fill(ctx, node, x, value):
 
 @converter(aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.to.device, aten.type_as.default)
 def convert_to_copy(ctx, node, x, *args, **kwargs):
-    return (
-        ctx.cast(ctx.as_value(x), ctx.out_dtype())
-        if ctx.dtype(ctx.as_value(x)) != ctx.out_dtype()
-        else ctx.op.Identity(x)
-    )
+    x, dtype = ctx.as_value(x), ctx.out_dtype()
+    return ctx.cast(x, dtype) if ctx.dtype(x) != dtype else ctx.op.Identity(x)
 
 
 @converter(aten.arange.default, aten.arange.start, aten.arange.start_step)
 def convert_arange(ctx, node, *args, **kwargs):
     dtype = ctx.out_dtype()
-    numbers = [a for a in args]
+    numbers = list(args)
     if len(numbers) == 1:
         start, end, step = 0, numbers[0], 1
     elif len(numbers) == 2:

@@ -112,18 +112,18 @@ converter(aten.max.dim)(_extreme_dim("ReduceMax", "ArgMax", True))
 converter(aten.min.dim)(_extreme_dim("ReduceMin", "ArgMin", False))
 
 
-@converter(aten.any.default, aten.any.dim, aten.any.dims)
-def convert_any(ctx, node, x, dim=None, keepdim=False):
-    xi = ctx.cast(ctx.op.Cast(x, to=9) if ctx.dtype(x) != torch.bool else x, torch.int64)
-    out = _reduce(ctx, "ReduceMax", xi, dim, keepdim)
-    return ctx.cast(out, torch.bool)
+def _logical_reduce(op_type: str):
+    """any / all: the input as 0/1 int64 flags, reduced by max / min, back to bool."""
+
+    def convert_logical_reduce(ctx, node, x, dim=None, keepdim=False):
+        flags = ctx.cast(ctx.cast(x, torch.bool), torch.int64)
+        return ctx.cast(_reduce(ctx, op_type, flags, dim, keepdim), torch.bool)
+
+    return convert_logical_reduce
 
 
-@converter(aten.all.default, aten.all.dim, aten.all.dims)
-def convert_all(ctx, node, x, dim=None, keepdim=False):
-    xi = ctx.cast(ctx.op.Cast(x, to=9) if ctx.dtype(x) != torch.bool else x, torch.int64)
-    out = _reduce(ctx, "ReduceMin", xi, dim, keepdim)
-    return ctx.cast(out, torch.bool)
+converter(aten.any.default, aten.any.dim, aten.any.dims)(_logical_reduce("ReduceMax"))
+converter(aten.all.default, aten.all.dim, aten.all.dims)(_logical_reduce("ReduceMin"))
 
 
 def _variance_args(node, args: tuple, kwargs: dict) -> tuple[object, int, bool]:
