@@ -16,7 +16,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import fx2onnx
 from fx2onnx.backend import make_onnxruntime_backend
 from fx2onnx.convert.graph_module import convert_graph_module
-from fx2onnx.validate import to_numpy
+from fx2onnx.validation import to_numpy
 
 aten = torch.ops.aten
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import fx2onnx
-from fx2onnx.validate import validate
+from fx2onnx.validation import validate
 from fx2onnx.compare import run_with_intermediate_results
 
 FLOAT = onnx.TensorProto.FLOAT

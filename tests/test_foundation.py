@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fx2onnx.validate import make_feeds, validate
+from fx2onnx.validation import make_feeds, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -192,15 +192,15 @@ def test_ci_script():
 
 
 def test_validate_stays_a_function_after_importing_its_module():
-    # the submodule fx2onnx.validate and the function fx2onnx.validate share a name:
-    # importing the module (the library does it) must not hide the function
+    # the function fx2onnx.validate lives in the module fx2onnx.validation: importing
+    # the module (the library does it) must not hide the function
     code = (
         "import fx2onnx\n"
-        "from fx2onnx.validate import make_feeds\n"
-        "import fx2onnx.validate\n"
+        "from fx2onnx.validation import make_feeds\n"
+        "import fx2onnx.validation\n"
         "assert callable(fx2onnx.validate) and fx2onnx.validate.__name__ == 'validate'\n"
         "import sys\n"
-        "assert sys.modules['fx2onnx.validate'].make_feeds is make_feeds\n"
+        "assert sys.modules['fx2onnx.validation'].make_feeds is make_feeds\n"
         "print('ok')\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from fx2onnx.profiling import aggregate_by_op_type, plot_profile, profile
-from fx2onnx.validate import validate
+from fx2onnx.validation import validate
 
 FLOAT = onnx.TensorProto.FLOAT
 

@@ -20,7 +20,7 @@ from fx2onnx.patches.caches import (  # noqa: E402
     register_cache_serialization,
     unregister_cache_serialization,
 )
-from fx2onnx.validate import flatten_inputs, flatten_outputs  # noqa: E402
+from fx2onnx.validation import flatten_inputs, flatten_outputs  # noqa: E402
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_validate_importable_without_transformers():
     code = (
         "import sys; sys.modules['transformers'] = None\n"
         "import torch\n"
-        "from fx2onnx.validate import flatten_inputs, flatten_outputs\n"
+        "from fx2onnx.validation import flatten_inputs, flatten_outputs\n"
         "assert len(flatten_inputs((torch.ones(2),), {'y': [torch.ones(1), None]})) == 2\n"
         "assert len(flatten_outputs({'a': torch.ones(1), 'b': (torch.ones(2), 3)})) == 3\n"
         "assert 'transformers.cache_utils' not in sys.modules\n"

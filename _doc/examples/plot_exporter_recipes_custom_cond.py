@@ -20,7 +20,7 @@ import onnx
 import torch
 
 import fx2onnx
-from fx2onnx.validate import validate
+from fx2onnx.validation import validate
 
 
 class ConditionalLayer(torch.nn.Module):

@@ -21,7 +21,7 @@ import onnx
 import torch
 
 import fx2onnx
-from fx2onnx.validate import validate
+from fx2onnx.validation import validate
 
 
 class Block(torch.nn.Module):

@@ -24,7 +24,7 @@ from onnxscript import FLOAT
 from onnxscript import opset18 as op
 
 import fx2onnx
-from fx2onnx.validate import run_onnx, validate
+from fx2onnx.validation import run_onnx, validate
 
 
 @torch.library.custom_op("recipes::soft_clip", mutates_args=())

@@ -22,7 +22,7 @@ from onnxscript import FLOAT
 from onnxscript import opset18 as op
 
 import fx2onnx
-from fx2onnx.validate import run_onnx, validate
+from fx2onnx.validation import run_onnx, validate
 
 
 @torch.library.custom_op("recipes::leaky_", mutates_args=("x",))

@@ -23,7 +23,7 @@ import torch
 from torch._higher_order_ops.scan import scan
 
 import fx2onnx
-from fx2onnx.validate import make_feeds, validate
+from fx2onnx.validation import make_feeds, validate
 
 
 class PairwiseDistance(torch.nn.Module):

@@ -22,7 +22,7 @@ from torch._higher_order_ops.map import map as torch_map
 from torch._higher_order_ops.scan import scan
 
 import fx2onnx
-from fx2onnx.validate import run_onnx, validate
+from fx2onnx.validation import run_onnx, validate
 
 
 

@@ -24,7 +24,7 @@ import torch
 from torch._higher_order_ops.while_loop import while_loop
 
 import fx2onnx
-from fx2onnx.validate import run_onnx, validate
+from fx2onnx.validation import run_onnx, validate
 
 
 class NewtonSqrt(torch.nn.Module):

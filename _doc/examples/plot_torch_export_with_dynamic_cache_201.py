@@ -29,7 +29,7 @@ from transformers.cache_utils import DynamicCache
 
 import fx2onnx
 from fx2onnx.models import export_dynamic_shapes, get_tiny_model
-from fx2onnx.validate import run_onnx
+from fx2onnx.validation import run_onnx
 
 tiny = get_tiny_model("llama", with_cache=True, num_hidden_layers=2)
 print(tiny)

@@ -7,8 +7,6 @@ loads its module on first use.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import Any
 
 __version__ = "0.1.0"
@@ -22,8 +20,8 @@ _PUBLIC_API: dict[str, str] = {
     "ExportError": ".convert.errors",
     "ConversionError": ".convert.errors",
     # checking an ONNX model against eager
-    "validate": ".validate",
-    "ValidationReport": ".validate",
+    "validate": ".validation",
+    "ValidationReport": ".validation",
     # patches making torch.export work on transformers models
     "torch_export_patches": ".patches",
     "bypass_export_some_errors": ".patches",
@@ -52,21 +50,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_PUBLIC_API))
-
-
-class _Package(types.ModuleType):
-    """Keeps ``fx2onnx.validate`` the function when the submodule ``fx2onnx.validate`` loads.
-
-    The import system sets ``fx2onnx.<name>`` to every submodule it loads: any
-    ``from fx2onnx.validate import ...`` (done inside the library too) would replace
-    the public function by the module. For a public name defined in a submodule of
-    the same name, the attribute keeps the function.
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and _PUBLIC_API.get(name) == "." + name:
-            value = getattr(value, name, value)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

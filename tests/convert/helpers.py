@@ -18,7 +18,7 @@ import torch
 import fx2onnx
 from fx2onnx.convert.builder import onnx_dtype
 from fx2onnx.convert.capture import prepare_dynamic_shapes
-from fx2onnx.validate import flatten_outputs, validate
+from fx2onnx.validation import flatten_outputs, validate
 
 
 class Fn(torch.nn.Module):

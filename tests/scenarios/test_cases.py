@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fx2onnx.scenarios.cases import ZOO_FAMILIES, get_case, get_cases
-from fx2onnx.validate import flatten_inputs
+from fx2onnx.validation import flatten_inputs
 
 ZOO = get_cases(list(ZOO_FAMILIES))
 

@@ -11,7 +11,7 @@ import onnx_ir as ir
 import torch
 
 from ..convert.graph_module import convert_graph_module
-from ..validate import to_numpy
+from ..validation import to_numpy
 from .dump import dump_targets, save_dump
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)

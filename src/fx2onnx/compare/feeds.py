@@ -12,11 +12,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import onnx
 
-# ``fx2onnx.validate`` is both a lazily exported function and a submodule: resolving
-# the public name first keeps ``fx2onnx.validate`` the function once the submodule
-# is imported below.
-from .. import validate as _public_validate  # noqa: F401
-from ..validate import to_numpy
+from ..validation import to_numpy
 
 
 def load_model(

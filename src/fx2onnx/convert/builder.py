@@ -212,7 +212,7 @@ class GraphBuilder:
         Constants are cached by value within a graph.
         """
         if isinstance(value, torch.Tensor):
-            from ..validate import to_numpy
+            from ..validation import to_numpy
 
             array = to_numpy(value)
         else:

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from ..validate import compare_outputs, flatten_outputs, make_session, run_onnx, to_numpy
+from ..validation import compare_outputs, flatten_outputs, make_session, run_onnx, to_numpy
 from .cases import get_case, get_cases
 from .text import fx_short_text, onnx_short_text
 
