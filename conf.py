@@ -16,12 +16,15 @@ import datetime
 import importlib.util
 import logging
 import os
+import sys
 import warnings
 from pathlib import Path
 
 import fx2onnx
 
 ROOT = Path(__file__).resolve().parent
+# _doc/gallery_order.py: the order of the examples inside a gallery subsection
+sys.path.insert(0, str(ROOT / "_doc"))
 
 project = "fx2onnx"
 author = "fx2onnx contributors"
@@ -55,6 +58,8 @@ exclude_patterns = [
     "_doc/examples",  # the gallery sources: sphinx-gallery renders them in auto_examples
     "auto_examples/*.ipynb",
     "auto_examples/*.py",
+    "auto_examples/**/*.ipynb",
+    "auto_examples/**/*.py",
     "**/*.zip",
 ]
 templates_path: list[str] = []
@@ -86,7 +91,10 @@ sphinx_gallery_conf = {
     "download_all_examples": False,
     "show_signature": False,
     "remove_config_comments": True,
-    "within_subsection_order": "FileNameSortKey",
+    # subsections: the folders 01_export_graph ... 06_benchmarks, in name order;
+    # inside one, level 101 before 102, 201, 301 (see _doc/gallery_order.py)
+    "subsection_order": None,
+    "within_subsection_order": "gallery_order.LevelThenFileNameSortKey",
     "capture_repr": ("_repr_html_", "__repr__"),
 }
 

@@ -1,5 +1,5 @@
 """
-.. _l-plot-exporter-dynamic-shapes:
+.. _l-plot-exporter-dynamic_shapes:
 
 to_onnx and dynamic shapes: names, static dimensions, other inputs
 ===================================================================

@@ -1,5 +1,5 @@
 """
-.. _l-plot-exporter-recipes-custom-ops-inplace:
+.. _l-plot-exporter-recipes-custom-custom-ops-inplace:
 
 to_onnx and custom ops modifying their inputs in place
 ======================================================

@@ -1,5 +1,5 @@
 """
-.. _l-plot-exporter-recipes-custom-ops-fct:
+.. _l-plot-exporter-recipes-custom-custom-ops-fct:
 
 to_onnx and custom ops: give the exporter a converter
 =====================================================

@@ -1,5 +1,5 @@
 """
-.. _l-plot-llama-diff-export-301:
+.. _l-plot-llama-diff-export:
 
 Compare two exports of a tiny Llama, result by result
 =====================================================

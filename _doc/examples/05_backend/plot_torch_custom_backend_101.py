@@ -1,5 +1,5 @@
 """
-.. _l-plot-torch-custom-backend-101:
+.. _l-plot-custom-backend:
 
 A torch.compile backend running on onnxruntime
 ==============================================
