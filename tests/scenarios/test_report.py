@@ -62,6 +62,7 @@ def test_pages_build_with_sphinx(rows, tmp_path):
     ]
     table = (out / "onnx_exporters.rst").read_text(encoding="utf-8")
     assert ":ref:`✘ E <scn-ifonvalue-custom>`" in table and ":ref:`✔ <scn-onetensor-custom>`" in table
+    assert (out / "index.rst").read_text(encoding="utf-8").startswith(".. _led-summary-exported-program:\n")
     details = (out / "details_signatures.rst").read_text(encoding="utf-8")
     assert "class OneTensor(torch.nn.Module):" in details and "Relu(x)" in details
     result = subprocess.run(

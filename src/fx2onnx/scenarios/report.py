@@ -216,8 +216,12 @@ def plot_summary(rows: Sequence[dict[str, Any]], filename: str | Path) -> None:
     plt.close(fig)
 
 
+# the label of the summary page, referenced by the tutorial ("strict = ?")
+SUMMARY_LABEL = "led-summary-exported-program"
+
+
 def _index_page(rows, meta: dict[str, Any], families: list[str]) -> str:
-    lines = _heading("Supported scenarios", "=")
+    lines = [f".. _{SUMMARY_LABEL}:", ""] + _heading("Supported scenarios", "=")
     n_cases = len({r["case"] for r in rows})
     lines += [
         f"Each of the {n_cases} scenarios of :mod:`fx2onnx.scenarios` (a small module, two input "
