@@ -35,6 +35,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
+    "sphinx.ext.graphviz",
     "sphinx.ext.viewcode",
     "sphinx_gallery.gen_gallery",
     "sphinx_runpython.epkg",
@@ -75,6 +76,11 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
+
+# graphviz: the `dot` program is graphviz-pure, a pip package (requirements-docs.txt)
+# installed next to the interpreter running Sphinx; no system Graphviz is needed.
+graphviz_dot = str(Path(sys.executable).parent / "graphviz-pure")
+graphviz_output_format = "svg"
 
 # sphinx-gallery
 _pattern = os.environ.get("FX2ONNX_GALLERY_PATTERN", "").strip()
