@@ -1,0 +1,145 @@
+"""``optimize(model, level=...)``: the default clean-up, then the fusions of a level."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from typing import Any
+
+import onnx
+import onnx_ir as ir
+
+from .rules import LEVELS
+
+#: the accepted level names
+LEVEL_NAMES = tuple(LEVELS)
+
+
+@dataclasses.dataclass
+class RuleResult:
+    """What one rule did: how many times it applied and how long it took."""
+
+    name: str
+    matches: int
+    time_s: float
+    note: str = ""
+
+
+@dataclasses.dataclass
+class OptimizationReport:
+    """The rules run by :func:`optimize`, with the node counts before and after."""
+
+    level: str
+    rules: list[RuleResult] = dataclasses.field(default_factory=list)
+    nodes_before: int = 0
+    nodes_after: int = 0
+    op_types: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def matches(self, name: str) -> int:
+        """Total matches of the rules called ``name``."""
+        return sum(r.matches for r in self.rules if r.name == name)
+
+    def __str__(self) -> str:
+        lines = [f"optimize(level={self.level!r}): {self.nodes_before} -> {self.nodes_after} nodes"]
+        for r in self.rules:
+            note = f"  ({r.note})" if r.note else ""
+            lines.append(f"  {r.name:<24} {r.matches:>4} match(es) {r.time_s * 1000:8.1f} ms{note}")
+        return "\n".join(lines)
+
+
+def resolve_level(level: bool | str) -> str | None:
+    """True -> ``"default"``, False -> None, a level name -> itself; raises ValueError otherwise."""
+    if level is True:
+        return "default"
+    if level is False or level is None:
+        return None
+    if isinstance(level, str) and level in LEVELS:
+        return level
+    raise ValueError(f"Unknown optimization level {level!r}: use True, False or one of {list(LEVEL_NAMES)}.")
+
+
+def optimize(
+    model: onnx.ModelProto | ir.Model,
+    level: bool | str = "default",
+    report: bool = False,
+    inline: bool = True,
+) -> Any:
+    """Optimizes an ONNX model: constant folding, onnxscript's rewrite rules and dead
+    code elimination (level ``"default"``), then the fusions of the level.
+
+    * ``"default"``: standard ONNX only, plus Transpose / Reshape / Cast clean-ups;
+    * ``"onnxruntime"``: onnxruntime's fused operators (``SimplifiedLayerNormalization``,
+      ``SkipSimplifiedLayerNormalization``, ``com.microsoft.RotaryEmbedding``,
+      ``Gelu`` / ``FastGelu`` / ``BiasGelu``, packed MatMuls) and, on a model of opset
+      >= 23, the standard ``Attention`` with the kv cache;
+    * ``"opset23"``: standard operators only: ``Attention``, ``RMSNormalization``,
+      ``RotaryEmbedding``, ``Gelu`` (the model must be of opset >= 23).
+
+    :param model: a ``onnx.ModelProto`` or an ``onnx_ir.Model`` (modified in place)
+    :param level: a level name, True (``"default"``)
+    :param report: also return an :class:`OptimizationReport`
+    :param inline: inline the local functions first
+    :return: the optimized model, of the same kind as ``model``
+        (``(model, report)`` when ``report`` is True)
+
+    .. code-block:: python
+
+        onx = fx2onnx.to_onnx(model, args, target_opset=23, optimize=False)
+        onx, rep = fx2onnx.optimize(onx, level="onnxruntime", report=True)
+        print(rep)
+    """
+    from ..convert.api import optimize_model
+
+    name = resolve_level(level)
+    if name is None:
+        raise ValueError("optimize(level=False) does nothing: call it with a level name or True.")
+    is_proto = isinstance(model, onnx.ModelProto)
+    if not is_proto and not isinstance(model, ir.Model):
+        raise TypeError(f"model must be an onnx.ModelProto or an onnx_ir.Model, got {type(model).__name__}.")
+    ir_model = ir.from_proto(model) if is_proto else model
+    opset = ir_model.graph.opset_imports.get("", ir_model.opset_imports.get("", 0))
+    if name == "opset23" and opset < 23:
+        raise ValueError(
+            f"Level 'opset23' needs a model of opset >= 23, this one has opset {opset}: "
+            f"export it with to_onnx(..., target_opset=23) or use level 'onnxruntime'."
+        )
+    rep = OptimizationReport(name, nodes_before=_count(ir_model.graph))
+    begin = time.perf_counter()
+    optimize_model(ir_model, inline=inline)
+    rep.rules.append(RuleResult("onnxscript", 0, time.perf_counter() - begin, "fold, rewrite, fold, dead code"))
+    for rule in LEVELS[name]:
+        if opset < rule.min_opset:
+            rep.rules.append(RuleResult(rule.name, 0, 0.0, f"skipped: opset {opset} < {rule.min_opset}"))
+            continue
+        begin = time.perf_counter()
+        matches = rule.fn(ir_model)
+        if matches:
+            _remove_unused(ir_model)
+        rep.rules.append(RuleResult(rule.name, int(matches), time.perf_counter() - begin))
+    _finalize(ir_model)
+    rep.nodes_after = _count(ir_model.graph)
+    rep.op_types = dict(collections.Counter(n.op_type for n in ir_model.graph))
+    result = ir.to_proto(ir_model) if is_proto else ir_model
+    return (result, rep) if report else result
+
+
+def _count(graph: ir.Graph) -> int:
+    return sum(1 for _ in graph)
+
+
+def _remove_unused(model: ir.Model) -> None:
+    from onnx_ir.passes import common
+
+    common.RemoveUnusedNodesPass()(model)
+
+
+def _finalize(model: ir.Model) -> None:
+    from onnx_ir.passes import common
+
+    model.graph.sort()
+    ir.passes.Sequential(
+        common.RemoveUnusedNodesPass(),
+        common.RemoveUnusedOpsetsPass(),
+        common.NameFixPass(),
+    )(model)

@@ -1,0 +1,61 @@
+"""The rewrite rules of each optimization level, in the order they run.
+
+A rule is a name and a function ``fn(model: onnx_ir.Model) -> int`` returning how many
+times it applied. One file per fusion family.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import onnx_ir as ir
+
+from .activation import fuse_bias_gelu, fuse_gelu
+from .attention import fuse_attention
+from .cleanup import fold_reshapes, fold_transposes, remove_identities
+from .matmul_packing import pack_matmuls
+from .normalization import fuse_rms_normalization, fuse_skip_rms_normalization
+from .rotary import fuse_rotary_embedding
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A named graph rewrite; ``min_opset``: the main-domain opset the model needs."""
+
+    name: str
+    fn: Callable[[ir.Model], int]
+    min_opset: int = 0
+
+
+CLEANUP = [
+    Rule("fold_transposes", fold_transposes),
+    Rule("fold_reshapes", fold_reshapes),
+    Rule("remove_identities", remove_identities),
+]
+
+ONNXRUNTIME = [
+    Rule("attention", fuse_attention, min_opset=23),
+    Rule("rotary_embedding", fuse_rotary_embedding),
+    Rule("rms_normalization", fuse_rms_normalization),
+    Rule("skip_rms_normalization", fuse_skip_rms_normalization),
+    Rule("gelu", fuse_gelu),
+    Rule("bias_gelu", fuse_bias_gelu),
+    Rule("matmul_packing", pack_matmuls),
+]
+
+OPSET23 = [
+    Rule("attention", fuse_attention, min_opset=23),
+    Rule("rotary_embedding", lambda m: fuse_rotary_embedding(m, standard=True), min_opset=23),
+    Rule("rms_normalization", lambda m: fuse_rms_normalization(m, op_type="RMSNormalization"), min_opset=23),
+    Rule("gelu", lambda m: fuse_gelu(m, standard=True), min_opset=20),
+]
+
+#: level name -> the rules run after the default optimization
+LEVELS: dict[str, list[Rule]] = {
+    "default": CLEANUP,
+    "onnxruntime": CLEANUP + ONNXRUNTIME + CLEANUP,
+    "opset23": CLEANUP + OPSET23 + CLEANUP,
+}
+
+__all__ = ["LEVELS", "Rule"]

@@ -1,0 +1,135 @@
+"""Attention with its kv cache into one standard ``Attention`` node (opset 23).
+
+The pattern (``scaled_dot_product_attention`` converted by fx2onnx, the cache
+concatenation and transformers' ``repeat_kv`` before it)::
+
+    K = Concat(past_key, key, axis=2)            # present_key, a graph output
+    Kr = Reshape(Expand(Unsqueeze(K, 2), ...))   # repeat_kv, grouped-query attention
+    scores = Mul(MatMul(Q, Transpose(Kr, [0, 1, 3, 2])), scale) [+ Where(mask, 0, -inf) | + bias]
+    probs = Softmax(scores) [-> Where(IsNaN(probs), 0, probs)]
+    Y = MatMul(probs, Vr)
+
+becomes ``Y, present_key, present_value = Attention(Q, key, value, mask, past_key,
+past_value, scale=scale)``: no Concat, no repeated heads, no score tensor left.
+onnxruntime's own ``GroupQueryAttention`` refuses batch > 1 with a past and more than
+one new token, and ``MultiHeadAttention`` needs as many kv heads as query heads, so
+the level ``onnxruntime`` uses the standard operator too (onnxruntime >= 1.23 runs it
+on CPU); it needs the model's opset >= 23.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from ._graph import attr, const_ints, const_scalar, other_input, producer, rank, replace, static_dim, users
+
+
+def _unrepeat(value: ir.Value, heads: int) -> ir.Value | None:
+    """The kv tensor before ``repeat_kv`` (or value itself when it has ``heads`` heads)."""
+    if static_dim(value, 1) == heads:
+        reshape = producer(value, "Reshape")
+        expand = producer(reshape.inputs[0], "Expand") if reshape else None
+        unsq = producer(expand.inputs[0], "Unsqueeze") if expand else None
+        if unsq is not None and const_ints(unsq.inputs[1]) == [2] and rank(unsq.inputs[0]) == 4:
+            kv_heads = static_dim(unsq.inputs[0], 1)
+            if kv_heads is not None and heads % kv_heads == 0:
+                return unsq.inputs[0]
+        return value
+    return None
+
+
+def _split_cache(kv: ir.Value) -> tuple[ir.Value | None, ir.Value]:
+    """(past, new) if kv = Concat(past, new, axis=2), else (None, kv)."""
+    cat = producer(kv, "Concat")
+    if cat is not None and len(cat.inputs) == 2 and attr(cat, "axis") in (2, -2):
+        return cat.inputs[0], cat.inputs[1]
+    return None, kv
+
+
+def _match(softmax: ir.Node):
+    if attr(softmax, "axis", -1) not in (-1, 3):
+        return None
+    scores = softmax.inputs[0]
+    mask = None
+    add = producer(scores, "Add")
+    if add is not None:
+        for s, m in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+            if producer(s, "Mul") is not None:
+                scores, mask = s, m
+                break
+        else:
+            return None
+    mul = producer(scores, "Mul")
+    if mul is None:
+        return None
+    for mm, sc in ((mul.inputs[0], mul.inputs[1]), (mul.inputs[1], mul.inputs[0])):
+        scale = const_scalar(sc)
+        matmul = producer(mm, "MatMul")
+        if scale is not None and matmul is not None:
+            break
+    else:
+        return None
+    q = matmul.inputs[0]
+    tr = producer(matmul.inputs[1], "Transpose")
+    if tr is None or attr(tr, "perm") != [0, 1, 3, 2] or rank(q) != 4 or q.dtype != ir.DataType.FLOAT:
+        return None
+    heads = static_dim(q, 1)
+    if heads is None:
+        return None
+    # the probabilities, possibly with the NaN guard of a boolean mask
+    probs = softmax.outputs[0]
+    uses = users(probs)
+    if len(uses) == 2 and {n.op_type for n in uses} == {"IsNaN", "Where"}:
+        where = next(n for n in uses if n.op_type == "Where")
+        isnan = next(n for n in uses if n.op_type == "IsNaN")
+        if where.inputs[0] is not isnan.outputs[0] or where.inputs[2] is not probs or const_scalar(where.inputs[1]) != 0.0:
+            return None
+        probs = where.outputs[0]
+        uses = users(probs)
+    if len(uses) != 1 or uses[0].op_type != "MatMul" or uses[0].inputs[0] is not probs:
+        return None
+    out_matmul = uses[0]
+    k = _unrepeat(tr.inputs[0], heads)
+    v = _unrepeat(out_matmul.inputs[1], heads)
+    if k is None or v is None or static_dim(k, 1) != static_dim(v, 1):
+        return None
+    # the mask: Where(bool_mask, 0, -inf) or a float bias
+    if mask is not None:
+        where = producer(mask, "Where")
+        if where is not None and const_scalar(where.inputs[1]) == 0.0 and const_scalar(where.inputs[2]) == float("-inf"):
+            mask = where.inputs[0]
+        elif mask.dtype != q.dtype:
+            return None
+    return q, k, v, mask, scale, out_matmul
+
+
+def fuse_attention(model: ir.Model) -> int:
+    """Replaces each attention (and its cache Concat) by one ``Attention`` node; returns the count.
+    Does nothing on a model of opset < 23."""
+    if model.graph.opset_imports.get("", 0) < 23:
+        return 0
+    graph = model.graph
+    count = 0
+    for softmax in [n for n in graph if n.op_type == "Softmax" and n.domain == ""]:
+        found = _match(softmax)
+        if found is None:
+            continue
+        q, k, v, mask, scale, out_matmul = found
+        past_k, new_k = _split_cache(k)
+        past_v, new_v = _split_cache(v)
+        if (past_k is None) != (past_v is None):
+            past_k, new_k, past_v, new_v = None, k, None, v
+        inputs = [q, new_k, new_v, mask]
+        if past_k is not None:
+            inputs += [past_k, past_v]
+        fused = ir.node(
+            "Attention", inputs, {"scale": float(scale)}, num_outputs=3 if past_k is not None else 1,
+            name=f"Attention_{count}",
+        )
+        old, new = [out_matmul.outputs[0]], [fused.outputs[0]]
+        if past_k is not None:
+            old += [k, v]
+            new += [fused.outputs[1], fused.outputs[2]]
+        replace(graph, out_matmul, [fused], old, new)
+        count += 1
+    return count

@@ -1,0 +1,81 @@
+"""Shape clean-ups (standard ONNX, every level): chains of Transpose or Reshape,
+Cast / Reshape / Expand that change nothing.
+
+Each function returns the number of nodes it made useless (removed afterwards by the
+dead code elimination).
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from ._graph import attr, const_ints, producer, replace
+
+
+def _static(shape: ir.Shape | None) -> tuple[int, ...] | None:
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    return tuple(shape)
+
+
+def _forward(graph: ir.Graph, node: ir.Node, value: ir.Value) -> bool:
+    """Users of node's output use ``value`` instead (not when the output is a graph output)."""
+    out = node.outputs[0]
+    if out in graph.outputs or value is None:
+        return False
+    ir.convenience.replace_all_uses_with(out, value)
+    return True
+
+
+def fold_transposes(model: ir.Model) -> int:
+    """``Transpose(Transpose(x, p1), p2)`` into one Transpose (or nothing when the
+    permutations cancel)."""
+    graph = model.graph
+    count = 0
+    for node in [n for n in graph if n.op_type == "Transpose" and n.domain == ""]:
+        inner = producer(node.inputs[0], "Transpose")
+        p2, p1 = attr(node, "perm"), attr(inner, "perm") if inner else None
+        if inner is None or p1 is None or p2 is None:
+            continue
+        perm = [p1[i] for i in p2]
+        if perm == list(range(len(perm))):
+            count += _forward(graph, node, inner.inputs[0])
+        else:
+            fused = ir.node("Transpose", [inner.inputs[0]], {"perm": perm})
+            replace(graph, node, [fused], [node.outputs[0]], [fused.outputs[0]])
+            count += 1
+    return count
+
+
+def fold_reshapes(model: ir.Model) -> int:
+    """``Reshape(Reshape(x, s1), s2)`` into ``Reshape(x, s2)`` when s2 is a constant
+    without 0 (a 0 copies a dimension of the intermediate shape)."""
+    graph = model.graph
+    count = 0
+    for node in [n for n in graph if n.op_type == "Reshape" and n.domain == ""]:
+        inner = producer(node.inputs[0], "Reshape")
+        shape = const_ints(node.inputs[1])
+        if inner is None or shape is None or 0 in shape:
+            continue
+        node.replace_input_with(0, inner.inputs[0])
+        count += 1
+    return count
+
+
+def remove_identities(model: ir.Model) -> int:
+    """Cast to the same type, Reshape / Expand to the same static shape."""
+    graph = model.graph
+    count = 0
+    for node in list(graph):
+        if node.domain != "" or not node.inputs or node.inputs[0] is None:
+            continue
+        x, out = node.inputs[0], node.outputs[0]
+        same = False
+        if node.op_type == "Cast":
+            same = x.dtype is not None and x.dtype.value == attr(node, "to")
+        elif node.op_type in ("Reshape", "Expand"):
+            shape_in, shape_out = _static(x.shape), _static(out.shape)
+            same = shape_in is not None and shape_in == shape_out
+        if same:
+            count += _forward(graph, node, x)
+    return count

@@ -1,0 +1,177 @@
+"""Rotary embedding: ``x * cos + rotate_half(x) * sin`` into one node.
+
+The pattern (transformers' ``apply_rotary_pos_emb`` converted by fx2onnx)::
+
+    half = Concat(Neg(Slice(x, h, 2h, axis=-1)), Slice(x, 0, h, axis=-1), axis=-1)
+    y = Add(Mul(x, Unsqueeze(cos)), Mul(half, Unsqueeze(sin)))
+    cos = Cos(Concat(f, f, axis=-1)) [* scaling]     sin = Sin(Concat(f, f, axis=-1)) [* scaling]
+
+``x`` is ``[batch, heads, seq, 2h]``, ``f`` the frequencies ``[batch, seq, h]``. Both
+fused operators read ``cos``/``sin`` from caches indexed by position ids; the rule
+gives them the model's own ``cos(f)``, ``sin(f)`` reshaped into ``[batch*seq, h]``
+caches with position ids ``arange(batch*seq)``: no assumption on how ``f`` is
+computed (any rope scaling), the same values as the unfused graph.
+
+* level ``onnxruntime``: ``com.microsoft.RotaryEmbedding``;
+* level ``opset23``: the standard ``RotaryEmbedding``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from ._graph import attr, const_ints, const_scalar, initializer, other_input, producer, rank, replace, ensure_opset
+
+
+def _slice_range(node: ir.Node | None, x: ir.Value) -> tuple[int, int] | None:
+    if node is None or node.inputs[0] is not x or len(node.inputs) < 4:
+        return None
+    starts, ends, axes = const_ints(node.inputs[1]), const_ints(node.inputs[2]), const_ints(node.inputs[3])
+    steps = const_ints(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] is not None else [1]
+    r = rank(x)
+    if None in (starts, ends, axes, steps) or len(starts) != 1 or steps != [1] or axes[0] not in (-1, (r or 0) - 1):
+        return None
+    return starts[0], ends[0]
+
+
+def _rotate_half_input(half: ir.Value) -> ir.Value | None:
+    """x if ``half == Concat(-x[..., h:], x[..., :h])``."""
+    cat = producer(half, "Concat")
+    if cat is None or len(cat.inputs) != 2:
+        return None
+    neg = producer(cat.inputs[0], "Neg")
+    first = producer(cat.inputs[1], "Slice")
+    second = producer(neg.inputs[0], "Slice") if neg else None
+    if first is None or second is None:
+        return None
+    x = first.inputs[0]
+    r = rank(x)
+    if r is None or attr(cat, "axis") not in (-1, r - 1):
+        return None
+    dim = x.shape[-1]
+    if not isinstance(dim, int) or dim % 2:
+        return None
+    h = dim // 2
+    lo, hi = _slice_range(first, x), _slice_range(second, x)
+    if lo is None or hi is None or lo[0] != 0 or lo[1] != h or hi[0] != h or hi[1] < dim:
+        return None
+    return x
+
+
+def _trig(value: ir.Value, op_type: str) -> tuple[ir.Value, float] | None:
+    """(f, scaling) if value is ``Unsqueeze(Trig(Concat(f, f)) [* scaling], 1)``."""
+    unsq = producer(value, "Unsqueeze")
+    if unsq is None or const_ints(unsq.inputs[1]) not in ([1], [-3]):
+        return None
+    inner = unsq.inputs[0]
+    scaling = 1.0
+    mul = producer(inner, "Mul")
+    if mul is not None:
+        for a, b in ((mul.inputs[0], mul.inputs[1]), (mul.inputs[1], mul.inputs[0])):
+            s = const_scalar(b)
+            if s is not None and producer(a, op_type) is not None:
+                inner, scaling = a, s
+                break
+        else:
+            return None
+    trig = producer(inner, op_type)
+    cat = producer(trig.inputs[0], "Concat") if trig else None
+    if cat is None or len(cat.inputs) != 2 or cat.inputs[0] is not cat.inputs[1] or rank(cat.inputs[0]) != 3:
+        return None
+    if attr(cat, "axis") not in (-1, 2):
+        return None
+    return cat.inputs[0], scaling
+
+
+def _match(add: ir.Node):
+    """(x, f, cos scaling, sin scaling) for an Add ending a rotary embedding."""
+    muls = [producer(v, "Mul") for v in add.inputs]
+    if None in muls:
+        return None
+    for m_cos, m_sin in ((muls[0], muls[1]), (muls[1], muls[0])):
+        for x, c in ((m_cos.inputs[0], m_cos.inputs[1]), (m_cos.inputs[1], m_cos.inputs[0])):
+            if rank(x) != 4:
+                continue
+            cos = _trig(c, "Cos")
+            if cos is None:
+                continue
+            for half, s in ((m_sin.inputs[0], m_sin.inputs[1]), (m_sin.inputs[1], m_sin.inputs[0])):
+                sin = _trig(s, "Sin")
+                if sin is None or sin[0] is not cos[0] or _rotate_half_input(half) is not x:
+                    continue
+                f = cos[0]
+                if f.shape is None or f.shape[-1] != x.shape[-1] // 2 or x.dtype != ir.DataType.FLOAT:
+                    continue
+                return x, f, cos[1], sin[1]
+    return None
+
+
+class _Caches:
+    """cos/sin caches and position ids built once per frequency tensor."""
+
+    def __init__(self, graph: ir.Graph):
+        self.graph = graph
+        self.built: dict[tuple[int, float, float], tuple] = {}
+
+    def get(self, f: ir.Value, x: ir.Value, cos_scale: float, sin_scale: float, anchor: ir.Node):
+        key = (id(f), cos_scale, sin_scale)
+        if key in self.built:
+            return self.built[key]
+        g = self.graph
+        h = f.shape[-1]
+        c = lambda name, arr: initializer(g, name, np.array(arr, dtype=np.int64))  # noqa: E731
+        new = []
+
+        def op(op_type, *inputs, **attrs):
+            n = ir.node(op_type, list(inputs), attrs or None)
+            new.append(n)
+            return n.outputs[0]
+
+        cache_shape = c(f"rotary_cache_shape_{h}", [-1, h])
+        caches = []
+        for trig, scale in (("Cos", cos_scale), ("Sin", sin_scale)):
+            v = op(trig, f)
+            if scale != 1.0:
+                v = op("Mul", v, initializer(g, f"rotary_scale_{trig}_{scale}", np.array(scale, dtype=np.float32)))
+            caches.append(op("Reshape", v, cache_shape))
+        bs = op("Shape", f, start=0, end=2)
+        total = op("ReduceProd", bs, keepdims=1)
+        positions = op("Range", c("rotary_zero", 0), op("Squeeze", total), c("rotary_one", 1))
+        pos = op("Reshape", positions, bs)
+        # f may have a batch of 1 broadcast over x's batch
+        batch_seq = op("Concat", op("Shape", x, start=0, end=1), op("Shape", f, start=1, end=2), axis=0)
+        pos = op("Expand", pos, batch_seq)
+        g.insert_before(anchor, new)
+        for n in new:
+            n.metadata_props.update(anchor.metadata_props)
+        self.built[key] = (caches[0], caches[1], pos)
+        return self.built[key]
+
+
+def fuse_rotary_embedding(model: ir.Model, standard: bool = False) -> int:
+    """Replaces each rotary embedding by ``com.microsoft.RotaryEmbedding`` or, with
+    ``standard=True`` (opset >= 23), by ``RotaryEmbedding``; returns the count."""
+    graph = model.graph
+    caches = _Caches(graph)
+    count = 0
+    for add in [n for n in graph if n.op_type == "Add" and n.domain == ""]:
+        found = _match(add)
+        if found is None:
+            continue
+        x, f, cos_scale, sin_scale = found
+        # the nodes are visited in order: the caches go before the first rotary
+        cos_cache, sin_cache, pos = caches.get(f, x, cos_scale, sin_scale, add)
+        if standard:
+            fused = ir.node("RotaryEmbedding", [x, cos_cache, sin_cache, pos], {"interleaved": 0}, name=f"RotaryEmbedding_{count}")
+        else:
+            fused = ir.node(
+                "RotaryEmbedding", [x, pos, cos_cache, sin_cache], {"interleaved": 0}, domain="com.microsoft",
+                name=f"RotaryEmbedding_{count}",
+            )
+        replace(graph, add, [fused], [add.outputs[0]], [fused.outputs[0]])
+        count += 1
+    if count and not standard:
+        ensure_opset(model, "com.microsoft", 1)
+    return count
+
