@@ -34,6 +34,10 @@ _PUBLIC_API: dict[str, str] = {
     "dump_onnx": ".backend",
     "make_onnxruntime_backend": ".backend",
     "onnxruntime_backend": ".backend",
+    # inspecting an export
+    "infer_dynamic_shapes": ".inspect.infer",
+    "export_report": ".inspect.report",
+    "to_dot": ".inspect.dot",
 }
 
 __all__ = sorted(_PUBLIC_API) + ["__version__"]
