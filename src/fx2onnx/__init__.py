@@ -19,6 +19,9 @@ _PUBLIC_API: dict[str, str] = {
     "UnsupportedOpError": ".convert.errors",
     "ExportError": ".convert.errors",
     "ConversionError": ".convert.errors",
+    # optimization levels (fused operators)
+    "optimize": ".optimizer.api",
+    "OptimizationReport": ".optimizer.api",
     # checking an ONNX model against eager
     "validate": ".validation",
     "ValidationReport": ".validation",

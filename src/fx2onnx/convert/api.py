@@ -200,9 +200,9 @@ def to_onnx(
     *,
     dynamic_shapes: Any = None,
     strict: bool = False,
-    target_opset: int = 18,
+    target_opset: int | None = None,
     dispatcher: Dispatcher | None = None,
-    optimize: bool = True,
+    optimize: bool | str = True,
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
     filename: str | os.PathLike | None = None,
@@ -231,9 +231,12 @@ def to_onnx(
     :param dynamic_shapes: as in :func:`torch.export.export`; strings name dimensions
         (``{"x": {0: "batch"}}``) and the names are kept in the ONNX model
     :param strict: strict mode of :func:`torch.export.export`
-    :param target_opset: ONNX opset of the main domain
+    :param target_opset: ONNX opset of the main domain (default: 18, or 23 with the
+        levels ``"onnxruntime"`` and ``"opset23"`` whose attention fusion needs it)
     :param dispatcher: :class:`fx2onnx.Dispatcher` with converters for custom ops
-    :param optimize: run onnxscript's optimizer (constant folding, dead code, identities)
+    :param optimize: True or ``"default"``: onnxscript's optimizer (constant folding,
+        dead code, identities) and shape clean-ups; ``"onnxruntime"`` or ``"opset23"``:
+        fused operators too (see :func:`fx2onnx.optimize`); False: none
     :param input_names: names of the ONNX inputs (default: the FX placeholder names)
     :param output_names: names of the ONNX outputs (default: derived from the output
         structure, ``logits`` for a ModelOutput, the keys of a dict, ``output_0``...)
@@ -262,6 +265,11 @@ def to_onnx(
         raise TypeError(f"args must be a tuple of inputs, got {type(args).__name__}: use (x,) for one input.")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise TypeError(f"kwargs must be a dict, got {type(kwargs).__name__}.")
+    from ..optimizer.api import resolve_level
+
+    level = resolve_level(optimize)
+    if target_opset is None:
+        target_opset = 23 if level in ("onnxruntime", "opset23") else 18
     _check_options(target_opset, dispatcher, input_names, output_names)
     stages = _Stages(verbose)
     ep, dim_names = stages.run(
@@ -282,8 +290,10 @@ def to_onnx(
         verbose=verbose,
         export_modules_as_functions=export_modules_as_functions,
     )
-    if optimize:
-        stages.run("optimization", optimize_model, onnx_model, inline=not export_modules_as_functions)
+    if level is not None:
+        from ..optimizer.api import optimize as optimize_levels
+
+        stages.run("optimization", optimize_levels, onnx_model, level=level, inline=not export_modules_as_functions)
     if filename is not None:
         stages.run("save", save_model, onnx_model, filename, external_data)
     if return_ir:
