@@ -1,9 +1,15 @@
 """Command line of fx2onnx: ``python -m fx2onnx <command> ...``.
 
 Commands are argparse subcommands; each one is a function ``_cmd_<name>(args)``
-registered in :func:`make_parser`. Today: ``scenarios``.
+registered in :func:`make_parser`. A model is given as ``module:attribute`` or as the
+name of a tiny transformers architecture (see :mod:`fx2onnx.model_spec`).
 
 .. code-block:: bash
+
+    python -m fx2onnx export llama --out llama.onnx --exporter to_onnx
+    python -m fx2onnx export my_models.py:make_model --out m.onnx --static --exporter dynamo
+    python -m fx2onnx validate llama.onnx llama
+    python -m fx2onnx compare llama.onnx llama_dynamo.onnx --model llama
 
     python -m fx2onnx scenarios --out scenarios_out --workers 2
     python -m fx2onnx scenarios --out out --cases OneTensor CondOnValue --exporters custom dynamo
@@ -40,6 +46,172 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_model(spec: str, with_cache: bool, layers: int) -> tuple:
+    """``(model, args, kwargs, dynamic_shapes, patches)`` for the ``report`` command.
+
+    ``spec`` is a tiny transformers architecture (:func:`fx2onnx.models.list_tiny_models`)
+    or ``module:attribute`` naming a function which returns ``(model, args)``,
+    ``(model, args, kwargs)`` or ``(model, args, kwargs, dynamic_shapes)``.
+    """
+    import importlib
+
+    from .models import get_tiny_model, list_tiny_models
+
+    if ":" not in spec:
+        if spec not in list_tiny_models():
+            raise SystemExit(
+                f"Unknown model {spec!r}: give module:attribute or one of {', '.join(list_tiny_models())}."
+            )
+        tiny = get_tiny_model(spec, with_cache=with_cache, num_hidden_layers=layers)
+        return tiny.model, (), tiny.inputs, tiny.dynamic_shapes, True
+    module_name, attribute = spec.split(":", 1)
+    built = getattr(importlib.import_module(module_name), attribute)()
+    if not isinstance(built, tuple) or not 2 <= len(built) <= 4:
+        raise SystemExit(
+            f"{spec} must return (model, args), (model, args, kwargs) or (model, args, kwargs, "
+            f"dynamic_shapes), got {type(built).__name__}."
+        )
+    model, args, kwargs, dynamic_shapes = (*built, None, None)[:4]
+    return model, tuple(args), kwargs, dynamic_shapes, False
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .inspect.report import deepest_failures, export_report, save_report
+
+    model, margs, kwargs, dynamic_shapes, patches = _report_model(args.model, args.cache, args.layers)
+    rows = export_report(
+        model,
+        margs,
+        kwargs,
+        dynamic_shapes=None if args.static else dynamic_shapes,
+        exporter=args.exporter,
+        strict=args.strict,
+        patches=patches,
+        max_depth=args.max_depth,
+        progress=not args.no_progress,
+    )
+    save_report(rows, args.out)
+    failing = deepest_failures(rows)
+    ok = sum(r["status"] == "OK" for r in rows)
+    print(f"{ok}/{len(rows)} submodules export; report written in {args.out}")
+    for path in failing:
+        row = next(r for r in rows if r["path"] == path)
+        print(f"  {path or '<model>'} ({row['class']}): {row['status']}: {row['error']}")
+    return 0 if not failing else 1
+
+
+def _steps(names: list[str], enabled: bool = True):
+    """A tqdm progress bar over named steps (written on stderr)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(names, disable=not enabled, unit="step", leave=False)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    import contextlib
+
+    import torch
+
+    from .model_spec import load_model_spec
+
+    bar = _steps(["load", "export", "validate"] if args.validate else ["load", "export"], enabled=not args.quiet)
+    results = {}
+    for step in bar:
+        bar.set_description(step)
+        if step == "load":
+            spec = load_model_spec(args.model, with_cache=args.with_cache)
+            dynamic_shapes = spec.dynamic_shapes if args.dynamic else None
+            if args.dynamic and dynamic_shapes is None:
+                raise ValueError(f"{args.model} defines no dynamic shapes: export it with --static or define them.")
+            patches = spec.is_transformers if args.patches is None else args.patches
+        elif step == "export":
+            from . import torch_export_patches
+
+            context = torch_export_patches(patch_transformers=True) if patches else contextlib.nullcontext()
+            with context:
+                if args.exporter == "to_onnx":
+                    from . import to_onnx
+
+                    to_onnx(spec.model, spec.args, spec.kwargs, dynamic_shapes=dynamic_shapes,
+                            strict=args.strict, target_opset=args.opset, filename=args.out)
+                else:
+                    program = torch.onnx.export(
+                        spec.model, spec.args, kwargs=spec.kwargs, dynamic_shapes=dynamic_shapes,
+                        strict=args.strict, opset_version=args.opset, dynamo=True, verbose=False,
+                    )
+                    program.save(args.out)
+        else:
+            from . import validate
+
+            inputs = [(spec.args, spec.kwargs)]
+            if dynamic_shapes is not None and spec.args2 is not None:
+                inputs.append((spec.args2, spec.kwargs2))
+            for i, (a, k) in enumerate(inputs):
+                results[i] = validate(args.out, spec.model, a, k, atol=args.atol, rtol=args.rtol)
+    kind = "dynamic" if dynamic_shapes is not None else "static"
+    print(f"{args.model}: exported with {args.exporter} ({kind}, patches {'on' if patches else 'off'}) into {args.out}")
+    for i, report in results.items():
+        print(f"  {'first' if i == 0 else 'second'} input set: {report}")
+    return 0 if all(r.ok for r in results.values()) else 1
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from . import validate
+    from .model_spec import load_model_spec
+
+    spec = load_model_spec(args.model, with_cache=args.with_cache)
+    inputs = [("first", spec.args, spec.kwargs)]
+    if spec.args2 is not None and not args.first_only:
+        inputs.append(("second", spec.args2, spec.kwargs2))
+    ok = True
+    for name, a, k in inputs:
+        report = validate(args.onnx, spec.model, a, k, atol=args.atol, rtol=args.rtol)
+        print(f"{args.onnx} vs {args.model}, {name} input set: {report}")
+        ok = ok and report.ok
+    return 0 if ok else 1
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    import onnx
+
+    from . import compare_onnx_execution
+    from .model_spec import load_model_spec, random_feeds
+    from .validation import make_feeds
+
+    model1 = onnx.load(args.onnx1)
+    if args.model:
+        spec = load_model_spec(args.model, with_cache=args.with_cache)
+        feeds = make_feeds(model1, spec.args, spec.kwargs)
+    else:
+        dims = {}
+        for item in args.dim or []:
+            name, _, value = item.partition("=")
+            if not value.isdigit():
+                raise ValueError(f"--dim expects name=value with an integer value, not {item!r}.")
+            dims[name] = int(value)
+        feeds = random_feeds(model1, dims, seed=args.seed)
+    result = compare_onnx_execution(model1, args.onnx2, feeds, atol=args.atol, rtol=args.rtol)
+    print(result.summary())
+    first = result.first_divergence
+    if first is None:
+        return 0
+    row = result.rows[first]
+    print(f"first divergence: row {first}, {row.op_type1} {row.name1!r} vs {row.op_type2} {row.name2!r}, "
+          f"max abs diff {row.max_abs_diff:g}")
+    print(result.to_text(start=max(0, first - args.context), max_rows=2 * args.context + 1))
+    return 1
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--with-cache", action="store_true", help="tiny architectures: add a past_key_values cache")
+    parser.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance")
+    parser.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance")
+
+
+_MODEL_HELP = "module:attribute (a function returning (model, inputs[, dynamic_shapes]), a Module "
+_MODEL_HELP += "instance or class with example_inputs) or a tiny transformers architecture (llama, phi3...)"
+
+
 def make_parser() -> argparse.ArgumentParser:
     """The parser with one subparser per command."""
     parser = argparse.ArgumentParser(prog="python -m fx2onnx", description="fx2onnx command line")
@@ -60,6 +232,78 @@ def make_parser() -> argparse.ArgumentParser:
     scn.add_argument("--timeout", type=float, default=180.0, help="seconds before a task is killed")
     scn.add_argument("--no-cache", action="store_true", help="run again even if the sources did not change")
     scn.set_defaults(func=_cmd_scenarios)
+
+    exp = commands.add_parser(
+        "export",
+        help="export a model to ONNX and check it against eager",
+        description="Exports a model with fx2onnx.to_onnx or torch.onnx.export(dynamo=True), then "
+        "validates the ONNX model on onnxruntime against eager (and on a second input set of "
+        "other shapes when the model is dynamic). Exit code 1 when the outputs differ.",
+    )
+    exp.add_argument("model", help=_MODEL_HELP)
+    exp.add_argument("--out", required=True, help="the ONNX file to write")
+    exp.add_argument("--exporter", choices=["to_onnx", "dynamo"], default="to_onnx", help="the exporter")
+    shapes = exp.add_mutually_exclusive_group()
+    shapes.add_argument("--dynamic", dest="dynamic", action="store_true", default=True,
+                        help="use the model's dynamic shapes (default)")
+    shapes.add_argument("--static", dest="dynamic", action="store_false", help="export with static shapes")
+    patches = exp.add_mutually_exclusive_group()
+    patches.add_argument("--patches", dest="patches", action="store_true", default=None,
+                         help="export inside torch_export_patches(patch_transformers=True) "
+                         "(default for tiny transformers architectures)")
+    patches.add_argument("--no-patches", dest="patches", action="store_false", help="export without patches")
+    exp.add_argument("--strict", action="store_true", help="strict mode of torch.export.export")
+    exp.add_argument("--opset", type=int, default=18, help="ONNX opset")
+    exp.add_argument("--no-validate", dest="validate", action="store_false", help="do not run the model")
+    exp.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_model_arguments(exp)
+    exp.set_defaults(func=_cmd_export)
+
+    val = commands.add_parser(
+        "validate",
+        help="run an ONNX file against the eager model",
+        description="Runs the ONNX model with onnxruntime and the eager model on the same inputs "
+        "(each input set the model defines) and prints the differences. Exit code 1 on a mismatch.",
+    )
+    val.add_argument("onnx", help="the ONNX file")
+    val.add_argument("model", help=_MODEL_HELP)
+    val.add_argument("--first-only", action="store_true", help="only the first input set")
+    _add_model_arguments(val)
+    val.set_defaults(func=_cmd_validate)
+
+    cmp = commands.add_parser(
+        "compare",
+        help="compare two ONNX files result by result",
+        description="Runs both models on the same inputs, aligns every intermediate result "
+        "(fx2onnx.compare_onnx_execution) and prints the first divergence. Exit code 1 when the "
+        "values diverge. Inputs come from --model, or are random with --dim name=value sizes.",
+    )
+    cmp.add_argument("onnx1", help="the first ONNX file (its inputs define the feeds)")
+    cmp.add_argument("onnx2", help="the second ONNX file")
+    cmp.add_argument("--model", help="take the inputs of this model: " + _MODEL_HELP)
+    cmp.add_argument("--dim", action="append", help="random inputs: size of a named dimension, name=value (default 3)")
+    cmp.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    cmp.add_argument("--context", type=int, default=3, help="rows shown around the first divergence")
+    _add_model_arguments(cmp)
+    cmp.set_defaults(func=_cmd_compare)
+
+    rep = commands.add_parser(
+        "report",
+        help="export every submodule on its own and write the report",
+        description="Runs the model once, records the inputs of every submodule, exports each one "
+        "alone (torch.export, conversion, onnxruntime against eager) and writes one row per "
+        "submodule (CSV, or markdown when --out ends with .md). Exit code 1 if a submodule fails.",
+    )
+    rep.add_argument("model", help="a tiny transformers architecture (llama, phi3...) or module:function")
+    rep.add_argument("--out", required=True, help="report file: .csv or .md")
+    rep.add_argument("--exporter", default="to_onnx", choices=["to_onnx", "torch.export"])
+    rep.add_argument("--max-depth", type=int, default=None, help="only submodules up to this depth")
+    rep.add_argument("--cache", action="store_true", help="tiny models: add a past_key_values input")
+    rep.add_argument("--layers", type=int, default=1, help="tiny models: number of layers")
+    rep.add_argument("--static", action="store_true", help="ignore the dynamic shapes")
+    rep.add_argument("--strict", action="store_true", help="torch.export.export(strict=True)")
+    rep.add_argument("--no-progress", action="store_true", help="no progress bar")
+    rep.set_defaults(func=_cmd_report)
     return parser
 
 

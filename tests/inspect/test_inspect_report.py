@@ -124,3 +124,24 @@ def test_save_report_csv_and_markdown(tmp_path):
     text = (tmp_path / "r.md").read_text()
     assert text == report_to_markdown(rows)
     assert text.splitlines()[0].startswith("| path | class |") and "FAIL capture" in text
+
+
+def test_command_line_report(tmp_path, monkeypatch, capsys):
+    from fx2onnx.__main__ import main
+
+    (tmp_path / "cli_report_model.py").write_text(
+        "import torch\n"
+        "class Check(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x.relu() if x.sum() > 0 else -x\n"
+        "def build():\n"
+        "    model = torch.nn.Sequential(torch.nn.Linear(4, 4), Check())\n"
+        "    return model, (torch.randn(3, 4),), None, ({0: 'batch'},)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "report.md"
+    code = main(["report", "cli_report_model:build", "--out", str(out), "--no-progress"])
+    printed = capsys.readouterr().out
+    assert code == 1
+    assert "1/3 submodules export" in printed and "1 (Check): FAIL capture" in printed
+    assert "| 0 | Linear | 1 | 1 | OK |" in out.read_text()
