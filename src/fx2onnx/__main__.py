@@ -46,48 +46,22 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report_model(spec: str, with_cache: bool, layers: int) -> tuple:
-    """``(model, args, kwargs, dynamic_shapes, patches)`` for the ``report`` command.
-
-    ``spec`` is a tiny transformers architecture (:func:`fx2onnx.models.list_tiny_models`)
-    or ``module:attribute`` naming a function which returns ``(model, args)``,
-    ``(model, args, kwargs)`` or ``(model, args, kwargs, dynamic_shapes)``.
-    """
-    import importlib
-
-    from .models import get_tiny_model, list_tiny_models
-
-    if ":" not in spec:
-        if spec not in list_tiny_models():
-            raise SystemExit(
-                f"Unknown model {spec!r}: give module:attribute or one of {', '.join(list_tiny_models())}."
-            )
-        tiny = get_tiny_model(spec, with_cache=with_cache, num_hidden_layers=layers)
-        return tiny.model, (), tiny.inputs, tiny.dynamic_shapes, True
-    module_name, attribute = spec.split(":", 1)
-    built = getattr(importlib.import_module(module_name), attribute)()
-    if not isinstance(built, tuple) or not 2 <= len(built) <= 4:
-        raise SystemExit(
-            f"{spec} must return (model, args), (model, args, kwargs) or (model, args, kwargs, "
-            f"dynamic_shapes), got {type(built).__name__}."
-        )
-    model, args, kwargs, dynamic_shapes = (*built, None, None)[:4]
-    return model, tuple(args), kwargs, dynamic_shapes, False
-
-
 def _cmd_report(args: argparse.Namespace) -> int:
     from .inspect.report import deepest_failures, export_report, save_report
+    from .model_spec import load_model_spec
 
-    model, margs, kwargs, dynamic_shapes, patches = _report_model(args.model, args.cache, args.layers)
+    spec = load_model_spec(args.model, with_cache=args.with_cache)
     rows = export_report(
-        model,
-        margs,
-        kwargs,
-        dynamic_shapes=None if args.static else dynamic_shapes,
+        spec.model,
+        spec.args,
+        spec.kwargs,
+        dynamic_shapes=None if args.static else spec.dynamic_shapes,
         exporter=args.exporter,
         strict=args.strict,
-        patches=patches,
+        patches=spec.is_transformers,
         max_depth=args.max_depth,
+        atol=args.atol,
+        rtol=args.rtol,
         progress=not args.no_progress,
     )
     save_report(rows, args.out)
@@ -135,9 +109,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
                     to_onnx(spec.model, spec.args, spec.kwargs, dynamic_shapes=dynamic_shapes,
                             strict=args.strict, target_opset=args.opset, filename=args.out)
                 else:
+                    model = spec.model
+                    if args.strict:  # torch.onnx.export has no strict option: capture first
+                        from .models import export_dynamic_shapes
+
+                        model = torch.export.export(
+                            model, spec.args, spec.kwargs, strict=True,
+                            dynamic_shapes=export_dynamic_shapes(dynamic_shapes),
+                        )
                     program = torch.onnx.export(
-                        spec.model, spec.args, kwargs=spec.kwargs, dynamic_shapes=dynamic_shapes,
-                        strict=args.strict, opset_version=args.opset, dynamo=True, verbose=False,
+                        model, spec.args, kwargs=spec.kwargs, dynamic_shapes=None if args.strict else dynamic_shapes,
+                        opset_version=args.opset, dynamo=True, verbose=False,
                     )
                     program.save(args.out)
         else:
@@ -294,12 +276,11 @@ def make_parser() -> argparse.ArgumentParser:
         "alone (torch.export, conversion, onnxruntime against eager) and writes one row per "
         "submodule (CSV, or markdown when --out ends with .md). Exit code 1 if a submodule fails.",
     )
-    rep.add_argument("model", help="a tiny transformers architecture (llama, phi3...) or module:function")
+    rep.add_argument("model", help=_MODEL_HELP)
     rep.add_argument("--out", required=True, help="report file: .csv or .md")
     rep.add_argument("--exporter", default="to_onnx", choices=["to_onnx", "torch.export"])
     rep.add_argument("--max-depth", type=int, default=None, help="only submodules up to this depth")
-    rep.add_argument("--cache", action="store_true", help="tiny models: add a past_key_values input")
-    rep.add_argument("--layers", type=int, default=1, help="tiny models: number of layers")
+    _add_model_arguments(rep)
     rep.add_argument("--static", action="store_true", help="ignore the dynamic shapes")
     rep.add_argument("--strict", action="store_true", help="torch.export.export(strict=True)")
     rep.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -136,7 +136,7 @@ def test_command_line_report(tmp_path, monkeypatch, capsys):
         "        return x.relu() if x.sum() > 0 else -x\n"
         "def build():\n"
         "    model = torch.nn.Sequential(torch.nn.Linear(4, 4), Check())\n"
-        "    return model, (torch.randn(3, 4),), None, ({0: 'batch'},)\n"
+        "    return model, (torch.randn(3, 4),), ({0: 'batch'},)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "report.md"
