@@ -160,17 +160,17 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from .model_spec import load_model_spec, random_feeds
     from .validation import make_feeds
 
+    dims = {}
+    for item in args.dim or []:
+        name, _, value = item.partition("=")
+        if not value.isdigit():
+            raise ValueError(f"--dim expects name=value with an integer value, not {item!r}.")
+        dims[name] = int(value)
     model1 = onnx.load(args.onnx1)
     if args.model:
         spec = load_model_spec(args.model, with_cache=args.with_cache)
         feeds = make_feeds(model1, spec.args, spec.kwargs)
     else:
-        dims = {}
-        for item in args.dim or []:
-            name, _, value = item.partition("=")
-            if not value.isdigit():
-                raise ValueError(f"--dim expects name=value with an integer value, not {item!r}.")
-            dims[name] = int(value)
         feeds = random_feeds(model1, dims, seed=args.seed)
     result = compare_onnx_execution(model1, args.onnx2, feeds, atol=args.atol, rtol=args.rtol)
     print(result.summary())
