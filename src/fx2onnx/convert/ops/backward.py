@@ -310,9 +310,16 @@ def _per_channel(ctx, value, rank: int):
 
 @converter(aten._native_batch_norm_legit_functional.default)
 def convert_native_batch_norm_functional(ctx, node, x, weight, bias, running_mean, running_var, training, momentum, eps):
-    """Batch norm in training: normalizes with the batch statistics and returns the updated running ones."""
+    """Batch norm in training: normalizes with the batch statistics and returns the updated running ones.
+
+    In eval mode (``training=False``): the running statistics, returned unchanged.
+    """
     if not training:
-        raise ctx.error("_native_batch_norm_legit_functional with training=False is not supported (it is an eval graph).")
+        from .vision import _batch_norm_eval
+
+        empty = ctx.const(np.zeros((0,), dtype=np.float32), ctx.out_dtype(1))
+        y = _batch_norm_eval(ctx, x, weight, bias, running_mean, running_var, eps)
+        return y, empty, empty, ctx.op.Identity(running_mean), ctx.op.Identity(running_var)
     rank = input_rank(ctx)
     dtype = _dtype(ctx)
     axes = ctx.const(_channel_axes(rank), torch.int64)
@@ -381,6 +388,54 @@ def convert_native_group_norm(ctx, node, x, weight, bias, n, c, hxw, group, eps)
     if bias is not None:
         y = ctx.op.Add(y, _per_channel(ctx, bias, rank))
     return y, ctx.op.Squeeze(mean, axis), ctx.op.Squeeze(rstd, axis)
+
+
+@converter(aten.native_group_norm_backward.default)
+def convert_native_group_norm_backward(ctx, node, grad, x, mean, rstd, weight, n, c, hxw, group, output_mask):
+    """Gradients of group norm: (input, weight, bias); ``mean``/``rstd`` are [N, G]."""
+    rank = input_rank(ctx, 1)
+    i64 = torch.int64
+    grouped_shape = ctx.shape_value([n, group, -1])
+    stats = ctx.const([2], i64)
+    xg = ctx.op.Reshape(x, grouped_shape)
+    xhat_g = ctx.op.Mul(ctx.op.Sub(xg, ctx.op.Unsqueeze(mean, stats)), ctx.op.Unsqueeze(rstd, stats))
+    xhat = ctx.op.Reshape(xhat_g, ctx.op.Shape(x))
+    results: list = []
+    if output_mask[0]:
+        g = grad if weight is None else ctx.op.Mul(grad, _per_channel(ctx, weight, rank))
+        gg = ctx.op.Reshape(g, grouped_shape)
+        mean_g = ctx.op.ReduceMean(gg, stats, keepdims=1)
+        mean_gx = ctx.op.ReduceMean(ctx.op.Mul(gg, xhat_g), stats, keepdims=1)
+        dx = ctx.op.Mul(ctx.op.Unsqueeze(rstd, stats), ctx.op.Sub(ctx.op.Sub(gg, mean_g), ctx.op.Mul(xhat_g, mean_gx)))
+        results.append(ctx.op.Reshape(dx, ctx.op.Shape(x)))
+    else:
+        results.append(None)
+    axes = ctx.const(_channel_axes(rank), i64)
+    results.append(ctx.op.ReduceSum(ctx.op.Mul(grad, xhat), axes, keepdims=0) if output_mask[1] else None)
+    results.append(ctx.op.ReduceSum(grad, axes, keepdims=0) if output_mask[2] else None)
+    return tuple(results)
+
+
+def _adaptive_pool_matrix(ctx, out_size, in_size, dtype):
+    """[out, in] averaging weights of adaptive pooling: 1/len over each output cell's window."""
+    i64 = torch.int64
+    o = ctx.op.Range(ctx.const(0, i64), out_size, ctx.const(1, i64))
+    start = ctx.op.Div(ctx.op.Mul(o, in_size), out_size)
+    stop = ctx.op.Div(ctx.op.Sub(ctx.op.Add(ctx.op.Mul(ctx.op.Add(o, ctx.const(1, i64)), in_size), out_size), ctx.const(1, i64)), out_size)
+    h = ctx.op.Unsqueeze(ctx.op.Range(ctx.const(0, i64), in_size, ctx.const(1, i64)), ctx.const([0], i64))
+    start, stop = ctx.op.Unsqueeze(start, ctx.const([1], i64)), ctx.op.Unsqueeze(stop, ctx.const([1], i64))
+    inside = ctx.op.And(ctx.op.GreaterOrEqual(h, start), ctx.op.Less(h, stop))
+    return ctx.op.Div(ctx.cast(inside, dtype), ctx.cast(ctx.op.Sub(stop, start), dtype))
+
+
+@converter(aten._adaptive_avg_pool2d_backward.default)
+def convert_adaptive_avg_pool2d_backward(ctx, node, grad, x):
+    """grad_input = A_h^T @ grad @ A_w with A the averaging matrix of each spatial axis."""
+    rank = input_rank(ctx, 1)
+    dtype = _dtype(ctx)
+    a_h = _adaptive_pool_matrix(ctx, ctx.dim_size(grad, rank - 2), ctx.dim_size(x, rank - 2), dtype)
+    a_w = _adaptive_pool_matrix(ctx, ctx.dim_size(grad, rank - 1), ctx.dim_size(x, rank - 1), dtype)
+    return ctx.op.MatMul(ctx.op.MatMul(ctx.op.Transpose(a_h, perm=[1, 0]), grad), a_w)
 
 
 # convolution and pooling

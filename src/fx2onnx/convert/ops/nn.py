@@ -48,6 +48,20 @@ def convert_addmm(ctx, node, bias, a, b, beta=1, alpha=1):
     return ctx.op.Gemm(a, b, bias, alpha=float(alpha), beta=float(beta))
 
 
+@converter(aten.addmv.default)
+def convert_addmv(ctx, node, bias, mat, vec, beta=1, alpha=1):
+    """beta * bias + alpha * (mat @ vec); beta == 0 ignores bias (its NaNs included), as torch does."""
+    dtype = ctx.out_dtype()
+    prod = ctx.op.MatMul(mat, vec)
+    if alpha != 1:
+        prod = ctx.op.Mul(prod, ctx.as_value(alpha, dtype))
+    if beta == 0:
+        return ctx.op.Expand(prod, ctx.op.Shape(ctx.op.Add(prod, bias)))
+    if beta != 1:
+        bias = ctx.op.Mul(bias, ctx.as_value(beta, dtype))
+    return ctx.op.Add(bias, prod)
+
+
 @converter(aten.baddbmm.default, aten.addbmm.default)
 def convert_baddbmm(ctx, node, bias, a, b, beta=1, alpha=1):
     dtype = ctx.out_dtype()
@@ -282,6 +296,19 @@ def convert_cdist(ctx, node, x1, x2, p=2.0, compute_mode=None):
         ctx.op.Unsqueeze(x1, ctx.const([-2], torch.int64)), ctx.op.Unsqueeze(x2, ctx.const([-3], torch.int64))
     )
     return _p_norm(ctx, diff, float(p), -1, False)
+
+
+@converter(aten._pdist_forward.default)
+def convert_pdist(ctx, node, x, p=2.0):
+    """Distances between the rows i < j of x [N, M], in row-major order of the pairs."""
+    i64 = torch.int64
+    diff = ctx.op.Sub(ctx.op.Unsqueeze(x, ctx.const([1], i64)), ctx.op.Unsqueeze(x, ctx.const([0], i64)))
+    full = _p_norm(ctx, diff, float(p), -1, False)  # [N, N]
+    n = ctx.op.Shape(x, start=0, end=1)
+    ones = ctx.op.Expand(ctx.const(1, i64), ctx.op.Concat(n, n, axis=0))
+    upper = ctx.op.Reshape(ctx.op.Trilu(ones, ctx.const(1, i64), upper=1), ctx.const([-1], i64))
+    pairs = ctx.op.Squeeze(ctx.op.NonZero(upper), ctx.const([0], i64))
+    return ctx.op.Gather(ctx.op.Reshape(full, ctx.const([-1], i64)), pairs, axis=0)
 
 
 @converter(aten.embedding_bag.padding_idx, aten.embedding_bag.default, aten._embedding_bag.default)
