@@ -9,39 +9,28 @@ torch, onnx and onnxruntime: when the hash did not change, the zoo does not run 
 
 from __future__ import annotations
 
-import hashlib
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..runner import sources_hash as _sources_hash
 from .report import load_rows, save_rows, write_pages
 from .run import run
 
 ROWS_FILE = "rows.json"
 
 
-#: files which only render the results: changing them does not invalidate the rows
-RENDERING_FILES = ("scenarios/report.py", "scenarios/build.py", "__main__.py")
+#: files which only render the results or belong to the models zoo: changing them
+#: does not invalidate the rows
+RENDERING_FILES = (
+    "scenarios/report.py", "scenarios/build.py", "__main__.py", "runner.py",
+    "models/discover.py", "models/zoo.py", "models/zoo_inputs.py", "models/report.py",
+)
 
 
 def sources_hash(extra: Any = None) -> str:
-    """A hash of the ``.py`` files of fx2onnx the results depend on, the key versions,
-    and ``extra`` (the options)."""
-    package = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        if path.relative_to(package).as_posix() in RENDERING_FILES:
-            continue
-        digest.update(str(path.relative_to(package)).encode())
-        digest.update(path.read_bytes())
-    for name in ("torch", "onnx", "onnxruntime", "onnxscript", "onnx-ir"):
-        try:
-            digest.update(f"{name}={metadata.version(name)}".encode())
-        except metadata.PackageNotFoundError:
-            digest.update(f"{name}=none".encode())
-    digest.update(repr(extra).encode())
-    return digest.hexdigest()
+    """The key of the results: the sources of fx2onnx but :data:`RENDERING_FILES`, versions, options."""
+    return _sources_hash(extra, skip=RENDERING_FILES)
 
 
 def build_pages(

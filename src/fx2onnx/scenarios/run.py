@@ -17,19 +17,13 @@ the case's tolerance is a failure at step ``discrepancy``.
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import io
-import multiprocessing
-import os
-import re
-import sys
 import time
-from multiprocessing.connection import wait
 from typing import Any, Iterable, Sequence
 
 import torch
 
+from ..runner import first_line, run_tasks
 from ..validation import compare_outputs, flatten_outputs, make_session, run_onnx, to_numpy
 from .cases import get_case, get_cases
 from .text import fx_short_text, onnx_short_text
@@ -50,23 +44,6 @@ ONNX_EXPORTERS = ("dynamo", "custom", "custom-strict")
 STEPS = ("export", "conversion", "run", "onnxruntime", "discrepancy", "timeout", "crash")
 #: lines kept from a graph printed in a row
 MAX_GRAPH_LINES = 60
-_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def first_line(exc: BaseException, limit: int = 300) -> str:
-    """``ExceptionType: first non-empty line of the message``, truncated.
-
-    When the exception was raised from another one (``raise ... from cause``), the
-    cause says more (torch.onnx.export wraps every error in a generic one):
-    ``ExceptionType <- CauseType: first line of the cause``.
-    """
-    cause = exc.__cause__
-    if cause is not None and cause is not exc:
-        return f"{type(exc).__name__} <- {first_line(cause, limit)}"[:limit]
-    message = _ANSI_ESCAPE.sub("", str(exc))
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _eager(case, index: int) -> list[torch.Tensor]:
@@ -217,111 +194,16 @@ def make_tasks(cases: Iterable[str], exporters: Sequence[str], dynamic: Sequence
     return tasks
 
 
+def _run_task(task: tuple[str, str, bool]) -> dict[str, Any]:
+    return run_task(*task)
+
+
 def _failed_row(task: tuple[str, str, bool], step: str, error: str, elapsed: float) -> dict[str, Any]:
     case = get_case(task[0])
     return dict(
         case=task[0], family=case.family, exporter=task[1], dynamic=task[2], success=False,
         step=step, error=error, max_abs=None, time=elapsed, graph=None,
     )
-
-
-def _worker_main(conn) -> None:
-    """A worker process: runs the tasks it receives until it receives None."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
-    torch.set_num_threads(1)
-    while True:
-        try:
-            task = conn.recv()
-        except EOFError:  # the parent died
-            return
-        if task is None:
-            return
-        try:
-            row = run_task(*task)
-        except Exception as e:  # noqa: BLE001 - a bug in the runner itself, reported as a row
-            row = _failed_row(task, "crash", first_line(e), 0.0)
-        conn.send(row)
-
-
-class _Worker:
-    """A worker process with the task it runs and since when."""
-
-    def __init__(self, context):
-        self.context = context
-        self.task = None
-        self.started = 0.0
-        self.done = 0
-        self._start()
-
-    def _start(self) -> None:
-        self.conn, child = self.context.Pipe()
-        self.process = self.context.Process(target=_worker_main, args=(child,), daemon=True)
-        self.process.start()
-        child.close()
-        self.done = 0
-
-    def submit(self, indexed_task) -> None:
-        self.task, self.started = indexed_task, time.perf_counter()
-        self.conn.send(indexed_task[1])
-
-    def restart(self) -> None:
-        self.stop(kill=True)
-        self._start()
-
-    def stop(self, kill: bool = False) -> None:
-        if kill:
-            self.process.kill()
-        else:
-            with contextlib.suppress(OSError):
-                self.conn.send(None)
-        self.process.join(10)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
-        self.conn.close()
-
-
-def _run_in_workers(tasks, workers: int, timeout: float, bar, max_tasks_per_worker: int, mp_context: str | None):
-    method = mp_context or ("fork" if sys.platform.startswith("linux") else "spawn")
-    context = multiprocessing.get_context(method)
-    pending = collections.deque(enumerate(tasks))
-    results: dict[int, dict[str, Any]] = {}
-    pool = [_Worker(context) for _ in range(min(workers, len(tasks)))]
-    try:
-        while pending or any(w.task is not None for w in pool):
-            for w in pool:
-                if w.task is None and pending:
-                    if w.done >= max_tasks_per_worker:
-                        w.restart()  # bounds the memory a long-lived worker accumulates
-                    w.submit(pending.popleft())
-            busy = [w for w in pool if w.task is not None]
-            ready = wait([w.conn for w in busy], timeout=0.5)
-            for w in busy:
-                index, task = w.task
-                elapsed = time.perf_counter() - w.started
-                if w.conn in ready:
-                    try:
-                        results[index] = w.conn.recv()
-                        w.done += 1
-                    except (EOFError, OSError):
-                        w.process.join(5)
-                        code = w.process.exitcode
-                        results[index] = _failed_row(task, "crash", f"the worker process died (exit code {code})", elapsed)
-                        w.restart()
-                elif elapsed > timeout:
-                    results[index] = _failed_row(task, "timeout", f"no result after {timeout:g} s, the task was killed", elapsed)
-                    w.restart()
-                else:
-                    continue
-                w.task = None
-                if bar is not None:
-                    bar.update(1)
-    finally:
-        for w in pool:
-            w.stop(kill=w.task is not None)
-    return [results[i] for i in range(len(tasks))]
 
 
 def run(
@@ -354,23 +236,5 @@ def run(
     if unknown:
         raise ValueError(f"Unknown exporters {unknown}, expected some of {list(EXPORTERS)}.")
     tasks = make_tasks(names, exporters, dynamic)
-    if progress is None:
-        progress = sys.stderr.isatty()
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(tasks), desc="scenarios")
-    try:
-        if workers <= 0:
-            rows = []
-            for task in tasks:
-                with contextlib.redirect_stdout(io.StringIO()):
-                    rows.append(run_task(*task))
-                if bar is not None:
-                    bar.update(1)
-            return rows
-        return _run_in_workers(tasks, workers, timeout, bar, max_tasks_per_worker, mp_context)
-    finally:
-        if bar is not None:
-            bar.close()
+    return run_tasks(tasks, _run_task, _failed_row, workers=workers, timeout=timeout, progress=progress,
+                     max_tasks_per_worker=max_tasks_per_worker, mp_context=mp_context, description="scenarios")
