@@ -1,0 +1,255 @@
+"""Latency of exported models: to_onnx at each optimization level against dynamo, eager
+and torch.compile, on onnxruntime CPU.
+
+Scenarios: a Llama (hidden 512, 4 layers, 8 heads, 2 kv heads, ffn 1376) in prefill
+(batch 1 x 128 tokens, vocab 1024, no cache) and in decode (1 token after 255 cached,
+vocab 32000), an MLP and a CNN; ``--quick`` uses a tiny Llama and shorter sequences.
+Every ONNX model is checked against eager on the benchmark inputs before being timed.
+Latencies are medians of many runs after a warm-up, the runs of all exporters
+interleaved in one process so that a busy machine slows them alike.
+
+    python bench/bench_models.py [--quick] [--threads 1,2] [--repeat 50]
+        [--scenarios llama-prefill,llama-decode,mlp,cnn] [--exporters ...] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import dataclasses
+import io
+import logging
+import statistics
+import time
+import warnings
+from typing import Any, Callable
+
+import onnx
+import torch
+
+import fx2onnx
+from fx2onnx.models import export_dynamic_shapes, get_tiny_model
+
+LEVELS = ("default", "onnxruntime", "opset23")
+EXPORTERS = tuple(f"to_onnx[{lv}]" for lv in LEVELS) + (
+    "dynamo", "dynamo+optimize", "dynamo+ort", "eager", "compile",
+)
+MATMUL_OPS = ("MatMul", "Gemm", "FusedMatMul", "FusedGemm")
+
+
+@dataclasses.dataclass
+class Scenario:
+    """A model, the inputs it is exported with and the inputs it is timed on."""
+
+    name: str
+    model: torch.nn.Module
+    export_kwargs: dict[str, Any]
+    dynamic_shapes: Any
+    bench_kwargs: dict[str, Any]
+    patches: bool = False
+
+
+def _llama_config(quick: bool) -> dict[str, Any]:
+    if quick:
+        return dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128)
+    return dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2, intermediate_size=1376)
+
+
+def llama_prefill(quick: bool) -> Scenario:
+    from fx2onnx.models.tiny import _decoder_inputs
+
+    tiny = get_tiny_model("llama", attn_implementation="sdpa", vocab_size=1024, **_llama_config(quick))
+    gen = torch.Generator().manual_seed(7)
+    seq = 32 if quick else 128
+    bench = _decoder_inputs(tiny.config, 1, seq, 0, with_cache=False, position_ids=True, generator=gen)
+    return Scenario("llama-prefill", tiny.model, tiny.inputs, tiny.dynamic_shapes, bench, patches=True)
+
+
+def llama_decode(quick: bool) -> Scenario:
+    from fx2onnx.models.tiny import _decoder_inputs
+
+    vocab = 1024 if quick else 32000
+    tiny = get_tiny_model("llama", with_cache=True, attn_implementation="sdpa", vocab_size=vocab, **_llama_config(quick))
+    gen = torch.Generator().manual_seed(7)
+    past = 31 if quick else 255
+    bench = _decoder_inputs(tiny.config, 1, 1, past, with_cache=True, position_ids=True, generator=gen)
+    return Scenario("llama-decode", tiny.model, tiny.inputs, tiny.dynamic_shapes, bench, patches=True)
+
+
+def mlp(quick: bool) -> Scenario:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)
+    ).eval()
+    return Scenario("mlp", model, {"input": torch.randn(8, 64)}, {"input": {0: "batch"}}, {"input": torch.randn(32, 64)})
+
+
+def cnn(quick: bool) -> Scenario:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+        torch.nn.Linear(32, 10),
+    ).eval()
+    return Scenario("cnn", model, {"input": torch.randn(4, 3, 32, 32)}, {"input": {0: "batch"}}, {"input": torch.randn(8, 3, 32, 32)})
+
+
+SCENARIOS: dict[str, Callable[[bool], Scenario]] = {
+    "llama-prefill": llama_prefill, "llama-decode": llama_decode, "mlp": mlp, "cnn": cnn,
+}
+
+
+def _quiet(fn, *args, **kwargs):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return fn(*args, **kwargs)
+
+
+def _patches(sc: Scenario):
+    return fx2onnx.torch_export_patches(patch_transformers=True) if sc.patches else contextlib.nullcontext()
+
+
+def export_all(sc: Scenario, exporters: list[str]) -> tuple[dict[str, onnx.ModelProto], dict[str, float]]:
+    """ONNX models of every exporter and their export times (seconds, torch.export.export included)."""
+    models, times = {}, {}
+    kw = lambda: copy.deepcopy(sc.export_kwargs)  # noqa: E731
+    with _patches(sc):
+        fx2onnx.to_onnx(sc.model, (), kw(), dynamic_shapes=sc.dynamic_shapes)  # warm-up of lazy imports
+        begin = time.perf_counter()
+        torch.export.export(sc.model, (), kw(), dynamic_shapes=export_dynamic_shapes(sc.dynamic_shapes), strict=False)
+        times["torch.export"] = time.perf_counter() - begin
+        for level in LEVELS:
+            if f"to_onnx[{level}]" in exporters:
+                begin = time.perf_counter()
+                models[f"to_onnx[{level}]"] = fx2onnx.to_onnx(sc.model, (), kw(), dynamic_shapes=sc.dynamic_shapes, optimize=level)
+                times[f"to_onnx[{level}]"] = time.perf_counter() - begin
+        if any(e.startswith("dynamo") for e in exporters):
+            import onnx_ir as ir
+            from onnxscript.rewriter.ort_fusions import optimize_for_ort
+
+            begin = time.perf_counter()
+            program = _quiet(
+                torch.onnx.export, sc.model, (), kwargs=kw(), dynamic_shapes=export_dynamic_shapes(sc.dynamic_shapes),
+                dynamo=True,
+            )
+            times["dynamo"] = time.perf_counter() - begin
+            models["dynamo"] = program.model_proto
+            if "dynamo+ort" in exporters:
+                begin = time.perf_counter()
+                fused, _ = optimize_for_ort(ir.from_proto(program.model_proto))
+                models["dynamo+ort"] = ir.to_proto(fused)
+                times["dynamo+ort"] = times["dynamo"] + time.perf_counter() - begin
+            if "dynamo+optimize" in exporters:
+                begin = time.perf_counter()
+                _quiet(program.optimize)
+                models["dynamo+optimize"] = program.model_proto
+                times["dynamo+optimize"] = times["dynamo"] + time.perf_counter() - begin
+    return {k: v for k, v in models.items() if k in exporters}, times
+
+
+def _session(onx: onnx.ModelProto, threads: int):
+    import onnxruntime
+
+    opts = onnxruntime.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    return onnxruntime.InferenceSession(onx.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def outside_matmul_share(onx: onnx.ModelProto, feeds: dict, threads: int, repeat: int) -> float:
+    """Share of the node time spent outside MatMul / Gemm (fx2onnx.profiling)."""
+    from fx2onnx.profiling import aggregate_by_op_type, profile
+
+    per_op = aggregate_by_op_type(profile(onx, feeds, repeat=repeat, warmup=3, intra_op_num_threads=threads))
+    return float(per_op[~per_op["op_type"].isin(MATMUL_OPS)]["share"].sum())
+
+
+def time_all(sc: Scenario, models: dict, exporters: list[str], threads: int, repeat: int, warmup: int) -> dict[str, float]:
+    """Median latency (seconds) of each exporter, the runs interleaved."""
+    from fx2onnx.validation import make_feeds
+
+    torch.set_num_threads(threads)
+    fns: dict[str, Callable[[], Any]] = {}
+    for name, onx in models.items():
+        sess = _session(onx, threads)
+        feeds = make_feeds(sess, (), copy.deepcopy(sc.bench_kwargs))
+        fns[name] = lambda sess=sess, feeds=feeds: sess.run(None, feeds)
+    if "eager" in exporters or "compile" in exporters:
+        kwargs = sc.bench_kwargs
+
+        def eager(fn=sc.model):
+            with torch.no_grad():
+                return fn(**copy.deepcopy(kwargs))
+
+        if "eager" in exporters:
+            fns["eager"] = eager
+        if "compile" in exporters:
+            compiled = torch.compile(sc.model)
+            fns["compile"] = lambda: eager(compiled)
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            begin = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - begin)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def bench(sc: Scenario, exporters: list[str], threads: list[int], repeat: int, warmup: int, profile: bool) -> list[dict]:
+    """One row per (exporter, threads): latency, ratio to dynamo, nodes, export time, share outside MatMul."""
+    from fx2onnx.validation import make_feeds
+
+    models, export_times = export_all(sc, exporters)
+    for name, onx in models.items():
+        report = fx2onnx.validate(onx, sc.model, (), copy.deepcopy(sc.bench_kwargs), atol=1e-3, rtol=1e-2)
+        assert report.ok, f"{sc.name}, {name}: {report}"
+    rows = []
+    for n_threads in threads:
+        latency = time_all(sc, models, exporters, n_threads, repeat, warmup)
+        for name, seconds in latency.items():
+            row = dict(scenario=sc.name, exporter=name, threads=n_threads, latency_ms=seconds * 1000)
+            if "dynamo" in latency:
+                row["vs_dynamo"] = seconds / latency["dynamo"]
+            if name in models:
+                row["nodes"] = len(models[name].graph.node)
+                if name in export_times:
+                    row["export_vs_torch_export"] = export_times[name] / export_times["torch.export"]
+                if profile:
+                    feeds = make_feeds(models[name], (), copy.deepcopy(sc.bench_kwargs))
+                    row["outside_matmul"] = outside_matmul_share(models[name], feeds, n_threads, max(10, repeat // 5))
+            rows.append(row)
+    return rows
+
+
+def main(argv=None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny models, short sequences")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--exporters", default=",".join(EXPORTERS))
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--profile", action="store_true", help="share of time outside MatMul (fx2onnx.profiling)")
+    options = parser.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    exporters = options.exporters.split(",")
+    threads = [int(t) for t in options.threads.split(",")]
+    rows = []
+    for name in options.scenarios.split(","):
+        sc = SCENARIOS[name](options.quick)
+        rows.extend(bench(sc, exporters, threads, options.repeat, options.warmup, options.profile))
+    import pandas
+
+    frame = pandas.DataFrame(rows)
+    with pandas.option_context("display.width", 200, "display.max_columns", 20):
+        print(frame.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
