@@ -116,7 +116,7 @@ def test_onnx_local_functions_as_clusters():
     assert len(_titles(svg, "cluster")) == len(onx.functions)
     text = _labels(svg)
     assert "function" in text and "Sigmoid" in text
-    assert f"local functions" in text
+    assert "local functions" in text
 
 
 def test_onnx_handmade_loop_with_outer_value():
@@ -177,3 +177,16 @@ def test_wrong_type():
 
 def test_public_name():
     assert fx2onnx.to_dot is to_dot
+
+
+def test_plot_dot_shows_the_png():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from fx2onnx.inspect.dot import plot_dot
+
+    gm = torch.fx.symbolic_trace(TwoBlocks())
+    ax = plot_dot(gm, title="blocks")
+    (image,) = ax.get_images()
+    height, width = image.get_array().shape[:2]
+    assert height > 100 and width > 50 and ax.get_title() == "blocks"

@@ -54,6 +54,19 @@ for attr in if_node.attribute:
     print(f"{attr.name}:", [n.op_type for n in attr.g.node])
 
 # %%
+# :func:`fx2onnx.to_dot` draws both graphs: left, the FX graph of :epkg:`torch.export`
+# with the two branches as submodules; right, the ONNX model with the two subgraphs of
+# ``If``. Dotted edges bring a value of the main graph into a branch.
+
+from fx2onnx.inspect.dot import plot_dot
+
+ep = torch.export.export(model, (x, y), dynamic_shapes=({0: torch.export.Dim("batch")},) * 2)
+fig, (ax_fx, ax_onnx) = plt.subplots(1, 2, figsize=(14, 7))
+plot_dot(ep, ax=ax_fx, title="FX graph")
+plot_dot(onx, ax=ax_onnx, title="ONNX graph")
+assert "cluster" in fx2onnx.to_dot(onx) and "else_branch" in fx2onnx.to_dot(onx)
+
+# %%
 # Both branches run on onnxruntime and match eager PyTorch, with other batch sizes.
 
 inputs = {

@@ -61,6 +61,15 @@ print("Scan body:", [n.op_type for n in scan_node.attribute[0].g.node])
 print("outputs:", [(o.name, [d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim]) for o in onx.graph.output])
 
 # %%
+# The ONNX graph as a picture (:func:`fx2onnx.to_dot`): the body of ``Scan`` is a
+# cluster; ``decay``, a weight of the module, is read by the body from the main graph.
+
+from fx2onnx.inspect.dot import plot_dot
+
+plot_dot(onx, title="ONNX graph: Scan and its body")
+assert fx2onnx.to_dot(onx).count("subgraph cluster_") == 1
+
+# %%
 # The model runs on onnxruntime with sequences of any length.
 
 for steps in (20, 5, 50):

@@ -415,3 +415,27 @@ def render_dot(dot: str, fmt: str = "svg", filename: str | os.PathLike | None = 
     if filename is not None:
         Path(filename).write_bytes(result.stdout)
     return result.stdout
+
+
+def plot_dot(model_or_dot: Any, ax: Any = None, title: str | None = None, dpi: int = 96) -> Any:
+    """Draws a model (anything :func:`to_dot` takes) or DOT text on a matplotlib axis.
+
+    The graph is rendered to PNG with :func:`render_dot` and shown with ``imshow``;
+    a gallery example displays it like any other figure. Returns the axis.
+    """
+    import io
+
+    import matplotlib.image
+    import matplotlib.pyplot as plt
+
+    dot = model_or_dot if isinstance(model_or_dot, str) and model_or_dot.lstrip().startswith("digraph") else to_dot(model_or_dot)
+    dot = dot.replace("    graph [", f"    graph [dpi={dpi}, ", 1)
+    image = matplotlib.image.imread(io.BytesIO(render_dot(dot, "png")), format="png")
+    if ax is None:
+        height, width = image.shape[:2]
+        _, ax = plt.subplots(figsize=(max(width / dpi, 3), max(height / dpi, 2)))
+    ax.imshow(image)
+    ax.set_axis_off()
+    if title:
+        ax.set_title(title)
+    return ax
