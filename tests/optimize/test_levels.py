@@ -1,0 +1,93 @@
+"""optimize() and to_onnx(optimize=level) end to end: a tiny Llama with a kv cache,
+exported at every level, checked against eager on a second input set of other batch,
+sequence and cache lengths."""
+
+from __future__ import annotations
+
+import collections
+import copy
+
+import onnx
+import onnx_ir as ir
+import pytest
+import torch
+
+import fx2onnx
+from fx2onnx.models import get_tiny_model
+from fx2onnx.optimizer.api import LEVEL_NAMES
+
+FUSED = {
+    "default": {},
+    "onnxruntime": {"Attention": 1, "RotaryEmbedding": 2, "SkipSimplifiedLayerNormalization": 2,
+                    "SimplifiedLayerNormalization": 1},
+    "opset23": {"Attention": 1, "RotaryEmbedding": 2, "RMSNormalization": 3},
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    return get_tiny_model("llama", with_cache=True, attn_implementation="sdpa", num_hidden_layers=1)
+
+
+@pytest.mark.parametrize("level", LEVEL_NAMES)
+def test_tiny_llama_with_cache(tiny_llama, level):
+    with fx2onnx.torch_export_patches(patch_transformers=True):
+        onx = fx2onnx.to_onnx(
+            tiny_llama.model, (), copy.deepcopy(tiny_llama.inputs), dynamic_shapes=tiny_llama.dynamic_shapes,
+            optimize=level,
+        )
+    ops = collections.Counter(n.op_type for n in onx.graph.node)
+    for op_type, count in FUSED[level].items():
+        assert ops[op_type] == count, (op_type, ops)
+    if level != "default":
+        # no score tensor, no repeated kv heads, no cache concatenation left
+        assert not {"Softmax", "Neg", "Sqrt"} & set(ops), ops
+        producers = {o: n.op_type for n in onx.graph.node for o in n.output}
+        assert all(producers[o.name] == "Attention" for o in onx.graph.output if o.name.startswith("present")), producers
+    # other batch, sequence and cache lengths than the export inputs
+    for inputs in (tiny_llama.inputs, tiny_llama.inputs2):
+        report = fx2onnx.validate(onx, tiny_llama.model, (), copy.deepcopy(inputs), atol=1e-4)
+        assert report.ok, f"{level}: {report}"
+
+
+def test_optimize_report_and_kinds(tiny_llama):
+    with fx2onnx.torch_export_patches(patch_transformers=True):
+        onx = fx2onnx.to_onnx(
+            tiny_llama.model, (), copy.deepcopy(tiny_llama.inputs), dynamic_shapes=tiny_llama.dynamic_shapes,
+            target_opset=23, optimize=False,
+        )
+    # a ModelProto gives a ModelProto, an onnx_ir.Model an onnx_ir.Model
+    fused, report = fx2onnx.optimize(onx, level="onnxruntime", report=True)
+    assert isinstance(fused, onnx.ModelProto)
+    assert report.matches("attention") == 1 and report.matches("rotary_embedding") == 2
+    assert report.nodes_after < report.nodes_before
+    assert "attention" in str(report) and report.op_types["Attention"] == 1
+    model = fx2onnx.optimize(ir.from_proto(onx), level="opset23")
+    assert isinstance(model, ir.Model)
+    assert fx2onnx.validate(fused, tiny_llama.model, (), copy.deepcopy(tiny_llama.inputs2)).ok
+
+
+def test_levels_errors():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU())
+    onx = fx2onnx.to_onnx(model, (torch.randn(2, 4),), target_opset=18)
+    with pytest.raises(ValueError, match="Unknown optimization level 'fast'"):
+        fx2onnx.optimize(onx, level="fast")
+    with pytest.raises(ValueError, match="target_opset=23"):
+        fx2onnx.optimize(onx, level="opset23")
+    with pytest.raises(ValueError, match="Unknown optimization level"):
+        fx2onnx.to_onnx(model, (torch.randn(2, 4),), optimize="O3")
+    # the onnxruntime level on an opset-18 model: attention skipped, other fusions done
+    fused, report = fx2onnx.optimize(onx, level="onnxruntime", report=True)
+    assert "skipped: opset 18 < 23" in str(report)
+    assert [n.op_type for n in fused.graph.node] == ["Gemm", "Gelu"]
+    assert fx2onnx.validate(fused, model, (torch.randn(2, 4),)).ok
+
+
+@pytest.mark.parametrize("level", [False, True, "onnxruntime"])
+def test_cnn_every_level(level):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(64, 3)
+    ).eval()
+    onx = fx2onnx.to_onnx(model, (torch.randn(2, 3, 6, 6),), dynamic_shapes=({0: "batch"},), optimize=level)
+    assert fx2onnx.validate(onx, model, (torch.randn(5, 3, 6, 6),)).ok

@@ -1,0 +1,250 @@
+"""Each rule alone on a small graph: it applies, and the results stay the same
+(onnxruntime before / after, two input shapes)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from onnx import TensorProto
+from onnx import helper as oh
+from optimize_helpers import FLOAT, check_rule, make_model, op_types
+
+from fx2onnx.optimizer.rules.activation import fuse_gelu
+from fx2onnx.optimizer.rules.attention import fuse_attention
+from fx2onnx.optimizer.rules.cleanup import fold_reshapes, fold_transposes, remove_identities
+from fx2onnx.optimizer.rules.matmul_packing import pack_matmuls
+from fx2onnx.optimizer.rules.normalization import fuse_rms_normalization, fuse_skip_rms_normalization
+from fx2onnx.optimizer.rules.rotary import fuse_rotary_embedding
+
+RNG = np.random.default_rng(0)
+
+
+def randn(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _rms_nodes(x: str, out: str, square: str = "Mul"):
+    sq = oh.make_node("Mul", [x, x], ["sq"]) if square == "Mul" else oh.make_node("Pow", [x, "two"], ["sq"])
+    return [
+        sq,
+        oh.make_node("ReduceMean", ["sq", "axes"], ["mean"], keepdims=1),
+        oh.make_node("Add", ["mean", "eps"], ["var"]),
+        oh.make_node("Sqrt", ["var"], ["std"]),
+        oh.make_node("Reciprocal", ["std"], ["inv"]),
+        oh.make_node("Mul", [x, "inv"], ["normed"]),
+        oh.make_node("Mul", ["weight", "normed"], [out]),
+    ]
+
+
+RMS_INITS = [("axes", np.array([-1], np.int64)), ("eps", np.array(1e-6, np.float32)),
+             ("two", np.array(2.0, np.float32)), ("weight", randn(16))]
+
+
+@pytest.mark.parametrize("square", ["Mul", "Pow"])
+@pytest.mark.parametrize("op_type,opset", [("SimplifiedLayerNormalization", 18), ("RMSNormalization", 23)])
+def test_rms_normalization(square, op_type, opset):
+    model = make_model(_rms_nodes("x", "y", square), [("x", FLOAT, ["b", "s", 16])], [("y", FLOAT, ["b", "s", 16])],
+                       RMS_INITS, opset=opset)
+    fused = check_rule(model, lambda m: fuse_rms_normalization(m, op_type=op_type),
+                       [{"x": randn(2, 3, 16)}, {"x": randn(1, 5, 16)}], 1)
+    assert op_types(fused) == {op_type: 1}
+
+
+def test_skip_rms_normalization():
+    nodes = [oh.make_node("Add", ["a", "b"], ["x"])] + _rms_nodes("x", "y") + [oh.make_node("Mul", ["x", "y"], ["z"])]
+    model = make_model(nodes, [("a", FLOAT, ["b", "s", 16]), ("b", FLOAT, ["b", "s", 16])],
+                       [("z", FLOAT, ["b", "s", 16])], RMS_INITS)
+
+    def rule(m):
+        return fuse_rms_normalization(m) + fuse_skip_rms_normalization(m)
+
+    fused = check_rule(model, rule, [{"a": randn(2, 3, 16), "b": randn(2, 3, 16)}], 2)
+    assert op_types(fused)["SkipSimplifiedLayerNormalization"] == 1 and "Add" not in op_types(fused)
+
+
+def _rotary_model(opset: int, scaling: float = 1.0):
+    """x [b, 4, s, 8] rotated by cos/sin of f = position * inv_freq [b, s, 4]."""
+    nodes = [
+        oh.make_node("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT),
+        oh.make_node("Unsqueeze", ["posf", "minus1"], ["pos3"]),
+        oh.make_node("Mul", ["pos3", "inv_freq"], ["f"]),
+        oh.make_node("Concat", ["f", "f"], ["emb"], axis=-1),
+        oh.make_node("Cos", ["emb"], ["cos0"]),
+        oh.make_node("Sin", ["emb"], ["sin0"]),
+        oh.make_node("Mul", ["cos0", "scaling"], ["cos1"]),
+        oh.make_node("Mul", ["sin0", "scaling"], ["sin1"]),
+        oh.make_node("Unsqueeze", ["cos1", "one"], ["cos"]),
+        oh.make_node("Unsqueeze", ["sin1", "one"], ["sin"]),
+        oh.make_node("Slice", ["x", "zero", "half", "minus1"], ["x1"]),
+        oh.make_node("Slice", ["x", "half", "big", "minus1"], ["x2"]),
+        oh.make_node("Neg", ["x2"], ["nx2"]),
+        oh.make_node("Concat", ["nx2", "x1"], ["rot"], axis=-1),
+        oh.make_node("Mul", ["x", "cos"], ["a"]),
+        oh.make_node("Mul", ["sin", "rot"], ["b"]),
+        oh.make_node("Add", ["a", "b"], ["y"]),
+    ]
+    inits = [("minus1", np.array([-1], np.int64)), ("one", np.array([1], np.int64)), ("zero", np.array([0], np.int64)),
+             ("half", np.array([4], np.int64)), ("big", np.array([2**62], np.int64)),
+             ("inv_freq", (1.0 / 10000 ** (np.arange(0, 8, 2) / 8)).astype(np.float32)),
+             ("scaling", np.array(scaling, np.float32))]
+    return make_model(nodes, [("x", FLOAT, ["b", 4, "s", 8]), ("pos", TensorProto.INT64, ["b", "s"])],
+                      [("y", FLOAT, ["b", 4, "s", 8])], inits, opset=opset)
+
+
+@pytest.mark.parametrize("standard,opset,scaling", [(False, 18, 1.0), (False, 18, 0.5), (True, 23, 1.0)])
+def test_rotary_embedding(standard, opset, scaling):
+    model = _rotary_model(opset, scaling)
+    feeds = [{"x": randn(2, 4, 3, 8), "pos": np.array([[5, 6, 7], [0, 1, 2]], np.int64)},
+             {"x": randn(1, 4, 6, 8), "pos": np.arange(10, 16, dtype=np.int64)[None]}]
+    fused = check_rule(model, lambda m: fuse_rotary_embedding(m, standard=standard), feeds, 1)
+    assert op_types(fused)["RotaryEmbedding"] == 1 and "Neg" not in op_types(fused)
+
+
+def _attention_model(with_past: bool, mask: str, kv_heads: int = 2, heads: int = 4):
+    """sdpa as fx2onnx converts it, after a cache Concat and transformers' repeat_kv."""
+    rep = heads // kv_heads
+    nodes, k, v = [], "k", "v"
+    if with_past:
+        nodes += [oh.make_node("Concat", ["past_k", "k"], ["present_k"], axis=2),
+                  oh.make_node("Concat", ["past_v", "v"], ["present_v"], axis=2)]
+        k, v = "present_k", "present_v"
+    for name in (k, v):
+        if rep == 1:
+            continue
+        nodes += [
+            oh.make_node("Shape", [name], [f"{name}_shape"]),
+            oh.make_node("Slice", [f"{name}_shape", "i2", "i4"], [f"{name}_sd"]),
+            oh.make_node("Unsqueeze", [name, "i2"], [f"{name}_5"]),
+            oh.make_node("Concat", ["bkr", f"{name}_sd"], [f"{name}_target"], axis=0),
+            oh.make_node("Expand", [f"{name}_5", f"{name}_target"], [f"{name}_exp"]),
+            oh.make_node("Concat", ["bh", f"{name}_sd"], [f"{name}_shape4"], axis=0),
+            oh.make_node("Reshape", [f"{name}_exp", f"{name}_shape4"], [f"{name}_rep"]),
+        ]
+    kr, vr = (f"{k}_rep", f"{v}_rep") if rep > 1 else (k, v)
+    nodes += [
+        oh.make_node("Transpose", [kr], ["kt"], perm=[0, 1, 3, 2]),
+        oh.make_node("MatMul", ["q", "kt"], ["qk"]),
+        oh.make_node("Mul", ["qk", "scale"], ["scores0"]),
+    ]
+    if mask == "bool":
+        nodes += [oh.make_node("Where", ["mask", "zero", "neginf"], ["bias"]),
+                  oh.make_node("Add", ["scores0", "bias"], ["scores"]),
+                  oh.make_node("Softmax", ["scores"], ["p0"], axis=-1),
+                  oh.make_node("IsNaN", ["p0"], ["nan"]),
+                  oh.make_node("Where", ["nan", "zero", "p0"], ["p"])]
+    else:
+        nodes += [oh.make_node("Softmax", ["scores0"], ["p"], axis=-1)]
+    nodes += [oh.make_node("MatMul", ["p", vr], ["y"])]
+    total = "t" if with_past else "s"
+    inputs = [("q", FLOAT, ["b", heads, "s", 8]), ("k", FLOAT, ["b", kv_heads, "s", 8]), ("v", FLOAT, ["b", kv_heads, "s", 8])]
+    if with_past:
+        inputs += [("past_k", FLOAT, ["b", kv_heads, "p", 8]), ("past_v", FLOAT, ["b", kv_heads, "p", 8])]
+    if mask == "bool":
+        inputs += [("mask", TensorProto.BOOL, ["b", 1, "s", total])]
+    outputs = [("y", FLOAT, ["b", heads, "s", 8])]
+    if with_past:
+        outputs += [("present_k", FLOAT, ["b", kv_heads, total, 8]), ("present_v", FLOAT, ["b", kv_heads, total, 8])]
+    inits = [("i2", np.array([2], np.int64)), ("i4", np.array([4], np.int64)), ("bkr", np.array([0, kv_heads, rep], np.int64)),
+             ("bh", np.array([0, heads], np.int64)), ("scale", np.array(1 / math.sqrt(8), np.float32)),
+             ("zero", np.array(0.0, np.float32)), ("neginf", np.array(-np.inf, np.float32))]
+    # Expand cannot take 0 as "keep": the batch goes in through Shape
+    for node in nodes:
+        if node.op_type == "Concat" and node.input[0] in ("bkr", "bh"):
+            node.input[0] = node.input[0] + "_b"
+    for name in (k, v):
+        if rep > 1:
+            nodes.insert(0, oh.make_node("Shape", [name if not with_past else name.replace("present_", "")],
+                                         [f"{name}_batch"], start=0, end=1))
+    if rep > 1:
+        nodes.insert(0, oh.make_node("Shape", ["q"], ["qb"], start=0, end=1))
+        nodes.insert(1, oh.make_node("Concat", ["qb", "kvr"], ["bkr_b"], axis=0))
+        nodes.insert(2, oh.make_node("Concat", ["qb", "hh"], ["bh_b"], axis=0))
+        inits += [("kvr", np.array([kv_heads, rep], np.int64)), ("hh", np.array([heads], np.int64))]
+    value_info = [(f"{name}_rep", FLOAT, ["b", heads, total, 8]) for name in (k, v) if rep > 1]
+    return make_model(nodes, inputs, outputs, inits, opset=23, value_info=value_info)
+
+
+def _attention_feeds(with_past, mask, b, s, p, kv_heads=2, heads=4):
+    feeds = {"q": randn(b, heads, s, 8), "k": randn(b, kv_heads, s, 8), "v": randn(b, kv_heads, s, 8)}
+    if with_past:
+        feeds.update(past_k=randn(b, kv_heads, p, 8), past_v=randn(b, kv_heads, p, 8))
+    if mask == "bool":
+        t = s + (p if with_past else 0)
+        causal = np.arange(t)[None, :] <= (t - s + np.arange(s))[:, None]
+        feeds["mask"] = np.broadcast_to(causal, (b, 1, s, t)).copy()
+    return feeds
+
+
+@pytest.mark.parametrize("with_past,mask,kv_heads", [(True, "bool", 2), (False, "bool", 2), (True, "none", 4), (False, "none", 1)])
+def test_attention(with_past, mask, kv_heads):
+    model = _attention_model(with_past, mask, kv_heads=kv_heads)
+    feeds = [_attention_feeds(with_past, mask, 2, 3, 5, kv_heads), _attention_feeds(with_past, mask, 1, 1, 7, kv_heads)]
+    fused = check_rule(model, fuse_attention, feeds, 1)
+    ops = op_types(fused)
+    assert ops["Attention"] == 1 and "Softmax" not in ops and "Expand" not in ops and "Concat" not in ops, ops
+
+
+def test_attention_needs_opset23():
+    model = _attention_model(True, "bool")
+    model.opset_import[0].version = 18
+    from optimize_helpers import apply_rule
+
+    _, count = apply_rule(model, fuse_attention)
+    assert count == 0
+
+
+def _gelu_nodes(approximate: str):
+    if approximate == "none":
+        return [oh.make_node("Div", ["x", "sqrt2"], ["d"]), oh.make_node("Erf", ["d"], ["e"]),
+                oh.make_node("Add", ["one", "e"], ["a"]), oh.make_node("Mul", ["half", "x"], ["h"]),
+                oh.make_node("Mul", ["h", "a"], ["y"])]
+    return [oh.make_node("Mul", ["x", "x"], ["x2"]), oh.make_node("Mul", ["x", "x2"], ["x3"]),
+            oh.make_node("Mul", ["c", "x3"], ["cx3"]), oh.make_node("Add", ["x", "cx3"], ["inner"]),
+            oh.make_node("Mul", ["k", "inner"], ["scaled"]), oh.make_node("Tanh", ["scaled"], ["t"]),
+            oh.make_node("Add", ["one", "t"], ["a"]), oh.make_node("Mul", ["half", "x"], ["h"]),
+            oh.make_node("Mul", ["h", "a"], ["y"])]
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("standard,opset", [(False, 18), (True, 20)])
+def test_gelu(approximate, standard, opset):
+    inits = [("sqrt2", np.array(math.sqrt(2), np.float32)), ("one", np.array(1.0, np.float32)),
+             ("half", np.array(0.5, np.float32)), ("c", np.array(0.044715, np.float32)),
+             ("k", np.array(math.sqrt(2 / math.pi), np.float32))]
+    model = make_model(_gelu_nodes(approximate), [("x", FLOAT, ["b", 16])], [("y", FLOAT, ["b", 16])], inits, opset=opset)
+    fused = check_rule(model, lambda m: fuse_gelu(m, standard=standard), [{"x": randn(3, 16)}, {"x": randn(7, 16)}], 1)
+    expected = "Gelu" if standard or approximate == "none" else "FastGelu"
+    assert op_types(fused) == {expected: 1}
+
+
+def test_matmul_packing():
+    nodes = [oh.make_node("MatMul", ["x", f"w{i}"], [f"y{i}"]) for i in range(3)]
+    nodes.append(oh.make_node("MatMul", ["z", "w3"], ["y3"]))  # alone: not packed
+    inits = [(f"w{i}", randn(16, n)) for i, n in enumerate((8, 4, 4, 5))]
+    model = make_model(nodes, [("x", FLOAT, ["b", "s", 16]), ("z", FLOAT, ["b", 16])],
+                       [(f"y{i}", FLOAT, None) for i in range(4)], inits)
+    fused = check_rule(model, pack_matmuls, [{"x": randn(2, 3, 16), "z": randn(2, 16)}], 2)
+    assert op_types(fused) == {"MatMul": 2, "Split": 1}
+
+
+def test_cleanup():
+    nodes = [
+        oh.make_node("Transpose", ["x"], ["t1"], perm=[0, 2, 1, 3]),
+        oh.make_node("Transpose", ["t1"], ["t2"], perm=[0, 2, 1, 3]),  # cancels
+        oh.make_node("Transpose", ["t2"], ["t3"], perm=[1, 0, 2, 3]),
+        oh.make_node("Transpose", ["t3"], ["t4"], perm=[0, 1, 3, 2]),  # composes
+        oh.make_node("Reshape", ["t4", "s1"], ["r1"]),
+        oh.make_node("Reshape", ["r1", "s2"], ["r2"]),  # folds
+        oh.make_node("Cast", ["r2"], ["c"], to=TensorProto.FLOAT),  # identity
+        oh.make_node("Neg", ["c"], ["y"]),
+    ]
+    inits = [("s1", np.array([6, 20], np.int64)), ("s2", np.array([-1, 4], np.int64))]
+    model = make_model(nodes, [("x", FLOAT, [2, 3, 4, 5])], [("y", FLOAT, None)], inits)
+
+    def rule(m):
+        return fold_transposes(m) + fold_transposes(m) + fold_reshapes(m) + remove_identities(m)
+
+    fused = check_rule(model, rule, [{"x": randn(2, 3, 4, 5)}], None)
+    assert op_types(fused) == {"Transpose": 1, "Reshape": 1, "Neg": 1}
