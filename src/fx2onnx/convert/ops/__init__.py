@@ -13,6 +13,7 @@ from . import (  # noqa: F401
     random,
     reduction,
     resample,
+    selection,
     shape,
     symbolic,
     views,

@@ -150,11 +150,24 @@ def fakes_broadcast_rank(fakes, node) -> list:
     return [0] * rank
 
 
+def _as_rank_1(ctx, x, rank: int):
+    """A 0-d value as a 1-d one (operators indexing a dim see a 0-d tensor as [1])."""
+    return ctx.op.Reshape(x, ctx.const([-1], torch.int64)) if rank == 0 else x
+
+
+def _index_1d(ctx, index, x, axis: int):
+    """A 0-d or 1-d index as a 1-d int64 index, negative values counted from the end of ``axis``."""
+    return _normalize_index(ctx, ctx.op.Reshape(index, ctx.const([-1], torch.int64)), x, axis)
+
+
 @converter(aten.index_select.default)
 def convert_index_select(ctx, node, x, dim, index):
+    """A 0-d index keeps the dim (size 1); a 0-d input is seen as [1] and stays 0-d."""
     rank = input_rank(ctx)
     axis = normalize_axis(dim, rank) if rank else 0
-    return ctx.op.Gather(x, _normalize_index(ctx, index, x, axis), axis=axis)
+    data = _as_rank_1(ctx, x, rank)
+    out = ctx.op.Gather(data, _index_1d(ctx, index, data, axis), axis=axis)
+    return ctx.op.Reshape(out, ctx.const([], torch.int64)) if ctx.out_rank() == 0 else out
 
 
 @converter(aten.gather.default)
@@ -182,11 +195,67 @@ def convert_scatter_add(ctx, node, x, dim, index, src):
 
 @converter(aten.scatter_reduce.two)
 def convert_scatter_reduce(ctx, node, x, dim, index, src, reduce, include_self=True):
+    rank = input_rank(ctx)
+    axis = normalize_axis(dim, rank) if rank else 0
+    data = _as_rank_1(ctx, x, rank)
+    index = _as_rank_1(ctx, index, fake_of(node.args[2]).dim())
+    src = _as_rank_1(ctx, src, fake_of(node.args[3]).dim())
+    idx = _normalize_index(ctx, index, data, axis)
+    # torch reads src only where index has values: src[:index.shape[0], :index.shape[1], ...]
+    if list(fake_of(node.args[3]).shape) != list(fake_of(node.args[2]).shape):
+        width = max(rank, 1)
+        src = ctx.op.Slice(src, ctx.const([0] * width, torch.int64), ctx.op.Shape(idx), ctx.const(list(range(width)), torch.int64))
+    return _back_to_rank(ctx, _scatter_reduce(ctx, data, axis, idx, src, reduce, include_self), rank)
+
+
+_REDUCTIONS = {"sum": "add", "mean": "add", "prod": "mul", "amax": "max", "amin": "min"}
+
+
+def _identity(ctx, reduce: str, dtype: torch.dtype):
+    """The neutral element of a reduction for ``dtype`` (what an untouched accumulator starts with)."""
+    if reduce in ("sum", "mean"):
+        value = 0
+    elif reduce == "prod":
+        value = 1
+    elif dtype.is_floating_point:
+        value = float("-inf") if reduce == "amax" else float("inf")
+    else:
+        info = torch.iinfo(dtype)
+        value = info.min if reduce == "amax" else info.max
+    return ctx.const(value, dtype)
+
+
+def _scatter_reduce(ctx, data, axis, idx, src, reduce, include_self):
+    """scatter_reduce with every reduce mode and include_self True or False (mean: floor division for ints)."""
+    if reduce not in _REDUCTIONS:
+        raise ctx.error(f"scatter reduce {reduce!r} is unknown; expected one of {sorted(_REDUCTIONS)}.")
+    dtype = ctx.out_dtype()
+    shape_x = ctx.op.Shape(data)
+    src = ctx.cast(src, dtype)
+    zeros = ctx.op.Expand(ctx.const(0, dtype), shape_x)
+    ones = ctx.op.Expand(ctx.const(1, dtype), ctx.op.Shape(idx))
+    touched = None
+    base = data
+    if not include_self or reduce == "mean":
+        counts = _scatter_add(ctx, zeros, idx, ones, axis)
+        touched = ctx.op.Greater(counts, ctx.const(0, dtype)) if dtype != torch.bool else counts
     if not include_self:
-        raise ctx.error("scatter_reduce with include_self=False is not supported.")
-    if reduce == "mean":
-        raise ctx.error("scatter_reduce with reduce='mean' is not supported.")
-    return convert_scatter(ctx, node, x, dim, index, src, reduce=reduce)
+        base = ctx.op.Where(touched, ctx.op.Expand(_identity(ctx, reduce, dtype), shape_x), data)
+    if reduce in ("sum", "mean"):
+        out = _scatter_add(ctx, base, idx, src, axis)
+    else:
+        out = ctx.op.ScatterElements(base, idx, src, axis=axis, reduction=_REDUCTIONS[reduce])
+    if reduce != "mean":
+        return out
+    if include_self:
+        counts = ctx.op.Add(counts, ctx.const(1, dtype))
+    else:
+        counts = ctx.op.Max(counts, ctx.const(1, dtype))
+    mean = ctx.op.Div(out, counts)
+    if not dtype.is_floating_point:  # torch floors the integer mean
+        exact = ctx.op.Div(ctx.cast(out, torch.float64), ctx.cast(counts, torch.float64))
+        mean = ctx.cast(ctx.op.Floor(exact), dtype)
+    return mean if include_self else ctx.op.Where(touched, mean, data)
 
 
 @converter(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
@@ -263,26 +332,50 @@ def convert_nonzero_numpy(ctx, node, x):
     return [ctx.op.Squeeze(p, ctx.const([0], torch.int64)) for p in parts]
 
 
+def _along_dim_index(ctx, x, dim, index, source):
+    """(data, index expanded to the source along ``dim``, source, axis, rank) of index_copy/add/reduce."""
+    rank = input_rank(ctx)
+    axis = normalize_axis(dim, rank) if rank else 0
+    data = _as_rank_1(ctx, x, rank)
+    source = _as_rank_1(ctx, source, fake_of(ctx.node.args[3]).dim())
+    shape = [1] * max(rank, 1)
+    shape[axis] = -1
+    idx = ctx.op.Reshape(_index_1d(ctx, index, data, axis), ctx.const(shape, torch.int64))
+    return data, ctx.op.Expand(idx, ctx.op.Shape(source)), source, axis, rank
+
+
+def _back_to_rank(ctx, y, rank: int):
+    return ctx.op.Reshape(y, ctx.const([], torch.int64)) if rank == 0 else y
+
+
 @converter(aten.index_copy.default)
 def convert_index_copy(ctx, node, x, dim, index, source):
-    rank = input_rank(ctx)
-    axis = normalize_axis(dim, rank)
-    shape = [1] * rank
-    shape[axis] = -1
-    idx = ctx.op.Expand(ctx.op.Reshape(index, ctx.const(shape, torch.int64)), ctx.op.Shape(source))
-    return ctx.op.ScatterElements(x, idx, source, axis=axis)
+    data, idx, source, axis, rank = _along_dim_index(ctx, x, dim, index, source)
+    return _back_to_rank(ctx, ctx.op.ScatterElements(data, idx, source, axis=axis), rank)
 
 
 @converter(aten.index_add.default)
 def convert_index_add(ctx, node, x, dim, index, source, alpha=1):
-    rank = input_rank(ctx)
-    axis = normalize_axis(dim, rank)
-    shape = [1] * rank
-    shape[axis] = -1
+    data, idx, source, axis, rank = _along_dim_index(ctx, x, dim, index, source)
     if alpha != 1:
-        source = ctx.op.Mul(source, ctx.const(alpha, ctx.out_dtype()))
-    idx = ctx.op.Expand(ctx.op.Reshape(index, ctx.const(shape, torch.int64)), ctx.op.Shape(source))
-    return ctx.op.ScatterElements(x, idx, source, axis=axis, reduction="add")
+        source = ctx.op.Mul(source, ctx.as_value(alpha, ctx.out_dtype()))
+    return _back_to_rank(ctx, _scatter_add(ctx, data, idx, source, axis), rank)
+
+
+def _scatter_add(ctx, data, idx, src, axis):
+    """ScatterElements(add); booleans (add = or) go through int32."""
+    if ctx.dtype(data) == torch.bool or ctx.out_dtype() == torch.bool:
+        summed = ctx.op.ScatterElements(
+            ctx.cast(data, torch.int32), idx, ctx.cast(src, torch.int32), axis=axis, reduction="add"
+        )
+        return ctx.cast(summed, torch.bool)
+    return ctx.op.ScatterElements(data, idx, src, axis=axis, reduction="add")
+
+
+@converter(aten.index_reduce.default)
+def convert_index_reduce(ctx, node, x, dim, index, source, reduce, include_self=True):
+    data, idx, source, axis, rank = _along_dim_index(ctx, x, dim, index, source)
+    return _back_to_rank(ctx, _scatter_reduce(ctx, data, axis, idx, source, reduce, include_self), rank)
 
 
 @converter(aten.copy.default)

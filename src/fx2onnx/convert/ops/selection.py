@@ -1,0 +1,180 @@
+"""Counting and selecting operators real models use: histc (mixture-of-experts routing),
+repeat_interleave (interleaved rotary embeddings), masked_select, put, nanmedian, mode."""
+
+from __future__ import annotations
+
+import torch
+
+from ..registry import converter
+from ._common import fake_of, input_rank, normalize_axis
+from .indexing import _scatter_add
+
+aten = torch.ops.aten
+_I64 = torch.int64
+# TopK's dtypes on onnxruntime; the others are sorted as float32 (floats) or int64 (ints, bool)
+_TOPK_DTYPES = {torch.float32, torch.float64, torch.int64, torch.int32}
+
+
+def _flat(ctx, x):
+    return ctx.op.Reshape(x, ctx.const([-1], _I64))
+
+
+@converter(aten.histc.default)
+def convert_histc(ctx, node, x, bins=100, min=0, max=0):
+    """Counts of x in ``bins`` equal bins over [min, max], torch's formula
+    ``int((x - min) * bins / (max - min))`` with x == max in the last bin and values
+    outside ignored. ``min == max`` means the data's range (widened by 1 when constant).
+    Integer inputs (accepted by CUDA kernels) are binned in float64."""
+    dtype = ctx.out_dtype()
+    work = dtype if dtype in (torch.float32, torch.float64) else torch.float64
+    data = _flat(ctx, ctx.cast(x, work))
+    if min == max:
+        lo, hi = ctx.op.ReduceMin(data, keepdims=0), ctx.op.ReduceMax(data, keepdims=0)
+        same = ctx.op.Equal(lo, hi)
+        one = ctx.const(1.0, work)
+        lo = ctx.op.Where(same, ctx.op.Sub(lo, one), lo)
+        hi = ctx.op.Where(same, ctx.op.Add(hi, one), hi)
+    else:
+        lo, hi = ctx.const(float(min), work), ctx.const(float(max), work)
+    valid = ctx.op.And(ctx.op.GreaterOrEqual(data, lo), ctx.op.LessOrEqual(data, hi))
+    scaled = ctx.op.Div(ctx.op.Mul(ctx.op.Sub(data, lo), ctx.const(float(bins), work)), ctx.op.Sub(hi, lo))
+    position = ctx.op.Where(valid, ctx.cast(scaled, _I64), ctx.const(0, _I64))
+    position = ctx.op.Min(position, ctx.const(int(bins) - 1, _I64))
+    counts = ctx.op.Expand(ctx.const(0.0, work), ctx.const([int(bins)], _I64))
+    counts = ctx.op.ScatterElements(counts, position, ctx.cast(valid, work), axis=0, reduction="add")
+    return ctx.cast(counts, dtype)
+
+
+def _repeat_indices(ctx, repeats):
+    """repeat_interleave(repeats): i repeated repeats[i] times, with a scatter of the run ends and a cumsum."""
+    repeats = _flat(ctx, ctx.cast(repeats, _I64))
+    ends = ctx.op.CumSum(repeats, ctx.const(0, _I64))
+    total = ctx.op.ReduceSum(repeats, ctx.const([0], _I64), keepdims=1)
+    marks = ctx.op.Expand(ctx.const(0, _I64), ctx.op.Add(total, ctx.const([1], _I64)))
+    marks = ctx.op.ScatterElements(marks, ends, ctx.op.Expand(ctx.const(1, _I64), ctx.op.Shape(ends)), axis=0, reduction="add")
+    run = ctx.op.CumSum(marks, ctx.const(0, _I64))
+    return ctx.op.Slice(run, ctx.const([0], _I64), total, ctx.const([0], _I64))
+
+
+@converter(aten.repeat_interleave.Tensor)
+def convert_repeat_interleave_tensor(ctx, node, repeats, output_size=None):
+    return ctx.cast(_repeat_indices(ctx, repeats), ctx.out_dtype())
+
+
+def _prepare(ctx, x, dim):
+    """(data, axis): the input flattened when dim is None (or 0-d), the axis normalized."""
+    rank = input_rank(ctx)
+    if dim is None or rank == 0:
+        return _flat(ctx, x), 0
+    return x, normalize_axis(dim, rank)
+
+
+@converter(aten.repeat_interleave.self_int)
+def convert_repeat_interleave_int(ctx, node, x, repeats, dim=None, output_size=None):
+    """Each slice along ``dim`` repeated ``repeats`` times: Unsqueeze, Expand, Reshape (repeats may be dynamic)."""
+    data, axis = _prepare(ctx, x, dim)
+    rank = 1 if dim is None or input_rank(ctx) == 0 else input_rank(ctx)
+    shape = ctx.op.Shape(data)
+    count = ctx.scalar_1d(repeats)
+
+    def part(start, end):
+        return ctx.op.Slice(shape, ctx.const([start], _I64), ctx.const([end], _I64))
+
+    before, size, after = part(0, axis), part(axis, axis + 1), part(axis + 1, rank)
+    # Tile, not Expand: onnxruntime expands a dimension 1 to 1, not 0, when repeats is 0
+    tiles = ctx.op.Concat(ctx.const([1] * (axis + 1), _I64), count, ctx.const([1] * (rank - axis - 1), _I64), axis=0)
+    expanded = ctx.op.Tile(ctx.op.Unsqueeze(data, ctx.const([axis + 1], _I64)), tiles)
+    return ctx.op.Reshape(expanded, ctx.op.Concat(before, ctx.op.Mul(size, count), after, axis=0), allowzero=1)
+
+
+@converter(aten.repeat_interleave.self_Tensor)
+def convert_repeat_interleave_self_tensor(ctx, node, x, repeats, dim=None, output_size=None):
+    data, axis = _prepare(ctx, x, dim)
+    if fake_of(node.args[1]).numel() == 1:  # one count for every slice
+        return convert_repeat_interleave_int(ctx, node, x, ctx.op.Reshape(repeats, ctx.const([], _I64)), dim)
+    return ctx.op.Gather(data, _repeat_indices(ctx, repeats), axis=axis)
+
+
+@converter(aten.masked_select.default)
+def convert_masked_select(ctx, node, x, mask):
+    """x[mask] after broadcasting both, flattened (a dynamic length)."""
+    mask = ctx.cast(mask, torch.bool)
+    values = ctx.op.Expand(x, ctx.op.Shape(mask))  # Expand broadcasts both ways: the common shape
+    mask = ctx.op.Expand(mask, ctx.op.Shape(values))
+    return ctx.op.Compress(_flat(ctx, values), _flat(ctx, mask), axis=0)
+
+
+@converter(aten.put.default)
+def convert_put(ctx, node, x, index, source, accumulate=False):
+    """x.flatten()[index] = source (or += with accumulate), negative indices from the end."""
+    data = _flat(ctx, x)
+    idx = _flat(ctx, ctx.cast(index, _I64))
+    negative = ctx.cast(ctx.op.Less(idx, ctx.const(0, _I64)), _I64)
+    idx = ctx.op.Add(idx, ctx.op.Mul(negative, ctx.op.Size(x)))
+    src = _flat(ctx, ctx.cast(source, ctx.out_dtype()))
+    out = _scatter_add(ctx, data, idx, src, 0) if accumulate else ctx.op.ScatterElements(data, idx, src, axis=0)
+    return ctx.op.Reshape(out, ctx.op.Shape(x))
+
+
+def _sortable(ctx, x, dtype: torch.dtype):
+    if dtype in _TOPK_DTYPES:
+        return x
+    return ctx.cast(x, torch.float32 if dtype.is_floating_point else _I64)
+
+
+def _nan_lower_median(ctx, x, axis: int, keepdim: bool):
+    """(values, indices) of the lower median of the non-NaN values along ``axis`` (NaN when all are NaN)."""
+    dtype = ctx.out_dtype(0)
+    n = ctx.op.Shape(x, start=axis, end=axis + 1)
+    nan = ctx.op.IsNaN(x)
+    keys = ctx.op.Where(nan, ctx.const(float("inf"), dtype), x)
+    values, indices = ctx.op.TopK(_sortable(ctx, keys, dtype), n, axis=axis, largest=0, sorted=1, _outputs=2)
+    count = ctx.op.ReduceSum(ctx.cast(ctx.op.Not(nan), _I64), ctx.const([axis], _I64), keepdims=1)
+    k = ctx.op.Max(ctx.op.Div(ctx.op.Sub(count, ctx.const(1, _I64)), ctx.const(2, _I64)), ctx.const(0, _I64))
+    value = ctx.cast(ctx.op.GatherElements(values, k, axis=axis), dtype)
+    value = ctx.op.Where(ctx.op.Equal(count, ctx.const(0, _I64)), ctx.const(float("nan"), dtype), value)
+    index = ctx.op.GatherElements(indices, k, axis=axis)
+    if not keepdim:
+        squeeze = ctx.const([axis], _I64)
+        value, index = ctx.op.Squeeze(value, squeeze), ctx.op.Squeeze(index, squeeze)
+    return value, index
+
+
+@converter(aten.nanmedian.default)
+def convert_nanmedian(ctx, node, x):
+    value, _ = _nan_lower_median(ctx, _flat(ctx, x), 0, False)
+    return value
+
+
+@converter(aten.nanmedian.dim)
+def convert_nanmedian_dim(ctx, node, x, dim, keepdim=False):
+    rank = input_rank(ctx)
+    if rank == 0:
+        return ctx.op.Identity(x), ctx.const(0, _I64)
+    return _nan_lower_median(ctx, x, normalize_axis(dim, rank), keepdim)
+
+
+@converter(aten.mode.default)
+def convert_mode(ctx, node, x, dim=-1, keepdim=False):
+    """The most frequent value (the smallest among ties) and the index of its last occurrence."""
+    rank = input_rank(ctx)
+    if rank == 0:
+        return ctx.op.Identity(x), ctx.const(0, _I64)
+    axis = normalize_axis(dim, rank)
+    keys = _sortable(ctx, x, ctx.out_dtype(0))
+    n = ctx.op.Shape(x, start=axis, end=axis + 1)
+    ordered, _ = ctx.op.TopK(keys, n, axis=axis, largest=0, sorted=1, _outputs=2)
+    same = ctx.op.Equal(ctx.op.Unsqueeze(ordered, ctx.const([axis + 1], _I64)), ctx.op.Unsqueeze(ordered, ctx.const([axis], _I64)))
+    counts = ctx.op.ReduceSum(ctx.cast(same, _I64), ctx.const([axis + 1], _I64), keepdims=0)
+    best = ctx.op.ArgMax(counts, axis=axis, keepdims=1, select_last_index=0)
+    value = ctx.op.GatherElements(ordered, best, axis=axis)
+    shape = [1] * rank
+    shape[axis] = -1
+    positions = ctx.op.Reshape(ctx.op.Range(ctx.const(0, _I64), ctx.op.Squeeze(n, ctx.const([0], _I64)), ctx.const(1, _I64)), ctx.const(shape, _I64))
+    hits = ctx.op.Where(ctx.op.Equal(keys, value), positions, ctx.const(-1, _I64))
+    index = ctx.op.ReduceMax(hits, ctx.const([axis], _I64), keepdims=1)
+    value = ctx.cast(value, ctx.out_dtype(0))
+    if not keepdim:
+        squeeze = ctx.const([axis], _I64)
+        value, index = ctx.op.Squeeze(value, squeeze), ctx.op.Squeeze(index, squeeze)
+    return value, index
