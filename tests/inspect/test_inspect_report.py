@@ -105,6 +105,9 @@ def test_conversion_failure_and_capture_only_exporter():
     assert by_path["second.inner"]["status"] == "FAIL conversion"
     assert "fx2onnx_test.twice" in by_path["second.inner"]["error"] or "twice" in by_path["second.inner"]["error"]
     assert deepest_failures(rows) == ["second.inner"]
+    skipped = fx2onnx.export_report(model, (torch.randn(3, 4),), skip_classes=(torch.nn.Linear, CustomOp))
+    assert [r["path"] for r in skipped] == ["", "first", "first.inner", "second", "shared"]
+    assert deepest_failures(skipped) == ["second"]
     captured = fx2onnx.export_report(model, (torch.randn(3, 4),), exporter="torch.export", max_depth=1)
     assert [(r["path"], r["status"], r["conversion"]) for r in captured] == [
         ("", "OK", "-"),

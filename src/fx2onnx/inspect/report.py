@@ -138,6 +138,7 @@ def _export_one(
     exporter: str,
     dynamic_shapes: Any,
     strict: bool,
+    dispatcher: Any,
     atol: float,
     rtol: float,
 ) -> dict[str, Any]:
@@ -150,7 +151,7 @@ def _export_one(
     step = "capture"
     try:
         begin = time.perf_counter()
-        ep, dim_names = capture(module, call.args, call.kwargs, dynamic_shapes, strict)
+        ep, dim_names = capture(module, call.args, call.kwargs, dynamic_shapes, strict, dispatcher=dispatcher)
         row.update(capture="OK", capture_s=time.perf_counter() - begin)
         if exporter == "torch.export":
             return row
@@ -158,7 +159,7 @@ def _export_one(
         begin = time.perf_counter()
         import onnx_ir as ir
 
-        model = convert_exported_program(ep, dim_names)
+        model = convert_exported_program(ep, dim_names, dispatcher=dispatcher)
         proto = ir.to_proto(optimize_model(model))
         row.update(conversion="OK", conversion_s=time.perf_counter() - begin)
         step = "validation"
@@ -183,7 +184,9 @@ def export_report(
     exporter: str = "to_onnx",
     strict: bool = False,
     patches: bool | dict[str, Any] = False,
+    dispatcher: Any = None,
     max_depth: int | None = None,
+    skip_classes: tuple[type, ...] = (),
     atol: float = 1e-4,
     rtol: float = 1e-3,
     progress: bool = False,
@@ -208,8 +211,11 @@ def export_report(
     :param patches: True exports inside
         ``fx2onnx.torch_export_patches(patch_transformers=True)``, a dict gives
         the options of :func:`fx2onnx.torch_export_patches`
+    :param dispatcher: a :class:`fx2onnx.Dispatcher` with converters for custom ops
     :param max_depth: only the submodules up to this depth (the model is 0,
         ``model.layers.0`` is 3)
+    :param skip_classes: submodules of these classes are not exported on their
+        own (``torch.nn.Linear``, ``torch.nn.Dropout``... save time)
     :param atol: absolute tolerance of the validation
     :param rtol: relative tolerance of the validation
     :param progress: shows a progress bar (tqdm)
@@ -224,7 +230,7 @@ def export_report(
         raise TypeError(f"export_report expects a torch.nn.Module, got {type(model).__name__}.")
     calls, _ = record_calls(model, args, kwargs, max_depth=max_depth)
     modules = dict(model.named_modules())
-    items: Any = list(calls.items())
+    items: Any = [(p, c) for p, c in calls.items() if p == "" or not isinstance(modules[p], skip_classes)]
     if progress:
         from tqdm import tqdm
 
@@ -243,6 +249,7 @@ def export_report(
                     exporter=exporter,
                     dynamic_shapes=dynamic_shapes if path == "" else None,
                     strict=strict,
+                    dispatcher=dispatcher,
                     atol=atol,
                     rtol=rtol,
                 )
