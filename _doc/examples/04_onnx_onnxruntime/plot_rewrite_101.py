@@ -101,7 +101,7 @@ rules = pattern.RewriteRuleSet(
 # Apply them
 # ----------
 #
-# The rules run on the :epkg:`onnx_ir` model; ``Identity`` nodes are then removed by
+# The rules run on the :epkg:`onnx-ir` model; ``Identity`` nodes are then removed by
 # one of its passes, and the nodes which became unused by another.
 
 model_ir = ir.from_proto(raw)
