@@ -67,7 +67,9 @@ for name, model in [("Conv", conv), ("im2col+MatMul", im2col)]:
     onx = fx2onnx.to_onnx(model, (x,), dynamic_shapes=dynamic_shapes)
     ops = [node.op_type for node in onx.graph.node]
     print(f"{name}: {len(ops)} nodes, {sorted(set(ops))}")
-    sessions[name] = onnxruntime.InferenceSession(onx.SerializeToString(), providers=["CPUExecutionProvider"])
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    sessions[name] = onnxruntime.InferenceSession(onx.SerializeToString(), options, providers=["CPUExecutionProvider"])
 assert [n.op_type for n in fx2onnx.to_onnx(conv, (x,)).graph.node] == ["Conv"]
 assert "MatMul" in ops and "Conv" not in ops
 
@@ -75,7 +77,8 @@ assert "MatMul" in ops and "Conv" not in ops
 # Timings
 # -------
 #
-# Median of a few calls per image size, batch 4. Every result of onnxruntime is
+# Median of a few calls per image size, batch 4, one thread for both runtimes
+# (the kernels are compared, not the thread pools). Every result of onnxruntime is
 # compared with PyTorch's convolution.
 
 
@@ -90,6 +93,8 @@ def median_time(fn, repeat=7):
 
 
 sizes = [8, 16, 32, 64]
+torch_threads = torch.get_num_threads()
+torch.set_num_threads(1)
 timings = {f"{runtime} {name}": [] for runtime in ("torch", "onnxruntime") for name in sessions}
 for size in sizes:
     xs = torch.randn(4, 16, size, size)
@@ -104,6 +109,7 @@ for size in sizes:
         assert np.abs(got - expected).max() < 1e-4, (name, size)
         timings[f"onnxruntime {name}"].append(median_time(lambda: sess.run(None, {input_name: feed})))
     print(f"{size:>3}x{size:<3}", "  ".join(f"{k}: {v[-1] * 1e3:.3f} ms" for k, v in timings.items()))
+torch.set_num_threads(torch_threads)
 
 # %%
 # The im2col matrix is ``k * k = 9`` times bigger than the image: building it
