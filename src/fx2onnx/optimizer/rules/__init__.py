@@ -49,6 +49,7 @@ OPSET23 = [
     Rule("rotary_embedding", lambda m: fuse_rotary_embedding(m, standard=True), min_opset=23),
     Rule("rms_normalization", lambda m: fuse_rms_normalization(m, op_type="RMSNormalization"), min_opset=23),
     Rule("gelu", lambda m: fuse_gelu(m, standard=True), min_opset=20),
+    Rule("matmul_packing", pack_matmuls),
 ]
 
 #: level name -> the rules run after the default optimization

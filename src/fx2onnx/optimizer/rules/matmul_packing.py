@@ -39,7 +39,7 @@ def pack_matmuls(model: ir.Model, min_count: int = 2) -> int:
         )
         # insert before the first of them: x and the weights exist there
         first = min(nodes, key=lambda n: _position(graph, n))
-        matmul = ir.node("MatMul", [x, weight], name=unique_name(graph, "packed_matmul"))
+        matmul = ir.node("MatMul", [x, weight])
         split = ir.node("Split", [matmul.outputs[0], sizes], {"axis": -1}, num_outputs=len(nodes))
         replace(graph, first, [matmul, split], [n.outputs[0] for n in nodes], list(split.outputs))
         removed += len(nodes) - 1
