@@ -124,19 +124,20 @@ print("nested conditions: ok for the three paths")
 # The official exporter
 # ---------------------
 #
-# ``torch.onnx.export(..., dynamo=True)`` also converts :func:`torch.cond` into ``If``.
+# ``torch.onnx.export(..., dynamo=True)`` also converts :func:`torch.cond` into ``If``
+# (see :ref:`l-plot-exporter-recipes-onnx-exporter-cond`), both branches checked here.
 
-for name, m, args, ds in [
-    ("ConditionalLayer", model, (x, y), dynamic_shapes),
-    ("Nested", Nested(), (torch.rand(4, 2),), ({0: "n"},)),
+for name, m, args_list, ds in [
+    ("ConditionalLayer", model, [(x, y), (-x, y)], dynamic_shapes),
+    ("Nested", Nested(), [(torch.rand(4, 2) * s,) for s in (3.0, 0.1, -1.0)], ({0: "n"},)),
 ]:
-    try:
-        official = torch.onnx.export(m, args, dynamic_shapes=ds, dynamo=True, verbose=False).model_proto
-        onnx.checker.check_model(official)
+    official = torch.onnx.export(m, args_list[0], dynamic_shapes=ds, dynamo=True, verbose=False).model_proto
+    onnx.checker.check_model(official)
+    assert "If" in [n.op_type for n in official.graph.node]
+    for args in args_list:
         report = validate(official, m, args, atol=1e-5)
         print(f"torch.onnx.export({name}): {report}")
-    except Exception as e:
-        print(f"torch.onnx.export({name}) fails: {type(e).__name__}: {str(e).strip().splitlines()[0]}")
+        assert report.ok, report
 
 # %%
 # Discrepancies per input set.

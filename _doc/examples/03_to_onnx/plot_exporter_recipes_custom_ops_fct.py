@@ -109,22 +109,28 @@ for optimize in (False, True):
 # ---------------------
 #
 # ``torch.onnx.export`` takes the same onnxscript function through
-# ``custom_translation_table`` (its outputs need a type annotation). Without it, it fails.
+# ``custom_translation_table`` (its output needs a type annotation, see
+# :ref:`l-plot-exporter-recipes-onnx-exporter-custom-ops-fct`). Without it, it fails.
 
-for table in (None, {torch.ops.recipes.soft_clip.default: soft_clip_script}):
-    try:
-        official = torch.onnx.export(
-            model, (x,), dynamic_shapes=({0: "batch"},), dynamo=True, custom_translation_table=table, verbose=False
-        ).model_proto
-        report = validate(official, model, (torch.randn(7, 4) * 4,), atol=1e-5)
-        print(f"torch.onnx.export with a translation table: {report}")
-        assert report.ok, report
-    except Exception as e:
-        cause = e  # the root cause says more than the first line
-        while cause.__cause__ is not None:
-            cause = cause.__cause__
-        reason = str(cause).strip().splitlines()[0]
-        print(f"torch.onnx.export without a translation table fails: {type(cause).__name__}: {reason}")
+
+def official_export(table):
+    return torch.onnx.export(
+        model, (x,), dynamic_shapes=({0: "batch"},), dynamo=True, custom_translation_table=table, verbose=False
+    ).model_proto
+
+
+try:
+    official_export(None)
+    raise AssertionError("torch.onnx.export should fail without a translation of the custom op")
+except torch.onnx.OnnxExporterError as e:
+    reason = str(e.__cause__.__cause__)  # the root cause says more than the first line
+    print(f"torch.onnx.export without a translation table fails: {reason}")
+    assert "No ONNX function found for <OpOverload(op='recipes.soft_clip'" in reason
+
+official = official_export({torch.ops.recipes.soft_clip.default: soft_clip_script})
+report = validate(official, model, (torch.randn(7, 4) * 4,), atol=1e-5)
+print(f"torch.onnx.export with a translation table: {report}")
+assert report.ok, report
 
 # %%
 # The custom op and its ONNX translation on a range of inputs.
