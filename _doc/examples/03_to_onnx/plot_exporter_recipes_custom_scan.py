@@ -94,13 +94,12 @@ assert report.ok, report
 # ---------------------
 
 for name, m in [("forward", model), ("reverse", reverse_model)]:
-    try:
-        official = torch.onnx.export(m, (init, xs), dynamic_shapes=dynamic_shapes, dynamo=True, verbose=False).model_proto
-        onnx.checker.check_model(official)
-        report = validate(official, m, (init, torch.randn(9, 3)), atol=1e-5)
-        print(f"torch.onnx.export({name}): {[n.op_type for n in official.graph.node]}: {report}")
-    except Exception as e:
-        print(f"torch.onnx.export({name}) fails: {type(e).__name__}: {str(e).strip().splitlines()[0]}")
+    official = torch.onnx.export(m, (init, xs), dynamic_shapes=dynamic_shapes, dynamo=True, verbose=False).model_proto
+    onnx.checker.check_model(official)
+    report = validate(official, m, (init, torch.randn(9, 3)), atol=1e-5)
+    print(f"torch.onnx.export({name}): {[n.op_type for n in official.graph.node]}: {report}")
+    assert "Scan" in [n.op_type for n in official.graph.node]
+    assert report.ok, report
 
 # %%
 # map: the same body on every row
@@ -124,12 +123,14 @@ print("map:", report)
 assert report.ok, report
 try:
     torch.onnx.export(RowNorm(), map_args, dynamic_shapes=({0: "rows"}, None), dynamo=True, verbose=False)
-    print("torch.onnx.export(map) succeeds")
-except Exception as e:
+    raise AssertionError("torch.onnx.export converted map: update this example")
+except torch.onnx.OnnxExporterError as e:
     cause = e  # the root cause says more than the first line
     while cause.__cause__ is not None:
         cause = cause.__cause__
     print(f"torch.onnx.export(map) fails: {type(cause).__name__}: {str(cause).strip().splitlines()[0]}")
+    assert type(cause).__name__ == "DispatchError" and "No ONNX function found for" in str(cause), cause
+    assert "MapImpl" in str(cause), cause
 
 # %%
 # The sequence, its moving average computed by onnxruntime, and eager's.
