@@ -112,6 +112,7 @@ epkg_dictionary = {
     "numpy": "https://numpy.org/",
     "onnx": "https://onnx.ai/onnx/",
     "onnx-ir": "https://onnx.ai/ir-py/",
+    "onnx_ir": "https://onnx.ai/ir-py/",
     "onnxruntime": "https://onnxruntime.ai/",
     "onnxscript": "https://microsoft.github.io/onnxscript/",
     "ONNX": "https://onnx.ai/",
