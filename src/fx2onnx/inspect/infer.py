@@ -222,7 +222,9 @@ def infer_dynamic_shapes(
     from the input and the axis (``dim_attention_mask_1``); a dimension taking
     the same sizes as an already named one reuses its name. Nested lists,
     tuples, dicts and pytree nodes (transformers' caches) are walked; an int
-    whose value changes becomes ``Dim.DYNAMIC``.
+    whose value changes becomes ``Dim.DYNAMIC`` (torch.export may still
+    specialize it, without error, when the code uses it as a Python int:
+    check the exported program on the other input sets).
 
     :param model: the model, to map positional inputs to the names of the
         parameters of ``forward``; None to keep the structure of the inputs
