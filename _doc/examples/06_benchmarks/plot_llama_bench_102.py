@@ -1,0 +1,114 @@
+"""
+.. _l-plot-llama-bench-102:
+
+Llama bench 102: fused operators and optimization levels
+========================================================
+
+:func:`fx2onnx.to_onnx` sees high-level operators (``scaled_dot_product_attention``,
+the RMS normalization, the rotary embedding) and :func:`fx2onnx.optimize` replaces
+their decomposed form by one fused node at the levels ``"onnxruntime"`` and
+``"opset23"`` (see :ref:`l-design-optimizer`). This page runs the repository's
+benchmark ``bench/bench_models.py`` in its quick mode (a tiny Llama with 2 layers,
+prefill of 32 tokens, decoding of 1 token after 31 cached) and compares:
+
+* ``to_onnx`` at each level: ``default``, ``onnxruntime``, ``opset23``,
+* ``torch.onnx.export(..., dynamo=True)`` (``dynamo``),
+* eager PyTorch.
+
+Every ONNX model is checked against eager by the script before it is timed (a fast
+but wrong model would not count). The latencies are medians of interleaved runs on
+onnxruntime CPU, one thread. On tiny models the numbers mostly measure the cost of
+each node, which is exactly what fusions remove; run
+``python bench/bench_models.py --profile`` for the Llama with hidden size 512 of the
+design page.
+
+Run the benchmark
+-----------------
+"""
+
+import importlib.util
+import logging
+import os
+import sys
+import warnings
+
+import matplotlib.pyplot as plt
+import pandas
+
+here = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() else os.getcwd()
+script = os.path.join(here, "..", "..", "..", "bench", "bench_models.py")
+spec = importlib.util.spec_from_file_location("bench_models", script)
+bench_models = importlib.util.module_from_spec(spec)
+sys.modules["bench_models"] = bench_models  # its dataclasses look their module up
+spec.loader.exec_module(bench_models)
+
+warnings.filterwarnings("ignore")
+logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+exporters = ["to_onnx[default]", "to_onnx[onnxruntime]", "to_onnx[opset23]", "dynamo", "eager"]
+rows = bench_models.main(
+    ["--quick", "--threads", "1", "--repeat", "15", "--warmup", "3", "--profile",
+     "--scenarios", "llama-prefill,llama-decode", "--exporters", ",".join(exporters)]
+)
+df = pandas.DataFrame(rows)
+
+# %%
+# Fewer nodes
+# -----------
+#
+# The fused levels replace each attention (with its cache concatenation and the
+# repeated key-value heads), each rotary embedding and each RMS normalization by one node.
+
+nodes = df[df.exporter != "eager"].pivot(index="exporter", columns="scenario", values="nodes")
+print(nodes)
+decode = nodes["llama-decode"]
+assert decode["to_onnx[onnxruntime]"] < 0.6 * decode["to_onnx[default]"]
+assert decode["to_onnx[opset23]"] < 0.6 * decode["to_onnx[default]"]
+
+# %%
+# Latency and the time outside MatMul
+# -----------------------------------
+#
+# ``outside_matmul`` is the share of the node time spent in something else than
+# ``MatMul`` / ``Gemm`` according to onnxruntime's profiler (:mod:`fx2onnx.profiling`).
+# On a tiny model the MatMuls are small, so the share stays high; it is the part the
+# fusions shrink.
+
+latency = df.pivot(index="exporter", columns="scenario", values="latency_ms")
+print(latency.round(3))
+outside = df[df.exporter != "eager"].pivot(index="exporter", columns="scenario", values="outside_matmul")
+print(outside.round(3))
+assert (latency > 0).all().all()
+
+fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+latency.T.plot.bar(ax=axes[0], rot=0, title="latency (ms, 1 thread)", logy=True)
+nodes.T.plot.bar(ax=axes[1], rot=0, title="number of nodes", legend=False)
+outside.T.plot.bar(ax=axes[2], rot=0, title="share of time outside MatMul", legend=False)
+for ax in axes:
+    ax.tick_params(axis="x", labelsize=8)
+axes[0].legend(fontsize=7)
+fig.tight_layout()
+
+# %%
+# What the fused models contain
+# -----------------------------
+#
+# The decode model at level ``onnxruntime``: the standard ``Attention`` (opset 23,
+# onnxruntime's own attention kernels do not run grouped-query attention with a
+# cache for a batch > 1), onnxruntime's ``RotaryEmbedding`` and
+# ``SkipSimplifiedLayerNormalization``, packed MatMuls followed by ``Split``.
+
+import collections  # noqa: E402
+import copy  # noqa: E402
+
+import fx2onnx  # noqa: E402
+
+sc = bench_models.llama_decode(quick=True)
+with fx2onnx.torch_export_patches(patch_transformers=True):
+    onx = fx2onnx.to_onnx(sc.model, (), copy.deepcopy(sc.export_kwargs), dynamic_shapes=sc.dynamic_shapes,
+                          optimize=False, target_opset=23)
+onx, report = fx2onnx.optimize(onx, level="onnxruntime", report=True)
+print(report)
+counts = collections.Counter(n.op_type for n in onx.graph.node)
+print(dict(counts.most_common(12)))
+assert counts["Attention"] == 2 and counts["RotaryEmbedding"] == 4 and "Softmax" not in counts
+assert fx2onnx.validate(onx, sc.model, (), copy.deepcopy(sc.bench_kwargs), atol=1e-4).ok
