@@ -372,12 +372,12 @@ def to_dot(model: Any, title: str | None = None) -> str:
     clusters linked to their node by a dashed edge; a dotted edge brings a value
     of an enclosing graph into a subgraph.
     """
-    import torch
-
     if isinstance(model, (str, os.PathLike)):
         model = onnx.load(os.fspath(model), load_external_data=False)
-    if isinstance(model, onnx.ModelProto):
+    if isinstance(model, onnx.ModelProto):  # no need to import torch
         return _onnx_to_dot(model, title or model.graph.name or "model")
+    import torch
+
     if isinstance(model, torch.export.ExportedProgram):
         sig = model.graph_signature
         weights_of = {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
