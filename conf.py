@@ -78,8 +78,11 @@ napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 
 # graphviz: the `dot` program is graphviz-pure, a pip package (requirements-docs.txt)
-# installed next to the interpreter running Sphinx; no system Graphviz is needed.
-graphviz_dot = str(Path(sys.executable).parent / "graphviz-pure")
+# installed next to the interpreter running Sphinx (sys.executable's folder); no system
+# Graphviz is needed. find_dot() explains what to install when none is found.
+from fx2onnx.inspect.dot import find_dot  # noqa: E402
+
+graphviz_dot = find_dot()
 graphviz_output_format = "svg"
 
 # sphinx-gallery
