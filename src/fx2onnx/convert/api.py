@@ -193,6 +193,18 @@ def save_model(model: ir.Model, filename: str | os.PathLike, external_data: bool
         ir.save(model, filename)
 
 
+def _record_frozen_inputs(onnx_model: ir.Model, model: Any, args: Any, kwargs: Any, dynamic_shapes: Any) -> None:
+    """Writes the inputs torch.export froze into the metadata and warns about each one."""
+    import json
+
+    from ..frozen import METADATA_KEY, describe_frozen_inputs, warn_frozen_inputs
+
+    names = [v.name for v in onnx_model.graph.inputs]
+    frozen = describe_frozen_inputs(model, tuple(args), dict(kwargs or {}), dynamic_shapes, names)
+    onnx_model.metadata_props[METADATA_KEY] = json.dumps(frozen)
+    warn_frozen_inputs(frozen, stacklevel=4)
+
+
 def to_onnx(
     model: torch.nn.Module | torch.export.ExportedProgram,
     args: Sequence[Any] = (),
@@ -252,6 +264,13 @@ def to_onnx(
         False raises UnsupportedOpError for them instead
     :return: the ONNX model
 
+    What torch.export froze, a Python scalar argument (``int``, ``float``, ``bool``,
+    ``str``) or the length of a list, is written in the model's metadata
+    (``fx2onnx.frozen_inputs``) and reported with a
+    :class:`fx2onnx.frozen.FrozenInputWarning`; :func:`fx2onnx.validate` refuses other
+    values. An ``int`` marked in ``dynamic_shapes`` (``Dim.DYNAMIC`` or a name) stays
+    dynamic: it becomes an int64 scalar input (see :mod:`fx2onnx.frozen`).
+
     .. code-block:: python
 
         import torch, fx2onnx
@@ -294,6 +313,8 @@ def to_onnx(
         from ..optimizer.api import optimize as optimize_levels
 
         stages.run("optimization", optimize_levels, onnx_model, level=level, inline=not export_modules_as_functions)
+    if not isinstance(model, torch.export.ExportedProgram):
+        _record_frozen_inputs(onnx_model, model, args, kwargs, dynamic_shapes)
     if filename is not None:
         stages.run("save", save_model, onnx_model, filename, external_data)
     if return_ir:

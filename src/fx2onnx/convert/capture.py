@@ -57,7 +57,13 @@ def _walk(value: Any, spec: Any, where: str, names: dict[int, dict[int, str | No
         converted, axis_names = _tensor_spec(spec, value, where)
         names[id(value)] = axis_names
         return converted
+    if isinstance(value, int) and not isinstance(value, bool) and spec is not None and spec is not Dim.STATIC:
+        # a dynamic int becomes a SymInt input; torch takes no named Dim for ints
+        return Dim.DYNAMIC
     if spec is None:
+        if isinstance(value, (list, tuple)):
+            # torch wants the structure of a list even when nothing in it is dynamic
+            return type(value)(_walk(v, None, f"{where}[{i}]", names) for i, v in enumerate(value))
         return None
     if isinstance(value, (list, tuple)):
         if not isinstance(spec, (list, tuple)) or len(spec) != len(value):
@@ -138,6 +144,7 @@ def symbol_names(
     by_name = {p.name: p for p in placeholders}
     mapping: dict[sympy.Symbol, str] = {}
     fallback: dict[sympy.Symbol, str] = {}
+    sizes: dict[str, int] = {}
     for leaf, ph_name in zip(leaves, user):
         ph = by_name.get(ph_name)
         val = ph.meta.get("val") if ph is not None else None
@@ -150,12 +157,24 @@ def symbol_names(
             if isinstance(d, torch.SymInt) and isinstance(d.node.expr, sympy.Symbol):
                 sym = d.node.expr
                 if given.get(axis):
-                    mapping.setdefault(sym, given[axis])
+                    if sym not in mapping:
+                        mapping[sym] = _distinct_name(given[axis], int(leaf.shape[axis]), sizes)
                 else:
                     fallback.setdefault(sym, f"{ph_name}_dim{axis}")
     for sym, name in fallback.items():
         mapping.setdefault(sym, name)
     return mapping
+
+
+def _distinct_name(name: str, size: int, sizes: dict[str, int]) -> str:
+    """The user's name for a dimension, suffixed when torch kept apart two dimensions given
+    the same name whose example sizes differ (the sliding and the full layers of a cache):
+    one ONNX name for both would declare them equal."""
+    candidate, k = name, 1
+    while candidate in sizes and sizes[candidate] != size:
+        candidate, k = f"{name}_{k}", k + 1
+    sizes.setdefault(candidate, size)
+    return candidate
 
 
 def _first_lines(e: BaseException, n: int = 4) -> str:

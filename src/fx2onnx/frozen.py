@@ -1,0 +1,274 @@
+"""Inputs :func:`torch.export.export` froze: recorded in the ONNX model, reported, checked.
+
+torch.export turns a Python scalar argument (``int``, ``float``, ``bool``,
+``str``) into a constant of the graph and a list argument into one input per
+element: the ONNX model then computes with the exported value whatever is given
+later, and takes lists of that length only. :func:`fx2onnx.to_onnx` records them
+in the model's metadata (key :data:`METADATA_KEY`, a JSON dictionary
+``{name: {"kind": "int", "value": 3}}`` or ``{name: {"kind": "list", "length":
+3, "inputs": [onnx input names]}}``) and warns with :class:`FrozenInputWarning`;
+:func:`fx2onnx.validate` refuses inputs which differ with :class:`FrozenInputError`.
+
+An ``int`` stays dynamic when ``dynamic_shapes`` marks it (``Dim.DYNAMIC`` or a
+name): it becomes an int64 scalar input of the ONNX model.
+
+.. code-block:: python
+
+    import torch, fx2onnx
+
+    class Scale(torch.nn.Module):
+        def forward(self, x, n: int):
+            return x * n
+
+    x = torch.randn(2, 3)
+    frozen = fx2onnx.to_onnx(Scale(), (x, 3))  # FrozenInputWarning: 'n' frozen to 3
+    dynamic = fx2onnx.to_onnx(Scale(), (x, 3), dynamic_shapes={"x": {0: "batch"}, "n": "n"})
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import warnings
+from typing import Any, Iterator, Sequence
+
+import torch
+
+#: key of the ONNX model's metadata_props holding the frozen inputs (JSON)
+METADATA_KEY = "fx2onnx.frozen_inputs"
+
+_SCALARS = (bool, int, float, str)
+
+
+class FrozenInputWarning(UserWarning):
+    """torch.export froze an input (a Python scalar's value, a list's length) at export."""
+
+
+class FrozenInputError(ValueError):
+    """An input differs from what the ONNX model froze at export."""
+
+
+def named_inputs(model: Any, args: Sequence[Any], kwargs: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """``(name, value)`` of the inputs in the order exporters flatten them:
+    positional arguments named after the signature of ``forward``, then the keywords."""
+    forward = model.forward if isinstance(model, torch.nn.Module) else model
+    try:
+        params = list(inspect.signature(forward).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names: list[tuple[str, Any]] = []
+    for i, value in enumerate(args):
+        if i < len(params) and params[i].kind in (params[i].POSITIONAL_ONLY, params[i].POSITIONAL_OR_KEYWORD):
+            names.append((params[i].name, value))
+        else:
+            names.append((f"args[{i}]", value))
+    names.extend((kwargs or {}).items())
+    return names
+
+
+def _is_dynamic_spec(spec: Any) -> bool:
+    return spec is not None and spec is not torch.export.Dim.STATIC
+
+
+def _spec_of(dynamic_shapes: Any, index: int, name: str) -> Any:
+    if isinstance(dynamic_shapes, dict):
+        return dynamic_shapes.get(name)
+    if isinstance(dynamic_shapes, (list, tuple)) and index < len(dynamic_shapes):
+        return dynamic_shapes[index]
+    return None
+
+
+def _walk(name: str, value: Any, spec: Any) -> Iterator[tuple[str, Any, Any]]:
+    """Pre-order walk over lists, tuples and dicts: ``(path, value, spec)``."""
+    yield name, value, spec
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            sub = spec[i] if isinstance(spec, (list, tuple)) and i < len(spec) else None
+            yield from _walk(f"{name}[{i}]", item, sub)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            sub = spec.get(key) if isinstance(spec, dict) else None
+            yield from _walk(f"{name}[{key!r}]", item, sub)
+
+
+def _count_inputs(value: Any, spec: Any) -> int:
+    """How many ONNX inputs ``value`` becomes (tensors and dynamic scalars)."""
+    if value is None:
+        return 0
+    if isinstance(value, torch.Tensor):
+        return 1
+    if isinstance(value, _SCALARS):
+        return int(_is_dynamic_spec(spec) and isinstance(value, int) and not isinstance(value, bool))
+    if isinstance(value, (list, tuple)):
+        return sum(
+            _count_inputs(v, spec[i] if isinstance(spec, (list, tuple)) and i < len(spec) else None)
+            for i, v in enumerate(value)
+        )
+    if isinstance(value, dict):
+        return sum(_count_inputs(v, spec.get(k) if isinstance(spec, dict) else None) for k, v in value.items())
+    from .validation import flatten_inputs
+
+    return sum(isinstance(leaf, torch.Tensor) for leaf in flatten_inputs((value,)))
+
+
+def describe_frozen_inputs(
+    model: Any,
+    args: Sequence[Any],
+    kwargs: dict[str, Any] | None,
+    dynamic_shapes: Any = None,
+    onnx_input_names: Sequence[str] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """The inputs torch.export freezes: scalars not marked dynamic, lengths of lists and tuples.
+
+    :param onnx_input_names: the inputs of the ONNX model, to name the inputs a list became
+    :return: ``{path: {"kind": ..., "value": ...}}`` or ``{path: {"kind": "list", "length": n, "inputs": [...]}}``
+    """
+    frozen: dict[str, dict[str, Any]] = {}
+    position = 0
+    for index, (name, value) in enumerate(named_inputs(model, args, kwargs)):
+        spec = _spec_of(dynamic_shapes, index, name)
+        for path, item, sub in _walk(name, value, spec):
+            if isinstance(item, (list, tuple)):
+                entry: dict[str, Any] = {"kind": type(item).__name__, "length": len(item)}
+                if onnx_input_names is not None:
+                    start = position + _inputs_before(value, spec, path, name)
+                    entry["inputs"] = list(onnx_input_names[start : start + _count_inputs(item, sub)])
+                frozen[path] = entry
+            elif isinstance(item, _SCALARS) and not (
+                _is_dynamic_spec(sub) and isinstance(item, int) and not isinstance(item, bool)
+            ):
+                frozen[path] = {"kind": type(item).__name__, "value": item}
+        position += _count_inputs(value, spec)
+    return frozen
+
+
+def _inputs_before(value: Any, spec: Any, target: str, name: str) -> int:
+    """ONNX inputs coming from the leaves of ``value`` met before the node at path ``target``."""
+    count = 0
+    for path, item, sub in _walk(name, value, spec):
+        if path == target:
+            return count
+        if not isinstance(item, (list, tuple, dict)):
+            count += _count_inputs(item, sub)
+    return count
+
+
+def frozen_message(path: str, entry: dict[str, Any]) -> str:
+    """The warning for one frozen input: what was frozen and how to keep it dynamic."""
+    if entry["kind"] in ("list", "tuple"):
+        inputs = entry.get("inputs")
+        names = f" ({', '.join(inputs)})" if inputs else ""
+        return (
+            f"torch.export froze the length of input {path!r}: a {entry['kind']} of {entry['length']} "
+            f"element(s) becomes {entry['length']} separate value(s){names}, the ONNX model takes no other "
+            f"length. To vary the count, stack the elements into one tensor with a dynamic dimension."
+        )
+    value, kind = entry["value"], entry["kind"]
+    how = (
+        f"mark it dynamic in dynamic_shapes ({{{path!r}: torch.export.Dim.DYNAMIC}} or a name "
+        f"{{{path!r}: {path!r}}}: it becomes an int64 input) or pass a tensor"
+        if kind == "int"
+        else f"pass a tensor (torch.tensor({value!r})) instead of a Python {kind}"
+        if kind in ("float", "bool")
+        else "export one model per value"
+    )
+    return (
+        f"torch.export froze input {path!r} to {value!r} ({kind}): the ONNX model has no input for it "
+        f"and computes with {value!r} whatever value is given later. To keep it dynamic, {how}."
+    )
+
+
+def warn_frozen_inputs(frozen: dict[str, dict[str, Any]], stacklevel: int = 3) -> None:
+    """One :class:`FrozenInputWarning` per frozen input."""
+    for path, entry in frozen.items():
+        warnings.warn(frozen_message(path, entry), FrozenInputWarning, stacklevel=stacklevel)
+
+
+def read_frozen_inputs(onnx_model: Any) -> dict[str, dict[str, Any]] | None:
+    """The frozen inputs recorded in a ModelProto, a path or an onnxruntime session (None if absent)."""
+    import onnx
+
+    if hasattr(onnx_model, "get_modelmeta"):
+        props = dict(onnx_model.get_modelmeta().custom_metadata_map)
+    else:
+        if isinstance(onnx_model, (str, os.PathLike)):
+            onnx_model = onnx.load(str(onnx_model), load_external_data=False)
+        props = {p.key: p.value for p in getattr(onnx_model, "metadata_props", [])}
+    text = props.get(METADATA_KEY)
+    return json.loads(text) if text is not None else None
+
+
+def check_frozen_inputs(
+    frozen: dict[str, dict[str, Any]], model: Any, args: Sequence[Any], kwargs: dict[str, Any] | None
+) -> None:
+    """Raises :class:`FrozenInputError` if an input differs from what the ONNX model froze."""
+    given: dict[str, Any] = {}
+    for name, value in named_inputs(model, args, kwargs):
+        for path, item, _ in _walk(name, value, None):
+            given[path] = item
+    for path, entry in frozen.items():
+        if path not in given:
+            raise FrozenInputError(
+                f"Input {path!r} was frozen at export ({_frozen_text(entry)}) but is not given: the ONNX "
+                f"model computes with the exported value. Give the same inputs as at export."
+            )
+        value = given[path]
+        if entry["kind"] in ("list", "tuple"):
+            if not isinstance(value, (list, tuple)) or len(value) != entry["length"]:
+                got = f"length {len(value)}" if isinstance(value, (list, tuple)) else repr(value)
+                raise FrozenInputError(
+                    f"Input {path!r} was frozen to a {entry['kind']} of length {entry['length']} at export, "
+                    f"got {got}: the ONNX model takes {entry['length']} element(s) only. Export again with "
+                    f"this length, or stack the elements into one tensor with a dynamic dimension."
+                )
+        elif type(value).__name__ != entry["kind"] or value != entry["value"]:
+            raise FrozenInputError(
+                f"Input {path!r} was frozen to {entry['value']!r} ({entry['kind']}) at export, got "
+                f"{value!r}: the ONNX model would compute with {entry['value']!r}. Export again with "
+                f"this value, or keep the input dynamic (an int marked in dynamic_shapes, or a tensor)."
+            )
+
+
+def _frozen_text(entry: dict[str, Any]) -> str:
+    if entry["kind"] in ("list", "tuple"):
+        return f"a {entry['kind']} of length {entry['length']}"
+    return f"{entry['value']!r}"
+
+
+def check_cache_inputs(args: Sequence[Any], kwargs: dict[str, Any] | None, model: Any = None) -> None:
+    """Raises :class:`FrozenInputError` for a cache whose state its tensors cannot carry.
+
+    A sliding-window layer longer than its window, in a cache without a
+    full-attention layer, does not tell from its tensors how many tokens it has
+    seen (see :mod:`fx2onnx.patches.caches`): an exported model would use the
+    wrong positions and masks.
+    """
+    import sys
+
+    cache_utils = sys.modules.get("transformers.cache_utils")
+    if cache_utils is None or not hasattr(cache_utils, "Cache"):
+        return
+    from torch.utils import _pytree as pytree
+
+    from .patches.caches import _registered_here, lost_cache_state
+
+    for name, value in named_inputs(model, args, kwargs):
+        for path, item, _ in _walk(name, value, None):
+            if not isinstance(item, cache_utils.Cache):
+                continue
+            caches = [item]
+            if hasattr(item, "self_attention_cache"):
+                caches = [item.self_attention_cache, item.cross_attention_cache]
+            for cache in caches:
+                if type(cache) in pytree.SUPPORTED_NODES and not _registered_here(type(cache)):
+                    continue  # flattened by someone else's functions
+                for index, seen, rebuilt in lost_cache_state(cache):
+                    raise FrozenInputError(
+                        f"Input {path!r}: layer {index} of the cache has seen {seen} tokens but keeps "
+                        f"{rebuilt} (a sliding window): its tensors do not tell the exported model how many "
+                        f"tokens came before, so positions and masks may be wrong. Without a "
+                        f"full-attention layer to read the count from, a sliding cache is exported "
+                        f"right only while it holds every token seen (shorter than the window): "
+                        f"validate with such a cache."
+                    )

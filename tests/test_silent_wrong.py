@@ -1,0 +1,218 @@
+"""No silent wrong model: what torch.export freezes is recorded, reported and checked.
+
+Three cases used to give an ONNX model that is wrong without a word:
+
+* a Python scalar argument (int, float, bool, str) torch.export specialized,
+* a list argument whose length torch.export specialized,
+* a sliding-window cache (Gemma 2/3...) longer than its window.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import onnx
+import pytest
+import torch
+from torch.export import Dim
+
+import fx2onnx
+from fx2onnx.frozen import METADATA_KEY, FrozenInputError, FrozenInputWarning
+
+
+class Scale(torch.nn.Module):
+    def forward(self, x, n: int):
+        return x * n + 1
+
+
+class Options(torch.nn.Module):
+    def forward(self, x, alpha: float, flag: bool, mode: str):
+        y = x * alpha
+        if flag:
+            y = y + 1
+        return y.sum(dim=0) if mode == "sum" else y.mean(dim=0)
+
+
+class SumList(torch.nn.Module):
+    def forward(self, x, xs: list):
+        for t in xs:
+            x = x + t
+        return x
+
+
+class Weights(torch.nn.Module):
+    def forward(self, x, weights: list):
+        return x * sum(weights)
+
+
+def _frozen(onx: onnx.ModelProto) -> dict:
+    props = {p.key: p.value for p in onx.metadata_props}
+    assert METADATA_KEY in props, f"no {METADATA_KEY!r} in {sorted(props)}"
+    return json.loads(props[METADATA_KEY])
+
+
+# frozen Python scalars
+
+
+def test_frozen_int_is_recorded_and_reported():
+    x = torch.randn(2, 3)
+    with pytest.warns(FrozenInputWarning, match=r"'n'.*3.*Dim.DYNAMIC"):
+        onx = fx2onnx.to_onnx(Scale(), (x, 3), dynamic_shapes=({0: "batch"}, None))
+    assert [i.name for i in onx.graph.input] == ["x"]
+    assert _frozen(onx) == {"n": {"kind": "int", "value": 3}}
+    assert fx2onnx.validate(onx, Scale(), (torch.randn(4, 3), 3)).ok
+
+
+def test_validate_refuses_another_value_of_a_frozen_int():
+    onx = fx2onnx.to_onnx(Scale(), (torch.randn(2, 3), 3), dynamic_shapes=({0: "batch"}, None))
+    with pytest.raises(FrozenInputError, match=r"'n'.*3.*5") as info:
+        fx2onnx.validate(onx, Scale(), (torch.randn(4, 3), 5))
+    assert isinstance(info.value, ValueError)
+
+
+def test_frozen_float_bool_str():
+    x = torch.randn(2, 3)
+    with pytest.warns(FrozenInputWarning) as record:
+        onx = fx2onnx.to_onnx(Options(), (x, 0.5, True, "sum"), dynamic_shapes=({0: "batch"}, None, None, None))
+    names = " ".join(str(w.message) for w in record if issubclass(w.category, FrozenInputWarning))
+    for name in ("'alpha'", "'flag'", "'mode'"):
+        assert name in names, names
+    assert _frozen(onx) == {
+        "alpha": {"kind": "float", "value": 0.5},
+        "flag": {"kind": "bool", "value": True},
+        "mode": {"kind": "str", "value": "sum"},
+    }
+    assert fx2onnx.validate(onx, Options(), (torch.randn(5, 3), 0.5, True, "sum")).ok
+    with pytest.raises(FrozenInputError, match=r"'mode'.*'sum'.*'mean'"):
+        fx2onnx.validate(onx, Options(), (torch.randn(5, 3), 0.5, True, "mean"))
+    with pytest.raises(FrozenInputError, match=r"'alpha'.*0.5.*2.0"):
+        fx2onnx.validate(onx, Options(), (torch.randn(5, 3), 2.0, True, "sum"))
+
+
+@pytest.mark.parametrize("spec", [Dim.DYNAMIC, "n", Dim("n")])
+def test_dynamic_int_becomes_an_onnx_input(spec):
+    x = torch.randn(2, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FrozenInputWarning)
+        onx = fx2onnx.to_onnx(Scale(), (x, 3), dynamic_shapes={"x": {0: "batch"}, "n": spec})
+    inputs = {i.name: i.type.tensor_type for i in onx.graph.input}
+    assert list(inputs) == ["x", "n"]
+    assert inputs["n"].elem_type == onnx.TensorProto.INT64 and len(inputs["n"].shape.dim) == 0
+    assert _frozen(onx) == {}
+    for n in (3, 7, -2):
+        report = fx2onnx.validate(onx, Scale(), (torch.randn(5, 3), n))
+        assert report.ok, report
+
+
+def test_validate_keeps_working_without_metadata():
+    """torch.onnx.export models carry no fx2onnx metadata: validate compares as before."""
+    onx = torch.onnx.export(Scale(), (torch.randn(2, 3), 3), dynamic_shapes=({0: "batch"}, None), dynamo=True)
+    assert fx2onnx.validate(onx.model_proto, Scale(), (torch.randn(4, 3), 3)).ok
+
+
+# frozen list lengths
+
+
+def test_list_length_is_recorded_and_checked():
+    x = torch.randn(2, 3)
+    xs = [torch.randn(2, 3) for _ in range(3)]
+    ds = ({0: "batch"}, [{0: "batch"}] * 3)
+    with pytest.warns(FrozenInputWarning, match=r"'xs'.*3"):
+        onx = fx2onnx.to_onnx(SumList(), (x, xs), dynamic_shapes=ds)
+    frozen = _frozen(onx)
+    assert frozen == {"xs": {"kind": "list", "length": 3, "inputs": ["xs_0", "xs_1", "xs_2"]}}
+    assert fx2onnx.validate(onx, SumList(), (torch.randn(4, 3), [torch.randn(4, 3) for _ in range(3)])).ok
+    with pytest.raises(FrozenInputError, match=r"'xs'.*3.*2"):
+        fx2onnx.validate(onx, SumList(), (torch.randn(4, 3), [torch.randn(4, 3) for _ in range(2)]))
+
+
+def test_list_of_scalars_cannot_change_silently():
+    """The silent case: a list of floats is folded into the graph, another list gave wrong numbers."""
+    onx = fx2onnx.to_onnx(Weights(), (torch.randn(2, 3), [1.0, 2.0]), dynamic_shapes=({0: "batch"}, None))
+    assert _frozen(onx)["weights"]["length"] == 2
+    assert fx2onnx.validate(onx, Weights(), (torch.randn(4, 3), [1.0, 2.0])).ok
+    with pytest.raises(FrozenInputError, match=r"'weights'.*2.*3"):
+        fx2onnx.validate(onx, Weights(), (torch.randn(4, 3), [1.0, 2.0, 3.0]))
+    with pytest.raises(FrozenInputError, match=r"'weights\[1\]'.*2.0.*5.0"):
+        fx2onnx.validate(onx, Weights(), (torch.randn(4, 3), [1.0, 5.0]))
+
+
+# sliding-window caches
+
+
+def _sliding_inputs(tiny, batch: int, seq: int, past: int, seed: int, position_ids: bool, padding: int = 0):
+    """Inputs of a tiny decoder whose DynamicCache is built with the config (sliding layers cropped)."""
+    from transformers.cache_utils import DynamicCache
+
+    config = tiny.config
+    g = torch.Generator().manual_seed(seed)
+    layers = config.num_hidden_layers
+    shape = (batch, config.num_key_value_heads, past, config.head_dim)
+    data = [(torch.randn(shape, generator=g), torch.randn(shape, generator=g)) for _ in range(layers)]
+    mask = torch.ones(batch, past + seq, dtype=torch.int64)
+    mask[0, :padding] = 0  # left padding of the first sequence
+    inputs = dict(
+        input_ids=torch.randint(3, config.vocab_size, (batch, seq), generator=g),
+        attention_mask=mask,
+        past_key_values=DynamicCache(data, config=config),
+    )
+    if position_ids:
+        inputs["position_ids"] = torch.arange(past, past + seq).expand(batch, -1).contiguous()
+    return inputs
+
+
+def _export_sliding(tiny, exporter: str, position_ids: bool):
+    inputs = _sliding_inputs(tiny, 2, 3, 10, seed=1, position_ids=position_ids)
+    ds = {k: v for k, v in tiny.dynamic_shapes.items() if k in inputs}
+    with fx2onnx.torch_export_patches(patch_transformers=True):
+        if exporter == "to_onnx":
+            # one name for every cache length: to_onnx tells apart the lengths that differ
+            return fx2onnx.to_onnx(tiny.model, (), inputs, dynamic_shapes=ds)
+        # torch.onnx.export keeps the names as given: sliding layers need their own name
+        ds["past_key_values"] = [
+            {0: "batch", 2: "sliding_seq" if kind == "sliding_attention" else "past_seq"}
+            for kind in tiny.config.layer_types
+            for _ in range(2)
+        ]
+        return torch.onnx.export(tiny.model, (), kwargs=inputs, dynamic_shapes=ds, dynamo=True).model_proto
+
+
+@pytest.mark.parametrize(
+    "name,exporter,position_ids",
+    [
+        ("gemma3", "to_onnx", False),
+        ("gemma3", "dynamo", False),
+        ("gemma3", "to_onnx", True),
+        ("gemma2", "to_onnx", False),
+    ],
+)
+def test_hybrid_sliding_cache_at_any_length(name, exporter, position_ids):
+    """Sliding window 4, exported with a cache of 10: right for caches shorter and longer than the window."""
+    from fx2onnx.models import get_tiny_model
+
+    types = ["sliding_attention", "full_attention"]
+    tiny = get_tiny_model(name, with_cache=True, num_hidden_layers=2, sliding_window=4, layer_types=types)
+    onx = _export_sliding(tiny, exporter, position_ids)
+    for past, seq, padding in [(10, 3, 0), (2, 4, 0), (3, 1, 0), (5, 4, 0), (12, 4, 0), (12, 2, 6)]:
+        inputs = _sliding_inputs(tiny, 3, seq, past, seed=past + seq, position_ids=position_ids, padding=padding)
+        report = fx2onnx.validate(onx, tiny.model, (), inputs, atol=1e-4)
+        assert report.ok, f"past={past}, seq={seq}, padding={padding}: {report}"
+
+
+def test_all_sliding_cache_past_its_window_is_refused():
+    """Without a full-attention layer, a cropped cache does not tell how many tokens it has seen."""
+    from fx2onnx.models import get_tiny_model
+
+    tiny = get_tiny_model("gemma3", with_cache=True, num_hidden_layers=1, sliding_window=4)
+    assert tiny.config.layer_types == ["sliding_attention"]
+    inputs = _sliding_inputs(tiny, 2, 3, 2, seed=1, position_ids=False)
+    ds = {k: v for k, v in tiny.dynamic_shapes.items() if k in inputs}
+    with fx2onnx.torch_export_patches(patch_transformers=True):
+        onx = fx2onnx.to_onnx(tiny.model, (), inputs, dynamic_shapes=ds)
+    for past in (1, 2, 3):  # the cache holds every token seen so far
+        inputs = _sliding_inputs(tiny, 3, 2, past, seed=past, position_ids=False)
+        assert fx2onnx.validate(onx, tiny.model, (), inputs).ok
+    inputs = _sliding_inputs(tiny, 3, 2, 10, seed=10, position_ids=False)
+    with pytest.raises(FrozenInputError, match=r"past_key_values.*layer 0.*10.*3"):
+        fx2onnx.validate(onx, tiny.model, (), inputs)
