@@ -11,6 +11,16 @@ one of :mod:`fx2onnx.models`:
   is the tensor ``cumulative_length`` of the layer (positions already written),
 * ``EncoderDecoderCache``: ``[self_attention_cache, cross_attention_cache]``.
 
+A sliding-window layer (``DynamicSlidingWindowLayer``) keeps only its last
+``sliding_window - 1`` positions but counts every token it has seen
+(``cumulative_length``): the masks and the positions depend on that count. The
+flattening keeps the cache's tensors only, so the count is rebuilt from shapes:
+the length of the first full-attention layer of the cache (hybrid caches: Gemma 2,
+Gemma 3, every ``layer_types`` mixing sliding and full attention), or else the
+layer's own length, right only while the cache is not longer than the window.
+:func:`lost_cache_state` tells when a cache cannot be rebuilt from its tensors
+(``fx2onnx.validate`` refuses such inputs).
+
 The unflatten functions rebuild the layers with their tensors set directly,
 without ``lazy_initialization``: transformers' own helper
 (``transformers.integrations.executorch.register_dynamic_cache_export_support``)
@@ -74,8 +84,53 @@ def _set_tensors(layer: Any, keys: torch.Tensor, values: torch.Tensor, length: A
         # static layers: a tensor, the number of positions already written
         layer.cumulative_length = length
     elif isinstance(getattr(layer, "cumulative_length", None), int):
-        # dynamic sliding layers: the number of tokens seen so far
+        # dynamic sliding layers: the number of tokens seen so far, set again by
+        # _set_tokens_seen once every layer is rebuilt
         layer.cumulative_length = keys.shape[-2]
+
+
+def _is_dynamic_sliding(layer: Any) -> bool:
+    # an int in eager, a SymInt while exporting; static layers hold a tensor
+    length = getattr(layer, "cumulative_length", None)
+    return getattr(layer, "sliding_window", None) is not None and isinstance(length, (int, torch.SymInt))
+
+
+def _tokens_seen(layers: list[Any]) -> Any:
+    """The number of tokens a cache has seen, read from the first full-attention layer
+    holding tensors (None without one). Full layers keep every position."""
+    for layer in layers:
+        if getattr(layer, "sliding_window", None) is None and getattr(layer, "keys", None) is not None:
+            if not isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
+                return layer.keys.shape[-2]
+    return None
+
+
+def _set_tokens_seen(layers: list[Any]) -> None:
+    """Sliding layers count the tokens seen like the full layers of the same cache."""
+    seen = _tokens_seen(layers)
+    if seen is None:
+        return
+    for layer in layers:
+        if _is_dynamic_sliding(layer) and getattr(layer, "keys", None) is not None:
+            layer.cumulative_length = seen
+
+
+def lost_cache_state(cache: Any) -> list[tuple[int, int, int]]:
+    """Layers of ``cache`` whose token count the flattening cannot rebuild.
+
+    :return: ``(layer index, tokens seen, tokens the rebuilt layer would count)``
+        for each sliding layer whose count differs (a cache longer than its window
+        without a full-attention layer to read the count from)
+    """
+    layers = list(getattr(cache, "layers", []) or [])
+    seen = _tokens_seen(layers)
+    lost = []
+    for index, layer in enumerate(layers):
+        if _is_dynamic_sliding(layer) and getattr(layer, "keys", None) is not None:
+            rebuilt = seen if seen is not None else layer.keys.shape[-2]
+            if int(rebuilt) != int(layer.cumulative_length):
+                lost.append((index, int(layer.cumulative_length), int(rebuilt)))
+    return lost
 
 
 # DynamicCache, StaticCache: a list of layers
@@ -121,6 +176,7 @@ def _unflatten_layers(cls: type) -> Callable[[list[torch.Tensor], Any], Any]:
                 _set_tensors(layer, *children[position : position + size])
                 position += size
             layers.append(layer)
+        _set_tokens_seen(layers)
         cache = cls.__new__(cls)
         if replicate is not None:
             module.Cache.__init__(cache, layer_class_to_replicate=getattr(module, replicate))

@@ -16,6 +16,13 @@ Each one fixes a failure met with the installed transformers and tiny models:
   transformers formula gives the original frequencies when ``seq_len`` is below
   ``max_position_embeddings``). It matches eager for a model whose cached
   frequencies were not grown by a previous longer call.
+* ``DynamicSlidingWindowLayer.get_mask_sizes`` tests ``cumulative_length >=
+  sliding_window`` (``is_full``) and takes a ``max``: once exported, the count of
+  tokens seen is a symbolic dimension (see :mod:`fx2onnx.patches.caches`) and
+  the branch would be frozen on the example's cache length, wrong for a cache
+  on the other side of the window. The patch computes the same sizes without a
+  branch: the length of the cached states plus the query, and the offset
+  ``cumulative_length - cached``.
 """
 
 from __future__ import annotations
@@ -48,6 +55,30 @@ def _guard_lazy_initialization(original: Any) -> str | None:
         return "source of DynamicLayer.lazy_initialization cannot be read"
     if "torch.tensor([]" not in source:
         return "DynamicLayer.lazy_initialization does not create torch.tensor([]) in this version"
+    return None
+
+
+def _make_sliding_get_mask_sizes(original: Any) -> Any:
+    def get_mask_sizes(self: Any, query_length: int) -> tuple[int, int]:
+        if getattr(self, "record_past", False) or not self.is_initialized or self.keys is None:
+            return original(self, query_length)
+        # the layer keeps min(cumulative_length, sliding_window - 1) positions
+        cached = self.keys.shape[-2]
+        return cached + query_length, self.cumulative_length - cached
+
+    get_mask_sizes.__wrapped__ = original  # type: ignore[attr-defined]
+    return get_mask_sizes
+
+
+def _guard_sliding_get_mask_sizes(original: Any) -> str | None:
+    import inspect
+
+    try:
+        source = inspect.getsource(original)
+    except (OSError, TypeError):
+        return "source of DynamicSlidingWindowLayer.get_mask_sizes cannot be read"
+    if "cumulative_length" not in source or "sliding_window" not in source:
+        return "DynamicSlidingWindowLayer.get_mask_sizes does not use cumulative_length in this version"
     return None
 
 
@@ -128,7 +159,16 @@ def transformers_patches() -> list[Patch]:
             expected_args=("self", "key_states", "value_states"),
             guard=_guard_lazy_initialization,
             doc="empty cache tensors sliced from the new states, no torch.tensor([]) constant",
-        )
+        ),
+        Patch(
+            name="DynamicSlidingWindowLayer.get_mask_sizes",
+            kind="transformers",
+            target="transformers.cache_utils.DynamicSlidingWindowLayer.get_mask_sizes",
+            make=_make_sliding_get_mask_sizes,
+            expected_args=("self", "query_length"),
+            guard=_guard_sliding_get_mask_sizes,
+            doc="mask sizes of sliding layers without a branch on the number of tokens seen",
+        ),
     ]
     for target in dynamic_rope_targets():
         class_name = target.split(".")[-2]
