@@ -126,10 +126,22 @@ def fuse_attention(model: ir.Model) -> int:
             "Attention", inputs, {"scale": float(scale)}, num_outputs=3 if past_k is not None else 1,
             name=f"Attention_{count}",
         )
-        old, new = [out_matmul.outputs[0]], [fused.outputs[0]]
+        replace(graph, out_matmul, [fused], [out_matmul.outputs[0]], [fused.outputs[0]])
         if past_k is not None:
-            old += [k, v]
-            new += [fused.outputs[1], fused.outputs[2]]
-        replace(graph, out_matmul, [fused], old, new)
+            _take_graph_output(graph, k, fused.outputs[1])
+            _take_graph_output(graph, v, fused.outputs[2])
         count += 1
     return count
+
+
+def _take_graph_output(graph: ir.Graph, old: ir.Value, new: ir.Value) -> None:
+    """The present key / value output becomes the Attention's. Other users keep the
+    Concat: one placed before the attention (a shape computation) would otherwise
+    depend on a later node. The Concat goes when nothing else uses it."""
+    new.type, new.shape = old.type, old.shape
+    for i, out in enumerate(graph.outputs):
+        if out is old:
+            name = old.name
+            old.name = f"{name}__replaced"
+            new.name = name
+            graph.outputs[i] = new
