@@ -25,6 +25,8 @@ _PUBLIC_API: dict[str, str] = {
     # checking an ONNX model against eager
     "validate": ".validation",
     "ValidationReport": ".validation",
+    "FrozenInputWarning": ".frozen",
+    "FrozenInputError": ".frozen",
     # patches making torch.export work on transformers models
     "torch_export_patches": ".patches",
     "bypass_export_some_errors": ".patches",
