@@ -14,6 +14,8 @@ A model with nested inputs
 --------------------------
 """
 
+import warnings
+
 import torch
 from torch.export import Dim
 
@@ -59,8 +61,15 @@ torch.testing.assert_close(ep.module()(*inputs[1]), model(*inputs[1]))
 
 # %%
 # :func:`fx2onnx.to_onnx` accepts both; with names, the ONNX model keeps them.
+# It warns that the length of the list ``past`` is frozen: dynamic shapes
+# describe tensors, the number of elements of a list is part of the graph.
 
-onx = fx2onnx.to_onnx(model, inputs[0], dynamic_shapes=ds_names)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    onx = fx2onnx.to_onnx(model, inputs[0], dynamic_shapes=ds_names)
+frozen = [w for w in caught if issubclass(w.category, fx2onnx.FrozenInputWarning)]
+print(frozen[0].message)
+assert "extra['past']" in str(frozen[0].message)
 for i in onx.graph.input:
     print(i.name, [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim])
 assert [d.dim_param for d in onx.graph.input[0].type.tensor_type.shape.dim][:2] == ["batch", "seq"]
