@@ -60,6 +60,8 @@ def test_optimize_report_and_kinds(tiny_llama):
     fused, report = fx2onnx.optimize(onx, level="onnxruntime", report=True)
     assert isinstance(fused, onnx.ModelProto)
     assert report.matches("attention") == 1 and report.matches("rotary_embedding") == 2
+    # the attention runs on [batch, seq, heads * head_size]: no Transpose into heads and back
+    assert report.matches("attention_3d_layout") == 1 and report.op_types.get("Transpose", 0) <= 1
     assert report.nodes_after < report.nodes_before
     assert "attention" in str(report) and report.op_types["Attention"] == 1
     model = fx2onnx.optimize(ir.from_proto(onx), level="opset23")

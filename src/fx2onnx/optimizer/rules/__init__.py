@@ -12,7 +12,7 @@ from typing import Callable
 import onnx_ir as ir
 
 from .activation import fuse_bias_gelu, fuse_gelu
-from .attention import fuse_attention
+from .attention import attention_3d_layout, fuse_attention
 from .cleanup import fold_reshapes, fold_transposes, remove_identities
 from .matmul_packing import pack_matmuls
 from .normalization import fuse_rms_normalization, fuse_skip_rms_normalization
@@ -29,14 +29,15 @@ class Rule:
 
 
 CLEANUP = [
+    Rule("remove_identities", remove_identities),
     Rule("fold_transposes", fold_transposes),
     Rule("fold_reshapes", fold_reshapes),
-    Rule("remove_identities", remove_identities),
 ]
 
 ONNXRUNTIME = [
     Rule("attention", fuse_attention, min_opset=23),
     Rule("rotary_embedding", fuse_rotary_embedding),
+    Rule("attention_3d_layout", attention_3d_layout, min_opset=23),
     Rule("rms_normalization", fuse_rms_normalization),
     Rule("skip_rms_normalization", fuse_skip_rms_normalization),
     Rule("gelu", fuse_gelu),
@@ -47,6 +48,7 @@ ONNXRUNTIME = [
 OPSET23 = [
     Rule("attention", fuse_attention, min_opset=23),
     Rule("rotary_embedding", lambda m: fuse_rotary_embedding(m, standard=True), min_opset=23),
+    Rule("attention_3d_layout", attention_3d_layout, min_opset=23),
     Rule("rms_normalization", lambda m: fuse_rms_normalization(m, op_type="RMSNormalization"), min_opset=23),
     Rule("gelu", lambda m: fuse_gelu(m, standard=True), min_opset=20),
     Rule("matmul_packing", pack_matmuls),

@@ -19,9 +19,10 @@ on CPU); it needs the model's opset >= 23.
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 
-from ._graph import attr, const_ints, const_scalar, other_input, producer, rank, replace, static_dim, users
+from ._graph import attr, const_ints, initializer, const_scalar, other_input, producer, rank, replace, static_dim, users
 
 
 def _unrepeat(value: ir.Value, heads: int) -> ir.Value | None:
@@ -145,3 +146,66 @@ def _take_graph_output(graph: ir.Graph, old: ir.Value, new: ir.Value) -> None:
             old.name = f"{name}__replaced"
             new.name = name
             graph.outputs[i] = new
+
+
+def _heads_view(value: ir.Value) -> tuple[ir.Value, int, int] | None:
+    """(x3, heads, head_size) if value = Transpose(Reshape(x3, [b, s, heads, head_size]), [0, 2, 1, 3])."""
+    tr = producer(value, "Transpose")
+    reshape = producer(tr.inputs[0], "Reshape") if tr is not None and attr(tr, "perm") == [0, 2, 1, 3] else None
+    if reshape is None:
+        return None
+    x3, x4 = reshape.inputs[0], reshape.outputs[0]
+    if rank(x3) != 3 or rank(x4) != 4:
+        return None
+    heads, size = static_dim(x4, 2), static_dim(x4, 3)
+    if heads is None or size is None or static_dim(x3, 2) != heads * size:
+        return None
+    if x3.shape[0] != x4.shape[0] or x3.shape[1] != x4.shape[1]:
+        return None
+    return x3, heads, size
+
+
+def _peel(value: ir.Value, new_nodes: list[ir.Node]) -> tuple[ir.Value, int, int] | None:
+    """The 3D [batch, seq, heads * head_size] form of a 4D attention input, through a
+    rotary embedding (applied to the 3D form with ``num_heads``) if there is one."""
+    rotary = value.producer()
+    if rotary is not None and rotary.op_type == "RotaryEmbedding" and rotary.domain in ("", "com.microsoft"):
+        view = _heads_view(rotary.inputs[0])
+        if view is None:
+            return None
+        x3, heads, size = view
+        attrs = {k: a.value for k, a in rotary.attributes.items()}
+        attrs["num_heads"] = heads
+        node = ir.node("RotaryEmbedding", [x3, *rotary.inputs[1:]], attrs, domain=rotary.domain)
+        node.outputs[0].type, node.outputs[0].shape = x3.type, x3.shape
+        new_nodes.append(node)
+        return node.outputs[0], heads, size
+    return _heads_view(value)
+
+
+def attention_3d_layout(model: ir.Model) -> int:
+    """``Attention`` on ``[batch, seq, heads * head_size]`` inputs and output: the
+    Reshape / Transpose into heads before it and back after it go (the clean-ups remove
+    the pairs left). Returns the count."""
+    graph = model.graph
+    count = 0
+    for node in [n for n in graph if n.op_type == "Attention" and n.domain == ""]:
+        new_nodes: list[ir.Node] = []
+        views = [_peel(node.inputs[i], new_nodes) for i in range(3)]
+        if None in views or views[0][2] != views[1][2] or views[1][1:] != views[2][1:]:
+            continue
+        (q3, heads, size), (k3, kv_heads, _), (v3, _, _) = views
+        attrs = {k: a.value for k, a in node.attributes.items()}
+        attrs.update(q_num_heads=heads, kv_num_heads=kv_heads)
+        fused = ir.node("Attention", [q3, k3, v3, *node.inputs[3:]], attrs, num_outputs=len(node.outputs))
+        y3 = fused.outputs[0]
+        y3.type, y3.shape = q3.type, q3.shape
+        shape = initializer(graph, f"attention_heads_shape_{heads}_{size}", np.array([0, 0, heads, size], dtype=np.int64))
+        y4 = ir.node("Reshape", [y3, shape])
+        back = ir.node("Transpose", [y4.outputs[0]], {"perm": [0, 2, 1, 3]})
+        new_nodes += [fused, y4, back]
+        for old, new in zip(node.outputs[1:], fused.outputs[1:]):
+            new.type, new.shape = old.type, old.shape
+        replace(graph, node, new_nodes, list(node.outputs), [back.outputs[0], *fused.outputs[1:]])
+        count += 1
+    return count

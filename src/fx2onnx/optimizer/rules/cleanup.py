@@ -1,5 +1,6 @@
 """Shape clean-ups (standard ONNX, every level): chains of Transpose or Reshape,
-Cast / Reshape / Expand that change nothing.
+Cast / Reshape / Expand that change nothing. Two symbolic dimensions of the same name
+are equal (torch names them, one name per value).
 
 Each function returns the number of nodes it made useless (removed afterwards by the
 dead code elimination).
@@ -10,12 +11,6 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from ._graph import attr, const_ints, producer, replace
-
-
-def _static(shape: ir.Shape | None) -> tuple[int, ...] | None:
-    if shape is None or not all(isinstance(d, int) for d in shape):
-        return None
-    return tuple(shape)
 
 
 def _forward(graph: ir.Graph, node: ir.Node, value: ir.Value) -> bool:
@@ -48,22 +43,34 @@ def fold_transposes(model: ir.Model) -> int:
 
 
 def fold_reshapes(model: ir.Model) -> int:
-    """``Reshape(Reshape(x, s1), s2)`` into ``Reshape(x, s2)`` when s2 is a constant
-    without 0 (a 0 copies a dimension of the intermediate shape)."""
+    """``Reshape(Reshape(x, s1), s2)`` into ``x`` when the result has the shape of ``x``
+    (static or named dimensions), into ``Reshape(x, s2)`` when s2 is a constant without 0
+    (a 0 copies a dimension of the intermediate shape)."""
     graph = model.graph
     count = 0
     for node in [n for n in graph if n.op_type == "Reshape" and n.domain == ""]:
         inner = producer(node.inputs[0], "Reshape")
-        shape = const_ints(node.inputs[1])
-        if inner is None or shape is None or 0 in shape:
+        if inner is None:
             continue
-        node.replace_input_with(0, inner.inputs[0])
+        x = inner.inputs[0]
+        if _known(x.shape) and x.shape == node.outputs[0].shape:  # back to the shape it had
+            count += _forward(graph, node, x)
+            continue
+        shape = const_ints(node.inputs[1])
+        if shape is None or 0 in shape:
+            continue
+        node.replace_input_with(0, x)
         count += 1
     return count
 
 
+def _known(shape: ir.Shape | None) -> bool:
+    """Every dimension is an int or a named symbolic dimension (names are unique values)."""
+    return shape is not None and all(isinstance(d, int) or getattr(d, "value", None) for d in shape)
+
+
 def remove_identities(model: ir.Model) -> int:
-    """Cast to the same type, Reshape / Expand to the same static shape."""
+    """Cast to the same type, Reshape / Expand to the same shape (static or named dimensions)."""
     graph = model.graph
     count = 0
     for node in list(graph):
@@ -74,8 +81,7 @@ def remove_identities(model: ir.Model) -> int:
         if node.op_type == "Cast":
             same = x.dtype is not None and x.dtype.value == attr(node, "to")
         elif node.op_type in ("Reshape", "Expand"):
-            shape_in, shape_out = _static(x.shape), _static(out.shape)
-            same = shape_in is not None and shape_in == shape_out
+            same = _known(x.shape) and x.shape == out.shape
         if same:
             count += _forward(graph, node, x)
     return count
