@@ -227,7 +227,7 @@ def bench(sc: Scenario, exporters: list[str], threads: list[int], repeat: int, w
                 row["nodes"] = len(models[name].graph.node)
                 if name in export_times:
                     row["export_vs_torch_export"] = export_times[name] / export_times["torch.export"]
-                if profile:
+                if profile and n_threads == threads[0]:
                     feeds = make_feeds(models[name], (), copy.deepcopy(sc.bench_kwargs))
                     row["outside_matmul"] = outside_matmul_share(models[name], feeds, n_threads, max(10, repeat // 5))
             rows.append(row)
@@ -242,7 +242,7 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--profile", action="store_true", help="share of time outside MatMul (fx2onnx.profiling)")
+    parser.add_argument("--profile", action="store_true", help="share of time outside MatMul (fx2onnx.profiling), first thread count")
     options = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
