@@ -154,7 +154,20 @@ def make_feeds(sess_or_model: Any, args: Sequence[Any] = (), kwargs: dict[str, A
                 f"flatten into {len(flat)} values ({len(tensors)} tensors). Check the order and "
                 f"structure of the inputs (None values are dropped)."
             )
-    return {name: to_numpy(v) for name, v in zip(names, flat)}
+    # a complex input is exported as a real pair (trailing dimension 2) unless the model says otherwise
+    if isinstance(sess_or_model, onnx.ModelProto):
+        complex_types = (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128)
+        complex_names = {i.name for i in sess_or_model.graph.input if i.type.tensor_type.elem_type in complex_types}
+    else:
+        complex_names = {i.name for i in sess_or_model.get_inputs() if "complex" in str(i.type)}
+    return {name: to_numpy(_as_pair(v) if name not in complex_names else v) for name, v in zip(names, flat)}
+
+
+def _as_pair(value: Any) -> Any:
+    """A complex tensor as its real pair (``torch.view_as_real``), how fx2onnx exports it."""
+    if isinstance(value, torch.Tensor) and value.is_complex():
+        return torch.view_as_real(value.resolve_conj().resolve_neg())
+    return value
 
 
 def run_onnx(
@@ -202,8 +215,8 @@ def compare_outputs(
     details = []
     max_abs = max_rel = 0.0
     for i, (e, g) in enumerate(zip(expected, got)):
-        e_np = to_numpy(e)
         g_np = np.asarray(g)
+        e_np = to_numpy(e if np.iscomplexobj(g_np) else _as_pair(e))
         d: dict[str, Any] = {"index": i, "expected_shape": e_np.shape, "shape": g_np.shape}
         if e_np.shape != g_np.shape:
             d.update(ok=False, abs=np.inf, rel=np.inf, reason="shape mismatch")

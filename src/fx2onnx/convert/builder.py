@@ -126,6 +126,10 @@ class GraphBuilder:
     # graph inputs, outputs, initializers
     def add_input(self, name: str, dtype: torch.dtype | ir.DataType | None, shape: Sequence[Any] | None) -> ir.Value:
         value = ir.Value(name=self.unique_name(name))
+        if isinstance(dtype, torch.dtype) and dtype.is_complex:
+            # a complex input is carried as a real pair (torch.view_as_real): trailing dimension 2
+            dtype = {torch.complex64: torch.float32, torch.complex128: torch.float64}.get(dtype, torch.float16)
+            shape = None if shape is None else [*shape, 2]
         if dtype is not None:
             value.dtype = onnx_dtype(dtype)
         if shape is not None:
@@ -154,6 +158,8 @@ class GraphBuilder:
             return root.initializers[name]
         if isinstance(tensor, torch.Tensor):
             t = tensor.detach()
+            if t.is_complex():  # carried as a real pair (trailing dimension 2)
+                t = torch.view_as_real(t.resolve_conj().resolve_neg())
             if not t.is_contiguous():
                 t = t.contiguous()
             ir_tensor = ir.tensor_adapters.TorchTensor(t, name=name)

@@ -17,6 +17,7 @@ import torch
 
 from . import registry
 from .builder import TORCH_TO_ONNX_DTYPE, GraphBuilder, onnx_dtype
+from .complex_values import involves_complex, pair_dtype
 from .context import ConversionContext
 from .errors import ConversionError, UnsupportedOpError, node_module_path, node_source_line, target_name
 
@@ -59,6 +60,8 @@ class DimNamer:
 def _value_type(val: Any) -> tuple[torch.dtype | None, list | None]:
     """dtype and shape (with symbols) of a fake value."""
     if isinstance(val, torch.Tensor):
+        if val.dtype.is_complex:  # carried as a real pair: a trailing dimension of 2
+            return pair_dtype(val.dtype), [*val.shape, 2]
         return val.dtype, list(val.shape)
     if isinstance(val, (torch.SymBool, bool)):
         return torch.bool, []
@@ -93,11 +96,14 @@ class Interpreter:
         if shape is not None:
             value.shape = ir.Shape([self.dim_namer(d) for d in shape])
 
-    def find_converter(self, target: Any) -> Callable[..., Any] | None:
+    def find_converter(self, target: Any, complex_values: bool = False) -> Callable[..., Any] | None:
+        """The user's converter, else the built-in one (the complex one when ``complex_values``)."""
         if self.dispatcher is not None:
             fn = self.dispatcher.find(target)
             if fn is not None:
                 return fn
+        if complex_values:
+            return registry.lookup_complex(target)
         return registry.lookup(target)
 
     # graph traversal
@@ -140,7 +146,14 @@ class Interpreter:
         return args
 
     def convert_node(self, builder: GraphBuilder, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:
-        fn = self.find_converter(node.target)
+        complex_values = involves_complex(node)
+        fn = self.find_converter(node.target, complex_values)
+        if fn is None and complex_values and registry.lookup(node.target) is not None:
+            raise ConversionError(
+                f"{target_name(node.target)} has no converter for complex values (carried as real pairs, "
+                f"a trailing dimension of 2): give one through fx2onnx.Dispatcher.",
+                node,
+            )
         if fn is None:
             raise UnsupportedOpError(node.target, node)
         args = self._map_args(node.args, env)

@@ -22,6 +22,9 @@ from typing import Any, Callable
 ConverterFunction = Callable[..., Any]
 
 _REGISTRY: dict[Any, ConverterFunction] = {}
+#: converters of nodes taking or producing complex tensors (carried as real pairs,
+#: a trailing dimension of 2), looked up instead of ``_REGISTRY`` for such nodes
+_COMPLEX_REGISTRY: dict[Any, ConverterFunction] = {}
 
 
 def _overloads(target: Any) -> list[Any]:
@@ -45,6 +48,32 @@ def converter(*targets: Any) -> Callable[[ConverterFunction], ConverterFunction]
         return fn
 
     return decorator
+
+
+def complex_converter(*targets: Any) -> Callable[[ConverterFunction], ConverterFunction]:
+    """Decorator registering the converter used when a node of ``targets`` takes or produces
+    a complex tensor; such tensors are carried as real pairs (a trailing dimension of 2)."""
+
+    def decorator(fn: ConverterFunction) -> ConverterFunction:
+        for target in targets:
+            for overload in _overloads(target):
+                _COMPLEX_REGISTRY[overload] = fn
+        return fn
+
+    return decorator
+
+
+def lookup_complex(target: Any) -> ConverterFunction | None:
+    """Returns the converter handling complex values for ``target`` or None."""
+    _load_builtin_converters()
+    fn = _COMPLEX_REGISTRY.get(target)
+    if fn is None and hasattr(target, "overloadpacket"):
+        fn = _COMPLEX_REGISTRY.get(target.overloadpacket)
+    if fn is None:
+        main = lookup(target)
+        if getattr(main, "supports_complex", False):
+            fn = main
+    return fn
 
 
 def lookup(target: Any) -> ConverterFunction | None:

@@ -1,0 +1,263 @@
+"""Complex tensors as real pairs: view_as_real/complex, polar, abs, angle, arithmetic.
+
+A complex tensor of shape ``S`` is carried as a float tensor of shape ``S + [2]``
+(real part, imaginary part), like :func:`torch.view_as_real` (see
+:mod:`fx2onnx.convert.complex_values`). The interpreter calls these converters
+instead of the real ones whenever a node takes or produces a complex tensor;
+operators which always involve complex values (``view_as_real``, ``polar``...)
+are also registered as regular converters.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..complex_values import pair_dtype
+from ..registry import complex_converter, converter
+from ._common import fake_of
+
+aten = torch.ops.aten
+
+
+def is_complex_arg(fx_arg) -> bool:
+    """Whether an FX argument (node or Python constant) is complex."""
+    v = fake_of(fx_arg)
+    if isinstance(v, torch.Tensor):
+        return v.dtype.is_complex
+    return isinstance(v, complex)
+
+
+def out_pair_dtype(ctx, index: int | None = None) -> torch.dtype:
+    """The real dtype carrying the current node's (complex) output."""
+    return pair_dtype(ctx.out_dtype(index))
+
+
+def complex_rank(fx_arg) -> int:
+    """Rank of the complex tensor (without the trailing pair dimension)."""
+    v = fake_of(fx_arg)
+    return v.dim() if isinstance(v, torch.Tensor) else 0
+
+
+def real_part(ctx, x):
+    return ctx.op.Gather(x, ctx.const(0, torch.int64), axis=-1)
+
+
+def imag_part(ctx, x):
+    return ctx.op.Gather(x, ctx.const(1, torch.int64), axis=-1)
+
+
+def make_pair(ctx, re, im):
+    """Stacks real and imaginary parts of the same shape into a pair."""
+    axis = ctx.const([-1], torch.int64)
+    return ctx.op.Concat(ctx.op.Unsqueeze(re, axis), ctx.op.Unsqueeze(im, axis), axis=-1)
+
+
+def real_to_pair(ctx, x, rank: int):
+    """A real tensor of rank ``rank`` as a pair with a zero imaginary part."""
+    x = ctx.op.Unsqueeze(x, ctx.const([-1], torch.int64))
+    pads = ctx.const([0] * (rank + 1) + [0] * rank + [1], torch.int64)
+    return ctx.op.Pad(x, pads)
+
+
+def as_pair(ctx, fx_arg, value, dtype: torch.dtype):
+    """Any operand (complex or real tensor, Python scalar) as a pair of ``dtype``."""
+    if isinstance(value, complex):
+        return ctx.const([value.real, value.imag], dtype)
+    if not hasattr(value, "producer"):  # a Python real scalar
+        return ctx.const([float(value), 0.0], dtype)
+    value = ctx.cast(value, dtype)
+    if is_complex_arg(fx_arg):
+        return value
+    return real_to_pair(ctx, value, complex_rank(fx_arg))
+
+
+def _operand(ctx, fx_arg, value, dtype: torch.dtype):
+    """``(value, is_pair)``: complex operands as pairs, real ones kept real (cheaper products)."""
+    if is_complex_arg(fx_arg):
+        return as_pair(ctx, fx_arg, value, dtype), True
+    if hasattr(value, "producer"):
+        return ctx.cast(value, dtype), False
+    return ctx.const(float(value), dtype), False
+
+
+def _unsqueeze_last(ctx, x):
+    return ctx.op.Unsqueeze(x, ctx.const([-1], torch.int64))
+
+
+def complex_mul(ctx, a, b):
+    ar, ai, br, bi = real_part(ctx, a), imag_part(ctx, a), real_part(ctx, b), imag_part(ctx, b)
+    re = ctx.op.Sub(ctx.op.Mul(ar, br), ctx.op.Mul(ai, bi))
+    im = ctx.op.Add(ctx.op.Mul(ar, bi), ctx.op.Mul(ai, br))
+    return make_pair(ctx, re, im)
+
+
+def conj(ctx, x, dtype: torch.dtype):
+    return ctx.op.Mul(x, ctx.const([1.0, -1.0], dtype))
+
+
+def squared_abs(ctx, x):
+    return ctx.op.ReduceSum(ctx.op.Mul(x, x), ctx.const([-1], torch.int64), keepdims=0)
+
+
+# conversions between complex and real pairs
+@converter(aten.view_as_real.default, aten.view_as_complex.default, aten.view_as_real_copy.default, aten.view_as_complex_copy.default)
+@complex_converter(
+    aten.view_as_real.default,
+    aten.view_as_complex.default,
+    aten.view_as_real_copy.default,
+    aten.view_as_complex_copy.default,
+    aten.resolve_conj.default,
+    aten.resolve_neg.default,
+    aten.clone.default,
+    aten.alias.default,
+    aten.detach.default,
+    aten.lift_fresh_copy.default,
+)
+def convert_view_as_pair(ctx, node, x, *args, **kwargs):
+    """The pair already is the real view: nothing to compute."""
+    return ctx.op.Identity(x)
+
+
+@converter(aten.complex.default)
+@complex_converter(aten.complex.default)
+def convert_complex(ctx, node, re, im):
+    dtype = out_pair_dtype(ctx)
+    re, im = ctx.cast(re, dtype), ctx.cast(im, dtype)
+    re = ctx.op.Expand(re, ctx.op.Shape(im))  # Expand broadcasts both ways
+    im = ctx.op.Expand(im, ctx.op.Shape(re))
+    return make_pair(ctx, re, im)
+
+
+@converter(aten.polar.default)
+@complex_converter(aten.polar.default)
+def convert_polar(ctx, node, magnitude, phase):
+    dtype = out_pair_dtype(ctx)
+    magnitude, phase = ctx.cast(magnitude, dtype), ctx.cast(phase, dtype)
+    return make_pair(ctx, ctx.op.Mul(magnitude, ctx.op.Cos(phase)), ctx.op.Mul(magnitude, ctx.op.Sin(phase)))
+
+
+@converter(aten.real.default)
+@complex_converter(aten.real.default)
+def convert_real(ctx, node, x):
+    return real_part(ctx, x) if is_complex_arg(node.args[0]) else ctx.op.Identity(x)
+
+
+@converter(aten.imag.default)
+@complex_converter(aten.imag.default)
+def convert_imag(ctx, node, x):
+    return imag_part(ctx, x)
+
+
+@complex_converter(aten._to_copy.default, aten.to.dtype, aten.type_as.default)
+def convert_to_complex(ctx, node, x, *args, **kwargs):
+    """A cast to or between complex dtypes (``x.to(torch.complex64)``)."""
+    dtype = out_pair_dtype(ctx)
+    if not ctx.out_dtype().is_complex:
+        raise ctx.error(
+            f"Casting a complex tensor to {ctx.out_dtype()} drops its imaginary part: use x.real "
+            f"(complex tensors are carried as real pairs)."
+        )
+    return as_pair(ctx, node.args[0], x, dtype)
+
+
+# elementwise
+@complex_converter(aten.abs.default)
+def convert_complex_abs(ctx, node, x):
+    return ctx.op.Sqrt(squared_abs(ctx, x))
+
+
+def atan2(ctx, y, x, dtype: torch.dtype):
+    """atan2 with torch's quadrants; atan2(0, 0) = 0."""
+    zero, pi = ctx.const(0.0, dtype), ctx.const(math.pi, dtype)
+    x_zero = ctx.op.Equal(x, zero)
+    safe_x = ctx.op.Where(x_zero, ctx.const(1.0, dtype), x)
+    atan = ctx.op.Atan(ctx.op.Div(y, safe_x))
+    half_pi = ctx.op.Where(ctx.op.Less(y, zero), ctx.const(-math.pi / 2, dtype), ctx.const(math.pi / 2, dtype))
+    on_axis = ctx.op.Where(ctx.op.Equal(y, zero), zero, half_pi)
+    corr = ctx.op.Where(ctx.op.Less(y, zero), ctx.op.Neg(pi), pi)
+    left = ctx.op.Add(atan, corr)
+    return ctx.op.Where(x_zero, on_axis, ctx.op.Where(ctx.op.Less(x, zero), left, atan))
+
+
+@converter(aten.angle.default)
+@complex_converter(aten.angle.default)
+def convert_angle(ctx, node, x):
+    """atan2(imag, real) for complex values; pi where x < 0 else 0 (nan kept) for real ones."""
+    dtype = ctx.out_dtype()
+    if is_complex_arg(node.args[0]):
+        return atan2(ctx, imag_part(ctx, x), real_part(ctx, x), dtype)
+    x = ctx.cast(x, dtype)
+    zero = ctx.const(0.0, dtype)
+    angle = ctx.op.Where(ctx.op.Less(x, zero), ctx.const(math.pi, dtype), zero)
+    return ctx.op.Where(ctx.op.IsNaN(x), x, angle)
+
+
+@converter(aten._conj.default, aten.conj_physical.default, aten.conj.default)
+@complex_converter(aten._conj.default, aten.conj_physical.default, aten.conj.default)
+def convert_conj(ctx, node, x):
+    if not is_complex_arg(node.args[0]):
+        return ctx.op.Identity(x)
+    return conj(ctx, x, out_pair_dtype(ctx))
+
+
+@complex_converter(aten.neg.default)
+def convert_complex_neg(ctx, node, x):
+    return ctx.op.Neg(x)
+
+
+@complex_converter(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)
+def convert_complex_add(ctx, node, a, b, alpha=1):
+    dtype = out_pair_dtype(ctx)
+    x = as_pair(ctx, node.args[0], a, dtype)
+    y = as_pair(ctx, node.args[1], b, dtype)
+    if alpha != 1:
+        y = complex_mul(ctx, y, as_pair(ctx, alpha, alpha, dtype)) if isinstance(alpha, complex) else ctx.op.Mul(y, ctx.const(float(alpha), dtype))
+    return ctx.op.Sub(x, y) if node.target.overloadpacket is aten.sub else ctx.op.Add(x, y)
+
+
+@complex_converter(aten.mul.Tensor, aten.mul.Scalar)
+def convert_complex_mul(ctx, node, a, b):
+    dtype = out_pair_dtype(ctx)
+    x, x_pair = _operand(ctx, node.args[0], a, dtype)
+    y, y_pair = _operand(ctx, node.args[1], b, dtype)
+    if x_pair and y_pair:
+        return complex_mul(ctx, x, y)
+    if x_pair:  # complex times real: scales both parts
+        return ctx.op.Mul(x, _unsqueeze_last(ctx, y) if hasattr(b, "producer") else y)
+    return ctx.op.Mul(_unsqueeze_last(ctx, x) if hasattr(a, "producer") else x, y)
+
+
+@complex_converter(aten.div.Tensor, aten.div.Scalar)
+def convert_complex_div(ctx, node, a, b):
+    dtype = out_pair_dtype(ctx)
+    x = as_pair(ctx, node.args[0], a, dtype)
+    if not is_complex_arg(node.args[1]):
+        y = ctx.cast(b, dtype) if hasattr(b, "producer") else ctx.const(float(b), dtype)
+        return ctx.op.Div(x, _unsqueeze_last(ctx, y) if hasattr(b, "producer") else y)
+    y = as_pair(ctx, node.args[1], b, dtype)
+    numerator = complex_mul(ctx, x, conj(ctx, y, dtype))
+    return ctx.op.Div(numerator, _unsqueeze_last(ctx, squared_abs(ctx, y)))
+
+
+# reductions over the complex dimensions (never the pair axis)
+def _complex_axes(node, dims) -> list[int]:
+    rank = complex_rank(node.args[0])
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(rank))
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return [d + rank if d < 0 else d for d in dims]
+
+
+@complex_converter(aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default)
+def convert_complex_sum(ctx, node, x, dim=None, keepdim=False, dtype=None):
+    axes = _complex_axes(node, dim)
+    x = ctx.cast(x, out_pair_dtype(ctx))
+    if not axes:
+        return ctx.op.Identity(x)
+    op = ctx.op.ReduceMean if node.target.overloadpacket is aten.mean else ctx.op.ReduceSum
+    return op(x, ctx.const(axes, torch.int64), keepdims=int(bool(keepdim)))
+
+
+__all__ = ["as_pair", "make_pair", "real_part", "imag_part", "complex_mul", "conj", "atan2"]
