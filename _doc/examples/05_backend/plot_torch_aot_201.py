@@ -4,13 +4,12 @@
 aot_autograd: forward and backward graphs, training with eager, inductor and onnxruntime
 ========================================================================================
 
-:func:`torch.compile` captures the Python code with dynamo; a backend then
-receives an FX graph of torch functions. For training, most backends first hand
-that graph to *aot_autograd*: it traces the model down to aten operators and
-splits it into a **forward** graph (which also returns the tensors the backward
-needs) and a **backward** graph (which takes those tensors and the gradient of the
-output). Inductor does it, and so does :func:`fx2onnx.backend.make_onnxruntime_backend`
-which converts both graphs into ONNX.
+:func:`torch.compile` captures the Python code with dynamo; a backend receives an
+FX graph of torch functions. For training, most backends hand it to *aot_autograd*:
+it traces the model down to aten operators and splits it into a **forward** graph
+(which also returns the tensors the backward needs) and a **backward** graph (which
+takes those tensors and the gradient of the output). Inductor does it, and so does
+:func:`fx2onnx.backend.make_onnxruntime_backend` which converts both graphs into ONNX.
 
 This example prints the two graphs of a small regression model, then trains it for
 a few steps with eager PyTorch, inductor and the onnxruntime backend, compares the
@@ -37,19 +36,18 @@ from fx2onnx.backend import make_onnxruntime_backend
 
 
 class Regression(torch.nn.Module):
-    def __init__(self, dim: int = 64, hidden: int = 256):
+    def __init__(self):
         super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(dim, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1))
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
 
     def forward(self, x, y):
         return torch.nn.functional.mse_loss(self.net(x), y)
 
 
 torch.manual_seed(0)
-model = Regression()
-x, y = torch.randn(128, 64), torch.randn(128, 1)
+model, x, y = Regression(), torch.randn(128, 64), torch.randn(128, 1)
 
-graphs = {}
+graphs = {}  # filled by the two compilers
 
 
 def keep(kind):
@@ -74,24 +72,11 @@ print(graphs["fw"].code.strip())
 print(graphs["bw"].code.strip())
 
 
-def placeholders(gm):
-    return [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-
-
-fw_inputs, bw_inputs = placeholders(graphs["fw"]), placeholders(graphs["bw"])
-print("forward inputs: ", fw_inputs)
-print("backward inputs:", bw_inputs)
-assert fw_inputs == [f"primals_{i}" for i in range(1, 7)], fw_inputs
-assert bw_inputs[-1] == "tangents_1", bw_inputs
-
-
-def outputs(gm):
-    return next(n for n in gm.graph.nodes if n.op == "output").args[0]
-
-
-# the forward returns the loss and every saved tensor, the backward six gradients
-assert len(outputs(graphs["fw"])) == 1 + len(bw_inputs) - 1
-bw_outputs = outputs(graphs["bw"])
+fw_inputs, bw_inputs = [[n.name for n in graphs[k].graph.find_nodes(op="placeholder")] for k in ("fw", "bw")]
+print("forward inputs: ", fw_inputs, "\nbackward inputs:", bw_inputs)
+assert fw_inputs == [f"primals_{i}" for i in range(1, 7)] and bw_inputs[-1] == "tangents_1", bw_inputs
+fw_outputs, bw_outputs = [graphs[k].graph.find_nodes(op="output")[0].args[0] for k in ("fw", "bw")]
+assert len(fw_outputs) == 1 + len(bw_inputs) - 1  # the loss and every saved tensor
 assert len(bw_outputs) == 6 and bw_outputs[2] is None and bw_outputs[5] is None, bw_outputs
 
 # %%
@@ -115,7 +100,7 @@ def train(name, module, steps=8):
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # resets the peak resident memory of this process
     before = rss_kb("VmRSS")
-    times = []
+    times = []  # the first step compiles
     for step in range(steps + 1):
         begin = time.perf_counter()
         optimizer.zero_grad()
@@ -129,21 +114,19 @@ def train(name, module, steps=8):
     return dict(first=times[0], step=statistics.median(times[1:]), peak=peak, grads=grads)
 
 
-ort_backend = make_onnxruntime_backend()
-results = {"eager": train("eager", copy.deepcopy(model))}
+ort_backend, results = make_onnxruntime_backend(), {"eager": train("eager", copy.deepcopy(model))}
 with torch._inductor.config.patch(compile_threads=1):
     results["inductor"] = train("inductor", torch.compile(copy.deepcopy(model), backend="inductor"))
 results["onnxruntime"] = train("onnxruntime", torch.compile(copy.deepcopy(model), backend=ort_backend))
 
 # %%
-# The gradients of the first step are the same for the three backends, and the
-# onnxruntime backend converted two graphs, one session each.
+# The gradients of the first step are the same; the onnxruntime backend converted
+# two graphs.
 
 for name in ("inductor", "onnxruntime"):
-    diff = max((a - b).abs().max().item() for a, b in zip(results[name]["grads"], results["eager"]["grads"]))
-    print(f"{name}: max gradient difference with eager {diff:.1e}")
-    for got, expected in zip(results[name]["grads"], results["eager"]["grads"]):
-        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    pairs = list(zip(results[name]["grads"], results["eager"]["grads"]))
+    print(f"{name}: max gradient difference with eager {max((a - b).abs().max().item() for a, b in pairs):.1e}")
+    assert all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in pairs), name
 print(ort_backend.stats())
 assert [r.name for r in ort_backend.runners] == ["g0_forward", "g1_backward"]
 
@@ -154,13 +137,10 @@ assert [r.name for r in ort_backend.runners] == ["g0_forward", "g1_backward"]
 # On such a small model the step time is mostly the overhead of the calls; the
 # first step shows the cost of compiling (inductor generates and compiles C++).
 
-names = list(results)
 fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
-for ax, key, label in zip(
-    axes, ["first", "step", "peak"], ["first step, with compilation (s)", "median step (ms)", "peak memory (MB)"]
-):
-    values = [results[n][key] * (1000 if key == "step" else 1) for n in names]
-    ax.bar(names, values, color=["tab:gray", "tab:green", "tab:blue"])
-    ax.set_title(label)
+titles = {"first": "first step, with compilation (s)", "step": "median step (ms)", "peak": "peak memory (MB)"}
+for ax, (key, title) in zip(axes, titles.items()):
+    ax.bar(list(results), [r[key] * (1000 if key == "step" else 1) for r in results.values()], color=["gray", "green", "blue"])
+    ax.set_title(title)
 fig.suptitle("Regression model, 128x64 inputs, SGD")
 fig.tight_layout()
