@@ -35,4 +35,4 @@ test: $(STAMP)
 
 clean:
 	rm -rf _build _generated auto_examples gen_modules sg_execution_times.rst \
-		scenarios api/_generated design/_generated
+		scenarios models api/_generated design/_generated

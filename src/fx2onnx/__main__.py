@@ -194,6 +194,28 @@ _MODEL_HELP = "module:attribute (a function returning (model, inputs[, dynamic_s
 _MODEL_HELP += "instance or class with example_inputs) or a tiny transformers architecture (llama, phi3...)"
 
 
+def _cmd_models(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .models.report import summary, write_page
+    from .models.zoo import ROWS_FILE, build_rows, skipped_architectures
+
+    rows_path = Path(args.out) / ROWS_FILE
+    rows, meta = build_rows(
+        rows_path, only=args.only, exporters=args.exporters or None, workers=args.workers,
+        timeout=args.timeout, use_cache=not args.no_cache, missing_only=args.missing,
+    )
+    print(f"{meta['computed']} rows computed in {meta['duration']:.0f} s; {len(rows)} rows in {rows_path}")
+    if args.page:
+        write_page(rows, meta, args.page, skipped_architectures())
+        print(f"page written in {args.page}")
+    for t in summary(rows):
+        cache = "cache" if t["cache"] else "no cache"
+        print(f"  {t['exporter']:<8} {cache:<9} run {t['run']:>3} captured {t['captured']:>3} "
+              f"exported {t['exported']:>3} matched {t['matched']:>3}")
+    return 0
+
+
 def make_parser() -> argparse.ArgumentParser:
     """The parser with one subparser per command."""
     parser = argparse.ArgumentParser(prog="python -m fx2onnx", description="fx2onnx command line")
@@ -285,6 +307,22 @@ def make_parser() -> argparse.ArgumentParser:
     rep.add_argument("--strict", action="store_true", help="torch.export.export(strict=True)")
     rep.add_argument("--no-progress", action="store_true", help="no progress bar")
     rep.set_defaults(func=_cmd_report)
+    mdl = commands.add_parser(
+        "models",
+        help="export every discovered transformers architecture (the supported-models rows)",
+        description="Builds a tiny model for every text architecture of transformers' auto mappings, "
+        "exports it with each exporter without and with a cache, validates it on other shapes and "
+        "merges the rows into a JSON file (the supported-models page is rendered from it).",
+    )
+    mdl.add_argument("--out", default="_doc/models", help="folder of the rows file rows.json, updated in place")
+    mdl.add_argument("--page", help="folder receiving the page (index.rst, summary.png)")
+    mdl.add_argument("--only", help="regular expression on the architecture names (model types)")
+    mdl.add_argument("--exporters", nargs="*", choices=["to_onnx", "dynamo"], help="exporters (default: all)")
+    mdl.add_argument("--workers", type=int, default=2, help="worker processes (0: in this process)")
+    mdl.add_argument("--timeout", type=float, default=300.0, help="seconds before a row is killed")
+    mdl.add_argument("--no-cache", action="store_true", help="run again rows whose sources did not change")
+    mdl.add_argument("--missing", action="store_true", help="run only the rows absent from the rows file or killed by a timeout")
+    mdl.set_defaults(func=_cmd_models)
     return parser
 
 

@@ -1,0 +1,32 @@
+"""Build-time page generator: the "supported models" page.
+
+``conf.py`` calls :func:`generate` when the builder starts. The rows come from
+``_doc/models/rows.json``, committed and produced by ``python -m fx2onnx models``
+(a run over every architecture takes hours on two cores, more than a build may
+spend); the page is rendered from them into ``models/`` (gitignored), linked
+from the root ``index.rst``. ``design/models.rst`` explains how to refresh it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = ROOT / "_doc" / "models" / "rows.json"
+OUTPUT = ROOT / "models"
+
+
+def generate(app=None, rows_path: Path | None = None, out_dir: Path | None = None) -> dict:
+    """Renders the page from the committed rows; returns their metadata."""
+    from fx2onnx.models.report import write_page
+    from fx2onnx.models.zoo import load_rows, skipped_architectures
+
+    begin = time.perf_counter()
+    path = rows_path or ROWS
+    rows, meta = load_rows(path)
+    if not rows:
+        raise FileNotFoundError(f"No rows in {path}: run `python -m fx2onnx models` to produce them.")
+    write_page(rows, meta, out_dir or OUTPUT, skipped_architectures())
+    print(f"[gen_models] {len(rows)} model rows rendered in {time.perf_counter() - begin:.0f} s")
+    return meta

@@ -1,0 +1,192 @@
+"""Rows of the model zoo -> the "supported models" page: a summary, a chart, one table.
+
+.. code-block:: python
+
+    from fx2onnx.models.report import write_page
+    from fx2onnx.models.zoo import load_rows
+
+    rows, meta = load_rows("_doc/models_rows.json")
+    write_page(rows, meta, "models")  # models/index.rst, models/summary.png
+"""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any, Sequence
+
+from .zoo import EXPORTERS, STEPS
+
+#: a failing step -> its letter in the table
+STEP_LETTERS = {"config": "F", "model": "M", "capture": "E", "conversion": "C", "validation": "V",
+                "timeout": "T", "crash": "X"}
+#: step -> the counters a row reaching past it increments
+_PAST = {
+    "config": (), "model": (), "timeout": (), "crash": (),
+    "capture": (), "conversion": ("captured",), "validation": ("captured", "exported"),
+}
+
+
+def summary(rows: Sequence[dict[str, Any]], architectures: int | None = None) -> list[dict[str, Any]]:
+    """Per exporter x cache: architectures discovered (run), captured, exported, matched."""
+    table = []
+    for exporter in EXPORTERS:
+        for cache in (False, True):
+            mine = [r for r in rows if r["exporter"] == exporter and r["cache"] == cache]
+            if not mine:
+                continue
+            entry = dict(exporter=exporter, cache=cache, run=len(mine), captured=0, exported=0, matched=0)
+            for r in mine:
+                reached = ("captured", "exported", "matched") if r["success"] else _PAST.get(r["step"], ())
+                for name in reached:
+                    entry[name] += 1
+            table.append(entry)
+    return table
+
+
+def _escape(text: str) -> str:
+    import re
+
+    return re.sub(r"([\\`*_|\[\]<>])", r"\\\1", text)
+
+
+def _cell(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "–"
+    if row["success"]:
+        return f"✔ {row['max_abs']:.0e}"
+    return f"✘ {STEP_LETTERS.get(row['step'], '?')}"
+
+
+def plot_summary(rows: Sequence[dict[str, Any]], filename: str | Path) -> None:
+    """Bars: captured, exported and matched per exporter, without and with a cache."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = summary(rows)
+    labels = [f"{t['exporter']}\n{'cache' if t['cache'] else 'no cache'}" for t in table]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.2
+    for i, (name, color) in enumerate((("run", "#cccccc"), ("captured", "#8172b2"),
+                                       ("exported", "#4c72b0"), ("matched", "#55a868"))):
+        xs = [x + (i - 1.5) * width for x in range(len(table))]
+        values = [t[name] for t in table]
+        ax.bar(xs, values, width=width, label=name, color=color)
+        for x, v in zip(xs, values):
+            ax.text(x, v, str(v), ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(list(range(len(table))))
+    ax.set_xticklabels(labels)
+    ax.set_ylabel("architectures")
+    ax.set_title("Discovered transformers architectures exported and matching eager")
+    ax.legend(loc="lower right", ncol=4, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(filename, dpi=100)
+    plt.close(fig)
+
+
+def _heading(text: str, char: str) -> list[str]:
+    return [text, char * len(text), ""]
+
+
+def page_text(rows: Sequence[dict[str, Any]], meta: dict[str, Any], skipped: Sequence[tuple[str, str, str]]) -> str:
+    """The rst of the page. ``skipped`` lists ``(architecture, kind, reason)``."""
+    lines = _heading("Supported models", "=")
+    names = sorted({r["architecture"] for r in rows})
+    kinds = collections.Counter({r["architecture"]: r["kind"] for r in rows}.values())
+    lines += [
+        f"Every text architecture listed by :epkg:`transformers`' auto mappings for causal LM, "
+        f"masked LM and seq2seq is discovered by :mod:`fx2onnx.models.discover` "
+        f"({len(names) + len(skipped)} architectures: {len(names)} text models run here "
+        f"({kinds.get('causal', 0)} causal LM, {kinds.get('masked', 0)} masked LM, "
+        f"{kinds.get('seq2seq', 0)} seq2seq), {len(skipped)} skipped, listed at the end). Each one gets "
+        "a tiny configuration (hidden size 64, 2 layers, 4 heads, vocabulary 1024, sliding window 8, "
+        "experts and state-space sizes scaled down) and seeded random weights, then is exported by "
+        + " and ".join(f"``{k}`` (``{v}``)" for k, v in EXPORTERS.items())
+        + " with dynamic batch, sequence and cache lengths, without a cache and with the cache the "
+        "model itself returns after a first pass (decoders and seq2seq models), under "
+        "``fx2onnx.torch_export_patches(patch_transformers=True)``. The ONNX model is checked on "
+        "a second input set (other batch, sequence and cache lengths, a cache of 11 positions, "
+        "longer than any sliding window) against eager PyTorch (atol=1e-3, rtol=1e-3). "
+        ":doc:`../design/models` explains how this page is made.",
+        "",
+        f"These rows were computed by ``{meta.get('command', 'python -m fx2onnx models')}`` on "
+        f"{meta.get('date', '?')} with torch {meta.get('torch', '?')} and transformers "
+        f"{meta.get('transformers', '?')}; they are committed (``_doc/models_rows.json``) and this page "
+        "is rendered from them at build time.",
+        "",
+        ".. image:: summary.png",
+        "    :alt: architectures captured, exported and matched per exporter",
+        "",
+        ".. list-table:: Architectures per exporter and cache",
+        "    :header-rows: 1",
+        "",
+        "    * - exporter\n      - cache\n      - run\n      - captured\n      - exported\n      - matched",
+    ]
+    for t in summary(rows):
+        lines.append(f"    * - ``{t['exporter']}``\n      - {'yes' if t['cache'] else 'no'}\n      - {t['run']}"
+                     f"\n      - {t['captured']}\n      - {t['exported']}\n      - {t['matched']}")
+    lines += ["", "*captured*: :func:`torch.export.export` produced a graph; *exported*: the ONNX model "
+              "was produced; *matched*: it runs on :epkg:`onnxruntime` and matches eager on the second "
+              "input set.", ""]
+    lines += _gaps(rows)
+    lines += _heading("Per architecture", "-")
+    steps = ", ".join(f"**{letter}** {step}" for step, letter in STEP_LETTERS.items())
+    lines += [f"✔ and the maximum absolute difference with eager, or ✘ and the step which failed ({steps}). "
+              "The errors follow the table.", ""]
+    columns = [(e, c) for e in EXPORTERS for c in (False, True)]
+    index = {(r["architecture"], r["exporter"], r["cache"]): r for r in rows}
+    lines += [".. list-table::", "    :header-rows: 1", "    :class: scenarios-table", ""]
+    lines.append("    * - architecture\n      - kind\n" + "\n".join(
+        f"      - {e} {'cache' if c else 'no cache'}" for e, c in columns))
+    for name in names:
+        kind = next(r["kind"] for r in rows if r["architecture"] == name)
+        cells = [f"``{name}``", kind] + [_cell(index.get((name, e, c))) for e, c in columns]
+        lines.append("    * - " + "\n      - ".join(cells))
+    lines.append("")
+    lines += _heading("Errors", "-")
+    failing = [r for r in rows if not r["success"]]
+    if not failing:
+        lines += ["None.", ""]
+    for r in sorted(failing, key=lambda r: (r["architecture"], r["exporter"], r["cache"])):
+        error = (r["error"] or "").replace("\n", " ")
+        lines.append(f"* ``{r['architecture']}``, {r['exporter']}, {'cache' if r['cache'] else 'no cache'}, "
+                     f"step **{r['step']}**: {_escape(error)}")
+    lines.append("")
+    lines += _heading("Skipped architectures", "-")
+    lines += ["Not text models (or composite configurations built from other ones):", ""]
+    for name, kind, reason in skipped:
+        lines.append(f"* ``{name}`` ({kind}): {_escape(reason)}")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _gaps(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Rows where dynamo matches eager and to_onnx does not."""
+    index = {(r["architecture"], r["exporter"], r["cache"]): r for r in rows}
+    gaps = [r for r in rows if r["exporter"] == "to_onnx" and not r["success"]
+            and index.get((r["architecture"], "dynamo", r["cache"]), {}).get("success")]
+    lines = _heading("Where torch.onnx.export succeeds and fx2onnx.to_onnx does not", "-")
+    if not gaps:
+        return lines + ["None.", ""]
+    for r in gaps:
+        lines.append(f"* ``{r['architecture']}`` ({'cache' if r['cache'] else 'no cache'}, step {r['step']}): "
+                     f"{_escape(r['error'] or '')}")
+    return lines + [""]
+
+
+def write_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any], out_dir: str | Path,
+               skipped: Sequence[tuple[str, str, str]] = ()) -> list[Path]:
+    """Writes ``index.rst`` and ``summary.png`` into ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    text = page_text(rows, meta, skipped)
+    index = out / "index.rst"
+    if not index.exists() or index.read_text(encoding="utf-8") != text:
+        index.write_text(text, encoding="utf-8")
+    plot_summary(rows, out / "summary.png")
+    return [index, out / "summary.png"]
+
+
+__all__ = ["STEPS", "STEP_LETTERS", "page_text", "plot_summary", "summary", "write_page"]

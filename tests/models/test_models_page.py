@@ -1,0 +1,56 @@
+"""The supported-models page, rendered from rows."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from fx2onnx.models.report import page_text, summary, write_page
+from fx2onnx.models.zoo import save_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _row(name, exporter, cache, success, step=None, error=None, kind="causal"):
+    return dict(architecture=name, kind=kind, exporter=exporter, cache=cache, success=success, step=step,
+                error=error, max_abs=1e-6 if success else None, time=1.0)
+
+
+ROWS = [
+    _row("llama", "to_onnx", False, True),
+    _row("llama", "to_onnx", True, True),
+    _row("llama", "dynamo", False, True),
+    _row("llama", "dynamo", True, False, "conversion", "ValueError: no *translation*"),
+    _row("mamba", "to_onnx", False, False, "validation", "discrepancy"),
+    _row("mamba", "dynamo", False, True),
+    _row("bert", "to_onnx", False, False, "capture", "ExportError: x", kind="masked"),
+]
+
+
+def test_summary():
+    table = {(t["exporter"], t["cache"]): t for t in summary(ROWS)}
+    assert table["to_onnx", False] == dict(exporter="to_onnx", cache=False, run=3, captured=2, exported=2, matched=1)
+    assert table["dynamo", True] == dict(exporter="dynamo", cache=True, run=1, captured=1, exported=0, matched=0)
+
+
+def test_page_text():
+    text = page_text(ROWS, {"command": "python -m fx2onnx models", "date": "2026-01-01"},
+                     [("gemma3", "causal", "multimodal")])
+    assert "python -m fx2onnx models" in text and "2026-01-01" in text
+    assert "``mamba`` (no cache, step validation)" in text  # dynamo succeeds, to_onnx does not
+    assert r"no \*translation\*" in text  # escaped for rst
+    assert "``gemma3`` (causal): multimodal" in text
+
+
+def test_write_page_and_generator(tmp_path):
+    files = write_page(ROWS, {}, tmp_path / "page")
+    assert [f.name for f in files] == ["index.rst", "summary.png"]
+    assert all(f.stat().st_size > 0 for f in files)
+    # the build-time generator renders the committed rows the same way
+    spec = importlib.util.spec_from_file_location("gen_models", ROOT / "_doc" / "gen_models.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    save_rows(ROWS, tmp_path / "rows.json", {"date": "2026-01-01"})
+    meta = module.generate(None, rows_path=tmp_path / "rows.json", out_dir=tmp_path / "out")
+    assert meta["date"] == "2026-01-01"
+    assert "Supported models" in (tmp_path / "out" / "index.rst").read_text()

@@ -1,0 +1,67 @@
+"""The model zoo: rows for a few architectures, in worker processes, merged into a rows file."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fx2onnx.models.zoo import build_rows, load_rows, make_tasks, run, run_row, select_architectures
+from fx2onnx.models.zoo_inputs import build_zoo_model, infer_dynamic_shapes
+from fx2onnx.models.discover import get_architecture
+
+
+def test_infer_dynamic_shapes():
+    a = {"x": torch.zeros(2, 3), "y": [torch.zeros(5, 4)], "flag": True}
+    b = {"x": torch.zeros(3, 3), "y": [torch.zeros(7, 4)], "flag": True}
+    shapes = infer_dynamic_shapes(a, b, {(2, 3): "batch"})
+    assert shapes == {"x": {0: "batch"}, "y": [{0: "dim_5_7"}], "flag": None}
+
+
+def test_zoo_model_with_cache():
+    zoo = build_zoo_model(get_architecture("llama"), with_cache=True)
+    cache = zoo.inputs2["past_key_values"]
+    assert cache.get_seq_length() == 11  # longer than the sliding window of the tiny configurations
+    assert zoo.dynamic_shapes["input_ids"] == {0: "batch", 1: "seq"}
+    assert zoo.dynamic_shapes["attention_mask"] == {0: "batch", 1: "total_seq"}
+    assert zoo.dynamic_shapes["past_key_values"][0] == {0: "batch", 2: "past_seq"}
+
+
+def test_tasks_order():
+    names = select_architectures("^(bert|llama|gpt2)$")
+    assert names == ["llama", "gpt2", "bert"]  # the priority list first
+    tasks = make_tasks(["llama", "albert"], ["to_onnx"])
+    # a masked LM has no cache row
+    assert tasks == [("llama", "to_onnx", False), ("llama", "to_onnx", True), ("albert", "to_onnx", False)]
+
+
+def test_skipped_row():
+    row = run_row("gemma3", "to_onnx", False)
+    assert not row["success"] and row["step"] == "config"
+    assert "multimodal" in row["error"]
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return run(only="^(gpt2|albert)$", exporters=["to_onnx"], workers=1, progress=False)
+
+
+def test_run_in_workers(rows):
+    assert [(r["architecture"], r["cache"]) for r in rows] == [("gpt2", False), ("gpt2", True), ("albert", False)]
+    for r in rows:
+        assert r["success"], r
+        assert r["step"] is None and r["max_abs"] < 1e-3 and r["time"] > 0
+
+
+def test_build_rows_merges(tmp_path, rows):
+    path = tmp_path / "rows.json"
+    # a row of another architecture already in the file is kept
+    from fx2onnx.models.zoo import save_rows
+
+    other = dict(rows[2], architecture="other", hash="x")
+    save_rows([other], path, {})
+    merged, meta = build_rows(path, only="^albert$", exporters=["to_onnx"], workers=1, progress=False)
+    assert [(r["architecture"], r["success"]) for r in merged] == [("albert", True), ("other", True)]
+    assert meta["computed"] == 1 and "--only" in meta["command"]
+    # nothing changed: nothing runs again
+    again, meta = build_rows(path, only="^albert$", exporters=["to_onnx"], workers=1, progress=False)
+    assert meta["computed"] == 0 and load_rows(path)[0] == again
