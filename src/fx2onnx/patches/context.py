@@ -16,6 +16,7 @@ from .caches import (
     supported_cache_classes,
     unregister_cache_serialization,
 )
+from .moe_fixes import moe_patches
 from .registry import Patch, PatchReport, PatchSet, check_patches
 from .rewrite import rewrite_patches
 from .torch_fixes import torch_patches
@@ -86,6 +87,7 @@ def collect_patches(
         patches.extend(torch_patches(catch_constraints=catch_constraints, stop_if_static=stop_if_static))
     if patch_transformers:
         patches.extend(transformers_patches())
+        patches.extend(moe_patches())
     if rewrite is not None:
         patches.extend(rewrite_patches(rewrite, dump_rewriting=dump_rewriting))
     for patched in custom_patches:
