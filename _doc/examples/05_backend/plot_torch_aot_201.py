@@ -109,9 +109,9 @@ def train(name, module, steps=8):
             grads = [p.grad.clone() for p in module.parameters()]
         optimizer.step()
         times.append(time.perf_counter() - begin)
-    peak = (rss_kb("VmHWM") - before) / 1024
-    print(f"{name:>11}: first step {times[0]:.2f}s, median step {statistics.median(times[1:]) * 1e3:.2f} ms, peak +{peak:.0f} MB")
-    return dict(first=times[0], step=statistics.median(times[1:]), peak=peak, grads=grads)
+    peak, step = (rss_kb("VmHWM") - before) / 1024, statistics.median(times[1:])
+    print(f"{name:>11}: first step {times[0]:.2f}s, median step {step * 1e3:.2f} ms, peak +{peak:.0f} MB")
+    return dict(first=times[0], step=step, peak=peak, grads=grads)
 
 
 ort_backend, results = make_onnxruntime_backend(), {"eager": train("eager", copy.deepcopy(model))}
@@ -140,7 +140,8 @@ assert [r.name for r in ort_backend.runners] == ["g0_forward", "g1_backward"]
 fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
 titles = {"first": "first step, with compilation (s)", "step": "median step (ms)", "peak": "peak memory (MB)"}
 for ax, (key, title) in zip(axes, titles.items()):
-    ax.bar(list(results), [r[key] * (1000 if key == "step" else 1) for r in results.values()], color=["gray", "green", "blue"])
+    values = [r[key] * (1000 if key == "step" else 1) for r in results.values()]
+    ax.bar(list(results), values, color=["gray", "green", "blue"])
     ax.set_title(title)
 fig.suptitle("Regression model, 128x64 inputs, SGD")
 fig.tight_layout()

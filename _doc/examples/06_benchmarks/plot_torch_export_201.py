@@ -11,13 +11,12 @@ Three ways to get a graph from a model:
 * ``torch.onnx.export(..., dynamo=True)``, the capture, torch's decompositions and
   the translation with :epkg:`onnxscript`.
 
-For two small models (an MLP and a one-layer tiny Llama) this example measures the
-export time (median of three exports of the MLP, one export of the Llama), the peak
-memory of an export and the latency of the exported model (median of a few calls): :epkg:`onnxruntime` for the ONNX models,
-eager PyTorch, the module ``torch.export`` returns, and :func:`torch.compile` with
-inductor (MLP only: on a small machine inductor needs more than a minute to compile
-the C++ kernels of the Llama). Every ONNX model is checked against eager on a second
-input of other shapes (``atol=1e-4``).
+For an MLP and a one-layer tiny Llama, this example measures the export time (median
+of three exports of the MLP, one of the Llama), the peak memory of an export and the
+latency of the exported model, compared with eager and :func:`torch.compile` (inductor,
+MLP only: on a small machine inductor needs more than a minute to compile the C++
+kernels of the Llama). Every ONNX model is checked against eager on a second input of
+other shapes (``atol=1e-4``).
 
 The exporters
 -------------
@@ -35,13 +34,11 @@ import torch
 
 import fx2onnx
 from fx2onnx.models import export_dynamic_shapes, get_tiny_model
-from fx2onnx.validation import make_feeds
+from fx2onnx.validation import flatten_outputs, make_feeds
 
 warnings.filterwarnings("ignore")
-
-
-EXPORTERS = {
-    "torch.export": lambda m, a, k, ds: torch.export.export(m, a, kwargs=k, dynamic_shapes=export_dynamic_shapes(ds)),
+EXPORTERS = {  # (model, args, kwargs, dynamic shapes) -> exported model
+    "torch.export": lambda m, a, k, ds: torch.export.export(m, a, k, dynamic_shapes=export_dynamic_shapes(ds)),
     "to_onnx": lambda m, a, k, ds: fx2onnx.to_onnx(m, a, kwargs=k, dynamic_shapes=ds),
     "torch.onnx.export": lambda m, a, k, ds: torch.onnx.export(
         m, a, kwargs=k, dynamic_shapes=ds, dynamo=True, verbose=False
@@ -54,6 +51,8 @@ MODELS = {
     "mlp": (mlp, (torch.randn(8, 64),), {}, ({0: "batch"},), (torch.randn(5, 64),), {}),
     "tiny llama": (tiny.model, (), tiny.inputs, tiny.dynamic_shapes, (), tiny.inputs2),
 }
+CPU, ONE_THREAD = ["CPUExecutionProvider"], onnxruntime.SessionOptions()
+ONE_THREAD.intra_op_num_threads = 1  # latencies are measured on one thread
 
 
 def rss_kb(field):
@@ -62,16 +61,14 @@ def rss_kb(field):
 
 
 def median_time(fn, repeat):
-    times = []
+    times, result = [], None
     for _ in range(repeat):
-        begin = time.perf_counter()
-        result = fn()
+        begin, result = time.perf_counter(), fn()
         times.append(time.perf_counter() - begin)
     return statistics.median(times), result
 
 
-# not measured: a first export of the MLP imports what each exporter needs, a first
-# capture of the Llama pays what the first call of a transformers model pays
+# not measured: the first export of each exporter, the first capture of the Llama
 for export in EXPORTERS.values():
     export(mlp, MODELS["mlp"][1], {}, MODELS["mlp"][3])
 EXPORTERS["torch.export"](tiny.model, (), copy.deepcopy(tiny.inputs), tiny.dynamic_shapes)
@@ -89,22 +86,19 @@ rows = []
 for model_name, (model, args, kwargs, ds, args2, kwargs2) in MODELS.items():
     for name, export in EXPORTERS.items():
         with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        before = rss_kb("VmRSS")
-        repeat = 3 if model_name == "mlp" else 1
+            f.write("5")  # resets VmHWM
+        before, repeat = rss_kb("VmRSS"), (3 if model_name == "mlp" else 1)
         duration, exported = median_time(lambda: export(model, args, copy.deepcopy(kwargs), ds), repeat)
         row = dict(model=model_name, exporter=name, export_s=duration, memory_mb=(rss_kb("VmHWM") - before) / 1024)
         if name == "torch.export":
             runner = exported.module()
-            with torch.no_grad():
-                diff = (runner(*args2, **kwargs2)[0] - model(*args2, **kwargs2)[0]).abs().max().item()
+            pairs = zip(flatten_outputs(runner(*args2, **kwargs2)), flatten_outputs(model(*args2, **kwargs2)))
+            diff = max((a - b).abs().max().item() for a, b in pairs)
             row["call"] = lambda r=runner, a=args2, k=kwargs2: r(*a, **k)
         else:
             report = fx2onnx.validate(exported, model, args2, kwargs2, atol=1e-4)
             assert report.ok, (model_name, name, report)
-            options = onnxruntime.SessionOptions()
-            options.intra_op_num_threads = 1  # one thread, as torch below
-            sess = onnxruntime.InferenceSession(exported.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            sess = onnxruntime.InferenceSession(exported.SerializeToString(), ONE_THREAD, providers=CPU)
             diff, feeds = report.max_abs, make_feeds(sess, args2, kwargs2)
             row["call"] = lambda s=sess, f=feeds: s.run(None, f)
         assert diff < 1e-4, (model_name, name, diff)
@@ -115,16 +109,17 @@ for model_name, (model, args, kwargs, ds, args2, kwargs2) in MODELS.items():
 # Latency
 # -------
 #
-# Eager and ``torch.compile`` run on the same second inputs. Every runtime uses one
-# thread (torch's setting is restored after).
+# Eager and ``torch.compile`` run on the same second inputs, ``torch.export`` means
+# the module it returns, the ONNX exporters mean their model run by onnxruntime.
+# Every runtime uses one thread (torch's setting is restored after).
 
 for model_name, (model, args, kwargs, ds, args2, kwargs2) in MODELS.items():
     rows.append(dict(model=model_name, exporter="eager", call=lambda m=model, a=args2, k=kwargs2: m(*a, **k)))
+x2 = MODELS["mlp"][4][0]
 with torch._inductor.config.patch(compile_threads=1), torch.no_grad():
     compiled = torch.compile(copy.deepcopy(mlp))
-    expected = mlp(*MODELS["mlp"][4])
-    torch.testing.assert_close(compiled(*MODELS["mlp"][4]), expected, atol=1e-4, rtol=1e-3)
-rows.append(dict(model="mlp", exporter="torch.compile", call=lambda: compiled(*MODELS["mlp"][4])))
+    torch.testing.assert_close(compiled(x2), mlp(x2), atol=1e-4, rtol=1e-3)
+rows.append(dict(model="mlp", exporter="torch.compile", call=lambda: compiled(x2)))
 
 torch_threads = torch.get_num_threads()
 torch.set_num_threads(1)
@@ -132,9 +127,8 @@ with torch.no_grad():
     for row in rows:
         row["call"]()  # warm-up
         row["latency_ms"] = median_time(row.pop("call"), repeat=10)[0] * 1000
+        print(f"{row['model']:>10} {row['exporter']:>17}: {row['latency_ms']:.3f} ms")
 torch.set_num_threads(torch_threads)
-for row in rows:
-    print(f"{row['model']:>10} {row['exporter']:>17}: {row['latency_ms']:.3f} ms")
 assert len(rows) == 9 and all(r["latency_ms"] > 0 for r in rows)
 
 # %%
@@ -142,19 +136,14 @@ assert len(rows) == 9 and all(r["latency_ms"] > 0 for r in rows)
 # -----
 
 fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-for ax, key, title in [(axes[0], "export_s", "export time (s)"), (axes[1], "memory_mb", "peak memory of an export (MB)")]:
+panels = [("export_s", list(EXPORTERS), "export time (s)"), ("memory_mb", list(EXPORTERS), "peak memory (MB)"),
+          ("latency_ms", ["eager", "torch.compile", *EXPORTERS], "latency (ms, one thread, log scale)")]
+for ax, (key, names, title) in zip(axes, panels):
     for k, model_name in enumerate(MODELS):
-        values = [r[key] for r in rows if r["model"] == model_name and key in r]
-        ax.bar(np.arange(3) + (k - 0.5) * 0.4, values, 0.4, label=model_name)
-    ax.set_xticks(range(3), list(EXPORTERS))
+        by_name = {r["exporter"]: r[key] for r in rows if r["model"] == model_name and key in r}
+        ax.bar(np.arange(len(names)) + (k - 0.5) * 0.4, [by_name.get(n, np.nan) for n in names], 0.4, label=model_name)
+    ax.set_xticks(range(len(names)), [n.replace(".", ".\n", 1) for n in names])
+    ax.set_yscale("log" if key == "latency_ms" else "linear")
     ax.set_title(title)
     ax.legend()
-names = ["eager", "torch.compile", "torch.export", "to_onnx", "torch.onnx.export"]
-for k, model_name in enumerate(MODELS):
-    by_name = {r["exporter"]: r["latency_ms"] for r in rows if r["model"] == model_name}
-    axes[2].bar(np.arange(5) + (k - 0.5) * 0.4, [by_name.get(n, np.nan) for n in names], 0.4, label=model_name)
-axes[2].set_xticks(range(5), ["eager", "compile", "export\nmodule", "to_onnx\nort", "onnx.export\nort"])
-axes[2].set_yscale("log")
-axes[2].set_title("latency (ms, one thread)")
-axes[2].legend()
 fig.tight_layout()
