@@ -1,4 +1,4 @@
-"""Complex tensors stop the export at conversion time with a message naming the node."""
+"""Complex tensors are real pairs; a complex node without a converter stops the export with a message naming it."""
 
 from __future__ import annotations
 
@@ -24,19 +24,31 @@ class AbsOfComplex(torch.nn.Module):
         return torch.view_as_complex(x).abs()
 
 
-def test_complex_input_is_a_clear_error():
-    x = torch.randn(3, dtype=torch.complex64)
-    with pytest.raises(fx2onnx.ConversionError, match="complex tensors are not supported") as info:
-        fx2onnx.to_onnx(ComplexInput(), (x,))
+class ExpOfComplex(torch.nn.Module):
+    def forward(self, x):
+        return torch.view_as_real(torch.view_as_complex(x).exp())
+
+
+def test_complex_input_is_a_real_pair():
+    x, x2 = torch.randn(3, dtype=torch.complex64), torch.randn(5, dtype=torch.complex64)
+    onx = check_export(ComplexInput(), (x,), dynamic_shapes=({0: "n"},), inputs2=((x2,), None))
+    shape = [d.dim_param or d.dim_value for d in onx.graph.input[0].type.tensor_type.shape.dim]
+    assert shape == ["n", 2], shape
+
+
+def test_complex_intermediate_is_converted():
+    x, x2 = torch.randn(3, 2), torch.randn(6, 2)
+    onx = check_export(ComplexInside(), (x,), dynamic_shapes=({0: "n"},), inputs2=((x2,), None))
+    assert all("COMPLEX" not in str(v.type) for v in onx.graph.value_info)
+
+
+def test_complex_op_without_converter_is_a_clear_error():
+    with pytest.raises(fx2onnx.ConversionError, match="no converter handles complex values") as info:
+        fx2onnx.to_onnx(ExpOfComplex(), (torch.randn(3, 2),))
     message = str(info.value)
-    assert "'mul'" in message and "takes a complex tensor (torch.complex64, from 'x')" in message, message
-    assert "source:" in message and "x * 2" in message, message
-
-
-def test_complex_intermediate_is_a_clear_error():
-    with pytest.raises(fx2onnx.ConversionError, match="produces a complex tensor") as info:
-        fx2onnx.to_onnx(ComplexInside(), (torch.randn(3, 2),))
-    assert "aten::view_as_complex" in str(info.value)
+    assert "aten::exp" in message and "takes a complex tensor (torch.complex64, from 'view_as_complex')" in message
+    assert "real pairs" in message and "fx2onnx.Dispatcher" in message
+    assert "source:" in message and ".exp()" in message, message
     assert not isinstance(info.value, fx2onnx.UnsupportedOpError)
 
 

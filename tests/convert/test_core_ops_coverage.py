@@ -10,8 +10,6 @@ aten = torch.ops.aten
 
 #: core operators without a converter, and why
 EXEMPTIONS: dict[str, str] = {
-    "aten::_fft_r2c": "complex helper: FFTs as real pairs through ONNX DFT are being added by the complex-tensor work",
-    "aten::_fft_c2r": "complex helper: FFTs as real pairs through ONNX DFT are being added by the complex-tensor work",
     "aten::resize_": "in-place storage resize: ONNX values have no storage and torch.export functionalizes "
     "it away (a graph that keeps it is refused by UnsupportedOpError naming the node)",
     "aten::atan2.out": "out= variant: torch.export functionalizes it into aten::atan2 which has a converter",

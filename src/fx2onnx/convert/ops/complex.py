@@ -169,7 +169,21 @@ def convert_complex_abs(ctx, node, x):
 
 
 def atan2(ctx, y, x, dtype: torch.dtype):
-    """atan2 with torch's quadrants; atan2(0, 0) = 0."""
+    """atan2 with torch's quadrants; atan2(0, 0) = 0.
+
+    onnxruntime has no double ``Atan``: float64 goes through float32 then one Newton
+    step on ``y cos(t) - x sin(t) = 0`` in double brings back the precision.
+    """
+    if dtype == torch.float64:
+        t = ctx.cast(_atan2(ctx, ctx.cast(y, torch.float32), ctx.cast(x, torch.float32), torch.float32), dtype)
+        cos, sin = ctx.op.Cos(t), ctx.op.Sin(t)
+        step = ctx.op.Div(ctx.op.Sub(ctx.op.Mul(y, cos), ctx.op.Mul(x, sin)), ctx.op.Add(ctx.op.Mul(x, cos), ctx.op.Mul(y, sin)))
+        finite = ctx.op.Not(ctx.op.Or(ctx.op.IsNaN(step), ctx.op.IsInf(step)))
+        return ctx.op.Add(t, ctx.op.Where(finite, step, ctx.const(0.0, dtype)))
+    return _atan2(ctx, y, x, dtype)
+
+
+def _atan2(ctx, y, x, dtype: torch.dtype):
     zero, pi = ctx.const(0.0, dtype), ctx.const(math.pi, dtype)
     x_zero = ctx.op.Equal(x, zero)
     safe_x = ctx.op.Where(x_zero, ctx.const(1.0, dtype), x)
@@ -261,3 +275,37 @@ def convert_complex_sum(ctx, node, x, dim=None, keepdim=False, dtype=None):
 
 
 __all__ = ["as_pair", "make_pair", "real_part", "imag_part", "complex_mul", "conj", "atan2"]
+
+
+# structural operators: they normalize their axis with the complex rank, which leaves the pair axis last
+def _register_structural() -> None:
+    from .shape import convert_narrow, convert_select, convert_slice
+
+    complex_converter(aten.slice.Tensor)(convert_slice)
+    complex_converter(aten.narrow.default)(convert_narrow)
+    complex_converter(aten.select.int)(convert_select)
+
+
+_register_structural()
+
+
+@complex_converter(aten.cat.default)
+def convert_complex_cat(ctx, node, tensors, dim=0):
+    dtype = out_pair_dtype(ctx)
+    rank = ctx.out_rank()
+    pairs = [as_pair(ctx, f, v, dtype) for f, v in zip(node.args[0], tensors)]
+    return ctx.op.Concat(*pairs, axis=dim + rank if dim < 0 else dim)
+
+
+@complex_converter(aten.constant_pad_nd.default)
+def convert_complex_pad(ctx, node, x, pad, value=0):
+    """Zero padding (what the FFTs' ``n`` and ``s`` do); the pair axis is never padded."""
+    if value != 0 or not all(isinstance(p, int) for p in pad):
+        raise ctx.error("Only zero padding with static sizes is converted for complex tensors (real pairs).")
+    rank = complex_rank(node.args[0]) + 1
+    begins, ends = [0] * rank, [0] * rank
+    for i in range(len(pad) // 2):
+        begins[rank - 2 - i], ends[rank - 2 - i] = pad[2 * i], pad[2 * i + 1]
+    if any(p < 0 for p in begins + ends):
+        raise ctx.error("Negative padding of a complex tensor is not converted.")
+    return ctx.op.Pad(x, ctx.const(begins + ends, torch.int64))

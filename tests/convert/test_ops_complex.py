@@ -1,0 +1,142 @@
+"""Complex tensors carried as real pairs (trailing dimension 2) and FFTs through ONNX DFT, against eager."""
+
+from __future__ import annotations
+
+import math
+
+import onnx
+import pytest
+import torch
+from helpers import check_export, make
+
+import fx2onnx
+from fx2onnx.validation import run_onnx, validate
+
+DTYPES = [torch.float32, torch.float64]
+
+
+def _randn(*shape, dtype=torch.float32, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def _c(t):
+    return torch.view_as_complex(t)
+
+
+def _r(t):
+    return torch.view_as_real(t)
+
+
+PAIR_CASES = {
+    "polar_abs_angle": lambda a, b: torch.polar(a.abs() + 0.1, b).abs() + torch.angle(torch.polar(a.abs() + 0.1, b * 0.5)),
+    "mul_pairs": lambda a, b: _r(_c(torch.stack([a, b], -1)) * _c(torch.stack([b, a], -1))),
+    "add_sub_real": lambda a, b: _r(_c(torch.stack([a, b], -1)) + a - 2 * _c(torch.stack([b, a], -1))),
+    "mul_real_and_scalar": lambda a, b: _r(_c(torch.stack([a, b], -1)) * b * (1 - 2j)),
+    "div": lambda a, b: _r(_c(torch.stack([a, b], -1)) / _c(torch.stack([b.abs() + 1, a], -1)) + a / _c(torch.stack([b.abs() + 1, a], -1))),
+    "div_real": lambda a, b: _r(_c(torch.stack([a, b], -1)) / (b.abs() + 1)),
+    "conj_neg_real_imag": lambda a, b: (-_c(torch.stack([a, b], -1)).conj()).imag + torch.complex(a, b).real,
+    "complex_broadcast": lambda a, b: _r(torch.complex(a, b[:1])),
+    "sum_mean": lambda a, b: _r(_c(torch.stack([a, b], -1)).sum(0, keepdim=True) + _c(torch.stack([a, b], -1)).mean(-1, keepdim=True)),
+    "to_complex": lambda a, b: _r(a.to(torch.complex64 if a.dtype == torch.float32 else torch.complex128) * b),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(PAIR_CASES))
+def test_complex_arithmetic(name, dtype):
+    a, b = _randn(3, 4, dtype=dtype), _randn(3, 4, dtype=dtype, seed=1)
+    a2, b2 = _randn(5, 6, dtype=dtype, seed=2), _randn(5, 6, dtype=dtype, seed=3)
+    ds = ({0: "n", 1: "m"}, {0: "n", 1: "m"})
+    if name == "sum_mean":  # torch.export specializes the reduced dimension
+        ds, a2, b2 = ({0: "n"}, {0: "n"}), a2[:, :4], b2[:, :4]
+    check_export(make(PAIR_CASES[name], (a, b)), (a, b), dynamic_shapes=ds, inputs2=((a2, b2), None))
+
+
+def test_view_as_real_of_a_product_with_a_pair_input():
+    model = make(lambda x, y: _r(_c(x) * y), (0, 0))
+    x, y = _randn(2, 3, 2), _randn(2, 3)
+    onx = check_export(model, (x, y), dynamic_shapes=({0: "b"}, {0: "b"}), inputs2=((_randn(4, 3, 2), _randn(4, 3)), None))
+    assert not any(i.type.tensor_type.elem_type == onnx.TensorProto.COMPLEX64 for i in onx.graph.input)
+
+
+def test_angle_of_real_values_keeps_nan():
+    x = torch.tensor([-2.0, -0.0, 0.0, 3.0, float("nan"), float("-inf")])
+    check_export(make(torch.angle, (x,)), (x,))
+
+
+def test_angle_of_complex_zero_and_axes():
+    x = torch.tensor([[0.0, 0.0], [0.0, 1.0], [0.0, -1.0], [-1.0, 0.0], [-1.0, -1e-3], [2.0, -3.0]])
+    check_export(make(lambda t: torch.angle(_c(t)), (x,)), (x,))
+
+
+def test_complex_model_input_and_output_are_pairs():
+    """A complex input is fed as torch.view_as_real(x); a complex output comes back as a pair."""
+    model = make(lambda z: z * 2 + 1j, (0,))
+    z = torch.randn(3, 4, dtype=torch.complex64)
+    onx = fx2onnx.to_onnx(model, (z,), dynamic_shapes=({0: "batch"},))
+    dims = [d.dim_param or d.dim_value for d in onx.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == ["batch", 4, 2] and onx.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    (got,) = run_onnx(onx, (torch.view_as_real(z),))
+    torch.testing.assert_close(torch.from_numpy(got), torch.view_as_real(z * 2 + 1j))
+    z2 = torch.randn(6, 4, dtype=torch.complex64)
+    report = validate(onx, model, (z2,))
+    assert report.ok, report
+
+
+def _fft_cases():
+    return {
+        "rfft": (lambda t: _r(torch.fft.rfft(t)), False),
+        "rfft_ortho_n": (lambda t: _r(torch.fft.rfft(t, n=10, norm="ortho")), False),
+        "fft_of_real_forward": (lambda t: _r(torch.fft.fft(t, norm="forward")), False),
+        "irfft": (lambda t: torch.fft.irfft(_c(t)), True),
+        "irfft_n_ortho": (lambda t: torch.fft.irfft(_c(t), n=7, norm="ortho"), True),
+        "irfft_n_padded": (lambda t: torch.fft.irfft(_c(t), n=20), True),
+        "fft_n_trimmed_padded": (lambda t: _r(torch.fft.fft(_c(t), n=5) + torch.fft.fft(_c(t), n=5, dim=0)[:3, :, :5]), True),
+        "fft": (lambda t: _r(torch.fft.fft(_c(t))), True),
+        "ifft_ortho": (lambda t: _r(torch.fft.ifft(_c(t), norm="ortho")), True),
+        "ifft_forward": (lambda t: _r(torch.fft.ifft(_c(t), dim=0, norm="forward")), True),
+        "fft2": (lambda t: _r(torch.fft.fft2(_c(t))), True),
+        "rfftn": (lambda t: _r(torch.fft.rfftn(t, norm="ortho")), False),
+        "rfft2_irfft2": (lambda t: torch.fft.irfft2(torch.fft.rfft2(t), s=t.shape[-2:]), False),
+    }
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", list(_fft_cases()))
+def test_fft(name, dtype):
+    fn, pair = _fft_cases()[name]
+    x = _randn(3, 6, 8, *([2] if pair else []), dtype=dtype)
+    atol = 1e-4 if dtype == torch.float32 else 1e-9
+    check_export(make(fn, (x,)), (x,), atol=atol, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["rfft", "irfft", "fft", "fft2", "rfftn"])
+def test_fft_dynamic_dims(name):
+    fn, pair = _fft_cases()[name]
+    x = _randn(3, 6, 8, *([2] if pair else []))
+    x2 = _randn(5, 4, 10, *([2] if pair else []), seed=1)
+    ds = ({0: "batch", 1: "rows", 2: "cols"},)
+    onx = check_export(make(fn, (x,)), (x,), dynamic_shapes=ds, inputs2=((x2,), None))
+    assert "DFT" in {n.op_type for n in onx.graph.node}
+
+
+def test_fft_at_opset_20_takes_the_axis_as_an_input():
+    x = _randn(3, 8)
+    onx = check_export(make(lambda t: _r(torch.fft.fft(t)), (x,)), (x,), target_opset=20)
+    dft = next(n for n in onx.graph.node if n.op_type == "DFT")
+    assert len(dft.input) == 3 and not any(a.name == "axis" for a in dft.attribute)
+
+
+def test_spectral_filter_round_trip():
+    """A low-pass filter: rfft, multiply by a real mask, irfft."""
+    mask = (torch.arange(5) < 3).float()
+    model = make(lambda t: torch.fft.irfft(torch.fft.rfft(t) * mask, n=t.shape[-1]), (0,))
+    x = torch.sin(torch.linspace(0, 6 * math.pi, 8)).repeat(2, 1) + _randn(2, 8) * 0.1
+    check_export(model, (x,))
+
+
+def test_unconverted_complex_op_is_a_clear_error():
+    model = make(lambda t: torch.view_as_real(torch.exp(torch.view_as_complex(t))), (0,))
+    with pytest.raises(fx2onnx.ConversionError, match="no converter handles complex values") as info:
+        fx2onnx.to_onnx(model, (_randn(3, 2),))
+    assert "aten::exp" in str(info.value) and "real pairs" in str(info.value)
