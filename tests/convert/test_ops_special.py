@@ -147,3 +147,29 @@ def test_pi_constant_accuracy_sanity():
     # lgamma(1/2) = log(sqrt(pi)) through the converter
     check_export(Fn(torch.lgamma), (torch.tensor([0.5, 1.5], dtype=F64),), atol=1e-14, rtol=1e-14)
     assert math.isclose(math.lgamma(0.5), math.log(math.sqrt(math.pi)))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [torch.erf, torch.erfc, torch.special.ndtr, torch.nn.functional.gelu, lambda t: torch.ops.aten.gelu_backward.default(t * 0 + 1, t)],
+)
+def test_erf_family_float64(fn):
+    # onnxruntime has no float64 Erf kernel: these go through the float64 formulas
+    x = grid(-12, 12, extra=(0.0,) + NONFINITE)
+    check_export(Fn(fn), (x,), atol=1e-13, rtol=1e-12)
+
+
+def test_erfc_and_ndtr_tails_float32():
+    # 1 - erf(x) is 0 in float32 beyond x ~ 4; torch keeps the tail
+    x = torch.linspace(-9, 9, 181)
+    check_export(Fn(torch.erfc), (x,), atol=1e-30, rtol=1e-5)
+    # torch's ndtr is 1 + erf: 0 below -5.8 in float32, 6.1e-16 instead of 6.2e-16 at -8 in float64;
+    # ours is compared with erfc(-x / sqrt(2)) / 2 in float64
+    onx = check_export(Fn(torch.special.ndtr), (x,), atol=1e-6)
+    import onnxruntime
+
+    sess = onnxruntime.InferenceSession(onx.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = torch.from_numpy(sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0])
+    expected = (torch.erfc(-x.double() / math.sqrt(2.0)) / 2).float()
+    torch.testing.assert_close(got, expected, atol=1e-30, rtol=1e-5)
+    check_export(Fn(torch.erf), (x,), atol=1e-6)

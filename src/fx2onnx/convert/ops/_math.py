@@ -221,3 +221,21 @@ def erfcx(x: M) -> M:
     positive = where(a < ERF_SWITCH, (small * small).exp() * (1.0 - erf_small), erfcx_fraction(large))
     negative = where(a < ERF_SWITCH, (small * small).exp() * (1.0 + erf_small), (a * a).exp() * 2.0 - erfcx_fraction(large))
     return where(x < 0, negative, positive)
+
+
+def erf_value(ctx, x, dtype: torch.dtype):
+    """erf(x) as a value of ``dtype``: ONNX Erf, or the float64 formula (onnxruntime has no float64 Erf)."""
+    if dtype != F64:
+        return ctx.op.Erf(ctx.cast(x, dtype))
+    v = M.of(ctx, x)
+    a = v.abs()
+    tail = (1.0 - erfc_nonneg(a.maximum(ERF_SWITCH))) * v.sign()
+    return where(a < ERF_SWITCH, erf_series(v.minimum(ERF_SWITCH).maximum(-ERF_SWITCH)), tail).v
+
+
+def erfc_value(ctx, x, dtype: torch.dtype):
+    """erfc(x) as a value of ``dtype``, computed in float64 (relative accuracy kept in the upper tail)."""
+    v = M.of(ctx, x)
+    a = v.abs()
+    upper = erfc_nonneg(a)
+    return where(v < 0.0, 2.0 - upper, upper).to(dtype)

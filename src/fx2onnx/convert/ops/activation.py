@@ -11,6 +11,7 @@ import math
 import torch
 
 from ..registry import converter
+from ._math import erf_value
 
 aten = torch.ops.aten
 
@@ -33,7 +34,7 @@ def convert_gelu(ctx, node, x, approximate="none"):
             ctx.op.Add(x, ctx.op.Mul(ctx.const(0.044715, dtype), ctx.op.Mul(x, ctx.op.Mul(x, x)))),
         )
         return ctx.op.Mul(ctx.op.Mul(half, x), ctx.op.Add(one, ctx.op.Tanh(inner)))
-    erf = ctx.op.Erf(ctx.op.Div(x, ctx.const(math.sqrt(2.0), dtype)))
+    erf = erf_value(ctx, ctx.op.Div(x, ctx.const(math.sqrt(2.0), dtype)), dtype)
     return ctx.op.Mul(ctx.op.Mul(half, x), ctx.op.Add(one, erf))
 
 

@@ -13,6 +13,7 @@ import torch
 
 from ..builder import onnx_dtype
 from ..registry import converter
+from ._math import erf_value
 from ._common import fake_of, input_rank, normalize_axis
 
 aten = torch.ops.aten
@@ -63,7 +64,7 @@ def convert_gelu_backward(ctx, node, grad, x, approximate="none"):
         left = ctx.op.Mul(c(0.5), ctx.op.Add(c(1), t))
         right = ctx.op.Mul(ctx.op.Mul(c(0.5), x), ctx.op.Mul(ctx.op.Sub(c(1), ctx.op.Mul(t, t)), du))
         return ctx.op.Mul(grad, ctx.op.Add(left, right))
-    cdf = ctx.op.Mul(c(0.5), ctx.op.Add(c(1), ctx.op.Erf(ctx.op.Mul(x, c(1 / math.sqrt(2))))))
+    cdf = ctx.op.Mul(c(0.5), ctx.op.Add(c(1), erf_value(ctx, ctx.op.Mul(x, c(1 / math.sqrt(2))), dtype)))
     pdf = ctx.op.Mul(c(1 / math.sqrt(2 * math.pi)), ctx.op.Exp(ctx.op.Mul(c(-0.5), ctx.op.Mul(x, x))))
     return ctx.op.Mul(grad, ctx.op.Add(cdf, ctx.op.Mul(x, pdf)))
 

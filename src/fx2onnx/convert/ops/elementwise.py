@@ -8,6 +8,7 @@ import torch
 
 from ..registry import converter
 from ._common import cast_all, result_dtype
+from ._math import erf_value, erfc_value
 
 aten = torch.ops.aten
 
@@ -156,7 +157,6 @@ _UNARY = {
     aten.tanh.default: "Tanh",
     aten.sigmoid.default: "Sigmoid",
     aten.relu.default: "Relu",
-    aten.erf.default: "Erf",
     aten.floor.default: "Floor",
     aten.ceil.default: "Ceil",
     aten.sign.default: "Sign",
@@ -391,10 +391,15 @@ def convert_expit(ctx, node, x):
     return ctx.op.Sigmoid(ctx.cast(x, ctx.out_dtype()))
 
 
+@converter(aten.erf.default)
+def convert_erf(ctx, node, x):
+    return erf_value(ctx, x, ctx.out_dtype())
+
+
 @converter(aten.erfc.default, aten.special_erfc.default)
 def convert_erfc(ctx, node, x):
-    x = ctx.cast(x, ctx.out_dtype())
-    return ctx.op.Sub(ctx.const(1.0, ctx.out_dtype()), ctx.op.Erf(x))
+    """erfc computed in float64 (1 - erf would lose every digit of the tail)."""
+    return erfc_value(ctx, x, ctx.out_dtype())
 
 
 @converter(aten.frac.default)
@@ -618,11 +623,9 @@ def convert_ldexp(ctx, node, x, other):
 
 @converter(aten.special_ndtr.default)
 def convert_ndtr(ctx, node, x):
-    # standard normal CDF: (1 + erf(x / sqrt(2))) / 2
-    dtype = ctx.out_dtype()
-    x = ctx.cast(x, dtype)
-    erf = ctx.op.Erf(ctx.op.Mul(x, ctx.const(1.0 / math.sqrt(2.0), dtype)))
-    return ctx.op.Mul(ctx.op.Add(erf, ctx.const(1.0, dtype)), ctx.const(0.5, dtype))
+    # standard normal CDF: erfc(-x / sqrt(2)) / 2, in float64 (both tails keep their digits)
+    scaled = ctx.op.Mul(ctx.cast(x, torch.float64), ctx.const(-1.0 / math.sqrt(2.0), torch.float64))
+    return ctx.cast(ctx.op.Mul(erfc_value(ctx, scaled, torch.float64), ctx.const(0.5, torch.float64)), ctx.out_dtype())
 
 
 @converter(aten.special_xlog1py.default, aten.special_xlog1py.self_scalar, aten.special_xlog1py.other_scalar)
