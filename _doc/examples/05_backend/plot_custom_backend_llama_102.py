@@ -62,6 +62,7 @@ def one_step(model):
 
 
 eager_loss, eager_grads = one_step(copy.deepcopy(tiny.model).train())
+torch._dynamo.reset()  # forget what dynamo compiled before (other examples, other backends)
 backend = FusingBackend("onnxruntime")
 fused_loss, fused_grads = one_step(torch.compile(copy.deepcopy(tiny.model).train(), backend=backend))
 

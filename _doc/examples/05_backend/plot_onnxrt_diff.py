@@ -64,14 +64,14 @@ tiny = get_tiny_model("llama")
 
 
 def one_step(backend):
+    torch._dynamo.reset()  # forget what dynamo compiled before (other examples, other backends)
     compiled, ids = torch.compile(copy.deepcopy(tiny.model).train(), backend=backend), tiny.inputs["input_ids"]
     compiled(input_ids=ids, labels=ids).loss.backward()
     return {r.name: r for r in backend.runners}
 
 
-dump_folder = tempfile.mkdtemp(prefix="onnxrt_diff_")
 raw_backend = RecordingBackend()
-with fx2onnx.dump_onnx("llama", folder=dump_folder) as dumped:
+with fx2onnx.dump_onnx("llama", folder=tempfile.mkdtemp(prefix="onnxrt_diff_")) as dumped:
     raw = one_step(raw_backend)
 optimized = one_step(RecordingBackend(optimize=True))
 print([os.path.basename(p) for p in dumped])

@@ -58,6 +58,7 @@ def keep(kind):
     return compiler
 
 
+torch._dynamo.reset()  # forget what dynamo compiled before (other examples, other backends)
 recording = torch.compile(copy.deepcopy(model), backend=aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw")))
 recording(x, y).backward()
 print(graphs["fw"].code.strip())
