@@ -20,13 +20,13 @@ OUTPUT = ROOT / "models"
 def generate(app=None, rows_path: Path | None = None, out_dir: Path | None = None) -> dict:
     """Renders the page from the committed rows; returns their metadata."""
     from fx2onnx.models.report import write_page
-    from fx2onnx.models.zoo import load_rows, skipped_architectures
+    from fx2onnx.models.zoo import load_rows, select_architectures, skipped_architectures
 
     begin = time.perf_counter()
     path = rows_path or ROWS
     rows, meta = load_rows(path)
     if not rows:
         raise FileNotFoundError(f"No rows in {path}: run `python -m fx2onnx models` to produce them.")
-    write_page(rows, meta, out_dir or OUTPUT, skipped_architectures())
+    write_page(rows, meta, out_dir or OUTPUT, skipped_architectures(), select_architectures())
     print(f"[gen_models] {len(rows)} model rows rendered in {time.perf_counter() - begin:.0f} s")
     return meta

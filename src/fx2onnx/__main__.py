@@ -198,7 +198,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .models.report import summary, write_page
-    from .models.zoo import ROWS_FILE, build_rows, skipped_architectures
+    from .models.zoo import ROWS_FILE, build_rows, select_architectures, skipped_architectures
 
     rows_path = Path(args.out) / ROWS_FILE
     rows, meta = build_rows(
@@ -207,7 +207,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
     )
     print(f"{meta['computed']} rows computed in {meta['duration']:.0f} s; {len(rows)} rows in {rows_path}")
     if args.page:
-        write_page(rows, meta, args.page, skipped_architectures())
+        write_page(rows, meta, args.page, skipped_architectures(), select_architectures())
         print(f"page written in {args.page}")
     for t in summary(rows):
         cache = "cache" if t["cache"] else "no cache"

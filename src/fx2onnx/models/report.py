@@ -27,6 +27,26 @@ _PAST = {
 }
 
 
+#: what the rows cannot say by themselves: why some families fail, and the fix
+KNOWN_LIMITS = [
+    "* **Mixtures of experts**: transformers 5 runs the experts with a grouped matmul which, on CPU "
+    "in float32, calls the custom operator ``transformers::grouped_mm_fallback`` (a Python loop over "
+    "``offs.tolist()``); no exporter knows it. ``torch_export_patches(patch_transformers=True)`` "
+    "replaces ``transformers.integrations.moe._grouped_mm`` by a gather of each row's expert weight "
+    "and a batched matmul (:mod:`fx2onnx.patches.moe_fixes`): both exporters then see standard operators.",
+    "* **State-space models** (Mamba and the hybrids built on its reference scan): without the "
+    "``mamba_ssm`` kernels, transformers' ``mamba_selective_scan`` iterates ``for index in "
+    "range(seq_len)``; :func:`torch.export.export` unrolls the loop and specializes the sequence "
+    "length (``tracing inferred a static shape of 3 for dimension inputs['input_ids'].shape[1]``, "
+    "step *capture*). The fix is a patch computing the scan with ``torch.ops.higher_order.scan`` "
+    "(``associative_scan`` is only taken by transformers under ``torch.compile``, not under "
+    "``torch.export``); it is not written yet. A static sequence length exports.",
+    "* **Sliding-window caches**: a model exported with a cache shorter than its window and run with "
+    "a longer one (the second input set: 11 positions, window 8) is checked here; a *validation* "
+    "failure on such a row is a silent wrong model of the exporter, not of the check.",
+]
+
+
 def summary(rows: Sequence[dict[str, Any]], architectures: int | None = None) -> list[dict[str, Any]]:
     """Per exporter x cache: architectures discovered (run), captured, exported, matched."""
     table = []
@@ -90,17 +110,20 @@ def _heading(text: str, char: str) -> list[str]:
     return [text, char * len(text), ""]
 
 
-def page_text(rows: Sequence[dict[str, Any]], meta: dict[str, Any], skipped: Sequence[tuple[str, str, str]]) -> str:
-    """The rst of the page. ``skipped`` lists ``(architecture, kind, reason)``."""
+def page_text(rows: Sequence[dict[str, Any]], meta: dict[str, Any], skipped: Sequence[tuple[str, str, str]],
+              text_architectures: Sequence[str] = ()) -> str:
+    """The rst of the page. ``skipped`` lists ``(architecture, kind, reason)``,
+    ``text_architectures`` every architecture the zoo runs (those without rows are listed)."""
     lines = _heading("Supported models", "=")
     names = sorted({r["architecture"] for r in rows})
     kinds = collections.Counter({r["architecture"]: r["kind"] for r in rows}.values())
     lines += [
         f"Every text architecture listed by :epkg:`transformers`' auto mappings for causal LM, "
         f"masked LM and seq2seq is discovered by :mod:`fx2onnx.models.discover` "
-        f"({len(names) + len(skipped)} architectures: {len(names)} text models run here "
+        f"({len(set(text_architectures) | set(names)) + len(skipped)} architectures, "
+        f"{len(skipped)} of them skipped; {len(names)} text models have rows here "
         f"({kinds.get('causal', 0)} causal LM, {kinds.get('masked', 0)} masked LM, "
-        f"{kinds.get('seq2seq', 0)} seq2seq), {len(skipped)} skipped, listed at the end). Each one gets "
+        f"{kinds.get('seq2seq', 0)} seq2seq); the skipped ones are listed at the end). Each one gets "
         "a tiny configuration (hidden size 64, 2 layers, 4 heads, vocabulary 1024, sliding window 8, "
         "experts and state-space sizes scaled down) and seeded random weights, then is exported by "
         + " and ".join(f"``{k}`` (``{v}``)" for k, v in EXPORTERS.items())
@@ -113,7 +136,7 @@ def page_text(rows: Sequence[dict[str, Any]], meta: dict[str, Any], skipped: Seq
         "",
         f"These rows were computed by ``{meta.get('command', 'python -m fx2onnx models')}`` on "
         f"{meta.get('date', '?')} with torch {meta.get('torch', '?')} and transformers "
-        f"{meta.get('transformers', '?')}; they are committed (``_doc/models_rows.json``) and this page "
+        f"{meta.get('transformers', '?')}; they are committed (``_doc/models/rows.json``) and this page "
         "is rendered from them at build time.",
         "",
         ".. image:: summary.png",
@@ -131,6 +154,8 @@ def page_text(rows: Sequence[dict[str, Any]], meta: dict[str, Any], skipped: Seq
               "was produced; *matched*: it runs on :epkg:`onnxruntime` and matches eager on the second "
               "input set.", ""]
     lines += _gaps(rows)
+    lines += _heading("Known limits", "-")
+    lines += KNOWN_LIMITS + [""]
     lines += _heading("Per architecture", "-")
     steps = ", ".join(f"**{letter}** {step}" for step, letter in STEP_LETTERS.items())
     lines += [f"✔ and the maximum absolute difference with eager, or ✘ and the step which failed ({steps}). "
@@ -154,6 +179,14 @@ def page_text(rows: Sequence[dict[str, Any]], meta: dict[str, Any], skipped: Seq
         lines.append(f"* ``{r['architecture']}``, {r['exporter']}, {'cache' if r['cache'] else 'no cache'}, "
                      f"step **{r['step']}**: {_escape(error)}")
     lines.append("")
+    not_run = [n for n in text_architectures if n not in set(names)]
+    lines += _heading("Not run yet", "-")
+    if not_run:
+        lines += [f"{len(not_run)} discovered text architectures have no row in this run yet (a full run "
+                  "takes hours on two cores; ``python -m fx2onnx models --missing`` goes on where the "
+                  "last run stopped): " + ", ".join(f"``{n}``" for n in not_run) + ".", ""]
+    else:
+        lines += ["None: every discovered text architecture has its rows.", ""]
     lines += _heading("Skipped architectures", "-")
     lines += ["Not text models (or composite configurations built from other ones):", ""]
     for name, kind, reason in skipped:
@@ -177,11 +210,11 @@ def _gaps(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def write_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any], out_dir: str | Path,
-               skipped: Sequence[tuple[str, str, str]] = ()) -> list[Path]:
+               skipped: Sequence[tuple[str, str, str]] = (), text_architectures: Sequence[str] = ()) -> list[Path]:
     """Writes ``index.rst`` and ``summary.png`` into ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    text = page_text(rows, meta, skipped)
+    text = page_text(rows, meta, skipped, text_architectures)
     index = out / "index.rst"
     if not index.exists() or index.read_text(encoding="utf-8") != text:
         index.write_text(text, encoding="utf-8")

@@ -94,9 +94,6 @@ def _input_set(model, arch: Architecture, config, sizes, with_cache: bool, gener
         inputs[name] = _prefill(model, arch, batch, past, vocab, generator, encoder)
         if name == "cache_params" and "cache_position" in parameters:
             inputs["cache_position"] = torch.arange(past, past + seq, dtype=torch.int64)
-        inputs["use_cache"] = True
-    elif "use_cache" in parameters:
-        inputs["use_cache"] = False
     return inputs
 
 
@@ -152,6 +149,8 @@ def infer_dynamic_shapes(inputs: Any, inputs2: Any, names: dict[tuple[int, int],
 def build_zoo_model(arch: Architecture, with_cache: bool, seed: int = 0) -> ZooModel:
     """The model of ``arch`` (seeded random weights), two input sets and the dynamic shapes."""
     model, config = tiny_model(arch, seed=seed)
+    # no use_cache argument (torch.export would freeze a bool): the configuration says it
+    config.use_cache = with_cache
     generator = torch.Generator().manual_seed(seed + 1)
     inputs = _input_set(model, arch, config, SIZES[0], with_cache, generator)
     inputs2 = _input_set(model, arch, config, SIZES[1], with_cache, generator)
