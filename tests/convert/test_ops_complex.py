@@ -135,6 +135,37 @@ def test_spectral_filter_round_trip():
     check_export(model, (x,))
 
 
+class ComplexRotary(torch.nn.Module):
+    """Rotary embedding written with complex numbers (Meta's original Llama): a complex buffer."""
+
+    def __init__(self, dim: int = 8, max_seq: int = 16):
+        super().__init__()
+        freqs = 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim))
+        angles = torch.outer(torch.arange(max_seq).float(), freqs)
+        self.register_buffer("freqs_cis", torch.polar(torch.ones_like(angles), angles))
+
+    def forward(self, x):  # x: batch, seq, heads, dim
+        seq = x.shape[1]
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        freqs = self.freqs_cis[:seq].view(1, seq, 1, xc.shape[-1])
+        out = torch.view_as_real(xc * freqs).flatten(3)
+        return out.transpose(1, 2)
+
+
+def test_complex_rotary_with_a_complex_buffer():
+    x, x2 = _randn(2, 5, 3, 8), _randn(3, 7, 3, 8, seed=1)
+    check_export(ComplexRotary(), (x,), dynamic_shapes=({0: "batch", 1: "seq"},), inputs2=((x2,), None))
+
+
+def test_complex_permute_transpose_expand_unsqueeze():
+    def fn(t):
+        z = _c(t)
+        return _r(z.permute(1, 0, 2).transpose(0, -1).unsqueeze(1).expand(-1, 3, -1, -1).squeeze(-1) * 2)
+
+    x, x2 = _randn(2, 4, 1, 2), _randn(3, 5, 1, 2, seed=1)
+    check_export(make(fn, (x,)), (x,), dynamic_shapes=({0: "a", 1: "b"},), inputs2=((x2,), None))
+
+
 def test_unconverted_complex_op_is_a_clear_error():
     model = make(lambda t: torch.view_as_real(torch.exp(torch.view_as_complex(t))), (0,))
     with pytest.raises(fx2onnx.ConversionError, match="no converter handles complex values") as info:

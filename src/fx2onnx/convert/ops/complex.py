@@ -279,11 +279,13 @@ __all__ = ["as_pair", "make_pair", "real_part", "imag_part", "complex_mul", "con
 
 # structural operators: they normalize their axis with the complex rank, which leaves the pair axis last
 def _register_structural() -> None:
-    from .shape import convert_narrow, convert_select, convert_slice
+    from .shape import convert_narrow, convert_select, convert_slice, convert_squeeze, convert_unsqueeze
 
     complex_converter(aten.slice.Tensor)(convert_slice)
     complex_converter(aten.narrow.default)(convert_narrow)
     complex_converter(aten.select.int)(convert_select)
+    complex_converter(aten.unsqueeze.default)(convert_unsqueeze)
+    complex_converter(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims)(convert_squeeze)
 
 
 _register_structural()
@@ -309,3 +311,36 @@ def convert_complex_pad(ctx, node, x, pad, value=0):
     if any(p < 0 for p in begins + ends):
         raise ctx.error("Negative padding of a complex tensor is not converted.")
     return ctx.op.Pad(x, ctx.const(begins + ends, torch.int64))
+
+
+def _pair_shape(ctx, size):
+    """The shape of the pair for a complex shape ``size``: static from the fake value when possible."""
+    out = ctx.val()
+    if isinstance(out, torch.Tensor) and all(isinstance(d, int) for d in out.shape):
+        return ctx.const([*out.shape, 2], torch.int64)
+    return ctx.shape_value([*size, 2])
+
+
+@complex_converter(aten.view.default, aten.reshape.default, aten._unsafe_view.default)
+def convert_complex_view(ctx, node, x, shape):
+    return ctx.op.Reshape(x, _pair_shape(ctx, shape))
+
+
+@complex_converter(aten.expand.default)
+def convert_complex_expand(ctx, node, x, size, implicit=False):
+    return ctx.op.Expand(x, _pair_shape(ctx, [1 if isinstance(s, int) and s == -1 else s for s in size]))
+
+
+@complex_converter(aten.permute.default)
+def convert_complex_permute(ctx, node, x, dims):
+    rank = complex_rank(node.args[0])
+    return ctx.op.Transpose(x, perm=[d + rank if d < 0 else d for d in dims] + [rank])
+
+
+@complex_converter(aten.transpose.int)
+def convert_complex_transpose(ctx, node, x, dim0, dim1):
+    rank = complex_rank(node.args[0])
+    perm = list(range(rank + 1))
+    a, b = dim0 + rank if dim0 < 0 else dim0, dim1 + rank if dim1 < 0 else dim1
+    perm[a], perm[b] = perm[b], perm[a]
+    return ctx.op.Transpose(x, perm=perm)
