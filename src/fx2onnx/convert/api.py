@@ -151,12 +151,16 @@ def optimize_model(model: ir.Model, inline: bool = True) -> ir.Model:
     import onnxscript.rewriter
     from onnx_ir.passes import common
 
+    from ..optimizer.rules.no_op import default_rewrite_rules
+
     by_output = {o.name: dict(n.metadata_props) for n in model.graph for o in n.outputs if n.metadata_props}
     output_types = [(o.type, o.shape) for o in model.graph.outputs]
     if inline:
         common.InlinePass()(model)
     onnxscript.optimizer.fold_constants(model, onnx_shape_inference=False)
-    onnxscript.rewriter.rewrite(model)  # also removes unused nodes, functions and opsets
+    # onnxscript's default rules, its tolerant x*1 / x+0 replaced by exact ones (see no_op.py);
+    # also removes unused nodes, functions and opsets
+    onnxscript.rewriter.rewrite(model, pattern_rewrite_rules=list(default_rewrite_rules()))
     onnxscript.optimizer.fold_constants(model, onnx_shape_inference=False)
     ir.passes.Sequential(
         common.RemoveUnusedNodesPass(),

@@ -1,0 +1,39 @@
+"""The optimizer removes ``x * 1`` and ``x + 0`` only when the constant is exactly neutral."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import fx2onnx
+from fx2onnx.validation import run_onnx
+
+
+class _NearlyNeutral(torch.nn.Module):
+    def forward(self, x):
+        return (x + 1e-9) * 1.000001, torch.sqrt(x * x + 1e-12) - 1e-7
+
+
+class _Neutral(torch.nn.Module):
+    def forward(self, x):
+        return (x * 1.0 + 0.0) / 1.0 - 0.0
+
+
+def test_nearly_neutral_constants_are_kept():
+    model = _NearlyNeutral()
+    x = torch.zeros(3, 4)
+    onx = fx2onnx.to_onnx(model, (x,))
+    got = run_onnx(onx, (x,))
+    expected = model(x)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e.numpy(), rtol=1e-6, atol=0)
+    assert float(got[0].max()) > 0  # the 1e-9 survives
+
+
+def test_exactly_neutral_constants_are_removed():
+    model = _Neutral()
+    x = torch.randn(3, 4)
+    onx = fx2onnx.to_onnx(model, (x,))
+    ops = [n.op_type for n in onx.graph.node]
+    assert not {"Mul", "Add", "Div", "Sub"} & set(ops), ops
+    np.testing.assert_allclose(run_onnx(onx, (x,))[0], model(x).numpy())
