@@ -36,7 +36,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 here = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() else os.getcwd()
-script = os.path.join(here, "..", "..", "bench", "bench_export.py")
+script = os.path.join(here, "..", "..", "..", "bench", "bench_export.py")
 spec = importlib.util.spec_from_file_location("bench_export", script)
 bench_export = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench_export)
