@@ -116,6 +116,8 @@ epkg_dictionary = {
     "onnx": "https://onnx.ai/onnx/",
     "onnx-ir": "https://onnx.ai/ir-py/",
     "onnx_ir": "https://onnx.ai/ir-py/",
+    "ExecuTorch": "https://pytorch.org/executorch/",
+    "executorch": "https://pytorch.org/executorch/",
     "onnxruntime": "https://onnxruntime.ai/",
     "onnxscript": "https://microsoft.github.io/onnxscript/",
     "ONNX": "https://onnx.ai/",
