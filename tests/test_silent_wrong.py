@@ -4,7 +4,8 @@ Three cases used to give an ONNX model that is wrong without a word:
 
 * a Python scalar argument (int, float, bool, str) torch.export specialized,
 * a list argument whose length torch.export specialized,
-* a sliding-window cache (Gemma 2/3...) longer than its window.
+* a sliding-window cache (Gemma 2/3...) longer than its window,
+* an int marked dynamic that torch.export specialized all the same.
 """
 
 from __future__ import annotations
@@ -105,6 +106,43 @@ def test_dynamic_int_becomes_an_onnx_input(spec):
         assert report.ok, report
 
 
+class SetColumn(torch.nn.Module):
+    def forward(self, x, i: int, y):
+        x = x.clone()
+        x[..., i] = y  # a Python index: torch.export specializes i even when marked dynamic
+        return x
+
+
+class SetColumnTensor(torch.nn.Module):
+    def forward(self, x, i: torch.Tensor, y):
+        return torch.where(torch.arange(x.shape[-1]) == i, y.unsqueeze(-1), x)
+
+
+@pytest.mark.parametrize("spec", [Dim.DYNAMIC, "i"])
+def test_dynamic_int_specialized_by_torch_export_is_frozen(spec):
+    """The silent case: the ONNX model had an input 'i' it ignored, validate with i=2 gave MISMATCH."""
+    x, y = torch.randn(2, 3, 4), torch.randn(2, 3)
+    ds = ({0: "batch"}, spec, {0: "batch"})
+    with pytest.warns(FrozenInputWarning, match=r"'i'.*declared dynamic.*specialized it to 1.*torch\.tensor"):
+        onx = fx2onnx.to_onnx(SetColumn(), (x, 1, y), dynamic_shapes=ds)
+    assert _frozen(onx) == {"i": {"kind": "int", "value": 1, "declared_dynamic": True}}
+    assert fx2onnx.validate(onx, SetColumn(), (torch.randn(5, 3, 4), 1, torch.randn(5, 3))).ok
+    with pytest.raises(FrozenInputError, match=r"'i'.*1.*got 2.*torch\.tensor"):
+        fx2onnx.validate(onx, SetColumn(), (torch.randn(5, 3, 4), 2, torch.randn(5, 3)))
+
+
+def test_tensor_index_stays_dynamic():
+    """The fix the warning gives: a tensor index and torch.where, right for every index."""
+    x, y = torch.randn(2, 3, 4), torch.randn(2, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FrozenInputWarning)
+        onx = fx2onnx.to_onnx(SetColumnTensor(), (x, torch.tensor(1), y), dynamic_shapes=({0: "b"}, None, {0: "b"}))
+    assert _frozen(onx) == {}
+    for i in (0, 1, 3):
+        inputs = (torch.randn(5, 3, 4), torch.tensor(i), torch.randn(5, 3))
+        assert fx2onnx.validate(onx, SetColumnTensor(), inputs).ok
+
+
 def test_validate_keeps_working_without_metadata():
     """torch.onnx.export models carry no fx2onnx metadata: validate compares as before."""
     onx = torch.onnx.export(Scale(), (torch.randn(2, 3), 3), dynamic_shapes=({0: "batch"}, None), dynamo=True)
@@ -167,8 +205,13 @@ def _export_sliding(tiny, exporter: str, position_ids: bool):
     ds = {k: v for k, v in tiny.dynamic_shapes.items() if k in inputs}
     with fx2onnx.torch_export_patches(patch_transformers=True):
         if exporter == "to_onnx":
-            # one name for every cache length: to_onnx tells apart the lengths that differ
-            return fx2onnx.to_onnx(tiny.model, (), inputs, dynamic_shapes=ds)
+            # one name for every cache length: to_onnx tells apart the lengths that differ;
+            # a hybrid cache is right at any length: nothing to warn about
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FrozenInputWarning)
+                onx = fx2onnx.to_onnx(tiny.model, (), inputs, dynamic_shapes=ds)
+            assert METADATA_KEY not in {p.key for p in onx.metadata_props} or _frozen(onx) == {}
+            return onx
         # torch.onnx.export keeps the names as given: sliding layers need their own name
         ds["past_key_values"] = [
             {0: "batch", 2: "sliding_seq" if kind == "sliding_attention" else "past_seq"}
@@ -200,16 +243,20 @@ def test_hybrid_sliding_cache_at_any_length(name, exporter, position_ids):
         assert report.ok, f"past={past}, seq={seq}, padding={padding}: {report}"
 
 
-def test_all_sliding_cache_past_its_window_is_refused():
-    """Without a full-attention layer, a cropped cache does not tell how many tokens it has seen."""
+@pytest.mark.parametrize("name", ["gemma3", "mistral"])
+def test_all_sliding_cache_past_its_window_is_refused(name):
+    """Without a full-attention layer, a cropped cache does not tell how many tokens it has seen:
+    the export warns and records the window, validate refuses a cache past it."""
     from fx2onnx.models import get_tiny_model
 
-    tiny = get_tiny_model("gemma3", with_cache=True, num_hidden_layers=1, sliding_window=4)
-    assert tiny.config.layer_types == ["sliding_attention"]
+    tiny = get_tiny_model(name, with_cache=True, num_hidden_layers=1, sliding_window=4)
+    assert getattr(tiny.config, "layer_types", None) in (None, ["sliding_attention"])
     inputs = _sliding_inputs(tiny, 2, 3, 2, seed=1, position_ids=False)
     ds = {k: v for k, v in tiny.dynamic_shapes.items() if k in inputs}
     with fx2onnx.torch_export_patches(patch_transformers=True):
-        onx = fx2onnx.to_onnx(tiny.model, (), inputs, dynamic_shapes=ds)
+        with pytest.warns(FrozenInputWarning, match=r"'past_key_values'.*sliding window of 4.*below 4"):
+            onx = fx2onnx.to_onnx(tiny.model, (), inputs, dynamic_shapes=ds)
+    assert _frozen(onx) == {"past_key_values": {"kind": "sliding_cache", "window": 4, "layers": [0]}}
     for past in (1, 2, 3):  # the cache holds every token seen so far
         inputs = _sliding_inputs(tiny, 3, 2, past, seed=past, position_ids=False)
         assert fx2onnx.validate(onx, tiny.model, (), inputs).ok

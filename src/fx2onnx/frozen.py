@@ -10,7 +10,16 @@ in the model's metadata (key :data:`METADATA_KEY`, a JSON dictionary
 :func:`fx2onnx.validate` refuses inputs which differ with :class:`FrozenInputError`.
 
 An ``int`` stays dynamic when ``dynamic_shapes`` marks it (``Dim.DYNAMIC`` or a
-name): it becomes an int64 scalar input of the ONNX model.
+name): it becomes an int64 scalar input of the ONNX model. If the model's code
+uses it as a Python int all the same (``x[..., i] = y``), torch.export
+specializes it to its example value: it is recorded as frozen too, with
+``"declared_dynamic": true`` (see :func:`specialized_int_inputs`).
+
+A transformers cache made only of sliding-window layers (no full-attention
+layer) is right only while it holds every token seen, fewer than its window: it
+is recorded as ``{"kind": "sliding_cache", "window": 4, "layers": [0, ...]}``,
+reported at export, and validate refuses a cache which has seen more tokens
+(see :mod:`fx2onnx.patches.caches`).
 
 .. code-block:: python
 
@@ -67,6 +76,69 @@ def named_inputs(model: Any, args: Sequence[Any], kwargs: dict[str, Any] | None)
     return names
 
 
+def specialized_int_inputs(ep: torch.export.ExportedProgram) -> dict[int, int]:
+    """The int inputs marked dynamic which torch.export specialized all the same.
+
+    Such an input stays a placeholder (an ONNX input) but its SymInt became a
+    constant, or its range a single value: the graph computes with that value.
+
+    :return: ``{position: value}``, the position counting the user inputs which are
+        not constants (tensors and dynamic ints, the order :func:`describe_frozen_inputs` counts)
+    """
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    found: dict[int, int] = {}
+    position = 0
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind.name != "USER_INPUT" or isinstance(spec.arg, torch.export.graph_signature.ConstantArgument):
+            continue
+        node = placeholders.get(spec.arg.name)
+        if isinstance(spec.arg, torch.export.graph_signature.SymIntArgument) and node is not None:
+            value = _fixed_int(node.meta.get("val"), ep.range_constraints)
+            if value is not None:
+                found[position] = value
+        position += 1
+    return found
+
+
+def _fixed_int(val: Any, ranges: dict[Any, Any]) -> int | None:
+    if isinstance(val, int) and not isinstance(val, bool):
+        return val
+    if not isinstance(val, torch.SymInt):
+        return None
+    expr = val.node.expr
+    if expr.is_number:
+        return int(expr)
+    bounds = ranges.get(expr)
+    if bounds is not None and bounds.lower == bounds.upper:
+        return int(bounds.lower)
+    return None
+
+
+def _cache_layers(value: Any) -> list[Any] | None:
+    """The layers of a transformers cache (its self-attention part), None for anything else."""
+    import sys
+
+    cache_utils = sys.modules.get("transformers.cache_utils")
+    if cache_utils is None or not isinstance(value, getattr(cache_utils, "Cache", ())):
+        return None
+    cache = getattr(value, "self_attention_cache", value)
+    return list(getattr(cache, "layers", []) or [])
+
+
+def _sliding_only_cache(value: Any) -> dict[str, Any] | None:
+    """The entry of a cache whose layers are all sliding (no full layer to count the tokens seen)."""
+    from .patches.caches import _is_dynamic_sliding
+
+    layers = _cache_layers(value)
+    if not layers or any(getattr(layer, "sliding_window", None) is None for layer in layers):
+        return None
+    sliding = [i for i, layer in enumerate(layers) if _is_dynamic_sliding(layer)]
+    if not sliding:
+        return None  # static sliding layers carry their count as a tensor
+    window = min(int(layers[i].sliding_window) for i in sliding)
+    return {"kind": "sliding_cache", "window": window, "layers": sliding}
+
+
 def _is_dynamic_spec(spec: Any) -> bool:
     return spec is not None and spec is not torch.export.Dim.STATIC
 
@@ -118,10 +190,13 @@ def describe_frozen_inputs(
     kwargs: dict[str, Any] | None,
     dynamic_shapes: Any = None,
     onnx_input_names: Sequence[str] | None = None,
+    specialized: dict[int, int] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """The inputs torch.export freezes: scalars not marked dynamic, lengths of lists and tuples.
+    """The inputs torch.export freezes: scalars not marked dynamic, lengths of lists and tuples,
+    dynamic ints it specialized, caches made only of sliding layers.
 
     :param onnx_input_names: the inputs of the ONNX model, to name the inputs a list became
+    :param specialized: the dynamic ints torch.export specialized (:func:`specialized_int_inputs`)
     :return: ``{path: {"kind": ..., "value": ...}}`` or ``{path: {"kind": "list", "length": n, "inputs": [...]}}``
     """
     frozen: dict[str, dict[str, Any]] = {}
@@ -139,6 +214,11 @@ def describe_frozen_inputs(
                 _is_dynamic_spec(sub) and isinstance(item, int) and not isinstance(item, bool)
             ):
                 frozen[path] = {"kind": type(item).__name__, "value": item}
+            elif isinstance(item, int) and specialized:
+                if position + _inputs_before(value, spec, path, name) in specialized:
+                    frozen[path] = {"kind": "int", "value": item, "declared_dynamic": True}
+            elif (cache := _sliding_only_cache(item)) is not None:
+                frozen[path] = cache
         position += _count_inputs(value, spec)
     return frozen
 
@@ -164,7 +244,23 @@ def frozen_message(path: str, entry: dict[str, Any]) -> str:
             f"element(s) becomes {entry['length']} separate value(s){names}, the ONNX model takes no other "
             f"length. To vary the count, stack the elements into one tensor with a dynamic dimension."
         )
+    if entry["kind"] == "sliding_cache":
+        return (
+            f"Input {path!r} is a cache made only of sliding-window layers (layers {entry['layers']}, a sliding "
+            f"window of {entry['window']}): without a full-attention layer its tensors do not tell how many "
+            f"tokens came before, so the ONNX model is right only while the cache holds every token seen, "
+            f"a cache length below {entry['window']}. Longer caches give wrong positions and masks. "
+            f"fx2onnx.validate refuses them (recorded in the model's metadata {METADATA_KEY!r})."
+        )
     value, kind = entry["value"], entry["kind"]
+    if entry.get("declared_dynamic"):
+        return (
+            f"Input {path!r} was declared dynamic in dynamic_shapes but torch.export specialized it to "
+            f"{value!r}: the model's code uses it as a Python int (an index such as x[..., {path}] = y, a "
+            f"shape, a condition), so the ONNX model keeps an input {path!r} it ignores and computes with "
+            f"{value!r} whatever value is given later. To keep it dynamic, pass a tensor index "
+            f"(torch.tensor({path})) and use index_put, index_select or torch.where instead of Python indexing."
+        )
     how = (
         f"mark it dynamic in dynamic_shapes ({{{path!r}: torch.export.Dim.DYNAMIC}} or a name "
         f"{{{path!r}: {path!r}}}: it becomes an int64 input) or pass a tensor"
@@ -222,12 +318,38 @@ def check_frozen_inputs(
                     f"got {got}: the ONNX model takes {entry['length']} element(s) only. Export again with "
                     f"this length, or stack the elements into one tensor with a dynamic dimension."
                 )
+        elif entry["kind"] == "sliding_cache":
+            _check_sliding_cache(path, entry, value)
         elif type(value).__name__ != entry["kind"] or value != entry["value"]:
+            how = (
+                "pass a tensor index (torch.tensor(i)) and use index_put or torch.where: torch.export "
+                "specialized this int although dynamic_shapes marked it dynamic"
+                if entry.get("declared_dynamic")
+                else "keep the input dynamic (an int marked in dynamic_shapes, or a tensor)"
+            )
             raise FrozenInputError(
                 f"Input {path!r} was frozen to {entry['value']!r} ({entry['kind']}) at export, got "
                 f"{value!r}: the ONNX model would compute with {entry['value']!r}. Export again with "
-                f"this value, or keep the input dynamic (an int marked in dynamic_shapes, or a tensor)."
+                f"this value, or {how}."
             )
+
+
+def _check_sliding_cache(path: str, entry: dict[str, Any], value: Any) -> None:
+    """A cache of sliding layers only is right while each layer has seen fewer tokens than its window."""
+    layers = _cache_layers(value) or []
+    for index in entry["layers"]:
+        layer = layers[index] if index < len(layers) else None
+        keys = getattr(layer, "keys", None)
+        seen = getattr(layer, "cumulative_length", None)
+        if keys is None or not isinstance(seen, int) or seen < entry["window"]:
+            continue
+        raise FrozenInputError(
+            f"Input {path!r}: layer {index} of the cache has seen {seen} tokens but a sliding window of "
+            f"{entry['window']} keeps {keys.shape[-2]}: its tensors do not tell the exported model how many "
+            f"tokens came before, so positions and masks would be wrong. The export recorded that a cache "
+            f"made only of sliding layers must stay below its window (metadata {METADATA_KEY!r}): validate "
+            f"with a cache shorter than {entry['window']}, or keep a full-attention layer."
+        )
 
 
 def _frozen_text(entry: dict[str, Any]) -> str:

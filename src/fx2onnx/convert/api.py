@@ -197,14 +197,17 @@ def save_model(model: ir.Model, filename: str | os.PathLike, external_data: bool
         ir.save(model, filename)
 
 
-def _record_frozen_inputs(onnx_model: ir.Model, model: Any, args: Any, kwargs: Any, dynamic_shapes: Any) -> None:
+def _record_frozen_inputs(
+    onnx_model: ir.Model, model: Any, args: Any, kwargs: Any, dynamic_shapes: Any, ep: torch.export.ExportedProgram
+) -> None:
     """Writes the inputs torch.export froze into the metadata and warns about each one."""
     import json
 
-    from ..frozen import METADATA_KEY, describe_frozen_inputs, warn_frozen_inputs
+    from ..frozen import METADATA_KEY, describe_frozen_inputs, specialized_int_inputs, warn_frozen_inputs
 
     names = [v.name for v in onnx_model.graph.inputs]
-    frozen = describe_frozen_inputs(model, tuple(args), dict(kwargs or {}), dynamic_shapes, names)
+    specialized = specialized_int_inputs(ep)
+    frozen = describe_frozen_inputs(model, tuple(args), dict(kwargs or {}), dynamic_shapes, names, specialized)
     onnx_model.metadata_props[METADATA_KEY] = json.dumps(frozen)
     warn_frozen_inputs(frozen, stacklevel=4)
 
@@ -273,7 +276,10 @@ def to_onnx(
     (``fx2onnx.frozen_inputs``) and reported with a
     :class:`fx2onnx.frozen.FrozenInputWarning`; :func:`fx2onnx.validate` refuses other
     values. An ``int`` marked in ``dynamic_shapes`` (``Dim.DYNAMIC`` or a name) stays
-    dynamic: it becomes an int64 scalar input (see :mod:`fx2onnx.frozen`).
+    dynamic: it becomes an int64 scalar input (see :mod:`fx2onnx.frozen`), unless
+    torch.export specializes it all the same (the code indexes with it): then it is
+    recorded and reported as frozen. A cache made only of sliding-window layers is
+    recorded and reported too: it is right only below its window.
 
     .. code-block:: python
 
@@ -318,7 +324,7 @@ def to_onnx(
 
         stages.run("optimization", optimize_levels, onnx_model, level=level, inline=not export_modules_as_functions)
     if not isinstance(model, torch.export.ExportedProgram):
-        _record_frozen_inputs(onnx_model, model, args, kwargs, dynamic_shapes)
+        _record_frozen_inputs(onnx_model, model, args, kwargs, dynamic_shapes, ep)
     if filename is not None:
         stages.run("save", save_model, onnx_model, filename, external_data)
     if return_ir:
