@@ -40,7 +40,9 @@ KNOWN_LIMITS = [
     "length (``tracing inferred a static shape of 3 for dimension inputs['input_ids'].shape[1]``, "
     "step *capture*). The fix is a patch computing the scan with ``torch.ops.higher_order.scan`` "
     "(``associative_scan`` is only taken by transformers under ``torch.compile``, not under "
-    "``torch.export``); it is not written yet. A static sequence length exports.",
+    "``torch.export``); it is not written yet. A static sequence length exports. With a cache, "
+    "their ``LinearAttentionLayer`` (convolution and recurrent states) is not flattened by "
+    ":func:`fx2onnx.register_cache_serialization` yet (step *capture*, ``CacheFlatteningError``).",
     "* **Sliding-window caches**: a model exported with a cache shorter than its window and run with "
     "a longer one (the second input set: 11 positions, window 8) is checked here; a *validation* "
     "failure on such a row is a silent wrong model of the exporter, not of the check.",

@@ -79,7 +79,7 @@ def run_row(name: str, exporter: str, cache: bool) -> dict[str, Any]:
     from ..patches import torch_export_patches
     from ..validation import compare_outputs, flatten_outputs, make_session, run_onnx
     from .discover import get_architecture
-    from .zoo_inputs import build_zoo_model
+    from .zoo_inputs import CacheFlatteningError, build_zoo_model
 
     if exporter not in EXPORTERS:
         raise ValueError(f"Unknown exporter {exporter!r}, expected one of {list(EXPORTERS)}.")
@@ -94,7 +94,11 @@ def run_row(name: str, exporter: str, cache: bool) -> dict[str, Any]:
 
         tiny_config(arch)
         step = "model"
-        zoo = build_zoo_model(arch, with_cache=cache)
+        try:
+            zoo = build_zoo_model(arch, with_cache=cache)
+        except CacheFlatteningError:
+            step = "capture"
+            raise
         with torch.no_grad():
             expected = flatten_outputs(zoo.model(**zoo.copy_inputs(1)))
         step = "capture"

@@ -26,6 +26,10 @@ SIZES = ((2, 3, 5), (3, 4, 11))
 ENCODER_EXTRA = 3
 
 
+class CacheFlatteningError(TypeError):
+    """The cache a model returns cannot be flattened for torch.export (a failure of the capture step)."""
+
+
 @dataclasses.dataclass
 class ZooModel:
     """A discovered architecture built: the model, two input sets and their dynamic shapes."""
@@ -154,5 +158,13 @@ def build_zoo_model(arch: Architecture, with_cache: bool, seed: int = 0) -> ZooM
     generator = torch.Generator().manual_seed(seed + 1)
     inputs = _input_set(model, arch, config, SIZES[0], with_cache, generator)
     inputs2 = _input_set(model, arch, config, SIZES[1], with_cache, generator)
-    shapes = infer_dynamic_shapes(inputs, inputs2, _dimension_names(with_cache, arch.kind))
+    try:
+        shapes = infer_dynamic_shapes(inputs, inputs2, _dimension_names(with_cache, arch.kind))
+    except (AttributeError, TypeError, ValueError) as e:
+        caches = sorted({type(layer).__name__ for v in inputs.values() for layer in getattr(v, "layers", [])})
+        raise CacheFlatteningError(
+            f"The cache of {arch.name} ({', '.join(caches) or 'no layers'}) cannot be flattened into tensors "
+            f"for torch.export ({type(e).__name__}: {e}); fix: teach fx2onnx.patches.caches to flatten "
+            f"these layers (register_cache_serialization)."
+        ) from None
     return ZooModel(arch.name, model, config, inputs, inputs2, shapes)
