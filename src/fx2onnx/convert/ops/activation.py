@@ -34,7 +34,9 @@ def convert_gelu(ctx, node, x, approximate="none"):
             ctx.op.Add(x, ctx.op.Mul(ctx.const(0.044715, dtype), ctx.op.Mul(x, ctx.op.Mul(x, x)))),
         )
         return ctx.op.Mul(ctx.op.Mul(half, x), ctx.op.Add(one, ctx.op.Tanh(inner)))
-    erf = erf_value(ctx, ctx.op.Div(x, ctx.const(math.sqrt(2.0), dtype)), dtype)
+    scaled = ctx.op.Div(x, ctx.const(math.sqrt(2.0), dtype))
+    # x already has dtype: no Cast before Erf (the optimizer's GELU fusion matches Div, Erf, Add, Mul)
+    erf = ctx.op.Erf(scaled) if dtype != torch.float64 else erf_value(ctx, scaled, dtype)
     return ctx.op.Mul(ctx.op.Mul(half, x), ctx.op.Add(one, erf))
 
 
