@@ -96,7 +96,8 @@ sphinx_gallery_conf = {
     "abort_on_example_error": True,
     "only_warn_on_example_error": False,
     "image_scrapers": ("matplotlib",),
-    "reset_modules": ("matplotlib",),
+    # _doc/gallery_reset.py: torch's compiled code and cached imports dropped between examples
+    "reset_modules": ("matplotlib", "gallery_reset.reset_torch"),
     "download_all_examples": False,
     "show_signature": False,
     "remove_config_comments": True,

@@ -21,6 +21,7 @@ import torch
 
 import fx2onnx
 from fx2onnx.models import export_dynamic_shapes, get_tiny_model
+from fx2onnx.models.vision import small_cnn
 
 
 def mlp():
@@ -31,17 +32,7 @@ def mlp():
 
 
 def cnn():
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 16, 3, padding=1),
-        torch.nn.BatchNorm2d(16),
-        torch.nn.ReLU(),
-        torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(16, 32, 3, padding=1),
-        torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(),
-        torch.nn.Linear(32, 10),
-    )
+    model = small_cnn()
     return model.eval(), (torch.randn(4, 3, 32, 32),), {}, ({0: "batch"},)
 
 

@@ -30,6 +30,7 @@ import torch
 
 import fx2onnx
 from fx2onnx.models import export_dynamic_shapes, get_tiny_model
+from fx2onnx.models.vision import small_cnn
 
 LEVELS = ("default", "onnxruntime", "opset23")
 EXPORTERS = tuple(f"to_onnx[{lv}]" for lv in LEVELS) + (
@@ -86,12 +87,7 @@ def mlp(quick: bool) -> Scenario:
 
 
 def cnn(quick: bool) -> Scenario:
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
-        torch.nn.Linear(32, 10),
-    ).eval()
+    model = small_cnn()
     return Scenario("cnn", model, {"input": torch.randn(4, 3, 32, 32)}, {"input": {0: "batch"}}, {"input": torch.randn(8, 3, 32, 32)})
 
 

@@ -190,6 +190,14 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance")
 
 
+def _add_zoo_arguments(parser: argparse.ArgumentParser, exporters: list[str], timeout: float) -> None:
+    """The options shared by the two zoos (scenarios and models): exporters, workers, timeout, cache."""
+    parser.add_argument("--exporters", nargs="*", choices=exporters, help="exporters (default: all)")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes (0: in this process)")
+    parser.add_argument("--timeout", type=float, default=timeout, help="seconds before a task is killed")
+    parser.add_argument("--no-cache", action="store_true", help="run again even if the sources did not change")
+
+
 _MODEL_HELP = "module:attribute (a function returning (model, inputs[, dynamic_shapes]), a Module "
 _MODEL_HELP += "instance or class with example_inputs) or a tiny transformers architecture (llama, phi3...)"
 
@@ -231,10 +239,7 @@ def make_parser() -> argparse.ArgumentParser:
     )
     scn.add_argument("--out", required=True, help="folder receiving the pages and rows.json")
     scn.add_argument("--cases", nargs="*", help="case names (default: all)")
-    scn.add_argument("--exporters", nargs="*", choices=list(EXPORTERS), help="exporters (default: all)")
-    scn.add_argument("--workers", type=int, default=2, help="worker processes (0: in this process)")
-    scn.add_argument("--timeout", type=float, default=180.0, help="seconds before a task is killed")
-    scn.add_argument("--no-cache", action="store_true", help="run again even if the sources did not change")
+    _add_zoo_arguments(scn, exporters=list(EXPORTERS), timeout=180.0)
     scn.set_defaults(func=_cmd_scenarios)
 
     exp = commands.add_parser(
@@ -317,10 +322,7 @@ def make_parser() -> argparse.ArgumentParser:
     mdl.add_argument("--out", default="_doc/models", help="folder of the rows file rows.json, updated in place")
     mdl.add_argument("--page", help="folder receiving the page (index.rst, summary.png)")
     mdl.add_argument("--only", help="regular expression on the architecture names (model types)")
-    mdl.add_argument("--exporters", nargs="*", choices=["to_onnx", "dynamo"], help="exporters (default: all)")
-    mdl.add_argument("--workers", type=int, default=2, help="worker processes (0: in this process)")
-    mdl.add_argument("--timeout", type=float, default=300.0, help="seconds before a row is killed")
-    mdl.add_argument("--no-cache", action="store_true", help="run again rows whose sources did not change")
+    _add_zoo_arguments(mdl, exporters=["to_onnx", "dynamo"], timeout=300.0)
     mdl.add_argument("--missing", action="store_true", help="run only the rows absent from the rows file or killed by a timeout")
     mdl.set_defaults(func=_cmd_models)
     return parser

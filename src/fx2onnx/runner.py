@@ -53,6 +53,66 @@ def sources_hash(extra: Any = None, skip: Iterable[str] = ()) -> str:
     return digest.hexdigest()
 
 
+_TORCHLIB_REGISTRIES: dict[Any, Any] = {}
+
+
+@contextlib.contextmanager
+def reuse_torchlib_registry():
+    """Builds the registry of torchlib functions of ``torch.onnx.export`` once per process.
+
+    ``torch.onnx.export(dynamo=True)`` rebuilds it at every call, which is most of its
+    time on a small model. Inside this context the first registry built is reused (the
+    zoo passes no custom translation table, so nothing modifies it); the export itself
+    is unchanged. The original method is restored on exit.
+    """
+    from torch.onnx._internal.exporter import _registration
+
+    registry_class = _registration.ONNXRegistry
+    original = registry_class.__dict__["from_torchlib"]
+
+    def from_torchlib(cls, *args, **kwargs):
+        key = (cls, args, tuple(sorted(kwargs.items())))
+        if key not in _TORCHLIB_REGISTRIES:
+            _TORCHLIB_REGISTRIES[key] = original.__func__(cls, *args, **kwargs)
+        return _TORCHLIB_REGISTRIES[key]
+
+    registry_class.from_torchlib = classmethod(from_torchlib)
+    try:
+        yield
+    finally:
+        registry_class.from_torchlib = original
+
+
+#: exception names raised when torch.export.export fails (the capture step)
+CAPTURE_ERRORS = ("ExportError", "TorchExportError")
+
+
+@contextlib.contextmanager
+def label_export_step(capture_step: str):
+    """Sets ``exc.step`` on an exception raised inside: ``capture_step`` when
+    :func:`torch.export.export` failed, ``"conversion"`` otherwise; then re-raises it."""
+    try:
+        yield
+    except Exception as e:
+        e.step = capture_step if type(e).__name__ in CAPTURE_ERRORS else "conversion"  # type: ignore[attr-defined]
+        raise
+
+
+def dynamo_export(model, args: tuple, kwargs: dict | None, dynamic_shapes: Any, translations: dict | None = None):
+    """``torch.onnx.export(dynamo=True)``, its model proto. Without a custom translation table
+    the torchlib registry is built once per process (:func:`reuse_torchlib_registry`);
+    a table is registered into the registry, so a new one is built then."""
+    import torch
+
+    reuse = contextlib.nullcontext() if translations else reuse_torchlib_registry()
+    with reuse:
+        program = torch.onnx.export(
+            model, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes, dynamo=True,
+            verbose=False, custom_translation_table=translations or None,
+        )
+    return program.model_proto
+
+
 def _limit_memory(gigabytes: float | None) -> None:
     """Caps the address space of this process ``gigabytes`` above what it uses now."""
     if not gigabytes:

@@ -27,20 +27,11 @@ import onnx
 import torch
 
 import fx2onnx
+from fx2onnx.models.vision import small_cnn
 from fx2onnx.profiling import aggregate_by_op_type, plot_profile, profile
 
-torch.manual_seed(0)
-model = torch.nn.Sequential(
-    torch.nn.Conv2d(3, 16, 3, padding=1),
-    torch.nn.BatchNorm2d(16),
-    torch.nn.ReLU(),
-    torch.nn.MaxPool2d(2),
-    torch.nn.Conv2d(16, 32, 3, padding=1),
-    torch.nn.ReLU(),
-    torch.nn.AdaptiveAvgPool2d(1),
-    torch.nn.Flatten(),
-    torch.nn.Linear(32, 10),
-).eval()
+# a small CNN: two convolutions, a batch norm, pooling and a linear classifier
+model = small_cnn()
 x = torch.randn(8, 3, 32, 32)
 
 onx = torch.onnx.export(model, (x,), dynamo=True, verbose=False).model_proto

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..runner import first_line, run_tasks, sources_hash
+from ..runner import dynamo_export, first_line, label_export_step, run_tasks, sources_hash
 
 #: exporter name -> what it runs
 EXPORTERS: dict[str, str] = {
@@ -57,21 +57,12 @@ def _empty_row(name: str, kind: str, exporter: str, cache: bool) -> dict[str, An
 
 def _export(exporter: str, model, kwargs: dict[str, Any], dynamic_shapes: Any):
     """Exports with one exporter; raises with ``step`` set to ``capture`` or ``conversion``."""
-    try:
+    with label_export_step("capture"):
         if exporter == "dynamo":
-            from ..scenarios.run import reuse_torchlib_registry
-
-            with reuse_torchlib_registry():
-                program = torch.onnx.export(model, (), kwargs=kwargs, dynamic_shapes=dynamic_shapes,
-                                            dynamo=True, verbose=False)
-            return program.model_proto
+            return dynamo_export(model, (), kwargs, dynamic_shapes)
         from ..convert.api import to_onnx
 
         return to_onnx(model, (), kwargs, dynamic_shapes=dynamic_shapes)
-    except Exception as e:
-        name = type(e).__name__
-        e.step = "capture" if name in ("ExportError", "TorchExportError") else "conversion"  # type: ignore[attr-defined]
-        raise
 
 
 def run_row(name: str, exporter: str, cache: bool) -> dict[str, Any]:

@@ -17,13 +17,12 @@ the case's tolerance is a failure at step ``discrepancy``.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any, Iterable, Sequence
 
 import torch
 
-from ..runner import first_line, run_tasks
+from ..runner import dynamo_export, first_line, label_export_step, run_tasks
 from ..validation import compare_outputs, flatten_outputs, make_session, run_onnx, to_numpy
 from .cases import get_case, get_cases
 from .text import fx_short_text, onnx_short_text
@@ -66,55 +65,16 @@ def _export_program(case, exporter: str, dynamic: bool) -> torch.export.Exported
     return ep
 
 
-_TORCHLIB_REGISTRIES: dict[Any, Any] = {}
-
-
-@contextlib.contextmanager
-def reuse_torchlib_registry():
-    """Builds the registry of torchlib functions of ``torch.onnx.export`` once per process.
-
-    ``torch.onnx.export(dynamo=True)`` rebuilds it at every call, which is most of its
-    time on a small model. Inside this context the first registry built is reused (the
-    zoo passes no custom translation table, so nothing modifies it); the export itself
-    is unchanged. The original method is restored on exit.
-    """
-    from torch.onnx._internal.exporter import _registration
-
-    registry_class = _registration.ONNXRegistry
-    original = registry_class.__dict__["from_torchlib"]
-
-    def from_torchlib(cls, *args, **kwargs):
-        key = (cls, args, tuple(sorted(kwargs.items())))
-        if key not in _TORCHLIB_REGISTRIES:
-            _TORCHLIB_REGISTRIES[key] = original.__func__(cls, *args, **kwargs)
-        return _TORCHLIB_REGISTRIES[key]
-
-    registry_class.from_torchlib = classmethod(from_torchlib)
-    try:
-        yield
-    finally:
-        registry_class.from_torchlib = original
-
-
 def _export_onnx(case, exporter: str, dynamic: bool):
-    """Returns ``(model_proto, step reached)``; raises with the step in ``exc.step``."""
+    """Returns the model proto; raises with the step reached in ``exc.step``."""
     args, kwargs = case.input_set(0)
     model = case.make_model()
-    try:
+    with label_export_step("export"):
         if exporter == "dynamo":
-            # a custom translation table is registered into the registry: build a new one then
-            reuse = contextlib.nullcontext() if case.translations else reuse_torchlib_registry()
-            with reuse:
-                program = torch.onnx.export(
-                    model,
-                    args,
-                    kwargs=kwargs,
-                    dynamic_shapes=case.torch_dynamic_shapes() if dynamic else None,
-                    dynamo=True,
-                    verbose=False,
-                    custom_translation_table=case.translations or None,
-                )
-            return program.model_proto
+            return dynamo_export(
+                model, args, kwargs, case.torch_dynamic_shapes() if dynamic else None,
+                translations=case.translations,
+            )
         from ..convert.api import to_onnx
         from ..convert.dispatcher import Dispatcher
 
@@ -126,10 +86,6 @@ def _export_onnx(case, exporter: str, dynamic: bool):
             strict=exporter == "custom-strict",
             dispatcher=Dispatcher(case.converters) if case.converters else None,
         )
-    except Exception as e:
-        name = type(e).__name__
-        e.step = "export" if name in ("ExportError", "TorchExportError") else "conversion"  # type: ignore[attr-defined]
-        raise
 
 
 def run_task(case_name: str, exporter: str, dynamic: bool) -> dict[str, Any]:
