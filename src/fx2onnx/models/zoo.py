@@ -67,6 +67,7 @@ def _export(exporter: str, model, kwargs: dict[str, Any], dynamic_shapes: Any):
 
 def run_row(name: str, exporter: str, cache: bool) -> dict[str, Any]:
     """Exports one architecture with one exporter, without or with a cache: one row."""
+    from ..frozen import check_frozen_inputs, read_frozen_inputs
     from ..patches import torch_export_patches
     from ..validation import compare_outputs, flatten_outputs, make_session, run_onnx
     from .discover import get_architecture
@@ -101,6 +102,9 @@ def run_row(name: str, exporter: str, cache: bool) -> dict[str, Any]:
             raise
         row["time"] = time.perf_counter() - begin
         step = "validation"
+        frozen = read_frozen_inputs(onx)
+        if frozen:  # what the export said it froze: refused as fx2onnx.validate refuses it
+            check_frozen_inputs(frozen, zoo.model, (), zoo.copy_inputs(1))
         got = run_onnx(make_session(onx), (), zoo.copy_inputs(1))
         report = compare_outputs(expected, got, atol=ATOL, rtol=RTOL)
         row["max_abs"] = float(report.max_abs)
