@@ -6,7 +6,9 @@ With transformers 5, ``DynamicCache`` is not a pytree node; once registered,
 one of :mod:`fx2onnx.models`:
 
 * ``DynamicCache``: ``[key_0, value_0, key_1, value_1, ...]`` (layers without
-  tensors, such as KV-sharing ``DummyLayer``, contribute nothing),
+  tensors, such as KV-sharing ``DummyLayer``, contribute nothing; the
+  linear-attention layers of state-space models add their convolution and
+  recurrent states, see :mod:`fx2onnx.patches.linear_cache`),
 * ``StaticCache``: ``[key_0, value_0, length_0, key_1, ...]`` where ``length_i``
   is the tensor ``cumulative_length`` of the layer (positions already written),
 * ``EncoderDecoderCache``: ``[self_attention_cache, cross_attention_cache]``.
@@ -51,17 +53,28 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
+from .linear_cache import (
+    as_hashable,
+    linear_context,
+    linear_count,
+    linear_names,
+    linear_tensors,
+    set_linear_tensors,
+)
+
 _CACHE_MODULE = "transformers.cache_utils"
 
 
 def _layer_context(layer: Any) -> tuple[Any, ...]:
-    """Describes a layer with hashable values: class name and constructor arguments."""
+    """Describes a layer with hashable values: class name, constructor arguments, which
+    tensors it holds (keys and values, a length, the states of a linear-attention layer)."""
     return (
         type(layer).__name__,
         getattr(layer, "sliding_window", None),
         getattr(layer, "max_cache_len", None),
-        layer.keys is not None,
+        getattr(layer, "keys", None) is not None,
         isinstance(getattr(layer, "cumulative_length", None), torch.Tensor),
+        linear_context(layer),
     )
 
 
@@ -73,6 +86,9 @@ def _make_layer(module: Any, context: tuple[Any, ...]) -> Any:
         kwargs["sliding_window"] = sliding_window
     if max_cache_len is not None:
         kwargs["max_cache_len"] = max_cache_len
+    linear = context[5] if len(context) > 5 else None
+    if linear is not None:
+        kwargs["number_of_states"] = linear[0]
     return cls(**kwargs)
 
 
@@ -143,6 +159,8 @@ def _flatten_layers(cache: Any) -> tuple[list[torch.Tensor], Any]:
             children.extend([layer.keys, layer.values])
             if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
                 children.append(layer.cumulative_length)
+        # state-space / linear-attention layers: convolution and recurrent states
+        children.extend(linear_tensors(layer))
     # a cache created empty adds its layers lazily: the class to replicate is kept
     replicate = getattr(cache, "layer_class_to_replicate", None)
     context = (
@@ -160,6 +178,7 @@ def _flatten_layers_with_keys(cache: Any) -> tuple[list[tuple[Any, torch.Tensor]
             names.extend([f"key_{i}", f"value_{i}"])
             if layer_context[4]:
                 names.append(f"length_{i}")
+        names.extend(linear_names(i, layer_context[5]))
     return [(pytree.MappingKey(n), c) for n, c in zip(names, children)], context
 
 
@@ -175,6 +194,10 @@ def _unflatten_layers(cls: type) -> Callable[[list[torch.Tensor], Any], Any]:
                 size = 3 if layer_context[4] else 2
                 _set_tensors(layer, *children[position : position + size])
                 position += size
+            count = linear_count(layer_context[5])
+            if count:
+                set_linear_tensors(layer, list(children[position : position + count]), layer_context[5])
+                position += count
             layers.append(layer)
         _set_tokens_seen(layers)
         cache = cls.__new__(cls)
@@ -219,7 +242,7 @@ def _from_dumpable(text: str) -> Any:
     if value is None:
         return None
     layers, replicate = value
-    return tuple(tuple(v) for v in layers), replicate
+    return tuple(as_hashable(v) for v in layers), replicate
 
 
 def _serializers() -> dict[str, tuple[Callable, Callable, Callable]]:

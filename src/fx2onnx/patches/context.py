@@ -19,6 +19,7 @@ from .caches import (
 from .moe_fixes import moe_patches
 from .registry import Patch, PatchReport, PatchSet, check_patches
 from .rewrite import rewrite_patches
+from .state_space import state_space_patches
 from .torch_fixes import torch_patches
 from .transformers_fixes import transformers_patches
 
@@ -88,6 +89,7 @@ def collect_patches(
     if patch_transformers:
         patches.extend(transformers_patches())
         patches.extend(moe_patches())
+        patches.extend(state_space_patches())
     if rewrite is not None:
         patches.extend(rewrite_patches(rewrite, dump_rewriting=dump_rewriting))
     for patched in custom_patches:
