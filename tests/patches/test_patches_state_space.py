@@ -1,0 +1,119 @@
+"""State-space models (Mamba, GraniteMoeHybrid) exported with a dynamic batch and sequence.
+
+Two patches make it work: the linear-attention cache layers are flattened into
+their convolution and recurrent states (:mod:`fx2onnx.patches.linear_cache`),
+and the selective scan of Mamba runs as one torch ``scan`` instead of a Python
+loop over the sequence (:mod:`fx2onnx.patches.state_space`).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils import _pytree as pytree
+
+pytest.importorskip("transformers")
+
+from fx2onnx import to_onnx, torch_export_patches  # noqa: E402
+from fx2onnx.models.discover import get_architecture  # noqa: E402
+from fx2onnx.models.zoo_inputs import build_zoo_model  # noqa: E402
+from fx2onnx.patches import register_cache_serialization, unregister_cache_serialization  # noqa: E402
+from fx2onnx.patches.state_space import selective_scan_recurrence  # noqa: E402
+from fx2onnx.validation import compare_outputs, flatten_outputs, make_session, run_onnx  # noqa: E402
+
+ATOL = RTOL = 1e-4
+
+
+def _zoo(name: str, with_cache: bool):
+    zoo = build_zoo_model(get_architecture(name), with_cache=with_cache)
+    if with_cache and "cache_params" in zoo.inputs:
+        # Mamba decodes with a cache and no attention mask (what generate gives it);
+        # the zoo's mask covers the cached tokens too, which Mamba's forward rejects
+        for values in (zoo.inputs, zoo.inputs2, zoo.dynamic_shapes):
+            values.pop("attention_mask", None)
+    return zoo
+
+
+def _export_and_check(zoo) -> tuple[list[str], list[str]]:
+    """Exports with the first input set, checks the second one (other batch and sequence)."""
+    with torch.no_grad():
+        expected = flatten_outputs(zoo.model(**zoo.copy_inputs(1)))
+    with torch_export_patches(patch_transformers=True), torch.no_grad():
+        onx = to_onnx(zoo.model, (), zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
+    got = run_onnx(make_session(onx), (), zoo.copy_inputs(1))
+    report = compare_outputs(expected, got, atol=ATOL, rtol=RTOL)
+    assert report.ok, str(report)
+    assert len(got) == len(expected)
+    dims = [d.dim_param for i in onx.graph.input for d in i.type.tensor_type.shape.dim if d.dim_param]
+    return [i.name for i in onx.graph.input], dims
+
+
+def test_selective_scan_recurrence_equals_the_loop():
+    torch.manual_seed(0)
+    a = torch.rand(2, 6, 5, 3)
+    bu = torch.randn(2, 6, 5, 3)
+    c = torch.randn(2, 5, 3)
+    state, outputs = torch.zeros(2, 6, 3), []
+    for i in range(5):
+        state = a[:, :, i] * state + bu[:, :, i]
+        outputs.append(torch.matmul(state, c[:, i, :].unsqueeze(-1))[:, :, 0])
+    got, last = selective_scan_recurrence(a, bu, c, torch.float32)
+    torch.testing.assert_close(got, torch.stack(outputs, dim=-1), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(last, state, atol=1e-6, rtol=1e-6)
+
+
+def test_mamba_cache_flattened_and_rebuilt():
+    zoo = _zoo("mamba", with_cache=True)
+    cache = zoo.inputs["cache_params"]
+    done = register_cache_serialization()
+    try:
+        leaves, spec = pytree.tree_flatten(cache)
+        names = [str(path[-1]) for path, _ in pytree.tree_flatten_with_path(cache)[0]]
+        rebuilt = pytree.tree_unflatten(leaves, spec)
+        assert pytree.treespec_loads(pytree.treespec_dumps(spec)) == spec
+    finally:
+        unregister_cache_serialization(done)
+    assert len(leaves) == 4 and "conv_0" in names[0] and "recurrent_1" in names[3]
+    for layer, original in zip(rebuilt.layers, cache.layers):
+        assert type(layer) is type(original)
+        assert layer.conv_states[0] is original.conv_states[0]
+        assert layer.recurrent_states[0] is original.recurrent_states[0]
+        assert layer.has_previous_state == original.has_previous_state
+        assert layer.conv_kernel_size == original.conv_kernel_size
+    # the rebuilt cache gives the same outputs as the original one
+    inputs = zoo.copy_inputs(0)
+    with torch.no_grad():
+        expected = flatten_outputs(zoo.model(**inputs))
+        inputs = zoo.copy_inputs(0)
+        inputs["cache_params"] = rebuilt
+        got = flatten_outputs(zoo.model(**inputs))
+    assert compare_outputs(expected, got, atol=0, rtol=0).ok
+
+
+def test_patched_mamba_equals_eager():
+    zoo = _zoo("mamba", with_cache=False)
+    with torch.no_grad():
+        expected = flatten_outputs(zoo.model(**zoo.copy_inputs(1)))
+        with torch_export_patches(patch_transformers=True):
+            got = flatten_outputs(zoo.model(**zoo.copy_inputs(1)))
+    assert compare_outputs(expected, got, atol=ATOL, rtol=RTOL).ok
+
+
+def test_mamba_without_cache_dynamic_sequence():
+    names, dims = _export_and_check(_zoo("mamba", with_cache=False))
+    assert names == ["input_ids", "attention_mask"]
+    assert {"batch", "seq"} <= set(dims)
+
+
+def test_mamba_with_cache():
+    names, dims = _export_and_check(_zoo("mamba", with_cache=True))
+    assert names[0] == "input_ids"
+    assert [n for n in names if "conv" in n] and [n for n in names if "recurrent" in n]
+    assert {"batch", "seq"} <= set(dims)
+
+
+def test_granitemoehybrid_with_cache():
+    # hybrid: a Mamba layer (conv and recurrent states) and an attention layer (keys, values)
+    names, dims = _export_and_check(_zoo("granitemoehybrid", with_cache=True))
+    assert any("conv_0" in n for n in names) and any("key_1" in n for n in names)
+    assert {"batch", "seq", "past_seq"} <= set(dims)
