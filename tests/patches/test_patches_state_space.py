@@ -8,6 +8,8 @@ loop over the sequence (:mod:`fx2onnx.patches.state_space`).
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch.utils import _pytree as pytree
@@ -34,16 +36,30 @@ def _zoo(name: str, with_cache: bool):
     return zoo
 
 
-def _export_and_check(zoo) -> tuple[list[str], list[str]]:
-    """Exports with the first input set, checks the second one (other batch and sequence)."""
-    with torch.no_grad():
-        expected = flatten_outputs(zoo.model(**zoo.copy_inputs(1)))
+def _one_token(zoo) -> dict:
+    """The second input set reduced to one new token (a decoding step)."""
+    inputs = zoo.copy_inputs(1)
+    seq = inputs["input_ids"].shape[1]
+    inputs["input_ids"] = inputs["input_ids"][:, :1]
+    if "attention_mask" in inputs:
+        inputs["attention_mask"] = inputs["attention_mask"][:, : inputs["attention_mask"].shape[1] - seq + 1]
+    return inputs
+
+
+def _export_and_check(zoo, decoding_step: bool = False) -> tuple[list[str], list[str]]:
+    """Exports with the first input set, checks the second one (other batch and sequence)
+    and, with ``decoding_step``, the second one reduced to one token."""
     with torch_export_patches(patch_transformers=True), torch.no_grad():
         onx = to_onnx(zoo.model, (), zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
-    got = run_onnx(make_session(onx), (), zoo.copy_inputs(1))
-    report = compare_outputs(expected, got, atol=ATOL, rtol=RTOL)
-    assert report.ok, str(report)
-    assert len(got) == len(expected)
+    sess = make_session(onx)
+    input_sets = [zoo.copy_inputs(1)] + ([_one_token(zoo)] if decoding_step else [])
+    for inputs in input_sets:
+        with torch.no_grad():
+            expected = flatten_outputs(zoo.model(**copy.deepcopy(inputs)))
+        got = run_onnx(sess, (), inputs)
+        report = compare_outputs(expected, got, atol=ATOL, rtol=RTOL)
+        assert report.ok, f"seq={inputs['input_ids'].shape[1]}: {report}"
+        assert len(got) == len(expected)
     dims = [d.dim_param for i in onx.graph.input for d in i.type.tensor_type.shape.dim if d.dim_param]
     return [i.name for i in onx.graph.input], dims
 
@@ -90,13 +106,18 @@ def test_mamba_cache_flattened_and_rebuilt():
     assert compare_outputs(expected, got, atol=0, rtol=0).ok
 
 
-def test_patched_mamba_equals_eager():
-    zoo = _zoo("mamba", with_cache=False)
-    with torch.no_grad():
-        expected = flatten_outputs(zoo.model(**zoo.copy_inputs(1)))
-        with torch_export_patches(patch_transformers=True):
-            got = flatten_outputs(zoo.model(**zoo.copy_inputs(1)))
-    assert compare_outputs(expected, got, atol=ATOL, rtol=RTOL).ok
+@pytest.mark.parametrize("with_cache", [False, True])
+def test_patched_mamba_equals_eager(with_cache):
+    zoo = _zoo("mamba", with_cache=with_cache)
+    input_sets = [zoo.inputs2] + ([_one_token(zoo)] if with_cache else [])
+    for inputs in input_sets:
+        with torch.no_grad():
+            expected = flatten_outputs(zoo.model(**copy.deepcopy(inputs)))
+            with torch_export_patches(patch_transformers=True) as context:
+                got = flatten_outputs(zoo.model(**copy.deepcopy(inputs)))
+        applied = {r.name for r in context.reports if r.status == "applied"}
+        assert {"mamba.mamba_selective_scan", "MambaMixer.forward"} <= applied
+        assert compare_outputs(expected, got, atol=ATOL, rtol=RTOL).ok
 
 
 def test_mamba_without_cache_dynamic_sequence():
@@ -106,7 +127,9 @@ def test_mamba_without_cache_dynamic_sequence():
 
 
 def test_mamba_with_cache():
-    names, dims = _export_and_check(_zoo("mamba", with_cache=True))
+    # one graph for several new tokens (eager: the scan starts from zeros) and for one
+    # token (eager: decoding from the cached recurrent state)
+    names, dims = _export_and_check(_zoo("mamba", with_cache=True), decoding_step=True)
     assert names[0] == "input_ids"
     assert [n for n in names if "conv" in n] and [n for n in names if "recurrent" in n]
     assert {"batch", "seq"} <= set(dims)
@@ -114,6 +137,6 @@ def test_mamba_with_cache():
 
 def test_granitemoehybrid_with_cache():
     # hybrid: a Mamba layer (conv and recurrent states) and an attention layer (keys, values)
-    names, dims = _export_and_check(_zoo("granitemoehybrid", with_cache=True))
+    names, dims = _export_and_check(_zoo("granitemoehybrid", with_cache=True), decoding_step=True)
     assert any("conv_0" in n for n in names) and any("key_1" in n for n in names)
     assert {"batch", "seq", "past_seq"} <= set(dims)

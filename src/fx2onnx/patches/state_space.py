@@ -20,10 +20,23 @@ The patch runs the same recurrence with :func:`torch._higher_order_ops.scan.scan
 results are the ones of eager. The functions patched are the copies of
 ``mamba_selective_scan`` in Mamba, FalconMamba, Jamba and Zamba (the same code).
 With ``mambapy`` installed and ``use_mambapy=True``, the original runs.
+
+With a filled cache, Mamba's mixer branches on the length: one token (a
+decoding step) continues from the cached recurrent state
+(``mamba_selective_state_update``), several tokens restart the scan from zeros
+(the kernel's full-sequence path, which takes no initial state). torch.export
+keeps the branch of the example (``seq >= 2``) and nothing in the ONNX model
+stops a one-token input: the decoding step would silently start from zeros. The
+patched ``MambaMixer.forward`` computes both cases in one graph: the
+convolution always reads the cached state followed by the new tokens (for one
+token, the values of ``causal_conv1d_update``) and the scan starts from
+``where(seq_len == 1, cached state, zeros)``, so that one exported model
+matches eager for every length.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import torch
@@ -51,7 +64,11 @@ def _scan_step(input_dtype: torch.dtype):
 
 
 def selective_scan_recurrence(
-    discrete_A: torch.Tensor, deltaB_u: torch.Tensor, C: torch.Tensor, input_dtype: torch.dtype
+    discrete_A: torch.Tensor,
+    deltaB_u: torch.Tensor,
+    C: torch.Tensor,
+    input_dtype: torch.dtype,
+    initial_state: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The recurrence of the selective scan as one :func:`scan` over the sequence.
 
@@ -59,18 +76,41 @@ def selective_scan_recurrence(
     :param deltaB_u: ``(batch, intermediate, seq, state)``
     :param C: ``(batch, seq, state)``
     :param input_dtype: the dtype the outputs are computed in
+    :param initial_state: ``(batch, intermediate, state)``, zeros if None
     :return: the outputs ``(batch, intermediate, seq)`` and the last state
         ``(batch, intermediate, state)``
     """
     from torch._higher_order_ops.scan import scan
 
     batch_size, intermediate_size, _, state_size = deltaB_u.shape
-    init = torch.zeros(
-        (batch_size, intermediate_size, state_size), dtype=deltaB_u.dtype, device=deltaB_u.device
-    )
+    if initial_state is None:
+        init = torch.zeros(
+            (batch_size, intermediate_size, state_size), dtype=deltaB_u.dtype, device=deltaB_u.device
+        )
+    else:
+        init = initial_state.to(deltaB_u.dtype)
     xs = (discrete_A.permute(2, 0, 1, 3), deltaB_u.permute(2, 0, 1, 3), C.transpose(0, 1))
     last_state, outputs = scan(_scan_step(input_dtype), init, xs)
     return outputs.permute(1, 2, 0), last_state
+
+
+def discretize(
+    hidden_states: torch.Tensor,
+    dt: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    delta_bias: torch.Tensor | None,
+    delta_softplus: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(discrete_A, deltaB_u)`` of the selective scan; ``B`` is ``(batch, seq, state)``."""
+    if delta_bias is not None:
+        dt = dt + delta_bias.to(dt.dtype)[..., None]
+    if delta_softplus:
+        dt = F.softplus(dt)
+    discrete_A = torch.exp(A[None, :, None, :] * dt[:, :, :, None])
+    discrete_B = dt[:, :, :, None] * B[:, None, :, :].float()
+    deltaB_u = discrete_B * hidden_states[:, :, :, None].float()
+    return discrete_A, deltaB_u
 
 
 def _mambapy_available() -> bool:
@@ -103,18 +143,11 @@ def _make_selective_scan(original: Any) -> Any:
                 return_last_state=return_last_state, use_mambapy=use_mambapy,
                 use_associative_scan=use_associative_scan, **kwargs,
             )
-        input_dtype = hidden_states.dtype
-        if delta_bias is not None:
-            dt = dt + delta_bias.to(dt.dtype)[..., None]
-        if delta_softplus:
-            dt = F.softplus(dt)
         # the layout of the kernel: B, C given as (batch, state, seq)
         B = B.transpose(1, 2)
         C = C.transpose(1, 2)
-        discrete_A = torch.exp(A[None, :, None, :] * dt[:, :, :, None])
-        discrete_B = dt[:, :, :, None] * B[:, None, :, :].float()
-        deltaB_u = discrete_B * hidden_states[:, :, :, None].float()
-        scan_output, ssm_state = selective_scan_recurrence(discrete_A, deltaB_u, C, input_dtype)
+        discrete_A, deltaB_u = discretize(hidden_states, dt, A, B, delta_bias, delta_softplus)
+        scan_output, ssm_state = selective_scan_recurrence(discrete_A, deltaB_u, C, hidden_states.dtype)
         if D is not None:
             scan_output = scan_output + hidden_states * D[None, :, None]
         if z is not None:
@@ -125,6 +158,64 @@ def _make_selective_scan(original: Any) -> Any:
 
     mamba_selective_scan.__wrapped__ = original  # type: ignore[attr-defined]
     return mamba_selective_scan
+
+
+_MAMBA_MODULE = "transformers.models.mamba.modeling_mamba"
+
+
+def _one_token(seq_len: Any, device: torch.device) -> torch.Tensor:
+    """``seq_len == 1`` as a tensor, not a Python bool torch.export would freeze."""
+    return torch.full((), seq_len, dtype=torch.int64, device=device) == 1
+
+
+def _make_mixer_forward(original: Any) -> Any:
+    def forward(
+        self: Any,
+        hidden_states: torch.Tensor,
+        cache_params: Any = None,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        recurrent_state = None
+        if cache_params is not None and not self.training and not cache_params.is_recording_past(self.layer_idx):
+            recurrent_state = cache_params.get_recurrent_state(self.layer_idx, state_idx=0)
+        if recurrent_state is None:
+            # no filled cache: one path whatever the length, the patched selective scan
+            return original(self, hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs)
+        mamba = importlib.import_module(_MAMBA_MODULE)
+        seq_len, dtype = hidden_states.shape[1], hidden_states.dtype
+        hidden_states = mamba.apply_mask_to_padding_states(hidden_states, attention_mask)
+        projected_states = self.in_proj(hidden_states).transpose(1, 2)
+        A = -torch.exp(self.A_log.float())
+        hidden_states_B_C, gate = projected_states.chunk(2, dim=1)
+        # the cached convolution state followed by the new tokens: with one token, the
+        # same values as causal_conv1d_update
+        hidden_states_B_C = cache_params.update_conv_state(
+            hidden_states_B_C, self.layer_idx, conv_kernel_size=self.conv_kernel_size
+        )
+        hidden_states_B_C = mamba.causal_conv1d_fn(
+            hidden_states_B_C, self.conv1d.weight.squeeze(1), self.conv1d.bias, activation=self.activation
+        )[:, :, -seq_len:]
+        hidden_states_B_C = mamba.apply_mask_to_padding_states(hidden_states_B_C.transpose(1, 2), attention_mask)
+        time_step, B, C = torch.split(
+            self.x_proj(hidden_states_B_C),
+            [self.time_step_rank, self.ssm_state_size, self.ssm_state_size],
+            dim=-1,
+        )
+        time_step = self.dt_proj.weight @ time_step.transpose(1, 2)
+        time_proj_bias = self.dt_proj.bias.float() if self.dt_proj.bias is not None else None
+        x = hidden_states_B_C.transpose(1, 2)
+        discrete_A, deltaB_u = discretize(x, time_step, A, B, time_proj_bias, True)
+        # eager: one token continues from the cached state (selective_state_update),
+        # several tokens start from zeros (the kernel's full-sequence path)
+        initial_state = torch.where(_one_token(seq_len, x.device), recurrent_state, torch.zeros_like(recurrent_state))
+        scan_output, final_state = selective_scan_recurrence(discrete_A, deltaB_u, C, x.dtype, initial_state)
+        scan_output = (scan_output + x * self.D.float()[None, :, None]) * F.silu(gate)
+        cache_params.update_recurrent_state(final_state, self.layer_idx)
+        return self.out_proj(scan_output.transpose(1, 2).to(dtype))
+
+    forward.__wrapped__ = original  # type: ignore[attr-defined]
+    return forward
 
 
 def state_space_patches() -> list[Patch]:
@@ -140,4 +231,14 @@ def state_space_patches() -> list[Patch]:
             "(ONNX Scan), so that the sequence length stays dynamic",
         )
         for module in SELECTIVE_SCAN_MODULES
+    ] + [
+        Patch(
+            name="MambaMixer.forward",
+            kind="transformers",
+            target=f"{_MAMBA_MODULE}.MambaMixer.forward",
+            make=_make_mixer_forward,
+            expected_args=("self", "hidden_states", "cache_params", "attention_mask"),
+            doc="with a filled cache, one graph for one token (decoding, from the cached recurrent "
+            "state) and several tokens (from zeros, like eager): no branch on the sequence length",
+        )
     ]
