@@ -177,11 +177,14 @@ def _make_mixer_forward(original: Any) -> Any:
         **kwargs: Any,
     ) -> torch.Tensor:
         recurrent_state = None
-        if cache_params is not None and not self.training and not cache_params.is_recording_past(self.layer_idx):
+        recording = cache_params is not None and cache_params.is_recording_past(self.layer_idx)
+        if cache_params is not None and not self.training and not recording:
             recurrent_state = cache_params.get_recurrent_state(self.layer_idx, state_idx=0)
         if recurrent_state is None:
             # no filled cache: one path whatever the length, the patched selective scan
-            return original(self, hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs)
+            return original(
+                self, hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs
+            )
         mamba = importlib.import_module(_MAMBA_MODULE)
         seq_len, dtype = hidden_states.shape[1], hidden_states.dtype
         hidden_states = mamba.apply_mask_to_padding_states(hidden_states, attention_mask)
@@ -196,7 +199,9 @@ def _make_mixer_forward(original: Any) -> Any:
         hidden_states_B_C = mamba.causal_conv1d_fn(
             hidden_states_B_C, self.conv1d.weight.squeeze(1), self.conv1d.bias, activation=self.activation
         )[:, :, -seq_len:]
-        hidden_states_B_C = mamba.apply_mask_to_padding_states(hidden_states_B_C.transpose(1, 2), attention_mask)
+        hidden_states_B_C = mamba.apply_mask_to_padding_states(
+            hidden_states_B_C.transpose(1, 2), attention_mask
+        )
         time_step, B, C = torch.split(
             self.x_proj(hidden_states_B_C),
             [self.time_step_rank, self.ssm_state_size, self.ssm_state_size],
@@ -208,7 +213,9 @@ def _make_mixer_forward(original: Any) -> Any:
         discrete_A, deltaB_u = discretize(x, time_step, A, B, time_proj_bias, True)
         # eager: one token continues from the cached state (selective_state_update),
         # several tokens start from zeros (the kernel's full-sequence path)
-        initial_state = torch.where(_one_token(seq_len, x.device), recurrent_state, torch.zeros_like(recurrent_state))
+        initial_state = torch.where(
+            _one_token(seq_len, x.device), recurrent_state, torch.zeros_like(recurrent_state)
+        )
         scan_output, final_state = selective_scan_recurrence(discrete_A, deltaB_u, C, x.dtype, initial_state)
         scan_output = (scan_output + x * self.D.float()[None, :, None]) * F.silu(gate)
         cache_params.update_recurrent_state(final_state, self.layer_idx)
