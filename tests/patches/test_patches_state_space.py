@@ -126,10 +126,11 @@ def test_mamba_without_cache_dynamic_sequence():
     assert {"batch", "seq"} <= set(dims)
 
 
-def test_mamba_with_cache():
+@pytest.mark.parametrize("name", ["mamba", "falcon_mamba"])
+def test_mamba_with_cache(name):
     # one graph for several new tokens (eager: the scan starts from zeros) and for one
     # token (eager: decoding from the cached recurrent state)
-    names, dims = _export_and_check(_zoo("mamba", with_cache=True), decoding_step=True)
+    names, dims = _export_and_check(_zoo(name, with_cache=True), decoding_step=True)
     assert names[0] == "input_ids"
     assert [n for n in names if "conv" in n] and [n for n in names if "recurrent" in n]
     assert {"batch", "seq"} <= set(dims)

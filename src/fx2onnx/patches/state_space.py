@@ -21,11 +21,11 @@ results are the ones of eager. The functions patched are the copies of
 ``mamba_selective_scan`` in Mamba, FalconMamba, Jamba and Zamba (the same code).
 With ``mambapy`` installed and ``use_mambapy=True``, the original runs.
 
-With a filled cache, Mamba's mixer branches on the length: one token (a
-decoding step) continues from the cached recurrent state
+With a filled cache, the mixers of Mamba, FalconMamba and Jamba branch on the
+length: one token (a decoding step) continues from the cached recurrent state
 (``mamba_selective_state_update``), several tokens restart the scan from zeros
 (the kernel's full-sequence path, which takes no initial state). torch.export
-keeps the branch of the example (``seq >= 2``) and nothing in the ONNX model
+keeps the branch of the example (``seq >= 2``), and nothing in the ONNX model
 stops a one-token input: the decoding step would silently start from zeros. The
 patched ``MambaMixer.forward`` computes both cases in one graph: the
 convolution always reads the cached state followed by the new tokens (for one
@@ -160,7 +160,13 @@ def _make_selective_scan(original: Any) -> Any:
     return mamba_selective_scan
 
 
-_MAMBA_MODULE = "transformers.models.mamba.modeling_mamba"
+#: (module, mixer class) whose forward branches on ``seq_len == 1`` with a filled cache;
+#: FalconMamba and Jamba add RMS norms on dt, B and C, the rest is Mamba's code
+MIXERS = (
+    ("transformers.models.mamba.modeling_mamba", "MambaMixer"),
+    ("transformers.models.falcon_mamba.modeling_falcon_mamba", "FalconMambaMixer"),
+    ("transformers.models.jamba.modeling_jamba", "JambaMambaMixer"),
+)
 
 
 def _one_token(seq_len: Any, device: torch.device) -> torch.Tensor:
@@ -168,65 +174,88 @@ def _one_token(seq_len: Any, device: torch.device) -> torch.Tensor:
     return torch.full((), seq_len, dtype=torch.int64, device=device) == 1
 
 
-def _make_mixer_forward(original: Any) -> Any:
-    def forward(
-        self: Any,
-        hidden_states: torch.Tensor,
-        cache_params: Any = None,
-        attention_mask: torch.Tensor | None = None,
-        **kwargs: Any,
-    ) -> torch.Tensor:
-        recurrent_state = None
-        recording = cache_params is not None and cache_params.is_recording_past(self.layer_idx)
-        if cache_params is not None and not self.training and not recording:
-            recurrent_state = cache_params.get_recurrent_state(self.layer_idx, state_idx=0)
-        if recurrent_state is None:
-            # no filled cache: one path whatever the length, the patched selective scan
-            return original(
-                self, hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs
-            )
-        mamba = importlib.import_module(_MAMBA_MODULE)
-        seq_len, dtype = hidden_states.shape[1], hidden_states.dtype
-        hidden_states = mamba.apply_mask_to_padding_states(hidden_states, attention_mask)
-        projected_states = self.in_proj(hidden_states).transpose(1, 2)
-        A = -torch.exp(self.A_log.float())
-        hidden_states_B_C, gate = projected_states.chunk(2, dim=1)
-        # the cached convolution state followed by the new tokens: with one token, the
-        # same values as causal_conv1d_update
-        hidden_states_B_C = cache_params.update_conv_state(
-            hidden_states_B_C, self.layer_idx, conv_kernel_size=self.conv_kernel_size
+def _cached_mixer_forward(
+    module_name: str,
+    original: Any,
+    self: Any,
+    hidden_states: torch.Tensor,
+    cache_params: Any = None,
+    attention_mask: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """The mixer's forward with one graph for every length once the cache is filled."""
+    recurrent_state = None
+    recording = cache_params is not None and cache_params.is_recording_past(self.layer_idx)
+    if cache_params is not None and not self.training and not recording:
+        recurrent_state = cache_params.get_recurrent_state(self.layer_idx, state_idx=0)
+    if recurrent_state is None or hasattr(self.config, "_is_quantized"):
+        # no filled cache: one path whatever the length, the patched selective scan
+        return original(
+            self, hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs
         )
-        hidden_states_B_C = mamba.causal_conv1d_fn(
-            hidden_states_B_C, self.conv1d.weight.squeeze(1), self.conv1d.bias, activation=self.activation
-        )[:, :, -seq_len:]
-        hidden_states_B_C = mamba.apply_mask_to_padding_states(
-            hidden_states_B_C.transpose(1, 2), attention_mask
-        )
-        time_step, B, C = torch.split(
-            self.x_proj(hidden_states_B_C),
-            [self.time_step_rank, self.ssm_state_size, self.ssm_state_size],
-            dim=-1,
-        )
-        time_step = self.dt_proj.weight @ time_step.transpose(1, 2)
-        time_proj_bias = self.dt_proj.bias.float() if self.dt_proj.bias is not None else None
-        x = hidden_states_B_C.transpose(1, 2)
-        discrete_A, deltaB_u = discretize(x, time_step, A, B, time_proj_bias, True)
-        # eager: one token continues from the cached state (selective_state_update),
-        # several tokens start from zeros (the kernel's full-sequence path)
-        initial_state = torch.where(
-            _one_token(seq_len, x.device), recurrent_state, torch.zeros_like(recurrent_state)
-        )
-        scan_output, final_state = selective_scan_recurrence(discrete_A, deltaB_u, C, x.dtype, initial_state)
-        scan_output = (scan_output + x * self.D.float()[None, :, None]) * F.silu(gate)
-        cache_params.update_recurrent_state(final_state, self.layer_idx)
-        return self.out_proj(scan_output.transpose(1, 2).to(dtype))
+    mamba = importlib.import_module(module_name)
+    seq_len, dtype = hidden_states.shape[1], hidden_states.dtype
+    hidden_states = mamba.apply_mask_to_padding_states(hidden_states, attention_mask)
+    projected_states = self.in_proj(hidden_states).transpose(1, 2)
+    A = -torch.exp(self.A_log.float())
+    hidden_states_B_C, gate = projected_states.chunk(2, dim=1)
+    # the cached convolution state followed by the new tokens: with one token, the
+    # same values as causal_conv1d_update
+    hidden_states_B_C = cache_params.update_conv_state(
+        hidden_states_B_C, self.layer_idx, conv_kernel_size=self.conv_kernel_size
+    )
+    hidden_states_B_C = mamba.causal_conv1d_fn(
+        hidden_states_B_C, self.conv1d.weight.squeeze(1), self.conv1d.bias, activation=self.activation
+    )[:, :, -seq_len:]
+    hidden_states_B_C = mamba.apply_mask_to_padding_states(
+        hidden_states_B_C.transpose(1, 2), attention_mask
+    )
+    time_step, B, C = torch.split(
+        self.x_proj(hidden_states_B_C),
+        [self.time_step_rank, self.ssm_state_size, self.ssm_state_size],
+        dim=-1,
+    )
+    if hasattr(self, "b_layernorm"):
+        # FalconMamba, Jamba: norms on dt, B and C
+        time_step = self.dt_layernorm(time_step)
+        B = self.b_layernorm(B)
+        C = self.c_layernorm(C)
+    time_step = self.dt_proj.weight @ time_step.transpose(1, 2)
+    time_proj_bias = self.dt_proj.bias.float() if self.dt_proj.bias is not None else None
+    x = hidden_states_B_C.transpose(1, 2)
+    discrete_A, deltaB_u = discretize(x, time_step, A, B, time_proj_bias, True)
+    # eager: one token continues from the cached state (selective_state_update),
+    # several tokens start from zeros (the kernel's full-sequence path)
+    initial_state = torch.where(
+        _one_token(seq_len, x.device), recurrent_state, torch.zeros_like(recurrent_state)
+    )
+    scan_output, final_state = selective_scan_recurrence(discrete_A, deltaB_u, C, x.dtype, initial_state)
+    scan_output = (scan_output + x * self.D.float()[None, :, None]) * F.silu(gate)
+    cache_params.update_recurrent_state(final_state, self.layer_idx)
+    return self.out_proj(scan_output.transpose(1, 2).to(dtype))
 
-    forward.__wrapped__ = original  # type: ignore[attr-defined]
-    return forward
+
+def _make_mixer_forward(module_name: str) -> Any:
+    def make(original: Any) -> Any:
+        def forward(
+            self: Any,
+            hidden_states: torch.Tensor,
+            cache_params: Any = None,
+            attention_mask: torch.Tensor | None = None,
+            **kwargs: Any,
+        ) -> torch.Tensor:
+            return _cached_mixer_forward(
+                module_name, original, self, hidden_states, cache_params, attention_mask, **kwargs
+            )
+
+        forward.__wrapped__ = original  # type: ignore[attr-defined]
+        return forward
+
+    return make
 
 
 def state_space_patches() -> list[Patch]:
-    """The patches of the state-space layers (one per copy of ``mamba_selective_scan``)."""
+    """The patches of the state-space layers: each copy of ``mamba_selective_scan``, each Mamba mixer."""
     return [
         Patch(
             name=f"{module.rsplit('.', 2)[-2]}.mamba_selective_scan",
@@ -240,12 +269,13 @@ def state_space_patches() -> list[Patch]:
         for module in SELECTIVE_SCAN_MODULES
     ] + [
         Patch(
-            name="MambaMixer.forward",
+            name=f"{class_name}.forward",
             kind="transformers",
-            target=f"{_MAMBA_MODULE}.MambaMixer.forward",
-            make=_make_mixer_forward,
+            target=f"{module}.{class_name}.forward",
+            make=_make_mixer_forward(module),
             expected_args=("self", "hidden_states", "cache_params", "attention_mask"),
             doc="with a filled cache, one graph for one token (decoding, from the cached recurrent "
             "state) and several tokens (from zeros, like eager): no branch on the sequence length",
         )
+        for module, class_name in MIXERS
     ]
