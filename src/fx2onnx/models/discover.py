@@ -313,10 +313,33 @@ def tiny_config(arch: Architecture, **overrides: Any) -> Any:
 
 
 def tiny_model(arch: Architecture, seed: int = 0, **overrides: Any) -> tuple[Any, Any]:
-    """``(model, config)``: the model of ``arch`` with seeded random weights, in eval mode."""
+    """``(model, config)``: the model of ``arch`` with seeded random weights, in eval mode.
+
+    A weight matrix the model's initialization sets to zero (the router of a
+    mixture of experts, such as AFMoE's) gets random values too: with a zero
+    router every token scores the same on every expert, the experts chosen
+    depend on how ``topk`` breaks ties, which torch and onnxruntime do
+    differently, and a right export would compare as wrong.
+    """
     import torch
 
     config = tiny_config(arch, **overrides)
     torch.manual_seed(seed)
     model = arch.model_class()(config).eval()
+    randomize_zero_matrices(model, seed)
     return model, config
+
+
+def randomize_zero_matrices(model: Any, seed: int = 0, std: float = 0.02) -> list[str]:
+    """Gives seeded random values (normal, ``std``) to the floating point parameters of
+    two dimensions or more which are all zeros; returns their names."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed + 1)
+    names = []
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() >= 2 and param.is_floating_point() and param.numel() and not param.any():
+                param.copy_(torch.randn(param.shape, generator=generator, dtype=torch.float32).to(param.dtype) * std)
+                names.append(name)
+    return names

@@ -69,6 +69,7 @@ def run_row(name: str, exporter: str, cache: bool) -> dict[str, Any]:
     """Exports one architecture with one exporter, without or with a cache: one row."""
     from ..frozen import check_frozen_inputs, read_frozen_inputs
     from ..patches import torch_export_patches
+    from ..ties import describe_ties, record_ties
     from ..validation import compare_outputs, flatten_outputs, make_session, run_onnx
     from .discover import get_architecture
     from .zoo_inputs import CacheFlatteningError, build_zoo_model
@@ -91,7 +92,7 @@ def run_row(name: str, exporter: str, cache: bool) -> dict[str, Any]:
         except CacheFlatteningError:
             step = "capture"
             raise
-        with torch.no_grad():
+        with torch.no_grad(), record_ties() as ties:
             expected = flatten_outputs(zoo.model(**zoo.copy_inputs(1)))
         step = "capture"
         try:
@@ -113,6 +114,8 @@ def run_row(name: str, exporter: str, cache: bool) -> dict[str, Any]:
             step = None
         else:
             row["error"] = f"discrepancy on the second input set: {report}"
+            if ties:  # a mismatch the reference's tie-breaking may explain, said so
+                row["error"] += f"; {describe_ties(ties)}"
     except Exception as e:  # noqa: BLE001 - every failure is a result
         row["error"] = first_line(e)
     row["step"] = step

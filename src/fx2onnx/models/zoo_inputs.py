@@ -167,4 +167,18 @@ def build_zoo_model(arch: Architecture, with_cache: bool, seed: int = 0) -> ZooM
             f"for torch.export ({type(e).__name__}: {e}); fix: teach fx2onnx.patches.caches to flatten "
             f"these layers (register_cache_serialization)."
         ) from None
+    _check_cache_round_trip(arch, inputs)
     return ZooModel(arch.name, model, config, inputs, inputs2, shapes)
+
+
+def _check_cache_round_trip(arch: Architecture, inputs: dict[str, Any]) -> None:
+    """A cache losing tensors when flattened fails the capture step with their names
+    (instead of a size mismatch inside torch.export or a wrong model)."""
+    from ..patches.cache_check import CacheStateLostError, check_cache_round_trip
+    from ..validation import cache_flattening
+
+    try:
+        with cache_flattening(inputs):
+            check_cache_round_trip(inputs)
+    except CacheStateLostError as e:
+        raise CacheFlatteningError(f"{arch.name}: {e}") from None
