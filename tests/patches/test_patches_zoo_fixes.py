@@ -138,3 +138,18 @@ def test_axk2_cache_row_exports_or_names_the_lost_indexer_keys():
     else:
         assert row["step"] == "capture"
         assert "indexer_keys" in row["error"] and "fx2onnx.patches.caches" in row["error"]
+
+
+class CacheModel(torch.nn.Module):
+    def forward(self, x, past_key_values):
+        return x + past_key_values.layers[0].keys.sum()
+
+
+def test_to_onnx_names_a_cache_tensor_the_flattening_drops():
+    cache = cache_utils.DynamicCache()
+    cache.layers.append(cache_utils.DynamicLayer())
+    cache.layers[0].update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))
+    cache.layers[0].extra_state = torch.ones(1, 3)  # a state no flattening knows
+    with fx2onnx.torch_export_patches(patch_transformers=True):
+        with pytest.raises(fx2onnx.ExportError, match=r"Step 'capture'.*layers\[0\]\.extra_state"):
+            fx2onnx.to_onnx(CacheModel(), (torch.randn(2, 3), cache))

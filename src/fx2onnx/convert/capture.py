@@ -236,6 +236,7 @@ def capture(
                 f"class M(torch.nn.Module): def forward(self, *args): return f(*args)"
             )
         ds, axis_names = prepare_dynamic_shapes(model, args, kwargs, dynamic_shapes)
+        _check_caches(args, kwargs)
         try:
             ep = torch.export.export(model, tuple(args), kwargs=dict(kwargs), dynamic_shapes=ds, strict=strict)
         except Exception as e:
@@ -263,6 +264,18 @@ def capture(
     if not names:
         names = _names_from_placeholders(ep)
     return ep, names
+
+
+def _check_caches(args: tuple, kwargs: dict) -> None:
+    """A cache losing tensors when flattened (pytree) fails before torch.export, naming them."""
+    from ..patches.cache_check import CacheStateLostError, check_cache_round_trip
+
+    inputs = {f"args[{i}]": a for i, a in enumerate(args)}
+    inputs.update(kwargs)
+    try:
+        check_cache_round_trip(inputs)
+    except CacheStateLostError as e:
+        raise ExportError(f"Step 'capture' failed: {e}") from e
 
 
 def _names_from_placeholders(ep: torch.export.ExportedProgram) -> dict[sympy.Symbol, str]:
