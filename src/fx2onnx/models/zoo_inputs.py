@@ -96,6 +96,10 @@ def _input_set(model, arch: Architecture, config, sizes, with_cache: bool, gener
         if name is None:
             raise ValueError(f"{type(model).__name__}.forward takes no cache argument.")
         inputs[name] = _prefill(model, arch, batch, past, vocab, generator, encoder)
+        if name == "cache_params":
+            # state-space models decode without a mask (as generate calls them): a mask over
+            # the cached and the new tokens is refused by their forward
+            inputs.pop("attention_mask", None)
         if name == "cache_params" and "cache_position" in parameters:
             inputs["cache_position"] = torch.arange(past, past + seq, dtype=torch.int64)
     return inputs
