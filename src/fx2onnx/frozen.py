@@ -21,6 +21,13 @@ is recorded as ``{"kind": "sliding_cache", "window": 4, "layers": [0, ...]}``,
 reported at export, and validate refuses a cache which has seen more tokens
 (see :mod:`fx2onnx.patches.caches`).
 
+A dynamic dimension torch.export bounded above (a Python branch on a size,
+``if seq_len >= 4:``, not taken at export) holds one branch only: it is
+recorded as ``{"kind": "dim_range", "min": 2, "max": 3, ...}`` under the key
+``"<input>.shape[<axis>]"`` (see :func:`narrowed_dimensions`), warned about
+unless the bound is the size of a weight (a table of positions), and validate
+refuses sizes outside the range.
+
 .. code-block:: python
 
     import torch, fx2onnx
@@ -112,6 +119,69 @@ def _fixed_int(val: Any, ranges: dict[Any, Any]) -> int | None:
     if bounds is not None and bounds.lower == bounds.upper:
         return int(bounds.lower)
     return None
+
+
+def narrowed_dimensions(ep: torch.export.ExportedProgram, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The dynamic dimensions to which torch.export gave an upper bound (a Python branch on a
+    size, ``if seq_len >= 4:``, not taken at export): the graph holds one branch only.
+
+    :param names: the ONNX input names, one per user input which is not a constant
+    :return: ``{"<input>.shape[<axis>]": {"kind": "dim_range", "position": p, "axis": a,
+        "min": lo, "max": hi, "weight_bound": b}}``, one entry per narrowed symbol; ``weight_bound``
+        tells the bound is a size of a weight (a position table): checked but not warned
+    """
+    from torch.utils._sympy.numbers import int_oo
+
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    # a bound equal to a size of a weight is a table's length (position embeddings): not warned
+    weight_sizes = {int(d) for t in [*ep.state_dict.values(), *ep.constants.values()]
+                    if isinstance(t, torch.Tensor) for d in t.shape}
+    found: dict[str, dict[str, Any]] = {}
+    seen: set[Any] = set()
+    position = 0
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind.name != "USER_INPUT" or isinstance(spec.arg, torch.export.graph_signature.ConstantArgument):
+            continue
+        node = placeholders.get(spec.arg.name)
+        val = node.meta.get("val") if node is not None else None
+        if isinstance(val, torch.Tensor):
+            for axis, size in enumerate(val.shape):
+                expr = size.node.expr if isinstance(size, torch.SymInt) else None
+                bounds = ep.range_constraints.get(expr) if expr is not None and expr.is_Symbol else None
+                if bounds is None or expr in seen or bounds.lower == bounds.upper:
+                    continue
+                upper = None if bounds.upper in (int_oo, float("inf")) or not bounds.upper.is_finite else int(bounds.upper)
+                if upper is None:  # a raised lower bound mostly comes from a relation (total = past + seq)
+                    continue
+                seen.add(expr)
+                name = names[position] if position < len(names) else f"input{position}"
+                found[f"{name}.shape[{axis}]"] = {
+                    "kind": "dim_range", "position": position, "axis": axis, "min": int(bounds.lower), "max": upper,
+                    "weight_bound": upper in weight_sizes,
+                }
+        position += 1
+    return found
+
+
+def _check_dim_range(path: str, entry: dict[str, Any], args: Sequence[Any], kwargs: dict[str, Any] | None) -> None:
+    from .validation import flatten_inputs
+
+    leaves = flatten_inputs(args, kwargs)
+    value = leaves[entry["position"]] if entry["position"] < len(leaves) else None
+    if not isinstance(value, torch.Tensor) or value.dim() <= entry["axis"]:
+        return
+    size = int(value.shape[entry["axis"]])
+    if size < entry["min"] or (entry["max"] is not None and size > entry["max"]):
+        raise FrozenInputError(
+            f"Dimension {path} is {size} but the export narrowed it to {_range_text(entry)}: the model's code "
+            f"branched on this size at export and the ONNX model holds the branch taken then; it is wrong "
+            f"outside that range. Export with an example of the sizes you need, or write the branch with "
+            f"torch.cond."
+        )
+
+
+def _range_text(entry: dict[str, Any]) -> str:
+    return f"[{entry['min']}, {entry['max'] if entry['max'] is not None else 'inf'}]"
 
 
 def _cache_layers(value: Any) -> list[Any] | None:
@@ -244,6 +314,13 @@ def frozen_message(path: str, entry: dict[str, Any]) -> str:
             f"element(s) becomes {entry['length']} separate value(s){names}, the ONNX model takes no other "
             f"length. To vary the count, stack the elements into one tensor with a dynamic dimension."
         )
+    if entry["kind"] == "dim_range":
+        return (
+            f"torch.export narrowed the dynamic dimension {path} to {_range_text(entry)} (a Python branch on "
+            f"this size, such as `if seq_len >= n:`, or a declared bound): the ONNX model holds the branch "
+            f"taken at export and is wrong for other sizes; fx2onnx.validate refuses them (metadata "
+            f"{METADATA_KEY!r}). Export with an example of the sizes you need or write the branch with torch.cond."
+        )
     if entry["kind"] == "sliding_cache":
         return (
             f"Input {path!r} is a cache made only of sliding-window layers (layers {entry['layers']}, a sliding "
@@ -278,6 +355,8 @@ def frozen_message(path: str, entry: dict[str, Any]) -> str:
 def warn_frozen_inputs(frozen: dict[str, dict[str, Any]], stacklevel: int = 3) -> None:
     """One :class:`FrozenInputWarning` per frozen input."""
     for path, entry in frozen.items():
+        if entry.get("weight_bound"):  # a table's length (BERT's 512 positions): checked, not warned
+            continue
         warnings.warn(frozen_message(path, entry), FrozenInputWarning, stacklevel=stacklevel)
 
 
@@ -304,6 +383,9 @@ def check_frozen_inputs(
         for path, item, _ in _walk(name, value, None):
             given[path] = item
     for path, entry in frozen.items():
+        if entry["kind"] == "dim_range":
+            _check_dim_range(path, entry, args, kwargs)
+            continue
         if path not in given:
             raise FrozenInputError(
                 f"Input {path!r} was frozen at export ({_frozen_text(entry)}) but is not given: the ONNX "

@@ -153,3 +153,27 @@ def test_to_onnx_names_a_cache_tensor_the_flattening_drops():
     with fx2onnx.torch_export_patches(patch_transformers=True):
         with pytest.raises(fx2onnx.ExportError, match=r"Step 'capture'.*layers\[0\]\.extra_state"):
             fx2onnx.to_onnx(CacheModel(), (torch.randn(2, 3), cache))
+
+
+class BranchOnSize(torch.nn.Module):
+    """Branches on a dynamic size (deepseek_v4 compresses once seq >= its ratio)."""
+
+    def forward(self, x):
+        if x.shape[0] >= 4:
+            return x * 2
+        return x + 1
+
+
+def test_narrowed_dimension_recorded_warned_and_refused():
+    import json
+
+    from fx2onnx.frozen import METADATA_KEY, FrozenInputError, FrozenInputWarning
+
+    model = BranchOnSize()
+    with pytest.warns(FrozenInputWarning, match=r"narrowed the dynamic dimension x\.shape\[0\] to \[.*, 3\]"):
+        onx = fx2onnx.to_onnx(model, (torch.randn(3, 2),), dynamic_shapes={"x": {0: "n"}})
+    entry = json.loads({p.key: p.value for p in onx.metadata_props}[METADATA_KEY])["x.shape[0]"]
+    assert entry["kind"] == "dim_range" and entry["max"] == 3
+    assert fx2onnx.validate(onx, model, (torch.randn(2, 2),)).ok  # inside the range: right
+    with pytest.raises(FrozenInputError, match=r"x\.shape\[0\] is 5 but the export narrowed it"):
+        fx2onnx.validate(onx, model, (torch.randn(5, 2),))

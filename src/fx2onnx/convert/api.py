@@ -203,11 +203,18 @@ def _record_frozen_inputs(
     """Writes the inputs torch.export froze into the metadata and warns about each one."""
     import json
 
-    from ..frozen import METADATA_KEY, describe_frozen_inputs, specialized_int_inputs, warn_frozen_inputs
+    from ..frozen import (
+        METADATA_KEY,
+        describe_frozen_inputs,
+        narrowed_dimensions,
+        specialized_int_inputs,
+        warn_frozen_inputs,
+    )
 
     names = [v.name for v in onnx_model.graph.inputs]
     specialized = specialized_int_inputs(ep)
     frozen = describe_frozen_inputs(model, tuple(args), dict(kwargs or {}), dynamic_shapes, names, specialized)
+    frozen.update(narrowed_dimensions(ep, names))
     onnx_model.metadata_props[METADATA_KEY] = json.dumps(frozen)
     warn_frozen_inputs(frozen, stacklevel=4)
 
