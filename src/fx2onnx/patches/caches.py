@@ -62,6 +62,8 @@ from .linear_cache import (
     set_linear_tensors,
 )
 
+from .indexed_cache import indexer_context, indexer_count, indexer_names, indexer_tensors, set_indexer_tensors
+
 _CACHE_MODULE = "transformers.cache_utils"
 
 
@@ -75,6 +77,7 @@ def _layer_context(layer: Any) -> tuple[Any, ...]:
         getattr(layer, "keys", None) is not None,
         isinstance(getattr(layer, "cumulative_length", None), torch.Tensor),
         linear_context(layer),
+        indexer_context(layer),
     )
 
 
@@ -161,6 +164,8 @@ def _flatten_layers(cache: Any) -> tuple[list[torch.Tensor], Any]:
                 children.append(layer.cumulative_length)
         # state-space / linear-attention layers: convolution and recurrent states
         children.extend(linear_tensors(layer))
+        # sparse-attention indexer layers: the indexer keys
+        children.extend(indexer_tensors(layer))
     # a cache created empty adds its layers lazily: the class to replicate is kept
     replicate = getattr(cache, "layer_class_to_replicate", None)
     context = (
@@ -179,6 +184,7 @@ def _flatten_layers_with_keys(cache: Any) -> tuple[list[tuple[Any, torch.Tensor]
             if layer_context[4]:
                 names.append(f"length_{i}")
         names.extend(linear_names(i, layer_context[5]))
+        names.extend(indexer_names(i, layer_context[6] if len(layer_context) > 6 else None))
     return [(pytree.MappingKey(n), c) for n, c in zip(names, children)], context
 
 
@@ -197,6 +203,11 @@ def _unflatten_layers(cls: type) -> Callable[[list[torch.Tensor], Any], Any]:
             count = linear_count(layer_context[5])
             if count:
                 set_linear_tensors(layer, list(children[position : position + count]), layer_context[5])
+                position += count
+            indexer = layer_context[6] if len(layer_context) > 6 else None
+            count = indexer_count(indexer)
+            if count:
+                set_indexer_tensors(layer, list(children[position : position + count]), indexer)
                 position += count
             layers.append(layer)
         _set_tokens_seen(layers)
