@@ -67,3 +67,21 @@ def test_dispatcher_converters_may_handle_complex_values():
         AbsOfComplex(), (x,), dispatcher=dispatcher, dynamic_shapes=({0: "n"},), inputs2=((x2,), None)
     )
     assert [n.op_type for n in onx.graph.node].count("Sqrt") == 1
+
+
+class ComplexRotary(torch.nn.Module):
+    """The rotary embedding of DeepSeek-V2: complex multiplication, ``.to`` calls asserted by torch.export."""
+
+    def forward(self, x, freqs):
+        xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+        rotation = torch.polar(torch.ones_like(freqs), freqs).to(xc.device)
+        return torch.view_as_real((xc * rotation).to(torch.complex64)).flatten(-2).type_as(x)
+
+
+def test_assertions_on_complex_tensors_are_dropped():
+    x, freqs = torch.randn(2, 5, 8), torch.randn(5, 4)
+    x2, freqs2 = torch.randn(3, 7, 8), torch.randn(7, 4)
+    ep = torch.export.export(ComplexRotary(), (x, freqs))
+    assert any(n.target == torch.ops.aten._assert_tensor_metadata.default for n in ep.graph.nodes)
+    check_export(ComplexRotary(), (x, freqs), dynamic_shapes=({0: "batch", 1: "seq"}, {0: "seq"}),
+                 inputs2=((x2, freqs2), None))

@@ -150,7 +150,7 @@ def convert_imag(ctx, node, x):
     return imag_part(ctx, x)
 
 
-@complex_converter(aten._to_copy.default, aten.to.dtype, aten.type_as.default)
+@complex_converter(aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.to.device, aten.to.other, aten.type_as.default)
 def convert_to_complex(ctx, node, x, *args, **kwargs):
     """A cast to or between complex dtypes (``x.to(torch.complex64)``)."""
     dtype = out_pair_dtype(ctx)

@@ -140,6 +140,10 @@ def _no_op(ctx, node, *args, **kwargs):
     return None
 
 
+#: an assertion on a complex tensor (``_assert_tensor_metadata`` after a complex ``mul``) is dropped too
+_no_op.supports_complex = True
+
+
 for _target in (
     aten._assert_scalar.default,
     aten.sym_constrain_range_for_size.default,
