@@ -121,6 +121,42 @@ def test_cache_check_names_a_tensor_the_flattening_drops():
             check_cache_round_trip({"past": cache})
 
 
+class _CompressedLayer(cache_utils.DynamicLayer):
+    """A layer class of a model's file (like DeepSeek-V4's): extra states in a dict, a config to build it."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.buffer = {"compressor": None}
+
+
+class _BufferedLayer(cache_utils.DynamicLayer):
+    """The same without a config: it is rebuilt, but its buffer is not flattened."""
+
+    def __init__(self):
+        super().__init__()
+        self.buffer = {"compressor": None}
+
+
+def test_cache_check_names_dict_states_and_layers_it_cannot_rebuild():
+    from fx2onnx.patches.cache_check import dropped_cache_state
+    from fx2onnx.validation import cache_flattening
+
+    cache = cache_utils.DynamicCache()
+    cache.layers.append(_CompressedLayer(config=None))
+    cache.layers[0].update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))
+    with cache_flattening(cache):
+        # the class is found in its own module, but its constructor needs a config
+        (lost,) = dropped_cache_state(cache, "past")
+        assert "_CompressedLayer cannot be rebuilt" in lost and "config" in lost, lost
+    cache.layers[0] = _BufferedLayer()
+    cache.layers[0].update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))
+    with cache_flattening(cache):
+        assert dropped_cache_state(cache, "past") == []
+        cache.layers[0].buffer["compressor"] = torch.ones(2, 2)
+        assert dropped_cache_state(cache, "past") == [
+            "past.layers[0].buffer['compressor'] (_BufferedLayer, shape (2, 2))"]
+
+
 def test_axk2_cache_row_exports_or_names_the_lost_indexer_keys():
     """Right on the second input set once fx2onnx.patches.caches flattens the indexer keys,
     and until then a capture failure naming them (never a size mismatch or a wrong model)."""

@@ -26,7 +26,16 @@ class CacheStateLostError(TypeError):
 
 
 def _layer_tensors(layer: Any) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in vars(layer).items() if isinstance(v, torch.Tensor) and v.numel()}
+    """The non-empty tensors a layer holds, directly or in a dict or list attribute."""
+    found: dict[str, torch.Tensor] = {}
+    for name, value in vars(layer).items():
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else None
+        if items is None:
+            items = [(None, value)]
+        for key, item in items:
+            if isinstance(item, torch.Tensor) and item.numel():
+                found[name if key is None else f"{name}[{key!r}]"] = item
+    return found
 
 
 def dropped_cache_state(value: Any, where: str = "cache") -> list[str]:
@@ -43,7 +52,11 @@ def dropped_cache_state(value: Any, where: str = "cache") -> list[str]:
     lost: list[str] = []
     layers = getattr(value, "layers", None)
     if isinstance(layers, list):
-        rebuilt = node.unflatten_fn(children, context)
+        try:
+            rebuilt = node.unflatten_fn(children, context)
+        except Exception as exc:  # a layer class the flattening cannot build again
+            classes = sorted({type(layer).__name__ for layer in layers})
+            return [f"{where} (layers {', '.join(classes)} cannot be rebuilt: {type(exc).__name__}: {exc})"]
         rebuilt_layers = list(getattr(rebuilt, "layers", []) or [])
         for i, layer in enumerate(layers):
             other = _layer_tensors(rebuilt_layers[i]) if i < len(rebuilt_layers) else {}

@@ -70,8 +70,11 @@ _CACHE_MODULE = "transformers.cache_utils"
 def _layer_context(layer: Any) -> tuple[Any, ...]:
     """Describes a layer with hashable values: class name, constructor arguments, which
     tensors it holds (keys and values, a length, the states of a linear-attention layer)."""
+    cls = type(layer)
+    # a layer class of a model's file (a subclass of a transformers layer) is named with its module
+    name = cls.__name__ if cls.__module__ == _CACHE_MODULE else f"{cls.__module__}:{cls.__qualname__}"
     return (
-        type(layer).__name__,
+        name,
         getattr(layer, "sliding_window", None),
         getattr(layer, "max_cache_len", None),
         getattr(layer, "keys", None) is not None,
@@ -83,6 +86,9 @@ def _layer_context(layer: Any) -> tuple[Any, ...]:
 
 def _make_layer(module: Any, context: tuple[Any, ...]) -> Any:
     class_name, sliding_window, max_cache_len = context[:3]
+    if ":" in class_name:
+        module_name, class_name = class_name.split(":")
+        module = importlib.import_module(module_name)
     cls = getattr(module, class_name)
     kwargs = {}
     if sliding_window is not None:
