@@ -82,3 +82,14 @@ def test_export_no_cache(name):
         expected = tiny.model(**tiny.inputs2)[0]
         got = ep.module()(**tiny.inputs2)[0]
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_first_line_keeps_the_first_item_of_an_announced_list():
+    from fx2onnx.runner import first_line
+
+    error = ValueError("Found the following conflicts:\n- Received Dim.DYNAMIC, but tracing inferred 3\n- other")
+    assert first_line(error) == "ValueError: Found the following conflicts: - Received Dim.DYNAMIC, but tracing inferred 3"
+    assert first_line(RuntimeError("plain\nsecond")) == "RuntimeError: plain"
+    wrapped = RuntimeError("wrapper")
+    wrapped.__cause__ = error
+    assert first_line(wrapped).startswith("RuntimeError <- ValueError: Found the following conflicts: - Received")

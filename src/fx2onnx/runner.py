@@ -155,11 +155,15 @@ def _worker_main(conn, run_one: Callable[[Any], dict], failed_row: Callable, mem
 
 
 def first_line(exc: BaseException, limit: int = 300) -> str:
-    """``ExceptionType: first non-empty line of the message``, truncated.
+    r"""``ExceptionType: first non-empty line of the message``, truncated.
 
     When the exception was raised from another one (``raise ... from cause``), the
     cause says more (torch.onnx.export wraps every error in a generic one):
-    ``ExceptionType <- CauseType: first line of the cause``.
+    ``ExceptionType <- CauseType: first line of the cause``. A first line announcing
+    a list (ending with ``:``) is followed by the list's first item.
+
+    >>> first_line(ValueError("Found the following conflicts:\n- dim 1 is static"))
+    'ValueError: Found the following conflicts: - dim 1 is static'
     """
     import re
 
@@ -168,7 +172,8 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
         return f"{type(exc).__name__} <- {first_line(cause, limit)}"[:limit]
     message = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
     lines = [line.strip() for line in message.splitlines() if line.strip()]
-    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    head = f"{lines[0]} {lines[1]}" if len(lines) > 1 and lines[0].endswith(":") else lines[0] if lines else ""
+    text = f"{type(exc).__name__}: {head}" if head else type(exc).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -146,6 +146,8 @@ ARCHITECTURE_OVERRIDES: dict[str, dict[str, Any]] = {
     "zamba": dict(attn_layer_period=1, attn_layer_offset=0),
     "zamba2": dict(hybrid_layer_ids=[1]),
     "xlstm": dict(num_blocks=2),
+    # two blocks of one layer (one pooling): three poolings leave too few positions for its class mask
+    "funnel": dict(block_sizes=[1, 1]),
     "reformer": dict(axial_pos_embds_dim=[32, 32], axial_pos_shape=[8, 16], attn_layers=["local", "lsh"]),
     # sliding_window is set per layer there
     "neomme": dict(sliding_window=...),
