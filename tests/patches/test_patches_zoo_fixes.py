@@ -213,3 +213,19 @@ def test_narrowed_dimension_recorded_warned_and_refused():
     assert fx2onnx.validate(onx, model, (torch.randn(2, 2),)).ok  # inside the range: right
     with pytest.raises(FrozenInputError, match=r"x\.shape\[0\] is 5 but the export narrowed it"):
         fx2onnx.validate(onx, model, (torch.randn(5, 2),))
+
+
+def test_fsmt_exports_and_matches_with_and_without_padding():
+    """FSMT's padding mask was None when no token is padding (a branch on the data)."""
+    from fx2onnx.models.discover import get_architecture
+    from fx2onnx.models.zoo_inputs import build_zoo_model
+
+    zoo = build_zoo_model(get_architecture("fsmt"), with_cache=False)
+    with fx2onnx.torch_export_patches(patch_transformers=True), torch.no_grad():
+        onx = fx2onnx.to_onnx(zoo.model, (), kwargs=zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
+    padded = zoo.copy_inputs(1)
+    padded["decoder_input_ids"][:, -1] = zoo.model.config.pad_token_id
+    for inputs in (zoo.copy_inputs(1), padded):
+        with torch.no_grad():
+            report = fx2onnx.validate(onx, zoo.model, (), inputs)
+        assert report.ok, report

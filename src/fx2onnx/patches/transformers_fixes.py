@@ -23,6 +23,9 @@ Each one fixes a failure met with the installed transformers and tiny models:
   on the other side of the window. The patch computes the same sizes without a
   branch: the length of the cached states plus the query, and the offset
   ``cumulative_length - cached``.
+* FSMT's ``make_padding_mask`` returns ``None`` when no token is padding
+  (``if not padding_mask.any()``): a branch on the data. The patch always returns
+  the mask; an all-false mask masks nothing, so the outputs are the same.
 """
 
 from __future__ import annotations
@@ -148,6 +151,13 @@ def dynamic_rope_targets() -> list[str]:
     return sorted(targets)
 
 
+def _make_padding_mask_always(original: Any) -> Any:
+    def make_padding_mask(input_ids: torch.Tensor, padding_idx: int = 1) -> torch.Tensor:
+        return input_ids.eq(padding_idx)
+
+    return make_padding_mask
+
+
 def transformers_patches() -> list[Patch]:
     """Returns the transformers patches (rotary embeddings of the modeling modules imported so far)."""
     patches = [
@@ -170,6 +180,17 @@ def transformers_patches() -> list[Patch]:
             doc="mask sizes of sliding layers without a branch on the number of tokens seen",
         ),
     ]
+    if "transformers.models.fsmt.modeling_fsmt" in sys.modules:
+        patches.append(
+            Patch(
+                name="fsmt.make_padding_mask",
+                kind="transformers",
+                target="transformers.models.fsmt.modeling_fsmt.make_padding_mask",
+                make=_make_padding_mask_always,
+                expected_args=("input_ids", "padding_idx"),
+                doc="the padding mask of FSMT returned even when nothing is padding, no data-dependent branch",
+            )
+        )
     for target in dynamic_rope_targets():
         class_name = target.split(".")[-2]
         patches.append(
