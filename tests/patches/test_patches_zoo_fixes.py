@@ -229,3 +229,37 @@ def test_fsmt_exports_and_matches_with_and_without_padding():
         with torch.no_grad():
             report = fx2onnx.validate(onx, zoo.model, (), inputs)
         assert report.ok, report
+
+
+def test_longcat_experts_without_a_loop_match_the_original():
+    """LongCat-Flash looped over the experts hit (``.item()``): the patch computes every pair at once."""
+    from transformers.models.longcat_flash import modeling_longcat_flash as longcat
+
+    from fx2onnx.patches.moe_fixes import _make_longcat_experts_forward
+
+    config = longcat.LongcatFlashConfig(hidden_size=16, expert_ffn_hidden_size=8, n_routed_experts=4,
+                                        zero_expert_num=2)
+    torch.manual_seed(0)
+    experts = longcat.LongcatFlashExperts(config)
+    torch.nn.init.normal_(experts.gate_up_proj)
+    torch.nn.init.normal_(experts.down_proj)
+    hidden = torch.randn(7, 16)
+    index = torch.tensor([[0, 4], [1, 2], [5, 3], [3, 0], [4, 5], [2, 1], [0, 1]])  # 4 and 5: identity experts
+    weights = torch.rand(7, 2)
+    expected = experts(hidden, index, weights)
+    patched = _make_longcat_experts_forward(type(experts).forward)
+    torch.testing.assert_close(patched(experts, hidden, index, weights), expected)
+    ep = torch.export.export(_Wrap(experts, patched),
+                             (hidden, index, weights),
+                             dynamic_shapes=({0: torch.export.Dim.DYNAMIC}, {0: torch.export.Dim.DYNAMIC},
+                                             {0: torch.export.Dim.DYNAMIC}))
+    torch.testing.assert_close(ep.module()(hidden[:3], index[:3], weights[:3]), expected[:3])
+
+
+class _Wrap(torch.nn.Module):
+    def __init__(self, experts, forward):
+        super().__init__()
+        self.experts, self._forward = experts, forward
+
+    def forward(self, hidden, index, weights):
+        return self._forward(self.experts, hidden, index, weights)

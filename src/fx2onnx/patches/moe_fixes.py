@@ -14,10 +14,17 @@ multiplied by the weight of its expert (a gather then a batched matmul). The
 result is the same for every number of tokens and every routing; a row beyond
 the last offset (expert parallelism's sentinels) uses the last expert instead
 of being left uninitialized.
+
+LongCat-Flash's experts (``LongcatFlashExperts.forward``) still loop in Python
+over the experts hit (``int(expert_idx_tensor.item())``): a data-dependent loop.
+The patch computes every (token, chosen expert) pair at once, with the weights
+of its expert gathered like above; the "zero-computation" experts (an index past
+the routed ones) return the token unchanged, as in the original.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -36,9 +43,30 @@ def _make_grouped_mm(original: Any) -> Any:
     return _grouped_mm
 
 
+def _make_longcat_experts_forward(original: Any) -> Any:
+    def forward(self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor):
+        tokens, hidden = hidden_states.shape
+        chosen = top_k_index.shape[-1]
+        expert = top_k_index.reshape(-1)
+        states = hidden_states.unsqueeze(1).expand(tokens, chosen, hidden).reshape(-1, hidden)
+        if self.gate_up_proj is None:
+            outputs = states
+        else:
+            routed = expert < self.num_routed_experts
+            index = expert.clamp(max=self.num_routed_experts - 1)
+            gate_up = torch.bmm(states.unsqueeze(1), self.gate_up_proj[index].transpose(1, 2)).squeeze(1)
+            gate, up = gate_up.chunk(2, dim=-1)
+            computed = torch.bmm((self.act_fn(gate) * up).unsqueeze(1), self.down_proj[index].transpose(1, 2))
+            outputs = torch.where(routed.unsqueeze(1), computed.squeeze(1), states)
+        weighted = outputs.reshape(tokens, chosen, hidden) * top_k_weights.unsqueeze(-1)
+        return weighted.sum(dim=1).to(hidden_states.dtype)
+
+    return forward
+
+
 def moe_patches() -> list[Patch]:
-    """The patches of the mixture-of-experts layers."""
-    return [
+    """The patches of the mixture-of-experts layers (and of the model modules imported so far)."""
+    patches = [
         Patch(
             name="moe._grouped_mm",
             kind="transformers",
@@ -49,3 +77,15 @@ def moe_patches() -> list[Patch]:
             "(no transformers::grouped_mm_fallback custom op)",
         )
     ]
+    if "transformers.models.longcat_flash.modeling_longcat_flash" in sys.modules:
+        patches.append(
+            Patch(
+                name="LongcatFlashExperts.forward",
+                kind="transformers",
+                target="transformers.models.longcat_flash.modeling_longcat_flash.LongcatFlashExperts.forward",
+                make=_make_longcat_experts_forward,
+                expected_args=("self", "hidden_states", "top_k_index", "top_k_weights"),
+                doc="every (token, chosen expert) pair computed at once, no Python loop over the experts hit",
+            )
+        )
+    return patches
