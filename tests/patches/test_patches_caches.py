@@ -132,3 +132,34 @@ def test_empty_cache_round_trip(registered):
     assert rebuilt.layers == [] and rebuilt.layer_class_to_replicate is DynamicLayer
     k, _ = rebuilt.update(*_kv(seed=1), layer_idx=0)
     assert k.shape[2] == 3
+
+
+def test_dynamic_cache_subclass_of_a_modeling_file_round_trips():
+    """MiniMaxCache adds a list of linear-attention states (a tensor or [] per layer) to DynamicCache."""
+    from transformers.models.minimax.modeling_minimax import MiniMaxCache
+
+    from fx2onnx.patches.caches import model_cache_classes
+
+    assert MiniMaxCache in model_cache_classes()
+    cache = MiniMaxCache()
+    cache.layers.append(DynamicLayer())  # a linear-attention layer keeps no keys
+    cache.layers.append(DynamicLayer())
+    cache.layers[1].update(*_kv())
+    state = torch.randn(2, 4, 8, 8)
+    cache.set_linear_cache(0, state)
+    cache.set_linear_cache(1, [])
+    done = fx2onnx.register_cache_serialization()
+    try:
+        assert pytree.SUPPORTED_NODES.get(MiniMaxCache) is not None
+        leaves, spec = pytree.tree_flatten(cache)
+        assert len(leaves) == 3 and leaves[2] is state
+        keyed, _ = pytree.tree_flatten_with_path(cache)
+        assert [pytree.keystr(path) for path, _ in keyed] == ["['key_1']", "['value_1']", "['linear_cache_0']"]
+        rebuilt = pytree.tree_unflatten(leaves, spec)
+        assert type(rebuilt) is MiniMaxCache and rebuilt.get_linear_cache(1) == []
+        assert rebuilt.get_linear_cache(0) is state
+        torch.testing.assert_close(rebuilt.layers[1].keys, cache.layers[1].keys)
+        assert rebuilt.layers[0].keys is None
+    finally:
+        fx2onnx.unregister_cache_serialization(done)
+    assert MiniMaxCache not in pytree.SUPPORTED_NODES

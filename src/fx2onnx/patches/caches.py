@@ -11,7 +11,11 @@ one of :mod:`fx2onnx.models`:
   recurrent states, see :mod:`fx2onnx.patches.linear_cache`),
 * ``StaticCache``: ``[key_0, value_0, length_0, key_1, ...]`` where ``length_i``
   is the tensor ``cumulative_length`` of the layer (positions already written),
-* ``EncoderDecoderCache``: ``[self_attention_cache, cross_attention_cache]``.
+* ``EncoderDecoderCache``: ``[self_attention_cache, cross_attention_cache]``,
+* a subclass of ``DynamicCache`` defined in a modeling file imported so far
+  (``MiniMaxCache``): its layers like ``DynamicCache``, then the tensors of its
+  list attributes (``linear_cache``: a tensor or ``[]`` per layer), the places of
+  the empty entries kept in the context.
 
 A sliding-window layer (``DynamicSlidingWindowLayer``) keeps only its last
 ``sliding_window - 1`` positions but counts every token it has seen
@@ -48,6 +52,7 @@ kept as it is and not unregistered later.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any, Callable
 
 import torch
@@ -228,6 +233,69 @@ def _unflatten_layers(cls: type) -> Callable[[list[torch.Tensor], Any], Any]:
     return unflatten
 
 
+# subclasses of DynamicCache in modeling files: the layers, then their list attributes
+
+
+def _list_states(cache: Any) -> list[tuple[str, list[Any]]]:
+    """List attributes of a cache (besides its layers) holding tensors or empty lists."""
+    found = []
+    for name, value in vars(cache).items():
+        if name == "layers" or not isinstance(value, list):
+            continue
+        if all(isinstance(v, torch.Tensor) or (isinstance(v, list) and not v) for v in value):
+            found.append((name, value))
+    return found
+
+
+def _flatten_subclass(cache: Any) -> tuple[list[torch.Tensor], Any]:
+    children, (layers, replicate) = _flatten_layers(cache)
+    states = []
+    for name, values in _list_states(cache):
+        states.append((name, tuple(isinstance(v, torch.Tensor) for v in values)))
+        children.extend(v for v in values if isinstance(v, torch.Tensor))
+    return children, (layers, replicate, tuple(states))
+
+
+def _flatten_subclass_with_keys(cache: Any) -> tuple[list[tuple[Any, torch.Tensor]], Any]:
+    keyed, _ = _flatten_layers_with_keys(cache)
+    children, context = _flatten_subclass(cache)
+    names = [f"{name}_{i}" for name, flags in context[2] for i, flag in enumerate(flags) if flag]
+    keyed.extend((pytree.MappingKey(n), c) for n, c in zip(names, children[len(keyed):]))
+    return keyed, context
+
+
+def _unflatten_subclass(cls: type) -> Callable[[list[torch.Tensor], Any], Any]:
+    rebuild_layers = _unflatten_layers(cls)
+
+    def unflatten(children: list[torch.Tensor], context: Any) -> Any:
+        layers, replicate, states = context
+        position = len(children) - sum(flag for _, flags in states for flag in flags)
+        cache = rebuild_layers(list(children[:position]), (layers, replicate))
+        for name, flags in states:
+            values: list[Any] = []
+            for flag in flags:
+                values.append(children[position] if flag else [])
+                position += int(flag)
+            setattr(cache, name, values)
+        return cache
+
+    return unflatten
+
+
+def model_cache_classes() -> list[type]:
+    """Subclasses of ``DynamicCache`` defined in the modeling files imported so far."""
+    module = sys.modules.get(_CACHE_MODULE)
+    if module is None or not hasattr(module, "DynamicCache"):
+        return []
+    found, stack = [], list(module.DynamicCache.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        if cls.__module__ != _CACHE_MODULE and cls.__module__.startswith("transformers."):
+            found.append(cls)
+    return sorted(found, key=lambda c: f"{c.__module__}.{c.__qualname__}")
+
+
 # EncoderDecoderCache: two caches
 
 
@@ -258,8 +326,10 @@ def _from_dumpable(text: str) -> Any:
     value = json.loads(text)
     if value is None:
         return None
-    layers, replicate = value
-    return tuple(as_hashable(v) for v in layers), replicate
+    layers = tuple(as_hashable(v) for v in value[0])
+    if len(value) > 2:  # a subclass: its list attributes
+        return layers, value[1], tuple((name, tuple(flags)) for name, flags in value[2])
+    return layers, value[1]
 
 
 def _serializers() -> dict[str, tuple[Callable, Callable, Callable]]:
@@ -277,6 +347,23 @@ def _serializers() -> dict[str, tuple[Callable, Callable, Callable]]:
             _flatten_encoder_decoder_with_keys,
         )
     return found
+
+
+def _all_serializers(module: Any) -> dict[str, tuple[type, Callable, Callable, Callable]]:
+    """name -> (class, flatten, unflatten, flatten_with_keys): the classes of transformers.cache_utils,
+    then the subclasses of DynamicCache of the modeling files (named with their module)."""
+    found = {name: (getattr(module, name), *functions) for name, functions in _serializers().items()}
+    for cls in model_cache_classes():
+        found[f"{cls.__module__}.{cls.__qualname__}"] = (
+            cls, _flatten_subclass, _unflatten_subclass(cls), _flatten_subclass_with_keys)
+    return found
+
+
+def _class_named(module: Any, name: str) -> type | None:
+    if "." not in name:
+        return getattr(module, name, None)
+    module_name, _, class_name = name.rpartition(".")
+    return getattr(sys.modules.get(module_name), class_name, None)
 
 
 def supported_cache_classes() -> list[str]:
@@ -304,8 +391,7 @@ def register_cache_serialization(verbose: int = 0) -> dict[str, bool]:
     except ImportError:
         return {}
     done: dict[str, bool] = {}
-    for name, (flatten, unflatten, flatten_with_keys) in _serializers().items():
-        cls = getattr(module, name)
+    for name, (cls, flatten, unflatten, flatten_with_keys) in _all_serializers(module).items():
         if is_registered(cls):
             done[name] = False
             if verbose:
@@ -339,11 +425,11 @@ def unregister_cache_serialization(done: dict[str, bool] | None = None, verbose:
     """
     module = importlib.import_module(_CACHE_MODULE)
     if done is None:
-        done = {name: _registered_here(getattr(module, name)) for name in _serializers()}
+        done = {name: _registered_here(entry[0]) for name, entry in _all_serializers(module).items()}
     for name, registered_by_us in done.items():
         if not registered_by_us:
             continue
-        cls = getattr(module, name, None)
+        cls = _class_named(module, name)
         if cls is None or not is_registered(cls):
             continue
         pytree._deregister_pytree_node(cls)
