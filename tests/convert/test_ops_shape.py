@@ -46,6 +46,9 @@ CASES = [
     # the number of pieces is fixed at export time: the second input gives 3 pieces too (2, 2, 1)
     ("split_dyn", lambda x: x.split(2, dim=0), (r(6, 3),), (B,), (r(5, 3),)),
     ("chunk", lambda x: x.chunk(3, dim=-1), (r(2, 6),), (B,), (r(4, 6),)),
+    # along a dynamic dimension: pieces of ceil(n / chunks), the last one smaller (6 -> 3+3, 5 -> 3+2)
+    ("chunk_dyn", lambda x: x.chunk(2, dim=0), (r(6, 3),), (B,), (r(5, 3),)),
+    ("chunk_dyn_3", lambda x: x.chunk(3, dim=0), (r(8, 3),), (B,), (r(7, 3),)),
     ("unbind", lambda x: x.unbind(1), (r(2, 3, 4),), (B,), (r(4, 3, 4),)),
     ("flip", lambda x: x.flip(0, 2), (r(2, 3, 4),), (BS,), (r(4, 5, 4),)),
     ("roll", lambda x: x.roll(1, 1), (r(2, 5),), (BS,), (r(3, 7),)),

@@ -246,7 +246,13 @@ def convert_chunk(ctx, node, x, chunks, dim=0):
     outs_fake = ctx.val()
     if all(isinstance(f.shape[dim], int) for f in outs_fake):
         return _split(ctx, x, dim, [int(f.shape[dim]) for f in outs_fake])
-    raise ctx.error("chunk along a dynamic dimension is not supported: use split with a fixed size.")
+    # dynamic dimension: as torch, chunks of ceil(total / chunks), the last one smaller
+    n = len(outs_fake)
+    total = ctx.dim_size(x, dim)
+    count = ctx.const(int(chunks), torch.int64)
+    split = ctx.op.Div(ctx.op.Add(total, ctx.const(int(chunks) - 1, torch.int64)), count)
+    last = ctx.op.Sub(total, ctx.op.Mul(split, ctx.const(n - 1, torch.int64)))
+    return _split(ctx, x, dim, [split] * (n - 1) + [last])
 
 
 @converter(aten.unbind.int)
