@@ -143,7 +143,8 @@ ARCHITECTURE_OVERRIDES: dict[str, dict[str, Any]] = {
     "bamba": dict(attn_layer_indices=[1]),
     "granitemoehybrid": dict(layer_types=["linear_attention", "full_attention"]),
     "recurrent_gemma": dict(block_types=["recurrent", "attention"], attention_window_size=8),
-    "zamba": dict(attn_layer_period=1, attn_layer_offset=0),
+    # the shared transformer is tied between hybrid layers: two of them at least
+    "zamba": dict(attn_layer_period=1, attn_layer_offset=0, num_hidden_layers=3),
     "zamba2": dict(hybrid_layer_ids=[1]),
     "xlstm": dict(num_blocks=2),
     # two blocks of one layer (one pooling): three poolings leave too few positions for its class mask
