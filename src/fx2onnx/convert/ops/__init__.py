@@ -13,6 +13,7 @@ from . import (  # noqa: F401
     indexing,
     loss,
     nn,
+    polynomials,
     random,
     reduction,
     resample,
