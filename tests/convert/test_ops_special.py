@@ -128,14 +128,21 @@ def test_chebyshev_of_high_degree_matches_torch_trigonometric_formula():
         check_export(Fn(lambda t, f=getattr(torch.special, name): f(t, 100)), (x,), atol=1e-10, rtol=1e-10)
 
 
+@pytest.mark.parametrize(
+    "name", ["modified_bessel_k0", "modified_bessel_k1", "scaled_modified_bessel_k0", "scaled_modified_bessel_k1"]
+)
+def test_modified_bessel_k(name):
+    # the three regions (series below 2, integral up to 25, asymptotic above) and their borders
+    fn = getattr(torch.special, name)
+    x = torch.cat([torch.logspace(-12, 2.9, 300, dtype=F64), torch.linspace(0.01, 40, 300, dtype=F64),
+                   torch.tensor([0.0, 2.0, 25.0, 1e4, -1.0] + list(NONFINITE), dtype=F64)])  # fmt: skip
+    check_export(Fn(fn), (x,), dynamic_shapes=DYN, inputs2=((x[::7],), None), atol=1e-300, rtol=1e-12)
+    check_export(Fn(fn), (x[:300].float(),), atol=1e-30, rtol=1e-5)
+
+
 # every special_* operator of torch.ops.aten has a converter or a reason
 SPECIAL_EXEMPTIONS = {
-    "special_modified_bessel_k0": "K0/K1 need a uniform approximation between the series (x < 2) and the asymptotic "
-    "expansion (x > 20); not written yet",
-    "special_modified_bessel_k1": "same as special_modified_bessel_k0",
-    "special_scaled_modified_bessel_k0": "same as special_modified_bessel_k0",
-    "special_scaled_modified_bessel_k1": "same as special_modified_bessel_k0",
-    "special_airy_ai": "Airy Ai needs the same kind of uniform approximation as K0/K1; not written yet",
+    "special_airy_ai": "Airy Ai oscillates for x < 0 (Bessel functions of order 1/3); not written yet",
 }
 
 

@@ -37,3 +37,20 @@ def test_exactly_neutral_constants_are_removed():
     ops = [n.op_type for n in onx.graph.node]
     assert not {"Mul", "Add", "Div", "Sub"} & set(ops), ops
     np.testing.assert_allclose(run_onnx(onx, (x,))[0], model(x).numpy())
+
+
+class _TwoClampChains(torch.nn.Module):
+    def forward(self, x):
+        return x.clamp_min(1.0).clamp_max(3.0) + x.clamp_min(2.0).clamp_max(5.0)
+
+
+def test_two_fused_clips_on_one_input_give_a_valid_model():
+    # onnxscript's rewriter leaves the bounds of the second fused Clip unregistered (x_min_1):
+    # onnxruntime refused the model before fx2onnx registered them
+    import onnx
+
+    onx = fx2onnx.to_onnx(_TwoClampChains(), (torch.linspace(0, 6, 13),), dynamic_shapes=({0: "n"},))
+    onnx.checker.check_model(onx, full_check=True)
+    assert [n.op_type for n in onx.graph.node].count("Clip") == 2
+    report = fx2onnx.validate(onx, _TwoClampChains(), (torch.linspace(-3, 9, 25),))
+    assert report.ok, report

@@ -161,6 +161,7 @@ def optimize_model(model: ir.Model, inline: bool = True) -> ir.Model:
     # onnxscript's default rules, its tolerant x*1 / x+0 replaced by exact ones (see no_op.py);
     # also removes unused nodes, functions and opsets
     onnxscript.rewriter.rewrite(model, pattern_rewrite_rules=list(default_rewrite_rules()))
+    register_orphan_constants(model)
     onnxscript.optimizer.fold_constants(model, onnx_shape_inference=False)
     ir.passes.Sequential(
         common.RemoveUnusedNodesPass(),
@@ -183,6 +184,31 @@ def optimize_model(model: ir.Model, inline: bool = True) -> ir.Model:
                     node.metadata_props.update(by_output[out.name])
                     break
     return model
+
+
+def register_orphan_constants(model: ir.Model) -> int:
+    """Registers as initializers the constant values nodes take but no graph holds; returns how many.
+
+    onnxscript's rewriter creates the bounds of a fused ``Clip`` as initializers named
+    ``x_min``/``x_max``; a second fusion on the same input gets ``x_min_1`` and the value is
+    left unregistered (measured with onnxscript 0.6: ``x.clamp_min(1).clamp_max(3) +
+    x.clamp_min(2).clamp_max(5)`` gave a model onnxruntime refuses to load).
+    """
+    count = 0
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        graph = node.graph
+        for value in node.inputs:
+            if value is None or value.producer() is not None or value.is_graph_input():
+                continue
+            if value.is_initializer() or value.const_value is None or graph is None:
+                continue
+            base, k = value.name or "constant", 1
+            while value.name is None or value.name in graph.initializers:
+                value.name = f"{base}_{k}"
+                k += 1
+            graph.register_initializer(value)
+            count += 1
+    return count
 
 
 def save_model(model: ir.Model, filename: str | os.PathLike, external_data: bool | None = None) -> None:

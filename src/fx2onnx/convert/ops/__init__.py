@@ -4,6 +4,7 @@ from . import (  # noqa: F401
     activation,
     backward,
     batch_norm,
+    bessel_k,
     complex,
     control_flow,
     creation,
