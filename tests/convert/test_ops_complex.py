@@ -37,6 +37,8 @@ PAIR_CASES = {
     "conj_neg_real_imag": lambda a, b: (-_c(torch.stack([a, b], -1)).conj()).imag + torch.complex(a, b).real,
     "complex_broadcast": lambda a, b: _r(torch.complex(a, b[:1])),
     "sum_mean": lambda a, b: _r(_c(torch.stack([a, b], -1)).sum(0, keepdim=True) + _c(torch.stack([a, b], -1)).mean(-1, keepdim=True)),
+    "exp_log": lambda a, b: _r(torch.exp(_c(torch.stack([a, b], -1))) + torch.log(_c(torch.stack([b.abs() + 0.5, a], -1)))),
+    "matmul": lambda a, b: _r(_c(torch.stack([a, b], -1)) @ _c(torch.stack([b, a], -1)).transpose(0, 1)),
     "to_complex": lambda a, b: _r(a.to(torch.complex64 if a.dtype == torch.float32 else torch.complex128) * b),
 }
 
@@ -50,6 +52,12 @@ def test_complex_arithmetic(name, dtype):
     if name == "sum_mean":  # torch.export specializes the reduced dimension
         ds, a2, b2 = ({0: "n"}, {0: "n"}), a2[:, :4], b2[:, :4]
     check_export(make(PAIR_CASES[name], (a, b)), (a, b), dynamic_shapes=ds, inputs2=((a2, b2), None))
+
+
+def test_complex_batched_matmul_and_vector():
+    x, y = _randn(2, 3, 4, 2), _randn(2, 4, 5, 2, seed=1)
+    model = make(lambda p, q: (_r(torch.bmm(_c(p), _c(q))), _r(_c(p) @ _c(q[0, :, 0]))), (x, y))
+    check_export(model, (x, y), dynamic_shapes=({0: "b"}, {0: "b"}), inputs2=((_randn(3, 3, 4, 2), _randn(3, 4, 5, 2)), None))
 
 
 def test_view_as_real_of_a_product_with_a_pair_input():
@@ -167,7 +175,7 @@ def test_complex_permute_transpose_expand_unsqueeze():
 
 
 def test_unconverted_complex_op_is_a_clear_error():
-    model = make(lambda t: torch.view_as_real(torch.exp(torch.view_as_complex(t))), (0,))
+    model = make(lambda t: torch.view_as_real(torch.tanh(torch.view_as_complex(t))), (0,))
     with pytest.raises(fx2onnx.ConversionError, match="no converter handles complex values") as info:
         fx2onnx.to_onnx(model, (_randn(3, 2),))
-    assert "aten::exp" in str(info.value) and "real pairs" in str(info.value)
+    assert "aten::tanh" in str(info.value) and "real pairs" in str(info.value)

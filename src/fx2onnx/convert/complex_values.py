@@ -84,7 +84,7 @@ def check_no_complex(ep: torch.export.ExportedProgram, dispatcher: Any = None) -
                 f"Node {node.name!r} ({target_name(node.target)}) {what}: no converter handles "
                 f"complex values for {target_name(node.target)}. Complex tensors are carried as real "
                 f"pairs (a trailing dimension of 2, like torch.view_as_real) for polar, abs, angle, "
-                f"view_as_real/view_as_complex, arithmetic and the FFTs. Rewrite this part with the real "
+                f"view_as_real/view_as_complex, arithmetic, exp, log, matmul and the FFTs. Rewrite this part with the real "
                 f"and imaginary parts as real tensors (torch.view_as_real gives them), or give a "
                 f"converter working on the pairs through fx2onnx.Dispatcher.",
                 node,

@@ -1,4 +1,4 @@
-"""Complex tensors as real pairs: view_as_real/complex, polar, abs, angle, arithmetic.
+"""Complex tensors as real pairs: view_as_real/complex, polar, abs, angle, arithmetic, exp, log, matmul.
 
 A complex tensor of shape ``S`` is carried as a float tensor of shape ``S + [2]``
 (real part, imaginary part), like :func:`torch.view_as_real` (see
@@ -344,3 +344,38 @@ def convert_complex_transpose(ctx, node, x, dim0, dim1):
     a, b = dim0 + rank if dim0 < 0 else dim0, dim1 + rank if dim1 < 0 else dim1
     perm[a], perm[b] = perm[b], perm[a]
     return ctx.op.Transpose(x, perm=perm)
+
+
+# exp, log, matrix products
+@complex_converter(aten.exp.default)
+def convert_complex_exp(ctx, node, x):
+    """exp(a + ib) = exp(a) (cos b + i sin b)."""
+    magnitude, phase = ctx.op.Exp(real_part(ctx, x)), imag_part(ctx, x)
+    return make_pair(ctx, ctx.op.Mul(magnitude, ctx.op.Cos(phase)), ctx.op.Mul(magnitude, ctx.op.Sin(phase)))
+
+
+@complex_converter(aten.log.default)
+def convert_complex_log(ctx, node, x):
+    """log(z) = log|z| + i atan2(b, a) (the principal branch, as torch)."""
+    dtype = out_pair_dtype(ctx)
+    log_abs = ctx.op.Mul(ctx.op.Log(squared_abs(ctx, x)), ctx.const(0.5, dtype))
+    return make_pair(ctx, log_abs, atan2(ctx, imag_part(ctx, x), real_part(ctx, x), dtype))
+
+
+@complex_converter(aten.matmul.default, aten.mm.default, aten.bmm.default)
+def convert_complex_matmul(ctx, node, a, b):
+    """(A + iB)(C + iD) = (AC - BD) + i(AD + BC); a real operand skips its imaginary products."""
+    dtype = out_pair_dtype(ctx)
+    parts = []
+    for fx_arg, value in ((node.args[0], a), (node.args[1], b)):
+        value, is_pair = _operand(ctx, fx_arg, value, dtype)
+        parts.append((real_part(ctx, value), imag_part(ctx, value)) if is_pair else (value, None))
+    (ar, ai), (br, bi) = parts
+    re, im = ctx.op.MatMul(ar, br), None
+    if ai is not None and bi is not None:
+        re = ctx.op.Sub(re, ctx.op.MatMul(ai, bi))
+    for left, right in ((ar, bi), (ai, br)):
+        if left is not None and right is not None:
+            product = ctx.op.MatMul(left, right)
+            im = product if im is None else ctx.op.Add(im, product)
+    return make_pair(ctx, re, im)
