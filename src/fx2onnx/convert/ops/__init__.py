@@ -15,6 +15,7 @@ from . import (  # noqa: F401
     loss,
     nn,
     polynomials,
+    precise,
     random,
     reduction,
     resample,

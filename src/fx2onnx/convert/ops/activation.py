@@ -95,7 +95,15 @@ def convert_elu(ctx, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
 
 @converter(aten.celu.default)
 def convert_celu(ctx, node, x, alpha=1.0):
-    return ctx.op.Celu(x, alpha=float(alpha))
+    """ONNX Celu takes float32 only: other dtypes use max(0, x) + min(0, alpha expm1(x / alpha))."""
+    dtype = ctx.out_dtype()
+    if dtype == torch.float32:
+        return ctx.op.Celu(x, alpha=float(alpha))
+    from ._math import M
+    from .precise import expm1
+
+    v = M.of(ctx, x)
+    return (v.maximum(0.0) + (expm1(v / float(alpha)) * float(alpha)).minimum(0.0)).to(dtype)
 
 
 @converter(aten.selu.default)

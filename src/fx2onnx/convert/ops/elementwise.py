@@ -145,15 +145,6 @@ _UNARY = {
     aten.sqrt.default: "Sqrt",
     aten.sin.default: "Sin",
     aten.cos.default: "Cos",
-    aten.tan.default: "Tan",
-    aten.asin.default: "Asin",
-    aten.acos.default: "Acos",
-    aten.atan.default: "Atan",
-    aten.sinh.default: "Sinh",
-    aten.cosh.default: "Cosh",
-    aten.asinh.default: "Asinh",
-    aten.acosh.default: "Acosh",
-    aten.atanh.default: "Atanh",
     aten.tanh.default: "Tanh",
     aten.sigmoid.default: "Sigmoid",
     aten.relu.default: "Relu",
@@ -194,18 +185,6 @@ for _target, _op in _UNARY.items():
 @converter(aten.rsqrt.default)
 def convert_rsqrt(ctx, node, x):
     return ctx.op.Reciprocal(ctx.op.Sqrt(ctx.cast(x, ctx.out_dtype())))
-
-
-@converter(aten.log1p.default)
-def convert_log1p(ctx, node, x):
-    x = ctx.cast(x, ctx.out_dtype())
-    return ctx.op.Log(ctx.op.Add(x, ctx.const(1, ctx.out_dtype())))
-
-
-@converter(aten.expm1.default)
-def convert_expm1(ctx, node, x):
-    x = ctx.cast(x, ctx.out_dtype())
-    return ctx.op.Sub(ctx.op.Exp(x), ctx.const(1, ctx.out_dtype()))
 
 
 def _log_base(base: int):
