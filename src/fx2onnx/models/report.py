@@ -136,8 +136,9 @@ def page_text(rows: Sequence[dict[str, Any]], meta: dict[str, Any], skipped: Seq
         "longer than any sliding window) against eager PyTorch (atol=1e-3, rtol=1e-3). "
         ":doc:`../design/models` explains how this page is made.",
         "",
-        f"These rows were computed by ``{meta.get('command', 'python -m fx2onnx models')}`` on "
-        f"{meta.get('date', '?')} with torch {meta.get('torch', '?')} and transformers "
+        f"These rows were computed by ``{meta.get('command', 'python -m fx2onnx models')}``"
+        + (f" (then ``{meta['updated_by']}``)" if meta.get("updated_by") else "")
+        + f" on {meta.get('date', '?')} with torch {meta.get('torch', '?')} and transformers "
         f"{meta.get('transformers', '?')}; they are committed (``_doc/models/rows.json``) and this page "
         "is rendered from them at build time.",
         "",

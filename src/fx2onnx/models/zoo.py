@@ -258,14 +258,19 @@ def build_rows(
     else:
         todo = [t for t in wanted if not use_cache or rows.get(t, {}).get("hash") != key]
     meta = dict(meta)
+    command = "python -m fx2onnx models" + (f" --only '{only}'" if only else "") + (" --missing" if missing_only else "")
     meta.update(
         torch=torch.__version__.split("+")[0],
         transformers=transformers.__version__,
         date=datetime.date.today().isoformat(),
-        command="python -m fx2onnx models" + (f" --only '{only}'" if only else "")
-        + (" --missing" if missing_only else ""),
         workers=workers,
     )
+    if only and meta.get("command"):
+        # a few architectures run again: the file is still the one the full command made
+        meta["updated_by"] = command
+    else:
+        meta["command"] = command
+        meta.pop("updated_by", None)
 
     def on_row(row: dict[str, Any]) -> None:
         row["hash"] = key
