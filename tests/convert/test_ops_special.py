@@ -106,7 +106,9 @@ def test_orthogonal_polynomials_of_a_tensor_degree(name):
     fn = getattr(torch.special, name)
     x = torch.linspace(-1.2, 1.2, 49, dtype=F64).repeat(13)
     n = torch.arange(-1, 12, dtype=F64).repeat_interleave(49)
-    x2, n2 = torch.tensor([0.3, -0.7, 1.0, -1.0, 0.0], dtype=F64), torch.tensor([3.0, 2.9, 7.0, 8.0, 0.0], dtype=F64)
+    # degree 0 at an infinite x is 1; degree 1 is infinite
+    x2 = torch.tensor([0.3, -0.7, 1.0, -1.0, 0.0, math.inf, -math.inf, math.inf], dtype=F64)
+    n2 = torch.tensor([3.0, 2.9, 7.0, 8.0, 0.0, 0.0, 0.0, 1.0], dtype=F64)
     dyn = {"x": {0: "n"}, "y": {0: "n"}}
     check_export(Fn2(fn), (x, n), dynamic_shapes=dyn, inputs2=((x2, n2), None), atol=1e-7, rtol=1e-7)
 

@@ -37,21 +37,22 @@ RECURRENCES: dict[str, tuple[Callable[[M], M], _Step]] = {
 }
 
 
-def _broadcast(ctx, x, n) -> tuple[M, M, object]:
-    """x in float64 and n truncated to an integer (float64), both broadcast to their common shape."""
+def _broadcast(ctx, x, n) -> tuple[M, M, M, object]:
+    """x in float64, n truncated to an integer (float64) and ones (P0), all broadcast to their
+    common shape; and n before broadcasting."""
     x = ctx.as_value(x, F64)
     degree = ctx.cast(ctx.cast(ctx.as_value(n, F64), torch.int64), F64)
     shape = ctx.op.Shape(ctx.op.Add(x, degree))
-    return M(ctx, ctx.op.Expand(x, shape)), M(ctx, ctx.op.Expand(degree, shape)), degree
+    ones = ctx.op.Expand(ctx.const(1.0, F64), shape)  # not x * 0 + 1: NaN at an infinite x
+    return M(ctx, ctx.op.Expand(x, shape)), M(ctx, ctx.op.Expand(degree, shape)), M(ctx, ones), degree
 
 
 def orthogonal_polynomial(ctx, node, name: str, x, n, shifted: bool = False):
     """The value of polynomial ``name`` of degree ``n`` at ``x`` (see the module's docstring)."""
     first, step = RECURRENCES[name]
-    x, degree, raw_degree = _broadcast(ctx, x, n)
+    x, degree, one, raw_degree = _broadcast(ctx, x, n)
     if shifted:
         x = 2 * x - 1
-    one = x * 0 + 1
     p1 = first(x)
     start = where(degree.eq(0), one, where(degree.eq(1), p1, 0.0))
     # degrees 2 .. max(n): max(max(n) - 1, 0) iterations
