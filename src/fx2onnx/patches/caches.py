@@ -247,21 +247,25 @@ def _list_states(cache: Any) -> list[tuple[str, list[Any]]]:
     return found
 
 
-def _flatten_subclass(cache: Any) -> tuple[list[torch.Tensor], Any]:
-    children, (layers, replicate) = _flatten_layers(cache)
-    states = []
+def _state_children(cache: Any) -> tuple[list[tuple[str, torch.Tensor]], tuple[Any, ...]]:
+    """The tensors of the list attributes, named ``<attribute>_<index>``, and which entries hold one."""
+    named, states = [], []
     for name, values in _list_states(cache):
         states.append((name, tuple(isinstance(v, torch.Tensor) for v in values)))
-        children.extend(v for v in values if isinstance(v, torch.Tensor))
-    return children, (layers, replicate, tuple(states))
+        named.extend((f"{name}_{i}", v) for i, v in enumerate(values) if isinstance(v, torch.Tensor))
+    return named, tuple(states)
+
+
+def _flatten_subclass(cache: Any) -> tuple[list[torch.Tensor], Any]:
+    children, (layers, replicate) = _flatten_layers(cache)
+    named, states = _state_children(cache)
+    return children + [v for _, v in named], (layers, replicate, states)
 
 
 def _flatten_subclass_with_keys(cache: Any) -> tuple[list[tuple[Any, torch.Tensor]], Any]:
-    keyed, _ = _flatten_layers_with_keys(cache)
-    children, context = _flatten_subclass(cache)
-    names = [f"{name}_{i}" for name, flags in context[2] for i, flag in enumerate(flags) if flag]
-    keyed.extend((pytree.MappingKey(n), c) for n, c in zip(names, children[len(keyed):]))
-    return keyed, context
+    keyed, (layers, replicate) = _flatten_layers_with_keys(cache)
+    named, states = _state_children(cache)
+    return keyed + [(pytree.MappingKey(n), v) for n, v in named], (layers, replicate, states)
 
 
 def _unflatten_subclass(cls: type) -> Callable[[list[torch.Tensor], Any], Any]:

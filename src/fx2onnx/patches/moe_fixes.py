@@ -24,12 +24,11 @@ the routed ones) return the token unchanged, as in the original.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import torch
 
-from .registry import Patch
+from .registry import Patch, patch_if_imported
 
 
 def _make_grouped_mm(original: Any) -> Any:
@@ -77,15 +76,11 @@ def moe_patches() -> list[Patch]:
             "(no transformers::grouped_mm_fallback custom op)",
         )
     ]
-    if "transformers.models.longcat_flash.modeling_longcat_flash" in sys.modules:
-        patches.append(
-            Patch(
-                name="LongcatFlashExperts.forward",
-                kind="transformers",
-                target="transformers.models.longcat_flash.modeling_longcat_flash.LongcatFlashExperts.forward",
-                make=_make_longcat_experts_forward,
-                expected_args=("self", "hidden_states", "top_k_index", "top_k_weights"),
-                doc="every (token, chosen expert) pair computed at once, no Python loop over the experts hit",
-            )
-        )
+    patches.extend(patch_if_imported(
+        "transformers.models.longcat_flash.modeling_longcat_flash", "LongcatFlashExperts.forward",
+        name="LongcatFlashExperts.forward",
+        make=_make_longcat_experts_forward,
+        expected_args=("self", "hidden_states", "top_k_index", "top_k_weights"),
+        doc="every (token, chosen expert) pair computed at once, no Python loop over the experts hit",
+    ))
     return patches

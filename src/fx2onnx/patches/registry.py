@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import sys
 from typing import Any, Callable, Iterable, Sequence
 
 _MISSING = object()
@@ -119,6 +120,15 @@ class Patch:
             if reason:
                 return reason
         return owner, attribute, original
+
+
+def patch_if_imported(module: str, attribute: str, name: str, **fields: Any) -> list[Patch]:
+    """A transformers patch of ``module.attribute`` when ``module`` is already imported (the
+    modeling file of the user's model), none otherwise: importing every modeling file to
+    patch it would cost seconds at each export."""
+    if module not in sys.modules:
+        return []
+    return [Patch(name=name, kind="transformers", target=f"{module}.{attribute}", **fields)]
 
 
 @dataclasses.dataclass

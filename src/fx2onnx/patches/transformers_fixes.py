@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from .registry import Patch
+from .registry import Patch, patch_if_imported
 
 
 def _make_lazy_initialization(original: Any) -> Any:
@@ -180,17 +180,13 @@ def transformers_patches() -> list[Patch]:
             doc="mask sizes of sliding layers without a branch on the number of tokens seen",
         ),
     ]
-    if "transformers.models.fsmt.modeling_fsmt" in sys.modules:
-        patches.append(
-            Patch(
-                name="fsmt.make_padding_mask",
-                kind="transformers",
-                target="transformers.models.fsmt.modeling_fsmt.make_padding_mask",
-                make=_make_padding_mask_always,
-                expected_args=("input_ids", "padding_idx"),
-                doc="the padding mask of FSMT returned even when nothing is padding, no data-dependent branch",
-            )
-        )
+    patches.extend(patch_if_imported(
+        "transformers.models.fsmt.modeling_fsmt", "make_padding_mask",
+        name="fsmt.make_padding_mask",
+        make=_make_padding_mask_always,
+        expected_args=("input_ids", "padding_idx"),
+        doc="the padding mask of FSMT returned even when nothing is padding, no data-dependent branch",
+    ))
     for target in dynamic_rope_targets():
         class_name = target.split(".")[-2]
         patches.append(

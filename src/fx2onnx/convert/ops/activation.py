@@ -11,7 +11,8 @@ import math
 import torch
 
 from ..registry import converter
-from ._math import erf_value
+from ._math import M, erf_value
+from .precise import expm1
 
 aten = torch.ops.aten
 
@@ -99,9 +100,6 @@ def convert_celu(ctx, node, x, alpha=1.0):
     dtype = ctx.out_dtype()
     if dtype == torch.float32:
         return ctx.op.Celu(x, alpha=float(alpha))
-    from ._math import M
-    from .precise import expm1
-
     v = M.of(ctx, x)
     return (v.maximum(0.0) + (expm1(v / float(alpha)) * float(alpha)).minimum(0.0)).to(dtype)
 

@@ -66,14 +66,16 @@ def _asymptotic_scaled(big: M, nu: int) -> M:
 
 def bessel_k(v: M, nu: int, scaled: bool) -> M:
     """K_nu(v) (times exp(v) when ``scaled``) for nu in {0, 1}."""
-    series = _series(v.minimum(_SERIES_END).maximum(1e-300), nu)
-    if scaled:
-        series = series * v.minimum(_SERIES_END).exp()
-    middle = _integral_scaled(v.maximum(_SERIES_END).minimum(_ASYMPTOTIC_START), nu)
-    big = v.maximum(_ASYMPTOTIC_START)
+    # each region evaluated on v clamped into it (the Where below picks the right one)
+    small, big = v.minimum(_SERIES_END), v.maximum(_ASYMPTOTIC_START)
+    mid = v.maximum(_SERIES_END).minimum(_ASYMPTOTIC_START)
+    series = _series(small.maximum(1e-300), nu)
+    middle = _integral_scaled(mid, nu)
     asymptotic = _asymptotic_scaled(big, nu)
-    if not scaled:
-        middle = middle * (-v.maximum(_SERIES_END).minimum(_ASYMPTOTIC_START)).exp()
+    if scaled:
+        series = series * small.exp()
+    else:
+        middle = middle * (-mid).exp()
         asymptotic = asymptotic * (-big).exp()
     out = where(v <= _SERIES_END, series, where(v <= _ASYMPTOTIC_START, middle, asymptotic))
     out = where(v.eq(0.0), math.inf, out)

@@ -218,6 +218,12 @@ def _split(ctx, x, dim, sizes):
     return list(outs)
 
 
+def _split_then_rest(ctx, x, dim, split, n: int):
+    """``n`` pieces along a dynamic dimension: ``n - 1`` of size ``split`` (a value), then the rest."""
+    last = ctx.op.Sub(ctx.dim_size(x, dim), ctx.op.Mul(split, ctx.const(n - 1, torch.int64)))
+    return _split(ctx, x, dim, [split] * (n - 1) + [last])
+
+
 @converter(aten.split_with_sizes.default)
 def convert_split_with_sizes(ctx, node, x, split_sizes, dim=0):
     rank = input_rank(ctx)
@@ -233,10 +239,7 @@ def convert_split(ctx, node, x, split_size, dim=0):
     if all(isinstance(f.shape[dim], int) for f in outs_fake):
         return _split(ctx, x, dim, [int(f.shape[dim]) for f in outs_fake])
     # dynamic dimension: n - 1 chunks of split_size and the rest
-    total = ctx.dim_size(x, dim)
-    split = ctx.as_value(split_size, torch.int64)
-    last = ctx.op.Sub(total, ctx.op.Mul(split, ctx.const(n - 1, torch.int64)))
-    return _split(ctx, x, dim, [split] * (n - 1) + [last])
+    return _split_then_rest(ctx, x, dim, ctx.as_value(split_size, torch.int64), n)
 
 
 @converter(aten.chunk.default)
@@ -247,12 +250,9 @@ def convert_chunk(ctx, node, x, chunks, dim=0):
     if all(isinstance(f.shape[dim], int) for f in outs_fake):
         return _split(ctx, x, dim, [int(f.shape[dim]) for f in outs_fake])
     # dynamic dimension: as torch, chunks of ceil(total / chunks), the last one smaller
-    n = len(outs_fake)
     total = ctx.dim_size(x, dim)
-    count = ctx.const(int(chunks), torch.int64)
-    split = ctx.op.Div(ctx.op.Add(total, ctx.const(int(chunks) - 1, torch.int64)), count)
-    last = ctx.op.Sub(total, ctx.op.Mul(split, ctx.const(n - 1, torch.int64)))
-    return _split(ctx, x, dim, [split] * (n - 1) + [last])
+    split = ctx.op.Div(ctx.op.Add(total, ctx.const(int(chunks) - 1, torch.int64)), ctx.const(int(chunks), torch.int64))
+    return _split_then_rest(ctx, x, dim, split, len(outs_fake))
 
 
 @converter(aten.unbind.int)
