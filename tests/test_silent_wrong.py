@@ -243,23 +243,50 @@ def test_hybrid_sliding_cache_at_any_length(name, exporter, position_ids):
         assert report.ok, f"past={past}, seq={seq}, padding={padding}: {report}"
 
 
-@pytest.mark.parametrize("name", ["gemma3", "mistral"])
-def test_all_sliding_cache_past_its_window_is_refused(name):
-    """Without a full-attention layer, a cropped cache does not tell how many tokens it has seen:
-    the export warns and records the window, validate refuses a cache past it."""
+@pytest.mark.parametrize(
+    "name,exporter,past",
+    [("mistral", "to_onnx", 2), ("mistral", "to_onnx", 10), ("gemma3", "to_onnx", 2), ("mistral", "dynamo", 10)],
+)
+def test_all_sliding_cache_at_any_length(name, exporter, past):
+    """Without a full-attention layer, a cropped cache does not tell how many tokens it has seen
+    from its keys: the flattening carries the count (an empty tensor (0, tokens seen)), so the
+    model is right on both sides of the window, exported below or above it. Before, the count was
+    rebuilt from the keys' length: dynamo's model was off by 0.8 past the window."""
     from fx2onnx.models import get_tiny_model
+    from fx2onnx.patches.caches import carries_token_count
 
     tiny = get_tiny_model(name, with_cache=True, num_hidden_layers=1, sliding_window=4)
     assert getattr(tiny.config, "layer_types", None) in (None, ["sliding_attention"])
-    inputs = _sliding_inputs(tiny, 2, 3, 2, seed=1, position_ids=False)
+    inputs = _sliding_inputs(tiny, 2, 3, past, seed=1, position_ids=False)
+    assert carries_token_count(inputs["past_key_values"])
     ds = {k: v for k, v in tiny.dynamic_shapes.items() if k in inputs}
+    assert ds["past_key_values"][-1] == {1: "tokens_seen"}
     with fx2onnx.torch_export_patches(patch_transformers=True):
-        with pytest.warns(FrozenInputWarning, match=r"'past_key_values'.*sliding window of 4.*below 4"):
-            onx = fx2onnx.to_onnx(tiny.model, (), inputs, dynamic_shapes=ds)
-    assert _frozen(onx) == {"past_key_values": {"kind": "sliding_cache", "window": 4, "layers": [0]}}
-    for past in (1, 2, 3):  # the cache holds every token seen so far
-        inputs = _sliding_inputs(tiny, 3, 2, past, seed=past, position_ids=False)
-        assert fx2onnx.validate(onx, tiny.model, (), inputs).ok
-    inputs = _sliding_inputs(tiny, 3, 2, 10, seed=10, position_ids=False)
-    with pytest.raises(FrozenInputError, match=r"past_key_values.*layer 0.*10.*3"):
-        fx2onnx.validate(onx, tiny.model, (), inputs)
+        if exporter == "to_onnx":
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", FrozenInputWarning)
+                onx = fx2onnx.to_onnx(tiny.model, (), inputs, dynamic_shapes=ds)
+            assert _frozen(onx) in (None, {})
+        else:
+            ds["past_key_values"] = [{0: "batch", 2: "sliding_seq"}] * 2 + [{1: "tokens_seen"}]
+            onx = torch.onnx.export(tiny.model, (), kwargs=inputs, dynamic_shapes=ds, dynamo=True).model_proto
+    assert onx.graph.input[-1].name.endswith("tokens_seen")
+    assert [d.dim_value for d in onx.graph.output[-1].type.tensor_type.shape.dim][:1] == [0]
+    for past, seq in [(1, 1), (3, 2), (4, 1), (10, 1), (12, 4)]:
+        inputs = _sliding_inputs(tiny, 3, seq, past, seed=past + seq, position_ids=False)
+        report = fx2onnx.validate(onx, tiny.model, (), inputs, atol=1e-4)
+        assert report.ok, f"past={past}, seq={seq}: {report}"
+
+
+def test_sliding_cache_dynamic_shapes_without_its_count():
+    """A dynamic_shapes list written for the keys and values only names the missing count."""
+    from fx2onnx.models import get_tiny_model
+
+    tiny = get_tiny_model("mistral", with_cache=True, num_hidden_layers=1, sliding_window=4)
+    inputs = _sliding_inputs(tiny, 2, 3, 6, seed=1, position_ids=False)
+    ds = {k: v for k, v in tiny.dynamic_shapes.items() if k in inputs}
+    ds["past_key_values"] = ds["past_key_values"][:-1]
+    with fx2onnx.torch_export_patches(patch_transformers=True):
+        with pytest.raises(ValueError, match=r"list of 3 specs.*got 2.*tokens_seen"):
+            fx2onnx.to_onnx(tiny.model, (), inputs, dynamic_shapes=ds)
+

@@ -15,11 +15,8 @@ uses it as a Python int all the same (``x[..., i] = y``), torch.export
 specializes it to its example value: it is recorded as frozen too, with
 ``"declared_dynamic": true`` (see :func:`specialized_int_inputs`).
 
-A transformers cache made only of sliding-window layers (no full-attention
-layer) is right only while it holds every token seen, fewer than its window: it
-is recorded as ``{"kind": "sliding_cache", "window": 4, "layers": [0, ...]}``,
-reported at export, and validate refuses a cache which has seen more tokens
-(see :mod:`fx2onnx.patches.caches`).
+A transformers cache made only of sliding-window layers freezes nothing: its
+flattening carries the number of tokens seen (see :mod:`fx2onnx.patches.caches`).
 
 A dynamic dimension torch.export bounded above (a Python branch on a size,
 ``if seq_len >= 4:``, not taken at export) holds one branch only: it is
@@ -184,31 +181,6 @@ def _range_text(entry: dict[str, Any]) -> str:
     return f"[{entry['min']}, {entry['max'] if entry['max'] is not None else 'inf'}]"
 
 
-def _cache_layers(value: Any) -> list[Any] | None:
-    """The layers of a transformers cache (its self-attention part), None for anything else."""
-    import sys
-
-    cache_utils = sys.modules.get("transformers.cache_utils")
-    if cache_utils is None or not isinstance(value, getattr(cache_utils, "Cache", ())):
-        return None
-    cache = getattr(value, "self_attention_cache", value)
-    return list(getattr(cache, "layers", []) or [])
-
-
-def _sliding_only_cache(value: Any) -> dict[str, Any] | None:
-    """The entry of a cache whose layers are all sliding (no full layer to count the tokens seen)."""
-    from .patches.caches import _is_dynamic_sliding
-
-    layers = _cache_layers(value)
-    if not layers or any(getattr(layer, "sliding_window", None) is None for layer in layers):
-        return None
-    sliding = [i for i, layer in enumerate(layers) if _is_dynamic_sliding(layer)]
-    if not sliding:
-        return None  # static sliding layers carry their count as a tensor
-    window = min(int(layers[i].sliding_window) for i in sliding)
-    return {"kind": "sliding_cache", "window": window, "layers": sliding}
-
-
 def _is_dynamic_spec(spec: Any) -> bool:
     return spec is not None and spec is not torch.export.Dim.STATIC
 
@@ -263,7 +235,7 @@ def describe_frozen_inputs(
     specialized: dict[int, int] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The inputs torch.export freezes: scalars not marked dynamic, lengths of lists and tuples,
-    dynamic ints it specialized, caches made only of sliding layers.
+    dynamic ints it specialized.
 
     :param onnx_input_names: the inputs of the ONNX model, to name the inputs a list became
     :param specialized: the dynamic ints torch.export specialized (:func:`specialized_int_inputs`)
@@ -287,8 +259,6 @@ def describe_frozen_inputs(
             elif isinstance(item, int) and specialized:
                 if position + _inputs_before(value, spec, path, name) in specialized:
                     frozen[path] = {"kind": "int", "value": item, "declared_dynamic": True}
-            elif (cache := _sliding_only_cache(item)) is not None:
-                frozen[path] = cache
         position += _count_inputs(value, spec)
     return frozen
 
@@ -320,14 +290,6 @@ def frozen_message(path: str, entry: dict[str, Any]) -> str:
             f"this size, such as `if seq_len >= n:`, or a declared bound): the ONNX model holds the branch "
             f"taken at export and is wrong for other sizes; fx2onnx.validate refuses them (metadata "
             f"{METADATA_KEY!r}). Export with an example of the sizes you need or write the branch with torch.cond."
-        )
-    if entry["kind"] == "sliding_cache":
-        return (
-            f"Input {path!r} is a cache made only of sliding-window layers (layers {entry['layers']}, a sliding "
-            f"window of {entry['window']}): without a full-attention layer its tensors do not tell how many "
-            f"tokens came before, so the ONNX model is right only while the cache holds every token seen, "
-            f"a cache length below {entry['window']}. Longer caches give wrong positions and masks. "
-            f"fx2onnx.validate refuses them (recorded in the model's metadata {METADATA_KEY!r})."
         )
     value, kind = entry["value"], entry["kind"]
     if entry.get("declared_dynamic"):
@@ -400,8 +362,6 @@ def check_frozen_inputs(
                     f"got {got}: the ONNX model takes {entry['length']} element(s) only. Export again with "
                     f"this length, or stack the elements into one tensor with a dynamic dimension."
                 )
-        elif entry["kind"] == "sliding_cache":
-            _check_sliding_cache(path, entry, value)
         elif type(value).__name__ != entry["kind"] or value != entry["value"]:
             how = (
                 "pass a tensor index (torch.tensor(i)) and use index_put or torch.where: torch.export "
@@ -416,63 +376,7 @@ def check_frozen_inputs(
             )
 
 
-def _check_sliding_cache(path: str, entry: dict[str, Any], value: Any) -> None:
-    """A cache of sliding layers only is right while each layer has seen fewer tokens than its window."""
-    layers = _cache_layers(value) or []
-    for index in entry["layers"]:
-        layer = layers[index] if index < len(layers) else None
-        keys = getattr(layer, "keys", None)
-        seen = getattr(layer, "cumulative_length", None)
-        if keys is None or not isinstance(seen, int) or seen < entry["window"]:
-            continue
-        raise FrozenInputError(
-            f"Input {path!r}: layer {index} of the cache has seen {seen} tokens but a sliding window of "
-            f"{entry['window']} keeps {keys.shape[-2]}: its tensors do not tell the exported model how many "
-            f"tokens came before, so positions and masks would be wrong. The export recorded that a cache "
-            f"made only of sliding layers must stay below its window (metadata {METADATA_KEY!r}): validate "
-            f"with a cache shorter than {entry['window']}, or keep a full-attention layer."
-        )
-
-
 def _frozen_text(entry: dict[str, Any]) -> str:
     if entry["kind"] in ("list", "tuple"):
         return f"a {entry['kind']} of length {entry['length']}"
     return f"{entry['value']!r}"
-
-
-def check_cache_inputs(args: Sequence[Any], kwargs: dict[str, Any] | None, model: Any = None) -> None:
-    """Raises :class:`FrozenInputError` for a cache whose state its tensors cannot carry.
-
-    A sliding-window layer longer than its window, in a cache without a
-    full-attention layer, does not tell from its tensors how many tokens it has
-    seen (see :mod:`fx2onnx.patches.caches`): an exported model would use the
-    wrong positions and masks.
-    """
-    import sys
-
-    cache_utils = sys.modules.get("transformers.cache_utils")
-    if cache_utils is None or not hasattr(cache_utils, "Cache"):
-        return
-    from torch.utils import _pytree as pytree
-
-    from .patches.caches import _registered_here, lost_cache_state
-
-    for name, value in named_inputs(model, args, kwargs):
-        for path, item, _ in _walk(name, value, None):
-            if not isinstance(item, cache_utils.Cache):
-                continue
-            caches = [item]
-            if hasattr(item, "self_attention_cache"):
-                caches = [item.self_attention_cache, item.cross_attention_cache]
-            for cache in caches:
-                if type(cache) in pytree.SUPPORTED_NODES and not _registered_here(type(cache)):
-                    continue  # flattened by someone else's functions
-                for index, seen, rebuilt in lost_cache_state(cache):
-                    raise FrozenInputError(
-                        f"Input {path!r}: layer {index} of the cache has seen {seen} tokens but keeps "
-                        f"{rebuilt} (a sliding window): its tensors do not tell the exported model how many "
-                        f"tokens came before, so positions and masks may be wrong. Without a "
-                        f"full-attention layer to read the count from, a sliding cache is exported "
-                        f"right only while it holds every token seen (shorter than the window): "
-                        f"validate with such a cache."
-                    )

@@ -263,17 +263,16 @@ def validate(
     :return: a :class:`ValidationReport` (``report.ok``, ``report.max_abs``...)
     :raises fx2onnx.frozen.FrozenInputError: an input differs from what the export
         froze (recorded by :func:`fx2onnx.to_onnx` in the model's metadata: a scalar's
-        value, a list's length), or a cache's state cannot be carried by its tensors
+        value, a list's length)
     """
     import copy
 
-    from .frozen import check_cache_inputs, check_frozen_inputs, read_frozen_inputs
+    from .frozen import check_frozen_inputs, read_frozen_inputs
 
     # an input which differs from what the export froze gives wrong numbers: refuse it
     frozen = read_frozen_inputs(onnx_model)
     if frozen:
         check_frozen_inputs(frozen, model, args, kwargs)
-    check_cache_inputs(args, kwargs, model)
     # eager may modify its inputs in place: run it on a copy
     eager_args, eager_kwargs = copy.deepcopy((tuple(args), dict(kwargs or {})))
     with torch.no_grad():

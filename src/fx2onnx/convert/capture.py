@@ -83,8 +83,27 @@ def _walk(value: Any, spec: Any, where: str, names: dict[int, dict[int, str | No
         children, _ = pytree.SUPPORTED_NODES[type(value)].flatten_fn(value)
         if isinstance(spec, (list, tuple)) and len(spec) == len(children):
             return type(spec)(_walk(v, s, f"{where}[{i}]", names) for i, (v, s) in enumerate(zip(children, spec)))
+        if isinstance(spec, (list, tuple)):
+            raise ValueError(_node_arity_message(value, spec, children, where))
         return spec
     return spec
+
+
+def _node_arity_message(value: Any, spec: Any, children: list[Any], where: str) -> str:
+    """Why a list of dynamic shapes does not fit a pytree node (a cache), and the fix."""
+    from ..patches.caches import carries_token_count
+
+    message = (
+        f"dynamic_shapes for input {where} (a {type(value).__name__}) must be a list of {len(children)} "
+        f"specs, one per tensor it flattens into, got {len(spec)}."
+    )
+    if carries_token_count(value) and len(spec) == len(children) - 1:
+        message += (
+            " This cache is made only of sliding-window layers: its last tensor, 'tokens_seen', is an "
+            "empty tensor of shape (0, tokens seen) carrying how many tokens came before (the layers keep "
+            "the last sliding_window - 1 only). Add {1: 'tokens_seen'} at the end of the list."
+        )
+    return message
 
 
 def prepare_dynamic_shapes(

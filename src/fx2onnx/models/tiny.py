@@ -26,7 +26,9 @@ encoder-decoder models, ``encoder_seq``. A cache input (``with_cache=True``) is 
 :class:`transformers.cache_utils.DynamicCache` (an ``EncoderDecoderCache`` of two
 of them for encoder-decoder models); its dynamic shapes are a list ``[key_0,
 value_0, key_1, value_1, ...]`` (a pair of such lists), the flattening order
-used by :func:`fx2onnx.register_cache_serialization`.
+used by :func:`fx2onnx.register_cache_serialization`, followed by
+``{1: "tokens_seen"}`` for a cache made only of sliding-window layers (its count
+of tokens seen, see :func:`fx2onnx.patches.caches.carries_token_count`).
 
 A forward pass updates a cache in place: give a copy
 (``copy.deepcopy(tiny.inputs)``) to the model when the inputs are used again.
@@ -363,6 +365,8 @@ def _encoder_decoder_inputs(
 
 
 def _dynamic_shapes(inputs: dict[str, Any], config: Any) -> dict[str, Any]:
+    from ..patches.caches import carries_token_count
+
     with_cache = "past_key_values" in inputs
     if "decoder_input_ids" in inputs:
         return _encoder_decoder_dynamic_shapes(inputs, config)
@@ -373,6 +377,9 @@ def _dynamic_shapes(inputs: dict[str, Any], config: Any) -> dict[str, Any]:
         elif key == "past_key_values":
             kv = {0: "batch", 2: "past_seq"}
             shapes[key] = [dict(kv) for _ in range(2 * _num_layers(config))]
+            if carries_token_count(inputs[key]):
+                # sliding layers only: the count of tokens seen travels apart (patches.caches)
+                shapes[key].append({1: "tokens_seen"})
         else:
             shapes[key] = {0: "batch", 1: "seq"}
     return shapes

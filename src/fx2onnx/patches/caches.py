@@ -20,12 +20,12 @@ one of :mod:`fx2onnx.models`:
 A sliding-window layer (``DynamicSlidingWindowLayer``) keeps only its last
 ``sliding_window - 1`` positions but counts every token it has seen
 (``cumulative_length``): the masks and the positions depend on that count. The
-flattening keeps the cache's tensors only, so the count is rebuilt from shapes:
-the length of the first full-attention layer of the cache (hybrid caches: Gemma 2,
-Gemma 3, every ``layer_types`` mixing sliding and full attention), or else the
-layer's own length, right only while the cache is not longer than the window.
-:func:`lost_cache_state` tells when a cache cannot be rebuilt from its tensors
-(``fx2onnx.validate`` refuses such inputs).
+count is read from the length of the first full-attention layer of the cache
+(hybrid caches: Gemma 2, Gemma 3, every ``layer_types`` mixing sliding and full
+attention). A cache made only of sliding layers (Mistral) has no such layer: its
+flattening ends with ``tokens_seen``, an empty tensor of shape ``(0, count)``
+whose second dimension is the count (:func:`carries_token_count`), dynamic like
+the cache length, so the exported model is right on both sides of the window.
 
 The unflatten functions rebuild the layers with their tensors set directly,
 without ``lazy_initialization``: transformers' own helper
@@ -145,22 +145,40 @@ def _set_tokens_seen(layers: list[Any]) -> None:
             layer.cumulative_length = seen
 
 
-def lost_cache_state(cache: Any) -> list[tuple[int, int, int]]:
-    """Layers of ``cache`` whose token count the flattening cannot rebuild.
-
-    :return: ``(layer index, tokens seen, tokens the rebuilt layer would count)``
-        for each sliding layer whose count differs (a cache longer than its window
-        without a full-attention layer to read the count from)
-    """
-    layers = list(getattr(cache, "layers", []) or [])
-    seen = _tokens_seen(layers)
-    lost = []
-    for index, layer in enumerate(layers):
+def _carried_count(layers: list[Any]) -> Any:
+    """The number of tokens seen by a cache whose tensors cannot tell it (sliding
+    layers only, one of them holding tensors), None for any other cache: the
+    flattening carries it as the length of an empty tensor."""
+    if _tokens_seen(layers) is not None:
+        return None
+    for layer in layers:
         if _is_dynamic_sliding(layer) and getattr(layer, "keys", None) is not None:
-            rebuilt = seen if seen is not None else layer.keys.shape[-2]
-            if int(rebuilt) != int(layer.cumulative_length):
-                lost.append((index, int(layer.cumulative_length), int(rebuilt)))
-    return lost
+            return layer.cumulative_length
+    return None
+
+
+def _count_tensor(cache: Any, count: Any) -> torch.Tensor:
+    """The empty tensor of shape ``(0, count)``, kept on the cache: torch.export flattens
+    an input several times and finds its dynamic dimensions by the tensor's identity."""
+    held = getattr(cache, "_fx2onnx_tokens_seen", None)
+    if held is not None and held[0] is count:
+        return held[1]
+    first = next(layer for layer in cache.layers if getattr(layer, "keys", None) is not None)
+    tensor = first.keys.new_zeros((0, count), dtype=torch.int64)
+    cache._fx2onnx_tokens_seen = (count, tensor)
+    return tensor
+
+
+def carries_token_count(cache: Any) -> bool:
+    """Tells if the flattening of ``cache`` ends with its ``tokens_seen`` tensor.
+
+    A cache made only of sliding-window layers keeps the last ``sliding_window - 1``
+    positions: its tensors do not tell how many tokens it has seen, which its
+    positions and masks depend on. That count travels as the second dimension of
+    an empty tensor of shape ``(0, tokens_seen)``, an input and an output of the
+    exported model, dynamic like the cache length.
+    """
+    return _carried_count(list(getattr(cache, "layers", []) or [])) is not None
 
 
 # DynamicCache, StaticCache: a list of layers
@@ -177,11 +195,15 @@ def _flatten_layers(cache: Any) -> tuple[list[torch.Tensor], Any]:
         children.extend(linear_tensors(layer))
         # sparse-attention indexer layers: the indexer keys
         children.extend(indexer_tensors(layer))
+    count = _carried_count(cache.layers)
+    if count is not None:
+        children.append(_count_tensor(cache, count))
     # a cache created empty adds its layers lazily: the class to replicate is kept
     replicate = getattr(cache, "layer_class_to_replicate", None)
     context = (
         tuple(_layer_context(layer) for layer in cache.layers),
         replicate.__name__ if replicate else None,
+        count is not None,
     )
     return children, context
 
@@ -196,6 +218,8 @@ def _flatten_layers_with_keys(cache: Any) -> tuple[list[tuple[Any, torch.Tensor]
                 names.append(f"length_{i}")
         names.extend(linear_names(i, layer_context[5]))
         names.extend(indexer_names(i, layer_context[6] if len(layer_context) > 6 else None))
+    if context[2]:
+        names.append("tokens_seen")
     return [(pytree.MappingKey(n), c) for n, c in zip(names, children)], context
 
 
@@ -204,7 +228,7 @@ def _unflatten_layers(cls: type) -> Callable[[list[torch.Tensor], Any], Any]:
         module = importlib.import_module(_CACHE_MODULE)
         layers = []
         position = 0
-        layer_contexts, replicate = context
+        layer_contexts, replicate, counted = context
         for layer_context in layer_contexts:
             layer = _make_layer(module, layer_context)
             if layer_context[3]:
@@ -222,12 +246,19 @@ def _unflatten_layers(cls: type) -> Callable[[list[torch.Tensor], Any], Any]:
                 position += count
             layers.append(layer)
         _set_tokens_seen(layers)
+        seen = children[position] if counted else None
+        if seen is not None:
+            for layer in layers:
+                if _is_dynamic_sliding(layer) and getattr(layer, "keys", None) is not None:
+                    layer.cumulative_length = seen.shape[-1]
         cache = cls.__new__(cls)
         if replicate is not None:
             module.Cache.__init__(cache, layer_class_to_replicate=getattr(module, replicate))
             cache.layers.extend(layers)
         else:
             module.Cache.__init__(cache, layers=layers)
+        if seen is not None:
+            cache._fx2onnx_tokens_seen = (layers[0].cumulative_length, seen)
         return cache
 
     return unflatten
@@ -257,24 +288,24 @@ def _state_children(cache: Any) -> tuple[list[tuple[str, torch.Tensor]], tuple[A
 
 
 def _flatten_subclass(cache: Any) -> tuple[list[torch.Tensor], Any]:
-    children, (layers, replicate) = _flatten_layers(cache)
+    children, (layers, replicate, counted) = _flatten_layers(cache)
     named, states = _state_children(cache)
-    return children + [v for _, v in named], (layers, replicate, states)
+    return children + [v for _, v in named], (layers, replicate, counted, states)
 
 
 def _flatten_subclass_with_keys(cache: Any) -> tuple[list[tuple[Any, torch.Tensor]], Any]:
-    keyed, (layers, replicate) = _flatten_layers_with_keys(cache)
+    keyed, (layers, replicate, counted) = _flatten_layers_with_keys(cache)
     named, states = _state_children(cache)
-    return keyed + [(pytree.MappingKey(n), v) for n, v in named], (layers, replicate, states)
+    return keyed + [(pytree.MappingKey(n), v) for n, v in named], (layers, replicate, counted, states)
 
 
 def _unflatten_subclass(cls: type) -> Callable[[list[torch.Tensor], Any], Any]:
     rebuild_layers = _unflatten_layers(cls)
 
     def unflatten(children: list[torch.Tensor], context: Any) -> Any:
-        layers, replicate, states = context
+        layers, replicate, counted, states = context
         position = len(children) - sum(flag for _, flags in states for flag in flags)
-        cache = rebuild_layers(list(children[:position]), (layers, replicate))
+        cache = rebuild_layers(list(children[:position]), (layers, replicate, counted))
         for name, flags in states:
             values: list[Any] = []
             for flag in flags:
@@ -331,9 +362,9 @@ def _from_dumpable(text: str) -> Any:
     if value is None:
         return None
     layers = tuple(as_hashable(v) for v in value[0])
-    if len(value) > 2:  # a subclass: its list attributes
-        return layers, value[1], tuple((name, tuple(flags)) for name, flags in value[2])
-    return layers, value[1]
+    if len(value) > 3:  # a subclass: its list attributes
+        return layers, value[1], value[2], tuple((name, tuple(flags)) for name, flags in value[3])
+    return layers, value[1], value[2]
 
 
 def _serializers() -> dict[str, tuple[Callable, Callable, Callable]]:
