@@ -36,16 +36,17 @@ KNOWN_LIMITS = [
     "and a batched matmul (:mod:`fx2onnx.patches.moe_fixes`): both exporters then see standard operators.",
     "* **State-space models** (Mamba and the hybrids built on its reference scan): without the "
     "``mamba_ssm`` kernels, transformers' ``mamba_selective_scan`` iterates ``for index in "
-    "range(seq_len)``; :func:`torch.export.export` unrolls the loop and specializes the sequence "
-    "length (``tracing inferred a static shape of 3 for dimension inputs['input_ids'].shape[1]``, "
-    "step *capture*). The fix is a patch computing the scan with ``torch.ops.higher_order.scan`` "
-    "(``associative_scan`` is only taken by transformers under ``torch.compile``, not under "
-    "``torch.export``); it is not written yet. A static sequence length exports. With a cache, "
-    "their ``LinearAttentionLayer`` (convolution and recurrent states) is not flattened by "
-    ":func:`fx2onnx.register_cache_serialization` yet (step *capture*, ``CacheFlatteningError``).",
-    "* **Sliding-window caches**: a model exported with a cache shorter than its window and run with "
-    "a longer one (the second input set: 11 positions, window 8) is checked here; a *validation* "
-    "failure on such a row is a silent wrong model of the exporter, not of the check.",
+    "range(seq_len)``, which :func:`torch.export.export` unrolls, specializing the sequence length. "
+    "A patch (:mod:`fx2onnx.patches.state_space`) runs the same recurrence with "
+    "``torch.ops.higher_order.scan`` (an ONNX ``Scan``), and their convolution and recurrent cache "
+    "states are flattened (:mod:`fx2onnx.patches.linear_cache`). Models with another Python loop over "
+    "the sequence (RWKV, xLSTM, RecurrentGemma, Reformer, CPM-Ant, Funnel) still fail at *capture* "
+    "with the specialized dimension named: each needs a rewrite of its own.",
+    "* **Sliding-window caches**: a model is exported with a cache shorter than its window and run with "
+    "a longer one (the second input set: 11 positions, window 8). A cache made only of sliding layers "
+    "(Mistral, Ministral) carries its count of tokens seen as one more tensor, ``tokens_seen`` "
+    "(:func:`fx2onnx.patches.caches.carries_token_count`). A *validation* failure on such a row is a "
+    "silent wrong model of the exporter, not of the check.",
 ]
 
 

@@ -48,7 +48,7 @@ class ZooModel:
 
 def _cache_name(model: torch.nn.Module) -> str | None:
     parameters = inspect.signature(model.forward).parameters
-    for name in ("past_key_values", "cache_params", "past_key_value", "mems"):
+    for name in ("past_key_values", "cache_params", "past_key_value", "mems", "state"):
         if name in parameters:
             return name
     return None
@@ -65,7 +65,7 @@ def _prefill(model: torch.nn.Module, arch: Architecture, batch: int, past: int, 
         kwargs.update(input_ids=ids, attention_mask=torch.ones((batch, past), dtype=torch.int64))
     with torch.no_grad():
         out = model(**kwargs)
-    for name in ("past_key_values", "cache_params", "mems"):
+    for name in ("past_key_values", "cache_params", "mems", "state"):
         cache = getattr(out, name, None)
         if cache is not None:
             return cache

@@ -19,6 +19,7 @@ from .caches import (
 from .moe_fixes import moe_patches
 from .registry import Patch, PatchReport, PatchSet, check_patches
 from .rewrite import rewrite_patches
+from .recurrences import recurrence_patches
 from .state_space import state_space_patches
 from .torch_fixes import torch_patches
 from .transformers_fixes import transformers_patches
@@ -90,6 +91,7 @@ def collect_patches(
         patches.extend(transformers_patches())
         patches.extend(moe_patches())
         patches.extend(state_space_patches())
+        patches.extend(recurrence_patches())
     if rewrite is not None:
         patches.extend(rewrite_patches(rewrite, dump_rewriting=dump_rewriting))
     for patched in custom_patches:

@@ -1,0 +1,73 @@
+"""Recurrent layers whose Python loop over the sequence runs as one scan (RWKV)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from fx2onnx import to_onnx, torch_export_patches  # noqa: E402
+from fx2onnx.models.discover import get_architecture  # noqa: E402
+from fx2onnx.models.zoo_inputs import build_zoo_model  # noqa: E402
+from fx2onnx.patches.recurrences import wkv_scan  # noqa: E402
+from fx2onnx.validation import validate  # noqa: E402
+
+
+@pytest.mark.parametrize("with_state", [False, True])
+@pytest.mark.parametrize("seq", [1, 5])
+def test_wkv_scan_is_the_loop(with_state, seq):
+    from transformers.models.rwkv.modeling_rwkv import rwkv_linear_attention_cpu
+
+    g = torch.Generator().manual_seed(seq)
+    batch, hidden = 2, 6
+    decay, first = torch.randn(hidden, generator=g), torch.randn(hidden, generator=g)
+    key, value = torch.randn(batch, seq, hidden, generator=g), torch.randn(batch, seq, hidden, generator=g)
+    state = None
+    if with_state:
+        state = [torch.rand(batch, hidden, generator=g), torch.rand(batch, hidden, generator=g) + 1,
+                 torch.randn(batch, hidden, generator=g)]
+    expected, expected_state = rwkv_linear_attention_cpu(decay, first, key, value, state=state, return_state=True)
+    got, got_state = wkv_scan(decay, first, key, value, state)
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-6)
+    for a, b in zip(got_state, expected_state):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("with_cache", [False, True])
+def test_rwkv_exports_with_a_dynamic_sequence(with_cache):
+    """Before the patch, torch.export unrolled the loop: the sequence length was specialized."""
+    zoo = build_zoo_model(get_architecture("rwkv"), with_cache=with_cache)
+    assert ("state" in zoo.inputs) == with_cache
+    with torch_export_patches(patch_transformers=True), torch.no_grad():
+        onx = to_onnx(zoo.model, (), zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
+    assert any(n.op_type == "Scan" for n in onx.graph.node) or any(
+        n.op_type == "Scan" for f in onx.functions for n in f.node
+    )
+    # other batch, sequence (and state): the second input set
+    assert validate(onx, zoo.model, (), zoo.copy_inputs(1), atol=1e-4).ok
+
+
+@pytest.mark.parametrize("with_state", [False, True])
+@pytest.mark.parametrize("seq", [1, 4])
+def test_linear_recurrence_scan_is_the_loop(with_state, seq):
+    from transformers.models.recurrent_gemma.modeling_recurrent_gemma import RecurrentGemmaRglru
+
+    g = torch.Generator().manual_seed(seq)
+    hidden = torch.randn(2, seq, 6, generator=g)
+    gate = torch.rand(2, seq, 6, generator=g)
+    reset = torch.rand(2, seq, 1, generator=g) < 0.3
+    state = torch.randn(2, 6, generator=g) if with_state else None
+    # the original: a Python loop, or a shortcut for one token
+    expected = RecurrentGemmaRglru._rnn_scan(None, hidden, gate, reset, state)
+    with torch_export_patches(patch_transformers=True):
+        got = RecurrentGemmaRglru._rnn_scan(None, hidden, gate, reset, state)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+
+
+def test_recurrent_gemma_exports_with_a_dynamic_sequence():
+    zoo = build_zoo_model(get_architecture("recurrent_gemma"), with_cache=False)
+    with torch_export_patches(patch_transformers=True), torch.no_grad():
+        onx = to_onnx(zoo.model, (), zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
+    assert validate(onx, zoo.model, (), zoo.copy_inputs(1), atol=1e-4).ok
