@@ -8,7 +8,7 @@ import torch
 pytest.importorskip("transformers")
 
 from fx2onnx import to_onnx, torch_export_patches  # noqa: E402
-from fx2onnx.models.discover import get_architecture  # noqa: E402
+from fx2onnx.models.discover import get_architecture, tiny_model  # noqa: E402
 from fx2onnx.models.zoo_inputs import build_zoo_model  # noqa: E402
 from fx2onnx.patches.recurrences import wkv_scan  # noqa: E402
 from fx2onnx.validation import validate  # noqa: E402
@@ -68,6 +68,36 @@ def test_linear_recurrence_scan_is_the_loop(with_state, seq):
 
 def test_recurrent_gemma_exports_with_a_dynamic_sequence():
     zoo = build_zoo_model(get_architecture("recurrent_gemma"), with_cache=False)
+    with torch_export_patches(patch_transformers=True), torch.no_grad():
+        onx = to_onnx(zoo.model, (), zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
+    assert validate(onx, zoo.model, (), zoo.copy_inputs(1), atol=1e-4).ok
+
+
+@pytest.mark.parametrize("seq", [1, 5, 40])
+def test_mlstm_scan_is_the_backend(seq):
+    """Chunk size 16: 40 tokens go through two chunks then a loop of 8 steps in eager."""
+    from transformers.models.xlstm.modeling_xlstm import xLSTMBackend
+
+    _, config = tiny_model(get_architecture("xlstm"))
+    assert config.chunk_size == 16 and "inference" in config.mode
+    backend = xLSTMBackend(config)
+    g = torch.Generator().manual_seed(seq)
+    batch, heads, dqk, dhv = 2, 3, 4, 5
+    q, k = torch.randn(batch, heads, seq, dqk, generator=g), torch.randn(batch, heads, seq, dqk, generator=g)
+    v = torch.randn(batch, heads, seq, dhv, generator=g)
+    i, f = torch.randn(batch, heads, seq, generator=g), torch.randn(batch, heads, seq, generator=g) + 2
+    initial = (torch.randn(batch, heads, dqk, dhv, generator=g), torch.randn(batch, heads, dqk, generator=g),
+               torch.randn(batch, heads, 1, generator=g))
+    expected = backend(q, k, v, i, f, *initial)
+    with torch_export_patches(patch_transformers=True):
+        got = backend(q, k, v, i, f, *initial)
+    torch.testing.assert_close(got[0], expected[0], atol=1e-5, rtol=1e-5)
+    for a, b in zip(got[1], expected[1]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_xlstm_exports_with_a_dynamic_sequence():
+    zoo = build_zoo_model(get_architecture("xlstm"), with_cache=False)
     with torch_export_patches(patch_transformers=True), torch.no_grad():
         onx = to_onnx(zoo.model, (), zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
     assert validate(onx, zoo.model, (), zoo.copy_inputs(1), atol=1e-4).ok

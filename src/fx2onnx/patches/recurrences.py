@@ -15,6 +15,12 @@ ones of eager.
   ``h = a * h + x``. Eager takes a shortcut for one token (``h = a * h0 + x``, or
   ``x`` without a state), which is the first step of the loop: the scan is right
   for every length, so the branch on the length goes too.
+* xLSTM's ``xLSTMBackend.forward`` in inference mode: chunks of 64 (then 32, 16)
+  tokens in parallel, then a loop of single steps over the rest. The patch runs
+  the single step (``mlstm_recurrent_step_native``) over every token in one scan:
+  the same result for a sequence shorter than the chunk size, the same recurrence
+  in another order of operations for a longer one (the chunkwise form is an exact
+  rewriting of the steps, equal up to rounding).
 """
 
 from __future__ import annotations
@@ -134,6 +140,76 @@ def _make_rnn_scan(original: Any) -> Any:
     return _rnn_scan
 
 
+def mlstm_scan(
+    step: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    igate: torch.Tensor,
+    fgate: torch.Tensor,
+    initial: tuple[Any, Any, Any],
+    eps: float,
+    dtype_state: torch.dtype,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The mLSTM recurrence, ``step`` applied to every token in one scan.
+
+    :param step: xLSTM's ``mlstm_recurrent_step_native``
+    :param query: ``(batch, heads, seq, dqk)``, ``key`` too, ``value`` is ``(batch, heads, seq, dhv)``
+    :param igate: ``(batch, heads, seq)``, ``fgate`` too
+    :param initial: the cell ``(batch, heads, dqk, dhv)``, normalizer ``(batch, heads, dqk)`` and
+        max ``(batch, heads, 1)`` states, each None for zeros
+    :return: the hidden states ``(batch, heads, seq, dhv)`` and the last states
+    """
+    from torch._higher_order_ops.scan import scan
+
+    batch, heads, _, dqk = key.shape
+    dhv = value.shape[-1]
+    shapes = ((batch, heads, dqk, dhv), (batch, heads, dqk), (batch, heads, 1))
+    carry = tuple(
+        torch.zeros(shape, device=key.device, dtype=torch.float32) if state is None
+        else state.to(dtype_state).contiguous()
+        for state, shape in zip(initial, shapes)
+    )
+
+    def one_token(states: Any, x: Any) -> Any:
+        q, k, v, i, f = x
+        h, states = step(q, k, v, i, f, *states, eps=eps, dtype_state=dtype_state)
+        return tuple(states), h
+
+    xs = (
+        query.permute(2, 0, 1, 3), key.permute(2, 0, 1, 3), value.permute(2, 0, 1, 3),
+        igate.permute(2, 0, 1).unsqueeze(-1), fgate.permute(2, 0, 1).unsqueeze(-1),
+    )
+    last, hidden = scan(one_token, carry, xs)
+    return hidden.permute(1, 2, 0, 3), last
+
+
+def _make_xlstm_backend_forward(original: Any) -> Any:
+    def forward(
+        self: Any,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        igate: torch.Tensor,
+        fgate: torch.Tensor,
+        c_initial: torch.Tensor | None = None,
+        n_initial: torch.Tensor | None = None,
+        m_initial: torch.Tensor | None = None,
+        return_last_states: bool | None = None,
+        mode: Any = None,
+    ) -> Any:
+        mode = self.config.mode if mode is None else mode
+        if "inference" not in mode:
+            return original(self, query, key, value, igate, fgate, c_initial, n_initial, m_initial,
+                            return_last_states, mode)
+        dtype_state = getattr(torch, self.config.inference_state_dtype)
+        return mlstm_scan(self.step_kernel_fn, query, key, value, igate, fgate,
+                          (c_initial, n_initial, m_initial), self.config.eps, dtype_state)
+
+    forward.__wrapped__ = original  # type: ignore[attr-defined]
+    return forward
+
+
 def recurrence_patches() -> list[Patch]:
     """The patches of the recurrent layers looping over the sequence in Python."""
     return [
@@ -154,5 +230,15 @@ def recurrence_patches() -> list[Patch]:
             expected_args=("self", "hidden_states", "recurrent_gate", "reset", "recurrent_states", "acc_dtype"),
             doc="the linear recurrence's Python loop over the sequence (and its one-token shortcut) "
             "as one torch scan (ONNX Scan), so that the sequence length stays dynamic",
+        ),
+        Patch(
+            name="xLSTMBackend.forward",
+            kind="transformers",
+            target="transformers.models.xlstm.modeling_xlstm.xLSTMBackend.forward",
+            make=_make_xlstm_backend_forward,
+            expected_args=("self", "query", "key", "value", "igate", "fgate", "c_initial", "n_initial",
+                           "m_initial", "return_last_states", "mode"),
+            doc="in inference mode, the mLSTM's chunks and Python loop over the sequence as one torch "
+            "scan of its single step (ONNX Scan), so that the sequence length stays dynamic",
         ),
     ]
