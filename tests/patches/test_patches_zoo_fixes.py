@@ -263,3 +263,24 @@ class _Wrap(torch.nn.Module):
 
     def forward(self, hidden, index, weights):
         return self._forward(self.experts, hidden, index, weights)
+
+
+def test_cpmant_mask_without_a_python_list_matches_and_exports():
+    """CPM-Ant built its padding positions from a Python list of the sequence length (frozen)."""
+    from fx2onnx.models.discover import get_architecture
+    from fx2onnx.models.zoo_inputs import build_zoo_model
+
+    zoo = build_zoo_model(get_architecture("cpmant"), with_cache=False)
+    base = zoo.model.cpmant
+    g = torch.Generator().manual_seed(0)
+    seq = base.prompt_length + 5
+    ids = torch.randint(0, 10, (3, seq), generator=g)
+    span = torch.randint(0, 2, (3, seq), generator=g)
+    context = torch.randint(0, 2, (3, seq), generator=g).bool()
+    length = torch.tensor([5, 2, 0])  # left padding of the text in the last two rows
+    expected = base._prepare_attention_mask(ids, span, context, length)
+    with fx2onnx.torch_export_patches(patch_transformers=True):
+        got = base._prepare_attention_mask(ids, span, context, length)
+        onx = fx2onnx.to_onnx(zoo.model, (), kwargs=zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
+    assert torch.equal(got, expected)
+    assert fx2onnx.validate(onx, zoo.model, (), zoo.copy_inputs(1), atol=1e-3).ok

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from .registry import Patch
+from .registry import Patch, patch_if_imported
 
 
 def _wkv_step(
@@ -211,30 +211,28 @@ def _make_xlstm_backend_forward(original: Any) -> Any:
 
 
 def recurrence_patches() -> list[Patch]:
-    """The patches of the recurrent layers looping over the sequence in Python."""
+    """The patches of the recurrent layers looping over the sequence in Python, for the modeling
+    files already imported (building the model imports its own)."""
     return [
-        Patch(
+        *patch_if_imported(
+            "transformers.models.rwkv.modeling_rwkv", "rwkv_linear_attention_cpu",
             name="rwkv.rwkv_linear_attention_cpu",
-            kind="transformers",
-            target="transformers.models.rwkv.modeling_rwkv.rwkv_linear_attention_cpu",
             make=_make_rwkv_linear_attention_cpu,
             expected_args=("time_decay", "time_first", "key", "value", "state", "return_state"),
             doc="the WKV recurrence's Python loop over the sequence as one torch scan (ONNX Scan), "
             "so that the sequence length stays dynamic",
         ),
-        Patch(
+        *patch_if_imported(
+            "transformers.models.recurrent_gemma.modeling_recurrent_gemma", "RecurrentGemmaRglru._rnn_scan",
             name="RecurrentGemmaRglru._rnn_scan",
-            kind="transformers",
-            target="transformers.models.recurrent_gemma.modeling_recurrent_gemma.RecurrentGemmaRglru._rnn_scan",
             make=_make_rnn_scan,
             expected_args=("self", "hidden_states", "recurrent_gate", "reset", "recurrent_states", "acc_dtype"),
             doc="the linear recurrence's Python loop over the sequence (and its one-token shortcut) "
             "as one torch scan (ONNX Scan), so that the sequence length stays dynamic",
         ),
-        Patch(
+        *patch_if_imported(
+            "transformers.models.xlstm.modeling_xlstm", "xLSTMBackend.forward",
             name="xLSTMBackend.forward",
-            kind="transformers",
-            target="transformers.models.xlstm.modeling_xlstm.xLSTMBackend.forward",
             make=_make_xlstm_backend_forward,
             expected_args=("self", "query", "key", "value", "igate", "fgate", "c_initial", "n_initial",
                            "m_initial", "return_last_states", "mode"),

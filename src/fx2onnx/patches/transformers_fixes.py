@@ -23,6 +23,10 @@ Each one fixes a failure met with the installed transformers and tiny models:
   on the other side of the window. The patch computes the same sizes without a
   branch: the length of the cached states plus the query, and the offset
   ``cumulative_length - cached``.
+* CPM-Ant's ``_prepare_attention_mask`` builds the positions of its padding mask
+  with ``torch.tensor(list(range(seqlen - prompt_length))[::-1])``: a Python list
+  of the sequence length, which torch.export freezes. The patch computes the same
+  positions with ``arange``.
 * FSMT's ``make_padding_mask`` returns ``None`` when no token is padding
   (``if not padding_mask.any()``): a branch on the data. The patch always returns
   the mask; an all-false mask masks nothing, so the outputs are the same.
@@ -158,6 +162,28 @@ def _make_padding_mask_always(original: Any) -> Any:
     return make_padding_mask
 
 
+def _make_cpmant_attention_mask(original: Any) -> Any:
+    def _prepare_attention_mask(
+        self: Any, input_ids: torch.Tensor, span: torch.Tensor, context: torch.Tensor, length: torch.Tensor
+    ) -> torch.Tensor:
+        batch, seqlen = input_ids.shape[:2]
+        device = input_ids.device
+        directional_mask_2d = torch.arange(seqlen, device=device) <= torch.arange(seqlen, device=device).view(-1, 1)
+        attention_mask = context[:, None, :] | (
+            context[:, :, None].logical_not() & directional_mask_2d.view(1, seqlen, seqlen)
+        )
+        attention_mask = attention_mask & (span[:, None, :] == span[:, :, None])
+        # left padding: positions n-1, ..., 0 of the text (eager builds them from a Python list)
+        text = seqlen - self.prompt_length
+        positions = (text - 1) - torch.arange(text, device=device)
+        mask_1d = positions[None, :].repeat(batch, 1) < length[:, None]
+        mask_1d = torch.cat((torch.ones(batch, self.prompt_length, device=device).bool(), mask_1d), dim=1)
+        return mask_1d.view(batch, seqlen, 1) & mask_1d.view(batch, 1, seqlen) & attention_mask
+
+    _prepare_attention_mask.__wrapped__ = original  # type: ignore[attr-defined]
+    return _prepare_attention_mask
+
+
 def transformers_patches() -> list[Patch]:
     """Returns the transformers patches (rotary embeddings of the modeling modules imported so far)."""
     patches = [
@@ -186,6 +212,14 @@ def transformers_patches() -> list[Patch]:
         make=_make_padding_mask_always,
         expected_args=("input_ids", "padding_idx"),
         doc="the padding mask of FSMT returned even when nothing is padding, no data-dependent branch",
+    ))
+    patches.extend(patch_if_imported(
+        "transformers.models.cpmant.modeling_cpmant", "CpmAntModel._prepare_attention_mask",
+        name="CpmAntModel._prepare_attention_mask",
+        make=_make_cpmant_attention_mask,
+        expected_args=("self", "input_ids", "span", "context", "length"),
+        doc="CPM-Ant's left-padding mask from a reversed arange instead of a Python list of the "
+        "sequence length, which torch.export froze",
     ))
     for target in dynamic_rope_targets():
         class_name = target.split(".")[-2]
