@@ -284,3 +284,31 @@ def test_cpmant_mask_without_a_python_list_matches_and_exports():
         onx = fx2onnx.to_onnx(zoo.model, (), kwargs=zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
     assert torch.equal(got, expected)
     assert fx2onnx.validate(onx, zoo.model, (), zoo.copy_inputs(1), atol=1e-3).ok
+
+
+@pytest.mark.parametrize("separate_cls,truncate_seq", [(True, True), (True, False), (False, False)])
+@pytest.mark.parametrize("seq", [5, 8, 13])
+def test_funnel_positions_without_lists_match(separate_cls, truncate_seq, seq):
+    """Funnel pooled Python lists of positions (the sequence length was frozen)."""
+    from transformers import FunnelConfig
+    from transformers.models.funnel.modeling_funnel import FunnelAttentionStructure
+
+    config = FunnelConfig(d_model=16, block_sizes=[1, 1, 1], separate_cls=separate_cls, truncate_seq=truncate_seq)
+    structure = FunnelAttentionStructure(config).eval()
+    expected = structure.get_position_embeds(seq, torch.float32, torch.device("cpu"))
+    with fx2onnx.torch_export_patches(patch_transformers=True):
+        got = structure.get_position_embeds(seq, torch.float32, torch.device("cpu"))
+    assert len(got) == len(expected) == 3
+    for pair, pair_expected in zip(got, expected):
+        for a, b in zip(pair, pair_expected):
+            assert (a is None and b is None) or torch.equal(a, b)
+
+
+def test_funnel_exports_with_a_dynamic_sequence():
+    from fx2onnx.models.discover import get_architecture
+    from fx2onnx.models.zoo_inputs import build_zoo_model
+
+    zoo = build_zoo_model(get_architecture("funnel"), with_cache=False)
+    with fx2onnx.torch_export_patches(patch_transformers=True), torch.no_grad():
+        onx = fx2onnx.to_onnx(zoo.model, (), kwargs=zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
+    assert fx2onnx.validate(onx, zoo.model, (), zoo.copy_inputs(1), atol=1e-4).ok

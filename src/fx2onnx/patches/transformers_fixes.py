@@ -27,6 +27,8 @@ Each one fixes a failure met with the installed transformers and tiny models:
   with ``torch.tensor(list(range(seqlen - prompt_length))[::-1])``: a Python list
   of the sequence length, which torch.export freezes. The patch computes the same
   positions with ``arange``.
+* Funnel's ``get_position_embeds`` pools Python lists of positions
+  (see :mod:`fx2onnx.patches.funnel`).
 * FSMT's ``make_padding_mask`` returns ``None`` when no token is padding
   (``if not padding_mask.any()``): a branch on the data. The patch always returns
   the mask; an all-false mask masks nothing, so the outputs are the same.
@@ -184,6 +186,12 @@ def _make_cpmant_attention_mask(original: Any) -> Any:
     return _prepare_attention_mask
 
 
+def _make_funnel_position_embeds(original: Any) -> Any:
+    from .funnel import _make_get_position_embeds
+
+    return _make_get_position_embeds(original)
+
+
 def transformers_patches() -> list[Patch]:
     """Returns the transformers patches (rotary embeddings of the modeling modules imported so far)."""
     patches = [
@@ -212,6 +220,14 @@ def transformers_patches() -> list[Patch]:
         make=_make_padding_mask_always,
         expected_args=("input_ids", "padding_idx"),
         doc="the padding mask of FSMT returned even when nothing is padding, no data-dependent branch",
+    ))
+    patches.extend(patch_if_imported(
+        "transformers.models.funnel.modeling_funnel", "FunnelAttentionStructure.get_position_embeds",
+        name="FunnelAttentionStructure.get_position_embeds",
+        make=_make_funnel_position_embeds,
+        expected_args=("self", "seq_len", "dtype", "device"),
+        doc="Funnel's relative positions from the sequence length and the pooling strides instead of "
+        "Python lists of positions, which torch.export froze",
     ))
     patches.extend(patch_if_imported(
         "transformers.models.cpmant.modeling_cpmant", "CpmAntModel._prepare_attention_mask",
