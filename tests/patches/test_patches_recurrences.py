@@ -1,6 +1,9 @@
-"""Recurrent layers whose Python loop over the sequence runs as one scan (RWKV)."""
+"""Recurrent layers whose Python loop over the sequence runs as one scan
+(RWKV, RecurrentGemma, xLSTM, MiniMax with a cache)."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -34,11 +37,11 @@ def test_wkv_scan_is_the_loop(with_state, seq):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
 
 
-@pytest.mark.parametrize("with_cache", [False, True])
-def test_rwkv_exports_with_a_dynamic_sequence(with_cache):
-    """Before the patch, torch.export unrolled the loop: the sequence length was specialized."""
-    zoo = build_zoo_model(get_architecture("rwkv"), with_cache=with_cache)
-    assert ("state" in zoo.inputs) == with_cache
+def test_rwkv_with_its_state_exports_with_a_dynamic_sequence():
+    """Before the patch, torch.export unrolled the loop: the sequence length was specialized.
+    Without a state, the scan starts from zeros (test_wkv_scan_is_the_loop)."""
+    zoo = build_zoo_model(get_architecture("rwkv"), with_cache=True)
+    assert "state" in zoo.inputs
     with torch_export_patches(patch_transformers=True), torch.no_grad():
         onx = to_onnx(zoo.model, (), zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
     assert any(n.op_type == "Scan" for n in onx.graph.node) or any(
@@ -98,6 +101,24 @@ def test_mlstm_scan_is_the_backend(seq):
 
 def test_xlstm_exports_with_a_dynamic_sequence():
     zoo = build_zoo_model(get_architecture("xlstm"), with_cache=False)
+    with torch_export_patches(patch_transformers=True), torch.no_grad():
+        onx = to_onnx(zoo.model, (), zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
+    assert validate(onx, zoo.model, (), zoo.copy_inputs(1), atol=1e-4).ok
+
+
+def test_minimax_with_a_cache_is_the_loop_and_exports():
+    """MiniMax decodes token by token in a Python loop when its cache holds a state: the
+    sequence length was specialized."""
+    zoo = build_zoo_model(get_architecture("minimax"), with_cache=True)
+    for seq in (1, 4):
+        inputs = zoo.copy_inputs(1)
+        inputs["input_ids"] = inputs["input_ids"][:, :seq]
+        inputs["attention_mask"] = inputs["attention_mask"][:, : inputs["attention_mask"].shape[1] - 4 + seq]
+        with torch.no_grad():
+            expected = zoo.model(**copy.deepcopy(inputs)).logits
+            with torch_export_patches(patch_transformers=True):
+                got = zoo.model(**copy.deepcopy(inputs)).logits
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     with torch_export_patches(patch_transformers=True), torch.no_grad():
         onx = to_onnx(zoo.model, (), zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
     assert validate(onx, zoo.model, (), zoo.copy_inputs(1), atol=1e-4).ok

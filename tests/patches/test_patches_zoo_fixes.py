@@ -303,12 +303,3 @@ def test_funnel_positions_without_lists_match(separate_cls, truncate_seq, seq):
         for a, b in zip(pair, pair_expected):
             assert (a is None and b is None) or torch.equal(a, b)
 
-
-def test_funnel_exports_with_a_dynamic_sequence():
-    from fx2onnx.models.discover import get_architecture
-    from fx2onnx.models.zoo_inputs import build_zoo_model
-
-    zoo = build_zoo_model(get_architecture("funnel"), with_cache=False)
-    with fx2onnx.torch_export_patches(patch_transformers=True), torch.no_grad():
-        onx = fx2onnx.to_onnx(zoo.model, (), kwargs=zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
-    assert fx2onnx.validate(onx, zoo.model, (), zoo.copy_inputs(1), atol=1e-4).ok

@@ -39,9 +39,11 @@ KNOWN_LIMITS = [
     "range(seq_len)``, which :func:`torch.export.export` unrolls, specializing the sequence length. "
     "A patch (:mod:`fx2onnx.patches.state_space`) runs the same recurrence with "
     "``torch.ops.higher_order.scan`` (an ONNX ``Scan``), and their convolution and recurrent cache "
-    "states are flattened (:mod:`fx2onnx.patches.linear_cache`). Models with another Python loop over "
-    "the sequence (RWKV, xLSTM, RecurrentGemma, Reformer, CPM-Ant, Funnel) still fail at *capture* "
-    "with the specialized dimension named: each needs a rewrite of its own.",
+    "states are flattened (:mod:`fx2onnx.patches.linear_cache`). The other Python loops over the "
+    "sequence run as scans too (:mod:`fx2onnx.patches.recurrences`: RWKV, RecurrentGemma, xLSTM, "
+    "MiniMax decoding with a cache); CPM-Ant and Funnel built Python lists of the sequence length "
+    "(patched in :mod:`fx2onnx.patches.transformers_fixes`). Reformer still fails at *capture*: its "
+    "axial position embeddings loop over the batch and read ``position_ids.max().item()``.",
     "* **Sliding-window caches**: a model is exported with a cache shorter than its window and run with "
     "a longer one (the second input set: 11 positions, window 8). A cache made only of sliding layers "
     "(Mistral, Ministral) carries its count of tokens seen as one more tensor, ``tokens_seen`` "

@@ -21,10 +21,15 @@ ones of eager.
   the same result for a sequence shorter than the chunk size, the same recurrence
   in another order of operations for a longer one (the chunkwise form is an exact
   rewriting of the steps, equal up to rounding).
+* MiniMax's ``MiniMaxLightningAttention.forward`` with a filled cache: the
+  linear-attention state ``S = ratio * S + k^T v`` updated token by token in a
+  Python loop. The patch runs that loop as one scan; without a cache (the
+  prefill, by blocks) the original runs.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import torch
@@ -210,6 +215,61 @@ def _make_xlstm_backend_forward(original: Any) -> Any:
     return forward
 
 
+def _lightning_step(state: torch.Tensor, x: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    query, key, value, ratio = x  # (batch, heads, 1, dim) each, ratio (heads, 1, 1)
+    state = ratio * state + torch.matmul(key.transpose(-1, -2), value)
+    return state, torch.matmul(query, state)
+
+
+def lightning_decode_scan(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, ratio: torch.Tensor, state: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """MiniMax's token-by-token linear attention as one scan.
+
+    :param query: ``(batch, heads, seq, dim)``, ``key`` and ``value`` too
+    :param ratio: ``(heads, 1, 1)``, the decay of the state per token
+    :param state: ``(batch, heads, dim, dim)``, the cached ``K^T V``
+    :return: the outputs ``(batch, heads, seq, dim)`` and the last state
+    """
+    from torch._higher_order_ops.scan import scan
+
+    seq = query.shape[2]
+    xs = tuple(t.unsqueeze(3).permute(2, 0, 1, 3, 4) for t in (query, key, value))
+    xs = (*xs, ratio.expand(seq, *ratio.shape).contiguous())
+    last, outputs = scan(_lightning_step, state.contiguous(), xs)
+    return outputs.squeeze(3).permute(1, 2, 0, 3), last
+
+
+def _make_lightning_forward(original: Any) -> Any:
+    def forward(
+        self: Any,
+        hidden_states: torch.Tensor,
+        position_embeddings: Any,
+        attention_mask: torch.Tensor | None,
+        past_key_values: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        state = past_key_values.get_linear_cache(self.layer_idx) if past_key_values is not None else None
+        if not isinstance(state, torch.Tensor):
+            return original(self, hidden_states, position_embeddings, attention_mask, past_key_values, **kwargs)
+        module = importlib.import_module(type(self).__module__)
+        batch_size, seq_len, _ = hidden_states.shape
+        qkv_states = self.act_fn(self.qkv_proj(hidden_states))
+        qkv_states = module.apply_mask_to_padding_states(qkv_states, attention_mask)
+        qkv_states = qkv_states.reshape(batch_size, seq_len, self.num_attention_heads, 3 * self.head_dim)
+        query, key, value = (t.transpose(1, 2) for t in torch.split(qkv_states, self.head_dim, dim=3))
+        attn_output, state = lightning_decode_scan(query, key, value, torch.exp(-self.slope_rate), state)
+        attn_output = attn_output.transpose(1, 2).reshape(batch_size, seq_len, self.num_attention_heads * self.head_dim)
+        attn_output = self.norm(attn_output)
+        attn_output = torch.sigmoid(self.output_gate(hidden_states)) * attn_output
+        attn_output = self.out_proj(attn_output)
+        past_key_values.set_linear_cache(self.layer_idx, state)
+        return attn_output, state
+
+    forward.__wrapped__ = original  # type: ignore[attr-defined]
+    return forward
+
+
 def recurrence_patches() -> list[Patch]:
     """The patches of the recurrent layers looping over the sequence in Python, for the modeling
     files already imported (building the model imports its own)."""
@@ -238,5 +298,13 @@ def recurrence_patches() -> list[Patch]:
                            "m_initial", "return_last_states", "mode"),
             doc="in inference mode, the mLSTM's chunks and Python loop over the sequence as one torch "
             "scan of its single step (ONNX Scan), so that the sequence length stays dynamic",
+        ),
+        *patch_if_imported(
+            "transformers.models.minimax.modeling_minimax", "MiniMaxLightningAttention.forward",
+            name="MiniMaxLightningAttention.forward",
+            make=_make_lightning_forward,
+            expected_args=("self", "hidden_states", "position_embeddings", "attention_mask", "past_key_values"),
+            doc="with a filled cache, the lightning attention's Python loop over the tokens as one torch "
+            "scan (ONNX Scan), so that the sequence length stays dynamic",
         ),
     ]
