@@ -262,7 +262,7 @@ def make_parser() -> argparse.ArgumentParser:
                          "(default for tiny transformers architectures)")
     patches.add_argument("--no-patches", dest="patches", action="store_false", help="export without patches")
     exp.add_argument("--strict", action="store_true", help="strict mode of torch.export.export")
-    exp.add_argument("--opset", type=int, default=18, help="ONNX opset")
+    exp.add_argument("--opset", type=int, default=None, help="ONNX opset (default: 20, 23 for the fused levels)")
     exp.add_argument("--no-validate", dest="validate", action="store_false", help="do not run the model")
     exp.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_model_arguments(exp)

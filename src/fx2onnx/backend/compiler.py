@@ -7,6 +7,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ..convert.builder import DEFAULT_OPSET
 from ..convert.dispatcher import Dispatcher
 from ..convert.errors import ConversionError, UnsupportedOpError
 from .runner import BackendOptions, GraphRunner
@@ -118,7 +119,7 @@ def make_onnxruntime_backend(
     dump_folder: str | None = None,
     verbose: int = 0,
     fallback: bool = False,
-    target_opset: int = 18,
+    target_opset: int = DEFAULT_OPSET,
     dispatcher: Dispatcher | None = None,
     optimize: bool = False,
     decompose: bool = True,

@@ -10,6 +10,7 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
+from ..convert.builder import DEFAULT_OPSET
 from ..convert.graph_module import convert_graph_module
 from ..validation import to_numpy
 from .dump import dump_targets, save_dump
@@ -26,7 +27,7 @@ class BackendOptions:
     dump_folder: str | None = None
     verbose: int = 0
     fallback: bool = False
-    target_opset: int = 18
+    target_opset: int = DEFAULT_OPSET
     dispatcher: Any = None
     optimize: bool = False
     decompose: bool = True

@@ -10,7 +10,7 @@ import onnx
 import onnx_ir as ir
 import torch
 
-from .builder import GraphBuilder
+from .builder import DEFAULT_OPSET, GraphBuilder
 from .capture import capture
 from .dispatcher import Dispatcher
 from .errors import ConversionError
@@ -58,7 +58,7 @@ def convert_exported_program(
     ep: torch.export.ExportedProgram,
     dim_names: dict | None = None,
     *,
-    target_opset: int = 18,
+    target_opset: int = DEFAULT_OPSET,
     dispatcher: Dispatcher | None = None,
     input_names: Sequence[str] | None = None,
     output_names: Sequence[str] | None = None,
@@ -283,7 +283,7 @@ def to_onnx(
     :param dynamic_shapes: as in :func:`torch.export.export`; strings name dimensions
         (``{"x": {0: "batch"}}``) and the names are kept in the ONNX model
     :param strict: strict mode of :func:`torch.export.export`
-    :param target_opset: ONNX opset of the main domain (default: 18, or 23 with the
+    :param target_opset: ONNX opset of the main domain (default: 20, or 23 with the
         levels ``"onnxruntime"`` and ``"opset23"`` whose attention fusion needs it)
     :param dispatcher: :class:`fx2onnx.Dispatcher` with converters for custom ops
     :param optimize: True or ``"default"``: onnxscript's optimizer (constant folding,
@@ -331,7 +331,7 @@ def to_onnx(
 
     level = resolve_level(optimize)
     if target_opset is None:
-        target_opset = 23 if level in ("onnxruntime", "opset23") else 18
+        target_opset = 23 if level in ("onnxruntime", "opset23") else DEFAULT_OPSET
     _check_options(target_opset, dispatcher, input_names, output_names)
     stages = _Stages(verbose)
     ep, dim_names = stages.run(

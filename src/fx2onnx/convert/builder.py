@@ -76,6 +76,11 @@ class _OpNamespace:
         return make
 
 
+#: the opset of the main domain when none is given: the one torch.onnx.export uses (standard
+#: ``Gelu`` and others exist from opset 20)
+DEFAULT_OPSET = 20
+
+
 class GraphBuilder:
     """Creates nodes, inputs, initializers and outputs of one ONNX graph.
 
@@ -87,7 +92,7 @@ class GraphBuilder:
     def __init__(
         self,
         name: str = "main_graph",
-        opset: int = 18,
+        opset: int = DEFAULT_OPSET,
         parent: "GraphBuilder | None" = None,
     ):
         self.name = name

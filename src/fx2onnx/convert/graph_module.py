@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import onnx_ir as ir
 import torch
 
-from .builder import GraphBuilder
+from .builder import DEFAULT_OPSET, GraphBuilder
 from .dispatcher import Dispatcher
 from .errors import ConversionError
 from .interpreter import DimNamer, Interpreter
@@ -55,7 +55,7 @@ def convert_graph_module(
     example_inputs: Sequence[Any],
     *,
     static_shapes: bool = False,
-    target_opset: int = 18,
+    target_opset: int = DEFAULT_OPSET,
     dispatcher: Dispatcher | None = None,
     verbose: int = 0,
 ) -> ir.Model:

@@ -24,9 +24,10 @@ def convert_silu(ctx, node, x):
 
 @converter(aten.gelu.default)
 def convert_gelu(ctx, node, x, approximate="none"):
-    if ctx.opset >= 20:
-        return ctx.op.Gelu(x, approximate=approximate)
     dtype = ctx.out_dtype()
+    if ctx.opset >= 20 and dtype != torch.float64:
+        # onnxruntime expands Gelu into Erf, which has no double kernel
+        return ctx.op.Gelu(x, approximate=approximate)
     half = ctx.const(0.5, dtype)
     one = ctx.const(1.0, dtype)
     if approximate == "tanh":
