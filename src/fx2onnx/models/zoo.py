@@ -259,14 +259,16 @@ def build_rows(
         todo = [t for t in wanted if not use_cache or rows.get(t, {}).get("hash") != key]
     meta = dict(meta)
     command = "python -m fx2onnx models" + (f" --only '{only}'" if only else "") + (" --missing" if missing_only else "")
+    if exporters and set(exporters) != set(EXPORTERS):
+        command += " --exporters " + " ".join(exporters)
     meta.update(
         torch=torch.__version__.split("+")[0],
         transformers=transformers.__version__,
         date=datetime.date.today().isoformat(),
         workers=workers,
     )
-    if only and meta.get("command"):
-        # a few architectures run again: the file is still the one the full command made
+    if (only or command.endswith(tuple(EXPORTERS))) and meta.get("command"):
+        # a few architectures or one exporter run again: the file is still the one the full command made
         meta["updated_by"] = command
     else:
         meta["command"] = command
