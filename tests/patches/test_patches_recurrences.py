@@ -17,6 +17,15 @@ from fx2onnx.patches.recurrences import wkv_scan  # noqa: E402
 from fx2onnx.validation import validate  # noqa: E402
 
 
+def _export_and_validate(zoo):
+    """Exports the zoo model with its first input set; the second one (other batch, sequence
+    and cache) matches eager."""
+    with torch_export_patches(patch_transformers=True), torch.no_grad():
+        onx = to_onnx(zoo.model, (), zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
+    assert validate(onx, zoo.model, (), zoo.copy_inputs(1), atol=1e-4).ok
+    return onx
+
+
 @pytest.mark.parametrize("with_state", [False, True])
 @pytest.mark.parametrize("seq", [1, 5])
 def test_wkv_scan_is_the_loop(with_state, seq):
@@ -42,13 +51,11 @@ def test_rwkv_with_its_state_exports_with_a_dynamic_sequence():
     Without a state, the scan starts from zeros (test_wkv_scan_is_the_loop)."""
     zoo = build_zoo_model(get_architecture("rwkv"), with_cache=True)
     assert "state" in zoo.inputs
-    with torch_export_patches(patch_transformers=True), torch.no_grad():
-        onx = to_onnx(zoo.model, (), zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
+    # other batch, sequence (and state): the second input set
+    onx = _export_and_validate(zoo)
     assert any(n.op_type == "Scan" for n in onx.graph.node) or any(
         n.op_type == "Scan" for f in onx.functions for n in f.node
     )
-    # other batch, sequence (and state): the second input set
-    assert validate(onx, zoo.model, (), zoo.copy_inputs(1), atol=1e-4).ok
 
 
 @pytest.mark.parametrize("with_state", [False, True])
@@ -71,9 +78,7 @@ def test_linear_recurrence_scan_is_the_loop(with_state, seq):
 
 def test_recurrent_gemma_exports_with_a_dynamic_sequence():
     zoo = build_zoo_model(get_architecture("recurrent_gemma"), with_cache=False)
-    with torch_export_patches(patch_transformers=True), torch.no_grad():
-        onx = to_onnx(zoo.model, (), zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
-    assert validate(onx, zoo.model, (), zoo.copy_inputs(1), atol=1e-4).ok
+    _export_and_validate(zoo)
 
 
 @pytest.mark.parametrize("seq", [1, 5, 40])
@@ -101,9 +106,7 @@ def test_mlstm_scan_is_the_backend(seq):
 
 def test_xlstm_exports_with_a_dynamic_sequence():
     zoo = build_zoo_model(get_architecture("xlstm"), with_cache=False)
-    with torch_export_patches(patch_transformers=True), torch.no_grad():
-        onx = to_onnx(zoo.model, (), zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
-    assert validate(onx, zoo.model, (), zoo.copy_inputs(1), atol=1e-4).ok
+    _export_and_validate(zoo)
 
 
 def test_minimax_with_a_cache_is_the_loop_and_exports():
@@ -119,6 +122,4 @@ def test_minimax_with_a_cache_is_the_loop_and_exports():
             with torch_export_patches(patch_transformers=True):
                 got = zoo.model(**copy.deepcopy(inputs)).logits
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
-    with torch_export_patches(patch_transformers=True), torch.no_grad():
-        onx = to_onnx(zoo.model, (), zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
-    assert validate(onx, zoo.model, (), zoo.copy_inputs(1), atol=1e-4).ok
+    _export_and_validate(zoo)

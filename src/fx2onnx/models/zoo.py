@@ -258,8 +258,9 @@ def build_rows(
     else:
         todo = [t for t in wanted if not use_cache or rows.get(t, {}).get("hash") != key]
     meta = dict(meta)
+    restricted = bool(exporters) and set(exporters) != set(EXPORTERS)
     command = "python -m fx2onnx models" + (f" --only '{only}'" if only else "") + (" --missing" if missing_only else "")
-    if exporters and set(exporters) != set(EXPORTERS):
+    if restricted:
         command += " --exporters " + " ".join(exporters)
     meta.update(
         torch=torch.__version__.split("+")[0],
@@ -267,7 +268,7 @@ def build_rows(
         date=datetime.date.today().isoformat(),
         workers=workers,
     )
-    if (only or command.endswith(tuple(EXPORTERS))) and meta.get("command"):
+    if (only or restricted) and meta.get("command"):
         # a few architectures or one exporter run again: the file is still the one the full command made
         meta["updated_by"] = command
     else:

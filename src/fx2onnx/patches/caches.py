@@ -135,9 +135,10 @@ def _tokens_seen(layers: list[Any]) -> Any:
     return None
 
 
-def _set_tokens_seen(layers: list[Any]) -> None:
-    """Sliding layers count the tokens seen like the full layers of the same cache."""
-    seen = _tokens_seen(layers)
+def _set_tokens_seen(layers: list[Any], carried: Any = None) -> None:
+    """Sliding layers count the tokens seen like the full layers of the same cache, or
+    ``carried``, the count a cache of sliding layers only flattens apart."""
+    seen = _tokens_seen(layers) if carried is None else carried
     if seen is None:
         return
     for layer in layers:
@@ -245,20 +246,17 @@ def _unflatten_layers(cls: type) -> Callable[[list[torch.Tensor], Any], Any]:
                 set_indexer_tensors(layer, list(children[position : position + count]), indexer)
                 position += count
             layers.append(layer)
-        _set_tokens_seen(layers)
-        seen = children[position] if counted else None
-        if seen is not None:
-            for layer in layers:
-                if _is_dynamic_sliding(layer) and getattr(layer, "keys", None) is not None:
-                    layer.cumulative_length = seen.shape[-1]
+        # one object for every layer and the cache: _count_tensor recognizes it by identity
+        carried = children[position].shape[-1] if counted else None
+        _set_tokens_seen(layers, carried)
         cache = cls.__new__(cls)
         if replicate is not None:
             module.Cache.__init__(cache, layer_class_to_replicate=getattr(module, replicate))
             cache.layers.extend(layers)
         else:
             module.Cache.__init__(cache, layers=layers)
-        if seen is not None:
-            cache._fx2onnx_tokens_seen = (layers[0].cumulative_length, seen)
+        if counted:
+            cache._fx2onnx_tokens_seen = (carried, children[position])
         return cache
 
     return unflatten

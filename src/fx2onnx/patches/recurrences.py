@@ -37,6 +37,12 @@ import torch
 from .registry import Patch, patch_if_imported
 
 
+def _each_step(parameter: torch.Tensor, steps: Any) -> torch.Tensor:
+    """``parameter`` repeated along a new first dimension of ``steps``: a scan's combine
+    function takes no closure over tensors, so the parameters travel with the sequence."""
+    return parameter.expand(steps, *parameter.shape).contiguous()
+
+
 def _wkv_step(
     carry: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     x: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
@@ -82,8 +88,7 @@ def wkv_scan(
         num_state, den_state, max_state = (s.contiguous() for s in state)
     decay = -torch.exp(time_decay)
     keys = key.float().transpose(0, 1)
-    # the combine function takes no closure: the parameters travel with the sequence
-    xs = (keys, keys + time_first, value.transpose(0, 1), decay.expand(keys.shape[0], *decay.shape).contiguous())
+    xs = (keys, keys + time_first, value.transpose(0, 1), _each_step(decay, keys.shape[0]))
     (num_state, den_state, max_state), outputs = scan(_wkv_step, (num_state, den_state, max_state), xs)
     return outputs.transpose(0, 1).to(key.dtype), [num_state, den_state, max_state]
 
@@ -235,7 +240,7 @@ def lightning_decode_scan(
 
     seq = query.shape[2]
     xs = tuple(t.unsqueeze(3).permute(2, 0, 1, 3, 4) for t in (query, key, value))
-    xs = (*xs, ratio.expand(seq, *ratio.shape).contiguous())
+    xs = (*xs, _each_step(ratio, seq))
     last, outputs = scan(_lightning_step, state.contiguous(), xs)
     return outputs.squeeze(3).permute(1, 2, 0, 3), last
 
