@@ -62,3 +62,29 @@ def test_stop_if_static():
             DynamicDimensionBecameStatic, match=r"L\['x'\].size\(\)\[0\].*= 4.*test_patches_torch.py"
         ):
             torch.export.export(Specialize(), x, dynamic_shapes=ds, strict=False)
+
+
+class SlidingWindows(torch.nn.Module):
+    """A depthwise causal convolution written with unfold, as Inkling 2 does."""
+
+    def forward(self, x, w):
+        batch, seq, _ = x.shape
+        context = torch.nn.functional.pad(x.transpose(1, 2), (3, 0))
+        windows = context.unfold(-1, 4, 1).flip(-1).transpose(1, 2)
+        return (windows.reshape(batch, seq, 2, -1, 4) * w).sum(-1)
+
+
+def test_layout_without_guards():
+    x, w = torch.randn(2, 3, 8), torch.randn(2, 3, 2, 1, 4)
+    seq = torch.export.Dim.DYNAMIC
+    ds = ({1: seq}, {1: seq})
+    # without the patch: the layout of `windows * w` guards `seq < 4`
+    ep = torch.export.export(SlidingWindows(), (x, w), dynamic_shapes=ds, strict=False)
+    assert [(r.lower, r.upper) for r in ep.range_constraints.values()] == [(2, 3)]
+    with torch_export_patches(patch_torch=True):
+        ep = torch.export.export(SlidingWindows(), (x, w), dynamic_shapes=ds, strict=False)
+    (bounds,) = ep.range_constraints.values()
+    assert bounds.upper > 4096
+    for seq_len in (1, 2, 4, 9):
+        x, w = torch.randn(2, seq_len, 8), torch.randn(2, seq_len, 2, 1, 4)
+        torch.testing.assert_close(ep.module()(x, w), SlidingWindows()(x, w))

@@ -1,6 +1,6 @@
 """Patches of torch used while exporting with dynamic shapes.
 
-Two patches, each enabled by an option of :func:`fx2onnx.torch_export_patches`:
+Three patches, the first two enabled by an option of :func:`fx2onnx.torch_export_patches`:
 
 * ``catch_constraints``: :func:`torch.export.export` raises ``Constraints
   violated`` when two dimensions the user named differently (``seq`` and
@@ -10,6 +10,12 @@ Two patches, each enabled by an option of :func:`fx2onnx.torch_export_patches`:
   constant becomes static; torch reports it at the end of the export, far from
   the line responsible. With ``stop_if_static > 0`` the export stops at the
   exact line (``stop_if_static >= 2`` also prints the stack).
+* ``layout_without_guards`` (always): torch picks the memory layout of an
+  elementwise result by comparing strides and sizes. With a window view
+  (``unfold``) two strides are equal and torch compares a dynamic length with the
+  window size, which guards ``seq < 4`` and narrows the exported range although
+  only the layout, never a value, depends on it. The patch takes that decision
+  from the example sizes without recording a guard.
 
 Nothing else is patched: with torch 2.13, broadcasting two tensors whose
 dimensions are declared dynamic separately merges the dimensions (``Dim.DYNAMIC``)
@@ -103,9 +109,43 @@ def _make_stop_if_static(level: int) -> Any:
     return make
 
 
+def _make_layout_without_guards(original: Any) -> Any:
+    def compute_elementwise_output_logical_to_physical_perm(*tensors: Any, **kwargs: Any) -> Any:
+        shape_env = _shape_env_of(tensors)
+        if shape_env is None:
+            return original(*tensors, **kwargs)
+        with shape_env.suppress_guards():
+            return original(*tensors, **kwargs)
+
+    compute_elementwise_output_logical_to_physical_perm.__wrapped__ = original  # type: ignore[attr-defined]
+    return compute_elementwise_output_logical_to_physical_perm
+
+
+def _shape_env_of(tensors: tuple[Any, ...]) -> Any:
+    """The shape environment of the first tensor with a symbolic size or stride, or None."""
+    import torch
+
+    for tensor in tensors:
+        if not isinstance(tensor, torch.Tensor):
+            continue
+        for value in (*tensor.shape, *tensor.stride()):
+            if isinstance(value, torch.SymInt):
+                return value.node.shape_env
+    return None
+
+
 def torch_patches(*, catch_constraints: bool = True, stop_if_static: int = 0) -> list[Patch]:
     """Returns the torch patches for the given options."""
-    patches = []
+    patches = [
+        Patch(
+            name="layout_without_guards",
+            kind="torch",
+            target="torch._prims_common.compute_elementwise_output_logical_to_physical_perm",
+            make=_make_layout_without_guards,
+            expected_args=("tensors", "_skip_checks", "ambiguity_check"),
+            doc="chooses an elementwise result's memory layout without narrowing a dynamic dimension",
+        )
+    ]
     if catch_constraints:
         patches.append(
             Patch(
