@@ -239,3 +239,16 @@ def erfc_value(ctx, x, dtype: torch.dtype):
     a = v.abs()
     upper = erfc_nonneg(a)
     return where(v < 0.0, 2.0 - upper, upper).to(dtype)
+
+
+def atan2_value(ctx, y, x, dtype: torch.dtype):
+    """atan2(y, x) with the quadrants and the axes (x == 0, y == 0 gives 0) as torch computes it."""
+    zero, pi = ctx.const(0.0, dtype), ctx.const(math.pi, dtype)
+    x_zero = ctx.op.Equal(x, zero)
+    safe_x = ctx.op.Where(x_zero, ctx.const(1.0, dtype), x)
+    atan = ctx.op.Atan(ctx.op.Div(y, safe_x))
+    half_pi = ctx.op.Where(ctx.op.Less(y, zero), ctx.const(-math.pi / 2, dtype), ctx.const(math.pi / 2, dtype))
+    on_axis = ctx.op.Where(ctx.op.Equal(y, zero), zero, half_pi)
+    corr = ctx.op.Where(ctx.op.Less(y, zero), ctx.op.Neg(pi), pi)
+    left = ctx.op.Add(atan, corr)
+    return ctx.op.Where(x_zero, on_axis, ctx.op.Where(ctx.op.Less(x, zero), left, atan))

@@ -17,6 +17,7 @@ import torch
 from ..complex_values import pair_dtype
 from ..registry import complex_converter, converter
 from ._common import fake_of
+from ._math import atan2_value
 
 aten = torch.ops.aten
 
@@ -175,24 +176,12 @@ def atan2(ctx, y, x, dtype: torch.dtype):
     step on ``y cos(t) - x sin(t) = 0`` in double brings back the precision.
     """
     if dtype == torch.float64:
-        t = ctx.cast(_atan2(ctx, ctx.cast(y, torch.float32), ctx.cast(x, torch.float32), torch.float32), dtype)
+        t = ctx.cast(atan2_value(ctx, ctx.cast(y, torch.float32), ctx.cast(x, torch.float32), torch.float32), dtype)
         cos, sin = ctx.op.Cos(t), ctx.op.Sin(t)
         step = ctx.op.Div(ctx.op.Sub(ctx.op.Mul(y, cos), ctx.op.Mul(x, sin)), ctx.op.Add(ctx.op.Mul(x, cos), ctx.op.Mul(y, sin)))
         finite = ctx.op.Not(ctx.op.Or(ctx.op.IsNaN(step), ctx.op.IsInf(step)))
         return ctx.op.Add(t, ctx.op.Where(finite, step, ctx.const(0.0, dtype)))
-    return _atan2(ctx, y, x, dtype)
-
-
-def _atan2(ctx, y, x, dtype: torch.dtype):
-    zero, pi = ctx.const(0.0, dtype), ctx.const(math.pi, dtype)
-    x_zero = ctx.op.Equal(x, zero)
-    safe_x = ctx.op.Where(x_zero, ctx.const(1.0, dtype), x)
-    atan = ctx.op.Atan(ctx.op.Div(y, safe_x))
-    half_pi = ctx.op.Where(ctx.op.Less(y, zero), ctx.const(-math.pi / 2, dtype), ctx.const(math.pi / 2, dtype))
-    on_axis = ctx.op.Where(ctx.op.Equal(y, zero), zero, half_pi)
-    corr = ctx.op.Where(ctx.op.Less(y, zero), ctx.op.Neg(pi), pi)
-    left = ctx.op.Add(atan, corr)
-    return ctx.op.Where(x_zero, on_axis, ctx.op.Where(ctx.op.Less(x, zero), left, atan))
+    return atan2_value(ctx, y, x, dtype)
 
 
 @converter(aten.angle.default)

@@ -8,7 +8,7 @@ import torch
 
 from ..registry import converter
 from ._common import cast_all, result_dtype
-from ._math import erf_value, erfc_value
+from ._math import atan2_value, erf_value, erfc_value
 
 aten = torch.ops.aten
 
@@ -320,14 +320,7 @@ def convert_where(ctx, node, cond, a, b):
 def convert_atan2(ctx, node, y, x):
     dtype = ctx.out_dtype()
     y, x = cast_all(ctx, [y, x], dtype)
-    atan = ctx.op.Atan(ctx.op.Div(y, x))
-    pi = ctx.const(math.pi, dtype)
-    zero = ctx.const(0.0, dtype)
-    # quadrant corrections
-    x_neg = ctx.op.Less(x, zero)
-    y_neg = ctx.op.Less(y, zero)
-    corr = ctx.op.Where(x_neg, ctx.op.Where(y_neg, ctx.op.Neg(pi), pi), zero)
-    return ctx.op.Add(atan, corr)
+    return atan2_value(ctx, y, x, dtype)
 
 
 @converter(aten.lerp.Scalar, aten.lerp.Tensor)

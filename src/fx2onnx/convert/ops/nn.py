@@ -273,6 +273,7 @@ def _p_norm(ctx, x, p: float, axis: int, keepdim: bool):
 @converter(aten.pairwise_distance.default)
 def convert_pairwise_distance(ctx, node, x1, x2, p=2.0, eps=1e-6, keepdim=False):
     dtype = ctx.out_dtype()
+    x1, x2 = ctx.cast(x1, dtype), ctx.cast(x2, dtype)
     diff = ctx.op.Add(ctx.op.Sub(x1, x2), ctx.const(float(eps), dtype))
     return _p_norm(ctx, diff, float(p), -1, bool(keepdim))
 

@@ -201,7 +201,9 @@ def convert_cumsum(ctx, node, x, dim, dtype=None):
     out_dtype = ctx.out_dtype()
     x = ctx.cast(x, out_dtype)
     rank = input_rank(ctx)
-    return ctx.op.CumSum(x, ctx.const(normalize_axis(dim, rank) if rank else 0, torch.int64))
+    if rank == 0:  # the sum of one number (onnxruntime's CumSum refuses a scalar)
+        return ctx.op.Identity(x)
+    return ctx.op.CumSum(x, ctx.const(normalize_axis(dim, rank), torch.int64))
 
 
 @converter(aten.logsumexp.default)

@@ -106,17 +106,24 @@ converter(aten.conv3d.default, aten.conv3d.padding)(_make_conv(3))
 def _conv_transpose(ctx, x, weight, bias, stride, padding, output_padding, groups, dilation, n: int):
     x, unbatched = _add_batch(ctx, x, n)
     kernel = _static_dims(ctx, 1)[2:]
-    y = ctx.op.ConvTranspose(
-        x,
-        weight,
-        bias,
-        strides=_ntuple(stride, n),
-        pads=_ntuple(padding, n) * 2,
-        output_padding=_ntuple(output_padding, n),
+    strides, pads, extra = _ntuple(stride, n), _ntuple(padding, n), _ntuple(output_padding, n)
+    options = dict(
+        strides=strides,
         dilations=_ntuple(dilation, n),
         group=int(groups),
         kernel_shape=[int(k) for k in kernel] if all(isinstance(k, int) for k in kernel) else None,
     )
+    if all(e < s for e, s in zip(extra, strides)):
+        y = ctx.op.ConvTranspose(x, weight, bias, pads=pads * 2, output_padding=extra, **options)
+        return _remove_batch(ctx, y, unbatched)
+    # torch allows output_padding < max(stride, dilation), onnxruntime only < stride: the extra
+    # rows are taken from the end padding, then added as zeros, the bias after
+    ends = [p - e for p, e in zip(pads, extra)]
+    y = ctx.op.ConvTranspose(x, weight, pads=pads + [max(e, 0) for e in ends], **options)
+    zeros = [0] * (n + 2) + [0, 0] + [max(-e, 0) for e in ends]
+    y = ctx.op.Pad(y, ctx.const(zeros, torch.int64))
+    if bias is not None:
+        y = ctx.op.Add(y, ctx.op.Reshape(bias, ctx.const([-1] + [1] * n, torch.int64)))
     return _remove_batch(ctx, y, unbatched)
 
 
@@ -489,7 +496,9 @@ def convert_im2col(ctx, node, x, kernel_size, dilation, padding, stride):
         dilations=_ntuple(dilation, 2),
         group=channels,
     )
-    y = ctx.op.Reshape(patches, ctx.const([0, channels * int(np.prod(kernel)), -1], torch.int64))
+    # (batch, C*k, blocks): the number of blocks computed, a -1 cannot be inferred for an empty batch
+    blocks = ctx.op.ReduceProd(ctx.op.Shape(patches, start=2), ctx.const([0], torch.int64), keepdims=1)
+    y = ctx.op.Reshape(patches, ctx.op.Concat(ctx.op.Shape(patches, end=2), blocks, axis=0))
     return _remove_batch(ctx, y, unbatched)
 
 

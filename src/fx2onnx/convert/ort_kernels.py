@@ -1,0 +1,244 @@
+"""Casts around the nodes whose types onnxruntime's CPU kernels do not take.
+
+Torch runs ``max`` on bool tensors, ``conv2d`` on int64 tensors, ``floor`` on integers;
+ONNX allows most of these types but onnxruntime's CPU provider has no kernel for
+them, so the model fails to load (``Type Error: Type 'tensor(bool)' of input
+parameter ... is invalid``). Rather than one special case per converter, this pass
+reads onnxruntime's kernel registry (``get_all_opkernel_def``) and, for a node no CPU
+kernel takes, casts the inputs bound to the offending type constraint to a wider
+type a kernel takes, and the outputs bound to it back:
+
+* bool -> int32 (``Max``, ``Greater``, ``Where``...), small integers -> int32;
+* int64 -> double (``Conv``, ``Gemm``, pooling): exact while the values and the
+  accumulated products stay below 2**53;
+* float16 / bfloat16 -> float.
+
+A float64 node is never computed in float32: a lower precision would not be said.
+
+.. code-block:: python
+
+    import onnx_ir as ir
+    from fx2onnx.convert.ort_kernels import cast_to_kernel_types
+
+    count = cast_to_kernel_types(model)  # an onnx_ir.Model, edited in place
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Iterator
+
+import onnx
+import onnx_ir as ir
+
+#: wider types tried in order for a type no kernel takes
+CARRIERS: dict[ir.DataType, tuple[ir.DataType, ...]] = {
+    ir.DataType.BOOL: (ir.DataType.INT32, ir.DataType.INT64, ir.DataType.UINT8, ir.DataType.FLOAT),
+    ir.DataType.INT8: (ir.DataType.INT32, ir.DataType.INT64, ir.DataType.FLOAT),
+    ir.DataType.UINT8: (ir.DataType.INT32, ir.DataType.INT64, ir.DataType.FLOAT),
+    ir.DataType.INT16: (ir.DataType.INT32, ir.DataType.INT64, ir.DataType.FLOAT),
+    ir.DataType.UINT16: (ir.DataType.INT32, ir.DataType.INT64, ir.DataType.FLOAT),
+    ir.DataType.INT32: (ir.DataType.INT64, ir.DataType.DOUBLE),
+    ir.DataType.UINT32: (ir.DataType.INT64, ir.DataType.DOUBLE),
+    ir.DataType.INT64: (ir.DataType.DOUBLE,),
+    ir.DataType.UINT64: (ir.DataType.DOUBLE,),
+    ir.DataType.FLOAT16: (ir.DataType.FLOAT, ir.DataType.DOUBLE),
+    ir.DataType.BFLOAT16: (ir.DataType.FLOAT, ir.DataType.DOUBLE),
+    ir.DataType.FLOAT: (ir.DataType.DOUBLE,),
+}
+
+_Kernel = dict[str, frozenset[str]]
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_kernels() -> dict[tuple[str, str], list[tuple[int, int, _Kernel]]]:
+    """(domain, op_type) -> [(first version, last version, constraint -> type strings)]."""
+    try:
+        from onnxruntime.capi import onnxruntime_pybind11_state as C
+
+        definitions = C.get_all_opkernel_def()
+    except (ImportError, AttributeError):
+        return {}
+    kernels: dict[tuple[str, str], list[tuple[int, int, _Kernel]]] = {}
+    for d in definitions:
+        if d.provider != "CPUExecutionProvider":
+            continue
+        low, high = d.version_range
+        constraints = {name: frozenset(types) for name, types in d.type_constraints.items()}
+        kernels.setdefault((d.domain, d.op_name), []).append((low, high, constraints))
+    return kernels
+
+
+@functools.lru_cache(maxsize=None)
+def _formal_constraints(op_type: str, version: int, domain: str) -> tuple[tuple, tuple, int, dict] | None:
+    """Constraint names of the inputs and outputs (the last one repeated when variadic),
+    the schema's version and the constraints allowing a single type."""
+    try:
+        schema = onnx.defs.get_schema(op_type, version, domain)
+    except onnx.defs.SchemaError:
+        return None
+    variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
+    inputs = tuple((p.type_str, p.option == variadic) for p in schema.inputs)
+    outputs = tuple((p.type_str, p.option == variadic) for p in schema.outputs)
+    single = {c.type_param_str: c.allowed_type_strs[0] for c in schema.type_constraints if len(c.allowed_type_strs) == 1}
+    return inputs, outputs, schema.since_version, single
+
+
+def _schema_of(node: ir.Node, opsets: dict[str, int]) -> tuple[tuple, tuple, int, dict] | None:
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    version = node.version or opsets.get(domain)
+    return None if version is None else _formal_constraints(node.op_type, version, domain)
+
+
+def _from_type_string(text: str) -> ir.DataType | None:
+    for dtype in CARRIERS.keys() | {ir.DataType.DOUBLE}:
+        if _type_string(dtype) == text:
+            return dtype
+    return None
+
+
+def _infer_types(node: ir.Node, opsets: dict[str, int]) -> None:
+    """Sets the element type of the outputs the converters left untyped, from the
+    schema: an output shares its constraint with a typed input, or the constraint
+    allows one type (the bool of a comparison), or it is a Cast."""
+    untyped = [o for o in node.outputs if o.type is None]
+    if not untyped:
+        return
+    if node.op_type == "Cast" and node.domain in ("", "ai.onnx"):
+        to = node.attributes.get("to")
+        if to is not None:
+            node.outputs[0].type = ir.TensorType(ir.DataType(to.value))
+        return
+    schema = _schema_of(node, opsets)
+    if schema is None:
+        return
+    input_formals, output_formals, _, single = schema
+    known: dict[str, ir.DataType] = {}
+    for name, value in zip(_bind(input_formals, len(node.inputs)), node.inputs):
+        if name is not None and value is not None and value.dtype is not None:
+            known.setdefault(name, value.dtype)
+    for name, value in zip(_bind(output_formals, len(node.outputs)), node.outputs):
+        if value.type is not None or name is None:
+            continue
+        dtype = known.get(name) or (_from_type_string(single[name]) if name in single else None)
+        if dtype is not None:
+            value.type = ir.TensorType(dtype)
+
+
+def _bind(formals: tuple, count: int) -> list[str | None]:
+    names: list[str | None] = []
+    for i in range(count):
+        if i < len(formals):
+            names.append(formals[i][0])
+        elif formals and formals[-1][1]:
+            names.append(formals[-1][0])
+        else:
+            names.append(None)
+    return names
+
+
+def _type_string(dtype: ir.DataType) -> str:
+    return f"tensor({onnx.helper.tensor_dtype_to_string(dtype.value).replace('TensorProto.', '').lower()})"
+
+
+def _accepts(kernel: _Kernel, bound: dict[str, ir.DataType]) -> bool:
+    return all(c not in kernel or _type_string(t) in kernel[c] for c, t in bound.items())
+
+
+def _carriers_for(kernel: _Kernel, bound: dict[str, ir.DataType], input_constraints: set[str]) -> dict[str, ir.DataType] | None:
+    """The carrier type of each constraint the kernel refuses, None if one cannot be cast."""
+    changes = {}
+    for c, t in bound.items():
+        if c not in kernel or _type_string(t) in kernel[c]:
+            continue
+        if c not in input_constraints:
+            return None
+        carrier = next((w for w in CARRIERS.get(t, ()) if _type_string(w) in kernel[c]), None)
+        if carrier is None:
+            return None
+        changes[c] = carrier
+    return changes
+
+
+def _nodes(model: ir.Model) -> Iterator[tuple[ir.Node, dict[str, int]]]:
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        yield node, model.opset_imports
+    for function in model.functions.values():
+        for node in ir.traversal.RecursiveGraphIterator(function):
+            yield node, function.opset_imports
+
+
+def _plan(node: ir.Node, opsets: dict[str, int]) -> dict[str, tuple[ir.DataType, ir.DataType]] | None:
+    """Constraint -> (its type, the carrier) for a node no kernel takes, None otherwise."""
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    kernels = _cpu_kernels().get((domain, node.op_type))
+    if not kernels:
+        return None
+    formals = _schema_of(node, opsets)
+    if formals is None:
+        return None
+    input_formals, output_formals, since, _ = formals
+    candidates = [k for low, high, k in kernels if low <= since <= high]
+    if not candidates:
+        return None
+    bound: dict[str, ir.DataType] = {}
+    input_constraints = set()
+    for name, value in zip(_bind(input_formals, len(node.inputs)), node.inputs):
+        if name is not None and value is not None and value.dtype is not None:
+            bound.setdefault(name, value.dtype)
+            input_constraints.add(name)
+    for name, value in zip(_bind(output_formals, len(node.outputs)), node.outputs):
+        if name is not None and value.dtype is not None:
+            bound.setdefault(name, value.dtype)
+    if any(_accepts(k, bound) for k in candidates):
+        return None
+    plans = [p for p in (_carriers_for(k, bound, input_constraints) for k in candidates) if p]
+    if not plans:
+        return None
+    # the fewest casts, then the nearest carriers (bool -> int32 before float)
+    best = min(plans, key=lambda p: (len(p), sum(CARRIERS[bound[c]].index(t) for c, t in p.items())))
+    return {c: (bound[c], t) for c, t in best.items()}
+
+
+def _cast(value: ir.Value, dtype: ir.DataType, name: str) -> ir.Node:
+    return ir.node("Cast", [value], {"to": int(dtype)}, outputs=[ir.Value(name=name, type=ir.TensorType(dtype), shape=value.shape)])
+
+
+def _apply(node: ir.Node, changes: dict[str, tuple[ir.DataType, ir.DataType]], opsets: dict[str, int]) -> None:
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    input_formals, output_formals, _, _ = _schema_of(node, opsets)  # type: ignore[misc]
+    graph = node.graph
+    base = node.name or node.op_type
+    for i, (name, value) in enumerate(zip(_bind(input_formals, len(node.inputs)), node.inputs)):
+        if value is None or name not in changes:
+            continue
+        carrier = changes[name][1]
+        cast = _cast(value, carrier, f"{base}_in{i}_as_{carrier.name.lower()}")
+        graph.insert_before(node, cast)
+        node.replace_input_with(i, cast.outputs[0])
+    for name, value in zip(_bind(output_formals, len(node.outputs)), node.outputs):
+        if name not in changes or not value.name:
+            continue
+        original, carrier = changes[name]
+        restored = ir.Value(type=ir.TensorType(original), shape=value.shape)
+        value_name = value.name
+        ir.convenience.replace_all_uses_with(value, restored, replace_graph_outputs=True)
+        value.name = f"{value_name}_as_{carrier.name.lower()}"
+        restored.name = value_name
+        value.type = ir.TensorType(carrier)
+        graph.insert_after(node, ir.node("Cast", [value], {"to": int(original)}, outputs=[restored]))
+
+
+def cast_to_kernel_types(model: ir.Model) -> int:
+    """Casts around every node no onnxruntime CPU kernel takes with its types;
+    returns how many nodes were changed (none if onnxruntime is not installed)."""
+    planned = []
+    for node, opsets in _nodes(model):
+        _infer_types(node, opsets)
+        planned.append((node, opsets, _plan(node, opsets)))
+    count = 0
+    for node, opsets, changes in planned:
+        if changes and node.graph is not None:
+            _apply(node, changes, opsets)
+            count += 1
+    return count

@@ -1,0 +1,90 @@
+"""Types onnxruntime's CPU kernels do not take (bool Max, bool Where, int Floor...) and the
+edge cases torch's OpInfo samples found: each failed to load or run before."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+import pytest
+import torch
+from helpers import Fn, Fn2, check_export
+
+from fx2onnx.convert.ort_kernels import cast_to_kernel_types
+from fx2onnx.validation import make_session
+
+BOOL_A = torch.tensor([[True, False, True], [False, False, True]])
+BOOL_B = torch.tensor([[False, False, True], [True, False, False]])
+INTS = torch.tensor([[-3, 0, 7], [2, -9, 4]])
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [torch.maximum, torch.minimum, torch.gt, torch.le, lambda a, b: torch.where(a, b, a), lambda a, b: torch.addr(a, a[:, 0], b[0])],
+    ids=["maximum", "minimum", "gt", "le", "where", "addr"],
+)
+def test_bool_inputs(fn):
+    check_export(Fn2(fn), (BOOL_A, BOOL_B))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [torch.floor, torch.round, torch.sign, torch.isnan, torch.isinf, lambda x: torch.amax(x, dim=1)],
+    ids=["floor", "round", "sign", "isnan", "isinf", "amax"],
+)
+def test_integer_and_bool_elementwise(fn):
+    check_export(Fn(fn), (INTS,))
+    if fn not in (torch.floor, torch.round):
+        check_export(Fn(fn), (BOOL_A,))
+
+
+def test_pass_on_a_graph_casts_and_restores():
+    a = ir.Value(name="a", type=ir.TensorType(ir.DataType.BOOL), shape=ir.Shape([3]))
+    b = ir.Value(name="b", type=ir.TensorType(ir.DataType.BOOL), shape=ir.Shape([3]))
+    node = ir.node("Max", [a, b])
+    node.outputs[0].name = "y"
+    graph = ir.Graph([a, b], node.outputs, nodes=[node], opset_imports={"": 20})
+    model = ir.Model(graph, ir_version=10)
+    assert cast_to_kernel_types(model) == 1
+    assert [n.op_type for n in model.graph] == ["Cast", "Cast", "Max", "Cast"]
+    assert model.graph.outputs[0].name == "y" and model.graph.outputs[0].dtype == ir.DataType.BOOL
+    sess = make_session(ir.to_proto(model))
+    got = sess.run(None, {"a": BOOL_A[0].numpy(), "b": BOOL_B[0].numpy()})[0]
+    assert got.tolist() == torch.maximum(BOOL_A[0], BOOL_B[0]).tolist()
+    # a float node is left alone
+    assert cast_to_kernel_types(model) == 0
+
+
+def test_atan2_on_the_axes():
+    y = torch.tensor([0.0, 1.0, -1.0, 0.0, 2.0, -2.0])
+    x = torch.tensor([0.0, 0.0, 0.0, -1.0, -3.0, -3.0])
+    check_export(Fn2(torch.atan2), (y, x))
+    check_export(Fn2(torch.atan2), (y > 0, x < 0))
+
+
+def test_cumsum_of_a_scalar():
+    check_export(Fn(lambda x: torch.cumsum(x, 0)), (torch.tensor(3.5),))
+
+
+def test_unfold_of_an_empty_batch():
+    unfold = Fn(lambda x: torch.nn.functional.unfold(x, kernel_size=2))
+    check_export(unfold, (torch.randn(0, 1, 5, 5),))
+
+
+def test_conv_transpose_output_padding_beyond_stride():
+    # torch allows output_padding < max(stride, dilation); onnxruntime only < stride
+    x, w, b = torch.randn(2, 2, 4, 4), torch.randn(2, 2, 3, 3), torch.randn(2)
+
+    class ConvT(torch.nn.Module):
+        def forward(self, x, w, b):
+            return torch.nn.functional.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=3, dilation=4)
+
+    check_export(ConvT(), (x, w, b))
+
+
+def test_triplet_margin_loss_of_integers():
+    a, p, n = (torch.randint(-5, 5, (4, 6), generator=torch.Generator().manual_seed(i)) for i in range(3))
+
+    class Loss(torch.nn.Module):
+        def forward(self, a, p, n):
+            return torch.nn.functional.triplet_margin_loss(a, p, n)
+
+    check_export(Loss(), (a, p, n))
