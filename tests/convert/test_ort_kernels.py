@@ -88,3 +88,24 @@ def test_triplet_margin_loss_of_integers():
             return torch.nn.functional.triplet_margin_loss(a, p, n)
 
     check_export(Loss(), (a, p, n))
+
+
+def test_replicate_pad_with_negative_pads():
+    pad = Fn(lambda x: torch.nn.functional.pad(x, (-1, 2, 1, -2), mode="replicate"))
+    check_export(pad, (torch.randn(1, 2, 5, 6),))
+
+
+def test_max_dim_of_a_scalar():
+    check_export(Fn(lambda x: torch.max(x, 0)), (torch.tensor(2.5),))
+
+
+@pytest.mark.parametrize("offset, dims", [(0, (0, 1)), (1, (1, 2)), (-2, (2, 0))])
+def test_diagonal_scatter(offset, dims):
+    x = torch.randn(4, 5, 6)
+    src = torch.diagonal(x, offset, *dims) * 0 + torch.arange(1.0, 1 + torch.diagonal(x, offset, *dims).shape[-1])
+
+    class Scatter(torch.nn.Module):
+        def forward(self, x, src):
+            return torch.diagonal_scatter(x, src, offset, *dims)
+
+    check_export(Scatter(), (x, src))

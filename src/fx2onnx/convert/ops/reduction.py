@@ -100,6 +100,8 @@ def _extreme_dim(reduce_type: str, arg_type: str, largest: bool):
     """max.dim / min.dim: the values and their indices along ``dim``."""
 
     def convert_extreme_dim(ctx, node, x, dim, keepdim=False):
+        if input_rank(ctx) == 0:  # a scalar is its own extreme, at index 0
+            return ctx.op.Identity(x), ctx.const(0, torch.int64)
         axis = normalize_axis(dim, input_rank(ctx))
         values = _reduce(ctx, reduce_type, x, [axis], keepdim)
         indices = getattr(ctx.op, arg_type)(_nan_as_extreme(ctx, x, largest), axis=axis, keepdims=int(keepdim))

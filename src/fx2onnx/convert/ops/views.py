@@ -102,22 +102,40 @@ def _nonneg(ctx, v):
     return ctx.op.Max(v, ctx.const(0, _I64))
 
 
-@converter(aten.diagonal.default, aten.diagonal_copy.default)
-def convert_diagonal(ctx, node, x, offset=0, dim1=0, dim2=1):
+def _diagonal_layout(ctx, x, offset: int, dim1: int, dim2: int):
+    """The diagonal's two dimensions moved last and merged into one: (merged, flat indices of the
+    diagonal in the merged dimension, the permutation, the moved shape)."""
     rank = input_rank(ctx)
     d1, d2 = normalize_axis(dim1, rank), normalize_axis(dim2, rank)
     if d1 == d2:
         raise ctx.error("diagonal dimensions cannot be identical")
-    others = [d for d in range(rank) if d not in (d1, d2)]
-    moved = ctx.op.Transpose(x, perm=others + [d1, d2])
+    perm = [d for d in range(rank) if d not in (d1, d2)] + [d1, d2]
+    moved = ctx.op.Transpose(x, perm=perm)
     n1, n2 = ctx.dim_size(x, d1), ctx.dim_size(x, d2)
     row0, col0 = max(-offset, 0), max(offset, 0)
     length = _nonneg(ctx, ctx.op.Min(ctx.op.Sub(n1, ctx.const(row0, _I64)), ctx.op.Sub(n2, ctx.const(col0, _I64))))
     i = ctx.op.Range(ctx.const(0, _I64), length, ctx.const(1, _I64))
     flat_index = ctx.op.Add(ctx.op.Mul(ctx.op.Add(i, ctx.const(row0, _I64)), n2), ctx.op.Add(i, ctx.const(col0, _I64)))
     lead = ctx.op.Shape(moved, start=0, end=rank - 2)
-    merged = ctx.op.Reshape(moved, ctx.op.Concat(lead, ctx.const([-1], _I64), axis=0))
-    return ctx.op.Gather(merged, flat_index, axis=rank - 2)
+    # n1 * n2 rather than -1: a -1 cannot be inferred for an empty tensor
+    merged = ctx.op.Reshape(moved, ctx.op.Concat(lead, ctx.op.Reshape(ctx.op.Mul(n1, n2), ctx.const([1], _I64)), axis=0))
+    return merged, flat_index, perm, ctx.op.Shape(moved)
+
+
+@converter(aten.diagonal.default, aten.diagonal_copy.default)
+def convert_diagonal(ctx, node, x, offset=0, dim1=0, dim2=1):
+    merged, flat_index, _, _ = _diagonal_layout(ctx, x, offset, dim1, dim2)
+    return ctx.op.Gather(merged, flat_index, axis=input_rank(ctx) - 2)
+
+
+@converter(aten.diagonal_scatter.default)
+def convert_diagonal_scatter(ctx, node, x, src, offset=0, dim1=0, dim2=1):
+    rank = input_rank(ctx)
+    merged, flat_index, perm, moved_shape = _diagonal_layout(ctx, x, offset, dim1, dim2)
+    indices = ctx.op.Expand(flat_index, ctx.op.Shape(src))
+    written = ctx.op.ScatterElements(merged, indices, ctx.cast(src, ctx.out_dtype()), axis=rank - 2)
+    inverse = [perm.index(d) for d in range(rank)]
+    return ctx.op.Transpose(ctx.op.Reshape(written, moved_shape), perm=inverse)
 
 
 @converter(aten.unfold.default, aten.unfold_copy.default)

@@ -413,12 +413,25 @@ def _pad(ctx, x, pad: Sequence[Any], mode: str, value: Any = None):
     onnx_mode = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}.get(mode)
     if onnx_mode is None:
         raise ctx.error(f"Unknown padding mode {mode!r}: use constant, reflect, replicate or circular.")
+    if onnx_mode != "constant" and any(isinstance(p, int) and p < 0 for _, b, e in pairs for p in (b, e)):
+        x, pairs = _crop_negative_pads(ctx, x, pairs)
     axes = ctx.const([a for a, _, _ in pairs], torch.int64)
     pads = ctx.shape_value([b for _, b, _ in pairs] + [e for _, _, e in pairs])
     fill = None
     if onnx_mode == "constant":
         fill = ctx.as_value(0 if value is None else value, ctx.out_dtype())
     return ctx.op.Pad(x, pads, fill, axes, mode=onnx_mode)
+
+
+def _crop_negative_pads(ctx, x, pairs):
+    """A negative pad removes elements: a Slice, then the positive pads (onnxruntime's edge and
+    reflect modes refuse negative pads)."""
+    kept = [(axis, b, e) for axis, b, e in pairs if (isinstance(b, int) and b < 0) or (isinstance(e, int) and e < 0)]
+    starts = [-b if isinstance(b, int) and b < 0 else 0 for _, b, _ in kept]
+    ends = [e if isinstance(e, int) and e < 0 else 2**62 for _, _, e in kept]
+    x = ctx.op.Slice(x, ctx.const(starts, torch.int64), ctx.const(ends, torch.int64), ctx.const([a for a, _, _ in kept], torch.int64))
+    clipped = [(a, max(b, 0) if isinstance(b, int) else b, max(e, 0) if isinstance(e, int) else e) for a, b, e in pairs]
+    return x, clipped
 
 
 def _pad_circular(ctx, x, pairs):

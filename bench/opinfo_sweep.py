@@ -1,0 +1,169 @@
+"""Every torch operator with an OpInfo, on its sample inputs, through ``to_onnx`` and onnxruntime.
+
+torch's test suite describes ~700 operators (``op_db``) with sample inputs of every
+shape it cares about: 0-d, empty, size-1, broadcast, keyword options. This script
+wraps each sample into a module, exports it with :func:`fx2onnx.to_onnx` (static
+shapes, or every dimension dynamic with ``--dynamic``), runs it with onnxruntime and
+compares outputs and dtypes with eager. It prints one line per failure and a table
+of counts; it measures, it does not fail (it is not a test).
+
+    python bench/opinfo_sweep.py                          # float32, int64, bool
+    python bench/opinfo_sweep.py --ops "^(max|cumsum)$" --dtypes float32 --dynamic
+
+Statuses: ``ok``; ``capture`` (torch.export fails, nothing fx2onnx converts);
+``conversion`` (fx2onnx raises, with a message); ``onnxruntime`` (the model does not
+load or run); ``ties`` (values right, the indices of equal values in another order,
+which torch leaves unspecified); ``dtype`` and ``mismatch`` (a wrong model). Random operators, linear
+algebra decompositions and sparse or complex samples are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import io
+import re
+import signal
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+
+import fx2onnx
+from fx2onnx.runner import label_export_step
+from fx2onnx.validation import compare_outputs, flatten_outputs, make_session, run_onnx
+
+LEFT_OUT = re.compile(
+    r"rand|normal|bernoulli|dropout|multinomial|uniform|empty|poisson|exponential|geometric|cauchy|"
+    r"log_normal|_refs|resize|item|tolist|equal$|allclose|isclose|sparse|jiterator|linalg|cholesky|"
+    r"\blu|svd|eig|qr|lstsq|inverse|det|solve|pinv|matrix_exp|triangular|ormqr|geqrf|householder"
+)
+
+
+class _Sample(torch.nn.Module):
+    """Calls ``fn`` with the sample's arguments, its tensors taken from the inputs."""
+
+    def __init__(self, fn: Any, sample: Any):
+        super().__init__()
+        self.fn, self.sample = fn, sample
+
+    def forward(self, *tensors: torch.Tensor) -> Any:
+        it = iter(tensors)
+
+        def fill(v: Any) -> Any:
+            if isinstance(v, torch.Tensor):
+                return next(it)
+            if isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v):
+                return type(v)(fill(x) for x in v)
+            return v
+
+        return self.fn(fill(self.sample.input), *fill(list(self.sample.args)), **{k: fill(v) for k, v in self.sample.kwargs.items()})
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _raise_timeout(*_: Any) -> None:
+    raise _Timeout()
+
+
+def check_sample(fn: Any, sample: Any, dynamic: bool, timeout: int = 60) -> tuple[str, str] | None:
+    """``(status, message)`` for one sample, None when eager itself cannot run it."""
+    tensors = _tensors([sample.input, list(sample.args), dict(sample.kwargs)])
+    if any(t.is_complex() or t.layout != torch.strided for t in tensors):
+        return None
+    model = _Sample(fn, sample)
+    try:
+        with torch.no_grad():
+            expected = flatten_outputs(model(*[t.clone() for t in tensors]))
+    except Exception:  # noqa: BLE001 - a sample eager refuses is no test
+        return None
+    if not expected or any(e.is_complex() for e in expected):
+        return None
+    shapes = tuple({i: torch.export.Dim.DYNAMIC for i in range(t.ndim)} for t in tensors) if dynamic else None
+    signal.signal(signal.SIGALRM, _raise_timeout)
+    signal.alarm(timeout)
+    step = "capture"
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()), label_export_step("capture"):
+            onx = fx2onnx.to_onnx(model, tuple(t.clone() for t in tensors), dynamic_shapes=shapes)
+        step = "onnxruntime"
+        got = run_onnx(make_session(onx), tuple(t.clone() for t in tensors))
+    except _Timeout:
+        return step, "timeout"
+    except Exception as e:  # noqa: BLE001 - every failure is a result
+        step = getattr(e, "step", step)
+        return step, f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
+    finally:
+        signal.alarm(0)
+    for e, g in zip(expected, got):
+        if np.dtype(str(e.dtype).replace("torch.", "")) != np.asarray(g).dtype:
+            return "dtype", f"{e.dtype} expected, {np.asarray(g).dtype} returned"
+    report = compare_outputs(expected, got, atol=1e-4, rtol=1e-3)
+    if report.ok:
+        return "ok", ""
+    if len(expected) == 2 and expected[1].dtype == torch.int64 and compare_outputs(expected[:1], got[:1]).ok:
+        # values right, indices of equal values in another order: torch does not specify it
+        return "ties", str(report)
+    return "mismatch", str(report)
+
+
+def sweep(ops: str | None, dtypes: list[torch.dtype], samples: int, dynamic: bool) -> list[dict[str, Any]]:
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    pattern = re.compile(ops) if ops else None
+    rows = []
+    for op in op_db:
+        name = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+        if LEFT_OUT.search(name) or (pattern and not pattern.search(name)):
+            continue
+        for dtype in dtypes:
+            if dtype not in op.supported_dtypes("cpu"):
+                continue
+            try:
+                inputs = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:samples]
+            except Exception:  # noqa: BLE001
+                continue
+            for index, sample in enumerate(inputs):
+                result = check_sample(op.op, sample, dynamic)
+                if result is None:
+                    continue
+                status, message = result
+                rows.append(dict(op=name, dtype=str(dtype).replace("torch.", ""), sample=index, status=status, message=message))
+                if status != "ok":
+                    print(f"{name:40s} {rows[-1]['dtype']:8s} #{index} {status:12s} {message[:150]}", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", help="regular expression on the OpInfo names")
+    parser.add_argument("--dtypes", default="float32,int64,bool")
+    parser.add_argument("--samples", type=int, default=3, help="samples per operator and dtype")
+    parser.add_argument("--dynamic", action="store_true", help="every dimension dynamic")
+    args = parser.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    rows = sweep(args.ops, [getattr(torch, d) for d in args.dtypes.split(",")], args.samples, args.dynamic)
+    counts = collections.Counter(r["status"] for r in rows)
+    ops_ok = {r["op"] for r in rows} - {r["op"] for r in rows if r["status"] != "ok"}
+    print(f"\n{len(rows)} samples of {len({r['op'] for r in rows})} operators, {len(ops_ok)} operators right on every sample")
+    for status in ("ok", "ties", "capture", "conversion", "onnxruntime", "dtype", "mismatch"):
+        print(f"  {status:12s} {counts.get(status, 0)}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
