@@ -109,3 +109,14 @@ def test_diagonal_scatter(offset, dims):
             return torch.diagonal_scatter(x, src, offset, *dims)
 
     check_export(Scatter(), (x, src))
+
+
+@pytest.mark.parametrize("size", [0, 2, 7])
+def test_nonzero_static(size):
+    x = torch.tensor([[0.0, 1.0, 0.0], [2.0, 0.0, 3.0]])
+    check_export(Fn(lambda x: torch.nonzero_static(x, size=size, fill_value=-4)), (x,))
+
+
+def test_nonzero_of_a_scalar():
+    check_export(Fn(lambda x: torch.nonzero(x)), (torch.tensor(2.0),))
+    check_export(Fn(lambda x: torch.nonzero_static(x, size=3)), (torch.tensor(2.0),))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+import onnx_ir as ir
 import torch
 
 from ..registry import converter
@@ -319,7 +321,24 @@ def _slice_scatter(ctx, x, src, axis, start, end, step, single=False):
 
 @converter(aten.nonzero.default)
 def convert_nonzero(ctx, node, x):
+    if input_rank(ctx) == 0:  # (1, 0) for a nonzero scalar, (0, 0) otherwise
+        count = ctx.op.Cast(ctx.op.Not(ctx.op.Equal(x, ctx.op.CastLike(ctx.const(0, torch.int64), x))), to=7)
+        shape = ctx.op.Concat(ctx.op.Reshape(count, ctx.const([1], torch.int64)), ctx.const([0], torch.int64), axis=0)
+        return ctx.op.ConstantOfShape(shape, value=ir.tensor(np.array([0], dtype=np.int64)))
     return ctx.op.Transpose(ctx.op.NonZero(x), perm=[1, 0])
+
+
+@converter(aten.nonzero_static.default)
+def convert_nonzero_static(ctx, node, x, *, size, fill_value=-1):
+    """The first ``size`` indices of nonzero, the missing rows filled with ``fill_value``."""
+    if input_rank(ctx) == 0:  # no index to give: (size, 0)
+        return ctx.const(np.zeros((size, 0), dtype=np.int64), torch.int64)
+    found = ctx.op.Transpose(ctx.op.NonZero(x), perm=[1, 0])
+    kept = ctx.op.Slice(found, ctx.const([0], torch.int64), ctx.const([size], torch.int64), ctx.const([0], torch.int64))
+    missing = ctx.op.Sub(ctx.const([size], torch.int64), ctx.op.Shape(kept, start=0, end=1))
+    zero = ctx.const([0], torch.int64)
+    pads = ctx.op.Concat(zero, zero, missing, zero, axis=0)
+    return ctx.op.Pad(kept, pads, ctx.const(int(fill_value), torch.int64), mode="constant")
 
 
 @converter(aten.nonzero_numpy.default)
