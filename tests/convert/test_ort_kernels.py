@@ -120,3 +120,13 @@ def test_nonzero_static(size):
 def test_nonzero_of_a_scalar():
     check_export(Fn(lambda x: torch.nonzero(x)), (torch.tensor(2.0),))
     check_export(Fn(lambda x: torch.nonzero_static(x, size=3)), (torch.tensor(2.0),))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [lambda x: torch.logsumexp(x, 1), lambda x: torch.logit(x), lambda x: torch.cummax(x, 1), lambda x: torch.argmax(x[0, 0].int(), 0)],
+    ids=["logsumexp", "logit", "cummax", "argmax-scalar"],
+)
+def test_integer_and_bool_inputs_of_float_results(fn):
+    check_export(Fn(fn), (INTS,))
+    check_export(Fn(fn), (BOOL_A,))

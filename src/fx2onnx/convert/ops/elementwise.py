@@ -229,6 +229,7 @@ def convert_isfinite(ctx, node, x):
 @converter(aten.logit.default, aten.special_logit.default)
 def convert_logit(ctx, node, x, eps=None):
     dtype = ctx.out_dtype()
+    x = ctx.cast(x, dtype)
     if eps is not None:
         x = ctx.op.Clip(x, ctx.const(eps, dtype), ctx.const(1 - eps, dtype))
     return ctx.op.Log(ctx.op.Div(x, ctx.op.Sub(ctx.const(1.0, dtype), x)))

@@ -13,8 +13,8 @@ aten = torch.ops.aten
 def _reduce(ctx, op_type: str, x, dim=None, keepdim=False, dtype=None):
     rank = input_rank(ctx)
     out_dtype = ctx.out_dtype()
-    if op_type in ("ReduceSum", "ReduceMean", "ReduceProd") and out_dtype != ctx.dtype(x):
-        x = ctx.cast(x, out_dtype)
+    if out_dtype != ctx.dtype(x) and (op_type in ("ReduceSum", "ReduceMean", "ReduceProd") or out_dtype.is_floating_point):
+        x = ctx.cast(x, out_dtype)  # an integer tensor's mean, norm or logsumexp is a float
     if rank == 0:
         return ctx.op.Identity(x)
     axes = axes_value(ctx, dim, rank)
@@ -80,6 +80,8 @@ def convert_min_all(ctx, node, x):
 def _arg(op_type: str):
     def convert_arg(ctx, node, x, dim=None, keepdim=False):
         rank = input_rank(ctx)
+        if rank == 0:  # a scalar's index is 0
+            return ctx.const(0, torch.int64)
         x = _nan_as_extreme(ctx, x, op_type == "ArgMax")
         if dim is None:
             x = ctx.op.Reshape(x, ctx.const([-1], torch.int64))
@@ -374,14 +376,15 @@ def convert_logcumsumexp(ctx, node, x, dim):
 
 
 def _cumulative_extreme(largest: bool):
-    def convert_cumulative_extreme(ctx, node, x, dim):
+    def convert_cumulative_extreme(ctx, node, x, dim, _dtype=None):
         if input_rank(ctx) == 0:
             return ctx.op.Identity(x), ctx.const(0, torch.int64)
-        dtype = ctx.out_dtype(0)
+        dtype = _dtype or ctx.out_dtype(0)
+        if dtype == torch.bool:  # computed on 0/1 integers, cast back at the end
+            values, indices = convert_cumulative_extreme(ctx, node, ctx.cast(x, torch.int32), dim, _dtype=torch.int32)
+            return ctx.cast(values, torch.bool), indices
         if dtype.is_floating_point:
             fill = float("-inf") if largest else float("inf")
-        elif dtype == torch.bool:
-            raise ctx.error("cummax/cummin on bool tensors is not supported: cast to int first.")
         else:
             fill = torch.iinfo(dtype).min if largest else torch.iinfo(dtype).max
         rows, perm = _prefix_rows(ctx, x, dim, ctx.const(fill, dtype))
