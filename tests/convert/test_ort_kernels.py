@@ -130,3 +130,9 @@ def test_nonzero_of_a_scalar():
 def test_integer_and_bool_inputs_of_float_results(fn):
     check_export(Fn(fn), (INTS,))
     check_export(Fn(fn), (BOOL_A,))
+
+
+@pytest.mark.parametrize("ord", [1, 2, float("inf"), 3.0])
+def test_norm_of_a_scalar(ord):
+    # the norm of one negative number is its absolute value (it was returned as it is)
+    check_export(Fn(lambda x: torch.linalg.vector_norm(x, ord)), (torch.tensor(-8.5),))

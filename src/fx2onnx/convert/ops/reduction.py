@@ -15,7 +15,13 @@ def _reduce(ctx, op_type: str, x, dim=None, keepdim=False, dtype=None):
     out_dtype = ctx.out_dtype()
     if out_dtype != ctx.dtype(x) and (op_type in ("ReduceSum", "ReduceMean", "ReduceProd") or out_dtype.is_floating_point):
         x = ctx.cast(x, out_dtype)  # an integer tensor's mean, norm or logsumexp is a float
-    if rank == 0:
+    if rank == 0:  # the reduction of one number
+        if op_type in ("ReduceL1", "ReduceL2"):
+            return ctx.op.Abs(x)
+        if op_type == "ReduceSumSquare":
+            return ctx.op.Mul(x, x)
+        if op_type == "ReduceLogSum":
+            return ctx.op.Log(x)
         return ctx.op.Identity(x)
     axes = axes_value(ctx, dim, rank)
     extra = [] if axes is None else [axes]
