@@ -136,3 +136,10 @@ def test_integer_and_bool_inputs_of_float_results(fn):
 def test_norm_of_a_scalar(ord):
     # the norm of one negative number is its absolute value (it was returned as it is)
     check_export(Fn(lambda x: torch.linalg.vector_norm(x, ord)), (torch.tensor(-8.5),))
+
+
+def test_mean_of_nothing_is_nan():
+    # onnxruntime's ReduceMean of an empty tensor gives 0, torch NaN: a dynamic (maybe empty)
+    # dimension is averaged as sum / count
+    mean = Fn(lambda x: (x.mean(1), torch.var_mean(x, 1)))
+    check_export(mean, (torch.randn(2, 3),), dynamic_shapes=({1: "n"},), inputs2=((torch.randn(2, 0),), None))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..registry import converter
-from ._common import axes_value, fake_of, input_rank, normalize_axis
+from ._common import axes_value, fake_of, input_fake, input_rank, normalize_axis
 
 aten = torch.ops.aten
 
@@ -25,12 +25,32 @@ def _reduce(ctx, op_type: str, x, dim=None, keepdim=False, dtype=None):
         return ctx.op.Identity(x)
     axes = axes_value(ctx, dim, rank)
     extra = [] if axes is None else [axes]
+    if op_type == "ReduceMean" and not _never_empty(ctx, dim, rank):
+        return _mean_of_maybe_empty(ctx, x, axes, keepdim)
     out = getattr(ctx.op, op_type)(x, *extra, keepdims=int(bool(keepdim)))
     if op_type in ("ReduceMax", "ReduceMin") and _is_float(ctx, x):
         # torch propagates NaN, onnxruntime skips it: add a sum that is NaN when one value is
         nans = ctx.op.Where(ctx.op.IsNaN(x), x, ctx.const(0.0, ctx.dtype(x)))
         out = ctx.op.Add(out, ctx.op.ReduceSum(nans, *extra, keepdims=int(bool(keepdim))))
     return out
+
+
+def _never_empty(ctx, dim, rank: int) -> bool:
+    """True if the reduced dimensions are static and not zero (the usual hidden dimension)."""
+    fake = input_fake(ctx)
+    if not isinstance(fake, torch.Tensor):
+        return False
+    axes = range(rank) if dim is None or dim == [] else [normalize_axis(d, rank) for d in ([dim] if isinstance(dim, int) else dim)]
+    return all(isinstance(fake.shape[a], int) and fake.shape[a] > 0 for a in axes)
+
+
+def _mean_of_maybe_empty(ctx, x, axes, keepdim: bool):
+    """Sum / count: the mean of no value is NaN as in torch (onnxruntime's ReduceMean gives 0)."""
+    extra = [] if axes is None else [axes]
+    total = ctx.op.ReduceSum(x, *extra, keepdims=int(bool(keepdim)))
+    shape = ctx.op.Shape(x)
+    counted = shape if axes is None else ctx.op.Gather(shape, axes, axis=0)
+    return ctx.op.Div(total, ctx.op.CastLike(ctx.op.ReduceProd(counted, keepdims=0), total))
 
 
 def _is_float(ctx, x) -> bool:
@@ -158,7 +178,7 @@ def _variance(ctx, x, dim, correction, keepdim: bool):
     rank = input_rank(ctx)
     axes = axes_value(ctx, dim, rank)
     extra = [] if axes is None else [axes]
-    mean = ctx.op.ReduceMean(x, *extra, keepdims=1)
+    mean = _reduce(ctx, "ReduceMean", x, dim, True)
     diff = ctx.op.Sub(x, mean)
     total = ctx.op.ReduceSum(ctx.op.Mul(diff, diff), *extra, keepdims=int(keepdim))
     dtype = ctx.out_dtype(0)
@@ -170,7 +190,7 @@ def _variance(ctx, x, dim, correction, keepdim: bool):
         n = ctx.op.Max(n, ctx.const(0.0, dtype))
     var = ctx.op.Div(total, n)
     if not keepdim:
-        mean = ctx.op.ReduceMean(x, *extra, keepdims=0)
+        mean = _reduce(ctx, "ReduceMean", x, dim, False)
     return var, mean
 
 
