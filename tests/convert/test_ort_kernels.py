@@ -143,3 +143,11 @@ def test_mean_of_nothing_is_nan():
     # dimension is averaged as sum / count
     mean = Fn(lambda x: (x.mean(1), torch.var_mean(x, 1)))
     check_export(mean, (torch.randn(2, 3),), dynamic_shapes=({1: "n"},), inputs2=((torch.randn(2, 0),), None))
+
+
+def test_reductions_over_an_empty_last_axis():
+    # onnxruntime keeps an empty axis given as -1 instead of reducing it: positive axes
+    check_export(Fn2(lambda b, x: torch.bucketize(x, b)), (torch.empty(0), torch.randn(3)))
+    check_export(Fn2(lambda e, t: torch.isin(e, t)), (torch.randn(2, 3), torch.empty(0)))
+    check_export(Fn(lambda x: torch.cummax(x, 0)[0]), (torch.randn(0, 3),))
+    check_export(Fn2(lambda a, b: torch.cdist(a, b)), (torch.randn(2, 0, 3), torch.randn(2, 4, 3)))

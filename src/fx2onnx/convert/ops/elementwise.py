@@ -544,8 +544,11 @@ def convert_isin(ctx, node, elements, test_elements, assume_unique=False, invert
     elements, test_elements = cast_all(ctx, [elements, test_elements], dtype)
     flat = ctx.op.Reshape(test_elements, ctx.const([-1], torch.int64))
     hits = ctx.op.Equal(ctx.op.Unsqueeze(elements, ctx.const([-1], torch.int64)), flat)
+    # a positive axis: onnxruntime does not reduce an empty tensor along a negative one
+    rank = node.args[0].meta["val"].dim() if isinstance(node.args[0], torch.fx.Node) else 0
+    # a sum, not a max: the max of no value is not 0 (an empty test set finds nothing)
     found = ctx.cast(
-        ctx.op.ReduceMax(ctx.cast(hits, torch.int64), ctx.const([-1], torch.int64), keepdims=0), torch.bool
+        ctx.op.ReduceSum(ctx.cast(hits, torch.int64), ctx.const([rank], torch.int64), keepdims=0), torch.bool
     )
     return ctx.op.Not(found) if invert else found
 

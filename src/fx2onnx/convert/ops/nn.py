@@ -275,7 +275,9 @@ def convert_pairwise_distance(ctx, node, x1, x2, p=2.0, eps=1e-6, keepdim=False)
     dtype = ctx.out_dtype()
     x1, x2 = ctx.cast(x1, dtype), ctx.cast(x2, dtype)
     diff = ctx.op.Add(ctx.op.Sub(x1, x2), ctx.const(float(eps), dtype))
-    return _p_norm(ctx, diff, float(p), -1, bool(keepdim))
+    # positive axes here: onnxruntime does not reduce an empty tensor along a negative axis
+    rank = max(fake_of(a).dim() for a in node.args[:2])
+    return _p_norm(ctx, diff, float(p), rank - 1, bool(keepdim))
 
 
 @converter(aten.cosine_similarity.default)
@@ -296,7 +298,7 @@ def convert_cdist(ctx, node, x1, x2, p=2.0, compute_mode=None):
     diff = ctx.op.Sub(
         ctx.op.Unsqueeze(x1, ctx.const([-2], torch.int64)), ctx.op.Unsqueeze(x2, ctx.const([-3], torch.int64))
     )
-    return _p_norm(ctx, diff, float(p), -1, False)
+    return _p_norm(ctx, diff, float(p), max(fake_of(a).dim() for a in node.args[:2]), False)
 
 
 @converter(aten._pdist_forward.default)
@@ -304,7 +306,7 @@ def convert_pdist(ctx, node, x, p=2.0):
     """Distances between the rows i < j of x [N, M], in row-major order of the pairs."""
     i64 = torch.int64
     diff = ctx.op.Sub(ctx.op.Unsqueeze(x, ctx.const([1], i64)), ctx.op.Unsqueeze(x, ctx.const([0], i64)))
-    full = _p_norm(ctx, diff, float(p), -1, False)  # [N, N]
+    full = _p_norm(ctx, diff, float(p), 2, False)  # [N, N]
     n = ctx.op.Shape(x, start=0, end=1)
     ones = ctx.op.Expand(ctx.const(1, i64), ctx.op.Concat(n, n, axis=0))
     upper = ctx.op.Reshape(ctx.op.Trilu(ones, ctx.const(1, i64), upper=1), ctx.const([-1], i64))

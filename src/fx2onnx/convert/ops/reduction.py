@@ -267,7 +267,7 @@ def convert_cumprod(ctx, node, x, dim, dtype=None):
     if input_rank(ctx) == 0:
         return ctx.op.Identity(x)
     masked, perm = _prefix_rows(ctx, x, dim, ctx.const(1, out_dtype))
-    y = ctx.op.ReduceProd(masked, ctx.const([-1], torch.int64), keepdims=0)
+    y = ctx.op.ReduceProd(masked, _rows_axis(ctx), keepdims=0)
     return _move_back(ctx, y, perm)
 
 
@@ -389,6 +389,12 @@ def _prefix_rows(ctx, x, dim: int, fill):
     return ctx.op.Where(lower, rows, fill), (perm if axis != rank - 1 else None)
 
 
+def _rows_axis(ctx):
+    """The last axis of :func:`_prefix_rows`'s rows, positive: onnxruntime's reductions do not
+    reduce an empty tensor along a negative axis (shape (3, 0) summed over -1 stays (3, 0))."""
+    return ctx.const([input_rank(ctx)], torch.int64)
+
+
 def _move_back(ctx, y, perm):
     return ctx.op.Transpose(y, perm=perm) if perm is not None else y
 
@@ -398,7 +404,7 @@ def convert_logcumsumexp(ctx, node, x, dim):
     if input_rank(ctx) == 0:
         return ctx.op.Identity(x)
     rows, perm = _prefix_rows(ctx, x, dim, ctx.const(float("-inf"), ctx.out_dtype()))
-    return _move_back(ctx, ctx.op.ReduceLogSumExp(rows, ctx.const([-1], torch.int64), keepdims=0), perm)
+    return _move_back(ctx, ctx.op.ReduceLogSumExp(rows, _rows_axis(ctx), keepdims=0), perm)
 
 
 def _cumulative_extreme(largest: bool):
@@ -414,11 +420,10 @@ def _cumulative_extreme(largest: bool):
         else:
             fill = torch.iinfo(dtype).min if largest else torch.iinfo(dtype).max
         rows, perm = _prefix_rows(ctx, x, dim, ctx.const(fill, dtype))
-        axes = ctx.const([-1], torch.int64)
-        values = (ctx.op.ReduceMax if largest else ctx.op.ReduceMin)(rows, axes, keepdims=0)
+        values = (ctx.op.ReduceMax if largest else ctx.op.ReduceMin)(rows, _rows_axis(ctx), keepdims=0)
         # torch keeps the last index among equal extremes
         arg = ctx.op.ArgMax if largest else ctx.op.ArgMin
-        indices = arg(rows, axis=-1, keepdims=0, select_last_index=1)
+        indices = arg(rows, axis=input_rank(ctx), keepdims=0, select_last_index=1)
         return _move_back(ctx, values, perm), _move_back(ctx, indices, perm)
 
     return convert_cumulative_extreme
@@ -468,18 +473,19 @@ def convert_trace(ctx, node, x):
     return ctx.op.ReduceSum(ctx.op.Mul(x, ctx.op.EyeLike(x)), keepdims=0)
 
 
-def _count_below(ctx, boundaries, values, right: bool, out_int32: bool):
+def _count_below(ctx, boundaries, values, right: bool, out_int32: bool, values_rank: int):
     """Index of the bucket of every value: how many boundaries are below it (<= with right=True)."""
     compare = ctx.op.LessOrEqual if right else ctx.op.Less
     below = compare(boundaries, ctx.op.Unsqueeze(values, ctx.const([-1], torch.int64)))
-    count = ctx.op.ReduceSum(ctx.cast(below, torch.int64), ctx.const([-1], torch.int64), keepdims=0)
+    # a positive axis: onnxruntime does not reduce an empty tensor along a negative one
+    count = ctx.op.ReduceSum(ctx.cast(below, torch.int64), ctx.const([values_rank], torch.int64), keepdims=0)
     return ctx.cast(count, torch.int32) if out_int32 else count
 
 
 @converter(aten.bucketize.Tensor, aten.bucketize.Scalar)
 def convert_bucketize(ctx, node, x, boundaries, *, out_int32=False, right=False):
     x = ctx.as_value(x)
-    return _count_below(ctx, boundaries, x, right, out_int32)
+    return _count_below(ctx, boundaries, x, right, out_int32, _rank_of(node.args[0]))
 
 
 @converter(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
@@ -489,13 +495,18 @@ def convert_searchsorted(ctx, node, sorted_sequence, x, *, out_int32=False, righ
     right = right or side == "right"
     x = ctx.as_value(x)
     if fake_of(node.args[0]).dim() == 1:
-        return _count_below(ctx, sorted_sequence, x, right, out_int32)
+        return _count_below(ctx, sorted_sequence, x, right, out_int32, _rank_of(node.args[1]))
     # one sorted row per leading index: compare [..., M, 1] with [..., 1, K]
     seq = ctx.op.Unsqueeze(sorted_sequence, ctx.const([-2], torch.int64))
     compare = ctx.op.LessOrEqual if right else ctx.op.Less
     below = compare(seq, ctx.op.Unsqueeze(x, ctx.const([-1], torch.int64)))
-    count = ctx.op.ReduceSum(ctx.cast(below, torch.int64), ctx.const([-1], torch.int64), keepdims=0)
+    count = ctx.op.ReduceSum(ctx.cast(below, torch.int64), ctx.const([_rank_of(node.args[1])], torch.int64), keepdims=0)
     return ctx.cast(count, torch.int32) if out_int32 else count
+
+
+def _rank_of(arg) -> int:
+    value = fake_of(arg)
+    return value.dim() if isinstance(value, torch.Tensor) else 0
 
 
 @converter(aten.renorm.default)
