@@ -3,8 +3,9 @@
 torch's test suite describes ~700 operators (``op_db``) with sample inputs of every
 shape it cares about: 0-d, empty, size-1, broadcast, keyword options. This script
 wraps each sample into a module, exports it with :func:`fx2onnx.to_onnx` (static
-shapes, or every dimension dynamic with ``--dynamic``), runs it with onnxruntime and
-compares outputs and dtypes with eager. It prints one line per failure and a table
+shapes, or with ``--dynamic`` every dimension ``Dim.AUTO``: symbolic unless the
+operator fixes it), runs it with onnxruntime on the same sample and compares outputs
+and dtypes with eager. It prints one line per failure and a table
 of counts; it measures, it does not fail (it is not a test).
 
     python bench/opinfo_sweep.py                          # float32, int64, bool
@@ -93,7 +94,8 @@ def check_sample(fn: Any, sample: Any, dynamic: bool, timeout: int = 60) -> tupl
         return None
     if not expected or any(e.is_complex() for e in expected):
         return None
-    shapes = tuple({i: torch.export.Dim.DYNAMIC for i in range(t.ndim)} for t in tensors) if dynamic else None
+    # forward(*tensors): one entry for the variadic argument, a tuple of per-tensor specs
+    shapes = (tuple({i: torch.export.Dim.AUTO for i in range(t.ndim)} for t in tensors),) if dynamic else None
     signal.signal(signal.SIGALRM, _raise_timeout)
     signal.alarm(timeout)
     step = "capture"
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--ops", help="regular expression on the OpInfo names")
     parser.add_argument("--dtypes", default="float32,int64,bool")
     parser.add_argument("--samples", type=int, default=3, help="samples per operator and dtype")
-    parser.add_argument("--dynamic", action="store_true", help="every dimension dynamic")
+    parser.add_argument("--dynamic", action="store_true", help="every dimension Dim.AUTO (symbolic shapes in the converters)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     rows = sweep(args.ops, [getattr(torch, d) for d in args.dtypes.split(",")], args.samples, args.dynamic)
