@@ -151,3 +151,7 @@ def test_reductions_over_an_empty_last_axis():
     check_export(Fn2(lambda e, t: torch.isin(e, t)), (torch.randn(2, 3), torch.empty(0)))
     check_export(Fn(lambda x: torch.cummax(x, 0)[0]), (torch.randn(0, 3),))
     check_export(Fn2(lambda a, b: torch.cdist(a, b)), (torch.randn(2, 0, 3), torch.randn(2, 4, 3)))
+
+
+def test_one_hot_of_a_scalar():
+    check_export(Fn(lambda x: torch.nn.functional.one_hot(x, 5)), (torch.tensor(3),))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..registry import converter
+from ._common import input_rank
 
 aten = torch.ops.aten
 
@@ -122,6 +123,9 @@ def convert_one_hot(ctx, node, x, num_classes=-1):
         depth = ctx.const(num_classes, torch.int64)
     else:
         depth = ctx.op.Add(ctx.op.ReduceMax(x, keepdims=0), ctx.const(1, torch.int64))
+    if input_rank(ctx) == 0:  # OneHot needs indices of rank >= 1: one row, then its vector
+        row = ctx.op.OneHot(ctx.op.Unsqueeze(x, ctx.const([0], torch.int64)), depth, ctx.const([0, 1], torch.int64), axis=-1)
+        return ctx.op.Squeeze(row, ctx.const([0], torch.int64))
     return ctx.op.OneHot(x, depth, ctx.const([0, 1], torch.int64), axis=-1)
 
 
