@@ -95,7 +95,7 @@ def check_sample(fn: Any, sample: Any, dynamic: bool, timeout: int = 60) -> tupl
     if not expected or any(e.is_complex() for e in expected):
         return None
     # forward(*tensors): one entry for the variadic argument, a tuple of per-tensor specs
-    shapes = (tuple({i: torch.export.Dim.AUTO for i in range(t.ndim)} for t in tensors),) if dynamic else None
+    shapes = (tuple({i: torch.export.Dim.AUTO for i in range(t.ndim)} for t in tensors),) if dynamic and tensors else None
     signal.signal(signal.SIGALRM, _raise_timeout)
     signal.alarm(timeout)
     step = "capture"

@@ -155,3 +155,16 @@ def test_reductions_over_an_empty_last_axis():
 
 def test_one_hot_of_a_scalar():
     check_export(Fn(lambda x: torch.nn.functional.one_hot(x, 5)), (torch.tensor(3),))
+
+
+def test_adaptive_avg_pool_of_a_dynamic_image():
+    # windows of uneven sizes computed from the runtime height and width (refused before)
+    pool = Fn(lambda x: torch.nn.functional.adaptive_avg_pool2d(x, (3, 5)))
+    check_export(
+        pool,
+        (torch.randn(2, 2, 8, 9),),
+        dynamic_shapes=({0: "batch", 2: "height", 3: "width"},),
+        inputs2=((torch.randn(3, 2, 13, 7),), None),
+    )
+    keep_width = Fn(lambda x: torch.nn.functional.adaptive_avg_pool2d(x, (2, None)))
+    check_export(keep_width, (torch.randn(1, 2, 8, 9),), dynamic_shapes=({2: "height", 3: "width"},), inputs2=((torch.randn(1, 2, 5, 4),), None))

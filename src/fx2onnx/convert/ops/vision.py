@@ -318,20 +318,37 @@ def _adaptive_matrix(size_in: int, size_out: int) -> np.ndarray:
     return m
 
 
+def _adaptive_weights(ctx, x, axis: int, size_in, size_out: int, dtype):
+    """:func:`_adaptive_matrix` as a constant, or computed from a dynamic input size:
+    window i covers [i * n // out, ceil((i + 1) * n / out))."""
+    if isinstance(size_in, int):
+        return ctx.const(_adaptive_matrix(size_in, size_out), dtype)
+    i64 = torch.int64
+    n = ctx.dim_size(x, axis)
+    rows = ctx.op.Unsqueeze(ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64)), ctx.const([1], i64))
+    i = np.arange(size_out, dtype=np.int64)
+    start = ctx.op.Div(ctx.op.Mul(ctx.const(i, i64), n), ctx.const(size_out, i64))
+    end = ctx.op.Div(ctx.op.Add(ctx.op.Mul(ctx.const(i + 1, i64), n), ctx.const(size_out - 1, i64)), ctx.const(size_out, i64))
+    inside = ctx.op.And(ctx.op.GreaterOrEqual(rows, start), ctx.op.Less(rows, end))
+    return ctx.op.Div(ctx.cast(inside, dtype), ctx.cast(ctx.op.Sub(end, start), dtype))
+
+
 def _make_adaptive_avg_pool(n: int):
     def convert_adaptive_avg_pool(ctx, node, x, output_size):
-        out = _ntuple(output_size, n)
-        x, unbatched = _add_batch(ctx, x, n)
         spatial = _static_dims(ctx)[-n:]
+        requested = list(fake_of(node).shape[-n:])
+        # an output size given as the input's own (dynamic) size leaves that axis as it is
+        out = [o if isinstance(o, int) else (None if str(o) == str(s) else o) for o, s in zip(requested, spatial)]
+        if any(o is not None and not isinstance(o, int) for o in out):
+            raise ctx.error(f"adaptive_avg_pool{n}d to a dynamic output size {requested} is not supported: make it static.")
+        if all(o is None for o in out):
+            return ctx.op.Identity(x)
+        x, unbatched = _add_batch(ctx, x, n)
         if all(o == 1 for o in out):
             return _remove_batch(ctx, ctx.op.GlobalAveragePool(x), unbatched)
-        if not all(isinstance(s, int) for s in spatial):
-            raise ctx.error(
-                f"adaptive_avg_pool{n}d to {out} needs static spatial dimensions (got {spatial}): "
-                "keep them static in dynamic_shapes or use output size 1."
-            )
-        if all(s % o == 0 for s, o in zip(spatial, out)):
-            kernel = [s // o for s, o in zip(spatial, out)]
+        static = all(isinstance(s, int) for s in spatial)
+        if static and all(o is None or s % o == 0 for s, o in zip(spatial, out)):
+            kernel = [1 if o is None else s // o for s, o in zip(spatial, out)]
             y = ctx.op.AveragePool(x, kernel_shape=kernel, strides=kernel)
             return _remove_batch(ctx, y, unbatched)
         # windows of different sizes: the average is separable, one MatMul per spatial axis
@@ -340,11 +357,13 @@ def _make_adaptive_avg_pool(n: int):
         y = x
         for axis in range(rank - 1, 1, -1):
             size_in, size_out = spatial[axis - 2], out[axis - 2]
+            if size_out is None:
+                continue
             if axis != rank - 1:
                 perm = list(range(rank))
                 perm[axis], perm[-1] = perm[-1], perm[axis]
                 y = ctx.op.Transpose(y, perm=perm)
-            y = ctx.op.MatMul(y, ctx.const(_adaptive_matrix(size_in, size_out), dtype))
+            y = ctx.op.MatMul(y, _adaptive_weights(ctx, x, axis, size_in, size_out, dtype))
             if axis != rank - 1:
                 y = ctx.op.Transpose(y, perm=perm)
         return _remove_batch(ctx, y, unbatched)
