@@ -168,3 +168,15 @@ def test_adaptive_avg_pool_of_a_dynamic_image():
     )
     keep_width = Fn(lambda x: torch.nn.functional.adaptive_avg_pool2d(x, (2, None)))
     check_export(keep_width, (torch.randn(1, 2, 8, 9),), dynamic_shapes=({2: "height", 3: "width"},), inputs2=((torch.randn(1, 2, 5, 4),), None))
+
+
+def test_take_and_searchsorted_with_a_sorter():
+    x = torch.randn(3, 4)
+    check_export(Fn2(torch.take), (x, torch.tensor([[0, -1], [5, 11]])))
+    seq = torch.tensor([5.0, 1.0, 3.0, 2.0])
+
+    class Sorted(torch.nn.Module):
+        def forward(self, seq, sorter, values):
+            return torch.searchsorted(seq, values, sorter=sorter)
+
+    check_export(Sorted(), (seq, torch.argsort(seq), torch.tensor([0.5, 2.5, 6.0])))

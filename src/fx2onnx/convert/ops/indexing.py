@@ -328,6 +328,12 @@ def convert_nonzero(ctx, node, x):
     return ctx.op.Transpose(ctx.op.NonZero(x), perm=[1, 0])
 
 
+@converter(aten.take.default)
+def convert_take(ctx, node, x, index):
+    """x.flatten()[index] (Gather takes the negative indices torch takes)."""
+    return ctx.op.Gather(ctx.op.Reshape(x, ctx.const([-1], torch.int64)), index, axis=0)
+
+
 @converter(aten.nonzero_static.default)
 def convert_nonzero_static(ctx, node, x, *, size, fill_value=-1):
     """The first ``size`` indices of nonzero, the missing rows filled with ``fill_value``."""

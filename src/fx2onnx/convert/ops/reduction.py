@@ -490,8 +490,8 @@ def convert_bucketize(ctx, node, x, boundaries, *, out_int32=False, right=False)
 
 @converter(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
 def convert_searchsorted(ctx, node, sorted_sequence, x, *, out_int32=False, right=False, side=None, sorter=None):
-    if sorter is not None:
-        raise ctx.error("searchsorted with a sorter is not supported: sort the sequence first.")
+    if sorter is not None:  # the sequence in sorted order first
+        sorted_sequence = ctx.op.GatherElements(sorted_sequence, sorter, axis=-1)
     right = right or side == "right"
     x = ctx.as_value(x)
     if fake_of(node.args[0]).dim() == 1:
