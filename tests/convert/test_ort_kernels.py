@@ -8,6 +8,7 @@ import pytest
 import torch
 from helpers import Fn, Fn2, check_export
 
+import fx2onnx
 from fx2onnx.convert.ort_kernels import cast_to_kernel_types
 from fx2onnx.validation import make_session
 
@@ -180,3 +181,13 @@ def test_take_and_searchsorted_with_a_sorter():
             return torch.searchsorted(seq, values, sorter=sorter)
 
     check_export(Sorted(), (seq, torch.argsort(seq), torch.tensor([0.5, 2.5, 6.0])))
+
+
+def test_integer_convolution_is_reported():
+    class Conv(torch.nn.Module):
+        def forward(self, x, w):
+            return torch.nn.functional.conv1d(x, w)
+
+    x, w = torch.ones(1, 2, 5, dtype=torch.int64), torch.ones(3, 2, 2, dtype=torch.int64)
+    with pytest.warns(UserWarning, match=r"no kernel for Conv\(int64, int64\)"):
+        fx2onnx.to_onnx(Conv(), (x, w))

@@ -26,6 +26,7 @@ A float64 node is never computed in float32: a lower precision would not be said
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Iterator
 
 import onnx
@@ -194,7 +195,7 @@ def _plan(node: ir.Node, opsets: dict[str, int]) -> dict[str, tuple[ir.DataType,
         return None
     plans = [p for p in (_carriers_for(k, bound, input_constraints) for k in candidates) if p]
     if not plans:
-        return None
+        return {}  # no kernel, no exact carrier: said by cast_to_kernel_types
     # the fewest casts, then the nearest carriers (bool -> int32 before float)
     best = min(plans, key=lambda p: (len(p), sum(CARRIERS[bound[c]].index(t) for c, t in p.items())))
     return {c: (bound[c], t) for c, t in best.items()}
@@ -231,7 +232,8 @@ def _apply(node: ir.Node, changes: dict[str, tuple[ir.DataType, ir.DataType]], o
 
 def cast_to_kernel_types(model: ir.Model) -> int:
     """Casts around every node no onnxruntime CPU kernel takes with its types;
-    returns how many nodes were changed (none if onnxruntime is not installed)."""
+    returns how many nodes were changed (none if onnxruntime is not installed) and
+    warns about the nodes no kernel takes even through a wider exact type."""
     planned = []
     for node, opsets in _nodes(model):
         _infer_types(node, opsets)
@@ -241,4 +243,15 @@ def cast_to_kernel_types(model: ir.Model) -> int:
         if changes and node.graph is not None:
             _apply(node, changes, opsets)
             count += 1
+    refused = sorted(
+        {f"{n.op_type}({', '.join(str(v.dtype).lower() for v in n.inputs if v is not None)})" for n, _, c in planned if c == {}}
+    )
+    if refused:
+        warnings.warn(
+            f"onnxruntime's CPU provider has no kernel for {', '.join(refused)} and no exact wider type "
+            f"to compute them in: the model is valid ONNX but onnxruntime will refuse to load it. "
+            f"Cast the tensors to float in the model (integer convolutions and pooling are the usual cause).",
+            UserWarning,
+            stacklevel=2,
+        )
     return count
