@@ -191,3 +191,10 @@ def test_integer_convolution_is_reported():
     x, w = torch.ones(1, 2, 5, dtype=torch.int64), torch.ones(3, 2, 2, dtype=torch.int64)
     with pytest.warns(UserWarning, match=r"no kernel for Conv\(int64, int64\)"):
         fx2onnx.to_onnx(Conv(), (x, w))
+
+
+def test_bincount():
+    x = torch.tensor([0, 3, 3, 1])
+    check_export(Fn(lambda x: torch.bincount(x, minlength=2)), (x,), dynamic_shapes=({0: "n"},), inputs2=((torch.tensor([5, 0, 5]),), None))
+    check_export(Fn2(lambda x, w: torch.bincount(x, w)), (x, torch.tensor([0.5, 1.0, 2.0, -1.0])))
+    check_export(Fn(lambda x: torch.bincount(x, minlength=3)), (torch.zeros(0, dtype=torch.int64),))

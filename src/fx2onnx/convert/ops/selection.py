@@ -19,6 +19,19 @@ def _flat(ctx, x):
     return ctx.op.Reshape(x, ctx.const([-1], _I64))
 
 
+@converter(aten.bincount.default)
+def convert_bincount(ctx, node, x, weights=None, minlength=0):
+    """Occurrences (or summed weights) of each value of a 1-D non-negative integer tensor, over
+    max(x.max() + 1, minlength) bins: a ScatterElements adding into zeros."""
+    dtype = ctx.out_dtype()
+    work = torch.float64 if dtype.is_floating_point else torch.int64
+    largest = ctx.op.ReduceMax(ctx.op.Concat(x, ctx.const([-1], _I64), axis=0), keepdims=1)
+    size = ctx.op.Max(ctx.op.Add(largest, ctx.const([1], _I64)), ctx.const([int(minlength)], _I64))
+    counts = ctx.op.Expand(ctx.const(0, work), size)
+    added = ctx.op.Expand(ctx.const(1, work), ctx.op.Shape(x)) if weights is None else ctx.cast(weights, work)
+    return ctx.cast(ctx.op.ScatterElements(counts, x, added, axis=0, reduction="add"), dtype)
+
+
 @converter(aten.histc.default)
 def convert_histc(ctx, node, x, bins=100, min=0, max=0):
     """Counts of x in ``bins`` equal bins over [min, max], torch's formula
