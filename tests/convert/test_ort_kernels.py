@@ -198,3 +198,8 @@ def test_bincount():
     check_export(Fn(lambda x: torch.bincount(x, minlength=2)), (x,), dynamic_shapes=({0: "n"},), inputs2=((torch.tensor([5, 0, 5]),), None))
     check_export(Fn2(lambda x, w: torch.bincount(x, w)), (x, torch.tensor([0.5, 1.0, 2.0, -1.0])))
     check_export(Fn(lambda x: torch.bincount(x, minlength=3)), (torch.zeros(0, dtype=torch.int64),))
+
+
+def test_frexp_at_powers_of_two_and_special_values():
+    x = torch.tensor([8.0, -0.25, 3.0, 1e-30, 0.0, float("inf"), -7.5, 1.0, 1023.9])
+    check_export(Fn(torch.frexp), (x,))

@@ -597,6 +597,25 @@ def convert_ldexp(ctx, node, x, other):
     return ctx.op.Mul(x, ctx.op.Pow(ctx.const(2.0, dtype), other))
 
 
+@converter(aten.frexp.Tensor)
+def convert_frexp(ctx, node, x):
+    """x = mantissa * 2**exponent with 0.5 <= |mantissa| < 1 (0, inf and NaN: (x, 0)), in
+    float64: floor(log2|x|) + 1, then one correction step where the logarithm rounded."""
+    f64, i32 = torch.float64, torch.int32
+    v = ctx.cast(x, f64)
+    size = ctx.op.Abs(v)
+    regular = ctx.op.And(ctx.op.Greater(size, ctx.const(0.0, f64)), ctx.op.Not(ctx.op.IsInf(size)))
+    safe = ctx.op.Where(regular, size, ctx.const(1.0, f64))
+    e = ctx.op.Add(ctx.op.Floor(ctx.op.Div(ctx.op.Log(safe), ctx.const(math.log(2.0), f64))), ctx.const(1.0, f64))
+    m = ctx.op.Div(safe, ctx.op.Pow(ctx.const(2.0, f64), e))
+    one, half = ctx.const(1.0, f64), ctx.const(0.5, f64)
+    e = ctx.op.Add(e, ctx.op.Sub(ctx.cast(ctx.op.GreaterOrEqual(m, one), f64), ctx.cast(ctx.op.Less(m, half), f64)))
+    m = ctx.op.Div(safe, ctx.op.Pow(ctx.const(2.0, f64), e))
+    mantissa = ctx.op.Where(regular, ctx.op.Mul(m, ctx.op.Sign(v)), v)
+    exponent = ctx.op.Where(regular, e, ctx.const(0.0, f64))
+    return ctx.cast(mantissa, ctx.out_dtype(0)), ctx.cast(exponent, i32)
+
+
 @converter(aten.special_ndtr.default)
 def convert_ndtr(ctx, node, x):
     # standard normal CDF: erfc(-x / sqrt(2)) / 2, in float64 (both tails keep their digits)
