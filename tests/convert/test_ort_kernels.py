@@ -203,3 +203,11 @@ def test_bincount():
 def test_frexp_at_powers_of_two_and_special_values():
     x = torch.tensor([8.0, -0.25, 3.0, 1e-30, 0.0, float("inf"), -7.5, 1.0, 1023.9])
     check_export(Fn(torch.frexp), (x,))
+
+
+def test_gcd_and_lcm():
+    a, b = torch.tensor([12, -18, 0, 7, 0, 1071]), torch.tensor([8, 24, 5, 0, 0, 462])
+    shapes = ({0: "n"}, {0: "n"})
+    second = ((torch.tensor([89, 144, -6]), torch.tensor([55, 233, 4])), None)
+    check_export(Fn2(torch.gcd), (a, b), dynamic_shapes=shapes, inputs2=second)
+    check_export(Fn2(torch.lcm), (a, b), dynamic_shapes=shapes, inputs2=second)

@@ -94,6 +94,51 @@ def convert_remainder(ctx, node, a, b):
     return ctx.op.Mod(x, y, fmod=0)
 
 
+def _any_nonzero(ctx, value, zero):
+    """A 0-d bool: some element of ``value`` is not 0 (False for an empty tensor)."""
+    i64 = torch.int64
+    flags = ctx.op.Reshape(ctx.cast(ctx.op.Not(ctx.op.Equal(value, zero)), i64), ctx.const([-1], i64))
+    return ctx.cast(ctx.op.ReduceMax(ctx.op.Concat(flags, ctx.const([0], i64), axis=0), keepdims=0), torch.bool)
+
+
+def _gcd(ctx, node, a, b):
+    """Euclid's algorithm on every pair at once: a Loop of (a, b) -> (b, a mod b) while some b != 0."""
+    dtype = ctx.out_dtype()
+    a, b = (ctx.op.Abs(v) for v in cast_all(ctx, [a, b], dtype))
+    a, b = ctx.op.Expand(a, ctx.op.Shape(b)), ctx.op.Expand(b, ctx.op.Shape(a))  # one shape for both
+    zero, one = ctx.const(0, dtype), ctx.const(1, dtype)
+    sub = ctx.builder.subgraph(f"{node.name}_euclid")
+    sub.add_input(f"{node.name}_iter", torch.int64, [])
+    sub.add_input(f"{node.name}_cond", torch.bool, [])
+    x, y = sub.add_input(f"{node.name}_a", dtype, None), sub.add_input(f"{node.name}_b", dtype, None)
+    body = type(ctx)(sub, ctx.interpreter, node)
+    nonzero = body.op.Not(body.op.Equal(y, zero))
+    rest = body.op.Where(nonzero, body.op.Mod(x, body.op.Where(nonzero, y, one), fmod=0), zero)
+    new_x = body.op.Where(nonzero, y, x)
+    for value in (new_x, rest):
+        value.dtype = x.dtype
+    for value in (_any_nonzero(body, rest, zero), new_x, rest):
+        sub.add_output(value)
+    result, _ = ctx.op.Loop(None, _any_nonzero(ctx, b, zero), a, b, body=sub.to_graph(), _outputs=2)
+    return result
+
+
+@converter(aten.gcd.default)
+def convert_gcd(ctx, node, a, b):
+    return _gcd(ctx, node, a, b)
+
+
+@converter(aten.lcm.default)
+def convert_lcm(ctx, node, a, b):
+    """|a * b| / gcd(a, b), 0 when one of them is 0 (as torch)."""
+    dtype = ctx.out_dtype()
+    x, y = (ctx.op.Abs(v) for v in cast_all(ctx, [a, b], dtype))
+    g = _gcd(ctx, node, a, b)
+    zero = ctx.const(0, dtype)
+    safe = ctx.op.Where(ctx.op.Equal(g, zero), ctx.const(1, dtype), g)
+    return ctx.op.Where(ctx.op.Equal(g, zero), zero, ctx.op.Mul(ctx.op.Div(x, safe), y))
+
+
 @converter(aten.fmod.Tensor, aten.fmod.Scalar)
 def convert_fmod(ctx, node, a, b):
     return ctx.op.Mod(*cast_all(ctx, [a, b], ctx.out_dtype()), fmod=1)
