@@ -9,7 +9,7 @@ import torch
 from helpers import Fn, Fn2, check_export
 
 import fx2onnx
-from fx2onnx.convert.ort_kernels import cast_to_kernel_types
+from fx2onnx.convert.ort_kernels import cast_to_kernel_types, positive_reduction_axes
 from fx2onnx.validation import make_session
 
 BOOL_A = torch.tensor([[True, False, True], [False, False, True]])
@@ -211,3 +211,18 @@ def test_gcd_and_lcm():
     second = ((torch.tensor([89, 144, -6]), torch.tensor([55, 233, 4])), None)
     check_export(Fn2(torch.gcd), (a, b), dynamic_shapes=shapes, inputs2=second)
     check_export(Fn2(torch.lcm), (a, b), dynamic_shapes=shapes, inputs2=second)
+
+
+def test_negative_reduction_axes_become_positive():
+    # a (3, 0) tensor summed over -1 stays (3, 0) in onnxruntime: the pass gives the axis as 1
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([3, 0]))
+    axes = ir.node("Constant", [], {"value": ir.tensor([-1], dtype=ir.DataType.INT64)})
+    node = ir.node("ReduceSum", [x, axes.outputs[0]], {"keepdims": 0})
+    node.outputs[0].name = "y"
+    graph = ir.Graph([x], node.outputs, nodes=[axes, node], opset_imports={"": 20})
+    model = ir.Model(graph, ir_version=10)
+    assert positive_reduction_axes(model) == 1
+    got = make_session(ir.to_proto(model)).run(None, {"x": torch.zeros(3, 0).numpy()})[0]
+    assert got.shape == (3,)
+    # end to end: a modified Bessel function of an empty tensor (a reduction over its quadrature nodes)
+    check_export(Fn(torch.special.modified_bessel_k0), (torch.rand(1, 0, 3),))

@@ -15,7 +15,7 @@ from .capture import capture
 from .dispatcher import Dispatcher
 from .errors import ConversionError
 from .interpreter import DimNamer, Interpreter
-from .ort_kernels import cast_to_kernel_types
+from .ort_kernels import cast_to_kernel_types, positive_reduction_axes
 from .naming import distinct_from_inputs, output_names_from_spec
 
 #: initializers above this size (bytes) go to the external data file when saving
@@ -358,6 +358,7 @@ def to_onnx(
 
         stages.run("optimization", optimize_levels, onnx_model, level=level, inline=not export_modules_as_functions)
     stages.run("onnxruntime kernel types", cast_to_kernel_types, onnx_model)
+    stages.run("onnxruntime reduction axes", positive_reduction_axes, onnx_model)
     if not isinstance(model, torch.export.ExportedProgram):
         _record_frozen_inputs(onnx_model, model, args, kwargs, dynamic_shapes, ep)
     if filename is not None:

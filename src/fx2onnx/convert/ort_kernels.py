@@ -255,3 +255,61 @@ def cast_to_kernel_types(model: ir.Model) -> int:
             stacklevel=2,
         )
     return count
+
+
+_REDUCTIONS = {
+    "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare",
+}
+
+
+def _constant_ints(value: ir.Value | None) -> list[int] | None:
+    if value is None:
+        return None
+    tensor = value.const_value
+    producer = value.producer()
+    if tensor is None and producer is not None and producer.op_type == "Constant" and "value" in producer.attributes:
+        tensor = producer.attributes["value"].value
+    if tensor is None:
+        return None
+    return [int(v) for v in tensor.numpy().reshape(-1)]
+
+
+def positive_reduction_axes(model: ir.Model) -> int:
+    """Rewrites the negative constant axes of the reductions into positive ones; returns how many.
+
+    onnxruntime does not reduce an empty tensor along a negative axis: ``ReduceSum`` of a
+    (3, 0) tensor over ``[-1]`` returns (3, 0) instead of (3,) (Sum, Max, Prod, L2... alike).
+    The rank of an input the converters left without a shape comes from ONNX shape inference.
+    """
+    def negative_reductions() -> list[tuple[ir.Node, list[int]]]:
+        found = []
+        for node in ir.traversal.RecursiveGraphIterator(model.graph):
+            if node.op_type in _REDUCTIONS and node.domain in ("", "ai.onnx") and len(node.inputs) > 1:
+                axes = _constant_ints(node.inputs[1])
+                if axes and min(axes) < 0:
+                    found.append((node, axes))
+        return found
+
+    found = negative_reductions()
+    if any(node.inputs[0].shape is None for node, _ in found):
+        from onnx_ir.passes.common import ShapeInferencePass
+
+        try:
+            ShapeInferencePass(check_type=False, strict_mode=False, data_prop=False)(model)
+        except Exception:  # noqa: BLE001 - the ranks stay unknown, the axes as they are
+            pass
+        found = negative_reductions()
+    count = 0
+    for node, axes in found:
+        shape = node.inputs[0].shape
+        if shape is None:
+            continue
+        rank = len(shape)
+        positive = ir.node(
+            "Constant", [], {"value": ir.tensor([a + rank if a < 0 else a for a in axes], dtype=ir.DataType.INT64)}
+        )
+        node.graph.insert_before(node, positive)
+        node.replace_input_with(1, positive.outputs[0])
+        count += 1
+    return count
