@@ -226,3 +226,20 @@ def test_negative_reduction_axes_become_positive():
     assert got.shape == (3,)
     # end to end: a modified Bessel function of an empty tensor (a reduction over its quadrature nodes)
     check_export(Fn(torch.special.modified_bessel_k0), (torch.rand(1, 0, 3),))
+
+
+def test_rounding_of_large_integers_is_exact():
+    big = torch.tensor([2**62 + 1, -(2**60) - 3, 7])
+    for fn in (torch.floor, torch.ceil, torch.round, torch.trunc):
+        check_export(Fn(fn), (big,))
+
+
+def test_integer_linear_and_addmm_are_exact():
+    a, b = torch.tensor([[2**50 + 1, 3], [5, -7]]), torch.tensor([[2**11, 1], [2, 3]])  # 2**61 + 2**11: not a float64
+    bias = torch.tensor([1, -1])
+
+    class Linear(torch.nn.Module):
+        def forward(self, a, b, bias):
+            return torch.nn.functional.linear(a, b, bias), torch.addmm(bias, a, b, beta=2, alpha=3)
+
+    check_export(Linear(), (a, b, bias))

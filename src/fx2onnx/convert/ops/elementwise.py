@@ -74,8 +74,16 @@ def _trunc(ctx, x):
     return ctx.op.Mul(ctx.op.Sign(x), ctx.op.Floor(ctx.op.Abs(x)))
 
 
+def _is_integral(ctx) -> bool:
+    """The node's result is an integer or bool tensor (floor, round... of an integer: itself)."""
+    dtype = ctx.out_dtype()
+    return not dtype.is_floating_point and not dtype.is_complex
+
+
 @converter(aten.trunc.default, aten.fix.default)
 def convert_trunc(ctx, node, x):
+    if _is_integral(ctx):
+        return ctx.op.Identity(x)
     return _trunc(ctx, x)
 
 
@@ -214,6 +222,8 @@ def _make_unary(op_type: str):
             return ctx.op.Not(ctx.cast(x, torch.bool))
         if op_type in ("IsNaN",):
             return ctx.op.IsNaN(x)
+        if op_type in ("Floor", "Ceil") and _is_integral(ctx):
+            return ctx.op.Identity(x)  # exact for every int64 (no float64 detour)
         if op_type in ("Sign", "Abs", "Neg", "Relu") or dtype.is_floating_point:
             return getattr(ctx.op, op_type)(ctx.cast(x, dtype) if op_type not in ("Sign",) else x)
         # float ops on integer inputs (torch promotes to float)
@@ -252,6 +262,8 @@ def convert_exp2(ctx, node, x):
 
 @converter(aten.round.default)
 def convert_round(ctx, node, x):
+    if _is_integral(ctx):
+        return ctx.op.Identity(x)
     return ctx.op.Round(x)
 
 

@@ -21,7 +21,7 @@ def convert_linear(ctx, node, x, weight, bias=None):
     w_rank = fake_of(node.args[1]).dim()
     if w_rank == 1:
         y = ctx.op.MatMul(x, weight)
-    elif input_rank(ctx) == 2 and bias is not None:
+    elif input_rank(ctx) == 2 and bias is not None and ctx.out_dtype().is_floating_point:
         return ctx.op.Gemm(x, weight, bias, transB=1)
     else:
         y = ctx.op.MatMul(x, ctx.op.Transpose(weight, perm=[1, 0]))
@@ -45,7 +45,16 @@ def convert_mv(ctx, node, a, b):
 
 @converter(aten.addmm.default)
 def convert_addmm(ctx, node, bias, a, b, beta=1, alpha=1):
-    return ctx.op.Gemm(a, b, bias, alpha=float(alpha), beta=float(beta))
+    dtype = ctx.out_dtype()
+    if dtype.is_floating_point:
+        return ctx.op.Gemm(a, b, bias, alpha=float(alpha), beta=float(beta))
+    # onnxruntime's Gemm has no integer kernel, MatMul has: exact integer products
+    product, bias = ctx.op.MatMul(a, b), ctx.cast(bias, dtype)
+    if alpha != 1:
+        product = ctx.op.Mul(product, ctx.const(alpha, dtype))
+    if beta == 0:
+        return product
+    return ctx.op.Add(product, bias if beta == 1 else ctx.op.Mul(bias, ctx.const(beta, dtype)))
 
 
 @converter(aten.addmv.default)
