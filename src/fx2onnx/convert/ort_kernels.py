@@ -85,8 +85,12 @@ def _formal_constraints(op_type: str, version: int, domain: str) -> tuple[tuple,
     return inputs, outputs, schema.since_version, single
 
 
+def _domain(node: ir.Node) -> str:
+    return "" if node.domain == "ai.onnx" else node.domain
+
+
 def _schema_of(node: ir.Node, opsets: dict[str, int]) -> tuple[tuple, tuple, int, dict] | None:
-    domain = "" if node.domain == "ai.onnx" else node.domain
+    domain = _domain(node)
     version = node.version or opsets.get(domain)
     return None if version is None else _formal_constraints(node.op_type, version, domain)
 
@@ -171,8 +175,7 @@ def _nodes(model: ir.Model) -> Iterator[tuple[ir.Node, dict[str, int]]]:
 
 def _plan(node: ir.Node, opsets: dict[str, int]) -> dict[str, tuple[ir.DataType, ir.DataType]] | None:
     """Constraint -> (its type, the carrier) for a node no kernel takes, None otherwise."""
-    domain = "" if node.domain == "ai.onnx" else node.domain
-    kernels = _cpu_kernels().get((domain, node.op_type))
+    kernels = _cpu_kernels().get((_domain(node), node.op_type))
     if not kernels:
         return None
     formals = _schema_of(node, opsets)
@@ -206,7 +209,6 @@ def _cast(value: ir.Value, dtype: ir.DataType, name: str) -> ir.Node:
 
 
 def _apply(node: ir.Node, changes: dict[str, tuple[ir.DataType, ir.DataType]], opsets: dict[str, int]) -> None:
-    domain = "" if node.domain == "ai.onnx" else node.domain
     input_formals, output_formals, _, _ = _schema_of(node, opsets)  # type: ignore[misc]
     graph = node.graph
     base = node.name or node.op_type
@@ -264,15 +266,9 @@ _REDUCTIONS = {
 
 
 def _constant_ints(value: ir.Value | None) -> list[int] | None:
-    if value is None:
-        return None
-    tensor = value.const_value
-    producer = value.producer()
-    if tensor is None and producer is not None and producer.op_type == "Constant" and "value" in producer.attributes:
-        tensor = producer.attributes["value"].value
-    if tensor is None:
-        return None
-    return [int(v) for v in tensor.numpy().reshape(-1)]
+    """The integers of an initializer or a Constant node's output, None otherwise."""
+    tensor = None if value is None else ir.convenience.get_const_tensor(value)
+    return None if tensor is None else [int(v) for v in tensor.numpy().reshape(-1)]
 
 
 def positive_reduction_axes(model: ir.Model) -> int:

@@ -122,16 +122,10 @@ def _make_layout_without_guards(original: Any) -> Any:
 
 
 def _shape_env_of(tensors: tuple[Any, ...]) -> Any:
-    """The shape environment of the first tensor with a symbolic size or stride, or None."""
-    import torch
+    """The shape environment of the fake tensors' mode (None outside a symbolic trace)."""
+    from torch._guards import detect_fake_mode
 
-    for tensor in tensors:
-        if not isinstance(tensor, torch.Tensor):
-            continue
-        for value in (*tensor.shape, *tensor.stride()):
-            if isinstance(value, torch.SymInt):
-                return value.node.shape_env
-    return None
+    return getattr(detect_fake_mode(tensors), "shape_env", None)
 
 
 def torch_patches(*, catch_constraints: bool = True, stop_if_static: int = 0) -> list[Patch]:

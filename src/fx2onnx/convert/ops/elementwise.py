@@ -7,7 +7,7 @@ import math
 import torch
 
 from ..registry import converter
-from ._common import cast_all, result_dtype
+from ._common import cast_all, input_rank, result_dtype
 from ._math import atan2_value, erf_value, erfc_value
 
 aten = torch.ops.aten
@@ -602,7 +602,7 @@ def convert_isin(ctx, node, elements, test_elements, assume_unique=False, invert
     flat = ctx.op.Reshape(test_elements, ctx.const([-1], torch.int64))
     hits = ctx.op.Equal(ctx.op.Unsqueeze(elements, ctx.const([-1], torch.int64)), flat)
     # a positive axis: onnxruntime does not reduce an empty tensor along a negative one
-    rank = node.args[0].meta["val"].dim() if isinstance(node.args[0], torch.fx.Node) else 0
+    rank = input_rank(ctx)
     # a sum, not a max: the max of no value is not 0 (an empty test set finds nothing)
     found = ctx.cast(
         ctx.op.ReduceSum(ctx.cast(hits, torch.int64), ctx.const([rank], torch.int64), keepdims=0), torch.bool

@@ -285,7 +285,7 @@ def convert_pairwise_distance(ctx, node, x1, x2, p=2.0, eps=1e-6, keepdim=False)
     x1, x2 = ctx.cast(x1, dtype), ctx.cast(x2, dtype)
     diff = ctx.op.Add(ctx.op.Sub(x1, x2), ctx.const(float(eps), dtype))
     # positive axes here: onnxruntime does not reduce an empty tensor along a negative axis
-    rank = max(fake_of(a).dim() for a in node.args[:2])
+    rank = max(input_rank(ctx, 0), input_rank(ctx, 1))
     return _p_norm(ctx, diff, float(p), rank - 1, bool(keepdim))
 
 
@@ -307,7 +307,7 @@ def convert_cdist(ctx, node, x1, x2, p=2.0, compute_mode=None):
     diff = ctx.op.Sub(
         ctx.op.Unsqueeze(x1, ctx.const([-2], torch.int64)), ctx.op.Unsqueeze(x2, ctx.const([-3], torch.int64))
     )
-    return _p_norm(ctx, diff, float(p), max(fake_of(a).dim() for a in node.args[:2]), False)
+    return _p_norm(ctx, diff, float(p), max(input_rank(ctx, 0), input_rank(ctx, 1)), False)
 
 
 @converter(aten._pdist_forward.default)

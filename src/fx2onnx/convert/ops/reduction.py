@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..registry import converter
-from ._common import axes_value, fake_of, input_fake, input_rank, normalize_axis
+from ._common import axes_value, input_fake, input_rank, normalize_axis
 
 aten = torch.ops.aten
 
@@ -48,9 +48,14 @@ def _mean_of_maybe_empty(ctx, x, axes, keepdim: bool):
     """Sum / count: the mean of no value is NaN as in torch (onnxruntime's ReduceMean gives 0)."""
     extra = [] if axes is None else [axes]
     total = ctx.op.ReduceSum(x, *extra, keepdims=int(bool(keepdim)))
+    return ctx.op.Div(total, ctx.op.CastLike(_count(ctx, x, axes), total))
+
+
+def _count(ctx, x, axes):
+    """How many values a reduction over ``axes`` (None: all) takes, a 0-d int64."""
     shape = ctx.op.Shape(x)
     counted = shape if axes is None else ctx.op.Gather(shape, axes, axis=0)
-    return ctx.op.Div(total, ctx.op.CastLike(ctx.op.ReduceProd(counted, keepdims=0), total))
+    return ctx.op.ReduceProd(counted, keepdims=0)
 
 
 def _is_float(ctx, x) -> bool:
@@ -182,15 +187,13 @@ def _variance(ctx, x, dim, correction, keepdim: bool):
     diff = ctx.op.Sub(x, mean)
     total = ctx.op.ReduceSum(ctx.op.Mul(diff, diff), *extra, keepdims=int(keepdim))
     dtype = ctx.out_dtype(0)
-    shape = ctx.op.Shape(x)
-    counted = shape if axes is None else ctx.op.Gather(shape, axes, axis=0)
-    n = ctx.cast(ctx.op.ReduceProd(counted, keepdims=0), dtype)
+    n = ctx.cast(_count(ctx, x, axes), dtype)
     if correction:
         n = ctx.op.Sub(n, ctx.const(float(correction), dtype))
         n = ctx.op.Max(n, ctx.const(0.0, dtype))
     var = ctx.op.Div(total, n)
-    if not keepdim:
-        mean = _reduce(ctx, "ReduceMean", x, dim, False)
+    if not keepdim:  # the same mean, without the reduced dimensions
+        mean = ctx.op.Reshape(mean, ctx.op.Shape(var))
     return var, mean
 
 
@@ -485,7 +488,7 @@ def _count_below(ctx, boundaries, values, right: bool, out_int32: bool, values_r
 @converter(aten.bucketize.Tensor, aten.bucketize.Scalar)
 def convert_bucketize(ctx, node, x, boundaries, *, out_int32=False, right=False):
     x = ctx.as_value(x)
-    return _count_below(ctx, boundaries, x, right, out_int32, _rank_of(node.args[0]))
+    return _count_below(ctx, boundaries, x, right, out_int32, input_rank(ctx))
 
 
 @converter(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
@@ -494,19 +497,9 @@ def convert_searchsorted(ctx, node, sorted_sequence, x, *, out_int32=False, righ
         sorted_sequence = ctx.op.GatherElements(sorted_sequence, sorter, axis=-1)
     right = right or side == "right"
     x = ctx.as_value(x)
-    if fake_of(node.args[0]).dim() == 1:
-        return _count_below(ctx, sorted_sequence, x, right, out_int32, _rank_of(node.args[1]))
-    # one sorted row per leading index: compare [..., M, 1] with [..., 1, K]
-    seq = ctx.op.Unsqueeze(sorted_sequence, ctx.const([-2], torch.int64))
-    compare = ctx.op.LessOrEqual if right else ctx.op.Less
-    below = compare(seq, ctx.op.Unsqueeze(x, ctx.const([-1], torch.int64)))
-    count = ctx.op.ReduceSum(ctx.cast(below, torch.int64), ctx.const([_rank_of(node.args[1])], torch.int64), keepdims=0)
-    return ctx.cast(count, torch.int32) if out_int32 else count
-
-
-def _rank_of(arg) -> int:
-    value = fake_of(arg)
-    return value.dim() if isinstance(value, torch.Tensor) else 0
+    if input_rank(ctx) > 1:  # one sorted row per leading index: compare [..., M, 1] with [..., 1, K]
+        sorted_sequence = ctx.op.Unsqueeze(sorted_sequence, ctx.const([-2], torch.int64))
+    return _count_below(ctx, sorted_sequence, x, right, out_int32, input_rank(ctx, 1))
 
 
 @converter(aten.renorm.default)
