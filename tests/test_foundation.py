@@ -108,6 +108,24 @@ def test_make_feeds_wrong_input_count(exported):
         make_feeds(onx, (torch.randn(2, 4), torch.randn(2, 4)))
 
 
+@pytest.mark.parametrize("shape", [(), (0, 3), (2, 3)])
+def test_run_onnx_bfloat16_inputs_and_outputs(shape):
+    """onnxruntime's numpy bridge has no bfloat16: run_onnx goes through OrtValues, shapes kept."""
+    from fx2onnx import to_onnx
+    from fx2onnx.validation import run_onnx
+
+    class Affine(torch.nn.Module):
+        def forward(self, x, y):
+            return x * 3 + y, (x > y)
+
+    x, y = (torch.randn(shape).to(torch.bfloat16) for _ in range(2))
+    got = run_onnx(to_onnx(Affine(), (x, y)), (x, y))
+    assert got[0].dtype.name == "bfloat16" and got[0].shape == shape
+    torch.testing.assert_close(torch.from_numpy(got[0].astype("float32")), (x * 3 + y).float())
+    assert (got[1] == (x > y).numpy()).all()
+    assert validate(to_onnx(Affine(), (x, y)), Affine(), (x, y)).ok
+
+
 # site configuration
 
 

@@ -178,7 +178,41 @@ def run_onnx(
 ) -> list[np.ndarray]:
     """Runs an ONNX model (ModelProto, path or session) on inputs given like the torch model's."""
     sess = onnx_model if hasattr(onnx_model, "get_inputs") else make_session(onnx_model, providers)
-    return sess.run(None, make_feeds(sess, args, kwargs))
+    return run_session(sess, make_feeds(sess, args, kwargs))
+
+
+def run_session(sess: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """``sess.run(None, feeds)``, also when inputs or outputs are bfloat16.
+
+    onnxruntime's numpy bridge knows no bfloat16: such models go through OrtValues
+    (the inputs tagged with their ONNX type, the outputs copied out as ``ml_dtypes.bfloat16``).
+    """
+    if not any("bfloat16" in a.type for a in [*sess.get_inputs(), *sess.get_outputs()]):
+        return sess.run(None, feeds)
+    import onnxruntime
+
+    values = {
+        name: onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type(
+            np.require(a, requirements="C").view(np.uint16), onnx.TensorProto.BFLOAT16
+        )
+        if a.dtype.name == "bfloat16"
+        else onnxruntime.OrtValue.ortvalue_from_numpy(np.require(a, requirements="C"))
+        for name, a in feeds.items()
+    }
+    return [_ort_value_to_numpy(v) for v in sess.run_with_ort_values(None, values)]
+
+
+def _ort_value_to_numpy(value: Any) -> np.ndarray:
+    if value.data_type() != "tensor(bfloat16)":
+        return value.numpy()
+    import ctypes
+
+    import ml_dtypes
+
+    shape = tuple(value.shape())
+    size = int(np.prod(shape, dtype=np.int64))
+    raw = ctypes.string_at(value.data_ptr(), 2 * size) if size else b""
+    return np.frombuffer(raw, dtype=np.uint16).copy().view(ml_dtypes.bfloat16).reshape(shape)
 
 
 @dataclasses.dataclass

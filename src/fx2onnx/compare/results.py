@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import onnx
 
+from fx2onnx.validation import run_session
+
 _SHORT_DTYPES = {
     "float32": "f32",
     "float16": "f16",
@@ -160,7 +162,7 @@ def _run_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray], provi
         providers=list(providers or ["CPUExecutionProvider"]),
     )
     names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(None, feeds)))
+    return dict(zip(names, run_session(sess, feeds)))
 
 
 def _run_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, Any]:
