@@ -1,5 +1,5 @@
 """index_select/index_add/index_copy edge shapes, index_reduce, scatter_reduce (every mode,
-include_self both ways), histc, repeat_interleave, masked_select, put, nanmedian, mode."""
+include_self both ways), histc, histogram, histogramdd, repeat_interleave, masked_select, put, nanmedian, mode."""
 
 from __future__ import annotations
 
@@ -136,6 +136,52 @@ def test_histc(bins, lo, hi, dtype):
 def test_histc_constant_data_and_edges():
     check_export(Fn(lambda t: torch.histc(t, bins=3)), (torch.full((4,), 2.0),))
     check_export(Fn(lambda t: torch.histc(t, bins=4, min=0, max=4)), (torch.tensor([0.0, 4.0, 4.0, 1.0, 2.0, 5.0, -1.0, 3.999]),))
+
+
+@pytest.mark.parametrize("bins,range_,weighted,density", [(5, None, False, False), (3, (-1.0, 0.5), True, False), (4, None, True, True), (1, None, False, True)])
+def test_histogram_bin_count(bins, range_, weighted, density):
+    def fn(t, w):
+        return torch.histogram(t, bins=bins, range=range_, weight=w if weighted else None, density=density)
+
+    x, w = seeded_randn(4, 10), torch.rand(4, 10, generator=torch.Generator().manual_seed(1))
+    check_export(Fn2(fn), (x, w), dynamic_shapes={"x": {0: "n"}, "y": {0: "n"}}, inputs2=((seeded_randn(7, 10, seed=2), torch.rand(7, 10)), None))
+
+
+def test_histogram_shape_functions_only_during_capture():
+    # torch has no Meta kernel for histogram (so no symbolic shapes): fx2onnx registers one while capturing
+    from fx2onnx.convert.meta_kernels import META_KERNELS, _has_meta, missing_meta_kernels
+
+    assert not _has_meta("histogram.bin_ct")
+    with missing_meta_kernels() as added:
+        assert set(added) == set(META_KERNELS) and _has_meta("histogram.bin_ct")
+    assert not _has_meta("histogram.bin_ct")
+
+
+def test_histogram_edges_constant_and_empty_data():
+    # torch widens equal outer edges by 0.5 each side and bins empty data over [0, 1]
+    check_export(Fn(lambda t: torch.histogram(t, bins=4)), (torch.full((3,), 2.0),))
+    check_export(Fn(lambda t: torch.histogram(t, bins=4)), (torch.zeros(0),))
+
+
+def test_histogram_bin_edges_tensor_of_dynamic_length():
+    check_export(
+        Fn2(lambda t, e: torch.histogram(t, e, density=True)),
+        (seeded_randn(30), torch.tensor([-2.0, -0.5, 0.0, 1.5])),
+        dynamic_shapes={"x": {0: "n"}, "y": {0: "edges"}},
+        inputs2=((seeded_randn(50, seed=3), torch.tensor([-1.0, 0.0, 0.1, 0.2, 3.0])), None),
+    )
+
+
+@pytest.mark.parametrize("bins", [(3, 4), [torch.tensor([-1.0, 0.0, 2.0]), torch.tensor([-3.0, -1.0, 0.0, 1.0])]])
+def test_histogramdd(bins):
+    if isinstance(bins, tuple):
+        fn = lambda t, w: torch.histogramdd(t, bins=list(bins), weight=w, density=True)  # noqa: E731
+    else:
+        fn = lambda t, w: torch.histogramdd(t, bins=bins, weight=w)  # noqa: E731
+    check_export(
+        Fn2(fn), (seeded_randn(20, 2), torch.rand(20)), dynamic_shapes={"x": {0: "n"}, "y": {0: "n"}},
+        inputs2=((seeded_randn(33, 2, seed=4), torch.rand(33)), None),
+    )
 
 
 def test_histc_moe_routing_dynamic():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import Fn, check_export, seeded_randn
+from helpers import Fn, Fn2, check_export, seeded_randn
 
 aten = torch.ops.aten
 DYN = {"x": {0: "a", 1: "b"}}
@@ -37,6 +37,24 @@ def test_as_strided_of_a_transposed_input():
 def test_as_strided_copy_dtypes(dtype):
     x = (seeded_randn(3, 4) * 4).to(dtype)
     check_export(Fn(lambda t: aten.as_strided_copy.default(t, [2, 2], [4, 1], 1)), (x,))
+
+
+@pytest.mark.parametrize("size,stride,offset", [((2, 2), (1, 2), 1), ((3,), (4,), 0), ((2, 3), (6, 1), None), ((), (), 5), ((0, 2), (2, 1), 0)])
+def test_as_strided_scatter_static(size, stride, offset):
+    check_export(
+        Fn2(lambda t, s: torch.as_strided_scatter(t, s, size, stride, offset)), (seeded_randn(3, 4), torch.randn(size, generator=torch.Generator().manual_seed(1)))
+    )
+
+
+def test_as_strided_scatter_of_a_transposed_input_and_dynamic_sizes():
+    # the result keeps the input's layout: the scatter works on its storage, the transposition comes back
+    check_export(Fn2(lambda t, s: torch.as_strided_scatter(t.t(), s, (2, 2), (1, 3), 1)), (seeded_randn(3, 4), seeded_randn(2, 2, seed=1)))
+    check_export(
+        Fn2(lambda t, s: torch.as_strided_scatter(t, s, (s.shape[0],), (2,), 0)),
+        (seeded_randn(8), seeded_randn(3, seed=1)),
+        dynamic_shapes={"x": {0: "n"}, "y": {0: "k"}},
+        inputs2=((seeded_randn(12), seeded_randn(5, seed=2)), None),
+    )
 
 
 @pytest.mark.parametrize("offset,dim1,dim2", [(0, 0, 1), (1, 0, 1), (-1, 0, 1), (2, -1, -2), (-5, 1, 2), (0, 2, 0), (7, 0, 1)])

@@ -19,6 +19,7 @@ from torch.utils import _pytree as pytree
 from .complex_values import check_no_complex
 from .decompose import functionalize_and_decompose
 from .errors import ExportError
+from .meta_kernels import missing_meta_kernels
 
 
 def _tensor_spec(spec: Any, tensor: torch.Tensor, where: str) -> tuple[Any, dict[int, str | None]]:
@@ -257,7 +258,8 @@ def capture(
         ds, axis_names = prepare_dynamic_shapes(model, args, kwargs, dynamic_shapes)
         _check_caches(args, kwargs)
         try:
-            ep = torch.export.export(model, tuple(args), kwargs=dict(kwargs), dynamic_shapes=ds, strict=strict)
+            with missing_meta_kernels():
+                ep = torch.export.export(model, tuple(args), kwargs=dict(kwargs), dynamic_shapes=ds, strict=strict)
         except Exception as e:
             first = _first_lines(e)
             hint = _specialized_dims_hint(str(e), model, args, kwargs, axis_names)
@@ -270,7 +272,8 @@ def capture(
                 f"dynamic_shapes. See the 'Frequent exceptions' page of the documentation."
             ) from e
     try:
-        ep, _ = functionalize_and_decompose(ep, dispatcher, decompose=decompose, verbose=verbose)
+        with missing_meta_kernels():
+            ep, _ = functionalize_and_decompose(ep, dispatcher, decompose=decompose, verbose=verbose)
     except ExportError:
         raise
     except Exception as e:

@@ -1,5 +1,5 @@
 """Counting and selecting operators real models use: histc (mixture-of-experts routing),
-repeat_interleave (interleaved rotary embeddings), masked_select, put, nanmedian, mode."""
+histogram, repeat_interleave (interleaved rotary embeddings), masked_select, put, nanmedian, mode."""
 
 from __future__ import annotations
 
@@ -56,6 +56,117 @@ def convert_histc(ctx, node, x, bins=100, min=0, max=0):
     counts = ctx.op.Expand(ctx.const(0.0, work), ctx.const([int(bins)], _I64))
     counts = ctx.op.ScatterElements(counts, position, ctx.cast(valid, work), axis=0, reduction="add")
     return ctx.cast(counts, dtype)
+
+
+def _torch_linspace(ctx, lo, hi, count: int, dtype: torch.dtype):
+    """``count`` points from lo to hi the way torch's CPU kernel computes them: from the start
+    for the first half, from the end for the second (both ends exact)."""
+    idx = ctx.op.Range(ctx.const(0, _I64), ctx.const(count, _I64), ctx.const(1, _I64))
+    step = ctx.op.Div(ctx.op.Sub(hi, lo), ctx.const(float(max(count - 1, 1)), dtype))
+    forward = ctx.op.Add(lo, ctx.op.Mul(step, ctx.cast(idx, dtype)))
+    backward = ctx.op.Sub(hi, ctx.op.Mul(step, ctx.cast(ctx.op.Sub(ctx.const(count - 1, _I64), idx), dtype)))
+    return ctx.op.Where(ctx.op.Less(idx, ctx.const(count // 2, _I64)), forward, backward)
+
+
+def _histogram_range(ctx, data, dtype, range_):
+    """torch.histogram's outer edges of 1-D data: the given range, else the data's (0..1 when
+    empty), widened by 0.5 on each side when both are equal."""
+    if range_ is not None:
+        lo, hi = ctx.const(float(range_[0]), dtype), ctx.const(float(range_[1]), dtype)
+    else:
+        padded = lambda v: ctx.op.Concat(data, ctx.const([v], dtype), axis=0)  # noqa: E731
+        empty = ctx.op.Equal(ctx.op.Size(data), ctx.const(0, _I64))
+        lo = ctx.op.Where(empty, ctx.const(0.0, dtype), ctx.op.ReduceMin(padded(float("inf")), keepdims=0))
+        hi = ctx.op.Where(empty, ctx.const(1.0, dtype), ctx.op.ReduceMax(padded(float("-inf")), keepdims=0))
+    same, half = ctx.op.Equal(lo, hi), ctx.const(0.5, dtype)
+    return ctx.op.Where(same, ctx.op.Sub(lo, half), lo), ctx.op.Where(same, ctx.op.Add(hi, half), hi)
+
+
+_END = 2**62
+
+
+def _bin_position(ctx, data, edges):
+    """(inside, bin) of every value of 1-D data: inside the outer edges, the last bin closed on the
+    right; the bin counts the inner edges at or below the value."""
+    first = ctx.op.Slice(edges, ctx.const([0], _I64), ctx.const([1], _I64))
+    last = ctx.op.Slice(edges, ctx.const([-1], _I64), ctx.const([_END], _I64))
+    inner = ctx.op.Slice(edges, ctx.const([1], _I64), ctx.const([-1], _I64))
+    inside = ctx.op.And(ctx.op.GreaterOrEqual(data, first), ctx.op.LessOrEqual(data, last))
+    below = ctx.op.LessOrEqual(inner, ctx.op.Unsqueeze(data, ctx.const([1], _I64)))
+    return inside, ctx.op.ReduceSum(ctx.cast(below, _I64), ctx.const([1], _I64), keepdims=0)
+
+
+def _widths(ctx, edges):
+    upper = ctx.op.Slice(edges, ctx.const([1], _I64), ctx.const([_END], _I64))
+    return ctx.op.Sub(upper, ctx.op.Slice(edges, ctx.const([0], _I64), ctx.const([-1], _I64)))
+
+
+def _histogramdd(ctx, columns, edges, weight, density, dtype):
+    """Counts (or summed weights) of the points whose coordinates are ``columns`` (1-D each) in the
+    grid of bins the ``edges`` draw (any length), values outside ignored; ``density`` divides by
+    the total and the bin volumes."""
+    inside, flat_bin = None, ctx.const(0, _I64)
+    counts = [ctx.op.Sub(ctx.op.Shape(edge), ctx.const([1], _I64)) for edge in edges]
+    for column, edge, count in zip(columns, edges, counts):
+        ok, position = _bin_position(ctx, column, edge)
+        inside = ok if inside is None else ctx.op.And(inside, ok)
+        flat_bin = ctx.op.Add(ctx.op.Mul(flat_bin, count), position)
+    flat_bin = ctx.op.Expand(flat_bin, ctx.op.Shape(inside))
+    added = ctx.cast(inside, dtype) if weight is None else ctx.op.Where(inside, _flat(ctx, weight), ctx.const(0.0, dtype))
+    grid = ctx.op.Concat(*counts, axis=0) if len(counts) > 1 else counts[0]
+    total = ctx.op.ReduceProd(grid, ctx.const([0], _I64), keepdims=1)
+    hist = ctx.op.ScatterElements(ctx.op.Expand(ctx.const(0.0, dtype), total), flat_bin, added, axis=0, reduction="add")
+    hist = ctx.op.Reshape(hist, grid)
+    if density:
+        hist = ctx.op.Div(hist, ctx.op.ReduceSum(hist, keepdims=1))
+        for d, edge in enumerate(edges):
+            shape = [1] * len(edges)
+            shape[d] = -1
+            hist = ctx.op.Div(hist, ctx.op.Reshape(_widths(ctx, edge), ctx.const(shape, _I64)))
+    return hist
+
+
+def _columns(ctx, x, dims: int):
+    """The D coordinates of histogramdd's points (the input's last dimension) as 1-D values."""
+    points = ctx.op.Reshape(x, ctx.const([-1, dims], _I64))
+    return [ctx.op.Reshape(ctx.op.Gather(points, ctx.const(d, _I64), axis=1), ctx.const([-1], _I64)) for d in range(dims)]
+
+
+def _bin_edges(ctx, columns, bin_ct: list[int], range_, dtype):
+    edges = []
+    for d, (column, count) in enumerate(zip(columns, bin_ct)):
+        lo, hi = _histogram_range(ctx, column, dtype, None if range_ is None else range_[2 * d : 2 * d + 2])
+        edges.append(_torch_linspace(ctx, lo, hi, int(count) + 1, dtype))
+    return edges
+
+
+@converter(aten.histogram.bin_ct)
+def convert_histogram_bin_ct(ctx, node, x, bins=100, *, range=None, weight=None, density=False):  # noqa: A002
+    dtype = ctx.out_dtype(0)
+    columns = [_flat(ctx, x)]
+    edges = _bin_edges(ctx, columns, [int(bins)], range, dtype)
+    return _histogramdd(ctx, columns, edges, weight, density, dtype), edges[0]
+
+
+@converter(aten.histogram.bins_tensor)
+def convert_histogram_bins_tensor(ctx, node, x, bins, *, weight=None, density=False):
+    return _histogramdd(ctx, [_flat(ctx, x)], [bins], weight, density, ctx.out_dtype(0)), ctx.op.Identity(bins)
+
+
+@converter(aten._histogramdd_bin_edges.default)
+def convert_histogramdd_bin_edges(ctx, node, x, bin_ct, *, range=None, weight=None, density=False):  # noqa: A002
+    return tuple(_bin_edges(ctx, _columns(ctx, x, len(bin_ct)), list(bin_ct), range, ctx.out_dtype(0)))
+
+
+@converter(aten._histogramdd_from_bin_cts.default)
+def convert_histogramdd_from_bin_cts(ctx, node, x, bins, *, range=None, weight=None, density=False):  # noqa: A002
+    dtype, columns = ctx.out_dtype(), _columns(ctx, x, len(bins))
+    return _histogramdd(ctx, columns, _bin_edges(ctx, columns, list(bins), range, dtype), weight, density, dtype)
+
+
+@converter(aten._histogramdd_from_bin_tensors.default)
+def convert_histogramdd_from_bin_tensors(ctx, node, x, bins, *, weight=None, density=False):
+    return _histogramdd(ctx, _columns(ctx, x, len(bins)), list(bins), weight, density, ctx.out_dtype())
 
 
 def _repeat_indices(ctx, repeats):

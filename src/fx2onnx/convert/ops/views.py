@@ -1,4 +1,4 @@
-"""Strided views: as_strided, diagonal, unfold, sym_stride and the ``*_copy`` view variants.
+"""Strided views: as_strided (and its scatter), diagonal, unfold, sym_stride and the ``*_copy`` view variants.
 
 ONNX values have no storage: every value is a dense row-major tensor. A strided
 view is rebuilt as a Gather over the flattened input with indices computed from
@@ -45,10 +45,11 @@ def _memory_order(fake: torch.Tensor) -> list[int] | None:
     sizes = [_static(s) for s in fake.shape]
     strides = [_static(s) for s in fake.stride()]
     rank = fake.dim()
-    if any(s is None for s in strides):
-        return list(range(rank)) if fake.is_contiguous() else None
-    if any(s is None for s in sizes):
-        return None
+    if any(s is None for s in strides + sizes):
+        try:
+            return list(range(rank)) if fake.is_contiguous() else None
+        except Exception:  # noqa: BLE001 - a symbolic answer torch cannot decide: not known dense
+            return None
     order = sorted(range(rank), key=lambda d: (-strides[d], d))
     expected = 1
     for d in reversed(order):
@@ -96,6 +97,23 @@ def convert_as_strided(ctx, node, x, size, stride, storage_offset=None):
     else:
         offset = ctx.op.Sub(ctx.as_value(storage_offset, _I64), ctx.as_value(base, _I64))
     return ctx.op.Gather(flat, _strided_indices(ctx, list(size), list(stride), offset), axis=0)
+
+
+@converter(aten.as_strided_scatter.default)
+def convert_as_strided_scatter(ctx, node, x, src, size, stride, storage_offset=None):
+    """x with the elements of its strided view replaced by src: a ScatterND into x's storage
+    (its dimensions in memory order, flattened), then the dimensions put back."""
+    fake = fake_of(node.args[0])
+    flat, base = _storage(ctx, x, fake)
+    order = _memory_order(fake)
+    offset: Any = 0 if storage_offset is None else ctx.op.Sub(ctx.as_value(storage_offset, _I64), ctx.as_value(base, _I64))
+    indices = ctx.op.Reshape(_strided_indices(ctx, list(size), list(stride), offset), ctx.const([-1, 1], _I64))
+    flat = ctx.op.ScatterND(flat, indices, ctx.op.Reshape(src, ctx.const([-1], _I64)))
+    in_memory_order = ctx.op.Shape(ctx.op.Transpose(x, perm=order)) if order != sorted(order) else ctx.op.Shape(x)
+    out = ctx.op.Reshape(flat, in_memory_order)
+    if order == sorted(order):
+        return out
+    return ctx.op.Transpose(out, perm=[order.index(d) for d in range(len(order))])
 
 
 def _nonneg(ctx, v):
