@@ -71,9 +71,9 @@ def _cpu_kernels() -> dict[tuple[str, str], list[tuple[int, int, _Kernel]]]:
 
 
 @functools.lru_cache(maxsize=None)
-def _formal_constraints(op_type: str, version: int, domain: str) -> tuple[tuple, tuple, int, dict] | None:
+def _formal_constraints(op_type: str, version: int, domain: str) -> tuple[tuple, tuple, int, dict, _Kernel] | None:
     """Constraint names of the inputs and outputs (the last one repeated when variadic),
-    the schema's version and the constraints allowing a single type."""
+    the schema's version, the constraints allowing a single type and the types each allows."""
     try:
         schema = onnx.defs.get_schema(op_type, version, domain)
     except onnx.defs.SchemaError:
@@ -82,14 +82,15 @@ def _formal_constraints(op_type: str, version: int, domain: str) -> tuple[tuple,
     inputs = tuple((p.type_str, p.option == variadic) for p in schema.inputs)
     outputs = tuple((p.type_str, p.option == variadic) for p in schema.outputs)
     single = {c.type_param_str: c.allowed_type_strs[0] for c in schema.type_constraints if len(c.allowed_type_strs) == 1}
-    return inputs, outputs, schema.since_version, single
+    allowed = {c.type_param_str: frozenset(c.allowed_type_strs) for c in schema.type_constraints}
+    return inputs, outputs, schema.since_version, single, allowed
 
 
 def _domain(node: ir.Node) -> str:
     return "" if node.domain == "ai.onnx" else node.domain
 
 
-def _schema_of(node: ir.Node, opsets: dict[str, int]) -> tuple[tuple, tuple, int, dict] | None:
+def _schema_of(node: ir.Node, opsets: dict[str, int]) -> tuple[tuple, tuple, int, dict, _Kernel] | None:
     domain = _domain(node)
     version = node.version or opsets.get(domain)
     return None if version is None else _formal_constraints(node.op_type, version, domain)
@@ -117,7 +118,7 @@ def _infer_types(node: ir.Node, opsets: dict[str, int]) -> None:
     schema = _schema_of(node, opsets)
     if schema is None:
         return
-    input_formals, output_formals, _, single = schema
+    input_formals, output_formals, _, single, _ = schema
     known: dict[str, ir.DataType] = {}
     for name, value in zip(_bind(input_formals, len(node.inputs)), node.inputs):
         if name is not None and value is not None and value.dtype is not None:
@@ -173,16 +174,40 @@ def _nodes(model: ir.Model) -> Iterator[tuple[ir.Node, dict[str, int]]]:
             yield node, function.opset_imports
 
 
+def _runtime_limits(node: ir.Node) -> _Kernel:
+    """Types a kernel registers but refuses at run time for these attributes."""
+    reduction = node.attributes.get("reduction")
+    if node.op_type in ("ScatterElements", "ScatterND") and reduction is not None and reduction.value != "none":
+        # "MLFloat16 data type is not supported with ScatterElements when reduction is 'add'", bool min/max
+        return {"T": frozenset(_type_string(t) for t in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.INT32, ir.DataType.INT64))}
+    return {}
+
+
+def _candidate_kernels(node: ir.Node, since: int, allowed: _Kernel) -> list[_Kernel]:
+    """The type constraints of every CPU kernel of the node's version, restricted to the types the
+    schema allows (a kernel may register more) and run time accepts; the schema alone for an
+    operator onnxruntime runs as its function body (HardSwish, Mish...)."""
+    kernels = _cpu_kernels().get((_domain(node), node.op_type))
+    if not _cpu_kernels():
+        return []  # onnxruntime is not installed: nothing to adapt to
+    registered = [k for low, high, k in kernels or [] if low <= since <= high] or ([] if kernels else [allowed])
+    limits = _runtime_limits(node)
+    candidates = []
+    for kernel in registered:
+        merged = dict(kernel)
+        for c, types in {**allowed, **limits}.items():
+            merged[c] = (merged[c] & types) if c in merged else types
+        candidates.append(merged)
+    return candidates
+
+
 def _plan(node: ir.Node, opsets: dict[str, int]) -> dict[str, tuple[ir.DataType, ir.DataType]] | None:
     """Constraint -> (its type, the carrier) for a node no kernel takes, None otherwise."""
-    kernels = _cpu_kernels().get((_domain(node), node.op_type))
-    if not kernels:
-        return None
     formals = _schema_of(node, opsets)
     if formals is None:
         return None
-    input_formals, output_formals, since, _ = formals
-    candidates = [k for low, high, k in kernels if low <= since <= high]
+    input_formals, output_formals, since, _, allowed = formals
+    candidates = _candidate_kernels(node, since, allowed)
     if not candidates:
         return None
     bound: dict[str, ir.DataType] = {}
@@ -209,7 +234,7 @@ def _cast(value: ir.Value, dtype: ir.DataType, name: str) -> ir.Node:
 
 
 def _apply(node: ir.Node, changes: dict[str, tuple[ir.DataType, ir.DataType]], opsets: dict[str, int]) -> None:
-    input_formals, output_formals, _, _ = _schema_of(node, opsets)  # type: ignore[misc]
+    input_formals, output_formals, _, _, _ = _schema_of(node, opsets)  # type: ignore[misc]
     graph = node.graph
     base = node.name or node.op_type
     for i, (name, value) in enumerate(zip(_bind(input_formals, len(node.inputs)), node.inputs)):
@@ -232,19 +257,86 @@ def _apply(node: ir.Node, changes: dict[str, tuple[ir.DataType, ir.DataType]], o
         graph.insert_after(node, ir.node("Cast", [value], {"to": int(original)}, outputs=[restored]))
 
 
+def _function_body(node: ir.Node, opsets: dict[str, int]) -> onnx.FunctionProto | None:
+    """The ONNX function defining the node's operator in terms of others (Elu, Softplus,
+    HardSwish...), for the model's opset; None when the operator has none."""
+    domain = _domain(node)
+    version = node.version or opsets.get(domain)
+    try:
+        schema = onnx.defs.get_schema(node.op_type, version, domain)
+    except onnx.defs.SchemaError:
+        return None
+    versions = [v for v in getattr(schema, "function_opset_versions", []) if v <= version]
+    if not schema.has_function or not versions:
+        return None
+    body = onnx.FunctionProto()
+    body.ParseFromString(schema.get_function_with_opset_version(max(versions)))
+    return body
+
+
+def _runs_as_function(node: ir.Node) -> bool:
+    """onnxruntime has no kernel for the operator at all (Mish): it would expand the body itself,
+    without the casts its nodes may need."""
+    return bool(_cpu_kernels()) and (_domain(node), node.op_type) not in _cpu_kernels()
+
+
+def _expand(node: ir.Node, body: onnx.FunctionProto, opsets: dict[str, int]) -> None:
+    """Replaces the node by the nodes of its function body (every value renamed, attribute
+    references bound to the node's attributes or the schema's defaults)."""
+    schema = onnx.defs.get_schema(node.op_type, node.version or opsets.get(_domain(node)), _domain(node))
+    attributes = {name: a.default_value for name, a in schema.attributes.items() if a.default_value.type}
+    attributes.update({name: ir.serde.serialize_attribute(a) for name, a in node.attributes.items()})
+    values: dict[str, ir.Value | None] = {name: v for name, v in zip(body.input, node.inputs)}
+    base = node.name or node.op_type
+    graph = node.graph
+    for k, inner in enumerate(body.node):
+        attrs = []
+        for a in inner.attribute:
+            if a.ref_attr_name:
+                if a.ref_attr_name not in attributes:
+                    continue
+                bound = onnx.AttributeProto()
+                bound.CopyFrom(attributes[a.ref_attr_name])
+                bound.name = a.name
+                a = bound
+            attrs.append(ir.serde.deserialize_attribute(a))
+        outputs = [ir.Value(name=f"{base}_{name}") for name in inner.output]
+        new = ir.Node(inner.domain, inner.op_type, [values.get(i) if i else None for i in inner.input], attrs, outputs=outputs, name=f"{base}_{k}_{inner.op_type}")
+        graph.insert_before(node, new)
+        values.update(zip(inner.output, outputs))
+    for formal, value in zip(body.output, node.outputs):
+        produced = values[formal]
+        produced.type, produced.shape = value.type, value.shape
+        ir.convenience.replace_all_uses_with(value, produced, replace_graph_outputs=True)
+        name = value.name
+        value.name = None
+        produced.name = name
+    graph.remove(node, safe=True)
+
+
 def cast_to_kernel_types(model: ir.Model) -> int:
     """Casts around every node no onnxruntime CPU kernel takes with its types;
-    returns how many nodes were changed (none if onnxruntime is not installed) and
-    warns about the nodes no kernel takes even through a wider exact type."""
-    planned = []
-    for node, opsets in _nodes(model):
-        _infer_types(node, opsets)
-        planned.append((node, opsets, _plan(node, opsets)))
+    a node no wider exact type helps is replaced by its ONNX function body when its
+    operator has one (float64 ``Elu``, ``Softplus``, ``HardSwish``...: onnxruntime has
+    float kernels only, the body's operators take float64). Returns how many nodes were
+    changed (none if onnxruntime is not installed) and warns about the nodes left."""
     count = 0
-    for node, opsets, changes in planned:
-        if changes and node.graph is not None:
-            _apply(node, changes, opsets)
-            count += 1
+    for _ in range(4):  # a body may use an operator to expand as well (HardSwish -> HardSigmoid)
+        planned = []
+        for node, opsets in _nodes(model):
+            _infer_types(node, opsets)
+            planned.append((node, opsets, _plan(node, opsets)))
+        expanded = 0
+        for node, opsets, changes in planned:
+            if changes and node.graph is not None:
+                _apply(node, changes, opsets)
+                count += 1
+            elif (changes == {} or _runs_as_function(node)) and node.graph is not None and (body := _function_body(node, opsets)) is not None:
+                _expand(node, body, opsets)
+                expanded += 1
+        count += expanded
+        if not expanded:
+            break
     refused = sorted(
         {f"{n.op_type}({', '.join(str(v.dtype).lower() for v in n.inputs if v is not None)})" for n, _, c in planned if c == {}}
     )
