@@ -11,10 +11,15 @@ of counts; it measures, it does not fail (it is not a test).
     python bench/opinfo_sweep.py                          # float32, int64, bool
     python bench/opinfo_sweep.py --ops "^(max|cumsum)$" --dtypes float32 --dynamic
 
+Half-precision samples are compared with eager within a half-precision tolerance, or,
+where torch's kernels round differently (blocked sums), with float64 arithmetic: the
+model is right when it is no further from it than eager.
+
 Statuses: ``ok``; ``capture`` (torch.export fails, nothing fx2onnx converts);
 ``conversion`` (fx2onnx raises, with a message); ``onnxruntime`` (the model does not
 load or run); ``ties`` (values right, the indices of equal values in another order,
-which torch leaves unspecified); ``dtype`` and ``mismatch`` (a wrong model). Random operators, linear
+which torch leaves unspecified); ``rounding`` (integer results within 1 of eager and
+closer to exact arithmetic: torch's uint8 interpolation uses fixed-point weights); ``dtype`` and ``mismatch`` (a wrong model). Random operators, linear
 algebra decompositions and sparse or complex samples are left out.
 """
 
@@ -85,6 +90,39 @@ def _raise_timeout(*_: Any) -> None:
     raise _Timeout()
 
 
+def _closer_than_eager(
+    model: Any, tensors: list[torch.Tensor], expected: list, got: list, atol: float, rtol: float, upcast: bool = False
+) -> bool:
+    """Half precision: torch's own kernels round differently (per block, per step); the model is
+    right when, against float64 arithmetic, no value is further than eager's largest error
+    (rounding of a sum depends on its largest terms, not on the value)."""
+    widened = {t.dtype for t in tensors if t.dtype in _TOLERANCE or (upcast and t.dtype != torch.bool)}
+    if not widened:
+        return False
+    try:
+        with torch.no_grad():
+            exact = flatten_outputs(model(*[t.double() if t.dtype in widened else t.clone() for t in tensors]))
+    except Exception:  # noqa: BLE001
+        return False
+    for e, g, x in zip(expected, got, exact):
+        x = x.double()
+        eager_error = (e.double() - x).abs()
+        onnx_error = (torch.from_numpy(np.asarray(g).astype(np.float64)) - x).abs()
+        if onnx_error.shape != eager_error.shape or (x.numel() and not bool((onnx_error <= eager_error.max() + atol + rtol * x.abs()).all())):
+            return False
+    return True
+
+
+def _same_sorted_values(sample: Any, expected: list, got: list) -> bool:
+    """argsort: the indices returned order the input the same way (ties in another order)."""
+    x = sample.input
+    if len(expected) != 1 or expected[0].dtype != torch.int64 or not isinstance(x, torch.Tensor) or x.shape != expected[0].shape or not x.ndim:
+        return False
+    dim = sample.kwargs.get("dim", sample.args[0] if sample.args else -1)
+    ours = torch.from_numpy(np.asarray(got[0]))
+    return torch.equal(x.take_along_dim(expected[0], dim), x.take_along_dim(ours, dim)) and bool((ours.sort(dim).values == torch.arange(x.shape[dim]).reshape([-1] + [1] * (x.ndim - 1 - dim % x.ndim))).all())
+
+
 def check_sample(fn: Any, sample: Any, dynamic: bool, timeout: int = 60) -> tuple[str, str] | None:
     """``(status, message)`` for one sample, None when eager itself cannot run it."""
     tensors = _tensors([sample.input, list(sample.args), dict(sample.kwargs)])
@@ -112,7 +150,7 @@ def check_sample(fn: Any, sample: Any, dynamic: bool, timeout: int = 60) -> tupl
         return step, "timeout"
     except Exception as e:  # noqa: BLE001 - every failure is a result
         step = getattr(e, "step", step)
-        return step, f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
+        return step, f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:2000]}"
     finally:
         signal.alarm(0)
     for e, g in zip(expected, got):
@@ -120,8 +158,13 @@ def check_sample(fn: Any, sample: Any, dynamic: bool, timeout: int = 60) -> tupl
             return "dtype", f"{e.dtype} expected, {np.asarray(g).dtype} returned"
     atol, rtol = max((_TOLERANCE.get(e.dtype, (1e-4, 1e-3)) for e in expected), key=lambda t: t[0])
     report = compare_outputs(expected, got, atol=atol, rtol=rtol)
-    if report.ok:
+    if report.ok or _closer_than_eager(model, tensors, expected, got, atol, rtol):
         return "ok", ""
+    if report.max_abs <= 1 and all(not e.is_floating_point() for e in expected) and _closer_than_eager(model, tensors, expected, got, 0.0, 0.0, upcast=True):
+        # integer images interpolated: torch's uint8 kernels use fixed-point weights, the model rounds exactly
+        return "rounding", str(report)
+    if _same_sorted_values(sample, expected, got):
+        return "ties", str(report)
     if len(expected) == 2 and expected[1].dtype == torch.int64 and compare_outputs(expected[:1], got[:1]).ok:
         # values right, indices of equal values in another order: torch does not specify it
         return "ties", str(report)
@@ -167,7 +210,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     counts = collections.Counter(r["status"] for r in rows)
     ops_ok = {r["op"] for r in rows} - {r["op"] for r in rows if r["status"] != "ok"}
     print(f"\n{len(rows)} samples of {len({r['op'] for r in rows})} operators, {len(ops_ok)} operators right on every sample")
-    for status in ("ok", "ties", "capture", "conversion", "onnxruntime", "dtype", "mismatch"):
+    for status in ("ok", "ties", "rounding", "capture", "conversion", "onnxruntime", "dtype", "mismatch"):
         print(f"  {status:12s} {counts.get(status, 0)}")
     return rows
 

@@ -255,6 +255,18 @@ def test_shifts():
     check_export(Fn(lambda u: (u << 1, u >> 2)), (u,))
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.int64, torch.uint8])
+def test_shifts_by_the_width_and_beyond_float_precision(dtype):
+    # two's complement bits as torch: a shift by the width or more gives 0 (left) or the sign (right),
+    # a left shift wraps, and int64 values above 2**53 stay exact (no float detour)
+    bits = torch.iinfo(dtype).bits
+    big = [2**60 + 12345, -(2**60) - 7] if dtype == torch.int64 else []
+    values = [v for v in [-128, -9, -1, 0, 1, 7, 100, 127, 255] + big if torch.iinfo(dtype).min <= v <= torch.iinfo(dtype).max]
+    x = torch.tensor(values, dtype=dtype).reshape(-1, 1)
+    n = torch.tensor([0, 1, 3, bits - 1, bits, bits + 5], dtype=dtype)
+    check_export(Fn2(lambda a, s: (a >> s, a << s)), (x, n))
+
+
 def test_unsupported_op_error_names_the_op():
     # airy_ai has no ONNX equivalent and no converter: the error says which op and how to add one
     model = Fn(lambda x: torch.special.airy_ai(x) + 1)

@@ -129,14 +129,32 @@ def test_max_pool_with_indices(n):
 def test_global_pools_dynamic_spatial():
     model = Fn(lambda x: F.adaptive_avg_pool2d(x, 1) + F.adaptive_max_pool2d(x, 1))
     x, x2 = _randn(2, 3, 8, 9), _randn(1, 3, 5, 4)
-    with pytest.raises(fx2onnx.ConversionError, match="adaptive_max_pool2d"):
-        check_export(model, (x,), dynamic_shapes=({0: "batch", 2: "h", 3: "w"},))
-    check_export(
-        Fn(lambda x: F.adaptive_avg_pool2d(x, 1)),
-        (x,),
-        dynamic_shapes=({0: "b", 2: "h", 3: "w"},),
-        inputs2=((x2,), None),
-    )
+    check_export(model, (x,), dynamic_shapes=({0: "b", 2: "h", 3: "w"},), inputs2=((x2,), None))
+
+
+@pytest.mark.parametrize("n,size,out", [(1, (7,), (3,)), (2, (5, 7), (3, 4)), (2, (4, 4), (3, 1)), (3, (5, 3, 4), (2, 2, 3))])
+def test_adaptive_max_pool_uneven_windows_with_indices(n, size, out):
+    # windows of different (overlapping) sizes; integer values repeat: the index is the first maximum
+    pool = [nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d][n - 1](out, return_indices=True)
+    x = torch.randint(0, 4, (2, 3, *size), generator=torch.Generator().manual_seed(n)).float()
+    check_export(pool, (x,))
+    check_export(pool, (x[0],))  # unbatched
+
+
+def test_adaptive_max_pool_dynamic_spatial():
+    pool = nn.AdaptiveMaxPool2d((3, 2), return_indices=True)
+    check_export(pool, (_randn(2, 3, 8, 9),), dynamic_shapes=({0: "b", 2: "h", 3: "w"},), inputs2=((_randn(1, 3, 5, 4),), None))
+
+
+@pytest.mark.parametrize("n,size", [(1, (7,)), (2, (6, 7)), (2, (8, 5)), (3, (5, 6, 7))])
+def test_avg_pool_divisor_override_with_ceil_mode(n, size):
+    # the last window hangs over the input: the sum of what it covers, divided by the override
+    pool_fn = [F.avg_pool1d, F.avg_pool2d, F.avg_pool3d][n - 1]
+    if n == 1:  # avg_pool1d has no divisor_override: the 2-D pool of a height-1 image
+        model = Fn(lambda x: F.avg_pool2d(x.unsqueeze(2), (1, 3), (1, 2), (0, 1), ceil_mode=True, divisor_override=5))
+    else:
+        model = Fn(lambda x: pool_fn(x, 3, 2, 1, ceil_mode=True, divisor_override=5))
+    check_export(model, (_randn(2, 3, *size),))
 
 
 UPSAMPLES = {

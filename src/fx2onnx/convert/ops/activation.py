@@ -1,6 +1,6 @@
 """Activation functions: gelu, silu, softplus, elu family, hard* functions, prelu, glu, thresholds.
 
-Simple unary activations (relu, sigmoid, tanh, mish, hardswish) are in the
+Simple unary activations (relu, sigmoid, tanh, mish) are in the
 table of :mod:`.elementwise`.
 """
 
@@ -11,7 +11,7 @@ import math
 import torch
 
 from ..registry import converter
-from ._math import M, erf_value
+from ._math import M, erf_value, where
 from .precise import expm1
 
 aten = torch.ops.aten
@@ -72,7 +72,20 @@ def convert_threshold(ctx, node, x, threshold, value):
 def convert_rrelu(ctx, node, x, lower=1.0 / 8, upper=1.0 / 3, training=False, generator=None):
     if training:
         raise ctx.error("rrelu in training mode is random and cannot be exported: call model.eval() before exporting.")
-    return ctx.op.LeakyRelu(x, alpha=(float(lower) + float(upper)) / 2)
+    return _leaky_relu(ctx, x, (float(lower) + float(upper)) / 2)
+
+
+def _leaky_relu(ctx, x, slope: float):
+    if ctx.out_dtype() == torch.float64:  # ONNX float attributes are float32: the formula in float64
+        v = M.of(ctx, x)
+        return where(v > 0.0, v, v * slope).to(torch.float64)
+    return ctx.op.LeakyRelu(x, alpha=slope)
+
+
+def _elu_formula(ctx, x, alpha: float, scale: float, input_scale: float):
+    """torch's elu in float64: x * scale for x > 0, else expm1(x * input_scale) * alpha * scale."""
+    v = M.of(ctx, x)
+    return where(v > 0.0, v * float(scale), expm1(v * float(input_scale)) * (float(alpha) * float(scale))).to(ctx.out_dtype())
 
 
 @converter(aten.glu.default)
@@ -83,16 +96,22 @@ def convert_glu(ctx, node, x, dim=-1):
 
 @converter(aten.leaky_relu.default)
 def convert_leaky_relu(ctx, node, x, negative_slope=0.01):
-    return ctx.op.LeakyRelu(x, alpha=float(negative_slope))
+    return _leaky_relu(ctx, x, float(negative_slope))
+
+
+_SELU_ALPHA, _SELU_SCALE = 1.6732632423543772, 1.0507009873554805
 
 
 @converter(aten.elu.default)
 def convert_elu(ctx, node, x, alpha=1.0, scale=1.0, input_scale=1.0):
-    if scale == 1.0 and input_scale == 1.0:
-        return ctx.op.Elu(x, alpha=float(alpha))
-    if alpha == 1.6732632423543772 and scale == 1.0507009873554805:
-        return ctx.op.Selu(x, alpha=float(alpha), gamma=float(scale))
-    raise ctx.error(f"elu with scale={scale}, input_scale={input_scale} is not supported.")
+    """ONNX Elu / Selu where they say it; otherwise (float64: their float attributes are float32;
+    other scales) torch's formula."""
+    if ctx.out_dtype() != torch.float64:
+        if scale == 1.0 and input_scale == 1.0:
+            return ctx.op.Elu(x, alpha=float(alpha))
+        if alpha == _SELU_ALPHA and scale == _SELU_SCALE and input_scale == 1.0:
+            return ctx.op.Selu(x, alpha=float(alpha), gamma=float(scale))
+    return _elu_formula(ctx, x, alpha, scale, input_scale)
 
 
 @converter(aten.celu.default)
@@ -107,12 +126,24 @@ def convert_celu(ctx, node, x, alpha=1.0):
 
 @converter(aten.selu.default)
 def convert_selu(ctx, node, x):
+    if ctx.out_dtype() == torch.float64:
+        return _elu_formula(ctx, x, _SELU_ALPHA, _SELU_SCALE, 1.0)
     return ctx.op.Selu(x)
 
 
 @converter(aten.hardsigmoid.default)
 def convert_hardsigmoid(ctx, node, x):
+    if ctx.out_dtype() == torch.float64:  # torch: min(max(x + 3, 0), 6) / 6, with float64 constants
+        return (((M.of(ctx, x) + 3.0).maximum(0.0).minimum(6.0)) / 6.0).to(torch.float64)
     return ctx.op.HardSigmoid(x, alpha=1.0 / 6, beta=0.5)
+
+
+@converter(aten.hardswish.default)
+def convert_hardswish(ctx, node, x):
+    if ctx.out_dtype() == torch.float64:  # torch: x * min(max(x + 3, 0), 6) / 6
+        v = M.of(ctx, x)
+        return (v * (v + 3.0).maximum(0.0).minimum(6.0) / 6.0).to(torch.float64)
+    return ctx.op.HardSwish(x)
 
 
 @converter(aten.hardtanh.default)

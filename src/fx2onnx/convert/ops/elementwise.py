@@ -209,7 +209,6 @@ _UNARY = {
     aten.logical_not.default: "Not",
     aten.isnan.default: "IsNaN",
     aten.mish.default: "Mish",
-    aten.hardswish.default: "HardSwish",
 }
 
 
@@ -567,16 +566,24 @@ def convert_isclose(ctx, node, a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
 
 def _shift(left: bool):
     def convert_shift(ctx, node, x, n):
-        # signed integers: ONNX BitShift is for unsigned types, use * 2**n and floor(x / 2**n)
+        """Shifts on the two's complement bits as torch does: through uint64 (ONNX's BitShift is
+        for unsigned types), a shift by the width or more gives 0 (left) or the sign (right)."""
         dtype = ctx.out_dtype()
         x, n = cast_all(ctx, [x, n], dtype)
-        if dtype in (torch.uint8, torch.uint16, torch.uint32, torch.uint64):
-            return ctx.op.BitShift(x, n, direction="LEFT" if left else "RIGHT")
-        factor = ctx.op.Pow(ctx.const(2, dtype), n)
+        bits = torch.iinfo(dtype).bits
+        u64 = torch.uint64
+        count = ctx.cast(ctx.op.Min(ctx.op.Max(ctx.cast(n, torch.int64), ctx.const(0, torch.int64)), ctx.const(63, torch.int64)), u64)
         if left:
-            return ctx.op.Mul(x, factor)
-        q = ctx.op.Div(ctx.cast(x, torch.float64), ctx.cast(factor, torch.float64))
-        return ctx.cast(ctx.op.Floor(q), dtype)
+            shifted = ctx.cast(ctx.op.BitShift(ctx.cast(x, u64), count, direction="LEFT"), dtype)
+            too_far = ctx.op.GreaterOrEqual(ctx.cast(n, torch.int64), ctx.const(bits, torch.int64))
+            return ctx.op.Where(too_far, ctx.const(0, dtype), shifted)
+        if not dtype.is_signed:
+            return ctx.cast(ctx.op.BitShift(ctx.cast(x, u64), count, direction="RIGHT"), dtype)
+        # arithmetic shift: a negative x is ~((~x) >> n), and ~x = -x - 1 is not negative
+        negative = ctx.op.Less(x, ctx.const(0, dtype))
+        flipped = ctx.op.Where(negative, ctx.op.Sub(ctx.const(-1, dtype), x), x)
+        shifted = ctx.cast(ctx.op.BitShift(ctx.cast(flipped, u64), count, direction="RIGHT"), dtype)
+        return ctx.op.Where(negative, ctx.op.Sub(ctx.const(-1, dtype), shifted), shifted)
 
     return convert_shift
 

@@ -221,6 +221,8 @@ def _identity(ctx, reduce: str, dtype: torch.dtype):
         value = 1
     elif dtype.is_floating_point:
         value = float("-inf") if reduce == "amax" else float("inf")
+    elif dtype == torch.bool:
+        value = reduce != "amax"
     else:
         info = torch.iinfo(dtype)
         value = info.min if reduce == "amax" else info.max
@@ -319,13 +321,20 @@ def _slice_scatter(ctx, x, src, axis, start, end, step, single=False):
     return ctx.op.ScatterElements(x, idx, ctx.cast(src, ctx.out_dtype()), axis=axis)
 
 
+def _nonzero(ctx, x):
+    """NonZero; a float64 tensor compared with 0 first (onnxruntime has no float64 NonZero)."""
+    if fake_of(ctx.node.args[0]).dtype == torch.float64:
+        x = ctx.op.Not(ctx.op.Equal(x, ctx.const(0.0, torch.float64)))
+    return ctx.op.NonZero(x)
+
+
 @converter(aten.nonzero.default)
 def convert_nonzero(ctx, node, x):
     if input_rank(ctx) == 0:  # (1, 0) for a nonzero scalar, (0, 0) otherwise
         count = ctx.op.Cast(ctx.op.Not(ctx.op.Equal(x, ctx.op.CastLike(ctx.const(0, torch.int64), x))), to=7)
         shape = ctx.op.Concat(ctx.op.Reshape(count, ctx.const([1], torch.int64)), ctx.const([0], torch.int64), axis=0)
         return ctx.op.ConstantOfShape(shape, value=ir.tensor(np.array([0], dtype=np.int64)))
-    return ctx.op.Transpose(ctx.op.NonZero(x), perm=[1, 0])
+    return ctx.op.Transpose(_nonzero(ctx, x), perm=[1, 0])
 
 
 @converter(aten.take.default)
@@ -339,7 +348,7 @@ def convert_nonzero_static(ctx, node, x, *, size, fill_value=-1):
     """The first ``size`` indices of nonzero, the missing rows filled with ``fill_value``."""
     if input_rank(ctx) == 0:  # no index to give: (size, 0)
         return ctx.const(np.zeros((size, 0), dtype=np.int64), torch.int64)
-    found = ctx.op.Transpose(ctx.op.NonZero(x), perm=[1, 0])
+    found = ctx.op.Transpose(_nonzero(ctx, x), perm=[1, 0])
     kept = ctx.op.Slice(found, ctx.const([0], torch.int64), ctx.const([size], torch.int64), ctx.const([0], torch.int64))
     missing = ctx.op.Sub(ctx.const([size], torch.int64), ctx.op.Shape(kept, start=0, end=1))
     zero = ctx.const([0], torch.int64)
@@ -350,7 +359,9 @@ def convert_nonzero_static(ctx, node, x, *, size, fill_value=-1):
 @converter(aten.nonzero_numpy.default)
 def convert_nonzero_numpy(ctx, node, x):
     rank = input_rank(ctx)
-    nz = ctx.op.NonZero(x)
+    if rank == 0:  # torch treats a 0-d tensor as one element: one index tensor, [0] or []
+        x, rank = ctx.op.Reshape(x, ctx.const([1], torch.int64)), 1
+    nz = _nonzero(ctx, x)
     if rank == 1:
         return [ctx.op.Squeeze(nz, ctx.const([0], torch.int64))]
     parts = ctx.op.Split(nz, ctx.const([1] * rank, torch.int64), axis=0, _outputs=rank)

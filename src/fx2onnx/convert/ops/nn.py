@@ -10,8 +10,9 @@ import operator
 
 import torch
 
+from ..builder import onnx_dtype
 from ..registry import converter
-from ._common import fake_of, input_rank, normalize_axis
+from ._common import fake_of, input_rank, normalize_axis, result_dtype
 
 aten = torch.ops.aten
 
@@ -104,7 +105,16 @@ def convert_native_layer_norm(ctx, node, x, normalized_shape, weight=None, bias=
     if weight is None:
         weight = ctx.op.Expand(ctx.const(1.0, dtype), ctx.shape_value(list(normalized_shape)))
     y, mean, inv_std = ctx.op.LayerNormalization(x, weight, bias, axis=axis, epsilon=float(eps), _outputs=3)
-    return y, mean, inv_std
+    if dtype == torch.float64:  # the statistics are float32 at most in ONNX: computed here in float64
+        axes = ctx.const(list(range(axis, rank)), torch.int64)
+        mean = ctx.op.ReduceMean(x, axes, keepdims=1)
+        centered = ctx.op.Sub(x, mean)
+        variance = ctx.op.ReduceMean(ctx.op.Mul(centered, centered), axes, keepdims=1)
+        return y, mean, ctx.op.Reciprocal(ctx.op.Sqrt(ctx.op.Add(variance, ctx.const(float(eps), dtype))))
+    # the statistics are float (stash_type=1) whatever the input type; torch gives them the input's
+    for stat in (mean, inv_std):
+        stat.dtype = onnx_dtype(torch.float32)
+    return y, ctx.cast(mean, ctx.out_dtype(1)), ctx.cast(inv_std, ctx.out_dtype(2))
 
 
 @converter(aten.rms_norm.default)
@@ -118,8 +128,11 @@ def convert_rms_norm(ctx, node, x, normalized_shape, weight=None, eps=None):
         if weight is None:
             weight = ctx.op.Expand(ctx.const(1.0, dtype), ctx.shape_value(list(normalized_shape)))
         return ctx.op.RMSNormalization(x, weight, axis=axes[0], epsilon=float(eps))
+    # like torch, half-precision inputs are normalized in float32 (their squares overflow float16)
+    work = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    x = ctx.cast(x, work)
     ms = ctx.op.ReduceMean(ctx.op.Mul(x, x), ctx.const(axes, torch.int64), keepdims=1)
-    y = ctx.op.Mul(x, ctx.op.Reciprocal(ctx.op.Sqrt(ctx.op.Add(ms, ctx.const(eps, dtype)))))
+    y = ctx.cast(ctx.op.Mul(x, ctx.op.Reciprocal(ctx.op.Sqrt(ctx.op.Add(ms, ctx.const(eps, work))))), dtype)
     return y if weight is None else ctx.op.Mul(y, weight)
 
 
@@ -262,28 +275,34 @@ def convert_einsum(ctx, node, equation, tensors, path=None):
 
 
 def _p_norm(ctx, x, p: float, axis: int, keepdim: bool):
-    """The p-norm of x over one axis."""
+    """The p-norm of x over one axis (accumulated in float32 for half-precision tensors, as torch)."""
+    dtype = ctx.out_dtype()
+    work = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    x = ctx.cast(x, work) if work != dtype else x
     axes = ctx.const([axis], torch.int64)
     if p == 2:
-        return ctx.op.ReduceL2(x, axes, keepdims=int(keepdim))
-    if p == 1:
-        return ctx.op.ReduceL1(x, axes, keepdims=int(keepdim))
-    if p == float("inf"):
-        return ctx.op.ReduceMax(ctx.op.Abs(x), axes, keepdims=int(keepdim))
-    dtype = ctx.out_dtype()
-    if p == 0:
-        nonzero = ctx.cast(ctx.op.Not(ctx.op.Equal(x, ctx.const(0.0, dtype))), dtype)
-        return ctx.op.ReduceSum(nonzero, axes, keepdims=int(keepdim))
-    power = ctx.const(float(p), dtype)
-    total = ctx.op.ReduceSum(ctx.op.Pow(ctx.op.Abs(x), power), axes, keepdims=int(keepdim))
-    return ctx.op.Pow(total, ctx.op.Reciprocal(power))
+        out = ctx.op.ReduceL2(x, axes, keepdims=int(keepdim))
+    elif p == 1:
+        out = ctx.op.ReduceL1(x, axes, keepdims=int(keepdim))
+    elif p == float("inf"):
+        out = ctx.op.ReduceMax(ctx.op.Abs(x), axes, keepdims=int(keepdim))
+    elif p == 0:
+        nonzero = ctx.cast(ctx.op.Not(ctx.op.Equal(x, ctx.const(0.0, work))), work)
+        out = ctx.op.ReduceSum(nonzero, axes, keepdims=int(keepdim))
+    else:
+        power = ctx.const(float(p), work)
+        total = ctx.op.ReduceSum(ctx.op.Pow(ctx.op.Abs(x), power), axes, keepdims=int(keepdim))
+        out = ctx.op.Pow(total, ctx.op.Reciprocal(power))
+    return ctx.cast(out, dtype) if work != dtype else out
 
 
 @converter(aten.pairwise_distance.default)
 def convert_pairwise_distance(ctx, node, x1, x2, p=2.0, eps=1e-6, keepdim=False):
     dtype = ctx.out_dtype()
-    x1, x2 = ctx.cast(x1, dtype), ctx.cast(x2, dtype)
-    diff = ctx.op.Add(ctx.op.Sub(x1, x2), ctx.const(float(eps), dtype))
+    # the difference in the inputs' type, as torch (a uint8 difference wraps), then + eps in the result's
+    common = result_dtype(*node.args[:2])
+    diff = ctx.op.Sub(ctx.cast(x1, common), ctx.cast(x2, common))
+    diff = ctx.op.Add(ctx.cast(diff, dtype), ctx.const(float(eps), dtype))
     # positive axes here: onnxruntime does not reduce an empty tensor along a negative axis
     rank = max(input_rank(ctx, 0), input_rank(ctx, 1))
     return _p_norm(ctx, diff, float(p), rank - 1, bool(keepdim))

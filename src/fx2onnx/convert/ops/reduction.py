@@ -10,9 +10,20 @@ from ._common import axes_value, input_fake, input_rank, normalize_axis
 aten = torch.ops.aten
 
 
+_HALF = (torch.float16, torch.bfloat16)
+_ACCUMULATING = {"ReduceSum", "ReduceMean", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"}
+
+
 def _reduce(ctx, op_type: str, x, dim=None, keepdim=False, dtype=None):
-    rank = input_rank(ctx)
     out_dtype = ctx.out_dtype()
+    if out_dtype in _HALF and op_type in _ACCUMULATING:
+        # torch accumulates half-precision reductions in float32 and rounds once (no overflow)
+        return ctx.cast(_reduce_as(ctx, op_type, ctx.cast(x, torch.float32), torch.float32, dim, keepdim), out_dtype)
+    return _reduce_as(ctx, op_type, x, out_dtype, dim, keepdim)
+
+
+def _reduce_as(ctx, op_type: str, x, out_dtype: torch.dtype, dim, keepdim):
+    rank = input_rank(ctx)
     if out_dtype != ctx.dtype(x) and (op_type in ("ReduceSum", "ReduceMean", "ReduceProd") or out_dtype.is_floating_point):
         x = ctx.cast(x, out_dtype)  # an integer tensor's mean, norm or logsumexp is a float
     if rank == 0:  # the reduction of one number
@@ -152,7 +163,8 @@ def _logical_reduce(op_type: str):
 
     def convert_logical_reduce(ctx, node, x, dim=None, keepdim=False):
         flags = ctx.cast(ctx.cast(x, torch.bool), torch.int64)
-        return ctx.cast(_reduce(ctx, op_type, flags, dim, keepdim), torch.bool)
+        # bool, or uint8 for a uint8 input as torch gives it
+        return ctx.cast(ctx.cast(_reduce_as(ctx, op_type, flags, torch.int64, dim, keepdim), torch.bool), ctx.out_dtype())
 
     return convert_logical_reduce
 
@@ -257,9 +269,10 @@ def convert_vector_norm(ctx, node, x, ord=2, dim=None, keepdim=False, dtype=None
     if ord == 0:
         nonzero = ctx.op.Not(ctx.op.Equal(x, ctx.const(0.0, ctx.dtype(x))))
         return _reduce(ctx, "ReduceSum", ctx.cast(nonzero, ctx.out_dtype()), dim, keepdim)
-    p = ctx.const(float(ord), ctx.out_dtype())
-    s = _reduce(ctx, "ReduceSum", ctx.op.Pow(ctx.op.Abs(x), p), dim, keepdim)
-    return ctx.op.Pow(s, ctx.op.Reciprocal(p))
+    work = torch.float32 if ctx.out_dtype() in _HALF else ctx.out_dtype()
+    p = ctx.const(float(ord), work)
+    s = _reduce_as(ctx, "ReduceSum", ctx.op.Pow(ctx.op.Abs(ctx.cast(x, work)), p), work, dim, keepdim)
+    return ctx.cast(ctx.op.Pow(s, ctx.op.Reciprocal(p)), ctx.out_dtype())
 
 
 @converter(aten.cumprod.default)
@@ -454,21 +467,26 @@ def convert_diff(ctx, node, x, n=1, dim=-1, prepend=None, append=None):
 
 @converter(aten.dist.default)
 def convert_dist(ctx, node, a, b, p=2):
+    """The p-norm of a - b: the difference in the result's type, the norm accumulated in
+    float32 for half-precision tensors as torch does."""
     dtype = ctx.out_dtype()
-    diff = ctx.op.Reshape(ctx.op.Sub(ctx.cast(a, dtype), ctx.cast(b, dtype)), ctx.const([-1], torch.int64))
+    work = torch.float32 if dtype in _HALF else dtype
+    diff = ctx.op.Sub(ctx.cast(a, dtype), ctx.cast(b, dtype))
+    diff = ctx.cast(ctx.op.Reshape(diff, ctx.const([-1], torch.int64)), work)
     p = float(p)
     axes = ctx.const([0], torch.int64)
     if p == 2:
-        return ctx.op.ReduceL2(diff, axes, keepdims=0)
-    if p == 1:
-        return ctx.op.ReduceL1(diff, axes, keepdims=0)
-    if p == float("inf"):
-        return ctx.op.ReduceMax(ctx.op.Abs(diff), axes, keepdims=0)
-    if p == 0:
-        nonzero = ctx.cast(ctx.op.Not(ctx.op.Equal(diff, ctx.const(0.0, dtype))), dtype)
-        return ctx.op.ReduceSum(nonzero, axes, keepdims=0)
-    power = ctx.const(p, dtype)
-    return ctx.op.Pow(ctx.op.ReduceSum(ctx.op.Pow(ctx.op.Abs(diff), power), axes, keepdims=0), ctx.op.Reciprocal(power))
+        out = ctx.op.ReduceL2(diff, axes, keepdims=0)
+    elif p == 1:
+        out = ctx.op.ReduceL1(diff, axes, keepdims=0)
+    elif p == float("inf"):
+        out = ctx.op.ReduceMax(ctx.op.Abs(diff), axes, keepdims=0)
+    elif p == 0:
+        out = ctx.op.ReduceSum(ctx.cast(ctx.op.Not(ctx.op.Equal(diff, ctx.const(0.0, work))), work), axes, keepdims=0)
+    else:
+        power = ctx.const(p, work)
+        out = ctx.op.Pow(ctx.op.ReduceSum(ctx.op.Pow(ctx.op.Abs(diff), power), axes, keepdims=0), ctx.op.Reciprocal(power))
+    return ctx.cast(out, dtype)
 
 
 @converter(aten.trace.default)

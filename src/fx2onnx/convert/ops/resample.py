@@ -32,6 +32,10 @@ def _resize(
 ):
     x, unbatched = _add_batch(ctx, x, n)
     dtype = ctx.out_dtype()
+    # torch interpolates integer images (uint8) and rounds to the nearest value
+    rounded = mode != "nearest" and not dtype.is_floating_point
+    if rounded:
+        x = ctx.cast(x, torch.float32)
     if scale_factors is not None and output_size is None:
         scales = ctx.const([1.0, 1.0] + [float(s) for s in _float_tuple(scale_factors, n)], torch.float32)
         sizes = None
@@ -53,6 +57,9 @@ def _resize(
         antialias=1 if antialias else None,
         exclude_outside=1 if antialias else None,
     )
+    if rounded:
+        info = torch.iinfo(dtype)
+        y = ctx.op.Clip(ctx.op.Round(y), ctx.const(float(info.min), torch.float32), ctx.const(float(info.max), torch.float32))
     y = ctx.cast(y, dtype)
     return _remove_batch(ctx, y, unbatched)
 

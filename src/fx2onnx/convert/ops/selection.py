@@ -25,6 +25,7 @@ def convert_bincount(ctx, node, x, weights=None, minlength=0):
     max(x.max() + 1, minlength) bins: a ScatterElements adding into zeros."""
     dtype = ctx.out_dtype()
     work = torch.float64 if dtype.is_floating_point else torch.int64
+    x = ctx.cast(x, _I64)
     largest = ctx.op.ReduceMax(ctx.op.Concat(x, ctx.const([-1], _I64), axis=0), keepdims=1)
     size = ctx.op.Max(ctx.op.Add(largest, ctx.const([1], _I64)), ctx.const([int(minlength)], _I64))
     counts = ctx.op.Expand(ctx.const(0, work), size)

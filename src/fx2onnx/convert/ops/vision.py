@@ -278,6 +278,25 @@ converter(aten.max_pool2d_with_indices.default)(_make_max_pool(2, True))
 converter(aten.max_pool3d_with_indices.default)(_make_max_pool(3, True))
 
 
+def _sum_pool_ceil(ctx, x, kernel: list[int], strides: list[int], pads: list[int], n: int, divisor: float):
+    """Window sums / divisor with ceil_mode (avg_pool's divisor_override): a depthwise convolution
+    by ones, padded on the right so that the last window torch keeps (it starts inside the input or
+    its left padding) exists; zeros add nothing to a sum."""
+    dims = _static_dims(ctx)
+    spatial, channels = dims[-n:], dims[-n - 1]
+    if not all(isinstance(d, int) for d in [*spatial, channels]):
+        raise ctx.error("avg_pool with divisor_override and ceil_mode=True needs static channels and spatial sizes.")
+    ends = []
+    for size, k, st, p in zip(spatial, kernel, strides, pads[:n]):
+        count = -(-(size + 2 * p - k) // st) + 1
+        if (count - 1) * st >= size + p:
+            count -= 1
+        ends.append(max((count - 1) * st + k - size - p, p))
+    weight = ctx.const(np.ones([channels, 1, *kernel], dtype=np.float64), ctx.out_dtype())
+    y = ctx.op.Conv(x, weight, kernel_shape=kernel, strides=strides, pads=list(pads[:n]) + ends, group=channels)
+    return ctx.op.Div(y, ctx.const(divisor, ctx.out_dtype()))
+
+
 def _make_avg_pool(n: int):
     def convert_avg_pool(
         ctx, node, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None
@@ -285,7 +304,7 @@ def _make_avg_pool(n: int):
         x, unbatched = _add_batch(ctx, x, n)
         kernel, strides, pads, _ = _pool_args(kernel_size, stride, padding, 1, n)
         if divisor_override is not None and ceil_mode:
-            raise ctx.error("avg_pool with divisor_override and ceil_mode=True is not supported: use one or the other.")
+            return _remove_batch(ctx, _sum_pool_ceil(ctx, x, kernel, strides, pads, n, float(divisor_override)), unbatched)
         include = count_include_pad or divisor_override is not None
         y = ctx.op.AveragePool(
             x,
@@ -377,17 +396,43 @@ converter(aten.adaptive_avg_pool2d.default, aten._adaptive_avg_pool2d.default)(_
 converter(aten.adaptive_avg_pool3d.default, aten._adaptive_avg_pool3d.default)(_make_adaptive_avg_pool(3))
 
 
+def _window_indices(ctx, x, axis: int, size_out: int):
+    """[out, K] input positions of adaptive pooling's windows along ``axis``: window i covers
+    [i * n // out, ceil((i + 1) * n / out)), K is the longest; shorter windows repeat their last
+    position (a max over a repeated value is unchanged, its first occurrence too)."""
+    i64 = torch.int64
+    n = ctx.dim_size(x, axis)
+    i = np.arange(size_out, dtype=np.int64)
+    start = ctx.op.Div(ctx.op.Mul(ctx.const(i, i64), n), ctx.const(size_out, i64))
+    end = ctx.op.Div(ctx.op.Add(ctx.op.Mul(ctx.const(i + 1, i64), n), ctx.const(size_out - 1, i64)), ctx.const(size_out, i64))
+    last = ctx.op.Unsqueeze(ctx.op.Sub(ctx.op.Sub(end, start), ctx.const(1, i64)), ctx.const([1], i64))
+    longest = ctx.op.ReduceMax(ctx.op.Sub(end, start), keepdims=0)
+    steps = ctx.op.Unsqueeze(ctx.op.Range(ctx.const(0, i64), longest, ctx.const(1, i64)), ctx.const([0], i64))
+    return ctx.op.Add(ctx.op.Unsqueeze(start, ctx.const([1], i64)), ctx.op.Min(steps, last))
+
+
 def _make_adaptive_max_pool(n: int):
     def convert_adaptive_max_pool(ctx, node, x, output_size):
         out = _ntuple(output_size, n)
         spatial = _static_dims(ctx)[-n:]
-        if not all(isinstance(s, int) and s % o == 0 for s, o in zip(spatial, out)):
-            raise ctx.error(
-                f"adaptive_max_pool{n}d is only supported when the static input size {spatial} "
-                f"is a multiple of the output size {out}."
-            )
-        kernel = [s // o for s, o in zip(spatial, out)]
-        return _max_pool(ctx, x, kernel, kernel, 0, 1, False, n, with_indices=True)
+        if all(isinstance(s, int) and s % o == 0 for s, o in zip(spatial, out)):
+            kernel = [s // o for s, o in zip(spatial, out)]
+            return _max_pool(ctx, x, kernel, kernel, 0, 1, False, n, with_indices=True)
+        # windows of different sizes: one axis at a time (last first), gather every window, keep its
+        # max and the flat spatial index of the first one in row-major order, as torch
+        i64 = torch.int64
+        x, unbatched = _add_batch(ctx, x, n)
+        flat = ctx.op.Range(ctx.const(0, i64), ctx.op.ReduceProd(ctx.op.Shape(x, start=2), keepdims=0), ctx.const(1, i64))
+        index = ctx.op.Expand(ctx.op.Reshape(flat, ctx.op.Shape(x, start=2)), ctx.op.Shape(x))
+        values = x
+        for axis in range(n + 1, 1, -1):
+            windows = _window_indices(ctx, x, axis, out[axis - 2])
+            gathered = ctx.op.Gather(values, windows, axis=axis)  # [..., out, K, ...]
+            first = ctx.op.ArgMax(gathered, axis=axis + 1, keepdims=1)
+            values = ctx.op.Squeeze(ctx.op.GatherElements(gathered, first, axis=axis + 1), ctx.const([axis + 1], i64))
+            candidates = ctx.op.Gather(index, windows, axis=axis)
+            index = ctx.op.Squeeze(ctx.op.GatherElements(candidates, first, axis=axis + 1), ctx.const([axis + 1], i64))
+        return _remove_batch(ctx, values, unbatched), _remove_batch(ctx, index, unbatched)
 
     convert_adaptive_max_pool.__name__ = f"convert_adaptive_max_pool{n}d"
     return convert_adaptive_max_pool

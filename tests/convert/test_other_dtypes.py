@@ -1,0 +1,93 @@
+"""Half precision, float64 and small integer types: what the OpInfo sweep over them found.
+
+Each case failed (or was silently wrong) before its fix; every model is checked against eager.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import Fn, Fn2, check_export, seeded_randn
+
+from fx2onnx.convert.ort_kernels import cast_to_kernel_types
+
+HALF = [torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_precision_norms_accumulate_in_float32(dtype):
+    # squares of values ~300 overflow float16 (65504): torch accumulates in float32 and rounds once
+    x = (seeded_randn(4, 64) * 300).to(dtype)
+    check_export(Fn(lambda t: F.rms_norm(t, (64,))), (x,), atol=1e-2, rtol=1e-2)
+    check_export(Fn2(lambda a, b: torch.dist(a, b, 3)), (x, -x), atol=1, rtol=1e-2)
+    check_export(Fn(lambda t: torch.linalg.vector_norm(t, 2.5, dim=1)), (x,), atol=1, rtol=1e-2)
+    check_export(Fn(lambda t: t.sum(1)), (x,), atol=2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", [*HALF, torch.float64])
+def test_native_layer_norm_statistics_in_the_input_type(dtype):
+    # ONNX's LayerNormalization gives float32 statistics: cast back, or computed in float64
+    x = seeded_randn(3, 5, 8).to(dtype)
+    check_export(Fn(lambda t: torch.native_layer_norm(t, [8], None, None, 1e-5)), (x,), atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize(
+    "reduce,dtype",
+    [(r, torch.float16) for r in ["sum", "prod", "amax", "amin", "mean"]] + [(r, torch.bool) for r in ["sum", "prod", "amax", "amin"]],
+)
+def test_scatter_reductions_onnxruntime_refuses_at_run_time(reduce, dtype):
+    # onnxruntime registers ScatterElements for float16 and bool but refuses a reduction at run time
+    x = (seeded_randn(4, 3) > 0) if dtype == torch.bool else seeded_randn(4, 3).to(dtype)
+    src = (seeded_randn(2, 3, seed=1) > 0) if dtype == torch.bool else seeded_randn(2, 3, seed=1).to(dtype)
+    index = torch.tensor([[0, 1, 3], [0, 2, 3]])
+    check_export(Fn2(lambda a, s: a.scatter_reduce(0, index, s, reduce)), (x, src), atol=1e-2)
+
+
+def test_bfloat16_where_the_schema_has_no_bfloat16():
+    # HardSwish-14 and Compress-11 do not list bfloat16: computed in float32
+    x = seeded_randn(2, 6).to(torch.bfloat16)
+    check_export(Fn(F.hardswish), (x,), atol=1e-2, rtol=1e-2)
+    check_export(Fn(lambda t: torch.masked_select(t, t > 0)), (x,))
+
+
+@pytest.mark.parametrize("fn", [F.elu, F.selu, F.softplus, F.hardswish, F.hardsigmoid, F.mish, F.celu, lambda t: F.leaky_relu(t, 0.2)])
+def test_float64_activations_through_their_function_bodies(fn):
+    # onnxruntime has float kernels only: the ONNX function body (Exp, Where...) runs in float64
+    x = seeded_randn(3, 7).double() * 4
+    check_export(Fn(fn), (x,), atol=1e-10, rtol=1e-10)
+
+
+def test_function_body_expansion_on_a_graph():
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.DOUBLE), shape=ir.Shape([3]))
+    node = ir.node("HardSwish", [x])
+    node.outputs[0].name = "y"
+    model = ir.Model(ir.Graph([x], node.outputs, nodes=[node], opset_imports={"": 20}), ir_version=10)
+    cast_to_kernel_types(model)
+    ops = [n.op_type for n in model.graph]
+    assert "HardSwish" not in ops and "HardSigmoid" not in ops and "Mul" in ops  # expanded twice
+    assert model.graph.outputs[0].name == "y" and model.graph.outputs[0].dtype == ir.DataType.DOUBLE
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.int8])
+def test_nonzero_of_other_types_and_of_a_scalar(dtype):
+    x = torch.tensor([[0, 1.5, 0], [2, 0, -1]]).to(dtype)
+    check_export(Fn(lambda t: torch.nonzero(t)), (x,))
+    check_export(Fn(lambda t: torch.nonzero(t, as_tuple=True)), (x,))
+    check_export(Fn(lambda t: torch.nonzero(t, as_tuple=True)), (torch.tensor(3).to(dtype),))
+
+
+def test_small_integer_types():
+    u = torch.tensor([[0, 3, 255], [1, 0, 7]], dtype=torch.uint8)
+    check_export(Fn(lambda t: (t.all(1), t.any())), (u,))  # uint8 in, uint8 out as torch
+    check_export(Fn(lambda t: torch.bincount(t.flatten())), (torch.tensor([1, 3, 3, 0], dtype=torch.int32),))
+    # the difference wraps in uint8 before the eps makes it float, as in eager
+    check_export(Fn2(lambda a, b: F.pairwise_distance(a, b)), (u, u.flip(1)))
+
+
+def test_uint8_bilinear_rounds_to_nearest():
+    # torch interpolates integer images with fixed-point weights; the model computes the exact value and
+    # rounds it: equal to eager here, and never more than 1 apart (OpInfo samples, ``rounding``)
+    x = torch.tensor([[[[0, 255], [255, 0]]]], dtype=torch.uint8)
+    check_export(Fn(lambda t: F.interpolate(t, size=(3, 3), mode="bilinear")), (x,))
