@@ -383,6 +383,20 @@ def test_grid_sample(mode, padding_mode, align_corners, opset):
     check_export(model, (x, grid), target_opset=opset)
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+def test_grid_sample_volume(mode, padding_mode):
+    # grid_sampler_3d: ONNX GridSample-20 samples N-D inputs
+    gen = torch.Generator().manual_seed(0)
+    x, grid = torch.randn(2, 3, 4, 6, 5, generator=gen), torch.rand(2, 3, 5, 4, 3, generator=gen) * 2.4 - 1.2
+    model = GridSample(mode=mode, padding_mode=padding_mode, align_corners=False)
+    x2, grid2 = torch.randn(1, 3, 5, 3, 4, generator=gen), torch.rand(1, 2, 2, 6, 3, generator=gen) * 2 - 1
+    dyn = ({0: "n", 2: "d", 3: "h", 4: "w"}, {0: "n", 1: "od", 2: "oh", 3: "ow"})
+    check_export(model, (x, grid), dynamic_shapes=dyn, inputs2=((x2, grid2), None), target_opset=20)
+    with pytest.raises(fx2onnx.ConversionError, match="target_opset >= 20"):
+        fx2onnx.to_onnx(model, (x, grid), target_opset=18)
+
+
 @pytest.mark.parametrize("align_corners", [False, True])
 def test_affine_grid_then_sample(align_corners):
     class Warp(nn.Module):

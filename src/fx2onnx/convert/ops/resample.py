@@ -143,10 +143,13 @@ _GRID_MODES = {0: ("bilinear", "linear"), 1: ("nearest", "nearest"), 2: ("bicubi
 _GRID_PADDINGS = {0: "zeros", 1: "border", 2: "reflection"}
 
 
-@converter(aten.grid_sampler.default, aten.grid_sampler_2d.default)
+@converter(aten.grid_sampler.default, aten.grid_sampler_2d.default, aten.grid_sampler_3d.default)
 def convert_grid_sampler(ctx, node, x, grid, interpolation_mode, padding_mode, align_corners):
-    if input_rank(ctx) != 4:
-        raise ctx.error("grid_sample is supported on 4D inputs (N, C, H, W).")
+    rank = input_rank(ctx)
+    if rank == 5 and ctx.opset < 20:
+        raise ctx.error("grid_sample of a volume (N, C, D, H, W) needs GridSample-20: export with target_opset >= 20.")
+    if rank not in (4, 5):
+        raise ctx.error("grid_sample is supported on 4D (N, C, H, W) and 5D (N, C, D, H, W) inputs.")
     mode = _GRID_MODES[int(interpolation_mode)][0 if ctx.opset < 20 else 1]
     return ctx.op.GridSample(
         x, grid, mode=mode, padding_mode=_GRID_PADDINGS[int(padding_mode)], align_corners=int(bool(align_corners))
