@@ -303,3 +303,30 @@ def test_funnel_positions_without_lists_match(separate_cls, truncate_seq, seq):
         for a, b in zip(pair, pair_expected):
             assert (a is None and b is None) or torch.equal(a, b)
 
+
+
+def test_reformer_axial_positions_for_the_whole_batch():
+    """Reformer gathered its axial position embeddings with a Python loop over the batch (frozen)."""
+    from transformers import ReformerConfig
+    from transformers.models.reformer.modeling_reformer import AxialPositionEmbeddings
+
+    from fx2onnx.models.discover import get_architecture
+    from fx2onnx.models.zoo_inputs import build_zoo_model
+
+    config = ReformerConfig(hidden_size=64, axial_pos_embds_dim=[24, 40], axial_pos_shape=[4, 8])
+    torch.manual_seed(0)
+    embeddings = AxialPositionEmbeddings(config).eval()
+    for weight in embeddings.weights:
+        torch.nn.init.normal_(weight)
+    positions = torch.randint(0, 32, (3, 7), generator=torch.Generator().manual_seed(0))
+    expected = embeddings(positions)
+    with fx2onnx.torch_export_patches(patch_transformers=True):
+        got = embeddings(positions)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+    zoo = build_zoo_model(get_architecture("reformer"), with_cache=False)
+    with fx2onnx.torch_export_patches(patch_transformers=True):
+        onx = fx2onnx.to_onnx(zoo.model, (), kwargs=zoo.copy_inputs(0), dynamic_shapes=zoo.dynamic_shapes)
+    inputs = zoo.copy_inputs(1)
+    assert inputs["input_ids"].shape[0] != zoo.copy_inputs(0)["input_ids"].shape[0]  # another batch size
+    assert fx2onnx.validate(onx, zoo.model, (), inputs, atol=1e-4).ok

@@ -192,6 +192,12 @@ def _make_funnel_position_embeds(original: Any) -> Any:
     return _make_get_position_embeds(original)
 
 
+def _make_reformer_axial_positions(original: Any) -> Any:
+    from .reformer import _make_axial_position_forward
+
+    return _make_axial_position_forward(original)
+
+
 def transformers_patches() -> list[Patch]:
     """Returns the transformers patches (rotary embeddings of the modeling modules imported so far)."""
     patches = [
@@ -236,6 +242,14 @@ def transformers_patches() -> list[Patch]:
         expected_args=("self", "input_ids", "span", "context", "length"),
         doc="CPM-Ant's left-padding mask from a reversed arange instead of a Python list of the "
         "sequence length, which torch.export froze",
+    ))
+    patches.extend(patch_if_imported(
+        "transformers.models.reformer.modeling_reformer", "AxialPositionEmbeddings.forward",
+        name="AxialPositionEmbeddings.forward",
+        make=_make_reformer_axial_positions,
+        expected_args=("self", "position_ids"),
+        doc="Reformer's axial position embeddings indexed for the whole batch instead of a Python loop "
+        "over it, which torch.export froze",
     ))
     for target in dynamic_rope_targets():
         class_name = target.split(".")[-2]
