@@ -91,3 +91,14 @@ def test_uint8_bilinear_rounds_to_nearest():
     # rounds it: equal to eager here, and never more than 1 apart (OpInfo samples, ``rounding``)
     x = torch.tensor([[[[0, 255], [255, 0]]]], dtype=torch.uint8)
     check_export(Fn(lambda t: F.interpolate(t, size=(3, 3), mode="bilinear")), (x,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_nextafter_exact_at_the_edges(dtype):
+    info = torch.finfo(dtype)
+    tiny = info.smallest_normal * info.eps  # the smallest subnormal
+    special = [0.0, -0.0, tiny, -tiny, info.smallest_normal, 1.0, 0.5, -2.0, 3.0, 1e-3, info.max, -info.max, float("inf"), float("-inf"), float("nan")]
+    x = torch.tensor(special, dtype=dtype).repeat_interleave(3)
+    y = torch.tensor([float("inf"), float("-inf"), 1.0], dtype=dtype).repeat(len(special))
+    check_export(Fn2(torch.nextafter), (x, y), atol=0, rtol=0)
+    check_export(Fn(lambda t: torch.frexp(t)), (x,), atol=0, rtol=0)

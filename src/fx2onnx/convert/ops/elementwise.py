@@ -661,23 +661,70 @@ def convert_ldexp(ctx, node, x, other):
     return ctx.op.Mul(x, ctx.op.Pow(ctx.const(2.0, dtype), other))
 
 
+def _scale2(ctx, v, e):
+    """v * 2**e in float64 in two halves: 2**e alone overflows (or underflows) at the ends of the range."""
+    f64 = torch.float64
+    half = ctx.op.Floor(ctx.op.Div(e, ctx.const(2.0, f64)))
+    two = ctx.const(2.0, f64)
+    return ctx.op.Mul(ctx.op.Mul(v, ctx.op.Pow(two, half)), ctx.op.Pow(two, ctx.op.Sub(e, half)))
+
+
+def _binary_exponent(ctx, size):
+    """e (float64) with size = m * 2**e, 0.5 <= m < 1, for positive finite float64 values: from the
+    logarithm, then one correction where it rounded."""
+    f64 = torch.float64
+    e = ctx.op.Add(ctx.op.Floor(ctx.op.Div(ctx.op.Log(size), ctx.const(math.log(2.0), f64))), ctx.const(1.0, f64))
+    m = _scale2(ctx, size, ctx.op.Neg(e))
+    return ctx.op.Add(e, ctx.op.Sub(ctx.cast(ctx.op.GreaterOrEqual(m, ctx.const(1.0, f64)), f64), ctx.cast(ctx.op.Less(m, ctx.const(0.5, f64)), f64)))
+
+
 @converter(aten.frexp.Tensor)
 def convert_frexp(ctx, node, x):
-    """x = mantissa * 2**exponent with 0.5 <= |mantissa| < 1 (0, inf and NaN: (x, 0)), in
-    float64: floor(log2|x|) + 1, then one correction step where the logarithm rounded."""
+    """x = mantissa * 2**exponent with 0.5 <= |mantissa| < 1 (0, inf and NaN: (x, 0)), in float64."""
     f64, i32 = torch.float64, torch.int32
     v = ctx.cast(x, f64)
     size = ctx.op.Abs(v)
     regular = ctx.op.And(ctx.op.Greater(size, ctx.const(0.0, f64)), ctx.op.Not(ctx.op.IsInf(size)))
     safe = ctx.op.Where(regular, size, ctx.const(1.0, f64))
-    e = ctx.op.Add(ctx.op.Floor(ctx.op.Div(ctx.op.Log(safe), ctx.const(math.log(2.0), f64))), ctx.const(1.0, f64))
-    m = ctx.op.Div(safe, ctx.op.Pow(ctx.const(2.0, f64), e))
-    one, half = ctx.const(1.0, f64), ctx.const(0.5, f64)
-    e = ctx.op.Add(e, ctx.op.Sub(ctx.cast(ctx.op.GreaterOrEqual(m, one), f64), ctx.cast(ctx.op.Less(m, half), f64)))
-    m = ctx.op.Div(safe, ctx.op.Pow(ctx.const(2.0, f64), e))
+    e = _binary_exponent(ctx, safe)
+    m = _scale2(ctx, safe, ctx.op.Neg(e))
     mantissa = ctx.op.Where(regular, ctx.op.Mul(m, ctx.op.Sign(v)), v)
     exponent = ctx.op.Where(regular, e, ctx.const(0.0, f64))
     return ctx.cast(mantissa, ctx.out_dtype(0)), ctx.cast(exponent, i32)
+
+
+# (significand bits, exponent of the smallest subnormal) of each floating type
+_FLOAT_BITS = {torch.float64: (53, -1074), torch.float32: (24, -149), torch.float16: (11, -24), torch.bfloat16: (8, -133)}
+
+
+@converter(aten.nextafter.default)
+def convert_nextafter(ctx, node, x, y):
+    """The next representable value after x towards y, computed in float64 where every step of
+    the narrower types is exact: x +- 2**(exponent - bits), half that below a power of two,
+    the smallest subnormal around 0, the largest finite value after an infinity."""
+    dtype = ctx.out_dtype()
+    bits, tiny = _FLOAT_BITS[dtype]
+    f64 = torch.float64
+    xv, yv = ctx.cast(ctx.cast(x, dtype), f64), ctx.cast(ctx.cast(y, dtype), f64)
+    size = ctx.op.Abs(xv)
+    regular = ctx.op.And(ctx.op.Greater(size, ctx.const(0.0, f64)), ctx.op.Not(ctx.op.IsInf(size)))
+    safe = ctx.op.Where(regular, size, ctx.const(1.0, f64))
+    e = _binary_exponent(ctx, safe)  # safe = m * 2**e
+    up = ctx.op.Greater(yv, xv)
+    growing = ctx.op.Equal(up, ctx.op.Greater(xv, ctx.const(0.0, f64)))
+    power_of_two = ctx.op.Equal(_scale2(ctx, safe, ctx.op.Neg(e)), ctx.const(0.5, f64))
+    exponent = ctx.op.Sub(e, ctx.const(float(bits), f64))
+    exponent = ctx.op.Sub(exponent, ctx.cast(ctx.op.And(power_of_two, ctx.op.Not(growing)), f64))
+    step = _scale2(ctx, ctx.const(1.0, f64), ctx.op.Max(exponent, ctx.const(float(tiny), f64)))
+    signed = ctx.op.Where(up, step, ctx.op.Neg(step))
+    out = ctx.op.Add(xv, signed)
+    smallest = _scale2(ctx, ctx.const(1.0, f64), ctx.const(float(tiny), f64))
+    out = ctx.op.Where(ctx.op.Equal(xv, ctx.const(0.0, f64)), ctx.op.Where(up, smallest, ctx.op.Neg(smallest)), out)
+    largest = ctx.const(float(torch.finfo(dtype).max), f64)
+    out = ctx.op.Where(ctx.op.IsInf(xv), ctx.op.Mul(ctx.op.Sign(xv), largest), out)
+    out = ctx.op.Where(ctx.op.Equal(xv, yv), yv, out)
+    out = ctx.op.Where(ctx.op.Or(ctx.op.IsNaN(xv), ctx.op.IsNaN(yv)), ctx.op.Add(xv, yv), out)
+    return ctx.cast(out, dtype)
 
 
 @converter(aten.special_ndtr.default)
