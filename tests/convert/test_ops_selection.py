@@ -184,6 +184,22 @@ def test_histogramdd(bins):
     )
 
 
+@pytest.mark.parametrize("reduce", ["sum", "mean", "prod", "max", "min"])
+@pytest.mark.parametrize("initial", [None, 2.5])
+def test_segment_reduce_empty_segments_and_nan(reduce, initial):
+    data = seeded_randn(6, 3)
+    data[4, 1] = float("nan")
+    lengths = torch.tensor([2, 0, 3, 1])
+    check_export(Fn2(lambda d, n: torch.segment_reduce(d, reduce, lengths=n, initial=initial)), (data, lengths))
+    offsets = torch.tensor([0, 2, 2, 5, 6])
+    check_export(
+        Fn2(lambda d, o: torch.segment_reduce(d, reduce, offsets=o, initial=initial)),
+        (seeded_randn(6, 2), offsets),
+        dynamic_shapes={"x": {0: "n"}, "y": {0: "segments"}},
+        inputs2=((seeded_randn(9, 2, seed=1), torch.tensor([0, 0, 4, 9])), None),
+    )
+
+
 def test_histc_moe_routing_dynamic():
     # counts of tokens per expert, as mixture-of-experts layers compute them
     num_experts = 8

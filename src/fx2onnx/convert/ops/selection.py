@@ -181,6 +181,44 @@ def _repeat_indices(ctx, repeats):
     return ctx.op.Slice(run, ctx.const([0], _I64), total, ctx.const([0], _I64))
 
 
+_SEGMENT_REDUCTIONS = {"sum": ("add", 0.0), "mean": ("add", 0.0), "prod": ("mul", 1.0), "max": ("max", float("-inf")), "min": ("min", float("inf"))}
+
+
+@converter(aten.segment_reduce.default)
+def convert_segment_reduce(ctx, node, data, reduce, *, lengths=None, indices=None, offsets=None, axis=0, unsafe=False, initial=None):
+    """Reductions of consecutive segments of the first axis (1-D lengths or offsets; torch wants the
+    axis to be the last of the lengths'): each segment
+    starts from ``initial`` (or the reduction's identity) and a ScatterElements reduces its values
+    into it; a mean divides by the length, an empty one is ``initial`` or NaN; NaN propagates."""
+    if reduce not in _SEGMENT_REDUCTIONS:
+        raise ctx.error(f"segment_reduce with reduce={reduce!r} is not supported (sum, mean, prod, max, min).")
+    if indices is not None or (lengths is None) == (offsets is None):
+        raise ctx.error("segment_reduce is supported with lengths or offsets (1-D), not indices.")
+    length_rank = fake_of(node.kwargs.get("lengths", node.kwargs.get("offsets"))).dim()
+    if length_rank != 1:
+        raise ctx.error("segment_reduce is supported with 1-D lengths or offsets.")
+    dtype = ctx.out_dtype()
+    if lengths is None:
+        lengths = ctx.op.Sub(ctx.op.Slice(offsets, ctx.const([1], _I64), ctx.const([2**62], _I64)), ctx.op.Slice(offsets, ctx.const([0], _I64), ctx.const([-1], _I64)))
+    lengths = ctx.cast(lengths, _I64)
+    values = data
+    reduction, identity = _SEGMENT_REDUCTIONS[reduce]
+    start = identity if initial is None else float(initial)
+    rest = ctx.op.Shape(values, start=1)
+    out_shape = ctx.op.Concat(ctx.op.Shape(lengths), rest, axis=0)
+    column = ctx.op.Concat(ctx.const([-1], _I64), ctx.op.Expand(ctx.const([1], _I64), ctx.op.Shape(rest)), axis=0)  # [-1, 1, ...]
+    ids = ctx.op.Expand(ctx.op.Reshape(_repeat_indices(ctx, lengths), column), ctx.op.Shape(values))
+    out = ctx.op.ScatterElements(ctx.op.Expand(ctx.const(start, dtype), out_shape), ids, values, axis=0, reduction=reduction)
+    count = ctx.op.Reshape(lengths, column)
+    if reduce == "mean":
+        empty = ctx.const(float("nan") if initial is None else float(initial), dtype)
+        out = ctx.op.Where(ctx.op.Equal(count, ctx.const(0, _I64)), empty, ctx.op.Div(out, ctx.cast(count, dtype)))
+    if reduce in ("max", "min"):  # onnxruntime's max/min skip NaN, torch propagates it
+        nans = ctx.op.ScatterElements(ctx.op.Expand(ctx.const(0.0, dtype), out_shape), ids, ctx.cast(ctx.op.IsNaN(values), dtype), axis=0, reduction="add")
+        out = ctx.op.Where(ctx.op.Greater(nans, ctx.const(0.0, dtype)), ctx.const(float("nan"), dtype), out)
+    return out
+
+
 @converter(aten.repeat_interleave.Tensor)
 def convert_repeat_interleave_tensor(ctx, node, repeats, output_size=None):
     return ctx.cast(_repeat_indices(ctx, repeats), ctx.out_dtype())
