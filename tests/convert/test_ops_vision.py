@@ -155,6 +155,9 @@ def test_avg_pool_divisor_override_with_ceil_mode(n, size):
     else:
         model = Fn(lambda x: pool_fn(x, 3, 2, 1, ceil_mode=True, divisor_override=5))
     check_export(model, (_randn(2, 3, *size),))
+    spatial = {a: f"s{a}" for a in range(2, 2 + max(n, 2))} if n > 1 else {2: "s"}
+    bigger = tuple(s + 3 for s in size)
+    check_export(model, (_randn(2, 3, *size),), dynamic_shapes=({0: "b", **spatial},), inputs2=((_randn(1, 3, *bigger),), None))
 
 
 UPSAMPLES = {

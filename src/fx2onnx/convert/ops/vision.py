@@ -279,21 +279,26 @@ converter(aten.max_pool3d_with_indices.default)(_make_max_pool(3, True))
 
 
 def _sum_pool_ceil(ctx, x, kernel: list[int], strides: list[int], pads: list[int], n: int, divisor: float):
-    """Window sums / divisor with ceil_mode (avg_pool's divisor_override): a depthwise convolution
-    by ones, padded on the right so that the last window torch keeps (it starts inside the input or
-    its left padding) exists; zeros add nothing to a sum."""
-    dims = _static_dims(ctx)
-    spatial, channels = dims[-n:], dims[-n - 1]
-    if not all(isinstance(d, int) for d in [*spatial, channels]):
-        raise ctx.error("avg_pool with divisor_override and ceil_mode=True needs static channels and spatial sizes.")
+    """Window sums / divisor with ceil_mode (avg_pool's divisor_override): zero padding on the right
+    (computed from the sizes, which may be dynamic) so that the last window torch keeps (it starts
+    inside the input or its left padding) exists, then a depthwise convolution by ones."""
+    channels = _static_dims(ctx)[-n - 1]
+    if not isinstance(channels, int):
+        raise ctx.error("avg_pool with divisor_override and ceil_mode=True needs a static number of channels.")
+    i64 = torch.int64
     ends = []
-    for size, k, st, p in zip(spatial, kernel, strides, pads[:n]):
-        count = -(-(size + 2 * p - k) // st) + 1
-        if (count - 1) * st >= size + p:
-            count -= 1
-        ends.append(max((count - 1) * st + k - size - p, p))
+    for axis, (k, st, p) in enumerate(zip(kernel, strides, pads[:n])):
+        size = ctx.op.Reshape(ctx.dim_size(x, axis + 2), ctx.const([1], i64))
+        # count = ceil((size + 2p - k) / s) + 1, one less when the last window starts in the right padding
+        count = ctx.op.Add(ctx.op.Div(ctx.op.Add(size, ctx.const([2 * p - k + st - 1], i64)), ctx.const([st], i64)), ctx.const([1], i64))
+        last_start = ctx.op.Mul(ctx.op.Sub(count, ctx.const([1], i64)), ctx.const([st], i64))
+        count = ctx.op.Sub(count, ctx.cast(ctx.op.GreaterOrEqual(last_start, ctx.op.Add(size, ctx.const([p], i64))), i64))
+        reach = ctx.op.Add(ctx.op.Mul(ctx.op.Sub(count, ctx.const([1], i64)), ctx.const([st], i64)), ctx.const([k], i64))
+        ends.append(ctx.op.Max(ctx.op.Sub(ctx.op.Sub(reach, size), ctx.const([p], i64)), ctx.const([p], i64)))
+    padding = ctx.op.Concat(ctx.const([0, 0] + list(pads[:n]) + [0, 0], i64), *ends, axis=0)
+    padded = ctx.op.Pad(x, padding, ctx.const(0.0, ctx.out_dtype()), mode="constant")
     weight = ctx.const(np.ones([channels, 1, *kernel], dtype=np.float64), ctx.out_dtype())
-    y = ctx.op.Conv(x, weight, kernel_shape=kernel, strides=strides, pads=list(pads[:n]) + ends, group=channels)
+    y = ctx.op.Conv(padded, weight, kernel_shape=kernel, strides=strides, group=channels)
     return ctx.op.Div(y, ctx.const(divisor, ctx.out_dtype()))
 
 
