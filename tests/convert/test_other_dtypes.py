@@ -102,3 +102,19 @@ def test_nextafter_exact_at_the_edges(dtype):
     y = torch.tensor([float("inf"), float("-inf"), 1.0], dtype=dtype).repeat(len(special))
     check_export(Fn2(torch.nextafter), (x, y), atol=0, rtol=0)
     check_export(Fn(lambda t: torch.frexp(t)), (x,), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("n,groups,stride,padding,dilation", [(1, 1, 1, 0, 1), (2, 2, 2, 1, 1), (2, 1, 1, "same", 2), (3, 1, (1, 2, 1), 1, 1)])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int64])
+def test_convolutions_onnxruntime_computes_in_float32_only(n, groups, stride, padding, dilation, dtype):
+    # onnxruntime's Conv is float32 only: float64 and integer convolutions are sums of products, exact
+    conv = [F.conv1d, F.conv2d, F.conv3d][n - 1]
+    gen = torch.Generator().manual_seed(n)
+    x = torch.randint(-2**20, 2**20, (2, 4, *[7] * n), generator=gen).to(dtype)
+    x = x / 3 if dtype.is_floating_point else x  # float64: digits float32 does not have
+    w = torch.randint(-50, 50, (6, 4 // groups, *[3] * n), generator=gen).to(dtype)
+    b = torch.randint(-9, 9, (6,), generator=gen).to(dtype)
+    model = Fn2(lambda t, k: conv(t, k, b, stride, padding, dilation, groups))
+    spatial = {a: f"s{a}" for a in range(2, 2 + n)}
+    bigger = torch.randint(-9, 9, (1, 4, *[9] * n), generator=gen).to(dtype)
+    check_export(model, (x, w), dynamic_shapes=({0: "b", **spatial}, None), inputs2=((bigger, w), None), atol=0, rtol=1e-12)

@@ -61,6 +61,42 @@ def _reshape_channels(ctx, v, rank: int):
 
 
 # convolutions
+#: types onnxruntime has no Conv kernel for (float only) and no exact carrier: convolved as products
+_CONV_BY_PRODUCTS = (torch.float64, torch.int64, torch.int32)
+
+
+def _conv_by_products(ctx, x, weight, bias, kernel, strides, pads, dilations, groups: int, n: int):
+    """A convolution as a sum over the kernel's offsets of the strided slice of the padded input
+    times the weights at that offset (an Einsum per offset, over the channels of each group):
+    exact in float64 and integers, where onnxruntime's Conv computes in float32 only."""
+    if not all(isinstance(k, int) for k in kernel):
+        raise ctx.error("A float64 or integer convolution needs a static kernel size.")
+    i64 = torch.int64
+    padded = ctx.op.Pad(x, ctx.const([0, 0, *pads[:n], 0, 0, *pads[n:]], i64), ctx.const(0, ctx.out_dtype()), mode="constant")
+    out_sizes = []  # floor((size - dilation * (k - 1) - 1) / stride) + 1
+    for axis, (k, st, d) in enumerate(zip(kernel, strides, dilations)):
+        size = ctx.op.Reshape(ctx.dim_size(padded, axis + 2), ctx.const([1], i64))
+        out_sizes.append(ctx.op.Add(ctx.op.Div(ctx.op.Sub(size, ctx.const([d * (k - 1) + 1], i64)), ctx.const([st], i64)), ctx.const([1], i64)))
+    grouped_shape = ctx.op.Concat(ctx.op.Shape(padded, start=0, end=1), ctx.const([groups, -1], i64), *out_sizes, axis=0)
+    cout = ctx.op.Shape(weight, start=0, end=1)
+    # [G, Cout/G, Cin/G, prod(kernel)]: the weights of each group, one column per kernel offset
+    w_grouped = ctx.op.Reshape(weight, ctx.op.Concat(ctx.const([groups, -1], i64), ctx.op.Shape(weight, start=1, end=2), ctx.const([int(np.prod(kernel))], i64), axis=0))
+    letters = "hwdxyz"[:n]
+    total = None
+    for offset in np.ndindex(*kernel):
+        starts = [o * d for o, d in zip(offset, dilations)]
+        ends = [ctx.op.Add(ctx.op.Mul(ctx.op.Sub(o, ctx.const([1], i64)), ctx.const([st], i64)), ctx.const([s0 + 1], i64)) for o, st, s0 in zip(out_sizes, strides, starts)]
+        piece = ctx.op.Slice(padded, ctx.const(starts, i64), ctx.op.Concat(*ends, axis=0), ctx.const(list(range(2, 2 + n)), i64), ctx.const(list(strides), i64))
+        piece = ctx.op.Reshape(piece, grouped_shape)  # [N, G, Cin/G, out...]
+        w = ctx.op.Gather(w_grouped, ctx.const(int(np.ravel_multi_index(offset, kernel)), i64), axis=3)
+        term = ctx.op.Einsum(piece, w, equation=f"ngc{letters},goc->ngo{letters}")
+        total = term if total is None else ctx.op.Add(total, term)
+    y = ctx.op.Reshape(total, ctx.op.Concat(ctx.op.Shape(padded, start=0, end=1), cout, *out_sizes, axis=0))
+    if bias is not None:
+        y = ctx.op.Add(y, _reshape_channels(ctx, bias, n + 2))
+    return y
+
+
 def _conv(ctx, x, weight, bias, stride, padding, dilation, groups, n: int):
     x, unbatched = _add_batch(ctx, x, n)
     kernel = _static_dims(ctx, 1)[2:]
@@ -77,6 +113,9 @@ def _conv(ctx, x, weight, bias, stride, padding, dilation, groups, n: int):
             raise ctx.error(f"Unknown padding {padding!r}: use 'same', 'valid' or integers.")
     else:
         pads = _ntuple(padding, n) * 2
+    if ctx.out_dtype() in _CONV_BY_PRODUCTS:
+        y = _conv_by_products(ctx, x, weight, bias, kernel, strides, pads, dilations, int(groups), n)
+        return _remove_batch(ctx, y, unbatched)
     y = ctx.op.Conv(
         x,
         weight,
