@@ -146,6 +146,9 @@ def _conv_transpose(ctx, x, weight, bias, stride, padding, output_padding, group
     x, unbatched = _add_batch(ctx, x, n)
     kernel = _static_dims(ctx, 1)[2:]
     strides, pads, extra = _ntuple(stride, n), _ntuple(padding, n), _ntuple(output_padding, n)
+    if ctx.out_dtype() in _CONV_BY_PRODUCTS:
+        y = _conv_transpose_by_products(ctx, x, weight, bias, kernel, strides, pads, extra, int(groups), _ntuple(dilation, n), n)
+        return _remove_batch(ctx, y, unbatched)
     options = dict(
         strides=strides,
         dilations=_ntuple(dilation, n),
@@ -164,6 +167,42 @@ def _conv_transpose(ctx, x, weight, bias, stride, padding, output_padding, group
     if bias is not None:
         y = ctx.op.Add(y, ctx.op.Reshape(bias, ctx.const([-1] + [1] * n, torch.int64)))
     return _remove_batch(ctx, y, unbatched)
+
+
+def _insert_zeros(ctx, x, axis: int, stride: int, rank: int):
+    """stride - 1 zeros between the elements of x along ``axis`` (size (n - 1) * stride + 1)."""
+    if stride == 1:
+        return x
+    i64 = torch.int64
+    spread = ctx.op.Unsqueeze(x, ctx.const([axis + 1], i64))  # [..., n, 1, ...] -> [..., n, stride, ...]
+    pads = [0] * (2 * (rank + 1))
+    pads[rank + 1 + axis + 1] = stride - 1
+    spread = ctx.op.Pad(spread, ctx.const(pads, i64), ctx.const(0, ctx.out_dtype()), mode="constant")
+    size = ctx.op.Reshape(ctx.dim_size(x, axis), ctx.const([1], i64))
+    merged = ctx.op.Concat(ctx.op.Shape(x, start=0, end=axis), ctx.op.Mul(size, ctx.const([stride], i64)), ctx.op.Shape(x, start=axis + 1), axis=0)
+    end = ctx.op.Add(ctx.op.Mul(ctx.op.Sub(size, ctx.const([1], i64)), ctx.const([stride], i64)), ctx.const([1], i64))
+    return ctx.op.Slice(ctx.op.Reshape(spread, merged), ctx.const([0], i64), end, ctx.const([axis], i64))
+
+
+def _conv_transpose_by_products(ctx, x, weight, bias, kernel, strides, pads, extra, groups: int, dilations, n: int):
+    """A transposed convolution as the convolution of the input spread by the stride (zeros between
+    its elements), padded by dilation * (k - 1) - padding (+ output_padding at the end; negative pads
+    crop), with the weights flipped and their channels swapped in each group."""
+    if not all(isinstance(k, int) for k in kernel):
+        raise ctx.error("A float64 or integer transposed convolution needs a static kernel size.")
+    i64 = torch.int64
+    for axis, st in enumerate(strides):
+        x = _insert_zeros(ctx, x, axis + 2, st, n + 2)
+    begin = [d * (k - 1) - p for d, k, p in zip(dilations, kernel, pads)]
+    end = [b + e for b, e in zip(begin, extra)]
+    x = ctx.op.Pad(x, ctx.const([0, 0, *begin, 0, 0, *end], i64), ctx.const(0, ctx.out_dtype()), mode="constant")
+    # [Cin, Cout/G, k...] -> [Cout, Cin/G, k...] flipped
+    w = ctx.op.Reshape(weight, ctx.op.Concat(ctx.const([groups, -1], i64), ctx.op.Shape(weight, start=1), axis=0))
+    w = ctx.op.Transpose(w, perm=[0, 2, 1, *range(3, n + 3)])
+    w = ctx.op.Reshape(w, ctx.op.Concat(ctx.const([-1], i64), ctx.op.Shape(w, start=2), axis=0))
+    axes = list(range(2, n + 2))
+    w = ctx.op.Slice(w, ctx.const([-1] * n, i64), ctx.const([-(2**62)] * n, i64), ctx.const(axes, i64), ctx.const([-1] * n, i64))
+    return _conv_by_products(ctx, x, w, bias, kernel, [1] * n, [0] * (2 * n), dilations, groups, n)
 
 
 def _make_conv_transpose(n: int):
