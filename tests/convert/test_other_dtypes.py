@@ -139,3 +139,16 @@ def test_transposed_convolutions_in_float64_and_integers(n, groups, stride, padd
         check_export(model, (x, w), atol=0, rtol=1e-12)
         return
     check_export(model, (x, w), dynamic_shapes=({0: "b", **spatial}, None), inputs2=((bigger, w), None), atol=0, rtol=1e-12)
+
+
+@pytest.mark.parametrize("ceil_mode,count_include_pad,divisor", [(False, True, None), (True, False, None), (True, True, None), (False, False, 4)])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int64])
+def test_avg_pool_in_float64_and_integers(ceil_mode, count_include_pad, divisor, dtype):
+    # window sums divided by what torch divides by (integers: truncated as torch does)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randint(-2**20, 2**20, (2, 3, 8, 7), generator=gen).to(dtype)
+    x = x / 7 if dtype.is_floating_point else x
+    model = Fn(lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode, count_include_pad, divisor))
+    bigger = torch.randint(-99, 99, (1, 3, 9, 12), generator=gen).to(dtype)
+    check_export(model, (x,), dynamic_shapes=({0: "b", 2: "h", 3: "w"},), inputs2=((bigger,), None), atol=0, rtol=1e-12)
+    check_export(model, (x[:0],))  # an empty batch

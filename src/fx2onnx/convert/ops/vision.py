@@ -77,7 +77,8 @@ def _conv_by_products(ctx, x, weight, bias, kernel, strides, pads, dilations, gr
     for axis, (k, st, d) in enumerate(zip(kernel, strides, dilations)):
         size = ctx.op.Reshape(ctx.dim_size(padded, axis + 2), ctx.const([1], i64))
         out_sizes.append(ctx.op.Add(ctx.op.Div(ctx.op.Sub(size, ctx.const([d * (k - 1) + 1], i64)), ctx.const([st], i64)), ctx.const([1], i64)))
-    grouped_shape = ctx.op.Concat(ctx.op.Shape(padded, start=0, end=1), ctx.const([groups, -1], i64), *out_sizes, axis=0)
+    # Cin / G from the weights rather than -1: a -1 cannot be inferred for an empty batch
+    grouped_shape = ctx.op.Concat(ctx.op.Shape(padded, start=0, end=1), ctx.const([groups], i64), ctx.op.Shape(weight, start=1, end=2), *out_sizes, axis=0)
     cout = ctx.op.Shape(weight, start=0, end=1)
     # [G, Cout/G, Cin/G, prod(kernel)]: the weights of each group, one column per kernel offset
     w_grouped = ctx.op.Reshape(weight, ctx.op.Concat(ctx.const([groups, -1], i64), ctx.op.Shape(weight, start=1, end=2), ctx.const([int(np.prod(kernel))], i64), axis=0))
@@ -356,16 +357,31 @@ converter(aten.max_pool2d_with_indices.default)(_make_max_pool(2, True))
 converter(aten.max_pool3d_with_indices.default)(_make_max_pool(3, True))
 
 
-def _sum_pool_ceil(ctx, x, kernel: list[int], strides: list[int], pads: list[int], n: int, divisor: float):
-    """Window sums / divisor with ceil_mode (avg_pool's divisor_override): zero padding on the right
-    (computed from the sizes, which may be dynamic) so that the last window torch keeps (it starts
-    inside the input or its left padding) exists, then a depthwise convolution by ones."""
-    channels = _static_dims(ctx)[-n - 1]
-    if not isinstance(channels, int):
-        raise ctx.error("avg_pool with divisor_override and ceil_mode=True needs a static number of channels.")
+def _box_sums(ctx, x, kernel: list[int], strides: list[int], n: int):
+    """Sums of every window (no padding): one channel at a time, a convolution by ones."""
+    i64 = torch.int64
+    # N * C rather than -1: a -1 cannot be inferred for an empty tensor
+    planes = ctx.op.ReduceProd(ctx.op.Shape(x, start=0, end=2), keepdims=1)
+    single = ctx.op.Reshape(x, ctx.op.Concat(planes, ctx.const([1], i64), ctx.op.Shape(x, start=2), axis=0))
+    ones = ctx.const(np.ones([1, 1, *kernel], dtype=np.float64), ctx.out_dtype())
+    if ctx.out_dtype() in _CONV_BY_PRODUCTS:
+        sums = _conv_by_products(ctx, single, ones, None, kernel, strides, [0] * (2 * n), [1] * n, 1, n)
+    else:
+        sums = ctx.op.Conv(single, ones, kernel_shape=kernel, strides=strides)
+    return ctx.op.Reshape(sums, ctx.op.Concat(ctx.op.Shape(x, start=0, end=2), ctx.op.Shape(sums, start=2), axis=0))
+
+
+def _pool_by_sums(ctx, x, kernel: list[int], strides: list[int], pads: list[int], n: int, ceil_mode: bool, include_pad: bool, divisor_override):
+    """avg_pool as window sums / divisor, for what AveragePool cannot do (divisor_override with
+    ceil_mode, float64): zeros padded on the left and on the right, where ceil_mode adds what the
+    last window torch keeps (it starts inside the input or its left padding) needs; the divisor
+    counts the window's elements inside the input, and its padding with count_include_pad."""
     i64 = torch.int64
     ends = []
     for axis, (k, st, p) in enumerate(zip(kernel, strides, pads[:n])):
+        if not ceil_mode:
+            ends.append(ctx.const([p], i64))
+            continue
         size = ctx.op.Reshape(ctx.dim_size(x, axis + 2), ctx.const([1], i64))
         # count = ceil((size + 2p - k) / s) + 1, one less when the last window starts in the right padding
         count = ctx.op.Add(ctx.op.Div(ctx.op.Add(size, ctx.const([2 * p - k + st - 1], i64)), ctx.const([st], i64)), ctx.const([1], i64))
@@ -373,11 +389,19 @@ def _sum_pool_ceil(ctx, x, kernel: list[int], strides: list[int], pads: list[int
         count = ctx.op.Sub(count, ctx.cast(ctx.op.GreaterOrEqual(last_start, ctx.op.Add(size, ctx.const([p], i64))), i64))
         reach = ctx.op.Add(ctx.op.Mul(ctx.op.Sub(count, ctx.const([1], i64)), ctx.const([st], i64)), ctx.const([k], i64))
         ends.append(ctx.op.Max(ctx.op.Sub(ctx.op.Sub(reach, size), ctx.const([p], i64)), ctx.const([p], i64)))
+    dtype = ctx.out_dtype()
     padding = ctx.op.Concat(ctx.const([0, 0] + list(pads[:n]) + [0, 0], i64), *ends, axis=0)
-    padded = ctx.op.Pad(x, padding, ctx.const(0.0, ctx.out_dtype()), mode="constant")
-    weight = ctx.const(np.ones([channels, 1, *kernel], dtype=np.float64), ctx.out_dtype())
-    y = ctx.op.Conv(padded, weight, kernel_shape=kernel, strides=strides, group=channels)
-    return ctx.op.Div(y, ctx.const(divisor, ctx.out_dtype()))
+    sums = _box_sums(ctx, ctx.op.Pad(x, padding, ctx.const(0.0, dtype), mode="constant"), kernel, strides, n)
+    if divisor_override is not None:
+        return ctx.op.Div(sums, ctx.const(float(divisor_override), dtype))
+    ones = ctx.op.Expand(ctx.const(1.0, dtype), ctx.op.Shape(x))
+    if include_pad:  # the padding counts, the ceil_mode overhang does not
+        ones = ctx.op.Pad(ones, ctx.const([0, 0, *pads[:n], 0, 0, *pads[:n]], i64), ctx.const(1.0, dtype), mode="constant")
+        overhang = ctx.op.Concat(ctx.const([0] * (n + 2) + [0, 0], i64), *[ctx.op.Sub(e, ctx.const([p], i64)) for e, p in zip(ends, pads[:n])], axis=0)
+        mask = ctx.op.Pad(ones, overhang, ctx.const(0.0, dtype), mode="constant")
+    else:
+        mask = ctx.op.Pad(ones, padding, ctx.const(0.0, dtype), mode="constant")
+    return ctx.op.Div(sums, _box_sums(ctx, mask, kernel, strides, n))
 
 
 def _make_avg_pool(n: int):
@@ -386,8 +410,9 @@ def _make_avg_pool(n: int):
     ):
         x, unbatched = _add_batch(ctx, x, n)
         kernel, strides, pads, _ = _pool_args(kernel_size, stride, padding, 1, n)
-        if divisor_override is not None and ceil_mode:
-            return _remove_batch(ctx, _sum_pool_ceil(ctx, x, kernel, strides, pads, n, float(divisor_override)), unbatched)
+        if (divisor_override is not None and ceil_mode) or ctx.out_dtype() in _CONV_BY_PRODUCTS:
+            y = _pool_by_sums(ctx, x, kernel, strides, pads, n, bool(ceil_mode), bool(count_include_pad), divisor_override)
+            return _remove_batch(ctx, y, unbatched)
         include = count_include_pad or divisor_override is not None
         y = ctx.op.AveragePool(
             x,
