@@ -82,6 +82,7 @@ def test_small_integer_types():
     u = torch.tensor([[0, 3, 255], [1, 0, 7]], dtype=torch.uint8)
     check_export(Fn(lambda t: (t.all(1), t.any())), (u,))  # uint8 in, uint8 out as torch
     check_export(Fn(lambda t: torch.bincount(t.flatten())), (torch.tensor([1, 3, 3, 0], dtype=torch.int32),))
+    check_export(Fn(torch.trace), (torch.tensor([[100, 1], [7, 100]], dtype=torch.int8),))  # int64, no wrap at 200
     # the difference wraps in uint8 before the eps makes it float, as in eager
     check_export(Fn2(lambda a, b: F.pairwise_distance(a, b)), (u, u.flip(1)))
 

@@ -491,6 +491,7 @@ def convert_dist(ctx, node, a, b, p=2):
 
 @converter(aten.trace.default)
 def convert_trace(ctx, node, x):
+    x = ctx.cast(x, ctx.out_dtype())  # small integers sum as int64, as torch
     return ctx.op.ReduceSum(ctx.op.Mul(x, ctx.op.EyeLike(x)), keepdims=0)
 
 
