@@ -153,3 +153,11 @@ def test_avg_pool_in_float64_and_integers(ceil_mode, count_include_pad, divisor,
     bigger = torch.randint(-99, 99, (1, 3, 9, 12), generator=gen).to(dtype)
     check_export(model, (x,), dynamic_shapes=({0: "b", 2: "h", 3: "w"},), inputs2=((bigger,), None), atol=0, rtol=1e-12)
     check_export(model, (x[:0],))  # an empty batch
+
+
+def test_float64_unfold_and_instance_norm():
+    # both use float32-only onnxruntime kernels (Conv, InstanceNormalization) in float32 models
+    x = seeded_randn(2, 3, 6, 5).double() * 1e3 + 1 / 3
+    check_export(Fn(lambda t: F.unfold(t, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1))), (x,), atol=0, rtol=1e-15)
+    scale = torch.tensor([0.5, 2.0, -1.0], dtype=torch.float64)
+    check_export(Fn(lambda t: F.instance_norm(t, weight=scale, eps=1e-7)), (x,), atol=1e-12, rtol=1e-12)

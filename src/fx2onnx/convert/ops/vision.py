@@ -220,6 +220,13 @@ def convert_instance_norm(
         weight = _channel_constant(ctx, 1.0, x, dtype)
     if bias is None:
         bias = _channel_constant(ctx, 0.0, x, dtype)
+    if dtype == torch.float64:  # onnxruntime's InstanceNormalization is float32 only
+        axes = ctx.const(list(range(2, input_rank(ctx))), torch.int64)
+        centered = ctx.op.Sub(x, ctx.op.ReduceMean(x, axes, keepdims=1))
+        variance = ctx.op.ReduceMean(ctx.op.Mul(centered, centered), axes, keepdims=1)
+        y = ctx.op.Div(centered, ctx.op.Sqrt(ctx.op.Add(variance, ctx.const(float(eps), dtype))))
+        rank = input_rank(ctx)
+        return ctx.op.Add(ctx.op.Mul(y, _reshape_channels(ctx, weight, rank)), _reshape_channels(ctx, bias, rank))
     return ctx.op.InstanceNormalization(x, weight, bias, epsilon=float(eps))
 
 
@@ -553,15 +560,18 @@ def convert_im2col(ctx, node, x, kernel_size, dilation, padding, stride):
         raise ctx.error("unfold (im2col) needs a static number of channels.")
     kernel = _ntuple(kernel_size, 2)
     weight = ctx.const(_one_hot_kernels(channels, kernel), ctx.out_dtype())
-    patches = ctx.op.Conv(
-        x,
-        weight,
-        kernel_shape=kernel,
-        strides=_ntuple(stride, 2),
-        pads=_ntuple(padding, 2) * 2,
-        dilations=_ntuple(dilation, 2),
-        group=channels,
-    )
+    if ctx.out_dtype() in CONV_BY_PRODUCTS:
+        patches = conv_by_products(ctx, x, weight, None, kernel, _ntuple(stride, 2), _ntuple(padding, 2) * 2, _ntuple(dilation, 2), channels, 2)
+    else:
+        patches = ctx.op.Conv(
+            x,
+            weight,
+            kernel_shape=kernel,
+            strides=_ntuple(stride, 2),
+            pads=_ntuple(padding, 2) * 2,
+            dilations=_ntuple(dilation, 2),
+            group=channels,
+        )
     # (batch, C*k, blocks): the number of blocks computed, a -1 cannot be inferred for an empty batch
     blocks = ctx.op.ReduceProd(ctx.op.Shape(patches, start=2), ctx.const([0], torch.int64), keepdims=1)
     y = ctx.op.Reshape(patches, ctx.op.Concat(ctx.op.Shape(patches, end=2), blocks, axis=0))
