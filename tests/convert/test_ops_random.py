@@ -45,7 +45,8 @@ def test_randn_statistics_and_dtypes():
         else:
             (got,) = run(lambda t: torch.randn(t.shape, dtype=dtype), seeded_randn(50, 40))
         got = got.astype(np.float64)
-        assert abs(got.mean()) < 0.06 and abs(got.std() - 1) < 0.06, (dtype, got.mean(), got.std())
+        # 2000 draws: the mean has a standard error of 0.022, the bound is 4.5 of them
+        assert abs(got.mean()) < 0.1 and abs(got.std() - 1) < 0.06, (dtype, got.mean(), got.std())
 
 
 def test_rand_like_randn_like_and_not_constant():

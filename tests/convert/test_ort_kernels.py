@@ -183,14 +183,14 @@ def test_take_and_searchsorted_with_a_sorter():
     check_export(Sorted(), (seq, torch.argsort(seq), torch.tensor([0.5, 2.5, 6.0])))
 
 
-def test_integer_convolution_is_reported():
-    class Conv(torch.nn.Module):
-        def forward(self, x, w):
-            return torch.nn.functional.conv1d(x, w)
+def test_float64_resize_is_reported():
+    # onnxruntime's Resize is float only and float64 is never computed in float32: said at export
+    class Resize(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.interpolate(x, scale_factor=2.0, mode="bilinear")
 
-    x, w = torch.ones(1, 2, 5, dtype=torch.int64), torch.ones(3, 2, 2, dtype=torch.int64)
-    with pytest.warns(UserWarning, match=r"no kernel for Conv\(int64, int64\)"):
-        fx2onnx.to_onnx(Conv(), (x, w))
+    with pytest.warns(UserWarning, match=r"no kernel for Resize\(double"):
+        fx2onnx.to_onnx(Resize(), (torch.ones(1, 2, 3, 3, dtype=torch.float64),))
 
 
 def test_bincount():
