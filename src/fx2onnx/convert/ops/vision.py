@@ -167,10 +167,11 @@ def _batch_norm_eval(ctx, x, weight, bias, mean, var, eps):
     return ctx.op.BatchNormalization(x, weight, bias, mean, var, epsilon=float(eps))
 
 
-def _batch_norm_input_stats(ctx, x, weight, bias, eps):
-    """Normalization with the statistics of the batch (training mode or no running stats)."""
+def _batch_norm_input_stats(ctx, x, weight, bias, eps, per_sample: bool = False):
+    """Normalization with the statistics of the batch (training mode or no running stats), or of
+    each sample and channel (``per_sample``: instance norm)."""
     rank = input_rank(ctx)
-    axes = ctx.const([0] + list(range(2, rank)), torch.int64)
+    axes = ctx.const(([] if per_sample else [0]) + list(range(2, rank)), torch.int64)
     mean = ctx.op.ReduceMean(x, axes, keepdims=1)
     centered = ctx.op.Sub(x, mean)
     var = ctx.op.ReduceMean(ctx.op.Mul(centered, centered), axes, keepdims=1)
@@ -221,12 +222,7 @@ def convert_instance_norm(
     if bias is None:
         bias = _channel_constant(ctx, 0.0, x, dtype)
     if dtype == torch.float64:  # onnxruntime's InstanceNormalization is float32 only
-        axes = ctx.const(list(range(2, input_rank(ctx))), torch.int64)
-        centered = ctx.op.Sub(x, ctx.op.ReduceMean(x, axes, keepdims=1))
-        variance = ctx.op.ReduceMean(ctx.op.Mul(centered, centered), axes, keepdims=1)
-        y = ctx.op.Div(centered, ctx.op.Sqrt(ctx.op.Add(variance, ctx.const(float(eps), dtype))))
-        rank = input_rank(ctx)
-        return ctx.op.Add(ctx.op.Mul(y, _reshape_channels(ctx, weight, rank)), _reshape_channels(ctx, bias, rank))
+        return _batch_norm_input_stats(ctx, x, weight, bias, eps, per_sample=True)
     return ctx.op.InstanceNormalization(x, weight, bias, epsilon=float(eps))
 
 
@@ -333,17 +329,25 @@ def _adaptive_matrix(size_in: int, size_out: int) -> np.ndarray:
     return m
 
 
+def _window_bounds(ctx, x, axis: int, size_out: int):
+    """(start, end) of adaptive pooling's windows along ``axis``, from the (dynamic) input size n:
+    window i covers [i * n // out, ceil((i + 1) * n / out))."""
+    i64 = torch.int64
+    n = ctx.dim_size(x, axis)
+    i = np.arange(size_out, dtype=np.int64)
+    start = ctx.op.Div(ctx.op.Mul(ctx.const(i, i64), n), ctx.const(size_out, i64))
+    end = ctx.op.Div(ctx.op.Add(ctx.op.Mul(ctx.const(i + 1, i64), n), ctx.const(size_out - 1, i64)), ctx.const(size_out, i64))
+    return start, end
+
+
 def _adaptive_weights(ctx, x, axis: int, size_in, size_out: int, dtype):
     """:func:`_adaptive_matrix` as a constant, or computed from a dynamic input size:
     window i covers [i * n // out, ceil((i + 1) * n / out))."""
     if isinstance(size_in, int):
         return ctx.const(_adaptive_matrix(size_in, size_out), dtype)
     i64 = torch.int64
-    n = ctx.dim_size(x, axis)
-    rows = ctx.op.Unsqueeze(ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64)), ctx.const([1], i64))
-    i = np.arange(size_out, dtype=np.int64)
-    start = ctx.op.Div(ctx.op.Mul(ctx.const(i, i64), n), ctx.const(size_out, i64))
-    end = ctx.op.Div(ctx.op.Add(ctx.op.Mul(ctx.const(i + 1, i64), n), ctx.const(size_out - 1, i64)), ctx.const(size_out, i64))
+    rows = ctx.op.Unsqueeze(ctx.op.Range(ctx.const(0, i64), ctx.dim_size(x, axis), ctx.const(1, i64)), ctx.const([1], i64))
+    start, end = _window_bounds(ctx, x, axis, size_out)
     inside = ctx.op.And(ctx.op.GreaterOrEqual(rows, start), ctx.op.Less(rows, end))
     return ctx.op.Div(ctx.cast(inside, dtype), ctx.cast(ctx.op.Sub(end, start), dtype))
 
@@ -393,14 +397,11 @@ converter(aten.adaptive_avg_pool3d.default, aten._adaptive_avg_pool3d.default)(_
 
 
 def _window_indices(ctx, x, axis: int, size_out: int):
-    """[out, K] input positions of adaptive pooling's windows along ``axis``: window i covers
-    [i * n // out, ceil((i + 1) * n / out)), K is the longest; shorter windows repeat their last
-    position (a max over a repeated value is unchanged, its first occurrence too)."""
+    """[out, K] input positions of adaptive pooling's windows along ``axis`` (:func:`_window_bounds`),
+    K the longest; shorter windows repeat their last position (a max over a repeated value is
+    unchanged, its first occurrence too)."""
     i64 = torch.int64
-    n = ctx.dim_size(x, axis)
-    i = np.arange(size_out, dtype=np.int64)
-    start = ctx.op.Div(ctx.op.Mul(ctx.const(i, i64), n), ctx.const(size_out, i64))
-    end = ctx.op.Div(ctx.op.Add(ctx.op.Mul(ctx.const(i + 1, i64), n), ctx.const(size_out - 1, i64)), ctx.const(size_out, i64))
+    start, end = _window_bounds(ctx, x, axis, size_out)
     last = ctx.op.Unsqueeze(ctx.op.Sub(ctx.op.Sub(end, start), ctx.const(1, i64)), ctx.const([1], i64))
     longest = ctx.op.ReduceMax(ctx.op.Sub(end, start), keepdims=0)
     steps = ctx.op.Unsqueeze(ctx.op.Range(ctx.const(0, i64), longest, ctx.const(1, i64)), ctx.const([0], i64))
