@@ -1,6 +1,6 @@
 # fx2onnx: two commands.
 #   make html   builds the site in _build/html (every gallery example runs, warnings are errors)
-#   make test   runs the unit tests
+#   make test   runs the unit tests (on 2 processes: TEST_WORKERS=0 for one)
 # Both create .venv on first use and install requirements-docs.txt and the package (editable).
 # FX2ONNX_GALLERY_PATTERN=linreg make html   runs only the gallery examples matching a regex,
 # FX2ONNX_SCENARIOS_CASES='^OneTensor$'       restricts the scenario zoo (a quick build).
@@ -11,6 +11,8 @@ BOOT_PYTHON ?= $(shell command -v python3.11 || command -v python3)
 # reinstalled when the pins or the package metadata change
 STAMP := $(VENV)/.fx2onnx-installed
 SPHINXOPTS ?= -W --keep-going
+# pytest-xdist workers of `make test` (TEST_WORKERS=0 runs in one process)
+TEST_WORKERS ?= 2
 export PYTHONHASHSEED := 0
 
 .PHONY: html test clean venv
@@ -31,7 +33,7 @@ html: $(STAMP)
 	@echo "The site is in _build/html/index.html"
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 clean:
 	rm -rf _build _generated auto_examples gen_modules sg_execution_times.rst \
