@@ -1,6 +1,6 @@
 """Patches of torch used while exporting with dynamic shapes.
 
-Three patches, the first two enabled by an option of :func:`fx2onnx.torch_export_patches`:
+Four patches, the first two enabled by an option of :func:`fx2onnx.torch_export_patches`:
 
 * ``catch_constraints``: :func:`torch.export.export` raises ``Constraints
   violated`` when two dimensions the user named differently (``seq`` and
@@ -16,6 +16,14 @@ Three patches, the first two enabled by an option of :func:`fx2onnx.torch_export
   window size, which guards ``seq < 4`` and narrows the exported range although
   only the layout, never a value, depends on it. The patch takes that decision
   from the example sizes without recording a guard.
+* ``integer_division_of_sizes`` (always): ``torch.div(seq_len, window,
+  rounding_mode="trunc")`` of a symbolic size returns a 0-d tensor; the code uses
+  it as a size again (``view(..., chunks, ...)``), which calls ``.item()``: the
+  size becomes an unbacked symbol unrelated to ``seq_len`` and the export fails
+  (``Could not guard on data-dependent expression``). With a symbolic integer among
+  the operands (never in eager mode) and a division whose rounding torch.export can
+  decide, the patch returns the symbolic quotient instead of the tensor; anything
+  else goes to torch's ``div``.
 
 Nothing else is patched: with torch 2.13, broadcasting two tensors whose
 dimensions are declared dynamic separately merges the dimensions (``Dim.DYNAMIC``)
@@ -128,6 +136,24 @@ def _shape_env_of(tensors: tuple[Any, ...]) -> Any:
     return getattr(detect_fake_mode(tensors), "shape_env", None)
 
 
+def _make_integer_division_of_sizes(original: Any) -> Any:
+    import torch
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    def div(*args: Any, **kwargs: Any) -> Any:
+        if len(args) == 2 and set(kwargs) == {"rounding_mode"} and kwargs["rounding_mode"] in ("trunc", "floor"):
+            a, b = args
+            integers = all(isinstance(v, (int, torch.SymInt)) and not isinstance(v, bool) for v in (a, b))
+            if integers and any(isinstance(v, torch.SymInt) for v in (a, b)) and statically_known_true(b > 0):
+                # trunc and floor agree on a non-negative numerator
+                if kwargs["rounding_mode"] == "floor" or statically_known_true(a >= 0):
+                    return a // b
+        return original(*args, **kwargs)
+
+    div.__wrapped__ = original  # type: ignore[attr-defined]
+    return div
+
+
 def torch_patches(*, catch_constraints: bool = True, stop_if_static: int = 0) -> list[Patch]:
     """Returns the torch patches for the given options."""
     patches = [
@@ -138,7 +164,15 @@ def torch_patches(*, catch_constraints: bool = True, stop_if_static: int = 0) ->
             make=_make_layout_without_guards,
             expected_args=("tensors", "_skip_checks", "ambiguity_check"),
             doc="chooses an elementwise result's memory layout without narrowing a dynamic dimension",
-        )
+        ),
+        Patch(
+            name="integer_division_of_sizes",
+            kind="torch",
+            target="torch.div",
+            make=_make_integer_division_of_sizes,
+            doc="torch.div of a symbolic size by an integer stays a symbolic integer, not a tensor whose "
+            ".item() loses its relation to the size",
+        ),
     ]
     if catch_constraints:
         patches.append(

@@ -198,6 +198,18 @@ def _make_reformer_axial_positions(original: Any) -> Any:
     return _make_axial_position_forward(original)
 
 
+def _make_longformer_attention(original: Any) -> Any:
+    from .longformer import _make_dense_global_forward
+
+    return _make_dense_global_forward(original)
+
+
+def _make_longformer_chunk(original: Any) -> Any:
+    from .longformer import _make_chunk_by_unfold
+
+    return _make_chunk_by_unfold(original)
+
+
 def transformers_patches() -> list[Patch]:
     """Returns the transformers patches (rotary embeddings of the modeling modules imported so far)."""
     patches = [
@@ -251,6 +263,23 @@ def transformers_patches() -> list[Patch]:
         doc="Reformer's axial position embeddings indexed for the whole batch instead of a Python loop "
         "over it, which torch.export froze",
     ))
+    for module, attention in (("longformer", "LongformerSelfAttention"), ("led", "LEDEncoderSelfAttention")):
+        patches.extend(patch_if_imported(
+            f"transformers.models.{module}.modeling_{module}", f"{attention}.forward",
+            name=f"{attention}.forward",
+            make=_make_longformer_attention,
+            expected_args=("self", "hidden_states", "attention_mask", "is_index_masked", "is_index_global_attn",
+                           "is_global_attn", "output_attentions"),
+            doc="global attention computed densely (any number of global tokens) instead of a branch on "
+            "is_global_attn and tensors sized by nonzero(), which torch.export cannot capture",
+        ))
+        patches.extend(patch_if_imported(
+            f"transformers.models.{module}.modeling_{module}", f"{attention}._chunk",
+            name=f"{attention}._chunk",
+            make=_make_longformer_chunk,
+            expected_args=("hidden_states", "window_overlap", "onnx_export"),
+            doc="overlapping chunks taken with unfold (the model's onnx_export path), not as_strided of a view",
+        ))
     for target in dynamic_rope_targets():
         class_name = target.split(".")[-2]
         patches.append(

@@ -105,6 +105,12 @@ def convert_sym_not(ctx, node, a):
     return ctx.op.Not(ctx.as_value(a, torch.bool))
 
 
+@converter(torch.sym_ite)
+def convert_sym_ite(ctx, node, condition, then, otherwise):
+    dtype = _sym_dtype(ctx)
+    return ctx.op.Where(ctx.as_value(condition, torch.bool), ctx.as_value(then, dtype), ctx.as_value(otherwise, dtype))
+
+
 @converter(torch.sym_float)
 def convert_sym_float(ctx, node, a):
     return ctx.as_value(a, torch.float32)

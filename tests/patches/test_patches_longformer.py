@@ -1,0 +1,99 @@
+"""Longformer and LED: exported with any mask, global tokens included (the capture failed before).
+
+Three fixes: ``torch.div`` of a symbolic size stays a symbolic integer (a torch patch),
+the global attention is computed densely (no branch on ``.item()``, no ``nonzero`` sizes)
+and the window's chunks are taken with ``unfold``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fx2onnx
+
+transformers = pytest.importorskip("transformers")
+
+from fx2onnx.models.discover import get_architecture  # noqa: E402
+from fx2onnx.models.zoo_inputs import build_zoo_model  # noqa: E402
+
+
+def _masks(mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """attention masks: local only, with global tokens (2), with padding (0) and global tokens."""
+    with_global = mask.clone()
+    with_global[:, 0] = 2
+    with_global[0, 3] = 2
+    padded = mask.clone()
+    padded[0, -2:] = 0
+    padded[-1, 1] = 2
+    return {"local": mask, "global": with_global, "padding and global": padded}
+
+
+@pytest.mark.parametrize("name", ["longformer", "led"])
+def test_dense_global_attention_is_the_original(name):
+    zoo = build_zoo_model(get_architecture(name), with_cache=False)
+    inputs = zoo.copy_inputs(1)
+    for case, mask in _masks(inputs["attention_mask"]).items():
+        kwargs = dict(inputs, attention_mask=mask)
+        with torch.no_grad():
+            expected = zoo.model(**kwargs).logits
+            with fx2onnx.torch_export_patches(patch_transformers=True):
+                got = zoo.model(**kwargs).logits
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5, msg=case)
+
+
+def _inputs(batch: int, seq: int, vocab: int) -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seq)
+    ids = torch.randint(3, vocab, (batch, seq), generator=generator)
+    return {"input_ids": ids, "attention_mask": torch.ones((batch, seq), dtype=torch.int64)}
+
+
+def test_longformer_exports_right_for_global_tokens_and_any_length():
+    """Exported on a local-only mask; right on global tokens, padding and other numbers of chunks."""
+    zoo = build_zoo_model(get_architecture("longformer"), with_cache=False)
+    vocab = zoo.config.vocab_size
+    dynamic = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+    with pytest.raises(Exception, match="data-dependent"), torch.no_grad():
+        fx2onnx.to_onnx(zoo.model, (), kwargs=_inputs(2, 13, vocab), dynamic_shapes=dynamic)
+    with fx2onnx.torch_export_patches(patch_transformers=True), torch.no_grad():
+        onx = fx2onnx.to_onnx(zoo.model, (), kwargs=_inputs(2, 13, vocab), dynamic_shapes=dynamic)
+    # window 8: 7, 16 and 30 tokens are 1, 2 and 4 chunks (13 was 2, padded)
+    for batch, seq in ((3, 7), (1, 16), (2, 30)):
+        inputs = _inputs(batch, seq, vocab)
+        for case, mask in _masks(inputs["attention_mask"]).items():
+            report = fx2onnx.validate(onx, zoo.model, (), dict(inputs, attention_mask=mask), atol=1e-4)
+            assert report.ok, (batch, seq, case, report)
+
+
+class Chunks(torch.nn.Module):
+    def forward(self, x):
+        chunks = torch.div(x.shape[1], 4, rounding_mode="trunc")
+        per_chunk = x.view(x.shape[0], chunks, 4).transpose(1, 2).reshape(-1, chunks)
+        return per_chunk * (torch.div(x.shape[1], 3, rounding_mode="floor") + 1)
+
+
+def test_integer_division_of_sizes_stays_symbolic():
+    x = torch.randn(2, 16)
+    dynamic = ({1: torch.export.Dim("n", min=2, max=64) * 4},)
+    with pytest.raises(Exception, match="data-dependent"):
+        torch.export.export(Chunks(), (x,), dynamic_shapes=dynamic)
+    with fx2onnx.torch_export_patches():
+        onx = fx2onnx.to_onnx(Chunks(), (x,), dynamic_shapes=dynamic)
+    assert fx2onnx.validate(onx, Chunks(), (torch.randn(2, 20),)).ok
+    # eager: integers still give torch's tensor, a negative numerator is truncated as torch does
+    with fx2onnx.torch_export_patches():
+        assert isinstance(torch.div(7, 2, rounding_mode="trunc"), torch.Tensor)
+        assert torch.div(-7, 2, rounding_mode="trunc").item() == -3
+
+
+class Ite(torch.nn.Module):
+    def forward(self, x):
+        n = torch.sym_ite(x.shape[0] > 3, x.shape[0], x.shape[0] * 2)
+        return x.new_ones(n) * x.sum()
+
+
+def test_sym_ite_is_a_where():
+    x = torch.randn(5)
+    onx = fx2onnx.to_onnx(Ite(), (x,), dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
+    for n in (2, 3, 4, 7):
+        assert fx2onnx.validate(onx, Ite(), (torch.randn(n),)).ok, n
