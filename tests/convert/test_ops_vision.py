@@ -520,3 +520,16 @@ def test_models_other_opsets(name, opset):
 def test_group_norm_opsets(opset, affine):
     model = _randomize(nn.GroupNorm(3, 6, affine=affine, eps=1e-3))
     _check_dynamic_batch(model, (2, 6, 4, 5), target_opset=opset)
+
+
+@pytest.mark.parametrize("kernel, stride, padding, dilation", [(2, 2, 0, 1), ((2, 3), (1, 2), 1, 1), (3, 2, 1, 2)])
+def test_fold_of_a_dynamic_output_size(kernel, stride, padding, dilation):
+    """unfold then fold back to the input's (dynamic) size, as MobileViT-v2 does; sizes where the
+    blocks do not cover the image (the end padded with zeros) included."""
+
+    def fold_back(x):
+        patches = F.unfold(x, kernel, dilation=dilation, padding=padding, stride=stride)
+        return F.fold(patches * 2, x.shape[-2:], kernel, dilation=dilation, padding=padding, stride=stride)
+
+    x, x2 = _randn(2, 3, 8, 9), _randn(1, 3, 11, 7)
+    check_export(Fn(fold_back), (x,), dynamic_shapes=({0: "b", 2: "h", 3: "w"},), inputs2=((x2,), None))

@@ -585,26 +585,31 @@ def convert_col2im(ctx, node, x, output_size, kernel_size, dilation, padding, st
     kernel = _ntuple(kernel_size, 2)
     k = int(np.prod(kernel))
     rows = _static_dims(ctx)[-2]
-    if not isinstance(rows, int) or not all(isinstance(s, int) for s in output_size):
-        raise ctx.error("fold (col2im) needs a static number of channels and a static output size.")
+    if not isinstance(rows, int):
+        raise ctx.error("fold (col2im) needs a static number of channels times kernel positions (dimension 1).")
     channels = rows // k
     strides, pads, dilations = _ntuple(stride, 2), _ntuple(padding, 2), _ntuple(dilation, 2)
-    blocks = [
-        (o + 2 * p - d * (kk - 1) - 1) // s + 1 for o, p, d, kk, s in zip(output_size, pads, dilations, kernel, strides)
-    ]
-    grid = ctx.op.Reshape(x, ctx.const([0, rows] + blocks, torch.int64))
-    produced = [
-        (b - 1) * s + d * (kk - 1) + 1 - 2 * p for b, s, d, kk, p in zip(blocks, strides, dilations, kernel, pads)
-    ]
     weight = ctx.const(_one_hot_kernels(channels, kernel), ctx.out_dtype())
-    y = ctx.op.ConvTranspose(
-        grid,
-        weight,
-        kernel_shape=kernel,
-        strides=strides,
-        pads=pads * 2,
-        dilations=dilations,
-        group=channels,
-        output_padding=[int(o) - p for o, p in zip(output_size, produced)],
-    )
+    reach = [d * (kk - 1) + 1 for d, kk in zip(dilations, kernel)]  # extent of one kernel
+    if all(isinstance(o, int) for o in output_size):
+        blocks = [(o + 2 * p - r) // s + 1 for o, p, r, s in zip(output_size, pads, reach, strides)]
+        produced = [(b - 1) * s + r - 2 * p for b, s, r, p in zip(blocks, strides, reach, pads)]
+        grid = ctx.op.Reshape(x, ctx.const([0, rows] + blocks, torch.int64))
+        return _remove_batch(ctx, ctx.op.ConvTranspose(
+            grid, weight, kernel_shape=kernel, strides=strides, pads=pads * 2, dilations=dilations,
+            group=channels, output_padding=[int(o) - p for o, p in zip(output_size, produced)],
+        ), unbatched)
+    # dynamic output size: the blocks per dimension computed from it, the transposed convolution
+    # cropped at the start only, then padded (or cropped) at the end to the output size
+    out = ctx.shape_value(list(output_size))
+    offset = ctx.const([2 * p - r for p, r in zip(pads, reach)], torch.int64)
+    step = ctx.const(list(strides), torch.int64)
+    one = ctx.const([1, 1], torch.int64)
+    blocks = ctx.op.Add(ctx.op.Div(ctx.op.Add(out, offset), step), one)
+    grid = ctx.op.Reshape(x, ctx.op.Concat(ctx.const([0, rows], torch.int64), blocks, axis=0))
+    y = ctx.op.ConvTranspose(grid, weight, kernel_shape=kernel, strides=strides, pads=list(pads) + [0, 0],
+                             dilations=dilations, group=channels)
+    produced = ctx.op.Add(ctx.op.Mul(ctx.op.Sub(blocks, one), step), ctx.const([r - p for r, p in zip(reach, pads)], torch.int64))
+    end = ctx.op.Sub(out, produced)
+    y = ctx.op.Pad(y, ctx.op.Concat(ctx.const([0] * 6, torch.int64), end, axis=0))
     return _remove_batch(ctx, y, unbatched)
