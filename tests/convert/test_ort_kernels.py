@@ -183,14 +183,12 @@ def test_take_and_searchsorted_with_a_sorter():
     check_export(Sorted(), (seq, torch.argsort(seq), torch.tensor([0.5, 2.5, 6.0])))
 
 
-def test_float64_resize_is_reported():
-    # onnxruntime's Resize is float only and float64 is never computed in float32: said at export
-    class Resize(torch.nn.Module):
-        def forward(self, x):
-            return torch.nn.functional.interpolate(x, scale_factor=2.0, mode="bilinear")
-
+def test_float64_without_a_kernel_is_reported():
+    # onnxruntime's Resize is float only, float64 is never computed in float32 and antialiasing has no
+    # float64 fallback (plain interpolation has, by gathers): said at export
+    resize = Fn(lambda x: torch.nn.functional.interpolate(x, size=(2, 2), mode="bilinear", antialias=True))
     with pytest.warns(UserWarning, match=r"no kernel for Resize\(double"):
-        fx2onnx.to_onnx(Resize(), (torch.ones(1, 2, 3, 3, dtype=torch.float64),))
+        fx2onnx.to_onnx(resize, (torch.ones(1, 2, 5, 5, dtype=torch.float64),))
 
 
 def test_bincount():

@@ -161,3 +161,38 @@ def test_float64_unfold_and_instance_norm():
     check_export(Fn(lambda t: F.unfold(t, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1))), (x,), atol=0, rtol=1e-15)
     scale = torch.tensor([0.5, 2.0, -1.0], dtype=torch.float64)
     check_export(Fn(lambda t: F.instance_norm(t, weight=scale, eps=1e-7)), (x,), atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(size=(5, 7), mode="nearest"),
+        dict(size=(5, 7), mode="nearest-exact"),
+        dict(size=(2, 3), mode="bilinear"),
+        dict(size=(5, 7), mode="bilinear", align_corners=True),
+        dict(size=(1, 1), mode="bilinear", align_corners=True),
+        dict(size=(5, 7), mode="bicubic"),
+        dict(size=(3, 9), mode="bicubic", align_corners=True),
+    ],
+)
+def test_float64_interpolation_by_gathers(kwargs):
+    """onnxruntime's Resize has no float64 kernel: exact float64 interpolation by gathers, dynamic image sizes."""
+    x = seeded_randn(2, 3, 4, 6).double()
+    x2 = seeded_randn(1, 3, 9, 5).double()
+    check_export(Fn(lambda t: F.interpolate(t, **kwargs)), (x,), dynamic_shapes=({0: "b", 2: "h", 3: "w"},),
+                 inputs2=((x2,), None), atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "shape, kwargs",
+    [
+        ((2, 3, 4, 6), dict(scale_factor=2.5, mode="bilinear")),
+        ((2, 3, 4, 6), dict(scale_factor=0.6, mode="bicubic")),
+        ((2, 3, 4, 6), dict(scale_factor=1.7, mode="nearest-exact")),
+        ((2, 3, 5), dict(size=8, mode="linear")),
+        ((1, 2, 3, 4, 5), dict(size=(4, 5, 7), mode="trilinear")),
+        ((1, 2, 3, 4, 5), dict(scale_factor=2, mode="nearest")),
+    ],
+)
+def test_float64_interpolation_scales_and_ranks(shape, kwargs):
+    check_export(Fn(lambda t: F.interpolate(t, **kwargs)), (seeded_randn(*shape).double(),), atol=1e-12, rtol=1e-12)

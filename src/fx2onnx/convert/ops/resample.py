@@ -32,6 +32,10 @@ def _resize(
 ):
     x, unbatched = _add_batch(ctx, x, n)
     dtype = ctx.out_dtype()
+    if dtype == torch.float64 and not antialias:
+        # onnxruntime's Resize has no float64 kernel: gathers and weights per axis, in float64
+        y = _resize_by_gathers(ctx, x, output_size, scale_factors, n, mode, transform)
+        return _remove_batch(ctx, y, unbatched)
     # torch interpolates integer images (uint8) and rounds to the nearest value
     rounded = mode != "nearest" and not dtype.is_floating_point
     if rounded:
@@ -62,6 +66,67 @@ def _resize(
         y = ctx.op.Clip(ctx.op.Round(y), ctx.const(float(info.min), torch.float32), ctx.const(float(info.max), torch.float32))
     y = ctx.cast(y, dtype)
     return _remove_batch(ctx, y, unbatched)
+
+
+def _resize_by_gathers(ctx, x, output_size, scale_factors, n: int, mode: str, transform: str):
+    """Separable resampling of the last ``n`` axes of ``x`` (batched) as torch computes it:
+    the source coordinate of every output index, the neighbours gathered, weighted, summed."""
+    factors = _float_tuple(scale_factors, n) if output_size is None else [None] * n
+    for i in range(n):
+        axis = 2 + i
+        if output_size is not None:
+            size = ctx.as_value(output_size[i], torch.int64)
+        else:  # floor(input size * factor)
+            scaled = ctx.op.Mul(ctx.cast(ctx.dim_size(x, axis), torch.float64), ctx.const(factors[i], torch.float64))
+            size = ctx.cast(ctx.op.Floor(scaled), torch.int64)
+        x = _resize_axis(ctx, x, axis, n + 2, size, factors[i], mode, transform)
+    return x
+
+
+def _resize_axis(ctx, x, axis: int, rank: int, size, factor: float | None, mode: str, transform: str):
+    f64, i64 = torch.float64, torch.int64
+    length = ctx.dim_size(x, axis)
+    last = ctx.op.Sub(length, ctx.const(1, i64))
+    in_f, out_f = ctx.cast(length, f64), ctx.cast(size, f64)
+    j = ctx.cast(ctx.op.Range(ctx.const(0, i64), size, ctx.const(1, i64)), f64)
+    if transform == "align_corners":  # (in - 1) / (out - 1), 0 for one output
+        ratio = ctx.op.Div(ctx.op.Sub(in_f, ctx.const(1.0, f64)), ctx.op.Max(ctx.op.Sub(out_f, ctx.const(1.0, f64)), ctx.const(1.0, f64)))
+        source = ctx.op.Mul(j, ratio)
+    else:
+        ratio = ctx.const(1.0 / factor, f64) if factor else ctx.op.Div(in_f, out_f)
+        if mode == "nearest":  # floor(j * ratio) or, nearest-exact, floor((j + 0.5) * ratio)
+            shifted = ctx.op.Add(j, ctx.const(0.5, f64)) if transform == "half_pixel" else j
+            index = ctx.op.Min(ctx.cast(ctx.op.Floor(ctx.op.Mul(shifted, ratio)), i64), last)
+            return ctx.op.Gather(x, index, axis=axis)
+        source = ctx.op.Sub(ctx.op.Mul(ctx.op.Add(j, ctx.const(0.5, f64)), ratio), ctx.const(0.5, f64))
+        if mode == "linear":  # torch clamps negative source coordinates of linear modes to 0
+            source = ctx.op.Max(source, ctx.const(0.0, f64))
+    floor = ctx.op.Floor(source)
+    t = ctx.op.Sub(source, floor)
+    base = ctx.cast(floor, i64)
+    trailing = ctx.const([-1] + [1] * (rank - 1 - axis), i64)
+
+    def tap(offset: int, weight):
+        index = ctx.op.Min(ctx.op.Max(ctx.op.Add(base, ctx.const(offset, i64)), ctx.const(0, i64)), last)
+        return ctx.op.Mul(ctx.op.Gather(x, index, axis=axis), ctx.op.Reshape(weight, trailing))
+
+    one = ctx.const(1.0, f64)
+    if mode == "linear":
+        return ctx.op.Add(tap(0, ctx.op.Sub(one, t)), tap(1, t))
+    # cubic convolution, a = -0.75 (torch's bicubic)
+    a = -0.75
+
+    def near(d):  # |d| <= 1: ((a + 2) d - (a + 3)) d^2 + 1
+        inner = ctx.op.Sub(ctx.op.Mul(ctx.const(a + 2, f64), d), ctx.const(a + 3, f64))
+        return ctx.op.Add(ctx.op.Mul(ctx.op.Mul(inner, d), d), one)
+
+    def far(d):  # 1 < |d| < 2: ((a d - 5a) d + 8a) d - 4a
+        inner = ctx.op.Add(ctx.op.Mul(ctx.op.Sub(ctx.op.Mul(ctx.const(a, f64), d), ctx.const(5 * a, f64)), d), ctx.const(8 * a, f64))
+        return ctx.op.Sub(ctx.op.Mul(inner, d), ctx.const(4 * a, f64))
+
+    weights = [far(ctx.op.Add(t, one)), near(t), near(ctx.op.Sub(one, t)), far(ctx.op.Sub(ctx.const(2.0, f64), t))]
+    terms = [tap(offset, w) for offset, w in zip((-1, 0, 1, 2), weights)]
+    return ctx.op.Sum(*terms)
 
 
 def _float_tuple(values: Any, n: int) -> list[float]:
