@@ -192,6 +192,9 @@ def test_float64_interpolation_by_gathers(kwargs):
         ((2, 3, 5), dict(size=8, mode="linear")),
         ((1, 2, 3, 4, 5), dict(size=(4, 5, 7), mode="trilinear")),
         ((1, 2, 3, 4, 5), dict(scale_factor=2, mode="nearest")),
+        ((2, 3, 12, 10), dict(size=(5, 4), mode="bilinear", antialias=True)),
+        ((2, 3, 12, 10), dict(size=(17, 6), mode="bicubic", antialias=True)),
+        ((2, 3, 12, 10), dict(scale_factor=0.3, mode="bicubic", antialias=True)),
     ],
 )
 def test_float64_interpolation_scales_and_ranks(shape, kwargs):

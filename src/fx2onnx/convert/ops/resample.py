@@ -32,9 +32,9 @@ def _resize(
 ):
     x, unbatched = _add_batch(ctx, x, n)
     dtype = ctx.out_dtype()
-    if dtype == torch.float64 and not antialias:
+    if dtype == torch.float64:
         # onnxruntime's Resize has no float64 kernel: gathers and weights per axis, in float64
-        y = _resize_by_gathers(ctx, x, output_size, scale_factors, n, mode, transform)
+        y = _resize_by_gathers(ctx, x, output_size, scale_factors, n, mode, transform, antialias)
         return _remove_batch(ctx, y, unbatched)
     # torch interpolates integer images (uint8) and rounds to the nearest value
     rounded = mode != "nearest" and not dtype.is_floating_point
@@ -68,9 +68,10 @@ def _resize(
     return _remove_batch(ctx, y, unbatched)
 
 
-def _resize_by_gathers(ctx, x, output_size, scale_factors, n: int, mode: str, transform: str):
+def _resize_by_gathers(ctx, x, output_size, scale_factors, n: int, mode: str, transform: str, antialias: bool = False):
     """Separable resampling of the last ``n`` axes of ``x`` (batched) as torch computes it:
-    the source coordinate of every output index, the neighbours gathered, weighted, summed."""
+    the source coordinate of every output index, the neighbours gathered, weighted, summed
+    (antialiased: a dense ``[out, in]`` matrix of the filter's normalized weights)."""
     factors = _float_tuple(scale_factors, n) if output_size is None else [None] * n
     for i in range(n):
         axis = 2 + i
@@ -79,8 +80,44 @@ def _resize_by_gathers(ctx, x, output_size, scale_factors, n: int, mode: str, tr
         else:  # floor(input size * factor)
             scaled = ctx.op.Mul(ctx.cast(ctx.dim_size(x, axis), torch.float64), ctx.const(factors[i], torch.float64))
             size = ctx.cast(ctx.op.Floor(scaled), torch.int64)
-        x = _resize_axis(ctx, x, axis, n + 2, size, factors[i], mode, transform)
+        resize_axis = _antialiased_axis if antialias else _resize_axis
+        x = resize_axis(ctx, x, axis, n + 2, size, factors[i], mode, transform)
     return x
+
+
+def _antialiased_axis(ctx, x, axis: int, rank: int, size, factor: float | None, mode: str, transform: str):
+    """torch's antialiased resampling along one axis: the filter (triangle, or cubic with a = -0.5)
+    stretched by the scale when downsampling, over the inputs within its support, normalized."""
+    f64, i64 = torch.float64, torch.int64
+    length = ctx.dim_size(x, axis)
+    in_f, out_f = ctx.cast(length, f64), ctx.cast(size, f64)
+    scale = ctx.const(1.0 / factor, f64) if factor else ctx.op.Div(in_f, out_f)
+    one = ctx.const(1.0, f64)
+    stretched = ctx.op.GreaterOrEqual(scale, one)
+    half = 1.0 if mode == "linear" else 2.0  # half the filter's size
+    support = ctx.op.Where(stretched, ctx.op.Mul(scale, ctx.const(half, f64)), ctx.const(half, f64))
+    invscale = ctx.op.Where(stretched, ctx.op.Div(one, scale), one)
+    column = ctx.const([-1, 1], i64)
+    center = ctx.op.Reshape(ctx.op.Mul(ctx.op.Add(ctx.cast(ctx.op.Range(ctx.const(0, i64), size, ctx.const(1, i64)), f64), ctx.const(0.5, f64)), scale), column)
+    first = ctx.op.Max(ctx.op.Floor(ctx.op.Add(ctx.op.Sub(center, support), ctx.const(0.5, f64))), ctx.const(0.0, f64))
+    end = ctx.op.Min(ctx.op.Floor(ctx.op.Add(ctx.op.Add(center, support), ctx.const(0.5, f64))), in_f)
+    k = ctx.op.Unsqueeze(ctx.cast(ctx.op.Range(ctx.const(0, i64), length, ctx.const(1, i64)), f64), ctx.const([0], i64))
+    inside = ctx.op.And(ctx.op.GreaterOrEqual(k, first), ctx.op.Less(k, end))
+    d = ctx.op.Abs(ctx.op.Mul(ctx.op.Add(ctx.op.Sub(k, center), ctx.const(0.5, f64)), invscale))
+    if mode == "linear":
+        w = ctx.op.Max(ctx.op.Sub(one, d), ctx.const(0.0, f64))
+    else:  # cubic convolution, a = -0.5, zero beyond 2
+        a = -0.5
+        near = ctx.op.Add(ctx.op.Mul(ctx.op.Mul(ctx.op.Sub(ctx.op.Mul(ctx.const(a + 2, f64), d), ctx.const(a + 3, f64)), d), d), one)
+        far = ctx.op.Sub(ctx.op.Mul(ctx.op.Add(ctx.op.Mul(ctx.op.Sub(ctx.op.Mul(ctx.const(a, f64), d), ctx.const(5 * a, f64)), d), ctx.const(8 * a, f64)), d), ctx.const(4 * a, f64))
+        w = ctx.op.Where(ctx.op.Less(d, one), near, ctx.op.Where(ctx.op.Less(d, ctx.const(2.0, f64)), far, ctx.const(0.0, f64)))
+    w = ctx.op.Where(inside, w, ctx.const(0.0, f64))
+    total = ctx.op.ReduceSum(w, ctx.const([1], i64), keepdims=1)
+    w = ctx.op.Div(w, ctx.op.Where(ctx.op.Equal(total, ctx.const(0.0, f64)), one, total))  # [out, in]
+    letters = "abcdefgh"[:rank]
+    source = letters
+    target = letters[:axis] + "z" + letters[axis + 1:]
+    return ctx.op.Einsum(w, x, equation=f"z{letters[axis]},{source}->{target}")
 
 
 def _resize_axis(ctx, x, axis: int, rank: int, size, factor: float | None, mode: str, transform: str):
