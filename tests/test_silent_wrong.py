@@ -5,7 +5,8 @@ Three cases used to give an ONNX model that is wrong without a word:
 * a Python scalar argument (int, float, bool, str) torch.export specialized,
 * a list argument whose length torch.export specialized,
 * a sliding-window cache (Gemma 2/3...) longer than its window,
-* an int marked dynamic that torch.export specialized all the same.
+* an int marked dynamic that torch.export specialized all the same,
+* two dimensions declared independent that the model's code compared (``height == width``).
 """
 
 from __future__ import annotations
@@ -290,3 +291,24 @@ def test_sliding_cache_dynamic_shapes_without_its_count():
         with pytest.raises(ValueError, match=r"list of 3 specs.*got 2.*tokens_seen"):
             fx2onnx.to_onnx(tiny.model, (), inputs, dynamic_shapes=ds)
 
+
+
+class SquareOrNot(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[-1] == x.shape[-2]:  # a branch comparing two dynamic dimensions
+            return x + x.transpose(-1, -2)
+        return x * 2
+
+
+def test_dimensions_merged_by_a_comparison_are_reported_and_checked():
+    with pytest.warns(FrozenInputWarning, match=r"x\.shape\[1\], x\.shape\[2\], declared independent"):
+        onx = fx2onnx.to_onnx(SquareOrNot(), (torch.randn(2, 4, 4),), dynamic_shapes=({1: Dim.DYNAMIC, 2: Dim.DYNAMIC},))
+    entry = json.loads({p.key: p.value for p in onx.metadata_props}[METADATA_KEY])["x.shape[1] == x.shape[2]"]
+    assert entry["kind"] == "dim_equal" and entry["dims"] == [[0, 1], [0, 2]]
+    assert fx2onnx.validate(onx, SquareOrNot(), (torch.randn(2, 5, 5),)).ok
+    with pytest.raises(FrozenInputError, match=r"x\.shape\[1\] = 3, x\.shape\[2\] = 6"):
+        fx2onnx.validate(onx, SquareOrNot(), (torch.randn(2, 3, 6),))
+    # one name for both: the user declared them equal, nothing to say
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FrozenInputWarning)
+        fx2onnx.to_onnx(SquareOrNot(), (torch.randn(2, 4, 4),), dynamic_shapes=({1: "n", 2: "n"},))

@@ -23,7 +23,10 @@ A dynamic dimension torch.export bounded above (a Python branch on a size,
 recorded as ``{"kind": "dim_range", "min": 2, "max": 3, ...}`` under the key
 ``"<input>.shape[<axis>]"`` (see :func:`narrowed_dimensions`), warned about
 unless the bound is the size of a weight (a table of positions), and validate
-refuses sizes outside the range.
+refuses sizes outside the range. Dimensions declared independent (``Dim.DYNAMIC``,
+different names) to which torch.export gave one symbol (the code compared them,
+``if height == width:``) are recorded as ``{"kind": "dim_equal", ...}`` (see
+:func:`merged_dimensions`), warned about, and validate refuses different sizes.
 
 .. code-block:: python
 
@@ -160,6 +163,75 @@ def narrowed_dimensions(ep: torch.export.ExportedProgram, names: Sequence[str]) 
     return found
 
 
+def _axis_identity(spec: Any, axis: int) -> Any:
+    """How the user declared one axis: a name (shared on purpose), a fresh object for ``Dim.DYNAMIC`` /
+    ``Dim.AUTO`` (independent of every other axis), None when unknown."""
+    axis_spec = spec.get(axis) if isinstance(spec, dict) else (
+        spec[axis] if isinstance(spec, (list, tuple)) and axis < len(spec) else None)
+    if isinstance(axis_spec, str):
+        return axis_spec
+    if axis_spec in (torch.export.Dim.DYNAMIC, torch.export.Dim.AUTO):
+        return object()
+    return getattr(axis_spec, "__name__", None)
+
+
+def merged_dimensions(
+    ep: torch.export.ExportedProgram, names: Sequence[str], model: Any, args: Sequence[Any],
+    kwargs: dict[str, Any] | None, dynamic_shapes: Any,
+) -> dict[str, dict[str, Any]]:
+    """Dynamic dimensions declared independent (``Dim.DYNAMIC``, or different names) which torch.export
+    gave one symbol: the model's code compared them (``if height == width:``) and the graph holds the
+    branch taken for equal sizes. Only the tensors given directly as arguments are looked at.
+
+    :return: ``{"<a>.shape[i] == <b>.shape[j]": {"kind": "dim_equal", "dims": [[position, axis], ...],
+        "paths": [...]}}``
+    """
+    declared: dict[int, Any] = {}
+    position = 0
+    for index, (name, value) in enumerate(named_inputs(model, args, kwargs)):
+        spec = _spec_of(dynamic_shapes, index, name)
+        if isinstance(value, torch.Tensor):
+            declared[position] = spec
+        position += _count_inputs(value, spec)
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    groups: dict[Any, list[tuple[int, int, Any]]] = {}
+    position = 0
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind.name != "USER_INPUT" or isinstance(spec.arg, torch.export.graph_signature.ConstantArgument):
+            continue
+        node = placeholders.get(spec.arg.name)
+        val = node.meta.get("val") if node is not None else None
+        if isinstance(val, torch.Tensor) and position in declared:
+            for axis, size in enumerate(val.shape):
+                expr = size.node.expr if isinstance(size, torch.SymInt) else None
+                if expr is not None and expr.is_Symbol:
+                    groups.setdefault(expr, []).append((position, axis, _axis_identity(declared[position], axis)))
+        position += 1
+    found: dict[str, dict[str, Any]] = {}
+    for dims in groups.values():
+        identities = [identity for _, _, identity in dims if identity is not None]
+        if len(identities) < 2 or len({id(i) if not isinstance(i, str) else i for i in identities}) < 2:
+            continue
+        paths = [f"{names[p] if p < len(names) else f'input{p}'}.shape[{a}]" for p, a, _ in dims]
+        found[" == ".join(paths)] = {"kind": "dim_equal", "dims": [[p, a] for p, a, _ in dims], "paths": paths}
+    return found
+
+
+def _check_dim_equal(path: str, entry: dict[str, Any], args: Sequence[Any], kwargs: dict[str, Any] | None) -> None:
+    from .validation import flatten_inputs
+
+    leaves = flatten_inputs(args, kwargs)
+    sizes = [int(leaves[p].shape[a]) for p, a in entry["dims"]
+             if p < len(leaves) and isinstance(leaves[p], torch.Tensor) and leaves[p].dim() > a]
+    if len(set(sizes)) > 1:
+        given = ", ".join(f"{name} = {size}" for name, size in zip(entry["paths"], sizes))
+        raise FrozenInputError(
+            f"Dimensions {path} were declared independent but torch.export gave them one size (the model's "
+            f"code compared them, such as `if height == width:`), got {given}: the ONNX model holds the branch "
+            f"taken for equal sizes. Export with an example where they differ, or write the branch with torch.cond."
+        )
+
+
 def _check_dim_range(path: str, entry: dict[str, Any], args: Sequence[Any], kwargs: dict[str, Any] | None) -> None:
     from .validation import flatten_inputs
 
@@ -284,6 +356,13 @@ def frozen_message(path: str, entry: dict[str, Any]) -> str:
             f"element(s) becomes {entry['length']} separate value(s){names}, the ONNX model takes no other "
             f"length. To vary the count, stack the elements into one tensor with a dynamic dimension."
         )
+    if entry["kind"] == "dim_equal":
+        return (
+            f"torch.export gave one size to the dimensions {', '.join(entry['paths'])}, declared independent: the "
+            f"model's code compared them (such as `if height == width:`) and the ONNX model holds the branch taken "
+            f"for equal sizes; fx2onnx.validate refuses other inputs (metadata {METADATA_KEY!r}). Export with an "
+            f"example where they differ, or write the branch with torch.cond."
+        )
     if entry["kind"] == "dim_range":
         return (
             f"torch.export narrowed the dynamic dimension {path} to {_range_text(entry)} (a Python branch on "
@@ -347,6 +426,9 @@ def check_frozen_inputs(
     for path, entry in frozen.items():
         if entry["kind"] == "dim_range":
             _check_dim_range(path, entry, args, kwargs)
+            continue
+        if entry["kind"] == "dim_equal":
+            _check_dim_equal(path, entry, args, kwargs)
             continue
         if path not in given:
             raise FrozenInputError(

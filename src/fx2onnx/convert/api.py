@@ -233,6 +233,7 @@ def _record_frozen_inputs(
     from ..frozen import (
         METADATA_KEY,
         describe_frozen_inputs,
+        merged_dimensions,
         narrowed_dimensions,
         specialized_int_inputs,
         warn_frozen_inputs,
@@ -242,6 +243,7 @@ def _record_frozen_inputs(
     specialized = specialized_int_inputs(ep)
     frozen = describe_frozen_inputs(model, tuple(args), dict(kwargs or {}), dynamic_shapes, names, specialized)
     frozen.update(narrowed_dimensions(ep, names))
+    frozen.update(merged_dimensions(ep, names, model, tuple(args), dict(kwargs or {}), dynamic_shapes))
     onnx_model.metadata_props[METADATA_KEY] = json.dumps(frozen)
     warn_frozen_inputs(frozen, stacklevel=4)
 
