@@ -10,8 +10,9 @@ runs in its own process with a time limit. Prints one line per architecture and 
     python bench/sweep_vision_audio.py --kinds image,audio [--spatial] [--only vit]
 
 Statuses: ``ok``; ``model`` (the configuration or eager run failed: the generic overrides do
-not suit it, not an export result); ``capture`` / ``conversion`` / ``onnxruntime``;
-``mismatch``; ``timeout``.
+not suit it, not an export result); ``capture`` / ``conversion``; ``frozen`` (the export
+said it froze something the second input differs in, see :mod:`fx2onnx.frozen`);
+``onnxruntime``; ``mismatch``; ``timeout``.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def _inputs(kind: str, config, spatial: bool):
         return "pixel_values", [torch.rand(*s, generator=g) for s in shapes], dynamic
     if hasattr(config, "num_mel_bins") and hasattr(config, "max_length"):  # spectrogram transformers
         shapes, dynamic = [(2, config.max_length, config.num_mel_bins), (3, config.max_length, config.num_mel_bins)], {0: dyn}
-    elif hasattr(config, "max_source_positions"):  # whisper-like encoders take mel features
+    elif hasattr(config, "max_source_positions") and hasattr(config, "num_mel_bins"):  # whisper-like: mel features
         bins, length = config.num_mel_bins, 2 * config.max_source_positions
         return "input_features", [torch.randn(b, bins, length, generator=g) for b in (2, 3)], {0: dyn}
     else:
@@ -68,6 +69,7 @@ def run_one(kind: str, name: str, spatial: bool) -> dict:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     import fx2onnx
+    from fx2onnx.frozen import check_frozen_inputs, read_frozen_inputs
     from fx2onnx.runner import label_export_step
     from fx2onnx.validation import compare_outputs, flatten_outputs, make_session, run_onnx
 
@@ -101,6 +103,10 @@ def run_one(kind: str, name: str, spatial: bool) -> dict:
         with label_export_step("capture"), fx2onnx.torch_export_patches(patch_transformers=True), torch.no_grad():
             onx = fx2onnx.to_onnx(model, (), kwargs={key: x}, dynamic_shapes={key: dynamic})
         row["export_s"] = round(time.perf_counter() - begin, 1)
+        frozen = read_frozen_inputs(onx)
+        if frozen:  # what the export said it froze: refused as fx2onnx.validate refuses it
+            row["status"] = "frozen"
+            check_frozen_inputs(frozen, model, (), {key: x2})
         row["status"] = "onnxruntime"
         report = compare_outputs(expected, run_onnx(make_session(onx), (), {key: x2}), atol=1e-4, rtol=1e-3)
         row["max_abs"] = float(report.max_abs)

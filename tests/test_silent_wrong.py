@@ -312,3 +312,24 @@ def test_dimensions_merged_by_a_comparison_are_reported_and_checked():
     with warnings.catch_warnings():
         warnings.simplefilter("error", FrozenInputWarning)
         fx2onnx.to_onnx(SquareOrNot(), (torch.randn(2, 4, 4),), dynamic_shapes=({1: "n", 2: "n"},))
+
+
+class EvenOrOdd(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[-1] % 2 == 0:  # a branch no range of sizes expresses
+            return x * 2
+        return x - 1
+
+
+def test_size_conditions_are_reported_and_checked():
+    with pytest.warns(FrozenInputWarning, match=r"assumed \(x\.shape\[1\] % 2\) == 0"):
+        onx = fx2onnx.to_onnx(EvenOrOdd(), (torch.randn(2, 4),), dynamic_shapes=({1: Dim.DYNAMIC},))
+    assert fx2onnx.validate(onx, EvenOrOdd(), (torch.randn(2, 10),)).ok
+    with pytest.raises(FrozenInputError, match=r"x\.shape\[1\] = 5"):
+        fx2onnx.validate(onx, EvenOrOdd(), (torch.randn(2, 5),))
+    # exported on a non-square example, the other branch: a square input is refused (it was silently wrong)
+    with pytest.warns(FrozenInputWarning, match=r"x\.shape\[2\] != x\.shape\[1\]"):
+        onx = fx2onnx.to_onnx(SquareOrNot(), (torch.randn(2, 4, 5),), dynamic_shapes=({1: Dim.DYNAMIC, 2: Dim.DYNAMIC},))
+    assert fx2onnx.validate(onx, SquareOrNot(), (torch.randn(2, 3, 6),)).ok
+    with pytest.raises(FrozenInputError, match=r"x\.shape\[2\] != x\.shape\[1\]"):
+        fx2onnx.validate(onx, SquareOrNot(), (torch.randn(2, 3, 3),))

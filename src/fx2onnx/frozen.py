@@ -27,6 +27,10 @@ refuses sizes outside the range. Dimensions declared independent (``Dim.DYNAMIC`
 different names) to which torch.export gave one symbol (the code compared them,
 ``if height == width:``) are recorded as ``{"kind": "dim_equal", ...}`` (see
 :func:`merged_dimensions`), warned about, and validate refuses different sizes.
+Other conditions on sizes torch.export assumed and no range expresses, a modulo
+(``x.shape[2] % 4 == 0``: padding taken or not) or two dimensions differing, are
+recorded as ``{"kind": "size_condition", ...}`` (see :func:`size_conditions`),
+warned about, and validate evaluates them on its inputs.
 
 .. code-block:: python
 
@@ -43,9 +47,12 @@ different names) to which torch.export gave one symbol (the code compared them,
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
+import operator
 import os
+import re
 import warnings
 from typing import Any, Iterator, Sequence
 
@@ -217,6 +224,169 @@ def merged_dimensions(
     return found
 
 
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+           ast.Mod: operator.mod}
+_COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+            ast.Gt: operator.gt, ast.GtE: operator.ge}
+_FUNCTIONS = {"max": max, "min": min}
+
+
+def _size_read(node: ast.AST) -> tuple[str, int] | None:
+    """``(input, axis)`` for ``L['x'].size()[axis]``, None otherwise."""
+    if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call) and not node.value.args):
+        return None
+    func = node.value.func
+    owner = func.value if isinstance(func, ast.Attribute) and func.attr == "size" else None
+    if (isinstance(owner, ast.Subscript) and isinstance(owner.value, ast.Name) and owner.value.id == "L"
+            and isinstance(owner.slice, ast.Constant) and isinstance(owner.slice.value, str)
+            and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int)):
+        return owner.slice.value, node.slice.value
+    return None
+
+
+def _evaluate_guard(node: ast.AST, sizes: dict[tuple[str, int], int]) -> Any:
+    """Evaluates a guard on sizes; raises KeyError or TypeError on anything but sizes, integers,
+    arithmetic, comparisons, ``max`` and ``min``."""
+    read = _size_read(node)
+    if read is not None:
+        return sizes[read]
+    if isinstance(node, ast.Expression):
+        return _evaluate_guard(node.body, sizes)
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.BinOp):
+        return _BINARY[type(node.op)](_evaluate_guard(node.left, sizes), _evaluate_guard(node.right, sizes))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not)):
+        value = _evaluate_guard(node.operand, sizes)
+        return -value if isinstance(node.op, ast.USub) else not value
+    if isinstance(node, ast.BoolOp):
+        values = [_evaluate_guard(v, sizes) for v in node.values]
+        return all(values) if isinstance(node.op, ast.And) else any(values)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS:
+        return _FUNCTIONS[node.func.id](*(_evaluate_guard(a, sizes) for a in node.args))
+    if isinstance(node, ast.Compare):
+        left = _evaluate_guard(node.left, sizes)
+        for op, right in zip(node.ops, node.comparators):
+            value = _evaluate_guard(right, sizes)
+            if not _COMPARE[type(op)](left, value):
+                return False
+            left = value
+        return True
+    raise TypeError(f"unsupported guard element {type(node).__name__}")
+
+
+def _guard_text(code: str) -> str:
+    return re.sub(r"L\['([^']+)'\]\.size\(\)\[(\d+)\]", r"\1.shape[\2]", code)
+
+
+def size_conditions(ep: torch.export.ExportedProgram, example: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The guards of torch.export on input sizes which no range expresses and which other sizes break:
+    a remainder (``x.shape[2] % 4 == 0``: the model pads, or not, when a size is not a multiple) or two
+    dimensions differing (``x.shape[2] != x.shape[3]``). The graph holds the branch taken at export.
+    Other guards are left out: the size-1 and positivity assumptions torch.export makes on every dynamic
+    dimension, and conditions of branches that compute the same thing either way (``if pad > 0: pad``).
+
+    :param example: the inputs of the export by name (their sizes evaluate the guards)
+    :return: ``{"<condition on the inputs' shapes>": {"kind": "size_condition", "guard": "<torch's code>"}}``
+    """
+    found: dict[str, dict[str, Any]] = {}
+    symbols = _input_symbols(ep, example)
+    for code in getattr(ep, "_guards_code", None) or []:
+        try:
+            tree = ast.parse(code, mode="eval")
+        except SyntaxError:
+            continue
+        reads = {r for r in map(_size_read, ast.walk(tree)) if r is not None}
+        sizes = {(n, a): int(example[n].shape[a]) for n, a in reads
+                 if isinstance(example.get(n), torch.Tensor) and example[n].dim() > a}
+        if len(sizes) < len(reads) or not reads:
+            continue
+        body = tree.body
+        # divisibility: `(expr % k) == 0` or `!= 0` (a branch on a remainder), not the size-1 or positivity
+        # assumptions torch.export makes about every dynamic dimension (`expr != 1`, `expr >= 2`)
+        simple = isinstance(body, ast.Compare) and len(body.ops) == 1 and isinstance(body.ops[0], (ast.Eq, ast.NotEq))
+        sides = (body.left, body.comparators[0]) if simple else ()
+        modulo = simple and any(
+            isinstance(a, ast.BinOp) and isinstance(a.op, ast.Mod) and isinstance(a.right, ast.Constant) for a in sides
+        ) and any(isinstance(a, ast.Constant) for a in sides)  # a remainder by a constant, not a stride check
+        two_dims = (isinstance(body, ast.Compare) and len(body.ops) == 1 and isinstance(body.ops[0], ast.NotEq)
+                    and {_size_read(body.left), _size_read(body.comparators[0])} <= reads
+                    and None not in {_size_read(body.left), _size_read(body.comparators[0])})
+        if not (modulo or two_dims):
+            continue
+        try:
+            holds = _evaluate_guard(tree, sizes)
+        except (KeyError, TypeError, ZeroDivisionError):
+            continue
+        if holds and _can_fail(tree, sizes, symbols):  # kept: true at export, false for other sizes
+            found[_guard_text(code)] = {"kind": "size_condition", "guard": code}
+    return found
+
+
+def _input_symbols(ep: torch.export.ExportedProgram, example: dict[str, Any]) -> dict[tuple[str, int], Any]:
+    """``(input, axis) -> symbol`` of the dynamic dimensions (two dimensions torch.export gave one
+    symbol always have the same size)."""
+    sizes = {}
+    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
+    by_name = {s.arg.name: s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"}
+    user = [n for n in placeholders if n.name in by_name]
+    names = [name for name, value in example.items() if isinstance(value, torch.Tensor)]
+    for name, node in zip(names, user):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            for axis, size in enumerate(val.shape):
+                if isinstance(size, torch.SymInt):
+                    sizes[(name, axis)] = size.node.expr
+    return sizes
+
+
+def _can_fail(tree: ast.AST, sizes: dict[tuple[str, int], int], symbols: dict[tuple[str, int], Any]) -> bool:
+    """Whether the guard is false for some sizes (a few hundred seeded draws around the example's),
+    the dimensions sharing a symbol keeping one size: ``(b * s) % b == 0`` on one batch never is."""
+    import random
+
+    rng = random.Random(0)
+    keys = list(sizes)
+    for _ in range(300):
+        values: dict[Any, int] = {}
+        trial = {}
+        for key in keys:
+            symbol = symbols.get(key, key)
+            if symbol not in values:
+                values[symbol] = max(1, sizes[key] + rng.randint(-sizes[key] + 1, 3 * sizes[key] + 8))
+            trial[key] = values[symbol] if key in symbols else sizes[key]
+        try:
+            if not _evaluate_guard(tree, trial):
+                return True
+        except ZeroDivisionError:
+            return True
+    return False
+
+
+def _check_size_condition(path: str, entry: dict[str, Any], model: Any, args: Sequence[Any],
+                          kwargs: dict[str, Any] | None) -> None:
+    tree = ast.parse(entry["guard"], mode="eval")
+    given = dict(named_inputs(model, args, kwargs))
+    reads = {r for r in map(_size_read, ast.walk(tree)) if r is not None}
+    sizes = {}
+    for name, axis in reads:
+        value = given.get(name)
+        if not isinstance(value, torch.Tensor) or value.dim() <= axis:
+            return
+        sizes[(name, axis)] = int(value.shape[axis])
+    try:
+        holds = _evaluate_guard(tree, sizes)
+    except ZeroDivisionError:
+        holds = False
+    if not holds:
+        shown = ", ".join(f"{n}.shape[{a}] = {v}" for (n, a), v in sorted(sizes.items()))
+        raise FrozenInputError(
+            f"The export assumed {path} (the model's code branched on these sizes and the ONNX model holds the "
+            f"branch taken then), got {shown}. Export with an example of such sizes, or write the branch with "
+            f"torch.cond."
+        )
+
+
 def _check_dim_equal(path: str, entry: dict[str, Any], args: Sequence[Any], kwargs: dict[str, Any] | None) -> None:
     from .validation import flatten_inputs
 
@@ -356,6 +526,13 @@ def frozen_message(path: str, entry: dict[str, Any]) -> str:
             f"element(s) becomes {entry['length']} separate value(s){names}, the ONNX model takes no other "
             f"length. To vary the count, stack the elements into one tensor with a dynamic dimension."
         )
+    if entry["kind"] == "size_condition":
+        return (
+            f"torch.export assumed {path} (a branch on these sizes, such as padding when a size is not a "
+            f"multiple): the ONNX model holds the branch taken at export and is wrong for sizes where it does not "
+            f"hold; fx2onnx.validate refuses them (metadata {METADATA_KEY!r}). Export with an example of the sizes "
+            f"you need or write the branch with torch.cond."
+        )
     if entry["kind"] == "dim_equal":
         return (
             f"torch.export gave one size to the dimensions {', '.join(entry['paths'])}, declared independent: the "
@@ -395,10 +572,14 @@ def frozen_message(path: str, entry: dict[str, Any]) -> str:
 
 def warn_frozen_inputs(frozen: dict[str, dict[str, Any]], stacklevel: int = 3) -> None:
     """One :class:`FrozenInputWarning` per frozen input."""
+    conditions = [path for path, entry in frozen.items() if entry["kind"] == "size_condition"]
     for path, entry in frozen.items():
-        if entry.get("weight_bound"):  # a table's length (BERT's 512 positions): checked, not warned
+        if entry.get("weight_bound") or entry["kind"] == "size_condition":  # a table's length: checked, not warned
             continue
         warnings.warn(frozen_message(path, entry), FrozenInputWarning, stacklevel=stacklevel)
+    if conditions:  # one warning for all of them: a model chunking its input has dozens
+        shown = "; ".join(conditions[:3]) + (f"; and {len(conditions) - 3} more" if len(conditions) > 3 else "")
+        warnings.warn(frozen_message(shown, {"kind": "size_condition"}), FrozenInputWarning, stacklevel=stacklevel)
 
 
 def read_frozen_inputs(onnx_model: Any) -> dict[str, dict[str, Any]] | None:
@@ -429,6 +610,9 @@ def check_frozen_inputs(
             continue
         if entry["kind"] == "dim_equal":
             _check_dim_equal(path, entry, args, kwargs)
+            continue
+        if entry["kind"] == "size_condition":
+            _check_size_condition(path, entry, model, args, kwargs)
             continue
         if path not in given:
             raise FrozenInputError(

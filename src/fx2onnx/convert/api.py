@@ -234,6 +234,8 @@ def _record_frozen_inputs(
         METADATA_KEY,
         describe_frozen_inputs,
         merged_dimensions,
+        named_inputs,
+        size_conditions,
         narrowed_dimensions,
         specialized_int_inputs,
         warn_frozen_inputs,
@@ -244,6 +246,7 @@ def _record_frozen_inputs(
     frozen = describe_frozen_inputs(model, tuple(args), dict(kwargs or {}), dynamic_shapes, names, specialized)
     frozen.update(narrowed_dimensions(ep, names))
     frozen.update(merged_dimensions(ep, names, model, tuple(args), dict(kwargs or {}), dynamic_shapes))
+    frozen.update(size_conditions(ep, dict(named_inputs(model, tuple(args), dict(kwargs or {})))))
     onnx_model.metadata_props[METADATA_KEY] = json.dumps(frozen)
     warn_frozen_inputs(frozen, stacklevel=4)
 
