@@ -90,6 +90,42 @@ def named_inputs(model: Any, args: Sequence[Any], kwargs: dict[str, Any] | None)
     return names
 
 
+def _user_inputs(ep: torch.export.ExportedProgram) -> Iterator[tuple[int, Any, Any]]:
+    """``(position, input spec, placeholder node or None)`` of the user inputs which are not constants,
+    the position counting them in order (tensors and dynamic ints: the ONNX inputs)."""
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    position = 0
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind.name != "USER_INPUT" or isinstance(spec.arg, torch.export.graph_signature.ConstantArgument):
+            continue
+        yield position, spec, placeholders.get(spec.arg.name)
+        position += 1
+
+
+def _symbolic_axes(node: Any) -> Iterator[tuple[int, Any]]:
+    """``(axis, sympy expression)`` of the symbolic dimensions of a placeholder's tensor."""
+    val = node.meta.get("val") if node is not None else None
+    if isinstance(val, torch.Tensor):
+        for axis, size in enumerate(val.shape):
+            if isinstance(size, torch.SymInt):
+                yield axis, size.node.expr
+
+
+def _argument_tensors(
+    model: Any, args: Sequence[Any], kwargs: dict[str, Any] | None, dynamic_shapes: Any
+) -> dict[str, tuple[int, torch.Tensor, Any]]:
+    """The tensors given directly as arguments: ``{name: (position, tensor, its dynamic shape)}``,
+    the position as :func:`_user_inputs` counts."""
+    tensors = {}
+    position = 0
+    for index, (name, value) in enumerate(named_inputs(model, args, kwargs)):
+        spec = _spec_of(dynamic_shapes, index, name)
+        if isinstance(value, torch.Tensor):
+            tensors[name] = (position, value, spec)
+        position += _count_inputs(value, spec)
+    return tensors
+
+
 def specialized_int_inputs(ep: torch.export.ExportedProgram) -> dict[int, int]:
     """The int inputs marked dynamic which torch.export specialized all the same.
 
@@ -99,18 +135,12 @@ def specialized_int_inputs(ep: torch.export.ExportedProgram) -> dict[int, int]:
     :return: ``{position: value}``, the position counting the user inputs which are
         not constants (tensors and dynamic ints, the order :func:`describe_frozen_inputs` counts)
     """
-    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     found: dict[int, int] = {}
-    position = 0
-    for spec in ep.graph_signature.input_specs:
-        if spec.kind.name != "USER_INPUT" or isinstance(spec.arg, torch.export.graph_signature.ConstantArgument):
-            continue
-        node = placeholders.get(spec.arg.name)
+    for position, spec, node in _user_inputs(ep):
         if isinstance(spec.arg, torch.export.graph_signature.SymIntArgument) and node is not None:
             value = _fixed_int(node.meta.get("val"), ep.range_constraints)
             if value is not None:
                 found[position] = value
-        position += 1
     return found
 
 
@@ -139,35 +169,29 @@ def narrowed_dimensions(ep: torch.export.ExportedProgram, names: Sequence[str]) 
     """
     from torch.utils._sympy.numbers import int_oo
 
-    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     # a bound equal to a size of a weight is a table's length (position embeddings): not warned
     weight_sizes = {int(d) for t in [*ep.state_dict.values(), *ep.constants.values()]
                     if isinstance(t, torch.Tensor) for d in t.shape}
     found: dict[str, dict[str, Any]] = {}
     seen: set[Any] = set()
-    position = 0
-    for spec in ep.graph_signature.input_specs:
-        if spec.kind.name != "USER_INPUT" or isinstance(spec.arg, torch.export.graph_signature.ConstantArgument):
-            continue
-        node = placeholders.get(spec.arg.name)
-        val = node.meta.get("val") if node is not None else None
-        if isinstance(val, torch.Tensor):
-            for axis, size in enumerate(val.shape):
-                expr = size.node.expr if isinstance(size, torch.SymInt) else None
-                bounds = ep.range_constraints.get(expr) if expr is not None and expr.is_Symbol else None
-                if bounds is None or expr in seen or bounds.lower == bounds.upper:
-                    continue
-                upper = None if bounds.upper in (int_oo, float("inf")) or not bounds.upper.is_finite else int(bounds.upper)
-                if upper is None:  # a raised lower bound mostly comes from a relation (total = past + seq)
-                    continue
-                seen.add(expr)
-                name = names[position] if position < len(names) else f"input{position}"
-                found[f"{name}.shape[{axis}]"] = {
-                    "kind": "dim_range", "position": position, "axis": axis, "min": int(bounds.lower), "max": upper,
-                    "weight_bound": upper in weight_sizes,
-                }
-        position += 1
+    for position, _, node in _user_inputs(ep):
+        for axis, expr in _symbolic_axes(node):
+            bounds = ep.range_constraints.get(expr) if expr.is_Symbol else None
+            if bounds is None or expr in seen or bounds.lower == bounds.upper:
+                continue
+            upper = None if bounds.upper in (int_oo, float("inf")) or not bounds.upper.is_finite else int(bounds.upper)
+            if upper is None:  # a raised lower bound mostly comes from a relation (total = past + seq)
+                continue
+            seen.add(expr)
+            found[f"{_input_name(names, position)}.shape[{axis}]"] = {
+                "kind": "dim_range", "position": position, "axis": axis, "min": int(bounds.lower), "max": upper,
+                "weight_bound": upper in weight_sizes,
+            }
     return found
+
+
+def _input_name(names: Sequence[str], position: int) -> str:
+    return names[position] if position < len(names) else f"input{position}"
 
 
 def _axis_identity(spec: Any, axis: int) -> Any:
@@ -193,33 +217,19 @@ def merged_dimensions(
     :return: ``{"<a>.shape[i] == <b>.shape[j]": {"kind": "dim_equal", "dims": [[position, axis], ...],
         "paths": [...]}}``
     """
-    declared: dict[int, Any] = {}
-    position = 0
-    for index, (name, value) in enumerate(named_inputs(model, args, kwargs)):
-        spec = _spec_of(dynamic_shapes, index, name)
-        if isinstance(value, torch.Tensor):
-            declared[position] = spec
-        position += _count_inputs(value, spec)
-    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    declared = {position: spec for position, _, spec in _argument_tensors(model, args, kwargs, dynamic_shapes).values()}
     groups: dict[Any, list[tuple[int, int, Any]]] = {}
-    position = 0
-    for spec in ep.graph_signature.input_specs:
-        if spec.kind.name != "USER_INPUT" or isinstance(spec.arg, torch.export.graph_signature.ConstantArgument):
-            continue
-        node = placeholders.get(spec.arg.name)
-        val = node.meta.get("val") if node is not None else None
-        if isinstance(val, torch.Tensor) and position in declared:
-            for axis, size in enumerate(val.shape):
-                expr = size.node.expr if isinstance(size, torch.SymInt) else None
-                if expr is not None and expr.is_Symbol:
+    for position, _, node in _user_inputs(ep):
+        if position in declared:
+            for axis, expr in _symbolic_axes(node):
+                if expr.is_Symbol:
                     groups.setdefault(expr, []).append((position, axis, _axis_identity(declared[position], axis)))
-        position += 1
     found: dict[str, dict[str, Any]] = {}
     for dims in groups.values():
         identities = [identity for _, _, identity in dims if identity is not None]
         if len(identities) < 2 or len({id(i) if not isinstance(i, str) else i for i in identities}) < 2:
             continue
-        paths = [f"{names[p] if p < len(names) else f'input{p}'}.shape[{a}]" for p, a, _ in dims]
+        paths = [f"{_input_name(names, p)}.shape[{a}]" for p, a, _ in dims]
         found[" == ".join(paths)] = {"kind": "dim_equal", "dims": [[p, a] for p, a, _ in dims], "paths": paths}
     return found
 
@@ -279,39 +289,53 @@ def _guard_text(code: str) -> str:
     return re.sub(r"L\['([^']+)'\]\.size\(\)\[(\d+)\]", r"\1.shape[\2]", code)
 
 
-def size_conditions(ep: torch.export.ExportedProgram, example: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _guard_sizes(tree: ast.AST, tensors: dict[str, Any]) -> dict[tuple[str, int], int] | None:
+    """The sizes a guard reads (``L['x'].size()[1]``) taken from ``tensors`` by name, None when one of
+    them is not a tensor given directly (nested in a list or a cache) or the guard reads none."""
+    sizes = {}
+    for name, axis in {r for r in map(_size_read, ast.walk(tree)) if r is not None}:
+        value = tensors.get(name)
+        if not isinstance(value, torch.Tensor) or value.dim() <= axis:
+            return None
+        sizes[(name, axis)] = int(value.shape[axis])
+    return sizes or None
+
+
+def size_conditions(
+    ep: torch.export.ExportedProgram, model: Any, args: Sequence[Any], kwargs: dict[str, Any] | None,
+    dynamic_shapes: Any,
+) -> dict[str, dict[str, Any]]:
     """The guards of torch.export on input sizes which no range expresses and which other sizes break:
     a remainder (``x.shape[2] % 4 == 0``: the model pads, or not, when a size is not a multiple) or two
     dimensions differing (``x.shape[2] != x.shape[3]``). The graph holds the branch taken at export.
     Other guards are left out: the size-1 and positivity assumptions torch.export makes on every dynamic
     dimension, and conditions of branches that compute the same thing either way (``if pad > 0: pad``).
 
-    :param example: the inputs of the export by name (their sizes evaluate the guards)
     :return: ``{"<condition on the inputs' shapes>": {"kind": "size_condition", "guard": "<torch's code>"}}``
     """
+    tensors = _argument_tensors(model, args, kwargs, dynamic_shapes)
+    example = {name: tensor for name, (_, tensor, _) in tensors.items()}
+    # (input, axis) -> symbol: two dimensions torch.export gave one symbol always have the same size
+    nodes = {position: node for position, _, node in _user_inputs(ep)}
+    symbols = {(name, axis): expr for name, (position, _, _) in tensors.items()
+               for axis, expr in _symbolic_axes(nodes.get(position))}
     found: dict[str, dict[str, Any]] = {}
-    symbols = _input_symbols(ep, example)
     for code in getattr(ep, "_guards_code", None) or []:
         try:
             tree = ast.parse(code, mode="eval")
         except SyntaxError:
             continue
-        reads = {r for r in map(_size_read, ast.walk(tree)) if r is not None}
-        sizes = {(n, a): int(example[n].shape[a]) for n, a in reads
-                 if isinstance(example.get(n), torch.Tensor) and example[n].dim() > a}
-        if len(sizes) < len(reads) or not reads:
-            continue
+        sizes = _guard_sizes(tree, example)
         body = tree.body
+        if sizes is None or not (isinstance(body, ast.Compare) and len(body.ops) == 1):
+            continue
+        sides = (body.left, body.comparators[0])
         # divisibility: `(expr % k) == 0` or `!= 0` (a branch on a remainder), not the size-1 or positivity
         # assumptions torch.export makes about every dynamic dimension (`expr != 1`, `expr >= 2`)
-        simple = isinstance(body, ast.Compare) and len(body.ops) == 1 and isinstance(body.ops[0], (ast.Eq, ast.NotEq))
-        sides = (body.left, body.comparators[0]) if simple else ()
-        modulo = simple and any(
+        modulo = isinstance(body.ops[0], (ast.Eq, ast.NotEq)) and any(
             isinstance(a, ast.BinOp) and isinstance(a.op, ast.Mod) and isinstance(a.right, ast.Constant) for a in sides
         ) and any(isinstance(a, ast.Constant) for a in sides)  # a remainder by a constant, not a stride check
-        two_dims = (isinstance(body, ast.Compare) and len(body.ops) == 1 and isinstance(body.ops[0], ast.NotEq)
-                    and {_size_read(body.left), _size_read(body.comparators[0])} <= reads
-                    and None not in {_size_read(body.left), _size_read(body.comparators[0])})
+        two_dims = isinstance(body.ops[0], ast.NotEq) and all(_size_read(a) is not None for a in sides)
         if not (modulo or two_dims):
             continue
         try:
@@ -321,23 +345,6 @@ def size_conditions(ep: torch.export.ExportedProgram, example: dict[str, Any]) -
         if holds and _can_fail(tree, sizes, symbols):  # kept: true at export, false for other sizes
             found[_guard_text(code)] = {"kind": "size_condition", "guard": code}
     return found
-
-
-def _input_symbols(ep: torch.export.ExportedProgram, example: dict[str, Any]) -> dict[tuple[str, int], Any]:
-    """``(input, axis) -> symbol`` of the dynamic dimensions (two dimensions torch.export gave one
-    symbol always have the same size)."""
-    sizes = {}
-    placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
-    by_name = {s.arg.name: s for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"}
-    user = [n for n in placeholders if n.name in by_name]
-    names = [name for name, value in example.items() if isinstance(value, torch.Tensor)]
-    for name, node in zip(names, user):
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            for axis, size in enumerate(val.shape):
-                if isinstance(size, torch.SymInt):
-                    sizes[(name, axis)] = size.node.expr
-    return sizes
 
 
 def _can_fail(tree: ast.AST, sizes: dict[tuple[str, int], int], symbols: dict[tuple[str, int], Any]) -> bool:
@@ -351,10 +358,12 @@ def _can_fail(tree: ast.AST, sizes: dict[tuple[str, int], int], symbols: dict[tu
         values: dict[Any, int] = {}
         trial = {}
         for key in keys:
-            symbol = symbols.get(key, key)
-            if symbol not in values:
-                values[symbol] = max(1, sizes[key] + rng.randint(-sizes[key] + 1, 3 * sizes[key] + 8))
-            trial[key] = values[symbol] if key in symbols else sizes[key]
+            if key not in symbols:  # a static dimension keeps its size
+                trial[key] = sizes[key]
+                continue
+            if symbols[key] not in values:
+                values[symbols[key]] = max(1, sizes[key] + rng.randint(-sizes[key] + 1, 3 * sizes[key] + 8))
+            trial[key] = values[symbols[key]]
         try:
             if not _evaluate_guard(tree, trial):
                 return True
@@ -366,14 +375,9 @@ def _can_fail(tree: ast.AST, sizes: dict[tuple[str, int], int], symbols: dict[tu
 def _check_size_condition(path: str, entry: dict[str, Any], model: Any, args: Sequence[Any],
                           kwargs: dict[str, Any] | None) -> None:
     tree = ast.parse(entry["guard"], mode="eval")
-    given = dict(named_inputs(model, args, kwargs))
-    reads = {r for r in map(_size_read, ast.walk(tree)) if r is not None}
-    sizes = {}
-    for name, axis in reads:
-        value = given.get(name)
-        if not isinstance(value, torch.Tensor) or value.dim() <= axis:
-            return
-        sizes[(name, axis)] = int(value.shape[axis])
+    sizes = _guard_sizes(tree, dict(named_inputs(model, args, kwargs)))
+    if sizes is None:  # not given as tensors: not checked
+        return
     try:
         holds = _evaluate_guard(tree, sizes)
     except ZeroDivisionError:
@@ -574,7 +578,8 @@ def warn_frozen_inputs(frozen: dict[str, dict[str, Any]], stacklevel: int = 3) -
     """One :class:`FrozenInputWarning` per frozen input."""
     conditions = [path for path, entry in frozen.items() if entry["kind"] == "size_condition"]
     for path, entry in frozen.items():
-        if entry.get("weight_bound") or entry["kind"] == "size_condition":  # a table's length: checked, not warned
+        # a table's length (BERT's 512 positions): checked, not warned; the size conditions: warned below
+        if entry.get("weight_bound") or entry["kind"] == "size_condition":
             continue
         warnings.warn(frozen_message(path, entry), FrozenInputWarning, stacklevel=stacklevel)
     if conditions:  # one warning for all of them: a model chunking its input has dozens

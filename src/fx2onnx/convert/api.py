@@ -234,19 +234,18 @@ def _record_frozen_inputs(
         METADATA_KEY,
         describe_frozen_inputs,
         merged_dimensions,
-        named_inputs,
-        size_conditions,
         narrowed_dimensions,
+        size_conditions,
         specialized_int_inputs,
         warn_frozen_inputs,
     )
 
     names = [v.name for v in onnx_model.graph.inputs]
-    specialized = specialized_int_inputs(ep)
-    frozen = describe_frozen_inputs(model, tuple(args), dict(kwargs or {}), dynamic_shapes, names, specialized)
+    args, kwargs = tuple(args), dict(kwargs or {})
+    frozen = describe_frozen_inputs(model, args, kwargs, dynamic_shapes, names, specialized_int_inputs(ep))
     frozen.update(narrowed_dimensions(ep, names))
-    frozen.update(merged_dimensions(ep, names, model, tuple(args), dict(kwargs or {}), dynamic_shapes))
-    frozen.update(size_conditions(ep, dict(named_inputs(model, tuple(args), dict(kwargs or {})))))
+    frozen.update(merged_dimensions(ep, names, model, args, kwargs, dynamic_shapes))
+    frozen.update(size_conditions(ep, model, args, kwargs, dynamic_shapes))
     onnx_model.metadata_props[METADATA_KEY] = json.dumps(frozen)
     warn_frozen_inputs(frozen, stacklevel=4)
 

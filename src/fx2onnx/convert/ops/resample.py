@@ -73,6 +73,7 @@ def _resize_by_gathers(ctx, x, output_size, scale_factors, n: int, mode: str, tr
     the source coordinate of every output index, the neighbours gathered, weighted, summed
     (antialiased: a dense ``[out, in]`` matrix of the filter's normalized weights)."""
     factors = _float_tuple(scale_factors, n) if output_size is None else [None] * n
+    resize_axis = _antialiased_axis if antialias else _resize_axis
     for i in range(n):
         axis = 2 + i
         if output_size is not None:
@@ -80,9 +81,33 @@ def _resize_by_gathers(ctx, x, output_size, scale_factors, n: int, mode: str, tr
         else:  # floor(input size * factor)
             scaled = ctx.op.Mul(ctx.cast(ctx.dim_size(x, axis), torch.float64), ctx.const(factors[i], torch.float64))
             size = ctx.cast(ctx.op.Floor(scaled), torch.int64)
-        resize_axis = _antialiased_axis if antialias else _resize_axis
         x = resize_axis(ctx, x, axis, n + 2, size, factors[i], mode, transform)
     return x
+
+
+def _positions(ctx, n):
+    """0, 1, ..., n - 1 in float64."""
+    i64 = torch.int64
+    return ctx.cast(ctx.op.Range(ctx.const(0, i64), n, ctx.const(1, i64)), torch.float64)
+
+
+def _input_per_output(ctx, in_f, out_f, factor: float | None):
+    """The step in the input per output position: 1 / scale factor when one is given, in / out otherwise."""
+    return ctx.const(1.0 / factor, torch.float64) if factor else ctx.op.Div(in_f, out_f)
+
+
+def _cubic_near(ctx, d, a: float):
+    """Cubic convolution weight for 0 <= d <= 1: ((a + 2) d - (a + 3)) d^2 + 1."""
+    f64 = torch.float64
+    inner = ctx.op.Sub(ctx.op.Mul(ctx.const(a + 2, f64), d), ctx.const(a + 3, f64))
+    return ctx.op.Add(ctx.op.Mul(ctx.op.Mul(inner, d), d), ctx.const(1.0, f64))
+
+
+def _cubic_far(ctx, d, a: float):
+    """Cubic convolution weight for 1 < d < 2: ((a d - 5a) d + 8a) d - 4a."""
+    f64 = torch.float64
+    inner = ctx.op.Add(ctx.op.Mul(ctx.op.Sub(ctx.op.Mul(ctx.const(a, f64), d), ctx.const(5 * a, f64)), d), ctx.const(8 * a, f64))
+    return ctx.op.Sub(ctx.op.Mul(inner, d), ctx.const(4 * a, f64))
 
 
 def _antialiased_axis(ctx, x, axis: int, rank: int, size, factor: float | None, mode: str, transform: str):
@@ -91,25 +116,23 @@ def _antialiased_axis(ctx, x, axis: int, rank: int, size, factor: float | None, 
     f64, i64 = torch.float64, torch.int64
     length = ctx.dim_size(x, axis)
     in_f, out_f = ctx.cast(length, f64), ctx.cast(size, f64)
-    scale = ctx.const(1.0 / factor, f64) if factor else ctx.op.Div(in_f, out_f)
+    scale = _input_per_output(ctx, in_f, out_f, factor)
     one = ctx.const(1.0, f64)
     stretched = ctx.op.GreaterOrEqual(scale, one)
     half = 1.0 if mode == "linear" else 2.0  # half the filter's size
     support = ctx.op.Where(stretched, ctx.op.Mul(scale, ctx.const(half, f64)), ctx.const(half, f64))
     invscale = ctx.op.Where(stretched, ctx.op.Div(one, scale), one)
     column = ctx.const([-1, 1], i64)
-    center = ctx.op.Reshape(ctx.op.Mul(ctx.op.Add(ctx.cast(ctx.op.Range(ctx.const(0, i64), size, ctx.const(1, i64)), f64), ctx.const(0.5, f64)), scale), column)
+    center = ctx.op.Reshape(ctx.op.Mul(ctx.op.Add(_positions(ctx, size), ctx.const(0.5, f64)), scale), column)
     first = ctx.op.Max(ctx.op.Floor(ctx.op.Add(ctx.op.Sub(center, support), ctx.const(0.5, f64))), ctx.const(0.0, f64))
     end = ctx.op.Min(ctx.op.Floor(ctx.op.Add(ctx.op.Add(center, support), ctx.const(0.5, f64))), in_f)
-    k = ctx.op.Unsqueeze(ctx.cast(ctx.op.Range(ctx.const(0, i64), length, ctx.const(1, i64)), f64), ctx.const([0], i64))
+    k = ctx.op.Unsqueeze(_positions(ctx, length), ctx.const([0], i64))
     inside = ctx.op.And(ctx.op.GreaterOrEqual(k, first), ctx.op.Less(k, end))
     d = ctx.op.Abs(ctx.op.Mul(ctx.op.Add(ctx.op.Sub(k, center), ctx.const(0.5, f64)), invscale))
     if mode == "linear":
         w = ctx.op.Max(ctx.op.Sub(one, d), ctx.const(0.0, f64))
     else:  # cubic convolution, a = -0.5, zero beyond 2
-        a = -0.5
-        near = ctx.op.Add(ctx.op.Mul(ctx.op.Mul(ctx.op.Sub(ctx.op.Mul(ctx.const(a + 2, f64), d), ctx.const(a + 3, f64)), d), d), one)
-        far = ctx.op.Sub(ctx.op.Mul(ctx.op.Add(ctx.op.Mul(ctx.op.Sub(ctx.op.Mul(ctx.const(a, f64), d), ctx.const(5 * a, f64)), d), ctx.const(8 * a, f64)), d), ctx.const(4 * a, f64))
+        near, far = _cubic_near(ctx, d, -0.5), _cubic_far(ctx, d, -0.5)
         w = ctx.op.Where(ctx.op.Less(d, one), near, ctx.op.Where(ctx.op.Less(d, ctx.const(2.0, f64)), far, ctx.const(0.0, f64)))
     w = ctx.op.Where(inside, w, ctx.const(0.0, f64))
     total = ctx.op.ReduceSum(w, ctx.const([1], i64), keepdims=1)
@@ -125,12 +148,12 @@ def _resize_axis(ctx, x, axis: int, rank: int, size, factor: float | None, mode:
     length = ctx.dim_size(x, axis)
     last = ctx.op.Sub(length, ctx.const(1, i64))
     in_f, out_f = ctx.cast(length, f64), ctx.cast(size, f64)
-    j = ctx.cast(ctx.op.Range(ctx.const(0, i64), size, ctx.const(1, i64)), f64)
+    j = _positions(ctx, size)
     if transform == "align_corners":  # (in - 1) / (out - 1), 0 for one output
         ratio = ctx.op.Div(ctx.op.Sub(in_f, ctx.const(1.0, f64)), ctx.op.Max(ctx.op.Sub(out_f, ctx.const(1.0, f64)), ctx.const(1.0, f64)))
         source = ctx.op.Mul(j, ratio)
     else:
-        ratio = ctx.const(1.0 / factor, f64) if factor else ctx.op.Div(in_f, out_f)
+        ratio = _input_per_output(ctx, in_f, out_f, factor)
         if mode == "nearest":  # floor(j * ratio) or, nearest-exact, floor((j + 0.5) * ratio)
             shifted = ctx.op.Add(j, ctx.const(0.5, f64)) if transform == "half_pixel" else j
             index = ctx.op.Min(ctx.cast(ctx.op.Floor(ctx.op.Mul(shifted, ratio)), i64), last)
@@ -150,18 +173,9 @@ def _resize_axis(ctx, x, axis: int, rank: int, size, factor: float | None, mode:
     one = ctx.const(1.0, f64)
     if mode == "linear":
         return ctx.op.Add(tap(0, ctx.op.Sub(one, t)), tap(1, t))
-    # cubic convolution, a = -0.75 (torch's bicubic)
-    a = -0.75
-
-    def near(d):  # |d| <= 1: ((a + 2) d - (a + 3)) d^2 + 1
-        inner = ctx.op.Sub(ctx.op.Mul(ctx.const(a + 2, f64), d), ctx.const(a + 3, f64))
-        return ctx.op.Add(ctx.op.Mul(ctx.op.Mul(inner, d), d), one)
-
-    def far(d):  # 1 < |d| < 2: ((a d - 5a) d + 8a) d - 4a
-        inner = ctx.op.Add(ctx.op.Mul(ctx.op.Sub(ctx.op.Mul(ctx.const(a, f64), d), ctx.const(5 * a, f64)), d), ctx.const(8 * a, f64))
-        return ctx.op.Sub(ctx.op.Mul(inner, d), ctx.const(4 * a, f64))
-
-    weights = [far(ctx.op.Add(t, one)), near(t), near(ctx.op.Sub(one, t)), far(ctx.op.Sub(ctx.const(2.0, f64), t))]
+    a = -0.75  # cubic convolution of torch's bicubic
+    weights = [_cubic_far(ctx, ctx.op.Add(t, one), a), _cubic_near(ctx, t, a), _cubic_near(ctx, ctx.op.Sub(one, t), a),
+               _cubic_far(ctx, ctx.op.Sub(ctx.const(2.0, f64), t), a)]
     terms = [tap(offset, w) for offset, w in zip((-1, 0, 1, 2), weights)]
     return ctx.op.Sum(*terms)
 
