@@ -333,3 +333,22 @@ def test_size_conditions_are_reported_and_checked():
     assert fx2onnx.validate(onx, SquareOrNot(), (torch.randn(2, 3, 6),)).ok
     with pytest.raises(FrozenInputError, match=r"x\.shape\[2\] != x\.shape\[1\]"):
         fx2onnx.validate(onx, SquareOrNot(), (torch.randn(2, 3, 3),))
+
+
+class PatchCount(torch.nn.Module):
+    def forward(self, x):
+        if (x.shape[-2] // 4) * (x.shape[-1] // 4) == 16:  # a number of patches: no range, no remainder
+            return x * 2
+        return x - 1
+
+
+@pytest.mark.parametrize("size,other,refused", [((16, 16), (8, 32), (20, 20)), ((20, 20), (24, 24), (16, 16))])
+def test_size_equal_to_a_constant_is_reported_and_checked(size, other, refused):
+    """Exported on 4x4 patches, the model is right for any 16 patches and refused otherwise (it returned
+    x * 2 where eager returns x - 1, silently); exported on 5x5 patches, the reverse."""
+    op = "==" if size == (16, 16) else "!="
+    with pytest.warns(FrozenInputWarning, match=rf"\(\(x\.shape\[1\] // 4\)\*\(x\.shape\[2\] // 4\)\) {op} 16"):
+        onx = fx2onnx.to_onnx(PatchCount(), (torch.randn(2, *size),), dynamic_shapes=({1: Dim.DYNAMIC, 2: Dim.DYNAMIC},))
+    assert fx2onnx.validate(onx, PatchCount(), (torch.randn(2, *other),)).ok
+    with pytest.raises(FrozenInputError, match=rf"x\.shape\[1\] = {refused[0]}, x\.shape\[2\] = {refused[1]}"):
+        fx2onnx.validate(onx, PatchCount(), (torch.randn(2, *refused),))

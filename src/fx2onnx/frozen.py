@@ -28,7 +28,8 @@ different names) to which torch.export gave one symbol (the code compared them,
 ``if height == width:``) are recorded as ``{"kind": "dim_equal", ...}`` (see
 :func:`merged_dimensions`), warned about, and validate refuses different sizes.
 Other conditions on sizes torch.export assumed and no range expresses, a modulo
-(``x.shape[2] % 4 == 0``: padding taken or not) or two dimensions differing, are
+(``x.shape[2] % 4 == 0``: padding taken or not), two dimensions differing or a computed
+size compared with a constant (``(h // 14) * (w // 14) == 16``: a number of patches), are
 recorded as ``{"kind": "size_condition", ...}`` (see :func:`size_conditions`),
 warned about, and validate evaluates them on its inputs.
 
@@ -306,8 +307,9 @@ def size_conditions(
     dynamic_shapes: Any,
 ) -> dict[str, dict[str, Any]]:
     """The guards of torch.export on input sizes which no range expresses and which other sizes break:
-    a remainder (``x.shape[2] % 4 == 0``: the model pads, or not, when a size is not a multiple) or two
-    dimensions differing (``x.shape[2] != x.shape[3]``). The graph holds the branch taken at export.
+    a remainder (``x.shape[2] % 4 == 0``: the model pads, or not, when a size is not a multiple), two
+    dimensions differing (``x.shape[2] != x.shape[3]``) or a computed size equal (or not) to a constant
+    (``(h // 14) * (w // 14) == 16``: a number of patches). The graph holds the branch taken at export.
     Other guards are left out: the size-1 and positivity assumptions torch.export makes on every dynamic
     dimension, and conditions of branches that compute the same thing either way (``if pad > 0: pad``).
 
@@ -336,7 +338,7 @@ def size_conditions(
             isinstance(a, ast.BinOp) and isinstance(a.op, ast.Mod) and isinstance(a.right, ast.Constant) for a in sides
         ) and any(isinstance(a, ast.Constant) for a in sides)  # a remainder by a constant, not a stride check
         two_dims = isinstance(body.ops[0], ast.NotEq) and all(_size_read(a) is not None for a in sides)
-        if not (modulo or two_dims):
+        if not (modulo or two_dims or _equals_a_constant(body)):
             continue
         try:
             holds = _evaluate_guard(tree, sizes)
@@ -345,6 +347,17 @@ def size_conditions(
         if holds and _can_fail(tree, sizes, symbols):  # kept: true at export, false for other sizes
             found[_guard_text(code)] = {"kind": "size_condition", "guard": code}
     return found
+
+
+def _equals_a_constant(body: ast.Compare) -> bool:
+    """``expr == k`` or ``expr != k`` for a constant k other than 0 and 1 (torch.export's own size-1 and
+    emptiness checks): a branch of the model on a computed size, ``if num_patches == 16:``, that torch.export
+    could not turn into a range or a specialization (a product, a floor division)."""
+    if not isinstance(body.ops[0], (ast.Eq, ast.NotEq)):
+        return False
+    sides = (body.left, body.comparators[0])
+    constants = [a.value for a in sides if isinstance(a, ast.Constant)]
+    return len(constants) == 1 and isinstance(constants[0], int) and constants[0] not in (0, 1)
 
 
 def _can_fail(tree: ast.AST, sizes: dict[tuple[str, int], int], symbols: dict[tuple[str, int], Any]) -> bool:
