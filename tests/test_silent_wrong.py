@@ -352,3 +352,21 @@ def test_size_equal_to_a_constant_is_reported_and_checked(size, other, refused):
     assert fx2onnx.validate(onx, PatchCount(), (torch.randn(2, *other),)).ok
     with pytest.raises(FrozenInputError, match=rf"x\.shape\[1\] = {refused[0]}, x\.shape\[2\] = {refused[1]}"):
         fx2onnx.validate(onx, PatchCount(), (torch.randn(2, *refused),))
+
+
+class PadToMultiple(torch.nn.Module):
+    def forward(self, x):
+        pad = (8 - x.shape[-1] % 8) % 8
+        filler = x.new_zeros((x.shape[0], pad))  # a tensor of the padding's size
+        y = torch.cat([x, filler], dim=-1)
+        return y.reshape(x.shape[0], -1, 8).sum(-1) + filler.sum(-1, keepdim=True)
+
+
+def test_size_one_assumptions_are_not_reported():
+    """torch.export assumes the padding is not 1 (`(8 - n % 8) % 8 != 1`, a size it broadcasts) and
+    guards the padded length in other ways true for every n: nothing is frozen (LED was refused at 7 tokens)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FrozenInputWarning)
+        onx = fx2onnx.to_onnx(PadToMultiple(), (torch.randn(2, 11),), dynamic_shapes=({0: Dim.DYNAMIC, 1: Dim.DYNAMIC},))
+    for n in (7, 8, 15, 16, 3):  # padding 1, 0, 1, 0, 5
+        assert fx2onnx.validate(onx, PadToMultiple(), (torch.randn(3, n),)).ok

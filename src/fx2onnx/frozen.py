@@ -332,6 +332,8 @@ def size_conditions(
         if sizes is None or not (isinstance(body, ast.Compare) and len(body.ops) == 1):
             continue
         sides = (body.left, body.comparators[0])
+        if _size_one_assumption(body):
+            continue
         # divisibility: `(expr % k) == 0` or `!= 0` (a branch on a remainder), not the size-1 or positivity
         # assumptions torch.export makes about every dynamic dimension (`expr != 1`, `expr >= 2`)
         modulo = isinstance(body.ops[0], (ast.Eq, ast.NotEq)) and any(
@@ -347,6 +349,22 @@ def size_conditions(
         if holds and _can_fail(tree, sizes, symbols):  # kept: true at export, false for other sizes
             found[_guard_text(code)] = {"kind": "size_condition", "guard": code}
     return found
+
+
+def _size_one_assumption(body: ast.Compare) -> bool:
+    """``expr != 1`` or ``k * expr != k``: torch.export assumes a size it broadcasts is not 1 (LED's
+    padding ``(8 - n % 8) % 8 != 1``), the model computes the same when it is."""
+    if not isinstance(body.ops[0], ast.NotEq):
+        return False
+    for expr, other in ((body.left, body.comparators[0]), (body.comparators[0], body.left)):
+        if not isinstance(other, ast.Constant):
+            continue
+        if other.value == 1:
+            return True
+        factors = (expr.left, expr.right) if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult) else ()
+        if any(isinstance(f, ast.Constant) and f.value == other.value for f in factors):
+            return True
+    return False
 
 
 def _equals_a_constant(body: ast.Compare) -> bool:
