@@ -9,8 +9,7 @@ and backward graphs of a model into ONNX. Those graphs are made of small aten
 operators: a RMS normalization becomes ``Pow``, ``ReduceMean``, ``Add``, ``Sqrt``,
 ``Div``, ``Mul``... :func:`fx2onnx.optimize` with ``level="onnxruntime"`` replaces
 such patterns by the fused operators :epkg:`onnxruntime` implements
-(``SimplifiedLayerNormalization``, ``SkipSimplifiedLayerNormalization``,
-``com.microsoft.RotaryEmbedding``...).
+(``SimplifiedLayerNormalization``, ``com.microsoft.RotaryEmbedding``...).
 
 This example trains a tiny Llama for one step with the fused models, checks the
 loss and the gradients against eager PyTorch (``atol=1e-4``) and shows the node
@@ -103,7 +102,7 @@ counts = {
 }
 for name, values in counts.items():
     print(f"{name}: converted {values[0]}, default {values[1]}, onnxruntime {values[2]}")
-assert counts["g0_forward"][2] <= counts["g0_forward"][1] < counts["g0_forward"][0]
+assert counts["g0_forward"][1] < counts["g0_forward"][0] and abs(counts["g0_forward"][2] - counts["g0_forward"][1]) <= 3
 
 # %%
 # The fusions barely change the number of nodes of the forward graph: in training,
@@ -117,7 +116,7 @@ after = collections.Counter(forward.op_types)
 changed = sorted((op for op in set(before) | set(after) if before[op] != after[op]), key=lambda o: after[o] - before[o])
 for op in changed:
     print(f"{op:>36}: {before[op]:3d} -> {after[op]:3d}")
-assert after["SimplifiedLayerNormalization"] + after["SkipSimplifiedLayerNormalization"] == 3
+assert after["SimplifiedLayerNormalization"] == 3
 assert after["RotaryEmbedding"] == 2  # query and key
 
 # %%

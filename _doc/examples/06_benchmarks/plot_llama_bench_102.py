@@ -96,7 +96,10 @@ fig.tight_layout()
 # The decode model at level ``onnxruntime``: the standard ``Attention`` (opset 23,
 # onnxruntime's own attention kernels do not run grouped-query attention with a
 # cache for a batch > 1), onnxruntime's ``RotaryEmbedding`` and
-# ``SkipSimplifiedLayerNormalization``, packed MatMuls followed by ``Split``.
+# ``SimplifiedLayerNormalization``. ``SkipSimplifiedLayerNormalization`` and packed
+# MatMuls (one MatMul and a ``Split`` for q, k, v) are slower with onnxruntime's CPU
+# kernels: the level runs them only with ``enable=["skip_rms_normalization",
+# "matmul_packing"]``.
 
 import collections  # noqa: E402
 import copy  # noqa: E402

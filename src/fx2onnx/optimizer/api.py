@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import onnx
 import onnx_ir as ir
@@ -64,15 +64,18 @@ def optimize(
     level: bool | str = "default",
     report: bool = False,
     inline: bool = True,
+    enable: Sequence[str] = (),
+    disable: Sequence[str] = (),
 ) -> Any:
     """Optimizes an ONNX model: constant folding, onnxscript's rewrite rules and dead
     code elimination (level ``"default"``), then the fusions of the level.
 
     * ``"default"``: standard ONNX only, plus Transpose / Reshape / Cast clean-ups;
     * ``"onnxruntime"``: onnxruntime's fused operators (``SimplifiedLayerNormalization``,
-      ``SkipSimplifiedLayerNormalization``, ``com.microsoft.RotaryEmbedding``,
-      ``Gelu`` / ``FastGelu`` / ``BiasGelu``, packed MatMuls) and, on a model of opset
-      >= 23, the standard ``Attention`` with the kv cache;
+      ``com.microsoft.RotaryEmbedding``, ``Gelu`` / ``FastGelu`` / ``BiasGelu``) and, on a
+      model of opset >= 23, the standard ``Attention`` with the kv cache;
+      ``SkipSimplifiedLayerNormalization`` and packed MatMuls only when enabled
+      (``enable=["skip_rms_normalization", "matmul_packing"]``: slower on onnxruntime's CPU);
     * ``"opset23"``: standard operators only: ``Attention``, ``RMSNormalization``,
       ``RotaryEmbedding``, ``Gelu`` (the model must be of opset >= 23).
 
@@ -80,6 +83,8 @@ def optimize(
     :param level: a level name, True (``"default"``)
     :param report: also return an :class:`OptimizationReport`
     :param inline: inline the local functions first
+    :param enable: rules of the level off by default to run too (the names of the report)
+    :param disable: rules of the level not to run (to find which one changes a result)
     :return: the optimized model, of the same kind as ``model``
         (``(model, report)`` when ``report`` is True)
 
@@ -104,11 +109,16 @@ def optimize(
             f"Level 'opset23' needs a model of opset >= 23, this one has opset {opset}: "
             f"export it with to_onnx(..., target_opset=23) or use level 'onnxruntime'."
         )
+    chosen = _chosen_rules(name, enable, disable)
     rep = OptimizationReport(name, nodes_before=_count(ir_model.graph))
     begin = time.perf_counter()
     optimize_model(ir_model, inline=inline)
     rep.rules.append(RuleResult("onnxscript", 0, time.perf_counter() - begin, "fold, rewrite, fold, dead code"))
     for rule in LEVELS[name]:
+        if rule.name not in chosen:
+            why = "disabled" if rule.name in disable else f"off by default: enable=[{rule.name!r}] runs it"
+            rep.rules.append(RuleResult(rule.name, 0, 0.0, f"skipped: {why}"))
+            continue
         if opset < rule.min_opset:
             rep.rules.append(RuleResult(rule.name, 0, 0.0, f"skipped: opset {opset} < {rule.min_opset}"))
             continue
@@ -122,6 +132,18 @@ def optimize(
     rep.op_types = dict(collections.Counter(n.op_type for n in ir_model.graph))
     result = ir.to_proto(ir_model) if is_proto else ir_model
     return (result, rep) if report else result
+
+
+def _chosen_rules(level: str, enable: Sequence[str], disable: Sequence[str]) -> set[str]:
+    """The names of the rules of ``level`` to run; an unknown name is an error listing the known ones."""
+    known = {rule.name for rule in LEVELS[level]}
+    for option, names in (("enable", enable), ("disable", disable)):
+        if isinstance(names, str):
+            raise TypeError(f"{option} takes a list of rule names, got the string {names!r}.")
+        unknown = sorted(set(names) - known)
+        if unknown:
+            raise ValueError(f"Unknown rule(s) {unknown} in {option} for level {level!r}: its rules are {sorted(known)}.")
+    return {rule.name for rule in LEVELS[level] if (rule.default or rule.name in enable) and rule.name not in disable}
 
 
 def _count(graph: ir.Graph) -> int:
