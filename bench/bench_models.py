@@ -1,15 +1,17 @@
 """Latency of exported models: to_onnx at each optimization level against dynamo, eager
 and torch.compile, on onnxruntime CPU.
 
-Scenarios: a Llama (hidden 512, 4 layers, 8 heads, 2 kv heads, ffn 1376) in prefill
-(batch 1 x 128 tokens, vocab 1024, no cache) and in decode (1 token after 255 cached,
-vocab 32000), an MLP and a CNN; ``--quick`` uses a tiny Llama and shorter sequences.
+Scenarios: a Llama (hidden 512, 4 layers, 8 heads, 2 kv heads, ffn 1376) and a phi-2
+shaped model (hidden 512, 4 layers, 8 heads, ffn 2048, rotary on 40% of each head,
+biases, LayerNorm, gelu) in prefill (batch 1 x 128 tokens, vocab 1024, no cache) and in
+decode (1 token after 255 cached, vocab 32000), an MLP and a CNN; ``--quick`` uses tiny
+models and shorter sequences.
 Every ONNX model is checked against eager on the benchmark inputs before being timed.
 Latencies are medians of many runs after a warm-up, the runs of all exporters
 interleaved in one process so that a busy machine slows them alike.
 
     python bench/bench_models.py [--quick] [--threads 1,2] [--repeat 50]
-        [--scenarios llama-prefill,llama-decode,mlp,cnn] [--exporters ...] [--profile]
+        [--scenarios llama-prefill,llama-decode,phi-prefill,phi-decode,mlp,cnn] [--exporters ...] [--profile]
 """
 
 from __future__ import annotations
@@ -58,25 +60,44 @@ def _llama_config(quick: bool) -> dict[str, Any]:
     return dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2, intermediate_size=1376)
 
 
-def llama_prefill(quick: bool) -> Scenario:
+def _phi_config(quick: bool) -> dict[str, Any]:
+    """phi-2's shape, scaled down: multi-head attention with biases, a rotary embedding on 40% of each
+    head, LayerNorm, gelu_new, attention and MLP in parallel on one normalization."""
+    if quick:
+        return dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                    intermediate_size=256, partial_rotary_factor=0.4)
+    return dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8,
+                intermediate_size=2048, partial_rotary_factor=0.4)
+
+
+def _decoder(name: str, arch: str, config: dict[str, Any], quick: bool, decode: bool) -> Scenario:
+    """Prefill (batch 1, 128 tokens, vocab 1024) or decode (1 token after 255 cached, vocab 32000)."""
     from fx2onnx.models.tiny import _decoder_inputs
 
-    tiny = get_tiny_model("llama", attn_implementation="sdpa", vocab_size=1024, **_llama_config(quick))
+    vocab = 32000 if decode and not quick else 1024
+    tiny = get_tiny_model(arch, with_cache=decode, attn_implementation="sdpa", vocab_size=vocab, **config)
     gen = torch.Generator().manual_seed(7)
-    seq = 32 if quick else 128
-    bench = _decoder_inputs(tiny.config, 1, seq, 0, with_cache=False, position_ids=True, generator=gen)
-    return Scenario("llama-prefill", tiny.model, tiny.inputs, tiny.dynamic_shapes, bench, patches=True)
+    if decode:
+        bench = _decoder_inputs(tiny.config, 1, 1, 31 if quick else 255, with_cache=True, position_ids=True, generator=gen)
+    else:
+        bench = _decoder_inputs(tiny.config, 1, 32 if quick else 128, 0, with_cache=False, position_ids=True, generator=gen)
+    return Scenario(name, tiny.model, tiny.inputs, tiny.dynamic_shapes, bench, patches=True)
+
+
+def llama_prefill(quick: bool) -> Scenario:
+    return _decoder("llama-prefill", "llama", _llama_config(quick), quick, decode=False)
 
 
 def llama_decode(quick: bool) -> Scenario:
-    from fx2onnx.models.tiny import _decoder_inputs
+    return _decoder("llama-decode", "llama", _llama_config(quick), quick, decode=True)
 
-    vocab = 1024 if quick else 32000
-    tiny = get_tiny_model("llama", with_cache=True, attn_implementation="sdpa", vocab_size=vocab, **_llama_config(quick))
-    gen = torch.Generator().manual_seed(7)
-    past = 31 if quick else 255
-    bench = _decoder_inputs(tiny.config, 1, 1, past, with_cache=True, position_ids=True, generator=gen)
-    return Scenario("llama-decode", tiny.model, tiny.inputs, tiny.dynamic_shapes, bench, patches=True)
+
+def phi_prefill(quick: bool) -> Scenario:
+    return _decoder("phi-prefill", "phi", _phi_config(quick), quick, decode=False)
+
+
+def phi_decode(quick: bool) -> Scenario:
+    return _decoder("phi-decode", "phi", _phi_config(quick), quick, decode=True)
 
 
 def mlp(quick: bool) -> Scenario:
@@ -93,7 +114,8 @@ def cnn(quick: bool) -> Scenario:
 
 
 SCENARIOS: dict[str, Callable[[bool], Scenario]] = {
-    "llama-prefill": llama_prefill, "llama-decode": llama_decode, "mlp": mlp, "cnn": cnn,
+    "llama-prefill": llama_prefill, "llama-decode": llama_decode, "phi-prefill": phi_prefill,
+    "phi-decode": phi_decode, "mlp": mlp, "cnn": cnn,
 }
 
 

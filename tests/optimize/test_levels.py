@@ -18,8 +18,8 @@ from fx2onnx.optimizer.api import LEVEL_NAMES
 
 FUSED = {
     "default": {},
-    "onnxruntime": {"Attention": 1, "RotaryEmbedding": 2, "SkipSimplifiedLayerNormalization": 2,
-                    "SimplifiedLayerNormalization": 1},
+    "onnxruntime": {"Attention": 1, "RotaryEmbedding": 2, "SimplifiedLayerNormalization": 3,
+                    "SkipSimplifiedLayerNormalization": 0},
     "opset23": {"Attention": 1, "RotaryEmbedding": 2, "RMSNormalization": 3},
 }
 
@@ -69,6 +69,29 @@ def test_optimize_report_and_kinds(tiny_llama):
     assert fx2onnx.validate(fused, tiny_llama.model, (), copy.deepcopy(tiny_llama.inputs2)).ok
 
 
+def test_optimize_enable_disable(tiny_llama):
+    """The rules off by default run when enabled, any rule can be disabled, unknown names are refused."""
+    with fx2onnx.torch_export_patches(patch_transformers=True):
+        onx = fx2onnx.to_onnx(
+            tiny_llama.model, (), copy.deepcopy(tiny_llama.inputs), dynamic_shapes=tiny_llama.dynamic_shapes,
+            target_opset=23, optimize=False,
+        )
+    _, report = fx2onnx.optimize(onx, level="onnxruntime", report=True)
+    assert "enable=['matmul_packing'] runs it" in str(report) and report.matches("matmul_packing") == 0
+    fused, report = fx2onnx.optimize(
+        onx, level="onnxruntime", report=True, enable=["skip_rms_normalization", "matmul_packing"],
+        disable=["rotary_embedding"],
+    )
+    assert report.op_types["SkipSimplifiedLayerNormalization"] == 2 and report.op_types["Split"] == 2
+    assert "RotaryEmbedding" not in report.op_types and "skipped: disabled" in str(report)
+    for inputs in (tiny_llama.inputs, tiny_llama.inputs2):
+        assert fx2onnx.validate(fused, tiny_llama.model, (), copy.deepcopy(inputs), atol=1e-4).ok
+    with pytest.raises(ValueError, match=r"Unknown rule\(s\) \['fast_gelu'\] in enable.*its rules are"):
+        fx2onnx.optimize(onx, level="onnxruntime", enable=["fast_gelu"])
+    with pytest.raises(TypeError, match="list of rule names"):
+        fx2onnx.optimize(onx, level="opset23", disable="attention")
+
+
 def test_levels_errors():
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU())
     onx = fx2onnx.to_onnx(model, (torch.randn(2, 4),), target_opset=18)
@@ -93,3 +116,22 @@ def test_cnn_every_level(level):
     ).eval()
     onx = fx2onnx.to_onnx(model, (torch.randn(2, 3, 6, 6),), dynamic_shapes=({0: "batch"},), optimize=level)
     assert fx2onnx.validate(onx, model, (torch.randn(5, 3, 6, 6),)).ok
+
+
+@pytest.mark.parametrize("level", ["onnxruntime", "opset23"])
+def test_tiny_phi_partial_rotary(level):
+    """phi rotates 40% of each head: one RotaryEmbedding per query and key with rotary_embedding_dim,
+    the attention on [batch, seq, hidden] (no Transpose into heads), right for other lengths."""
+    tiny = get_tiny_model("phi", with_cache=True, attn_implementation="sdpa", num_hidden_layers=1,
+                          hidden_size=64, num_attention_heads=4, num_key_value_heads=4, partial_rotary_factor=0.4)
+    with fx2onnx.torch_export_patches(patch_transformers=True):
+        onx = fx2onnx.to_onnx(tiny.model, (), copy.deepcopy(tiny.inputs), dynamic_shapes=tiny.dynamic_shapes, optimize=level)
+    ops = collections.Counter(n.op_type for n in onx.graph.node)
+    rotary = [n for n in onx.graph.node if n.op_type == "RotaryEmbedding"]
+    heads = [n for n in onx.graph.node if n.op_type == "Transpose" and list(n.attribute[0].ints) == [0, 2, 1, 3]]
+    # one Transpose into heads stays: the rotary caches read the batch size from its Shape
+    assert len(rotary) == 2 and ops["Attention"] == 1 and len(heads) <= 1, ops
+    assert all({a.name: a.i for a in n.attribute}["rotary_embedding_dim"] == 6 for n in rotary)
+    for inputs in (tiny.inputs, tiny.inputs2):
+        report = fx2onnx.validate(onx, tiny.model, (), copy.deepcopy(inputs), atol=1e-4)
+        assert report.ok, f"{level}: {report}"

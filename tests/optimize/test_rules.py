@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 from onnx import helper as oh
-from optimize_helpers import FLOAT, check_rule, make_model, op_types
+from optimize_helpers import FLOAT, check_rule, make_model, op_types, run
 
 from fx2onnx.optimizer.rules.activation import fuse_gelu
 from fx2onnx.optimizer.rules.attention import fuse_attention
@@ -64,8 +64,9 @@ def test_skip_rms_normalization():
     assert op_types(fused)["SkipSimplifiedLayerNormalization"] == 1 and "Add" not in op_types(fused)
 
 
-def _rotary_model(opset: int, scaling: float = 1.0):
-    """x [b, 4, s, 8] rotated by cos/sin of f = position * inv_freq [b, s, 4]."""
+def _rotary_model(opset: int, scaling: float = 1.0, passed: int = 0):
+    """x [b, 4, s, 8] rotated by cos/sin of f = position * inv_freq [b, s, 4]; with ``passed``, x has
+    8 + passed values per head and the last ``passed`` are not rotated (phi's partial rotary)."""
     nodes = [
         oh.make_node("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT),
         oh.make_node("Unsqueeze", ["posf", "minus1"], ["pos3"]),
@@ -89,8 +90,17 @@ def _rotary_model(opset: int, scaling: float = 1.0):
              ("half", np.array([4], np.int64)), ("big", np.array([2**62], np.int64)),
              ("inv_freq", (1.0 / 10000 ** (np.arange(0, 8, 2) / 8)).astype(np.float32)),
              ("scaling", np.array(scaling, np.float32))]
-    return make_model(nodes, [("x", FLOAT, ["b", 4, "s", 8]), ("pos", TensorProto.INT64, ["b", "s"])],
-                      [("y", FLOAT, ["b", 4, "s", 8])], inits, opset=opset)
+    value_info = []
+    if passed:
+        nodes = [oh.make_node("Slice", ["xx", "zero", "eight", "minus1"], ["x"]),
+                 oh.make_node("Slice", ["xx", "eight", "big", "minus1"], ["xp"])] + nodes
+        nodes[-1].output[0] = "y_rot"
+        nodes.append(oh.make_node("Concat", ["y_rot", "xp"], ["y"], axis=-1))
+        inits.append(("eight", np.array([8], np.int64)))
+        value_info = [("x", FLOAT, ["b", 4, "s", 8]), ("y_rot", FLOAT, ["b", 4, "s", 8])]
+    width = 8 + passed
+    return make_model(nodes, [("xx" if passed else "x", FLOAT, ["b", 4, "s", width]), ("pos", TensorProto.INT64, ["b", "s"])],
+                      [("y", FLOAT, ["b", 4, "s", width])], inits, opset=opset, value_info=value_info)
 
 
 @pytest.mark.parametrize("standard,opset,scaling", [(False, 18, 1.0), (False, 18, 0.5), (True, 23, 1.0)])
@@ -100,6 +110,19 @@ def test_rotary_embedding(standard, opset, scaling):
              {"x": randn(1, 4, 6, 8), "pos": np.arange(10, 16, dtype=np.int64)[None]}]
     fused = check_rule(model, lambda m: fuse_rotary_embedding(m, standard=standard), feeds, 1)
     assert op_types(fused)["RotaryEmbedding"] == 1 and "Neg" not in op_types(fused)
+
+
+@pytest.mark.parametrize("standard,opset", [(False, 18), (True, 23)])
+def test_partial_rotary_embedding(standard, opset):
+    """phi's rotary on the first 8 of 12 values: one node with rotary_embedding_dim, no Slice or Concat left."""
+    model = _rotary_model(opset, passed=4)
+    feeds = [{"xx": randn(2, 4, 3, 12), "pos": np.array([[5, 6, 7], [0, 1, 2]], np.int64)},
+             {"xx": randn(1, 4, 6, 12), "pos": np.arange(10, 16, dtype=np.int64)[None]}]
+    fused = check_rule(model, lambda m: fuse_rotary_embedding(m, standard=standard), feeds, 1)
+    ops = op_types(fused)
+    assert ops["RotaryEmbedding"] == 1 and not {"Neg", "Slice"} & set(ops), ops
+    node = next(n for n in fused.graph.node if n.op_type == "RotaryEmbedding")
+    assert {a.name: a.i for a in node.attribute}["rotary_embedding_dim"] == 8
 
 
 def _attention_model(with_past: bool, mask: str, kv_heads: int = 2, heads: int = 4):
@@ -184,6 +207,15 @@ def test_attention(with_past, mask, kv_heads):
     fused = check_rule(model, fuse_attention, feeds, 1)
     ops = op_types(fused)
     assert ops["Attention"] == 1 and "Softmax" not in ops and "Expand" not in ops and "Concat" not in ops, ops
+
+
+def test_attention_fully_masked_rows():
+    """A query row hiding every key (left padding): zeros before the fusion (the NaN guard) and after."""
+    model = _attention_model(True, "bool")
+    feeds = _attention_feeds(True, "bool", 2, 3, 5)
+    feeds["mask"][0, :, :2, :] = False  # the first two rows of the first sequence see nothing
+    fused = check_rule(model, fuse_attention, [feeds], 1)
+    assert np.abs(run(fused, feeds)[0][0, :, :2]).max() == 0
 
 
 def test_attention_needs_opset23():

@@ -12,6 +12,10 @@ gives them the model's own ``cos(f)``, ``sin(f)`` reshaped into ``[batch*seq, h]
 caches with position ids ``arange(batch*seq)``: no assumption on how ``f`` is
 computed (any rope scaling), the same values as the unfused graph.
 
+A partial rotary embedding (phi, GPT-NeoX, StableLM: the first ``r`` values of each head
+rotated, the others passed) ``Concat(rotary(Slice(x, 0, r)), Slice(x, r, end))`` becomes
+one node on ``x`` with ``rotary_embedding_dim=r``.
+
 * level ``onnxruntime``: ``com.microsoft.RotaryEmbedding``;
 * level ``opset23``: the standard ``RotaryEmbedding``.
 """
@@ -21,7 +25,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from ._graph import attr, const_ints, const_scalar, initializer, other_input, producer, rank, replace, ensure_opset
+from ._graph import (
+    attr, const_ints, const_scalar, ensure_opset, initializer, other_input, producer, rank, replace, static_dim, users,
+)
 
 
 def _slice_range(node: ir.Node | None, x: ir.Value) -> tuple[int, int] | None:
@@ -149,6 +155,26 @@ class _Caches:
         return self.built[key]
 
 
+def _partial(add: ir.Node, x: ir.Value) -> tuple[ir.Value, ir.Node, int] | None:
+    """(whole input, Concat, r) if the rotation of ``x = Slice(whole, 0, r)`` is concatenated
+    with ``Slice(whole, r, end)`` on the last axis, the only use of the rotation."""
+    rotated = producer(x, "Slice")
+    whole = rotated.inputs[0] if rotated is not None else None
+    if whole is None or rank(whole) != 4 or static_dim(whole, 1) is None:
+        return None
+    dim, r = whole.shape[-1], x.shape[-1]
+    if not isinstance(dim, int) or not isinstance(r, int) or _slice_range(rotated, whole) != (0, r) or r >= dim:
+        return None
+    uses = users(add.outputs[0])
+    cat = uses[0] if len(uses) == 1 and uses[0].op_type == "Concat" else None
+    if cat is None or len(cat.inputs) != 2 or cat.inputs[0] is not add.outputs[0] or attr(cat, "axis") not in (-1, 3):
+        return None
+    passed = _slice_range(producer(cat.inputs[1], "Slice"), whole)
+    if passed is None or passed[0] != r or passed[1] < dim:
+        return None
+    return whole, cat, r
+
+
 def fuse_rotary_embedding(model: ir.Model, standard: bool = False) -> int:
     """Replaces each rotary embedding by ``com.microsoft.RotaryEmbedding`` or, with
     ``standard=True`` (opset >= 23), by ``RotaryEmbedding``; returns the count."""
@@ -161,15 +187,19 @@ def fuse_rotary_embedding(model: ir.Model, standard: bool = False) -> int:
             continue
         x, f, cos_scale, sin_scale = found
         # the nodes are visited in order: the caches go before the first rotary
+        attrs, anchor, partial = {"interleaved": 0}, add, _partial(add, x)
+        if partial is not None:  # one node on the whole head, the rotated part's size as an attribute
+            x, anchor, r = partial
+            attrs.update(rotary_embedding_dim=r, num_heads=static_dim(x, 1))
         cos_cache, sin_cache, pos = caches.get(f, x, cos_scale, sin_scale, add)
         if standard:
-            fused = ir.node("RotaryEmbedding", [x, cos_cache, sin_cache, pos], {"interleaved": 0}, name=f"RotaryEmbedding_{count}")
+            fused = ir.node("RotaryEmbedding", [x, cos_cache, sin_cache, pos], attrs, name=f"RotaryEmbedding_{count}")
         else:
             fused = ir.node(
-                "RotaryEmbedding", [x, pos, cos_cache, sin_cache], {"interleaved": 0}, domain="com.microsoft",
+                "RotaryEmbedding", [x, pos, cos_cache, sin_cache], attrs, domain="com.microsoft",
                 name=f"RotaryEmbedding_{count}",
             )
-        replace(graph, add, [fused], [add.outputs[0]], [fused.outputs[0]])
+        replace(graph, anchor, [fused], [anchor.outputs[0]], [fused.outputs[0]], metadata_from=add)
         count += 1
     if count and not standard:
         ensure_opset(model, "com.microsoft", 1)
