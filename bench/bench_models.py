@@ -2,7 +2,7 @@
 and torch.compile, on onnxruntime CPU.
 
 Scenarios: a Llama (hidden 512, 4 layers, 8 heads, 2 kv heads, ffn 1376) and a phi-2
-shaped model (hidden 512, 4 layers, 8 heads, ffn 2048, rotary on 40% of each head,
+shaped model (hidden 640, 4 layers, 8 heads of 80, ffn 2560, rotary on 40% of each head,
 biases, LayerNorm, gelu) in prefill (batch 1 x 128 tokens, vocab 1024, no cache) and in
 decode (1 token after 255 cached, vocab 32000), an MLP and a CNN; ``--quick`` uses tiny
 models and shorter sequences.
@@ -66,8 +66,9 @@ def _phi_config(quick: bool) -> dict[str, Any]:
     if quick:
         return dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
                     intermediate_size=256, partial_rotary_factor=0.4)
-    return dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8,
-                intermediate_size=2048, partial_rotary_factor=0.4)
+    # phi-2's head size (80, 32 of them rotated), a fourth of its width
+    return dict(hidden_size=640, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8,
+                intermediate_size=2560, partial_rotary_factor=0.4)
 
 
 def _decoder(name: str, arch: str, config: dict[str, Any], quick: bool, decode: bool) -> Scenario:
