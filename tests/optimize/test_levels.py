@@ -50,12 +50,18 @@ def test_tiny_llama_with_cache(tiny_llama, level):
         assert report.ok, f"{level}: {report}"
 
 
-def test_optimize_report_and_kinds(tiny_llama):
+@pytest.fixture(scope="module")
+def unoptimized_llama(tiny_llama):
+    """The tiny Llama exported at opset 23 without optimization."""
     with fx2onnx.torch_export_patches(patch_transformers=True):
-        onx = fx2onnx.to_onnx(
+        return fx2onnx.to_onnx(
             tiny_llama.model, (), copy.deepcopy(tiny_llama.inputs), dynamic_shapes=tiny_llama.dynamic_shapes,
             target_opset=23, optimize=False,
         )
+
+
+def test_optimize_report_and_kinds(tiny_llama, unoptimized_llama):
+    onx = unoptimized_llama
     # a ModelProto gives a ModelProto, an onnx_ir.Model an onnx_ir.Model
     fused, report = fx2onnx.optimize(onx, level="onnxruntime", report=True)
     assert isinstance(fused, onnx.ModelProto)
@@ -69,13 +75,9 @@ def test_optimize_report_and_kinds(tiny_llama):
     assert fx2onnx.validate(fused, tiny_llama.model, (), copy.deepcopy(tiny_llama.inputs2)).ok
 
 
-def test_optimize_enable_disable(tiny_llama):
+def test_optimize_enable_disable(tiny_llama, unoptimized_llama):
     """The rules off by default run when enabled, any rule can be disabled, unknown names are refused."""
-    with fx2onnx.torch_export_patches(patch_transformers=True):
-        onx = fx2onnx.to_onnx(
-            tiny_llama.model, (), copy.deepcopy(tiny_llama.inputs), dynamic_shapes=tiny_llama.dynamic_shapes,
-            target_opset=23, optimize=False,
-        )
+    onx = unoptimized_llama
     _, report = fx2onnx.optimize(onx, level="onnxruntime", report=True)
     assert "enable=['matmul_packing'] runs it" in str(report) and report.matches("matmul_packing") == 0
     fused, report = fx2onnx.optimize(
