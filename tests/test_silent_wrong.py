@@ -370,3 +370,18 @@ def test_size_one_assumptions_are_not_reported():
         onx = fx2onnx.to_onnx(PadToMultiple(), (torch.randn(2, 11),), dynamic_shapes=({0: Dim.DYNAMIC, 1: Dim.DYNAMIC},))
     for n in (7, 8, 15, 16, 3):  # padding 1, 0, 1, 0, 5
         assert fx2onnx.validate(onx, PadToMultiple(), (torch.randn(3, n),)).ok
+
+
+class PadOdd(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[-1] % 2 == 1:  # pads odd widths: torch.export guards `x.shape[1] % 2 != 1` on an even example
+            x = torch.nn.functional.pad(x, (0, 1))
+        return x.reshape(x.shape[0], -1, 2).sum(dim=-1)
+
+
+def test_parity_is_a_size_condition():
+    with pytest.warns(FrozenInputWarning, match=r"\(x\.shape\[1\] % 2\) != 1"):
+        onx = fx2onnx.to_onnx(PadOdd(), (torch.randn(3, 8),), dynamic_shapes=({0: Dim.DYNAMIC, 1: Dim.DYNAMIC},))
+    assert fx2onnx.validate(onx, PadOdd(), (torch.randn(2, 10),)).ok
+    with pytest.raises(FrozenInputError, match=r"x\.shape\[1\] = 7"):
+        fx2onnx.validate(onx, PadOdd(), (torch.randn(3, 7),))

@@ -353,14 +353,17 @@ def size_conditions(
 
 def _size_one_assumption(body: ast.Compare) -> bool:
     """``expr != 1`` or ``k * expr != k``: torch.export assumes a size it broadcasts is not 1 (LED's
-    padding ``(8 - n % 8) % 8 != 1``), the model computes the same when it is."""
+    padding ``(8 - n % 8) % 8 != 1``), the model computes the same when it is. A parity, ``n % 2 != 1``,
+    is ``n % 2 == 0``: a branch of the model (padding odd sizes), kept."""
     if not isinstance(body.ops[0], ast.NotEq):
         return False
     for expr, other in ((body.left, body.comparators[0]), (body.comparators[0], body.left)):
         if not isinstance(other, ast.Constant):
             continue
         if other.value == 1:
-            return True
+            parity = isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod) and \
+                isinstance(expr.right, ast.Constant) and expr.right.value == 2
+            return not parity
         factors = (expr.left, expr.right) if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult) else ()
         if any(isinstance(f, ast.Constant) and f.value == other.value for f in factors):
             return True
