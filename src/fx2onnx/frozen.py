@@ -328,19 +328,7 @@ def size_conditions(
         except SyntaxError:
             continue
         sizes = _guard_sizes(tree, example)
-        body = tree.body
-        if sizes is None or not (isinstance(body, ast.Compare) and len(body.ops) == 1):
-            continue
-        sides = (body.left, body.comparators[0])
-        if _size_one_assumption(body):
-            continue
-        # divisibility: `(expr % k) == 0` or `!= 0` (a branch on a remainder), not the size-1 or positivity
-        # assumptions torch.export makes about every dynamic dimension (`expr != 1`, `expr >= 2`)
-        modulo = isinstance(body.ops[0], (ast.Eq, ast.NotEq)) and any(
-            isinstance(a, ast.BinOp) and isinstance(a.op, ast.Mod) and isinstance(a.right, ast.Constant) for a in sides
-        ) and any(isinstance(a, ast.Constant) for a in sides)  # a remainder by a constant, not a stride check
-        two_dims = isinstance(body.ops[0], ast.NotEq) and all(_size_read(a) is not None for a in sides)
-        if not (modulo or two_dims or _equals_a_constant(body)):
+        if sizes is None or not _is_a_branch(tree.body):
             continue
         try:
             holds = _evaluate_guard(tree, sizes)
@@ -349,6 +337,21 @@ def size_conditions(
         if holds and _can_fail(tree, sizes, symbols):  # kept: true at export, false for other sizes
             found[_guard_text(code)] = {"kind": "size_condition", "guard": code}
     return found
+
+
+def _is_a_branch(body: ast.AST) -> bool:
+    """Whether a guard looks like the condition of a branch of the model: one comparison, a remainder by a
+    constant (``(expr % k) == 0`` or ``!= 0``: padding taken or not; not a stride check), two dimensions
+    differing, or a computed size compared with a constant; never the size-1 or positivity assumptions
+    torch.export makes about every dynamic dimension (``expr != 1``, ``expr >= 2``)."""
+    if not (isinstance(body, ast.Compare) and len(body.ops) == 1) or _size_one_assumption(body):
+        return False
+    sides = (body.left, body.comparators[0])
+    modulo = isinstance(body.ops[0], (ast.Eq, ast.NotEq)) and any(
+        isinstance(a, ast.BinOp) and isinstance(a.op, ast.Mod) and isinstance(a.right, ast.Constant) for a in sides
+    ) and any(isinstance(a, ast.Constant) for a in sides)
+    two_dims = isinstance(body.ops[0], ast.NotEq) and all(_size_read(a) is not None for a in sides)
+    return modulo or two_dims or _equals_a_constant(body)
 
 
 def _size_one_assumption(body: ast.Compare) -> bool:

@@ -186,11 +186,11 @@ def fuse_rotary_embedding(model: ir.Model, standard: bool = False) -> int:
         if found is None:
             continue
         x, f, cos_scale, sin_scale = found
-        # the nodes are visited in order: the caches go before the first rotary
         attrs, anchor, partial = {"interleaved": 0}, add, _partial(add, x)
         if partial is not None:  # one node on the whole head, the rotated part's size as an attribute
             x, anchor, r = partial
             attrs.update(rotary_embedding_dim=r, num_heads=static_dim(x, 1))
+        # the nodes are visited in order: the caches go before the first rotary
         cos_cache, sin_cache, pos = caches.get(f, x, cos_scale, sin_scale, add)
         if standard:
             fused = ir.node("RotaryEmbedding", [x, cos_cache, sin_cache, pos], attrs, name=f"RotaryEmbedding_{count}")
