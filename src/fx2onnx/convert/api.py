@@ -98,8 +98,12 @@ def convert_exported_program(
                 env[node] = value
             else:
                 env[node] = val  # a constant (int, float, None...) torch.export specialized
+        elif kind == "TOKEN":
+            # an effect token threaded through with_effects (_linalg_check_errors...): it orders
+            # side effects in torch and has no ONNX meaning; TOKEN outputs are dropped below
+            env[node] = None
         else:
-            raise ConversionError(f"Input kind {kind} is not supported (custom objects, tokens).", node)
+            raise ConversionError(f"Input kind {kind} is not supported (custom objects).", node)
     if export_modules_as_functions:
         from .functions import convert_with_functions
 
