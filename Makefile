@@ -1,5 +1,6 @@
 # fx2onnx: two commands.
-#   make html   builds the site in _build/html (every gallery example runs, warnings are errors)
+#   make html   builds the site in _build/html (every gallery example runs, warnings are errors;
+#               the doctrees go to _build/doctrees, outside the published folder)
 #   make test   runs the unit tests (on 2 processes: TEST_WORKERS=0 for one)
 # Both create .venv on first use and install requirements-docs.txt and the package (editable).
 # FX2ONNX_GALLERY_PATTERN=linreg make html   runs only the gallery examples matching a regex,
@@ -29,7 +30,7 @@ $(STAMP): requirements-docs.txt pyproject.toml | $(PY)
 	touch $(STAMP)
 
 html: $(STAMP)
-	$(PY) -m sphinx $(SPHINXOPTS) -b html . _build/html
+	$(PY) -m sphinx $(SPHINXOPTS) -b html -d _build/doctrees . _build/html
 	@echo "The site is in _build/html/index.html"
 
 test: $(STAMP)

@@ -16,6 +16,7 @@ import datetime
 import importlib.util
 import logging
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -67,7 +68,11 @@ templates_path: list[str] = []
 
 html_theme = "furo"
 html_title = f"fx2onnx {release}"
-html_static_path: list[str] = []
+# _static: the CSS of the wide tables and the script sorting and filtering them (no CDN:
+# the site works offline)
+html_static_path = ["_static"]
+html_css_files = ["fx2onnx.css"]
+html_js_files = ["fx2onnx_tables.js"]
 html_show_sourcelink = False
 
 # autodoc
@@ -162,6 +167,21 @@ def run_page_generators(app) -> None:
         module.generate(app)
 
 
+# the block sphinx-gallery writes at the top of sg_execution_times.rst: jQuery and DataTables
+# loaded from CDNs; removed, _static/fx2onnx_tables.js sorts these tables offline
+_CDN_BLOCK = re.compile(r"\n  \.\. raw:: html\n\n(?:    .*\n|\n)*?    </script>\n(?=\n  \.\. list-table::)")
+
+
+def drop_cdn_scripts(app, docname: str, source: list[str]) -> None:
+    """Removes the CDN scripts and styles from the execution-time pages of sphinx-gallery."""
+    if docname.rsplit("/", 1)[-1] != "sg_execution_times":
+        return
+    text, count = _CDN_BLOCK.subn("\n", source[0])
+    if count != 1 and "cdn." in source[0]:
+        raise RuntimeError(f"{docname}: the CDN block of sphinx-gallery changed, update _CDN_BLOCK in conf.py.")
+    source[0] = text
+
+
 def quiet_root_logger(app) -> None:
     """Puts the root logger back to WARNING.
 
@@ -175,4 +195,5 @@ def setup(app):
     app.connect("builder-inited", quiet_root_logger, priority=300)
     # priority < 500 so that the pages exist before sphinx-gallery and the reader run
     app.connect("builder-inited", run_page_generators, priority=400)
+    app.connect("source-read", drop_cdn_scripts)
     return {"parallel_read_safe": True}

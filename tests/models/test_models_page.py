@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from fx2onnx.models.report import page_text, summary, write_page
+from fx2onnx.models.report import error_text, page_text, summary, write_page
 from fx2onnx.models.zoo import save_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,3 +54,29 @@ def test_write_page_and_generator(tmp_path):
     meta = module.generate(None, rows_path=tmp_path / "rows.json", out_dir=tmp_path / "out")
     assert meta["date"] == "2026-01-01"
     assert "Supported models" in (tmp_path / "out" / "index.rst").read_text()
+
+
+def test_page_table_links_and_not_applicable():
+    rows = ROWS + [
+        _row("xlm", "to_onnx", False, True),
+        _row("xlm", "to_onnx", True, False, "model", "ValueError: XLMWithLMHeadModel.forward takes no cache argument."),
+    ]
+    text = page_text(rows, {}, [])
+    # a failing cell links to its error, which carries the label
+    assert ":ref:`✘ C <mdl-llama-dynamo-cache>`" in text and ".. _mdl-llama-dynamo-cache:" in text
+    assert "**Failures only** (3 of 4 architectures):" in text
+    # a model taking no cache is not a failure
+    assert ".. _mdl-xlm-to_onnx-cache:" not in text and "``xlm``, `" not in text
+    assert "Shown as ``-`` (not applicable): the ``forward`` of ``xlm`` takes no cache." in text
+    table = {(t["exporter"], t["cache"]): t for t in summary(rows)}
+    assert table["to_onnx", True]["run"] == 1  # llama only
+    # the table has a two-level header and the classes of the sortable tables
+    assert ":class: fx-matrix fx-sortable fx-filterable" in text
+    assert "Not run yet" not in text  # no empty section
+
+
+def test_error_text_cut_at_a_sentence():
+    shortened = "FrozenInputError: Dimension x is 4. The model is wrong outside that range. Export with an exam..."
+    assert error_text(shortened) == r"FrozenInputError: Dimension x is 4. The model is wrong outside that range. \[...\]"
+    assert error_text("ValueError: `use_cache` can only be set if Stack(") == r"ValueError: \`use\_cache\` can only be set if Stack \[...\]"
+    assert error_text("RuntimeError: sizes differ") == "RuntimeError: sizes differ"

@@ -72,6 +72,8 @@ def test_pages_build_with_sphinx(rows, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     html = (tmp_path / "_build" / "scenarios" / "onnx_exporters.html").read_text(encoding="utf-8")
     assert "details_signatures.html#scn-onetensor-custom" in html
+    # a header of two levels: each exporter over its static and dynamic columns
+    assert '<th class="head" colspan="2"><p>custom</p></th>' in html and "fx-sortable" in html
 
 
 def test_command_line(tmp_path, capsys):

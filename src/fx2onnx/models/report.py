@@ -15,6 +15,7 @@ import collections
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..scenarios.report import grid_table
 from .zoo import EXPORTERS, STEPS
 
 #: a failing step -> its letter in the table
@@ -57,7 +58,7 @@ def summary(rows: Sequence[dict[str, Any]], architectures: int | None = None) ->
     table = []
     for exporter in EXPORTERS:
         for cache in (False, True):
-            mine = [r for r in rows if r["exporter"] == exporter and r["cache"] == cache]
+            mine = [r for r in rows if r["exporter"] == exporter and r["cache"] == cache and not not_applicable(r)]
             if not mine:
                 continue
             entry = dict(exporter=exporter, cache=cache, run=len(mine), captured=0, exported=0, matched=0)
@@ -75,12 +76,41 @@ def _escape(text: str) -> str:
     return re.sub(r"([\\`*_|\[\]<>])", r"\\\1", text)
 
 
+def not_applicable(row: dict[str, Any]) -> bool:
+    """True for a cache row of a model whose ``forward`` takes no cache (nothing to export)."""
+    return (not row["success"] and row["cache"] and row["step"] == "model"
+            and "takes no cache argument" in (row["error"] or ""))
+
+
+def _error_label(row: dict[str, Any]) -> str:
+    cache = "cache" if row["cache"] else "nocache"
+    return f"mdl-{row['architecture']}-{row['exporter']}-{cache}".lower()
+
+
 def _cell(row: dict[str, Any] | None) -> str:
     if row is None:
         return "–"
+    if not_applicable(row):
+        return "-"
     if row["success"]:
         return f"✔ {row['max_abs']:.0e}"
-    return f"✘ {STEP_LETTERS.get(row['step'], '?')}"
+    return f":ref:`✘ {STEP_LETTERS.get(row['step'], '?')} <{_error_label(row)}>`"
+
+
+def error_text(error: str | None) -> str:
+    """The error of a row, escaped for rst; a message the zoo shortened (ending with ``...``)
+    is cut at its last complete sentence, and a shortened one says so with ``[...]``."""
+    text = (error or "").replace("\n", " ").strip()
+    shortened = text.endswith("...")
+    if shortened:
+        text = text[:-3]
+        ends = [text.rfind(mark) for mark in (". ", "; ", ") ")]
+        end = max(ends)
+        if end > len(text) // 3:
+            text = text[:end + 1]
+    if shortened or text.endswith(("(", ":", ",")):
+        text = text.rstrip(" (:,") + " [...]"
+    return _escape(text)
 
 
 def plot_summary(rows: Sequence[dict[str, Any]], filename: str | Path) -> None:
@@ -164,35 +194,36 @@ def page_text(rows: Sequence[dict[str, Any]], meta: dict[str, Any], skipped: Seq
     lines += KNOWN_LIMITS + [""]
     lines += _heading("Per architecture", "-")
     steps = ", ".join(f"**{letter}** {step}" for step, letter in STEP_LETTERS.items())
-    lines += [f"✔ and the maximum absolute difference with eager, or ✘ and the step which failed ({steps}). "
-              "The errors follow the table.", ""]
+    lines += [f"✔ and the maximum absolute difference with eager, ✘ and the step which failed ({steps}), "
+              "``-`` not applicable (the model takes no cache). Each ✘ links to its error, after the table.", ""]
     columns = [(e, c) for e in EXPORTERS for c in (False, True)]
     index = {(r["architecture"], r["exporter"], r["cache"]): r for r in rows}
-    lines += [".. list-table::", "    :header-rows: 1", "    :class: scenarios-table", ""]
-    lines.append("    * - architecture\n      - kind\n" + "\n".join(
-        f"      - {e} {'cache' if c else 'no cache'}" for e, c in columns))
+    lines += _failures(rows, names, columns, index)
+    no_cache = sorted({r["architecture"] for r in rows if not_applicable(r)})
+    if no_cache:
+        lines += ["Shown as ``-`` (not applicable): the ``forward`` of "
+                  + ", ".join(f"``{n}``" for n in no_cache) + " takes no cache.", ""]
+    lines += ["The table sorts by a click on a column header; the box above it filters the rows.", ""]
+    body = []
     for name in names:
         kind = next(r["kind"] for r in rows if r["architecture"] == name)
-        cells = [f"``{name}``", kind] + [_cell(index.get((name, e, c))) for e, c in columns]
-        lines.append("    * - " + "\n      - ".join(cells))
-    lines.append("")
-    lines += _heading("Errors", "-")
-    failing = [r for r in rows if not r["success"]]
-    if not failing:
-        lines += ["None.", ""]
-    for r in sorted(failing, key=lambda r: (r["architecture"], r["exporter"], r["cache"])):
-        error = (r["error"] or "").replace("\n", " ")
-        lines.append(f"* ``{r['architecture']}``, {r['exporter']}, {'cache' if r['cache'] else 'no cache'}, "
-                     f"step **{r['step']}**: {_escape(error)}")
-    lines.append("")
+        body.append([f"``{name}``", kind] + [_cell(index.get((name, e, c))) for e, c in columns])
+    groups = [(e, ("no cache", "cache")) for e in EXPORTERS]
+    lines += grid_table(["architecture", "kind"], groups, body, "fx-matrix fx-sortable fx-filterable")
+    failing = [r for r in rows if not r["success"] and not not_applicable(r)]
+    if failing:
+        lines += _heading("Errors", "-")
+        lines += ["The first line of each error (a cell of the table links to its error).", ""]
+        for r in sorted(failing, key=lambda r: (r["architecture"], r["exporter"], r["cache"])):
+            lines += [f".. _{_error_label(r)}:", "",
+                      f"**{r['architecture']}**, {r['exporter']}, {'cache' if r['cache'] else 'no cache'}, "
+                      f"step *{r['step']}*: {error_text(r['error'])}", ""]
     not_run = [n for n in text_architectures if n not in set(names)]
-    lines += _heading("Not run yet", "-")
     if not_run:
+        lines += _heading("Not run yet", "-")
         lines += [f"{len(not_run)} discovered text architectures have no row in this run yet (a full run "
                   "takes hours on two cores; ``python -m fx2onnx models --missing`` goes on where the "
                   "last run stopped): " + ", ".join(f"``{n}``" for n in not_run) + ".", ""]
-    else:
-        lines += ["None: every discovered text architecture has its rows.", ""]
     lines += _heading("Skipped architectures", "-")
     lines += ["Not text models (or composite configurations built from other ones):", ""]
     for name, kind, reason in skipped:
@@ -201,17 +232,33 @@ def page_text(rows: Sequence[dict[str, Any]], meta: dict[str, Any], skipped: Seq
     return "\n".join(lines)
 
 
+def _failures(rows, names, columns, index) -> list[str]:
+    """The architectures with a failing cell, each failure linked to its error."""
+    items = []
+    for name in names:
+        failed = [(e, c) for e, c in columns
+                  if (r := index.get((name, e, c))) is not None and not r["success"] and not not_applicable(r)]
+        if failed:
+            links = ", ".join(
+                f":ref:`{e} {'cache' if c else 'no cache'} {STEP_LETTERS.get(index[name, e, c]['step'], '?')} "
+                f"<{_error_label(index[name, e, c])}>`" for e, c in failed)
+            items.append(f"* ``{name}``: {links}")
+    if not items:
+        return ["**Failures only**: none, every architecture matches eager.", ""]
+    return [f"**Failures only** ({len(items)} of {len(names)} architectures):", ""] + items + [""]
+
+
 def _gaps(rows: Sequence[dict[str, Any]]) -> list[str]:
     """Rows where dynamo matches eager and to_onnx does not."""
     index = {(r["architecture"], r["exporter"], r["cache"]): r for r in rows}
-    gaps = [r for r in rows if r["exporter"] == "to_onnx" and not r["success"]
+    gaps = [r for r in rows if r["exporter"] == "to_onnx" and not r["success"] and not not_applicable(r)
             and index.get((r["architecture"], "dynamo", r["cache"]), {}).get("success")]
     lines = _heading("Where torch.onnx.export succeeds and fx2onnx.to_onnx does not", "-")
     if not gaps:
         return lines + ["None.", ""]
     for r in gaps:
         lines.append(f"* ``{r['architecture']}`` ({'cache' if r['cache'] else 'no cache'}, step {r['step']}): "
-                     f"{_escape(r['error'] or '')}")
+                     f"{error_text(r['error'])}")
     return lines + [""]
 
 
@@ -228,4 +275,5 @@ def write_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any], out_dir: st
     return [index, out / "summary.png"]
 
 
-__all__ = ["STEPS", "STEP_LETTERS", "page_text", "plot_summary", "summary", "write_page"]
+__all__ = ["STEPS", "STEP_LETTERS", "error_text", "not_applicable", "page_text", "plot_summary", "summary",
+           "write_page"]

@@ -122,12 +122,60 @@ def _code(text: str, language: str = "text") -> list[str]:
     return [f".. code-block:: {language}", "", *body, ""]
 
 
+def grid_table(
+    leading: Sequence[str],
+    groups: Sequence[tuple[str, Sequence[str]]],
+    body: Sequence[Sequence[str]],
+    classes: str = "fx-matrix",
+) -> list[str]:
+    """An rst grid table with a header of two levels: each group title over its columns.
+
+    ``leading`` names the first columns (their header spans both levels), ``groups``
+    gives ``(title, column names)``; ``body`` holds the rows, one text per cell (one line).
+    The table gets the CSS ``classes`` (``_static/fx2onnx.css``: sticky header, fitting width).
+    """
+    from docutils.utils import column_width
+
+    n_lead = len(leading)
+    sub = [name for _, names in groups for name in names]
+    texts = [list(leading) + sub] + [list(row) for row in body]
+    if any(len(row) != n_lead + len(sub) for row in texts):
+        raise ValueError("every row of the table needs one cell per column")
+    widths = [max(column_width(row[i]) for row in texts) + 2 for i in range(len(sub) + n_lead)]
+    start = n_lead
+    for title, names in groups:  # a group title wider than its columns widens the last one
+        span = sum(widths[start:start + len(names)]) + len(names) - 1
+        widths[start + len(names) - 1] += max(0, column_width(title) + 2 - span)
+        start += len(names)
+
+    def cell(text: str, width: int) -> str:
+        return " " + text + " " * (width - 1 - column_width(text))
+
+    def line(char: str, indices: Sequence[int]) -> str:
+        return "+" + "+".join(char * widths[i] for i in indices) + "+"
+
+    every = range(len(widths))
+    first = "|" + "|".join(cell(leading[i], widths[i]) for i in range(n_lead))
+    middle = "|" + "|".join(" " * widths[i] for i in range(n_lead))
+    start = n_lead
+    for title, names in groups:
+        span = sum(widths[start:start + len(names)]) + len(names) - 1
+        first += "|" + cell(title, span)
+        middle += "+" + "+".join("-" * widths[i] for i in range(start, start + len(names)))
+        start += len(names)
+    second = "|" + "|".join(cell(text, widths[i]) for i, text in enumerate([""] * n_lead + sub))
+    lines = [line("-", every), first + "|", middle + "+", second + "|", line("=", every)]
+    for row in body:
+        lines.append("|" + "|".join(cell(text, widths[i]) for i, text in enumerate(row)) + "|")
+        lines.append(line("-", every))
+    return [".. table::", f"    :class: {classes}", "    :widths: auto", ""] + ["    " + x for x in lines] + [""]
+
+
 def _table_page(rows, cases: list[str], exporters: Sequence[str], title: str, intro: str) -> str:
     index = {(r["case"], r["exporter"], r["dynamic"]): r for r in rows}
-    lines = _heading(title, "=") + [intro, "", _legend(), ""]
-    header = ["case"] + [f"{e} {'dynamic' if d else 'static'}" for e in exporters for d in (False, True)]
-    lines += [".. list-table::", "    :header-rows: 1", "    :class: scenarios-table", ""]
-    lines.append("    * - " + "\n      - ".join(header))
+    # no table of contents on the right: the matrix takes its width (_static/fx2onnx.css)
+    lines = [":hide-toc:", ""] + _heading(title, "=") + [intro, "", _legend(), ""]
+    body = []
     for case in cases:
         cells = [f":ref:`{case} <{_label(case)}>`"]
         for exporter in exporters:
@@ -135,8 +183,9 @@ def _table_page(rows, cases: list[str], exporters: Sequence[str], title: str, in
                 row = index.get((case, exporter, dyn))
                 mark = _mark(row)
                 cells.append(mark if row is None else f":ref:`{mark} <{_label(case, exporter)}>`")
-        lines.append("    * - " + "\n      - ".join(cells))
-    lines.append("")
+        body.append(cells)
+    groups = [(exporter, ("static", "dynamic")) for exporter in exporters]
+    lines += grid_table(["case"], groups, body, "fx-matrix fx-sortable fx-filterable")
     return "\n".join(lines)
 
 
