@@ -29,6 +29,8 @@ Each one fixes a failure met with the installed transformers and tiny models:
   positions with ``arange``.
 * Funnel's ``get_position_embeds`` pools Python lists of positions
   (see :mod:`fx2onnx.patches.funnel`).
+* LLaVA's ``get_image_features`` splits the image features into a list per image,
+  which specializes the number of images (see :mod:`fx2onnx.patches.llava`).
 * FSMT's ``make_padding_mask`` returns ``None`` when no token is padding
   (``if not padding_mask.any()``): a branch on the data. The patch always returns
   the mask; an all-false mask masks nothing, so the outputs are the same.
@@ -210,6 +212,18 @@ def _make_longformer_chunk(original: Any) -> Any:
     return _make_chunk_by_unfold(original)
 
 
+def _make_llava_image_features(original: Any) -> Any:
+    from .llava import _make_llava_image_features as make
+
+    return make(original)
+
+
+def _guard_llava_image_features(original: Any) -> str | None:
+    from .llava import _guard_llava_image_features as guard
+
+    return guard(original)
+
+
 def transformers_patches() -> list[Patch]:
     """Returns the transformers patches (rotary embeddings of the modeling modules imported so far)."""
     patches = [
@@ -262,6 +276,16 @@ def transformers_patches() -> list[Patch]:
         expected_args=("self", "position_ids"),
         doc="Reformer's axial position embeddings indexed for the whole batch instead of a Python loop "
         "over it, which torch.export froze",
+    ))
+    patches.extend(patch_if_imported(
+        "transformers.models.llava.modeling_llava", "LlavaModel.get_image_features",
+        name="LlavaModel.get_image_features",
+        make=_make_llava_image_features,
+        expected_args=("self", "pixel_values", "vision_feature_layer", "vision_feature_select_strategy",
+                       "image_sizes"),
+        guard=_guard_llava_image_features,
+        doc="LLaVA's image features returned as one tensor instead of a list per image, which made "
+        "torch.export specialize the number of images (see fx2onnx.patches.llava)",
     ))
     for module, attention in (("longformer", "LongformerSelfAttention"), ("led", "LEDEncoderSelfAttention")):
         patches.extend(patch_if_imported(

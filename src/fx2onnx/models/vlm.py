@@ -1,0 +1,342 @@
+"""A tiny vision-language model split the way generation runs it.
+
+A vision-language model (LLaVA) generates text in two parts: the vision encoder
+with its projector turns the images into features once, then the text decoder
+runs on embeddings where those features replace the image placeholder tokens,
+first on the whole prompt (prefill), then one token at a time with its cache
+(decode). Both parts are exported apart:
+
+* :class:`VisionEncoder`: ``pixel_values [images, 3, H, W] -> [images, tokens, hidden]``,
+* :class:`TextDecoder`: ``inputs_embeds, attention_mask, past_key_values -> logits,
+  present`` (the cache flattened as ``[key_0, value_0, key_1, value_1, ...]``),
+
+and :func:`merge_image_features` does what the model does between them: embed the
+tokens and put the image features where the placeholder tokens are.
+
+.. code-block:: python
+
+    import fx2onnx
+    from fx2onnx.models.vlm import VisionEncoder, tiny_llava, vision_inputs
+
+    vlm = tiny_llava()
+    encoder = VisionEncoder(vlm.model)
+    onx = fx2onnx.to_onnx(encoder, (vision_inputs(vlm, 2),), dynamic_shapes=({0: "images"},))
+
+Everything is built from configurations in code with seeded random weights: no
+download.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+#: token id of the image placeholder in the tiny models (the last of the vocabulary)
+IMAGE_TOKEN_ID = 127
+
+
+@dataclasses.dataclass
+class TinyVLM:
+    """A tiny vision-language model and what its inputs need.
+
+    :param model: the ``...ForConditionalGeneration`` model, in eval mode
+    :param image_token_id: the placeholder token an image's features replace
+    :param tokens_per_image: the number of features (placeholder tokens) of one image
+    :param image_size: height and width of the images
+    :param num_layers: layers of the text decoder (the cache has ``2 * num_layers`` tensors)
+    """
+
+    model: torch.nn.Module
+    image_token_id: int
+    tokens_per_image: int
+    image_size: int
+    num_layers: int
+
+    @property
+    def config(self) -> Any:
+        return self.model.config
+
+
+def tiny_llava(seed: int = 0, num_layers: int = 1) -> TinyVLM:
+    """A tiny ``LlavaForConditionalGeneration``: a Llama text model (hidden size 32,
+    vocabulary 128) and a CLIP vision tower on 16x16 images in 4x4 patches
+    (16 features per image once the class token is dropped)."""
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+
+    text = LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=0,
+        use_cache=False,  # the one-pass forward returns no cache; TextDecoder asks for one
+    )
+    vision = CLIPVisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        image_size=16,
+        patch_size=4,
+        projection_dim=32,
+    )
+    config = LlavaConfig(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=IMAGE_TOKEN_ID,
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+    )
+    torch.manual_seed(seed)
+    model = LlavaForConditionalGeneration(config).eval()
+    return TinyVLM(model, IMAGE_TOKEN_ID, tokens_per_image=16, image_size=16, num_layers=num_layers)
+
+
+def vision_inputs(vlm: TinyVLM, images: int, seed: int = 0) -> torch.Tensor:
+    """Random ``pixel_values`` for ``images`` images."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(images, 3, vlm.image_size, vlm.image_size, generator=generator)
+
+
+def prompt_ids(vlm: TinyVLM, batch: int, images_per_prompt: int, text_tokens: int, seed: int = 0) -> torch.Tensor:
+    """Token ids ``[batch, seq]``: a first text token, the placeholders of
+    ``images_per_prompt`` images, then ``text_tokens - 1`` text tokens
+    (random ids, never the placeholder)."""
+    if text_tokens < 1:
+        raise ValueError(f"text_tokens must be at least 1, got {text_tokens}")
+    generator = torch.Generator().manual_seed(seed)
+    n_image = images_per_prompt * vlm.tokens_per_image
+    ids = torch.randint(1, vlm.image_token_id, (batch, text_tokens + n_image), generator=generator)
+    ids[:, 1 : 1 + n_image] = vlm.image_token_id
+    return ids
+
+
+def one_pass_inputs(vlm: TinyVLM, batch: int, images_per_prompt: int, text_tokens: int, seed: int = 0) -> dict[str, Any]:
+    """Inputs of the model's own forward: ids, attention mask and the pixels of
+    ``batch * images_per_prompt`` images."""
+    ids = prompt_ids(vlm, batch, images_per_prompt, text_tokens, seed)
+    return {
+        "input_ids": ids,
+        "pixel_values": vision_inputs(vlm, batch * images_per_prompt, seed),
+        "attention_mask": torch.ones_like(ids),
+    }
+
+
+def _select_features(model: torch.nn.Module, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """The vision hidden states LLaVA projects: the configured layer(s), the class token
+    dropped with the ``default`` strategy, several layers concatenated on the last axis."""
+    config = model.config
+    layers = config.vision_feature_layer
+    default = config.vision_feature_select_strategy == "default"
+    pool = [hidden_states[layer] for layer in ([layers] if isinstance(layers, int) else layers)]
+    if default:
+        pool = [h[:, 1:] for h in pool]
+    return pool[0] if len(pool) == 1 else torch.cat(pool, dim=-1)
+
+
+class VisionEncoder(torch.nn.Module):
+    """The vision tower and the projector of a LLaVA model:
+    ``pixel_values [images, 3, H, W] -> image features [images, tokens, hidden]``.
+
+    It computes what ``get_image_features`` computes but returns one tensor
+    instead of a list per image, so the number of images stays a dimension.
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        base = self.model.model
+        outputs = base.vision_tower(pixel_values, output_hidden_states=True, return_dict=True)
+        return base.multi_modal_projector(_select_features(base, outputs.hidden_states))
+
+
+class TextDecoder(torch.nn.Module):
+    """The text decoder of a vision-language model, on embeddings:
+    ``(inputs_embeds, attention_mask, past_key_values) -> (logits, present)``.
+
+    ``past_key_values`` is a ``DynamicCache`` (possibly empty, for the prefill);
+    the outputs are the logits and the updated cache.
+    """
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, past_key_values: Any
+    ) -> tuple[torch.Tensor, Any]:
+        outputs = self.model(
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            use_cache=True,
+        )
+        return outputs.logits, outputs.past_key_values
+
+
+def merge_image_features(
+    model: torch.nn.Module, input_ids: torch.Tensor, image_features: torch.Tensor, image_token_id: int
+) -> torch.Tensor:
+    """Embeds ``input_ids`` and writes the image features over the placeholder tokens,
+    in order (the first image's features over the first placeholders), as the model's
+    forward does. Raises a ValueError when the counts differ."""
+    embeds = model.get_input_embeddings()(input_ids)
+    mask = input_ids == image_token_id
+    features = image_features.reshape(-1, embeds.shape[-1]).to(embeds.dtype)
+    if int(mask.sum()) != features.shape[0]:
+        raise ValueError(
+            f"{int(mask.sum())} image placeholder tokens but {features.shape[0]} image features "
+            f"({tuple(image_features.shape)}): give one image per block of placeholders."
+        )
+    return embeds.masked_scatter(mask.unsqueeze(-1), features)
+
+
+def empty_cache(vlm: TinyVLM, batch: int, dtype: torch.dtype = torch.float32) -> Any:
+    """A ``DynamicCache`` holding no token yet, the cache of a prefill."""
+    return random_cache(vlm, batch, 0, dtype=dtype)
+
+
+def random_cache(vlm: TinyVLM, batch: int, past: int, seed: int = 0, dtype: torch.dtype = torch.float32) -> Any:
+    """A ``DynamicCache`` of ``past`` tokens with random keys and values."""
+    from transformers.cache_utils import DynamicCache
+
+    text = vlm.config.text_config
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    shape = (batch, text.num_key_value_heads, past, head_dim)
+    generator = torch.Generator().manual_seed(seed)
+    pairs = [
+        (torch.randn(shape, generator=generator, dtype=dtype), torch.randn(shape, generator=generator, dtype=dtype))
+        for _ in range(vlm.num_layers)
+    ]
+    return DynamicCache(pairs, config=text)
+
+
+def decoder_inputs(vlm: TinyVLM, batch: int, seq: int, past: int, seed: int = 0) -> dict[str, Any]:
+    """Random inputs of :class:`TextDecoder`: embeddings of ``seq`` new tokens, a mask
+    over ``past + seq`` tokens and a cache of ``past`` tokens."""
+    generator = torch.Generator().manual_seed(seed + 1)
+    hidden = vlm.config.text_config.hidden_size
+    return {
+        "inputs_embeds": torch.randn(batch, seq, hidden, generator=generator),
+        "attention_mask": torch.ones(batch, past + seq, dtype=torch.int64),
+        "past_key_values": random_cache(vlm, batch, past, seed),
+    }
+
+
+def decoder_dynamic_shapes(vlm: TinyVLM) -> dict[str, Any]:
+    """Dynamic shapes of :class:`TextDecoder`: ``batch``, ``seq``, ``past_seq`` and
+    ``total_seq`` (the mask)."""
+    return {
+        "inputs_embeds": {0: "batch", 1: "seq"},
+        "attention_mask": {0: "batch", 1: "total_seq"},
+        "past_key_values": [{0: "batch", 2: "past_seq"} for _ in range(2 * vlm.num_layers)],
+    }
+
+
+def decoder_output_names(vlm: TinyVLM) -> list[str]:
+    """``logits`` then ``present_key_i``, ``present_value_i`` for every layer."""
+    names = ["logits"]
+    for i in range(vlm.num_layers):
+        names.extend([f"present_key_{i}", f"present_value_{i}"])
+    return names
+
+
+def export_vision_encoder(vlm: TinyVLM, images: int = 2, **kwargs: Any) -> Any:
+    """Exports :class:`VisionEncoder` with :func:`fx2onnx.to_onnx`, the number of
+    images dynamic (``images``); ``kwargs`` go to ``to_onnx``."""
+    from ..convert.api import to_onnx
+
+    return to_onnx(
+        VisionEncoder(vlm.model),
+        (vision_inputs(vlm, images),),
+        dynamic_shapes=({0: "images"},),
+        input_names=["pixel_values"],
+        output_names=["image_features"],
+        **kwargs,
+    )
+
+
+def export_text_decoder(vlm: TinyVLM, batch: int = 2, seq: int = 3, past: int = 4, **kwargs: Any) -> Any:
+    """Exports :class:`TextDecoder` with :func:`fx2onnx.to_onnx` inside
+    :func:`fx2onnx.torch_export_patches`, batch, sequence and cache length dynamic;
+    the example cache is not empty (a cache of length 0 would be specialized) but the
+    model takes one of length 0 for the prefill."""
+    from ..convert.api import to_onnx
+    from ..patches import torch_export_patches
+
+    with torch_export_patches(patch_transformers=True) as modificator:
+        return to_onnx(
+            TextDecoder(vlm.model),
+            (),
+            kwargs=modificator(decoder_inputs(vlm, batch, seq, past)),
+            dynamic_shapes=decoder_dynamic_shapes(vlm),
+            output_names=decoder_output_names(vlm),
+            **kwargs,
+        )
+
+
+def greedy_eager(vlm: TinyVLM, input_ids: torch.Tensor, pixel_values: torch.Tensor, steps: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Greedy decoding with the model's own forward: a prefill on the prompt and
+    the images, then one token per step with the cache. Returns the tokens
+    ``[batch, steps]`` and the last-position logits of every step."""
+    from transformers.cache_utils import DynamicCache
+
+    model = vlm.model
+    cache = DynamicCache(config=vlm.config.text_config)
+    mask = torch.ones_like(input_ids)
+    tokens, logits = [], []
+    with torch.no_grad():
+        out = model(
+            input_ids=input_ids, pixel_values=pixel_values, attention_mask=mask, past_key_values=cache, use_cache=True
+        )
+        for step in range(steps):
+            last = out.logits[:, -1]
+            logits.append(last)
+            tokens.append(last.argmax(-1))
+            if step + 1 == steps:
+                break
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            out = model(
+                input_ids=tokens[-1][:, None], attention_mask=mask, past_key_values=out.past_key_values, use_cache=True
+            )
+    return torch.stack(tokens, dim=1), logits
+
+
+def greedy_onnx(
+    vlm: TinyVLM, vision: Any, decoder: Any, input_ids: torch.Tensor, pixel_values: torch.Tensor, steps: int
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Greedy decoding on onnxruntime with the two exported parts (sessions):
+    the vision encoder once, :func:`merge_image_features`, the prefill with an
+    empty cache, then one token per step feeding the present cache back.
+    Returns the tokens ``[batch, steps]`` and the last-position logits of every step."""
+    import numpy as np
+
+    text = vlm.config.text_config
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    batch = input_ids.shape[0]
+    features = vision.run(None, {vision.get_inputs()[0].name: pixel_values.numpy()})[0]
+    embed = vlm.model.get_input_embeddings()
+    with torch.no_grad():
+        embeds = merge_image_features(vlm.model, input_ids, torch.from_numpy(features), vlm.image_token_id)
+    empty = np.zeros((batch, text.num_key_value_heads, 0, head_dim), dtype=np.float32)
+    past = [empty] * (2 * vlm.num_layers)
+    mask = np.ones(input_ids.shape, dtype=np.int64)
+    names = [i.name for i in decoder.get_inputs()]
+    tokens, logits = [], []
+    for step in range(steps):
+        outputs = decoder.run(None, dict(zip(names, [embeds.numpy(), mask, *past])))
+        last = torch.from_numpy(outputs[0][:, -1])
+        logits.append(last)
+        tokens.append(last.argmax(-1))
+        past = outputs[1:]
+        mask = np.concatenate([mask, np.ones((batch, 1), dtype=np.int64)], axis=1)
+        with torch.no_grad():
+            embeds = embed(tokens[-1][:, None])
+    return torch.stack(tokens, dim=1), logits
