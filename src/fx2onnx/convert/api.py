@@ -272,6 +272,7 @@ def to_onnx(
     return_ir: bool = False,
     export_modules_as_functions: bool | set[type[torch.nn.Module]] = False,
     decompose: bool = True,
+    patches: bool | str = "auto",
 ) -> onnx.ModelProto:
     """Exports a PyTorch model to ONNX with fx2onnx's own converter.
 
@@ -311,13 +312,19 @@ def to_onnx(
         :mod:`fx2onnx.convert.functions`)
     :param decompose: decompose the operators without a converter (see above);
         False raises UnsupportedOpError for them instead
+    :param patches: ``"auto"``: the capture runs inside
+        ``fx2onnx.torch_export_patches(patch_transformers=True)`` when the model is or
+        contains a transformers module (or an input is a transformers cache), adding
+        only what an enclosing ``torch_export_patches`` does not apply already (see
+        :mod:`fx2onnx.patches.auto`); True: always; False: never
     :return: the ONNX model
 
     What torch.export froze, a Python scalar argument (``int``, ``float``, ``bool``,
     ``str``) or the length of a list, is written in the model's metadata
     (``fx2onnx.frozen_inputs``) and reported with a
-    :class:`fx2onnx.frozen.FrozenInputWarning`; :func:`fx2onnx.validate` refuses other
-    values. An ``int`` marked in ``dynamic_shapes`` (``Dim.DYNAMIC`` or a name) stays
+    :class:`fx2onnx.frozen.FrozenInputWarning` (not for a ``bool`` or a ``str`` given ``None``
+    in ``dynamic_shapes``, nor a scalar given ``Dim.STATIC``: the user said it is a constant);
+    :func:`fx2onnx.validate` refuses other values. An ``int`` marked in ``dynamic_shapes`` (``Dim.DYNAMIC`` or a name) stays
     dynamic: it becomes an int64 scalar input (see :mod:`fx2onnx.frozen`), unless
     torch.export specializes it all the same (the code indexes with it): then it is
     recorded and reported as frozen. A cache made only of sliding-window layers is
@@ -343,10 +350,15 @@ def to_onnx(
         target_opset = 23 if level in ("onnxruntime", "opset23") else DEFAULT_OPSET
     _check_options(target_opset, dispatcher, input_names, output_names)
     stages = _Stages(verbose)
-    ep, dim_names = stages.run(
-        "capture (torch.export.export)", capture, model, tuple(args), dict(kwargs or {}), dynamic_shapes, strict,
-        dispatcher=dispatcher, decompose=decompose, verbose=verbose,
-    )
+    from ..patches.auto import auto_patches
+
+    with auto_patches(patches, model, tuple(args), dict(kwargs or {})) as applied:
+        if verbose and applied:
+            print(f"[to_onnx] patches applied for the capture: {', '.join(applied)}")
+        ep, dim_names = stages.run(
+            "capture (torch.export.export)", capture, model, tuple(args), dict(kwargs or {}), dynamic_shapes, strict,
+            dispatcher=dispatcher, decompose=decompose, verbose=verbose,
+        )
     if verbose > 1:
         print(ep.graph)
     onnx_model = stages.run(

@@ -82,7 +82,7 @@ class UnsupportedOpError(ConversionError):
         self.target = target
         name = target_name(target)
         message = (
-            f"No converter for operator {name!r}.\n"
+            f"No converter for operator {name!r}.\n{_patch_hint(name)}"
             f"Register one through the dispatcher, for example:\n\n"
             f"    def convert_op(ctx, node, *args, **kwargs):\n"
             f"        x = args[0]\n"
@@ -90,6 +90,18 @@ class UnsupportedOpError(ConversionError):
             f"    onx = fx2onnx.to_onnx(model, args, dispatcher=fx2onnx.Dispatcher({{{name!r}: convert_op}}))"
         )
         super().__init__(message, node)
+
+
+def _patch_hint(name: str) -> str:
+    """For a custom operator of transformers, the patch which replaces it."""
+    if not name.startswith("transformers::"):
+        return ""
+    return (
+        f"{name!r} is a custom operator of transformers: fx2onnx's transformers patches replace it with "
+        f"standard operators. Export with fx2onnx.to_onnx(..., patches='auto') (the default for a model "
+        f"containing a transformers module) or patches=True, or inside "
+        f"`with fx2onnx.torch_export_patches(patch_transformers=True):`. Otherwise:\n"
+    )
 
 
 def target_name(target: Any) -> str:

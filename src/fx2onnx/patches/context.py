@@ -73,6 +73,19 @@ def _transformers_loaded() -> bool:
     return "transformers" in sys.modules
 
 
+#: the options of every :func:`torch_export_patches` context now active, outermost first
+_ACTIVE: list[dict[str, bool]] = []
+
+
+def active_patches() -> dict[str, bool]:
+    """Which kinds of patches the :func:`torch_export_patches` contexts now active apply:
+    ``{"patch_torch": bool, "patch_transformers": bool}`` (both False outside any context).
+    :func:`fx2onnx.to_onnx` reads it not to apply a patch twice."""
+    return {
+        key: any(options[key] for options in _ACTIVE) for key in ("patch_torch", "patch_transformers")
+    }
+
+
 def collect_patches(
     *,
     patch_torch: bool = True,
@@ -228,12 +241,17 @@ def torch_export_patches(
     )
     patch_set = PatchSet(patches, verbose=verbose)
     registered: dict[str, bool] = {}
+    options: dict[str, bool] | None = None
     try:
         if patch_transformers or _transformers_loaded():
             registered = register_cache_serialization(verbose=verbose)
         patch_set.apply()
+        options = {"patch_torch": patch_torch, "patch_transformers": patch_transformers}
+        _ACTIVE.append(options)
         yield PatchContext(patch_set, registered)
     finally:
+        if options is not None:
+            _ACTIVE.remove(options)
         patch_set.restore()
         if registered:
             unregister_cache_serialization(registered, verbose=verbose)

@@ -1,0 +1,70 @@
+"""The patches :func:`fx2onnx.to_onnx` applies by itself (``patches="auto"``).
+
+A user exporting a transformers model for the first time does not know that
+:func:`torch.export.export` needs :func:`fx2onnx.torch_export_patches`: without
+it, a decoder with its default ``use_cache=True`` fails (``Found DynamicCache in
+output``) and a mixture-of-experts layer keeps the custom operator
+``transformers::grouped_mm_fallback`` no converter knows. With
+``patches="auto"`` (the default of :func:`fx2onnx.to_onnx`), the capture runs
+inside ``torch_export_patches(patch_transformers=True)`` when the model is or
+contains a module of transformers, or an input is a cache of transformers.
+
+Inside an explicit :func:`fx2onnx.torch_export_patches`, only the kinds of patches
+the active contexts do not apply already are added (:func:`active_patches`):
+nothing is patched twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any, Iterator
+
+import torch
+from torch.utils import _pytree as pytree
+
+from .context import active_patches, torch_export_patches
+
+def uses_transformers(model: Any, args: tuple = (), kwargs: dict | None = None) -> bool:
+    """Tells if ``model`` is or contains a module defined by transformers, or if an input
+    is (or holds) a cache of transformers."""
+    if "transformers" not in sys.modules:
+        return False
+    if isinstance(model, torch.nn.Module):
+        for module in model.modules():
+            if type(module).__module__.startswith("transformers."):
+                return True
+    from transformers.cache_utils import Cache
+
+    # pytree does not know the caches outside the patches: they come out as leaves
+    leaves = pytree.tree_leaves((tuple(args), dict(kwargs or {})))
+    return any(isinstance(leaf, Cache) for leaf in leaves)
+
+
+def check_patches_option(patches: Any) -> None:
+    """Raises a clear error for a value of ``patches`` which is not ``"auto"``, True or False."""
+    if not (patches is True or patches is False or (isinstance(patches, str) and patches == "auto")):
+        raise ValueError(
+            f"patches must be 'auto' (patch transformers models), True (always) or False (never), got {patches!r}."
+        )
+
+
+@contextlib.contextmanager
+def auto_patches(patches: Any, model: Any, args: tuple = (), kwargs: dict | None = None) -> Iterator[list[str]]:
+    """Applies the transformers patches when ``patches`` asks for them.
+
+    :param patches: ``"auto"`` (when :func:`uses_transformers`), True (always), False (never)
+    :return: the kinds of patches applied (``[]``, ``["patch_transformers"]``...)
+    """
+    check_patches_option(patches)
+    wanted = patches is True or (patches == "auto" and uses_transformers(model, args, kwargs))
+    if not wanted or isinstance(model, torch.export.ExportedProgram):
+        yield []
+        return
+    active = active_patches()
+    missing = [kind for kind in ("patch_torch", "patch_transformers") if not active[kind]]
+    if not missing:
+        yield []
+        return
+    with torch_export_patches(**{kind: kind in missing for kind in ("patch_torch", "patch_transformers")}):
+        yield missing
