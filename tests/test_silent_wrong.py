@@ -78,12 +78,12 @@ def test_frozen_float_bool_str():
     with pytest.warns(FrozenInputWarning) as record:
         onx = fx2onnx.to_onnx(Options(), (x, 0.5, True, "sum"), dynamic_shapes=({0: "batch"}, None, None, None))
     names = " ".join(str(w.message) for w in record if issubclass(w.category, FrozenInputWarning))
-    for name in ("'alpha'", "'flag'", "'mode'"):
-        assert name in names, names
+    # a bool and a str given None in dynamic_shapes are constants the user declared: recorded, not warned
+    assert "'alpha'" in names and "'flag'" not in names and "'mode'" not in names, names
     assert _frozen(onx) == {
         "alpha": {"kind": "float", "value": 0.5},
-        "flag": {"kind": "bool", "value": True},
-        "mode": {"kind": "str", "value": "sum"},
+        "flag": {"kind": "bool", "value": True, "declared_static": True},
+        "mode": {"kind": "str", "value": "sum", "declared_static": True},
     }
     assert fx2onnx.validate(onx, Options(), (torch.randn(5, 3), 0.5, True, "sum")).ok
     with pytest.raises(FrozenInputError, match=r"'mode'.*'sum'.*'mean'"):

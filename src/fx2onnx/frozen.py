@@ -8,6 +8,9 @@ in the model's metadata (key :data:`METADATA_KEY`, a JSON dictionary
 ``{name: {"kind": "int", "value": 3}}`` or ``{name: {"kind": "list", "length":
 3, "inputs": [onnx input names]}}``) and warns with :class:`FrozenInputWarning`;
 :func:`fx2onnx.validate` refuses inputs which differ with :class:`FrozenInputError`.
+A constant the user declared in ``dynamic_shapes`` (``Dim.STATIC``, or ``None`` for a
+``bool`` or a ``str``: ``use_cache=False``, ``return_dict=False``) is recorded with
+``"declared_static": true`` and checked the same way, but not warned about.
 
 An ``int`` stays dynamic when ``dynamic_shapes`` marks it (``Dim.DYNAMIC`` or a
 name): it becomes an int64 scalar input of the ONNX model. If the model's code
@@ -539,11 +542,20 @@ def describe_frozen_inputs(
                 _is_dynamic_spec(sub) and isinstance(item, int) and not isinstance(item, bool)
             ):
                 frozen[path] = {"kind": type(item).__name__, "value": item}
+                if dynamic_shapes is not None and _declared_constant(item, sub):
+                    frozen[path]["declared_static"] = True
             elif isinstance(item, int) and specialized:
                 if position + _inputs_before(value, spec, path, name) in specialized:
                     frozen[path] = {"kind": "int", "value": item, "declared_dynamic": True}
         position += _count_inputs(value, spec)
     return frozen
+
+
+def _declared_constant(value: Any, spec: Any) -> bool:
+    """Tells if the user said a scalar is a constant: ``Dim.STATIC``, or ``None`` for a ``bool``
+    or a ``str`` (a flag, a mode: no dynamic form exists, ``None`` is the only way to say it).
+    ``None`` for an ``int`` or a ``float`` is what one writes without thinking of it: warned."""
+    return spec is torch.export.Dim.STATIC or (spec is None and isinstance(value, (bool, str)))
 
 
 def _inputs_before(value: Any, spec: Any, target: str, name: str) -> int:
@@ -607,7 +619,8 @@ def frozen_message(path: str, entry: dict[str, Any]) -> str:
     )
     return (
         f"torch.export froze input {path!r} to {value!r} ({kind}): the ONNX model has no input for it "
-        f"and computes with {value!r} whatever value is given later. To keep it dynamic, {how}."
+        f"and computes with {value!r} whatever value is given later. To keep it dynamic, {how}. If it is "
+        f"a constant, say so with torch.export.Dim.STATIC in dynamic_shapes: it is recorded, not warned about."
     )
 
 
@@ -615,8 +628,9 @@ def warn_frozen_inputs(frozen: dict[str, dict[str, Any]], stacklevel: int = 3) -
     """One :class:`FrozenInputWarning` per frozen input."""
     conditions = [path for path, entry in frozen.items() if entry["kind"] == "size_condition"]
     for path, entry in frozen.items():
-        # a table's length (BERT's 512 positions): checked, not warned; the size conditions: warned below
-        if entry.get("weight_bound") or entry["kind"] == "size_condition":
+        # a table's length (BERT's 512 positions), a constant the user declared (a flag given None in
+        # dynamic_shapes): checked, not warned; the size conditions: warned below
+        if entry.get("weight_bound") or entry.get("declared_static") or entry["kind"] == "size_condition":
             continue
         warnings.warn(frozen_message(path, entry), FrozenInputWarning, stacklevel=stacklevel)
     if conditions:  # one warning for all of them: a model chunking its input has dozens
