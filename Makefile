@@ -27,6 +27,7 @@ $(PY):
 $(STAMP): requirements-docs.txt pyproject.toml | $(PY)
 	$(PY) -m pip install -r requirements-docs.txt
 	$(PY) -m pip install --no-deps -e .
+	$(PY) -m fx2onnx.torchvision_cpu --install
 	touch $(STAMP)
 
 html: $(STAMP)

@@ -1,0 +1,147 @@
+"""torchvision beside the CPU build of torch (timm needs it; transformers imports it when present).
+
+PyPI's ``torchvision==0.28.0`` (the release paired with torch 2.13) is a CUDA build: its C++
+extension ``torchvision/_C.so`` links ``libtorch_cuda.so`` and does not load beside the CPU
+torch. torchvision catches that failure, but its fake-tensor registrations
+(``torch.library.register_fake("torchvision::nms")``) then fail on an operator that was never
+defined, and ``import torchvision`` raises ``operator torchvision::nms does not exist``; with
+torchvision installed, ``from transformers import PreTrainedModel`` fails the same way.
+timm imports torchvision for ``FrozenBatchNorm2d`` and its transforms, none of which needs
+the C++ operators.
+
+:func:`ensure_torchvision` loads the extension when it can (a CPU build of torchvision, or a
+CUDA build beside a CUDA torch: nothing is changed then). Otherwise it declares the schemas of
+the two operators torchvision registers unconditionally, ``nms`` and ``qnms``, without any
+kernel, so that the import succeeds; every torchvision C++ operator still raises torchvision's
+own "Couldn't load custom C++ ops" error when called (``roi_align`` falls back to its Python
+implementation, as torchvision does without its extension). No file of torchvision is modified.
+
+:func:`install_import_hook` runs it on the first ``import torchvision`` of a process, whoever
+imports it (transformers, timm, a user's script). ``make`` installs the hook into the virtual
+environment with ``python -m fx2onnx.torchvision_cpu --install``: a one-line ``.pth`` file of
+its ``site-packages`` which imports nothing but this small module (torch is imported only when
+torchvision is).
+
+.. code-block:: python
+
+    from fx2onnx.torchvision_cpu import ensure_torchvision
+
+    ensure_torchvision()
+    import timm  # imports torchvision
+
+    model = timm.create_model("resnet18", pretrained=False)
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+#: the operators torchvision's ``_meta_registrations`` registers fake kernels for, unconditionally
+UNCONDITIONAL_SCHEMAS = (
+    "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+    "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+)
+#: the ``.pth`` file :func:`write_pth_file` writes into ``site-packages``
+PTH_NAME = "fx2onnx_torchvision_cpu.pth"
+#: the library object declaring the schemas (kept alive: dropping it removes the operators)
+_DECLARED: Any = None
+
+
+def _extension_path() -> Path | None:
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        candidates = sorted(Path(folder).glob("_C*.so")) + sorted(Path(folder).glob("_C*.pyd"))
+        if candidates:
+            return candidates[0]
+    return None
+
+
+def _operator_exists(name: str) -> bool:
+    import torch
+
+    try:
+        torch._C._dispatch_find_schema_or_throw(f"torchvision::{name}", "")
+    except RuntimeError:
+        return False
+    return True
+
+
+def ensure_torchvision() -> str:
+    """Makes ``import torchvision`` work; returns how: ``"native"``, ``"schemas"`` or ``"absent"``.
+
+    ``"native"``: torchvision's C++ operators are available (its extension loads);
+    ``"schemas"``: the extension does not load beside this torch, the schemas of ``nms`` and
+    ``qnms`` were declared without kernels; ``"absent"``: torchvision is not installed.
+    """
+    global _DECLARED
+    if _DECLARED is not None:
+        return "schemas"
+    if importlib.util.find_spec("torchvision") is None:
+        return "absent"
+    import torch
+
+    if _operator_exists("roi_align"):
+        return "native"
+    path = _extension_path()
+    if path is not None:
+        try:
+            torch.ops.load_library(str(path))
+            return "native"
+        except (OSError, RuntimeError):
+            pass
+    if _operator_exists("nms"):  # declared by someone else
+        return "schemas"
+    library = torch.library.Library("torchvision", "DEF")
+    for schema in UNCONDITIONAL_SCHEMAS:
+        library.define(schema)
+    _DECLARED = library
+    return "schemas"
+
+
+class _TorchvisionHook(importlib.abc.MetaPathFinder):
+    """Runs :func:`ensure_torchvision` on the first ``import torchvision``, then steps aside."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torchvision":
+            return None
+        uninstall_import_hook()
+        try:
+            ensure_torchvision()
+        except Exception:  # noqa: BLE001 - the import then fails with torchvision's own error
+            pass
+        return None  # the regular finders import torchvision
+
+
+def install_import_hook() -> None:
+    """Runs :func:`ensure_torchvision` before torchvision is first imported in this process."""
+    if "torchvision" in sys.modules or any(isinstance(f, _TorchvisionHook) for f in sys.meta_path):
+        return
+    sys.meta_path.insert(0, _TorchvisionHook())
+
+
+def uninstall_import_hook() -> None:
+    """Removes the hook of :func:`install_import_hook` (does nothing without one)."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _TorchvisionHook)]
+
+
+def write_pth_file(site_packages: str | Path | None = None) -> Path:
+    """Writes the ``.pth`` file installing the hook at every start of this environment's Python."""
+    folder = Path(site_packages or sysconfig.get_paths()["purelib"])
+    path = folder / PTH_NAME
+    code = "try:\\n from fx2onnx.torchvision_cpu import install_import_hook\\n install_import_hook()\\nexcept ImportError:\\n pass"
+    path.write_text(f'import sys; exec("{code}")\n', encoding="utf-8")
+    return path
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--install"]:
+        print(f"torchvision import hook written in {write_pth_file()}")
+    else:
+        print(f"usage: python -m fx2onnx.torchvision_cpu --install ({ensure_torchvision()})")
