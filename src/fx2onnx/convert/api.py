@@ -272,6 +272,7 @@ def to_onnx(
     return_ir: bool = False,
     export_modules_as_functions: bool | set[type[torch.nn.Module]] = False,
     decompose: bool = True,
+    quantize: str | None = None,
     patches: bool | str = "auto",
 ) -> onnx.ModelProto:
     """Exports a PyTorch model to ONNX with fx2onnx's own converter.
@@ -312,6 +313,9 @@ def to_onnx(
         :mod:`fx2onnx.convert.functions`)
     :param decompose: decompose the operators without a converter (see above);
         False raises UnsupportedOpError for them instead
+    :param quantize: ``"int4"`` or ``"int8"`` with ``optimize="onnxruntime"``: the weights of every
+        MatMul / linear layer as onnxruntime's ``MatMulNBits`` blocks of 32 (see
+        :func:`fx2onnx.optimize` for another block size and the report)
     :param patches: ``"auto"``: the capture runs inside
         ``fx2onnx.torch_export_patches(patch_transformers=True)`` when the model is or
         contains a transformers module (or an input is a transformers cache), adding
@@ -346,6 +350,12 @@ def to_onnx(
     from ..optimizer.api import resolve_level
 
     level = resolve_level(optimize)
+    if quantize is not None:
+        from ..optimizer.rules.quantize import check_quantize_options
+
+        check_quantize_options(quantize, 32)
+        if level != "onnxruntime":
+            raise ValueError(f"quantize={quantize!r} needs onnxruntime's operators: use optimize='onnxruntime', not {optimize!r}.")
     if target_opset is None:
         target_opset = 23 if level in ("onnxruntime", "opset23") else DEFAULT_OPSET
     _check_options(target_opset, dispatcher, input_names, output_names)
@@ -376,7 +386,8 @@ def to_onnx(
     if level is not None:
         from ..optimizer.api import optimize as optimize_levels
 
-        stages.run("optimization", optimize_levels, onnx_model, level=level, inline=not export_modules_as_functions)
+        stages.run("optimization", optimize_levels, onnx_model, level=level, inline=not export_modules_as_functions,
+                   quantize=quantize)
     stages.run("onnxruntime kernel types", cast_to_kernel_types, onnx_model)
     stages.run("onnxruntime reduction axes", positive_reduction_axes, onnx_model)
     if not isinstance(model, torch.export.ExportedProgram):

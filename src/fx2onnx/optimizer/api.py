@@ -11,6 +11,7 @@ import onnx
 import onnx_ir as ir
 
 from .rules import LEVELS
+from .rules.quantize import ACCURACY_LEVEL, QuantizedWeight, check_quantize_options, quantize_matmuls
 
 #: the accepted level names
 LEVEL_NAMES = tuple(LEVELS)
@@ -35,6 +36,8 @@ class OptimizationReport:
     nodes_before: int = 0
     nodes_after: int = 0
     op_types: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: the weights ``quantize=`` replaced by blocks (node, shape, bytes before and after)
+    quantized: list[QuantizedWeight] = dataclasses.field(default_factory=list)
 
     def matches(self, name: str) -> int:
         """Total matches of the rules called ``name``."""
@@ -45,6 +48,11 @@ class OptimizationReport:
         for r in self.rules:
             note = f"  ({r.note})" if r.note else ""
             lines.append(f"  {r.name:<24} {r.matches:>4} match(es) {r.time_s * 1000:8.1f} ms{note}")
+        if self.quantized:
+            before = sum(q.bytes_before for q in self.quantized) / 2**20
+            after = sum(q.bytes_after for q in self.quantized) / 2**20
+            lines.append(f"  quantized {len(self.quantized)} weight(s): {before:.2f} MiB -> {after:.2f} MiB")
+            lines.extend(f"    {q}" for q in self.quantized)
         return "\n".join(lines)
 
 
@@ -66,6 +74,8 @@ def optimize(
     inline: bool = True,
     enable: Sequence[str] = (),
     disable: Sequence[str] = (),
+    quantize: str | None = None,
+    block_size: int = 32,
 ) -> Any:
     """Optimizes an ONNX model: constant folding, onnxscript's rewrite rules and dead
     code elimination (level ``"default"``), then the fusions of the level.
@@ -85,6 +95,13 @@ def optimize(
     :param inline: inline the local functions first
     :param enable: rules of the level off by default to run too (the names of the report)
     :param disable: rules of the level not to run (to find which one changes a result)
+    :param quantize: ``"int4"`` or ``"int8"``: weight-only quantization, after the fusions, of
+        every MatMul / Gemm by a constant 2D weight (lm_head included) into onnxruntime's
+        ``com.microsoft.MatMulNBits`` (asymmetric blocks along K, as onnxruntime's
+        ``MatMulNBitsQuantizer`` does by default; ``accuracy_level=4``: the kernel may quantize
+        the activations to int8 by block, much faster on CPU); level ``"onnxruntime"`` only; the
+        report lists the weights (``report.quantized``)
+    :param block_size: the values of K sharing one scale and zero point (a power of two >= 16)
     :return: the optimized model, of the same kind as ``model``
         (``(model, report)`` when ``report`` is True)
 
@@ -99,6 +116,14 @@ def optimize(
     name = resolve_level(level)
     if name is None:
         raise ValueError("optimize(level=False) does nothing: call it with a level name or True.")
+    bits = None
+    if quantize is not None:
+        bits = check_quantize_options(quantize, block_size)
+        if name != "onnxruntime":
+            raise ValueError(
+                f"quantize={quantize!r} writes onnxruntime's com.microsoft.MatMulNBits, level {name!r} keeps to "
+                f"standard ONNX: use level='onnxruntime'."
+            )
     is_proto = isinstance(model, onnx.ModelProto)
     if not is_proto and not isinstance(model, ir.Model):
         raise TypeError(f"model must be an onnx.ModelProto or an onnx_ir.Model, got {type(model).__name__}.")
@@ -127,6 +152,13 @@ def optimize(
         if matches:
             _remove_unused(ir_model)
         rep.rules.append(RuleResult(rule.name, int(matches), time.perf_counter() - begin))
+    if bits is not None:
+        begin = time.perf_counter()
+        matches = quantize_matmuls(
+            ir_model, bits=bits, block_size=block_size, accuracy_level=ACCURACY_LEVEL, report=rep.quantized
+        )
+        _remove_unused(ir_model)
+        rep.rules.append(RuleResult(f"quantize_{quantize}", matches, time.perf_counter() - begin, f"block {block_size}"))
     _finalize(ir_model)
     rep.nodes_after = _count(ir_model.graph)
     rep.op_types = dict(collections.Counter(n.op_type for n in ir_model.graph))

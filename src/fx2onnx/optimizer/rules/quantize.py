@@ -1,0 +1,238 @@
+"""Weight-only quantization: ``MatMul`` / ``Gemm`` by a constant weight into
+onnxruntime's ``com.microsoft.MatMulNBits``, the embedding ``Gather`` into
+``com.microsoft.GatherBlockQuantized`` (optional).
+
+A weight ``W [K, N]`` is cut into blocks of ``block_size`` values along ``K`` (``K`` padded
+with zeros to a multiple of the block), one scale (and one zero point) per block and
+output column. Asymmetric blocks, onnxruntime's quantizer's default: the range
+``[min(w, 0), max(w, 0)]`` of a block is mapped onto the codes ``0 .. 2**bits - 1``,
+``scale = (max - min) / (2**bits - 1)``, ``zero_point = round(-min / scale)``,
+``code = clip(round(w / scale) + zero_point)``; dequantized as ``(code - zero_point) * scale``,
+a value is off by at most half a step (``scale / 2``). Symmetric blocks (no zero point
+stored, onnxruntime's default one ``2**(bits - 1)``): ``scale = m / -2**(bits - 1)`` where
+``m`` is the value of largest magnitude of the block, so that ``m`` takes the code 0.
+
+Layouts (``MatMulNBits``): ``B`` uint8 ``[N, n_blocks, block_size * bits / 8]``, two 4-bit
+codes a byte, the first in the low nibble; ``scales [N, n_blocks]`` of the activation's type;
+``zero_points`` uint8 ``[N, ceil(n_blocks * bits / 8)]`` packed the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import numpy as np
+import onnx_ir as ir
+
+from ._graph import attr, const_array, ensure_opset, initializer, replace, unique_name, users
+
+#: the ``quantize=`` values and their number of bits
+QUANTIZE_BITS = {"int4": 4, "int8": 8}
+_FLOATS = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+#: MatMulNBits' accuracy_level used by ``optimize(quantize=...)``: 4 lets the kernel quantize the
+#: activations to int8 by block; onnxruntime 1.31 has no fast float path for 8-bit weights
+#: (benchmark Llama decode step, 1 thread: int8 440 ms at level 0, 15.5 ms at 4; int4 15.9 and 14.7 ms)
+ACCURACY_LEVEL = 4
+
+
+@dataclasses.dataclass
+class QuantizedWeight:
+    """One weight replaced by blocks: the node, its weight's shape and the bytes before and after
+    (weight only before; codes, scales and zero points after)."""
+
+    node: str
+    op_type: str
+    weight: str
+    shape: tuple[int, ...]
+    bits: int
+    block_size: int
+    bytes_before: int
+    bytes_after: int
+
+    def __str__(self) -> str:
+        shape = "x".join(map(str, self.shape))
+        return (f"{self.node} -> {self.op_type} (int{self.bits}, block {self.block_size}): {self.weight} [{shape}] "
+                f"{self.bytes_before / 2**10:.1f} KiB -> {self.bytes_after / 2**10:.1f} KiB")
+
+
+def check_quantize_options(quantize: str, block_size: int) -> int:
+    """The number of bits of ``quantize``; a clear ValueError for a bad value or block size."""
+    if quantize not in QUANTIZE_BITS:
+        raise ValueError(f"Unknown quantize={quantize!r}: use one of {list(QUANTIZE_BITS)} (or None for float weights).")
+    if not isinstance(block_size, int) or block_size < 16 or block_size & (block_size - 1):
+        raise ValueError(f"block_size={block_size!r} is not valid: MatMulNBits takes a power of two >= 16 (32 by default).")
+    return QUANTIZE_BITS[quantize]
+
+
+def quantize_blocks(
+    weight: np.ndarray, bits: int = 4, block_size: int = 32, symmetric: bool = False, axis: Literal[0, 1] = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Quantizes a 2D weight by blocks along ``axis`` (0: ``W [K, N]`` of a MatMul, the blocks
+    along K; 1: ``E [V, H]`` of an embedding, the blocks along H).
+
+    :return: ``(codes, scales, zero_points)``: the unpacked codes (uint8) and float32 scales and
+        zero points (uint8, None when symmetric) of shape ``[rows, n_blocks, block_size]`` and
+        ``[rows, n_blocks]``, rows being N (axis 0) or V (axis 1); the reduced axis is padded with
+        zeros to a multiple of ``block_size``
+    """
+    w = np.asarray(weight, dtype=np.float32)
+    if w.ndim != 2:
+        raise ValueError(f"quantize_blocks takes a 2D weight, got shape {w.shape}.")
+    rows = w.T if axis == 0 else w  # [rows, reduced]
+    reduced = rows.shape[1]
+    n_blocks = -(-reduced // block_size)
+    if n_blocks * block_size != reduced:
+        rows = np.pad(rows, ((0, 0), (0, n_blocks * block_size - reduced)))
+    blocks = np.ascontiguousarray(rows).reshape(rows.shape[0], n_blocks, block_size)
+    qmax = (1 << bits) - 1
+    if symmetric:
+        mid = 1 << (bits - 1)
+        low, high = blocks.min(axis=-1), blocks.max(axis=-1)
+        largest = np.where(np.abs(high) > np.abs(low), high, low)
+        scales = largest / -mid
+        zero = np.full(scales.shape, mid, dtype=np.float32)
+    else:
+        low = np.minimum(blocks.min(axis=-1), 0.0)
+        high = np.maximum(blocks.max(axis=-1), 0.0)
+        scales = (high - low) / qmax
+        with np.errstate(divide="ignore", invalid="ignore"):
+            zero = np.where(scales != 0, np.clip(np.floor(-low / scales + 0.5), 0, qmax), 0.0).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inverse = np.where(scales != 0, 1.0 / scales, 0.0).astype(np.float32)
+    codes = np.clip(np.floor(blocks * inverse[..., None] + zero[..., None] + 0.5), 0, qmax).astype(np.uint8)
+    return codes, scales.astype(np.float32), None if symmetric else zero.astype(np.uint8)
+
+
+def pack_codes(codes: np.ndarray, bits: int, pad: int = 0) -> np.ndarray:
+    """Packs uint8 codes along the last axis, ``8 // bits`` a byte, the first in the low bits
+    (an odd count is padded with ``pad``: onnxruntime pads the zero points with the default one)."""
+    if bits == 8:
+        return np.ascontiguousarray(codes, dtype=np.uint8)
+    if bits != 4:
+        raise ValueError(f"bits={bits}: only 4 and 8 are packed here.")
+    if codes.shape[-1] % 2:
+        codes = np.concatenate([codes, np.full(codes.shape[:-1] + (1,), pad, np.uint8)], axis=-1)
+    return np.ascontiguousarray(codes[..., 0::2] | (codes[..., 1::2] << 4), dtype=np.uint8)
+
+
+def unpack_codes(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """The inverse of :func:`pack_codes`: the first ``count`` codes of the last axis."""
+    if bits == 8:
+        return packed[..., :count]
+    codes = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(packed.shape[:-1] + (-1,))
+    return codes[..., :count]
+
+
+def dequantize_matmul_weight(
+    packed: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, bits: int, k: int
+) -> np.ndarray:
+    """The float weight ``[K, N]`` a ``MatMulNBits`` computes with (to check a quantization)."""
+    n, n_blocks, _ = packed.shape
+    block_size = packed.shape[2] * 8 // bits
+    codes = unpack_codes(packed, bits, block_size).astype(np.float32)
+    scales = np.asarray(scales, np.float32).reshape(n, n_blocks)
+    if zero_points is None:
+        zero = np.full((n, n_blocks), 1 << (bits - 1), np.float32)
+    else:
+        zero = unpack_codes(np.asarray(zero_points).reshape(n, -1), bits, n_blocks).astype(np.float32)
+    w = (codes - zero[..., None]) * scales[..., None]
+    return w.reshape(n, n_blocks * block_size)[:, :k].T
+
+
+def quantize_matmuls(
+    model: ir.Model,
+    bits: int = 4,
+    block_size: int = 32,
+    symmetric: bool = False,
+    accuracy_level: int = 0,
+    report: list[QuantizedWeight] | None = None,
+) -> int:
+    """Replaces every ``MatMul`` (and ``Gemm``) whose second input is a constant 2D float weight
+    by a ``com.microsoft.MatMulNBits``; a following ``Add`` of a constant ``[N]`` bias (or the
+    ``C`` of a Gemm) becomes its bias. Returns the number of nodes replaced; ``report`` (a list)
+    receives one :class:`QuantizedWeight` per node."""
+    graph = model.graph
+    count = 0
+    cache: dict[tuple[int, bool], tuple[ir.Value, ir.Value, ir.Value | None]] = {}
+    for node in [n for n in graph if n.op_type in ("MatMul", "Gemm") and n.domain in ("", "ai.onnx")]:
+        found = _weight_of(node)
+        if found is None:
+            continue
+        w_value, transposed, bias, bias_add = found
+        array = const_array(w_value)
+        weight = array.T if transposed else array
+        k, n = weight.shape
+        a = node.inputs[0]
+        dtype = a.dtype or w_value.dtype
+        key = (id(w_value), transposed)
+        base = w_value.name or "weight"
+        if key not in cache:
+            codes, scales, zero = quantize_blocks(weight, bits, block_size, symmetric)
+            packed = pack_codes(codes, bits)
+            np_type = ir.DataType(dtype).numpy()
+            b_value = initializer(graph, unique_name(graph, f"{base}_q{bits}"), packed)
+            s_value = initializer(graph, unique_name(graph, f"{base}_scales"), scales.astype(np_type))
+            z_value = None if zero is None else initializer(graph, unique_name(graph, f"{base}_zero_points"), pack_codes(zero, bits, pad=1 << (bits - 1)))
+            cache[key] = (b_value, s_value, z_value)
+        b_value, s_value, z_value = cache[key]
+        inputs: list[ir.Value | None] = [a, b_value, s_value, z_value]
+        if bias is not None:
+            inputs += [None, bias]
+        attributes = {"K": k, "N": n, "bits": bits, "block_size": block_size}
+        if accuracy_level:
+            attributes["accuracy_level"] = accuracy_level
+        while inputs[-1] is None:
+            inputs.pop()
+        new = ir.node("MatMulNBits", inputs, attributes, domain="com.microsoft", name=f"{node.name or base}_Q{bits}")
+        replaced = bias_add.outputs[0] if bias_add is not None else node.outputs[0]
+        replace(graph, node, [new], [replaced], list(new.outputs), metadata_from=node)
+        count += 1
+        if report is not None:
+            after = sum(v.const_value.nbytes for v in (b_value, s_value, z_value) if v is not None)
+            report.append(QuantizedWeight(node.name or "", "MatMulNBits", base, (k, n), bits, block_size, array.nbytes, after))
+    if count:
+        ensure_opset(model, "com.microsoft", 1)
+    return count
+
+
+def _weight_of(node: ir.Node) -> tuple[ir.Value, bool, ir.Value | None, ir.Node | None] | None:
+    """(weight, transposed, bias, the Add folded as the bias) of a MatMul / Gemm the rule can
+    replace, None otherwise."""
+    if len(node.inputs) < 2 or node.inputs[0] is None or node.inputs[0].dtype not in _FLOATS:
+        return None
+    w = node.inputs[1]
+    array = const_array(w)
+    if array is None or array.ndim != 2 or array.dtype.kind != "f" or array.dtype == np.float64:
+        return None
+    a_rank = len(node.inputs[0].shape) if node.inputs[0].shape is not None else None
+    if node.op_type == "Gemm":
+        if attr(node, "transA", 0) or attr(node, "alpha", 1.0) != 1.0 or attr(node, "beta", 1.0) != 1.0:
+            return None
+        transposed = bool(attr(node, "transB", 0))
+        n = array.shape[0] if transposed else array.shape[1]
+        c = node.inputs[2] if len(node.inputs) > 2 else None
+        if c is None:
+            return w, transposed, None, None
+        bias = _bias(c, n)
+        return None if bias is None else (w, transposed, bias, None)
+    if a_rank is None or a_rank < 2:
+        return None
+    # a following Add of a constant [N] becomes the bias
+    out = node.outputs[0]
+    following = users(out)
+    if len(following) == 1 and following[0].op_type == "Add" and following[0].domain in ("", "ai.onnx") and out not in node.graph.outputs:
+        add = following[0]
+        other = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
+        bias = _bias(other, array.shape[1])
+        if bias is not None and add.outputs[0].shape is not None and out.shape is not None and len(add.outputs[0].shape) == len(out.shape):
+            return w, False, bias, add
+    return w, False, None, None
+
+
+def _bias(value: ir.Value | None, n: int) -> ir.Value | None:
+    """``value`` if it is a constant float vector ``[N]`` (the shape MatMulNBits' bias takes)."""
+    array = const_array(value)
+    if array is None or array.shape != (n,) or array.dtype.kind != "f":
+        return None
+    return value
