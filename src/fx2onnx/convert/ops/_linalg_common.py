@@ -144,3 +144,19 @@ def first_failure(ctx, info: ir.Value, failed: ir.Value, k: ir.Value) -> ir.Valu
 def fake_dim(fx_arg: Any) -> int:
     v = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else fx_arg
     return v.dim()
+
+
+def sum_last(ctx, x: ir.Value, dtype: torch.dtype, keepdims: bool = False) -> ir.Value:
+    """The sum over the last axis, as a product with a vector of ones: onnxruntime's reductions
+    return their input unchanged when it is empty (an empty batch of matrices)."""
+    ones = ctx.op.Expand(ctx.const([[1]], dtype), ctx.op.Concat(ctx.op.Shape(x, start=-1), ctx.const([1], I64), axis=0))
+    out = ctx.op.MatMul(unsqueeze(ctx, x, -2), ones)  # (..., 1, 1)
+    return squeeze(ctx, out, -1) if keepdims else ctx.op.Squeeze(out, ctx.const([-2, -1], I64))
+
+
+def diagonal(ctx, x: ir.Value) -> ir.Value:
+    """The diagonal ``(..., min(m, n))`` of a batch of matrices."""
+    k = ctx.op.Min(size(ctx, x, -2), size(ctx, x, -1))
+    square = ctx.op.Slice(x, ctx.const([0, 0], I64), ctx.op.Concat(ctx.scalar_1d(k), ctx.scalar_1d(k), axis=0), ctx.const([-2, -1], I64))
+    index = ctx.op.Expand(column(ctx, arange(ctx, k)), ctx.op.Concat(ctx.op.Shape(square, end=-1), ctx.const([1], I64), axis=0))
+    return squeeze(ctx, ctx.op.GatherElements(square, index, axis=-1), -1)
