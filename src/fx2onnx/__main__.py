@@ -8,6 +8,7 @@ name of a tiny transformers architecture (see :mod:`fx2onnx.model_spec`).
 
     python -m fx2onnx export llama --out llama.onnx --exporter to_onnx
     python -m fx2onnx export my_models.py:make_model --out m.onnx --static --exporter dynamo
+    python -m fx2onnx export path/to/model_dir --out model.onnx --with-cache --dtype bfloat16
     python -m fx2onnx validate llama.onnx llama
     python -m fx2onnx compare llama.onnx llama_dynamo.onnx --model llama
 
@@ -81,8 +82,53 @@ def _steps(names: list[str], enabled: bool = True):
     return tqdm(names, disable=not enabled, unit="step", leave=False)
 
 
+def _export_checkpoint(args: argparse.Namespace) -> int:
+    """Exports a save_pretrained folder: the model on the meta device, the weights streamed from
+    its safetensors files into ``<out>.data`` (fx2onnx.weights.to_onnx_from_checkpoint)."""
+    import torch
+    import transformers
+
+    from . import validate
+    from .weights import to_onnx_from_checkpoint
+    from .weights.export import _torch_dtype
+    from .weights.task_inputs import infer_task, task_inputs
+
+    if args.exporter != "to_onnx":
+        raise ValueError("A checkpoint folder is exported with --exporter to_onnx only.")
+    config = transformers.AutoConfig.from_pretrained(args.model)
+    task = args.task or infer_task(config)
+    dtype = _torch_dtype(args.dtype or getattr(config, "dtype", None) or torch.float32)
+    config.use_cache = args.with_cache
+    inputs, inputs2, dynamic_shapes = task_inputs(config, task, with_cache=args.with_cache, dtype=dtype)
+    from .weights.export import model_from_checkpoint_config
+
+    model = model_from_checkpoint_config(args.model, dtype)
+    model.config.use_cache = args.with_cache
+    to_onnx_from_checkpoint(
+        args.model, (), inputs, filename=args.out, model=model, dtype=dtype, progress=not args.quiet,
+        dynamic_shapes=dynamic_shapes if args.dynamic else None, strict=args.strict, target_opset=args.opset,
+    )
+    print(f"{args.model}: {task}{' with a cache' if args.with_cache else ''} ({dtype}) exported into {args.out} "
+          f"(weights in {args.out}.data)")
+    if not args.validate:
+        return 0
+    # eager and onnxruntime each hold the weights once: --no-validate for a model that fits once only
+    eager = getattr(transformers, config.architectures[0]).from_pretrained(args.model, dtype=dtype).eval()
+    eager.config.use_cache = args.with_cache
+    ok = True
+    for name, feeds in (("first", inputs), ("second", inputs2)) if args.dynamic else (("first", inputs),):
+        report = validate(args.out, eager, (), feeds, atol=args.atol, rtol=args.rtol)
+        print(f"  {name} input set: {report}")
+        ok = ok and report.ok
+    return 0 if ok else 1
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     import contextlib
+    import os
+
+    if os.path.isdir(args.model) and os.path.exists(os.path.join(args.model, "config.json")):
+        return _export_checkpoint(args)
 
     import torch
 
@@ -200,6 +246,7 @@ def _add_zoo_arguments(parser: argparse.ArgumentParser, exporters: list[str], ti
 
 _MODEL_HELP = "module:attribute (a function returning (model, inputs[, dynamic_shapes]), a Module "
 _MODEL_HELP += "instance or class with example_inputs) or a tiny transformers architecture (llama, phi3...)"
+_EXPORT_MODEL_HELP = _MODEL_HELP + ", or a save_pretrained folder (config.json and safetensors files)"
 
 
 def _cmd_models(args: argparse.Namespace) -> int:
@@ -249,7 +296,7 @@ def make_parser() -> argparse.ArgumentParser:
         "validates the ONNX model on onnxruntime against eager (and on a second input set of "
         "other shapes when the model is dynamic). Exit code 1 when the outputs differ.",
     )
-    exp.add_argument("model", help=_MODEL_HELP)
+    exp.add_argument("model", help=_EXPORT_MODEL_HELP)
     exp.add_argument("--out", required=True, help="the ONNX file to write")
     exp.add_argument("--exporter", choices=["to_onnx", "dynamo"], default="to_onnx", help="the exporter")
     shapes = exp.add_mutually_exclusive_group()
@@ -265,6 +312,10 @@ def make_parser() -> argparse.ArgumentParser:
     exp.add_argument("--opset", type=int, default=None, help="ONNX opset (default: 20, 23 for the fused levels)")
     exp.add_argument("--no-validate", dest="validate", action="store_false", help="do not run the model")
     exp.add_argument("--quiet", action="store_true", help="no progress bar")
+    exp.add_argument("--task", default=None, help="a checkpoint folder: the task (default: from the config's "
+                     "architectures; text-generation)")
+    exp.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"],
+                     help="a checkpoint folder: the type of the weights (default: the checkpoint's)")
     _add_model_arguments(exp)
     exp.set_defaults(func=_cmd_export)
 

@@ -18,10 +18,8 @@ from .interpreter import DimNamer, Interpreter
 from .ort_kernels import cast_to_kernel_types, positive_reduction_axes
 from .naming import distinct_from_inputs, output_names_from_spec
 
-#: initializers above this size (bytes) go to the external data file when saving
-EXTERNAL_DATA_THRESHOLD = 1024
-#: models whose weights exceed this size are always saved with external data
-PROTOBUF_SAFE_SIZE = 1_500_000_000
+# the weights are saved in one streaming pass (fx2onnx.weights.save)
+from ..weights.save import EXTERNAL_DATA_THRESHOLD, PROTOBUF_SAFE_SIZE, save_model  # noqa: F401
 
 
 class _Stages:
@@ -65,8 +63,12 @@ def convert_exported_program(
     output_names: Sequence[str] | None = None,
     verbose: int = 0,
     export_modules_as_functions: Any = False,
+    weights: dict[str, Any] | None = None,
 ) -> ir.Model:
-    """Converts an (already functionalized) ExportedProgram into an :class:`onnx_ir.Model`."""
+    """Converts an (already functionalized) ExportedProgram into an :class:`onnx_ir.Model`.
+
+    ``weights`` maps state_dict names to the values used instead of the program's own
+    (see :func:`to_onnx`); every initializer refers to its tensor's memory, nothing is copied."""
     namer = DimNamer(dim_names)
     interpreter = Interpreter(dispatcher, namer, verbose=verbose)
     builder = GraphBuilder("main_graph", target_opset)
@@ -78,6 +80,7 @@ def convert_exported_program(
         kind = spec.kind.name
         if kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR"):
             tensor = ep.state_dict.get(spec.target) if spec.target in ep.state_dict else ep.constants.get(spec.target)
+            tensor = weights[spec.target] if weights is not None and spec.target in weights else tensor
             if tensor is None:
                 raise ConversionError(f"Cannot find the weight {spec.target!r} in the exported program.", node)
             if isinstance(tensor, torch.nn.Parameter):
@@ -216,18 +219,6 @@ def register_orphan_constants(model: ir.Model) -> int:
     return count
 
 
-def save_model(model: ir.Model, filename: str | os.PathLike, external_data: bool | None = None) -> None:
-    """Saves ``model``; weights go to ``<filename>.data`` when ``external_data`` is True or the model is large."""
-    size = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
-    if external_data is None:
-        external_data = size > PROTOBUF_SAFE_SIZE
-    if external_data:
-        location = os.path.basename(str(filename)) + ".data"
-        ir.save(model, filename, external_data=location, size_threshold_bytes=EXTERNAL_DATA_THRESHOLD)
-    else:
-        ir.save(model, filename)
-
-
 def _record_frozen_inputs(
     onnx_model: ir.Model, model: Any, args: Any, kwargs: Any, dynamic_shapes: Any, ep: torch.export.ExportedProgram
 ) -> None:
@@ -274,6 +265,7 @@ def to_onnx(
     decompose: bool = True,
     quantize: str | None = None,
     patches: bool | str = "auto",
+    weights: dict[str, Any] | None = None,
 ) -> onnx.ModelProto:
     """Exports a PyTorch model to ONNX with fx2onnx's own converter.
 
@@ -303,8 +295,10 @@ def to_onnx(
     :param input_names: names of the ONNX inputs (default: the FX placeholder names)
     :param output_names: names of the ONNX outputs (default: derived from the output
         structure, ``logits`` for a ModelOutput, the keys of a dict, ``output_0``...)
-    :param filename: if given, saves the model there
-    :param external_data: save weights in ``<filename>.data`` (default: only for large models)
+    :param filename: if given, saves the model there, the weights written one by one from
+        their own memory (see :mod:`fx2onnx.weights`)
+    :param external_data: save weights in ``<filename>.data`` (default: only when they exceed
+        1.5 GB); the ModelProto returned then holds references to that file, not the weights
     :param verbose: prints the stages and their timings
     :param return_ir: return the :class:`onnx_ir.Model` instead of a ModelProto
     :param export_modules_as_functions: True (every submodule) or a set of module
@@ -321,7 +315,12 @@ def to_onnx(
         contains a transformers module (or an input is a transformers cache), adding
         only what an enclosing ``torch_export_patches`` does not apply already (see
         :mod:`fx2onnx.patches.auto`); True: always; False: never
-    :return: the ONNX model
+    :param weights: values of the weights by state_dict name, used instead of the model's own
+        (torch tensors, numpy arrays or onnx_ir tensors, such as the lazy ones of
+        :func:`fx2onnx.weights.checkpoint_weights` which read a checkpoint when saving)
+    :return: the ONNX model; when it was saved with external data, the ModelProto of the
+        file without the bytes of the weights (``onnx.load(filename)`` loads them when they
+        fit in memory, onnxruntime and :func:`fx2onnx.validate` take the path)
 
     What torch.export froze, a Python scalar argument (``int``, ``float``, ``bool``,
     ``str``) or the length of a list, is written in the model's metadata
@@ -382,6 +381,7 @@ def to_onnx(
         output_names=output_names,
         verbose=verbose,
         export_modules_as_functions=export_modules_as_functions,
+        weights=weights,
     )
     if level is not None:
         from ..optimizer.api import optimize as optimize_levels
@@ -392,8 +392,13 @@ def to_onnx(
     stages.run("onnxruntime reduction axes", positive_reduction_axes, onnx_model)
     if not isinstance(model, torch.export.ExportedProgram):
         _record_frozen_inputs(onnx_model, model, args, kwargs, dynamic_shapes, ep)
+    external = False
     if filename is not None:
-        stages.run("save", save_model, onnx_model, filename, external_data)
+        external = stages.run("save", save_model, onnx_model, filename, external_data)
     if return_ir:
         return onnx_model
+    if external:  # the weights are in the file: the graph and references to them, no second copy
+        from ..weights.save import load_without_weights
+
+        return stages.run("reload without weights", load_without_weights, filename)
     return stages.run("serialization", ir.to_proto, onnx_model)

@@ -156,20 +156,15 @@ class GraphBuilder:
         self.outputs.append(value)
         return value
 
-    def add_initializer(self, name: str, tensor: torch.Tensor | np.ndarray) -> ir.Value:
-        """Adds a weight, kept as an initializer named ``name``."""
+    def add_initializer(self, name: str, tensor: torch.Tensor | np.ndarray | ir.TensorProtocol) -> ir.Value:
+        """Adds a weight, kept as an initializer named ``name`` over the tensor's memory
+        (see :func:`fx2onnx.weights.initializer_tensor`: no copy)."""
+        from ..weights.tensors import initializer_tensor
+
         root = self.root()
         if name in root.initializers:
             return root.initializers[name]
-        if isinstance(tensor, torch.Tensor):
-            t = tensor.detach()
-            if t.is_complex():  # carried as a real pair (trailing dimension 2)
-                t = torch.view_as_real(t.resolve_conj().resolve_neg())
-            if not t.is_contiguous():
-                t = t.contiguous()
-            ir_tensor = ir.tensor_adapters.TorchTensor(t, name=name)
-        else:
-            ir_tensor = ir.tensor(np.ascontiguousarray(tensor), name=name)
+        ir_tensor = initializer_tensor(name, tensor)
         value = ir.Value(name=root.unique_name(name), shape=ir.Shape(ir_tensor.shape), type=ir.TensorType(ir_tensor.dtype), const_value=ir_tensor)
         root.initializers[value.name] = value
         return value

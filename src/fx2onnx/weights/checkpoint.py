@@ -1,0 +1,132 @@
+"""The tensors of a safetensors checkpoint as lazy initializers, read one at a time when written.
+
+A ``save_pretrained`` folder holds ``model.safetensors`` or several shards listed in
+``model.safetensors.index.json``. :func:`checkpoint_weights` maps every tensor name of a
+model (as in its ``state_dict``, every alias of a tied weight included) to an
+:class:`onnx_ir.LazyTensor` which reads the tensor from its file when the model is saved:
+the memory held at once is one tensor, not the model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import onnx_ir as ir
+import torch
+
+from .tensors import onnx_dtype
+
+_INDEX = "model.safetensors.index.json"
+_SINGLE = "model.safetensors"
+
+
+def checkpoint_files(folder: str | os.PathLike) -> dict[str, str]:
+    """Maps each tensor name of the checkpoint in ``folder`` to the safetensors file holding it."""
+    folder = os.fspath(folder)
+    index = os.path.join(folder, _INDEX)
+    if os.path.exists(index):
+        with open(index, encoding="utf-8") as f:
+            weight_map = json.load(f)["weight_map"]
+        return {name: os.path.join(folder, file) for name, file in weight_map.items()}
+    single = os.path.join(folder, _SINGLE)
+    if not os.path.exists(single):
+        raise FileNotFoundError(
+            f"No {_SINGLE} nor {_INDEX} in {folder!r}: give a folder written by save_pretrained "
+            "(safe_serialization, the default)."
+        )
+    from safetensors import safe_open
+
+    with safe_open(single, framework="pt") as f:
+        return {name: single for name in f.keys()}
+
+
+def _read(path: str, key: str, dtype: torch.dtype | None) -> ir.TensorProtocol:
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt") as f:
+        tensor = f.get_tensor(key)
+    if dtype is not None and tensor.dtype != dtype and tensor.is_floating_point():
+        tensor = tensor.to(dtype)
+    return ir.tensor_adapters.TorchTensor(tensor.contiguous(), name=key)
+
+
+def lazy_checkpoint_tensor(path: str, key: str, name: str, dtype: torch.dtype | None = None) -> ir.LazyTensor:
+    """The tensor ``key`` of the safetensors file ``path``, read when its bytes are needed
+    (cast to ``dtype`` if given, floating point tensors only); ``name`` names the initializer."""
+    from safetensors import safe_open
+
+    with safe_open(path, framework="pt") as f:
+        piece = f.get_slice(key)
+        shape = piece.get_shape()
+        stored = _SAFETENSORS_DTYPES[piece.get_dtype()]
+    target = dtype if dtype is not None and stored.is_floating_point else stored
+    return ir.LazyTensor(
+        lambda: _read(path, key, target), dtype=onnx_dtype(target), shape=ir.Shape(shape), name=name
+    )
+
+
+_SAFETENSORS_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+
+def _aliases(model: torch.nn.Module) -> dict[str, list[str]]:
+    """Every name of each tensor of ``model``: tied weights share one tensor under several names."""
+    by_id: dict[int, list[str]] = {}
+    for name, tensor in list(model.named_parameters(remove_duplicate=False)) + list(
+        model.named_buffers(remove_duplicate=False)
+    ):
+        by_id.setdefault(id(tensor), []).append(name)
+    return {name: names for names in by_id.values() for name in names}
+
+
+def _candidates(name: str, prefix: str) -> list[str]:
+    """Names a checkpoint may use for the model tensor ``name``: itself, without or with the
+    base model prefix (a checkpoint of the base model, or of the model with a head)."""
+    names = [name]
+    if prefix and name.startswith(prefix + "."):
+        names.append(name[len(prefix) + 1 :])
+    elif prefix:
+        names.append(f"{prefix}.{name}")
+    return names
+
+
+def checkpoint_weights(
+    folder: str | os.PathLike, model: torch.nn.Module, dtype: torch.dtype | None = None, names: list[str] | None = None
+) -> dict[str, ir.LazyTensor]:
+    """Maps the tensor names of ``model`` to lazy tensors reading the checkpoint in ``folder``.
+
+    A tied weight absent from the checkpoint (``lm_head.weight`` tied to the embeddings) is
+    read under the name of the tensor it is tied to; a checkpoint of the base model (or of
+    the model with a head) is matched by removing (adding) the model's ``base_model_prefix``.
+    :param names: the names which must be found (default: every parameter); a name found
+        nowhere raises a KeyError naming it
+    :param dtype: cast the floating point tensors to this type while reading
+    """
+    files = checkpoint_files(folder)
+    aliases = _aliases(model)
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    wanted = names if names is not None else [n for n, _ in model.named_parameters(remove_duplicate=False)]
+    result: dict[str, ir.LazyTensor] = {}
+    missing = []
+    for name in wanted:
+        key = next(
+            (c for alias in aliases.get(name, [name]) for c in _candidates(alias, prefix) if c in files), None
+        )
+        if key is None:
+            missing.append(name)
+            continue
+        result[name] = lazy_checkpoint_tensor(files[key], key, name, dtype)
+    if missing:
+        shown = ", ".join(repr(m) for m in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise KeyError(
+            f"{len(missing)} tensor(s) of the model are not in the checkpoint {os.fspath(folder)!r}: {shown}. "
+            "The checkpoint belongs to another architecture or renames its tensors: build the model "
+            "from the checkpoint's config.json."
+        )
+    return result
+

@@ -1,0 +1,121 @@
+"""Models whose parameters hold no memory: built on the meta device, captured on empty storage.
+
+:func:`torch.export.export` needs tensors on the inputs' device: a model whose weights
+live on the ``meta`` device cannot be captured with CPU inputs. :func:`empty_weights`
+gives each meta parameter and buffer an uninitialized CPU storage for the time of the
+export. ``torch.empty`` only reserves address space: the pages are never written nor
+read by the capture, so they take no memory. The values come from elsewhere (a
+checkpoint, see :mod:`fx2onnx.weights.checkpoint`): the converter must never read these.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+
+
+@contextlib.contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Builds the parameters of the modules created inside on the meta device, the buffers
+    on the CPU: computed buffers (rotary frequencies) keep their values, weights take no memory.
+
+    .. code-block:: python
+
+        with parameters_on_meta():
+            model = transformers.LlamaForCausalLM(config)
+    """
+    register = torch.nn.Module.register_parameter
+
+    def register_on_meta(module: torch.nn.Module, name: str, param: torch.nn.Parameter | None) -> None:
+        register(module, name, param)
+        if param is not None and param.device.type != "meta":
+            kwargs = {"requires_grad": param.requires_grad}
+            module._parameters[name] = type(param)(param.to("meta"), **kwargs)
+
+    torch.nn.Module.register_parameter = register_on_meta
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register
+
+
+def meta_tensor_names(model: torch.nn.Module) -> list[str]:
+    """The names (as in ``state_dict``, buffers included, every alias of a tied weight) of the
+    tensors on the meta device."""
+    names = []
+    for name, tensor in model.named_parameters(remove_duplicate=False):
+        if tensor.is_meta:
+            names.append(name)
+    for name, tensor in model.named_buffers(remove_duplicate=False):
+        if tensor.is_meta:
+            names.append(name)
+    return names
+
+
+def _owner(model: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
+    path, _, attr = name.rpartition(".")
+    return (model.get_submodule(path) if path else model), attr
+
+
+@contextlib.contextmanager
+def empty_weights(model: torch.nn.Module, buffers: dict[str, Any] | None = None) -> Iterator[list[str]]:
+    """Gives every meta tensor of ``model`` an uninitialized CPU storage, restored on exit.
+
+    Tied weights stay tied (one storage per meta tensor). ``buffers`` gives the values of
+    meta buffers the checkpoint does not hold (a rotary embedding's frequencies); a meta
+    buffer not given is computed by transformers' ``_init_weights`` when the model has one,
+    else the export is refused: its values would be garbage.
+
+    :return: (as the context value) the names of the tensors left uninitialized; their
+        values must be given to :func:`fx2onnx.to_onnx` through ``weights=``
+    """
+    buffers = dict(buffers or {})
+    replaced: dict[int, torch.Tensor] = {}
+    saved: list[tuple[torch.nn.Module, str, bool, torch.Tensor]] = []
+    empty: list[str] = []
+
+    def storage(tensor: torch.Tensor) -> torch.Tensor:
+        if id(tensor) not in replaced:
+            replaced[id(tensor)] = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu")
+        return replaced[id(tensor)]
+
+    try:
+        for name, param in list(model.named_parameters(remove_duplicate=False)):
+            if param.is_meta:
+                module, attr = _owner(model, name)
+                saved.append((module, attr, True, param))
+                if id(param) not in replaced:
+                    replaced[id(param)] = torch.nn.Parameter(storage(param), requires_grad=False)
+                module._parameters[attr] = replaced[id(param)]
+                empty.append(name)
+        missing = []
+        for name, buf in list(model.named_buffers(remove_duplicate=False)):
+            if buf.is_meta:
+                module, attr = _owner(model, name)
+                saved.append((module, attr, False, buf))
+                if name in buffers:
+                    module._buffers[attr] = torch.as_tensor(buffers[name]).to(buf.dtype).reshape(buf.shape)
+                elif attr in module._non_persistent_buffers_set:
+                    module._buffers[attr] = torch.full(buf.shape, float("nan"), dtype=buf.dtype)
+                    missing.append((name, module, attr))
+                else:
+                    module._buffers[attr] = storage(buf)
+                    empty.append(name)
+        for name, module, attr in missing:
+            init = getattr(model, "_init_weights", None)
+            if init is not None:
+                with torch.no_grad():
+                    init(module)
+            if module._buffers[attr].is_floating_point() and torch.isnan(module._buffers[attr]).any():
+                raise ValueError(
+                    f"The buffer {name!r} is on the meta device and no checkpoint holds it (it is computed "
+                    "by the module's constructor): build the model within "
+                    "fx2onnx.weights.parameters_on_meta() (parameters on meta, buffers computed) "
+                    "or give its value with buffers={name: tensor}."
+                )
+        yield empty
+    finally:
+        for module, attr, is_param, tensor in reversed(saved):
+            (module._parameters if is_param else module._buffers)[attr] = tensor

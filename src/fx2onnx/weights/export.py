@@ -1,0 +1,97 @@
+"""Export from a checkpoint: the model built on the meta device, the weights streamed from the files."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import onnx
+import torch
+
+from .checkpoint import checkpoint_weights
+from .empty import empty_weights, meta_tensor_names
+
+
+def model_from_checkpoint_config(folder: str | os.PathLike, dtype: torch.dtype | str | None = None) -> torch.nn.Module:
+    """The transformers model of a ``save_pretrained`` folder, built on the meta device from its
+    ``config.json`` (class ``architectures[0]``), in evaluation mode: no weight is read.
+
+    :param dtype: the type of the floating point weights (default: the config's ``dtype``)
+    """
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(os.fspath(folder))
+    architectures = getattr(config, "architectures", None) or []
+    model_class = getattr(transformers, architectures[0], None) if architectures else None
+    if model_class is None:
+        raise ValueError(
+            f"The config of {os.fspath(folder)!r} names no transformers class (architectures={architectures}): "
+            "build the model on the meta device yourself and call to_onnx_from_checkpoint(model, ..., checkpoint=folder)."
+        )
+    dtype = _torch_dtype(dtype if dtype is not None else getattr(config, "dtype", None) or torch.float32)
+    with torch.device("meta"):
+        model = model_class._from_config(config, dtype=dtype)
+    return model.eval()
+
+
+def _torch_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    value = getattr(torch, str(dtype).replace("torch.", ""), None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"Unknown dtype {dtype!r}: use float32, float16 or bfloat16.")
+    return value
+
+
+def to_onnx_from_checkpoint(
+    checkpoint: str | os.PathLike,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    *,
+    filename: str | os.PathLike,
+    model: torch.nn.Module | None = None,
+    dtype: torch.dtype | str | None = None,
+    progress: bool = False,
+    **to_onnx_kwargs: Any,
+) -> onnx.ModelProto:
+    """Exports the model of a ``save_pretrained`` folder without loading its weights.
+
+    The model is built on the meta device (or ``model`` is, built so by the caller), captured
+    by :func:`fx2onnx.to_onnx` on storage that is never touched (:func:`empty_weights`), and
+    every initializer is read from the safetensors files when it is written into
+    ``<filename>.data``, one tensor at a time: the memory in use is bounded by the largest
+    tensor, not the model.
+
+    :param checkpoint: the folder (``config.json`` and ``*.safetensors``)
+    :param args: positional inputs of the model (CPU tensors)
+    :param kwargs: keyword inputs
+    :param filename: the ONNX file to write (the weights go to ``<filename>.data``)
+    :param model: the model on the meta device (default: built from the config)
+    :param dtype: the type of the floating point weights (default: the checkpoint's);
+        tensors are cast one by one while written
+    :param progress: a progress bar on the bytes written
+    :param to_onnx_kwargs: other options of :func:`fx2onnx.to_onnx` (``dynamic_shapes``...)
+    :return: the ModelProto of the file, without the bytes of the weights (references to the
+        external data file)
+
+    .. code-block:: python
+
+        inputs = {"input_ids": torch.randint(3, 100, (2, 8))}
+        to_onnx_from_checkpoint("llama_dir", (), inputs, filename="llama.onnx",
+                                dynamic_shapes={"input_ids": {0: "batch", 1: "seq"}})
+    """
+    from ..convert.api import to_onnx
+    from .save import load_without_weights, save_model
+
+    for key in ("weights", "return_ir", "external_data"):
+        if key in to_onnx_kwargs:
+            raise TypeError(f"to_onnx_from_checkpoint sets {key!r} itself.")
+    if model is None:
+        model = model_from_checkpoint_config(checkpoint, dtype)
+    meta_names = meta_tensor_names(model)
+    target = _torch_dtype(dtype) if dtype is not None else None
+    with empty_weights(model) as empty:
+        weights = checkpoint_weights(checkpoint, model, target, names=sorted(set(meta_names) & set(empty)))
+        onnx_model = to_onnx(model, args, kwargs, weights=weights, return_ir=True, **to_onnx_kwargs)
+    save_model(onnx_model, filename, external_data=True, progress=progress)
+    return load_without_weights(filename)

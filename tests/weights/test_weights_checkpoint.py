@@ -1,0 +1,126 @@
+"""Export from a save_pretrained folder: the model on the meta device, the weights streamed from
+the safetensors files; checked on onnxruntime against the eager model loaded from the same folder."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+import fx2onnx
+from fx2onnx.weights import checkpoint_files, checkpoint_weights, empty_weights, to_onnx_from_checkpoint
+
+transformers = pytest.importorskip("transformers")
+
+DYNAMIC = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+
+
+def _inputs(batch, seq, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {"input_ids": torch.randint(3, 128, (batch, seq), generator=g),
+            "attention_mask": torch.ones((batch, seq), dtype=torch.int64)}
+
+
+def _checkpoint(folder, tie=True, shard=None, dtype=torch.float32):
+    config = transformers.LlamaConfig(
+        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, tie_word_embeddings=tie, use_cache=False,
+    )
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).to(dtype)
+    kwargs = {"max_shard_size": shard} if shard else {}
+    model.save_pretrained(folder, **kwargs)
+    return folder
+
+
+def _initializers(path):
+    return {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
+
+
+def _checkpoint_tensors(folder):
+    from safetensors.torch import load_file
+
+    tensors = {}
+    for file in set(checkpoint_files(folder).values()):
+        tensors.update(load_file(file))
+    return tensors
+
+
+@pytest.mark.parametrize("tie,shard", [(True, None), (False, "20KB")])
+def test_export_from_checkpoint_matches_eager(tmp_path, tie, shard):
+    folder = _checkpoint(tmp_path / "ckpt", tie=tie, shard=shard)
+    if shard:
+        assert (folder / "model.safetensors.index.json").exists()
+    path = tmp_path / "llama.onnx"
+    onx = to_onnx_from_checkpoint(folder, (), _inputs(2, 5), filename=path, dynamic_shapes=DYNAMIC)
+    external = [t for t in onx.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    assert external and not any(t.raw_data for t in external)  # returned without the weights
+    eager = transformers.LlamaForCausalLM.from_pretrained(folder).eval()
+    for inputs in (_inputs(2, 5), _inputs(3, 7, seed=1)):
+        report = fx2onnx.validate(str(path), eager, (), inputs)
+        assert report.ok, report
+    # every matrix of the checkpoint is an initializer, as stored or transposed (the optimizer
+    # folds the transposition of a small weight), with exactly its values
+    stored = _checkpoint_tensors(folder)
+    got = [v for v in _initializers(path).values() if v.ndim == 2]
+    for name, tensor in stored.items():
+        if tensor.ndim == 2:
+            value = tensor.numpy()
+            assert any(np.array_equal(g, value) or np.array_equal(g.T, value) for g in got), name
+    assert ("lm_head.weight" in stored) == (not tie)  # tied: read under the embeddings' name
+
+def test_export_from_checkpoint_casts_to_bfloat16(tmp_path):
+    folder = _checkpoint(tmp_path / "ckpt")
+    path = tmp_path / "llama_bf16.onnx"
+    to_onnx_from_checkpoint(folder, (), _inputs(2, 5), filename=path, dynamic_shapes=DYNAMIC, dtype="bfloat16",
+                            optimize=False)
+    full = onnx.load(str(path))
+    stored = _checkpoint_tensors(folder)
+    by_name = {t.name: t for t in full.graph.initializer}
+    weight = by_name["model.layers.0.mlp.up_proj.weight"]
+    assert weight.data_type == onnx.TensorProto.BFLOAT16
+    expected = stored["model.layers.0.mlp.up_proj.weight"].to(torch.bfloat16).view(torch.int16).numpy().tobytes()
+    assert weight.raw_data == expected
+
+
+def test_meta_model_given_by_the_caller(tmp_path):
+    folder = _checkpoint(tmp_path / "ckpt")
+    config = transformers.AutoConfig.from_pretrained(folder)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config).eval()
+    path = tmp_path / "meta.onnx"
+    to_onnx_from_checkpoint(folder, (), _inputs(2, 5), filename=path, model=model, dynamic_shapes=DYNAMIC)
+    assert all(p.is_meta for p in model.parameters())  # restored after the export
+    eager = transformers.LlamaForCausalLM.from_pretrained(folder).eval()
+    assert fx2onnx.validate(str(path), eager, (), _inputs(3, 4, seed=2)).ok
+
+
+def test_checkpoint_of_another_model_is_refused(tmp_path):
+    folder = _checkpoint(tmp_path / "ckpt")
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                                      num_attention_heads=4, num_key_value_heads=2)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config)
+    with pytest.raises(KeyError, match="not in the checkpoint.*model.layers.2"):
+        checkpoint_weights(folder, model)
+
+
+def test_a_meta_buffer_nobody_computes_is_refused():
+    class WithBuffer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+            self.register_buffer("scale", torch.arange(4.0), persistent=False)
+
+        def forward(self, x):
+            return self.linear(x) * self.scale
+
+    with torch.device("meta"):
+        model = WithBuffer()
+    with pytest.raises(ValueError, match="'scale' is on the meta device"):
+        with empty_weights(model):
+            pass
+    with empty_weights(model, buffers={"scale": torch.arange(4.0)}) as empty:
+        assert empty == ["linear.weight", "linear.bias"] and model.scale.tolist() == [0, 1, 2, 3]
+    assert model.scale.is_meta
