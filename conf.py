@@ -100,7 +100,8 @@ sphinx_gallery_conf = {
     "run_stale_examples": True,
     "abort_on_example_error": True,
     "only_warn_on_example_error": False,
-    "image_scrapers": ("matplotlib",),
+    # _doc/gallery_scrapers.py: graph pictures of fx2onnx.inspect.dot.GraphPicture as SVG
+    "image_scrapers": ("matplotlib", "gallery_scrapers.graph_pictures"),
     # _doc/gallery_reset.py: torch's compiled code and cached imports dropped between examples
     "reset_modules": ("matplotlib", "gallery_reset.reset_torch"),
     "download_all_examples": False,
@@ -154,6 +155,8 @@ logging.getLogger("torch.onnx._internal.exporter._registration").addFilter(
     lambda record: "torchvision is not installed" not in record.getMessage()
 )
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
+# torch.onnx.export warns when two inputs share a dynamic dimension, the case it handles
+warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used, since it shares", category=UserWarning)
 
 
 def run_page_generators(app) -> None:

@@ -190,3 +190,40 @@ def test_plot_dot_shows_the_png():
     (image,) = ax.get_images()
     height, width = image.get_array().shape[:2]
     assert height > 100 and width > 50 and ax.get_title() == "blocks"
+
+
+def test_graph_picture_svg_and_gallery_scraper(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    from fx2onnx.inspect.dot import GraphPicture
+
+    gm = torch.fx.symbolic_trace(TwoBlocks())
+    picture = GraphPicture(gm, title="two blocks")
+    assert picture.svg.lstrip().startswith("<?xml") and "<svg" in picture.svg and "two blocks" in picture.svg
+    assert picture.save(tmp_path / "g.svg").read_text(encoding="utf-8") == picture.svg
+    assert picture._repr_html_().startswith("<div") and "<?xml" not in picture._repr_html_()
+    # the gallery's scraper writes the new pictures of a cell once, as SVG linked to the full size
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("gallery_scrapers", root / "_doc" / "gallery_scrapers.py")
+    scrapers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scrapers)
+    images = tmp_path / "auto_examples" / "sub" / "images"
+    images.mkdir(parents=True)
+    (images / "sphx_glr_plot_x_001.png").write_bytes(b"stale")
+
+    class Paths:
+        def __init__(self):
+            self.paths = []
+
+        def __next__(self):
+            self.paths.append(str(images / f"sphx_glr_plot_x_{len(self.paths) + 1:03d}.png"))
+            return self.paths[-1]
+
+    block_vars = {"example_globals": {"picture": picture, "other": 3}, "image_path_iterator": Paths()}
+    rst = scrapers.graph_pictures(None, block_vars, {"src_dir": str(tmp_path)})
+    assert ".. figure:: /auto_examples/sub/images/sphx_glr_plot_x_001.svg" in rst
+    assert ":target: ../../_images/sphx_glr_plot_x_001.svg" in rst and "two blocks" in rst
+    assert (images / "sphx_glr_plot_x_001.svg").read_text(encoding="utf-8") == picture.svg
+    assert not (images / "sphx_glr_plot_x_001.png").exists()
+    assert scrapers.graph_pictures(None, block_vars, {"src_dir": str(tmp_path)}) == ""  # shown once

@@ -417,18 +417,58 @@ def render_dot(dot: str, fmt: str = "svg", filename: str | os.PathLike | None = 
     return result.stdout
 
 
+def _as_dot(model_or_dot: Any, title: str | None = None) -> str:
+    if isinstance(model_or_dot, str) and model_or_dot.lstrip().startswith("digraph"):
+        return model_or_dot
+    return to_dot(model_or_dot, title=title)
+
+
+class GraphPicture:
+    """A graph drawn by :func:`to_dot` and rendered as SVG: text stays sharp at any size.
+
+    :param model_or_dot: anything :func:`to_dot` takes, or DOT text
+    :param title: the caption of the picture (also the graph's name)
+
+    ``picture.svg`` holds the SVG text, ``picture.save(filename)`` writes it. A notebook
+    displays the picture (``_repr_html_``). In the gallery of this site, every picture a code
+    cell creates is shown below the cell, linked to its full-size file (the image scraper
+    ``_doc/gallery_scrapers.py``); keep it in a variable so that the scraper sees it.
+    """
+
+    def __init__(self, model_or_dot: Any, title: str | None = None):
+        self.title = title
+        self.dot = _as_dot(model_or_dot, title)
+        self.svg = render_dot(self.dot, "svg").decode("utf-8")
+        #: set by the gallery's scraper once the picture is on the page
+        self.shown = False
+
+    def save(self, filename: str | os.PathLike) -> Path:
+        """Writes the SVG file, returns its path."""
+        path = Path(filename)
+        path.write_text(self.svg, encoding="utf-8")
+        return path
+
+    def _repr_html_(self) -> str:
+        start = self.svg.find("<svg")
+        return f'<div style="max-width:100%;overflow:auto">{self.svg[start:]}</div>'
+
+    def __repr__(self) -> str:
+        return f"GraphPicture(title={self.title!r}, {len(self.svg)} characters of SVG)"
+
+
 def plot_dot(model_or_dot: Any, ax: Any = None, title: str | None = None, dpi: int = 96) -> Any:
     """Draws a model (anything :func:`to_dot` takes) or DOT text on a matplotlib axis.
 
     The graph is rendered to PNG with :func:`render_dot` and shown with ``imshow``;
-    a gallery example displays it like any other figure. Returns the axis.
+    the labels of a large graph become small: :class:`GraphPicture` keeps them sharp (SVG).
+    Returns the axis.
     """
     import io
 
     import matplotlib.image
     import matplotlib.pyplot as plt
 
-    dot = model_or_dot if isinstance(model_or_dot, str) and model_or_dot.lstrip().startswith("digraph") else to_dot(model_or_dot)
+    dot = _as_dot(model_or_dot)
     dot = dot.replace("    graph [", f"    graph [dpi={dpi}, ", 1)
     image = matplotlib.image.imread(io.BytesIO(render_dot(dot, "png")), format="png")
     if ax is None:
