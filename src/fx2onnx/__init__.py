@@ -43,6 +43,8 @@ _PUBLIC_API: dict[str, str] = {
     "infer_dynamic_shapes": ".inspect.infer",
     "export_report": ".inspect.report",
     "to_dot": ".inspect.dot",
+    # running an exported model
+    "generate": ".runtime.generate",
 }
 
 __all__ = sorted(_PUBLIC_API) + ["__version__"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any, Sequence
@@ -16,7 +17,8 @@ from .dispatcher import Dispatcher
 from .errors import ConversionError
 from .interpreter import DimNamer, Interpreter
 from .ort_kernels import cast_to_kernel_types, positive_reduction_axes
-from .naming import distinct_from_inputs, output_names_from_spec
+from ..runtime.generate import CACHE_METADATA_KEY
+from .naming import cache_pairs, distinct_from_inputs, leaf_paths, path_to_name
 
 # the weights are saved in one streaming pass (fx2onnx.weights.save)
 from ..weights.save import EXTERNAL_DATA_THRESHOLD, PROTOBUF_SAFE_SIZE, save_model  # noqa: F401
@@ -75,6 +77,13 @@ def convert_exported_program(
     env: dict[torch.fx.Node, Any] = {}
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     user_index = 0
+    # the path of every user input in (args, kwargs), to pair a cache input with its output
+    in_paths = leaf_paths(ep.call_spec.in_spec)
+    n_user_inputs = sum(s.kind.name == "USER_INPUT" for s in ep.graph_signature.input_specs)
+    in_paths = in_paths if len(in_paths) == n_user_inputs else []
+    onnx_in_paths: dict[str, tuple] = {}
+    onnx_out_paths: dict[str, tuple] = {}
+    user_leaf = -1
     for spec in ep.graph_signature.input_specs:
         node = placeholders[spec.arg.name]
         kind = spec.kind.name
@@ -87,12 +96,15 @@ def convert_exported_program(
                 tensor = tensor.data
             env[node] = builder.add_initializer(spec.target, tensor)
         elif kind == "USER_INPUT":
+            user_leaf += 1
             val = node.meta.get("val")
             if isinstance(val, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)):
                 name = node.name
                 if input_names is not None and user_index < len(input_names):
                     name = input_names[user_index]
                 user_index += 1
+                if in_paths:
+                    onnx_in_paths[name] = in_paths[user_leaf]
                 if isinstance(val, torch.Tensor):
                     value = builder.add_input(name, val.dtype, namer.shape(val))
                 else:
@@ -117,9 +129,11 @@ def convert_exported_program(
     out_kinds = [s.kind.name for s in ep.graph_signature.output_specs]
     out_nodes = output_node.args[0]
     n_user = sum(kind == "USER_OUTPUT" for kind in out_kinds)
-    derived = output_names_from_spec(ep.call_spec.out_spec)
+    out_paths = leaf_paths(ep.call_spec.out_spec)
+    derived: list[str | None] = [path_to_name(p) for p in out_paths]
     if len(derived) != n_user:
         derived = [None] * n_user  # an unusual structure: keep the FX names
+        out_paths = []
     derived = distinct_from_inputs(derived, {v.name for v in builder.inputs})
     k = 0
     user_index = -1
@@ -137,8 +151,14 @@ def convert_exported_program(
         out = builder.add_output(value, name)
         if out is not value:
             out.dtype, out.shape = value.dtype, value.shape
+        if out_paths:
+            onnx_out_paths[out.name] = out_paths[user_index]
         k += 1
-    return builder.to_model(producer_version=_version())
+    onnx_model = builder.to_model(producer_version=_version())
+    pairs = cache_pairs(onnx_in_paths, onnx_out_paths)
+    if pairs:  # which output feeds which input at the next step (fx2onnx.generate reads it)
+        onnx_model.metadata_props[CACHE_METADATA_KEY] = json.dumps(pairs)
+    return onnx_model
 
 
 def _version() -> str:

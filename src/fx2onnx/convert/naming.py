@@ -84,12 +84,34 @@ def _paths_with_keys(spec: pytree.TreeSpec) -> list[tuple[Any, ...]] | None:
     return [tuple(_key(k) for k in path) for path, _ in leaves]
 
 
-def output_names_from_spec(spec: pytree.TreeSpec | None) -> list[str]:
-    """One readable name per flattened output (see the module docstring)."""
+def leaf_paths(spec: pytree.TreeSpec | None) -> list[tuple[Any, ...]]:
+    """The path of every leaf of ``spec`` (keys of the registered classes when they can be read)."""
     if spec is None:
         return []
     paths = _paths_with_keys(spec) if not spec.is_leaf() else None
-    return [path_to_name(p) for p in (paths or output_paths(spec))]
+    return paths or output_paths(spec)
+
+
+def output_names_from_spec(spec: pytree.TreeSpec | None) -> list[str]:
+    """One readable name per flattened output (see the module docstring)."""
+    return [path_to_name(p) for p in leaf_paths(spec)]
+
+
+
+
+def cache_pairs(
+    input_paths: dict[str, tuple[Any, ...]], output_paths_: dict[str, tuple[Any, ...]]
+) -> dict[str, str]:
+    """Input name -> output name for the outputs at the same place in the returned structure as
+    a keyword input's leaf: ``past_key_values.key_0`` given (path ``(1, "past_key_values",
+    "key_0")`` in ``(args, kwargs)``) and returned (path ``("past_key_values", "key_0")``), the
+    updated cache a generation loop feeds back (:func:`fx2onnx.generate`)."""
+    by_path = {path: name for name, path in output_paths_.items() if len(path) >= 2}
+    pairs: dict[str, str] = {}
+    for name, path in input_paths.items():
+        if len(path) >= 3 and path[0] == 1 and tuple(path[1:]) in by_path:
+            pairs[name] = by_path[tuple(path[1:])]
+    return pairs
 
 
 def distinct_from_inputs(names: list[str | None], input_names: set[str]) -> list[str | None]:
