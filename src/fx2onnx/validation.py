@@ -125,6 +125,11 @@ def make_session(onnx_model: onnx.ModelProto | str | os.PathLike, providers: Seq
             raise FileNotFoundError(f"ONNX model {str(onnx_model)!r} does not exist.")
         source: Any = str(onnx_model)
     else:
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in onnx_model.graph.initializer):
+            raise ValueError(
+                "The ModelProto refers to weights in an external data file (to_onnx returns it so when it "
+                "saved the weights apart): give the path of the saved .onnx file instead."
+            )
         source = onnx_model.SerializeToString()
     opts = onnxruntime.SessionOptions()
     opts.log_severity_level = 3

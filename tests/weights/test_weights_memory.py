@@ -44,6 +44,9 @@ def test_external_data_returns_references_not_weights(tmp_path):
     for x in (torch.randn(3, 64), torch.randn(7, 64)):
         report = fx2onnx.validate(str(path), model, (x,))
         assert report.ok, report
+    # the proto without its weights cannot run alone: the error says to give the path
+    with pytest.raises(ValueError, match="give the path"):
+        fx2onnx.validate(onx, model, (torch.randn(3, 64),))
 
 
 def test_small_model_without_external_data_returns_the_full_proto(tmp_path):
