@@ -255,6 +255,7 @@ def capture(
                 f"{type(model).__name__}. Wrap a function in a module: "
                 f"class M(torch.nn.Module): def forward(self, *args): return f(*args)"
             )
+        args, kwargs = without_views(args, kwargs)
         ds, axis_names = prepare_dynamic_shapes(model, args, kwargs, dynamic_shapes)
         _check_caches(args, kwargs)
         try:
@@ -286,6 +287,30 @@ def capture(
     if not names:
         names = _names_from_placeholders(ep)
     return ep, names
+
+
+def without_views(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The inputs with every tensor which is a view of another (``ids[:, :3]``, ``x.t()``) replaced by
+    a copy owning its memory (same values, same strides when they are dense).
+
+    torch.export gives the base of a view input its own symbolic sizes and may guard on them
+    (``L['input_ids']._base.size()[1] != L['input_ids'].size()[1]``, seen with the decoders taking
+    a cache); the exported program has no base and the check of that guard fails, in
+    ``run_decompositions`` or at capture (``'NoneType' object has no attribute 'size'``).
+    The values are the same and an ONNX model has no strides nor aliasing: the copy changes nothing
+    in the exported graph. The inputs are returned unchanged (the same objects) without a view.
+    """
+    leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    if not any(isinstance(leaf, torch.Tensor) and leaf._base is not None for leaf in leaves):
+        return args, kwargs
+    copies = [
+        leaf.clone(memory_format=torch.preserve_format)
+        if isinstance(leaf, torch.Tensor) and leaf._base is not None
+        else leaf
+        for leaf in leaves
+    ]
+    new_args, new_kwargs = pytree.tree_unflatten(copies, spec)
+    return tuple(new_args), dict(new_kwargs)
 
 
 def _check_caches(args: tuple, kwargs: dict) -> None:
