@@ -300,14 +300,26 @@ def svd(ctx, node, a, dtype, full_matrices: bool, compute_uv: bool):
     rank = fake.dim()
     m, n = fake.shape[-2], fake.shape[-1]
     if statically_known_true(m >= n):
-        wide = False
-    elif statically_known_true(m < n):
-        wide = True
-    else:
-        raise ctx.error(
-            f"svd needs to know whether the matrix has more rows than columns: {m} and {n} are "
-            f"dynamic and unrelated. Give the two dimensions one name (square), or keep one static."
-        )
+        return _svd_oriented(ctx, node, a, dtype, full_matrices, compute_uv, False, rank)
+    if statically_known_true(m < n):
+        return _svd_oriented(ctx, node, a, dtype, full_matrices, compute_uv, True, rank)
+    # unrelated dynamic dimensions: both orientations, chosen at run time
+    branches = []
+    for wide in (False, True):
+        sub = ctx.builder.subgraph(f"{node.name}_{'wide' if wide else 'tall'}")
+        body = type(ctx)(sub, ctx.interpreter, node)
+        outs = [o for o in _svd_oriented(body, node, a, dtype, full_matrices, compute_uv, wide, rank) if o is not None]
+        for o in outs:
+            sub.add_output(typed(o, dtype))
+        branches.append(sub.to_graph())
+    tall = ctx.op.GreaterOrEqual(size(ctx, a, -2), size(ctx, a, -1))
+    outs = ctx.op.If(tall, then_branch=branches[0], else_branch=branches[1], _outputs=3 if compute_uv else 1)
+    outs = [typed(o, dtype) for o in (outs if isinstance(outs, tuple) else (outs,))]
+    return tuple(outs) if compute_uv else (None, outs[0], None)
+
+
+def _svd_oriented(ctx, node, a, dtype, full_matrices: bool, compute_uv: bool, wide: bool, rank: int):
+    """The SVD by one-sided Jacobi on the columns of ``a`` (of ``a^T`` when ``wide``)."""
     x = mT(ctx, a, rank) if wide else a
     k = size(ctx, x, -1)
     w, v = jacobi_svd_tall(ctx, node, x, dtype)
