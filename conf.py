@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import sys
+import sysconfig
 import warnings
 from pathlib import Path
 
@@ -145,6 +146,8 @@ epkg_dictionary = {
     "torch.fx": "https://pytorch.org/docs/stable/fx.html",
     "torch.onnx.export": "https://pytorch.org/docs/stable/onnx_export.html",
     "transformers": "https://huggingface.co/docs/transformers/",
+    "timm": "https://huggingface.co/docs/timm/",
+    "diffusers": "https://huggingface.co/docs/diffusers/",
 }
 
 # runpython: nothing to configure; code blocks run in the build process.
@@ -155,6 +158,12 @@ logging.getLogger("torch.onnx._internal.exporter._registration").addFilter(
     lambda record: "torchvision is not installed" not in record.getMessage()
 )
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
+# torch's own register_module_as_pytree_input_node calls its deprecated private function
+warnings.filterwarnings("ignore", message=r"`torch.utils._pytree._register_pytree_node` is deprecated", category=FutureWarning)
+# strict export of a scan: torch compiles the body, which torch.export ignores, and says so
+warnings.filterwarnings("ignore", message=r"torch.compile is ignored when called inside torch.export", category=UserWarning)
+# strict export of a builtin dynamo cannot trace: the exception the examples print says it
+warnings.filterwarnings("ignore", message=r"Dynamo does not know how to trace the builtin", category=UserWarning)
 # torch.onnx.export warns when two inputs share a dynamic dimension, the case it handles
 warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used, since it shares", category=UserWarning)
 
@@ -185,6 +194,26 @@ def drop_cdn_scripts(app, docname: str, source: list[str]) -> None:
     source[0] = text
 
 
+# the folders whose absolute paths the examples' outputs may show (a warning, the "# File:"
+# comments of a printed FX graph): longest first, replaced by the path below them
+_SHORTENED_PATHS = sorted(
+    {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], sysconfig.get_paths()["stdlib"], str(ROOT)},
+    key=len,
+    reverse=True,
+)
+
+
+def shorten_paths(app, docname: str, source: list[str]) -> None:
+    """Replaces the absolute paths of the build machine in the gallery's outputs by relative ones
+    (``.../site-packages/torch/fx/graph.py`` -> ``torch/fx/graph.py``, the examples from the root)."""
+    if not docname.startswith("auto_examples/"):
+        return
+    text = source[0]
+    for path in _SHORTENED_PATHS:
+        text = text.replace(path.rstrip("/") + "/", "")
+    source[0] = text
+
+
 def quiet_root_logger(app) -> None:
     """Puts the root logger back to WARNING.
 
@@ -199,4 +228,5 @@ def setup(app):
     # priority < 500 so that the pages exist before sphinx-gallery and the reader run
     app.connect("builder-inited", run_page_generators, priority=400)
     app.connect("source-read", drop_cdn_scripts)
+    app.connect("source-read", shorten_paths)
     return {"parallel_read_safe": True}

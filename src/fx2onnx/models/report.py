@@ -190,6 +190,7 @@ def page_text(rows: Sequence[dict[str, Any]], meta: dict[str, Any], skipped: Seq
               "was produced; *matched*: it runs on :epkg:`onnxruntime` and matches eager on the second "
               "input set.", ""]
     lines += _gaps(rows)
+    lines += _generation_lines(rows)
     lines += _heading("Known limits", "-")
     lines += KNOWN_LIMITS + [""]
     lines += _heading("Per architecture", "-")
@@ -207,8 +208,9 @@ def page_text(rows: Sequence[dict[str, Any]], meta: dict[str, Any], skipped: Seq
     body = []
     for name in names:
         kind = next(r["kind"] for r in rows if r["architecture"] == name)
-        body.append([f"``{name}``", kind] + [_cell(index.get((name, e, c))) for e, c in columns])
-    groups = [(e, ("no cache", "cache")) for e in EXPORTERS]
+        body.append([f"``{name}``", kind] + [_cell(index.get((name, e, c))) for e, c in columns]
+                    + [_generate_cell(index.get((name, "to_onnx", True)))])
+    groups = [(e, ("no cache", "cache")) for e in EXPORTERS] + [("generate", ("to_onnx",))]
     lines += grid_table(["architecture", "kind"], groups, body, "fx-matrix fx-sortable fx-filterable")
     failing = [r for r in rows if not r["success"] and not not_applicable(r)]
     if failing:
@@ -248,6 +250,41 @@ def _failures(rows, names, columns, index) -> list[str]:
     return [f"**Failures only** ({len(items)} of {len(names)} architectures):", ""] + items + [""]
 
 
+def _generate_cell(row: dict[str, Any] | None) -> str:
+    """``✔ 40/40``: the new tokens of fx2onnx.generate equal to transformers' (see _generation_lines)."""
+    result = (row or {}).get("generate")
+    if not result:
+        return "–"
+    if result.get("error"):
+        return "✘ error"
+    return f"{'✔' if result['equal'] else '✘'} {result['matched']}/{2 * result['new_tokens']}"
+
+
+def _generation_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The generate column explained: how many decoders generate the tokens transformers does."""
+    done = sorted((r for r in rows if r.get("generate")), key=lambda r: r["architecture"])
+    lines = _heading("Generation", "-")
+    if not done:
+        return lines + ["No row has its generation compared yet.", ""]
+    equal = [r for r in done if r["generate"]["equal"]]
+    tokens = done[0]["generate"]["new_tokens"]
+    lines += [
+        f"For every decoder whose ``to_onnx`` export with a cache matches eager, :func:`fx2onnx.generate` "
+        f"generates {tokens} new tokens on the ONNX model (two prompts of 8 tokens, greedy) and "
+        "``model.generate(do_sample=False)`` on the eager model (column *generate*: the new tokens equal, "
+        f"out of {2 * tokens}; ``–``: not compared). {len(equal)} of the {len(done)} decoders compared "
+        "generate the same tokens" + (":" if len(equal) < len(done) else "."),
+        "",
+    ]
+    for r in done:
+        g = r["generate"]
+        if not g["equal"]:
+            why = g["error"] or (f"{g['matched']}/{2 * tokens} new tokens equal, the first difference at new "
+                                 f"token {g['first_difference']}")
+            lines.append(f"* ``{r['architecture']}``: {_escape(why)}")
+    return lines + [""]
+
+
 def _gaps(rows: Sequence[dict[str, Any]]) -> list[str]:
     """Rows where dynamo matches eager and to_onnx does not."""
     index = {(r["architecture"], r["exporter"], r["cache"]): r for r in rows}
@@ -263,11 +300,17 @@ def _gaps(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def write_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any], out_dir: str | Path,
-               skipped: Sequence[tuple[str, str, str]] = (), text_architectures: Sequence[str] = ()) -> list[Path]:
-    """Writes ``index.rst`` and ``summary.png`` into ``out_dir``."""
+               skipped: Sequence[tuple[str, str, str]] = (), text_architectures: Sequence[str] = (),
+               subpages: Sequence[str] = ()) -> list[Path]:
+    """Writes ``index.rst`` and ``summary.png`` into ``out_dir``; ``subpages`` (pages of the same
+    folder, such as the timm and diffusers ones) are listed in a toctree at its top."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     text = page_text(rows, meta, skipped, text_architectures)
+    if subpages:
+        title, underline, rest = text.split("\n", 2)
+        toctree = "\n".join([".. toctree::", "    :maxdepth: 1", "", *(f"    {p}" for p in subpages), ""])
+        text = "\n".join([title, underline, "", "Other libraries:", "", toctree, rest.lstrip("\n")])
     index = out / "index.rst"
     if not index.exists() or index.read_text(encoding="utf-8") != text:
         index.write_text(text, encoding="utf-8")

@@ -47,6 +47,8 @@ class TimmCase:
     dynamic_shapes: tuple
     parameters: int = 0
     notes: list[str] = field(default_factory=list)
+    export_kwargs: dict = field(default_factory=dict)
+    check_kwargs: dict = field(default_factory=dict)
 
 
 def _import_timm():

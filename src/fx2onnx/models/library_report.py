@@ -1,0 +1,129 @@
+"""Rows of :mod:`fx2onnx.models.library_zoo` -> one page per library (timm, diffusers).
+
+Same conventions as the transformers page (:mod:`fx2onnx.models.report`): a summary per exporter
+and shapes, the failures first, one sortable table, each failing cell linked to its error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..scenarios.report import grid_table
+from .report import STEP_LETTERS, error_text
+from .zoo import EXPORTERS
+
+#: what each library's page says of its models
+INTRO = {
+    "timm": (
+        "Every model family of :epkg:`timm`'s registry (``timm.list_models()``, grouped by the module defining "
+        "each model) is represented by its smallest model (fewest parameters among the names with the smallest "
+        "size words), created with random weights (``pretrained=False``, 10 classes) at its default image size. "
+        "*batch*: exported with a dynamic batch (2 images), checked on 3 images; *image*: dynamic batch, height "
+        "and width (vision transformers created with ``dynamic_img_size=True`` when they accept it), checked on "
+        "3 images of another height and width. timm needs torchvision, whose PyPI wheel is a CUDA build: "
+        ":mod:`fx2onnx.torchvision_cpu` makes it importable beside the CPU torch."
+    ),
+    "diffusers": (
+        "Every model class of :epkg:`diffusers` (the ``ModelMixin`` subclasses of ``diffusers.models``) is "
+        "discovered; an autoencoder gives two entry points, ``encode`` and ``decode``. The classes users export "
+        "(Stable Diffusion's UNet and ControlNet, the autoencoders, SD3, Flux, DiT, PixArt and Sana transformers) "
+        "have a tiny configuration and seeded random weights (the projections diffusers initializes to zero get "
+        "small random values, so that no output is trivially zero); the others are listed with step "
+        "*config* (no tiny configuration yet). *batch*: dynamic batch; *image*: dynamic latent height and width "
+        "too (the number of packed tokens for Flux), checked on a latent 8 wider and higher."
+    ),
+}
+
+
+def _label(row: dict[str, Any]) -> str:
+    name = row["architecture"].replace(".", "-").replace("_", "-")
+    return f"lib-{row['library']}-{name}-{row['exporter']}-{row['shapes']}".lower()
+
+
+def _cell(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "–"
+    if row["success"]:
+        return f"✔ {row['max_abs']:.0e}"
+    return f":ref:`✘ {STEP_LETTERS.get(row['step'], '?')} <{_label(row)}>`"
+
+
+def library_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per exporter x shapes: models run (built), captured, exported, matched."""
+    table = []
+    for exporter in EXPORTERS:
+        for shapes in ("batch", "image"):
+            mine = [r for r in rows if r["exporter"] == exporter and r["shapes"] == shapes]
+            if not mine:
+                continue
+            built = [r for r in mine if r["step"] not in ("config", "model")]
+            table.append(dict(
+                exporter=exporter, shapes=shapes, discovered=len(mine), run=len(built),
+                captured=sum(r["step"] != "capture" for r in built),
+                exported=sum(r["step"] not in ("capture", "conversion") for r in built),
+                matched=sum(r["success"] for r in mine),
+            ))
+    return table
+
+
+def library_page(library: str, rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """The rst page of one library."""
+    title = f"{library} models"
+    lines = [title, "=" * len(title), "", INTRO[library], ""]
+    versions = ", ".join(f"{k} {meta[k]}" for k in ("torch", library, "torchvision") if k in meta)
+    lines += [f"Computed by ``{meta.get('command', '?')}`` on {meta.get('date', '?')} ({versions}); the rows are "
+              f"committed (``_doc/models/rows_{library}.json``).", ""]
+    lines += [".. list-table:: Models per exporter and shapes", "    :header-rows: 1", "",
+              "    * - exporter\n      - shapes\n      - discovered\n      - built\n      - captured\n"
+              "      - exported\n      - matched"]
+    for t in library_summary(rows):
+        lines.append(f"    * - ``{t['exporter']}``\n      - {t['shapes']}\n      - {t['discovered']}\n      - {t['run']}"
+                     f"\n      - {t['captured']}\n      - {t['exported']}\n      - {t['matched']}")
+    lines += ["", "*built*: the tiny model was created and its eager forward ran on both input sets (a model "
+              "rejecting the second image size is not built for *image*).", ""]
+    shapes = [s for s in ("batch", "image") if any(r["shapes"] == s for r in rows)]
+    columns = [(e, s) for e in EXPORTERS for s in shapes]
+    index = {(r["architecture"], r["exporter"], r["shapes"]): r for r in rows}
+    names = sorted({r["architecture"] for r in rows})
+    built = [n for n in names if any(index.get((n, e, s), {}).get("step") != "config" for e, s in columns)]
+    failing = [r for r in rows if not r["success"] and r["step"] not in ("config",)]
+    lines += ["Per model", "---------", "",
+              "✔ and the maximum absolute difference with eager, ✘ and the step which failed "
+              "(" + ", ".join(f"**{letter}** {step}" for step, letter in STEP_LETTERS.items()) + ").", ""]
+    body = []
+    for name in built:
+        model = next(r.get("model", name) for r in rows if r["architecture"] == name)
+        params = next((r["parameters"] for r in rows if r["architecture"] == name and r.get("parameters")), None)
+        size = f"{params / 1e6:.1f} M" if params else "?"
+        body.append([f"``{name}``", f"``{model}``", size] + [_cell(index.get((name, e, s))) for e, s in columns])
+    groups = [(e, tuple(shapes)) for e in EXPORTERS]
+    lines += grid_table(["family" if library == "timm" else "entry point", "model", "parameters"], groups, body,
+                        "fx-matrix fx-sortable fx-filterable")
+    if failing:
+        lines += ["Errors", "------", ""]
+        for r in sorted(failing, key=lambda r: (r["architecture"], r["exporter"], r["shapes"])):
+            lines += [f".. _{_label(r)}:", "", f"**{r['architecture']}**, {r['exporter']}, {r['shapes']}, "
+                      f"step *{r['step']}*: {error_text(r['error'])}", ""]
+    not_built = [n for n in names if n not in built]
+    if not_built:
+        lines += ["Not built yet", "-------------", "",
+                  f"{len(not_built)} discovered entry points have no tiny configuration yet: "
+                  + ", ".join(f"``{n}``" for n in not_built) + ".", ""]
+    return "\n".join(lines)
+
+
+def write_library_pages(rows_by_library: dict[str, tuple[list, dict]], out_dir: str | Path) -> list[str]:
+    """Writes ``<library>.rst`` for every library with rows; returns the page names written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for library, (rows, meta) in rows_by_library.items():
+        if not rows:
+            continue
+        path = out / f"{library}.rst"
+        text = library_page(library, rows, meta)
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+        written.append(library)
+    return written

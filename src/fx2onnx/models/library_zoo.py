@@ -1,0 +1,206 @@
+"""The timm and diffusers sections of the supported-models page: rows like the transformers zoo.
+
+One row per library x model x exporter x shapes: ``shapes="batch"`` exports with a dynamic batch
+and checks another batch; ``shapes="image"`` makes the image (or latent) height and width dynamic
+too and checks another size. The steps are those of :data:`fx2onnx.models.zoo.STEPS`; a model
+whose eager forward rejects the second size (a fixed window, fixed position embeddings) fails at
+step ``model``: the row says the model does not allow it, not that an exporter failed.
+
+.. code-block:: python
+
+    from fx2onnx.models.library_zoo import build_library_rows
+
+    rows, meta = build_library_rows("_doc/models/rows_timm.json", "timm", only="^resnet$")
+
+or ``python -m fx2onnx.models.library_zoo timm --only '^resnet$'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..runner import dynamo_export, first_line, label_export_step, run_tasks, sources_hash
+from .zoo import ATOL, EXPORTERS, RTOL
+
+#: the sizes a row makes dynamic
+SHAPES = ("batch", "image")
+#: files which do not change the rows
+NOT_KEYED = ("models/report.py", "models/library_report.py", "__main__.py")
+
+
+def _libraries() -> dict[str, tuple[Callable[[], dict[str, str]], Callable[..., Any]]]:
+    """library -> (discovery: {architecture: model}, builder(model, shapes) -> a case)."""
+    from .diffusers_models import build_diffusers_model, diffusers_classes
+    from .timm_models import build_timm_model, timm_families
+
+    return {"timm": (timm_families, build_timm_model), "diffusers": (diffusers_classes, build_diffusers_model)}
+
+
+def _empty_row(library: str, architecture: str, model: str, exporter: str, shapes: str) -> dict[str, Any]:
+    return dict(library=library, architecture=architecture, model=model, exporter=exporter, shapes=shapes,
+                success=False, step=None, error=None, max_abs=None, time=None)
+
+
+def _export(exporter: str, case) -> Any:
+    with label_export_step("capture"):
+        if exporter == "dynamo":
+            return dynamo_export(case.model, (case.export_input,), case.export_kwargs, case.dynamic_shapes)
+        from ..convert.api import to_onnx
+
+        return to_onnx(case.model, (case.export_input,), case.export_kwargs, dynamic_shapes=case.dynamic_shapes)
+
+
+def run_row(library: str, architecture: str, model_name: str, exporter: str, shapes: str) -> dict[str, Any]:
+    """Builds, exports and checks one model: one row."""
+    from ..frozen import check_frozen_inputs, read_frozen_inputs
+    from ..validation import compare_outputs, flatten_outputs, make_session, run_onnx
+
+    row = _empty_row(library, architecture, model_name, exporter, shapes)
+    begin = time.perf_counter()
+    step = "config"
+    try:
+        case = _libraries()[library][1](architecture if library == "diffusers" else model_name, shapes=shapes)
+        step = "model"
+        row["parameters"] = case.parameters
+        with torch.no_grad():
+            expected = flatten_outputs(case.model(case.check_input, **case.check_kwargs))
+        step = "capture"
+        try:
+            with torch.no_grad():
+                onx = _export(exporter, case)
+        except Exception as e:
+            step = getattr(e, "step", "conversion")
+            raise
+        row["time"] = time.perf_counter() - begin
+        step = "validation"
+        frozen = read_frozen_inputs(onx)
+        if frozen:
+            check_frozen_inputs(frozen, case.model, (case.check_input,), case.check_kwargs)
+        got = run_onnx(make_session(onx), (case.check_input,), case.check_kwargs)
+        report = compare_outputs(expected, got, atol=ATOL, rtol=RTOL)
+        row["max_abs"] = float(report.max_abs)
+        if report.ok:
+            row["success"], step = True, None
+        else:
+            row["error"] = f"discrepancy on the second input set: {report}"
+    except Exception as e:  # noqa: BLE001 - every failure is a result
+        row["error"] = first_line(e)
+    row["step"] = step
+    if row["time"] is None:
+        row["time"] = time.perf_counter() - begin
+    return row
+
+
+def _run_row(task: tuple) -> dict[str, Any]:
+    return run_row(*task)
+
+
+def _failed_row(task: tuple, step: str, error: str, elapsed: float) -> dict[str, Any]:
+    row = _empty_row(*task)
+    row.update(step=step, error=error, time=elapsed)
+    return row
+
+
+def make_tasks(library: str, only: str | None = None, exporters: Sequence[str] | None = None,
+               shapes: Sequence[str] = SHAPES) -> list[tuple]:
+    """``(library, architecture, model, exporter, shapes)`` of every discovered model."""
+    discovered = _libraries()[library][0]()
+    tasks = []
+    for architecture, model_name in sorted(discovered.items()):
+        if only and not re.search(only, architecture):
+            continue
+        for shape in shapes:
+            for exporter in exporters or EXPORTERS:
+                tasks.append((library, architecture, model_name, exporter, shape))
+    return tasks
+
+
+def _key(row: dict[str, Any]) -> tuple:
+    return row["architecture"], row["exporter"], row["shapes"]
+
+
+def load_library_rows(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``(rows, meta)`` of a rows file (empty when it does not exist)."""
+    path = Path(path)
+    if not path.exists():
+        return [], {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data["rows"], data.get("meta", {})
+
+
+def save_library_rows(rows: Sequence[dict[str, Any]], path: str | Path, meta: dict[str, Any]) -> None:
+    """Writes the rows sorted by architecture, exporter and shapes, one a line."""
+    body = ",\n".join(json.dumps(r, sort_keys=True) for r in sorted(rows, key=_key))
+    Path(path).write_text('{"meta": ' + json.dumps(meta, indent=1, sort_keys=True) + ',\n"rows": [\n'
+                          + body + "\n]}\n", encoding="utf-8")
+
+
+def build_library_rows(
+    path: str | Path, library: str, only: str | None = None, exporters: Sequence[str] | None = None,
+    shapes: Sequence[str] = SHAPES, workers: int = 2, timeout: float = 300.0, missing_only: bool = False,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Runs the selected rows of ``library`` and merges them into the rows file ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = sources_hash(skip=NOT_KEYED)
+    old_rows, meta = load_library_rows(path)
+    rows = {_key(r): r for r in old_rows}
+    todo = make_tasks(library, only, exporters, shapes)
+    if missing_only:
+        todo = [t for t in todo if (t[1], t[3], t[4]) not in rows or rows[(t[1], t[3], t[4])]["step"] == "timeout"]
+    versions = {}
+    for package in ("torch", "timm", "diffusers", "torchvision"):
+        with contextlib.suppress(Exception):
+            versions[package] = __import__(package).__version__.split("+")[0]
+    meta = dict(meta, library=library, date=datetime.date.today().isoformat(), workers=workers, **versions)
+    meta["command"] = f"python -m fx2onnx.models.library_zoo {library}" + (f" --only '{only}'" if only else "")
+
+    def on_row(row: dict[str, Any]) -> None:
+        row["hash"] = key
+        rows[_key(row)] = row
+        save_library_rows(list(rows.values()), path, meta)
+
+    begin = time.perf_counter()
+    if todo:
+        with contextlib.suppress(KeyboardInterrupt):
+            run_tasks(todo, _run_row, _failed_row, workers=workers, timeout=timeout, progress=None,
+                      memory_gb=6.0, on_row=on_row, description=library)
+    meta["duration"] = time.perf_counter() - begin
+    save_library_rows(list(rows.values()), path, meta)
+    return sorted(rows.values(), key=_key), meta
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fx2onnx.models.library_zoo",
+                                     description="timm / diffusers rows of the supported-models page")
+    parser.add_argument("library", choices=["timm", "diffusers"])
+    parser.add_argument("--only", help="regular expression on the architecture (timm family, diffusers class)")
+    parser.add_argument("--exporters", nargs="*", choices=list(EXPORTERS))
+    parser.add_argument("--shapes", nargs="*", choices=list(SHAPES), default=list(SHAPES))
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--missing", action="store_true", help="only rows absent from the file or timed out")
+    parser.add_argument("--out", default="_doc/models", help="folder of the rows file rows_<library>.json")
+    args = parser.parse_args(argv)
+    path = Path(args.out) / f"rows_{args.library}.json"
+    rows, meta = build_library_rows(path, args.library, args.only, args.exporters, args.shapes,
+                                    args.workers, args.timeout, args.missing)
+    for exporter in args.exporters or EXPORTERS:
+        for shape in args.shapes:
+            mine = [r for r in rows if r["exporter"] == exporter and r["shapes"] == shape]
+            print(f"{exporter:<8} {shape:<6} rows {len(mine):>3} matched {sum(r['success'] for r in mine):>3}")
+    print(f"{len(rows)} rows in {path} ({meta['duration']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""The timm and diffusers rows: discovery, one row per exporter, the page."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("diffusers")
+pytest.importorskip("timm")
+
+from fx2onnx.models.diffusers_models import TINY, build_diffusers_model, diffusers_classes  # noqa: E402
+from fx2onnx.models.library_report import library_page, library_summary  # noqa: E402
+from fx2onnx.models.library_zoo import run_row  # noqa: E402
+
+
+def test_diffusers_discovery_covers_the_tiny_configurations():
+    found = diffusers_classes()
+    assert len(found) > 100
+    assert set(TINY) <= set(found)
+    assert found["AutoencoderKL.decode"] == "AutoencoderKL"
+
+
+def test_controlnet_outputs_are_not_all_zero():
+    case = build_diffusers_model("ControlNetModel")
+    outputs = case.model(case.export_input, **case.export_kwargs)
+    assert len(outputs) > 2 and all(o.abs().max() > 0 for o in outputs)
+
+
+@pytest.mark.parametrize("exporter", ["to_onnx", "dynamo"])
+def test_diffusers_row_image(exporter):
+    row = run_row("diffusers", "AutoencoderTiny.decode", "AutoencoderTiny", exporter, "image")
+    assert row["success"], row
+    assert row["max_abs"] < 1e-3 and row["parameters"] > 0
+
+
+def test_diffusers_row_without_configuration():
+    row = run_row("diffusers", "UNet1DModel", "UNet1DModel", "to_onnx", "batch")
+    assert not row["success"] and row["step"] == "config"
+    assert "no tiny configuration" in row["error"]
+
+
+def test_timm_row_batch():
+    row = run_row("timm", "resnet", "test_resnet", "to_onnx", "batch")
+    assert row["success"], row
+
+
+def test_library_page():
+    rows = [
+        dict(library="timm", architecture="resnet", model="test_resnet", exporter="to_onnx", shapes="batch",
+             success=True, step=None, error=None, max_abs=1e-6, time=1.0, parameters=1000),
+        dict(library="timm", architecture="vit", model="test_vit", exporter="to_onnx", shapes="batch",
+             success=False, step="conversion", error="UnsupportedOpError: aten::foo. More text...", max_abs=None,
+             time=1.0, parameters=2000),
+    ]
+    text = library_page("timm", rows, {"command": "python -m fx2onnx.models.library_zoo timm", "date": "2026-11-25"})
+    assert "lib-timm-vit-to_onnx-batch" in text and "✔ 1e-06" in text
+    table = library_summary(rows)
+    assert table[0]["run"] == 2 and table[0]["matched"] == 1 and table[0]["exported"] == 1
