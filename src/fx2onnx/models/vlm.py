@@ -1,6 +1,6 @@
 """A tiny vision-language model split the way generation runs it.
 
-A vision-language model (LLaVA) generates text in two parts: the vision encoder
+A vision-language model (LLaVA, Gemma 3) generates text in two parts: the vision encoder
 with its projector turns the images into features once, then the text decoder
 runs on embeddings where those features replace the image placeholder tokens,
 first on the whole prompt (prefill), then one token at a time with its cache
@@ -12,6 +12,10 @@ first on the whole prompt (prefill), then one token at a time with its cache
 
 and :func:`merge_image_features` does what the model does between them: embed the
 tokens and put the image features where the placeholder tokens are.
+:func:`greedy_onnx` decodes with both parts on onnxruntime, :func:`greedy_eager`
+with the model's own forward. :func:`tiny_llava` and :func:`tiny_gemma3` build the
+models (Gemma 3's decoder also takes ``token_type_ids``: the tokens of one image
+attend to each other in both directions).
 
 .. code-block:: python
 
@@ -46,6 +50,8 @@ class TinyVLM:
     :param tokens_per_image: the number of features (placeholder tokens) of one image
     :param image_size: height and width of the images
     :param num_layers: layers of the text decoder (the cache has ``2 * num_layers`` tensors)
+    :param token_type_ids: the text decoder takes ``token_type_ids`` (1 for image tokens,
+        Gemma 3: the tokens of an image attend to each other in both directions)
     """
 
     model: torch.nn.Module
@@ -53,6 +59,7 @@ class TinyVLM:
     tokens_per_image: int
     image_size: int
     num_layers: int
+    token_type_ids: bool = False
 
     @property
     def config(self) -> Any:
@@ -97,6 +104,53 @@ def tiny_llava(seed: int = 0, num_layers: int = 1) -> TinyVLM:
     return TinyVLM(model, IMAGE_TOKEN_ID, tokens_per_image=16, image_size=16, num_layers=num_layers)
 
 
+def tiny_gemma3(seed: int = 0, num_layers: int = 2, sliding_window: int | None = None) -> TinyVLM:
+    """A tiny ``Gemma3ForConditionalGeneration``: a Gemma 3 text model (hidden size 32,
+    vocabulary 128) and a SigLIP vision tower on 16x16 images in 4x4 patches, pooled
+    into 4 features per image.
+
+    Every text layer attends to all tokens unless ``sliding_window`` is given: then
+    the layers alternate a sliding layer of that window and a full one, as Gemma 3
+    does. The text decoder with sliding layers is exported right only for caches
+    whose total length is the example's (the sliding cache slices its states by the
+    window): not the split :func:`export_text_decoder` can serve for generation yet.
+    """
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3TextConfig, SiglipVisionConfig
+
+    if sliding_window is None:
+        layer_types = ["full_attention"] * num_layers
+    else:
+        layer_types = ["sliding_attention", "full_attention"] * num_layers
+    text = Gemma3TextConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=256,
+        pad_token_id=0,
+        sliding_window=sliding_window or 256,
+        layer_types=layer_types[:num_layers],
+        use_cache=False,
+    )
+    vision = SiglipVisionConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, image_size=16, patch_size=4
+    )
+    config = Gemma3Config(
+        text_config=text,
+        vision_config=vision,
+        mm_tokens_per_image=4,
+        image_token_id=IMAGE_TOKEN_ID,
+        boi_token_index=IMAGE_TOKEN_ID - 2,
+        eoi_token_index=IMAGE_TOKEN_ID - 1,
+    )
+    torch.manual_seed(seed)
+    model = Gemma3ForConditionalGeneration(config).eval()
+    return TinyVLM(model, IMAGE_TOKEN_ID, tokens_per_image=4, image_size=16, num_layers=num_layers, token_type_ids=True)
+
+
 def vision_inputs(vlm: TinyVLM, images: int, seed: int = 0) -> torch.Tensor:
     """Random ``pixel_values`` for ``images`` images."""
     generator = torch.Generator().manual_seed(seed)
@@ -111,7 +165,7 @@ def prompt_ids(vlm: TinyVLM, batch: int, images_per_prompt: int, text_tokens: in
         raise ValueError(f"text_tokens must be at least 1, got {text_tokens}")
     generator = torch.Generator().manual_seed(seed)
     n_image = images_per_prompt * vlm.tokens_per_image
-    ids = torch.randint(1, vlm.image_token_id, (batch, text_tokens + n_image), generator=generator)
+    ids = torch.randint(1, vlm.image_token_id - 2, (batch, text_tokens + n_image), generator=generator)
     ids[:, 1 : 1 + n_image] = vlm.image_token_id
     return ids
 
@@ -120,11 +174,19 @@ def one_pass_inputs(vlm: TinyVLM, batch: int, images_per_prompt: int, text_token
     """Inputs of the model's own forward: ids, attention mask and the pixels of
     ``batch * images_per_prompt`` images."""
     ids = prompt_ids(vlm, batch, images_per_prompt, text_tokens, seed)
-    return {
+    inputs = {
         "input_ids": ids,
         "pixel_values": vision_inputs(vlm, batch * images_per_prompt, seed),
         "attention_mask": torch.ones_like(ids),
     }
+    if vlm.token_type_ids:
+        inputs["token_type_ids"] = image_token_types(vlm, ids)
+    return inputs
+
+
+def image_token_types(vlm: TinyVLM, input_ids: torch.Tensor) -> torch.Tensor:
+    """``token_type_ids``: 1 where the image placeholders are, 0 elsewhere."""
+    return (input_ids == vlm.image_token_id).to(torch.int64)
 
 
 def _select_features(model: torch.nn.Module, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -140,11 +202,12 @@ def _select_features(model: torch.nn.Module, hidden_states: tuple[torch.Tensor, 
 
 
 class VisionEncoder(torch.nn.Module):
-    """The vision tower and the projector of a LLaVA model:
+    """The vision tower and the projector of a vision-language model:
     ``pixel_values [images, 3, H, W] -> image features [images, tokens, hidden]``.
 
-    It computes what ``get_image_features`` computes but returns one tensor
-    instead of a list per image, so the number of images stays a dimension.
+    For LLaVA, it computes what ``get_image_features`` computes but returns one
+    tensor instead of a list per image, so the number of images stays a dimension;
+    for the other models (Gemma 3), it returns ``get_image_features``'s tensor.
     """
 
     def __init__(self, model: torch.nn.Module):
@@ -153,6 +216,14 @@ class VisionEncoder(torch.nn.Module):
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         base = self.model.model
+        if not hasattr(base.config, "vision_feature_select_strategy"):
+            features = base.get_image_features(pixel_values, return_dict=True).pooler_output
+            if not isinstance(features, torch.Tensor):
+                raise TypeError(
+                    f"{type(base).__name__}.get_image_features returns {type(features).__name__}, "
+                    f"VisionEncoder needs one tensor [images, tokens, hidden]"
+                )
+            return features
         outputs = base.vision_tower(pixel_values, output_hidden_states=True, return_dict=True)
         return base.multi_modal_projector(_select_features(base, outputs.hidden_states))
 
@@ -162,7 +233,8 @@ class TextDecoder(torch.nn.Module):
     ``(inputs_embeds, attention_mask, past_key_values) -> (logits, present)``.
 
     ``past_key_values`` is a ``DynamicCache`` (possibly empty, for the prefill);
-    the outputs are the logits and the updated cache.
+    the outputs are the logits and the updated cache. ``token_type_ids`` (Gemma 3)
+    marks the image tokens, which attend to each other in both directions.
     """
 
     def __init__(self, model: torch.nn.Module):
@@ -170,13 +242,19 @@ class TextDecoder(torch.nn.Module):
         self.model = model
 
     def forward(
-        self, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, past_key_values: Any
+        self,
+        inputs_embeds: torch.Tensor,
+        attention_mask: torch.Tensor,
+        past_key_values: Any,
+        token_type_ids: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, Any]:
+        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
         outputs = self.model(
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
             past_key_values=past_key_values,
             use_cache=True,
+            **extra,
         )
         return outputs.logits, outputs.past_key_values
 
@@ -223,21 +301,30 @@ def decoder_inputs(vlm: TinyVLM, batch: int, seq: int, past: int, seed: int = 0)
     over ``past + seq`` tokens and a cache of ``past`` tokens."""
     generator = torch.Generator().manual_seed(seed + 1)
     hidden = vlm.config.text_config.hidden_size
-    return {
+    inputs = {
         "inputs_embeds": torch.randn(batch, seq, hidden, generator=generator),
         "attention_mask": torch.ones(batch, past + seq, dtype=torch.int64),
         "past_key_values": random_cache(vlm, batch, past, seed),
     }
+    if vlm.token_type_ids:
+        # a block of image tokens in the middle of the new tokens when there are enough
+        types = torch.zeros(batch, seq, dtype=torch.int64)
+        types[:, 1 : max(1, seq - 1)] = 1
+        inputs["token_type_ids"] = types
+    return inputs
 
 
 def decoder_dynamic_shapes(vlm: TinyVLM) -> dict[str, Any]:
     """Dynamic shapes of :class:`TextDecoder`: ``batch``, ``seq``, ``past_seq`` and
     ``total_seq`` (the mask)."""
-    return {
+    shapes = {
         "inputs_embeds": {0: "batch", 1: "seq"},
         "attention_mask": {0: "batch", 1: "total_seq"},
         "past_key_values": [{0: "batch", 2: "past_seq"} for _ in range(2 * vlm.num_layers)],
     }
+    if vlm.token_type_ids:
+        shapes["token_type_ids"] = {0: "batch", 1: "seq"}
+    return shapes
 
 
 def decoder_output_names(vlm: TinyVLM) -> list[str]:
@@ -293,8 +380,14 @@ def greedy_eager(vlm: TinyVLM, input_ids: torch.Tensor, pixel_values: torch.Tens
     mask = torch.ones_like(input_ids)
     tokens, logits = [], []
     with torch.no_grad():
+        extra = {"token_type_ids": image_token_types(vlm, input_ids)} if vlm.token_type_ids else {}
         out = model(
-            input_ids=input_ids, pixel_values=pixel_values, attention_mask=mask, past_key_values=cache, use_cache=True
+            input_ids=input_ids,
+            pixel_values=pixel_values,
+            attention_mask=mask,
+            past_key_values=cache,
+            use_cache=True,
+            **extra,
         )
         for step in range(steps):
             last = out.logits[:, -1]
@@ -303,8 +396,14 @@ def greedy_eager(vlm: TinyVLM, input_ids: torch.Tensor, pixel_values: torch.Tens
             if step + 1 == steps:
                 break
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            if vlm.token_type_ids:
+                extra = {"token_type_ids": torch.zeros_like(tokens[-1][:, None])}
             out = model(
-                input_ids=tokens[-1][:, None], attention_mask=mask, past_key_values=out.past_key_values, use_cache=True
+                input_ids=tokens[-1][:, None],
+                attention_mask=mask,
+                past_key_values=out.past_key_values,
+                use_cache=True,
+                **extra,
             )
     return torch.stack(tokens, dim=1), logits
 
@@ -329,9 +428,15 @@ def greedy_onnx(
     past = [empty] * (2 * vlm.num_layers)
     mask = np.ones(input_ids.shape, dtype=np.int64)
     names = [i.name for i in decoder.get_inputs()]
+    types = image_token_types(vlm, input_ids).numpy()
     tokens, logits = [], []
     for step in range(steps):
-        outputs = decoder.run(None, dict(zip(names, [embeds.numpy(), mask, *past])))
+        values = [embeds.numpy(), mask, *past]
+        feeds = dict(zip([n for n in names if n != "token_type_ids"], values))
+        if vlm.token_type_ids:
+            feeds["token_type_ids"] = types
+            types = np.zeros((batch, 1), dtype=np.int64)
+        outputs = decoder.run(None, feeds)
         last = torch.from_numpy(outputs[0][:, -1])
         logits.append(last)
         tokens.append(last.argmax(-1))
