@@ -225,5 +225,5 @@ def test_graph_picture_svg_and_gallery_scraper(tmp_path):
     assert ".. figure:: /auto_examples/sub/images/sphx_glr_plot_x_001.svg" in rst
     assert ":target: ../../_images/sphx_glr_plot_x_001.svg" in rst and "two blocks" in rst
     assert (images / "sphx_glr_plot_x_001.svg").read_text(encoding="utf-8") == picture.svg
-    assert not (images / "sphx_glr_plot_x_001.png").exists()
+    assert (images / "sphx_glr_plot_x_001.png").read_bytes()[:4] == b"\x89PNG"  # the thumbnail's source
     assert scrapers.graph_pictures(None, block_vars, {"src_dir": str(tmp_path)}) == ""  # shown once

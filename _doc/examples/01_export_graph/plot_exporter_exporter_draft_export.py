@@ -24,6 +24,7 @@ import re
 import torch
 
 import fx2onnx
+from fx2onnx.inspect.dot import GraphPicture
 
 
 class Model(torch.nn.Module):
@@ -105,6 +106,7 @@ class ModelFixed(torch.nn.Module):
 fixed = ModelFixed()
 assert torch.export.draft_export(fixed, (x, n))._report.successful()
 onx = fx2onnx.to_onnx(fixed, (x, n))
+picture = GraphPicture(onx, title="ModelFixed in ONNX: the slice length is an input")
 for inputs in [(x, n), (torch.rand(5, 3), n), (-torch.rand(5, 3), torch.tensor(4))]:
     check = fx2onnx.validate(onx, fixed, inputs, atol=1e-6)
     print(f"sum {float(inputs[0][: int(inputs[1])].sum()):+.2f}, n={int(inputs[1])}: {check}")

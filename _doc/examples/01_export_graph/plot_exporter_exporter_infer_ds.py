@@ -20,6 +20,7 @@ import torch
 from torch.export import Dim
 
 import fx2onnx
+from fx2onnx.inspect.dot import GraphPicture
 from fx2onnx.models import export_dynamic_shapes, get_tiny_model
 
 
@@ -76,6 +77,12 @@ assert [d.dim_param for d in onx.graph.input[0].type.tensor_type.shape.dim][:2] 
 report = fx2onnx.validate(onx, model, inputs[1], atol=1e-5)
 print(report)
 assert report.ok, report
+
+# %%
+# The ONNX graph (:func:`fx2onnx.to_dot`): its inputs carry the inferred dimension names.
+
+picture = GraphPicture(onx, title="Mix exported with the inferred dynamic shapes")
+assert "batch" in picture.svg
 
 # %%
 # An int input whose value changes becomes ``Dim.DYNAMIC``; one which does

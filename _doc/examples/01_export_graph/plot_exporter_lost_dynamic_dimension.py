@@ -26,6 +26,7 @@ import torch
 from torch.export import Dim
 
 import fx2onnx
+from fx2onnx.inspect.dot import GraphPicture
 from fx2onnx.patches.torch_fixes import DynamicDimensionBecameStatic
 
 
@@ -128,3 +129,9 @@ for other in [torch.randn(3, 5, 8), torch.randn(1, 16, 8), torch.randn(4, 2, 8)]
     report = fx2onnx.validate(onx, fixed, (other,), atol=1e-5)
     print(tuple(other.shape), report)
     assert report.ok, report
+
+# %%
+# The ONNX graph: both dimensions keep their names, the positions are sliced to ``seq``.
+
+picture = GraphPicture(onx, title="AddPositionsFixed: batch and seq stay dynamic")
+assert "seq" in picture.svg

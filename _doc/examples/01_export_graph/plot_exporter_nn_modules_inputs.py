@@ -18,6 +18,7 @@ import onnxruntime
 import torch
 
 import fx2onnx
+from fx2onnx.inspect.dot import GraphPicture
 
 
 class ApplyLayer(torch.nn.Module):
@@ -115,6 +116,8 @@ for strict in (True, False):
     report = fx2onnx.validate(onx, fixed, (torch.randn(5, 4),), atol=1e-5)
     print(f"strict={strict}: inputs {[i.name for i in onx.graph.input]}, {len(onx.graph.initializer)} initializers, {report}")
     assert report.ok and [i.name for i in onx.graph.input] == ["x"] and len(onx.graph.initializer) == 2
+picture = GraphPicture(onx, title="ApplyOwnLayer: the layer's weights are initializers")
+assert "Gemm" in picture.svg or "MatMul" in picture.svg
 
 # %%
 # Fix 2: the tensors are the inputs

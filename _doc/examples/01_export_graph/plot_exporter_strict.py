@@ -113,6 +113,14 @@ for strict in (True, False):
     assert check.ok and "Scan" in [n.op_type for n in onx.graph.node]
 
 # %%
+# Both modes give this graph: the loop is a ``scan`` whose body is a submodule.
+
+from fx2onnx.inspect.dot import GraphPicture  # noqa: E402
+
+picture = GraphPicture(res[False], title="CumulativeMatMul: scan and its body")
+assert picture.dot.count("subgraph cluster_") >= 1
+
+# %%
 # In place: ``x[..., i] = y``
 # ---------------------------
 #

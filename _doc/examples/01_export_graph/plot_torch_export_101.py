@@ -51,6 +51,15 @@ print(ep.graph_signature)
 assert [s.kind.name for s in ep.graph_signature.input_specs] == ["PARAMETER", "PARAMETER", "USER_INPUT"]
 
 # %%
+# The same graph drawn by :func:`fx2onnx.to_dot`: the weights are listed inside the node
+# using them, the edges carry shapes and dtypes.
+
+from fx2onnx.inspect.dot import GraphPicture  # noqa: E402
+
+picture = GraphPicture(ep, title="torch.export.export(Linear)")
+assert "linear" in picture.svg and "relu" in picture.svg
+
+# %%
 # ``ep.module()`` runs the graph; it gives the same results as the model.
 # Shapes are static: another batch size is refused.
 

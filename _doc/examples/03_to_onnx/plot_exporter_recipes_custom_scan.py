@@ -64,10 +64,10 @@ print("outputs:", [(o.name, [d.dim_param or d.dim_value for d in o.type.tensor_t
 # The ONNX graph as a picture (:func:`fx2onnx.to_dot`): the body of ``Scan`` is a
 # cluster; ``decay``, a weight of the module, is read by the body from the main graph.
 
-from fx2onnx.inspect.dot import plot_dot
+from fx2onnx.inspect.dot import GraphPicture
 
-plot_dot(onx, title="ONNX graph: Scan and its body")
-assert fx2onnx.to_dot(onx).count("subgraph cluster_") == 1
+picture = GraphPicture(onx, title="ONNX graph: Scan and its body")
+assert picture.dot.count("subgraph cluster_") == 1
 
 # %%
 # The model runs on onnxruntime with sequences of any length.
@@ -116,13 +116,13 @@ class RowNorm(torch.nn.Module):
 
 
 map_args = (torch.randn(6, 3), torch.tensor([1.0, 2.0, 3.0]))
-onx_map = fx2onnx.to_onnx(RowNorm(), map_args, dynamic_shapes=({0: "rows"}, None))
+onx_map = fx2onnx.to_onnx(RowNorm().eval(), map_args, dynamic_shapes=({0: "rows"}, None))
 print("map:", [n.op_type for n in onx_map.graph.node])
-report = validate(onx_map, RowNorm(), (torch.randn(11, 3), map_args[1]), atol=1e-5)
+report = validate(onx_map, RowNorm().eval(), (torch.randn(11, 3), map_args[1]), atol=1e-5)
 print("map:", report)
 assert report.ok, report
 try:
-    torch.onnx.export(RowNorm(), map_args, dynamic_shapes=({0: "rows"}, None), dynamo=True, verbose=False)
+    torch.onnx.export(RowNorm().eval(), map_args, dynamic_shapes=({0: "rows"}, None), dynamo=True, verbose=False)
     raise AssertionError("torch.onnx.export converted map: update this example")
 except torch.onnx.OnnxExporterError as e:
     cause = e  # the root cause says more than the first line
@@ -142,7 +142,9 @@ for k in range(3):
     ax.plot(xs[:, k], color=f"C{k}", alpha=0.3)
     ax.plot(got[2][:, k], color=f"C{k}", label=f"decay={model.decay[k].item():.1f} (onnxruntime)")
     ax.plot(expected[:, k], "k:", lw=1)
+ax.plot([], [], "k:", lw=1, label="eager PyTorch")
 ax.set_xlabel("step")
+ax.set_ylabel("value (faint: the input sequence)")
 ax.legend(fontsize=7)
 ax.set_title("moving averages computed by an ONNX Scan")
 fig.tight_layout()
