@@ -112,6 +112,11 @@ def run_row(name: str, exporter: str, cache: bool) -> dict[str, Any]:
         if report.ok:
             row["success"] = True
             step = None
+            if cache and exporter == "to_onnx" and arch.kind == "causal":
+                from .generation import compare_generation
+
+                # the "generate" column: greedy tokens of fx2onnx.generate vs transformers
+                row["generate"] = compare_generation(zoo.model, onx)
         else:
             row["error"] = f"discrepancy on the second input set: {report}"
             if ties:  # a mismatch the reference's tie-breaking may explain, said so

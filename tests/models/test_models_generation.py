@@ -1,0 +1,39 @@
+"""The generate column of the supported-models page: fx2onnx.generate vs transformers on zoo rows."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from fx2onnx.models.report import page_text  # noqa: E402
+from fx2onnx.models.zoo import run_row  # noqa: E402
+
+
+def _row(name, generate):
+    return dict(architecture=name, kind="causal", exporter="to_onnx", cache=True, success=True, step=None,
+                error=None, max_abs=1e-6, time=1.0, generate=generate)
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma2"])  # gemma2: sliding layers of window 8 beside full ones
+def test_zoo_row_generates_like_transformers(name):
+    row = run_row(name, "to_onnx", True)
+    assert row["success"], row
+    generate = row["generate"]
+    assert generate == dict(new_tokens=20, matched=40, equal=True, first_difference=None, error=None)
+    # no generation without a cache or with the other exporter
+    assert "generate" not in run_row(name, "to_onnx", False)
+
+
+def test_page_lists_generation_differences():
+    rows = [
+        _row("llama", dict(new_tokens=20, matched=40, equal=True, first_difference=None, error=None)),
+        _row("olmo", dict(new_tokens=20, matched=31, equal=False, first_difference=11, error=None)),
+        _row("mamba", dict(new_tokens=20, matched=0, equal=False, first_difference=None,
+                           error="fx2onnx.generate: ValueError: cache_params")),
+    ]
+    text = page_text(rows, {}, [])
+    assert "1 of the 3 decoders compared generate the same tokens:" in text
+    assert "* ``olmo``: 31/40 new tokens equal, the first difference at new token 11" in text
+    assert "* ``mamba``: fx2onnx.generate: ValueError: cache\\_params" in text
+    assert "✔ 40/40" in text and "✘ 31/40" in text and "✘ error" in text
