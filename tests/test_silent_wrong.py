@@ -279,16 +279,17 @@ def test_all_sliding_cache_at_any_length(name, exporter, past):
         assert report.ok, f"past={past}, seq={seq}: {report}"
 
 
-def test_sliding_cache_dynamic_shapes_without_its_count():
-    """A dynamic_shapes list written for the keys and values only names the missing count."""
+def test_sliding_cache_dynamic_shapes_wrong_length():
+    """A dynamic_shapes list fitting neither the keys and values (the count's spec derived, see
+    tests/patches/test_sliding_cache_spec.py) nor all the tensors names the missing count."""
     from fx2onnx.models import get_tiny_model
 
     tiny = get_tiny_model("mistral", with_cache=True, num_hidden_layers=1, sliding_window=4)
     inputs = _sliding_inputs(tiny, 2, 3, 6, seed=1, position_ids=False)
     ds = {k: v for k, v in tiny.dynamic_shapes.items() if k in inputs}
-    ds["past_key_values"] = ds["past_key_values"][:-1]
+    ds["past_key_values"] = ds["past_key_values"][:-2]
     with fx2onnx.torch_export_patches(patch_transformers=True):
-        with pytest.raises(ValueError, match=r"list of 3 specs.*got 2.*tokens_seen"):
+        with pytest.raises(ValueError, match=r"list of 3 specs.*got 1.*tokens_seen"):
             fx2onnx.to_onnx(tiny.model, (), inputs, dynamic_shapes=ds)
 
 

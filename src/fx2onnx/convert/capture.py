@@ -82,12 +82,36 @@ def _walk(value: Any, spec: Any, where: str, names: dict[int, dict[int, str | No
         return {k: _walk(value[k], spec.get(k), f"{where}[{k!r}]", names) for k in spec}
     if type(value) in pytree.SUPPORTED_NODES:
         children, _ = pytree.SUPPORTED_NODES[type(value)].flatten_fn(value)
+        if isinstance(spec, (list, tuple)) and len(spec) == len(children) - 1:
+            spec = _with_token_count_spec(value, spec)
         if isinstance(spec, (list, tuple)) and len(spec) == len(children):
             return type(spec)(_walk(v, s, f"{where}[{i}]", names) for i, (v, s) in enumerate(zip(children, spec)))
         if isinstance(spec, (list, tuple)):
             raise ValueError(_node_arity_message(value, spec, children, where))
         return spec
     return spec
+
+
+def _with_token_count_spec(value: Any, spec: Any) -> Any:
+    """The spec of a cache made only of sliding-window layers given for its keys and values only,
+    as for any other decoder (``[{0: "batch", 2: "past"}] * (2 * layers)``), completed with the spec
+    of its last tensor, ``tokens_seen`` (see :func:`fx2onnx.patches.caches.carries_token_count`):
+    ``{1: "tokens_seen"}`` when a cache length is dynamic, None when none is. Any other spec is
+    returned as it is."""
+    from ..patches.caches import carries_token_count
+
+    if not carries_token_count(value):
+        return spec
+
+    def length_is_dynamic(item: Any) -> bool:
+        if isinstance(item, dict):
+            return any(axis in (2, -2) and dim is not None for axis, dim in item.items())
+        if isinstance(item, (list, tuple)):
+            return len(item) > 2 and item[2] is not None
+        return False
+
+    dynamic = any(length_is_dynamic(item) for item in spec)
+    return type(spec)([*spec, {1: "tokens_seen"} if dynamic else None])
 
 
 def _node_arity_message(value: Any, spec: Any, children: list[Any], where: str) -> str:
@@ -98,11 +122,12 @@ def _node_arity_message(value: Any, spec: Any, children: list[Any], where: str) 
         f"dynamic_shapes for input {where} (a {type(value).__name__}) must be a list of {len(children)} "
         f"specs, one per tensor it flattens into, got {len(spec)}."
     )
-    if carries_token_count(value) and len(spec) == len(children) - 1:
+    if carries_token_count(value):
         message += (
-            " This cache is made only of sliding-window layers: its last tensor, 'tokens_seen', is an "
-            "empty tensor of shape (0, tokens seen) carrying how many tokens came before (the layers keep "
-            "the last sliding_window - 1 only). Add {1: 'tokens_seen'} at the end of the list."
+            f" This cache is made only of sliding-window layers: its last tensor, 'tokens_seen', is an "
+            f"empty tensor of shape (0, tokens seen) carrying how many tokens came before (the layers keep "
+            f"the last sliding_window - 1 only). Give one spec per key and value ({len(children) - 1}, "
+            f"the spec of 'tokens_seen' is derived) or add {{1: 'tokens_seen'}} at the end of the list."
         )
     return message
 
