@@ -159,18 +159,25 @@ converter(aten.min.dim)(_extreme_dim("ReduceMin", "ArgMin", False))
 
 
 def _logical_reduce(op_type: str):
-    """any / all: the input as 0/1 int64 flags, reduced by max / min, back to bool."""
+    """any / all: the input as 0/1 int64 flags, reduced by max / min, compared with 0.
+
+    Over no value, ONNX's ReduceMax gives the lowest int64 (true once cast to bool, where
+    torch's ``any`` is false) and ReduceMin the highest (``all`` is true): ``> 0`` gives both."""
 
     def convert_logical_reduce(ctx, node, x, dim=None, keepdim=False):
         flags = ctx.cast(ctx.cast(x, torch.bool), torch.int64)
+        reduced = _reduce_as(ctx, op_type, flags, torch.int64, dim, keepdim)
         # bool, or uint8 for a uint8 input as torch gives it
-        return ctx.cast(ctx.cast(_reduce_as(ctx, op_type, flags, torch.int64, dim, keepdim), torch.bool), ctx.out_dtype())
+        return ctx.cast(ctx.op.Greater(reduced, ctx.const(0, torch.int64)), ctx.out_dtype())
 
     return convert_logical_reduce
 
 
 converter(aten.any.default, aten.any.dim, aten.any.dims)(_logical_reduce("ReduceMax"))
 converter(aten.all.default, aten.all.dim, aten.all.dims)(_logical_reduce("ReduceMin"))
+# torch.export's form of ``torch._check(t.all())`` / ``bool(t.any())`` on a bool tensor: a 0-d bool
+converter(aten._is_any_true.default)(_logical_reduce("ReduceMax"))
+converter(aten._is_all_true.default)(_logical_reduce("ReduceMin"))
 
 
 def _variance_args(node, args: tuple, kwargs: dict) -> tuple[object, int, bool]:
