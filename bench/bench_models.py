@@ -12,6 +12,11 @@ interleaved in one process so that a busy machine slows them alike.
 
     python bench/bench_models.py [--quick] [--threads 1,2] [--repeat 50]
         [--scenarios llama-prefill,llama-decode,phi-prefill,phi-decode,mlp,cnn] [--exporters ...] [--profile]
+
+Exporters: ``to_onnx[<level>]``, ``to_onnx[onnxruntime,int4]`` and ``to_onnx[onnxruntime,int8]``
+(weight-only quantization, their rows give the logits' max and mean difference from eager and
+how often the greedy token is the same), ``dynamo``, ``dynamo+optimize``, ``dynamo+ort``,
+``eager``, ``compile``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import dataclasses
 import io
 import logging
 import random
+import re
 import statistics
 import time
 import warnings
@@ -36,10 +42,12 @@ from fx2onnx.models import export_dynamic_shapes, get_tiny_model
 from fx2onnx.models.vision import small_cnn
 
 LEVELS = ("default", "onnxruntime", "opset23")
-EXPORTERS = tuple(f"to_onnx[{lv}]" for lv in LEVELS) + (
+#: weight-only quantization on top of the onnxruntime level (MatMulNBits, blocks of 32)
+QUANTIZED = ("int8", "int4")
+EXPORTERS = tuple(f"to_onnx[{lv}]" for lv in LEVELS) + tuple(f"to_onnx[onnxruntime,{q}]" for q in QUANTIZED) + (
     "dynamo", "dynamo+optimize", "dynamo+ort", "eager", "compile",
 )
-MATMUL_OPS = ("MatMul", "Gemm", "FusedMatMul", "FusedGemm")
+MATMUL_OPS = ("MatMul", "Gemm", "FusedMatMul", "FusedGemm", "MatMulNBits")
 
 
 @dataclasses.dataclass
@@ -148,6 +156,13 @@ def export_all(sc: Scenario, exporters: list[str]) -> tuple[dict[str, onnx.Model
                 begin = time.perf_counter()
                 models[f"to_onnx[{level}]"] = fx2onnx.to_onnx(sc.model, (), kw(), dynamic_shapes=sc.dynamic_shapes, optimize=level)
                 times[f"to_onnx[{level}]"] = time.perf_counter() - begin
+        for q in QUANTIZED:
+            if (name := f"to_onnx[onnxruntime,{q}]") in exporters:
+                begin = time.perf_counter()
+                models[name] = fx2onnx.to_onnx(
+                    sc.model, (), kw(), dynamic_shapes=sc.dynamic_shapes, optimize="onnxruntime", quantize=q
+                )
+                times[name] = time.perf_counter() - begin
         if any(e.startswith("dynamo") for e in exporters):
             import onnx_ir as ir
             from onnxscript.rewriter.ort_fusions import optimize_for_ort
@@ -238,7 +253,11 @@ def bench(sc: Scenario, exporters: list[str], threads: list[int], repeat: int, w
     from fx2onnx.validation import make_feeds
 
     models, export_times = export_all(sc, exporters)
+    accuracy = {}
     for name, onx in models.items():
+        if _is_quantized(name):  # not the float results: how far its first output (the logits) is
+            accuracy[name] = output_error(onx, sc)
+            continue
         report = fx2onnx.validate(onx, sc.model, (), copy.deepcopy(sc.bench_kwargs), atol=1e-3, rtol=1e-2)
         assert report.ok, f"{sc.name}, {name}: {report}"
     rows = []
@@ -252,11 +271,32 @@ def bench(sc: Scenario, exporters: list[str], threads: list[int], repeat: int, w
                 row["nodes"] = len(models[name].graph.node)
                 if name in export_times:
                     row["export_vs_torch_export"] = export_times[name] / export_times["torch.export"]
+                if name in accuracy:
+                    row.update(accuracy[name])
                 if profile and n_threads == threads[0]:
                     feeds = make_feeds(models[name], (), copy.deepcopy(sc.bench_kwargs))
                     row["outside_matmul"] = outside_matmul_share(models[name], feeds, n_threads, max(10, repeat // 5))
             rows.append(row)
     return rows
+
+
+def _is_quantized(exporter: str) -> bool:
+    return any(exporter.endswith(f",{q}]") for q in QUANTIZED)
+
+
+def output_error(onx: onnx.ModelProto, sc: Scenario) -> dict[str, float]:
+    """Max and mean absolute difference of the first output (the logits) from eager float32, and
+    how often the argmax of the last axis (the greedy token) is the same."""
+    import numpy as np
+
+    from fx2onnx.validation import flatten_outputs, run_onnx
+
+    with torch.no_grad():
+        expected = flatten_outputs(sc.model(**copy.deepcopy(sc.bench_kwargs)))[0].numpy()
+    got = run_onnx(onx, (), copy.deepcopy(sc.bench_kwargs))[0]
+    diff = np.abs(got - expected)
+    same = got.argmax(-1) == expected.argmax(-1) if expected.ndim >= 2 else np.array([True])
+    return dict(max_diff=float(diff.max()), mean_diff=float(diff.mean()), argmax_agree=float(same.mean()))
 
 
 def main(argv=None) -> list[dict]:
@@ -271,7 +311,11 @@ def main(argv=None) -> list[dict]:
     options = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
-    exporters = options.exporters.split(",")
+    # a comma inside brackets belongs to the name: to_onnx[onnxruntime,int4]
+    exporters = re.split(r",(?![^\[]*\])", options.exporters)
+    unknown = sorted(set(exporters) - set(EXPORTERS))
+    if unknown:
+        parser.error(f"unknown exporter(s) {unknown}: choose among {list(EXPORTERS)}")
     threads = [int(t) for t in options.threads.split(",")]
     rows = []
     for name in options.scenarios.split(","):

@@ -19,6 +19,7 @@ from fx2onnx.optimizer.rules.quantize import (
     dequantize_matmul_weight,
     pack_codes,
     quantize_blocks,
+    quantize_gathers,
     quantize_matmuls,
 )
 
@@ -115,6 +116,27 @@ def test_same_bytes_as_onnxruntime(bits, symmetric):
         np.testing.assert_array_equal(pack_codes(our_zero, bits, pad=1 << (bits - 1)), zero)
 
 
+@pytest.mark.parametrize("bits", [4, 8])
+def test_gather_block_quantized(bits):
+    """An embedding table [50, 80] (80: two blocks and a half) gathered by rows."""
+    table = randn(50, K)
+    nodes = [oh.make_node("Gather", ["table", "ids"], ["y"], axis=0)]
+    model = make_model(nodes, [("ids", onnx.TensorProto.INT64, ["b", "s"])], [("y", FLOAT, ["b", "s", K])],
+                       [("table", table)])
+    report = []
+    quantized, count = apply_rule(model, lambda m: quantize_gathers(m, bits=bits, report=report))
+    assert count == 1 and op_types(quantized) == {"GatherBlockQuantized": 1}
+    codes, scales, zero = quantize_blocks(table, bits, 32, axis=1)
+    dequantized = ((codes - zero[..., None].astype(np.float32)) * scales[..., None]).reshape(50, -1)[:, :K]
+    assert np.all(np.abs(dequantized - table) <= np.repeat(scales / 2, 32, axis=1)[:, :K] * (1 + 1e-5) + 1e-7)
+    ids = np.array([[0, 49, 7], [7, 3, 3]], np.int64)
+    (got,) = run(quantized, {"ids": ids})
+    np.testing.assert_allclose(got, dequantized[ids], atol=1e-6)
+    (entry,) = report
+    assert entry.op_type == "GatherBlockQuantized" and entry.bytes_before == table.nbytes
+    assert entry.bytes_after == 50 * K * bits // 8 + scales.nbytes + 50 * 3 * bits // 8 + (50 * 3 * bits // 4) % 2
+
+
 def test_what_is_not_quantized():
     """A weight computed at run time, a 1D input or a float64 weight stay MatMuls."""
     nodes = [oh.make_node("MatMul", ["x", "w_in"], ["y"]), oh.make_node("MatMul", ["v", "W"], ["z"]),
@@ -201,7 +223,7 @@ def test_tiny_llama_quantized(tiny_llama, quantize):
                               dynamic_shapes=tiny_llama.dynamic_shapes, optimize="onnxruntime", quantize=quantize)
     ops = op_types(onx)
     # 2 layers x 7 projections + lm_head, none left in float
-    assert ops["MatMulNBits"] == 15 and "MatMul" not in ops, ops
+    assert ops["MatMulNBits"] == 15 and "MatMul" not in ops and ops["Gather"] >= 1, ops
     for inputs in (tiny_llama.inputs, tiny_llama.inputs2):
         expected = _eager_logits(tiny_llama, inputs)
         got = _logits(onx, tiny_llama, inputs)
@@ -238,3 +260,16 @@ def test_same_accuracy_as_onnxruntime_quantizer(tiny_llama, llama_onnx, bits):
     np.testing.assert_allclose(got, reference, atol=1e-5)
     ours_diff, theirs_diff = np.abs(got - expected), np.abs(reference - expected)
     assert abs(ours_diff.max() - theirs_diff.max()) < 1e-5 and abs(ours_diff.mean() - theirs_diff.mean()) < 1e-6
+
+
+def test_tiny_llama_quantized_embeddings(tiny_llama, llama_onnx):
+    quantized, report = fx2onnx.optimize(llama_onnx, level="onnxruntime", quantize="int4", quantize_embeddings=True,
+                                         report=True)
+    assert report.op_types["GatherBlockQuantized"] == 1 and report.op_types["MatMulNBits"] == 15
+    (embedding,) = (q for q in report.quantized if q.op_type == "GatherBlockQuantized")
+    assert embedding.shape == (256, 64) and embedding.bytes_after < embedding.bytes_before / 5
+    assert quantized.ByteSize() < llama_onnx.ByteSize() / 3.5  # 4.5 bits a weight, and the graph
+    expected = _eager_logits(tiny_llama, tiny_llama.inputs2)
+    assert np.abs(_logits(quantized, tiny_llama, tiny_llama.inputs2) - expected).max() < LOGIT_BOUND["int4"]
+    with pytest.raises(ValueError, match="quantize_embeddings=True needs quantize"):
+        fx2onnx.optimize(llama_onnx, level="onnxruntime", quantize_embeddings=True)

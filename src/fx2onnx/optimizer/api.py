@@ -11,7 +11,13 @@ import onnx
 import onnx_ir as ir
 
 from .rules import LEVELS
-from .rules.quantize import ACCURACY_LEVEL, QuantizedWeight, check_quantize_options, quantize_matmuls
+from .rules.quantize import (
+    ACCURACY_LEVEL,
+    QuantizedWeight,
+    check_quantize_options,
+    quantize_gathers,
+    quantize_matmuls,
+)
 
 #: the accepted level names
 LEVEL_NAMES = tuple(LEVELS)
@@ -76,6 +82,7 @@ def optimize(
     disable: Sequence[str] = (),
     quantize: str | None = None,
     block_size: int = 32,
+    quantize_embeddings: bool = False,
 ) -> Any:
     """Optimizes an ONNX model: constant folding, onnxscript's rewrite rules and dead
     code elimination (level ``"default"``), then the fusions of the level.
@@ -102,6 +109,8 @@ def optimize(
         the activations to int8 by block, much faster on CPU); level ``"onnxruntime"`` only; the
         report lists the weights (``report.quantized``)
     :param block_size: the values of K sharing one scale and zero point (a power of two >= 16)
+    :param quantize_embeddings: with ``quantize``, the embedding tables too (a ``Gather`` of a
+        constant 2D table into ``com.microsoft.GatherBlockQuantized``): smaller, not faster
     :return: the optimized model, of the same kind as ``model``
         (``(model, report)`` when ``report`` is True)
 
@@ -117,6 +126,8 @@ def optimize(
     if name is None:
         raise ValueError("optimize(level=False) does nothing: call it with a level name or True.")
     bits = None
+    if quantize_embeddings and quantize is None:
+        raise ValueError("quantize_embeddings=True needs quantize='int4' or 'int8'.")
     if quantize is not None:
         bits = check_quantize_options(quantize, block_size)
         if name != "onnxruntime":
@@ -157,6 +168,8 @@ def optimize(
         matches = quantize_matmuls(
             ir_model, bits=bits, block_size=block_size, accuracy_level=ACCURACY_LEVEL, report=rep.quantized
         )
+        if quantize_embeddings:
+            matches += quantize_gathers(ir_model, bits=bits, block_size=block_size, report=rep.quantized)
         _remove_unused(ir_model)
         rep.rules.append(RuleResult(f"quantize_{quantize}", matches, time.perf_counter() - begin, f"block {block_size}"))
     _finalize(ir_model)

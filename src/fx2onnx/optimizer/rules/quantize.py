@@ -1,6 +1,6 @@
 """Weight-only quantization: ``MatMul`` / ``Gemm`` by a constant weight into
 onnxruntime's ``com.microsoft.MatMulNBits``, the embedding ``Gather`` into
-``com.microsoft.GatherBlockQuantized`` (optional).
+``com.microsoft.GatherBlockQuantized`` (optional: it saves bytes, not time).
 
 A weight ``W [K, N]`` is cut into blocks of ``block_size`` values along ``K`` (``K`` padded
 with zeros to a multiple of the block), one scale (and one zero point) per block and
@@ -25,7 +25,7 @@ from typing import Literal
 import numpy as np
 import onnx_ir as ir
 
-from ._graph import attr, const_array, ensure_opset, initializer, replace, unique_name, users
+from ._graph import _names, attr, ensure_opset, initializer, replace, users
 
 #: the ``quantize=`` values and their number of bits
 QUANTIZE_BITS = {"int4": 4, "int8": 8}
@@ -79,29 +79,38 @@ def quantize_blocks(
     w = np.asarray(weight, dtype=np.float32)
     if w.ndim != 2:
         raise ValueError(f"quantize_blocks takes a 2D weight, got shape {w.shape}.")
-    rows = w.T if axis == 0 else w  # [rows, reduced]
-    reduced = rows.shape[1]
+    # the blocks run down the columns of a [reduced, rows] matrix: [n_blocks, block_size, rows],
+    # every reduction and rounding is then a pass over contiguous rows (numpy is slow reducing
+    # a last axis of 32); only the uint8 codes are transposed
+    columns = w if axis == 0 else w.T
+    reduced = columns.shape[0]
     n_blocks = -(-reduced // block_size)
     if n_blocks * block_size != reduced:
-        rows = np.pad(rows, ((0, 0), (0, n_blocks * block_size - reduced)))
-    blocks = np.ascontiguousarray(rows).reshape(rows.shape[0], n_blocks, block_size)
+        columns = np.pad(columns, ((0, n_blocks * block_size - reduced), (0, 0)))
+    blocks = np.ascontiguousarray(columns).reshape(n_blocks, block_size, -1)
     qmax = (1 << bits) - 1
+    low, high = blocks.min(axis=1), blocks.max(axis=1)
     if symmetric:
         mid = 1 << (bits - 1)
-        low, high = blocks.min(axis=-1), blocks.max(axis=-1)
         largest = np.where(np.abs(high) > np.abs(low), high, low)
-        scales = largest / -mid
+        scales = largest / np.float32(-mid)
         zero = np.full(scales.shape, mid, dtype=np.float32)
     else:
-        low = np.minimum(blocks.min(axis=-1), 0.0)
-        high = np.maximum(blocks.max(axis=-1), 0.0)
-        scales = (high - low) / qmax
+        np.minimum(low, 0, out=low)
+        np.maximum(high, 0, out=high)
+        scales = (high - low) / np.float32(qmax)
         with np.errstate(divide="ignore", invalid="ignore"):
-            zero = np.where(scales != 0, np.clip(np.floor(-low / scales + 0.5), 0, qmax), 0.0).astype(np.float32)
+            zero = np.where(scales != 0, np.clip(np.floor(-low / scales + np.float32(0.5)), 0, qmax), 0).astype(np.float32)
     with np.errstate(divide="ignore"):
-        inverse = np.where(scales != 0, 1.0 / scales, 0.0).astype(np.float32)
-    codes = np.clip(np.floor(blocks * inverse[..., None] + zero[..., None] + 0.5), 0, qmax).astype(np.uint8)
-    return codes, scales.astype(np.float32), None if symmetric else zero.astype(np.uint8)
+        inverse = np.where(scales != 0, np.float32(1) / scales, 0).astype(np.float32)
+    # code = floor(w / scale + zero + 0.5) clipped, in place
+    values = blocks * inverse[:, None, :]
+    values += (zero + np.float32(0.5))[:, None, :]
+    np.floor(values, out=values)
+    np.clip(values, 0, qmax, out=values)
+    codes = values.astype(np.uint8).transpose(2, 0, 1)
+    scales = np.ascontiguousarray(scales.T, dtype=np.float32)
+    return np.ascontiguousarray(codes), scales, None if symmetric else np.ascontiguousarray(zero.T, dtype=np.uint8)
 
 
 def pack_codes(codes: np.ndarray, bits: int, pad: int = 0) -> np.ndarray:
@@ -155,25 +164,35 @@ def quantize_matmuls(
     graph = model.graph
     count = 0
     cache: dict[tuple[int, bool], tuple[ir.Value, ir.Value, ir.Value | None]] = {}
+    taken = _names(graph)
+
+    def add(name: str, array: np.ndarray) -> ir.Value:
+        i, unique = 0, name
+        while unique in taken:
+            i += 1
+            unique = f"{name}_{i}"
+        taken.add(unique)
+        return initializer(graph, unique, array)
+
     for node in [n for n in graph if n.op_type in ("MatMul", "Gemm") and n.domain in ("", "ai.onnx")]:
         found = _weight_of(node)
         if found is None:
             continue
         w_value, transposed, bias, bias_add = found
-        array = const_array(w_value)
-        weight = array.T if transposed else array
-        k, n = weight.shape
+        rows, columns = w_value.const_value.shape
+        k, n = (columns, rows) if transposed else (rows, columns)
         a = node.inputs[0]
         dtype = a.dtype or w_value.dtype
         key = (id(w_value), transposed)
         base = w_value.name or "weight"
         if key not in cache:
-            codes, scales, zero = quantize_blocks(weight, bits, block_size, symmetric)
+            array = w_value.const_value.numpy()
+            codes, scales, zero = quantize_blocks(array.T if transposed else array, bits, block_size, symmetric)
             packed = pack_codes(codes, bits)
             np_type = ir.DataType(dtype).numpy()
-            b_value = initializer(graph, unique_name(graph, f"{base}_q{bits}"), packed)
-            s_value = initializer(graph, unique_name(graph, f"{base}_scales"), scales.astype(np_type))
-            z_value = None if zero is None else initializer(graph, unique_name(graph, f"{base}_zero_points"), pack_codes(zero, bits, pad=1 << (bits - 1)))
+            b_value = add(f"{base}_q{bits}", packed)
+            s_value = add(f"{base}_scales", scales.astype(np_type))
+            z_value = None if zero is None else add(f"{base}_zero_points", pack_codes(zero, bits, pad=1 << (bits - 1)))
             cache[key] = (b_value, s_value, z_value)
         b_value, s_value, z_value = cache[key]
         inputs: list[ir.Value | None] = [a, b_value, s_value, z_value]
@@ -190,7 +209,62 @@ def quantize_matmuls(
         count += 1
         if report is not None:
             after = sum(v.const_value.nbytes for v in (b_value, s_value, z_value) if v is not None)
-            report.append(QuantizedWeight(node.name or "", "MatMulNBits", base, (k, n), bits, block_size, array.nbytes, after))
+            before = w_value.const_value.nbytes
+            report.append(QuantizedWeight(node.name or "", "MatMulNBits", base, (k, n), bits, block_size, before, after))
+    if count:
+        ensure_opset(model, "com.microsoft", 1)
+    return count
+
+
+def quantize_gathers(
+    model: ir.Model,
+    bits: int = 4,
+    block_size: int = 32,
+    symmetric: bool = False,
+    report: list[QuantizedWeight] | None = None,
+) -> int:
+    """Replaces every ``Gather`` of rows of a constant 2D float table (an embedding) by a
+    ``com.microsoft.GatherBlockQuantized``: blocks along the rows (``quantize_axis=1``), codes
+    stored as uint4 (int4) or uint8 (int8), zero points always stored (also when symmetric).
+    Returns the number of nodes replaced."""
+    import ml_dtypes
+
+    graph = model.graph
+    taken = _names(graph)
+    count = 0
+    for node in [n for n in graph if n.op_type == "Gather" and n.domain in ("", "ai.onnx")]:
+        table = node.inputs[0]
+        tensor = table.const_value if table is not None else None
+        if tensor is None or len(tensor.shape) != 2 or tensor.dtype not in _FLOATS or attr(node, "axis", 0) not in (0, -2):
+            continue
+        if node.inputs[1] is None or node.inputs[1].const_value is not None:
+            continue  # constant indices: folded elsewhere, nothing to gain
+        array = tensor.numpy()
+        rows, width = array.shape
+        codes, scales, zero = quantize_blocks(array, bits, block_size, symmetric, axis=1)
+        flat = codes.reshape(rows, -1)[:, :width]
+        code_type = ml_dtypes.uint4 if bits == 4 else np.uint8
+        base = table.name or "embedding"
+        names = []
+        for suffix in (f"q{bits}", "scales", "zero_points"):
+            i, name = 0, f"{base}_{suffix}"
+            while name in taken:
+                i += 1
+                name = f"{base}_{suffix}_{i}"
+            taken.add(name)
+            names.append(name)
+        data = initializer(graph, names[0], flat.astype(code_type))
+        s_value = initializer(graph, names[1], scales.astype(ir.DataType(tensor.dtype).numpy()))
+        z_value = initializer(graph, names[2], zero.astype(code_type))
+        attributes = {"gather_axis": 0, "quantize_axis": 1, "block_size": block_size, "bits": bits}
+        new = ir.node("GatherBlockQuantized", [data, node.inputs[1], s_value, z_value], attributes,
+                      domain="com.microsoft", name=f"{node.name or base}_Q{bits}")
+        replace(graph, node, [new], [node.outputs[0]], list(new.outputs), metadata_from=node)
+        count += 1
+        if report is not None:
+            after = (flat.size * bits + 7) // 8 + s_value.const_value.nbytes + (zero.size * bits + 7) // 8
+            report.append(QuantizedWeight(node.name or "", "GatherBlockQuantized", base, (rows, width), bits, block_size,
+                                          tensor.nbytes, after))
     if count:
         ensure_opset(model, "com.microsoft", 1)
     return count
@@ -202,19 +276,20 @@ def _weight_of(node: ir.Node) -> tuple[ir.Value, bool, ir.Value | None, ir.Node 
     if len(node.inputs) < 2 or node.inputs[0] is None or node.inputs[0].dtype not in _FLOATS:
         return None
     w = node.inputs[1]
-    array = const_array(w)
-    if array is None or array.ndim != 2 or array.dtype.kind != "f" or array.dtype == np.float64:
+    tensor = w.const_value if w is not None else None
+    if tensor is None or len(tensor.shape) != 2 or tensor.dtype != node.inputs[0].dtype:
         return None
+    array_shape = tuple(tensor.shape)
     a_rank = len(node.inputs[0].shape) if node.inputs[0].shape is not None else None
     if node.op_type == "Gemm":
         if attr(node, "transA", 0) or attr(node, "alpha", 1.0) != 1.0 or attr(node, "beta", 1.0) != 1.0:
             return None
         transposed = bool(attr(node, "transB", 0))
-        n = array.shape[0] if transposed else array.shape[1]
+        n = array_shape[0] if transposed else array_shape[1]
         c = node.inputs[2] if len(node.inputs) > 2 else None
         if c is None:
             return w, transposed, None, None
-        bias = _bias(c, n)
+        bias = _bias(c, n, node.inputs[0].dtype)
         return None if bias is None else (w, transposed, bias, None)
     if a_rank is None or a_rank < 2:
         return None
@@ -224,15 +299,14 @@ def _weight_of(node: ir.Node) -> tuple[ir.Value, bool, ir.Value | None, ir.Node 
     if len(following) == 1 and following[0].op_type == "Add" and following[0].domain in ("", "ai.onnx") and out not in node.graph.outputs:
         add = following[0]
         other = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
-        bias = _bias(other, array.shape[1])
+        bias = _bias(other, array_shape[1], node.inputs[0].dtype)
         if bias is not None and add.outputs[0].shape is not None and out.shape is not None and len(add.outputs[0].shape) == len(out.shape):
             return w, False, bias, add
     return w, False, None, None
 
 
-def _bias(value: ir.Value | None, n: int) -> ir.Value | None:
-    """``value`` if it is a constant float vector ``[N]`` (the shape MatMulNBits' bias takes)."""
-    array = const_array(value)
-    if array is None or array.shape != (n,) or array.dtype.kind != "f":
+def _bias(value: ir.Value | None, n: int, dtype: ir.DataType | None) -> ir.Value | None:
+    """``value`` if it is a constant vector ``[N]`` of the activation's type (MatMulNBits' bias)."""
+    if value is None or value.const_value is None or value.dtype != dtype:
         return None
-    return value
+    return value if tuple(value.const_value.shape) == (n,) else None
