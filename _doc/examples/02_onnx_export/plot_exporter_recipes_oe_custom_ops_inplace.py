@@ -22,6 +22,7 @@ from onnxscript import FLOAT
 from onnxscript import opset18 as op
 
 import fx2onnx
+from fx2onnx.inspect.dot import GraphPicture
 
 
 @torch.library.custom_op("recipes_oe::accumulate_", mutates_args=("total",))
@@ -129,6 +130,8 @@ onx = torch.onnx.export(
     verbose=False,
 ).model_proto
 print("nodes:", [n.op_type for n in onx.graph.node])
+picture = GraphPicture(onx, title="the functional twin exported by torch.onnx.export")
+assert "ReduceMean" in picture.svg  # the translation of accumulate, inlined
 
 # %%
 # The ONNX model of the functional twin is checked against the **original**

@@ -66,6 +66,14 @@ assert [n.op_type for n in model.graph.node] == ["rms_norm", "MatMul", "Sigmoid"
 assert [f.name for f in model.functions] == ["rms_norm"]
 
 # %%
+# :func:`fx2onnx.to_dot` draws the local function as a cluster next to the graph calling it.
+
+import fx2onnx.inspect.dot  # noqa: E402
+
+picture = fx2onnx.inspect.dot.GraphPicture(model, title="a graph calling the local function rms_norm")
+assert "rms_norm" in picture.svg
+
+# %%
 # Run and check against numpy
 # ---------------------------
 

@@ -23,7 +23,10 @@ The exporters
 """
 
 import copy
+import os
 import statistics
+import subprocess
+import sys
 import time
 import warnings
 
@@ -55,11 +58,6 @@ CPU, ONE_THREAD = ["CPUExecutionProvider"], onnxruntime.SessionOptions()
 ONE_THREAD.intra_op_num_threads = 1  # latencies are measured on one thread
 
 
-def rss_kb(field):
-    with open("/proc/self/status") as f:
-        return int(next(line for line in f if line.startswith(field)).split()[1])
-
-
 def median_time(fn, repeat):
     times, result = [], None
     for _ in range(repeat):
@@ -71,25 +69,68 @@ def median_time(fn, repeat):
 # not measured: the first export of each exporter, the first capture of the Llama
 for export in EXPORTERS.values():
     export(mlp, MODELS["mlp"][1], {}, MODELS["mlp"][3])
-EXPORTERS["torch.export"](tiny.model, (), copy.deepcopy(tiny.inputs), tiny.dynamic_shapes)
+_ = EXPORTERS["torch.export"](tiny.model, (), copy.deepcopy(tiny.inputs), tiny.dynamic_shapes)
 
 # %%
 # Export time and memory
 # ----------------------
 #
-# The peak memory is the process's peak resident memory (``VmHWM``, reset before each
-# export) above what it used before the export. Part of the time of
+# The peak memory of an export is measured in a fresh Python process (the script
+# ``PEAK`` below): the model is built, a first export of a single ``Linear`` loads the
+# modules of the exporter, the process's peak resident memory (``VmHWM``) is reset, the
+# model is exported, and the peak is compared with the memory used before the export. Measured in this process, the memory freed by the previous exports
+# would be reused and every export would cost "0 MB". Part of the time of
 # ``torch.onnx.export`` does not depend on the model: at every call it builds its
 # registry of onnxscript functions (most of the export time of the MLP).
+
+PEAK = """
+import sys, warnings
+warnings.filterwarnings("ignore")
+import torch, fx2onnx
+from fx2onnx.models import export_dynamic_shapes, get_tiny_model
+
+def status_kb(field):
+    with open("/proc/self/status") as f:
+        return int(next(line for line in f if line.startswith(field)).split()[1])
+
+model_name, exporter = sys.argv[1:3]
+if model_name == "mlp":
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 10)).eval()
+    args, kwargs, ds = (torch.randn(8, 64),), {}, ({0: "batch"},)
+else:
+    tiny = get_tiny_model("llama")
+    model, args, kwargs, ds = tiny.model, (), tiny.inputs, tiny.dynamic_shapes
+
+
+def export(m, a, k, ds):
+    if exporter == "torch.export":
+        return torch.export.export(m, a, k, dynamic_shapes=export_dynamic_shapes(ds))
+    if exporter == "to_onnx":
+        return fx2onnx.to_onnx(m, a, kwargs=k, dynamic_shapes=ds)
+    return torch.onnx.export(m, a, kwargs=k, dynamic_shapes=ds, dynamo=True, verbose=False)
+
+
+export(torch.nn.Linear(2, 2), (torch.randn(3, 2),), {}, ({0: "batch"},))  # loads the exporter's modules
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # resets VmHWM to the current resident memory
+before = status_kb("VmRSS")
+export(model, args, kwargs, ds)
+print((status_kb("VmHWM") - before) / 1024)
+"""
+
+
+def peak_memory_mb(model_name, exporter):
+    done = subprocess.run([sys.executable, "-c", PEAK, model_name, exporter], capture_output=True, text=True,
+                          check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return float(done.stdout.strip().splitlines()[-1])
+
 
 rows = []
 for model_name, (model, args, kwargs, ds, args2, kwargs2) in MODELS.items():
     for name, export in EXPORTERS.items():
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets VmHWM
-        before, repeat = rss_kb("VmRSS"), (3 if model_name == "mlp" else 1)
+        repeat = 3 if model_name == "mlp" else 1
         duration, exported = median_time(lambda: export(model, args, copy.deepcopy(kwargs), ds), repeat)
-        row = dict(model=model_name, exporter=name, export_s=duration, memory_mb=(rss_kb("VmHWM") - before) / 1024)
+        row = dict(model=model_name, exporter=name, export_s=duration, memory_mb=peak_memory_mb(model_name, name))
         if name == "torch.export":
             runner = exported.module()
             pairs = zip(flatten_outputs(runner(*args2, **kwargs2)), flatten_outputs(model(*args2, **kwargs2)))
@@ -102,7 +143,8 @@ for model_name, (model, args, kwargs, ds, args2, kwargs2) in MODELS.items():
             diff, feeds = report.max_abs, make_feeds(sess, args2, kwargs2)
             row["call"] = lambda s=sess, f=feeds: s.run(None, f)
         assert diff < 1e-4, (model_name, name, diff)
-        print(f"{model_name:>10} {name:>17}: {duration:.2f} s, +{row['memory_mb']:.0f} MB, max diff {diff:.1e}")
+        assert row["memory_mb"] > 0, row  # an export allocates
+        print(f"{model_name:>10} {name:>17}: {duration:.2f} s, +{row['memory_mb']:.1f} MB, max diff {diff:.1e}")
         rows.append(row)
 
 # %%
