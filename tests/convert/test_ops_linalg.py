@@ -214,3 +214,57 @@ def test_effect_token(fn, op):
     assert any(s.kind.name == "TOKEN" for s in ep.graph_signature.input_specs)
     onx = check_export(model, inputs, decompositions=decompositions_for([op]), **_tol(torch.float64))
     assert len(onx.graph.input) == len(inputs) and len(onx.graph.output) == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_slogdet_logdet(shape, dtype):
+    a = seeded_randn(*shape, seed=6).to(dtype)
+    tol = _tol(dtype)
+    check_export(Fn(torch.linalg.slogdet), (a,), **tol)
+    check_export(Fn(torch.logdet), (a,), **tol)  # NaN for a negative determinant, as torch
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in subtract")  # -inf compared with -inf
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_slogdet_singular(dtype):
+    a = seeded_randn(3, 4, 4, seed=7).to(dtype)
+    a[1] = 0  # sign 0, log|det| -inf
+    a[2] = torch.tensor([[1.0, 2, 0, 2], [0, 1, 0, 0], [1, 0, 0, 2], [0, 0, 1, 0]], dtype=dtype)  # an exact zero pivot
+    check_export(Fn(torch.linalg.slogdet), (a,), **_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [*SHAPES, (3, 5), (5, 3)])
+def test_lu_unpack(shape, dtype):
+    lu, pivots = torch.linalg.lu_factor(seeded_randn(*shape, seed=8).to(dtype))
+
+    class Unpack(torch.nn.Module):
+        def __init__(self, data, pivots):
+            super().__init__()
+            self.data, self.pivots = data, pivots
+
+        def forward(self, x, p):
+            out = torch.lu_unpack(x, p, unpack_data=self.data, unpack_pivots=self.pivots)
+            return tuple(t for t, keep in zip(out, (self.pivots, self.data, self.data)) if keep)
+
+    for data, piv in ((True, True), (True, False), (False, True)):
+        check_export(Unpack(data, piv), (lu, pivots), **_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_matrix_exp(shape, dtype):
+    a = seeded_randn(*shape, seed=9).to(dtype)
+    check_export(Fn(torch.linalg.matrix_exp), (a,), **_tol(dtype))
+    # large norms: several squarings, a different number per matrix of the batch
+    big = a * torch.linspace(0.01, 6, a.numel() // max(a.shape[-1] ** 2, 1) or 1).reshape(*a.shape[:-2], 1, 1).to(dtype) if a.numel() else a
+    check_export(Fn(torch.linalg.matrix_exp), (big,), atol=1e-3 if dtype == torch.float32 else 1e-9, rtol=1e-3 if dtype == torch.float32 else 1e-9)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_matrix_exp_dynamic(dtype):
+    check_export(
+        Fn(torch.linalg.matrix_exp), (seeded_randn(2, 3, 3).to(dtype),), dynamic_shapes=({0: "batch", 1: "n", 2: "n"},),
+        inputs2=((seeded_randn(4, 5, 5, seed=1).to(dtype) * 3,), None), **_tol(dtype),
+    )

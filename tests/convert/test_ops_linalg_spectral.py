@@ -144,3 +144,24 @@ def test_pinv_matrix_rank_cond(shape, dtype):
         check_export(Fn(lambda x: torch.linalg.matrix_rank(x + x.mT, hermitian=True)), (a,))
         well = _x(shape, dtype, seed=5) + 3 * torch.eye(shape[-1], dtype=dtype)
         check_export(Fn(torch.linalg.cond), (well,), **tol)
+
+
+class _Ormqr(torch.nn.Module):
+    def __init__(self, left, transpose):
+        super().__init__()
+        self.left, self.transpose = left, transpose
+
+    def forward(self, a, tau, c):
+        return torch.ormqr(a, tau, c, left=self.left, transpose=self.transpose)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (4, 4), (2, 5, 2), (0, 3, 3)])
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_ormqr(shape, dtype, left, transpose):
+    a, tau = torch.geqrf(_x(shape, dtype))
+    c = _x((*shape[:-1], 2), dtype, seed=6)
+    if not left:
+        c = c.mT.contiguous()
+    check_export(_Ormqr(left, transpose), (a, tau, c), **_tol(dtype))

@@ -23,6 +23,7 @@ gives NaN or infinite values where torch raises, and ``info`` in the ``_ex`` var
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..registry import converter
@@ -31,6 +32,7 @@ from ._linalg_common import (
     arange,
     broadcast_batch,
     column,
+    diagonal,
     eye,
     fake_dim,
     first_failure,
@@ -39,6 +41,7 @@ from ._linalg_common import (
     mT,
     size,
     squeeze,
+    sum_last,
     triangle,
     unsqueeze,
     zeros,
@@ -225,36 +228,56 @@ def convert_linalg_lu_factor(ctx, node, a, pivot=True):
     return convert_linalg_lu_factor_ex(ctx, node, a, pivot)[:2]
 
 
-@converter(aten.linalg_lu.default)
-def convert_linalg_lu(ctx, node, a, pivot=True):
-    dtype = _dtype(node)
-    lu, perm, _, _ = lu_factor(ctx, node, a, dtype, pivot)
-    m, n = size(ctx, a, -2), size(ctx, a, -1)
+def _unpack(ctx, lu, dtype):
+    """``(L, U)`` from a packed ``LU`` ``(..., m, n)``: ``L`` unit lower ``(m, k)``, ``U`` upper ``(k, n)``."""
+    m, n = size(ctx, lu, -2), size(ctx, lu, -1)
     k = ctx.scalar_1d(ctx.op.Min(m, n))
     zero, last = ctx.const([0], I64), ctx.const([-1], I64)
     lower = ctx.op.Slice(triangle(ctx, lu, dtype, True, -1), zero, k, last)
     lower = ctx.op.Add(lower, eye(ctx, m, ctx.op.Min(m, n), dtype))
     upper = ctx.op.Slice(triangle(ctx, lu, dtype, False), zero, k, ctx.const([-2], I64))
+    return lower, upper
+
+
+@converter(aten.lu_unpack.default)
+def convert_lu_unpack(ctx, node, lu, pivots, unpack_data=True, unpack_pivots=True):
+    dtype = _dtype(node)
+    empty = ctx.const([], dtype)
+    lower, upper = _unpack(ctx, lu, dtype) if unpack_data else (empty, empty)
+    if not unpack_pivots:
+        return empty, lower, upper
+    # pivots cover min(m, n) swaps of the m rows
+    m = size(ctx, lu, -2)
+    perm = _perm_from_pivots(ctx, node, pivots, m)
+    return permutation_matrix(ctx, perm, dtype), lower, upper
+
+
+@converter(aten.linalg_lu.default)
+def convert_linalg_lu(ctx, node, a, pivot=True):
+    dtype = _dtype(node)
+    lu, perm, _, _ = lu_factor(ctx, node, a, dtype, pivot)
+    lower, upper = _unpack(ctx, lu, dtype)
     if pivot:
         p = permutation_matrix(ctx, perm, dtype)
     else:
-        p = ctx.const(torch.zeros(0, dtype=ctx.out_dtype(0)))
+        p = ctx.const([], dtype)
     return p, lower, upper
 
 
-def _perm_from_pivots(ctx, node, pivots):
-    """The row order ``perm`` (int64, 0-based) from LAPACK's 1-based sequential row swaps."""
+def _perm_from_pivots(ctx, node, pivots, rows_count=None):
+    """The row order ``perm`` (int64, 0-based, ``rows_count`` rows, the number of pivots by default)
+    from LAPACK's 1-based sequential row swaps."""
     swaps = ctx.op.Sub(ctx.cast(pivots, I64), ctx.const(1, I64))
-    m = size(ctx, swaps, -1)
+    m = size(ctx, swaps, -1) if rows_count is None else rows_count
     rows = arange(ctx, m)
-    perm0 = ctx.op.Expand(rows, ctx.op.Shape(swaps))
+    perm0 = ctx.op.Expand(rows, ctx.op.Concat(ctx.op.Shape(swaps, end=-1), ctx.op.Shape(rows), axis=0))
 
     def step(c, k, perm):
         p = gather(c, swaps, k, axis=-1, keep=True)
         order = c.op.Where(c.op.Equal(rows, k), p, c.op.Where(c.op.Equal(rows, p), k, rows))
         return [c.op.GatherElements(perm, order, axis=-1)]
 
-    return loop(ctx, node, "swaps", m, [(perm0, I64)], step)[0]
+    return loop(ctx, node, "swaps", size(ctx, swaps, -1), [(perm0, I64)], step)[0]
 
 
 def lu_solve(ctx, node, lu, perm, b, rank_lu: int, dtype, adjoint: bool = False):
@@ -343,3 +366,95 @@ def convert_linalg_inv_ex(ctx, node, a, check_errors=False):
 def convert_linalg_inv(ctx, node, a):
     return inverse(ctx, node, a)[0]
 
+
+
+# determinants
+
+
+def slogdet(ctx, node, a):
+    """``(sign, log|det|, LU, pivots)`` from the LU factorization: the sign of the permutation
+    (one flip per pivot that is not its own row) times the signs of ``U``'s diagonal."""
+    dtype = _dtype(node)
+    lu, _, pivots, _ = lu_factor(ctx, node, a, dtype)
+    diag = diagonal(ctx, lu)
+    zero = ctx.const(0, dtype)
+    swapped = ctx.op.Not(ctx.op.Equal(pivots, arange(ctx, size(ctx, pivots, -1))))
+    negatives = ctx.cast(ctx.op.Less(diag, zero), dtype)
+    flips = ctx.op.Add(sum_last(ctx, ctx.cast(swapped, dtype), dtype), sum_last(ctx, negatives, dtype))
+    parity = ctx.op.Sub(flips, ctx.op.Mul(ctx.const(2, dtype), ctx.op.Floor(ctx.op.Div(flips, ctx.const(2, dtype)))))
+    sign = ctx.op.Sub(ctx.const(1, dtype), ctx.op.Mul(ctx.const(2, dtype), parity))
+    regular = ctx.op.Less(sum_last(ctx, ctx.cast(ctx.op.Equal(diag, zero), dtype), dtype), ctx.const(0.5, dtype))
+    sign = ctx.op.Where(regular, sign, zero)
+    logabs = sum_last(ctx, ctx.op.Log(ctx.op.Abs(diag)), dtype)
+    return sign, logabs, lu, _int32(ctx, ctx.op.Add(pivots, ctx.const(1, I64)))
+
+
+@converter(aten._linalg_slogdet.default)
+def convert__linalg_slogdet(ctx, node, a):
+    return slogdet(ctx, node, a)
+
+
+@converter(aten.linalg_slogdet.default)
+def convert_linalg_slogdet(ctx, node, a):
+    return slogdet(ctx, node, a)[:2]
+
+
+@converter(aten.logdet.default)
+def convert_logdet(ctx, node, a):
+    """``log(det)``: NaN for a negative determinant, -inf for a singular matrix, as torch."""
+    sign, logabs, _, _ = slogdet(ctx, node, a)
+    nan = ctx.const(float("nan"), _dtype(node))
+    return ctx.op.Where(ctx.op.Less(sign, ctx.const(0, _dtype(node))), nan, logabs)
+
+
+# matrix exponential
+
+#: Padé [13/13] coefficients and the 1-norm bound of its scaling (Higham, 2005)
+_PADE13 = [64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796428800.0, 129060195264000.0,
+           10559470521600.0, 670442572800.0, 33522128640.0, 1323241920.0, 40840800.0, 960960.0, 16380.0, 182.0, 1.0]  # fmt: skip
+_THETA13 = 5.371920351148152
+
+
+@converter(aten.linalg_matrix_exp.default)
+def convert_linalg_matrix_exp(ctx, node, a):
+    """Scaling and squaring with a Padé [13/13] approximant: ``A / 2^s`` has a 1-norm below
+    5.37, ``s`` per matrix of the batch; the approximant is a solve with ``V - U``."""
+    dtype, rank = _dtype(node), fake_dim(node.args[0])
+    n = size(ctx, a, -1)
+    identity = eye(ctx, n, n, dtype)
+    zero = ctx.const(0, dtype)
+    column_sums = sum_last(ctx, mT(ctx, ctx.op.Abs(a), rank), dtype)  # (..., n)
+    padded = ctx.op.Concat(column_sums, zeros(ctx, ctx.op.Concat(ctx.op.Shape(column_sums, end=-1), ctx.const([1], I64), axis=0), dtype), axis=-1)
+    norm = ctx.op.TopK(padded, ctx.const([1], I64), axis=-1, _outputs=2)[0]  # (..., 1)
+    log2 = ctx.op.Div(ctx.op.Log(ctx.op.Div(norm, ctx.const(_THETA13, dtype))), ctx.const(float(np.log(2.0)), dtype))
+    squarings = ctx.op.Max(ctx.op.Ceil(ctx.op.Where(ctx.op.Greater(norm, zero), log2, zero)), zero)  # (..., 1)
+    scale = ctx.op.Pow(ctx.const(2, dtype), squarings)
+    x = ctx.op.Div(a, unsqueeze(ctx, scale, -1))
+    b = [ctx.const(c, dtype) for c in _PADE13]
+    x2 = ctx.op.MatMul(x, x)
+    x4 = ctx.op.MatMul(x2, x2)
+    x6 = ctx.op.MatMul(x4, x2)
+
+    def combination(*pairs):
+        out = None
+        for coefficient, power in pairs:
+            term = ctx.op.Mul(coefficient, power)
+            out = term if out is None else ctx.op.Add(out, term)
+        return out
+
+    u_inner = ctx.op.MatMul(x6, combination((b[13], x6), (b[11], x4), (b[9], x2)))
+    u = ctx.op.MatMul(x, ctx.op.Add(u_inner, combination((b[7], x6), (b[5], x4), (b[3], x2), (b[1], identity))))
+    v_inner = ctx.op.MatMul(x6, combination((b[12], x6), (b[10], x4), (b[8], x2)))
+    v = ctx.op.Add(v_inner, combination((b[6], x6), (b[4], x4), (b[2], x2), (b[0], identity)))
+    lhs = typed(ctx.op.Sub(v, u), dtype)
+    lu, perm, _, _ = lu_factor(ctx, node, lhs, dtype)
+    result = lu_solve(ctx, node, lu, perm, ctx.op.Add(v, u), rank, dtype)
+    # square s times, each matrix its own s: a Loop to the largest, the others kept once done
+    flat = ctx.op.Reshape(ctx.cast(squarings, I64), ctx.const([-1], I64))
+    most = ctx.op.ReduceMax(ctx.op.Concat(flat, ctx.const([0], I64), axis=0), keepdims=0)
+    steps = unsqueeze(ctx, ctx.cast(squarings, I64), -1)  # (..., 1, 1)
+
+    def square(c, i, e):
+        return [c.op.Where(c.op.Less(i, steps), c.op.MatMul(e, e), e)]
+
+    return loop(ctx, node, "squarings", most, [(result, dtype)], square)[0]

@@ -120,12 +120,10 @@ def convert_geqrf(ctx, node, a):
     return packed, tau
 
 
-@converter(aten.linalg_householder_product.default, aten.orgqr.default)
-def convert_householder_product(ctx, node, a, tau):
-    """``H_1 ... H_k`` (its first ``n`` columns), ``H_j = I - tau_j v_j v_j^T``, ``v_j`` below
-    the diagonal of column ``j`` of ``a`` with an implicit 1 on it."""
-    dtype = _dtype(node)
-    m, n = size(ctx, a, -2), size(ctx, a, -1)
+def householder_q(ctx, node, a, tau, dtype):
+    """``H_1 ... H_k`` ``(..., m, m)``, ``H_j = I - tau_j v_j v_j^T``, ``v_j`` below the diagonal
+    of column ``j`` of ``a`` with an implicit 1 on it (LAPACK's packed form)."""
+    m = size(ctx, a, -2)
     rows = arange(ctx, m)
     q0 = broadcast_batch(ctx, broadcast_batch(ctx, eye(ctx, m, m, dtype), a), unsqueeze(ctx, tau, -1))
     zero, one = ctx.const(0, dtype), ctx.const(1, dtype)
@@ -137,8 +135,23 @@ def convert_householder_product(ctx, node, a, tau):
         qv = c.op.MatMul(q, unsqueeze(c, v, -1))
         return [c.op.Sub(q, c.op.Mul(qv, unsqueeze(c, tv, -2)))]
 
-    q = loop(ctx, node, "orgqr", size(ctx, tau, -1), [(q0, dtype)], step)[0]
-    return _first(ctx, q, n, -1)
+    return loop(ctx, node, "orgqr", size(ctx, tau, -1), [(q0, dtype)], step)[0]
+
+
+@converter(aten.linalg_householder_product.default, aten.orgqr.default)
+def convert_householder_product(ctx, node, a, tau):
+    """The first ``n`` columns of the product of the reflections."""
+    q = householder_q(ctx, node, a, tau, _dtype(node))
+    return _first(ctx, q, size(ctx, a, -1), -1)
+
+
+@converter(aten.ormqr.default)
+def convert_ormqr(ctx, node, a, tau, other, left=True, transpose=False):
+    """``op(Q) C`` or ``C op(Q)``, ``Q`` the product of the reflections of ``geqrf``."""
+    q = householder_q(ctx, node, a, tau, _dtype(node))
+    if transpose:
+        q = mT(ctx, q, max(fake_dim(node.args[0]), fake_dim(node.args[1]) + 1))
+    return ctx.op.MatMul(q, other) if left else ctx.op.MatMul(other, q)
 
 
 # Jacobi rotations
