@@ -47,3 +47,23 @@ def test_check_tensor_all():
     assert any(n.target is torch.ops.aten._is_all_true.default for n in ep.graph.nodes)
     ds = ({0: "batch", 1: "seq"}, {0: "batch", 1: "seq"})
     check_export(Checked(), (x, mask), dynamic_shapes=ds, inputs2=((torch.randn(3, 7), torch.rand(3, 7) > 0.5), None))
+
+
+def test_gemma3_for_conditional_generation():
+    """The placeholder mask check of Gemma 3 (``get_placeholder_mask``) leaves ``_is_all_true``."""
+    import pytest
+
+    pytest.importorskip("transformers")
+    from fx2onnx.models.vlm import one_pass_inputs, tiny_gemma3
+
+    vlm = tiny_gemma3(num_layers=1)
+    ds = {
+        "input_ids": {0: "batch", 1: "seq"},
+        "pixel_values": {0: "images"},
+        "attention_mask": {0: "batch", 1: "seq"},
+        "token_type_ids": {0: "batch", 1: "seq"},
+    }
+    onx = fx2onnx.to_onnx(vlm.model, (), one_pass_inputs(vlm, 2, 1, 3, seed=0), dynamic_shapes=ds)
+    for batch, text_tokens in [(2, 3), (3, 2), (1, 5)]:
+        report = fx2onnx.validate(onx, vlm.model, (), one_pass_inputs(vlm, batch, 1, text_tokens, seed=1), atol=1e-4)
+        assert report.ok, (batch, text_tokens, report)
