@@ -130,6 +130,8 @@ ax[0].bar(names, durations)
 ax[0].set_title("export time (s)")
 ax[1].bar(names, diffs)
 ax[1].axhline(1e-4, color="#c44e52", linestyle="--", label="tolerance 1e-4")
+for i, value in enumerate(diffs):
+    ax[1].text(i, value + 2e-6, f"{value:.0e}", ha="center", fontsize=8)
 ax[1].set_ylim(0, 1.2e-4)
 ax[1].set_title("max abs diff with eager (inputs2)")
 ax[1].legend()
