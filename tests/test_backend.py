@@ -185,17 +185,17 @@ def test_nll_loss_forward_backward(reduction):
         ((2, 3, 10, 9), (4, 3, 3, 2), [2, 3], [0, 1], [2, 1], 1),
         ((2, 4, 8), (6, 4, 3), [2], [1], [1], 1),
         ((1, 4, 7, 7), (4, 2, 3, 3), [2, 2], [1, 1], [1, 1], 2),
+        ((2, 6, 9), (12, 2, 3), [2], [1], [2], 3),
+        ((2, 8, 11), (8, 1, 4), [1], [3], [1], 8),  # depthwise causal conv (mamba)
     ],
 )
 def test_convolution_backward(shape, kernel, stride, padding, dilation, groups):
     x, w = torch.randn(*shape), torch.randn(*kernel)
     out = aten.convolution.default(x, w, None, stride, padding, dilation, False, [0] * len(stride), groups)
     grad = torch.randn(*out.shape)
-    mask = [True, groups == 1, True]
 
     def fn(g, x, w):
-        grads = aten.convolution_backward.default(g, x, w, [kernel[0]], stride, padding, dilation, False, [0] * len(stride), groups, mask)
-        return tuple(v for v, keep in zip(grads, mask) if keep)  # eager may fill the masked ones
+        return aten.convolution_backward.default(g, x, w, [kernel[0]], stride, padding, dilation, False, [0] * len(stride), groups, [True] * 3)
 
     assert_close(fn, grad, x, w, atol=1e-4)
 
@@ -218,10 +218,12 @@ def test_pooling_backward(kernel, stride, padding):
     assert_close(avg_bw, grad, x)
 
 
+@pytest.mark.parametrize("kv_heads", [6, 2], ids=["mha", "gqa"])
 @pytest.mark.parametrize("mask", ["none", "causal", "minus_inf", "float"])
-def test_flash_attention_cpu_forward_backward(mask):
-    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 8)
-    grad = torch.randn(2, 3, 5, 8)
+def test_flash_attention_cpu_forward_backward(mask, kv_heads):
+    # gqa: 3 query heads share one key/value head (the kernel repeats them, the backward sums their gradients)
+    q, k, v = torch.randn(2, 6, 5, 8), torch.randn(2, kv_heads, 6, 8), torch.randn(2, kv_heads, 6, 8)
+    grad = torch.randn(2, 6, 5, 8)
     keep = torch.rand(5, 6) > 0.3
     keep[:, 0] = True  # no fully masked row
     minus_inf = torch.zeros(5, 6).masked_fill(~keep, -float("inf"))  # the CPU kernel takes float masks only

@@ -89,3 +89,12 @@ def test_bernoulli_uniform_normal():
     assert abs(n.mean() - 5) < 0.06 and abs(n.std() - 2) < 0.06
     (n,) = run(lambda t: torch.normal(-1.0, 0.5, size=(t.shape[0], 100)), seeded_randn(100, 2))
     assert abs(n.mean() + 1) < 0.02 and abs(n.std() - 0.5) < 0.02
+
+
+def test_exponential_statistics_dynamic():
+    # the in-place exponential_ (phimoe's router draws Gumbel noise with it in training)
+    x, x2 = seeded_randn(40, 50), seeded_randn(60, 70)
+    for got in run(lambda t: t.clone().exponential_(2.0), x, DYN, x2):
+        # rate 2: mean and standard deviation 0.5; 2000 draws, standard error of the mean 0.011
+        assert got.min() >= 0 and len(np.unique(got)) > 1000
+        assert abs(got.mean() - 0.5) < 0.05 and abs(got.std() - 0.5) < 0.05, (got.mean(), got.std())

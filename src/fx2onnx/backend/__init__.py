@@ -18,10 +18,13 @@ from __future__ import annotations
 
 from .compiler import OrtBackend, make_onnxruntime_backend, onnxruntime_backend
 from .dump import dump_onnx
+from .fallback import Fallback, FallbackWarning
 from .runner import BackendOptions, GraphRunner
 
 __all__ = [
     "BackendOptions",
+    "Fallback",
+    "FallbackWarning",
     "GraphRunner",
     "OrtBackend",
     "dump_onnx",

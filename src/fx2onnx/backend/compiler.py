@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Callable, Sequence
 
 import torch
 
 from ..convert.builder import DEFAULT_OPSET
 from ..convert.dispatcher import Dispatcher
-from ..convert.errors import ConversionError, UnsupportedOpError
+from ..convert.errors import UnsupportedOpError
+from .fallback import Fallback, report_fallback
 from .runner import BackendOptions, GraphRunner
 
 
@@ -25,7 +25,8 @@ class OrtBackend:
     def __init__(self, options: BackendOptions):
         self.options = options
         self.runners: list[GraphRunner] = []
-        self.fallbacks: list[tuple[str, str]] = []
+        #: the graphs running eagerly (``fallback=True``), see :mod:`fx2onnx.backend.fallback`
+        self.fallbacks: list[Fallback] = []
         self._aot: Any = None
         self._graph_index = 0
 
@@ -43,8 +44,8 @@ class OrtBackend:
         name = f"g{self._graph_index}_{kind}"
         self._graph_index += 1
         try:
-            runner = GraphRunner(gm, example_inputs, name, self.options)
-        except ConversionError as e:
+            runner = GraphRunner(gm, example_inputs, name, self.options, self.fallbacks)
+        except Exception as e:
             if isinstance(e, UnsupportedOpError):
                 e.args = (
                     f"{e.args[0]}\nWith torch.compile, give the converters to the backend: "
@@ -53,13 +54,7 @@ class OrtBackend:
                 )
             if not self.options.fallback:
                 raise
-            reason = str(e).splitlines()[0]
-            self.fallbacks.append((name, reason))
-            warnings.warn(
-                f"fx2onnx backend: graph {name!r} runs eagerly (fallback=True) because it cannot be converted: {reason}",
-                UserWarning,
-                stacklevel=2,
-            )
+            report_fallback(self.fallbacks, name, "conversion", e)
             from torch._functorch.aot_autograd import make_boxed_func
 
             return make_boxed_func(gm.forward)
@@ -76,7 +71,14 @@ class OrtBackend:
                 inference_compiler=self._compiler("inference"),
                 decompositions=self.decompositions() if self.options.decompose else {},
             )
-        return self._aot(gm, example_inputs)
+        if not self.options.fallback:
+            return self._aot(gm, example_inputs)
+        try:
+            return self._aot(gm, example_inputs)
+        except Exception as e:  # aot_autograd cannot trace the graph dynamo captured
+            report_fallback(self.fallbacks, f"g{self._graph_index}_dynamo", "aot_autograd", e)
+            self._graph_index += 1
+            return gm.forward
 
     def decompositions(self) -> dict[Any, Callable[..., Any]]:
         """torch's decompositions of the ops which have no converter.
@@ -133,8 +135,11 @@ def make_onnxruntime_backend(
     :param dump_folder: if given, every ONNX model is saved there with the FX graph
         it comes from (see also :func:`fx2onnx.dump_onnx`)
     :param verbose: prints the graphs being converted
-    :param fallback: a graph which cannot be converted runs eagerly with a warning
-        saying why; by default the error is raised
+    :param fallback: by default (False) an error raises as soon as a graph cannot be
+        traced by aot_autograd, converted, loaded or run by onnxruntime; with True,
+        that graph runs eagerly instead (the others still run on onnxruntime), a
+        :class:`fx2onnx.backend.FallbackWarning` names the graph and the error and
+        :attr:`OrtBackend.fallbacks` keeps the records (:mod:`fx2onnx.backend.fallback`)
     :param target_opset: ONNX opset
     :param dispatcher: user converters, :class:`fx2onnx.Dispatcher`
     :param optimize: run onnxscript's optimizer on every model (constant folding,

@@ -9,11 +9,14 @@ from typing import Any, Sequence
 import numpy as np
 import onnx_ir as ir
 import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..convert.builder import DEFAULT_OPSET
 from ..convert.graph_module import convert_graph_module
-from ..validation import to_numpy
+from ..validation import _as_pair, to_numpy
 from .dump import dump_targets, save_dump
+from .fallback import Fallback, report_fallback
+from .training_ops import backend_dispatcher
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -77,9 +80,19 @@ class GraphRunner:
     :param example_inputs: one example per placeholder (fake tensors, SymInt...)
     :param name: name of the graph (``g0_forward``...), used in dumps and messages
     :param options: backend options
+    :param fallbacks: where a fallback at run time is recorded (``fallback=True``, see
+        :mod:`fx2onnx.backend.fallback`): onnxruntime refuses the model of a new
+        signature, or running it fails; the graph then runs eagerly
     """
 
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], name: str, options: BackendOptions):
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        example_inputs: Sequence[Any],
+        name: str,
+        options: BackendOptions,
+        fallbacks: list[Fallback] | None = None,
+    ):
         self._boxed_call = True  # aot_autograd gives the arguments as one list (copied by wrappers)
         self.gm = gm
         self.example_inputs = list(example_inputs)
@@ -90,6 +103,10 @@ class GraphRunner:
         self.cache_hits = 0
         self.conversion_time = 0.0
         self.files: list[str] = []
+        #: set when the graph fell back to eager execution at run time (``fallback=True``)
+        self.fallback: Fallback | None = None
+        self._fallback_records = fallbacks if fallbacks is not None else []
+        self._stage = "conversion"
         output_node = next(n for n in gm.graph.nodes if n.op == "output")
         fx_outputs = output_node.args[0] if isinstance(output_node.args[0], (list, tuple)) else [output_node.args[0]]
         self._expected = [_expected_output(o) for o in fx_outputs]
@@ -116,14 +133,18 @@ class GraphRunner:
 
     def _convert(self, inputs: Sequence[Any], static_shapes: bool) -> ir.Model:
         begin = time.perf_counter()
-        model = convert_graph_module(
-            self.gm,
-            inputs,
-            static_shapes=static_shapes,
-            target_opset=self.options.target_opset,
-            dispatcher=self.options.dispatcher,
-            verbose=max(self.options.verbose - 1, 0),
-        )
+        # aot_autograd calls its compilers with its FakeTensorMode active; the graph's
+        # constants (get_attr, such as an empty cache's tensor) are real tensors which
+        # become initializers: the conversion runs outside that mode
+        with unset_fake_temporarily():
+            model = convert_graph_module(
+                self.gm,
+                inputs,
+                static_shapes=static_shapes,
+                target_opset=self.options.target_opset,
+                dispatcher=backend_dispatcher(self.options.dispatcher),
+                verbose=max(self.options.verbose - 1, 0),
+            )
         if self.options.optimize:
             from ..convert.api import optimize_model
 
@@ -154,7 +175,9 @@ class GraphRunner:
         if key == self._example_key:
             model = self.model  # the model converted at compile time fits
         else:
+            self._stage = "conversion"
             model = self._convert(list(args), static_shapes=True)
+        self._stage = "session"
         cached = self._make_session(model, len(self.sessions))
         self.sessions[key] = cached
         return cached
@@ -187,9 +210,21 @@ class GraphRunner:
         # boxed convention: one list of arguments; some wrappers call it unboxed
         args = list(args[0]) if len(args) == 1 and isinstance(args[0], list) else list(args)
         self.n_calls += 1
+        if self.fallback is None:
+            self._stage = "run"
+            try:
+                return self._run_onnx(args)
+            except Exception as e:
+                if not self.options.fallback:
+                    raise
+                self.fallback = report_fallback(self._fallback_records, self.name, self._stage, e)
+        return list(self.gm(*args))  # fallback=True: the aten graph runs eagerly
+
+    def _run_onnx(self, args: list[Any]) -> list[Any]:
         cached = self._session_for(args)
+        self._stage = "run"
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
-        feeds = {name: to_numpy(args[index]) for name, index in cached.feeds}
+        feeds = {name: to_numpy(_as_pair(args[index])) for name, index in cached.feeds}
         results = cached.session.run(None, feeds)
         outputs: list[Any] = []
         for (kind, value), expected in zip(cached.output_layout, self._expected):
@@ -200,6 +235,8 @@ class GraphRunner:
             if expected in (int, float, bool):
                 outputs.append(expected(t.item()))  # a SymInt saved for backward is a Python number
                 continue
+            if isinstance(expected, tuple) and expected[1].is_complex and t.dim() == expected[0] + 1 and not t.is_complex():
+                t = torch.view_as_complex(t)  # a complex value travels as its real pair (trailing dimension 2)
             if expected is not None and (t.dim(), t.dtype) != expected:
                 raise RuntimeError(
                     f"Graph {self.name!r}: output {value} is a {t.dtype} tensor of rank {t.dim()} on onnxruntime "

@@ -483,11 +483,19 @@ def convert_convolution_backward(
     else:
         results.append(None)
     if output_mask[1]:
-        if groups != 1:
-            raise ctx.error(f"convolution_backward: the weight gradient with groups={groups} is not supported (groups=1 only).")
         perm = [1, 0] + list(range(2, n + 2))
-        # correlating the input with the output gradient: stride and dilation swap roles
-        full = ctx.op.Conv(ctx.op.Transpose(x, perm=perm), ctx.op.Transpose(grad, perm=perm), strides=dilation, dilations=stride, pads=padding * 2)
+        # correlating the input with the output gradient: stride and dilation swap roles; the
+        # batch becomes the channels, [C_in / groups, groups * N, ...] against [C_out, N, ...]
+        # so that each group of output channels meets the input channels of its group
+        per_group = int(fake_of(node.args[1]).shape[1]) // groups
+        inputs = ctx.op.Transpose(x, perm=perm)
+        if groups != 1:
+            split = ctx.op.Concat(ctx.op.Shape(x, end=1), ctx.const([groups, per_group], torch.int64), ctx.op.Shape(x, start=2), axis=0)
+            inputs = ctx.op.Transpose(ctx.op.Reshape(x, split), perm=[2, 1, 0] + list(range(3, n + 3)))
+            inputs = ctx.op.Reshape(inputs, ctx.op.Concat(ctx.const([per_group, -1], torch.int64), ctx.op.Shape(x, start=2), axis=0))
+        full = ctx.op.Conv(
+            inputs, ctx.op.Transpose(grad, perm=perm), strides=dilation, dilations=stride, pads=padding * 2, group=groups
+        )
         axes = list(range(2, n + 2))
         full = ctx.op.Slice(full, ctx.const([0] * n, torch.int64), ctx.const(kernel, torch.int64), ctx.const(axes, torch.int64))
         results.append(ctx.op.Transpose(full, perm=perm))
@@ -562,10 +570,39 @@ def _attention_probs(ctx, q, k, attn_mask, is_causal, scale, logsumexp=None):
     return scores, scale
 
 
+def _head_groups(node, q_index: int) -> int:
+    """How many query heads share one key/value head (grouped-query attention): 1 if as many."""
+    q_heads = int(fake_of(node.args[q_index]).shape[-3])
+    kv_heads = int(fake_of(node.args[q_index + 1]).shape[-3])
+    if q_heads % kv_heads:
+        raise ValueError(f"{q_heads} query heads cannot share {kv_heads} key/value heads.")
+    return q_heads // kv_heads
+
+
+def _repeat_heads(ctx, x, groups: int):
+    """[B, Hkv, S, D] -> [B, Hkv * groups, S, D], each head repeated ``groups`` times in a row (repeat_interleave)."""
+    if groups == 1:
+        return x
+    wide = ctx.op.Unsqueeze(x, ctx.const([2], torch.int64))
+    wide = ctx.op.Expand(wide, ctx.const([1, 1, groups, 1, 1], torch.int64))
+    heads = ctx.op.Mul(ctx.op.Shape(x, start=1, end=2), ctx.const([groups], torch.int64))
+    return ctx.op.Reshape(wide, ctx.op.Concat(ctx.op.Shape(x, end=1), heads, ctx.op.Shape(x, start=2), axis=0))
+
+
+def _sum_head_groups(ctx, grad, like, groups: int):
+    """The gradient of :func:`_repeat_heads`: [B, Hkv * groups, S, D] summed back into ``like``'s [B, Hkv, S, D]."""
+    if groups == 1:
+        return grad
+    split = ctx.op.Concat(ctx.op.Shape(like, end=2), ctx.const([groups], torch.int64), ctx.op.Shape(like, start=2), axis=0)
+    return ctx.op.ReduceSum(ctx.op.Reshape(grad, split), ctx.const([2], torch.int64), keepdims=0)
+
+
 @converter(aten._scaled_dot_product_flash_attention_for_cpu.default)
 def convert_flash_attention_cpu(ctx, node, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
     if dropout_p:
         raise ctx.error("scaled_dot_product_attention with dropout_p > 0 cannot be converted (random): set dropout to 0.")
+    groups = _head_groups(node, 0)  # the kernel shares a key/value head between query heads (GQA)
+    k, v = _repeat_heads(ctx, k, groups), _repeat_heads(ctx, v, groups)
     scores, _ = _attention_probs(ctx, q, k, attn_mask, is_causal, scale)
     lse = ctx.op.ReduceLogSumExp(scores, ctx.const([-1], torch.int64), keepdims=1)
     probs = ctx.op.Exp(ctx.op.Sub(scores, lse))
@@ -580,6 +617,9 @@ def convert_flash_attention_cpu_backward(
     if dropout_p:
         raise ctx.error("scaled_dot_product_attention with dropout_p > 0 cannot be converted (random): set dropout to 0.")
     dtype = _dtype(ctx, 1)
+    groups = _head_groups(node, 1)
+    k_heads, v_heads = k, v
+    k, v = _repeat_heads(ctx, k, groups), _repeat_heads(ctx, v, groups)
     scores, scale = _attention_probs(ctx, q, k, attn_mask, is_causal, scale, logsumexp=logsumexp)
     lse = ctx.op.Unsqueeze(ctx.cast(logsumexp, dtype), ctx.const([-1], torch.int64))
     probs = ctx.op.Exp(ctx.op.Sub(scores, lse))
@@ -591,4 +631,4 @@ def convert_flash_attention_cpu_backward(
     grad_scores = ctx.op.Mul(ctx.op.Mul(probs, ctx.op.Sub(grad_probs, delta)), ctx.const(scale, dtype))
     grad_q = ctx.op.MatMul(grad_scores, k)
     grad_k = ctx.op.MatMul(ctx.op.Transpose(grad_scores, perm=perm), q)
-    return grad_q, grad_k, grad_v
+    return grad_q, _sum_head_groups(ctx, grad_k, k_heads, groups), _sum_head_groups(ctx, grad_v, v_heads, groups)

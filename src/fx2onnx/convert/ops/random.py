@@ -1,4 +1,4 @@
-"""Random operators: rand, randn, randint, randperm, their ``*_like`` variants, bernoulli, normal, uniform.
+"""Random operators: rand, randn, randint, randperm, their ``*_like`` variants, bernoulli, normal, uniform, exponential.
 
 They map to ONNX's ``RandomUniformLike`` and ``RandomNormalLike``
 (no seed: onnxruntime draws new numbers at every run). The values differ from
@@ -161,3 +161,12 @@ def convert_normal_float_tensor(ctx, node, mean, std, generator=None):
 @converter(aten.normal.float_float)
 def convert_normal_float_float(ctx, node, mean, std, size, **kwargs):
     return _shifted_normal(ctx, _zeros(ctx, list(size), torch.float32), mean, std)
+
+
+@converter(aten.exponential.default)
+def convert_exponential(ctx, node, x, lambd=1.0, generator=None):
+    """``-log(1 - u) / lambd``: exponential draws of rate ``lambd`` from uniform ones (inverse transform)."""
+    dtype = ctx.out_dtype()
+    u, draw = _uniform(ctx, x, dtype)
+    y = ctx.op.Div(ctx.op.Neg(ctx.op.Log(ctx.op.Sub(ctx.const(1.0, draw), u))), ctx.const(float(lambd), draw))
+    return ctx.cast(y, dtype)
