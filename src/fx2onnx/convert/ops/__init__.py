@@ -14,6 +14,7 @@ from . import (  # noqa: F401
     gamma,
     indexing,
     linalg,
+    linalg_ldl,
     linalg_spectral,
     loss,
     nn,
