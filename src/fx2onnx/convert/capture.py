@@ -8,7 +8,6 @@ names are kept to label the ONNX dimensions.
 from __future__ import annotations
 
 import inspect
-import re
 from typing import Any
 
 import sympy
@@ -20,6 +19,7 @@ from .complex_values import check_no_complex
 from .decompose import functionalize_and_decompose
 from .errors import ExportError
 from .meta_kernels import missing_meta_kernels
+from .specializations import dimensions_in, record_specializations, specialization_hint
 
 
 def _tensor_spec(spec: Any, tensor: torch.Tensor, where: str) -> tuple[Any, dict[int, str | None]]:
@@ -230,19 +230,25 @@ def _first_lines(e: BaseException, n: int = 4) -> str:
     return "\n".join(lines[:n]) + ("\n..." if len(lines) > n else "")
 
 
-def _specialized_dims_hint(message: str, model: Any, args: tuple, kwargs: dict, axis_names: dict) -> str:
-    """Names the user's dimensions torch specialized (``L['x'].size()[1]`` -> ``'seq'``)."""
-    if "specialized" not in message:
-        return ""
+def _dimension_label(name: str, axis: int, model: Any, args: tuple, kwargs: dict, axis_names: dict) -> str:
+    """Input ``x``, axis 0 -> ``'batch' (x, axis 0)`` with the name the user gave, else ``x, axis 0``."""
     try:
         bound = inspect.signature(model.forward).bind(*args, **kwargs).arguments
     except TypeError:
+        bound = {}
+    value = bound.get(name, kwargs.get(name))
+    user = axis_names.get(id(value), {}).get(axis) if isinstance(value, torch.Tensor) else None
+    return f"{user!r} ({name}, axis {axis})" if user else f"{name}, axis {axis}"
+
+
+def _specialized_dims_hint(message: str, model: Any, args: tuple, kwargs: dict, axis_names: dict) -> str:
+    """Names the user's dimensions torch specialized (``L['x'].size()[1]`` or
+    ``inputs['x'].shape[1]`` -> ``'seq'``)."""
+    if "specialized" not in message and "static shape" not in message:
         return ""
     found = []
-    for name, axis in re.findall(r"L\['(\w+)'\]\.size\(\)\[(\d+)\]", message):
-        value = bound.get(name)
-        user = axis_names.get(id(value), {}).get(int(axis)) if isinstance(value, torch.Tensor) else None
-        label = f"{user!r} ({name}, axis {axis})" if user else f"{name}, axis {axis}"
+    for name, axis in dimensions_in(message):
+        label = _dimension_label(name, axis, model, args, kwargs, axis_names)
         if label not in found:
             found.append(label)
     if not found:
@@ -284,16 +290,21 @@ def capture(
         ds, axis_names = prepare_dynamic_shapes(model, args, kwargs, dynamic_shapes)
         _check_caches(args, kwargs)
         try:
-            with missing_meta_kernels():
+            with missing_meta_kernels(), record_specializations() as specialized:
                 ep = torch.export.export(model, tuple(args), kwargs=dict(kwargs), dynamic_shapes=ds, strict=strict)
         except Exception as e:
             first = _first_lines(e)
             hint = _specialized_dims_hint(str(e), model, args, kwargs, axis_names)
+            if hint:
+                hint += specialization_hint(
+                    specialized, str(e), lambda name, axis: _dimension_label(name, axis, model, args, kwargs, axis_names)
+                )
             raise ExportError(
                 f"Step 'capture' failed: torch.export.export(strict={strict}) could not capture "
                 f"{type(model).__name__}: {type(e).__name__}: {first}\n{hint}"
                 f"This happens before any ONNX conversion. Common fixes: for transformers models "
-                f"wrap the export in `with fx2onnx.torch_export_patches(patch_transformers=True):`; "
+                f"keep patches='auto' (the default) or wrap the export in "
+                f"`with fx2onnx.torch_export_patches(patch_transformers=True):`; "
                 f"rewrite data-dependent Python control flow with torch.cond; check the "
                 f"dynamic_shapes. See the 'Frequent exceptions' page of the documentation."
             ) from e

@@ -1,0 +1,92 @@
+"""A dimension declared dynamic that the code makes a constant: the capture error names the line."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+import fx2onnx
+from fx2onnx.convert.specializations import dimensions_in, record_specializations
+
+
+def _line_of(cls: type, marker: str) -> int:
+    lines, start = inspect.getsourcelines(cls)
+    return start + next(i for i, line in enumerate(lines) if marker in line)
+
+
+class Branch(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] == 2:  # specializes
+            return x * 2
+        return x + 1
+
+
+class Reshape(torch.nn.Module):
+    def forward(self, x):
+        y = torch.relu(x)
+        return y.reshape(2, -1).sum(-1)  # specializes
+
+
+class Broadcast(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(2, 4))
+
+    def forward(self, x):
+        return x + self.table  # specializes
+
+
+class Outer(torch.nn.Module):
+    """The line is in a submodule's forward, one call below the model's."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = Reshape()
+
+    def forward(self, x):
+        return self.inner(x) * 3
+
+
+@pytest.mark.parametrize("model", [Branch(), Reshape(), Broadcast(), Outer()], ids=lambda m: type(m).__name__)
+def test_error_names_the_line(model):
+    with pytest.raises(fx2onnx.ExportError) as info:
+        fx2onnx.to_onnx(model, (torch.randn(2, 4),), dynamic_shapes=({0: "batch"},))
+    message = str(info.value)
+    cls = type(model.inner) if isinstance(model, Outer) else type(model)
+    line = _line_of(cls, "# specializes")
+    assert f"'batch' (x, axis 0) became the constant 2 at {__file__}:{line} in forward" in message, message
+    assert "# specializes" in message  # the code of the line
+
+
+def test_a_library_line_is_named():
+    """RT-DETR (transformers) takes its batch size with len(tensor): a Python int."""
+    transformers = pytest.importorskip("transformers")
+    backbone = transformers.RTDetrResNetConfig(
+        embedding_size=8, hidden_sizes=[8, 16, 24, 32], depths=[1, 1, 1, 1], layer_type="basic",
+        out_features=["stage2", "stage3", "stage4"],
+    )
+    config = transformers.RTDetrConfig(
+        backbone_config=backbone, d_model=32, encoder_hidden_dim=32, encoder_in_channels=[16, 24, 32],
+        encoder_ffn_dim=64, encoder_layers=1, decoder_layers=1, decoder_ffn_dim=64, num_queries=10, num_labels=3,
+        encoder_attention_heads=2, decoder_attention_heads=2, num_denoising=0, decoder_n_points=2,
+        decoder_in_channels=[32, 32, 32], use_pretrained_backbone=False, anchor_image_size=None,
+    )
+    torch.manual_seed(0)
+    model = transformers.RTDetrForObjectDetection(config).eval()
+    with pytest.warns(UserWarning), pytest.raises(fx2onnx.ExportError) as info:
+        fx2onnx.to_onnx(model, (), {"pixel_values": torch.randn(2, 3, 64, 64)}, dynamic_shapes={"pixel_values": {0: "batch"}})
+    message = str(info.value)
+    assert "'batch' (pixel_values, axis 0) became the constant 2 at " in message, message
+    assert "modeling_rt_detr.py:" in message and "len(" in message, message
+
+
+def test_recorder_alone():
+    with record_specializations() as found:
+        torch.export.export(Branch(), (torch.randn(2, 4),))  # static: nothing declared dynamic
+        assert found == []
+        with pytest.raises(Exception):
+            torch.export.export(Branch(), (torch.randn(2, 4),), dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
+    assert [s.value for s in found] == [2] and found[0].code.startswith("if x.shape[0] == 2:")
+    assert dimensions_in("L['x'].size()[0] and inputs['y'].shape[2], L['x'].size()[0]") == [("x", 0), ("y", 2)]
