@@ -1,14 +1,16 @@
 """Weight-only quantization of the benchmark Llama: fx2onnx's (``optimize(quantize=...)``) against
 onnxruntime's own ``MatMulNBitsQuantizer`` on the same float model: time to quantize, the bytes
 of the model and the accuracy of the logits (max and mean difference from eager float32, greedy
-token agreement on teacher-forced positions).
+token agreement on teacher-forced positions and over generated tokens).
 
 The float model is ``to_onnx(..., optimize="onnxruntime")`` of the Llama of ``bench_models.py``
 (hidden 512, 4 layers, 8 heads, 2 kv heads, ffn 1376, vocab 32000). Accuracy is measured on
 64 new tokens after 192 cached (random ids and a random cache, fixed seed): every position is
-teacher forced (the input ids are given, not generated).
+teacher forced (the input ids are given, not generated). Generation: ``fx2onnx.generate`` of
+64 tokens after random 16-token prompts with the float32 model (checked equal to transformers'
+greedy ``generate``) and with the quantized one, tokens compared position by position.
 
-    python bench/bench_quantize.py [--quick] [--repeat 3]
+    python bench/bench_quantize.py [--quick] [--repeat 3] [--prompts 3] [--new-tokens 64]
 """
 
 from __future__ import annotations
@@ -77,10 +79,32 @@ def accuracy(onx: onnx.ModelProto, model: torch.nn.Module, inputs: dict, expecte
                 argmax_agree=float((got.argmax(-1) == expected.argmax(-1)).mean()))
 
 
+def greedy_agreement(float_onx, quantized_onx, model, prompts: int, new_tokens: int) -> str:
+    """Generates ``new_tokens`` greedily from random prompts with both models (fx2onnx.generate);
+    the float32 tokens are checked against transformers' greedy generate first."""
+    gen = torch.Generator().manual_seed(5)
+    equal, first_differences = 0, []
+    for _ in range(prompts):
+        prompt = torch.randint(0, model.config.vocab_size, (1, 16), generator=gen)
+        with torch.no_grad():
+            expected = model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                                      pad_token_id=0)[:, 16:]
+        reference = fx2onnx.generate(float_onx, prompt, new_tokens)[:, 16:]
+        assert torch.equal(reference, expected), "the float32 model does not generate what transformers does"
+        got = fx2onnx.generate(quantized_onx, prompt, new_tokens)[:, 16:]
+        same = (got == reference)[0]
+        equal += int(same.sum())
+        first_differences.append(int((~same).nonzero()[0, 0]) if not bool(same.all()) else new_tokens)
+    return (f"{equal}/{prompts * new_tokens} ({equal / (prompts * new_tokens):.1%}), first difference at "
+            f"{first_differences}")
+
+
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the tiny Llama of bench_models --quick")
     parser.add_argument("--repeat", type=int, default=3, help="quantizations timed (median)")
+    parser.add_argument("--prompts", type=int, default=3, help="prompts generated from (0: none)")
+    parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per prompt")
     options = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     import onnxruntime.quantization.matmul_nbits_quantizer  # noqa: F401  (it sets the root logger to INFO)
@@ -110,6 +134,10 @@ def main(argv=None) -> list[dict]:
 
         a, b = (run_onnx(results[k], (), copy.deepcopy(inputs))[0] for k in ("fx2onnx", "onnxruntime"))
         print(f"int{bits}: max |fx2onnx - onnxruntime| logits {np.abs(a - b).max():.3g}")
+        if options.prompts:
+            agreement = greedy_agreement(onx, results["fx2onnx"], sc.model, options.prompts, options.new_tokens)
+            print(f"int{bits}: greedy tokens equal to float32 (fx2onnx.generate, {options.prompts} prompts of 16 "
+                  f"tokens, {options.new_tokens} new): {agreement}")
     import pandas
 
     frame = pandas.DataFrame(rows)

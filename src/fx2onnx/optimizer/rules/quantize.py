@@ -235,7 +235,9 @@ def quantize_gathers(
     for node in [n for n in graph if n.op_type == "Gather" and n.domain in ("", "ai.onnx")]:
         table = node.inputs[0]
         tensor = table.const_value if table is not None else None
-        if tensor is None or len(tensor.shape) != 2 or tensor.dtype not in _FLOATS or attr(node, "axis", 0) not in (0, -2):
+        if tensor is None or len(tensor.shape) != 2 or tensor.dtype not in _FLOATS:
+            continue
+        if attr(node, "axis", 0) not in (0, -2):
             continue
         if node.inputs[1] is None or node.inputs[1].const_value is not None:
             continue  # constant indices: folded elsewhere, nothing to gain
@@ -293,14 +295,14 @@ def _weight_of(node: ir.Node) -> tuple[ir.Value, bool, ir.Value | None, ir.Node 
         return None if bias is None else (w, transposed, bias, None)
     if a_rank is None or a_rank < 2:
         return None
-    # a following Add of a constant [N] becomes the bias
+    # a following Add of a constant [N] becomes the bias (adding a vector keeps the shape)
     out = node.outputs[0]
     following = users(out)
-    if len(following) == 1 and following[0].op_type == "Add" and following[0].domain in ("", "ai.onnx") and out not in node.graph.outputs:
-        add = following[0]
+    add = following[0] if len(following) == 1 and out not in node.graph.outputs else None
+    if add is not None and add.op_type == "Add" and add.domain in ("", "ai.onnx"):
         other = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
         bias = _bias(other, array_shape[1], node.inputs[0].dtype)
-        if bias is not None and add.outputs[0].shape is not None and out.shape is not None and len(add.outputs[0].shape) == len(out.shape):
+        if bias is not None:
             return w, False, bias, add
     return w, False, None, None
 
