@@ -131,6 +131,8 @@ fig, ax = plt.subplots(figsize=(6, 3))
 colors = ["tab:blue" if b == "relu" else "tab:orange" for b in branches]
 ax.bar([f"{b}\n#{i}" for i, b in enumerate(branches)], diffs, color=colors)
 ax.axhline(1e-5, color="#c44e52", linestyle="--", label="tolerance 1e-5")
+for i, value in enumerate(diffs):
+    ax.text(i, value + 2e-7, f"{value:.0e}", ha="center", fontsize=8)
 ax.set_ylim(0, 1.2e-5)
 ax.legend()
 ax.set_ylabel("max abs diff with eager")

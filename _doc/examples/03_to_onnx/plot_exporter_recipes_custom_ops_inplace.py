@@ -56,7 +56,7 @@ class Model(torch.nn.Module):
 
 
 torch.manual_seed(0)
-model = Model()
+model = Model().eval()
 x, total = torch.randn(6, 3), torch.zeros(3)
 
 # %%

@@ -37,7 +37,7 @@ class PairwiseDistance(torch.nn.Module):
 
 
 torch.manual_seed(0)
-model = PairwiseDistance()
+model = PairwiseDistance().eval()
 x, y = torch.randn(5, 3), torch.randn(4, 3)
 torch.testing.assert_close(model(x, y), torch.cdist(x, y), atol=1e-5, rtol=1e-5)
 print("scan matches torch.cdist in eager")

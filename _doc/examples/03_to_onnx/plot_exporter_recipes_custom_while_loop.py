@@ -41,7 +41,7 @@ class NewtonSqrt(torch.nn.Module):
         return root, steps * 1.0  # a float tensor for the number of steps
 
 
-model = NewtonSqrt()
+model = NewtonSqrt().eval()
 a, tol = torch.tensor([2.0, 9.0, 100.0]), torch.tensor(1e-4)
 root, steps = model(a, tol)
 print(f"eager: sqrt{a.tolist()} = {root.tolist()} after {int(steps)} steps")
