@@ -124,3 +124,22 @@ def test_a_meta_buffer_nobody_computes_is_refused():
     with empty_weights(model, buffers={"scale": torch.arange(4.0)}) as empty:
         assert empty == ["linear.weight", "linear.bias"] and model.scale.tolist() == [0, 1, 2, 3]
     assert model.scale.is_meta
+
+
+def test_folded_transposes_read_the_checkpoint_again(tmp_path):
+    from fx2onnx.weights import model_from_checkpoint_config
+    from fx2onnx.weights.checkpoint import _READS, relazify_views
+
+    folder = _checkpoint(tmp_path / "ckpt", tie=False)
+    model = model_from_checkpoint_config(folder)
+    _READS.clear()
+    with empty_weights(model) as empty:
+        weights = checkpoint_weights(folder, model, names=empty)
+        onnx_model = fx2onnx.to_onnx(model, (), _inputs(2, 5), weights=weights, return_ir=True)
+    before = {v.name: v.const_value.numpy().copy() for v in onnx_model.graph.initializers.values()}
+    # the optimizer folded Transpose(weight) into views of the tensors read: 7 linear layers x 2 + lm_head
+    assert relazify_views(onnx_model) == 15
+    lazy = [v for v in onnx_model.graph.initializers.values() if type(v.const_value).__name__ == "LazyTensor"]
+    assert len(lazy) >= 15
+    for v in onnx_model.graph.initializers.values():
+        np.testing.assert_array_equal(v.const_value.numpy(), before[v.name])

@@ -9,9 +9,12 @@ the memory held at once is one tensor, not the model.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any
+
+import numpy as np
 
 import onnx_ir as ir
 import torch
@@ -42,6 +45,11 @@ def checkpoint_files(folder: str | os.PathLike) -> dict[str, str]:
         return {name: single for name in f.keys()}
 
 
+#: data pointer of every tensor read from a checkpoint -> (end pointer, path, key, dtype), see
+#: :func:`relazify_views`; filled when a lazy tensor is evaluated
+_READS: dict[int, tuple[int, str, str, torch.dtype | None]] = {}
+
+
 def _read(path: str, key: str, dtype: torch.dtype | None) -> ir.TensorProtocol:
     from safetensors import safe_open
 
@@ -49,7 +57,68 @@ def _read(path: str, key: str, dtype: torch.dtype | None) -> ir.TensorProtocol:
         tensor = f.get_tensor(key)
     if dtype is not None and tensor.dtype != dtype and tensor.is_floating_point():
         tensor = tensor.to(dtype)
-    return ir.tensor_adapters.TorchTensor(tensor.contiguous(), name=key)
+    tensor = tensor.contiguous()
+    if tensor.numel():
+        start = tensor.data_ptr()
+        _READS[start] = (start + tensor.numel() * tensor.element_size(), path, key, dtype)
+    return ir.tensor_adapters.TorchTensor(tensor, name=key)
+
+
+def _read_view(path: str, key: str, dtype: torch.dtype | None, shape, strides, offset: int, name: str):
+    tensor = _read(path, key, dtype).raw
+    return ir.tensor_adapters.TorchTensor(torch.as_strided(tensor, shape, strides, offset), name=name)
+
+
+def _array_of(tensor: Any) -> tuple[int, tuple[int, ...], int, Any] | None:
+    """(data pointer, strides in elements, element size, the torch tensor owning the memory) of
+    an initializer which is a view of a live torch tensor (a numpy view of it included)."""
+    raw = getattr(tensor, "raw", None)
+    if isinstance(raw, torch.Tensor) and raw.numel():
+        return raw.data_ptr(), tuple(raw.stride()), raw.element_size(), raw
+    if isinstance(raw, np.ndarray) and raw.size:
+        size = raw.itemsize
+        owner = raw
+        while getattr(owner, "base", None) is not None:
+            owner = owner.base
+        if not isinstance(owner, torch.Tensor) or any(s % size for s in raw.strides):
+            return None
+        return raw.__array_interface__["data"][0], tuple(s // size for s in raw.strides), size, owner
+    return None
+
+
+def relazify_views(model: ir.Model) -> int:
+    """Replaces the initializers which are views of a tensor read from a checkpoint (the optimizer
+    folds ``Transpose(weight)`` into a transposed view) by lazy tensors reading it again when
+    saved; returns how many. Without it, each view keeps its source tensor, a mapping of the
+    checkpoint file, alive until the model is freed: saving would touch every page of it."""
+    if not _READS:
+        return 0
+    starts = sorted(_READS)
+    count = 0
+    import bisect
+
+    for value in model.graph.initializers.values():
+        tensor = value.const_value
+        if tensor is None or isinstance(tensor, ir.LazyTensor):
+            continue
+        found = _array_of(tensor)
+        if found is None:
+            continue
+        pointer, strides, size, owner = found
+        i = bisect.bisect_right(starts, pointer) - 1
+        if i < 0 or pointer >= _READS[starts[i]][0]:
+            continue
+        end, path, key, dtype = _READS[starts[i]]
+        storage = owner.untyped_storage()
+        if storage.data_ptr() != starts[i] or storage.nbytes() != end - starts[i] or (pointer - starts[i]) % size:
+            continue  # not the storage read (freed, its memory reused by another tensor)
+        func = functools.partial(
+            _read_view, path, key, dtype, tuple(tensor.shape.numpy()), strides, (pointer - starts[i]) // size, tensor.name
+        )
+        value.const_value = ir.LazyTensor(func, dtype=tensor.dtype, shape=tensor.shape, name=tensor.name)
+        count += 1
+    _READS.clear()
+    return count
 
 
 def lazy_checkpoint_tensor(path: str, key: str, name: str, dtype: torch.dtype | None = None) -> ir.LazyTensor:

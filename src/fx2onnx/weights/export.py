@@ -81,6 +81,7 @@ def to_onnx_from_checkpoint(
                                 dynamic_shapes={"input_ids": {0: "batch", 1: "seq"}})
     """
     from ..convert.api import to_onnx
+    from .checkpoint import _READS, relazify_views
     from .save import load_without_weights, save_model
 
     for key in ("weights", "return_ir", "external_data"):
@@ -90,8 +91,11 @@ def to_onnx_from_checkpoint(
         model = model_from_checkpoint_config(checkpoint, dtype)
     meta_names = meta_tensor_names(model)
     target = _torch_dtype(dtype) if dtype is not None else None
+    _READS.clear()
     with empty_weights(model) as empty:
         weights = checkpoint_weights(checkpoint, model, target, names=sorted(set(meta_names) & set(empty)))
         onnx_model = to_onnx(model, args, kwargs, weights=weights, return_ir=True, **to_onnx_kwargs)
+    # the optimizer folded Transpose(weight) into views of the tensors it read: read them again when saved
+    relazify_views(onnx_model)
     save_model(onnx_model, filename, external_data=True, progress=progress)
     return load_without_weights(filename)
