@@ -268,3 +268,26 @@ def test_matrix_exp_dynamic(dtype):
         Fn(torch.linalg.matrix_exp), (seeded_randn(2, 3, 3).to(dtype),), dynamic_shapes=({0: "batch", 1: "n", 2: "n"},),
         inputs2=((seeded_randn(4, 5, 5, seed=1).to(dtype) * 3,), None), **_tol(dtype),
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "fn", "shapes"),
+    [
+        ("cholesky_ex", torch.linalg.cholesky_ex, [(0, 0)]),
+        ("inv_ex", torch.linalg.inv_ex, [(2, 0, 0)]),
+        ("solve", torch.linalg.solve, [(0, 0), (0, 2)]),
+        ("lu", torch.linalg.lu, [(0, 0)]),
+        ("lu_factor_ex", torch.linalg.lu_factor_ex, [(3, 0)]),
+        ("qr", torch.linalg.qr, [(3, 0)]),
+        ("eigh", torch.linalg.eigh, [(2, 0, 0)]),
+        ("svd", torch.linalg.svd, [(0, 3)]),
+        ("slogdet", torch.linalg.slogdet, [(0, 0)]),
+        ("matrix_exp", torch.linalg.matrix_exp, [(0, 0)]),
+        ("pinv", torch.linalg.pinv, [(3, 0)]),
+        ("ldl_factor_ex", torch.linalg.ldl_factor_ex, [(0, 0)]),
+    ],
+)
+def test_zero_size_matrices(name, fn, shapes):
+    """Matrices with no rows or columns: the results torch gives (empty, or identities)."""
+    inputs = tuple(torch.zeros(*s) for s in shapes)
+    check_export(Fn(fn) if len(inputs) == 1 else Fn2(fn), inputs)

@@ -115,6 +115,12 @@ def _ldl_one(ctx, node, a, dtype):
     return x, pivots, info
 
 
+def _flat(ctx, x, batch, tail):
+    """``x`` as ``(prod(batch), *tail)``, empty sizes included (no -1: ambiguous with a 0)."""
+    count = ctx.op.ReduceProd(ctx.op.Concat(batch, ctx.const([1], I64), axis=0), keepdims=1)
+    return ctx.op.Reshape(x, ctx.op.Concat(count, tail, axis=0), allowzero=1)
+
+
 def _drop_first(ctx, x):
     return ctx.op.Slice(x, ctx.const([1], I64), ctx.const([2**62], I64), ctx.const([0], I64))
 
@@ -125,7 +131,7 @@ def ldl_factor(ctx, node, a):
     dtype = fake.dtype
     square = ctx.op.Shape(a, start=-2)
     batch = ctx.op.Shape(a, end=-2)
-    flat = ctx.op.Reshape(a, ctx.op.Concat(ctx.const([-1], I64), square, axis=0))
+    flat = _flat(ctx, a, batch, square)
     # onnxruntime's Scan refuses an empty scan axis (an empty batch): one zero matrix goes first
     flat = ctx.op.Concat(ctx.op.Expand(ctx.const(0, dtype), ctx.op.Concat(ctx.const([1], I64), square, axis=0)), flat, axis=0)
     sub = ctx.builder.subgraph(f"{node.name}_scan")
@@ -137,9 +143,9 @@ def ldl_factor(ctx, node, a):
         out.shape = ir.Shape([None] * rank)  # onnxruntime's Scan needs the rank of its outputs
     ld, pivots, info = ctx.op.Scan(flat, body=sub.to_graph(), num_scan_inputs=1, _outputs=3)
     ld, pivots, info = (typed(_drop_first(ctx, typed(v, t)), t) for v, t in ((ld, dtype), (pivots, I64), (info, I64)))
-    ld = ctx.op.Reshape(ld, ctx.op.Concat(batch, square, axis=0))
-    pivots = ctx.op.Reshape(pivots, ctx.op.Concat(batch, ctx.op.Shape(a, start=-1), axis=0))
-    info = ctx.op.Reshape(info, batch)
+    ld = ctx.op.Reshape(ld, ctx.op.Concat(batch, square, axis=0), allowzero=1)
+    pivots = ctx.op.Reshape(pivots, ctx.op.Concat(batch, ctx.op.Shape(a, start=-1), axis=0), allowzero=1)
+    info = ctx.op.Reshape(info, batch, allowzero=1)
     return ld, ctx.cast(typed(pivots, I64), torch.int32), ctx.cast(typed(info, I64), torch.int32)
 
 
@@ -225,12 +231,11 @@ def convert_linalg_ldl_solve(ctx, node, ld, pivots, b, hermitian=False):
     batch = ctx.op.Shape(ctx.op.Add(ctx.op.Expand(ctx.const(0, dtype), ctx.op.Concat(ctx.op.Shape(ld, end=-2), ones, axis=0)),
                                     ctx.op.Expand(ctx.const(0, dtype), ctx.op.Concat(ctx.op.Shape(b, end=-2), ones, axis=0))), end=-2)
     sq, rhs = ctx.op.Shape(ld, start=-2), ctx.op.Shape(b, start=-2)
-    minus = ctx.const([-1], I64)
+    side = ctx.op.Shape(ld, start=-1)
     flats = [
-        ctx.op.Reshape(ctx.op.Expand(ld, ctx.op.Concat(batch, sq, axis=0)), ctx.op.Concat(minus, sq, axis=0)),
-        ctx.op.Reshape(ctx.op.Expand(ctx.cast(pivots, I64), ctx.op.Concat(batch, ctx.op.Shape(ld, start=-1), axis=0)),
-                       ctx.op.Concat(minus, ctx.op.Shape(ld, start=-1), axis=0)),
-        ctx.op.Reshape(ctx.op.Expand(b, ctx.op.Concat(batch, rhs, axis=0)), ctx.op.Concat(minus, rhs, axis=0)),
+        _flat(ctx, ctx.op.Expand(ld, ctx.op.Concat(batch, sq, axis=0)), batch, sq),
+        _flat(ctx, ctx.op.Expand(ctx.cast(pivots, I64), ctx.op.Concat(batch, side, axis=0)), batch, side),
+        _flat(ctx, ctx.op.Expand(b, ctx.op.Concat(batch, rhs, axis=0)), batch, rhs),
     ]
     # onnxruntime's Scan refuses an empty scan axis: an identity factorization goes first
     n = ctx.op.Shape(ld, start=-1)
@@ -246,4 +251,4 @@ def convert_linalg_ldl_solve(ctx, node, ld, pivots, b, hermitian=False):
     out.dtype, out.shape = x.dtype, ir.Shape([None, None])
     x = typed(ctx.op.Scan(*flats, body=sub.to_graph(), num_scan_inputs=3), dtype)
     x = ctx.op.Slice(x, ctx.const([0], I64), ctx.const([-1], I64), ctx.const([0], I64))  # the padding matrix went last
-    return ctx.op.Reshape(x, ctx.op.Concat(batch, rhs, axis=0))
+    return ctx.op.Reshape(x, ctx.op.Concat(batch, rhs, axis=0), allowzero=1)
