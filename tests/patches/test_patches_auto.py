@@ -42,12 +42,26 @@ def _llama(**overrides) -> torch.nn.Module:
     return transformers.LlamaForCausalLM(transformers.LlamaConfig(**_DECODER, **overrides)).eval()
 
 
+def _granitemoe(**overrides) -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = transformers.GraniteMoeConfig(**_DECODER, num_local_experts=4, num_experts_per_tok=2, **overrides)
+    return transformers.GraniteMoeForCausalLM(config).eval()
+
+
+def _mamba(**overrides) -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = transformers.MambaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, state_size=4, **overrides)
+    return transformers.MambaForCausalLM(config).eval()
+
+
 def _check(onx, model, batch: int, seq: int) -> None:
     report = fx2onnx.validate(onx, model, (), _ids(batch, seq, seed=batch * 10 + seq), atol=1e-4)
     assert report.ok, report
 
 
-@pytest.mark.parametrize("make", [_mixtral, _llama], ids=["mixtral", "llama_use_cache"])
+@pytest.mark.parametrize(
+    "make", [_mixtral, _llama, _granitemoe, _mamba], ids=["mixtral", "llama_use_cache", "granitemoe", "mamba"]
+)
 def test_plain_to_onnx_exports_a_transformers_model(make):
     model = make()
     assert model.config.use_cache  # the default: the output holds a DynamicCache
