@@ -65,7 +65,7 @@ except torch._dynamo.exc.UserError as e:
 
 # %%
 # :func:`fx2onnx.to_onnx` gives the same diagnosis with the name of the
-# dimension when the user named it.
+# dimension when the user named it, and the line which made it a constant.
 
 try:
     fx2onnx.to_onnx(model, (x,), dynamic_shapes={"x": {0: "batch", 1: "seq"}})
@@ -74,6 +74,9 @@ except fx2onnx.ExportError as e:
     hint = next(line for line in str(e).splitlines() if "makes dimension" in line)
     print(hint)
     assert "'seq' (x, axis 1)" in hint
+    where = next(line for line in str(e).splitlines() if "became the constant" in line)
+    print(re.sub(r"\S*[/\\](\w+\.py)", r"\1", where))  # the file name without its folder
+    assert "'seq' (x, axis 1) became the constant 16" in where and "return h + self.positions" in where
 
 # %%
 # Find the line with stop_if_static
