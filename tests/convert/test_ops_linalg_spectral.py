@@ -165,3 +165,13 @@ def test_ormqr(shape, dtype, left, transpose):
     if not left:
         c = c.mT.contiguous()
     check_export(_Ormqr(left, transpose), (a, tau, c), **_tol(dtype))
+
+
+@pytest.mark.parametrize(("shape", "shape2"), [((5, 3), (4, 6)), ((2, 4, 4), (3, 5, 5))])
+def test_geqrf_dynamic(shape, shape2):
+    """torch has no shape function for geqrf: fx2onnx registers one during capture."""
+    ds = ({i: f"d{i}" for i in range(len(shape))},)
+    check_export(
+        Fn(torch.geqrf), (_x(shape, torch.float64),), dynamic_shapes=ds,
+        inputs2=((_x(shape2, torch.float64, seed=7),), None), **_tol(torch.float64),
+    )

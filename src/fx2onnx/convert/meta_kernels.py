@@ -41,7 +41,13 @@ def _histogramdd_from_bin_tensors(x, bins, *, weight=None, density=False):
     return x.new_empty([b.shape[0] - 1 for b in bins])
 
 
+def _geqrf(a):
+    m, n = a.shape[-2], a.shape[-1]
+    return a.new_empty(a.shape), a.new_empty((*a.shape[:-2], torch.sym_min(m, n)))
+
+
 META_KERNELS: dict[str, Callable[..., Any]] = {
+    "geqrf": _geqrf,
     "histogram.bin_ct": _histogram_bin_ct,
     "histogram.bins_tensor": _histogram_bins_tensor,
     "_histogramdd_bin_edges": _histogramdd_bin_edges,
