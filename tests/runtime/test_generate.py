@@ -111,7 +111,8 @@ def test_metadata_pairs_cache_inputs_and_outputs():
     _, onx = exported("llama")
     meta = {p.key: p.value for p in onx.metadata_props}
     pairs = json.loads(meta[CACHE_METADATA_KEY])
-    assert pairs == {f"past_key_values_{kind}_{i}": f"present_{kind}_{i}" for i in range(2) for kind in ("key", "value")}
+    kinds = ("key", "value")
+    assert pairs == {f"past_key_values_{kind}_{i}": f"present_{kind}_{i}" for i in range(2) for kind in kinds}
     generator = OnnxGenerator(onx)
     assert generator.signature.logits == "logits"
     assert generator.signature.has_position_ids and generator.signature.has_attention_mask

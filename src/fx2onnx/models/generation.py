@@ -41,18 +41,23 @@ def compare_generation(model: torch.nn.Module, onx: Any, new_tokens: int = NEW_T
     vocab = int(getattr(config, "vocab_size", 1024) or 1024)
     batch, length = PROMPTS
     ids = torch.randint(3, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
-    generation_config = copy.deepcopy(model.generation_config)
-    generation_config.update(do_sample=False, max_new_tokens=new_tokens,
-                             eos_token_id=None, pad_token_id=0, num_beams=1)
+    original = model.generation_config
+    # no end of sequence: transformers replaces the values a generation_config argument leaves at
+    # their defaults (eos_token_id=None) by the model's own, so the model's copy is changed
+    model.generation_config = copy.deepcopy(original)
+    model.generation_config.eos_token_id = None
     step = "fx2onnx.generate"
     try:
         got = generate(onx, ids, new_tokens)
         step = "transformers generate"
         with torch.no_grad():
-            expected = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=generation_config)
+            expected = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, num_beams=1,
+                                      max_new_tokens=new_tokens, pad_token_id=0)
     except Exception as e:  # noqa: BLE001 - a failure is a result of the row
         result["error"] = f"{step}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
         return result
+    finally:
+        model.generation_config = original
     if expected.shape != got.shape:
         result["error"] = f"transformers returned {tuple(expected.shape)} tokens, fx2onnx.generate {tuple(got.shape)}"
         return result

@@ -184,8 +184,6 @@ class OnnxGenerator:
         pad_token_id: int | None = None,
     ) -> Any:
         """Greedy decoding; see :func:`fx2onnx.generate`."""
-        import onnxruntime
-
         ids, mask, as_torch = _check_inputs(input_ids, attention_mask, max_new_tokens)
         sig = self.signature
         if not sig.has_position_ids and (mask == 0).any():
@@ -256,14 +254,14 @@ class OnnxGenerator:
 def _check_inputs(input_ids: Any, attention_mask: Any, max_new_tokens: int) -> tuple[np.ndarray, np.ndarray, bool]:
     """``(ids, mask, as_torch)``: int64 contiguous arrays, and whether the caller gave torch tensors."""
     as_torch = type(input_ids).__module__.startswith("torch")
-    ids = np.ascontiguousarray(input_ids.numpy() if as_torch else np.asarray(input_ids)).astype(np.int64)
+    ids = np.ascontiguousarray(input_ids.detach().cpu().numpy() if as_torch else np.asarray(input_ids)).astype(np.int64)
     if ids.ndim != 2 or ids.shape[1] == 0:
         raise ValueError(f"input_ids must be a 2D tensor (batch, prompt length > 0), got shape {ids.shape}.")
     if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}.")
     if attention_mask is None:
         return ids, np.ones(ids.shape, dtype=np.int64), as_torch
-    mask = attention_mask.numpy() if hasattr(attention_mask, "numpy") else np.asarray(attention_mask)
+    mask = attention_mask.detach().cpu().numpy() if hasattr(attention_mask, "detach") else np.asarray(attention_mask)
     mask = np.ascontiguousarray(mask).astype(np.int64)
     if mask.shape != ids.shape:
         raise ValueError(f"attention_mask has shape {mask.shape}, input_ids {ids.shape}: they must be equal.")
