@@ -76,6 +76,52 @@ def test_llama_default_config_trains():
     assert [r.name for r in backend.runners] == ["g0_forward", "g1_backward"]
 
 
+def test_llama_default_config_with_fusions_and_one_thread():
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2
+    )
+    model = transformers.LlamaForCausalLM(config).train()
+    backend = make_onnxruntime_backend(optimize="onnxruntime", threads=1)
+    _assert_same_steps(model, backend, [_ids(config)])
+    forward = backend.runners[0].model
+    assert sum(n.op_type == "SimplifiedLayerNormalization" for n in forward.graph) == 5  # 2 per layer and the last one
+
+
+def test_bad_optimize_and_threads():
+    with pytest.raises(ValueError, match="Unknown optimization level 'fast'"):
+        make_onnxruntime_backend(optimize="fast")
+    with pytest.raises(ValueError, match="threads must be a positive int"):
+        make_onnxruntime_backend(threads=0)
+
+
+class _Bfloat16Scale(torch.nn.Module):
+    """A bfloat16 0-d weight (recurrent_gemma keeps such one): onnxruntime's numpy bridge has no bfloat16."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(4, 3)
+        self.register_buffer("scale", torch.tensor(1.5, dtype=torch.bfloat16))
+
+    def forward(self, x):
+        return self.linear(x) * self.scale.float()
+
+
+def test_bfloat16_input_and_output():
+    model = _Bfloat16Scale()
+    ref = copy.deepcopy(model)
+    compiled = torch.compile(model, backend=make_onnxruntime_backend())
+    x = torch.randn(5, 4)
+    compiled(x).sum().backward()
+    ref(x).sum().backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=0)
+    with torch.no_grad():
+        doubled = torch.compile(lambda s: (s.float() * 2).to(torch.bfloat16), backend=make_onnxruntime_backend())(model.scale)
+    torch.testing.assert_close(doubled, torch.tensor(3.0, dtype=torch.bfloat16))
+
+
 def _zoo_model(name: str, **overrides) -> torch.nn.Module:
     config = tiny_config(get_architecture(name), **overrides)
     config._attn_implementation = None  # transformers' default (sdpa where the model has it)

@@ -123,8 +123,9 @@ def make_onnxruntime_backend(
     fallback: bool = False,
     target_opset: int = DEFAULT_OPSET,
     dispatcher: Dispatcher | None = None,
-    optimize: bool = False,
+    optimize: bool | str = False,
     decompose: bool = True,
+    threads: int | None = None,
 ) -> OrtBackend:
     """Creates a :func:`torch.compile` backend running the captured graphs on onnxruntime.
 
@@ -142,10 +143,14 @@ def make_onnxruntime_backend(
         :attr:`OrtBackend.fallbacks` keeps the records (:mod:`fx2onnx.backend.fallback`)
     :param target_opset: ONNX opset
     :param dispatcher: user converters, :class:`fx2onnx.Dispatcher`
-    :param optimize: run onnxscript's optimizer on every model (constant folding,
-        dead code); onnxruntime optimizes the graph anyway when it creates a session
+    :param optimize: True runs onnxscript's optimizer on every model (constant folding,
+        dead code; onnxruntime optimizes the graph anyway when it creates a session);
+        a level name of :func:`fx2onnx.optimize` (``"onnxruntime"``: onnxruntime's
+        fused operators) runs that level
     :param decompose: an op without converter is decomposed with torch's core aten
         decompositions when there is one (see :meth:`OrtBackend.decompositions`)
+    :param threads: onnxruntime's ``intra_op_num_threads``; None leaves onnxruntime's
+        default (one thread per physical core), whatever :func:`torch.set_num_threads` says
     :return: the backend, give it to ``torch.compile(model, backend=...)``
 
     .. code-block:: python
@@ -170,6 +175,11 @@ def make_onnxruntime_backend(
         raise TypeError(f"dispatcher must be a fx2onnx.Dispatcher, got {type(dispatcher).__name__}.")
     if not isinstance(target_opset, int) or not 18 <= target_opset <= 23:
         raise ValueError(f"target_opset must be an int in [18, 23], got {target_opset!r}.")
+    from ..optimizer.api import resolve_level
+
+    level = resolve_level(optimize)  # raises on an unknown level name
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive int or None, got {threads!r}.")
     options = BackendOptions(
         dynamic=bool(dynamic),
         providers=tuple(providers),
@@ -178,7 +188,8 @@ def make_onnxruntime_backend(
         fallback=bool(fallback),
         target_opset=target_opset,
         dispatcher=dispatcher,
-        optimize=bool(optimize),
+        optimize=level or False,
+        threads=threads,
         decompose=bool(decompose),
     )
     return OrtBackend(options)

@@ -13,7 +13,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..convert.builder import DEFAULT_OPSET
 from ..convert.graph_module import convert_graph_module
-from ..validation import _as_pair, to_numpy
+from ..validation import _as_pair, run_session, to_numpy
 from .dump import dump_targets, save_dump
 from .fallback import Fallback, report_fallback
 from .training_ops import backend_dispatcher
@@ -32,8 +32,9 @@ class BackendOptions:
     fallback: bool = False
     target_opset: int = DEFAULT_OPSET
     dispatcher: Any = None
-    optimize: bool = False
+    optimize: bool | str = False
     decompose: bool = True
+    threads: int | None = None
 
 
 @dataclasses.dataclass
@@ -42,6 +43,7 @@ class _CachedSession:
     model: ir.Model
     feeds: list[tuple[str, int]]  # (ONNX input name, placeholder index)
     output_layout: list[tuple[str, Any]]
+    bfloat16: bool = False  # onnxruntime's numpy bridge knows no bfloat16: OrtValues then
 
 
 def _expected_output(output: Any) -> Any:
@@ -135,7 +137,7 @@ class GraphRunner:
         begin = time.perf_counter()
         # aot_autograd calls its compilers with its FakeTensorMode active; the graph's
         # constants (get_attr, such as an empty cache's tensor) are real tensors which
-        # become initializers: the conversion runs outside that mode
+        # become initializers, read again by the optimizer: both run outside that mode
         with unset_fake_temporarily():
             model = convert_graph_module(
                 self.gm,
@@ -145,10 +147,14 @@ class GraphRunner:
                 dispatcher=backend_dispatcher(self.options.dispatcher),
                 verbose=max(self.options.verbose - 1, 0),
             )
-        if self.options.optimize:
-            from ..convert.api import optimize_model
+            if self.options.optimize in (True, "default"):
+                from ..convert.api import optimize_model
 
-            optimize_model(model)
+                optimize_model(model)
+            elif self.options.optimize:
+                from ..optimizer.api import optimize
+
+                optimize(model, level=self.options.optimize)
         self.conversion_time += time.perf_counter() - begin
         if self.options.verbose:
             print(f"[fx2onnx.backend] {self.name}: {len(self.gm.graph.nodes)} FX nodes -> {len(model.graph)} ONNX nodes")
@@ -191,6 +197,8 @@ class GraphRunner:
         proto = ir.to_proto(model)
         opts = onnxruntime.SessionOptions()
         opts.log_severity_level = 3
+        if self.options.threads is not None:
+            opts.intra_op_num_threads = self.options.threads
         try:
             session = onnxruntime.InferenceSession(proto.SerializeToString(), opts, providers=list(self.options.providers))
         except Exception as e:
@@ -204,6 +212,7 @@ class GraphRunner:
             model=model,
             feeds=[(name, index) for name, index in zip(model.meta["input_names"], model.meta["input_indices"]) if name in wanted],
             output_layout=list(model.meta["output_layout"]),
+            bfloat16=any("bfloat16" in a.type for a in [*session.get_inputs(), *session.get_outputs()]),
         )
 
     def __call__(self, *args: Any) -> list[Any]:
@@ -225,7 +234,7 @@ class GraphRunner:
         self._stage = "run"
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
         feeds = {name: to_numpy(_as_pair(args[index])) for name, index in cached.feeds}
-        results = cached.session.run(None, feeds)
+        results = run_session(cached.session, feeds) if cached.bfloat16 else cached.session.run(None, feeds)
         outputs: list[Any] = []
         for (kind, value), expected in zip(cached.output_layout, self._expected):
             if kind != "onnx":
