@@ -1,0 +1,237 @@
+"""Every task of transformers' auto mappings beyond text, with tiny configurations.
+
+:mod:`fx2onnx.models.discover` covers the text models (causal, masked, seq2seq).
+This module reads the other auto mappings a user exports (:data:`TASKS`: vision-language,
+speech, audio and image classification, detection, segmentation, depth, zero-shot image
+classification, video, text-to-audio, documents, time series) and builds a tiny
+configuration for each architecture: the generic overrides of the text zoo
+(:data:`fx2onnx.models.discover.GENERIC_OVERRIDES`) and small image and audio sizes
+(:data:`MEDIA_OVERRIDES`), applied to the configuration and, recursively, to each of
+its sub-configurations (``text_config``, ``vision_config``, ``audio_config``,
+``backbone_config``...). The inputs per task are built by :mod:`fx2onnx.models.task_inputs`.
+
+.. code-block:: python
+
+    from fx2onnx.models.tasks import discover_tasks, tiny_task_model
+
+    archs = discover_tasks(["image-classification"])
+    vit = next(a for a in archs if a.name == "vit")
+    model, config = tiny_task_model(vit)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+#: task -> the auto mappings of transformers listing its architectures
+TASKS: dict[str, tuple[str, ...]] = {
+    "image-text-to-text": ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "MODEL_FOR_VISION_2_SEQ_MAPPING_NAMES"),
+    "speech-seq2seq": ("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",),
+    "ctc": ("MODEL_FOR_CTC_MAPPING_NAMES",),
+    "audio-classification": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES",),
+    "image-classification": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES",),
+    "object-detection": ("MODEL_FOR_OBJECT_DETECTION_MAPPING_NAMES",),
+    "semantic-segmentation": ("MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES",),
+    "instance-segmentation": ("MODEL_FOR_INSTANCE_SEGMENTATION_MAPPING_NAMES",),
+    "universal-segmentation": ("MODEL_FOR_UNIVERSAL_SEGMENTATION_MAPPING_NAMES",),
+    "depth-estimation": ("MODEL_FOR_DEPTH_ESTIMATION_MAPPING_NAMES",),
+    "zero-shot-image-classification": ("MODEL_FOR_ZERO_SHOT_IMAGE_CLASSIFICATION_MAPPING_NAMES",),
+    "video-classification": ("MODEL_FOR_VIDEO_CLASSIFICATION_MAPPING_NAMES",),
+    "text-to-audio": ("MODEL_FOR_TEXT_TO_SPECTROGRAM_MAPPING_NAMES", "MODEL_FOR_TEXT_TO_WAVEFORM_MAPPING_NAMES"),
+    "document-question-answering": ("MODEL_FOR_DOCUMENT_QUESTION_ANSWERING_MAPPING_NAMES",),
+    "time-series": (
+        "MODEL_FOR_TIME_SERIES_CLASSIFICATION_MAPPING_NAMES",
+        "MODEL_FOR_TIME_SERIES_REGRESSION_MAPPING_NAMES",
+        "MODEL_FOR_TIME_SERIES_PREDICTION_MAPPING_NAMES",
+    ),
+}
+
+#: image and audio sizes, applied like the generic overrides (where a configuration has them)
+MEDIA_OVERRIDES: dict[str, Any] = {
+    "image_size": 32,
+    "num_labels": 5,
+    "num_frames": 4,
+    "tubelet_size": 2,
+    "num_mel_bins": 16,
+    "max_length": 64,
+    "max_source_positions": 32,
+    "max_target_positions": 32,
+    "classifier_proj_size": 32,
+    "num_queries": 10,
+}
+
+#: model type -> values replacing the generic ones (only where a configuration needs it)
+TASK_OVERRIDES: dict[str, dict[str, Any]] = {
+    # ViT-like towers: the default patch (16 or 32) leaves too few patches on 32x32 images
+    "vit": dict(patch_size=8),
+    "deit": dict(patch_size=8),
+    "dinov2": dict(patch_size=8),
+    # 4x4 patches pooled into 2x2 image tokens (the default 256 tokens need 16x16 patches at least)
+    "gemma3": dict(mm_tokens_per_image=4, vision_config=dict(patch_size=8)),
+    # the projector maps to projection_dim, which must be the text model's hidden size
+    "paligemma": dict(projection_dim=64, vision_config=dict(projection_dim=64)),
+    # four hidden states feed the four neck stages
+    "dpt": dict(num_hidden_layers=4, backbone_out_indices=[0, 1, 2, 3]),
+    # DETR builds a timm ResNet-50 by default: the ResNet of transformers instead (one block per stage)
+    "detr": dict(use_timm_backbone=False),
+}
+
+
+@dataclasses.dataclass
+class TaskArchitecture:
+    """An architecture of one task: model type, model class, or why it is skipped."""
+
+    task: str
+    name: str
+    model_class_name: str
+    skip: str | None = None
+
+    def config_class(self) -> type:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        return CONFIG_MAPPING[self.name]
+
+    def model_class(self) -> type:
+        import transformers
+
+        return getattr(transformers, self.model_class_name)
+
+
+def _skip_reason(name: str, model_class_name: str) -> str | None:
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
+
+    if name not in CONFIG_MAPPING_NAMES:
+        return "no configuration class registered"
+    if not hasattr(transformers, model_class_name):
+        return f"transformers has no class {model_class_name}"
+    try:
+        CONFIG_MAPPING[name]
+    except Exception as e:  # noqa: BLE001 - an optional dependency missing
+        return f"configuration class cannot be imported ({type(e).__name__})"
+    return None
+
+
+def discover_tasks(tasks: Any = None) -> list[TaskArchitecture]:
+    """Every architecture of each task of :data:`TASKS` (all of them by default), once per task,
+    in the order of the mappings, with a skip reason where it cannot be built."""
+    from transformers.models.auto import modeling_auto
+
+    archs = []
+    for task in tasks or TASKS:
+        if task not in TASKS:
+            raise ValueError(f"Unknown task {task!r}, expected one of {sorted(TASKS)}.")
+        seen: set[str] = set()
+        for mapping_name in TASKS[task]:
+            for name, class_name in getattr(modeling_auto, mapping_name, {}).items():
+                if name in seen:
+                    continue
+                seen.add(name)
+                class_name = class_name if isinstance(class_name, str) else class_name[0]
+                archs.append(TaskArchitecture(task, name, class_name, _skip_reason(name, class_name)))
+    return archs
+
+
+def get_task_architecture(task: str, name: str) -> TaskArchitecture:
+    """The architecture ``name`` of ``task`` (a ValueError naming the task's architectures if absent)."""
+    archs = discover_tasks([task])
+    for arch in archs:
+        if arch.name == name:
+            return arch
+    raise ValueError(f"{name!r} is not an architecture of {task!r}: {[a.name for a in archs]}")
+
+
+def _tiny_values(config: Any, name: str | None = None) -> dict[str, Any]:
+    """The overrides of one configuration, its sub-configurations given as dictionaries
+    of their own overrides (recursively)."""
+    from .discover import GENERIC_OVERRIDES, _has, _small_layer_types
+
+    values = {k: v for k, v in {**GENERIC_OVERRIDES, **MEDIA_OVERRIDES}.items() if _has(config, k)}
+    if getattr(config, "sliding_window", 0) is None:
+        values.pop("sliding_window", None)
+    n_layers = next((values[k] for k in ("num_hidden_layers", "num_layers") if k in values), None)
+    layer_types = getattr(config, "layer_types", None)
+    if isinstance(layer_types, (list, tuple)) and layer_types and n_layers and _has(config, "layer_types"):
+        values["layer_types"] = _small_layer_types(list(layer_types), n_layers)
+    for key in ("depths", "encoder_layers_per_stage"):
+        if isinstance(getattr(config, key, None), (list, tuple)) and _has(config, key):
+            values[key] = [1] * len(getattr(config, key))  # one block per stage
+            # a staged network: its number of stages follows its lists (ConvNeXt maps
+            # num_hidden_layers to num_stages)
+            values.pop("num_hidden_layers", None)
+            values.pop("num_layers", None)
+    for key in getattr(type(config), "sub_configs", None) or {}:
+        sub = getattr(config, key, None)
+        if sub is not None and hasattr(sub, "to_dict") and key != "rope_parameters":
+            values[key] = {**sub.to_dict(), **_tiny_values(sub, getattr(sub, "model_type", None))}
+    for key, value in (TASK_OVERRIDES.get(name, {}) if name else {}).items():
+        if isinstance(value, dict) and isinstance(values.get(key), dict):
+            values[key] = {**values[key], **value}  # a sub-configuration: merged
+        else:
+            values[key] = value
+    _placeholders_in_vocabulary(config, values)
+    return values
+
+
+#: the special tokens of a vision-language model which must be ids of the text vocabulary
+_PLACEHOLDERS = (
+    "image_token_id", "image_token_index", "video_token_id", "boi_token_index", "eoi_token_index",
+    "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
+)
+
+
+def _placeholders_in_vocabulary(config: Any, values: dict[str, Any]) -> None:
+    """Moves the placeholder tokens (``image_token_id``...) beyond the tiny vocabulary to its last ids."""
+    text = values.get("text_config")
+    vocab = text.get("vocab_size") if isinstance(text, dict) else values.get("vocab_size")
+    if not vocab:
+        return
+    last = vocab - 1
+    for key in _PLACEHOLDERS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value >= vocab:
+            values[key] = last
+            last -= 1
+
+
+def tiny_task_config(arch: TaskArchitecture, **overrides: Any) -> Any:
+    """The default configuration of ``arch`` with small sizes, its sub-configurations too.
+
+    Falls back to the default configuration with ``num_labels=5`` only when the
+    configuration class refuses the overrides (its validation ties sizes together).
+    """
+    config_class = arch.config_class()
+    values = {**_tiny_values(config_class(), arch.name), **overrides}
+    try:
+        config = config_class(**values)
+    except Exception:  # noqa: BLE001 - a configuration validating its sizes otherwise
+        config = config_class(num_labels=5, **overrides)
+    config._attn_implementation = "eager"
+    return config
+
+
+def tiny_task_model(arch: TaskArchitecture, seed: int = 0, **overrides: Any) -> tuple[Any, Any]:
+    """``(model, config)`` of ``arch`` in eval mode, weights seeded: the matrices get a
+    variance of 1 / fan-in (with the small initializations of transformers the outputs of
+    deep convolutional networks vanish and any export would compare as right)."""
+    import torch
+
+    config = tiny_task_config(arch, **overrides)
+    torch.manual_seed(seed)
+    model = arch.model_class()(config).eval()
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2 and p.dtype.is_floating_point:
+                p.copy_(torch.randn(p.shape, generator=generator) / p[0].numel() ** 0.5)
+    return model, config
+
+
+def count_by_task(archs: list[TaskArchitecture]) -> dict[str, tuple[int, int]]:
+    """task -> (architectures discovered, of which buildable: no skip reason)."""
+    counts: dict[str, tuple[int, int]] = {}
+    for arch in archs:
+        total, ok = counts.get(arch.task, (0, 0))
+        counts[arch.task] = (total + 1, ok + (arch.skip is None))
+    return counts
