@@ -33,8 +33,11 @@ def test_page_lists_generation_differences():
         _row("mamba", dict(new_tokens=20, matched=0, equal=False, first_difference=None,
                            error="fx2onnx.generate: ValueError: cache_params")),
     ]
-    text = page_text(rows, {}, [])
+    no_generate = dict(_row("qwen2", None))
+    no_generate.pop("generate")
+    text = page_text(rows + [no_generate], {}, [])
     assert "1 of the 3 decoders compared generate the same tokens:" in text
+    assert "1 other decoders whose cache row matches were computed before the column existed" in text
     assert "* ``olmo``: 31/40 new tokens equal, the first difference at new token 11" in text
     assert "* ``mamba``: fx2onnx.generate: ValueError: cache\\_params" in text
     assert "✔ 40/40" in text and "✘ 31/40" in text and "✘ error" in text

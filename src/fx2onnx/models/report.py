@@ -268,12 +268,17 @@ def _generation_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
         return lines + ["No row has its generation compared yet.", ""]
     equal = [r for r in done if r["generate"]["equal"]]
     tokens = done[0]["generate"]["new_tokens"]
+    candidates = [r for r in rows if r["exporter"] == "to_onnx" and r["cache"] and r["success"]
+                  and r["kind"] == "causal"]
+    missing = len(candidates) - len(done)
+    pending = (f" {missing} other decoders whose cache row matches were computed before the column existed: "
+               "their cell stays empty until their rows are computed again." if missing > 0 else "")
     lines += [
         f"For every decoder whose ``to_onnx`` export with a cache matches eager, :func:`fx2onnx.generate` "
         f"generates {tokens} new tokens on the ONNX model (two prompts of 8 tokens, greedy) and "
         "``model.generate(do_sample=False)`` on the eager model (column *generate*: the new tokens equal, "
-        f"out of {2 * tokens}; ``–``: not compared). {len(equal)} of the {len(done)} decoders compared "
-        "generate the same tokens" + (":" if len(equal) < len(done) else "."),
+        f"out of {2 * tokens}; ``–``: not compared).{pending} {len(equal)} of the {len(done)} decoders "
+        "compared generate the same tokens" + (":" if len(equal) < len(done) else "."),
         "",
     ]
     for r in done:

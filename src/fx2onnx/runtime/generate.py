@@ -116,9 +116,9 @@ def _initial_shape(info: Any, batch_dim: Any) -> tuple[int, ...]:
     growing = [i for i, d in enumerate(shape) if not isinstance(d, int) and not (i == 0 and batched)]
     if len(growing) != 1:
         raise ValueError(
-            f"Cache input {info.name!r} of shape {shape}: a key/value cache has one dynamic axis beside the "
-            f"batch ({batch_dim!r}, the first dimension of input_ids), its length, empty before the first "
-            f"token; this one has {len(growing)} (a recurrent state has no empty value the loop could start from)."
+            f"Cache input {info.name!r} of shape {shape} is not a key/value cache: the loop starts from an empty "
+            f"cache, which needs one dynamic axis beside the batch ({batch_dim!r}), this one has {len(growing)}. "
+            "A recurrent state (state-space models) is not supported."
         )
     return tuple(-1 if i == 0 and batched else 0 if i in growing else int(d) for i, d in enumerate(shape))
 
