@@ -23,14 +23,14 @@ class IndexFill(torch.nn.Module):
         return x.index_fill(1, index, -1.0)
 
 
-class LogDet(torch.nn.Module):
+class FakeQuantize(torch.nn.Module):
     def forward(self, x):
-        return torch.logdet(x @ x.transpose(-1, -2) + torch.eye(x.shape[-1]))
+        return torch.fake_quantize_per_tensor_affine(x, 0.1, 0, 0, 255)
 
 
 def test_ops_of_these_tests_have_no_builtin_converter():
     # if a converter is added later, pick other ops for these tests
-    for op in (aten.diag_embed.default, aten.hardshrink.default, aten.index_fill.int_Scalar, aten._linalg_slogdet.default):
+    for op in (aten.diag_embed.default, aten.hardshrink.default, aten.index_fill.int_Scalar, aten.fake_quantize_per_tensor_affine_cachemask.default):
         assert lookup(op) is None, op
 
 
@@ -82,12 +82,13 @@ def test_preserving_restores_torch_kernels():
 
 
 def test_not_decomposable_still_raises_unsupported():
-    # logdet -> linalg_slogdet -> _linalg_slogdet, which has neither a converter nor a decomposition
-    with pytest.raises(fx2onnx.UnsupportedOpError, match="'aten::_linalg_slogdet'") as info:
-        fx2onnx.to_onnx(LogDet(), (torch.randn(3, 3),))
+    # fake_quantize_per_tensor_affine -> its _cachemask form, which has neither a converter nor a decomposition
+    op = aten.fake_quantize_per_tensor_affine_cachemask.default
+    with pytest.raises(fx2onnx.UnsupportedOpError, match="'aten::fake_quantize_per_tensor_affine_cachemask'") as info:
+        fx2onnx.to_onnx(FakeQuantize(), (torch.randn(3, 3),))
     message = str(info.value)
-    assert "Dispatcher" in message and "torch.logdet" in message, message
-    assert decompositions_for([aten._linalg_slogdet.default]) == {}
+    assert "Dispatcher" in message and "torch.fake_quantize_per_tensor_affine" in message, message
+    assert decompositions_for([op]) == {}
 
 
 def test_decompose_false_raises_for_the_original_op():
