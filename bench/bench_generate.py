@@ -90,12 +90,14 @@ def main(argv=None) -> list[dict]:
             model_us=times.decode_model / times.decode_steps * 1e6,
             overhead_us=times.overhead_per_token * 1e6,
             overhead_share=times.overhead_share,
+            median_overhead_us=times.median_overhead * 1e6,
         ))
     for row in rows:
         extra = ""
         if "equal" in row:
             extra = (f"  tokens equal {row['equal']}, decode step {row['step_us']:.0f} us (model {row['model_us']:.0f} "
-                     f"us, loop overhead {row['overhead_us']:.0f} us = {row['overhead_share']:.1%})")
+                     f"us, loop overhead {row['overhead_us']:.0f} us = {row['overhead_share']:.1%}, "
+                     f"median {row['median_overhead_us']:.0f} us)")
         print(f"{row['runtime']:<32} {row['tokens_per_s']:8.1f} tokens/s{extra}")
     return rows
 

@@ -137,6 +137,7 @@ def test_numpy_path_and_session(tmp_path):
     times = generator.last_times
     assert times.decode_steps == NEW_TOKENS - 1
     assert 0 < times.decode_model < times.decode_total and 0 < times.overhead_share < 1
+    assert len(times.step_overheads) == NEW_TOKENS - 1 and 0 < times.median_overhead < times.decode_total
 
 
 def test_optimized_model_generates_the_same():

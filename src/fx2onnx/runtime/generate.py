@@ -136,6 +136,8 @@ class GenerationTimes:
     decode_total: float = 0.0
     decode_model: float = 0.0
     decode_steps: int = 0
+    #: seconds outside the model's run, one per decode step
+    step_overheads: list[float] = dataclasses.field(default_factory=list)
 
     @property
     def tokens_per_second(self) -> float:
@@ -147,6 +149,11 @@ class GenerationTimes:
     def overhead_per_token(self) -> float:
         """Seconds per decoded token spent outside the model's run."""
         return (self.decode_total - self.decode_model) / self.decode_steps if self.decode_steps else float("nan")
+
+    @property
+    def median_overhead(self) -> float:
+        """Median of the seconds per decode step outside the model's run (robust to a busy machine)."""
+        return float(np.median(self.step_overheads)) if self.step_overheads else float("nan")
 
     @property
     def overhead_share(self) -> float:
@@ -238,6 +245,7 @@ class OnnxGenerator:
                 times.decode_total += elapsed
                 times.decode_model += model_time
                 times.decode_steps += 1
+                times.step_overheads.append(elapsed - model_time)
             if not unfinished.any():
                 break
         binding.clear_binding_inputs()
