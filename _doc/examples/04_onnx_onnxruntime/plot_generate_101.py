@@ -129,9 +129,9 @@ assert 0 < times.overhead_share < 1
 assert onnx.checker.check_model(onx) is None
 
 # %%
-# A step of the tiny model lasts about a hundred microseconds: the few dozens of
-# microseconds of the loop weigh much more here than beside the milliseconds of a
-# real LLM's step.
+# The step of the tiny model is short: the microseconds the loop adds weigh more
+# here than beside the milliseconds of a real LLM's step (``bench/bench_generate.py``
+# measures a few percent on the benchmark Llama, hidden size 512 and 32000 tokens).
 
 fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
 ax[0].bar(list(speeds), list(speeds.values()), color=["#8172b2", "#55a868"])
