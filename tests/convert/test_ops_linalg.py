@@ -291,3 +291,12 @@ def test_zero_size_matrices(name, fn, shapes):
     """Matrices with no rows or columns: the results torch gives (empty, or identities)."""
     inputs = tuple(torch.zeros(*s) for s in shapes)
     check_export(Fn(fn) if len(inputs) == 1 else Fn2(fn), inputs)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_det_float64(shape):
+    """onnxruntime's Det has no float64 kernel: the LU gives it."""
+    a = seeded_randn(*shape, seed=10).double()
+    check_export(Fn(torch.linalg.det), (a,), **_tol(torch.float64))
+    singular = torch.tensor([[1.0, 2, 3], [2, 4, 6], [1, 1, 1]], dtype=torch.float64)
+    check_export(Fn(torch.det), (torch.stack([singular, -singular.T, torch.eye(3, dtype=torch.float64)]),), **_tol(torch.float64))

@@ -458,3 +458,20 @@ def convert_linalg_matrix_exp(ctx, node, a):
         return [c.op.Where(c.op.Less(i, steps), c.op.MatMul(e, e), e)]
 
     return loop(ctx, node, "squarings", most, [(result, dtype)], square)[0]
+
+
+def determinant(ctx, node, a):
+    """``det`` as the product of ``U``'s diagonal times the sign of the row permutation
+    (onnxruntime's ``Det`` has no float64 kernel)."""
+    dtype = _dtype(node)
+    lu, _, pivots, _ = lu_factor(ctx, node, a, dtype)
+    diag = diagonal(ctx, lu)
+    swapped = ctx.op.Not(ctx.op.Equal(pivots, arange(ctx, size(ctx, pivots, -1))))
+    flips = sum_last(ctx, ctx.cast(swapped, dtype), dtype)
+    odd = ctx.op.Sub(flips, ctx.op.Mul(ctx.const(2, dtype), ctx.op.Floor(ctx.op.Div(flips, ctx.const(2, dtype)))))
+    sign = ctx.op.Sub(ctx.const(1, dtype), ctx.op.Mul(ctx.const(2, dtype), odd))
+
+    def multiply(c, k, product):
+        return [c.op.Mul(product, gather(c, diag, k, axis=-1))]
+
+    return loop(ctx, node, "product", size(ctx, a, -1), [(sign, dtype)], multiply)[0]

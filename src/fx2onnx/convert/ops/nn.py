@@ -565,6 +565,10 @@ def convert_kron(ctx, node, a, b):
 
 @converter(aten.linalg_det.default, aten.det.default)
 def convert_det(ctx, node, x):
+    if fake_of(node.args[0]).dtype == torch.float64:
+        from .linalg import determinant  # onnxruntime's Det has no float64 kernel
+
+        return determinant(ctx, node, x)
     return ctx.op.Det(x)
 
 
