@@ -144,28 +144,10 @@ def test_one_pass_without_the_llava_patch_freezes_the_number_of_images(llava, mo
         monkeypatch.undo()
 
 
-def _is_all_true(ctx, node, x):
-    """``aten::_is_all_true`` (the check of the placeholder count) while fx2onnx has no converter for it."""
-    import onnx
-
-    as_int = ctx.op.Cast(x, to=onnx.TensorProto.INT32)
-    return ctx.op.Cast(ctx.op.ReduceMin(as_int, keepdims=0), to=onnx.TensorProto.BOOL)
-
-
 def test_one_pass_exports_with_a_dynamic_number_of_images(llava):
-    from fx2onnx.convert.registry import lookup
-
     vlm = llava
-    builtin = lookup(torch.ops.aten._is_all_true.default) is not None
-    dispatcher = None if builtin else fx2onnx.Dispatcher({"aten::_is_all_true": _is_all_true})
     with fx2onnx.torch_export_patches(patch_transformers=True):
-        onx = fx2onnx.to_onnx(
-            vlm.model,
-            (),
-            kwargs=one_pass_inputs(vlm, 2, 1, 5),
-            dynamic_shapes=ONE_PASS_SHAPES,
-            dispatcher=dispatcher,
-        )
+        onx = fx2onnx.to_onnx(vlm.model, (), kwargs=one_pass_inputs(vlm, 2, 1, 5), dynamic_shapes=ONE_PASS_SHAPES)
     dims = [d.dim_param or d.dim_value for d in onx.graph.input[1].type.tensor_type.shape.dim]
     assert dims == ["images", 3, vlm.image_size, vlm.image_size]
     for batch, images_per_prompt, text in [(3, 2, 4), (1, 3, 2), (2, 1, 5)]:
