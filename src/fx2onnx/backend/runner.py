@@ -238,7 +238,7 @@ class GraphRunner:
         outputs: list[Any] = []
         for (kind, value), expected in zip(cached.output_layout, self._expected):
             if kind != "onnx":
-                outputs.append(value)
+                outputs.append(args[value] if kind == "input" else value)
                 continue
             t = _ort_to_torch(results[value])
             if expected in (int, float, bool):

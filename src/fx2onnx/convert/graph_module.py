@@ -102,8 +102,15 @@ def convert_graph_module(
     if not isinstance(fx_outputs, (list, tuple)):
         fx_outputs = [fx_outputs]
     layout: list[tuple[str, Any]] = []
-    for value, fx_out in zip(outputs, fx_outputs):
-        if isinstance(value, ir.Value):
+    given_back = [isinstance(f, torch.fx.Node) and f.op == "placeholder" and isinstance(v, ir.Value) for v, f in zip(outputs, fx_outputs)]
+    computed = any(isinstance(v, ir.Value) and not back for v, back in zip(outputs, given_back))
+    for value, fx_out, back in zip(outputs, fx_outputs, given_back):
+        if back and computed:
+            # an input given back as it is (a weight aot_autograd saves for backward): the
+            # caller returns its own tensor, no copy through an Identity node (kept when the
+            # model would have no output otherwise)
+            layout.append(("input", placeholders.index(fx_out)))
+        elif isinstance(value, ir.Value):
             name = fx_out.name if isinstance(fx_out, torch.fx.Node) else None
             out = builder.add_output(value, name)
             if out is not value:
@@ -136,6 +143,7 @@ def graph_module_output_layout(model: ir.Model) -> list[tuple[str, Any]]:
     """How the graph's outputs map to the ONNX outputs of a model built by :func:`convert_graph_module`.
 
     One pair per output of the FX graph: ``("onnx", k)`` for the k-th ONNX output,
+    ``("input", i)`` for the i-th placeholder returned as it is (no ONNX output),
     ``("const", value)`` for a value known at conversion time (None, an int).
     """
     return list(model.meta["output_layout"])
