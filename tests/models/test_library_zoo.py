@@ -55,3 +55,13 @@ def test_library_page():
     assert "lib-timm-vit-to_onnx-batch" in text and "✔ 1e-06" in text
     table = library_summary(rows)
     assert table[0]["run"] == 2 and table[0]["matched"] == 1 and table[0]["exported"] == 1
+
+
+def test_large_model_runs_from_a_file(monkeypatch):
+    """Above LARGE_MODEL parameters the model is saved with external data and run from the file."""
+    import fx2onnx.models.library_zoo as zoo
+
+    monkeypatch.setattr(zoo, "LARGE_MODEL", 0)
+    for exporter in ("to_onnx", "dynamo"):
+        row = run_row("timm", "resnet", "test_resnet", exporter, "batch")
+        assert row["success"], row

@@ -49,8 +49,8 @@ def _cell(row: dict[str, Any] | None) -> str:
     return f":ref:`✘ {STEP_LETTERS.get(row['step'], '?')} <{_label(row)}>`"
 
 
-def library_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per exporter x shapes: models run (built), captured, exported, matched."""
+def library_summary(rows: Sequence[dict[str, Any]], discovered: int | None = None) -> list[dict[str, Any]]:
+    """Per exporter x shapes: models discovered, run (built), captured, exported, matched."""
     table = []
     for exporter in EXPORTERS:
         for shapes in ("batch", "image"):
@@ -59,7 +59,7 @@ def library_summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 continue
             built = [r for r in mine if r["step"] not in ("config", "model")]
             table.append(dict(
-                exporter=exporter, shapes=shapes, discovered=len(mine), run=len(built),
+                exporter=exporter, shapes=shapes, discovered=discovered or len(mine), run=len(built),
                 captured=sum(r["step"] != "capture" for r in built),
                 exported=sum(r["step"] not in ("capture", "conversion") for r in built),
                 matched=sum(r["success"] for r in mine),
@@ -77,7 +77,7 @@ def library_page(library: str, rows: Sequence[dict[str, Any]], meta: dict[str, A
     lines += [".. list-table:: Models per exporter and shapes", "    :header-rows: 1", "",
               "    * - exporter\n      - shapes\n      - discovered\n      - built\n      - captured\n"
               "      - exported\n      - matched"]
-    for t in library_summary(rows):
+    for t in library_summary(rows, len(meta.get("discovered", {})) or None):
         lines.append(f"    * - ``{t['exporter']}``\n      - {t['shapes']}\n      - {t['discovered']}\n      - {t['run']}"
                      f"\n      - {t['captured']}\n      - {t['exported']}\n      - {t['matched']}")
     lines += ["", "*built*: the tiny model was created and its eager forward ran on both input sets (a model "
@@ -105,6 +105,11 @@ def library_page(library: str, rows: Sequence[dict[str, Any]], meta: dict[str, A
         for r in sorted(failing, key=lambda r: (r["architecture"], r["exporter"], r["shapes"])):
             lines += [f".. _{_label(r)}:", "", f"**{r['architecture']}**, {r['exporter']}, {r['shapes']}, "
                       f"step *{r['step']}*: {error_text(r['error'])}", ""]
+    not_run = sorted(set(meta.get("discovered", {})) - set(names))
+    if not_run:
+        lines += ["Not run yet", "-----------", "",
+                  f"{len(not_run)} discovered entries have no row yet (``--missing`` goes on where the last run "
+                  "stopped): " + ", ".join(f"``{n}``" for n in not_run) + ".", ""]
     not_built = [n for n in names if n not in built]
     if not_built:
         lines += ["Not built yet", "-------------", "",

@@ -21,7 +21,9 @@ import argparse
 import contextlib
 import datetime
 import json
+import os
 import re
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -50,13 +52,28 @@ def _empty_row(library: str, architecture: str, model: str, exporter: str, shape
                 success=False, step=None, error=None, max_abs=None, time=None)
 
 
-def _export(exporter: str, case) -> Any:
+#: models with more parameters are saved with external data and run from the file (a ModelProto
+#: holding every weight cannot be serialized above 2 GB)
+LARGE_MODEL = 200_000_000
+
+
+def _export(exporter: str, case, folder: str) -> Any:
+    """The exported model: a ModelProto, or the path of the saved file for a large model."""
+    import onnx
+
+    large = case.parameters > LARGE_MODEL
+    path = os.path.join(folder, "model.onnx")
     with label_export_step("capture"):
         if exporter == "dynamo":
-            return dynamo_export(case.model, (case.export_input,), case.export_kwargs, case.dynamic_shapes)
-        from ..convert.api import to_onnx
+            onx = dynamo_export(case.model, (case.export_input,), case.export_kwargs, case.dynamic_shapes)
+            if large:
+                onnx.save(onx, path, save_as_external_data=True, location="model.onnx.data")
+        else:
+            from ..convert.api import to_onnx
 
-        return to_onnx(case.model, (case.export_input,), case.export_kwargs, dynamic_shapes=case.dynamic_shapes)
+            onx = to_onnx(case.model, (case.export_input,), case.export_kwargs, dynamic_shapes=case.dynamic_shapes,
+                          filename=path if large else None, external_data=True if large else None)
+    return (onx, path) if large else (onx, onx)
 
 
 def run_row(library: str, architecture: str, model_name: str, exporter: str, shapes: str) -> dict[str, Any]:
@@ -74,9 +91,10 @@ def run_row(library: str, architecture: str, model_name: str, exporter: str, sha
         with torch.no_grad():
             expected = flatten_outputs(case.model(case.check_input, **case.check_kwargs))
         step = "capture"
+        folder = tempfile.TemporaryDirectory()
         try:
             with torch.no_grad():
-                onx = _export(exporter, case)
+                onx, runnable = _export(exporter, case, folder.name)
         except Exception as e:
             step = getattr(e, "step", "conversion")
             raise
@@ -85,7 +103,8 @@ def run_row(library: str, architecture: str, model_name: str, exporter: str, sha
         frozen = read_frozen_inputs(onx)
         if frozen:
             check_frozen_inputs(frozen, case.model, (case.check_input,), case.check_kwargs)
-        got = run_onnx(make_session(onx), (case.check_input,), case.check_kwargs)
+        got = run_onnx(make_session(runnable), (case.check_input,), case.check_kwargs)
+        folder.cleanup()
         report = compare_outputs(expected, got, atol=ATOL, rtol=RTOL)
         row["max_abs"] = float(report.max_abs)
         if report.ok:
@@ -110,10 +129,20 @@ def _failed_row(task: tuple, step: str, error: str, elapsed: float) -> dict[str,
     return row
 
 
+_DISCOVERED: dict[str, dict[str, str]] = {}
+
+
+def discover(library: str) -> dict[str, str]:
+    """``{architecture: model}`` of a library (computed once per process)."""
+    if library not in _DISCOVERED:
+        _DISCOVERED[library] = _libraries()[library][0]()
+    return _DISCOVERED[library]
+
+
 def make_tasks(library: str, only: str | None = None, exporters: Sequence[str] | None = None,
                shapes: Sequence[str] = SHAPES) -> list[tuple]:
     """``(library, architecture, model, exporter, shapes)`` of every discovered model."""
-    discovered = _libraries()[library][0]()
+    discovered = discover(library)
     tasks = []
     for architecture, model_name in sorted(discovered.items()):
         if only and not re.search(only, architecture):
@@ -162,6 +191,7 @@ def build_library_rows(
         with contextlib.suppress(Exception):
             versions[package] = __import__(package).__version__.split("+")[0]
     meta = dict(meta, library=library, date=datetime.date.today().isoformat(), workers=workers, **versions)
+    meta["discovered"] = discover(library)
     meta["command"] = f"python -m fx2onnx.models.library_zoo {library}" + (f" --only '{only}'" if only else "")
 
     def on_row(row: dict[str, Any]) -> None:
