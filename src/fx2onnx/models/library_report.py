@@ -105,16 +105,13 @@ def library_page(library: str, rows: Sequence[dict[str, Any]], meta: dict[str, A
         for r in sorted(failing, key=lambda r: (r["architecture"], r["exporter"], r["shapes"])):
             lines += [f".. _{_label(r)}:", "", f"**{r['architecture']}**, {r['exporter']}, {r['shapes']}, "
                       f"step *{r['step']}*: {error_text(r['error'])}", ""]
-    not_run = sorted(set(meta.get("discovered", {})) - set(names))
+    not_run = sorted(set(meta.get("discovered", {})) - set(built))
     if not_run:
-        lines += ["Not run yet", "-----------", "",
-                  f"{len(not_run)} discovered entries have no row yet (``--missing`` goes on where the last run "
-                  "stopped): " + ", ".join(f"``{n}``" for n in not_run) + ".", ""]
-    not_built = [n for n in names if n not in built]
-    if not_built:
-        lines += ["Not built yet", "-------------", "",
-                  f"{len(not_built)} discovered entry points have no tiny configuration yet: "
-                  + ", ".join(f"``{n}``" for n in not_built) + ".", ""]
+        why = ("no tiny configuration yet (``fx2onnx.models.diffusers_models.TINY``)" if library == "diffusers"
+               else "not run yet (``--missing`` goes on where the last run stopped)")
+        lines += ["Without rows", "------------", "",
+                  f"{len(not_run)} of the {len(meta['discovered'])} discovered entries have no row, {why}: "
+                  + ", ".join(f"``{n}``" for n in not_run) + ".", ""]
     return "\n".join(lines)
 
 
