@@ -27,7 +27,7 @@ $(PY):
 $(STAMP): requirements-docs.txt pyproject.toml | $(PY)
 	$(PY) -m pip install -r requirements-docs.txt
 	$(PY) -m pip install --no-deps -e .
-	$(PY) -m fx2onnx.torchvision_cpu --install
+	$(PY) -c "from fx2onnx.torchvision_cpu import write_pth_file; print(write_pth_file())"
 	touch $(STAMP)
 
 html: $(STAMP)

@@ -18,8 +18,7 @@ implementation, as torchvision does without its extension). No file of torchvisi
 
 :func:`install_import_hook` runs it on the first ``import torchvision`` of a process, whoever
 imports it (transformers, timm, a user's script). ``make`` installs the hook into the virtual
-environment with ``python -m fx2onnx.torchvision_cpu --install``: a one-line ``.pth`` file of
-its ``site-packages`` which imports nothing but this small module (torch is imported only when
+environment with :func:`write_pth_file`: a one-line ``.pth`` file of its ``site-packages`` which imports nothing but this small module (torch is imported only when
 torchvision is).
 
 .. code-block:: python
@@ -138,10 +137,3 @@ def write_pth_file(site_packages: str | Path | None = None) -> Path:
     code = "try:\\n from fx2onnx.torchvision_cpu import install_import_hook\\n install_import_hook()\\nexcept ImportError:\\n pass"
     path.write_text(f'import sys; exec("{code}")\n', encoding="utf-8")
     return path
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] == ["--install"]:
-        print(f"torchvision import hook written in {write_pth_file()}")
-    else:
-        print(f"usage: python -m fx2onnx.torchvision_cpu --install ({ensure_torchvision()})")
