@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import json
 import os
 import re
 import tempfile
@@ -31,7 +30,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..runner import dynamo_export, first_line, label_export_step, run_tasks, sources_hash
-from .zoo import ATOL, EXPORTERS, RTOL
+from .zoo import ATOL, EXPORTERS, RTOL, load_rows, save_rows
 
 #: the sizes a row makes dynamic
 SHAPES = ("batch", "image")
@@ -170,18 +169,12 @@ def _key(row: dict[str, Any]) -> tuple:
 
 def load_library_rows(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``(rows, meta)`` of a rows file (empty when it does not exist)."""
-    path = Path(path)
-    if not path.exists():
-        return [], {}
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return data["rows"], data.get("meta", {})
+    return load_rows(path)
 
 
 def save_library_rows(rows: Sequence[dict[str, Any]], path: str | Path, meta: dict[str, Any]) -> None:
     """Writes the rows sorted by architecture, exporter and shapes, one a line."""
-    body = ",\n".join(json.dumps(r, sort_keys=True) for r in sorted(rows, key=_key))
-    Path(path).write_text('{"meta": ' + json.dumps(meta, indent=1, sort_keys=True) + ',\n"rows": [\n'
-                          + body + "\n]}\n", encoding="utf-8")
+    save_rows(list(rows), path, meta, key=_key)
 
 
 def build_library_rows(

@@ -219,9 +219,9 @@ def load_rows(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return data["rows"], data.get("meta", {})
 
 
-def save_rows(rows: list[dict[str, Any]], path: str | Path, meta: dict[str, Any]) -> None:
-    """Writes rows sorted by architecture, exporter and cache, one row a line."""
-    rows = sorted(rows, key=lambda r: (r["architecture"], r["exporter"], r["cache"]))
+def save_rows(rows: list[dict[str, Any]], path: str | Path, meta: dict[str, Any], key=None) -> None:
+    """Writes rows sorted by ``key`` (architecture, exporter and cache by default), one row a line."""
+    rows = sorted(rows, key=key or (lambda r: (r["architecture"], r["exporter"], r["cache"])))
     body = ",\n".join(json.dumps(r, sort_keys=True) for r in rows)
     Path(path).write_text('{"meta": ' + json.dumps(meta, indent=1, sort_keys=True) + ',\n"rows": [\n'
                           + body + "\n]}\n", encoding="utf-8")
