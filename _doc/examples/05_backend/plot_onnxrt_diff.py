@@ -87,7 +87,8 @@ for name in raw:
 # ``torch.onnx.export`` exports that same graph with the recorded inputs. Its
 # inputs have other names, the comparison maps them by position. ``torch.onnx.export``
 # folds what static shapes make constant (positions, mask indices): those results
-# exist only in the backend's model, every result of the other one is found there.
+# exist only in the backend's model, every result of the other one is found there,
+# but the copies of the weights the graph returns unchanged.
 
 warnings.filterwarnings("ignore")
 logging.getLogger("torch.onnx").setLevel(logging.ERROR)
@@ -100,7 +101,12 @@ print(fw_diff.summary())
 start = next(k for k, r in enumerate(fw_diff.rows) if r.op_type1 == "Softmax")
 print(fw_diff.to_text(start=start - 4, max_rows=8, show_values=False))
 assert fw_diff.first_divergence is None and fw_diff.count("diff") == 0
-assert fw_diff.count("only2") == 0 and fw_diff.count("same") >= len(other.graph.node)
+# the weights the forward graph returns as they are (saved for the backward pass) are handed
+# back by the backend without any node; torch.onnx.export copies each with an Identity
+passthrough = [r for r in fw_diff.rows if r.status == "only2"]
+print(f"inputs returned as they are: {len(passthrough)}")
+assert all(r.op_type2 == "Identity" for r in passthrough)
+assert fw_diff.count("same") >= len(other.graph.node) - len(passthrough)
 
 # %%
 # The loss, first output of both models, is the same.
