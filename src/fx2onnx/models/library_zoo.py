@@ -196,7 +196,9 @@ def build_library_rows(
             versions[package] = __import__(package).__version__.split("+")[0]
     meta = dict(meta, library=library, date=datetime.date.today().isoformat(), workers=workers, **versions)
     meta["discovered"] = discover(library)
-    meta["command"] = f"python -m fx2onnx.models.library_zoo {library}" + (f" --only '{only}'" if only else "")
+    meta["command"] = (f"python -m fx2onnx.models.library_zoo {library}" + (f" --only '{only}'" if only else "")
+                       + ("" if tuple(shapes) == SHAPES else " --shapes " + " ".join(shapes))
+                       + (" --missing" if missing_only else ""))
 
     def on_row(row: dict[str, Any]) -> None:
         row["hash"] = key
