@@ -172,6 +172,7 @@ def checkpoint_weights(
     A tied weight absent from the checkpoint (``lm_head.weight`` tied to the embeddings) is
     read under the name of the tensor it is tied to; a checkpoint of the base model (or of
     the model with a head) is matched by removing (adding) the model's ``base_model_prefix``.
+
     :param names: the names which must be found (default: every parameter); a name found
         nowhere raises a KeyError naming it
     :param dtype: cast the floating point tensors to this type while reading
