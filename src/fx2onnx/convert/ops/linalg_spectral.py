@@ -199,14 +199,20 @@ def _eps(dtype) -> float:
     return float(torch.finfo(dtype).eps)
 
 
-def jacobi_eigh(ctx, node, a, dtype):
-    """``(w, V)`` of a symmetric batch ``a``: ``a = V diag(w) V^T``, ``w`` unsorted."""
+def _jacobi_start(ctx, a, dtype):
+    """What both Jacobi sweeps start from: the size ``n`` of the last axis, ``arange(n)``, the
+    pairs (p, q) and their count, the identity and its broadcast over the batch, the squared tolerance."""
     n = size(ctx, a, -1)
     index = arange(ctx, n)
     ps, qs, count = _pairs(ctx, n)
     identity = eye(ctx, n, n, dtype)
     v0 = broadcast_batch(ctx, identity, a)
-    tol2 = ctx.const(_eps(dtype) ** 2, dtype)
+    return n, index, ps, qs, count, identity, v0, ctx.const(_eps(dtype) ** 2, dtype)
+
+
+def jacobi_eigh(ctx, node, a, dtype):
+    """``(w, V)`` of a symmetric batch ``a``: ``a = V diag(w) V^T``, ``w`` unsorted."""
+    n, index, ps, qs, count, identity, v0, tol2 = _jacobi_start(ctx, a, dtype)
 
     def rotation(c, t, x, v):
         p, q = c.op.Gather(ps, t, axis=0), c.op.Gather(qs, t, axis=0)
@@ -274,12 +280,7 @@ def convert_linalg_eigh_public(ctx, node, a, UPLO="L"):
 
 def jacobi_svd_tall(ctx, node, a, dtype):
     """``(W, V)``: ``A V = W`` with orthogonal columns (``a`` has at least as many rows as columns)."""
-    n = size(ctx, a, -1)
-    index = arange(ctx, n)
-    ps, qs, count = _pairs(ctx, n)
-    identity = eye(ctx, n, n, dtype)
-    v0 = broadcast_batch(ctx, identity, a)
-    tol2 = ctx.const(_eps(dtype) ** 2, dtype)
+    n, index, ps, qs, count, identity, v0, tol2 = _jacobi_start(ctx, a, dtype)
 
     def rotation(c, t, w, v):
         p, q = c.op.Gather(ps, t, axis=0), c.op.Gather(qs, t, axis=0)
