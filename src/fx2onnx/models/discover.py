@@ -166,15 +166,11 @@ _NON_TEXT_SUBCONFIGS = ("vision_config", "audio_config", "speech_config", "image
                         "vq_config", "encoder_config", "depth_decoder_config", "audio_encoder_config")
 
 
-@dataclasses.dataclass
-class Architecture:
-    """An architecture of transformers: its model type, kind and classes, or why it is skipped."""
+class TransformersClasses:
+    """The configuration and model classes of a model type ``name`` with a ``model_class_name``."""
 
     name: str
-    kind: str
-    config_class_name: str
     model_class_name: str
-    skip: str | None = None
 
     def config_class(self) -> type:
         """The configuration class (imported from transformers)."""
@@ -187,6 +183,17 @@ class Architecture:
         import transformers
 
         return getattr(transformers, self.model_class_name)
+
+
+@dataclasses.dataclass
+class Architecture(TransformersClasses):
+    """An architecture of transformers: its model type, kind and classes, or why it is skipped."""
+
+    name: str
+    kind: str
+    config_class_name: str
+    model_class_name: str
+    skip: str | None = None
 
 
 def _mappings() -> list[tuple[str, dict[str, str]]]:

@@ -24,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .discover import TransformersClasses
+
 #: task -> the auto mappings of transformers listing its architectures
 TASKS: dict[str, tuple[str, ...]] = {
     "image-text-to-text": ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "MODEL_FOR_VISION_2_SEQ_MAPPING_NAMES"),
@@ -79,23 +81,13 @@ TASK_OVERRIDES: dict[str, dict[str, Any]] = {
 
 
 @dataclasses.dataclass
-class TaskArchitecture:
+class TaskArchitecture(TransformersClasses):
     """An architecture of one task: model type, model class, or why it is skipped."""
 
     task: str
     name: str
     model_class_name: str
     skip: str | None = None
-
-    def config_class(self) -> type:
-        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-        return CONFIG_MAPPING[self.name]
-
-    def model_class(self) -> type:
-        import transformers
-
-        return getattr(transformers, self.model_class_name)
 
 
 def _skip_reason(name: str, model_class_name: str) -> str | None:
