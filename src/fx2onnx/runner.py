@@ -2,7 +2,8 @@
 
 * :func:`run_tasks` runs one function over a list of tasks, each in a worker
   process with a timeout: a task that hangs, crashes its process or exhausts
-  its memory becomes a failed row, the run goes on.
+  its memory becomes a failed row, the run goes on; a worker whose task ran out of
+  memory is replaced before the next task.
 * :func:`sources_hash` keys a results cache on the sources of fx2onnx and the
   versions of the packages the results depend on.
 
@@ -21,6 +22,7 @@ import hashlib
 import io
 import multiprocessing
 import os
+import re
 import sys
 import time
 from importlib import metadata
@@ -126,8 +128,21 @@ def _limit_memory(gigabytes: float | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+#: an error of a row matching this leaves its worker suspect (oneDNN fails with "could not create a
+#: primitive" at every later eager run after a MemoryError): the worker is replaced after that row
+OUT_OF_MEMORY = re.compile(r"MemoryError|out of memory|bad_alloc|can't allocate memory|Cannot allocate memory"
+                           r"|could not create a primitive", re.I)
+
+
+def out_of_memory(row: Any) -> bool:
+    """True when the ``error`` of a row says the process ran out of memory (see :data:`OUT_OF_MEMORY`)."""
+    error = row.get("error") if isinstance(row, dict) else None
+    return isinstance(error, str) and OUT_OF_MEMORY.search(error) is not None
+
+
 def _worker_main(conn, run_one: Callable[[Any], dict], failed_row: Callable, memory_gb: float | None) -> None:
-    """A worker process: runs the tasks it receives until it receives None."""
+    """A worker process: runs the tasks it receives until it receives None; sends ``(row, replace)``,
+    ``replace`` when the task ran out of memory (the process may be left broken)."""
     import torch
 
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -144,14 +159,16 @@ def _worker_main(conn, run_one: Callable[[Any], dict], failed_row: Callable, mem
         if task is None:
             return
         begin = time.perf_counter()
+        replace = False
         try:
             row = run_one(task)
         except MemoryError:
             row = failed_row(task, "crash", f"MemoryError: the task needs more than {memory_gb} GB",
                              time.perf_counter() - begin)
+            replace = True
         except Exception as e:  # noqa: BLE001 - a bug in the runner itself, reported as a row
             row = failed_row(task, "crash", first_line(e), time.perf_counter() - begin)
-        conn.send(row)
+        conn.send((row, replace or out_of_memory(row)))
 
 
 def first_line(exc: BaseException, limit: int = 300) -> str:
@@ -237,8 +254,10 @@ def _run_in_workers(tasks, run_one, failed_row, workers, timeout, bar, max_tasks
                 elapsed = time.perf_counter() - w.started
                 if w.conn in ready:
                     try:
-                        results[index] = w.conn.recv()
+                        results[index], replace = w.conn.recv()
                         w.done += 1
+                        if replace:  # a fresh process for the next task
+                            w.restart()
                     except (EOFError, OSError):
                         w.process.join(5)
                         code = w.process.exitcode

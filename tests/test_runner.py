@@ -1,0 +1,46 @@
+"""The shared runner: a worker whose task ran out of memory is replaced before the next task."""
+
+from __future__ import annotations
+
+import os
+
+from fx2onnx.runner import out_of_memory, run_tasks
+
+#: set by a task which ran out of memory: the process stays broken (as oneDNN after a MemoryError)
+BROKEN = False
+
+
+def _run_one(task: str) -> dict:
+    global BROKEN
+    if BROKEN:
+        return dict(task=task, pid=os.getpid(), error="RuntimeError: could not create a primitive")
+    if task == "raise":  # the worker catches it
+        BROKEN = True
+        raise MemoryError
+    if task == "caught":  # the task catches it and reports it in its row (as the zoos do)
+        BROKEN = True
+        return dict(task=task, pid=os.getpid(), error="MemoryError: std::bad_alloc")
+    return dict(task=task, pid=os.getpid(), error=None)
+
+
+def _failed_row(task: str, step: str, error: str, elapsed: float) -> dict:
+    return dict(task=task, pid=None, error=error, step=step)
+
+
+def test_worker_replaced_after_out_of_memory():
+    tasks = ["a", "raise", "b", "caught", "c", "d"]
+    rows = run_tasks(tasks, _run_one, _failed_row, workers=1, timeout=60, progress=False, mp_context="fork")
+    assert [r["task"] for r in rows] == tasks
+    assert rows[1]["step"] == "crash" and rows[1]["error"].startswith("MemoryError")
+    assert rows[3]["error"] == "MemoryError: std::bad_alloc"
+    # the tasks after an out-of-memory one run in a fresh process
+    assert [r["error"] for r in rows if r["task"] in "abcd"] == [None] * 4
+    pids = [r["pid"] for r in rows]
+    assert pids[0] != pids[2] and pids[2] == pids[3] and pids[3] != pids[4] and pids[4] == pids[5]
+
+
+def test_out_of_memory_rows():
+    assert out_of_memory(dict(error="RuntimeError: DefaultCPUAllocator: can't allocate memory: you tried..."))
+    assert out_of_memory(dict(error="RuntimeError: could not create a primitive"))
+    assert not out_of_memory(dict(error="TypeError: unsupported operand"))
+    assert not out_of_memory(dict(error=None)) and not out_of_memory(None)
