@@ -7,8 +7,9 @@ names are kept to label the ONNX dimensions.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from typing import Any
+from typing import Any, Iterator
 
 import sympy
 import torch
@@ -148,14 +149,58 @@ def prepare_dynamic_shapes(
     except TypeError as e:
         raise TypeError(f"The inputs do not match the signature of {type(model).__name__}.forward: {e}") from e
     combined: dict[str, Any] = {}
+    var_keyword: tuple[str, list[str]] | None = None  # forward(**name): its name and the keys received
     for name, value in bound.arguments.items():
         kind = inspect.signature(forward).parameters[name].kind
         if kind == inspect.Parameter.VAR_KEYWORD:
             combined.update(value)
-        elif kind == inspect.Parameter.VAR_POSITIONAL:
-            combined[name] = value
+            var_keyword = (name, list(value))
         else:
             combined[name] = value
+    if var_keyword and isinstance(dynamic_shapes, dict) and isinstance(dynamic_shapes.get(var_keyword[0]), dict) \
+            and var_keyword[0] not in combined:
+        # torch.export's nested form {"kwargs": {"x": ...}}: flattened like the inputs
+        dynamic_shapes = {**{k: v for k, v in dynamic_shapes.items() if k != var_keyword[0]},
+                          **dynamic_shapes[var_keyword[0]]}
+    # flat, by input name: capture gives forward(**kwargs) an explicit signature (explicit_keywords)
+    return _convert_specs(combined, dynamic_shapes, names), names
+
+
+@contextlib.contextmanager
+def explicit_keywords(model: torch.nn.Module, args: tuple, kwargs: dict) -> Iterator[None]:
+    """Gives ``model.forward(..., **kwargs)`` a signature naming the keyword inputs received, while
+    torch.export runs. torch.export cannot apply dynamic shapes to the entries of ``**kwargs``
+    (``AssertionError: Must provide a tree_name``); with named parameters it can, the dynamic
+    shapes being given by input name like for any other forward."""
+    forward = model.forward
+    signature = inspect.signature(forward)
+    params = list(signature.parameters.values())
+    var = [p for p in params if p.kind == inspect.Parameter.VAR_KEYWORD]
+    extra = [k for k in kwargs if k not in signature.parameters]
+    if not var or not extra:
+        yield
+        return
+    named = [p for p in params if p.kind != inspect.Parameter.VAR_KEYWORD]
+    named += [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY) for k in extra]
+
+    def forward_with_names(*a: Any, **kw: Any) -> Any:
+        return forward(*a, **kw)
+
+    forward_with_names.__signature__ = signature.replace(parameters=named)  # type: ignore[attr-defined]
+    had_attribute = "forward" in model.__dict__
+    model.forward = forward_with_names  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if had_attribute:
+            model.forward = forward  # type: ignore[method-assign]
+        else:
+            del model.forward
+
+
+def _convert_specs(combined: dict[str, Any], dynamic_shapes: Any, names: dict[int, dict[int, str | None]]) -> Any:
+    """The specs of ``dynamic_shapes`` (a dict by input name or a sequence in the order of
+    ``combined``) with strings replaced by Dim.DYNAMIC, checked against the inputs."""
     if isinstance(dynamic_shapes, dict):
         unknown = set(dynamic_shapes) - set(combined)
         if unknown:
@@ -176,7 +221,7 @@ def prepare_dynamic_shapes(
         )
     else:
         raise ValueError(f"dynamic_shapes must be a dict, a tuple or a list, got {type(dynamic_shapes).__name__}.")
-    return converted, names
+    return converted
 
 
 def symbol_names(
@@ -290,7 +335,7 @@ def capture(
         ds, axis_names = prepare_dynamic_shapes(model, args, kwargs, dynamic_shapes)
         _check_caches(args, kwargs)
         try:
-            with missing_meta_kernels(), record_specializations() as specialized:
+            with missing_meta_kernels(), record_specializations() as specialized, explicit_keywords(model, args, kwargs):
                 ep = torch.export.export(model, tuple(args), kwargs=dict(kwargs), dynamic_shapes=ds, strict=strict)
         except Exception as e:
             first = _first_lines(e)
