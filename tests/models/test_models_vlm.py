@@ -154,3 +154,24 @@ def test_one_pass_exports_with_a_dynamic_number_of_images(llava):
         inputs = one_pass_inputs(vlm, batch, images_per_prompt, text, seed=batch)
         report = fx2onnx.validate(onx, vlm.model, (), inputs, atol=1e-4)
         assert report.ok, ((batch, images_per_prompt, text), report)
+
+
+def test_gemma3_decoder_with_sliding_layers_exported_below_the_window():
+    """Window 4, exported with a cache of 2 (below the window): right for caches longer than the
+    window and in a greedy loop crossing it. The sliding layers' length has its own name: with
+    ``past_seq`` for every layer, onnxruntime took the lengths as equal and failed past the window
+    ('Shape mismatch attempting to re-use buffer')."""
+    vlm = tiny_gemma3(sliding_window=4)
+    onx = export_text_decoder(vlm, batch=2, seq=3, past=2)
+    names = {i.name: [d.dim_param for d in i.type.tensor_type.shape.dim] for i in onx.graph.input}
+    assert names["past_key_values_key_0"][2] == "sliding_seq" and names["past_key_values_key_1"][2] == "past_seq"
+    with fx2onnx.torch_export_patches(patch_torch=False):
+        for batch, seq, past in [(3, 1, 8), (1, 5, 2), (2, 2, 3)]:
+            inputs = decoder_inputs(vlm, batch, seq, past, seed=past)
+            report = fx2onnx.validate(onx, TextDecoder(vlm.model), (), inputs)
+            assert report.ok, (batch, seq, past, report)
+    ids = prompt_ids(vlm, 2, 1, 3, seed=2)
+    pixel_values = vision_inputs(vlm, 2, seed=2)
+    expected, _ = greedy_eager(vlm, ids, pixel_values, 6)
+    got, _ = greedy_onnx(vlm, make_session(export_vision_encoder(vlm)), make_session(onx), ids, pixel_values, 6)
+    assert torch.equal(got, expected)

@@ -111,9 +111,8 @@ def tiny_gemma3(seed: int = 0, num_layers: int = 2, sliding_window: int | None =
 
     Every text layer attends to all tokens unless ``sliding_window`` is given: then
     the layers alternate a sliding layer of that window and a full one, as Gemma 3
-    does. The text decoder with sliding layers is exported right only for caches
-    whose total length is the example's (the sliding cache slices its states by the
-    window): not the split :func:`export_text_decoder` can serve for generation yet.
+    does; a sliding layer keeps at most ``sliding_window - 1`` positions, so its cache
+    length has its own name in :func:`decoder_dynamic_shapes` (``sliding_seq``).
     """
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3TextConfig, SiglipVisionConfig
 
@@ -315,12 +314,19 @@ def decoder_inputs(vlm: TinyVLM, batch: int, seq: int, past: int, seed: int = 0)
 
 
 def decoder_dynamic_shapes(vlm: TinyVLM) -> dict[str, Any]:
-    """Dynamic shapes of :class:`TextDecoder`: ``batch``, ``seq``, ``past_seq`` and
-    ``total_seq`` (the mask)."""
+    """Dynamic shapes of :class:`TextDecoder`: ``batch``, ``seq``, ``past_seq``,
+    ``total_seq`` (the mask) and ``sliding_seq`` for the layers of a sliding window
+    (their cache stops growing at the window: one name for both lengths would tell
+    onnxruntime they are equal, and they are not once the cache is longer than the window)."""
+    kinds = getattr(vlm.config.text_config, "layer_types", None) or ["full_attention"] * vlm.num_layers
     shapes = {
         "inputs_embeds": {0: "batch", 1: "seq"},
         "attention_mask": {0: "batch", 1: "total_seq"},
-        "past_key_values": [{0: "batch", 2: "past_seq"} for _ in range(2 * vlm.num_layers)],
+        "past_key_values": [
+            {0: "batch", 2: "sliding_seq" if kind == "sliding_attention" else "past_seq"}
+            for kind in kinds[: vlm.num_layers]
+            for _ in range(2)
+        ],
     }
     if vlm.token_type_ids:
         shapes["token_type_ids"] = {0: "batch", 1: "seq"}
