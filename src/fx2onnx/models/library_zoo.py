@@ -34,6 +34,8 @@ from .zoo import ATOL, EXPORTERS, RTOL, load_rows, save_rows
 
 #: the sizes a row makes dynamic
 SHAPES = ("batch", "image")
+#: the sizes a library's rows make dynamic when they are not all of :data:`SHAPES`
+LIBRARY_SHAPES = {"tasks": ("batch",)}
 #: files which do not change the rows
 NOT_KEYED = ("models/report.py", "models/library_report.py", "__main__.py")
 
@@ -41,14 +43,24 @@ NOT_KEYED = ("models/report.py", "models/library_report.py", "__main__.py")
 def _libraries() -> dict[str, tuple[Callable[[], dict[str, str]], Callable[..., Any]]]:
     """library -> (discovery: {architecture: model}, builder(model, shapes) -> a case)."""
     from .diffusers_models import build_diffusers_model, diffusers_classes
+    from .task_inputs import build_task_case, task_entries
     from .timm_models import build_timm_model, timm_families
 
-    return {"timm": (timm_families, build_timm_model), "diffusers": (diffusers_classes, build_diffusers_model)}
+    return {"timm": (timm_families, build_timm_model), "diffusers": (diffusers_classes, build_diffusers_model),
+            "tasks": (task_entries, build_task_case)}
+
+
+def _args(value: Any) -> tuple:
+    """The positional inputs of a case: none for a model taking keywords only (the tasks)."""
+    return () if value is None else (value,)
 
 
 def _empty_row(library: str, architecture: str, model: str, exporter: str, shapes: str) -> dict[str, Any]:
-    return dict(library=library, architecture=architecture, model=model, exporter=exporter, shapes=shapes,
-                success=False, step=None, error=None, max_abs=None, time=None)
+    row = dict(library=library, architecture=architecture, model=model, exporter=exporter, shapes=shapes,
+               success=False, step=None, error=None, max_abs=None, time=None)
+    if library == "tasks":  # architecture: task/model_type
+        row["task"] = architecture.split("/", 1)[0]
+    return row
 
 
 #: models with more parameters are saved with external data and run from the file (a ModelProto
@@ -57,21 +69,28 @@ LARGE_MODEL = 200_000_000
 
 
 def _export(exporter: str, case, folder: str) -> Any:
-    """The exported model: a ModelProto, or the path of the saved file for a large model."""
+    """The exported model: a ModelProto, or the path of the saved file for a large model;
+    a transformers model (``case.patch_transformers``) under ``torch_export_patches``, as the
+    transformers zoo exports."""
     import onnx
+
+    from ..patches import torch_export_patches
 
     large = case.parameters > LARGE_MODEL
     path = os.path.join(folder, "model.onnx")
-    with label_export_step("capture"):
+    patches = getattr(case, "patch_transformers", False)
+    with label_export_step("capture"), (
+            torch_export_patches(patch_transformers=True) if patches else contextlib.nullcontext()):
         if exporter == "dynamo":
-            onx = dynamo_export(case.model, (case.export_input,), case.export_kwargs, case.dynamic_shapes)
+            onx = dynamo_export(case.model, _args(case.export_input), case.export_kwargs, case.dynamic_shapes)
             if large:
                 onnx.save(onx, path, save_as_external_data=True, location="model.onnx.data")
         else:
             from ..convert.api import to_onnx
 
-            onx = to_onnx(case.model, (case.export_input,), case.export_kwargs, dynamic_shapes=case.dynamic_shapes,
-                          filename=path if large else None, external_data=True if large else None)
+            onx = to_onnx(case.model, _args(case.export_input), case.export_kwargs,
+                          dynamic_shapes=case.dynamic_shapes, filename=path if large else None,
+                          external_data=True if large else None)
     return (onx, path) if large else (onx, onx)
 
 
@@ -84,11 +103,11 @@ def run_row(library: str, architecture: str, model_name: str, exporter: str, sha
     begin = time.perf_counter()
     step = "config"
     try:
-        case = _libraries()[library][1](architecture if library == "diffusers" else model_name, shapes=shapes)
+        case = _libraries()[library][1](model_name if library == "timm" else architecture, shapes=shapes)
         step = "model"
         row["parameters"] = case.parameters
         with torch.no_grad():
-            expected = flatten_outputs(case.model(case.check_input, **case.check_kwargs))
+            expected = flatten_outputs(case.model(*_args(case.check_input), **case.check_kwargs))
         step = "capture"
         folder = tempfile.TemporaryDirectory()
         try:
@@ -101,8 +120,8 @@ def run_row(library: str, architecture: str, model_name: str, exporter: str, sha
         step = "validation"
         frozen = read_frozen_inputs(onx)
         if frozen:
-            check_frozen_inputs(frozen, case.model, (case.check_input,), case.check_kwargs)
-        got = run_onnx(make_session(runnable), (case.check_input,), case.check_kwargs)
+            check_frozen_inputs(frozen, case.model, _args(case.check_input), case.check_kwargs)
+        got = run_onnx(make_session(runnable), _args(case.check_input), case.check_kwargs)
         folder.cleanup()
         report = compare_outputs(expected, got, atol=ATOL, rtol=RTOL)
         row["max_abs"] = float(report.max_abs)
@@ -112,6 +131,8 @@ def run_row(library: str, architecture: str, model_name: str, exporter: str, sha
             row["error"] = f"discrepancy on the second input set: {report}"
     except Exception as e:  # noqa: BLE001 - every failure is a result
         row["error"] = first_line(e)
+        if step == "config":  # a builder says which of its steps failed (the tasks: model)
+            step = getattr(e, "step", None) or step
     row["step"] = step
     if row["time"] is None:
         row["time"] = time.perf_counter() - begin
@@ -158,8 +179,15 @@ def make_tasks(library: str, only: str | None = None, exporters: Sequence[str] |
         if not buildable(library, architecture):  # listed on the page, without rows
             continue
         for shape in shapes:
+            if shape not in LIBRARY_SHAPES.get(library, SHAPES):
+                continue
             for exporter in exporters or EXPORTERS:
                 tasks.append((library, architecture, model_name, exporter, shape))
+    if library == "tasks":  # round robin over the tasks: a run stopped early leaves no task without rows
+        rank: dict[str, int] = {}
+        for t in tasks:
+            rank.setdefault(t[1], sum(k.split("/")[0] == t[1].split("/")[0] for k in rank))
+        tasks.sort(key=lambda t: (rank[t[1]], t[1]))
     return tasks
 
 
@@ -191,13 +219,14 @@ def build_library_rows(
     if missing_only:
         todo = [t for t in todo if (t[1], t[3], t[4]) not in rows or rows[(t[1], t[3], t[4])]["step"] == "timeout"]
     versions = {}
-    for package in ("torch", "timm", "diffusers", "torchvision"):
+    for package in ("torch", "timm", "diffusers", "torchvision", "transformers"):
         with contextlib.suppress(Exception):
             versions[package] = __import__(package).__version__.split("+")[0]
     meta = dict(meta, library=library, date=datetime.date.today().isoformat(), workers=workers, **versions)
     meta["discovered"] = discover(library)
     meta["command"] = (f"python -m fx2onnx.models.library_zoo {library}" + (f" --only '{only}'" if only else "")
-                       + ("" if tuple(shapes) == SHAPES else " --shapes " + " ".join(shapes))
+                       + ("" if set(LIBRARY_SHAPES.get(library, SHAPES)) <= set(shapes)
+                          else " --shapes " + " ".join(shapes))
                        + (" --missing" if missing_only else ""))
 
     def on_row(row: dict[str, Any]) -> None:
@@ -217,8 +246,8 @@ def build_library_rows(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fx2onnx.models.library_zoo",
-                                     description="timm / diffusers rows of the supported-models page")
-    parser.add_argument("library", choices=["timm", "diffusers"])
+                                     description="timm / diffusers / transformers tasks rows of the models page")
+    parser.add_argument("library", choices=["timm", "diffusers", "tasks"])
     parser.add_argument("--only", help="regular expression on the architecture (timm family, diffusers class)")
     parser.add_argument("--exporters", nargs="*", choices=list(EXPORTERS))
     parser.add_argument("--shapes", nargs="*", choices=list(SHAPES), default=list(SHAPES))

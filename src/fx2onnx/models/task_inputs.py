@@ -4,8 +4,9 @@ Each builder reads the sizes from the configuration (image size and channels of 
 vision part, frames of a video model, mel bins or raw samples of an audio model) and
 returns the keyword inputs of the model's forward for a batch size; the dynamic
 shapes name the batch ``batch`` (``texts`` for the text side of a two-tower model).
-:func:`check_task_architecture` exports one architecture with :func:`fx2onnx.to_onnx`
-(dynamic batch) and compares it with eager on another batch size.
+:func:`build_task_case` makes the tiny model and its two input sets a row of the ``tasks``
+library of :mod:`fx2onnx.models.library_zoo` needs (``python -m fx2onnx.models.library_zoo
+tasks``); :func:`check_task_architecture` runs one such row.
 
 .. code-block:: python
 
@@ -13,13 +14,14 @@ shapes name the batch ``batch`` (``texts`` for the text side of a two-tower mode
     from fx2onnx.models.task_inputs import check_task_architecture
 
     row = check_task_architecture(get_task_architecture("image-classification", "vit"))
-    print(row["status"], row.get("max_abs"))
+    print(row["success"], row["step"], row["max_abs"])
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -150,6 +152,53 @@ def _document_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[di
     return inputs, {k: {0: "batch"} for k in inputs}
 
 
+def _time_series_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``past_values [batch, context (+ the largest lag), channels]`` and, where the forward takes
+    them, the observed mask (all observed) and the time features of the same length."""
+    g = _generator(seed)
+    names = _forward_parameters(model)
+    length = getattr(config, "context_length", None) or 32
+    lags = getattr(config, "lags_sequence", None)
+    if lags:
+        length += max(lags)
+    channels = getattr(config, "num_input_channels", None) or getattr(config, "input_size", None) or 1
+    shape = (batch, length) if "freq" in names or channels == 1 and hasattr(config, "input_size") else (
+        batch, length, channels)
+    inputs = {"past_values": torch.randn(*shape, generator=g)}
+    if "past_observed_mask" in names:
+        inputs["past_observed_mask"] = torch.ones(*shape)
+    if "past_time_features" in names:
+        inputs["past_time_features"] = torch.randn(batch, length, config.num_time_features, generator=g)
+    if "future_time_features" in names and getattr(config, "prediction_length", None):
+        inputs["future_time_features"] = torch.randn(
+            batch, config.prediction_length, config.num_time_features, generator=g)
+    if "freq" in names:  # TimesFM: a frequency class per series
+        inputs["freq"] = torch.zeros(batch, dtype=torch.int64)
+    return inputs, {k: {0: "batch"} for k in inputs}
+
+
+def _text_to_audio_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A few tokens of text; the decoder's start where the forward needs one (mel frames for
+    SpeechT5, tokens for the others) and a speaker embedding where it takes one."""
+    g = _generator(seed)
+    names = _forward_parameters(model)
+    if "input_ids" not in names:
+        raise NotImplementedError(f"{type(model).__name__} takes no input_ids: inputs not built generically")
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    vocab = getattr(text, "vocab_size", None) or getattr(config, "vocab_size", 32)
+    ids = torch.randint(3, min(vocab, 64), (batch, 6), generator=g)
+    inputs = {"input_ids": ids}
+    if "attention_mask" in names:
+        inputs["attention_mask"] = torch.ones_like(ids)
+    if "decoder_input_values" in names and hasattr(config, "num_mel_bins"):
+        inputs["decoder_input_values"] = torch.randn(batch, 4, config.num_mel_bins, generator=g)
+    elif "decoder_input_ids" in names:
+        inputs["decoder_input_ids"] = torch.randint(3, min(vocab, 64), (batch, 3), generator=g)
+    if "speaker_embeddings" in names and getattr(config, "speaker_embedding_dim", None):
+        inputs["speaker_embeddings"] = torch.randn(batch, config.speaker_embedding_dim, generator=g)
+    return inputs, {k: {0: "batch"} for k in inputs}
+
+
 #: task -> builder ``(model, config, batch, seed) -> (inputs, dynamic shapes)``
 BUILDERS: dict[str, Callable[..., tuple[dict[str, Any], dict[str, Any]]]] = {
     **{task: _image_inputs for task in IMAGE_TASKS},
@@ -160,46 +209,109 @@ BUILDERS: dict[str, Callable[..., tuple[dict[str, Any], dict[str, Any]]]] = {
     "zero-shot-image-classification": _two_tower_inputs,
     "image-text-to-text": _image_text_inputs,
     "document-question-answering": _document_inputs,
+    "time-series": _time_series_inputs,
+    "text-to-audio": _text_to_audio_inputs,
 }
 
 
 def build_task_inputs(task: str, model: Any, config: Any, batch: int = 2, seed: int = 0) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(inputs, dynamic_shapes)`` of ``model`` for ``task``; NotImplementedError for a
-    task (text-to-audio, time-series) or a model whose inputs are not built yet."""
+    task or a model whose inputs are not built yet."""
     if task not in BUILDERS:
         raise NotImplementedError(f"inputs for task {task!r} are not built yet")
     return BUILDERS[task](model, config, batch, seed)
 
 
-def check_task_architecture(arch: Any, batch: int = 2, other_batch: int = 3, atol: float = 1e-4) -> dict[str, Any]:
-    """Builds the tiny model of ``arch``, exports it with :func:`fx2onnx.to_onnx` (dynamic
-    batch, inside ``torch_export_patches(patch_transformers=True)``) and compares it with
-    eager on ``other_batch``. Returns a row: ``status`` (``ok``, ``mismatch``, ``inputs``:
-    not built, ``model``: the tiny model or eager failed, ``export``, ``onnxruntime``),
-    ``max_abs``, ``error``, ``export_s``."""
-    from ..convert.api import to_onnx
-    from ..patches import torch_export_patches
-    from ..validation import validate
-    from .tasks import tiny_task_model
+def check_task_architecture(arch: Any, exporter: str = "to_onnx") -> dict[str, Any]:
+    """One row of the ``tasks`` library of :mod:`fx2onnx.models.library_zoo` for ``arch``: its
+    tiny model exported by ``exporter`` with a dynamic batch (2) under
+    ``torch_export_patches(patch_transformers=True)`` and compared with eager on a batch of 3.
+    The row says ``success``, the ``step`` which failed (``config``, ``model``: the tiny model,
+    its inputs or its eager forward, ``capture``, ``conversion``, ``validation``), ``error``
+    and ``max_abs``."""
+    from .library_zoo import run_row
 
-    row: dict[str, Any] = {"task": arch.task, "name": arch.name, "status": "model"}
+    key = task_key(arch.task, arch.name)
+    return run_row(TASKS_LIBRARY, key, arch.model_class_name, exporter, "batch")
+
+
+#: the name of the transformers tasks in :mod:`fx2onnx.models.library_zoo`
+TASKS_LIBRARY = "tasks"
+
+
+def task_key(task: str, name: str) -> str:
+    """The architecture key of a row: ``task/model_type``."""
+    return f"{task}/{name}"
+
+
+def task_entries() -> dict[str, str]:
+    """``{"task/model_type": model class}`` of every (task, architecture) pair discovered."""
+    from .tasks import discover_tasks
+
+    return {task_key(a.task, a.name): a.model_class_name for a in discover_tasks()}
+
+
+@dataclass
+class TaskCase:
+    """A tiny transformers model of one task with the inputs of a zoo row (keyword inputs only)."""
+
+    family: str
+    name: str
+    model: torch.nn.Module
+    export_kwargs: dict
+    check_kwargs: dict
+    dynamic_shapes: dict
+    parameters: int = 0
+    export_input: Any = None
+    check_input: Any = None
+    notes: list = field(default_factory=list)
+    #: exported under ``torch_export_patches(patch_transformers=True)`` by both exporters
+    patch_transformers: bool = True
+
+
+def _at_step(e: Exception, step: str) -> Exception:
+    with contextlib.suppress(AttributeError):
+        e.step = step
+    return e
+
+
+class RandomEagerError(ValueError):
+    """The eager model gives two results on the same inputs (dropout or noise in eval mode):
+    no export can be compared with it."""
+
+
+def _check_deterministic(model: torch.nn.Module, inputs: dict[str, Any]) -> None:
+    from ..validation import compare_outputs, flatten_outputs
+
+    first = flatten_outputs(model(**inputs))
+    report = compare_outputs(first, flatten_outputs(model(**inputs)), atol=0.0, rtol=0.0)
+    if not report.ok:
+        raise RandomEagerError(
+            f"eager gives another result on the same inputs (max abs diff {report.max_abs:.3g}): the model "
+            "samples noise or applies dropout in eval mode, no export can be compared with it")
+
+
+def build_task_case(key: str, shapes: str = "batch", seed: int = 0) -> TaskCase:
+    """The tiny model of ``key`` (``task/model_type``) and its inputs: exported with a batch of 2
+    (dynamic), checked on a batch of 3. An exception raised after the configuration was built
+    carries ``step="model"`` (the model, its inputs or its eager forward failed)."""
+    from .tasks import get_task_architecture, tiny_task_config, tiny_task_model
+
+    if shapes != "batch":
+        raise ValueError(f"the tasks rows only make the batch dynamic, got shapes={shapes!r}.")
+    task, name = key.split("/", 1)
+    arch = get_task_architecture(task, name)
+    if arch.skip:
+        raise ValueError(f"skipped: {arch.skip}")
+    tiny_task_config(arch)
     try:
-        model, config = tiny_task_model(arch)
-        row["status"] = "inputs"
-        inputs, shapes = build_task_inputs(arch.task, model, config, batch, seed=0)
-        inputs2, _ = build_task_inputs(arch.task, model, config, other_batch, seed=1)
-        row["status"] = "model"
+        model, config = tiny_task_model(arch, seed=seed)
+        inputs, dynamic = build_task_inputs(task, model, config, 2, seed=seed)
+        check, _ = build_task_inputs(task, model, config, 3, seed=seed + 1)
         with torch.no_grad():
-            model(**inputs2)
-        row["status"] = "export"
-        begin = time.perf_counter()
-        with torch_export_patches(patch_transformers=True), torch.no_grad():
-            onx = to_onnx(model, (), kwargs=inputs, dynamic_shapes=shapes)
-        row["export_s"] = round(time.perf_counter() - begin, 1)
-        row["status"] = "onnxruntime"
-        report = validate(onx, model, (), inputs2, atol=atol, rtol=1e-3)
-        row["max_abs"] = float(report.max_abs)
-        row["status"] = "ok" if report.ok else "mismatch"
-    except Exception as e:  # noqa: BLE001 - every failure is a result
-        row["error"] = (type(e).__name__ + ": " + str(e)).splitlines()[0][:300]
-    return row
+            model(**inputs)
+            _check_deterministic(model, check)
+    except Exception as e:
+        raise _at_step(e, "model") from None
+    return TaskCase(family=task, name=name, model=model, export_kwargs=inputs, check_kwargs=check,
+                    dynamic_shapes=dynamic, parameters=sum(p.numel() for p in model.parameters()))
