@@ -538,3 +538,32 @@ def test_bad_options():
     with pytest.raises(ValueError, match="prefix"):
         with fx2onnx.dump_onnx(""):
             pass
+
+
+def test_views_saved_for_backward_are_torch_views():
+    """A view of an input or of a computed value given back by the forward graph is not copied by onnxruntime."""
+    torch._dynamo.reset()
+
+    def f(x, w):
+        y = torch.relu(x @ w.t())  # aot_autograd saves t(w) and relu's output (a detach) for backward
+        return (y.view(-1) ** 3).sum() + (y.pow(-1).clamp(-5, 5) + y.pow(2)).sum()  # backward: pow 2, -2, 1
+
+    x = torch.randn(6, 4, requires_grad=True)
+    w = torch.randn(3, 4, requires_grad=True)
+    backend = make_onnxruntime_backend()
+    compiled = torch.compile(f, backend=backend)
+    got = compiled(x, w)
+    got.backward()
+    gx, gw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    expected = f(x, w)
+    expected.backward()
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(gx, x.grad)
+    torch.testing.assert_close(gw, w.grad)
+    forward = backend.runners[0].model
+    views = [value for kind, value in forward.meta["output_layout"] if kind == "view"]
+    assert any(source[0] == "input" for source, _ in views), forward.meta["output_layout"]
+    assert not any(o.producer() is not None and o.producer().op_type == "Transpose" for o in forward.graph.outputs)
+    # pow with the exponents torch computes by products has no Pow node
+    assert not any(n.op_type == "Pow" for r in backend.runners for n in r.model.graph)

@@ -78,6 +78,11 @@ def test_llama_default_config_trains():
     forward = backend.runners[0].model
     assert sum(kind == "input" for kind, _ in forward.meta["output_layout"]) >= 2 * config.num_hidden_layers
     assert not any(n.op_type == "Identity" and n.inputs[0].is_graph_input() for n in forward.graph)
+    # the views it saves (detach, transposed weights, reshaped activations) are torch views, not copies
+    layout = forward.meta["output_layout"]
+    assert sum(kind == "view" for kind, _ in layout) >= 4 * config.num_hidden_layers, layout
+    producers = {o.producer().op_type for o in forward.graph.outputs if o.producer() is not None}
+    assert "Transpose" not in producers, producers
 
 
 def test_llama_default_config_with_fusions_and_one_thread():

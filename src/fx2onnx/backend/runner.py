@@ -146,6 +146,7 @@ class GraphRunner:
                 target_opset=self.options.target_opset,
                 dispatcher=backend_dispatcher(self.options.dispatcher),
                 verbose=max(self.options.verbose - 1, 0),
+                view_outputs=True,  # the views aot_autograd saves for backward are torch views, not copies
             )
             if self.options.optimize in (True, "default"):
                 from ..convert.api import optimize_model
@@ -235,12 +236,26 @@ class GraphRunner:
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
         feeds = {name: to_numpy(_as_pair(args[index])) for name, index in cached.feeds}
         results = run_session(cached.session, feeds) if cached.bfloat16 else cached.session.run(None, feeds)
+        converted: dict[int, torch.Tensor] = {}
+
+        def onnx_output(k: int) -> torch.Tensor:
+            if k not in converted:
+                converted[k] = _ort_to_torch(results[k])
+            return converted[k]
+
         outputs: list[Any] = []
         for (kind, value), expected in zip(cached.output_layout, self._expected):
+            if kind == "view":
+                (source, index), chain = value
+                t = args[index] if source == "input" else onnx_output(index)
+                for target, view_args, view_kwargs in chain:
+                    t = target(t, *view_args, **view_kwargs)
+                outputs.append(t if device.type == "cpu" or source == "input" else t.to(device))
+                continue
             if kind != "onnx":
                 outputs.append(args[value] if kind == "input" else value)
                 continue
-            t = _ort_to_torch(results[value])
+            t = onnx_output(value)
             if expected in (int, float, bool):
                 outputs.append(expected(t.item()))  # a SymInt saved for backward is a Python number
                 continue

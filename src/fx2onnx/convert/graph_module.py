@@ -34,6 +34,59 @@ from .interpreter import DimNamer, Interpreter
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
+aten = torch.ops.aten
+
+#: the operators giving a view of their first argument, torch computes them without a copy
+_VIEW_TARGETS = frozenset(
+    {
+        aten.detach.default,
+        aten.alias.default,
+        aten.t.default,
+        aten.permute.default,
+        aten.transpose.int,
+        aten.view.default,
+        aten._unsafe_view.default,
+        aten.unsqueeze.default,
+        aten.squeeze.dim,
+        aten.squeeze.dims,
+        aten.expand.default,
+    }
+)
+
+
+def _is_constant_arg(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_is_constant_arg(v) for v in value)
+    return value is None or (isinstance(value, (int, float, bool)) and not isinstance(value, _SYMBOLIC))
+
+
+def _view_chain(node: Any) -> tuple[torch.fx.Node, tuple] | None:
+    """(root, chain) when ``node`` is a chain of views with constant arguments over ``root``
+    (a node which is no such view); the chain lists (target, args, kwargs) from the root."""
+    chain = []
+    while (
+        isinstance(node, torch.fx.Node)
+        and node.op == "call_function"
+        and node.target in _VIEW_TARGETS
+        and isinstance(node.args[0], torch.fx.Node)
+        and _is_constant_arg(list(node.args[1:]))
+        and _is_constant_arg(list(node.kwargs.values()))
+    ):
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.is_complex():
+            return None  # a complex value travels as its real pair in ONNX
+        chain.append((node.target, tuple(node.args[1:]), dict(node.kwargs)))
+        node = node.args[0]
+    if not chain or not isinstance(node, torch.fx.Node):
+        return None
+    if node.op != "placeholder":
+        # onnxruntime gives contiguous tensors: the views are those of the graph only when
+        # the value has contiguous strides in the graph too (not a transposed attention output)
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or not val.is_contiguous():
+            return None
+    return node, tuple(reversed(chain))
+
 
 def _placeholder_value(node: torch.fx.Node, example: Any) -> Any:
     """The value describing a placeholder: its example, or the fake value in its meta."""
@@ -58,6 +111,7 @@ def convert_graph_module(
     target_opset: int = DEFAULT_OPSET,
     dispatcher: Dispatcher | None = None,
     verbose: int = 0,
+    view_outputs: bool = False,
 ) -> ir.Model:
     """Converts an FX GraphModule of aten ops into an :class:`onnx_ir.Model`.
 
@@ -71,6 +125,10 @@ def convert_graph_module(
     :param target_opset: ONNX opset of the main domain
     :param dispatcher: user converters (:class:`fx2onnx.Dispatcher`)
     :param verbose: verbosity
+    :param view_outputs: an output which is a view (detach, transpose, view, expand...
+        with constant arguments) of an input or of another computed value is left to
+        the caller (``("view", ...)`` in the layout): the model does not copy it
+        (aot_autograd saves many such views for backward)
     :return: the model; its inputs follow the placeholders that became inputs
         (see :func:`graph_module_input_indices`), its outputs the tensor outputs
         of the graph (see :func:`graph_module_output_layout`)
@@ -103,23 +161,50 @@ def convert_graph_module(
         fx_outputs = [fx_outputs]
     layout: list[tuple[str, Any]] = []
     given_back = [isinstance(f, torch.fx.Node) and f.op == "placeholder" and isinstance(v, ir.Value) for v, f in zip(outputs, fx_outputs)]
-    computed = any(isinstance(v, ir.Value) and not back for v, back in zip(outputs, given_back))
-    for value, fx_out, back in zip(outputs, fx_outputs, given_back):
+    views: dict[int, tuple[torch.fx.Node, tuple]] = {}
+    if view_outputs:
+        for i, (value, fx_out) in enumerate(zip(outputs, fx_outputs)):
+            found = _view_chain(fx_out) if isinstance(value, ir.Value) else None
+            if found is not None and isinstance(env.get(found[0]), ir.Value):
+                views[i] = found
+    computed = any(
+        isinstance(v, ir.Value) and not back and (i not in views or views[i][0].op != "placeholder")
+        for i, (v, back) in enumerate(zip(outputs, given_back))
+    )
+    if not computed:
+        views.clear()  # the model keeps one output at least
+        computed = any(isinstance(v, ir.Value) and not back for v, back in zip(outputs, given_back))
+    onnx_index: dict[torch.fx.Node, int] = {}  # the computed outputs, by node
+
+    def add_output(value: ir.Value, node: Any, reuse: bool = False) -> int:
+        if reuse and node in onnx_index:
+            return onnx_index[node]
+        name = node.name if isinstance(node, torch.fx.Node) else None
+        out = builder.add_output(value, name)
+        if out is not value:
+            out.dtype, out.shape = value.dtype, value.shape
+        if isinstance(node, torch.fx.Node):
+            onnx_index.setdefault(node, len(builder.outputs) - 1)
+        return len(builder.outputs) - 1
+
+    for i, (value, fx_out, back) in enumerate(zip(outputs, fx_outputs, given_back)):
         if back and computed:
             # an input given back as it is (a weight aot_autograd saves for backward): the
             # caller returns its own tensor, no copy through an Identity node (kept when the
             # model would have no output otherwise)
             layout.append(("input", placeholders.index(fx_out)))
+        elif i in views:
+            layout.append(("view", None))  # filled below, once the computed outputs are known
         elif isinstance(value, ir.Value):
-            name = fx_out.name if isinstance(fx_out, torch.fx.Node) else None
-            out = builder.add_output(value, name)
-            if out is not value:
-                out.dtype, out.shape = value.dtype, value.shape
-            layout.append(("onnx", len(builder.outputs) - 1))
+            layout.append(("onnx", add_output(value, fx_out)))
         elif isinstance(value, (list, tuple)) and any(isinstance(v, ir.Value) for v in value):
             raise ConversionError("Nested outputs are not supported by convert_graph_module.", output_node)
         else:
             layout.append(("const", value))
+    for i, (root, chain) in views.items():
+        # a view of an input, or of a computed value (an ONNX output, added if it is not one yet)
+        source = ("input", placeholders.index(root)) if root.op == "placeholder" else ("onnx", add_output(env[root], root, reuse=True))
+        layout[i] = ("view", (source, chain))
     from .api import _version
 
     model = builder.to_model(producer_version=_version())
@@ -144,6 +229,9 @@ def graph_module_output_layout(model: ir.Model) -> list[tuple[str, Any]]:
 
     One pair per output of the FX graph: ``("onnx", k)`` for the k-th ONNX output,
     ``("input", i)`` for the i-th placeholder returned as it is (no ONNX output),
+    ``("view", (source, chain))`` for a view (``view_outputs=True``): ``source`` is
+    ``("onnx", k)`` or ``("input", i)``, ``chain`` the aten view operators to apply to it
+    as ``(target, args, kwargs)``,
     ``("const", value)`` for a value known at conversion time (None, an int).
     """
     return list(model.meta["output_layout"])
