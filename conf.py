@@ -96,8 +96,9 @@ _pattern = os.environ.get("FX2ONNX_GALLERY_PATTERN", "").strip()
 sphinx_gallery_conf = {
     "examples_dirs": "_doc/examples",
     "gallery_dirs": "auto_examples",
-    # only plot_*.py files run; a pattern restricts them further
-    "filename_pattern": rf"/plot_[^/]*(?:{_pattern})" if _pattern else r"/plot_",
+    # only plot_*.py files run; a pattern restricts them further (searched in the file name,
+    # "plot_name.py$" included: the name starts at the lookahead)
+    "filename_pattern": rf"/(?=plot_)[^/]*?(?:{_pattern})" if _pattern else r"/plot_",
     "run_stale_examples": True,
     "abort_on_example_error": True,
     "only_warn_on_example_error": False,
