@@ -51,6 +51,13 @@ def test_tiny_configuration_reaches_the_sub_configurations():
     # a staged network keeps its number of stages (ConvNeXt maps num_hidden_layers to num_stages)
     convnext = tiny_task_config(get_task_architecture("image-classification", "convnext"))
     assert convnext.num_stages == 4 and list(convnext.depths) == [1, 1, 1, 1]
+    # a generic number does not replace a list (Mamba's conv_kernel over wav2vec2's kernel sizes):
+    # the configuration keeps its other small sizes instead of falling back to the default
+    hubert = tiny_task_config(get_task_architecture("audio-classification", "hubert"))
+    assert hubert.hidden_size == 64 and len(hubert.conv_kernel) == 7
+    # a backbone feeding its last hidden states to a neck indexes the layers it has
+    backbone = tiny_task_config(get_task_architecture("depth-estimation", "depth_anything")).backbone_config
+    assert backbone.num_hidden_layers == 4 and list(backbone.out_indices) == [1, 2, 3, 4]
 
 
 def test_image_text_inputs_have_one_placeholder_per_image_feature():

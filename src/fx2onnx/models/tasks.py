@@ -22,6 +22,7 @@ its sub-configurations (``text_config``, ``vision_config``, ``audio_config``,
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from .discover import TransformersClasses
@@ -134,18 +135,35 @@ def get_task_architecture(task: str, name: str) -> TaskArchitecture:
     raise ValueError(f"{name!r} is not an architecture of {task!r}: {[a.name for a in archs]}")
 
 
+def _scalar_over_list(current: Any, value: Any) -> bool:
+    """True where a generic number would replace a list (Mamba's ``conv_kernel=4`` over the seven
+    kernel sizes of wav2vec2's feature encoder): that override is not for this configuration."""
+    return isinstance(current, (list, tuple)) and not isinstance(value, (list, tuple, dict))
+
+
 def _tiny_values(config: Any, name: str | None = None) -> dict[str, Any]:
     """The overrides of one configuration, its sub-configurations given as dictionaries
     of their own overrides (recursively)."""
     from .discover import GENERIC_OVERRIDES, _has, _small_layer_types
 
-    values = {k: v for k, v in {**GENERIC_OVERRIDES, **MEDIA_OVERRIDES}.items() if _has(config, k)}
+    values = {k: v for k, v in {**GENERIC_OVERRIDES, **MEDIA_OVERRIDES}.items()
+              if _has(config, k) and not _scalar_over_list(getattr(config, k, None), v)}
     if getattr(config, "sliding_window", 0) is None:
         values.pop("sliding_window", None)
     n_layers = next((values[k] for k in ("num_hidden_layers", "num_layers") if k in values), None)
-    layer_types = getattr(config, "layer_types", None)
-    if isinstance(layer_types, (list, tuple)) and layer_types and n_layers and _has(config, "layer_types"):
-        values["layer_types"] = _small_layer_types(list(layer_types), n_layers)
+    for key in [k for k in vars(config) if k.endswith("layer_types")]:  # layer_types, mlp_layer_types...
+        layer_types = getattr(config, key, None)
+        if isinstance(layer_types, (list, tuple)) and layer_types and n_layers and _has(config, key):
+            values[key] = _small_layer_types(list(layer_types), n_layers)
+    out_indices = getattr(config, "out_indices", None)
+    if isinstance(out_indices, (list, tuple)) and out_indices and n_layers and (
+            "out_indices" in vars(config) or "_out_indices" in vars(config)):  # a property of the backbones
+        # a backbone feeding k hidden states to a neck: its k last layers (the defaults index the
+        # 12 or 24 layers of the full model)
+        n_layers = max(n_layers, len(out_indices))
+        values["num_hidden_layers"] = n_layers
+        values["out_indices"] = list(range(n_layers - len(out_indices) + 1, n_layers + 1))
+        values["out_features"] = None
     for key in ("depths", "encoder_layers_per_stage"):
         if isinstance(getattr(config, key, None), (list, tuple)) and _has(config, key):
             values[key] = [1] * len(getattr(config, key))  # one block per stage
@@ -195,9 +213,17 @@ def tiny_task_config(arch: TaskArchitecture, **overrides: Any) -> Any:
     """
     config_class = arch.config_class()
     values = {**_tiny_values(config_class(), arch.name), **overrides}
-    try:
-        config = config_class(**values)
-    except Exception:  # noqa: BLE001 - a configuration validating its sizes otherwise
+    config = None
+    for _ in range(4):  # a field the configuration's validation names is dropped, the others kept
+        try:
+            config = config_class(**values)
+            break
+        except Exception as e:  # noqa: BLE001 - a configuration validating its sizes otherwise
+            field = re.search(r"error for field '(\w+)'", str(e))
+            if not field or field.group(1) not in values or field.group(1) in overrides:
+                break
+            values.pop(field.group(1))
+    if config is None:
         config = config_class(num_labels=5, **overrides)
     config._attn_implementation = "eager"
     return config
