@@ -81,8 +81,10 @@ def _bind(name: str, args: tuple, kwargs: dict) -> tuple[torch.Tensor, int | Non
     return x, dim, 1, name in ("max", "argmax")
 
 
-def _tied_rows(x: torch.Tensor, dim: int | None, k: int, largest: bool) -> tuple[int, int]:
-    """Rows whose ``k``-th and ``(k+1)``-th values (in selection order) are equal, and all rows."""
+def _tied_rows(x: torch.Tensor, dim: int | None, k: int, largest: bool, ordered: bool = False) -> tuple[int, int]:
+    """Rows whose ``k``-th and ``(k+1)``-th values (in selection order) are equal, and all rows;
+    ``ordered`` (a sorted ``topk``): also rows with two equal values among the first ``k``, whose
+    indices come in an order the tie decides."""
     if not x.is_floating_point() and x.dtype not in (torch.int32, torch.int64, torch.int16, torch.int8, torch.uint8):
         return 0, 0
     x = x.detach().reshape(-1) if dim is None else x.detach().movedim(dim, -1)
@@ -91,6 +93,8 @@ def _tied_rows(x: torch.Tensor, dim: int | None, k: int, largest: bool) -> tuple
     x = x.reshape(-1, x.shape[-1])
     values = torch.topk(x, k + 1, dim=-1, largest=largest).values  # plain call: the mode is off here
     tied = values[:, k - 1] == values[:, k]
+    if ordered and k > 1:
+        tied = tied | (values[:, 1:k] == values[:, : k - 1]).any(dim=-1)
     return int(tied.sum()), int(tied.numel())
 
 
@@ -106,7 +110,8 @@ class _TieMode(TorchFunctionMode):
             x, dim, k, largest = _bind(name, args, kwargs)
             if name in ("topk", "argmax", "argmin") or isinstance(dim, int):  # max(x) / max(a, b): no index
                 try:
-                    rows, total = _tied_rows(x, dim if isinstance(dim, int) else None, k, largest)
+                    ordered = name == "topk" and bool(args[4] if len(args) > 4 else kwargs.get("sorted", True))
+                    rows, total = _tied_rows(x, dim if isinstance(dim, int) else None, k, largest, ordered)
                 except Exception:  # noqa: BLE001 - a check must never break the run it watches
                     rows, total = 0, 0
                 if rows:

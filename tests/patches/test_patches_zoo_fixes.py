@@ -50,6 +50,17 @@ def test_ties_named_for_a_zero_router():
     assert "break ties differently" in describe_ties(ties)
 
 
+def test_ties_inside_a_sorted_topk_are_reported():
+    """The order of tied values among the k selected ones decides the order of the indices."""
+    x = torch.tensor([[5.0, 3.0, 3.0, 1.0], [4.0, 3.0, 2.0, 1.0]])
+    with record_ties() as ties:
+        torch.topk(x, 3)
+    assert [(t.op, t.rows, t.total) for t in ties] == [("topk", 1, 2)]
+    with record_ties() as ties:
+        torch.topk(x, 3, sorted=False)  # a set: only the boundary (3.0 vs 1.0) matters
+    assert ties == []
+
+
 def test_no_ties_and_right_export_for_a_random_router():
     torch.manual_seed(0)
     model = Router(zero=False).eval()

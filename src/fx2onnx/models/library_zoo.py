@@ -97,6 +97,7 @@ def _export(exporter: str, case, folder: str) -> Any:
 def run_row(library: str, architecture: str, model_name: str, exporter: str, shapes: str) -> dict[str, Any]:
     """Builds, exports and checks one model: one row."""
     from ..frozen import check_frozen_inputs, read_frozen_inputs
+    from ..ties import describe_ties, record_ties
     from ..validation import compare_outputs, flatten_outputs, make_session, run_onnx
 
     row = _empty_row(library, architecture, model_name, exporter, shapes)
@@ -106,7 +107,7 @@ def run_row(library: str, architecture: str, model_name: str, exporter: str, sha
         case = _libraries()[library][1](model_name if library == "timm" else architecture, shapes=shapes)
         step = "model"
         row["parameters"] = case.parameters
-        with torch.no_grad():
+        with torch.no_grad(), record_ties() as ties:
             expected = flatten_outputs(case.model(*_args(case.check_input), **case.check_kwargs))
         step = "capture"
         folder = tempfile.TemporaryDirectory()
@@ -129,6 +130,8 @@ def run_row(library: str, architecture: str, model_name: str, exporter: str, sha
             row["success"], step = True, None
         else:
             row["error"] = f"discrepancy on the second input set: {report}"
+            if ties:  # a mismatch the reference's tie-breaking may explain, said so
+                row["error"] += f"; {describe_ties(ties)}"
     except Exception as e:  # noqa: BLE001 - every failure is a result
         row["error"] = first_line(e)
         if step == "config":  # a builder says which of its steps failed (the tasks: model)

@@ -31,6 +31,8 @@ Each one fixes a failure met with the installed transformers and tiny models:
   (see :mod:`fx2onnx.patches.funnel`).
 * LLaVA's ``get_image_features`` splits the image features into a list per image,
   which specializes the number of images (see :mod:`fx2onnx.patches.llava`).
+* RT-DETR's forward (and its copies: RT-DETR v2, D-FINE, DEIMv2, PP-DocLayout) reads the
+  batch with ``len(source_flatten)``, which specialized it (see :mod:`fx2onnx.patches.detr_batch`).
 * FSMT's ``make_padding_mask`` returns ``None`` when no token is padding
   (``if not padding_mask.any()``): a branch on the data. The patch always returns
   the mask; an all-false mask masks nothing, so the outputs are the same.
@@ -44,6 +46,7 @@ from typing import Any
 import torch
 
 from .registry import Patch, patch_if_imported
+from .detr_batch import DETR_BATCH_FORWARDS, guard_symbolic_len_forward, make_symbolic_len_forward
 
 
 def _make_lazy_initialization(original: Any) -> Any:
@@ -303,6 +306,15 @@ def transformers_patches() -> list[Patch]:
             make=_make_longformer_chunk,
             expected_args=("hidden_states", "window_overlap", "onnx_export"),
             doc="overlapping chunks taken with unfold (the model's onnx_export path), not as_strided of a view",
+        ))
+    for module, model_class in DETR_BATCH_FORWARDS:
+        patches.extend(patch_if_imported(
+            f"transformers.models.{module}.modeling_{module}", f"{model_class}.forward",
+            name=f"{model_class}.forward",
+            make=make_symbolic_len_forward,
+            guard=guard_symbolic_len_forward,
+            doc="len(source_flatten) read as source_flatten.shape[0], which torch.export kept dynamic instead "
+            "of specializing the batch (see fx2onnx.patches.detr_batch)",
         ))
     for target in dynamic_rope_targets():
         class_name = target.split(".")[-2]
