@@ -123,3 +123,34 @@ def test_a_model_random_in_eval_mode_is_not_compared():
     with pytest.raises(RandomEagerError, match="another result on the same inputs"):
         _check_deterministic(torch.nn.Dropout(0.5).train(), {"input": torch.ones(4, 8)})
     _check_deterministic(torch.nn.Dropout(0.5).eval(), {"input": torch.ones(4, 8)})
+
+
+def test_tasks_page_has_a_section_and_counts_per_task():
+    from fx2onnx.models.library_report import task_summary, tasks_page
+    from fx2onnx.models.library_zoo import _empty_row
+
+    def row(key, exporter, step=None, max_abs=None, error=None):
+        r = _empty_row("tasks", key, key.split("/")[1].upper(), exporter, "batch")
+        r.update(success=step is None, step=step, max_abs=max_abs, error=error, parameters=10_000)
+        return r
+
+    rows = [
+        row("image-classification/vit", "to_onnx", max_abs=1e-6),
+        row("image-classification/vit", "dynamo", max_abs=2e-6),
+        row("image-classification/beit", "to_onnx", "conversion", error="UnsupportedOpError: aten::foo"),
+        row("image-classification/beit", "dynamo", "validation", 3.0, "discrepancy on the second input set"),
+        row("text-to-audio/vits", "to_onnx", "model", error="RandomEagerError: eager gives another result"),
+    ]
+    discovered = {r["architecture"]: r["model"] for r in rows} | {"time-series/patchtst": "PatchTST"}
+    meta = {"command": "python -m fx2onnx.models.library_zoo tasks", "date": "2026-11-26", "discovered": discovered}
+    summary = {t["task"]: t for t in task_summary(rows, discovered)}
+    vision = summary["image-classification"]
+    assert (vision["discovered"], vision["built"], vision["captured"]) == (2, 2, 2)
+    assert (vision["to_onnx_exported"], vision["to_onnx_matched"]) == (1, 1)
+    assert (vision["dynamo_exported"], vision["dynamo_matched"]) == (2, 1)
+    assert summary["text-to-audio"]["built"] == 0 and summary["time-series"]["run"] == 0
+    text = tasks_page(rows, meta)
+    for task in ("image-classification", "text-to-audio", "time-series"):
+        assert f".. _lib-tasks-{task}:" in text and f"\n{task}\n{'-' * len(task)}\n" in text
+    assert "lib-tasks-image-classification-beit-to_onnx-batch" in text and "✔ 1e-06" in text
+    assert "Not run yet (1): ``patchtst``" in text

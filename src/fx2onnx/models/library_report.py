@@ -1,4 +1,4 @@
-"""Rows of :mod:`fx2onnx.models.library_zoo` -> one page per library (timm, diffusers).
+"""Rows of :mod:`fx2onnx.models.library_zoo` -> one page per library (timm, diffusers, transformers tasks).
 
 Same conventions as the transformers page (:mod:`fx2onnx.models.report`): a summary per exporter
 and shapes, the failures first, one sortable table, each failing cell linked to its error.
@@ -37,7 +37,7 @@ INTRO = {
 
 
 def _label(row: dict[str, Any]) -> str:
-    name = row["architecture"].replace(".", "-").replace("_", "-")
+    name = row["architecture"].replace(".", "-").replace("_", "-").replace("/", "-")
     return f"lib-{row['library']}-{name}-{row['exporter']}-{row['shapes']}".lower()
 
 
@@ -115,6 +115,99 @@ def library_page(library: str, rows: Sequence[dict[str, Any]], meta: dict[str, A
     return "\n".join(lines)
 
 
+#: what the page of the transformers tasks says of its rows
+TASKS_INTRO = (
+    "Every task of :epkg:`transformers` beyond the text models (:mod:`fx2onnx.models.tasks`): the architectures "
+    "of the auto mappings of each task (``MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES``...), an architecture "
+    "listed by two tasks gets a row in each. Each one is built from a tiny configuration (the sizes of the text "
+    "zoo and small images and spectrograms, applied to every sub-configuration: text, vision, audio, backbone), "
+    "with seeded random weights, and its inputs are built per task (:mod:`fx2onnx.models.task_inputs`: images, "
+    "videos, spectrograms or waveforms, prompts with one placeholder token per image feature, token boxes, time "
+    "series). Exported with a dynamic batch (2) under ``torch_export_patches(patch_transformers=True)``, checked "
+    "against eager on a batch of 3. A model whose eager forward gives two results on the same inputs (dropout or "
+    "noise in eval mode) stops at step *model*: no export can be compared with it."
+)
+
+
+def task_summary(rows: Sequence[dict[str, Any]], discovered: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Per task: architectures discovered, built (the tiny model, its inputs and its eager forward),
+    captured (torch.export succeeded for one exporter at least), exported and matched per exporter."""
+    by_task: dict[str, dict[str, dict[str, Any]]] = {}
+    for key in discovered or {}:
+        by_task.setdefault(key.split("/", 1)[0], {}).setdefault(key, {})
+    for r in rows:
+        by_task.setdefault(r["task"], {}).setdefault(r["architecture"], {})[r["exporter"]] = r
+    table = []
+    for task, archs in sorted(by_task.items()):
+        done = [a for a in archs.values() if a]
+        built = [a for a in done if any(r["step"] not in ("config", "model") for r in a.values())]
+        entry = dict(task=task, discovered=len(archs), run=len(done), built=len(built),
+                     captured=sum(any(r["step"] not in ("capture", "timeout", "crash") for r in a.values())
+                                  for a in built))
+        for exporter in EXPORTERS:
+            mine = [a[exporter] for a in done if exporter in a]
+            entry[f"{exporter}_run"] = len(mine)
+            entry[f"{exporter}_exported"] = sum(r["step"] in ("validation", None) for r in mine)
+            entry[f"{exporter}_matched"] = sum(r["success"] for r in mine)
+        table.append(entry)
+    return table
+
+
+def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """The rst page of the transformers tasks: a summary, then one section per task."""
+    title = "transformers tasks"
+    lines = [title, "=" * len(title), "", TASKS_INTRO, ""]
+    versions = ", ".join(f"{k} {meta[k]}" for k in ("torch", "transformers") if k in meta)
+    lines += [f"Computed by ``{meta.get('command', '?')}`` on {meta.get('date', '?')} ({versions}); the rows are "
+              "committed (``_doc/models/rows_tasks.json``).", ""]
+    summary = task_summary(rows, meta.get("discovered"))
+    head = ["task", "discovered", "run", "built", "captured"] + [
+        f"{e} {what}" for e in EXPORTERS for what in ("exported", "matched")]
+    lines += [".. list-table:: Architectures per task", "    :header-rows: 1", ""]
+    lines.append("    * - " + "\n      - ".join(head))
+    totals = dict.fromkeys(head[1:], 0)
+    for t in summary:
+        cells = [f":ref:`{t['task']} <lib-tasks-{t['task']}>`", t["discovered"], t["run"], t["built"], t["captured"]]
+        cells += [t[f"{e}_{what}"] for e in EXPORTERS for what in ("exported", "matched")]
+        for name, value in zip(head[1:], cells[1:]):
+            totals[name] += value
+        lines.append("    * - " + "\n      - ".join(str(c) for c in cells))
+    lines.append("    * - **all**\n      - " + "\n      - ".join(f"**{v}**" for v in totals.values()))
+    lines += ["", "*run*: the architectures with rows (the others are not run yet); *built*: the tiny model was "
+              "created, its inputs built and its eager forward ran; *captured*: ``torch.export`` captured it for "
+              "one exporter at least; *exported*: the exporter returned a model; *matched*: onnxruntime's results "
+              "on the other batch match eager's.", ""]
+    index = {(r["architecture"], r["exporter"]): r for r in rows}
+    lines += ["✔ and the maximum absolute difference with eager, ✘ and the step which failed "
+              "(" + ", ".join(f"**{letter}** {step}" for step, letter in STEP_LETTERS.items()) + ").", ""]
+    for t in summary:
+        task = t["task"]
+        names = sorted({r["architecture"] for r in rows if r["task"] == task})
+        lines += [f".. _lib-tasks-{task}:", "", task, "-" * len(task), ""]
+        body = []
+        for name in names:
+            mine = [r for r in rows if r["architecture"] == name]
+            params = next((r["parameters"] for r in mine if r.get("parameters")), None)
+            body.append([f"``{name.split('/', 1)[1]}``", f"``{mine[0]['model']}``",
+                         f"{params / 1e6:.2f} M" if params else "?"]
+                        + [_cell(index.get((name, e))) for e in EXPORTERS])
+        if body:
+            lines += grid_table(["architecture", "model class", "parameters"], [("batch", tuple(EXPORTERS))], body,
+                                "fx-matrix fx-sortable fx-filterable")
+        failing = sorted((r for r in rows if r["task"] == task and not r["success"]),
+                         key=lambda r: (r["architecture"], r["exporter"]))
+        if failing:
+            lines += ["Errors:", ""]
+            for r in failing:
+                lines += [f".. _{_label(r)}:", "", f"**{r['architecture'].split('/', 1)[1]}**, {r['exporter']}, "
+                          f"step *{r['step']}*: {error_text(r['error'])}", ""]
+        not_run = sorted(k.split("/", 1)[1] for k in meta.get("discovered", {})
+                         if k.startswith(task + "/") and k not in names)
+        if not_run:
+            lines += [f"Not run yet ({len(not_run)}): " + ", ".join(f"``{n}``" for n in not_run) + ".", ""]
+    return "\n".join(lines)
+
+
 def write_library_pages(rows_by_library: dict[str, tuple[list, dict]], out_dir: str | Path) -> list[str]:
     """Writes ``<library>.rst`` for every library with rows; returns the page names written."""
     out = Path(out_dir)
@@ -124,7 +217,7 @@ def write_library_pages(rows_by_library: dict[str, tuple[list, dict]], out_dir: 
         if not rows:
             continue
         path = out / f"{library}.rst"
-        text = library_page(library, rows, meta)
+        text = tasks_page(rows, meta) if library == "tasks" else library_page(library, rows, meta)
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             path.write_text(text, encoding="utf-8")
         written.append(library)
