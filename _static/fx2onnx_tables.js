@@ -5,7 +5,8 @@
 (function () {
   "use strict";
 
-  // column index of every header cell, colspans and rowspans included
+  // column index of every header cell over one column reaching the last header row
+  // (the sortable ones), colspans and rowspans included
   function headerColumns(thead) {
     const taken = [];
     const result = [];
@@ -18,7 +19,7 @@
           taken[r + dr] = taken[r + dr] || [];
           for (let dc = 0; dc < cell.colSpan; dc++) taken[r + dr][col + dc] = true;
         }
-        if (cell.colSpan === 1) result.push([cell, col]);
+        if (cell.colSpan === 1 && r + cell.rowSpan === thead.rows.length) result.push([cell, col]);
         col += cell.colSpan;
       });
     });

@@ -40,4 +40,6 @@ def test_page_lists_generation_differences():
     assert "1 other decoders whose cache row matches were computed before the column existed" in text
     assert "* ``olmo``: 31/40 new tokens equal, the first difference at new token 11" in text
     assert "* ``mamba``: fx2onnx.generate: ValueError: cache\\_params" in text
-    assert "✔ 40/40" in text and "✘ 31/40" in text and "✘ error" in text
+    # a failing cell links to the section saying why
+    assert "✔ 40/40" in text and ":ref:`✘ 31/40 <mdl-generation>`" in text and ":ref:`✘ error <mdl-generation>`" in text
+    assert ".. _mdl-generation:" in text

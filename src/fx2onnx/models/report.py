@@ -91,7 +91,7 @@ def _cell(row: dict[str, Any] | None) -> str:
     if row is None:
         return "–"
     if not_applicable(row):
-        return "-"
+        return "\\-"  # escaped: a cell holding only "-" is an empty bullet list in rst
     if row["success"]:
         return f"✔ {row['max_abs']:.0e}"
     return f":ref:`✘ {STEP_LETTERS.get(row['step'], '?')} <{_error_label(row)}>`"
@@ -256,14 +256,15 @@ def _generate_cell(row: dict[str, Any] | None) -> str:
     if not result:
         return "–"
     if result.get("error"):
-        return "✘ error"
-    return f"{'✔' if result['equal'] else '✘'} {result['matched']}/{2 * result['new_tokens']}"
+        return ":ref:`✘ error <mdl-generation>`"  # the section lists why
+    text = f"{result['matched']}/{2 * result['new_tokens']}"
+    return f"✔ {text}" if result["equal"] else f":ref:`✘ {text} <mdl-generation>`"
 
 
 def _generation_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     """The generate column explained: how many decoders generate the tokens transformers does."""
     done = sorted((r for r in rows if r.get("generate")), key=lambda r: r["architecture"])
-    lines = _heading("Generation", "-")
+    lines = [".. _mdl-generation:", ""] + _heading("Generation", "-")
     if not done:
         return lines + ["No row has its generation compared yet.", ""]
     equal = [r for r in done if r["generate"]["equal"]]
