@@ -3,8 +3,8 @@
 Both sides are read in slices from their files (the ``.data`` file of the ONNX model, the
 safetensors files of the checkpoint): the memory in use is one slice, whatever the model.
 A checkpoint tensor matches an initializer of the same type and number of elements whose
-bytes hash the same; the optimizer may have stored a small 2-D weight transposed: those
-(below ``transpose_limit`` bytes) are also hashed transposed.
+bytes hash the same; the optimizer may have stored a 2-D weight transposed: a 2-D
+initializer which matches nothing is hashed again transposed, block by block.
 """
 
 from __future__ import annotations
@@ -61,10 +61,26 @@ def _hash_range(path: str, begin: int, end: int) -> str:
     return digest.hexdigest()
 
 
-def _hash_transposed(path: str, begin: int, shape: tuple[int, int], itemsize: int) -> str:
-    """The hash of the transposed 2-D tensor stored at ``begin`` (read whole: small tensors only)."""
-    array = np.fromfile(path, dtype=np.dtype(f"V{itemsize}"), count=shape[0] * shape[1], offset=begin)
-    return hashlib.blake2b(np.ascontiguousarray(array.reshape(shape).T).tobytes(), digest_size=20).hexdigest()
+_UINTS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _hash_transposed(path: str, begin: int, shape: tuple[int, int], itemsize: int, block_bytes: int = 2**28) -> str:
+    """The hash of the transposed 2-D tensor stored at ``begin``: the rows of the transposed
+    tensor are built ``block_bytes`` at a time, each block from the stored rows read 64 MB at a time."""
+    rows, cols = shape
+    dtype = _UINTS[itemsize]
+    digest = hashlib.blake2b(digest_size=20)
+    width = max(1, block_bytes // max(1, rows * itemsize))  # stored columns per block
+    step = max(1, 2**26 // max(1, cols * itemsize))  # stored rows per read
+    for c0 in range(0, cols, width):
+        c1 = min(cols, c0 + width)
+        block = np.empty((c1 - c0, rows), dtype=dtype)
+        for r0 in range(0, rows, step):
+            r1 = min(rows, r0 + step)
+            piece = np.fromfile(path, dtype=dtype, count=(r1 - r0) * cols, offset=begin + r0 * cols * itemsize)
+            block[:, r0:r1] = piece.reshape(r1 - r0, cols)[:, c0:c1].T
+        digest.update(block.data)
+    return digest.hexdigest()
 
 
 def _onnx_initializers(filename: str) -> Iterator[tuple[str, int, tuple[int, ...], str | None, int, int, bytes]]:
@@ -115,59 +131,53 @@ class HashReport:
 
 
 def compare_with_checkpoint(
-    onnx_file: str | os.PathLike, checkpoint: str | os.PathLike, transpose_limit: int = 2**26
+    onnx_file: str | os.PathLike, checkpoint: str | os.PathLike, block_bytes: int = 2**28
 ) -> HashReport:
     """Checks by hash that every tensor of the ``save_pretrained`` folder ``checkpoint`` is an
     initializer of ``onnx_file`` with the same bytes (the same type), and that no initializer of
     the type and size of a checkpoint tensor holds other values, streaming both files.
 
-    :param transpose_limit: 2-D initializers up to this size (bytes) are also hashed
-        transposed (the optimizer folds ``Transpose(weight)`` into a transposed copy)
+    The optimizer folds ``Transpose(weight)`` into a transposed initializer: a 2-D initializer
+    which equals no tensor is hashed again transposed, in blocks of ``block_bytes`` (each block
+    reads the tensor once more): the memory in use stays below ``block_bytes`` plus 64 MB.
     """
     from .checkpoint import checkpoint_files
 
-    found: dict[tuple[int, int, str], bool] = {}  # (onnx type, numel, hash) -> transposed
-    hashes: list[tuple[str, int, int, set[str]]] = []  # per initializer: name, type, numel, its hashes
+    stored: dict[tuple[int, int, str], str] = {}  # (onnx type, numel, hash) -> checkpoint name
     nbytes = 0
-    for name, dtype, shape, path, offset, length, raw in _onnx_initializers(os.fspath(onnx_file)):
-        numel = int(np.prod(shape)) if shape else 1
-        if path is None:
-            digest = hashlib.blake2b(raw, digest_size=20).hexdigest()
-        else:
-            digest = _hash_range(path, offset, offset + length)
-        nbytes += length
-        found.setdefault((dtype, numel, digest), False)
-        digests = {digest}
-        if len(shape) == 2 and length <= transpose_limit and length:
-            itemsize = length // numel
-            if path is None:
-                array = np.frombuffer(raw, dtype=np.dtype(f"V{itemsize}")).reshape(shape)
-                t_digest = hashlib.blake2b(np.ascontiguousarray(array.T).tobytes(), digest_size=20).hexdigest()
-            else:
-                t_digest = _hash_transposed(path, offset, shape, itemsize)
-            found.setdefault((dtype, numel, t_digest), True)
-            digests.add(t_digest)
-        hashes.append((name, dtype, numel, digests))
-    matched, missing, transposed = [], [], []
-    stored: set[tuple[int, int, str]] = set()
     for path in sorted(set(checkpoint_files(checkpoint).values())):
         for name, (stype, shape, begin, end) in safetensors_entries(path).items():
-            onnx_type = _TYPES[stype][0]
             numel = int(np.prod(shape)) if shape else 1
-            key = (onnx_type, numel, _hash_range(path, begin, end))
-            stored.add(key)
+            stored.setdefault((_TYPES[stype][0], numel, _hash_range(path, begin, end)), name)
             nbytes += end - begin
-            if key in found:
-                matched.append(name)
-                if found[key]:
-                    transposed.append(name)
-            else:
-                missing.append(name)
-    # an initializer of the type and size of a checkpoint tensor but none of its values: a weight changed
-    # (a tied weight stored twice, one copy wrong, is found here)
     sizes = {(t, n) for t, n, _ in stored}
-    different = [
-        name for name, dtype, numel, digests in hashes
-        if numel > 1 and (dtype, numel) in sizes and not any((dtype, numel, d) in stored for d in digests)
-    ]
-    return HashReport(matched=matched, missing=missing, transposed=transposed, different=different, nbytes=nbytes)
+    found: set[str] = set()
+    transposed: list[str] = []
+    different: list[str] = []
+    for name, dtype, shape, path, offset, length, raw in _onnx_initializers(os.fspath(onnx_file)):
+        numel = int(np.prod(shape)) if shape else 1
+        if (dtype, numel) not in sizes or numel <= 1:
+            continue
+        nbytes += length
+        digest = (
+            hashlib.blake2b(raw, digest_size=20).hexdigest() if path is None else _hash_range(path, offset, offset + length)
+        )
+        if (dtype, numel, digest) in stored:
+            found.add(stored[(dtype, numel, digest)])
+            continue
+        if len(shape) == 2:
+            if path is None:
+                array = np.frombuffer(raw, dtype=_UINTS[length // numel]).reshape(shape)
+                digest = hashlib.blake2b(np.ascontiguousarray(array.T).tobytes(), digest_size=20).hexdigest()
+            else:
+                digest = _hash_transposed(path, offset, shape, length // numel, block_bytes)
+            if (dtype, numel, digest) in stored:
+                found.add(stored[(dtype, numel, digest)])
+                transposed.append(stored[(dtype, numel, digest)])
+                continue
+        different.append(name)
+    names = list(stored.values())
+    return HashReport(
+        matched=[n for n in names if n in found], missing=[n for n in names if n not in found],
+        transposed=transposed, different=different, nbytes=nbytes,
+    )
