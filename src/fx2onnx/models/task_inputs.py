@@ -75,6 +75,18 @@ def _video_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[dict[
     return {"pixel_values": pixels}, {"pixel_values": {0: "batch"}}
 
 
+def _sub_config_value(config: Any, key: str) -> Any:
+    """``config.<key>``, else the first sub-configuration's (encoder, audio...)."""
+    value = getattr(config, key, None)
+    if value is not None:
+        return value
+    for name in ("encoder_config", "audio_config", "speech_config"):
+        sub = getattr(config, name, None)
+        if sub is not None and getattr(sub, key, None) is not None:
+            return getattr(sub, key)
+    return None
+
+
 def _audio_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
     g = _generator(seed)
     names = _forward_parameters(model)
@@ -92,6 +104,19 @@ def _audio_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[dict[
         return {"input_features": torch.randn(batch, config.num_mel_bins, length, generator=g)}, {
             "input_features": {0: "batch"}
         }
+    mel = _sub_config_value(config, "num_mel_bins")
+    if "input_features" in names and mel:
+        # an audio encoder in a sub-configuration (Parakeet, Canary, Granite Speech): its layout,
+        # [batch, frames, mel] or [batch, mel, frames], is the first one its forward accepts
+        start = {"decoder_input_ids": torch.full((1, 1), 3)} if "decoder_input_ids" in names else {}
+        for shape in ((batch, 64, mel), (batch, mel, 64)):
+            features = torch.randn(*shape, generator=g)
+            try:
+                with torch.no_grad():
+                    model(input_features=features[:1], **start)
+            except Exception:  # noqa: BLE001 - the other layout
+                continue
+            return {"input_features": features}, {"input_features": {0: "batch"}}
     if "input_values" in names:
         return {"input_values": torch.randn(batch, 4000, generator=g)}, {"input_values": {0: "batch"}}
     raise NotImplementedError(f"{type(model).__name__} takes neither input_values nor input_features")

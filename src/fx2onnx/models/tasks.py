@@ -76,8 +76,13 @@ TASK_OVERRIDES: dict[str, dict[str, Any]] = {
     "paligemma": dict(projection_dim=64, vision_config=dict(projection_dim=64)),
     # four hidden states feed the four neck stages
     "dpt": dict(num_hidden_layers=4, backbone_out_indices=[0, 1, 2, 3]),
+    # the semantic segmentation head takes four hidden states (the default indexes one, the 12th)
+    "beit": dict(num_hidden_layers=4, out_indices=[1, 2, 3, 4]),
+    "data2vec-vision": dict(num_hidden_layers=4, out_indices=[1, 2, 3, 4]),
     # DETR builds a timm ResNet-50 by default: the ResNet of transformers instead (one block per stage)
-    "detr": dict(use_timm_backbone=False),
+    # (and 8 heads: the mask head of the segmentation model takes hidden size + heads channels,
+    # a multiple of 8 for its group norms)
+    "detr": dict(use_timm_backbone=False, num_attention_heads=8),
 }
 
 
