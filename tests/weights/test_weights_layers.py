@@ -94,9 +94,10 @@ def _layer_initializer(path, layer):
     raise AssertionError(f"no initializer in layer {layer}")
 
 
-def test_validate_by_layers(tmp_path):
+@pytest.mark.parametrize("tie", [False, True])
+def test_validate_by_layers(tmp_path, tie):
     folder = tmp_path / "ckpt"
-    write_random_checkpoint(_config(tie=False), folder, "float32", std=0.2)
+    write_random_checkpoint(_config(tie=tie), folder, "float32", std=0.2)
     path = tmp_path / "m.onnx"
     to_onnx_from_checkpoint(folder, (), _inputs(), filename=path, dynamic_shapes=DYNAMIC)
     # the whole model agrees (it fits twice here): the layers must too

@@ -129,23 +129,30 @@ class _LazyLayers:
                 self.keys[name] = (files[key], key)
         self.prefix = prefix
         self.outputs: dict[int, np.ndarray] = {}
+        #: the tensors kept (outside the layers), by checkpoint key: a tied weight is read once
+        self.kept: dict[tuple[str, str], torch.Tensor] | None = None
 
     def read(self, name: str) -> torch.Tensor:
         from safetensors import safe_open
 
         path, key = self.keys[name]
+        if self.kept is not None and (path, key) in self.kept:
+            return self.kept[path, key]
         with safe_open(path, framework="pt") as f:
             tensor = f.get_tensor(key)
         if self.dtype is not None and tensor.is_floating_point():
             tensor = tensor.to(self.dtype)
+        if self.kept is not None:
+            self.kept[path, key] = tensor
         return tensor
 
-    def load(self, module: torch.nn.Module, prefix: str) -> list[tuple[torch.nn.Module, str, torch.Tensor]]:
-        """Replaces every tensor of ``module`` the checkpoint holds; returns what to restore."""
+    def load(self, module: torch.nn.Module, prefix: str, only: str | None = None) -> list[tuple[torch.nn.Module, str, torch.Tensor]]:
+        """Replaces every tensor of ``module`` the checkpoint holds (or the one named ``only``);
+        returns what to restore."""
         saved = []
         for name, param in list(module.named_parameters(recurse=True)) + list(module.named_buffers(recurse=True)):
             full = f"{prefix}.{name}" if prefix else name
-            if full not in self.keys:
+            if full not in self.keys or (only is not None and full != only):
                 continue
             path, _, attr = name.rpartition(".")
             owner = module.get_submodule(path) if path else module
@@ -192,9 +199,11 @@ def _eager_by_layers(model, checkpoint, prefix, dtype, args, kwargs):
     with empty_weights(model):
         outside = [n for n in lazy.keys if _layer_of(n, prefix) is None]
         saved = []
+        lazy.kept = {}
         for name in outside:
-            path, _, attr = name.rpartition(".")
-            saved += [(o, a, t) for o, a, t in lazy.load(model.get_submodule(path), path) if a == attr]
+            path = name.rpartition(".")[0]
+            saved += lazy.load(model.get_submodule(path), path, only=name)
+        lazy.kept = None
         handles = lazy.hooks()
         try:
             with torch.no_grad():
