@@ -141,12 +141,29 @@ def _two_tower_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[d
     return inputs, shapes
 
 
+def _vision_to_text_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A model without image placeholders (BLIP, GIT, Pix2Struct, vision encoder-decoders): the
+    images, and the text it conditions on or the decoder's start where its forward takes them."""
+    inputs, shapes = _image_inputs(model, config, batch, seed)
+    names = _forward_parameters(model)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    vocab = getattr(text, "vocab_size", None) or 64
+    g = _generator(seed + 1)
+    for name in ("input_ids", "decoder_input_ids"):
+        if name in names and (name == "input_ids" or getattr(config, "is_encoder_decoder", False)):
+            inputs[name] = torch.randint(3, min(vocab, 64), (batch, 4), generator=g)
+            shapes[name] = {0: "batch"}
+    return inputs, shapes
+
+
 def _image_text_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """A prompt per image: a text token, the image's placeholder tokens (as many as its
     features, counted by the model's ``get_image_features``), two text tokens."""
     token = getattr(config, "image_token_id", None)
     if token is None:
         token = getattr(config, "image_token_index", None)
+    if token is None and "pixel_values" in _forward_parameters(model):
+        return _vision_to_text_inputs(model, config, batch, seed)
     if token is None or not hasattr(model, "get_image_features"):
         raise NotImplementedError("no image_token_id or get_image_features: inputs not built generically")
     inputs, _ = _image_inputs(model, config, batch, seed)
