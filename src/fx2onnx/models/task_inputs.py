@@ -72,7 +72,8 @@ def _video_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[dict[
     channels, height, width = image_shape(config)
     frames = getattr(_vision_config(config), "num_frames", None) or getattr(config, "num_frames", 4)
     pixels = torch.rand(batch, frames, channels, height, width, generator=_generator(seed))
-    return {"pixel_values": pixels}, {"pixel_values": {0: "batch"}}
+    name = "pixel_values_videos" if "pixel_values_videos" in _forward_parameters(model) else "pixel_values"
+    return {name: pixels}, {name: {0: "batch"}}
 
 
 def _sub_config_value(config: Any, key: str) -> Any:
