@@ -140,9 +140,11 @@ def task_summary(rows: Sequence[dict[str, Any]], discovered: dict[str, str] | No
     table = []
     for task, archs in sorted(by_task.items()):
         done = [a for a in archs.values() if a]
-        built = [a for a in done if any(r["step"] not in ("config", "model") for r in a.values())]
+        # a row which timed out or crashed says neither (the step it reached is unknown)
+        built = [a for a in done if any(r["step"] in ("capture", "conversion", "validation", None)
+                                        for r in a.values())]
         entry = dict(task=task, discovered=len(archs), run=len(done), built=len(built),
-                     captured=sum(any(r["step"] not in ("capture", "timeout", "crash") for r in a.values())
+                     captured=sum(any(r["step"] in ("conversion", "validation", None) for r in a.values())
                                   for a in built))
         for exporter in EXPORTERS:
             mine = [a[exporter] for a in done if exporter in a]
@@ -175,7 +177,7 @@ def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines.append("    * - **all**\n      - " + "\n      - ".join(f"**{v}**" for v in totals.values()))
     lines += ["", "*run*: the architectures with rows (the others are not run yet); *built*: the tiny model was "
               "created, its inputs built and its eager forward ran; *captured*: ``torch.export`` captured it for "
-              "one exporter at least; *exported*: the exporter returned a model; *matched*: onnxruntime's results "
+              "one exporter at least (a row which timed out counts as run, neither built nor captured); *exported*: the exporter returned a model; *matched*: onnxruntime's results "
               "on the other batch match eager's.", ""]
     index = {(r["architecture"], r["exporter"]): r for r in rows}
     lines += ["✔ and the maximum absolute difference with eager, ✘ and the step which failed "
