@@ -76,6 +76,9 @@ TASK_OVERRIDES: dict[str, dict[str, Any]] = {
     "paligemma": dict(projection_dim=64, vision_config=dict(projection_dim=64)),
     # four hidden states feed the four neck stages
     "dpt": dict(num_hidden_layers=4, backbone_out_indices=[0, 1, 2, 3]),
+    # the head reshapes the tokens with its own patch size and width: those of the tiny DINOv2 backbone
+    "depth_anything": dict(patch_size=8, reassemble_hidden_size=64),
+    "prompt_depth_anything": dict(patch_size=8, reassemble_hidden_size=64),
     # the semantic segmentation head takes four hidden states (the default indexes one, the 12th)
     "beit": dict(num_hidden_layers=4, out_indices=[1, 2, 3, 4]),
     "data2vec-vision": dict(num_hidden_layers=4, out_indices=[1, 2, 3, 4]),
