@@ -130,3 +130,13 @@ for name, inputs in [("first", tiny.inputs), ("second", tiny.inputs2)]:
     check = fx2onnx.validate(onx, model, (), inputs)
     print(f"{name} input set: {check}")
     assert check.ok, check
+
+# %%
+# The fixed model generates what transformers' greedy ``generate`` does
+# (:func:`fx2onnx.generate`, the cache kept in onnxruntime between the steps).
+
+model.generation_config.eos_token_id = None  # 10 new tokens, no early stop
+prompt = torch.tensor([[11, 42, 7, 64]])
+expected = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=10,
+                          pad_token_id=0)
+assert torch.equal(fx2onnx.generate(onx, prompt, max_new_tokens=10), expected), expected

@@ -88,6 +88,19 @@ for detail in report.details:
 assert report.ok, report
 
 # %%
+# The outputs renamed, the generation loop still finds the cache: :func:`fx2onnx.generate`
+# reads which output feeds which input from the model's metadata. It generates the
+# tokens of transformers' greedy ``generate``.
+
+tiny.model.generation_config.eos_token_id = None  # 16 new tokens, no early stop
+prompt = torch.randint(3, config.vocab_size, (1, 5), generator=torch.Generator().manual_seed(0))
+expected = tiny.model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=16,
+                               pad_token_id=0)
+tokens = fx2onnx.generate(onx, prompt, max_new_tokens=16)
+print("generated:", tokens[0, 5:].tolist())
+assert torch.equal(tokens, expected)
+
+# %%
 # What the graph is made of
 # -------------------------
 #
