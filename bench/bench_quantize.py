@@ -4,13 +4,17 @@ of the model and the accuracy of the logits (max and mean difference from eager 
 token agreement on teacher-forced positions and over generated tokens).
 
 The float model is ``to_onnx(..., optimize="onnxruntime")`` of the Llama of ``bench_models.py``
-(hidden 512, 4 layers, 8 heads, 2 kv heads, ffn 1376, vocab 32000). Accuracy is measured on
-64 new tokens after 192 cached (random ids and a random cache, fixed seed): every position is
-teacher forced (the input ids are given, not generated). Generation: ``fx2onnx.generate`` of
-64 tokens after random 16-token prompts with the float32 model (checked equal to transformers'
-greedy ``generate``) and with the quantized one, tokens compared position by position.
+(hidden 512, 4 layers, 8 heads, 2 kv heads, ffn 1376, vocab 32000) with the weights
+``trained_llama.py`` trains on a synthetic text-like corpus (``--weights random``: the random
+weights of bench_models). Teacher forced: the logits of the 256 positions of a text of that
+corpus (a seed the training never used), one call with an empty cache. Generation:
+``fx2onnx.generate`` of 64 tokens after 4 prompts of 32 tokens of the corpus with the float32
+model (checked equal to transformers' greedy ``generate``) and with each quantized one, tokens
+compared position by position. Variants: int4 with blocks of 32 and 16, int4 with
+``accuracy_level=0`` (float activations), int8; onnxruntime's quantizer with the same options
+gives the same bytes (checked).
 
-    python bench/bench_quantize.py [--quick] [--repeat 3] [--prompts 3] [--new-tokens 64]
+    python bench/bench_quantize.py [--quick] [--weights trained|random] [--repeat 3] [--prompts 4] [--new-tokens 64]
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import logging
 import statistics
 import time
 import warnings
+from typing import Any
 
 import numpy as np
 import onnx
@@ -31,22 +36,30 @@ import fx2onnx
 from fx2onnx.optimizer.rules.quantize import ACCURACY_LEVEL, quantize_matmuls
 
 
-def _float_model(quick: bool):
+def _float_model(quick: bool, weights: str):
+    """The benchmark Llama (trained weights, see trained_llama.py, or random ones) and its float32
+    export at level onnxruntime."""
     import bench_models
+    import trained_llama
 
-    sc = bench_models.llama_decode(quick)
+    if weights == "trained":
+        tiny = trained_llama.trained_llama(quick, verbose=True)
+        model, kwargs, ds = tiny.model, tiny.inputs, tiny.dynamic_shapes
+    else:
+        sc = bench_models.llama_decode(quick)
+        model, kwargs, ds = sc.model, sc.export_kwargs, sc.dynamic_shapes
+        model.generation_config.eos_token_id = None
     with fx2onnx.torch_export_patches(patch_transformers=True):
-        onx = fx2onnx.to_onnx(sc.model, (), copy.deepcopy(sc.export_kwargs), dynamic_shapes=sc.dynamic_shapes,
-                              optimize="onnxruntime")
-    return sc, onx
+        onx = fx2onnx.to_onnx(model, (), copy.deepcopy(kwargs), dynamic_shapes=ds, optimize="onnxruntime")
+    return model, onx
 
 
-def ours(onx: onnx.ModelProto, bits: int) -> onnx.ModelProto:
+def ours(onx: onnx.ModelProto, bits: int, block_size: int = 32, accuracy_level: int = ACCURACY_LEVEL) -> onnx.ModelProto:
     """The rule alone, from a ModelProto to a ModelProto (what the quantizer below does too)."""
     from onnx_ir.passes import common
 
     model = ir.from_proto(onx)
-    quantize_matmuls(model, bits=bits, block_size=32, accuracy_level=ACCURACY_LEVEL)
+    quantize_matmuls(model, bits=bits, block_size=block_size, accuracy_level=accuracy_level)
     common.RemoveUnusedNodesPass()(model)
     return ir.to_proto(model)
 
@@ -70,40 +83,67 @@ def _timed(fn, onx, bits, repeat):
     return result, statistics.median(times)
 
 
-def accuracy(onx: onnx.ModelProto, model: torch.nn.Module, inputs: dict, expected: np.ndarray) -> dict[str, float]:
-    from fx2onnx.validation import run_onnx
+def onnx_logits(onx: onnx.ModelProto, ids: torch.Tensor) -> np.ndarray:
+    """The logits of every position of ``ids`` (one call, an empty cache), as a prefill computes them."""
+    from fx2onnx.runtime.generate import CacheSignature, _empty_value
+    from fx2onnx.validation import make_session
 
-    got = run_onnx(onx, (), copy.deepcopy(inputs))[0]
+    sess = make_session(onx)
+    sig = CacheSignature.from_session(sess)
+    batch, length = ids.shape
+    feeds = {"input_ids": ids.numpy(), "attention_mask": np.ones((batch, length), dtype=np.int64)}
+    if sig.has_position_ids:
+        feeds["position_ids"] = np.arange(length, dtype=np.int64)[None].repeat(batch, 0)
+    feeds.update({name: _empty_value(shape, batch, t).numpy() for name, _, shape, t in sig.cache})
+    return sess.run([sig.logits], feeds)[0]
+
+
+def accuracy(onx: onnx.ModelProto, text: torch.Tensor, expected: np.ndarray) -> dict[str, float]:
+    """Logits of every position of a text (teacher forced) against eager float32."""
+    got = onnx_logits(onx, text)
     diff = np.abs(got - expected)
     return dict(max_diff=float(diff.max()), mean_diff=float(diff.mean()),
                 argmax_agree=float((got.argmax(-1) == expected.argmax(-1)).mean()))
 
 
-def greedy_agreement(float_onx, quantized_onx, model, prompts: int, new_tokens: int) -> str:
-    """Generates ``new_tokens`` greedily from random prompts with both models (fx2onnx.generate);
-    the float32 tokens are checked against transformers' greedy generate first."""
-    gen = torch.Generator().manual_seed(5)
-    equal, first_differences = 0, []
-    for _ in range(prompts):
-        prompt = torch.randint(0, model.config.vocab_size, (1, 16), generator=gen)
-        with torch.no_grad():
-            expected = model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                                      pad_token_id=0)[:, 16:]
-        reference = fx2onnx.generate(float_onx, prompt, new_tokens)[:, 16:]
-        assert torch.equal(reference, expected), "the float32 model does not generate what transformers does"
-        got = fx2onnx.generate(quantized_onx, prompt, new_tokens)[:, 16:]
-        same = (got == reference)[0]
-        equal += int(same.sum())
-        first_differences.append(int((~same).nonzero()[0, 0]) if not bool(same.all()) else new_tokens)
-    return (f"{equal}/{prompts * new_tokens} ({equal / (prompts * new_tokens):.1%}), first difference at "
-            f"{first_differences}")
+def greedy_agreement(reference: torch.Tensor, quantized_onx, prompts: torch.Tensor) -> dict[str, Any]:
+    """Generates as many tokens as ``reference`` (the float32 tokens) from each prompt with the quantized
+    model (fx2onnx.generate) and compares them position by position."""
+    length, new_tokens = prompts.shape[1], reference.shape[1]
+    got = fx2onnx.generate(quantized_onx, prompts, new_tokens)[:, length:]
+    same = got == reference
+    first = [int((~row).nonzero()[0, 0]) if not bool(row.all()) else new_tokens for row in same]
+    return dict(generated_equal=float(same.float().mean()), first_difference=first)
+
+
+def float_tokens(model, float_onx, prompts: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """The new tokens of the float32 ONNX model, checked equal to transformers' greedy generate."""
+    length = prompts.shape[1]
+    with torch.no_grad():
+        expected = model.generate(prompts, attention_mask=torch.ones_like(prompts), max_new_tokens=new_tokens,
+                                  min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)[:, length:]
+    got = fx2onnx.generate(float_onx, prompts, new_tokens)[:, length:]
+    assert torch.equal(got, expected), f"float32 generates {got.tolist()}, transformers {expected.tolist()}"
+    return got
+
+
+#: (name, bits, block size, accuracy_level) of the variants measured beside onnxruntime's quantizer
+VARIANTS = (
+    ("fx2onnx int4 b32", 4, 32, ACCURACY_LEVEL),
+    ("fx2onnx int4 b16", 4, 16, ACCURACY_LEVEL),
+    ("fx2onnx int4 b32 acc0", 4, 32, 0),
+    ("fx2onnx int8 b32", 8, 32, ACCURACY_LEVEL),
+)
 
 
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the tiny Llama of bench_models --quick")
+    parser.add_argument("--weights", choices=["trained", "random"], default="trained",
+                        help="trained: trained_llama.py (cached), random: bench_models' random weights")
     parser.add_argument("--repeat", type=int, default=3, help="quantizations timed (median)")
-    parser.add_argument("--prompts", type=int, default=3, help="prompts generated from (0: none)")
+    parser.add_argument("--prompts", type=int, default=4, help="prompts generated from (0: none)")
+    parser.add_argument("--prompt-length", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per prompt")
     options = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
@@ -112,32 +152,50 @@ def main(argv=None) -> list[dict]:
     logging.getLogger().setLevel(logging.WARNING)
     logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
     torch.set_num_threads(1)
-    from fx2onnx.models.tiny import _decoder_inputs
+    import trained_llama
 
-    sc, onx = _float_model(options.quick)
-    inputs = _decoder_inputs(sc.model.config, 1, 64, 192, with_cache=True, position_ids=True,
-                             generator=torch.Generator().manual_seed(11))
+    model, onx = _float_model(options.quick, options.weights)
+    vocab = model.config.vocab_size
+    if options.weights == "trained":  # texts of the corpus the model was trained on, seeds it never saw
+        corpus = trained_llama.Corpus(vocab)
+        text = corpus.sample(1, 256, seed=77)
+        prompts = corpus.sample(options.prompts, options.prompt_length, seed=78) if options.prompts else None
+    else:
+        gen = torch.Generator().manual_seed(5)
+        text = torch.randint(3, vocab, (1, 256), generator=gen)
+        prompts = torch.randint(3, vocab, (options.prompts, options.prompt_length), generator=gen)
     with torch.no_grad():
-        expected = sc.model(**copy.deepcopy(inputs)).logits.numpy()
-    print(f"float32 logits: std {expected.std():.3f}, mean gap top-1 - top-2 "
-          f"{np.mean(np.diff(np.sort(expected, -1)[..., -2:], axis=-1)):.4f}")
-    rows = [dict(quantizer="float32", bits=32, seconds=0.0, model_mb=onx.ByteSize() / 2**20,
-                 **accuracy(onx, sc.model, inputs, expected))]
-    for bits in (4, 8):
-        results = {}
-        for name, fn in (("fx2onnx", ours), ("onnxruntime", theirs)):
-            quantized, seconds = _timed(fn, onx, bits, options.repeat)
-            results[name] = quantized
-            rows.append(dict(quantizer=name, bits=bits, seconds=seconds, model_mb=quantized.ByteSize() / 2**20,
-                             **accuracy(quantized, sc.model, inputs, expected)))
-        from fx2onnx.validation import run_onnx
-
-        a, b = (run_onnx(results[k], (), copy.deepcopy(inputs))[0] for k in ("fx2onnx", "onnxruntime"))
-        print(f"int{bits}: max |fx2onnx - onnxruntime| logits {np.abs(a - b).max():.3g}")
-        if options.prompts:
-            agreement = greedy_agreement(onx, results["fx2onnx"], sc.model, options.prompts, options.new_tokens)
-            print(f"int{bits}: greedy tokens equal to float32 (fx2onnx.generate, {options.prompts} prompts of 16 "
-                  f"tokens, {options.new_tokens} new): {agreement}")
+        expected = model(input_ids=text).logits.numpy()
+    top2 = np.sort(expected, -1)[..., -2:]
+    probs = torch.softmax(torch.from_numpy(expected), -1).max(-1).values
+    print(f"float32 logits ({options.weights} weights, 256 teacher-forced positions): std {expected.std():.3f}, "
+          f"mean gap top-1 - top-2 {np.mean(top2[..., 1] - top2[..., 0]):.3f}, median top-1 probability "
+          f"{float(probs.median()):.3f}, loss {float(torch.nn.functional.cross_entropy(torch.from_numpy(expected[0, :-1]), text[0, 1:])):.3f}")
+    if prompts is not None:
+        reference = float_tokens(model, onx, prompts, options.new_tokens)
+        print(f"float32: fx2onnx.generate equals transformers' greedy generate ({options.prompts} prompts of "
+              f"{options.prompt_length} tokens, {options.new_tokens} new)")
+    rows = [dict(quantizer="float32", seconds=0.0, model_mb=onx.ByteSize() / 2**20, **accuracy(onx, text, expected))]
+    models = {}
+    for name, bits, block, level in VARIANTS:
+        begin = time.perf_counter()
+        models[name] = ours(copy.deepcopy(onx), bits, block, level)
+        rows.append(dict(quantizer=name, seconds=time.perf_counter() - begin, model_mb=models[name].ByteSize() / 2**20,
+                         **accuracy(models[name], text, expected)))
+    for bits in (4, 8):  # onnxruntime's quantizer, same options as the first variants: same bytes
+        quantized, seconds = _timed(theirs, onx, bits, options.repeat)
+        _, our_seconds = _timed(ours, onx, bits, options.repeat)
+        ours_model = models[f"fx2onnx int{bits} b32"]
+        same = len(ours_model.graph.initializer) == len(quantized.graph.initializer) and all(
+            a.raw_data == b.raw_data for a, b in zip(
+            sorted(ours_model.graph.initializer, key=lambda t: t.name), sorted(quantized.graph.initializer, key=lambda t: t.name)))
+        print(f"int{bits}: onnxruntime's MatMulNBitsQuantizer {seconds:.2f} s, fx2onnx {our_seconds:.2f} s (medians of "
+              f"{options.repeat}), max |logits difference| "
+              f"{np.abs(onnx_logits(quantized, text) - onnx_logits(ours_model, text)).max():.3g}, "
+              f"initializers byte-identical: {same}")
+    if prompts is not None:
+        for row in rows[1:]:
+            row.update(greedy_agreement(reference, models[row["quantizer"]], prompts))
     import pandas
 
     frame = pandas.DataFrame(rows)
