@@ -316,7 +316,8 @@ def write_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any], out_dir: st
     if subpages:
         title, underline, rest = text.split("\n", 2)
         toctree = "\n".join([".. toctree::", "    :maxdepth: 1", "", *(f"    {p}" for p in subpages), ""])
-        text = "\n".join([title, underline, "", "Other libraries, and the tasks of transformers beyond text:", "", toctree, rest.lstrip("\n")])
+        other = "Other libraries, and the tasks of transformers beyond text:"
+        text = "\n".join([title, underline, "", other, "", toctree, rest.lstrip("\n")])
     index = out / "index.rst"
     if not index.exists() or index.read_text(encoding="utf-8") != text:
         index.write_text(text, encoding="utf-8")
