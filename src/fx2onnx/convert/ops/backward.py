@@ -604,10 +604,13 @@ def convert_flash_attention_cpu(ctx, node, q, k, v, dropout_p=0.0, is_causal=Fal
     groups = _head_groups(node, 0)  # the kernel shares a key/value head between query heads (GQA)
     k, v = _repeat_heads(ctx, k, groups), _repeat_heads(ctx, v, groups)
     scores, _ = _attention_probs(ctx, q, k, attn_mask, is_causal, scale)
-    lse = ctx.op.ReduceLogSumExp(scores, ctx.const([-1], torch.int64), keepdims=1)
-    probs = ctx.op.Exp(ctx.op.Sub(scores, lse))
+    # onnxruntime's Softmax is vectorized, its ReduceLogSumExp is not (6x slower on [4, 8, 128, 128]):
+    # the log-sum-exp comes from the row's maximum m and its probability exp(m - lse)
+    probs = ctx.op.Softmax(scores, axis=-1)
+    last = ctx.const([-1], torch.int64)
+    lse = ctx.op.Sub(ctx.op.ReduceMax(scores, last, keepdims=0), ctx.op.Log(ctx.op.ReduceMax(probs, last, keepdims=0)))
     out = ctx.op.MatMul(probs, v)
-    return out, ctx.cast(ctx.op.Squeeze(lse, ctx.const([-1], torch.int64)), ctx.out_dtype(1))
+    return out, ctx.cast(lse, ctx.out_dtype(1))
 
 
 @converter(aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
