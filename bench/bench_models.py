@@ -11,7 +11,18 @@ Latencies are medians of many runs after a warm-up, the runs of all exporters
 interleaved in one process so that a busy machine slows them alike.
 
     python bench/bench_models.py [--quick] [--threads 1,2] [--repeat 50]
-        [--scenarios llama-prefill,llama-decode,phi-prefill,phi-decode,mlp,cnn] [--exporters ...] [--profile]
+        [--scenarios llama-prefill,llama-decode,phi-prefill,phi-decode,mlp,cnn,llama-generate]
+        [--exporters ...] [--profile] [--gen-repeat 10]
+
+``llama-generate``: greedy generation with the benchmark Llama (its weights trained by
+``trained_llama.py``, random with ``--quick``): new tokens per second of ``fx2onnx.generate``
+for 64 new tokens after a 128-token prompt (16 after 32 with ``--quick``) at float32, int8 and
+int4 (the exporters ``to_onnx[onnxruntime]``, ``to_onnx[onnxruntime,int8|int4]`` among
+``--exporters``) against transformers' eager ``generate(do_sample=False)`` at float32, one
+thread; the generations of all runtimes interleaved in a shuffled order, ``--repeat`` rounds
+(``--gen-repeat``), the median and the spread (min, max) of each; the loop's overhead per
+token: the time of a decode step minus onnxruntime's run in it
+(:class:`fx2onnx.runtime.GenerationTimes`).
 
 Exporters: ``to_onnx[<level>]``, ``to_onnx[onnxruntime,int4]`` and ``to_onnx[onnxruntime,int8]``
 (weight-only quantization, their rows give the logits' max and mean difference from eager and
@@ -126,6 +137,80 @@ SCENARIOS: dict[str, Callable[[bool], Scenario]] = {
     "llama-prefill": llama_prefill, "llama-decode": llama_decode, "phi-prefill": phi_prefill,
     "phi-decode": phi_decode, "mlp": mlp, "cnn": cnn,
 }
+#: the generation scenario (not a single call: bench_generation, not bench)
+GENERATE = "llama-generate"
+#: the exporters the generation scenario runs, when asked for
+GENERATE_EXPORTERS = ("to_onnx[onnxruntime]",) + tuple(f"to_onnx[onnxruntime,{q}]" for q in QUANTIZED)
+
+
+def bench_generation(quick: bool, exporters: list[str], repeat: int) -> list[dict]:
+    """Greedy generation, see the module's docstring: one row per runtime (``threads`` 1)."""
+    import numpy as np
+    import onnxruntime
+
+    from fx2onnx.runtime import OnnxGenerator
+
+    prompt_length, new = (32, 16) if quick else (128, 64)
+    if quick:  # the gallery's: no training in the docs build
+        tiny = get_tiny_model("llama", with_cache=True, attn_implementation="sdpa", max_position_embeddings=512,
+                              **_llama_config(True))
+        tiny.model.generation_config.eos_token_id = None
+        ids = torch.randint(3, tiny.config.vocab_size, (1, prompt_length), generator=torch.Generator().manual_seed(0))
+    else:
+        import trained_llama
+
+        tiny = trained_llama.trained_llama(quick)
+        ids = trained_llama.Corpus(tiny.config.vocab_size).sample(1, prompt_length, seed=79)
+    torch.set_num_threads(1)
+    runs: dict[str, Callable[[], Any]] = {}
+
+    def eager():
+        with torch.no_grad():
+            return tiny.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new,
+                                       min_new_tokens=new, pad_token_id=0), None
+
+    runs["transformers"] = eager
+    with fx2onnx.torch_export_patches(patch_transformers=True):
+        for name in GENERATE_EXPORTERS:
+            if name not in exporters:
+                continue
+            quantize = name[len("to_onnx[onnxruntime,"):-1] if _is_quantized(name) else None
+            onx = _quiet(fx2onnx.to_onnx, tiny.model, (), copy.deepcopy(tiny.inputs),
+                         dynamic_shapes=tiny.dynamic_shapes, optimize="onnxruntime", quantize=quantize)
+            generator = OnnxGenerator(_session(onx, 1))
+            runs[name] = lambda g=generator: (g.generate(ids, new), g.last_times)
+    tokens = {name: fn()[0] for name, fn in runs.items()}  # warm-up, and the tokens compared below
+    assert torch.equal(tokens.get("to_onnx[onnxruntime]", tokens["transformers"]), tokens["transformers"]), (
+        "fx2onnx.generate at float32 does not generate what transformers does")
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    overhead: dict[str, list[tuple[float, float, float]]] = {name: [] for name in runs}
+    names, order = list(runs), random.Random(0)
+    for _ in range(repeat):
+        order.shuffle(names)
+        for name in names:
+            begin = time.perf_counter()
+            _, times = runs[name]()
+            seconds[name].append(time.perf_counter() - begin)
+            if times is not None:  # the loop's time outside the model over the decode steps' time: in all, and
+                # the median step's (one slow step of a busy machine weighs less)
+                step = times.decode_total / times.decode_steps
+                overhead[name].append((times.overhead_share, times.median_overhead / step, times.overhead_per_token * 1e6))
+    eager_rates = new / np.array(seconds["transformers"])
+    rows = []
+    for name in runs:
+        rates = new / np.array(seconds[name])
+        row = dict(scenario=GENERATE, exporter=name, threads=1, tokens_per_s=float(np.median(rates)),
+                   tokens_per_s_min=float(rates.min()), tokens_per_s_max=float(rates.max()),
+                   vs_transformers=float(np.median(rates / eager_rates)),
+                   vs_transformers_min=float((rates / eager_rates).min()),
+                   vs_transformers_max=float((rates / eager_rates).max()))
+        if overhead[name]:
+            row["loop_overhead"], row["loop_overhead_median_step"], row["loop_overhead_us"] = np.median(
+                np.array(overhead[name]), axis=0).tolist()
+        same = tokens[name][0, prompt_length:] == tokens.get("to_onnx[onnxruntime]", tokens["transformers"])[0, prompt_length:]
+        row["tokens_equal_float32"] = f"{int(same.sum())}/{new}"
+        rows.append(row)
+    return rows
 
 
 def _quiet(fn, *args, **kwargs):
@@ -302,12 +387,13 @@ def output_error(onx: onnx.ModelProto, sc: Scenario) -> dict[str, float]:
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny models, short sequences")
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--scenarios", default=",".join([*SCENARIOS, GENERATE]))
     parser.add_argument("--exporters", default=",".join(EXPORTERS))
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="share of time outside MatMul (fx2onnx.profiling), first thread count")
+    parser.add_argument("--gen-repeat", type=int, default=10, help="rounds of generations (llama-generate)")
     options = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
@@ -319,6 +405,9 @@ def main(argv=None) -> list[dict]:
     threads = [int(t) for t in options.threads.split(",")]
     rows = []
     for name in options.scenarios.split(","):
+        if name == GENERATE:
+            rows.extend(bench_generation(options.quick, exporters, options.gen_repeat))
+            continue
         sc = SCENARIOS[name](options.quick)
         rows.extend(bench(sc, exporters, threads, options.repeat, options.warmup, options.profile))
     import pandas
@@ -330,4 +419,8 @@ def main(argv=None) -> list[dict]:
 
 
 if __name__ == "__main__":
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # trained_llama
     main()

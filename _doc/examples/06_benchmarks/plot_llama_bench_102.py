@@ -102,6 +102,28 @@ axes[0].legend(fontsize=7)
 fig.tight_layout()
 
 # %%
+# Generation
+# ----------
+#
+# The scenario ``llama-generate``: tokens per second of :func:`fx2onnx.generate` (greedy,
+# 16 new tokens after 32 here, 64 after 128 without ``--quick``) at float32, int8 and int4
+# against transformers' eager ``generate(do_sample=False)``, one thread, the generations
+# interleaved, medians of 5 rounds with their spread; ``loop_overhead`` is the share of a
+# decode step spent outside onnxruntime's run. The tiny model's weights are random: its
+# quantized tokens say nothing of accuracy (see :ref:`l-design-optimizer` for the trained one).
+
+quantized = ["to_onnx[onnxruntime]", "to_onnx[onnxruntime,int8]", "to_onnx[onnxruntime,int4]"]
+with contextlib.redirect_stdout(io.StringIO()):
+    gen = pandas.DataFrame(bench_models.main(["--quick", "--scenarios", "llama-generate", "--gen-repeat", "5",
+                                              "--exporters", ",".join(quantized)]))
+columns = ["exporter", "tokens_per_s", "tokens_per_s_min", "tokens_per_s_max", "vs_transformers",
+           "loop_overhead", "tokens_equal_float32"]
+print(gen[columns].to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.2f}"))
+# the script asserts fx2onnx.generate at float32 gives transformers' tokens
+assert gen.set_index("exporter").loc["to_onnx[onnxruntime]", "tokens_equal_float32"] == "16/16"
+assert (gen["tokens_per_s"] > 0).all()
+
+# %%
 # What the fused models contain
 # -----------------------------
 #
