@@ -63,12 +63,8 @@ assert error is not None and "DynamicCache" in str(error), error
 
 begin = time.perf_counter()
 with fx2onnx.torch_export_patches(patch_transformers=True) as modificator:
-    onx = fx2onnx.to_onnx(
-        tiny.model,
-        (),
-        kwargs=modificator(copy.deepcopy(tiny.inputs)),
-        dynamic_shapes=tiny.dynamic_shapes,
-    )
+    onx = fx2onnx.to_onnx(tiny.model, (), kwargs=modificator(copy.deepcopy(tiny.inputs)),
+                          dynamic_shapes=tiny.dynamic_shapes)
     for report in modificator.reports:
         print(f"{report.kind:13s} {report.name:35s} {report.status}")
 print(f"export: {time.perf_counter() - begin:.1f}s")
@@ -133,12 +129,8 @@ for name in ["mistral", "qwen2", "phi", "phi3", "gemma"]:
     other = get_tiny_model(name, with_cache=True)
     begin = time.perf_counter()
     with fx2onnx.torch_export_patches(patch_transformers=True) as modificator:
-        model_proto = fx2onnx.to_onnx(
-            other.model,
-            (),
-            kwargs=modificator(copy.deepcopy(other.inputs)),
-            dynamic_shapes=other.dynamic_shapes,
-        )
+        model_proto = fx2onnx.to_onnx(other.model, (), kwargs=modificator(copy.deepcopy(other.inputs)),
+                                      dynamic_shapes=other.dynamic_shapes)
     durations.append(time.perf_counter() - begin)
     with fx2onnx.torch_export_patches(patch_torch=False):
         rep = fx2onnx.validate(model_proto, other.model, (), copy.deepcopy(other.inputs2), atol=1e-4)
