@@ -567,3 +567,13 @@ def test_views_saved_for_backward_are_torch_views():
     assert not any(o.producer() is not None and o.producer().op_type == "Transpose" for o in forward.graph.outputs)
     # pow with the exponents torch computes by products has no Pow node
     assert not any(n.op_type == "Pow" for r in backend.runners for n in r.model.graph)
+
+
+def test_view_output_of_non_viewable_input_is_reshaped():
+    from fx2onnx.backend.runner import _apply_view
+
+    x = torch.arange(24.0).reshape(4, 6).t()  # strides (1, 6): no view of 24 elements
+    got = _apply_view(torch.ops.aten.view.default, x, ([24],), {})
+    torch.testing.assert_close(got, x.reshape(24))
+    with pytest.raises(RuntimeError):  # only a view may become a reshape
+        _apply_view(torch.ops.aten.expand.default, x, ([5, 4],), {})

@@ -68,6 +68,17 @@ def _ort_to_torch(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(array)
 
 
+def _apply_view(target: Any, t: torch.Tensor, args: tuple, kwargs: dict) -> torch.Tensor:
+    """One view of an output (see ``view_outputs`` in :func:`fx2onnx.convert.graph_module.convert_graph_module`);
+    a reshape where an input's strides do not allow a view (a copy, as onnxruntime would make)."""
+    try:
+        return target(t, *args, **kwargs)
+    except RuntimeError:
+        if target not in (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default):
+            raise
+        return torch.ops.aten.reshape.default(t, *args, **kwargs)
+
+
 class GraphRunner:
     """Runs one graph handed by dynamo or aot_autograd on onnxruntime.
 
@@ -249,7 +260,7 @@ class GraphRunner:
                 (source, index), chain = value
                 t = args[index] if source == "input" else onnx_output(index)
                 for target, view_args, view_kwargs in chain:
-                    t = target(t, *view_args, **view_kwargs)
+                    t = _apply_view(target, t, view_args, view_kwargs)
                 outputs.append(t if device.type == "cpu" or source == "input" else t.to(device))
                 continue
             if kind != "onnx":
