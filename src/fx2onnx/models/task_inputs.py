@@ -227,7 +227,10 @@ def _text_to_audio_inputs(model: Any, config: Any, batch: int, seed: int) -> tup
     names = _forward_parameters(model)
     if "input_ids" not in names:
         raise NotImplementedError(f"{type(model).__name__} takes no input_ids: inputs not built generically")
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    try:
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    except ValueError:  # MusicGen: a text encoder and a decoder, the ids are the encoder's
+        text = getattr(config, "text_encoder", config)
     vocab = getattr(text, "vocab_size", None) or getattr(config, "vocab_size", 32)
     ids = torch.randint(3, min(vocab, 64), (batch, 6), generator=g)
     inputs = {"input_ids": ids}

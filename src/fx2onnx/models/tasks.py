@@ -76,6 +76,8 @@ TASK_OVERRIDES: dict[str, dict[str, Any]] = {
     "paligemma": dict(projection_dim=64, vision_config=dict(projection_dim=64)),
     # four hidden states feed the four neck stages
     "dpt": dict(num_hidden_layers=4, backbone_out_indices=[0, 1, 2, 3]),
+    # five stride-2 stages then the atrous pooling of the segmentation head: 32 pixels leave 1x1
+    "mobilevitv2": dict(image_size=64),
     # the head reshapes the tokens with its own patch size and width: those of the tiny DINOv2 backbone
     "depth_anything": dict(patch_size=8, reassemble_hidden_size=64),
     "prompt_depth_anything": dict(patch_size=8, reassemble_hidden_size=64),
