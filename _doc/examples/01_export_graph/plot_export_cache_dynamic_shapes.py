@@ -155,3 +155,15 @@ with fx2onnx.torch_export_patches(patch_transformers=True):
         report = fx2onnx.validate(onx, mistral.model, (), sliding_inputs(past), atol=1e-4)
         print(f"past_seq={past:2d}: {report}")
         assert report.ok, (past, report)
+
+# %%
+# With ``tokens_seen`` fed back like the keys and values, :func:`fx2onnx.generate`
+# decodes past the window (12 new tokens, a window of 4) the tokens of
+# transformers' greedy ``generate``.
+
+mistral.model.generation_config.eos_token_id = None  # no early stop
+prompt = torch.randint(3, 128, (1, 5), generator=generator)
+expected = mistral.model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=12,
+                                  pad_token_id=0)
+print("generated:", expected[0, 5:].tolist())
+assert torch.equal(fx2onnx.generate(onx, prompt, max_new_tokens=12), expected)

@@ -117,6 +117,11 @@ with fx2onnx.torch_export_patches(patch_transformers=True):
 report = fx2onnx.validate(onx, tiny.model, (), tiny.inputs2)
 print("second input set:", report)
 assert report.ok, report
+tiny.model.generation_config.eos_token_id = None  # and it generates transformers' greedy tokens
+prompt = torch.tensor([[7, 21, 99, 4]])
+expected = tiny.model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=10,
+                               pad_token_id=0)
+assert torch.equal(fx2onnx.generate(onx, prompt, max_new_tokens=10), expected)
 
 # %%
 # Guessing has limits: a dimension which keeps the same size in every set is
