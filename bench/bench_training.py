@@ -15,10 +15,15 @@ Engines: ``eager``; ``inductor`` (``torch.compile``'s default); ``ort``
 ``ort_fused`` (the same with ``optimize="onnxruntime"``: the optimizer's clean-up and
 onnxruntime's fused operators); ``ort_default`` (``optimize=True``: the clean-up only).
 
+``--interleave`` runs the engines in one process instead, one step of each in
+turn (a busy machine slows them alike): the medians of their wall and process
+times, no peak memory (the engines share the process).
+
 .. code-block:: bash
 
     python bench/bench_training.py                       # hidden 256 and 512, 1 and 2 threads
     python bench/bench_training.py --hidden 256 --threads 1 --repeat 5 --engines eager,ort
+    python bench/bench_training.py --threads 1 --interleave --repeat 20
 """
 
 from __future__ import annotations
@@ -120,6 +125,44 @@ def run_child(spec: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def run_interleaved(hidden: int, threads: int, engines: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """All engines in this process, one training step of each in turn; returns one row per engine."""
+    import torch
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(threads)
+    ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=torch.Generator().manual_seed(1))
+    runs = {}
+    for engine in engines:
+        model = build_model(hidden, args.layers, args.vocab)
+        compiled, backend = _compiled(model, engine, threads)
+        runs[engine] = (model, compiled, backend, torch.optim.AdamW(model.parameters(), lr=1e-4))
+    grads, first, measures = {}, {}, {e: [] for e in engines}
+    for engine, (model, compiled, _, optimizer) in runs.items():
+        begin = time.perf_counter()
+        compiled(input_ids=ids, labels=ids).loss.backward()
+        first[engine] = time.perf_counter() - begin
+        grads[engine] = {n.removeprefix("_orig_mod."): p.grad.clone() for n, p in model.named_parameters()}
+        optimizer.step()
+    for i in range(args.warmup + args.repeat):
+        for engine, (model, compiled, _, optimizer) in runs.items():
+            begin, cpu = time.perf_counter(), time.process_time()
+            optimizer.zero_grad(set_to_none=True)
+            compiled(input_ids=ids, labels=ids).loss.backward()
+            optimizer.step()
+            if i >= args.warmup:
+                measures[engine].append((time.perf_counter() - begin, time.process_time() - cpu))
+    rows = []
+    for engine in engines:
+        times, cpu_times = [m[0] for m in measures[engine]], [m[1] for m in measures[engine]]
+        row = dict(hidden=hidden, threads=threads, engine=engine, step_ms=statistics.median(times) * 1e3,
+                   min_ms=min(times) * 1e3, cpu_ms=statistics.median(cpu_times) * 1e3, first_step_s=first[engine])
+        if "eager" in grads:
+            row["grad_diff"] = max(float((grads[engine][n] - g).abs().max()) for n, g in grads["eager"].items() if g is not None)
+        rows.append(row)
+    return rows
+
+
 def _max_grad_diff(path: str, reference: str) -> float:
     import torch
 
@@ -165,6 +208,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--warmup", type=int, default=2, help="steps after the first one, not timed")
     parser.add_argument("--repeat", type=int, default=10, help="timed steps (the median is reported)")
     parser.add_argument("--csv", default=None, help="also writes the rows there")
+    parser.add_argument("--interleave", action="store_true",
+                        help="all engines in one process, one step of each in turn (no peak memory)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -177,11 +222,17 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if "eager" in engines:
         engines = ["eager"] + [e for e in engines if e != "eager"]  # the gradients' reference first
     rows = []
+    if args.interleave:
+        for hidden in (int(h) for h in args.hidden.split(",")):
+            for threads in (int(t) for t in args.threads.split(",")):
+                for row in run_interleaved(hidden, threads, engines, args):
+                    rows.append(row)
+                    print(_format_row(row), flush=True)
     with tempfile.TemporaryDirectory() as folder:
         for hidden in (int(h) for h in args.hidden.split(",")):
             for threads in (int(t) for t in args.threads.split(",")):
                 reference = os.path.join(folder, f"eager_{hidden}_{threads}.pt")
-                for engine in engines:
+                for engine in engines if not args.interleave else []:
                     grads = os.path.join(folder, f"{engine}_{hidden}_{threads}.pt")
                     row = measure(hidden, threads, engine, args, grads)
                     if "error" not in row and os.path.exists(reference):
@@ -193,6 +244,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                       and r["threads"] == row["threads"] and "step_ms" in r), None)
         if eager is not None and "step_ms" in row:
             row["vs_eager"] = row["step_ms"] / eager["step_ms"]
+            row["cpu_vs_eager"] = row["cpu_ms"] / eager["cpu_ms"]
     _print_table(rows)
     if args.csv:
         import pandas
@@ -206,7 +258,8 @@ def _format_row(row: dict[str, Any]) -> str:
         return f"hidden={row['hidden']} threads={row['threads']} {row['engine']}: ERROR {row['error']}"
     return (
         f"hidden={row['hidden']} threads={row['threads']} {row['engine']:>11}: median step {row['step_ms']:.1f} ms, "
-        f"first step {row['first_step_s']:.1f} s, peak {row['peak_mb']:.0f} MB, grad diff {row.get('grad_diff', 0):.1e}"
+        f"first step {row['first_step_s']:.1f} s, " + (f"peak {row['peak_mb']:.0f} MB, " if "peak_mb" in row else "")
+        + f"grad diff {row.get('grad_diff', 0):.1e}"
     )
 
 
@@ -214,7 +267,7 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     import pandas
 
     df = pandas.DataFrame(rows)
-    columns = [c for c in ["hidden", "threads", "engine", "step_ms", "vs_eager", "min_ms", "cpu_ms", "first_step_s", "peak_mb",
+    columns = [c for c in ["hidden", "threads", "engine", "step_ms", "vs_eager", "min_ms", "cpu_ms", "cpu_vs_eager", "first_step_s", "peak_mb",
                            "grad_diff", "fx_forward", "onnx_forward", "fx_backward", "onnx_backward", "fallbacks", "error"]
                if c in df.columns]
     for c in ("fx_forward", "onnx_forward", "fx_backward", "onnx_backward", "fallbacks"):
