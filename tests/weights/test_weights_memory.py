@@ -89,3 +89,35 @@ def test_save_streams_with_a_progress_callback(tmp_path, capsys):
 def test_meta_weight_without_values_is_refused():
     with pytest.raises(ValueError, match="meta device"):
         initializer_tensor("w", torch.empty(3, 4, device="meta"))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_transposed_views_are_written_in_order_and_left_unchanged(tmp_path, dtype):
+    # the optimizer folds Transpose(weight) into a strided numpy view: written through a torch
+    # view of the same memory (numpy would write it element by element), the model unchanged
+    import ml_dtypes
+
+    base = np.arange(6 * 700, dtype=np.float32).reshape(6, 700)
+    if dtype == "bfloat16":
+        base = base.astype(ml_dtypes.bfloat16)
+    tensor = ir.Tensor(base.T, name="w")
+    x = ir.Value(name="x", shape=ir.Shape([2, 700]), type=ir.TensorType(tensor.dtype))
+    w = ir.Value(name="w", const_value=tensor, shape=ir.Shape([700, 6]), type=ir.TensorType(tensor.dtype))
+    node = ir.node("MatMul", [x, w], num_outputs=1)
+    node.outputs[0].name = "y"
+    graph = ir.Graph([x], node.outputs, nodes=[node], initializers=[w], opset_imports={"": 18})
+    model = ir.Model(graph, ir_version=10)
+    from fx2onnx.weights.save import _torch_views
+
+    swapped = _torch_views(model)
+    assert [t for _, t in swapped] == [tensor]
+    view = model.graph.initializers["w"].const_value
+    assert isinstance(view, ir.tensor_adapters.TorchTensor) and view.raw.data_ptr() == base.ctypes.data  # no copy
+    model.graph.initializers["w"].const_value = tensor
+    assert save_model(model, tmp_path / "m.onnx", external_data=True)
+    assert model.graph.initializers["w"].const_value is tensor
+    assert onnx.load(str(tmp_path / "m.onnx"), load_external_data=False).graph.initializer[0].data_location == 1
+    saved = onnx.load(str(tmp_path / "m.onnx")).graph.initializer[0]
+    got = onnx.numpy_helper.to_array(saved)
+    assert got.shape == (700, 6)
+    np.testing.assert_array_equal(got.astype(np.float32), base.T.astype(np.float32))
