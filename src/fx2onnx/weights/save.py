@@ -10,6 +10,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+import torch
+
 from .tensors import onnx_dtype, weights_nbytes
 
 #: initializers above this size (bytes) go to the external data file
@@ -32,14 +34,31 @@ def _progress_callback(model: ir.Model, enabled: bool) -> tuple[Callable | None,
     return callback, bar
 
 
+#: bytes of a block of a strided tensor made contiguous while written
+STRIDED_BLOCK = 2**26
+
+
+class _StridedTorchTensor(ir.tensor_adapters.TorchTensor):
+    """A strided torch view written in C order 64 MB at a time: the memory added while
+    saving is one block, not a contiguous copy of the whole tensor."""
+
+    def tofile(self, file) -> None:
+        tensor = self.raw
+        row = max(1, tensor[0].numel() * tensor.element_size()) if tensor.dim() else 1
+        step = max(1, STRIDED_BLOCK // row)
+        if tensor.dim() == 0:
+            return super().tofile(file)
+        for begin in range(0, tensor.shape[0], step):
+            block = tensor[begin : begin + step].contiguous().reshape(-1)
+            file.write(block.view(torch.uint8).numpy().data)
+
+
 def _torch_views(model: ir.Model) -> list[tuple[ir.Value, ir.TensorProtocol]]:
     """Wraps the initializers which are strided numpy views (the optimizer folds
     ``Transpose(weight)`` into a transposed view of the weight) as torch views of the same
     memory: numpy writes a strided array element by element (``tofile``, 50 MB/s), torch
-    copies it into one contiguous buffer (a tensor at a time) written in one call.
+    copies it into contiguous blocks of 64 MB, each written in one call.
     Returns (value, tensor replaced) to restore."""
-    import torch
-
     swapped = []
     for value in model.graph.initializers.values():
         tensor = value.const_value
@@ -57,7 +76,7 @@ def _torch_views(model: ir.Model) -> list[tuple[ir.Value, ir.TensorProtocol]]:
             continue
         if onnx_dtype(view.dtype) != tensor.dtype or tuple(view.shape) != tuple(tensor.shape.numpy()):
             continue
-        value.const_value = ir.tensor_adapters.TorchTensor(view, name=tensor.name)
+        value.const_value = _StridedTorchTensor(view, name=tensor.name)
         swapped.append((value, tensor))
     return swapped
 
