@@ -9,45 +9,73 @@ start (write + fsync of a 1 GB file).
 
     python bench/bench_large_export.py --sizes 0.1B,0.5B [--exporters torch.export,to_onnx,dynamo]
     python bench/bench_large_export.py --sizes 6L --exporters to_onnx --verbose   # stage times
-    python bench/bench_large_export.py --sizes 8B --exporters checkpoint --checkpoint DIR
+    python bench/bench_large_export.py --sizes 8B --exporters checkpoint --checkpoint DIR --workdir DIR2
+    python bench/bench_large_export.py --sizes 0.1B --json _doc/bench/large_export.json
 
 ``checkpoint`` exports from a ``save_pretrained`` folder with
 :func:`fx2onnx.weights.to_onnx_from_checkpoint` (the model built on the meta device,
 bfloat16 for the 8B shape); ``--checkpoint DIR`` writes the random checkpoint there first
-when the folder is empty. The 3B and 8B sizes need about 13 and 16 GB of memory or disk.
+when the folder is empty, tensor by tensor (:func:`fx2onnx.weights.write_random_checkpoint`,
+the model is never built), then checks by hash that the initializers saved are the
+checkpoint's tensors (both files streamed); ``--validate`` also runs the saved file on
+onnxruntime against the eager model loaded from the checkpoint (the model must fit twice).
+The 3B size needs 12 GB of memory, the 8B 16 GB of disk for the checkpoint and 16 GB for the
+ONNX file (``--workdir``), not memory. ``--json`` merges the rows into a file (the gallery
+page plots it), each row with the stage times of ``to_onnx`` and the number of FX nodes.
 
-Measured on a shared 2-core machine (other jobs running, timings noisy; the disk bandwidth
-measured at the start of each run: 213, 91 and 54 MB/s), float32, dynamic batch and sequence:
+Measured on a shared 2-core machine (load average about 6, timings noisy; the disk
+bandwidth measured at the start of each run, 127 to 470 MB/s), dynamic batch and sequence,
+stored in ``_doc/bench/large_export.json`` (``--table`` prints it). The floor is the
+capture (torch.export alone, or the capture stage of the checkpoint export) plus the bytes
+at the bandwidth; a checkpoint row's peak is the whole process (no model is built). The 8B
+row: random checkpoint written in 397 s, 291 tensors equal by hash (358 s); 1.1B and 3B
+from their checkpoints: compared with eager layer by layer on onnxruntime (max abs 4.3e-5
+and 1.4e-4, peaks 1.19 and 4.01 GB). The rows come from several runs: the 0.1B and 0.5B
+``dynamo`` and ``checkpoint`` rows from a busier hour, before ``to_onnx``'s save wrote the
+transposed weights in blocks; the ``x dynamo`` ratios of those sizes are flattered by it:
 
-==========  ============  =======  ============================  ===========
-size        exporter      time     peak RSS (above the model)    write floor
-==========  ============  =======  ============================  ===========
-0.1B        torch.export  13.0 s   0.90 GB (+0.05)               2.3 s
-0.1B        to_onnx       30.5 s   0.96 GB (+0.11)               2.3 s
-0.1B        dynamo        101.7 s  1.00 GB (+0.15)               2.3 s
-0.5B        torch.export  26.3 s   2.06 GB (+0.07)               8.1 s
-0.5B        to_onnx       104.7 s  2.12 GB (+0.13)               8.1 s
-0.5B        dynamo        249.5 s  2.20 GB (+0.20)               8.1 s
-0.5B        checkpoint    61.6 s   0.80 GB (nothing built)       18.9 s
-1.1B        torch.export  37.9 s   4.56 GB (+0.07)               82.2 s
-1.1B        to_onnx       188.7 s  4.61 GB (+0.12)               82.2 s
-1.1B        dynamo        401.9 s  4.69 GB (+0.20)               82.2 s
-==========  ============  =======  ============================  ===========
+====  ========  ============  =======  ================  =======  =======  ========
+size  dtype     exporter      time     peak RSS (above)  floor    x floor  x dynamo
+====  ========  ============  =======  ================  =======  =======  ========
+0.1B  float32   dynamo        79.6 s   1.00 GB (+0.15)   9.8 s    8.08x
+0.1B  float32   to_onnx       9.7 s    1.06 GB (+0.21)   10.1 s   0.96x    0.12x
+0.1B  float32   torch.export  7.7 s    0.90 GB (+0.05)   10.1 s            0.10x
+0.1B  float32   checkpoint    21.3 s   0.68 GB (+0.35)   9.8 s    2.17x    0.27x
+0.5B  float32   dynamo        159.6 s  2.20 GB (+0.21)   17.1 s   9.32x
+0.5B  float32   to_onnx       18.8 s   2.25 GB (+0.26)   18.0 s   1.04x    0.12x
+0.5B  float32   torch.export  9.6 s    2.06 GB (+0.07)   18.0 s            0.06x
+0.5B  float32   checkpoint    38.4 s   0.77 GB (+0.44)   17.1 s   2.24x    0.24x
+1.1B  float32   dynamo        116.1 s  4.69 GB (+0.20)   44.0 s   2.64x
+1.1B  float32   to_onnx       45.3 s   4.78 GB (+0.29)   33.2 s   1.37x    0.39x
+1.1B  float32   torch.export  12.1 s   4.55 GB (+0.07)   33.2 s            0.10x
+1.1B  float32   checkpoint    39.2 s   1.01 GB (+0.67)   26.0 s   1.51x    0.34x
+3B    float32   checkpoint    80.5 s   1.95 GB (+1.61)   41.9 s   1.92x
+8B    bfloat16  checkpoint    131.1 s  2.50 GB (+2.16)   115.9 s  1.13x
+====  ========  ============  =======  ================  =======  =======  ========
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
 import tempfile
 import time
+from typing import Iterator
+
+import numpy as np
 
 # Llama shapes: hidden, layers, heads, kv heads, ffn, vocab, tied embeddings, dtype
 SIZES = {
+    # a few MB: the gallery page runs it live
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=128, vocab_size=1024),
     "0.1B": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=4,
                  intermediate_size=2048, vocab_size=32000),
     "0.5B": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, num_key_value_heads=4,
@@ -88,7 +116,37 @@ def _inputs():
     return inputs, {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
 
 
-def child(size: str, exporter: str, out: str, verbose: int, checkpoint: str | None) -> dict:
+def _stage_times(text: str) -> dict[str, float]:
+    """The stage times ``to_onnx(verbose=1)`` printed."""
+    times = {}
+    for line in text.splitlines():
+        match = re.match(r"\[to_onnx\] (.+) done in ([0-9.]+)s", line)
+        if match:
+            times[match.group(1)] = float(match.group(2))
+    return times
+
+
+@contextlib.contextmanager
+def _count_fx_nodes(row: dict) -> Iterator[None]:
+    """Records the number of nodes of the graph ``to_onnx`` captures in ``row["fx_nodes"]``."""
+    from fx2onnx.convert import api
+
+    capture = api.capture
+
+    def counting(*args, **kwargs):
+        ep, names = capture(*args, **kwargs)
+        row["fx_nodes"] = len(ep.graph.nodes)
+        return ep, names
+
+    api.capture = counting
+    try:
+        yield
+    finally:
+        api.capture = capture
+
+
+def child(size: str, exporter: str, out: str, verbose: int, checkpoint: str | None, validate: bool = False,
+          validate_layers: bool = False) -> dict:
     """Runs one exporter in this process; returns the row."""
     import torch
     import transformers
@@ -96,33 +154,62 @@ def child(size: str, exporter: str, out: str, verbose: int, checkpoint: str | No
     torch.manual_seed(0)
     config, dtype = _config(size)
     inputs, dynamic_shapes = _inputs()
+    log = io.StringIO()
     if exporter == "checkpoint":
-        from fx2onnx.weights import to_onnx_from_checkpoint
-
-        from fx2onnx.weights import checkpoint_files
+        from fx2onnx.weights import checkpoint_files, to_onnx_from_checkpoint
+        from fx2onnx.weights.verify import compare_with_checkpoint
 
         files = set(checkpoint_files(checkpoint).values())
         nbytes = sum(os.path.getsize(f) for f in files)
+        row = dict(size=size, exporter=exporter, dtype=dtype, nbytes=nbytes)
         base = _peak_gb()
         begin = time.perf_counter()
-        to_onnx_from_checkpoint(checkpoint, (), inputs, dynamic_shapes=dynamic_shapes, filename=out, verbose=verbose)
+        with contextlib.redirect_stdout(log), _count_fx_nodes(row):
+            onx = to_onnx_from_checkpoint(checkpoint, (), inputs, dynamic_shapes=dynamic_shapes, filename=out, verbose=1)
         duration = time.perf_counter() - begin
+        peak = _peak_gb()
         largest = max(t.nbytes for t in _largest_tensors(files))
-        return dict(size=size, exporter=exporter, nbytes=nbytes, time=duration, model_gb=base, peak_gb=_peak_gb(),
-                    above_gb=_peak_gb() - base, largest_tensor_gb=largest / 2**30)
+        row.update(time=duration, model_gb=base, peak_gb=peak, above_gb=peak - base, largest_tensor_gb=largest / 2**30,
+                   onnx_nodes=len(onx.graph.node), stages=_stage_times(log.getvalue()),
+                   params=sum(int(np.prod(t.dims)) for t in onx.graph.initializer))
+        begin = time.perf_counter()
+        report = compare_with_checkpoint(out, checkpoint)
+        row.update(hash_ok=report.ok, hash_matched=len(report.matched), hash_missing=report.missing[:10],
+                   hash_time=time.perf_counter() - begin, hash_peak_gb=_peak_gb())
+        if validate_layers:  # about one layer's weights twice
+            from fx2onnx.weights.layers import validate_by_layers
+
+            begin = time.perf_counter()
+            reports = validate_by_layers(out, checkpoint, (), inputs)
+            row.update(layers_ok=all(r.ok for r in reports), layers_max_abs=max(r.max_abs for r in reports),
+                       layers_time=time.perf_counter() - begin, layers_peak_gb=_peak_gb())
+        if validate:  # the whole model twice
+            import fx2onnx
+
+            model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=getattr(torch, dtype)).eval()
+            begin = time.perf_counter()
+            check = fx2onnx.validate(out, model, (), inputs, atol=1e-4)
+            row.update(validate_ok=check.ok, validate_max_abs=float(check.max_abs),
+                       validate_time=time.perf_counter() - begin, validate_peak_gb=_peak_gb())
+        return row
     model = transformers.LlamaForCausalLM(config).to(getattr(torch, dtype)).eval()
     params = sum(p.numel() for p in model.parameters())
     nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    row = dict(size=size, exporter=exporter, dtype=dtype, params=params, nbytes=nbytes)
     base = _peak_gb()
     begin = time.perf_counter()
     if exporter == "torch.export":
         from fx2onnx.models import export_dynamic_shapes
 
-        torch.export.export(model, (), inputs, dynamic_shapes=export_dynamic_shapes(dynamic_shapes))
+        ep = torch.export.export(model, (), inputs, dynamic_shapes=export_dynamic_shapes(dynamic_shapes))
+        row["fx_nodes"] = len(ep.graph.nodes)
     elif exporter == "to_onnx":
         import fx2onnx
 
-        fx2onnx.to_onnx(model, (), inputs, dynamic_shapes=dynamic_shapes, filename=out, external_data=True, verbose=verbose)
+        with contextlib.redirect_stdout(log), _count_fx_nodes(row):
+            onx = fx2onnx.to_onnx(model, (), inputs, dynamic_shapes=dynamic_shapes, filename=out, external_data=True,
+                                  verbose=1)
+        row.update(onnx_nodes=len(onx.graph.node), stages=_stage_times(log.getvalue()))
     elif exporter == "dynamo":
         from fx2onnx.models import export_dynamic_shapes
 
@@ -133,8 +220,10 @@ def child(size: str, exporter: str, out: str, verbose: int, checkpoint: str | No
         raise ValueError(f"unknown exporter {exporter!r}")
     duration = time.perf_counter() - begin
     peak = _peak_gb()
-    return dict(size=size, exporter=exporter, params=params, nbytes=nbytes, time=duration, model_gb=base,
-                peak_gb=peak, above_gb=peak - base)
+    if verbose:
+        print(log.getvalue())
+    row.update(time=duration, model_gb=base, peak_gb=peak, above_gb=peak - base)
+    return row
 
 
 def _largest_tensors(files):
@@ -156,11 +245,11 @@ def _largest_tensors(files):
 
 def write_bandwidth(folder: str, nbytes: int = 2**30) -> float:
     """Bytes per second of writing then syncing ``nbytes`` in ``folder``."""
-    block = os.urandom(2**24)
+    block = os.urandom(min(2**24, nbytes))
     path = os.path.join(folder, "bandwidth.bin")
     begin = time.perf_counter()
     with open(path, "wb") as f:
-        for _ in range(nbytes // len(block)):
+        for _ in range(max(1, nbytes // len(block))):
             f.write(block)
         f.flush()
         os.fsync(f.fileno())
@@ -170,17 +259,53 @@ def write_bandwidth(folder: str, nbytes: int = 2**30) -> float:
 
 
 def write_checkpoint(size: str, folder: str) -> None:
-    """A random ``save_pretrained`` checkpoint of the shape ``size``, built in memory (the 8B shape
-    needs 16 GB here, once; the export from it does not)."""
-    import torch
-    import transformers
+    """A random ``save_pretrained`` checkpoint of the shape ``size``, written tensor by tensor
+    (the model is never built: the 8B shape takes 16 GB of disk, a few MB of memory)."""
+    from fx2onnx.weights import write_random_checkpoint
 
     config, dtype = _config(size)
-    config.dtype = dtype
-    torch.manual_seed(0)
-    with torch.device("cpu"):
-        model = transformers.LlamaForCausalLM(config).to(getattr(torch, dtype))
-    model.save_pretrained(folder)
+    config.architectures = ["LlamaForCausalLM"]
+    write_random_checkpoint(config, folder, dtype, seed=0, progress=True)
+
+
+def table(rows: list[dict]) -> str:
+    """An rst table of the rows: time, peak RSS (above the built model), the floor (the capture
+    plus the write of the weights) and the ratios to the floor and to ``torch.onnx.export``."""
+    by = {(r["size"], r["exporter"]): r for r in rows}
+    lines = []
+    for r in sorted(rows, key=lambda r: (r["nbytes"], r["exporter"])):
+        capture = by.get((r["size"], "torch.export"), {}).get("time") or r.get("stages", {}).get(
+            "capture (torch.export.export)", 0)
+        floor = capture + r["floor_write"]
+        dynamo = by.get((r["size"], "dynamo"), {}).get("time")
+        ratio = "" if r["exporter"] == "torch.export" else f"{r['time'] / floor:.2f}x"
+        lines.append([r["size"], r["dtype"], r["exporter"], f"{r['time']:.1f} s",
+                      f"{r['peak_gb']:.2f} GB (+{r['above_gb']:.2f})", f"{floor:.1f} s", ratio,
+                      f"{r['time'] / dynamo:.2f}x" if dynamo and r["exporter"] != "dynamo" else ""])
+    header = ["size", "dtype", "exporter", "time", "peak RSS (above)", "floor", "x floor", "x dynamo"]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *lines)]
+    rule = "  ".join("=" * w for w in widths)
+    fmt = lambda values: "  ".join(str(v).ljust(w) for v, w in zip(values, widths)).rstrip()  # noqa: E731
+    return "\n".join([rule, fmt(header), rule] + [fmt(v) for v in lines] + [rule])
+
+
+def _merge_json(path: str, rows: list[dict], bandwidth: float) -> None:
+    """Adds ``rows`` to the results file ``path``, replacing the rows of the same size and exporter."""
+    data = {"rows": []}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    old = {(r["size"], r["exporter"]): r for r in data["rows"]}
+    for row in rows:  # the time the checkpoint took to write, when written by an earlier run
+        if "checkpoint_write_time" in old.get((row["size"], row["exporter"]), {}):
+            row.setdefault("checkpoint_write_time", old[(row["size"], row["exporter"])]["checkpoint_write_time"])
+    keys = {(r["size"], r["exporter"]) for r in rows}
+    data["rows"] = [r for r in data["rows"] if (r["size"], r["exporter"]) not in keys] + rows
+    data.setdefault("bandwidth", {})[time.strftime("%Y-%m-%d %H:%M")] = bandwidth
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
 
 
 def main(argv=None) -> list[dict]:
@@ -188,29 +313,49 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--sizes", default="0.1B,0.5B")
     parser.add_argument("--exporters", default="torch.export,to_onnx,dynamo")
     parser.add_argument("--verbose", action="store_true", help="to_onnx prints its stage times")
-    parser.add_argument("--checkpoint", help="folder of a save_pretrained checkpoint (exporter checkpoint)")
+    parser.add_argument("--checkpoint", help="folder of the checkpoints (exporter checkpoint): one sub-folder per size, "
+                        "written when missing")
+    parser.add_argument("--validate", action="store_true", help="exporter checkpoint: compare the saved file "
+                        "with eager on onnxruntime (the model loaded once more)")
+    parser.add_argument("--validate-layers", action="store_true", help="exporter checkpoint: compare the saved "
+                        "file with eager one layer at a time (fx2onnx.weights.layers.validate_by_layers)")
+    parser.add_argument("--workdir", help="where the ONNX files are written (default: a temporary folder)")
+    parser.add_argument("--json", help="merge the rows into this file")
+    parser.add_argument("--table", help="print the rows of this results file as an rst table and stop")
+    parser.add_argument("--bandwidth-mb", type=int, default=1024, help="MB written to measure the disk bandwidth")
     parser.add_argument("--child", nargs=3, metavar=("SIZE", "EXPORTER", "OUT"), help=argparse.SUPPRESS)
     parser.add_argument("--write-checkpoint", nargs=2, metavar=("SIZE", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.table:
+        with open(args.table, encoding="utf-8") as f:
+            print(table(json.load(f)["rows"]))
+        return []
     if args.write_checkpoint:
         write_checkpoint(*args.write_checkpoint)
         return []
     if args.child:
-        row = child(*args.child, verbose=int(args.verbose), checkpoint=args.checkpoint)
+        row = child(*args.child, verbose=int(args.verbose), checkpoint=args.checkpoint, validate=args.validate,
+                    validate_layers=args.validate_layers)
         print("ROW " + json.dumps(row))
         return [row]
     rows = []
-    with tempfile.TemporaryDirectory() as folder:
-        bandwidth = write_bandwidth(folder)
-        print(f"disk write bandwidth (write + fsync 1 GB): {bandwidth / 1e6:.0f} MB/s")
+    with tempfile.TemporaryDirectory(dir=args.workdir) as folder:
+        bandwidth = write_bandwidth(folder, args.bandwidth_mb * 2**20)
+        print(f"disk write bandwidth (write + fsync {args.bandwidth_mb} MB): {bandwidth / 1e6:.0f} MB/s")
         for size in args.sizes.split(","):
             for exporter in args.exporters.split(","):
-                if exporter == "checkpoint" and args.checkpoint and not os.listdir(args.checkpoint):
-                    subprocess.run([sys.executable, __file__, "--write-checkpoint", size, args.checkpoint], check=True)
+                checkpoint = os.path.join(args.checkpoint, size) if args.checkpoint else None
+                write_time = None
+                if exporter == "checkpoint" and not os.path.exists(os.path.join(checkpoint or "", "config.json")):
+                    begin = time.perf_counter()
+                    subprocess.run([sys.executable, __file__, "--write-checkpoint", size, checkpoint], check=True)
+                    write_time = time.perf_counter() - begin
                 out = os.path.join(folder, f"{size}_{exporter}.onnx")
                 cmd = [sys.executable, __file__, "--child", size, exporter, out]
                 cmd += ["--verbose"] if args.verbose else []
-                cmd += ["--checkpoint", args.checkpoint] if args.checkpoint else []
+                cmd += ["--checkpoint", checkpoint] if checkpoint else []
+                cmd += ["--validate"] if args.validate else []
+                cmd += ["--validate-layers"] if args.validate_layers else []
                 proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
                 if args.verbose:
                     print(proc.stdout.strip())
@@ -219,15 +364,22 @@ def main(argv=None) -> list[dict]:
                     print(f"{size} {exporter} failed:\n{proc.stderr[-2000:]}")
                     continue
                 row = json.loads(lines[-1][4:])
-                if "nbytes" in row:
-                    row["floor_write"] = row["nbytes"] / bandwidth
+                row["bandwidth"] = bandwidth
+                row["floor_write"] = row["nbytes"] / bandwidth
+                if write_time is not None:
+                    row["checkpoint_write_time"] = write_time
                 rows.append(row)
                 print(f"{size:>5} {exporter:<13} {row['time']:7.1f} s  peak RSS {row['peak_gb']:5.2f} GB "
-                      f"(+{row['above_gb']:.2f} above the built model)"
-                      + (f"  write floor {row['floor_write']:.1f} s" if "floor_write" in row else "")
-                      + (f"  largest tensor {row['largest_tensor_gb']:.2f} GB" if "largest_tensor_gb" in row else ""))
+                      f"(+{row['above_gb']:.2f} above the built model)  write floor {row['floor_write']:.1f} s"
+                      + (f"  largest tensor {row['largest_tensor_gb']:.2f} GB" if "largest_tensor_gb" in row else "")
+                      + (f"  hash {'ok' if row['hash_ok'] else 'MISMATCH'} ({row['hash_matched']} tensors, "
+                         f"{row['hash_time']:.0f} s)" if "hash_ok" in row else "")
+                      + (f"  by layers vs eager {row['layers_max_abs']:.1e}" if "layers_ok" in row else "")
+                      + (f"  onnxruntime vs eager {row['validate_max_abs']:.1e}" if "validate_ok" in row else ""))
                 for name in os.listdir(folder):
                     os.remove(os.path.join(folder, name))
+                if args.json:
+                    _merge_json(args.json, [row], bandwidth)
     return rows
 
 
