@@ -23,28 +23,28 @@ The 3B size needs 12 GB of memory, the 8B 16 GB of disk for the checkpoint and 1
 ONNX file (``--workdir``), not memory. ``--json`` merges the rows into a file (the gallery
 page plots it), each row with the stage times of ``to_onnx`` and the number of FX nodes.
 
-Measured on a shared 2-core machine (load average about 6, timings noisy; the disk
+Measured on a shared 2-core machine (load average 3 to 7, timings noisy; the disk
 bandwidth measured at the start of each run, 127 to 470 MB/s), dynamic batch and sequence,
 stored in ``_doc/bench/large_export.json`` (``--table`` prints it). The floor is the
 capture (torch.export alone, or the capture stage of the checkpoint export) plus the bytes
 at the bandwidth; a checkpoint row's peak is the whole process (no model is built). The 8B
-row: random checkpoint written in 397 s, 291 tensors equal by hash (358 s); 1.1B and 3B
-from their checkpoints: compared with eager layer by layer on onnxruntime (max abs 4.3e-5
-and 1.4e-4, peaks 1.19 and 4.01 GB). The rows come from several runs: the 0.1B and 0.5B
-``dynamo`` and ``checkpoint`` rows from a busier hour, before ``to_onnx``'s save wrote the
-transposed weights in blocks; the ``x dynamo`` ratios of those sizes are flattered by it:
+row: random checkpoint written in 397 s, 291 tensors equal by hash (358 s); 0.1B to 3B
+from their checkpoints: compared with eager layer by layer on onnxruntime (max abs 5.5e-6,
+1.7e-5, 4.3e-5, 1.4e-4; the 3B's peak 4.01 GB, its tied 1.5 GB embeddings read once). The
+rows come from runs an hour apart: 1.1B's to_onnx and dynamo rows from the same hour,
+the 1.1B, 3B and 8B checkpoint rows from a busier one:
 
 ====  ========  ============  =======  ================  =======  =======  ========
 size  dtype     exporter      time     peak RSS (above)  floor    x floor  x dynamo
 ====  ========  ============  =======  ================  =======  =======  ========
-0.1B  float32   dynamo        79.6 s   1.00 GB (+0.15)   9.8 s    8.08x
-0.1B  float32   to_onnx       9.7 s    1.06 GB (+0.21)   10.1 s   0.96x    0.12x
-0.1B  float32   torch.export  7.7 s    0.90 GB (+0.05)   10.1 s            0.10x
-0.1B  float32   checkpoint    21.3 s   0.68 GB (+0.35)   9.8 s    2.17x    0.27x
-0.5B  float32   dynamo        159.6 s  2.20 GB (+0.21)   17.1 s   9.32x
-0.5B  float32   to_onnx       18.8 s   2.25 GB (+0.26)   18.0 s   1.04x    0.12x
-0.5B  float32   torch.export  9.6 s    2.06 GB (+0.07)   18.0 s            0.06x
-0.5B  float32   checkpoint    38.4 s   0.77 GB (+0.44)   17.1 s   2.24x    0.24x
+0.1B  float32   dynamo        36.2 s   1.00 GB (+0.15)   9.4 s    3.87x
+0.1B  float32   to_onnx       9.7 s    1.06 GB (+0.21)   10.1 s   0.96x    0.27x
+0.1B  float32   torch.export  7.7 s    0.90 GB (+0.05)   10.1 s            0.21x
+0.1B  float32   checkpoint    7.7 s    0.68 GB (+0.35)   9.4 s    0.82x    0.21x
+0.5B  float32   dynamo        50.5 s   2.20 GB (+0.20)   15.4 s   3.28x
+0.5B  float32   to_onnx       18.8 s   2.25 GB (+0.26)   18.0 s   1.04x    0.37x
+0.5B  float32   torch.export  9.6 s    2.06 GB (+0.07)   18.0 s            0.19x
+0.5B  float32   checkpoint    14.4 s   0.78 GB (+0.44)   15.4 s   0.94x    0.29x
 1.1B  float32   dynamo        116.1 s  4.69 GB (+0.20)   44.0 s   2.64x
 1.1B  float32   to_onnx       45.3 s   4.78 GB (+0.29)   33.2 s   1.37x    0.39x
 1.1B  float32   torch.export  12.1 s   4.55 GB (+0.07)   33.2 s            0.10x
