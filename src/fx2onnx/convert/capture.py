@@ -336,7 +336,16 @@ def capture(
         _check_caches(args, kwargs)
         try:
             with missing_meta_kernels(), record_specializations() as specialized, explicit_keywords(model, args, kwargs):
-                ep = torch.export.export(model, tuple(args), kwargs=dict(kwargs), dynamic_shapes=ds, strict=strict)
+                try:
+                    ep = torch.export.export(model, tuple(args), kwargs=dict(kwargs), dynamic_shapes=ds, strict=strict)
+                except NotImplementedError as e:
+                    # sympy cannot solve a guard on a dynamic size (timm's CPUBone: H // 16 % 2 for a padding):
+                    # sizes are then size-oblivious, as torch.onnx.export captures them
+                    if "cannot be solved" not in str(e):
+                        raise
+                    with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+                        ep = torch.export.export(model, tuple(args), kwargs=dict(kwargs), dynamic_shapes=ds,
+                                                 strict=strict)
         except Exception as e:
             first = _first_lines(e)
             hint = _specialized_dims_hint(str(e), model, args, kwargs, axis_names)
