@@ -158,6 +158,10 @@ def _tiny_values(config: Any, name: str | None = None) -> dict[str, Any]:
 
     values = {k: v for k, v in {**GENERIC_OVERRIDES, **MEDIA_OVERRIDES}.items()
               if _has(config, k) and not _scalar_over_list(getattr(config, k, None), v)}
+    for key in ("num_attention_heads", "num_heads"):  # heads per stage (Swin): the same small number
+        current = getattr(config, key, None) if _has(config, key) else None
+        if isinstance(current, (list, tuple)) and key in GENERIC_OVERRIDES:
+            values[key] = [GENERIC_OVERRIDES[key]] * len(current)
     if getattr(config, "sliding_window", 0) is None:
         values.pop("sliding_window", None)
     n_layers = next((values[k] for k in ("num_hidden_layers", "num_layers") if k in values), None)
