@@ -23,11 +23,12 @@ function rebuilt the same way), only its globals differ.
 from __future__ import annotations
 
 import builtins
-import inspect
 import types
 from typing import Any
 
 import torch
+
+from .registry import source_guard
 
 #: (modeling module, model class) whose forward reads the batch with len(source_flatten)
 DETR_BATCH_FORWARDS: tuple[tuple[str, str], ...] = (
@@ -72,11 +73,8 @@ def make_symbolic_len_forward(original: Any) -> Any:
     return with_globals(original, len=symbolic_len)
 
 
-def guard_symbolic_len_forward(original: Any) -> str | None:
-    try:
-        source = inspect.getsource(inspect.unwrap(original))
-    except (OSError, TypeError):
-        return "source of the forward cannot be read"
-    if "len(source_flatten)" not in source:
-        return "the forward does not read the batch with len(source_flatten) in this version"
-    return None
+#: skips the patch for a forward which no longer reads the batch with len(source_flatten)
+guard_symbolic_len_forward = source_guard(
+    "the forward", "len(source_flatten)",
+    absent="the forward does not read the batch with len(source_flatten) in this version",
+)

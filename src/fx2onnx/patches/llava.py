@@ -19,10 +19,11 @@ patch is applied, ``pooler_output`` is therefore not one entry per image.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
+
+from .registry import source_guard
 
 
 def _selected_hidden_states(
@@ -70,11 +71,7 @@ def _make_llava_image_features(original: Any) -> Any:
     return get_image_features
 
 
-def _guard_llava_image_features(original: Any) -> str | None:
-    try:
-        source = inspect.getsource(inspect.unwrap(original))
-    except (OSError, TypeError):
-        return "source of LlavaModel.get_image_features cannot be read"
-    if "list(image_features)" not in source:
-        return "LlavaModel.get_image_features does not split the features into a list in this version"
-    return None
+_guard_llava_image_features = source_guard(
+    "LlavaModel.get_image_features", "list(image_features)",
+    absent="LlavaModel.get_image_features does not split the features into a list in this version",
+)

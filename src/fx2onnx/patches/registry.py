@@ -131,6 +131,20 @@ def patch_if_imported(module: str, attribute: str, name: str, **fields: Any) -> 
     return [Patch(name=name, kind="transformers", target=f"{module}.{attribute}", **fields)]
 
 
+def source_guard(name: str, *needles: str, absent: str, unwrap: bool = True) -> Callable[[Any], str | None]:
+    """A ``Patch.guard`` skipping the patch unless the source of the original (behind its
+    decorators when ``unwrap``) holds every one of ``needles``; ``absent`` says why otherwise."""
+
+    def guard(original: Any) -> str | None:
+        try:
+            source = inspect.getsource(inspect.unwrap(original) if unwrap else original)
+        except (OSError, TypeError):
+            return f"source of {name} cannot be read"
+        return None if all(needle in source for needle in needles) else absent
+
+    return guard
+
+
 @dataclasses.dataclass
 class PatchReport:
     """What happened to one patch: applied or skipped, and why."""

@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from .registry import Patch, patch_if_imported
+from .registry import Patch, patch_if_imported, source_guard
 from .detr_batch import DETR_BATCH_FORWARDS, guard_symbolic_len_forward, make_symbolic_len_forward
 
 
@@ -60,16 +60,10 @@ def _make_lazy_initialization(original: Any) -> Any:
     return lazy_initialization
 
 
-def _guard_lazy_initialization(original: Any) -> str | None:
-    import inspect
-
-    try:
-        source = inspect.getsource(original)
-    except (OSError, TypeError):
-        return "source of DynamicLayer.lazy_initialization cannot be read"
-    if "torch.tensor([]" not in source:
-        return "DynamicLayer.lazy_initialization does not create torch.tensor([]) in this version"
-    return None
+_guard_lazy_initialization = source_guard(
+    "DynamicLayer.lazy_initialization", "torch.tensor([]",
+    absent="DynamicLayer.lazy_initialization does not create torch.tensor([]) in this version", unwrap=False,
+)
 
 
 def _make_sliding_get_mask_sizes(original: Any) -> Any:
@@ -84,16 +78,10 @@ def _make_sliding_get_mask_sizes(original: Any) -> Any:
     return get_mask_sizes
 
 
-def _guard_sliding_get_mask_sizes(original: Any) -> str | None:
-    import inspect
-
-    try:
-        source = inspect.getsource(original)
-    except (OSError, TypeError):
-        return "source of DynamicSlidingWindowLayer.get_mask_sizes cannot be read"
-    if "cumulative_length" not in source or "sliding_window" not in source:
-        return "DynamicSlidingWindowLayer.get_mask_sizes does not use cumulative_length in this version"
-    return None
+_guard_sliding_get_mask_sizes = source_guard(
+    "DynamicSlidingWindowLayer.get_mask_sizes", "cumulative_length", "sliding_window",
+    absent="DynamicSlidingWindowLayer.get_mask_sizes does not use cumulative_length in this version", unwrap=False,
+)
 
 
 def _is_dynamic_rope_wrapper(function: Any) -> Any:
