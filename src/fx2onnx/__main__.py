@@ -259,6 +259,7 @@ def _cmd_models(args: argparse.Namespace) -> int:
     rows, meta = build_rows(
         rows_path, only=args.only, exporters=args.exporters or None, workers=args.workers,
         timeout=args.timeout, use_cache=not args.no_cache, missing_only=args.missing,
+        generate_missing=args.generate_missing,
     )
     print(f"{meta['computed']} rows computed in {meta['duration']:.0f} s; {len(rows)} rows in {rows_path}")
     if args.page:
@@ -375,6 +376,8 @@ def make_parser() -> argparse.ArgumentParser:
     mdl.add_argument("--only", help="regular expression on the architecture names (model types)")
     _add_zoo_arguments(mdl, exporters=["to_onnx", "dynamo"], timeout=300.0)
     mdl.add_argument("--missing", action="store_true", help="run only the rows absent from the rows file or killed by a timeout")
+    mdl.add_argument("--generate-missing", action="store_true",
+                     help="run only the decoders matched with a cache that have no generate column yet")
     mdl.set_defaults(func=_cmd_models)
     return parser
 

@@ -227,6 +227,13 @@ def save_rows(rows: list[dict[str, Any]], path: str | Path, meta: dict[str, Any]
                           + body + "\n]}\n", encoding="utf-8")
 
 
+def lacks_generation(row: dict[str, Any]) -> bool:
+    """Whether a row should have a ``generate`` entry and has none: a decoder
+    (``causal``) exported by to_onnx with a cache, matching eager."""
+    return (row["exporter"] == "to_onnx" and row["cache"] and row["kind"] == "causal" and row["success"]
+            and "generate" not in row)
+
+
 def _key(row: dict[str, Any]) -> tuple[str, str, bool]:
     return row["architecture"], row["exporter"], row["cache"]
 
@@ -240,6 +247,7 @@ def build_rows(
     use_cache: bool = True,
     progress: bool | None = None,
     missing_only: bool = False,
+    generate_missing: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Runs the selected rows and merges them into the rows file ``path``; returns ``(rows, meta)``.
 
@@ -248,7 +256,8 @@ def build_rows(
     other architectures are kept; the file is saved after every row, so an
     interrupted run keeps what it computed. With ``missing_only``, only the rows
     absent from the file or killed by a timeout run (an interrupted run goes on where
-    it stopped).
+    it stopped). With ``generate_missing``, only the rows of :func:`lacks_generation` run
+    (a decoder matched with a cache, without its ``generate`` column).
     """
     import transformers
 
@@ -258,13 +267,16 @@ def build_rows(
     old_rows, meta = load_rows(path)
     rows = {_key(r): r for r in old_rows}
     wanted = make_tasks(select_architectures(only), list(exporters or EXPORTERS))
-    if missing_only:
+    if generate_missing:
+        todo = [t for t in wanted if t in rows and lacks_generation(rows[t])]
+    elif missing_only:
         todo = [t for t in wanted if t not in rows or rows[t]["step"] == "timeout"]
     else:
         todo = [t for t in wanted if not use_cache or rows.get(t, {}).get("hash") != key]
     meta = dict(meta)
     restricted = bool(exporters) and set(exporters) != set(EXPORTERS)
     command = "python -m fx2onnx models" + (f" --only '{only}'" if only else "") + (" --missing" if missing_only else "")
+    command += " --generate-missing" if generate_missing else ""
     if restricted:
         command += " --exporters " + " ".join(exporters)
     meta.update(
@@ -273,7 +285,7 @@ def build_rows(
         date=datetime.date.today().isoformat(),
         workers=workers,
     )
-    if (only or restricted) and meta.get("command"):
+    if (only or restricted or generate_missing) and meta.get("command"):
         # a few architectures or one exporter run again: the file is still the one the full command made
         meta["updated_by"] = command
     else:
