@@ -577,3 +577,51 @@ def test_view_output_of_non_viewable_input_is_reshaped():
     torch.testing.assert_close(got, x.reshape(24))
     with pytest.raises(RuntimeError):  # only a view may become a reshape
         _apply_view(torch.ops.aten.expand.default, x, ([5, 4],), {})
+
+
+def test_storage_permutation():
+    from fx2onnx.convert.graph_module import storage_permutation
+
+    w = torch.randn(3, 5)
+    assert storage_permutation(w) is None  # contiguous
+    assert storage_permutation(w.t()) == (1, 0)
+    x = torch.randn(2, 3, 4, 5)
+    p = storage_permutation(x.permute(0, 2, 3, 1))
+    assert p is not None and x.permute(0, 2, 3, 1).permute(p).is_contiguous()
+    assert storage_permutation(x[:, :, :2]) is None  # a slice: holes
+    assert storage_permutation(torch.randn(3, 1).expand(3, 4)) is None  # stride 0: overlapping
+    assert storage_permutation(torch.randn(4)) is None
+
+
+def test_transposed_weights_are_fed_as_stored():
+    """The transposed weight the forward saves for backward enters the backward model as the weight
+    is stored (a Transpose node in the model, no copy by onnxruntime), also when a later call gives
+    other strides."""
+
+    def f(x, w):
+        return (x @ w.t()).relu().pow(2).sum()
+
+    x = torch.randn(6, 4, requires_grad=True)
+    w = torch.randn(3, 4, requires_grad=True)
+    backend = make_onnxruntime_backend()
+    compiled = torch.compile(f, backend=backend)
+    got = compiled(x, w)
+    got.backward()
+    gx, gw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    f(x, w).backward()
+    torch.testing.assert_close(gx, x.grad)
+    torch.testing.assert_close(gw, w.grad)
+    backward = next(r for r in backend.runners if r.name.endswith("backward"))
+    perms = backward.model.meta["input_perms"]
+    assert list(perms.values()) == [(1, 0)], perms
+    (index,) = perms
+    name = backward.model.meta["input_names"][backward.model.meta["input_indices"].index(index)]
+    stored = next(i for i in backward.model.graph.inputs if i.name == name)
+    assert [d for d in stored.shape] == [3, 4]  # the weight's own layout
+    # an input whose strides differ from the compile-time example is copied into the stored layout
+    from fx2onnx.backend.runner import GraphRunner
+
+    wt = torch.randn(4, 3)  # contiguous, not a transposed view
+    stored = GraphRunner._stored(wt, (1, 0))
+    assert stored.is_contiguous() and torch.equal(stored, wt.t())

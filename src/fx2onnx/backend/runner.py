@@ -44,6 +44,7 @@ class _CachedSession:
     feeds: list[tuple[str, int]]  # (ONNX input name, placeholder index)
     output_layout: list[tuple[str, Any]]
     bfloat16: bool = False  # onnxruntime's numpy bridge knows no bfloat16: OrtValues then
+    perms: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)  # fed as x.permute(perm)
 
 
 def _expected_output(output: Any) -> Any:
@@ -158,6 +159,7 @@ class GraphRunner:
                 dispatcher=backend_dispatcher(self.options.dispatcher),
                 verbose=max(self.options.verbose - 1, 0),
                 view_outputs=True,  # the views aot_autograd saves for backward are torch views, not copies
+                permuted_inputs=True,  # the transposed weights saved for backward are fed as stored, not copied
             )
             if self.options.optimize in (True, "default"):
                 from ..convert.api import optimize_model
@@ -225,6 +227,7 @@ class GraphRunner:
             feeds=[(name, index) for name, index in zip(model.meta["input_names"], model.meta["input_indices"]) if name in wanted],
             output_layout=list(model.meta["output_layout"]),
             bfloat16=any("bfloat16" in a.type for a in [*session.get_inputs(), *session.get_outputs()]),
+            perms=dict(model.meta.get("input_perms", {})),
         )
 
     def __call__(self, *args: Any) -> list[Any]:
@@ -241,11 +244,21 @@ class GraphRunner:
                 self.fallback = report_fallback(self._fallback_records, self.name, self._stage, e)
         return list(self.gm(*args))  # fallback=True: the aten graph runs eagerly
 
+    @staticmethod
+    def _stored(x: Any, perm: tuple[int, ...] | None) -> Any:
+        """An input the model takes permuted (see ``permuted_inputs`` in
+        :func:`fx2onnx.convert.graph_module.convert_graph_module`): a view when its strides
+        are those of the compile-time example, a copy otherwise."""
+        if perm is None:
+            return x
+        x = x.permute(perm)
+        return x if x.is_contiguous() else x.contiguous()
+
     def _run_onnx(self, args: list[Any]) -> list[Any]:
         cached = self._session_for(args)
         self._stage = "run"
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
-        feeds = {name: to_numpy(_as_pair(args[index])) for name, index in cached.feeds}
+        feeds = {name: to_numpy(_as_pair(self._stored(args[index], cached.perms.get(index)))) for name, index in cached.feeds}
         results = run_session(cached.session, feeds) if cached.bfloat16 else cached.session.run(None, feeds)
         converted: dict[int, torch.Tensor] = {}
 

@@ -95,6 +95,23 @@ def _placeholder_value(node: torch.fx.Node, example: Any) -> Any:
     return node.meta.get("val", node.meta.get("example_value"))
 
 
+def storage_permutation(value: Any) -> tuple[int, ...] | None:
+    """``perm`` such that ``value.permute(perm)`` is contiguous, when ``value`` is a dense
+    non-contiguous permutation of a contiguous tensor (a transposed weight); None otherwise
+    (contiguous, strides unknown or symbolic, overlapping or with holes)."""
+    if not isinstance(value, torch.Tensor) or value.dim() < 2 or value.is_complex():
+        return None
+    strides = value.stride()
+    if not all(type(s) is int for s in strides) or not all(type(d) is int for d in value.shape):
+        return None  # symbolic: not decided at conversion time (and no guard added)
+    if value.is_contiguous():
+        return None
+    perm = tuple(sorted(range(value.dim()), key=lambda d: -strides[d]))  # stable: ties keep their order
+    if not value.permute(perm).is_contiguous():
+        return None
+    return perm
+
+
 def _scalar_dtype(value: Any) -> torch.dtype:
     if isinstance(value, (torch.SymBool, bool)):
         return torch.bool
@@ -112,6 +129,7 @@ def convert_graph_module(
     dispatcher: Dispatcher | None = None,
     verbose: int = 0,
     view_outputs: bool = False,
+    permuted_inputs: bool = False,
 ) -> ir.Model:
     """Converts an FX GraphModule of aten ops into an :class:`onnx_ir.Model`.
 
@@ -142,12 +160,22 @@ def convert_graph_module(
     interpreter = Interpreter(dispatcher, DimNamer(), verbose=verbose)
     builder = GraphBuilder("main_graph", target_opset)
     env: dict[torch.fx.Node, Any] = {}
-    for node, example in zip(placeholders, example_inputs):
+    input_perms: dict[int, tuple[int, ...]] = {}
+    for index, (node, example) in enumerate(zip(placeholders, example_inputs)):
         value = _placeholder_value(node, example)
         if isinstance(value, torch.Tensor):
             fake = node.meta.get("val", value)
             shape = list(value.shape) if static_shapes or not isinstance(fake, torch.Tensor) else list(fake.shape)
-            env[node] = builder.add_input(node.name, value.dtype, [interpreter.dim_namer(d) for d in shape])
+            dims = [interpreter.dim_namer(d) for d in shape]
+            perm = storage_permutation(value) if permuted_inputs else None
+            if perm is None:
+                env[node] = builder.add_input(node.name, value.dtype, dims)
+                continue
+            input_perms[index] = perm
+            stored = builder.add_input(node.name, value.dtype, [dims[p] for p in perm])
+            inverse = sorted(range(len(perm)), key=lambda d: perm[d])
+            env[node] = builder.op.Transpose(stored, perm=inverse)
+            env[node].dtype, env[node].shape = stored.dtype, ir.Shape(dims)
         elif isinstance(value, _SYMBOLIC):
             env[node] = builder.add_input(node.name, _scalar_dtype(value), [])
         else:
@@ -211,6 +239,7 @@ def convert_graph_module(
     model.meta["input_indices"] = [i for i, node in enumerate(placeholders) if isinstance(env[node], ir.Value)]
     model.meta["input_names"] = [v.name for v in model.graph.inputs]
     model.meta["output_layout"] = layout
+    model.meta["input_perms"] = input_perms
     return model
 
 
