@@ -625,3 +625,26 @@ def test_transposed_weights_are_fed_as_stored():
     wt = torch.randn(4, 3)  # contiguous, not a transposed view
     stored = GraphRunner._stored(wt, (1, 0))
     assert stored.is_contiguous() and torch.equal(stored, wt.t())
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_backward_in_three_passes(reduction):
+    """log_softmax's backward fed by nll_loss_backward is exp(output) * -v + v at the target:
+    no zeros tensor, no row sum; the nodes of nll_loss_backward it replaces are removed."""
+
+    def f(x, t):
+        loss = torch.nn.functional.cross_entropy(x, t, reduction=reduction)
+        return loss.sum() if reduction == "none" else loss
+
+    x = torch.randn(6, 5, requires_grad=True)
+    t = torch.tensor([0, 1, 4, -100, 3, 1])  # one ignored row
+    backend = make_onnxruntime_backend()
+    compiled = torch.compile(f, backend=backend)
+    compiled(x, t).backward()
+    got = x.grad.clone()
+    x.grad = None
+    f(x, t).backward()
+    torch.testing.assert_close(got, x.grad)
+    backward = next(r for r in backend.runners if r.name.endswith("backward"))
+    ops = [n.op_type for n in backward.model.graph]
+    assert ops.count("ScatterElements") == 1 and "ReduceSum" not in ops and "Sub" not in ops, ops

@@ -161,6 +161,11 @@ class GraphRunner:
                 view_outputs=True,  # the views aot_autograd saves for backward are torch views, not copies
                 permuted_inputs=True,  # the transposed weights saved for backward are fed as stored, not copied
             )
+            # onnxruntime runs a node nobody reads (a converter may leave some, such as the
+            # nll_loss_backward replaced by the cross entropy's gradient)
+            from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+            RemoveUnusedNodesPass()(model)
             if self.options.optimize in (True, "default"):
                 from ..convert.api import optimize_model
 

@@ -78,7 +78,17 @@ def convert_softmax_backward(ctx, node, grad, output, dim, input_dtype):
 
 @converter(aten._log_softmax_backward_data.default)
 def convert_log_softmax_backward(ctx, node, grad, output, dim, input_dtype):
-    axis = ctx.const([normalize_axis(dim, input_rank(ctx))], torch.int64)
+    class_axis = normalize_axis(dim, input_rank(ctx))
+    rows = getattr(grad, "meta", {}).get("nll_loss_rows")
+    if rows is not None and rows[2] == class_axis:
+        # cross entropy: grad is nll_loss_backward's, one value v per row at its target t, so the
+        # sum over the row is v and the gradient is exp(output) * -v + v at t: three passes over
+        # [N, C] instead of six (zeros, scatter, exp, product, difference, sum)
+        index, value, _ = rows
+        spread = ctx.op.Mul(ctx.op.Exp(output), ctx.op.Neg(value))
+        result = ctx.op.ScatterElements(spread, index, value, axis=class_axis, reduction="add")
+        return result if _dtype(ctx, 1) == input_dtype else ctx.op.Cast(result, to=onnx_dtype(input_dtype))
+    axis = ctx.const([class_axis], torch.int64)
     total = ctx.op.ReduceSum(grad, axis, keepdims=1)
     return ctx.cast(ctx.op.Sub(grad, ctx.op.Mul(ctx.op.Exp(output), total)), input_dtype)
 
@@ -229,7 +239,12 @@ def convert_nll_loss_backward(ctx, node, grad, x, target, weight, reduction, ign
     scale = ctx.op.Mul(scale, grad)  # grad is 0-d (mean, sum) or [N] (none)
     zeros = ctx.op.Expand(ctx.const(0, dtype), ctx.op.Shape(x))
     axis = ctx.const([class_axis], torch.int64)
-    return ctx.op.ScatterElements(zeros, ctx.op.Unsqueeze(safe, axis), ctx.op.Unsqueeze(scale, axis), axis=class_axis)
+    index, value = ctx.op.Unsqueeze(safe, axis), ctx.op.Unsqueeze(scale, axis)
+    result = ctx.op.ScatterElements(zeros, index, value, axis=class_axis)
+    # the rows, for a _log_softmax_backward_data consuming this gradient (cross entropy); the
+    # nodes above are then unused and removed
+    result.meta["nll_loss_rows"] = (index, value, class_axis)
+    return result
 
 
 @converter(aten.mse_loss.default)
