@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..runner import dynamo_export, first_line, label_export_step, run_tasks, sources_hash
+from .checkable import spread_degenerate_weights
 from .zoo import ATOL, EXPORTERS, RTOL, load_rows, save_rows
 
 #: the sizes a row makes dynamic
@@ -107,6 +108,8 @@ def run_row(library: str, architecture: str, model_name: str, exporter: str, sha
         case = _libraries()[library][1](model_name if library == "timm" else architecture, shapes=shapes)
         step = "model"
         row["parameters"] = case.parameters
+        # weights initialized toward identity (layer scales, zero heads) would hide a wrong branch
+        row["spread"] = len(spread_degenerate_weights(case.model, seed=0))
         with torch.no_grad(), record_ties() as ties:
             expected = flatten_outputs(case.model(*_args(case.check_input), **case.check_kwargs))
         step = "capture"
