@@ -123,47 +123,5 @@ ax[1].legend()
 fig.tight_layout()
 
 # %%
-# A cache of sliding layers only
-# ------------------------------
-#
-# A sliding layer keeps its last ``sliding_window - 1`` tokens but the masks and
-# positions depend on every token seen. Without a full-attention layer to read
-# that count from (a Mistral whose layers all slide), the flattening adds one
-# tensor, ``tokens_seen``, empty, of shape ``(0, count)``: an input and an output
-# of the ONNX model, fed back like the keys and values.
-
-mistral = get_tiny_model("mistral", with_cache=True, num_hidden_layers=1, sliding_window=4)
-
-
-def sliding_inputs(past, seq=2, batch=2):
-    shape = (batch, 2, past, 8)
-    pairs = [(torch.randn(shape, generator=generator), torch.randn(shape, generator=generator))]
-    return {
-        "input_ids": torch.randint(3, 128, (batch, seq), generator=generator),
-        "attention_mask": torch.ones((batch, past + seq), dtype=torch.int64),
-        "past_key_values": DynamicCache(pairs, config=mistral.config),  # keeps the last 3
-    }
-
-
-with fx2onnx.torch_export_patches(patch_transformers=True):
-    inputs = sliding_inputs(10)
-    print([(pytree.keystr(p), tuple(t.shape)) for p, t in pytree.tree_flatten_with_path(inputs["past_key_values"])[0]])
-    shapes = {k: v for k, v in mistral.dynamic_shapes.items() if k in inputs}
-    print(shapes["past_key_values"])
-    onx = fx2onnx.to_onnx(mistral.model, (), kwargs=inputs, dynamic_shapes=shapes)
-    for past in [1, 3, 6, 10, 20]:  # on both sides of the window
-        report = fx2onnx.validate(onx, mistral.model, (), sliding_inputs(past), atol=1e-4)
-        print(f"past_seq={past:2d}: {report}")
-        assert report.ok, (past, report)
-
-# %%
-# With ``tokens_seen`` fed back like the keys and values, :func:`fx2onnx.generate`
-# decodes past the window (12 new tokens, a window of 4) the tokens of
-# transformers' greedy ``generate``.
-
-mistral.model.generation_config.eos_token_id = None  # no early stop
-prompt = torch.randint(3, 128, (1, 5), generator=generator)
-expected = mistral.model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=12,
-                                  pad_token_id=0)
-print("generated:", expected[0, 5:].tolist())
-assert torch.equal(fx2onnx.generate(onx, prompt, max_new_tokens=12), expected)
+# A cache of sliding layers only, which carries one more tensor, is the subject of
+# :ref:`l-plot-export-cache-sliding`.
