@@ -227,3 +227,18 @@ def test_graph_picture_svg_and_gallery_scraper(tmp_path):
     assert (images / "sphx_glr_plot_x_001.svg").read_text(encoding="utf-8") == picture.svg
     assert (images / "sphx_glr_plot_x_001.png").read_bytes()[:4] == b"\x89PNG"  # the thumbnail's source
     assert scrapers.graph_pictures(None, block_vars, {"src_dir": str(tmp_path)}) == ""  # shown once
+
+
+def test_edge_labels_as_large_as_node_labels():
+    """A picture wider than the page is scaled down: the shapes on the edges must stay as
+    readable as the nodes' labels (they were 8 points against 10)."""
+    from fx2onnx.inspect.dot import GraphPicture
+
+    ep = torch.export.export(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()), (torch.randn(2, 4),))
+    picture = GraphPicture(ep, title="sizes")
+    sizes = {}
+    for kind in ("node", "edge"):
+        groups = re.findall(rf'<g id="{kind}\d+" class="{kind}">(.*?)</g>', picture.svg, flags=re.S)
+        sizes[kind] = {float(s) for g in groups for s in re.findall(r'<text[^>]*font-size="([0-9.]+)"', g)}
+    assert sizes["node"] and sizes["edge"], sizes
+    assert min(sizes["edge"]) >= max(sizes["node"]), sizes

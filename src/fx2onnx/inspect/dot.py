@@ -42,7 +42,7 @@ _IO_STYLE = 'shape=box, style="rounded,filled", fillcolor="#444444", fontcolor="
 _HEADER = [
     '    graph [rankdir=TB, compound=true, fontname="Helvetica", fontsize=10];',
     '    node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10, fillcolor="#eeeeee"];',
-    '    edge [fontname="Helvetica", fontsize=8, color="#555555"];',
+    '    edge [fontname="Helvetica", fontsize=10, fontcolor="#222222", color="#555555"];',
 ]
 _MAX_WEIGHTS_IN_LABEL = 4
 
