@@ -74,8 +74,7 @@ def main(argv=None) -> list[dict]:
                                   dynamic_shapes=tiny.dynamic_shapes, optimize=level)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1
-        session = onnxruntime.InferenceSession(onx.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        generator = OnnxGenerator(session)
+        generator = OnnxGenerator(onx, session_options=options)  # the argmax added to the graph
 
         def run():
             tokens = generator.generate(ids, args.new)

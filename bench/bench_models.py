@@ -177,7 +177,8 @@ def bench_generation(quick: bool, exporters: list[str], repeat: int) -> list[dic
             quantize = name[len("to_onnx[onnxruntime,"):-1] if _is_quantized(name) else None
             onx = _quiet(fx2onnx.to_onnx, tiny.model, (), copy.deepcopy(tiny.inputs),
                          dynamic_shapes=tiny.dynamic_shapes, optimize="onnxruntime", quantize=quantize)
-            generator = OnnxGenerator(_session(onx, 1))
+            # the loop creates the session: the argmax of the last logits in the graph (add_next_token)
+            generator = OnnxGenerator(onx, session_options=_session_options(1))
             runs[name] = lambda g=generator: (g.generate(ids, new), g.last_times)
     tokens = {name: fn()[0] for name, fn in runs.items()}  # warm-up, and the tokens compared below
     assert torch.equal(tokens.get("to_onnx[onnxruntime]", tokens["transformers"]), tokens["transformers"]), (
@@ -272,14 +273,21 @@ def export_all(sc: Scenario, exporters: list[str]) -> tuple[dict[str, onnx.Model
     return {k: v for k, v in models.items() if k in exporters}, times
 
 
-def _session(onx: onnx.ModelProto, threads: int):
+def _session_options(threads: int):
     import onnxruntime
 
     opts = onnxruntime.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
     opts.log_severity_level = 3
-    return onnxruntime.InferenceSession(onx.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return opts
+
+
+def _session(onx: onnx.ModelProto, threads: int):
+    import onnxruntime
+
+    return onnxruntime.InferenceSession(onx.SerializeToString(), _session_options(threads),
+                                        providers=["CPUExecutionProvider"])
 
 
 def outside_matmul_share(onx: onnx.ModelProto, feeds: dict, threads: int, repeat: int) -> float:

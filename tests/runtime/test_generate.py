@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 import fx2onnx  # noqa: E402
 from fx2onnx.models import get_tiny_model  # noqa: E402
 from fx2onnx.runtime import OnnxGenerator  # noqa: E402
-from fx2onnx.runtime.generate import CACHE_METADATA_KEY  # noqa: E402
+from fx2onnx.runtime.generate import CACHE_METADATA_KEY, NEXT_TOKEN, add_next_token  # noqa: E402
 
 NEW_TOKENS = 20
 PAD = 0
@@ -105,6 +105,34 @@ def test_eos_stops_each_sequence(name):
     alone = fx2onnx.generate(onx, ids[:1], NEW_TOKENS, eos_token_id=[eos, 1000], pad_token_id=PAD)
     assert alone.shape == (1, 7 + k)
     torch.testing.assert_close(alone, expected_tokens(tiny.model, ids[:1], mask[:1], eos_token_id=eos))
+
+
+def test_next_token_in_the_graph_or_in_numpy():
+    # the argmax added to the graph is numpy's argmax of the last logits
+    _, onx = exported("llama")
+    with_token = add_next_token(onx)
+    assert [o.name for o in with_token.graph.output] == [o.name for o in onx.graph.output] + [NEXT_TOKEN]
+    session = OnnxGenerator(onx, next_token=False).session
+    feeds = {i.name: np.zeros([d if isinstance(d, int) else (0 if j else 2) for j, d in enumerate(i.shape)],
+                              dtype=np.float32) for i in session.get_inputs() if "past" in i.name}  # empty cache
+    feeds.update(input_ids=np.random.default_rng(0).integers(3, 128, (2, 3)), attention_mask=np.ones((2, 3), np.int64),
+                 position_ids=np.arange(3)[None].repeat(2, 0))
+    logits = session.run(["logits"], feeds)[0]
+    token = OnnxGenerator(onx).session.run([NEXT_TOKEN], feeds)[0]
+    np.testing.assert_array_equal(token, logits[:, -1].argmax(-1)[:, None])
+    # the loop reading the logits (a session given, or next_token=False) generates the same tokens,
+    # with padding and with an eos which finishes one sequence first
+    tiny, _ = exported("llama")
+    ids, mask = prompts(2)
+    free = expected_tokens(tiny.model, ids, mask)[0, 6:].tolist()
+    eos = free[next(i for i in range(3, NEW_TOKENS) if free[i] not in free[:i])]
+    fused = OnnxGenerator(onx)
+    assert fused.signature.next_token == NEXT_TOKEN
+    for generator in [OnnxGenerator(onx, next_token=False), OnnxGenerator(session)]:
+        assert generator.signature.next_token is None
+        for kwargs in [{}, {"eos_token_id": eos, "pad_token_id": PAD}]:
+            np.testing.assert_array_equal(generator.generate(ids, NEW_TOKENS, mask, **kwargs),
+                                          fused.generate(ids, NEW_TOKENS, mask, **kwargs))
 
 
 def test_metadata_pairs_cache_inputs_and_outputs():

@@ -8,7 +8,8 @@ An LLM exported with its cache is judged by one thing: does it generate the same
 tokens as :epkg:`transformers`. :func:`fx2onnx.generate` runs greedy decoding on
 :epkg:`onnxruntime`: a first call on the prompt with an empty cache, then one call
 per new token, the present keys and values of a call fed back as the past of the
-next one. The cache never leaves onnxruntime's memory (IO binding). This example
+next one. The cache never leaves onnxruntime's memory (the values onnxruntime
+returns are fed back as they are). This example
 exports a tiny Llama, generates 20 tokens for two prompts, one of them left padded,
 and compares every token and the speed with ``model.generate(do_sample=False)``.
 
@@ -83,8 +84,10 @@ assert same.all()
 #
 # :class:`fx2onnx.runtime.OnnxGenerator` keeps a session (here one thread, as torch)
 # for many generations and records where the time went: the calls to onnxruntime and
-# the rest of the loop (inputs, bindings, argmax). The difference per token is the
-# overhead of the loop. Each timing is the best of seven runs.
+# the rest of the loop (the inputs of a step, reading the next token: the argmax of
+# the last logits is added to the graph when the generator creates the session).
+# The difference per token is the overhead of the loop. Each timing is the best of
+# seven runs.
 
 
 def best_time(fn, repeat=7):
@@ -99,8 +102,7 @@ def best_time(fn, repeat=7):
 torch.set_num_threads(1)
 options = onnxruntime.SessionOptions()
 options.intra_op_num_threads = 1
-session = onnxruntime.InferenceSession(onx.SerializeToString(), options, providers=["CPUExecutionProvider"])
-onnx_generator = OnnxGenerator(session)
+onnx_generator = OnnxGenerator(onx, session_options=options)
 runs = []
 
 

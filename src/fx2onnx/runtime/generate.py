@@ -8,10 +8,15 @@ read from the model's metadata (``fx2onnx.cache``, written by
 :func:`fx2onnx.to_onnx`: an output at the same place in the returned structure as
 a cache input), never from names given by the user.
 
-The cache stays in onnxruntime memory: the outputs are bound with an
-:class:`onnxruntime.IOBinding`, onnxruntime allocates them, and the
-:class:`onnxruntime.OrtValue` it returns are bound as the next inputs; only the
-logits of the last position are read into numpy.
+The cache stays in onnxruntime memory: every step runs with
+``InferenceSession.run_with_ortvaluevector``, onnxruntime allocates the outputs, and
+the values it returns are fed as the next inputs without a copy. When the loop creates
+the session, it adds the argmax of the last position's logits to the graph
+(:func:`add_next_token`): the outputs of a step, the next token first and then the
+cache, are the next step's inputs as they come, no Python object is made per value and
+only ``batch`` integers are read into numpy; the loop then costs a few calls per token
+(the attention mask and the positions are views of arrays made once). A session given
+by the caller runs as it is: the logits are read and the argmax taken in numpy.
 
 A batch is left padded (``attention_mask`` holds 0 for the pads); the positions
 are computed from the mask as transformers computes them (cumulated sum minus
@@ -44,13 +49,15 @@ import onnx
 
 #: the metadata key :func:`fx2onnx.to_onnx` writes (cache input name -> output name)
 CACHE_METADATA_KEY = "fx2onnx.cache"
+#: the output :func:`add_next_token` adds
+NEXT_TOKEN = "fx2onnx_next_token"
 #: inputs the loop computes itself, beside the cache
 _TOKEN_INPUTS = ("input_ids", "attention_mask", "position_ids")
 _NUMPY_TYPES = {
     "tensor(float)": np.float32,
     "tensor(float16)": np.float16,
     "tensor(double)": np.float64,
-    "tensor(bfloat16)": np.uint16,  # bound through its ONNX type, see _empty_value
+    "tensor(bfloat16)": np.uint16,  # fed with its ONNX type, see _ortvalue
     "tensor(int64)": np.int64,
     "tensor(int32)": np.int32,
 }
@@ -68,6 +75,8 @@ class CacheSignature:
     has_attention_mask: bool
     has_position_ids: bool
     cache: tuple[tuple[str, str, tuple[int, ...], str], ...]
+    #: the output :func:`add_next_token` added (the argmax of the last logits), if any
+    next_token: str | None = None
 
     @classmethod
     def from_session(cls, session: Any) -> "CacheSignature":
@@ -93,15 +102,55 @@ class CacheSignature:
         if unknown:
             raise ValueError(f"The generation loop cannot feed the inputs {unknown}: it feeds {list(_TOKEN_INPUTS)} "
                              "and the cache.")
-        others = [n for n in outputs if n not in pairs.values()]
-        logits = "logits" if "logits" in others else (others[0] if len(others) == 1 else None)
-        if logits is None:
-            raise ValueError(f"Cannot tell which output holds the logits among {others}.")
+        logits = _logits_name(outputs, pairs)
         batch = inputs["input_ids"].shape[0]
         cache = tuple(
             (name, output, _initial_shape(inputs[name], batch), inputs[name].type) for name, output in pairs.items()
         )
-        return cls(logits, "attention_mask" in inputs, "position_ids" in inputs, cache)
+        return cls(logits, "attention_mask" in inputs, "position_ids" in inputs, cache,
+                   NEXT_TOKEN if NEXT_TOKEN in outputs else None)
+
+
+def _logits_name(outputs: Sequence[str], pairs: dict[str, str]) -> str:
+    """The output holding the logits: ``logits``, or the only output beside the cache."""
+    others = [n for n in outputs if n not in pairs.values() and n != NEXT_TOKEN]
+    logits = "logits" if "logits" in others else (others[0] if len(others) == 1 else None)
+    if logits is None:
+        raise ValueError(f"Cannot tell which output holds the logits among {others}.")
+    return logits
+
+
+def add_next_token(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` with one more output, :data:`NEXT_TOKEN`: the argmax of the logits
+    of the last position, ``(batch, 1)`` int64, the ``input_ids`` of the next step.
+
+    The loop then reads ``batch`` integers a step instead of ``batch x vocabulary`` logits, and
+    feeds the values onnxruntime returns back as they come (:class:`OnnxGenerator`). ArgMax
+    keeps the first of equal values, as numpy's argmax does.
+    """
+    metadata = {p.key: p.value for p in model.metadata_props}
+    if CACHE_METADATA_KEY not in metadata:
+        raise ValueError(f"The model has no metadata {CACHE_METADATA_KEY!r}: export it with a cache.")
+    outputs = {o.name: o for o in model.graph.output}
+    logits = _logits_name(list(outputs), json.loads(metadata[CACHE_METADATA_KEY]))
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph = copy.graph
+    helper, prefix = onnx.helper, NEXT_TOKEN + "_"
+    last = logits
+    if outputs[logits].type.tensor_type.elem_type != onnx.TensorProto.FLOAT:  # ArgMax on float (exact cast)
+        graph.node.append(helper.make_node("Cast", [last], [prefix + "float"], to=onnx.TensorProto.FLOAT))
+        last = prefix + "float"
+    graph.node.extend([
+        helper.make_node("Constant", [], [prefix + "minus_one"],
+                         value=helper.make_tensor(prefix + "minus_one", onnx.TensorProto.INT64, [], [-1])),
+        helper.make_node("Gather", [last, prefix + "minus_one"], [prefix + "last"], axis=1),
+        helper.make_node("ArgMax", [prefix + "last"], [NEXT_TOKEN], axis=-1, keepdims=1),
+    ])
+    batch = outputs[logits].type.tensor_type.shape.dim[0]
+    graph.output.append(helper.make_tensor_value_info(
+        NEXT_TOKEN, onnx.TensorProto.INT64, [batch.dim_param or batch.dim_value or None, 1]))
+    return copy
 
 
 def _initial_shape(info: Any, batch_dim: Any) -> tuple[int, ...]:
@@ -167,19 +216,30 @@ class OnnxGenerator:
     :param model: an ONNX model exported by :func:`fx2onnx.to_onnx` with a cache (a
         :class:`onnx.ModelProto`, a path or an :class:`onnxruntime.InferenceSession`)
     :param providers: onnxruntime providers when a session is created (default: CPU)
+    :param session_options: :class:`onnxruntime.SessionOptions` when a session is created
+    :param next_token: when a session is created, add the argmax of the last logits to the
+        graph (:func:`add_next_token`): a step reads ``batch`` token ids instead of the
+        logits and feeds onnxruntime's outputs back as they are; a model whose weights are in
+        an external file, or a session, is run as it is (its logits read, the argmax in numpy)
     """
 
-    def __init__(self, model: Any, providers: Sequence[str] | None = None):
+    def __init__(self, model: Any, providers: Sequence[str] | None = None, session_options: Any = None,
+                 next_token: bool = True):
         if hasattr(model, "io_binding"):
             self.session = model
         else:
-            from ..validation import make_session
-
             if not isinstance(model, (onnx.ModelProto, str, os.PathLike)):
                 raise TypeError(f"model must be an onnx.ModelProto, a path or an InferenceSession, "
                                 f"got {type(model).__name__}.")
-            self.session = make_session(model, providers)
+            self.session = _make_session(model, providers, session_options, next_token)
         self.signature = CacheSignature.from_session(self.session)
+        import onnxruntime
+        from onnxruntime.capi import _pybind_state
+
+        # the C++ classes run_with_ortvaluevector takes (the Python OrtValue wraps them)
+        self._C = _pybind_state
+        self._device = _pybind_state.OrtDevice(_pybind_state.OrtDevice.cpu(), _pybind_state.OrtDevice.default_memory(), 0)
+        self._run_options = onnxruntime.RunOptions()
         self.last_times: GenerationTimes | None = None
 
     def generate(
@@ -204,40 +264,63 @@ class OnnxGenerator:
         batch = ids.shape[0]
         positions = np.where(mask == 0, 0, np.cumsum(mask, axis=1) - 1).astype(np.int64)
 
-        past = {name: _empty_value(shape, batch, type_) for name, _, shape, type_ in sig.cache}
-        binding = self.session.io_binding()
-        outputs = [sig.logits] + [out for _, out, _, _ in sig.cache]
-        unfinished = np.ones(batch, dtype=bool)
+        # the empty cache (the arrays stay referenced: an OrtValue made from numpy shares its buffer)
+        empty = [_empty_array(shape, batch, type_) for _, _, shape, type_ in sig.cache]
+        past = [_ortvalue(self._C, array, type_, self._device) for array, (_, _, _, type_) in zip(empty, sig.cache)]
+        # input_ids first, then the cache: the outputs of a step, the next token first, are the
+        # beginning of the next step's inputs as they come, without a Python object per value
+        feed_names = ["input_ids"] + [name for name, _, _, _ in sig.cache]
+        feed_names += ["attention_mask"] * sig.has_attention_mask + ["position_ids"] * sig.has_position_ids
+        fused = sig.next_token is not None
+        fetch_names = [sig.next_token if fused else sig.logits] + [out for _, out, _, _ in sig.cache]
+        devices = [self._device] * len(fetch_names)
+        run, from_numpy, device, vector = self.session.run_with_ortvaluevector, self._C.OrtValue.ortvalue_from_numpy, \
+            self._device, self._C.OrtValueVector
+        run_options, n_fetches = self._run_options, len(fetch_names)
+        # the masks and positions of every step, made once: a step takes a view (contiguous but
+        # for a mask of a batch > 1, copied then)
+        length = ids.shape[1]
+        full_mask = np.ones((batch, length + max_new_tokens), dtype=np.int64)
+        full_mask[:, :length] = mask
+        later_positions = positions[:, -1:][None] + np.arange(1, max_new_tokens + 1, dtype=np.int64)[:, None, None]
+        unfinished, stops = np.ones(batch, dtype=bool), bool(eos.size)
         new_tokens: list[np.ndarray] = []
         times = GenerationTimes()
-        step_ids, step_positions = ids, positions
+        step_mask, step_positions = mask, positions
+        feeds = vector()
+        feeds.push_back(from_numpy(ids, device))
+        for value in past:
+            feeds.push_back(value)
         for step in range(max_new_tokens):
             begin = time.perf_counter()
-            binding.bind_cpu_input("input_ids", step_ids)
             if sig.has_attention_mask:
-                binding.bind_cpu_input("attention_mask", mask)
+                feeds.push_back(from_numpy(step_mask, device))
             if sig.has_position_ids:
-                binding.bind_cpu_input("position_ids", step_positions)
-            for name, value in past.items():
-                binding.bind_ortvalue_input(name, value)
-            binding.clear_binding_outputs()
-            for name in outputs:
-                binding.bind_output(name, "cpu")
+                feeds.push_back(from_numpy(step_positions, device))
+            fetches = vector()
             model_begin = time.perf_counter()
-            self.session.run_with_iobinding(binding)
+            run(run_options, feed_names, feeds, fetch_names, fetches, devices)
             model_time = time.perf_counter() - model_begin
-            values = binding.get_outputs()
-            for (name, _, _, _), value in zip(sig.cache, values[1:]):
-                past[name] = value
-            logits = values[0].numpy()[:, -1, :]
-            next_tokens = logits.argmax(axis=-1).astype(np.int64)
-            if eos.size:
+            if fused:
+                next_tokens = fetches[0].numpy()[:, 0]
+            else:
+                next_tokens = fetches[0].numpy()[:, -1, :].argmax(axis=-1).astype(np.int64, copy=False)
+            if stops:
                 next_tokens = np.where(unfinished, next_tokens, pad)
                 unfinished &= ~np.isin(next_tokens, eos)
             new_tokens.append(next_tokens)
-            step_ids = next_tokens[:, None]
-            mask = np.concatenate([mask, np.ones((batch, 1), dtype=np.int64)], axis=1)
-            step_positions = step_positions[:, -1:] + 1
+            if fused and (not stops or unfinished.all()):
+                feeds = fetches  # the next token and the cache, as onnxruntime returned them
+            else:  # the logits were read, or a finished sequence is fed its pad token
+                step_ids = np.ascontiguousarray(next_tokens[:, None])
+                feeds = vector()
+                feeds.push_back(from_numpy(step_ids, device))
+                for i in range(1, n_fetches):
+                    feeds.push_back(fetches[i])
+            step_mask = full_mask[:, : length + step + 1]
+            if batch > 1:
+                step_mask = np.ascontiguousarray(step_mask)
+            step_positions = later_positions[step]
             elapsed = time.perf_counter() - begin
             if step == 0:
                 times.prefill_total, times.prefill_model = elapsed, model_time
@@ -246,10 +329,8 @@ class OnnxGenerator:
                 times.decode_model += model_time
                 times.decode_steps += 1
                 times.step_overheads.append(elapsed - model_time)
-            if not unfinished.any():
+            if stops and not unfinished.any():
                 break
-        binding.clear_binding_inputs()
-        binding.clear_binding_outputs()
         self.last_times = times
         result = np.concatenate([ids, np.stack(new_tokens, axis=1)], axis=1)
         if as_torch:
@@ -257,6 +338,36 @@ class OnnxGenerator:
 
             return torch.from_numpy(result)
         return result
+
+
+def _make_session(model: Any, providers: Sequence[str] | None, options: Any, next_token: bool) -> Any:
+    """The session of a ModelProto or a path, :data:`NEXT_TOKEN` added when ``next_token`` and
+    the weights are in the model."""
+    import onnxruntime
+
+    if isinstance(model, (str, os.PathLike)):
+        if not os.path.exists(model):
+            raise FileNotFoundError(f"ONNX model {str(model)!r} does not exist.")
+        proto = onnx.load(str(model), load_external_data=False) if next_token else None
+        if proto is None or _has_external_data(proto):  # the session resolves the weights' file from the path
+            source: Any = str(model)
+        else:
+            source = add_next_token(proto).SerializeToString()
+    else:
+        if _has_external_data(model):
+            raise ValueError(
+                "The ModelProto refers to weights in an external data file (to_onnx returns it so when it "
+                "saved the weights apart): give the path of the saved .onnx file instead."
+            )
+        source = (add_next_token(model) if next_token else model).SerializeToString()
+    if options is None:
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+    return onnxruntime.InferenceSession(source, options, providers=list(providers or ["CPUExecutionProvider"]))
+
+
+def _has_external_data(model: onnx.ModelProto) -> bool:
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
 
 
 def _check_inputs(input_ids: Any, attention_mask: Any, max_new_tokens: int) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -279,16 +390,19 @@ def _check_inputs(input_ids: Any, attention_mask: Any, max_new_tokens: int) -> t
     return ids, mask, as_torch
 
 
-def _empty_value(shape: tuple[int, ...], batch: int, onnx_type: str) -> Any:
-    """An OrtValue of ``shape`` (-1 replaced by the batch size), the first past of the cache."""
-    import onnxruntime
-
+def _empty_array(shape: tuple[int, ...], batch: int, onnx_type: str) -> np.ndarray:
+    """An empty array of ``shape`` (-1 replaced by the batch size), the first past of the cache."""
     if onnx_type not in _NUMPY_TYPES:
         raise ValueError(f"Cache inputs of type {onnx_type} are not supported.")
-    array = np.zeros(tuple(batch if d == -1 else d for d in shape), dtype=_NUMPY_TYPES[onnx_type])
+    return np.zeros(tuple(batch if d == -1 else d for d in shape), dtype=_NUMPY_TYPES[onnx_type])
+
+
+def _ortvalue(C: Any, array: np.ndarray, onnx_type: str, device: Any) -> Any:
+    """The onnxruntime value (``C``: its C++ classes) sharing the buffer of ``array``
+    (which must outlive it)."""
     if onnx_type == "tensor(bfloat16)":
-        return onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type(array, onnx.TensorProto.BFLOAT16)
-    return onnxruntime.OrtValue.ortvalue_from_numpy(array)
+        return C.OrtValue.ortvalue_from_numpy_with_onnx_type(array, onnx.TensorProto.BFLOAT16)
+    return C.OrtValue.ortvalue_from_numpy(array, device)
 
 
 def generate(
