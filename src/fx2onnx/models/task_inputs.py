@@ -159,27 +159,16 @@ def _vision_to_text_inputs(model: Any, config: Any, batch: int, seed: int) -> tu
 
 def _image_text_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """A prompt per image: a text token, the image's placeholder tokens (as many as its
-    features, counted by the model's ``get_image_features``), two text tokens."""
+    features, counted by the model's ``get_image_features``), two text tokens; the images in the
+    form the model takes (:mod:`fx2onnx.models.vlm_inputs`)."""
     token = getattr(config, "image_token_id", None)
     if token is None:
         token = getattr(config, "image_token_index", None)
     if token is None and "pixel_values" in _forward_parameters(model):
         return _vision_to_text_inputs(model, config, batch, seed)
-    if token is None or not hasattr(model, "get_image_features"):
-        raise NotImplementedError("no image_token_id or get_image_features: inputs not built generically")
-    inputs, _ = _image_inputs(model, config, batch, seed)
-    with torch.no_grad():
-        features = model.get_image_features(inputs["pixel_values"], return_dict=True).pooler_output
-    per_image = features[0].shape[-2] if isinstance(features, (list, tuple)) else features.shape[-2]
-    vocab = config.get_text_config().vocab_size
-    ids = torch.randint(1, min(vocab, token) if token < vocab else vocab, (batch, per_image + 3), generator=_generator(seed))
-    ids[:, 1 : 1 + per_image] = token
-    inputs.update(input_ids=ids, attention_mask=torch.ones_like(ids))
-    shapes = {"input_ids": {0: "batch"}, "attention_mask": {0: "batch"}, "pixel_values": {0: "batch"}}
-    if "token_type_ids" in _forward_parameters(model):
-        inputs["token_type_ids"] = (ids == token).to(torch.int64)
-        shapes["token_type_ids"] = {0: "batch"}
-    return inputs, shapes
+    from .vlm_inputs import image_text_inputs
+
+    return image_text_inputs(model, config, batch, seed)
 
 
 def _document_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:

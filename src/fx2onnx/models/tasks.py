@@ -88,6 +88,17 @@ TASK_OVERRIDES: dict[str, dict[str, Any]] = {
     # (and 8 heads: the mask head of the segmentation model takes hidden size + heads channels,
     # a multiple of 8 for its group norms)
     "detr": dict(use_timm_backbone=False, num_attention_heads=8),
+    # the projector's queries are keyed by the number of patches (1225 or 4900 at 490 / 980 pixels):
+    # the tiny tower's 32x32 image is one patch
+    "aria": dict(projector_patch_to_query_dict={1: 4}),
+    # the projector concatenates five hidden states of a 24-layer CLIP (-11 and 6): two of the tiny tower
+    "vipllava": dict(vision_feature_layers=[-2, -1]),
+    # the projector maps the vision output (7680) to 4096: the tiny tower's and text model's widths
+    "llama4": dict(vision_config=dict(vision_output_dim=64, projector_input_dim=64, projector_output_dim=64)),
+    # the vision projection (1024) feeds the text encoder: its width
+    "florence2": dict(vision_config=dict(projection_dim=64)),
+    # the adapter reads the vision layers 24 and 18 of 27: two of the tiny tower
+    "molmo2": dict(adapter_config=dict(vision_feature_layer=[-1, -2])),
 }
 
 
@@ -189,6 +200,7 @@ def _tiny_values(config: Any, name: str | None = None) -> dict[str, Any]:
         sub = getattr(config, key, None)
         if sub is not None and hasattr(sub, "to_dict") and key != "rope_parameters":
             values[key] = {**sub.to_dict(), **_tiny_values(sub, getattr(sub, "model_type", None))}
+    _vision_language_values(config, values)
     for key, value in (TASK_OVERRIDES.get(name, {}) if name else {}).items():
         if isinstance(value, dict) and isinstance(values.get(key), dict):
             values[key] = {**values[key], **value}  # a sub-configuration: merged
@@ -196,6 +208,57 @@ def _tiny_values(config: Any, name: str | None = None) -> dict[str, Any]:
             values[key] = value
     _placeholders_in_vocabulary(config, values)
     return values
+
+
+def _vision_language_values(config: Any, values: dict[str, Any]) -> None:
+    """Sizes a vision-language model ties to the tiny ones: the multimodal rotary sections
+    (``mrope_section``, Qwen2-VL: halves of the head dimension) scaled to the tiny head, the
+    width a tower projects to (``out_hidden_size``) set to the text model's, the lists of one entry
+    per layer cut to the tiny layers, the image a whole number of Idefics 3 shuffles, Gemma 3's pool
+    of image tokens small enough for the tiny image, and LLaVA-Next's tile resolutions
+    (``image_grid_pinpoints``, 336 to 1008 pixels) replaced by one tile of the tiny image size."""
+    rope = getattr(config, "rope_parameters", None)
+    # a configuration without sections gets the modeling's default, [16, 24, 24] (Qwen2-VL)
+    multimodal = "mrope_section" in (getattr(type(config), "ignore_keys_at_rope_validation", None) or ())
+    if isinstance(rope, dict) and (isinstance(rope.get("mrope_section"), (list, tuple)) or multimodal):
+        heads = values.get("num_attention_heads") or getattr(config, "num_attention_heads", None)
+        head = values.get("head_dim") or (values.get("hidden_size") // heads if values.get("hidden_size") else None)
+        sections = list(rope.get("mrope_section") or [16, 24, 24])
+        # the rotated part of the head (GLM-4V MoE rotates half of it)
+        factor = rope.get("partial_rotary_factor") or getattr(config, "partial_rotary_factor", None) or 1.0
+        half = int(head * factor) // 2 if head else 0
+        if half and sum(sections) != half:
+            scaled = [max(1, s * half // sum(sections)) for s in sections]
+            scaled[-1] += half - sum(scaled)
+            values["rope_parameters"] = {**rope, "mrope_section": scaled}
+    text = values.get("text_config")
+    hidden = text.get("hidden_size") if isinstance(text, dict) else None
+    for sub in values.values():  # a tower projecting to the text model's width (out_hidden_size, 3584)
+        for key in ("out_hidden_size", "text_hidden_size"):
+            if hidden and isinstance(sub, dict) and sub.get(key):
+                sub[key] = hidden
+    from .discover import GENERIC_OVERRIDES
+
+    layers, n_layers = getattr(config, "num_hidden_layers", None), values.get("num_hidden_layers")
+    for key, value in vars(config).items():  # one entry per layer (kv_source_layers, intermediate_size)
+        if isinstance(layers, int) and n_layers and isinstance(value, list) and len(value) == layers > n_layers \
+                and key not in values:
+            small = GENERIC_OVERRIDES.get(key)
+            values[key] = [small] * n_layers if isinstance(small, int) else list(value[:n_layers])
+    vision = values.get("vision_config")
+    patch = vision.get("patch_size") if isinstance(vision, dict) else None
+    if isinstance(patch, int) and isinstance(vision.get("image_size"), int):
+        scale = getattr(config, "scale_factor", None)
+        if isinstance(scale, int) and (vision["image_size"] // patch) % scale:
+            # Idefics 3 shuffles scale x scale patches into one token: a side of scale patches
+            vision["image_size"] = patch * scale
+        side = vision["image_size"] // patch
+        if isinstance(getattr(config, "mm_tokens_per_image", None), int) and side:
+            # Gemma 3 pools the patches into mm_tokens_per_image tokens (256): at most a 2x2 pool
+            values.setdefault("mm_tokens_per_image", min(4, side * side) if side % 2 == 0 or side == 1 else 1)
+    if getattr(config, "image_grid_pinpoints", None) and isinstance(vision, dict) and vision.get("image_size"):
+        size = vision["image_size"]
+        values["image_grid_pinpoints"] = [[size, size]]
 
 
 #: the special tokens of a vision-language model which must be ids of the text vocabulary

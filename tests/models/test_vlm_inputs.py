@@ -1,0 +1,71 @@
+"""Inputs of the vision-language models of the tasks zoo, per kind of image input."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from fx2onnx.models.task_inputs import build_task_case  # noqa: E402
+from fx2onnx.models.tasks import get_task_architecture, tiny_task_config, tiny_task_model  # noqa: E402
+from fx2onnx.models.vlm_inputs import features_per_image, image_kind, image_text_inputs  # noqa: E402
+
+
+def _model(name):
+    return tiny_task_model(get_task_architecture("image-text-to-text", name))
+
+
+def test_qwen2_vl_gets_a_grid_per_image_and_token_types():
+    config = tiny_task_config(get_task_architecture("image-text-to-text", "qwen2_vl"))
+    # the rotary sections of the modeling's default (16, 24, 24) scaled to the tiny head (16 / 2)
+    text = config.text_config
+    assert sum(text.rope_parameters["mrope_section"]) == text.hidden_size // text.num_attention_heads // 2
+    model, config = _model("qwen2_vl")
+    assert image_kind(model) == "grid_thw"
+    for batch in (2, 3):
+        inputs, shapes = image_text_inputs(model, config, batch)
+        merge = config.vision_config.spatial_merge_size
+        grid = inputs["image_grid_thw"]
+        assert grid.tolist() == [[1, 2 * merge, 2 * merge]] * batch
+        # one row of patches per (t, h, w), the channels of a temporal patch flattened
+        vision = config.vision_config
+        assert inputs["pixel_values"].shape == (
+            batch * 4 * merge * merge, vision.in_channels * vision.temporal_patch_size * vision.patch_size**2)
+        per_image = (inputs["input_ids"] == config.image_token_id).sum(dim=1)
+        assert per_image.tolist() == [4] * batch  # 2 x 2 merged tokens
+        assert torch.equal(inputs["mm_token_type_ids"], (inputs["input_ids"] == config.image_token_id).long())
+        assert shapes["pixel_values"] == {0: "patches"} and shapes["image_grid_thw"] == {0: "batch"}
+        with torch.no_grad():
+            out = model(**inputs)
+        assert out.logits.shape[:2] == inputs["input_ids"].shape
+
+
+def test_llava_next_gets_tiles_and_image_sizes():
+    model, config = _model("llava_next")
+    # one tile resolution, the tiny image's: the base image and one tile
+    assert config.image_grid_pinpoints == [[32, 32]]
+    assert image_kind(model) == "image_sizes"
+    inputs, shapes = image_text_inputs(model, config, 2)
+    assert inputs["pixel_values"].shape == (2, 2, 3, 32, 32)
+    assert inputs["image_sizes"].tolist() == [[32, 32], [32, 32]]
+    n = features_per_image(model, {k: inputs[k] for k in ("pixel_values", "image_sizes")}, 2)
+    assert ((inputs["input_ids"] == config.image_token_id).sum(dim=1) == n).all()
+    with torch.no_grad():
+        model(**inputs)
+    # LLaVA takes image_sizes as an option only (Pixtral towers): plain images
+    llava, _ = _model("llava")
+    assert image_kind(llava) == "images"
+
+
+@pytest.mark.parametrize("name,kind,extra", [
+    ("lfm2_vl", "naflex", {"spatial_shapes", "pixel_attention_mask"}),
+    ("idefics3", "pixel_attention_mask", {"pixel_attention_mask"}),
+    ("aria", "pixel_mask", {"pixel_mask"}),
+    ("mistral3", "image_sizes", {"image_sizes"}),
+])
+def test_other_kinds_build_inputs_the_model_accepts(name, kind, extra):
+    case = build_task_case(f"image-text-to-text/{name}")  # runs eager on both batches
+    assert image_kind(case.model) == kind
+    assert extra <= set(case.export_kwargs) and set(case.dynamic_shapes) == set(case.export_kwargs)
+    assert case.check_kwargs["input_ids"].shape[0] == 3 and case.parameters < 2_000_000
