@@ -65,3 +65,33 @@ def test_large_model_runs_from_a_file(monkeypatch):
     for exporter in ("to_onnx", "dynamo"):
         row = run_row("timm", "resnet", "test_resnet", exporter, "batch")
         assert row["success"], row
+
+
+def test_two_runs_writing_one_rows_file_keep_each_others_rows(monkeypatch, tmp_path):
+    """Two sweeps of different models write the same rows file: a row of the other run, written
+    while this one runs, is kept (each row is merged into the file as it is now)."""
+    import fx2onnx.models.library_zoo as zoo
+
+    path = tmp_path / "rows_tasks.json"
+
+    def row(architecture):
+        r = zoo._empty_row("tasks", architecture, "M", "to_onnx", "batch")
+        r.update(success=True, time=1.0)
+        return r
+
+    zoo.save_library_rows([row("a/first")], path, {})
+    monkeypatch.setattr(zoo, "discover", lambda library: {"a/mine": "M", "a/mine2": "M"})
+
+    def fake_run_tasks(todo, run, failed, on_row, **kwargs):
+        assert [t[1] for t in todo] == ["a/mine", "a/mine2"]
+        on_row(row("a/mine"))
+        rows, meta = zoo.load_library_rows(path)  # the other run writes its row now
+        zoo.save_library_rows(rows + [row("b/other")], path, meta)
+        on_row(row("a/mine2"))
+
+    monkeypatch.setattr(zoo, "run_tasks", fake_run_tasks)
+    rows, _ = zoo.build_library_rows(path, "tasks", exporters=["to_onnx"], workers=1)
+    written, _ = zoo.load_library_rows(path)
+    expected = ["a/first", "a/mine", "a/mine2", "b/other"]
+    assert sorted(r["architecture"] for r in written) == expected
+    assert sorted(r["architecture"] for r in rows) == expected

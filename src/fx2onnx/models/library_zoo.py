@@ -211,6 +211,22 @@ def save_library_rows(rows: Sequence[dict[str, Any]], path: str | Path, meta: di
     save_rows(list(rows), path, meta, key=_key)
 
 
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive lock (a file of the temporary folder named after ``path``): runs writing the same
+    rows file at once merge their rows instead of overwriting each other's."""
+    import fcntl
+    import hashlib
+
+    name = hashlib.sha1(str(Path(path).resolve()).encode()).hexdigest()[:16]
+    with open(os.path.join(tempfile.gettempdir(), f"fx2onnx-rows-{name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def build_library_rows(
     path: str | Path, library: str, only: str | None = None, exporters: Sequence[str] | None = None,
     shapes: Sequence[str] = SHAPES, workers: int = 2, timeout: float = 300.0, missing_only: bool = False,
@@ -235,10 +251,16 @@ def build_library_rows(
                           else " --shapes " + " ".join(shapes))
                        + (" --missing" if missing_only else ""))
 
+    done: set[tuple] = set()
+
     def on_row(row: dict[str, Any]) -> None:
+        done.add(_key(row))
         row["hash"] = key
         rows[_key(row)] = row
-        save_library_rows(list(rows.values()), path, meta)
+        with _locked(path):  # another run may have written rows of other models meanwhile: kept
+            current, _ = load_library_rows(path)
+            rows.update({_key(r): r for r in current if _key(r) not in done})
+            save_library_rows(list(rows.values()), path, meta)
 
     begin = time.perf_counter()
     if todo:
@@ -246,7 +268,10 @@ def build_library_rows(
             run_tasks(todo, _run_row, _failed_row, workers=workers, timeout=timeout, progress=None,
                       memory_gb=6.0, on_row=on_row, description=library)
     meta["duration"] = time.perf_counter() - begin
-    save_library_rows(list(rows.values()), path, meta)
+    with _locked(path):
+        current, _ = load_library_rows(path)
+        rows.update({_key(r): r for r in current if _key(r) not in done})
+        save_library_rows(list(rows.values()), path, meta)
     return sorted(rows.values(), key=_key), meta
 
 
