@@ -287,6 +287,8 @@ def _generation_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
         if not g["equal"]:
             why = g["error"] or (f"{g['matched']}/{2 * tokens} new tokens equal, the first difference at new "
                                  f"token {g['first_difference']}")
+            if g.get("cause"):  # fx2onnx.generate equals a greedy loop on the eager forward
+                why += f"; the tokens of a greedy loop on the eager forward: {g['cause']}"
             lines.append(f"* ``{r['architecture']}``: {_escape(why)}")
     return lines + [""]
 
