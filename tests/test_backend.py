@@ -648,3 +648,20 @@ def test_cross_entropy_backward_in_three_passes(reduction):
     backward = next(r for r in backend.runners if r.name.endswith("backward"))
     ops = [n.op_type for n in backward.model.graph]
     assert ops.count("ScatterElements") == 1 and "ReduceSum" not in ops and "Sub" not in ops, ops
+
+
+def test_runner_session_per_layout():
+    """The layout is part of a session's signature: a tensor stored transposed enters its model as
+    stored, a contiguous one as it is (a fake value saved for backward may be transposed in torch
+    and contiguous once onnxruntime computed it)."""
+    from fx2onnx.backend import BackendOptions, GraphRunner
+
+    x, w = torch.randn(5, 4), torch.randn(3, 4)
+    gm = make_fx(lambda a, b: torch.relu(a @ b))(x, w.t())
+    runner = GraphRunner(gm, [x, w.t()], "g", BackendOptions())
+    (got_t,) = runner(x, w.t())
+    (got_c,) = runner(x, w.t().contiguous())
+    expected = torch.relu(x @ w.t())
+    torch.testing.assert_close(got_t, expected)
+    torch.testing.assert_close(got_c, expected)
+    assert [s.perms for s in runner.sessions.values()] == [{1: (1, 0)}, {}]

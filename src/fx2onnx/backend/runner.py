@@ -12,7 +12,7 @@ import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..convert.builder import DEFAULT_OPSET
-from ..convert.graph_module import convert_graph_module
+from ..convert.graph_module import convert_graph_module, storage_permutation
 from ..validation import _as_pair, run_session, to_numpy
 from .dump import dump_targets, save_dump
 from .fallback import Fallback, report_fallback
@@ -180,11 +180,17 @@ class GraphRunner:
         return model
 
     def signature(self, args: Sequence[Any]) -> tuple:
-        """The cache key of a call: dtype and shape (rank if dynamic) of tensors, values of constants."""
+        """The cache key of a call: dtype, shape and layout (rank if dynamic) of tensors, values of constants."""
         key: list[Any] = []
         for i, x in enumerate(args):
             if isinstance(x, torch.Tensor):
-                key.append(("T", x.dtype, x.dim() if self.options.dynamic else tuple(int(d) for d in x.shape)))
+                if self.options.dynamic:
+                    key.append(("T", x.dtype, x.dim()))
+                else:
+                    # the layout too: a tensor stored transposed is fed as stored (permuted_inputs), and
+                    # the compile-time example may say otherwise (a forward output saved for backward is
+                    # contiguous on onnxruntime, transposed in torch's fake value)
+                    key.append(("T", x.dtype, tuple(int(d) for d in x.shape), None if x.is_contiguous() else storage_permutation(x)))
             elif self.options.dynamic and isinstance(self.example_inputs[i], _SYMBOLIC):
                 key.append(("S",))  # a symbolic scalar stays an input of the model
             else:
