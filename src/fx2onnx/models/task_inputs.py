@@ -63,6 +63,10 @@ def _forward_parameters(model: torch.nn.Module) -> set[str]:
 
 
 def _image_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    from .image_inputs import needs_other_image_inputs, other_image_inputs
+
+    if needs_other_image_inputs(model):  # patches (NaFlex), videos, a task prompt, pixel tokens
+        return other_image_inputs(model, config, batch, seed)
     channels, height, width = image_shape(config)
     pixels = torch.rand(batch, channels, height, width, generator=_generator(seed))
     return {"pixel_values": pixels}, {"pixel_values": {0: "batch"}}
@@ -120,10 +124,22 @@ def _audio_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[dict[
             return {"input_features": features}, {"input_features": {0: "batch"}}
     if "input_values" in names:
         return {"input_values": torch.randn(batch, 4000, generator=g)}, {"input_values": {0: "batch"}}
+    if "input_features" in names:  # another feature size (w2v-BERT, stacked mel frames): the one the model takes
+        from .audio_inputs import encoder_features
+
+        return encoder_features(model, config, batch, seed)
     raise NotImplementedError(f"{type(model).__name__} takes neither input_values nor input_features")
 
 
 def _speech_seq2seq_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    from .audio_inputs import audio_text_inputs, is_audio_text_model
+
+    if is_audio_text_model(model, config):  # a speech language model: audio placeholders in a prompt
+        return audio_text_inputs(model, config, batch, seed)
+    if not {"input_features", "input_values"} & set(_forward_parameters(model)):  # text to audio codes (Dia)
+        from .audio_inputs import text_to_codes_inputs
+
+        return text_to_codes_inputs(model, config, batch, seed)
     inputs, shapes = _audio_inputs(model, config, batch, seed)
     vocab = getattr(config, "vocab_size", 32)
     inputs["decoder_input_ids"] = torch.randint(3, vocab, (batch, 3), generator=_generator(seed + 1))
@@ -173,7 +189,7 @@ def _image_text_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[
 
 def _document_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """LayoutLM: tokens and their boxes ``[x0, y0, x1, y1]`` in 0..1000 (x0 <= x1, y0 <= y1)."""
-    if "pixel_values" in _forward_parameters(model) or "image" in _forward_parameters(model):
+    if "image" in _forward_parameters(model):
         raise NotImplementedError("the model takes the page image too: inputs not built yet")
     g = _generator(seed)
     seq = 6
@@ -181,6 +197,9 @@ def _document_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[di
     corners = torch.randint(0, 500, (batch, seq, 2), generator=g)
     bbox = torch.cat([corners, corners + torch.randint(0, 500, (batch, seq, 2), generator=g)], dim=-1)
     inputs = {"input_ids": ids, "bbox": bbox, "attention_mask": torch.ones_like(ids)}
+    if "pixel_values" in _forward_parameters(model):  # LayoutLMv3: the page image, input_size pixels
+        size = getattr(config, "input_size", None) or image_shape(config)[1]
+        inputs["pixel_values"] = torch.rand(batch, getattr(config, "num_channels", 3), size, size, generator=g)
     return inputs, {k: {0: "batch"} for k in inputs}
 
 
@@ -194,7 +213,9 @@ def _time_series_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple
     if lags:
         length += max(lags)
     channels = getattr(config, "num_input_channels", None) or getattr(config, "input_size", None) or 1
-    shape = (batch, length) if "freq" in names or channels == 1 and hasattr(config, "input_size") else (
+    # one series per row where the model has no channels (TimesFM) or a single one
+    univariate = not any(hasattr(config, k) for k in ("num_input_channels", "input_size"))
+    shape = (batch, length) if "freq" in names or univariate or channels == 1 and hasattr(config, "input_size") else (
         batch, length, channels)
     inputs = {"past_values": torch.randn(*shape, generator=g)}
     if "past_observed_mask" in names:
@@ -228,10 +249,16 @@ def _text_to_audio_inputs(model: Any, config: Any, batch: int, seed: int) -> tup
     if "decoder_input_values" in names and hasattr(config, "num_mel_bins"):
         inputs["decoder_input_values"] = torch.randn(batch, 4, config.num_mel_bins, generator=g)
     elif "decoder_input_ids" in names:
-        inputs["decoder_input_ids"] = torch.randint(3, min(vocab, 64), (batch, 3), generator=g)
+        # MusicGen: one row of audio codes per codebook, [batch x codebooks, seq]
+        decoder = getattr(config, "decoder", None)
+        codebooks = getattr(decoder, "num_codebooks", None) or 1
+        inputs["decoder_input_ids"] = torch.randint(3, min(vocab, 64), (batch * codebooks, 3), generator=g)
     if "speaker_embeddings" in names and getattr(config, "speaker_embedding_dim", None):
         inputs["speaker_embeddings"] = torch.randn(batch, config.speaker_embedding_dim, generator=g)
-    return inputs, {k: {0: "batch"} for k in inputs}
+    shapes = {k: {0: "batch"} for k in inputs}
+    if inputs.get("decoder_input_ids") is not None and inputs["decoder_input_ids"].shape[0] != batch:
+        shapes["decoder_input_ids"] = {0: "batch_codebooks"}  # batch x codebooks
+    return inputs, shapes
 
 
 #: task -> builder ``(model, config, batch, seed) -> (inputs, dynamic shapes)``

@@ -62,6 +62,23 @@ MEDIA_OVERRIDES: dict[str, Any] = {
     "max_target_positions": 32,
     "classifier_proj_size": 32,
     "num_queries": 10,
+    # the width a cross-attention (a Q-Former projector) reads: the hidden size every tiny tower has
+    "encoder_hidden_size": 64,
+    # the text tower's projection (SigLIP): the width of the image tower's output
+    "projection_size": 64,
+    # the vocoder reads the spectrogram of num_mel_bins (FastSpeech 2 + HiFi-GAN)
+    "model_in_dim": 16,
+    # the width of the backbone a depth decoder reads (CSM)
+    "backbone_hidden_size": 64,
+    # a codec's grouped upsampling (Mimi: one group per channel of its 64-wide tiny encoder) and a
+    # vocoder's first width (HiFi-GAN: 512 channels, 26 M parameters)
+    "upsample_groups": 64,
+    "upsample_initial_channel": 32,
+    # a decoder's cross-attention over the tiny encoder (Dia)
+    "cross_hidden_size": 64,
+    "cross_num_attention_heads": 4,
+    "cross_num_key_value_heads": 4,
+    "cross_head_dim": 16,
 }
 
 #: model type -> values replacing the generic ones (only where a configuration needs it)
@@ -99,6 +116,31 @@ TASK_OVERRIDES: dict[str, dict[str, Any]] = {
     "florence2": dict(vision_config=dict(projection_dim=64)),
     # the adapter reads the vision layers 24 and 18 of 27: two of the tiny tower
     "molmo2": dict(adapter_config=dict(vision_feature_layer=[-1, -2])),
+    # its key and value projections have num_attention_heads heads, not num_key_value_heads
+    "granite_speech5_encoder": dict(num_key_value_heads=4),
+    # the configuration checks that the adaptor's width is the text model's hidden size // 4
+    "fun_asr_nano": dict(adaptor_config=dict(intermediate_size=16)),
+    # no audio token by default (the checkpoints set 24): the prompt needs its placeholders
+    "voxtral": dict(audio_token_id=24),
+    # the top convolution's width is round_filters(1280) (2560 at the default width coefficient 2,
+    # 320 at 0.25: four times fewer channels, 63 M parameters down to a few):
+    # its batch norm takes hidden_dim channels, not the generic 128
+    "efficientnet": dict(width_coefficient=0.25, depth_coefficient=0.25, hidden_dim=320),
+    # the window shrinks to a stage's resolution at run time, its bias table does not: 2x2 windows
+    # on 64x64 images leave stages of 16, 8, 4 and 2 patches, none below the window
+    "swin": dict(image_size=64, window_size=2),
+    "donut-swin": dict(image_size=64, window_size=2),
+    # a context of 16384 steps by default: two patches of 32
+    "timesfm2_5": dict(context_length=64),
+    # windowed attention over a grid of patches: 14-pixel patches leave 2x2 on 32 pixels, less
+    # than the 4x4 windows; 8-pixel patches and 2x2 windows of 2x2 patches
+    "rf_detr": dict(backbone_config=dict(num_windows=2, patch_size=8)),
+    # the queries join the last num_blocks layers (4 by default): one of the two tiny layers
+    "eomt": dict(num_blocks=1),
+    "eomt_dinov3": dict(num_blocks=1),
+    # page images of 32 pixels; the box embeddings (4 coordinates + 2 sizes) concatenate to the
+    # hidden size: 4 x 10 + 2 x 12 = 64
+    "layoutlmv3": dict(input_size=32, coordinate_size=10, shape_size=12),
 }
 
 
@@ -196,6 +238,7 @@ def _tiny_values(config: Any, name: str | None = None) -> dict[str, Any]:
             # num_hidden_layers to num_stages)
             values.pop("num_hidden_layers", None)
             values.pop("num_layers", None)
+    _dense_head_values(config, values)
     for key in getattr(type(config), "sub_configs", None) or {}:
         sub = getattr(config, key, None)
         if sub is not None and hasattr(sub, "to_dict") and key != "rope_parameters":
@@ -261,10 +304,28 @@ def _vision_language_values(config: Any, values: dict[str, Any]) -> None:
         values["image_grid_pinpoints"] = [[size, size]]
 
 
+def _dense_head_values(config: Any, values: dict[str, Any]) -> None:
+    """The widths of a DPT-like dense head (depth, segmentation), sized for the 64-wide tiny
+    backbones: its fusion width 64 and its per-stage widths (``neck_hidden_sizes``,
+    ``post_process_channels``: 96 to 1024 channels by default, 10 to 20 M parameters of the head
+    alone, past the zoo's timeout) 16, 32, 64, 64..."""
+    from .discover import _has
+
+    if not _has(config, "fusion_hidden_size"):
+        return
+    values["fusion_hidden_size"] = 64
+    if _has(config, "bottleneck_features"):  # ZoeDepth: the fused features' width
+        values["bottleneck_features"] = 64
+    for key in ("neck_hidden_sizes", "post_process_channels"):
+        current = getattr(config, key, None)
+        if isinstance(current, (list, tuple)) and current and _has(config, key):
+            values[key] = [min(64, 16 * 2**i) for i in range(len(current))]
+
+
 #: the special tokens of a vision-language model which must be ids of the text vocabulary
 _PLACEHOLDERS = (
     "image_token_id", "image_token_index", "video_token_id", "boi_token_index", "eoi_token_index",
-    "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id",
+    "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "audio_token_id", "audio_token_index",
 )
 
 
@@ -319,7 +380,8 @@ def tiny_task_model(arch: TaskArchitecture, seed: int = 0, **overrides: Any) -> 
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() >= 2 and p.dtype.is_floating_point:
-                p.copy_(torch.randn(p.shape, generator=generator) / p[0].numel() ** 0.5)
+                if p.numel():  # (an empty parameter: LW-DETR's unused projections)
+                    p.copy_(torch.randn(p.shape, generator=generator) / p[0].numel() ** 0.5)
     return model, config
 
 

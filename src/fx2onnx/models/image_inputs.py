@@ -1,0 +1,71 @@
+"""Image inputs of the models whose forward does not take ``pixel_values [batch, channels, size, size]``.
+
+:func:`fx2onnx.models.task_inputs.build_task_inputs` gives a batch of images to the image tasks;
+a few models take them in another form, read from their forward's signature:
+
+* ``spatial_shapes`` (SigLIP 2, NaFlex): the images cut into patches ``[batch, patches,
+  channels x patch x patch]`` with the patch grid of each image and a mask of the valid patches;
+* ``pixel_values_videos`` and no ``pixel_values`` (VidEoMT, VideoPrism): a clip of frames;
+* ``task_inputs`` (OneFormer): the tokens of the task prompt beside the images;
+* ``input_ids`` and no ``pixel_values`` (ImageGPT): the image as color-cluster tokens.
+
+.. code-block:: python
+
+    from fx2onnx.models.tasks import get_task_architecture, tiny_task_model
+    from fx2onnx.models.task_inputs import build_task_inputs
+
+    arch = get_task_architecture("image-classification", "siglip2")
+    model, config = tiny_task_model(arch)
+    inputs, dynamic_shapes = build_task_inputs(arch.task, model, config, batch=2)
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+
+def _names(model: Any) -> set[str]:
+    return set(inspect.signature(model.forward).parameters)
+
+
+def needs_other_image_inputs(model: Any) -> bool:
+    """True for a model :func:`other_image_inputs` builds the images of."""
+    names = _names(model)
+    return "spatial_shapes" in names or "task_inputs" in names or "pixel_values" not in names and (
+        "pixel_values_videos" in names or "input_ids" in names)
+
+
+def other_image_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The images in the form the model's forward takes (see the module's docstring)."""
+    from .task_inputs import _generator, _vision_config, _video_inputs, image_shape
+
+    names = _names(model)
+    g = _generator(seed)
+    channels, height, width = image_shape(config)
+    if "pixel_values" not in names and "pixel_values_videos" in names:
+        return _video_inputs(model, config, batch, seed)
+    if "pixel_values" not in names and "input_ids" in names:
+        # ImageGPT: one token per pixel, a color cluster (the last id starts the sequence)
+        vocab = getattr(config, "vocab_size", 64)
+        ids = torch.randint(0, vocab - 1, (batch, 16), generator=g)
+        return {"input_ids": ids}, {"input_ids": {0: "batch"}}
+    if "spatial_shapes" in names:
+        vision = _vision_config(config)
+        patch = getattr(vision, "patch_size", 16)
+        rows, cols = height // patch, width // patch
+        pixels = torch.rand(batch, rows * cols, channels * patch * patch, generator=g)
+        inputs = {
+            "pixel_values": pixels,
+            "pixel_attention_mask": torch.ones(batch, rows * cols, dtype=torch.int64),
+            "spatial_shapes": torch.tensor([[rows, cols]] * batch, dtype=torch.int64),
+        }
+        return inputs, {k: {0: "batch"} for k in inputs}
+    inputs = {"pixel_values": torch.rand(batch, channels, height, width, generator=g)}
+    if "task_inputs" in names:  # OneFormer: the tokenized "the task is semantic" prompt
+        vocab = getattr(config, "text_encoder_vocab_size", None) or 64
+        length = getattr(config, "task_seq_len", None) or 8
+        inputs["task_inputs"] = torch.randint(1, min(vocab, 64), (batch, length), generator=g)
+    return inputs, {k: {0: "batch"} for k in inputs}
