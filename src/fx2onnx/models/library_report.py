@@ -82,6 +82,7 @@ def library_page(library: str, rows: Sequence[dict[str, Any]], meta: dict[str, A
                      f"\n      - {t['captured']}\n      - {t['exported']}\n      - {t['matched']}")
     lines += ["", "*built*: the tiny model was created and its eager forward ran on both input sets (a model "
               "rejecting the second image size is not built for *image*).", ""]
+    lines += [_spread_sentence(rows), ""]
     shapes = [s for s in ("batch", "image") if any(r["shapes"] == s for r in rows)]
     columns = [(e, s) for e in EXPORTERS for s in shapes]
     index = {(r["architecture"], r["exporter"], r["shapes"]): r for r in rows}
@@ -113,6 +114,17 @@ def library_page(library: str, rows: Sequence[dict[str, Any]], meta: dict[str, A
                   f"{len(not_run)} of the {len(meta['discovered'])} discovered entries have no row, {why}: "
                   + ", ".join(f"``{n}``" for n in not_run) + ".", ""]
     return "\n".join(lines)
+
+
+def _spread_sentence(rows: list[dict[str, Any]]) -> str:
+    """How many rows ran with the weights that hide a branch given random values."""
+    spread = sum(r.get("spread") is not None for r in rows)
+    return ("Before anything runs, the weights a library initializes toward the identity (layer scales of 1e-5, "
+            "heads scaled to 1e-4, zero-initialized norms and position tables) get seeded random values "
+            "(:func:`fx2onnx.models.checkable.spread_degenerate_weights`): with them a whole branch adds nothing "
+            "to the outputs and the comparison with eager could not see it computed wrong. "
+            f"{spread} of the {len(rows)} rows ran so; the others were run before and may have been checked "
+            "with such weights.")
 
 
 #: what the page of the transformers tasks says of its rows
@@ -178,7 +190,7 @@ def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines += ["", "*run*: the architectures with rows (the others are not run yet); *built*: the tiny model was "
               "created, its inputs built and its eager forward ran; *captured*: ``torch.export`` captured it for "
               "one exporter at least (a row which timed out counts as run, neither built nor captured); *exported*: the exporter returned a model; *matched*: onnxruntime's results "
-              "on the other batch match eager's.", ""]
+              "on the other batch match eager's.", "", _spread_sentence(rows), ""]
     index = {(r["architecture"], r["exporter"]): r for r in rows}
     lines += ["✔ and the maximum absolute difference with eager, ✘ and the step which failed "
               "(" + ", ".join(f"**{letter}** {step}" for step, letter in STEP_LETTERS.items()) + ").", ""]
