@@ -69,3 +69,24 @@ def test_other_kinds_build_inputs_the_model_accepts(name, kind, extra):
     assert image_kind(case.model) == kind
     assert extra <= set(case.export_kwargs) and set(case.dynamic_shapes) == set(case.export_kwargs)
     assert case.check_kwargs["input_ids"].shape[0] == 3 and case.parameters < 2_000_000
+
+
+def test_paddleocr_vl_patches_take_the_layout_its_tower_accepts():
+    # PaddleOCR-VL's tower convolves [patches, channels, patch, patch]: the rows of Qwen2-VL fail,
+    # the next layout is kept
+    model, config = _model("paddleocr_vl")
+    inputs, _ = image_text_inputs(model, config, 2)
+    patch = config.vision_config.patch_size
+    assert inputs["pixel_values"].shape[1:] == (3, patch, patch)
+    with torch.no_grad():
+        model(**inputs)
+
+
+@pytest.mark.parametrize("name", ["aria"])
+def test_vision_language_pair_exports_with_a_dynamic_batch_and_matches_eager(name):
+    # Aria: images with their pixel mask; exported with a batch of 2 and checked on a batch of 3
+    from fx2onnx.models.task_inputs import check_task_architecture
+
+    row = check_task_architecture(get_task_architecture("image-text-to-text", name))
+    assert row["success"], row
+    assert row["step"] is None and row["max_abs"] < 1e-4

@@ -263,7 +263,8 @@ def _vision_language_values(config: Any, values: dict[str, Any]) -> None:
     rope = getattr(config, "rope_parameters", None)
     # a configuration without sections gets the modeling's default, [16, 24, 24] (Qwen2-VL)
     multimodal = "mrope_section" in (getattr(type(config), "ignore_keys_at_rope_validation", None) or ())
-    if isinstance(rope, dict) and (isinstance(rope.get("mrope_section"), (list, tuple)) or multimodal):
+    flat = isinstance(rope, dict) and ("rope_type" in rope or "mrope_section" in rope)  # not one per layer type
+    if flat and (isinstance(rope.get("mrope_section"), (list, tuple)) or multimodal):
         heads = values.get("num_attention_heads") or getattr(config, "num_attention_heads", None)
         head = values.get("head_dim") or (values.get("hidden_size") // heads if values.get("hidden_size") else None)
         sections = list(rope.get("mrope_section") or [16, 24, 24])
@@ -276,6 +277,14 @@ def _vision_language_values(config: Any, values: dict[str, Any]) -> None:
             values["rope_parameters"] = {**rope, "mrope_section": scaled}
     text = values.get("text_config")
     hidden = text.get("hidden_size") if isinstance(text, dict) else None
+    vision = values.get("vision_config")
+    rope = text.get("rope_parameters") if isinstance(text, dict) else None
+    if isinstance(vision, dict) and "spatial_merge_size" in vision and isinstance(rope, dict) and hidden and (
+            "rope_type" in rope and "mrope_section" not in rope and text.get("num_attention_heads")):
+        # a grid tower (PaddleOCR-VL) whose text configuration leaves the sections to the modeling
+        half = (text.get("head_dim") or hidden // text["num_attention_heads"]) // 2
+        scaled = [half // 4, half // 4, half - 2 * (half // 4)]
+        text["rope_parameters"] = {**rope, "mrope_section": scaled}
     for sub in values.values():  # a tower projecting to the text model's width (out_hidden_size, 3584)
         for key in ("out_hidden_size", "text_hidden_size"):
             if hidden and isinstance(sub, dict) and sub.get(key):

@@ -49,6 +49,11 @@ SPECIAL_TOKENS = (
 IMAGE_PREFIXES = ("pixel_", "image_", "spatial_")
 #: the grid of a Qwen2-VL-like image, in merged tokens per side
 GRID_MERGED = 2
+#: the layouts of the patches of a grid, tried in this order until ``get_image_features`` takes one:
+#: rows of ``channels * temporal_patch_size * patch * patch`` values (Qwen2-VL), the same with two
+#: frames where the configuration does not say (MuseGlimmer), a convolution's
+#: ``[patches, channels, patch, patch]`` (Kimi-K2.5), one sequence of patches per image (PaddleOCR-VL)
+GRID_LAYOUTS = ("rows", "rows_temporal_2", "patches", "images")
 #: patches per side of a SigLIP 2 (naflex) image
 NAFLEX_SIDE = 4
 
@@ -117,16 +122,24 @@ def image_kind(model: Any) -> str:
     return "images"
 
 
-def _grid_thw(model: Any, config: Any, batch: int, g: torch.Generator, names: set[str]) -> tuple[dict, dict]:
+def _grid_thw(model: Any, config: Any, batch: int, g: torch.Generator, names: set[str],
+              layout: int = 0) -> tuple[dict, dict]:
+    """The patches of ``batch`` images (:data:`GRID_LAYOUTS`\ ``[layout]``) and their grids."""
     vision = _vision(config)
     patch = _int(getattr(vision, "patch_size", None), 14)
     temporal = _int(getattr(vision, "temporal_patch_size", None), 1)
     merge = _int(getattr(vision, "spatial_merge_size", None) or getattr(vision, "merge_size", None), 1)
     side = GRID_MERGED * merge
-    pixels = torch.randn(batch * side * side, _channels(vision) * temporal * patch * patch, generator=g)
-    inputs: dict[str, Any] = {"pixel_values": pixels}
+    channels = _channels(vision)
+    shape, axis = {
+        "rows": ((batch * side * side, channels * temporal * patch * patch), "patches"),
+        "rows_temporal_2": ((batch * side * side, channels * 2 * patch * patch), "patches"),
+        "patches": ((batch * side * side, channels, patch, patch), "patches"),
+        "images": ((batch, side * side, channels, patch, patch), "batch"),
+    }[GRID_LAYOUTS[layout]]
+    inputs: dict[str, Any] = {"pixel_values": torch.randn(*shape, generator=g)}
     # the patches of all images are one axis: its own name (batch * patches per image)
-    shapes: dict[str, Any] = {"pixel_values": {0: "patches"}}
+    shapes: dict[str, Any] = {"pixel_values": {0: axis}}
     if "image_grid_thw" in names:
         inputs["image_grid_thw"] = torch.tensor([[1, side, side]] * batch, dtype=torch.int64)
     else:
@@ -167,15 +180,17 @@ def _naflex(model: Any, config: Any, batch: int, g: torch.Generator) -> tuple[di
     return inputs, {k: {0: "batch"} for k in inputs}
 
 
-def image_inputs(model: Any, config: Any, batch: int, seed: int = 0) -> tuple[dict[str, Any], dict[str, Any], str]:
-    """``(inputs, dynamic shapes, kind)`` of the images of ``batch`` prompts, one image each."""
+def image_inputs(model: Any, config: Any, batch: int, seed: int = 0,
+                 layout: int = 0) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """``(inputs, dynamic shapes, kind)`` of the images of ``batch`` prompts, one image each
+    (``layout``: the index in :data:`GRID_LAYOUTS` of a grid's patches)."""
     from .task_inputs import image_shape
 
     g = _generator(seed)
     kind = image_kind(model)
     names = set(_parameters(model.forward)) | set(_parameters(image_features_function(model)))
     if kind == "grid_thw":
-        inputs, shapes = _grid_thw(model, config, batch, g, names)
+        inputs, shapes = _grid_thw(model, config, batch, g, names, layout)
     elif kind == "image_sizes":
         inputs, shapes = _image_sizes(model, config, batch, g)
     elif kind == "naflex":
@@ -234,7 +249,20 @@ def image_text_inputs(model: Any, config: Any, batch: int, seed: int = 0) -> tup
     if token is None:
         raise NotImplementedError("no image_token_id or get_image_features: inputs not built generically")
     images, shapes, kind = image_inputs(model, config, batch, seed)
-    per_image = features_per_image(model, images, batch)
+    try:
+        per_image = features_per_image(model, images, batch)
+    except (RuntimeError, ValueError) as e:
+        if kind != "grid_thw":
+            raise
+        for layout in range(1, len(GRID_LAYOUTS)):  # the first layout the vision tower takes
+            images, shapes, kind = image_inputs(model, config, batch, seed, layout)
+            try:
+                per_image = features_per_image(model, images, batch)
+                break
+            except (RuntimeError, ValueError):
+                continue
+        else:
+            raise e
     low, high = _text_range(config)
     ids = torch.randint(low, high, (batch, per_image + 3), generator=_generator(seed))
     ids[:, 1 : 1 + per_image] = token
