@@ -665,3 +665,28 @@ def test_runner_session_per_layout():
     torch.testing.assert_close(got_t, expected)
     torch.testing.assert_close(got_c, expected)
     assert [s.perms for s in runner.sessions.values()] == [{1: (1, 0)}, {}]
+
+
+@pytest.mark.parametrize("out_features", [8, 2])
+def test_weight_gradient_transposes_the_smaller_operand(out_features):
+    """dW = dY^T @ X is computed as (X^T @ dY)^T when dW has more rows than columns."""
+
+    def f(x, w):
+        return torch.nn.functional.linear(x, w).tanh().sum()
+
+    x = torch.randn(6, 3, requires_grad=True)
+    w = torch.randn(out_features, 3, requires_grad=True)
+    backend = make_onnxruntime_backend()
+    compiled = torch.compile(f, backend=backend)
+    compiled(x, w).backward()
+    gx, gw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    f(x, w).backward()
+    torch.testing.assert_close(gx, x.grad)
+    torch.testing.assert_close(gw, w.grad)
+    backward = next(r for r in backend.runners if r.name.endswith("backward"))
+    model = next(iter(backward.sessions.values())).model
+    transposed_back = [
+        n for n in model.graph if n.op_type == "Transpose" and n.inputs[0].producer() is not None and n.inputs[0].producer().op_type == "MatMul"
+    ]
+    assert len(transposed_back) == (1 if out_features > 3 else 0)

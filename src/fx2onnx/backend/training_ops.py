@@ -10,6 +10,12 @@ before the built-in ones (a user's dispatcher still comes first):
   ``RandomUniformLike``, a new one at every call. It follows the same
   distribution as torch's but not torch's generator: a training step with
   dropout is not bitwise reproducible with :func:`torch.manual_seed`.
+* ``aten.mm`` of a transposed first operand, a weight's gradient ``dY^T @ X``
+  (``dY`` [K, M], ``X`` [K, N]): onnxruntime transposes the first operand while it
+  multiplies, which costs more the larger it is; when ``M > N`` the product is computed
+  as ``(X^T @ dY)^T`` (the smaller operand transposed, the result [N, M] transposed
+  back). The lm head's gradient of a Llama with hidden 512 and a vocabulary of 4096
+  (M = 4096, N = 512, K = 512 tokens): 30.4 -> 27.8 ms with one thread.
 * ``transformers::grouped_mm_fallback`` and its backward, the experts' matmul of
   the mixture-of-experts layers in float32 on CPU: each row (the tokens are
   sorted by expert, ``offs`` the cumulative counts) is multiplied by the weight
@@ -87,10 +93,36 @@ def convert_grouped_mm_fallback_backward(ctx, node, x, weight, offs, grad):
     return grad_x, grad_weight
 
 
+def convert_mm_transposed_first(ctx, node, a, b):
+    """``a @ b`` where ``a = Transpose(source)``: ``Transpose(Transpose(b) @ source)`` when ``a``'s
+    rows outnumber ``b``'s columns (static shapes, float); the built-in converters otherwise."""
+    from ..convert import registry
+    from ..convert.complex_values import involves_complex
+
+    producer = getattr(a, "producer", lambda: None)()
+    first, second = (fake_of(arg) for arg in node.args[:2])
+    if (
+        producer is not None
+        and producer.op_type == "Transpose"
+        and list(producer.attributes.get_ints("perm", [])) == [1, 0]
+        and isinstance(first, torch.Tensor)
+        and isinstance(second, torch.Tensor)
+        and first.dim() == second.dim() == 2
+        and first.dtype.is_floating_point
+        and all(isinstance(d, int) for d in (*first.shape, *second.shape))
+        and first.shape[0] > second.shape[1]
+    ):
+        source = producer.inputs[0]
+        return ctx.op.Transpose(ctx.op.MatMul(ctx.op.Transpose(b, perm=[1, 0]), source), perm=[1, 0])
+    fn = registry.lookup_complex(node.target) if involves_complex(node) else registry.lookup(node.target)
+    return fn(ctx, node, a, b)
+
+
 def training_converters() -> dict[Any, Any]:
     """The converters of this module, by operator."""
     return {
         aten.native_dropout.default: convert_native_dropout_training,
+        aten.mm.default: convert_mm_transposed_first,
         # strings: transformers registers these operators when its moe module is imported
         "transformers::grouped_mm_fallback": convert_grouped_mm_fallback,
         "transformers::grouped_mm_fallback_backward": convert_grouped_mm_fallback_backward,
