@@ -209,6 +209,8 @@ def _tiny_values(config: Any, name: str | None = None) -> dict[str, Any]:
     of their own overrides (recursively)."""
     from .discover import GENERIC_OVERRIDES, _has, _small_layer_types
 
+    if vars(config).get("_heterogeneity_spec") is not None:  # Gemma 4: per-layer attributes, read as global
+        object.__setattr__(config, "allow_global_per_layer_attribute_access", True)
     values = {k: v for k, v in {**GENERIC_OVERRIDES, **MEDIA_OVERRIDES}.items()
               if _has(config, k) and not _scalar_over_list(getattr(config, k, None), v)}
     for key in ("num_attention_heads", "num_heads"):  # heads per stage (Swin): the same small number
@@ -297,6 +299,11 @@ def _vision_language_values(config: Any, values: dict[str, Any]) -> None:
                 and key not in values:
             small = GENERIC_OVERRIDES.get(key)
             values[key] = [small] * n_layers if isinstance(small, int) else list(value[:n_layers])
+    per_layer = config.to_dict().get("per_layer_config") if n_layers and hasattr(config, "to_dict") else None
+    if isinstance(per_layer, dict):  # the overrides of the layers the tiny model keeps, sizes made tiny
+        values["per_layer_config"] = {
+            k: {a: GENERIC_OVERRIDES.get(a, v) if isinstance(v, int) else v for a, v in layer.items()}
+            for k, layer in per_layer.items() if int(k) < n_layers}
     vision = values.get("vision_config")
     patch = vision.get("patch_size") if isinstance(vision, dict) else None
     if isinstance(patch, int) and isinstance(vision.get("image_size"), int):
