@@ -291,11 +291,30 @@ def _session(onx: onnx.ModelProto, threads: int):
 
 
 def outside_matmul_share(onx: onnx.ModelProto, feeds: dict, threads: int, repeat: int) -> float:
-    """Share of the node time spent outside MatMul / Gemm (fx2onnx.profiling)."""
-    from fx2onnx.profiling import aggregate_by_op_type, profile
+    """Share of the node time spent outside MatMul / Gemm / MatMulNBits: onnxruntime's profile
+    (fx2onnx.profiling's reader), the median time of each node over the runs (a run a busy
+    machine slows, one node waiting for a core, does not count as that node's time)."""
+    import os
+    import tempfile
 
-    per_op = aggregate_by_op_type(profile(onx, feeds, repeat=repeat, warmup=3, intra_op_num_threads=threads))
-    return float(per_op[~per_op["op_type"].isin(MATMUL_OPS)]["share"].sum())
+    import onnxruntime
+
+    from fx2onnx.profiling import read_profile_events
+
+    warmup = 3
+    with tempfile.TemporaryDirectory(prefix="bench_profile_") as folder:
+        opts = _session_options(threads)
+        opts.enable_profiling = True
+        opts.profile_file_prefix = os.path.join(folder, "profile")
+        sess = onnxruntime.InferenceSession(onx.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        for _ in range(warmup + repeat):
+            sess.run(None, feeds)
+        events = read_profile_events(sess.end_profiling())
+    events = events[events["run"] >= warmup]
+    per_run = events.groupby(["run", "node", "op_type"])["duration_us"].sum().reset_index()
+    median = per_run.groupby(["node", "op_type"])["duration_us"].median().reset_index()
+    total = median["duration_us"].sum()
+    return float(median[~median["op_type"].isin(MATMUL_OPS)]["duration_us"].sum() / total) if total else float("nan")
 
 
 def time_all(sc: Scenario, models: dict, exporters: list[str], threads: int, repeat: int, warmup: int) -> dict[str, float]:
