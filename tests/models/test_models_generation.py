@@ -15,8 +15,9 @@ def _row(name, generate):
                 error=None, max_abs=1e-6, time=1.0, generate=generate)
 
 
-# gemma2: sliding layers beside full ones; gptj: its new tokens hold its eos token (2), no stop
-@pytest.mark.parametrize("name", ["gemma2", "gptj"])
+# gemma2: sliding layers beside full ones; gptj: its new tokens hold its eos token (2), no stop;
+# mamba: recurrent states (convolution, SSM) starting at zero, bamba: the same beside attention layers
+@pytest.mark.parametrize("name", ["gemma2", "gptj", "mamba", "bamba"])
 def test_zoo_row_generates_like_transformers(name):
     row = run_row(name, "to_onnx", True)
     assert row["success"], row

@@ -2,8 +2,8 @@
 
 The loop does what ``model.generate(do_sample=False)`` of :epkg:`transformers` does
 for a decoder: a first call (*prefill*) on the whole prompt with an empty cache
-(past length 0), then one call per new token, the present keys and values of a
-call fed back as the past of the next one. Which output feeds which input is
+(past length 0; the recurrent states of state-space layers at zero), then one call per
+new token, the present keys and values of a call fed back as the past of the next one. Which output feeds which input is
 read from the model's metadata (``fx2onnx.cache``, written by
 :func:`fx2onnx.to_onnx`: an output at the same place in the returned structure as
 a cache input), never from names given by the user.
@@ -68,7 +68,8 @@ class CacheSignature:
     """What the loop feeds and reads: the token inputs the model takes, its logits and its cache.
 
     ``cache`` lists ``(input name, output name, initial shape, ONNX type)``: the initial
-    shape has ``-1`` for the batch and 0 on the axis the cache grows along.
+    shape has ``-1`` for the batch and 0 on the axis the cache grows along (a recurrent
+    state has none and starts at zero).
     """
 
     logits: str
@@ -154,20 +155,26 @@ def add_next_token(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _initial_shape(info: Any, batch_dim: Any) -> tuple[int, ...]:
-    """The shape of an empty cache input: -1 for the batch, 0 on the axis it grows along.
+    """The shape of the first value of a cache input: -1 for the batch, 0 on the axis it grows along.
 
     A key or value is ``(batch, heads, past_seq, head_dim)``; the count of tokens a
     cache of sliding layers carries (``tokens_seen``, :mod:`fx2onnx.patches.caches`) is
-    ``(0, tokens_seen)``: both have one dynamic axis beside the batch.
+    ``(0, tokens_seen)``: both have one dynamic axis beside the batch and start empty. A
+    recurrent state (the convolution and SSM states of state-space and hybrid models,
+    :mod:`fx2onnx.patches.linear_cache`) has none: it keeps its shape and starts at zero, as
+    transformers initializes it (a causal convolution over a zero state is the one over
+    zero padding, a recurrence from a zero state the one of the first token).
     """
     shape = list(info.shape)
     batched = isinstance(batch_dim, str) and bool(shape) and shape[0] == batch_dim
     growing = [i for i, d in enumerate(shape) if not isinstance(d, int) and not (i == 0 and batched)]
+    if not growing and batched:  # a recurrent state, zeros of its shape
+        return tuple(-1 if i == 0 else int(d) for i, d in enumerate(shape))
     if len(growing) != 1:
         raise ValueError(
-            f"Cache input {info.name!r} of shape {shape} is not a key/value cache: the loop starts from an empty "
-            f"cache, which needs one dynamic axis beside the batch ({batch_dim!r}), this one has {len(growing)}. "
-            "A recurrent state (state-space models) is not supported."
+            f"Cache input {info.name!r} of shape {shape} is neither a key/value cache nor a recurrent state: the "
+            f"loop starts from an empty cache, which needs one dynamic axis beside the batch ({batch_dim!r}), or "
+            f"from a zero state of a fixed shape beside the batch; this one has {len(growing)} dynamic axes."
         )
     return tuple(-1 if i == 0 and batched else 0 if i in growing else int(d) for i, d in enumerate(shape))
 
