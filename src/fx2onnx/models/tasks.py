@@ -141,6 +141,9 @@ TASK_OVERRIDES: dict[str, dict[str, Any]] = {
     # page images of 32 pixels; the box embeddings (4 coordinates + 2 sizes) concatenate to the
     # hidden size: 4 x 10 + 2 x 12 = 64
     "layoutlmv3": dict(input_size=32, coordinate_size=10, shape_size=12),
+    # the decoder reads num_key_value_heads, which the configuration class does not declare (the
+    # checkpoints' config.json carry it)
+    "moonshine_streaming": dict(num_key_value_heads=4),
 }
 
 
