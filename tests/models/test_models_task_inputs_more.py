@@ -46,6 +46,12 @@ def test_speech_language_model_prompt_has_one_placeholder_per_audio_embedding():
     _, config, inputs, _ = _build("speech-seq2seq", "qwen3_asr")
     assert inputs["input_features"].shape[-1] % (2 * config.audio_config.n_window) == 0
     assert inputs["input_features_mask"].shape == (2, inputs["input_features"].shape[-1])
+    # VibeVoice ASR: raw audio [batch, 1, samples], its encoder's mean (sample=False), not a draw
+    model, config, inputs, shapes = _build("speech-seq2seq", "vibevoice_asr")
+    assert inputs["input_values"].dim() == 3 and inputs["sample"] is False and shapes["sample"] is None
+    with torch.no_grad():
+        first, second = model(**inputs).logits, model(**inputs).logits
+    torch.testing.assert_close(first, second, rtol=0, atol=0)
 
 
 def test_images_in_the_form_the_forward_takes():

@@ -165,25 +165,50 @@ def audio_text_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[d
         raise NotImplementedError(f"{type(model).__name__}: no audio token or get_audio_features")
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     hidden = getattr(text, "hidden_size", None)
+    names = _parameters(model.forward)
+    # a flag choosing between sampling and the mean of a variational encoder (VibeVoice): the mean
+    deterministic = {"sample": False} if "sample" in names else {}
+    if "input_features" not in names:  # raw audio (VibeVoice): the first length the encoder takes
+        errors = []
+        for shape in [(batch, c, n) for n in (3200, 4000, 16000) for c in (None, 1)]:
+            values = torch.randn(*[d for d in shape if d is not None], generator=_generator(seed))
+            length = list(values.shape[1:])
+            try:
+                with torch.no_grad():
+                    out = model.get_audio_features(values[:1], **deterministic)
+            except Exception as e:  # noqa: BLE001 - another length
+                errors.append(f"{length}: {type(e).__name__}: {str(e).splitlines()[0][:80]}")
+                continue
+            features, extra = values, {}
+            break
+        else:
+            raise NotImplementedError("no audio length accepted by the audio encoder: " + "; ".join(errors))
+        key = "input_values"
+    else:
+        def run(features: torch.Tensor, extra: dict) -> Any:
+            return model.get_audio_features(features, **extra)
 
-    def run(features: torch.Tensor, extra: dict) -> Any:
-        return model.get_audio_features(features, **extra)
-
-    features, extra, out = audio_features(run, config, batch, seed, signature=model.get_audio_features)
+        features, extra, out = audio_features(run, config, batch, seed, signature=model.get_audio_features)
+        key = "input_features"
     per_sample = _count_embeddings(out, hidden)
     vocab = text.vocab_size
     high = min(vocab, token) if token < vocab else vocab
     ids = torch.randint(3, max(high, 4), (batch, per_sample + 3), generator=_generator(seed + 1))
     ids[:, 1:1 + per_sample] = token
-    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "input_features": features, **extra}
-    return inputs, {k: {0: "batch"} for k in inputs}
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), key: features, **extra}
+    shapes = {k: {0: "batch"} for k in inputs}
+    if deterministic:  # a constant
+        inputs.update(deterministic)
+        shapes.update({k: None for k in deterministic})
+    return inputs, shapes
 
 
 def is_audio_text_model(model: Any, config: Any) -> bool:
-    """A model taking ``input_ids`` and ``input_features`` merged through audio placeholder tokens."""
+    """A model taking ``input_ids`` and ``input_features`` (or raw ``input_values``) merged through
+    audio placeholder tokens."""
     names = _parameters(model.forward)
-    return ("input_ids" in names and "input_features" in names and audio_token(config) is not None
-            and hasattr(model, "get_audio_features"))
+    return ("input_ids" in names and ("input_features" in names or "input_values" in names)
+            and audio_token(config) is not None and hasattr(model, "get_audio_features"))
 
 
 def text_to_codes_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -144,6 +144,8 @@ TASK_OVERRIDES: dict[str, dict[str, Any]] = {
     # the decoder reads num_key_value_heads, which the configuration class does not declare (the
     # checkpoints' config.json carry it)
     "moonshine_streaming": dict(num_key_value_heads=4),
+    # its audio tokenizers double 32 filters over seven stages (2048 channels, 170 M parameters): 4
+    "vibevoice_acoustic_tokenizer_encoder": dict(num_filters=4),
 }
 
 
