@@ -7,7 +7,8 @@ a few models take them in another form, read from their forward's signature:
   channels x patch x patch]`` with the patch grid of each image and a mask of the valid patches;
 * ``pixel_values_videos`` and no ``pixel_values`` (VidEoMT, VideoPrism): a clip of frames;
 * ``task_inputs`` (OneFormer): the tokens of the task prompt beside the images;
-* ``input_ids`` and no ``pixel_values`` (ImageGPT): the image as color-cluster tokens.
+* ``input_ids`` and no ``pixel_values`` (ImageGPT): the image as color-cluster tokens;
+* ``input_ids`` and an image token (ShieldGemma 2): a prompt with the image's placeholders.
 
 .. code-block:: python
 
@@ -31,11 +32,16 @@ def _names(model: Any) -> set[str]:
     return set(inspect.signature(model.forward).parameters)
 
 
+def _image_token(model: Any) -> bool:
+    config = getattr(model, "config", None)
+    return any(isinstance(getattr(config, k, None), int) for k in ("image_token_id", "image_token_index"))
+
+
 def needs_other_image_inputs(model: Any) -> bool:
     """True for a model :func:`other_image_inputs` builds the images of."""
     names = _names(model)
     return "spatial_shapes" in names or "task_inputs" in names or "pixel_values" not in names and (
-        "pixel_values_videos" in names or "input_ids" in names)
+        "pixel_values_videos" in names or "input_ids" in names) or "input_ids" in names and _image_token(model)
 
 
 def other_image_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -45,6 +51,12 @@ def other_image_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[
     names = _names(model)
     g = _generator(seed)
     channels, height, width = image_shape(config)
+    if "pixel_values" in names and "input_ids" in names and _image_token(model):
+        # a vision-language model classifying images (ShieldGemma 2): its prompt with the image's
+        # placeholders, as image-text-to-text builds it
+        from .task_inputs import _image_text_inputs
+
+        return _image_text_inputs(model, config, batch, seed)
     if "pixel_values" not in names and "pixel_values_videos" in names:
         return _video_inputs(model, config, batch, seed)
     if "pixel_values" not in names and "input_ids" in names:

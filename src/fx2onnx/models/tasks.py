@@ -146,6 +146,9 @@ TASK_OVERRIDES: dict[str, dict[str, Any]] = {
     "moonshine_streaming": dict(num_key_value_heads=4),
     # its audio tokenizers double 32 filters over seven stages (2048 channels, 170 M parameters): 4
     "vibevoice_acoustic_tokenizer_encoder": dict(num_filters=4),
+    # its classifier reads the logits of "yes" and "no", ids 10784 and 3771 by default (the modeling's,
+    # the configuration does not declare them): two ids of the tiny vocabulary
+    "shieldgemma2": dict(yes_token_index=1000, no_token_index=1001),
 }
 
 
