@@ -67,6 +67,9 @@ def test_images_in_the_form_the_forward_takes():
     # ImageGPT: pixels as color-cluster tokens
     _, _, inputs, _ = _build("image-classification", "imagegpt")
     assert set(inputs) == {"input_ids"}
+    # a classifier built on a vision-language model: the prompt with the image's placeholders
+    _, config, inputs, _ = _build("image-classification", "shieldgemma2")
+    assert (inputs["input_ids"] == config.image_token_id).sum() > 0 and inputs["pixel_values"].shape[0] == 2
 
 
 def test_tiny_configurations_of_the_heads_and_stages():
