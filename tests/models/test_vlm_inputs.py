@@ -63,6 +63,8 @@ def test_llava_next_gets_tiles_and_image_sizes():
     ("idefics3", "pixel_attention_mask", {"pixel_attention_mask"}),
     ("aria", "pixel_mask", {"pixel_mask"}),
     ("mistral3", "image_sizes", {"image_sizes"}),
+    # the Q-Former's queries as placeholders (an image token set in the tiny configuration) and its prompt
+    ("instructblip", "images", {"qformer_input_ids", "qformer_attention_mask"}),
 ])
 def test_other_kinds_build_inputs_the_model_accepts(name, kind, extra):
     case = build_task_case(f"image-text-to-text/{name}")  # runs eager on both batches

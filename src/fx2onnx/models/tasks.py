@@ -307,6 +307,13 @@ def _vision_language_values(config: Any, values: dict[str, Any]) -> None:
                 and key not in values:
             small = GENERIC_OVERRIDES.get(key)
             values[key] = [small] * n_layers if isinstance(small, int) else list(value[:n_layers])
+    if "image_token_index" in vars(config) and config.image_token_index is None and hidden and isinstance(
+            getattr(config, "num_query_tokens", None), int):
+        # BLIP-2 / InstructBLIP: no image token by default (the checkpoints set one), the prompt needs
+        # num_query_tokens of them: the last id of the tiny vocabulary
+        values["image_token_index"] = (text.get("vocab_size") or 1024) - 1
+        if text.get("word_embed_proj_dim"):  # OPT's embeddings (768 wide) take the queries: the tiny width
+            text["word_embed_proj_dim"] = hidden
     per_layer = config.to_dict().get("per_layer_config") if n_layers and hasattr(config, "to_dict") else None
     if isinstance(per_layer, dict):  # the overrides of the layers the tiny model keeps, sizes made tiny
         values["per_layer_config"] = {

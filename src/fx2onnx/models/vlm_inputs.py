@@ -250,7 +250,9 @@ def image_text_inputs(model: Any, config: Any, batch: int, seed: int = 0) -> tup
         raise NotImplementedError("no image_token_id or get_image_features: inputs not built generically")
     images, shapes, kind = image_inputs(model, config, batch, seed)
     try:
-        per_image = features_per_image(model, images, batch)
+        # BLIP-2 / InstructBLIP: the Q-Former's queries stand for the image
+        queries = getattr(config, "num_query_tokens", None)
+        per_image = queries if isinstance(queries, int) else features_per_image(model, images, batch)
     except (RuntimeError, ValueError) as e:
         if kind != "grid_thw":
             raise
@@ -273,4 +275,11 @@ def image_text_inputs(model: Any, config: Any, batch: int, seed: int = 0) -> tup
         if name in names:
             inputs[name] = (ids == token).to(torch.int64)
             shapes[name] = {0: "batch"}
+    for name, p in names.items():  # another required prompt (InstructBLIP's qformer_input_ids) and its mask
+        if name.endswith("_input_ids") and name not in inputs and p.default is inspect.Parameter.empty:
+            inputs[name] = torch.randint(low, high, (batch, 4), generator=_generator(seed + 1))
+            shapes[name] = {0: "batch"}
+            mask = name.replace("input_ids", "attention_mask")
+            if mask in names:
+                inputs[mask], shapes[mask] = torch.ones_like(inputs[name]), {0: "batch"}
     return inputs, shapes
