@@ -68,3 +68,20 @@ def test_build_rows_merges(tmp_path, rows):
     # a run restricted with --only keeps the command which made the file, and says it updated it
     assert "--only" in meta["command"]
     assert meta["updated_by"] == "python -m fx2onnx models --only '^albert$' --exporters to_onnx"
+
+
+def test_build_rows_generate_missing(tmp_path, rows):
+    # the gpt2 cache row without its generate column runs again, the others do not
+    from fx2onnx.models.zoo import lacks_generation, save_rows
+
+    path = tmp_path / "rows.json"
+    old = [dict(r) for r in rows]
+    for r in old:
+        r.pop("generate", None)
+    assert [lacks_generation(r) for r in old] == [False, True, False]  # no cache, cache, a masked LM
+    save_rows(old, path, {"command": "python -m fx2onnx models"})
+    merged, meta = build_rows(path, exporters=["to_onnx"], workers=1, progress=False, generate_missing=True)
+    assert meta["computed"] == 1 and "--generate-missing" in meta["updated_by"]
+    gpt2 = next(r for r in merged if r["architecture"] == "gpt2" and r["cache"])
+    assert gpt2["generate"]["equal"] and gpt2["generate"]["matched"] == 40, gpt2
+    assert not any(lacks_generation(r) for r in merged)
