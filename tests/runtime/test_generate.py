@@ -203,3 +203,19 @@ def test_errors():
     # without padding it generates what transformers does
     torch.testing.assert_close(fx2onnx.generate(onx_no_positions, ids[:1], NEW_TOKENS),
                                expected_tokens(tiny.model, ids[:1], mask[:1]), rtol=0, atol=0)
+
+
+def test_initial_shapes():
+    # a key/value cache starts empty, a state of transformers' linear caches at zero, another state is refused
+    from collections import namedtuple
+
+    from fx2onnx.runtime.generate import _initial_shape
+
+    info = namedtuple("info", "name shape")
+    assert _initial_shape(info("past_key_values_key_0", ["batch", 2, "past_seq", 8]), "batch") == (-1, 2, 0, 8)
+    assert _initial_shape(info("past_key_values_conv_0", ["batch", 128, 4]), "batch") == (-1, 128, 4)
+    assert _initial_shape(info("past_key_values_recurrent_1", ["batch", 4, 16, 16]), "batch") == (-1, 4, 16, 16)
+    with pytest.raises(ValueError, match="RWKV"):  # its running maximum starts at -1e38
+        _initial_shape(info("state_4", ["batch", 64, 2]), "batch")
+    with pytest.raises(ValueError, match="this one has 2"):
+        _initial_shape(info("past_key_values_key_0", ["batch", "heads", "past_seq", 8]), "batch")

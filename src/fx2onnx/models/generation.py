@@ -102,7 +102,7 @@ def _explain(model: torch.nn.Module, onx: Any, ids: torch.Tensor, new_tokens: in
     config = model.generation_config
     for name, off in PROCESSORS.items():
         value = getattr(config, name, off)
-        if value not in (off, None, [], 0):
+        if value != off and value is not None and value != []:  # forced_eos_token_id=0 is on
             causes.append(f"{name}={value}")
     if not with_positions and "position_ids" in inspect.signature(model.forward).parameters:
         causes.append("position_ids from 0 (the export takes none, the forward computes its own)")

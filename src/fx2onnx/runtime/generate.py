@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import time
 from typing import Any, Sequence
 
@@ -49,6 +50,9 @@ import onnx
 
 #: the metadata key :func:`fx2onnx.to_onnx` writes (cache input name -> output name)
 CACHE_METADATA_KEY = "fx2onnx.cache"
+#: the names of the states of transformers' linear caches (:mod:`fx2onnx.patches.linear_cache`),
+#: which start at zero
+_RECURRENT = re.compile(r"(^|_)(conv|recurrent|ssm)_\d")
 #: the output :func:`add_next_token` adds
 NEXT_TOKEN = "fx2onnx_next_token"
 #: inputs the loop computes itself, beside the cache
@@ -163,18 +167,21 @@ def _initial_shape(info: Any, batch_dim: Any) -> tuple[int, ...]:
     recurrent state (the convolution and SSM states of state-space and hybrid models,
     :mod:`fx2onnx.patches.linear_cache`) has none: it keeps its shape and starts at zero, as
     transformers initializes it (a causal convolution over a zero state is the one over
-    zero padding, a recurrence from a zero state the one of the first token).
+    zero padding, a recurrence from a zero state the one of the first token). Only the
+    states named so (:data:`_RECURRENT`) start at zero: another state may not (RWKV's
+    running maximum starts at -1e38) and is refused.
     """
     shape = list(info.shape)
     batched = isinstance(batch_dim, str) and bool(shape) and shape[0] == batch_dim
     growing = [i for i, d in enumerate(shape) if not isinstance(d, int) and not (i == 0 and batched)]
-    if not growing and batched:  # a recurrent state, zeros of its shape
+    if not growing and batched and _RECURRENT.search(info.name):  # a recurrent state, zeros of its shape
         return tuple(-1 if i == 0 else int(d) for i, d in enumerate(shape))
     if len(growing) != 1:
         raise ValueError(
-            f"Cache input {info.name!r} of shape {shape} is neither a key/value cache nor a recurrent state: the "
-            f"loop starts from an empty cache, which needs one dynamic axis beside the batch ({batch_dim!r}), or "
-            f"from a zero state of a fixed shape beside the batch; this one has {len(growing)} dynamic axes."
+            f"Cache input {info.name!r} of shape {shape} is neither a key/value cache nor a recurrent state the "
+            f"loop knows: it starts a cache empty, which needs one dynamic axis beside the batch ({batch_dim!r}), "
+            f"this one has {len(growing)}, and only the states of transformers' linear caches ('conv_<i>', "
+            "'recurrent_<i>', 'ssm_<i>') at zero (RWKV's state, for one, does not start at zero)."
         )
     return tuple(-1 if i == 0 and batched else 0 if i in growing else int(d) for i, d in enumerate(shape))
 
