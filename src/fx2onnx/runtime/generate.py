@@ -178,10 +178,9 @@ def _initial_shape(info: Any, batch_dim: Any) -> tuple[int, ...]:
         return tuple(-1 if i == 0 else int(d) for i, d in enumerate(shape))
     if len(growing) != 1:
         raise ValueError(
-            f"Cache input {info.name!r} of shape {shape} is neither a key/value cache nor a recurrent state the "
-            f"loop knows: it starts a cache empty, which needs one dynamic axis beside the batch ({batch_dim!r}), "
-            f"this one has {len(growing)}, and only the states of transformers' linear caches ('conv_<i>', "
-            "'recurrent_<i>', 'ssm_<i>') at zero (RWKV's state, for one, does not start at zero)."
+            f"Cache input {info.name!r} of shape {shape} is neither a key/value cache (one dynamic axis beside the "
+            f"batch {batch_dim!r}: this one has {len(growing)}) nor a state of transformers' linear caches (conv_<i>, "
+            "recurrent_<i>, ssm_<i>: zero at the start; RWKV's state is not)."
         )
     return tuple(-1 if i == 0 and batched else 0 if i in growing else int(d) for i, d in enumerate(shape))
 
