@@ -95,3 +95,26 @@ def test_two_runs_writing_one_rows_file_keep_each_others_rows(monkeypatch, tmp_p
     expected = ["a/first", "a/mine", "a/mine2", "b/other"]
     assert sorted(r["architecture"] for r in written) == expected
     assert sorted(r["architecture"] for r in rows) == expected
+
+
+def test_a_mismatch_is_judged_against_float64():
+    """When eager float32 is off (simulated here), the ONNX model is judged against eager in float64."""
+    import types
+
+    import torch
+
+    from fx2onnx.models.library_zoo import _judged_in_float64
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Sigmoid())
+    x = torch.randn(3, 8)
+    case = types.SimpleNamespace(model=model, check_input=x, check_kwargs={})
+    with torch.no_grad():
+        exact = model.double()(x.double()).float()
+        model.float()
+    off = [exact + 0.05]  # an eager float32 which is off
+    judged = _judged_in_float64(case, off, [exact.numpy()])
+    assert judged["onnx_ok"] and not judged["eager_ok"] and judged["eager_max_abs"] > 0.04
+    judged = _judged_in_float64(case, [exact], [(exact + 0.05).numpy()])  # the ONNX model is off
+    assert not judged["onnx_ok"] and judged["eager_ok"]
+    assert next(model.parameters()).dtype == torch.float32  # the model itself is left in float32
