@@ -52,8 +52,12 @@ class RecordingBackend(OrtBackend):
         runner = super().compile_graph(gm, example_inputs, kind)
 
         def call(args):
-            names = zip(runner.model.meta["input_names"], runner.model.meta["input_indices"])
-            self.feeds.setdefault(runner.name, {n: args[i].detach().numpy().copy() for n, i in names})
+            meta = runner.model.meta
+            # a tensor saved transposed for the backward is fed as stored: the model takes it permuted
+            perms = dict(meta.get("input_perms", {}))
+            feeds = {n: (args[i].permute(perms[i]) if i in perms else args[i]).detach().numpy().copy()
+                     for n, i in zip(meta["input_names"], meta["input_indices"])}
+            self.feeds.setdefault(runner.name, feeds)
             return runner(args)
 
         call._boxed_call = True  # aot_autograd gives the arguments as one list
