@@ -78,6 +78,20 @@ def _assert_eager_results(compiled, model: torch.nn.Module, batch_sizes: tuple[i
 # ---------------------------------------------------------------- converters
 
 
+def _assert_backend_matches_eager(fn, backend, *leaves: torch.Tensor) -> None:
+    """``fn`` compiled with ``backend`` and run eagerly on the same leaf tensors: the same value and gradients."""
+    got = torch.compile(fn, backend=backend)(*leaves)
+    got.backward()
+    grads = [t.grad.clone() for t in leaves]
+    for t in leaves:
+        t.grad = None
+    expected = fn(*leaves)
+    expected.backward()
+    torch.testing.assert_close(got, expected)
+    for grad, t in zip(grads, leaves):
+        torch.testing.assert_close(grad, t.grad)
+
+
 def run_fx(fn, *inputs):
     """Traces ``fn`` into aten ops, converts it, runs it on onnxruntime, returns (expected, got)."""
     gm = make_fx(fn)(*inputs)
@@ -551,16 +565,7 @@ def test_views_saved_for_backward_are_torch_views():
     x = torch.randn(6, 4, requires_grad=True)
     w = torch.randn(3, 4, requires_grad=True)
     backend = make_onnxruntime_backend()
-    compiled = torch.compile(f, backend=backend)
-    got = compiled(x, w)
-    got.backward()
-    gx, gw = x.grad.clone(), w.grad.clone()
-    x.grad = w.grad = None
-    expected = f(x, w)
-    expected.backward()
-    torch.testing.assert_close(got, expected)
-    torch.testing.assert_close(gx, x.grad)
-    torch.testing.assert_close(gw, w.grad)
+    _assert_backend_matches_eager(f, backend, x, w)
     forward = backend.runners[0].model
     views = [value for kind, value in forward.meta["output_layout"] if kind == "view"]
     assert any(source[0] == "input" for source, _ in views), forward.meta["output_layout"]
@@ -604,14 +609,7 @@ def test_transposed_weights_are_fed_as_stored():
     x = torch.randn(6, 4, requires_grad=True)
     w = torch.randn(3, 4, requires_grad=True)
     backend = make_onnxruntime_backend()
-    compiled = torch.compile(f, backend=backend)
-    got = compiled(x, w)
-    got.backward()
-    gx, gw = x.grad.clone(), w.grad.clone()
-    x.grad = w.grad = None
-    f(x, w).backward()
-    torch.testing.assert_close(gx, x.grad)
-    torch.testing.assert_close(gw, w.grad)
+    _assert_backend_matches_eager(f, backend, x, w)
     backward = next(r for r in backend.runners if r.name.endswith("backward"))
     perms = backward.model.meta["input_perms"]
     assert list(perms.values()) == [(1, 0)], perms
@@ -677,13 +675,7 @@ def test_weight_gradient_transposes_the_smaller_operand(out_features):
     x = torch.randn(6, 3, requires_grad=True)
     w = torch.randn(out_features, 3, requires_grad=True)
     backend = make_onnxruntime_backend()
-    compiled = torch.compile(f, backend=backend)
-    compiled(x, w).backward()
-    gx, gw = x.grad.clone(), w.grad.clone()
-    x.grad = w.grad = None
-    f(x, w).backward()
-    torch.testing.assert_close(gx, x.grad)
-    torch.testing.assert_close(gw, w.grad)
+    _assert_backend_matches_eager(f, backend, x, w)
     backward = next(r for r in backend.runners if r.name.endswith("backward"))
     model = next(iter(backward.sessions.values())).model
     transposed_back = [
