@@ -132,9 +132,9 @@ def run_row(library: str, architecture: str, model_name: str, exporter: str, sha
         if not report.ok:  # eager float32 may be the one which is off: both judged against float64
             judged = _judged_in_float64(case, expected, got)
             if judged is not None:
+                in_float64 = judged.pop("report")
                 row["float64"] = judged
-                report = judged["report"] if judged["onnx_ok"] else report
-        row.get("float64", {}).pop("report", None)
+                report = in_float64 if judged["onnx_ok"] else report
         if report.ok:
             row["success"], step = True, None
         else:
