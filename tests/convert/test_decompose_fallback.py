@@ -113,3 +113,21 @@ def test_a_failing_decomposition_names_the_ops(monkeypatch):
     with pytest.raises(fx2onnx.ExportError, match="without a converter \\(aten::diag_embed, aten::hardshrink\\) failed") as info:
         fx2onnx.to_onnx(DiagEmbedShrink(), (torch.randn(2, 3), torch.randn(3, 3)))
     assert "this decomposition is broken" in str(info.value) and "decompose=False" in str(info.value)
+
+
+class ResampleWithDiag(torch.nn.Module):
+    """A linear resampling to a size computed from the input (naflexvit's factorized position
+    embedding) next to an operator decomposed: the re-tracing must keep torch's python kernel
+    of ``upsample_linear1d.vec``, its C++ kernel refuses symbolic sizes."""
+
+    def forward(self, x, table):
+        n = x.shape[1]
+        resized = torch.nn.functional.interpolate(table, size=n, mode="linear", align_corners=False)
+        return x + resized[0].transpose(0, 1) + torch.diag_embed(x[:, :1, 0]).sum()
+
+
+def test_resampling_to_a_symbolic_size_survives_the_decompositions():
+    table = torch.randn(1, 4, 7)
+    x, x2 = torch.randn(2, 9, 4), torch.randn(3, 13, 4)
+    check_export(ResampleWithDiag(), (x, table), dynamic_shapes=({0: "batch", 1: "n"}, None),
+                 inputs2=((x2, table), None))

@@ -58,19 +58,32 @@ def decompositions_for(ops: Iterable[torch._ops.OpOverload]) -> dict[torch._ops.
     return {op: table[op] for op in ops if op in table}
 
 
+def _preserved_by_torch() -> set[Any]:
+    """The composite operators ``run_decompositions`` keeps when its table leaves them out."""
+    from torch._export.utils import _collect_all_valid_cia_ops
+
+    return set(_collect_all_valid_cia_ops())
+
+
 @contextlib.contextmanager
 def preserving(ops: Iterable[Any]) -> Iterator[None]:
     """Keeps ``ops`` as they are while torch re-traces a graph (always restored).
 
     Some operators have a python kernel expanding them during any re-tracing
     (``hardshrink`` becomes ``abs``, ``le``, ``where``); it is hidden meanwhile.
+    The composite kernel of an operator torch preserves itself (``upsample_linear1d.vec``)
+    stays: torch computes the operator's output sizes with it, where the C++ kernel
+    it would fall back to refuses symbolic sizes.
     """
     hidden: list[tuple[Any, Any, Any]] = []
+    kept_by_torch = _preserved_by_torch()
     try:
         for op in ops:
             if not isinstance(op, torch._ops.OpOverload):
                 continue
             for key in _EXPANDING_KEYS:
+                if key == torch._C.DispatchKey.CompositeImplicitAutograd and op in kept_by_torch:
+                    continue
                 if key in op.py_kernels:
                     hidden.append((op, key, op.py_kernels.pop(key)))
                     op._dispatch_cache.clear()
