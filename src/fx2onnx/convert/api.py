@@ -332,9 +332,10 @@ def to_onnx(
         :func:`fx2onnx.optimize` for another block size and the report)
     :param patches: ``"auto"``: the capture runs inside
         ``fx2onnx.torch_export_patches(patch_transformers=True)`` when the model is or
-        contains a transformers module (or an input is a transformers cache), adding
-        only what an enclosing ``torch_export_patches`` does not apply already (see
-        :mod:`fx2onnx.patches.auto`); True: always; False: never
+        contains a transformers module (or an input is a transformers cache), with
+        ``patch_timm=True`` when it contains a timm module, adding only what an enclosing
+        ``torch_export_patches`` does not apply already (see :mod:`fx2onnx.patches.auto`);
+        True: always; False: never
     :param weights: values of the weights by state_dict name, used instead of the model's own
         (torch tensors, numpy arrays or onnx_ir tensors, such as the lazy ones of
         :func:`fx2onnx.weights.checkpoint_weights` which read a checkpoint when saving)

@@ -7,7 +7,9 @@ output``) and a mixture-of-experts layer keeps the custom operator
 ``transformers::grouped_mm_fallback`` no converter knows. With
 ``patches="auto"`` (the default of :func:`fx2onnx.to_onnx`), the capture runs
 inside ``torch_export_patches(patch_transformers=True)`` when the model is or
-contains a module of transformers, or an input is a cache of transformers.
+contains a module of transformers, or an input is a cache of transformers, and
+with the timm rewrites (:mod:`fx2onnx.patches.timm_fixes`) when it contains a module
+of timm.
 
 Inside an explicit :func:`fx2onnx.torch_export_patches`, only the kinds of patches
 the active contexts do not apply already are added (:func:`active_patches`):
@@ -23,7 +25,8 @@ from typing import Any, Iterator
 import torch
 from torch.utils import _pytree as pytree
 
-from .context import active_patches, torch_export_patches
+from .context import PATCH_KINDS, active_patches, torch_export_patches
+from .timm_fixes import uses_timm
 
 def uses_transformers(model: Any, args: tuple = (), kwargs: dict | None = None) -> bool:
     """Tells if ``model`` is or contains a module defined by transformers, or if an input
@@ -51,20 +54,26 @@ def check_patches_option(patches: Any) -> None:
 
 @contextlib.contextmanager
 def auto_patches(patches: Any, model: Any, args: tuple = (), kwargs: dict | None = None) -> Iterator[list[str]]:
-    """Applies the transformers patches when ``patches`` asks for them.
+    """Applies the patches a model needs when ``patches`` asks for them.
 
-    :param patches: ``"auto"`` (when :func:`uses_transformers`), True (always), False (never)
+    :param patches: ``"auto"`` (the transformers patches when :func:`uses_transformers`, the
+        timm rewrites when :func:`~fx2onnx.patches.timm_fixes.uses_timm`), True (every kind),
+        False (none)
     :return: the kinds of patches applied (``[]``, ``["patch_transformers"]``...)
     """
     check_patches_option(patches)
-    wanted = patches is True or (patches == "auto" and uses_transformers(model, args, kwargs))
-    if not wanted or isinstance(model, torch.export.ExportedProgram):
+    if isinstance(model, torch.export.ExportedProgram):
         yield []
         return
+    wanted: list[str] = []
+    if patches is True or (patches == "auto" and uses_transformers(model, args, kwargs)):
+        wanted += ["patch_torch", "patch_transformers"]
+    if patches is True or (patches == "auto" and uses_timm(model)):
+        wanted.append("patch_timm")
     active = active_patches()
-    missing = [kind for kind in ("patch_torch", "patch_transformers") if not active[kind]]
+    missing = [kind for kind in wanted if not active[kind]]
     if not missing:
         yield []
         return
-    with torch_export_patches(**{kind: kind in missing for kind in ("patch_torch", "patch_transformers")}):
+    with torch_export_patches(**{kind: kind in missing for kind in PATCH_KINDS}):
         yield missing

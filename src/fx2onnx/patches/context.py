@@ -21,6 +21,7 @@ from .registry import Patch, PatchReport, PatchSet, check_patches
 from .rewrite import rewrite_patches
 from .recurrences import recurrence_patches
 from .state_space import state_space_patches
+from .timm_fixes import timm_patches
 from .torch_fixes import torch_patches
 from .transformers_fixes import transformers_patches
 
@@ -73,17 +74,18 @@ def _transformers_loaded() -> bool:
     return "transformers" in sys.modules
 
 
+#: the kinds of patches :func:`torch_export_patches` applies on demand
+PATCH_KINDS = ("patch_torch", "patch_transformers", "patch_timm")
+
 #: the options of every :func:`torch_export_patches` context now active, outermost first
 _ACTIVE: list[dict[str, bool]] = []
 
 
 def active_patches() -> dict[str, bool]:
     """Which kinds of patches the :func:`torch_export_patches` contexts now active apply:
-    ``{"patch_torch": bool, "patch_transformers": bool}`` (both False outside any context).
-    :func:`fx2onnx.to_onnx` reads it not to apply a patch twice."""
-    return {
-        key: any(options[key] for options in _ACTIVE) for key in ("patch_torch", "patch_transformers")
-    }
+    ``{"patch_torch": bool, "patch_transformers": bool, "patch_timm": bool}`` (all False outside
+    any context). :func:`fx2onnx.to_onnx` reads it not to apply a patch twice."""
+    return {key: any(options.get(key, False) for options in _ACTIVE) for key in PATCH_KINDS}
 
 
 def collect_patches(
@@ -95,6 +97,7 @@ def collect_patches(
     rewrite: Any = None,
     dump_rewriting: str | os.PathLike | None = None,
     custom_patches: Iterable[Any] = (),
+    patch_timm: bool = False,
 ) -> list[Patch]:
     """The patches :func:`torch_export_patches` applies for these options."""
     patches: list[Patch] = []
@@ -105,6 +108,8 @@ def collect_patches(
         patches.extend(moe_patches())
         patches.extend(state_space_patches())
         patches.extend(recurrence_patches())
+    if patch_timm:
+        patches.extend(timm_patches())
     if rewrite is not None:
         patches.extend(rewrite_patches(rewrite, dump_rewriting=dump_rewriting))
     for patched in custom_patches:
@@ -190,6 +195,7 @@ def torch_export_patches(
     dump_rewriting: str | os.PathLike | None = None,
     custom_patches: Iterable[Any] = (),
     verbose: int = 0,
+    patch_timm: bool = False,
 ) -> Iterator[PatchContext]:
     """Applies the patches making :func:`torch.export.export` work on more models.
 
@@ -207,6 +213,7 @@ def torch_export_patches(
     :param custom_patches: :class:`~fx2onnx.patches.registry.Patch` objects or
         classes with a ``target_class`` attribute
     :param verbose: prints what is applied and restored
+    :param patch_timm: timm functions rewritten (see :mod:`fx2onnx.patches.timm_fixes`)
     :return: a :class:`PatchContext` (call it on the inputs)
 
     The cache classes of transformers are registered as pytree nodes when
@@ -238,6 +245,7 @@ def torch_export_patches(
         rewrite=rewrite,
         dump_rewriting=dump_rewriting,
         custom_patches=custom_patches,
+        patch_timm=patch_timm,
     )
     patch_set = PatchSet(patches, verbose=verbose)
     registered: dict[str, bool] = {}
@@ -246,7 +254,7 @@ def torch_export_patches(
         if patch_transformers or _transformers_loaded():
             registered = register_cache_serialization(verbose=verbose)
         patch_set.apply()
-        options = {"patch_torch": patch_torch, "patch_transformers": patch_transformers}
+        options = {"patch_torch": patch_torch, "patch_transformers": patch_transformers, "patch_timm": patch_timm}
         _ACTIVE.append(options)
         yield PatchContext(patch_set, registered)
     finally:
@@ -268,6 +276,7 @@ def list_patches(
     stop_if_static: int = 1,
     rewrite: Any = None,
     custom_patches: Iterable[Any] = (),
+    patch_timm: bool = True,
 ) -> list[dict[str, str]]:
     """Lists every patch for these options with the installed versions, without applying any.
 
@@ -288,6 +297,7 @@ def list_patches(
         stop_if_static=stop_if_static,
         rewrite=rewrite,
         custom_patches=custom_patches,
+        patch_timm=patch_timm,
     )
     rows = [r.as_dict() for r in check_patches(patches)]
     try:

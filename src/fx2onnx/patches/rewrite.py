@@ -401,13 +401,30 @@ def rewrite_function(
     :param select: ``select(test, tensor_names) -> bool``, :func:`default_filter` by default
     :return: a :class:`RewrittenFunction`; ``.function`` behaves like the original
     """
+    rewriter = _IfRewriter(set(), select or default_filter)
+
+    def transform(node: ast.FunctionDef) -> ast.FunctionDef:
+        rewriter.tensor_names = _tensor_names(node)
+        return rewriter.visit(node)
+
+    helpers = {f"{_PREFIX}_check_false": check_false, f"{_PREFIX}_clone": clone}
+    return transform_function(function, transform, helpers, lambda: rewriter.rewritten)
+
+
+def transform_function(
+    function: Callable[..., Any],
+    transform: Callable[[ast.FunctionDef], ast.FunctionDef],
+    helpers: dict[str, Any],
+    lines: Callable[[], list[int]] = list,
+) -> RewrittenFunction:
+    """Recompiles ``function`` after ``transform`` changed its syntax tree; ``helpers`` are
+    the names the new code calls (``torch`` is always one); decorators are dropped."""
     function = inspect.unwrap(function)
     if isinstance(function, types.MethodType):
         function = function.__func__
     source, node = _parse_function(function)
     node.decorator_list = []
-    rewriter = _IfRewriter(_tensor_names(node), select or default_filter)
-    node = rewriter.visit(node)
+    node = transform(node)
     module = ast.Module(body=[node], type_ignores=[])
     ast.fix_missing_locations(module)
     new_source = ast.unparse(module) + "\n"
@@ -415,7 +432,7 @@ def rewrite_function(
     # The function is defined inside a factory whose parameters are the free
     # variables of the original (its closure) and the helpers: the new function
     # keeps the module's globals, which torch.compile's guards look up by name.
-    helpers = {"torch": torch, f"{_PREFIX}_check_false": check_false, f"{_PREFIX}_clone": clone}
+    helpers = {"torch": torch, **helpers}
     freevars = list(function.__code__.co_freevars)
     params = [*freevars, *helpers]
     factory_name = f"{_PREFIX}_factory_{node.name}"
@@ -430,7 +447,7 @@ def rewrite_function(
     new_function.__module__ = function.__module__
     new_function.__doc__ = function.__doc__
     new_function.__wrapped__ = function
-    return RewrittenFunction(function, new_function, source, new_source, rewriter.rewritten)
+    return RewrittenFunction(function, new_function, source, new_source, lines())
 
 
 def _owner_and_name(function: Callable[..., Any]) -> tuple[Any, str]:

@@ -1,0 +1,92 @@
+"""timm functions rewritten while exporting: sizes converted to floats keep their symbols.
+
+``float(s)`` on a dynamic size asks torch.export for a Python float: it takes the
+example's value and records that the size equals it. timm's rotary embeddings
+(``timm.layers.pos_embed_sincos``: EVA, DINOv3, ViTs with RoPE) divide the grid
+coordinates by ``float(size)``: exported as it is, the model divides by the
+example's grid size at every size (torch.onnx.export drops the assertion and
+returns such a model; its logits stay within 1e-5 of eager with random weights,
+the error hides in the rotary phases). The rewritten functions call
+:func:`torch.sym_float` on a symbolic size (a float kept symbolic in the graph)
+and :class:`float` otherwise, so eager results do not change.
+
+.. code-block:: python
+
+    import torch
+    from fx2onnx.patches.timm_fixes import float_of_size, rewrite_floats_of_sizes
+
+    def scale(x):
+        return x / float(x.shape[0])
+
+    g = rewrite_floats_of_sizes(scale).function
+    torch.testing.assert_close(g(torch.ones(4)), scale(torch.ones(4)))
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from typing import Any, Callable
+
+import torch
+
+from .registry import Patch, source_guard
+from .rewrite import RewrittenFunction, transform_function
+
+_HELPER = "_fx2onnx_float_of_size"
+
+#: (module, function) whose ``float(...)`` calls are rewritten, when timm has imported the module
+FUNCTIONS = (
+    ("timm.layers.pos_embed_sincos", "_build_grid"),
+    ("timm.layers.pos_embed_sincos", "_build_bands"),
+)
+
+
+def float_of_size(value: Any) -> Any:
+    """``torch.sym_float(value)`` for a symbolic integer, ``float(value)`` otherwise."""
+    if isinstance(value, torch.SymInt):
+        return torch.sym_float(value)
+    return float(value)
+
+
+class _FloatCalls(ast.NodeTransformer):
+    def __init__(self) -> None:
+        self.lines: list[int] = []
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id == "float" and len(node.args) == 1 and not node.keywords:
+            self.lines.append(node.lineno)
+            return ast.copy_location(ast.Call(func=ast.Name(id=_HELPER, ctx=ast.Load()), args=node.args, keywords=[]),
+                                     node)
+        return node
+
+
+def rewrite_floats_of_sizes(function: Callable[..., Any]) -> RewrittenFunction:
+    """``function`` with every ``float(x)`` call replaced by :func:`float_of_size`."""
+    calls = _FloatCalls()
+    return transform_function(function, calls.visit, {_HELPER: float_of_size}, lambda: calls.lines)
+
+
+def timm_patches() -> list[Patch]:
+    """The rewrites of :data:`FUNCTIONS` for the timm modules already imported."""
+    patches = []
+    for module, attribute in FUNCTIONS:
+        if module not in sys.modules:
+            continue
+        patches.append(Patch(
+            name=f"timm_{attribute.strip('_')}_symbolic_floats",
+            kind="timm",
+            target=f"{module}.{attribute}",
+            make=lambda original: rewrite_floats_of_sizes(original).function,
+            guard=source_guard(attribute, "float(", absent="no float(...) call left to rewrite"),
+            doc="float(size) becomes torch.sym_float(size) for a symbolic size: the grid follows the image size",
+        ))
+    return patches
+
+
+def uses_timm(model: Any) -> bool:
+    """Tells if ``model`` is or contains a module defined by timm."""
+    if "timm" not in sys.modules or not isinstance(model, torch.nn.Module):
+        return False
+    return any(type(module).__module__.startswith("timm.") for module in model.modules())

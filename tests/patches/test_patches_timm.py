@@ -1,0 +1,98 @@
+"""timm rewrites: ``float(size)`` keeps the size symbolic (rotary embeddings follow the image size)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import fx2onnx
+from fx2onnx.patches import torch_export_patches
+from fx2onnx.patches.auto import auto_patches
+from fx2onnx.patches.context import active_patches
+from fx2onnx.patches.timm_fixes import float_of_size, rewrite_floats_of_sizes
+from fx2onnx.validation import validate
+
+
+def centered_grid(n):
+    """timm's centered coordinates divided by the grid size."""
+    return (torch.arange(0.5, n, dtype=torch.float32)) / float(n)
+
+
+def check_export(model, args, dynamic_shapes, inputs2, **kwargs):
+    """Exported, then checked against eager on other sizes, nothing frozen."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fx2onnx.FrozenInputWarning)
+        onx = fx2onnx.to_onnx(model, args, dynamic_shapes=dynamic_shapes, **kwargs)
+    with torch.no_grad():
+        report = validate(onx, model, inputs2[0])
+    assert report.ok, report
+
+
+class Grid(torch.nn.Module):
+    def __init__(self, grid):
+        super().__init__()
+        self.grid = grid
+
+    def forward(self, x):
+        return x + self.grid(x.shape[1])
+
+
+def test_float_of_size_keeps_python_values():
+    assert float_of_size(3) == 3.0 and isinstance(float_of_size(3), float)
+    assert float_of_size(np.int64(5)) == 5.0
+
+
+def test_rewritten_function_is_the_same_in_eager():
+    rewritten = rewrite_floats_of_sizes(centered_grid)
+    assert "_fx2onnx_float_of_size(n)" in rewritten.source
+    torch.testing.assert_close(rewritten.function(7), centered_grid(7))
+
+
+def test_without_the_rewrite_the_size_is_refused_with_it_it_follows():
+    x, x2 = torch.randn(2, 8), torch.randn(2, 11)
+    with pytest.raises(fx2onnx.ExportError, match=r"became the constant 8 at .*float\(n\)"):
+        fx2onnx.to_onnx(Grid(centered_grid), (x,), dynamic_shapes=({1: "n"},))
+    check_export(Grid(rewrite_floats_of_sizes(centered_grid).function), (x,), dynamic_shapes=({1: "n"},),
+                 inputs2=((x2,), None))
+
+
+def test_timm_rotary_embedding_follows_the_image_size():
+    pytest.importorskip("timm")
+    from timm.layers.pos_embed_sincos import RotaryEmbeddingDinoV3
+
+    class Rope(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rope = RotaryEmbeddingDinoV3(dim=32, feat_shape=[4, 4])
+
+        def forward(self, x):
+            return self.rope.get_embed([x.shape[2] // 16, x.shape[3] // 16]) * x.mean()
+
+    model = Rope().eval()
+    x, x2 = torch.rand(1, 3, 64, 64), torch.rand(1, 3, 96, 128)
+    dynamic = ({2: "height", 3: "width"},)
+    with pytest.warns(fx2onnx.FrozenInputWarning, match=r"x.shape\[2\] // 16\) == 4"):
+        fx2onnx.to_onnx(model, (x,), dynamic_shapes=dynamic, patches=False)
+    check_export(model, (x,), dynamic_shapes=dynamic, inputs2=((x2,), None))  # patches="auto"
+
+
+def test_auto_patches_rewrite_timm_models_only():
+    pytest.importorskip("timm")
+    from timm.layers.pos_embed_sincos import RotaryEmbeddingDinoV3
+
+    with auto_patches("auto", torch.nn.Linear(2, 2)) as applied:
+        assert applied == []
+    with auto_patches("auto", RotaryEmbeddingDinoV3(dim=32, feat_shape=[4, 4])) as applied:
+        assert applied == ["patch_timm"] and active_patches()["patch_timm"]
+        import timm.layers.pos_embed_sincos as sincos
+
+        assert "_fx2onnx_float_of_size" in sincos._build_grid.__code__.co_freevars
+    import timm.layers.pos_embed_sincos as sincos
+
+    assert "_fx2onnx_float_of_size" not in sincos._build_grid.__code__.co_freevars
+    with torch_export_patches(patch_torch=False, patch_timm=True):
+        with auto_patches("auto", RotaryEmbeddingDinoV3(dim=32, feat_shape=[4, 4])) as applied:
+            assert applied == []
