@@ -194,6 +194,48 @@ def narrowed_dimensions(ep: torch.export.ExportedProgram, names: Sequence[str]) 
     return found
 
 
+#: operators whose result depends on whether a dimension is 1 (the axis is removed or kept)
+_SQUEEZES = ("squeeze.default", "squeeze.dim", "squeeze.dims")
+_SQUEEZE_REASON = "squeeze kept the axis"
+
+
+def size_one_assumptions(ep: torch.export.ExportedProgram, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The dynamic dimensions a ``squeeze`` kept, assuming they are never 1.
+
+    ``x.squeeze(0)`` removes the axis only when it is 1; torch.export decides with the example
+    (or for every size, size-oblivious) and the graph keeps the axis: on a size of 1 the ONNX
+    model would return one axis too many. Such a dimension is recorded as narrowed to
+    ``[2, inf]``, checked by :func:`check_frozen_inputs` and warned about.
+    """
+    symbols: dict[Any, tuple[int, int]] = {}
+    for position, _, node in _user_inputs(ep):
+        for axis, expr in _symbolic_axes(node):
+            symbols.setdefault(expr, (position, axis))
+    found: dict[str, dict[str, Any]] = {}
+    for gm in ep.graph_module.modules():
+        if not isinstance(gm, torch.fx.GraphModule):
+            continue
+        for node in gm.graph.nodes:
+            if node.op != "call_function" or not any(str(node.target).endswith(name) for name in _SQUEEZES):
+                continue
+            source, result = node.args[0].meta.get("val"), node.meta.get("val")
+            if not isinstance(source, torch.Tensor) or not isinstance(result, torch.Tensor):
+                continue
+            if source.dim() != result.dim():
+                continue  # an axis was removed: its size was 1 for every input the graph accepts
+            axes = node.args[1] if len(node.args) > 1 else range(source.dim())
+            for axis in [axes] if isinstance(axes, int) else axes:
+                size = source.shape[axis]
+                if not isinstance(size, torch.SymInt) or size.node.expr not in symbols:
+                    continue
+                position, input_axis = symbols[size.node.expr]
+                found[f"{_input_name(names, position)}.shape[{input_axis}]"] = {
+                    "kind": "dim_range", "position": position, "axis": input_axis, "min": 2, "max": None,
+                    "weight_bound": False, "reason": _SQUEEZE_REASON,
+                }
+    return found
+
+
 def _input_name(names: Sequence[str], position: int) -> str:
     return names[position] if position < len(names) else f"input{position}"
 
@@ -454,6 +496,11 @@ def _check_dim_range(path: str, entry: dict[str, Any], args: Sequence[Any], kwar
     if not isinstance(value, torch.Tensor) or value.dim() <= entry["axis"]:
         return
     size = int(value.shape[entry["axis"]])
+    if size < entry["min"] and entry.get("reason") == _SQUEEZE_REASON:
+        raise FrozenInputError(
+            f"Dimension {path} is {size} but a squeeze of the model kept this axis at export (size "
+            f"{_range_text(entry)}): on a size of 1, torch removes the axis and the ONNX model does not."
+        )
     if size < entry["min"] or (entry["max"] is not None and size > entry["max"]):
         raise FrozenInputError(
             f"Dimension {path} is {size} but the export narrowed it to {_range_text(entry)}: the model's code "
@@ -592,6 +639,13 @@ def frozen_message(path: str, entry: dict[str, Any]) -> str:
             f"model's code compared them (such as `if height == width:`) and the ONNX model holds the branch taken "
             f"for equal sizes; fx2onnx.validate refuses other inputs (metadata {METADATA_KEY!r}). Export with an "
             f"example where they differ, or write the branch with torch.cond."
+        )
+    if entry["kind"] == "dim_range" and entry.get("reason") == _SQUEEZE_REASON:
+        return (
+            f"A squeeze kept the axis of the dynamic dimension {path} (its size was not 1 at export): the ONNX "
+            f"model assumes it is never 1 and would return one axis too many; fx2onnx.validate refuses a size "
+            f"of 1 (metadata {METADATA_KEY!r}). Squeeze a dimension which is always 1, or export with "
+            f"an example where it is 1 and a static dimension."
         )
     if entry["kind"] == "dim_range":
         return (

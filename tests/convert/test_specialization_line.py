@@ -26,7 +26,7 @@ class Branch(torch.nn.Module):
 class Reshape(torch.nn.Module):
     def forward(self, x):
         y = torch.relu(x)
-        return y.reshape(2, -1).sum(-1)  # specializes
+        return y.reshape(8).sum(-1)  # specializes
 
 
 class Broadcast(torch.nn.Module):
@@ -92,3 +92,37 @@ def test_recorder_alone():
             torch.export.export(Branch(), (torch.randn(2, 4),), dynamic_shapes=({0: torch.export.Dim.DYNAMIC},))
     assert [s.value for s in found] == [2] and found[0].code.startswith("if x.shape[0] == 2:")
     assert dimensions_in("L['x'].size()[0] and inputs['y'].shape[2], L['x'].size()[0]") == [("x", 0), ("y", 2)]
+
+
+class HalfRows(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x).reshape(2, -1).sum(-1)
+
+
+def test_size_oblivious_capture_keeps_what_holds_for_every_size():
+    """Captured with size-oblivious sizes (as torch.onnx.export): ``reshape(2, -1)`` holds for any
+    batch (the plain capture made the batch 2), and an example batch of 1 stays dynamic."""
+    from fx2onnx.validation import validate
+
+    for example in (2, 1):
+        onx = fx2onnx.to_onnx(HalfRows(), (torch.randn(example, 4),), dynamic_shapes=({0: "batch"},))
+        for batch in (1, 3, 5):
+            assert validate(onx, HalfRows(), (torch.randn(batch, 4),)).ok, (example, batch)
+
+
+class Squeezed(torch.nn.Module):
+    def forward(self, x):
+        return x.squeeze(0) * 2
+
+
+def test_a_size_one_branch_is_not_taken_silently():
+    """``squeeze(0)`` removes the axis only when it is 1: a model exported with a batch of 2 says
+    so and refuses a batch of 1 instead of returning one axis too many."""
+    from fx2onnx.frozen import FrozenInputError, FrozenInputWarning
+    from fx2onnx.validation import validate
+
+    with pytest.warns(FrozenInputWarning, match=r"squeeze kept the axis .* x.shape\[0\]"):
+        onx = fx2onnx.to_onnx(Squeezed(), (torch.randn(2, 4),), dynamic_shapes=({0: "batch"},))
+    assert validate(onx, Squeezed(), (torch.randn(3, 4),)).ok
+    with pytest.raises(FrozenInputError, match=r"x.shape\[0\] is 1 but a squeeze"):
+        validate(onx, Squeezed(), (torch.randn(1, 4),))

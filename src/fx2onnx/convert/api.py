@@ -251,6 +251,7 @@ def _record_frozen_inputs(
         merged_dimensions,
         narrowed_dimensions,
         size_conditions,
+        size_one_assumptions,
         specialized_int_inputs,
         warn_frozen_inputs,
     )
@@ -261,6 +262,7 @@ def _record_frozen_inputs(
     frozen.update(narrowed_dimensions(ep, names))
     frozen.update(merged_dimensions(ep, names, model, args, kwargs, dynamic_shapes))
     frozen.update(size_conditions(ep, model, args, kwargs, dynamic_shapes))
+    frozen.update(size_one_assumptions(ep, names))
     onnx_model.metadata_props[METADATA_KEY] = json.dumps(frozen)
     warn_frozen_inputs(frozen, stacklevel=4)
 

@@ -304,6 +304,35 @@ def _specialized_dims_hint(message: str, model: Any, args: tuple, kwargs: dict, 
     )
 
 
+def _export_size_oblivious_first(model: Any, args: tuple, kwargs: dict, ds: Any, strict: bool) -> Any:
+    """torch.export.export with size-oblivious input sizes, as torch.onnx.export captures, then
+    without them if that fails.
+
+    Size-oblivious sizes (``backed_size_oblivious``) are reasoned about for every value the
+    dimension may take (0 and 1 included) instead of the example's: the symbolic expressions
+    stay small where padding to a window multiplies them (timm's Swin at a dynamic image size:
+    38 s instead of 303 s), sympy is not asked to solve guards it cannot (timm's CPUBone:
+    ``H // 16 % 2``), and an example of size 1 does not make its dimension static. Where a
+    decision on such a size cannot be made for every value, torch takes the example's value
+    and records the condition, which the export reports as it does any other.
+    """
+    try:
+        with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+            return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds, strict=strict)
+    except Exception:  # noqa: BLE001 - the plain capture says what fails, with its own message
+        if not _has_dynamic_dimension(ds):
+            raise
+    return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds, strict=strict)
+
+
+def _has_dynamic_dimension(ds: Any) -> bool:
+    """Tells if the dynamic shapes given to torch.export name any dimension."""
+    from torch.utils import _pytree as pytree
+
+    leaves = pytree.tree_leaves(ds, is_leaf=lambda v: isinstance(v, dict) and all(isinstance(k, int) for k in v))
+    return any(leaf is not None and not (isinstance(leaf, dict) and not leaf) for leaf in leaves)
+
+
 def capture(
     model: Any,
     args: tuple,
@@ -336,16 +365,7 @@ def capture(
         _check_caches(args, kwargs)
         try:
             with missing_meta_kernels(), record_specializations() as specialized, explicit_keywords(model, args, kwargs):
-                try:
-                    ep = torch.export.export(model, tuple(args), kwargs=dict(kwargs), dynamic_shapes=ds, strict=strict)
-                except NotImplementedError as e:
-                    # sympy cannot solve a guard on a dynamic size (timm's CPUBone: H // 16 % 2 for a padding):
-                    # sizes are then size-oblivious, as torch.onnx.export captures them
-                    if "cannot be solved" not in str(e):
-                        raise
-                    with torch.fx.experimental._config.patch(backed_size_oblivious=True):
-                        ep = torch.export.export(model, tuple(args), kwargs=dict(kwargs), dynamic_shapes=ds,
-                                                 strict=strict)
+                ep = _export_size_oblivious_first(model, tuple(args), dict(kwargs), ds, strict)
         except Exception as e:
             first = _first_lines(e)
             hint = _specialized_dims_hint(str(e), model, args, kwargs, axis_names)

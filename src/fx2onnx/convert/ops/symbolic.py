@@ -129,6 +129,16 @@ def convert_sym_ceil(ctx, node, a):
     return ctx.cast(ctx.op.Ceil(ctx.as_value(a, torch.float32)), torch.int64)
 
 
+@converter(round)
+def convert_sym_round(ctx, node, a, ndigits=None):
+    """Python's ``round``: halves to even, like ONNX's Round; an int without ``ndigits``."""
+    v = ctx.as_value(a, torch.float32)
+    if ndigits is None:
+        return ctx.cast(ctx.op.Round(v), torch.int64)
+    scale = ctx.const(10.0 ** int(ndigits), torch.float32)
+    return ctx.op.Div(ctx.op.Round(ctx.op.Mul(v, scale)), scale)
+
+
 @converter(aten.scalar_tensor.default)
 def convert_scalar_tensor(ctx, node, value, dtype=None, layout=None, device=None, pin_memory=None):
     return ctx.as_value(value, ctx.out_dtype())
