@@ -386,3 +386,15 @@ def test_parity_is_a_size_condition():
     assert fx2onnx.validate(onx, PadOdd(), (torch.randn(2, 10),)).ok
     with pytest.raises(FrozenInputError, match=r"x\.shape\[1\] = 7"):
         fx2onnx.validate(onx, PadOdd(), (torch.randn(3, 7),))
+
+
+def test_stride_comparisons_are_not_size_conditions():
+    """A guard comparing strides (``max(1, size)`` is how torch computes contiguous strides) chooses
+    a view or a copy: timm's Swin at a dynamic image size records one per stage, true with one
+    window per row at export and false with two, while the values do not depend on it."""
+    from fx2onnx.frozen import is_a_stride_condition
+
+    windows = "((((L['x'].size()[3] // 4) + ((L['x'].size()[3] // 4) % 2)) // 2) + 6) // 7"
+    assert is_a_stride_condition(f"(5376*max(1, {windows})) == 5376")
+    assert not is_a_stride_condition("(L['x'].size()[2] % 4) == 0")
+    assert not is_a_stride_condition("((L['x'].size()[2] // 14)*(L['x'].size()[3] // 14)) == 16")

@@ -356,7 +356,7 @@ def size_conditions(
     dimensions differing (``x.shape[2] != x.shape[3]``) or a computed size equal (or not) to a constant
     (``(h // 14) * (w // 14) == 16``: a number of patches). The graph holds the branch taken at export.
     Other guards are left out: the size-1 and positivity assumptions torch.export makes on every dynamic
-    dimension, and conditions of branches that compute the same thing either way (``if pad > 0: pad``).
+    dimension, the strides it compares to choose a memory layout (:func:`is_a_stride_condition`), and conditions of branches that compute the same thing either way (``if pad > 0: pad``).
 
     :return: ``{"<condition on the inputs' shapes>": {"kind": "size_condition", "guard": "<torch's code>"}}``
     """
@@ -373,7 +373,7 @@ def size_conditions(
         except SyntaxError:
             continue
         sizes = _guard_sizes(tree, example)
-        if sizes is None or not _is_a_branch(tree.body):
+        if sizes is None or not _is_a_branch(tree.body) or is_a_stride_condition(code):
             continue
         try:
             holds = _evaluate_guard(tree, sizes)
@@ -382,6 +382,14 @@ def size_conditions(
         if holds and _can_fail(tree, sizes, symbols):  # kept: true at export, false for other sizes
             found[_guard_text(code)] = {"kind": "size_condition", "guard": code}
     return found
+
+
+def is_a_stride_condition(code: str) -> bool:
+    """Whether a guard compares strides: torch computes a contiguous tensor's strides with
+    ``max(1, size)``, and a guard holding one decides a memory layout (a ``view`` where the
+    strides allow it, a copy otherwise: timm's Swin, ``5376*max(1, windows) == 5376``), which
+    changes no value and which ONNX does not have."""
+    return "max(1, " in code
 
 
 def _is_a_branch(body: ast.AST) -> bool:
