@@ -57,6 +57,13 @@ entropy's gradient in three passes over the logits, and transposes the smaller o
 of a weight's gradient (see :mod:`fx2onnx.backend`): with these three switched off in the
 same process, the backend's step was 0.96x (hidden 256) and 1.02x (512) eager's.
 
+On **two threads** (``--threads 2 --interleave --repeat 20``, nothing else running), medians of
+the wall time: eager 116 / 340 ms (hidden 256 / 512), the backend 122 / 333 ms (1.05x / 0.98x),
+with fusions 120 / 330 ms (1.03x / 0.97x); inductor, in the run before, 0.75x / 0.94x. Before
+the backend's sessions stopped spinning after a run (onnxruntime's default), its threads took
+the cores from torch's work between two graphs: the backend was 1.23x / 1.16x eager's and
+eager's AdamW step after it 2.3x slower.
+
 Run the benchmark
 -----------------
 """
