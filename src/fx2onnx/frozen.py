@@ -195,7 +195,7 @@ def narrowed_dimensions(ep: torch.export.ExportedProgram, names: Sequence[str]) 
 
 
 #: operators whose result depends on whether a dimension is 1 (the axis is removed or kept)
-_SQUEEZES = ("squeeze.default", "squeeze.dim", "squeeze.dims")
+_SQUEEZES = frozenset((torch.ops.aten.squeeze.default, torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims))
 _SQUEEZE_REASON = "squeeze kept the axis"
 
 
@@ -216,7 +216,7 @@ def size_one_assumptions(ep: torch.export.ExportedProgram, names: Sequence[str])
         if not isinstance(gm, torch.fx.GraphModule):
             continue
         for node in gm.graph.nodes:
-            if node.op != "call_function" or not any(str(node.target).endswith(name) for name in _SQUEEZES):
+            if node.op != "call_function" or node.target not in _SQUEEZES:
                 continue
             source, result = node.args[0].meta.get("val"), node.meta.get("val")
             if not isinstance(source, torch.Tensor) or not isinstance(result, torch.Tensor):

@@ -26,17 +26,27 @@ import torch
 from torch.utils import _pytree as pytree
 
 from .context import PATCH_KINDS, active_patches, torch_export_patches
-from .timm_fixes import uses_timm
+
+
+def holds_module_of(model: Any, package: str) -> bool:
+    """Tells if ``model`` is or contains a module whose class ``package`` defines."""
+    if package not in sys.modules or not isinstance(model, torch.nn.Module):
+        return False
+    return any(type(module).__module__.startswith(f"{package}.") for module in model.modules())
+
+
+def uses_timm(model: Any) -> bool:
+    """Tells if ``model`` is or contains a module defined by timm."""
+    return holds_module_of(model, "timm")
+
 
 def uses_transformers(model: Any, args: tuple = (), kwargs: dict | None = None) -> bool:
     """Tells if ``model`` is or contains a module defined by transformers, or if an input
     is (or holds) a cache of transformers."""
     if "transformers" not in sys.modules:
         return False
-    if isinstance(model, torch.nn.Module):
-        for module in model.modules():
-            if type(module).__module__.startswith("transformers."):
-                return True
+    if holds_module_of(model, "transformers"):
+        return True
     from transformers.cache_utils import Cache
 
     # pytree does not know the caches outside the patches: they come out as leaves
@@ -57,7 +67,7 @@ def auto_patches(patches: Any, model: Any, args: tuple = (), kwargs: dict | None
     """Applies the patches a model needs when ``patches`` asks for them.
 
     :param patches: ``"auto"`` (the transformers patches when :func:`uses_transformers`, the
-        timm rewrites when :func:`~fx2onnx.patches.timm_fixes.uses_timm`), True (every kind),
+        timm rewrites when :func:`uses_timm`), True (every kind),
         False (none)
     :return: the kinds of patches applied (``[]``, ``["patch_transformers"]``...)
     """

@@ -84,9 +84,3 @@ def timm_patches() -> list[Patch]:
         ))
     return patches
 
-
-def uses_timm(model: Any) -> bool:
-    """Tells if ``model`` is or contains a module defined by timm."""
-    if "timm" not in sys.modules or not isinstance(model, torch.nn.Module):
-        return False
-    return any(type(module).__module__.startswith("timm.") for module in model.modules())
