@@ -126,3 +126,41 @@ def test_a_size_one_branch_is_not_taken_silently():
     assert validate(onx, Squeezed(), (torch.randn(3, 4),)).ok
     with pytest.raises(FrozenInputError, match=r"x.shape\[0\] is 1 but a squeeze"):
         validate(onx, Squeezed(), (torch.randn(1, 4),))
+
+
+class ShiftedWindows(torch.nn.Module):
+    """Swin's pattern: pad to a multiple of the window, shift, partition, update in place, merge."""
+
+    def __init__(self, window: int = 7):
+        super().__init__()
+        self.window, self.embed, self.proj = window, torch.nn.Conv2d(3, 8, 4, 4), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        x = self.embed(x).permute(0, 2, 3, 1)
+        b, h, w, c = x.shape
+        k = self.window
+        ph, pw = (k - h % k) % k, (k - w % k) % k
+        x = torch.roll(torch.nn.functional.pad(x, (0, 0, 0, pw, 0, ph)), shifts=(-3, -3), dims=(1, 2))
+        hp, wp = h + ph, w + pw
+        x = x.view(b, hp // k, k, wp // k, k, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, k * k, c)
+        x = self.proj(x)
+        x.add_(0.5)  # an in-place update: the program is re-traced by run_decompositions
+        x = x.view(b, hp // k, wp // k, k, k, c).permute(0, 1, 3, 2, 4, 5).reshape(b, hp, wp, c)
+        return torch.roll(x, shifts=(3, 3), dims=(1, 2))[:, :h, :w].mean((1, 2))
+
+
+def test_the_decompositions_trace_as_the_capture():
+    """The program captured with size-oblivious sizes is decomposed with them too: re-traced without,
+    the windows' padding recorded layout conditions the model has not (``8*w_padded != 56``), which
+    refused every other image size, and took minutes on timm's Swin."""
+    import warnings
+
+    from fx2onnx.frozen import FrozenInputWarning
+    from fx2onnx.validation import validate
+
+    model = ShiftedWindows().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FrozenInputWarning)
+        onx = fx2onnx.to_onnx(model, (torch.rand(2, 3, 112, 112),), dynamic_shapes=({0: "b", 2: "h", 3: "w"},))
+    for shape in ((3, 3, 120, 136), (1, 3, 28, 60)):
+        assert validate(onx, model, (torch.rand(*shape),)).ok, shape

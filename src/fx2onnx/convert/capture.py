@@ -304,9 +304,9 @@ def _specialized_dims_hint(message: str, model: Any, args: tuple, kwargs: dict, 
     )
 
 
-def _export_size_oblivious_first(model: Any, args: tuple, kwargs: dict, ds: Any, strict: bool) -> Any:
+def _export_size_oblivious_first(model: Any, args: tuple, kwargs: dict, ds: Any, strict: bool) -> tuple[Any, bool]:
     """torch.export.export with size-oblivious input sizes, as torch.onnx.export captures, then
-    without them if that fails.
+    without them if that fails; returns the program and whether its sizes are size-oblivious.
 
     Size-oblivious sizes (``backed_size_oblivious``) are reasoned about for every value the
     dimension may take (0 and 1 included) instead of the example's: the symbolic expressions
@@ -315,14 +315,18 @@ def _export_size_oblivious_first(model: Any, args: tuple, kwargs: dict, ds: Any,
     ``H // 16 % 2``), and an example of size 1 does not make its dimension static. Where a
     decision on such a size cannot be made for every value, torch takes the example's value
     and records the condition, which the export reports as it does any other.
+
+    The decompositions which follow must trace with the same setting (:func:`capture`): traced
+    without it, they rebuild the large expressions and record conditions of their own, layout
+    decisions the captured program did not make (Swin: 20 s instead of minutes, no false condition).
     """
     try:
         with torch.fx.experimental._config.patch(backed_size_oblivious=True):
-            return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds, strict=strict)
+            return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds, strict=strict), True
     except Exception:  # noqa: BLE001 - the plain capture says what fails, with its own message
         if not _has_dynamic_dimension(ds):
             raise
-    return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds, strict=strict)
+    return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds, strict=strict), False
 
 
 def _has_dynamic_dimension(ds: Any) -> bool:
@@ -350,6 +354,7 @@ def capture(
     are; when ``decompose`` is True, the others are decomposed with torch's
     decompositions (see :mod:`fx2onnx.convert.decompose`).
     """
+    oblivious = False  # a program given by the user is decomposed as torch.export would
     if isinstance(model, torch.export.ExportedProgram):
         ep = model
         axis_names: dict = {}
@@ -365,7 +370,7 @@ def capture(
         _check_caches(args, kwargs)
         try:
             with missing_meta_kernels(), record_specializations() as specialized, explicit_keywords(model, args, kwargs):
-                ep = _export_size_oblivious_first(model, tuple(args), dict(kwargs), ds, strict)
+                ep, oblivious = _export_size_oblivious_first(model, tuple(args), dict(kwargs), ds, strict)
         except Exception as e:
             first = _first_lines(e)
             hint = _specialized_dims_hint(str(e), model, args, kwargs, axis_names)
@@ -383,7 +388,7 @@ def capture(
                 f"dynamic_shapes. See the 'Frequent exceptions' page of the documentation."
             ) from e
     try:
-        with missing_meta_kernels():
+        with missing_meta_kernels(), torch.fx.experimental._config.patch(backed_size_oblivious=oblivious):
             ep, _ = functionalize_and_decompose(ep, dispatcher, decompose=decompose, verbose=verbose)
     except ExportError:
         raise
