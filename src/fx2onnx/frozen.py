@@ -394,15 +394,22 @@ def is_a_stride_condition(code: str) -> bool:
 
 def _is_a_branch(body: ast.AST) -> bool:
     """Whether a guard looks like the condition of a branch of the model: one comparison, a remainder by a
-    constant (``(expr % k) == 0`` or ``!= 0``: padding taken or not; not a stride check), two dimensions
+    constant (``(expr % k) == 0`` or ``!= 0``, ``(expr % k) <= 0`` or ``> 0``: padding taken or not; not a
+    stride check), two dimensions
     differing, or a computed size compared with a constant; never the size-1 or positivity assumptions
     torch.export makes about every dynamic dimension (``expr != 1``, ``expr >= 2``)."""
     if not (isinstance(body, ast.Compare) and len(body.ops) == 1) or _size_one_assumption(body):
         return False
     sides = (body.left, body.comparators[0])
-    modulo = isinstance(body.ops[0], (ast.Eq, ast.NotEq)) and any(
+    remainder = any(
         isinstance(a, ast.BinOp) and isinstance(a.op, ast.Mod) and isinstance(a.right, ast.Constant) for a in sides
-    ) and any(isinstance(a, ast.Constant) for a in sides)
+    )
+    modulo = remainder and (
+        (isinstance(body.ops[0], (ast.Eq, ast.NotEq)) and any(isinstance(a, ast.Constant) for a in sides))
+        # a padding taken or not: ``pad > 0`` on ``pad = (k - n % k) % k``, which torch writes ``pad <= 0``
+        or (isinstance(body.ops[0], (ast.LtE, ast.Gt)) and isinstance(body.comparators[0], ast.Constant)
+            and body.comparators[0].value == 0)
+    )
     two_dims = isinstance(body.ops[0], ast.NotEq) and all(_size_read(a) is not None for a in sides)
     return modulo or two_dims or _equals_a_constant(body)
 

@@ -12,7 +12,7 @@ import fx2onnx
 from fx2onnx.patches import torch_export_patches
 from fx2onnx.patches.auto import auto_patches
 from fx2onnx.patches.context import active_patches
-from fx2onnx.patches.timm_fixes import float_of_size, rewrite_floats_of_sizes
+from fx2onnx.patches.timm_fixes import any_symbolic, float_of_size, rewrite_floats_of_sizes, rewrite_shortcuts
 from fx2onnx.validation import validate
 
 
@@ -96,3 +96,71 @@ def test_auto_patches_rewrite_timm_models_only():
     with torch_export_patches(patch_torch=False, patch_timm=True):
         with auto_patches("auto", RotaryEmbeddingDinoV3(dim=32, feat_shape=[4, 4])) as applied:
             assert applied == []
+
+
+def test_rewritten_shortcut_is_the_same_in_eager_and_general_when_traced():
+    def rows(x):
+        n = x.shape[0]
+        return x * 2 if n == 1 else x.sum(0, keepdim=True) * 2
+
+    g = rewrite_shortcuts(rows, {"n == 1": False})
+    assert "_fx2onnx_any_symbolic(n)" in g.source
+    torch.testing.assert_close(g.function(torch.ones(1, 3)), rows(torch.ones(1, 3)))
+    assert any_symbolic(3, torch.ones(1)) is False
+
+
+def _timm_block(name):
+    pytest.importorskip("timm")
+    torch.manual_seed(0)
+    if name == "tiny_vit":  # maps of B, H, W, C
+        from timm.models.tiny_vit import TinyVitBlock
+
+        return TinyVitBlock(dim=16, num_heads=2, window_size=7).eval(), (0, 1, 2), 3
+    if name == "efficientvit_msra":  # maps of B, C, H, W
+        from timm.models.efficientvit_msra import LocalWindowAttention
+
+        block = LocalWindowAttention(dim=16, key_dim=8, num_heads=2, attn_ratio=1, resolution=7, window_resolution=7)
+        return block.eval(), (0, 2, 3), 1
+    if name == "twins":  # maps of B, H, W, C, cropped after the windows when padded
+        from timm.models.twins import LocallyGroupedAttn
+
+        class Windows(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.attn = LocallyGroupedAttn(dim=16, num_heads=2, ws=7)
+
+            def forward(self, x):
+                return self.attn(x.flatten(1, 2), (x.shape[1], x.shape[2]))
+
+        return Windows().eval(), (0, 1, 2), 3
+    from timm.models.vision_transformer_sam import Attention  # maps of B, H, W, C, relative positions
+
+    block = Attention(dim=16, num_heads=2, use_rel_pos=True, input_size=(7, 7))
+    with torch.no_grad():
+        block.rel_pos_h.normal_(), block.rel_pos_w.normal_()  # zeros at creation: any table would match
+    return block.eval(), (0, 1, 2), 3
+
+
+@pytest.mark.parametrize("name", ["tiny_vit", "efficientvit_msra", "vision_transformer_sam", "twins"])
+def test_timm_shortcuts_at_one_window_give_way_to_the_general_branch(name):
+    """Exported with a map of one window (7x7), the block holds the shortcut of that size: refused at
+    capture or for other sizes without the rewrite; with it, the graph follows every size."""
+    block, (b, h, w), channels = _timm_block(name)
+
+    def shaped(batch, height, width):
+        shape = [0] * 4
+        shape[b], shape[h], shape[w], shape[channels] = batch, height, width, 16
+        return torch.randn(*shape)
+
+    dynamic = ({b: "batch", h: "height", w: "width"},)
+    x = shaped(2, 7, 7)
+    with pytest.raises((fx2onnx.ExportError, fx2onnx.FrozenInputError, fx2onnx.FrozenInputWarning)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", fx2onnx.FrozenInputWarning)
+            onx = fx2onnx.to_onnx(block, (x,), dynamic_shapes=dynamic, patches=False)
+            validate(onx, block, (shaped(3, 9, 12),))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fx2onnx.FrozenInputWarning)
+        onx = fx2onnx.to_onnx(block, (x,), dynamic_shapes=dynamic)
+    for size in ((3, 9, 12), (1, 7, 7), (2, 14, 5)):
+        assert validate(onx, block, (shaped(*size),)).ok, size
