@@ -63,6 +63,10 @@ SHORTCUTS = (
      "a linear interpolation to the table's own length returns the table (the length stays symbolic: int() kept)"),
     ("timm.models.twins", "LocallyGroupedAttn.forward", "pad_r > 0 or pad_b > 0", True,
      "cropping the map to its own size changes nothing"),
+    ("timm.models.mobilevit", "MobileVitBlock.forward", "new_h != H or new_w != W", True,
+     "a bilinear interpolation of the map to its own size returns the map"),
+    ("timm.models.mobilevit", "MobileVitV2Block.forward", "new_h != H or new_w != W", True,
+     "a bilinear interpolation of the map to its own size returns the map"),
     ("timm.models.qwen3_vit", "resample_pos_embed_grid", "H == grid_size and W == grid_size", False,
      "a bilinear interpolation (corners aligned) to the grid's own size returns the table"),
 )
