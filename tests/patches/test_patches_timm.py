@@ -12,7 +12,8 @@ import fx2onnx
 from fx2onnx.patches import torch_export_patches
 from fx2onnx.patches.auto import auto_patches
 from fx2onnx.patches.context import active_patches
-from fx2onnx.patches.timm_fixes import any_symbolic, float_of_size, rewrite_floats_of_sizes, rewrite_shortcuts
+from fx2onnx.patches.shortcuts import any_symbolic, rewrite_shortcuts
+from fx2onnx.patches.timm_fixes import float_of_size, rewrite_floats_of_sizes
 from fx2onnx.validation import validate
 
 

@@ -335,7 +335,7 @@ def to_onnx(
     :param patches: ``"auto"``: the capture runs inside
         ``fx2onnx.torch_export_patches(patch_transformers=True)`` when the model is or
         contains a transformers module (or an input is a transformers cache), with
-        ``patch_timm=True`` when it contains a timm module, adding only what an enclosing
+        ``patch_timm=True`` when it contains a timm module (``patch_diffusers=True``: a diffusers one), adding only what an enclosing
         ``torch_export_patches`` does not apply already (see :mod:`fx2onnx.patches.auto`);
         True: always; False: never
     :param weights: values of the weights by state_dict name, used instead of the model's own

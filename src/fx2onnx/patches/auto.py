@@ -9,7 +9,8 @@ output``) and a mixture-of-experts layer keeps the custom operator
 inside ``torch_export_patches(patch_transformers=True)`` when the model is or
 contains a module of transformers, or an input is a cache of transformers, and
 with the timm rewrites (:mod:`fx2onnx.patches.timm_fixes`) when it contains a module
-of timm.
+of timm, with the diffusers rewrites (:mod:`fx2onnx.patches.diffusers_fixes`) when it
+contains a module of diffusers.
 
 Inside an explicit :func:`fx2onnx.torch_export_patches`, only the kinds of patches
 the active contexts do not apply already are added (:func:`active_patches`):
@@ -40,6 +41,11 @@ def uses_timm(model: Any) -> bool:
     return holds_module_of(model, "timm")
 
 
+def uses_diffusers(model: Any) -> bool:
+    """Tells if ``model`` is or contains a module defined by diffusers."""
+    return holds_module_of(model, "diffusers")
+
+
 def uses_transformers(model: Any, args: tuple = (), kwargs: dict | None = None) -> bool:
     """Tells if ``model`` is or contains a module defined by transformers, or if an input
     is (or holds) a cache of transformers."""
@@ -67,7 +73,8 @@ def auto_patches(patches: Any, model: Any, args: tuple = (), kwargs: dict | None
     """Applies the patches a model needs when ``patches`` asks for them.
 
     :param patches: ``"auto"`` (the transformers patches when :func:`uses_transformers`, the
-        timm rewrites when :func:`uses_timm`), True (every kind),
+        timm rewrites when :func:`uses_timm`, the diffusers ones when :func:`uses_diffusers`),
+        True (every kind),
         False (none)
     :return: the kinds of patches applied (``[]``, ``["patch_transformers"]``...)
     """
@@ -80,6 +87,8 @@ def auto_patches(patches: Any, model: Any, args: tuple = (), kwargs: dict | None
         wanted += ["patch_torch", "patch_transformers"]
     if patches is True or (patches == "auto" and uses_timm(model)):
         wanted.append("patch_timm")
+    if patches is True or (patches == "auto" and uses_diffusers(model)):
+        wanted.append("patch_diffusers")
     active = active_patches()
     missing = [kind for kind in wanted if not active[kind]]
     if not missing:

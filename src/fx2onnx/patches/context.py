@@ -21,6 +21,7 @@ from .registry import Patch, PatchReport, PatchSet, check_patches
 from .rewrite import rewrite_patches
 from .recurrences import recurrence_patches
 from .state_space import state_space_patches
+from .diffusers_fixes import diffusers_patches
 from .timm_fixes import timm_patches
 from .torch_fixes import torch_patches
 from .transformers_fixes import transformers_patches
@@ -75,7 +76,7 @@ def _transformers_loaded() -> bool:
 
 
 #: the kinds of patches :func:`torch_export_patches` applies on demand
-PATCH_KINDS = ("patch_torch", "patch_transformers", "patch_timm")
+PATCH_KINDS = ("patch_torch", "patch_transformers", "patch_timm", "patch_diffusers")
 
 #: the options of every :func:`torch_export_patches` context now active, outermost first
 _ACTIVE: list[dict[str, bool]] = []
@@ -83,7 +84,7 @@ _ACTIVE: list[dict[str, bool]] = []
 
 def active_patches() -> dict[str, bool]:
     """Which kinds of patches the :func:`torch_export_patches` contexts now active apply:
-    ``{"patch_torch": bool, "patch_transformers": bool, "patch_timm": bool}`` (all False outside
+    ``{"patch_torch": bool, "patch_transformers": bool, "patch_timm": bool, "patch_diffusers": bool}`` (all False outside
     any context). :func:`fx2onnx.to_onnx` reads it not to apply a patch twice."""
     return {key: any(options.get(key, False) for options in _ACTIVE) for key in PATCH_KINDS}
 
@@ -98,6 +99,7 @@ def collect_patches(
     dump_rewriting: str | os.PathLike | None = None,
     custom_patches: Iterable[Any] = (),
     patch_timm: bool = False,
+    patch_diffusers: bool = False,
 ) -> list[Patch]:
     """The patches :func:`torch_export_patches` applies for these options."""
     patches: list[Patch] = []
@@ -110,6 +112,8 @@ def collect_patches(
         patches.extend(recurrence_patches())
     if patch_timm:
         patches.extend(timm_patches())
+    if patch_diffusers:
+        patches.extend(diffusers_patches())
     if rewrite is not None:
         patches.extend(rewrite_patches(rewrite, dump_rewriting=dump_rewriting))
     for patched in custom_patches:
@@ -196,6 +200,7 @@ def torch_export_patches(
     custom_patches: Iterable[Any] = (),
     verbose: int = 0,
     patch_timm: bool = False,
+    patch_diffusers: bool = False,
 ) -> Iterator[PatchContext]:
     """Applies the patches making :func:`torch.export.export` work on more models.
 
@@ -214,6 +219,7 @@ def torch_export_patches(
         classes with a ``target_class`` attribute
     :param verbose: prints what is applied and restored
     :param patch_timm: timm functions rewritten (see :mod:`fx2onnx.patches.timm_fixes`)
+    :param patch_diffusers: diffusers functions rewritten (see :mod:`fx2onnx.patches.diffusers_fixes`)
     :return: a :class:`PatchContext` (call it on the inputs)
 
     The cache classes of transformers are registered as pytree nodes when
@@ -246,6 +252,7 @@ def torch_export_patches(
         dump_rewriting=dump_rewriting,
         custom_patches=custom_patches,
         patch_timm=patch_timm,
+        patch_diffusers=patch_diffusers,
     )
     patch_set = PatchSet(patches, verbose=verbose)
     registered: dict[str, bool] = {}
@@ -254,7 +261,8 @@ def torch_export_patches(
         if patch_transformers or _transformers_loaded():
             registered = register_cache_serialization(verbose=verbose)
         patch_set.apply()
-        options = {"patch_torch": patch_torch, "patch_transformers": patch_transformers, "patch_timm": patch_timm}
+        options = {"patch_torch": patch_torch, "patch_transformers": patch_transformers, "patch_timm": patch_timm,
+                   "patch_diffusers": patch_diffusers}
         _ACTIVE.append(options)
         yield PatchContext(patch_set, registered)
     finally:
@@ -277,6 +285,7 @@ def list_patches(
     rewrite: Any = None,
     custom_patches: Iterable[Any] = (),
     patch_timm: bool = True,
+    patch_diffusers: bool = True,
 ) -> list[dict[str, str]]:
     """Lists every patch for these options with the installed versions, without applying any.
 
@@ -298,6 +307,7 @@ def list_patches(
         rewrite=rewrite,
         custom_patches=custom_patches,
         patch_timm=patch_timm,
+        patch_diffusers=patch_diffusers,
     )
     rows = [r.as_dict() for r in check_patches(patches)]
     try:
