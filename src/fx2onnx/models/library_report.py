@@ -22,7 +22,9 @@ INTRO = {
         "*batch*: exported with a dynamic batch (2 images), checked on 3 images; *image*: dynamic batch, height "
         "and width (vision transformers created with ``dynamic_img_size=True`` when they accept it), checked on "
         "3 images of another height and width. timm needs torchvision, whose PyPI wheel is a CUDA build: "
-        ":mod:`fx2onnx.torchvision_cpu` makes it importable beside the CPU torch."
+        ":mod:`fx2onnx.torchvision_cpu` makes it importable beside the CPU torch. ``to_onnx`` applies the timm "
+        "rewrites by itself (:mod:`fx2onnx.patches.timm_fixes`: sizes kept symbolic, shortcuts taken at one "
+        "window size replaced by the general branch)."
     ),
     "diffusers": (
         "Every model class of :epkg:`diffusers` (the ``ModelMixin`` subclasses of ``diffusers.models``) is "
@@ -31,7 +33,9 @@ INTRO = {
         "have a tiny configuration and seeded random weights (the projections diffusers initializes to zero get "
         "small random values, so that no output is trivially zero); the others are listed with step "
         "*config* (no tiny configuration yet). *batch*: dynamic batch; *image*: dynamic latent height and width "
-        "too (the number of packed tokens for Flux), checked on a latent 8 wider and higher."
+        "too (the number of packed tokens for Flux), checked on a latent 8 wider and higher. ``to_onnx`` applies the "
+        "diffusers rewrites by itself (:mod:`fx2onnx.patches.diffusers_fixes`: the position table of "
+        "``PatchEmbed`` computed from the latent size)."
     ),
 }
 
