@@ -53,25 +53,25 @@ FUNCTIONS = (
 )
 
 
+_ONE_WINDOW = "one window: the windowed branch partitions the map into one window and computes the same"
+_SAME_SIZE = "a bilinear interpolation of the map to its own size returns the map"
+
 #: (module, function, condition, its value at a dynamic size, why the value holds at every size)
 SHORTCUTS = (
-    ("timm.models.tiny_vit", "TinyVitBlock.forward", "H == self.window_size and W == self.window_size", False,
-     "one window: the windowed branch partitions the map into one window and computes the same"),
+    ("timm.models.tiny_vit", "TinyVitBlock.forward", "H == self.window_size and W == self.window_size", False, _ONE_WINDOW),
     ("timm.models.tiny_vit", "TinyVitBlock.forward", "pad_b > 0 or pad_r > 0", True,
      "padding by zero rows and columns, then cropping them, changes nothing"),
-    ("timm.models.efficientvit_msra", "LocalWindowAttention.forward", "H == ws and W == ws", False,
-     "one window: the windowed branch partitions the map into one window and computes the same"),
+    ("timm.models.efficientvit_msra", "LocalWindowAttention.forward", "H == ws and W == ws", False, _ONE_WINDOW),
     ("timm.models.vision_transformer_sam", "get_rel_pos", "rel_pos.shape[0] != max_rel_dist", True,
      "a linear interpolation to the table's own length returns the table (the length stays symbolic: int() kept)"),
     ("timm.models.twins", "LocallyGroupedAttn.forward", "pad_r > 0 or pad_b > 0", True,
      "cropping the map to its own size changes nothing"),
-    ("timm.models.mobilevit", "MobileVitBlock.forward", "new_h != H or new_w != W", True,
-     "a bilinear interpolation of the map to its own size returns the map"),
-    ("timm.models.mobilevit", "MobileVitV2Block.forward", "new_h != H or new_w != W", True,
-     "a bilinear interpolation of the map to its own size returns the map"),
+    ("timm.models.mobilevit", "MobileVitBlock.forward", "new_h != H or new_w != W", True, _SAME_SIZE),
+    ("timm.models.mobilevit", "MobileVitV2Block.forward", "new_h != H or new_w != W", True, _SAME_SIZE),
     ("timm.models.qwen3_vit", "resample_pos_embed_grid", "H == grid_size and W == grid_size", False,
      "a bilinear interpolation (corners aligned) to the grid's own size returns the table"),
 )
+
 
 def float_of_size(value: Any) -> Any:
     """``torch.sym_float(value)`` for a symbolic integer, ``float(value)`` otherwise."""
