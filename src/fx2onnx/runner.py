@@ -131,7 +131,7 @@ def _limit_memory(gigabytes: float | None) -> None:
 #: an error of a row matching this leaves its worker suspect (oneDNN fails with "could not create a
 #: primitive" at every later eager run after a MemoryError): the worker is replaced after that row
 OUT_OF_MEMORY = re.compile(r"MemoryError|out of memory|bad_alloc|can't allocate memory|Cannot allocate memory"
-                           r"|could not create a primitive", re.I)
+                           r"|could not create a primitive|BFCArena::AllocateRawInternal", re.I)
 
 
 def out_of_memory(row: Any) -> bool:

@@ -267,8 +267,10 @@ def _locked(path: Path):
 def build_library_rows(
     path: str | Path, library: str, only: str | None = None, exporters: Sequence[str] | None = None,
     shapes: Sequence[str] = SHAPES, workers: int = 2, timeout: float = 300.0, missing_only: bool = False,
+    memory_gb: float = 6.0,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Runs the selected rows of ``library`` and merges them into the rows file ``path``."""
+    """Runs the selected rows of ``library`` and merges them into the rows file ``path``; each worker
+    may use ``memory_gb`` more than it holds when it starts (a row above runs out of memory)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     key = sources_hash(skip=NOT_KEYED)
@@ -303,7 +305,7 @@ def build_library_rows(
     if todo:
         with contextlib.suppress(KeyboardInterrupt):
             run_tasks(todo, _run_row, _failed_row, workers=workers, timeout=timeout, progress=None,
-                      memory_gb=6.0, on_row=on_row, description=library)
+                      memory_gb=memory_gb, on_row=on_row, description=library)
     meta["duration"] = time.perf_counter() - begin
     with _locked(path):
         current, _ = load_library_rows(path)
@@ -322,11 +324,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--missing", action="store_true", help="only rows absent from the file or timed out")
+    parser.add_argument("--memory-gb", type=float, default=6.0, help="memory a worker may add (GB)")
     parser.add_argument("--out", default="_doc/models", help="folder of the rows file rows_<library>.json")
     args = parser.parse_args(argv)
     path = Path(args.out) / f"rows_{args.library}.json"
     rows, meta = build_library_rows(path, args.library, args.only, args.exporters, args.shapes,
-                                    args.workers, args.timeout, args.missing)
+                                    args.workers, args.timeout, args.missing, args.memory_gb)
     for exporter in args.exporters or EXPORTERS:
         for shape in args.shapes:
             mine = [r for r in rows if r["exporter"] == exporter and r["shapes"] == shape]
