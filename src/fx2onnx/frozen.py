@@ -68,6 +68,11 @@ METADATA_KEY = "fx2onnx.frozen_inputs"
 _SCALARS = (bool, int, float, str)
 
 
+#: attribute of a decomposed program holding the guards of its capture (:func:`fx2onnx.convert.capture.capture`):
+#: the conditions the model's code branched on, without those the re-tracing of the decompositions adds
+MODEL_GUARDS = "_fx2onnx_model_guards"
+
+
 class FrozenInputWarning(UserWarning):
     """torch.export froze an input (a Python scalar's value, a list's length) at export."""
 
@@ -355,6 +360,7 @@ def size_conditions(
     a remainder (``x.shape[2] % 4 == 0``: the model pads, or not, when a size is not a multiple), two
     dimensions differing (``x.shape[2] != x.shape[3]``) or a computed size equal (or not) to a constant
     (``(h // 14) * (w // 14) == 16``: a number of patches). The graph holds the branch taken at export.
+    The guards are those of the capture (:data:`MODEL_GUARDS` when the program was decomposed since).
     Other guards are left out: the size-1 and positivity assumptions torch.export makes on every dynamic
     dimension, the strides it compares to choose a memory layout (:func:`is_a_stride_condition`), and conditions of branches that compute the same thing either way (``if pad > 0: pad``).
 
@@ -367,7 +373,7 @@ def size_conditions(
     symbols = {(name, axis): expr for name, (position, _, _) in tensors.items()
                for axis, expr in _symbolic_axes(nodes.get(position))}
     found: dict[str, dict[str, Any]] = {}
-    for code in getattr(ep, "_guards_code", None) or []:
+    for code in getattr(ep, MODEL_GUARDS, None) or getattr(ep, "_guards_code", None) or []:
         try:
             tree = ast.parse(code, mode="eval")
         except SyntaxError:

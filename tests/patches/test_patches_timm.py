@@ -174,3 +174,16 @@ def test_timm_shortcuts_at_one_window_give_way_to_the_general_branch(name):
         onx = fx2onnx.to_onnx(block, (x,), dynamic_shapes=dynamic)
     for size in ((3, 9, 12), (1, 7, 7), (2, 14, 5)):
         assert validate(onx, block, (shaped(*size),)).ok, size
+
+
+def test_the_size_conditions_are_those_of_the_capture():
+    """A tiny Twins exports for every image size: re-tracing the decompositions (an in-place add makes
+    them run) re-derives the shape checks of a view after the windows' crop, which read like a branch
+    (``16 * (h // 32) * (w // 32) == 784``); the conditions kept are those of the capture, where the
+    model's code runs."""
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(0)
+    model = timm.create_model("twins_svt_small", pretrained=False, num_classes=10, embed_dims=(8, 16, 16, 16),
+                              depths=(1, 1, 1, 1), num_heads=(1, 1, 1, 1)).eval()
+    check_export(model, (torch.rand(2, 3, 224, 224),), dynamic_shapes=({0: "b", 2: "h", 3: "w"},),
+                 inputs2=((torch.rand(3, 3, 256, 288),), None))

@@ -16,6 +16,7 @@ import torch
 from torch.export import Dim
 from torch.utils import _pytree as pytree
 
+from ..frozen import MODEL_GUARDS
 from .complex_values import check_no_complex
 from .decompose import functionalize_and_decompose
 from .errors import ExportError
@@ -387,9 +388,13 @@ def capture(
                 f"rewrite data-dependent Python control flow with torch.cond; check the "
                 f"dynamic_shapes. See the 'Frequent exceptions' page of the documentation."
             ) from e
+    captured_guards = list(getattr(ep, "_guards_code", None) or [])
     try:
         with missing_meta_kernels(), torch.fx.experimental._config.patch(backed_size_oblivious=oblivious):
             ep, _ = functionalize_and_decompose(ep, dispatcher, decompose=decompose, verbose=verbose)
+        # the model's branches are the guards of the capture: the decompositions re-trace aten operators,
+        # whose own guards (a view's shape checks after a crop) are no branch of the model (timm's Twins)
+        setattr(ep, MODEL_GUARDS, captured_guards)
     except ExportError:
         raise
     except Exception as e:
