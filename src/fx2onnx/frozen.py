@@ -68,8 +68,9 @@ METADATA_KEY = "fx2onnx.frozen_inputs"
 _SCALARS = (bool, int, float, str)
 
 
-#: attribute of a decomposed program holding the guards of its capture (:func:`fx2onnx.convert.capture.capture`):
-#: the conditions the model's code branched on, without those the re-tracing of the decompositions adds
+#: attribute of a re-traced program holding the guards of its capture (:func:`fx2onnx.convert.capture.capture`,
+#: when no operator was decomposed): the conditions the model's code branched on, without the shape checks
+#: the re-tracing re-derives
 MODEL_GUARDS = "_fx2onnx_model_guards"
 
 
@@ -400,7 +401,7 @@ def is_a_stride_condition(code: str) -> bool:
 
 def _is_a_branch(body: ast.AST) -> bool:
     """Whether a guard looks like the condition of a branch of the model: one comparison, a remainder by a
-    constant (``(expr % k) == 0`` or ``!= 0``, ``(expr % k) <= 0`` or ``> 0``: padding taken or not; not a
+    constant (``(expr % k) == 0`` or ``!= 0``, ``(expr % k) <= 0``: padding taken or not; not a
     stride check), two dimensions
     differing, or a computed size compared with a constant; never the size-1 or positivity assumptions
     torch.export makes about every dynamic dimension (``expr != 1``, ``expr >= 2``)."""
@@ -412,8 +413,10 @@ def _is_a_branch(body: ast.AST) -> bool:
     )
     modulo = remainder and (
         (isinstance(body.ops[0], (ast.Eq, ast.NotEq)) and any(isinstance(a, ast.Constant) for a in sides))
-        # a padding taken or not: ``pad > 0`` on ``pad = (k - n % k) % k``, which torch writes ``pad <= 0``
-        or (isinstance(body.ops[0], (ast.LtE, ast.Gt)) and isinstance(body.comparators[0], ast.Constant)
+        # a padding skipped: ``if pad > 0:`` false at export (``pad = (k - n % k) % k``), which torch writes
+        # ``pad <= 0``; the graph lacks the padding other sizes need. Taken at export (``pad > 0``), the graph
+        # pads by the symbolic amount, nothing at a multiple: no condition
+        or (isinstance(body.ops[0], ast.LtE) and isinstance(body.comparators[0], ast.Constant)
             and body.comparators[0].value == 0)
     )
     two_dims = isinstance(body.ops[0], ast.NotEq) and all(_size_read(a) is not None for a in sides)

@@ -391,10 +391,11 @@ def capture(
     captured_guards = list(getattr(ep, "_guards_code", None) or [])
     try:
         with missing_meta_kernels(), torch.fx.experimental._config.patch(backed_size_oblivious=oblivious):
-            ep, _ = functionalize_and_decompose(ep, dispatcher, decompose=decompose, verbose=verbose)
-        # the model's branches are the guards of the capture: the decompositions re-trace aten operators,
-        # whose own guards (a view's shape checks after a crop) are no branch of the model (timm's Twins)
-        setattr(ep, MODEL_GUARDS, captured_guards)
+            ep, decomposed = functionalize_and_decompose(ep, dispatcher, decompose=decompose, verbose=verbose)
+        if not decomposed:
+            # re-traced, not decomposed: the same aten operators, whose re-derived shape checks (a view after
+            # a crop, timm's Twins) are no branch of the model; a decomposition may branch: its guards are kept
+            setattr(ep, MODEL_GUARDS, captured_guards)
     except ExportError:
         raise
     except Exception as e:
