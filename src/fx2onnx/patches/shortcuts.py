@@ -37,6 +37,12 @@ def int_of_size(value: Any) -> Any:
     return value if isinstance(value, torch.SymInt) else int(value)
 
 
+def calls_builtin(node: ast.AST, name: str) -> bool:
+    """Whether ``node`` is ``name(x)``: a call of the builtin ``name`` on one argument, no keyword."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
+            and len(node.args) == 1 and not node.keywords)
+
+
 class _Shortcuts(ast.NodeTransformer):
     """Each ``<condition>`` becomes ``(<value> if any_symbolic(<the names it reads>) else (<condition>))``;
     ``int(x)`` becomes ``int_of_size(x)``: a size computed before the condition stays symbolic."""
@@ -49,8 +55,7 @@ class _Shortcuts(ast.NodeTransformer):
         value = self.values.get(ast.dump(node)) if isinstance(node, ast.expr) else None
         if value is None:
             node = self.generic_visit(node)
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "int" \
-                    and len(node.args) == 1 and not node.keywords:
+            if calls_builtin(node, "int"):
                 node.func = ast.Name(id=_INT, ctx=ast.Load())
             return node
         names = sorted({n.id for n in ast.walk(node) if isinstance(n, ast.Name)})
@@ -85,14 +90,15 @@ def rewrite_shortcuts(function: Callable[..., Any], conditions: dict[str, bool])
 def shortcut_patches(library: str, shortcuts: Sequence[tuple[str, str, str, bool, str]]) -> list[Patch]:
     """One patch per rewritten function of ``shortcuts`` (``(module, function, condition, value at a
     dynamic size, why)``) whose module is already imported, of kind ``library``."""
-    targets: dict[tuple[str, str], dict[str, bool]] = {}
-    for module, function, condition, value, _ in shortcuts:
-        targets.setdefault((module, function), {})[condition] = value
+    targets: dict[tuple[str, str], tuple[dict[str, bool], list[str]]] = {}
+    for module, function, condition, value, reason in shortcuts:
+        conditions, reasons = targets.setdefault((module, function), ({}, []))
+        conditions[condition] = value
+        reasons.append(f"{condition!r} is {value} at a dynamic size: {reason}")
     patches = []
-    for (module, function), conditions in targets.items():
+    for (module, function), (conditions, reasons) in targets.items():
         if module not in sys.modules:
             continue
-        reasons = [f"{c!r} is {v} at a dynamic size: {r}" for m, f, c, v, r in shortcuts if (m, f) == (module, function)]
         patches.append(Patch(
             name=f"{library}_{function.split('.')[0].strip('_')}_general_branch",
             kind=library,

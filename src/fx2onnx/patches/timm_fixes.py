@@ -42,7 +42,7 @@ import torch
 
 from .registry import Patch, source_guard
 from .rewrite import RewrittenFunction, transform_function
-from .shortcuts import shortcut_patches
+from .shortcuts import calls_builtin, shortcut_patches
 
 _HELPER = "_fx2onnx_float_of_size"
 
@@ -86,7 +86,7 @@ class _FloatCalls(ast.NodeTransformer):
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
-        if isinstance(node.func, ast.Name) and node.func.id == "float" and len(node.args) == 1 and not node.keywords:
+        if calls_builtin(node, "float"):
             self.lines.append(node.lineno)
             return ast.copy_location(ast.Call(func=ast.Name(id=_HELPER, ctx=ast.Load()), args=node.args, keywords=[]),
                                      node)
