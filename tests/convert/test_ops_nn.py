@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+import fx2onnx
+from fx2onnx import validate
 from helpers import Fn, Fn2, check_export
 from helpers import seeded_randn as _x
 from torch import nn
@@ -233,13 +235,37 @@ RECURRENT = {
 def test_recurrent_layers(name):
     torch.manual_seed(0)
     model = RECURRENT[name]().eval()
-    batch_first = model.batch_first
-    # torch.export specializes the sequence length of recurrent layers: only the batch is dynamic
-    x, x2 = _x(2, 6, 4), _x(3, 6, 4, seed=1)
-    if not batch_first:
-        x, x2 = x.transpose(0, 1).contiguous(), x2.transpose(0, 1).contiguous()
-    ds = ({0: "batch"},) if batch_first else ({1: "batch"},)
-    check_export(model, (x,), dynamic_shapes=ds, inputs2=((x2,), None))
+    # the batch and the sequence length are dynamic: checked at other lengths, one step included
+    x, x2, x3 = _x(2, 6, 4), _x(3, 9, 4, seed=1), _x(1, 1, 4, seed=2)
+    if not model.batch_first:
+        x, x2, x3 = (t.transpose(0, 1).contiguous() for t in (x, x2, x3))
+    ds = ({0: "batch", 1: "seq"},) if model.batch_first else ({0: "seq", 1: "batch"},)
+    onx = check_export(model, (x,), dynamic_shapes=ds, inputs2=((x2,), None))
+    report = validate(onx, model, (x3,))
+    assert report.ok, report
+    op_type = {"lstm": "LSTM", "gru": "GRU", "rnn": "RNN"}[name.split("_")[0]]
+    assert op_type in {n.op_type for n in onx.graph.node}  # one ONNX recurrent node, no unrolled loop
+    seq_axis = 1 if model.batch_first else 0
+    assert onx.graph.input[0].type.tensor_type.shape.dim[seq_axis].dim_param == "seq"
+
+
+def test_recurrent_kernels_restored_and_decomposable():
+    """The shape functions of the capture are removed afterwards, and a decomposition table built meanwhile
+    decomposes with torch's own loop."""
+    from torch._C import DispatchKey
+
+    from fx2onnx.convert.decompose import decompositions_for
+    from fx2onnx.convert.meta_kernels import recurrent_shape_kernels
+
+    lstm = torch.ops.aten.lstm.input
+    before = lstm.py_kernels[DispatchKey.CompositeImplicitAutograd]
+    with recurrent_shape_kernels() as patched:
+        assert "aten.lstm.input" in patched
+        assert lstm.py_kernels[DispatchKey.CompositeImplicitAutograd] is not before
+        assert decompositions_for([lstm])[lstm] is before
+    assert lstm.py_kernels[DispatchKey.CompositeImplicitAutograd] is before
+    fx2onnx.to_onnx(nn.LSTM(4, 5).eval(), (_x(6, 2, 4),), dynamic_shapes=({0: "seq"},))
+    assert lstm.py_kernels[DispatchKey.CompositeImplicitAutograd] is before
 
 
 def test_lstm_with_initial_states():
@@ -254,7 +280,22 @@ def test_lstm_with_initial_states():
             return self.lstm(x, (h, c))
 
     args = (_x(2, 6, 4), _x(2, 2, 5, seed=1), _x(2, 2, 5, seed=2))
-    check_export(WithStates().eval(), args)
+    args2 = (_x(3, 4, 4, seed=3), _x(2, 3, 5, seed=4), _x(2, 3, 5, seed=5))
+    ds = ({0: "batch", 1: "seq"}, {1: "batch"}, {1: "batch"})
+    check_export(WithStates().eval(), args, dynamic_shapes=ds, inputs2=(args2, None))
+
+
+def test_gru_dynamic_sequence_strict():
+    torch.manual_seed(0)
+    model = nn.GRU(4, 5, num_layers=2, batch_first=True).eval()
+    check_export(
+        model, (_x(2, 6, 4),), dynamic_shapes=({1: "seq"},), inputs2=((_x(2, 11, 4, seed=1),), None), strict=True
+    )
+
+
+def test_lstm_projection_error_names_the_option():
+    with pytest.raises(Exception, match="proj_size"):
+        fx2onnx.to_onnx(nn.LSTM(4, 5, proj_size=3).eval(), (_x(6, 2, 4),))
 
 
 class Block(nn.Module):

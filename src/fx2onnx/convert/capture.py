@@ -20,7 +20,7 @@ from ..frozen import MODEL_GUARDS
 from .complex_values import check_no_complex
 from .decompose import functionalize_and_decompose
 from .errors import ExportError
-from .meta_kernels import missing_meta_kernels
+from .meta_kernels import capture_kernels
 from .specializations import dimensions_in, record_specializations, specialization_hint
 
 
@@ -370,7 +370,7 @@ def capture(
         ds, axis_names = prepare_dynamic_shapes(model, args, kwargs, dynamic_shapes)
         _check_caches(args, kwargs)
         try:
-            with missing_meta_kernels(), record_specializations() as specialized, explicit_keywords(model, args, kwargs):
+            with capture_kernels(), record_specializations() as specialized, explicit_keywords(model, args, kwargs):
                 ep, oblivious = _export_size_oblivious_first(model, tuple(args), dict(kwargs), ds, strict)
         except Exception as e:
             first = _first_lines(e)
@@ -390,7 +390,7 @@ def capture(
             ) from e
     captured_guards = list(getattr(ep, "_guards_code", None) or [])
     try:
-        with missing_meta_kernels(), torch.fx.experimental._config.patch(backed_size_oblivious=oblivious):
+        with capture_kernels(), torch.fx.experimental._config.patch(backed_size_oblivious=oblivious):
             ep, decomposed = functionalize_and_decompose(ep, dispatcher, decompose=decompose, verbose=verbose)
         if not decomposed:
             # re-traced, not decomposed: the same aten operators, whose re-derived shape checks (a view after

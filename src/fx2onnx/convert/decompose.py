@@ -55,7 +55,9 @@ def decompositions_for(ops: Iterable[torch._ops.OpOverload]) -> dict[torch._ops.
     if not ops:
         return {}
     table = torch.export.default_decompositions()
-    return {op: table[op] for op in ops if op in table}
+    # a shape function installed for the capture (meta_kernels.recurrent_shape_kernels) stands for its operator's
+    # composite kernel meanwhile: the decomposition is the kernel it replaces
+    return {op: getattr(table[op], "decomposition", table[op]) for op in ops if op in table}
 
 
 def _preserved_by_torch() -> set[Any]:

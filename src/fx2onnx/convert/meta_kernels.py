@@ -15,6 +15,7 @@ torch.Size([4])
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -74,3 +75,77 @@ def missing_meta_kernels() -> Iterator[list[str]]:
         yield missing
     finally:
         library._destroy()
+
+
+# Recurrent layers. ``aten.lstm.input`` / ``gru.input`` / ``rnn_tanh.input`` / ``rnn_relu.input`` are
+# composite: torch computes their output shapes by running their python decomposition, a Python loop over
+# the time steps (``for step in input.unbind(0)``) which turns a symbolic sequence length into the
+# example's. The shape function below gives the same shapes without the loop, so the operator stays in
+# the graph with a symbolic length and is converted to ONNX's LSTM / GRU / RNN, whose sequence is dynamic.
+RECURRENT_OPERATORS = ("lstm.input", "gru.input", "rnn_tanh.input", "rnn_relu.input")
+
+
+def _recurrent_shapes(original: Callable[..., Any]) -> Callable[..., Any]:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    def kernel(x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+        if not isinstance(x, FakeTensor):  # real tensors (a constant folded while tracing) run the real loop
+            return original(x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+        states = list(hx) if isinstance(hx, (list, tuple)) else [hx]
+        directions = 2 if bidirectional else 1
+        # [seq, batch] or [batch, seq], then directions x hidden (the projection's size when proj_size > 0)
+        output = x.new_empty((*x.shape[:2], directions * states[0].shape[-1]))
+        return (output, *[s.new_empty(s.shape) for s in states])
+
+    # torch.export.default_decompositions() reads a composite operator's kernel: a table built during a
+    # capture must decompose with torch's loop, not with these empty outputs (see decompose.decompositions_for)
+    kernel.decomposition = original
+    return kernel
+
+
+@contextlib.contextmanager
+def recurrent_shape_kernels() -> Iterator[list[str]]:
+    """Replaces, for a capture, the looping shape computation of torch's recurrent operators by
+    :func:`_recurrent_shapes`; restores torch's kernels afterwards. Yields the operators patched.
+
+    >>> import torch
+    >>> lstm = torch.nn.LSTM(8, 16, batch_first=True)
+    >>> with recurrent_shape_kernels():
+    ...     ep = torch.export.export(lstm, (torch.randn(2, 5, 8),), dynamic_shapes=({1: torch.export.Dim("seq")},))
+    >>> ep.module()(torch.randn(2, 9, 8))[0].shape  # the sequence length stayed symbolic
+    torch.Size([2, 9, 16])
+    """
+    keys = (torch._C.DispatchKey.Autograd, torch._C.DispatchKey.CompositeImplicitAutograd)
+    saved: list[tuple[Any, dict]] = []
+    try:
+        for name in RECURRENT_OPERATORS:
+            packet, overload = name.split(".")
+            op = getattr(getattr(torch.ops.aten, packet), overload)
+            original = op.py_kernels.get(torch._C.DispatchKey.CompositeImplicitAutograd)
+            if original is None or isinstance(original, torch._C.DispatchKey):
+                continue  # torch changed how it registers them: leave them alone
+            saved.append((op, {k: op.py_kernels.get(k) for k in keys}))
+            kernel = _recurrent_shapes(original)
+            for key in keys:
+                op.py_kernels[key] = kernel
+            op._dispatch_cache.clear()
+        with warnings.catch_warnings():
+            # nn.RNNBase refreshes its list ``_flat_weights`` during the capture, which torch reports as
+            # tensors "assigned during export"; they are the module's parameters, lifted as such
+            warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights\[")
+            yield [str(op) for op, _ in saved]
+    finally:
+        for op, kernels in saved:
+            for key, kernel in kernels.items():
+                if kernel is None:
+                    op.py_kernels.pop(key, None)
+                else:
+                    op.py_kernels[key] = kernel
+            op._dispatch_cache.clear()
+
+
+@contextlib.contextmanager
+def capture_kernels() -> Iterator[None]:
+    """Every shape function of this module, for the duration of a capture or a decomposition."""
+    with missing_meta_kernels(), recurrent_shape_kernels():
+        yield

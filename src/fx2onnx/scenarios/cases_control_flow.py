@@ -174,6 +174,23 @@ class ForLoopOnShape(torch.nn.Module):
         return acc
 
 
+class RecurrentLayersOverSequence(torch.nn.Module):
+    """``nn.LSTM`` then ``nn.GRU`` over a dynamic sequence: a loop over time inside torch's operators."""
+
+    _inputs = [I(T(2, 5, 4)), I(T(3, 8, 4))]
+    _dynamic = ({0: B, 1: "seq"},)
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(4, 6, batch_first=True, bidirectional=True)
+        self.gru = torch.nn.GRU(12, 3, batch_first=True)
+
+    def forward(self, x):
+        y, (h, _) = self.lstm(x)
+        z, _ = self.gru(y)
+        return z, h
+
+
 class ForLoopConstant(torch.nn.Module):
     """A Python loop of constant length: unrolled, exact for every shape."""
 

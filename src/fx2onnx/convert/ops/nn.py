@@ -412,12 +412,13 @@ _GATE_ORDER = {
 }
 
 
-def _reorder_gates(ctx, w, op_type: str):
+def _reorder_gates(ctx, w, op_type: str, hidden: int):
+    """The rows of a gates' weight or bias in ONNX's order: one Gather, folded with the weight at export."""
     order = _GATE_ORDER[op_type]
     if len(order) == 1:
         return w
-    chunks = ctx.op.Split(w, axis=0, num_outputs=len(order), _outputs=len(order))
-    return ctx.op.Concat(*[chunks[i] for i in order], axis=0)
+    rows = [gate * hidden + i for gate in order for i in range(hidden)]
+    return ctx.op.Gather(w, ctx.const(rows, torch.int64), axis=0)
 
 
 def _stack(ctx, values):
@@ -456,11 +457,11 @@ def _recurrent(
         ws, rs, bs = [], [], []
         for d in range(directions):
             base = (layer * directions + d) * per_direction
-            ws.append(_reorder_gates(ctx, params[base], op_type))
-            rs.append(_reorder_gates(ctx, params[base + 1], op_type))
+            ws.append(_reorder_gates(ctx, params[base], op_type, hidden))
+            rs.append(_reorder_gates(ctx, params[base + 1], op_type, hidden))
             if has_biases:
-                b_ih = _reorder_gates(ctx, params[base + 2], op_type)
-                b_hh = _reorder_gates(ctx, params[base + 3], op_type)
+                b_ih = _reorder_gates(ctx, params[base + 2], op_type, hidden)
+                b_hh = _reorder_gates(ctx, params[base + 3], op_type, hidden)
                 bs.append(ctx.op.Concat(b_ih, b_hh, axis=0))
         start, end = ctx.const([layer * directions], torch.int64), ctx.const([(layer + 1) * directions], torch.int64)
         axis0 = ctx.const([0], torch.int64)
