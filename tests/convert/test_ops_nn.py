@@ -293,9 +293,29 @@ def test_gru_dynamic_sequence_strict():
     )
 
 
-def test_lstm_projection_error_names_the_option():
-    with pytest.raises(Exception, match="proj_size"):
-        fx2onnx.to_onnx(nn.LSTM(4, 5, proj_size=3).eval(), (_x(6, 2, 4),))
+SCANNED = {  # no onnxruntime kernel: a Scan over the time steps
+    "lstm_projection": (lambda: nn.LSTM(4, 5, proj_size=3, batch_first=True), torch.float32),
+    "lstm_projection_2layers_bidirectional": (lambda: nn.LSTM(4, 5, 2, proj_size=2, bidirectional=True), torch.float32),
+    "lstm_float64": (lambda: nn.LSTM(4, 5, 2, batch_first=True, bidirectional=True), torch.float64),
+    "gru_float64_no_bias": (lambda: nn.GRU(4, 5, bias=False, bidirectional=True), torch.float64),
+    "rnn_relu_float64": (lambda: nn.RNN(4, 5, 2, nonlinearity="relu", batch_first=True), torch.float64),
+}
+
+
+@pytest.mark.parametrize("name", list(SCANNED))
+def test_recurrent_layers_scanned(name):
+    torch.manual_seed(0)
+    make, dtype = SCANNED[name]
+    model = make().to(dtype).eval()
+    x, x2, x3 = (_x(*shape, seed=i).to(dtype) for i, shape in enumerate([(2, 6, 4), (3, 9, 4), (1, 1, 4)]))
+    if not model.batch_first:
+        x, x2, x3 = (t.transpose(0, 1).contiguous() for t in (x, x2, x3))
+    ds = ({0: "batch", 1: "seq"},) if model.batch_first else ({0: "seq", 1: "batch"},)
+    atol = 1e-12 if dtype == torch.float64 else 1e-5
+    onx = check_export(model, (x,), dynamic_shapes=ds, inputs2=((x2,), None), atol=atol)
+    report = validate(onx, model, (x3,), atol=atol)
+    assert report.ok, report
+    assert "Scan" in {n.op_type for n in onx.graph.node}
 
 
 class Block(nn.Module):

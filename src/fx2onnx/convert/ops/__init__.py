@@ -21,6 +21,7 @@ from . import (  # noqa: F401
     polynomials,
     precise,
     random,
+    recurrent,
     reduction,
     resample,
     selection,
