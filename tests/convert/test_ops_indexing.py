@@ -74,3 +74,31 @@ CASES = [
 @pytest.mark.parametrize(("name", "fn", "inputs", "ds", "inputs2"), CASES, ids=[c[0] for c in CASES])
 def test_indexing_op(name, fn, inputs, ds, inputs2):
     check_export(make(fn, inputs), inputs, dynamic_shapes=ds, inputs2=None if inputs2 is None else (inputs2, None))
+
+
+def _padding_mask(mask, past):
+    """transformers' padding mask: ``mask[batch_idx, kv_idx]`` over aranges, broadcast to 4 dims."""
+    batch_idx = torch.arange(past.shape[0])[:, None, None, None]
+    kv_idx = torch.arange(mask.shape[1])[None, None, None, :] + 0 * past.shape[1]
+    return mask[batch_idx, kv_idx] & (kv_idx >= 0)
+
+
+def _reversed_rows(x):
+    return x[torch.arange(-1, -x.shape[0] - 1, -1)]  # negative aranges keep their wrapping
+
+
+@pytest.mark.parametrize(
+    ("fn", "inputs", "inputs2", "wrapped"),
+    [
+        (_padding_mask, (r(2, 5) > 0, r(2, 3)), (r(3, 7) > 0, r(3, 6)), False),
+        (lambda x: x[:, torch.arange(1, x.shape[1], 2)], (r(3, 7),), (r(2, 10),), False),
+        (_reversed_rows, (r(4, 3),), (r(6, 3),), True),
+    ],
+    ids=["padding_mask", "strided_columns", "negative_arange"],
+)
+def test_arange_indices_are_not_wrapped(fn, inputs, inputs2, wrapped):
+    """An index the graph proves non-negative (an arange from a non-negative start, unsqueezed, sliced,
+    shifted by a size) is used as it is; any other keeps ``idx + (idx < 0) * size``."""
+    ds = tuple({i: f"d{k}_{i}" for i in range(t.dim())} for k, t in enumerate(inputs))
+    onx = check_export(make(fn, inputs), inputs, dynamic_shapes=ds, inputs2=(inputs2, None))
+    assert ("Less" in {n.op_type for n in onx.graph.node}) is wrapped

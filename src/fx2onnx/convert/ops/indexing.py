@@ -8,23 +8,27 @@ import torch
 
 from ..registry import converter
 from ._common import fake_of, input_rank, normalize_axis
+from ._index_facts import known_non_negative
 
 aten = torch.ops.aten
 INT64_MAX = 9223372036854775807
 
 
-def _normalize_index(ctx, idx, x, axis: int):
-    """Negative indices count from the end: idx + (idx < 0) * size."""
+def _normalize_index(ctx, idx, x, axis: int, fx_index=None):
+    """Negative indices count from the end: idx + (idx < 0) * size; nothing to add to an index the graph
+    proves non-negative (``fx_index``, its FX argument: an arange, a mask's positions)."""
     idx = ctx.cast(idx, torch.int64)
+    if fx_index is not None and known_non_negative(fx_index):
+        return idx
     size = ctx.dim_size(x, axis)
     neg = ctx.cast(ctx.op.Less(idx, ctx.const(0, torch.int64)), torch.int64)
     return ctx.op.Add(idx, ctx.op.Mul(neg, size))
 
 
-def _expand_bool_indices(ctx, indices, fakes):
+def _expand_bool_indices(ctx, indices, fakes, fx_indices):
     """Replaces each boolean mask (covering m dims) by m int64 index tensors (NonZero)."""
-    out, out_fakes = [], []
-    for idx, f in zip(indices, fakes):
+    out, out_fakes, out_fx = [], [], []
+    for idx, f, fx in zip(indices, fakes, fx_indices):
         if idx is not None and isinstance(f, torch.Tensor) and f.dtype == torch.bool:
             nz = ctx.op.NonZero(idx)  # [m, N]
             m = f.dim()
@@ -36,25 +40,27 @@ def _expand_bool_indices(ctx, indices, fakes):
                 for p in parts:
                     out.append(ctx.op.Squeeze(p, ctx.const([0], torch.int64)))
                     out_fakes.append("int")
+            out_fx.extend([fx] * m)  # positions of true values: non-negative, as the mask says
         else:
             out.append(idx)
             out_fakes.append(f)
-    return out, out_fakes
+            out_fx.append(fx)
+    return out, out_fakes, out_fx
 
 
-def _index_layout(ctx, x, indices, fakes, rank):
+def _index_layout(ctx, x, indices, fakes, rank, fx_indices):
     """Common part of index and index_put.
 
     Returns (data with indexed dims first, stacked indices [B..., k], positions of the
     indexed dims, broadcast shape B as a value, whether the indexed dims are consecutive).
     """
-    indices, fakes = _expand_bool_indices(ctx, indices, fakes)
+    indices, fakes, fx_indices = _expand_bool_indices(ctx, indices, fakes, fx_indices)
     # trailing dims not given are not indexed
     positions = [i for i, idx in enumerate(indices) if idx is not None]
     others = [i for i in range(rank) if i not in positions]
     perm = positions + others
     data = x if perm == list(range(rank)) else ctx.op.Transpose(x, perm=perm)
-    norm = [_normalize_index(ctx, indices[p], x, p) for p in positions]
+    norm = [_normalize_index(ctx, indices[p], x, p, fx_indices[p]) for p in positions]
     total = norm[0]
     for n in norm[1:]:
         total = ctx.op.Add(total, n)
@@ -73,12 +79,12 @@ def convert_index(ctx, node, x, indices):
     non_none = [i for i, idx in enumerate(indices) if idx is not None]
     if len(non_none) == 1 and not (isinstance(fakes[non_none[0]], torch.Tensor) and fakes[non_none[0]].dtype == torch.bool):
         axis = non_none[0]
-        return ctx.op.Gather(x, _normalize_index(ctx, indices[axis], x, axis), axis=axis)
+        return ctx.op.Gather(x, _normalize_index(ctx, indices[axis], x, axis, node.args[1][axis]), axis=axis)
     if len(non_none) == 1 and fakes[non_none[0]].dim() == 1:
         axis = non_none[0]
         nz = ctx.op.Squeeze(ctx.op.NonZero(indices[axis]), ctx.const([0], torch.int64))
         return ctx.op.Gather(x, nz, axis=axis)
-    data, stacked, positions, others, bshape, consecutive = _index_layout(ctx, x, indices, fakes, rank)
+    data, stacked, positions, others, bshape, consecutive = _index_layout(ctx, x, indices, fakes, rank, node.args[1])
     gathered = ctx.op.GatherND(data, stacked, batch_dims=0)
     p = positions[0]
     if not consecutive or p == 0:
@@ -109,7 +115,7 @@ def convert_index_put(ctx, node, x, indices, values, accumulate=False):
     ):
         v = ctx.op.Reshape(values, ctx.const([], torch.int64))
         return ctx.op.Where(indices[0], ctx.op.Expand(v, ctx.op.Shape(x)), x)
-    data, stacked, positions, others, bshape, consecutive = _index_layout(ctx, x, indices, fakes, rank)
+    data, stacked, positions, others, bshape, consecutive = _index_layout(ctx, x, indices, fakes, rank, node.args[1])
     p = positions[0]
     shape_x = ctx.op.Shape(x)
     # shape of x[indices] in torch's layout, to broadcast values
@@ -176,7 +182,7 @@ def convert_index_select(ctx, node, x, dim, index):
 def convert_gather(ctx, node, x, dim, index, sparse_grad=False):
     rank = input_rank(ctx)
     axis = normalize_axis(dim, rank) if rank else 0
-    return ctx.op.GatherElements(x, _normalize_index(ctx, index, x, axis), axis=axis)
+    return ctx.op.GatherElements(x, _normalize_index(ctx, index, x, axis, node.args[2]), axis=axis)
 
 
 @converter(aten.scatter.src, aten.scatter.value, aten.scatter.reduce, aten.scatter.value_reduce)
@@ -187,7 +193,7 @@ def convert_scatter(ctx, node, x, dim, index, src, reduce=None):
     if not hasattr(src, "producer"):
         src = ctx.op.Expand(ctx.const(src, dtype), ctx.op.Shape(index))
     reduction = {None: "none", "add": "add", "multiply": "mul", "sum": "add", "prod": "mul", "amax": "max", "amin": "min"}[reduce]
-    return ctx.op.ScatterElements(x, _normalize_index(ctx, index, x, axis), src, axis=axis, reduction=reduction)
+    return ctx.op.ScatterElements(x, _normalize_index(ctx, index, x, axis, node.args[2]), src, axis=axis, reduction=reduction)
 
 
 @converter(aten.scatter_add.default)
