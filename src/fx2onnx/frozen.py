@@ -242,6 +242,28 @@ def size_one_assumptions(ep: torch.export.ExportedProgram, names: Sequence[str])
     return found
 
 
+def squeezes_a_kept_size_one(ep: torch.export.ExportedProgram) -> bool:
+    """Tells if a ``squeeze`` kept an axis whose size is 1 in the example the program was captured with.
+
+    A size-oblivious capture reasons for every size, so ``x.squeeze()`` keeps a dynamic axis even when the
+    example's size is 1: the program is then wrong on its own example (one axis too many).
+    """
+    for gm in ep.graph_module.modules():
+        if not isinstance(gm, torch.fx.GraphModule):
+            continue
+        for node in gm.graph.nodes:
+            if node.op != "call_function" or node.target not in _SQUEEZES:
+                continue
+            source, result = node.args[0].meta.get("val"), node.meta.get("val")
+            if not isinstance(source, torch.Tensor) or not isinstance(result, torch.Tensor):
+                continue
+            axes = node.args[1] if len(node.args) > 1 else range(source.dim())
+            kept = [source.shape[a] for a in ([axes] if isinstance(axes, int) else axes)]
+            if source.dim() == result.dim() and any(isinstance(d, torch.SymInt) and d.node.hint == 1 for d in kept):
+                return True
+    return False
+
+
 def _input_name(names: Sequence[str], position: int) -> str:
     return names[position] if position < len(names) else f"input{position}"
 

@@ -16,7 +16,7 @@ import torch
 from torch.export import Dim
 from torch.utils import _pytree as pytree
 
-from ..frozen import MODEL_GUARDS
+from ..frozen import MODEL_GUARDS, squeezes_a_kept_size_one
 from .complex_values import check_no_complex
 from .decompose import functionalize_and_decompose
 from .errors import ExportError
@@ -315,7 +315,10 @@ def _export_size_oblivious_first(model: Any, args: tuple, kwargs: dict, ds: Any,
     38 s instead of 303 s), sympy is not asked to solve guards it cannot (timm's CPUBone:
     ``H // 16 % 2``), and an example of size 1 does not make its dimension static. Where a
     decision on such a size cannot be made for every value, torch takes the example's value
-    and records the condition, which the export reports as it does any other.
+    and records the condition, which the export reports as it does any other. One decision is
+    made for every size regardless of the example: ``squeeze`` keeps a dynamic axis; when the
+    example's size there is 1 the program would be wrong on its own example, and the plain
+    capture runs instead (the dimension becomes static 1, or torch says why it cannot).
 
     The decompositions which follow must trace with the same setting (:func:`capture`): traced
     without it, they rebuild the large expressions and record conditions of their own, layout
@@ -323,7 +326,11 @@ def _export_size_oblivious_first(model: Any, args: tuple, kwargs: dict, ds: Any,
     """
     try:
         with torch.fx.experimental._config.patch(backed_size_oblivious=True):
-            return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds, strict=strict), True
+            ep = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=ds, strict=strict)
+        if not squeezes_a_kept_size_one(ep):
+            return ep, True
+        # a squeeze kept an axis of size 1 in the example: wrong on its own example, the plain capture
+        # takes the example's 1 (a static dimension, or torch's error naming it)
     except Exception:  # noqa: BLE001 - the plain capture says what fails, with its own message
         if not _has_dynamic_dimension(ds):
             raise
