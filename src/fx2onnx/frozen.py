@@ -201,7 +201,11 @@ def narrowed_dimensions(ep: torch.export.ExportedProgram, names: Sequence[str]) 
 
 
 #: operators whose result depends on whether a dimension is 1 (the axis is removed or kept)
-_SQUEEZES = frozenset((torch.ops.aten.squeeze.default, torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims))
+_SQUEEZES = frozenset(
+    getattr(packet, overload)
+    for packet in (torch.ops.aten.squeeze, torch.ops.aten.squeeze_copy)
+    for overload in ("default", "dim", "dims")
+)
 _SQUEEZE_REASON = "squeeze kept the axis"
 
 
