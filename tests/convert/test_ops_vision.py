@@ -329,6 +329,17 @@ def test_unfold_fold_round_trip_dynamic_spatial():
     check_export(model, (x,), dynamic_shapes=({0: "b", 2: "h", 3: "w"},), inputs2=((x2,), None))
 
 
+@pytest.mark.parametrize("unbatched", [False, True])
+def test_unfold_dynamic_channels(unbatched):
+    """Every dimension dynamic, channels included: each channel is unfolded as an image of its own."""
+    model = Fn(lambda x: F.unfold(x, (2, 3), dilation=(1, 2), padding=1, stride=(2, 1)))
+    x, x2 = _randn(2, 3, 6, 7), _randn(3, 5, 5, 8)
+    dims = {0: "b", 1: "c", 2: "h", 3: "w"}
+    if unbatched:
+        x, x2, dims = x[0], x2[0], {0: "c", 1: "h", 2: "w"}
+    check_export(model, (x,), dynamic_shapes=(dims,), inputs2=((x2,), None))
+
+
 @pytest.mark.parametrize("mode", ["nearest", "bilinear", "bicubic"])
 def test_upsample_default_overloads_with_scales(mode):
     # the .default overloads carry both the output size and the scales torch maps coordinates with

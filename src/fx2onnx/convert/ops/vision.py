@@ -557,8 +557,13 @@ def _one_hot_kernels(channels: int, kernel: list[int]) -> np.ndarray:
 def convert_im2col(ctx, node, x, kernel_size, dilation, padding, stride):
     x, unbatched = _add_batch(ctx, x, 2)
     channels = _static_dims(ctx)[-3]
+    image = None
     if not isinstance(channels, int):
-        raise ctx.error("unfold (im2col) needs a static number of channels.")
+        # a dynamic number of channels: every channel as an image of its own ([B * C, 1, H, W]), one group
+        image = ctx.op.Shape(x)
+        images = ctx.op.ReduceProd(ctx.op.Shape(x, end=2), ctx.const([0], torch.int64), keepdims=1)  # no -1: B or C may be 0
+        x = ctx.op.Reshape(x, ctx.op.Concat(images, ctx.const([1], torch.int64), ctx.op.Shape(x, start=2), axis=0))
+        channels = 1
     kernel = _ntuple(kernel_size, 2)
     weight = ctx.const(_one_hot_kernels(channels, kernel), ctx.out_dtype())
     if ctx.out_dtype() in CONV_BY_PRODUCTS:
@@ -575,7 +580,12 @@ def convert_im2col(ctx, node, x, kernel_size, dilation, padding, stride):
         )
     # (batch, C*k, blocks): the number of blocks computed, a -1 cannot be inferred for an empty batch
     blocks = ctx.op.ReduceProd(ctx.op.Shape(patches, start=2), ctx.const([0], torch.int64), keepdims=1)
-    y = ctx.op.Reshape(patches, ctx.op.Concat(ctx.op.Shape(patches, end=2), blocks, axis=0))
+    if image is None:
+        rows = ctx.op.Shape(patches, end=2)
+    else:  # [B * C, k, ...] -> [B, C * k, ...]: channel c's positions follow each other, as torch orders them
+        size = ctx.op.Shape(patches, start=1, end=2)
+        rows = ctx.op.Concat(ctx.op.Slice(image, *(ctx.const([v], torch.int64) for v in (0, 1))), ctx.op.Mul(ctx.op.Slice(image, *(ctx.const([v], torch.int64) for v in (1, 2))), size), axis=0)
+    y = ctx.op.Reshape(patches, ctx.op.Concat(rows, blocks, axis=0))
     return _remove_batch(ctx, y, unbatched)
 
 
