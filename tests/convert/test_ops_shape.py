@@ -53,6 +53,9 @@ CASES = [
     ("flip", lambda x: x.flip(0, 2), (r(2, 3, 4),), (BS,), (r(4, 5, 4),)),
     ("roll", lambda x: x.roll(1, 1), (r(2, 5),), (BS,), (r(3, 7),)),
     ("roll_flat", lambda x: x.roll(-2), (r(2, 5),), (B,), (r(3, 5),)),
+    # shifts read from dynamic sizes (fftshift): symbolic shifts
+    ("roll_by_size", lambda x: x.roll((x.shape[0] // 2, -x.shape[1]), (0, 1)), (r(4, 5),), (BS,), (r(7, 3),)),
+    ("fftshift", lambda x: torch.fft.fftshift(x), (r(4, 5),), (BS,), (r(7, 3),)),
     ("movedim", lambda x: x.movedim(0, -1), (r(2, 3, 4),), (B,), (r(5, 3, 4),)),
     ("unflatten", lambda x: x.unflatten(1, (2, 3)), (r(2, 6),), None, None),
     ("unflatten_dyn", lambda x: x.unflatten(1, (2, 3)), (r(2, 6),), (B,), (r(5, 6),)),

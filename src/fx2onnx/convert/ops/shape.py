@@ -284,7 +284,7 @@ def convert_flip(ctx, node, x, dims):
 @converter(aten.roll.default)
 def convert_roll(ctx, node, x, shifts, dims=()):
     rank = input_rank(ctx)
-    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    shifts = list(shifts) if isinstance(shifts, (list, tuple)) else [shifts]  # ints or symbolic sizes
     dims = [dims] if isinstance(dims, int) else list(dims)
     if not dims:
         flat = ctx.op.Reshape(x, ctx.const([-1], torch.int64))
@@ -297,7 +297,8 @@ def convert_roll(ctx, node, x, shifts, dims=()):
 
 def _roll_axis(ctx, x, shift, axis):
     size = ctx.dim_size(x, axis)
-    s = ctx.op.Mod(ctx.as_value(-shift, torch.int64), size, fmod=0)
+    back = -shift if isinstance(shift, int) else ctx.op.Neg(ctx.as_value(shift, torch.int64))  # a symbolic shift
+    s = ctx.op.Mod(ctx.as_value(back, torch.int64), size, fmod=0)
     s1 = ctx.scalar_1d(s)
     ax = ctx.const([axis], torch.int64)
     tail = ctx.op.Slice(x, s1, ctx.const([INT64_MAX], torch.int64), ax)
