@@ -12,6 +12,7 @@ rounds: torch would otherwise expand some of them while re-tracing the graph.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
@@ -126,7 +127,10 @@ def functionalize_and_decompose(
             break
         names = sorted(target_name(op) for op in table)
         try:
-            with preserving(targets - unsupported):
+            with preserving(targets - unsupported), warnings.catch_warnings():
+                # torch's own deep copy of the module call graph trips its pytree deprecation (torch's code,
+                # nothing the user wrote or can change)
+                warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
                 ep = ep.run_decompositions(table)
         except Exception as e:
             if not table:
