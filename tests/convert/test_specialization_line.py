@@ -151,6 +151,27 @@ def test_a_squeeze_is_right_on_its_own_example(squeeze):
         assert validate(onx, SqueezeAll(squeeze), (torch.randn(*shape),)).ok, shape
 
 
+class CellLoop(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = torch.nn.GRUCell(4, 5)
+
+    def forward(self, x):
+        h = torch.zeros(x.shape[0], 5)
+        for t in range(x.shape[1]):  # specializes
+            h = self.cell(x[:, t], h)
+        return h
+
+
+def test_a_loop_over_a_dynamic_size_is_explained():
+    """The error names the loop's line and says how to keep the length dynamic (scan, a recurrent layer)."""
+    with pytest.raises(fx2onnx.ExportError) as info:
+        fx2onnx.to_onnx(CellLoop().eval(), (torch.randn(2, 6, 4),), dynamic_shapes=({1: "seq"},))
+    text = str(info.value)
+    assert f":{_line_of(CellLoop, '# specializes')} in forward" in text
+    assert "Python loop over a dynamic size" in text and "scan" in text and "nn.GRU" in text
+
+
 class ShiftedWindows(torch.nn.Module):
     """Swin's pattern: pad to a multiple of the window, shift, partition, update in place, merge."""
 

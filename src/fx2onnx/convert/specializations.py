@@ -118,6 +118,10 @@ def dimensions_in(text: str) -> list[tuple[str, int]]:
     return found
 
 
+# a Python loop whose count is a size: ``for t in range(x.shape[1])``, ``for i in range(seq_len)``
+_LOOP_OVER_SIZE = re.compile(r"\bfor\b.+\bin\s+range\(")
+
+
 def specialization_hint(found: list[Specialization], message: str, describe: Any = None) -> str:
     """The lines naming where the dimensions an error of torch.export mentions became constants.
 
@@ -136,4 +140,11 @@ def specialization_hint(found: list[Specialization], message: str, describe: Any
         label = label or spec.sources[0]
         lines.append(f"  - {label} became the constant {spec.value} at {spec.location()}")
     more = f"\n  ... and {len(shown) - 5} more" if len(shown) > 5 else ""
-    return "Where the code made a dynamic dimension a constant:\n" + "\n".join(lines) + more + "\n"
+    advice = ""
+    if any(_LOOP_OVER_SIZE.search(spec.code or "") for spec in shown):
+        advice = (
+            "A Python loop over a dynamic size is unrolled by torch.export, one copy per step of the example: "
+            "write it with torch._higher_order_ops.scan (an ONNX Scan, any length) or, for a recurrence, "
+            "with nn.LSTM / nn.GRU / nn.RNN over the whole sequence, exported with a dynamic length.\n"
+        )
+    return "Where the code made a dynamic dimension a constant:\n" + "\n".join(lines) + more + "\n" + advice
