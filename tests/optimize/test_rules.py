@@ -64,7 +64,7 @@ def test_skip_rms_normalization():
     assert op_types(fused)["SkipSimplifiedLayerNormalization"] == 1 and "Add" not in op_types(fused)
 
 
-def _rotary_model(opset: int, scaling: float = 1.0, passed: int = 0):
+def _rotary_model(opset: int, scaling: float = 1.0, passed: int = 0, pos_batch: str = "b"):
     """x [b, 4, s, 8] rotated by cos/sin of f = position * inv_freq [b, s, 4]; with ``passed``, x has
     8 + passed values per head and the last ``passed`` are not rotated (phi's partial rotary)."""
     nodes = [
@@ -99,7 +99,7 @@ def _rotary_model(opset: int, scaling: float = 1.0, passed: int = 0):
         inits.append(("eight", np.array([8], np.int64)))
         value_info = [("x", FLOAT, ["b", 4, "s", 8]), ("y_rot", FLOAT, ["b", 4, "s", 8])]
     width = 8 + passed
-    return make_model(nodes, [("xx" if passed else "x", FLOAT, ["b", 4, "s", width]), ("pos", TensorProto.INT64, ["b", "s"])],
+    return make_model(nodes, [("xx" if passed else "x", FLOAT, ["b", 4, "s", width]), ("pos", TensorProto.INT64, [pos_batch, "s"])],
                       [("y", FLOAT, ["b", 4, "s", width])], inits, opset=opset, value_info=value_info)
 
 
@@ -110,6 +110,19 @@ def test_rotary_embedding(standard, opset, scaling):
              {"x": randn(1, 4, 6, 8), "pos": np.arange(10, 16, dtype=np.int64)[None]}]
     fused = check_rule(model, lambda m: fuse_rotary_embedding(m, standard=standard), feeds, 1)
     assert op_types(fused)["RotaryEmbedding"] == 1 and "Neg" not in op_types(fused)
+
+
+@pytest.mark.parametrize("standard,opset", [(False, 18), (True, 23)])
+def test_rotary_embedding_positions_broadcast_over_the_batch(standard, opset):
+    """Position ids of a batch of 1 for a batch of 2 (another dimension): the positions are expanded;
+    with one batch dimension they are not (no node reads the rotated input's shape)."""
+    feeds = [{"x": randn(2, 4, 3, 8), "pos": np.array([[5, 6, 7]], np.int64)},
+             {"x": randn(3, 4, 6, 8), "pos": np.arange(10, 16, dtype=np.int64)[None]}]
+    fused = check_rule(_rotary_model(opset, pos_batch="pb"), lambda m: fuse_rotary_embedding(m, standard=standard), feeds, 1)
+    assert op_types(fused)["Expand"] == 1
+    same_feeds = [{"x": randn(2, 4, 3, 8), "pos": np.array([[5, 6, 7], [0, 1, 2]], np.int64)}]
+    same = check_rule(_rotary_model(opset), lambda m: fuse_rotary_embedding(m, standard=standard), same_feeds, 1)
+    assert "Expand" not in op_types(same)
 
 
 @pytest.mark.parametrize("standard,opset", [(False, 18), (True, 23)])

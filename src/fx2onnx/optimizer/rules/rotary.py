@@ -113,6 +113,16 @@ def _match(add: ir.Node):
     return None
 
 
+def _same_dim(a: ir.Value, b: ir.Value, axis: int) -> bool:
+    """Tells if two values have the same size on ``axis``: one integer or one named dimension."""
+    if a.shape is None or b.shape is None or len(a.shape) <= axis or len(b.shape) <= axis:
+        return False
+    da, db = a.shape[axis], b.shape[axis]
+    if isinstance(da, int) or isinstance(db, int):
+        return isinstance(da, int) and isinstance(db, int) and da == db
+    return da.value is not None and da.value == db.value
+
+
 class _Caches:
     """cos/sin caches and position ids built once per frequency tensor."""
 
@@ -145,9 +155,9 @@ class _Caches:
         total = op("ReduceProd", bs, keepdims=1)
         positions = op("Range", c("rotary_zero", 0), op("Squeeze", total), c("rotary_one", 1))
         pos = op("Reshape", positions, bs)
-        # f may have a batch of 1 broadcast over x's batch
-        batch_seq = op("Concat", op("Shape", x, start=0, end=1), op("Shape", f, start=1, end=2), axis=0)
-        pos = op("Expand", pos, batch_seq)
+        if not _same_dim(f, x, 0):  # f may have a batch of 1 broadcast over x's batch
+            batch_seq = op("Concat", op("Shape", x, start=0, end=1), op("Shape", f, start=1, end=2), axis=0)
+            pos = op("Expand", pos, batch_seq)
         g.insert_before(anchor, new)
         for n in new:
             n.metadata_props.update(anchor.metadata_props)
