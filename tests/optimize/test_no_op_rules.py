@@ -54,3 +54,22 @@ def test_two_fused_clips_on_one_input_give_a_valid_model():
     assert [n.op_type for n in onx.graph.node].count("Clip") == 2
     report = fx2onnx.validate(onx, _TwoClampChains(), (torch.linspace(-3, 9, 25),))
     assert report.ok, report
+
+
+class _Masks(torch.nn.Module):
+    """``m & True`` and ``m | False`` are ``m``; ``m & ones`` broadcast to a larger shape is not removed."""
+
+    def forward(self, x):
+        m = x > 0
+        wide = torch.ones(2, *x.shape, dtype=torch.bool)
+        return (m & torch.ones(1, 4, dtype=torch.bool)) | torch.zeros(1, dtype=torch.bool), m & wide
+
+
+def test_neutral_boolean_constants_are_removed_without_changing_shapes():
+    model = _Masks()
+    x = torch.randn(3, 4)
+    onx = fx2onnx.to_onnx(model, (x,), dynamic_shapes=({0: "n"},))
+    ops = [n.op_type for n in onx.graph.node]
+    assert ops.count("And") == 1 and "Or" not in ops, ops  # the broadcasting And stays
+    report = fx2onnx.validate(onx, model, (torch.randn(5, 4),))
+    assert report.ok, report

@@ -4,7 +4,7 @@ onnxscript's ``x * 1``, ``x + 0``, ``x - 0`` and ``x / 1`` rules match a constan
 a tolerance, so ``(x + 1e-9) * 1.000001`` becomes ``Identity(x)``: a silent wrong model
 (an epsilon added before a square root disappears the same way). The rules below remove
 the operator only when the constant is exactly the neutral element and neither the
-shape nor the type of ``x`` changes.
+shape nor the type of ``x`` changes; ``x & True`` and ``x | False`` go the same way.
 
 .. runpython::
     :showcode:
@@ -64,6 +64,11 @@ def _rules() -> list[RewriteRule]:
         (lambda op, x, c: op.Add(c, x), 0.0),
         (lambda op, x, c: op.Sub(x, c), 0.0),
         (lambda op, x, c: op.Div(x, c), 1.0),
+        # boolean masks (transformers' causal mask starts from all-true)
+        (lambda op, x, c: op.And(x, c), 1.0),
+        (lambda op, x, c: op.And(c, x), 1.0),
+        (lambda op, x, c: op.Or(x, c), 0.0),
+        (lambda op, x, c: op.Or(c, x), 0.0),
     ]
     return [RewriteRule(target, _identity, _condition(neutral)) for target, neutral in patterns]
 
