@@ -222,6 +222,19 @@ def size_one_assumptions(ep: torch.export.ExportedProgram, names: Sequence[str])
         for axis, expr in _symbolic_axes(node):
             symbols.setdefault(expr, (position, axis))
     found: dict[str, dict[str, Any]] = {}
+    for size in _sizes_kept_by_squeezes(ep):
+        if not isinstance(size, torch.SymInt) or size.node.expr not in symbols:
+            continue
+        position, input_axis = symbols[size.node.expr]
+        found[f"{_input_name(names, position)}.shape[{input_axis}]"] = {
+            "kind": "dim_range", "position": position, "axis": input_axis, "min": 2, "max": None,
+            "weight_bound": False, "reason": _SQUEEZE_REASON,
+        }
+    return found
+
+
+def _sizes_kept_by_squeezes(ep: torch.export.ExportedProgram) -> Iterator[Any]:
+    """The sizes of the axes a ``squeeze`` was asked to remove and kept (the axis was not 1 for the capture)."""
     for gm in ep.graph_module.modules():
         if not isinstance(gm, torch.fx.GraphModule):
             continue
@@ -235,15 +248,7 @@ def size_one_assumptions(ep: torch.export.ExportedProgram, names: Sequence[str])
                 continue  # an axis was removed: its size was 1 for every input the graph accepts
             axes = node.args[1] if len(node.args) > 1 else range(source.dim())
             for axis in [axes] if isinstance(axes, int) else axes:
-                size = source.shape[axis]
-                if not isinstance(size, torch.SymInt) or size.node.expr not in symbols:
-                    continue
-                position, input_axis = symbols[size.node.expr]
-                found[f"{_input_name(names, position)}.shape[{input_axis}]"] = {
-                    "kind": "dim_range", "position": position, "axis": input_axis, "min": 2, "max": None,
-                    "weight_bound": False, "reason": _SQUEEZE_REASON,
-                }
-    return found
+                yield source.shape[axis]
 
 
 def squeezes_a_kept_size_one(ep: torch.export.ExportedProgram) -> bool:
@@ -252,20 +257,7 @@ def squeezes_a_kept_size_one(ep: torch.export.ExportedProgram) -> bool:
     A size-oblivious capture reasons for every size, so ``x.squeeze()`` keeps a dynamic axis even when the
     example's size is 1: the program is then wrong on its own example (one axis too many).
     """
-    for gm in ep.graph_module.modules():
-        if not isinstance(gm, torch.fx.GraphModule):
-            continue
-        for node in gm.graph.nodes:
-            if node.op != "call_function" or node.target not in _SQUEEZES:
-                continue
-            source, result = node.args[0].meta.get("val"), node.meta.get("val")
-            if not isinstance(source, torch.Tensor) or not isinstance(result, torch.Tensor):
-                continue
-            axes = node.args[1] if len(node.args) > 1 else range(source.dim())
-            kept = [source.shape[a] for a in ([axes] if isinstance(axes, int) else axes)]
-            if source.dim() == result.dim() and any(isinstance(d, torch.SymInt) and d.node.hint == 1 for d in kept):
-                return True
-    return False
+    return any(isinstance(d, torch.SymInt) and d.node.hint == 1 for d in _sizes_kept_by_squeezes(ep))
 
 
 def _input_name(names: Sequence[str], position: int) -> str:
