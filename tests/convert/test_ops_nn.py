@@ -422,3 +422,16 @@ MATRIX_CHAINS = {
 @pytest.mark.parametrize("name", list(MATRIX_CHAINS))
 def test_matrix_chains(name):
     check_export(Fn(MATRIX_CHAINS[name]), (_x(3, 3),))
+
+
+@pytest.mark.parametrize(
+    "module",
+    [nn.PReLU(), nn.Softmax(dim=0), nn.LogSoftmax(dim=0), nn.Softmin(dim=-1)],
+    ids=["prelu", "softmax", "log_softmax", "softmin"],
+)
+def test_zero_dim_input_keeps_its_rank(module):
+    """A 0-d input: PReLU's single weight broadcast to [1] gave a [1] output (a wrong shape), and ONNX's
+    Softmax / LogSoftmax refuse rank 0; both now return a 0-d tensor as torch does."""
+    for value in (-1.5, 2.0):
+        onx = check_export(module.eval(), (torch.tensor(value),))
+        assert len(onx.graph.output[0].type.tensor_type.shape.dim) == 0

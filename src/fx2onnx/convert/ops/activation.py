@@ -163,4 +163,6 @@ def convert_prelu(ctx, node, x, weight):
     rank = node.args[0].meta["val"].dim()
     if rank >= 2:
         weight = ctx.op.Reshape(weight, ctx.const([-1] + [1] * (rank - 2), torch.int64))
+    elif rank == 0:  # a 0-d input keeps its rank: the single weight as a scalar (PRelu broadcasts)
+        weight = ctx.op.Reshape(weight, ctx.const([], torch.int64))
     return ctx.op.PRelu(x, weight)
