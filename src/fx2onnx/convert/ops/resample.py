@@ -6,6 +6,7 @@ added then removed).
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -41,29 +42,42 @@ def _resize(
     if rounded:
         x = ctx.cast(x, torch.float32)
     if scale_factors is not None and output_size is None:
-        scales = ctx.const([1.0, 1.0] + [float(s) for s in _float_tuple(scale_factors, n)], torch.float32)
-        sizes = None
+        factors: list[Any] = [float(s) for s in _float_tuple(scale_factors, n)]
     elif output_size is not None:
-        scales = None
-        sizes = ctx.op.Concat(ctx.op.Shape(x, start=0, end=2), ctx.shape_value(list(output_size)), axis=0)
+        factors = [None] * n
     else:
         raise ctx.error("upsample needs an output size or scale factors.")
-    y = ctx.op.Resize(
-        x,
-        None,
-        scales,
-        sizes,
-        mode=mode,
-        coordinate_transformation_mode=transform,
-        nearest_mode=nearest_mode if mode == "nearest" else None,
-        # torch: a = -0.75 for bicubic, a = -0.5 and no weight outside the image with antialiasing
-        cubic_coeff_a=(-0.5 if antialias else -0.75) if mode == "cubic" else None,
-        antialias=1 if antialias else None,
-        exclude_outside=1 if antialias else None,
-    )
-    if rounded:
-        info = torch.iinfo(dtype)
-        y = ctx.op.Clip(ctx.op.Round(y), ctx.const(float(info.min), torch.float32), ctx.const(float(info.max), torch.float32))
+    # an integer image is resampled one axis at a time, the last first, rounded and clamped in between, as
+    # torch's separable uint8 kernels do: a cubic's negative lobes clamped after the first pass change the
+    # second (up to 28 levels on a downsampled image); one Resize for every axis otherwise
+    passes = [[i] for i in reversed(range(n))] if rounded and n > 1 else [list(range(n))]
+    y = x
+    for axes in passes:
+        if factors[0] is not None:
+            scales = ctx.const([1.0, 1.0] + [factors[i] if i in axes else 1.0 for i in range(n)], torch.float32)
+            sizes = None
+        else:
+            scales = None
+            dims = [ctx.op.Shape(y, start=0, end=2)]
+            for i in range(n):
+                dims.append(ctx.shape_value([output_size[i]]) if i in axes else ctx.op.Shape(y, start=2 + i, end=3 + i))
+            sizes = ctx.op.Concat(*dims, axis=0)
+        y = ctx.op.Resize(
+            y,
+            None,
+            scales,
+            sizes,
+            mode=mode,
+            coordinate_transformation_mode=transform,
+            nearest_mode=nearest_mode if mode == "nearest" else None,
+            # torch: a = -0.75 for bicubic, a = -0.5 and no weight outside the image with antialiasing
+            cubic_coeff_a=(-0.5 if antialias else -0.75) if mode == "cubic" else None,
+            antialias=1 if antialias else None,
+            exclude_outside=1 if antialias else None,
+        )
+        if rounded:
+            info = torch.iinfo(dtype)
+            y = ctx.op.Clip(ctx.op.Round(y), ctx.const(float(info.min), torch.float32), ctx.const(float(info.max), torch.float32))
     y = ctx.cast(y, dtype)
     return _remove_batch(ctx, y, unbatched)
 
@@ -192,6 +206,23 @@ def _scales_from_args(scales: Sequence[Any], n: int) -> list[float] | None:
     return [float(v) for v in values] if len(values) == n else None
 
 
+def _agreeing_scales(ctx, node, output_size, scales: Sequence[Any], n: int) -> list[float] | None:
+    """The scales of a ``.default`` overload, which map the coordinates, when they give ``output_size``
+    (``interpolate(scale_factor=...)`` passes both, the size computed from the scales); an ONNX Resize takes
+    a size or scales, not both: a size the scales do not give is refused rather than resampled otherwise."""
+    factors = _scales_from_args(scales, n)
+    if factors is None or output_size is None:
+        return factors
+    sizes = list(node.args[0].meta["val"].shape[-n:])
+    # a fixed output size from a dynamic input is no floor(input * scale) for every input
+    if any(isinstance(o, int) and (not isinstance(i, int) or math.floor(i * f) != o) for i, f, o in zip(sizes, factors, output_size)):
+        raise ctx.error(
+            f"output size {list(output_size)} and scales {factors} disagree for an input of size {sizes}: "
+            f"ONNX's Resize takes one of them (call interpolate with a size or with scale_factor)."
+        )
+    return factors
+
+
 def _make_upsample_nearest(n: int, exact: bool):
     transform, nearest_mode = ("half_pixel", "round_prefer_ceil") if exact else ("asymmetric", "floor")
 
@@ -223,7 +254,7 @@ def _make_upsample_interp(n: int, mode: str):
 
     def convert_upsample(ctx, node, x, output_size, align_corners, *scales):
         transform = "align_corners" if align_corners else "half_pixel"
-        factors = None if align_corners else _scales_from_args(scales, n)
+        factors = None if align_corners else _agreeing_scales(ctx, node, output_size, scales, n)
         return _resize(ctx, x, None if factors else output_size, factors, n, mode, transform)
 
     return convert_upsample_vec, convert_upsample
@@ -248,11 +279,17 @@ def _make_upsample_antialias(mode: str):
             raise ctx.error("antialias=True with align_corners=True is not supported.")
         return _resize(ctx, x, output_size, scale_factors, 2, mode, "half_pixel", antialias=True)
 
-    return convert_upsample_antialias
+    def convert_upsample_antialias_default(ctx, node, x, output_size, align_corners, *scales):
+        factors = None if align_corners else _agreeing_scales(ctx, node, output_size, scales, 2)
+        return convert_upsample_antialias(ctx, node, x, None if factors else output_size, align_corners, factors)
+
+    return convert_upsample_antialias, convert_upsample_antialias_default
 
 
-converter(aten._upsample_bilinear2d_aa.vec)(_make_upsample_antialias("linear"))
-converter(aten._upsample_bicubic2d_aa.vec)(_make_upsample_antialias("cubic"))
+for _packet, _mode in ((aten._upsample_bilinear2d_aa, "linear"), (aten._upsample_bicubic2d_aa, "cubic")):
+    _vec, _default = _make_upsample_antialias(_mode)
+    converter(_packet.vec)(_vec)
+    converter(_packet.default)(_default)
 
 
 _GRID_MODES = {0: ("bilinear", "linear"), 1: ("nearest", "nearest"), 2: ("bicubic", "cubic")}
