@@ -569,3 +569,11 @@ def test_resize_with_disagreeing_size_and_scales_is_refused():
         fx2onnx.to_onnx(model, (torch.randn(1, 2, 10, 20),))
     agreeing = Fn(lambda t: torch.ops.aten._upsample_bilinear2d_aa.default(t, [5, 10], False, 0.5, 0.5))
     check_export(agreeing, (torch.randn(1, 2, 10, 20),))
+
+
+@pytest.mark.parametrize("size", [1, 4, (2, 1)])
+def test_adaptive_avg_pool_float64(size):
+    """onnxruntime's pooling kernels are float32 only: float64 averages with ReduceMean / MatMul."""
+    model = nn.AdaptiveAvgPool2d(size)
+    x, x2 = torch.randn(2, 3, 8, 8, dtype=torch.float64), torch.randn(1, 3, 12, 8, dtype=torch.float64)
+    check_export(model, (x,), dynamic_shapes=({0: "b", 2: "h"},), inputs2=((x2,), None), atol=1e-12)

@@ -363,10 +363,14 @@ def _make_adaptive_avg_pool(n: int):
         if all(o is None for o in out):
             return ctx.op.Identity(x)
         x, unbatched = _add_batch(ctx, x, n)
+        # onnxruntime's pooling kernels are float32 only: float64 averages with ReduceMean / MatMul
+        pooling_kernels = ctx.out_dtype() not in CONV_BY_PRODUCTS
         if all(o == 1 for o in out):
+            if not pooling_kernels:
+                return _remove_batch(ctx, ctx.op.ReduceMean(x, ctx.const(list(range(2, n + 2)), torch.int64), keepdims=1), unbatched)
             return _remove_batch(ctx, ctx.op.GlobalAveragePool(x), unbatched)
         static = all(isinstance(s, int) for s in spatial)
-        if static and all(o is None or s % o == 0 for s, o in zip(spatial, out)):
+        if pooling_kernels and static and all(o is None or s % o == 0 for s, o in zip(spatial, out)):
             kernel = [1 if o is None else s // o for s, o in zip(spatial, out)]
             y = ctx.op.AveragePool(x, kernel_shape=kernel, strides=kernel)
             return _remove_batch(ctx, y, unbatched)
