@@ -67,3 +67,13 @@ def input_rank(ctx, index: int = 0) -> int:
 
 def input_fake(ctx, index: int = 0) -> Any:
     return fake_of(ctx.node.args[index]) if index < len(ctx.node.args) else None
+
+
+def as_rank_1(ctx, x, rank: int):
+    """A 0-d value as a 1-d one (operators indexing or normalizing along a dim see a 0-d tensor as [1])."""
+    return ctx.op.Reshape(x, ctx.const([-1], torch.int64)) if rank == 0 else x
+
+
+def back_to_rank(ctx, y, rank: int):
+    """The inverse of :func:`as_rank_1`: a result back to 0-d when the input was."""
+    return ctx.op.Reshape(y, ctx.const([], torch.int64)) if rank == 0 else y

@@ -7,7 +7,7 @@ import onnx_ir as ir
 import torch
 
 from ..registry import converter
-from ._common import fake_of, input_rank, normalize_axis
+from ._common import as_rank_1, back_to_rank, fake_of, input_rank, normalize_axis
 from ._index_facts import known_non_negative
 
 aten = torch.ops.aten
@@ -158,11 +158,6 @@ def fakes_broadcast_rank(fakes, node) -> list:
     return [0] * rank
 
 
-def _as_rank_1(ctx, x, rank: int):
-    """A 0-d value as a 1-d one (operators indexing a dim see a 0-d tensor as [1])."""
-    return ctx.op.Reshape(x, ctx.const([-1], torch.int64)) if rank == 0 else x
-
-
 def _index_1d(ctx, index, x, axis: int):
     """A 0-d or 1-d index as a 1-d int64 index, negative values counted from the end of ``axis``."""
     return _normalize_index(ctx, ctx.op.Reshape(index, ctx.const([-1], torch.int64)), x, axis)
@@ -173,7 +168,7 @@ def convert_index_select(ctx, node, x, dim, index):
     """A 0-d index keeps the dim (size 1); a 0-d input is seen as [1] and stays 0-d."""
     rank = input_rank(ctx)
     axis = normalize_axis(dim, rank) if rank else 0
-    data = _as_rank_1(ctx, x, rank)
+    data = as_rank_1(ctx, x, rank)
     out = ctx.op.Gather(data, _index_1d(ctx, index, data, axis), axis=axis)
     return ctx.op.Reshape(out, ctx.const([], torch.int64)) if ctx.out_rank() == 0 else out
 
@@ -205,15 +200,15 @@ def convert_scatter_add(ctx, node, x, dim, index, src):
 def convert_scatter_reduce(ctx, node, x, dim, index, src, reduce, include_self=True):
     rank = input_rank(ctx)
     axis = normalize_axis(dim, rank) if rank else 0
-    data = _as_rank_1(ctx, x, rank)
-    index = _as_rank_1(ctx, index, fake_of(node.args[2]).dim())
-    src = _as_rank_1(ctx, src, fake_of(node.args[3]).dim())
+    data = as_rank_1(ctx, x, rank)
+    index = as_rank_1(ctx, index, fake_of(node.args[2]).dim())
+    src = as_rank_1(ctx, src, fake_of(node.args[3]).dim())
     idx = _normalize_index(ctx, index, data, axis)
     # torch reads src only where index has values: src[:index.shape[0], :index.shape[1], ...]
     if list(fake_of(node.args[3]).shape) != list(fake_of(node.args[2]).shape):
         width = max(rank, 1)
         src = ctx.op.Slice(src, ctx.const([0] * width, torch.int64), ctx.op.Shape(idx), ctx.const(list(range(width)), torch.int64))
-    return _back_to_rank(ctx, _scatter_reduce(ctx, data, axis, idx, src, reduce, include_self), rank)
+    return back_to_rank(ctx, _scatter_reduce(ctx, data, axis, idx, src, reduce, include_self), rank)
 
 
 _REDUCTIONS = {"sum": "add", "mean": "add", "prod": "mul", "amax": "max", "amin": "min"}
@@ -378,22 +373,18 @@ def _along_dim_index(ctx, x, dim, index, source):
     """(data, index expanded to the source along ``dim``, source, axis, rank) of index_copy/add/reduce."""
     rank = input_rank(ctx)
     axis = normalize_axis(dim, rank) if rank else 0
-    data = _as_rank_1(ctx, x, rank)
-    source = _as_rank_1(ctx, source, fake_of(ctx.node.args[3]).dim())
+    data = as_rank_1(ctx, x, rank)
+    source = as_rank_1(ctx, source, fake_of(ctx.node.args[3]).dim())
     shape = [1] * max(rank, 1)
     shape[axis] = -1
     idx = ctx.op.Reshape(_index_1d(ctx, index, data, axis), ctx.const(shape, torch.int64))
     return data, ctx.op.Expand(idx, ctx.op.Shape(source)), source, axis, rank
 
 
-def _back_to_rank(ctx, y, rank: int):
-    return ctx.op.Reshape(y, ctx.const([], torch.int64)) if rank == 0 else y
-
-
 @converter(aten.index_copy.default)
 def convert_index_copy(ctx, node, x, dim, index, source):
     data, idx, source, axis, rank = _along_dim_index(ctx, x, dim, index, source)
-    return _back_to_rank(ctx, ctx.op.ScatterElements(data, idx, source, axis=axis), rank)
+    return back_to_rank(ctx, ctx.op.ScatterElements(data, idx, source, axis=axis), rank)
 
 
 @converter(aten.index_add.default)
@@ -401,7 +392,7 @@ def convert_index_add(ctx, node, x, dim, index, source, alpha=1):
     data, idx, source, axis, rank = _along_dim_index(ctx, x, dim, index, source)
     if alpha != 1:
         source = ctx.op.Mul(source, ctx.as_value(alpha, ctx.out_dtype()))
-    return _back_to_rank(ctx, _scatter_add(ctx, data, idx, source, axis), rank)
+    return back_to_rank(ctx, _scatter_add(ctx, data, idx, source, axis), rank)
 
 
 def _scatter_add(ctx, data, idx, src, axis):
@@ -417,7 +408,7 @@ def _scatter_add(ctx, data, idx, src, axis):
 @converter(aten.index_reduce.default)
 def convert_index_reduce(ctx, node, x, dim, index, source, reduce, include_self=True):
     data, idx, source, axis, rank = _along_dim_index(ctx, x, dim, index, source)
-    return _back_to_rank(ctx, _scatter_reduce(ctx, data, axis, idx, source, reduce, include_self), rank)
+    return back_to_rank(ctx, _scatter_reduce(ctx, data, axis, idx, source, reduce, include_self), rank)
 
 
 @converter(aten.copy.default)

@@ -12,7 +12,7 @@ import torch
 
 from ..builder import onnx_dtype
 from ..registry import converter
-from ._common import fake_of, input_rank, normalize_axis, result_dtype
+from ._common import as_rank_1, back_to_rank, fake_of, input_rank, normalize_axis, result_dtype
 
 aten = torch.ops.aten
 
@@ -140,7 +140,7 @@ def convert_rms_norm(ctx, node, x, normalized_shape, weight=None, eps=None):
 def convert_softmax(ctx, node, x, dim, half_to_float_or_dtype=None):
     dtype = ctx.out_dtype()
     rank = input_rank(ctx)
-    x = _scalar_as_1d(ctx, ctx.cast(x, dtype), rank)
+    x = as_rank_1(ctx, ctx.cast(x, dtype), rank)
     axis = normalize_axis(dim, rank) if rank else 0
     y = ctx.op.Softmax(x, axis=axis)
     if node.target is aten._safe_softmax.default:
@@ -148,24 +148,15 @@ def convert_softmax(ctx, node, x, dim, half_to_float_or_dtype=None):
         finite = ctx.cast(ctx.op.Not(ctx.op.IsInf(x, detect_positive=0)), torch.int64)
         any_finite = ctx.op.ReduceMax(finite, ctx.const([axis], torch.int64), keepdims=1)
         y = ctx.op.Where(ctx.op.Equal(any_finite, ctx.const(0, torch.int64)), ctx.const(0.0, dtype), y)
-    return _back_to_scalar(ctx, y, rank)
-
-
-def _scalar_as_1d(ctx, x, rank: int):
-    """ONNX's Softmax / LogSoftmax need a rank of at least 1: a 0-d tensor goes through as [1]."""
-    return ctx.op.Reshape(x, ctx.const([1], torch.int64)) if rank == 0 else x
-
-
-def _back_to_scalar(ctx, y, rank: int):
-    return ctx.op.Reshape(y, ctx.const([], torch.int64)) if rank == 0 else y
+    return back_to_rank(ctx, y, rank)
 
 
 @converter(aten.log_softmax.int, aten._log_softmax.default)
 def convert_log_softmax(ctx, node, x, dim, half_to_float_or_dtype=None):
     dtype = ctx.out_dtype()
     rank = input_rank(ctx)
-    x = _scalar_as_1d(ctx, ctx.cast(x, dtype), rank)
-    return _back_to_scalar(ctx, ctx.op.LogSoftmax(x, axis=normalize_axis(dim, rank) if rank else 0), rank)
+    x = as_rank_1(ctx, ctx.cast(x, dtype), rank)
+    return back_to_rank(ctx, ctx.op.LogSoftmax(x, axis=normalize_axis(dim, rank) if rank else 0), rank)
 
 
 @converter(aten.dropout.default, aten.feature_dropout.default, aten.alpha_dropout.default)
