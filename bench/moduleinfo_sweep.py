@@ -13,7 +13,6 @@ statuses of ``opinfo_sweep.py`` (whose checks it reuses). It measures, it does n
 from __future__ import annotations
 
 import argparse
-import collections
 import copy
 import dataclasses
 import os
@@ -25,7 +24,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from opinfo_sweep import check_sample  # noqa: E402
+from opinfo_sweep import check_sample, print_summary, record  # noqa: E402
 
 #: random in evaluation mode too, or no forward pass to compare
 LEFT_OUT = re.compile(r"Dropout|RReLU|FractionalMaxPool|Lazy|CrossMapLRN|Embedding(Bag)?$")
@@ -67,13 +66,8 @@ def sweep(modules: str | None, dtypes: list[torch.dtype], samples: int, dynamic:
                 except Exception:  # noqa: BLE001
                     continue
                 args = copy.deepcopy(forward.args)
-                result = check_sample(module, _Call(args[0], tuple(args[1:]), dict(forward.kwargs)), dynamic)
-                if result is None:
-                    continue
-                status, message = result
-                rows.append(dict(module=name, dtype=str(dtype).replace("torch.", ""), sample=index, status=status, message=message))
-                if status != "ok":
-                    print(f"{name:40s} {rows[-1]['dtype']:8s} #{index} {status:12s} {message[:150]}", flush=True)
+                call = _Call(args[0], tuple(args[1:]), dict(forward.kwargs))
+                record(rows, "module", name, dtype, index, check_sample(module, call, dynamic))
     return rows
 
 
@@ -86,11 +80,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     rows = sweep(args.modules, [getattr(torch, d) for d in args.dtypes.split(",")], args.samples, args.dynamic)
-    counts = collections.Counter(r["status"] for r in rows)
-    ok = {r["module"] for r in rows} - {r["module"] for r in rows if r["status"] != "ok"}
-    print(f"\n{len(rows)} samples of {len({r['module'] for r in rows})} modules, {len(ok)} modules right on every sample")
-    for status in ("ok", "ties", "rounding", "capture", "conversion", "onnxruntime", "dtype", "mismatch"):
-        print(f"  {status:12s} {counts.get(status, 0)}")
+    print_summary(rows, "module", "modules")
     return rows
 
 

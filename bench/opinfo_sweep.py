@@ -192,14 +192,30 @@ def sweep(ops: str | None, dtypes: list[torch.dtype], samples: int, dynamic: boo
             except Exception:  # noqa: BLE001
                 continue
             for index, sample in enumerate(inputs):
-                result = check_sample(op.op, sample, dynamic)
-                if result is None:
-                    continue
-                status, message = result
-                rows.append(dict(op=name, dtype=str(dtype).replace("torch.", ""), sample=index, status=status, message=message))
-                if status != "ok":
-                    print(f"{name:40s} {rows[-1]['dtype']:8s} #{index} {status:12s} {message[:150]}", flush=True)
+                record(rows, "op", name, dtype, index, check_sample(op.op, sample, dynamic))
     return rows
+
+
+STATUSES = ("ok", "ties", "rounding", "capture", "conversion", "onnxruntime", "dtype", "mismatch")
+
+
+def record(rows: list[dict[str, Any]], key: str, name: str, dtype: torch.dtype, index: int, result: tuple[str, str] | None) -> None:
+    """Appends the row of one sample (``key``: what the sweep runs, ``op`` or ``module``), printed unless ok."""
+    if result is None:
+        return
+    status, message = result
+    rows.append({key: name, "dtype": str(dtype).replace("torch.", ""), "sample": index, "status": status, "message": message})
+    if status != "ok":
+        print(f"{name:40s} {rows[-1]['dtype']:8s} #{index} {status:12s} {message[:150]}", flush=True)
+
+
+def print_summary(rows: list[dict[str, Any]], key: str, plural: str) -> None:
+    """The counts of samples by status, and how many of the swept ``plural`` are right on every sample."""
+    counts = collections.Counter(r["status"] for r in rows)
+    right = {r[key] for r in rows} - {r[key] for r in rows if r["status"] != "ok"}
+    print(f"\n{len(rows)} samples of {len({r[key] for r in rows})} {plural}, {len(right)} {plural} right on every sample")
+    for status in STATUSES:
+        print(f"  {status:12s} {counts.get(status, 0)}")
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -212,11 +228,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     rows = sweep(args.ops, [getattr(torch, d) for d in args.dtypes.split(",")], args.samples, args.dynamic, args.linalg)
-    counts = collections.Counter(r["status"] for r in rows)
-    ops_ok = {r["op"] for r in rows} - {r["op"] for r in rows if r["status"] != "ok"}
-    print(f"\n{len(rows)} samples of {len({r['op'] for r in rows})} operators, {len(ops_ok)} operators right on every sample")
-    for status in ("ok", "ties", "rounding", "capture", "conversion", "onnxruntime", "dtype", "mismatch"):
-        print(f"  {status:12s} {counts.get(status, 0)}")
+    print_summary(rows, "op", "operators")
     return rows
 
 
