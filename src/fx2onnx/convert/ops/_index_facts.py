@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+from ._common import fake_of
+
 aten = torch.ops.aten
 
 _ARANGES = (aten.arange.default, aten.arange.start, aten.arange.start_step)
@@ -24,10 +26,6 @@ _SAME_VALUES = (
     aten._to_copy.default, aten.contiguous.default, aten.select.int,
 )
 _MAX_DEPTH = 24
-
-
-def _value(arg: Any) -> Any:
-    return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
 
 
 def _known(condition: Any) -> bool:
@@ -43,9 +41,9 @@ def _arange_parts(node: torch.fx.Node) -> tuple[Any, Any, Any]:
     """``(start, end, step)`` of an arange node."""
     args = list(node.args)
     if node.target is aten.arange.default:
-        return 0, _value(args[0]), 1
-    step = _value(args[2]) if len(args) > 2 else node.kwargs.get("step", 1)
-    return _value(args[0]), _value(args[1]), step
+        return 0, fake_of(args[0]), 1
+    step = fake_of(args[2]) if len(args) > 2 else node.kwargs.get("step", 1)
+    return fake_of(args[0]), fake_of(args[1]), step
 
 
 def _is_integer_arange(node: torch.fx.Node) -> bool:
