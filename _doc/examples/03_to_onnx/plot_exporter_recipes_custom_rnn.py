@@ -10,6 +10,7 @@ that loop, so the sequence length becomes the example's: a model exported with a
 dynamic sequence is refused. :func:`fx2onnx.to_onnx` keeps the length symbolic during
 its capture and converts each layer to ONNX's ``LSTM`` / ``GRU`` / ``RNN``, or to a
 ``Scan`` over the time steps where onnxruntime has no kernel (projections, float64).
+Packed sequences (``pack_padded_sequence``) export too, the lengths as an input.
 
 The model: a bidirectional LSTM, then a GRU
 -------------------------------------------
@@ -111,3 +112,36 @@ for ax, (label, values) in zip(axes, differences.items()):
 axes[0].set_ylabel("max |onnxruntime - eager|")
 fig.suptitle("One exported model for every sequence length")
 fig.tight_layout()
+
+# %%
+# Packed sequences: each sequence stops at its own length
+# -------------------------------------------------------
+#
+# Sentences of different lengths are padded, then packed (``pack_padded_sequence``) so that
+# the layers skip the padding. The packed sizes come from the values of ``lengths``:
+# torch.export (and ``torch.onnx.export(dynamo=True)``) fail there. to_onnx keeps the padded
+# batch and gives the lengths to ONNX's ``sequence_lens``; the output is cut at the longest
+# length, as ``pad_packed_sequence`` does.
+
+
+class PackedTagger(Tagger):
+    def forward(self, x, lengths):
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        y, (h, _) = self.lstm(packed)
+        z, _ = self.gru(y)
+        z, _ = torch.nn.utils.rnn.pad_packed_sequence(z, batch_first=True)
+        return self.head(z), h
+
+
+packed_model, example = PackedTagger().eval(), (x, torch.tensor([10, 7]))
+try:
+    torch.export.export(packed_model, example)
+except Exception as e:
+    print(type(e).__name__, ":", str(e).strip().splitlines()[0][:90])
+
+packed_onx = fx2onnx.to_onnx(packed_model, example, dynamic_shapes=({0: "batch", 1: "seq"}, {0: "batch"}))
+for lens in ([4, 9, 2], [1, 1, 1], [12, 5, 8]):
+    inputs = (torch.randn(3, 12, 8), torch.tensor(lens))
+    report = validate(packed_onx, packed_model, inputs, atol=1e-5)
+    assert report.ok, report
+    print(f"lengths {lens}: output {tuple(packed_model(*inputs)[0].shape)}, max difference {report.max_abs:.1e}")

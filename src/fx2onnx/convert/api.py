@@ -167,6 +167,22 @@ def _version() -> str:
     return __version__
 
 
+def _fold_constants(model: ir.Model) -> None:
+    """onnxscript's constant folding, without its warning for the multi-output nodes it leaves (a ``TopK`` of
+    constant lengths): the node stays, nothing a user can act on."""
+    import logging
+
+    import onnxscript.optimizer
+
+    folding_logger = logging.getLogger("onnxscript.optimizer._constant_folding")
+    level = folding_logger.level
+    folding_logger.setLevel(logging.ERROR)
+    try:
+        onnxscript.optimizer.fold_constants(model, onnx_shape_inference=False)
+    finally:
+        folding_logger.setLevel(level)
+
+
 def optimize_model(model: ir.Model, inline: bool = True) -> ir.Model:
     """Constant folding, onnxscript's default rewrite rules, removal of unused nodes.
 
@@ -185,12 +201,12 @@ def optimize_model(model: ir.Model, inline: bool = True) -> ir.Model:
     output_types = [(o.type, o.shape) for o in model.graph.outputs]
     if inline:
         common.InlinePass()(model)
-    onnxscript.optimizer.fold_constants(model, onnx_shape_inference=False)
+    _fold_constants(model)
     # onnxscript's default rules, its tolerant x*1 / x+0 replaced by exact ones (see no_op.py);
     # also removes unused nodes, functions and opsets
     onnxscript.rewriter.rewrite(model, pattern_rewrite_rules=list(default_rewrite_rules()))
     register_orphan_constants(model)
-    onnxscript.optimizer.fold_constants(model, onnx_shape_inference=False)
+    _fold_constants(model)
     ir.passes.Sequential(
         common.RemoveUnusedNodesPass(),
         common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),

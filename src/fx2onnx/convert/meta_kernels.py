@@ -146,6 +146,9 @@ def recurrent_shape_kernels() -> Iterator[list[str]]:
 
 @contextlib.contextmanager
 def capture_kernels() -> Iterator[None]:
-    """Every shape function of this module, for the duration of a capture or a decomposition."""
-    with missing_meta_kernels(), recurrent_shape_kernels():
+    """Every shape function of this module, for the duration of a capture or a decomposition, and
+    packed sequences kept padded (:func:`fx2onnx.convert.packed_sequences.packed_sequence_capture`)."""
+    from .packed_sequences import packed_sequence_capture
+
+    with missing_meta_kernels(), recurrent_shape_kernels(), packed_sequence_capture():
         yield

@@ -191,6 +191,24 @@ class RecurrentLayersOverSequence(torch.nn.Module):
         return z, h
 
 
+class PackedSequenceThroughLSTM(torch.nn.Module):
+    """Padded sequences of different lengths packed, through ``nn.LSTM``, padded again: sizes from the lengths."""
+
+    # the second set's longest sequence is shorter than its padding: the output is cut at 5
+    _inputs = [I(T(3, 6, 4), torch.tensor([6, 2, 4])), I(T(4, 7, 4), torch.tensor([1, 5, 3, 2]))]
+    _dynamic = ({0: B, 1: "seq"}, {0: B})
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(4, 5, batch_first=True, bidirectional=True)
+
+    def forward(self, x, lengths):
+        packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        y, (h, _) = self.lstm(packed)
+        padded, _ = torch.nn.utils.rnn.pad_packed_sequence(y, batch_first=True)
+        return padded, h
+
+
 class ForLoopConstant(torch.nn.Module):
     """A Python loop of constant length: unrolled, exact for every shape."""
 

@@ -17,6 +17,7 @@ import torch
 
 from ..builder import onnx_dtype
 from ..registry import converter
+from .. import packed_sequences  # noqa: F401  (defines torch.ops.fx2onnx.packed_lstm / packed_rnn)
 from ._common import fake_of
 
 aten = torch.ops.aten
@@ -49,8 +50,9 @@ def _stack(ctx, values):
     return parts[0] if len(parts) == 1 else ctx.op.Concat(*parts, axis=0)
 
 
-def _layer_onnx(ctx, op_type, seq, initial, weights, has_biases, hidden, bidirectional, activation):
-    """One layer, both directions, as ONNX's node: ``(output [seq, batch, directions * hidden], h, c)``."""
+def _layer_onnx(ctx, op_type, seq, initial, weights, has_biases, hidden, bidirectional, activation, lengths=None):
+    """One layer, both directions, as ONNX's node: ``(output [seq, batch, directions * hidden], h, c)``;
+    ``lengths`` (int32 ``[batch]``): where each sequence stops."""
     ws, rs, bs = [], [], []
     for w_ih, w_hh, *biases in weights:
         ws.append(_reorder_gates(ctx, w_ih, op_type, hidden))
@@ -64,7 +66,7 @@ def _layer_onnx(ctx, op_type, seq, initial, weights, has_biases, hidden, bidirec
         attrs["activations"] = [activation] * len(weights)
     n_out = 3 if op_type == "LSTM" else 2
     outs = getattr(ctx.op, op_type)(
-        seq, _stack(ctx, ws), _stack(ctx, rs), _stack(ctx, bs) if bs else None, None, *initial, _outputs=n_out, **attrs
+        seq, _stack(ctx, ws), _stack(ctx, rs), _stack(ctx, bs) if bs else None, lengths, *initial, _outputs=n_out, **attrs
     )
     # Y: [seq, directions, batch, hidden] -> [seq, batch, directions * hidden]
     y = ctx.op.Transpose(outs[0], perm=[0, 2, 1, 3])
@@ -92,8 +94,12 @@ def _step(c, op_type, activation, h, cell, xw, w_hh_t, b_hh, w_hr_t):
     return h, cell
 
 
-def _direction_scan(ctx, node, op_type, seq, initial, weights, has_biases, reverse, activation, dtype):
-    """One layer in one direction as a ``Scan``: ``(output [seq, batch, hidden], h, c)``."""
+def _direction_scan(ctx, node, op_type, seq, initial, weights, has_biases, reverse, activation, dtype, lengths=None):
+    """One layer in one direction as a ``Scan``: ``(output [seq, batch, hidden], h, c)``.
+
+    With ``lengths`` (int64 ``[batch]``), a sequence keeps its state after its length and outputs
+    zeros there; the reverse direction reverses each sequence within its length (``ReverseSequence``)
+    and runs forward."""
     w_ih, w_hh = weights[0], weights[1]
     b_ih, b_hh = (weights[2], weights[3]) if has_biases else (None, None)
     w_hr = weights[4 if has_biases else 2] if len(weights) > (4 if has_biases else 2) else None
@@ -104,38 +110,56 @@ def _direction_scan(ctx, node, op_type, seq, initial, weights, has_biases, rever
     w_hh_t = ctx.op.Transpose(w_hh, perm=[1, 0])
     w_hr_t = None if w_hr is None else ctx.op.Transpose(w_hr, perm=[1, 0])
 
+    scan_inputs = [xw]
+    if lengths is not None:
+        if reverse:
+            xw = scan_inputs[0] = ctx.op.ReverseSequence(xw, lengths, batch_axis=1, time_axis=0)
+        steps = ctx.op.Range(ctx.const(0, I64), ctx.dim_size(xw, 0), ctx.const(1, I64))
+        running = ctx.op.Less(ctx.op.Unsqueeze(steps, ctx.const([1], I64)), ctx.op.Unsqueeze(lengths, ctx.const([0], I64)))
+        scan_inputs.append(ctx.op.Unsqueeze(running, ctx.const([2], I64)))  # [seq, batch, 1]
+
     sub = ctx.builder.subgraph(f"{node.name}_step")
     h = sub.add_input(f"{node.name}_h", dtype, [None, None])
     cell = sub.add_input(f"{node.name}_c", dtype, [None, None]) if op_type == "LSTM" else None
     xw_t = sub.add_input(f"{node.name}_xw", dtype, [None, None])
+    running_t = sub.add_input(f"{node.name}_running", torch.bool, [None, 1]) if lengths is not None else None
     body = type(ctx)(sub, ctx.interpreter, node)
     new_h, new_cell = _step(body, op_type, activation, h, cell, xw_t, w_hh_t, b_hh if op_type == "GRU" else None, w_hr_t)
-    results = [new_h, *([new_cell] if op_type == "LSTM" else []), body.op.Identity(new_h)]
+    output = body.op.Identity(new_h)
+    if running_t is not None:  # a finished sequence keeps its state and outputs zeros
+        output = body.op.Where(running_t, new_h, body.const(0.0, dtype))
+        new_h = body.op.Where(running_t, new_h, h)
+        new_cell = body.op.Where(running_t, new_cell, cell) if op_type == "LSTM" else None
+    results = [new_h, *([new_cell] if op_type == "LSTM" else []), output]
     for value in results:
         out = sub.add_output(value)
         out.dtype, out.shape = onnx_dtype(dtype), ir.Shape([None, None])  # onnxruntime's Scan needs the rank
+    backwards = int(reverse and lengths is None)
     outs = ctx.op.Scan(
         *initial,
-        xw,
+        *scan_inputs,
         body=sub.to_graph(),
-        num_scan_inputs=1,
-        scan_input_directions=[int(reverse)],
-        scan_output_directions=[int(reverse)],
+        num_scan_inputs=len(scan_inputs),
+        scan_input_directions=[backwards] * len(scan_inputs),
+        scan_output_directions=[backwards],
         _outputs=len(results),
     )
+    output = outs[-1]
+    if reverse and lengths is not None:
+        output = ctx.op.ReverseSequence(output, lengths, batch_axis=1, time_axis=0)
     if op_type == "LSTM":
-        return outs[2], outs[0], outs[1]
-    return outs[1], outs[0], None
+        return output, outs[0], outs[1]
+    return output, outs[0], None
 
 
-def _layer_scan(ctx, node, op_type, seq, initial, weights, has_biases, bidirectional, activation, dtype):
+def _layer_scan(ctx, node, op_type, seq, initial, weights, has_biases, bidirectional, activation, dtype, lengths=None):
     """One layer, both directions, as Scans: ``(output [seq, batch, directions * hidden], h, c)``."""
     results = []
     for d, direction_weights in enumerate(weights):
         zero = ctx.const([0], I64)
         states = [ctx.op.Squeeze(ctx.op.Slice(s, ctx.const([d], I64), ctx.const([d + 1], I64), zero), zero) for s in initial]
         results.append(
-            _direction_scan(ctx, node, op_type, seq, states, direction_weights, has_biases, d == 1, activation, dtype)
+            _direction_scan(ctx, node, op_type, seq, states, direction_weights, has_biases, d == 1, activation, dtype, lengths)
         )
     output = results[0][0] if len(results) == 1 else ctx.op.Concat(*[r[0] for r in results], axis=-1)
     h = _stack(ctx, [r[1] for r in results])
@@ -143,7 +167,10 @@ def _layer_scan(ctx, node, op_type, seq, initial, weights, has_biases, bidirecti
     return output, h, c
 
 
-def _recurrent(ctx, node, op_type, x, states, params, has_biases, num_layers, dropout, train, bidirectional, batch_first, activation=None):
+def _recurrent(
+    ctx, node, op_type, x, states, params, has_biases, num_layers, dropout, train, bidirectional, batch_first,
+    activation=None, lengths=None, x_index=0, params_index=2,
+):
     if train and dropout > 0 and num_layers > 1:
         raise ctx.error(f"{op_type} with dropout in training mode cannot be exported: call model.eval() before exporting.")
     directions = 2 if bidirectional else 1
@@ -153,9 +180,11 @@ def _recurrent(ctx, node, op_type, x, states, params, has_biases, num_layers, dr
         per_direction += 1
     if len(params) != num_layers * directions * per_direction:
         raise ctx.error(f"{op_type}: {len(params)} weights for {num_layers} layer(s) x {directions} direction(s)")
-    dtype = fake_of(node.args[0]).dtype
-    hidden = int(fake_of(node.args[2][1]).shape[0]) // _GATES[op_type]  # w_hh: [gates * hidden, hidden or proj]
+    dtype = fake_of(node.args[x_index]).dtype
+    hidden = int(fake_of(node.args[params_index][1]).shape[0]) // _GATES[op_type]  # w_hh: [gates * hidden, hidden or proj]
     scan = projected or dtype not in _ONNX_KERNEL_DTYPES
+    if lengths is not None:  # ONNX's node takes int32 lengths, ReverseSequence int64
+        lengths = ctx.cast(lengths, I64 if scan else torch.int32)
     seq = ctx.op.Transpose(x, perm=[1, 0, 2]) if batch_first else x
     last_h, last_c = [], []
     for layer in range(num_layers):
@@ -164,9 +193,9 @@ def _recurrent(ctx, node, op_type, x, states, params, has_biases, num_layers, dr
         start, end = ctx.const([layer * directions], I64), ctx.const([(layer + 1) * directions], I64)
         initial = [ctx.op.Slice(s, start, end, ctx.const([0], I64)) for s in states]
         if scan:
-            seq, h, c = _layer_scan(ctx, node, op_type, seq, initial, weights, has_biases, bidirectional, activation, dtype)
+            seq, h, c = _layer_scan(ctx, node, op_type, seq, initial, weights, has_biases, bidirectional, activation, dtype, lengths)
         else:
-            seq, h, c = _layer_onnx(ctx, op_type, seq, initial, weights, has_biases, hidden, bidirectional, activation)
+            seq, h, c = _layer_onnx(ctx, op_type, seq, initial, weights, has_biases, hidden, bidirectional, activation, lengths)
         last_h.append(h)
         last_c.append(c)
     output = ctx.op.Transpose(seq, perm=[1, 0, 2]) if batch_first else seq
@@ -194,4 +223,25 @@ def convert_rnn(ctx, node, x, hx, params, has_biases, num_layers, dropout, train
     activation = "Tanh" if node.target is aten.rnn_tanh.input else "Relu"
     return _recurrent(
         ctx, node, "RNN", x, [hx], params, has_biases, num_layers, dropout, train, bidirectional, batch_first, activation
+    )
+
+
+# packed sequences (:mod:`fx2onnx.convert.packed_sequences`): a padded batch, time first, and the lengths
+_PACKED_RNN = {"GRU": ("GRU", None), "RNN_TANH": ("RNN", "Tanh"), "RNN_RELU": ("RNN", "Relu")}
+
+
+@converter(torch.ops.fx2onnx.packed_lstm.default)
+def convert_packed_lstm(ctx, node, x, lengths, hx, params, has_biases, num_layers, dropout, train, bidirectional):
+    return _recurrent(
+        ctx, node, "LSTM", x, list(hx), params, has_biases, num_layers, dropout, train, bidirectional, False,
+        lengths=lengths, params_index=3,
+    )
+
+
+@converter(torch.ops.fx2onnx.packed_rnn.default)
+def convert_packed_rnn(ctx, node, mode, x, lengths, hx, params, has_biases, num_layers, dropout, train, bidirectional):
+    op_type, activation = _PACKED_RNN[mode]
+    return _recurrent(
+        ctx, node, op_type, x, [hx], params, has_biases, num_layers, dropout, train, bidirectional, False,
+        activation, lengths=lengths, x_index=1, params_index=4,
     )
