@@ -85,10 +85,12 @@ class DataDependent(torch.nn.Module):
 
 
 def test_export_failure_is_an_export_error():
+    # patches=False: to_onnx does not rewrite the `if` into torch.cond (see test_rewrite_retry.py)
     with pytest.raises(fx2onnx.ExportError, match="Step 'capture' failed: torch.export.export") as info:
-        fx2onnx.to_onnx(DataDependent(), (X,))
+        fx2onnx.to_onnx(DataDependent(), (X,), patches=False)
     message = str(info.value)
     assert "torch.cond" in message and "Frequent exceptions" in message
+    assert "test_api_errors.py:82 in forward: `if x.sum() > 0:" in message  # the line responsible
     assert info.value.__cause__ is not None  # torch's exception stays attached
 
 

@@ -399,13 +399,18 @@ def to_onnx(
     _check_options(target_opset, dispatcher, input_names, output_names)
     stages = _Stages(verbose)
     from ..patches.auto import auto_patches
+    from .rewrite_retry import capture_rewriting_if_needed
 
     with auto_patches(patches, model, tuple(args), dict(kwargs or {})) as applied:
         if verbose and applied:
             print(f"[to_onnx] patches applied for the capture: {', '.join(applied)}")
-        ep, dim_names = stages.run(
-            "capture (torch.export.export)", capture, model, tuple(args), dict(kwargs or {}), dynamic_shapes, strict,
-            dispatcher=dispatcher, decompose=decompose, verbose=verbose,
+        ep, dim_names = capture_rewriting_if_needed(
+            lambda: stages.run(
+                "capture (torch.export.export)", capture, model, tuple(args), dict(kwargs or {}), dynamic_shapes,
+                strict, dispatcher=dispatcher, decompose=decompose, verbose=verbose,
+            ),
+            model,
+            patches,
         )
     if verbose > 1:
         print(ep.graph)

@@ -21,7 +21,7 @@ from .complex_values import check_no_complex
 from .decompose import functionalize_and_decompose
 from .errors import ExportError
 from .meta_kernels import capture_kernels
-from .specializations import dimensions_in, record_specializations, specialization_hint
+from .specializations import data_dependent_line, dimensions_in, record_specializations, specialization_hint
 
 
 def _tensor_spec(spec: Any, tensor: torch.Tensor, where: str) -> tuple[Any, dict[int, str | None]]:
@@ -305,6 +305,35 @@ def _specialized_dims_hint(message: str, model: Any, args: tuple, kwargs: dict, 
     )
 
 
+class _DropUnmatchedSymbolNotice:
+    """A logging filter: torch's notice that it found no user variable for an unbacked symbol."""
+
+    def filter(self, record: Any) -> bool:
+        return not str(record.msg).startswith("Unable to find user code corresponding to")
+
+
+@contextlib.contextmanager
+def quiet_failed_attempts() -> Iterator[None]:
+    """Silences what torch.export prints on stderr when it fails: the graph traced so far, and a notice
+    about unbacked symbols. fx2onnx may capture again another way (the plain capture after the
+    size-oblivious one, the ``if`` statements rewritten) and reports a failure in its own error."""
+    import logging
+
+    import torch.export._trace as trace
+
+    shadowed = "print" in vars(trace)
+    trace.print = lambda *args, **kwargs: None  # its only print: the partial graph of a failure
+    notice = _DropUnmatchedSymbolNotice()
+    logger = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+    logger.addFilter(notice)
+    try:
+        yield
+    finally:
+        logger.removeFilter(notice)
+        if not shadowed:
+            del trace.print
+
+
 def _export_size_oblivious_first(model: Any, args: tuple, kwargs: dict, ds: Any, strict: bool) -> tuple[Any, bool]:
     """torch.export.export with size-oblivious input sizes, as torch.onnx.export captures, then
     without them if that fails; returns the program and whether its sizes are size-oblivious.
@@ -377,11 +406,24 @@ def capture(
         ds, axis_names = prepare_dynamic_shapes(model, args, kwargs, dynamic_shapes)
         _check_caches(args, kwargs)
         try:
-            with capture_kernels(), record_specializations() as specialized, explicit_keywords(model, args, kwargs):
+            with (
+                capture_kernels(),
+                quiet_failed_attempts(),
+                record_specializations() as specialized,
+                explicit_keywords(model, args, kwargs),
+            ):
                 ep, oblivious = _export_size_oblivious_first(model, tuple(args), dict(kwargs), ds, strict)
         except Exception as e:
             first = _first_lines(e)
             hint = _specialized_dims_hint(str(e), model, args, kwargs, axis_names)
+            line = data_dependent_line(e)
+            if line:
+                hint += (
+                    f"The model reads a Python value from a tensor's data at {line}: an `if` on a tensor, int(), "
+                    f"float(), .item() or .tolist() there cannot be captured. Keep the value a tensor (torch.where, "
+                    f"tensor arithmetic) or use torch.cond (`if` statements of forward methods are rewritten into "
+                    f"torch.cond by to_onnx itself unless patches=False).\n"
+                )
             if hint:
                 hint += specialization_hint(
                     specialized, str(e), lambda name, axis: _dimension_label(name, axis, model, args, kwargs, axis_names)

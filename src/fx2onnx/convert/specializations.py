@@ -148,3 +148,28 @@ def specialization_hint(found: list[Specialization], message: str, describe: Any
             "with nn.LSTM / nn.GRU / nn.RNN over the whole sequence, exported with a dynamic length.\n"
         )
     return "Where the code made a dynamic dimension a constant:\n" + "\n".join(lines) + more + "\n" + advice
+
+
+def data_dependent_line(error: BaseException) -> str | None:
+    """Where the model reads a Python value from a tensor's data (torch's ``GuardOnDataDependentSymNode``):
+    ``file:line in function: `code``` of the innermost frame of the model's code in the traceback, or None."""
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen and not isinstance(error, GuardOnDataDependentSymNode):
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    if error is None or not isinstance(error, GuardOnDataDependentSymNode):
+        return None
+    skipped, found = _skipped_dirs(), None
+    tb = error.__traceback__
+    while tb is not None:
+        filename = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        if not filename.startswith(skipped) and not filename.endswith("contextlib.py") and os.path.exists(filename):
+            found = (tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    if found is None:
+        return None
+    filename, lineno, function = found
+    code = linecache.getline(filename, lineno).strip()
+    return f"{filename}:{lineno} in {function}" + (f": `{code}`" if code else "")

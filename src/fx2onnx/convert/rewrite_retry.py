@@ -1,0 +1,84 @@
+"""A capture that failed on an ``if`` over tensor values, tried again with that ``if`` as ``torch.cond``.
+
+``if x.sum() > 0:`` in a ``forward`` stops :func:`torch.export.export` (``Could not guard on
+data-dependent expression``), and :func:`torch.onnx.export` with it. The rewriting of
+:mod:`fx2onnx.patches.rewrite` turns such tests into :func:`torch.cond` (both branches in the
+graph, ONNX ``If``), but a user must know to ask for it
+(``torch_export_patches(rewrite=model)``). :func:`fx2onnx.to_onnx` asks by itself: when the capture
+fails on a data-dependent guard and the ``forward`` of a module class of the model holds such
+tests, the capture runs again with them rewritten, and a :class:`RewrittenControlFlowWarning`
+names the functions and the lines. ``patches=False`` turns this off; when the second capture fails
+too, the first error is raised with a line telling what was tried.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from .errors import ExportError
+
+
+class RewrittenControlFlowWarning(UserWarning):
+    """:func:`fx2onnx.to_onnx` rewrote ``if`` statements on tensor values into ``torch.cond`` to capture the model."""
+
+
+def _failed_on_data(error: BaseException) -> bool:
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, GuardOnDataDependentSymNode):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _rewritable_forwards(model: Any) -> list[Callable[..., Any]]:
+    from ..patches.rewrite import collect_functions
+
+    if not isinstance(model, torch.nn.Module):
+        return []
+    return collect_functions(model)
+
+
+def capture_rewriting_if_needed(run_capture: Callable[[], Any], model: Any, patches: Any) -> Any:
+    """``run_capture()``; on an :class:`ExportError` caused by a data-dependent guard, once more with the
+    ``if`` statements on tensors of the model's ``forward`` methods rewritten (unless ``patches`` is False)."""
+    try:
+        return run_capture()
+    except ExportError as error:
+        functions = _rewritable_forwards(model) if patches is not False and _failed_on_data(error) else []
+        if not functions:
+            raise
+        from ..patches.context import torch_export_patches
+        from ..patches.rewrite import find_ifs_to_rewrite
+
+        where = "; ".join(
+            f"{f.__qualname__} (line {', '.join(str(line) for line, _ in find_ifs_to_rewrite(f))})" for f in functions
+        )
+        try:
+            with torch_export_patches(patch_torch=False, rewrite=functions):
+                result = run_capture()
+        except Exception as retry_error:  # noqa: BLE001 - the first error is the one to show
+            from .specializations import data_dependent_line
+
+            line = data_dependent_line(retry_error)
+            first = str(retry_error).strip().splitlines()[0] if str(retry_error).strip() else ""
+            error.args = (
+                f"{error.args[0]}\nfx2onnx also tried with the `if` statements on tensor values of {where} "
+                f"rewritten into torch.cond; that capture failed too"
+                f"{f' at {line}' if line else ''}: {type(retry_error).__name__}: {first}",
+            )
+            raise error
+        warnings.warn(
+            f"torch.export cannot capture an `if` on tensor values: to_onnx rewrote those of {where} into "
+            f"torch.cond (both branches in the graph, an ONNX If). Pass patches=False to refuse this, or write "
+            f"torch.cond yourself.",
+            RewrittenControlFlowWarning,
+            stacklevel=3,
+        )
+        return result
