@@ -94,6 +94,19 @@ def test_export_failure_is_an_export_error():
     assert info.value.__cause__ is not None  # torch's exception stays attached
 
 
+def test_torchscript_submodule_is_named():
+    class Scripted(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = torch.jit.script(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU()))
+
+        def forward(self, x):
+            return self.inner(x) * 2
+
+    with pytest.raises(fx2onnx.ExportError, match=r"Submodule\(s\) 'inner' are TorchScript modules"):
+        fx2onnx.to_onnx(Scripted(), (torch.randn(2, 3),))
+
+
 @torch.library.custom_op("fx2onnx_test::mystery", mutates_args=())
 def mystery(x: torch.Tensor) -> torch.Tensor:
     return x.abs() + 1

@@ -416,6 +416,16 @@ def capture(
         except Exception as e:
             first = _first_lines(e)
             hint = _specialized_dims_hint(str(e), model, args, kwargs, axis_names)
+            scripted: list[str] = []
+            for name, module in model.named_modules():
+                if isinstance(module, torch.jit.ScriptModule) and not any(name.startswith(f"{s}.") for s in scripted):
+                    scripted.append(name)
+            if scripted:
+                hint += (
+                    f"Submodule(s) {', '.join(repr(n) for n in scripted[:5])} are TorchScript modules (torch.jit.script "
+                    f"or torch.jit.trace): torch.export does not run TorchScript. Export the Python modules before "
+                    f"scripting them.\n"
+                )
             line = data_dependent_line(e)
             if line:
                 hint += (
