@@ -13,7 +13,7 @@ from optimize_helpers import FLOAT, check_rule, make_model, op_types, run
 
 from fx2onnx.optimizer.rules.activation import fuse_gelu
 from fx2onnx.optimizer.rules.attention import fuse_attention
-from fx2onnx.optimizer.rules.cleanup import fold_reshapes, fold_transposes, remove_identities
+from fx2onnx.optimizer.rules.cleanup import broadcast_expands, fold_reshapes, fold_transposes, remove_identities
 from fx2onnx.optimizer.rules.matmul_packing import pack_matmuls
 from fx2onnx.optimizer.rules.normalization import fuse_rms_normalization, fuse_skip_rms_normalization
 from fx2onnx.optimizer.rules.rotary import fuse_rotary_embedding
@@ -293,3 +293,29 @@ def test_cleanup():
 
     fused = check_rule(model, rule, [{"x": randn(2, 3, 4, 5)}], None)
     assert op_types(fused) == {"Transpose": 1, "Reshape": 1, "Neg": 1}
+
+
+def test_broadcast_expands():
+    """The backward of a mean: ``Expand(s)`` scaled twice then multiplied by a full tensor; the scaling
+    moves before the Expand, which the last Mul no longer needs. An Expand before a non-broadcasting
+    operator stays."""
+    nodes = [
+        oh.make_node("Shape", ["x"], ["shape"]),
+        oh.make_node("Expand", ["s", "shape"], ["e"]),
+        oh.make_node("Div", ["e", "n"], ["d"]),
+        oh.make_node("Mul", ["d", "two"], ["m"]),
+        oh.make_node("Mul", ["m", "x"], ["y"]),
+        oh.make_node("Expand", ["s", "shape"], ["kept"]),
+        oh.make_node("Neg", ["kept"], ["z"]),
+    ]
+    full = ["b", "t", 8]
+    model = make_model(
+        nodes, [("s", FLOAT, ["b", "t", 1]), ("x", FLOAT, full)], [("y", FLOAT, full), ("z", FLOAT, full)],
+        [("n", np.array(8.0, np.float32)), ("two", np.array(2.0, np.float32))],
+        value_info=[("e", FLOAT, full), ("d", FLOAT, full), ("m", FLOAT, full), ("kept", FLOAT, full)],
+    )
+    feeds = [{"s": randn(2, 3, 1), "x": randn(2, 3, 8)}, {"s": randn(1, 5, 1), "x": randn(1, 5, 8)}]
+    fused = check_rule(model, broadcast_expands, feeds, 3)  # two moves, one removal
+    assert op_types(fused) == {"Shape": 1, "Expand": 1, "Div": 1, "Mul": 2, "Neg": 1}
+    small = {o for n in fused.graph.node if n.op_type in ("Div", "Mul") for o in n.input}
+    assert "e" not in small and "s" in small

@@ -13,7 +13,7 @@ import onnx_ir as ir
 
 from .activation import fuse_bias_gelu, fuse_gelu
 from .attention import attention_3d_layout, fuse_attention
-from .cleanup import fold_reshapes, fold_transposes, remove_identities
+from .cleanup import broadcast_expands, fold_reshapes, fold_transposes, remove_identities
 from .matmul_packing import pack_matmuls
 from .normalization import fuse_rms_normalization, fuse_skip_rms_normalization
 from .rotary import fuse_rotary_embedding
@@ -35,6 +35,7 @@ CLEANUP = [
     Rule("remove_identities", remove_identities),
     Rule("fold_transposes", fold_transposes),
     Rule("fold_reshapes", fold_reshapes),
+    Rule("broadcast_expands", broadcast_expands),
 ]
 
 ONNXRUNTIME = [

@@ -85,3 +85,77 @@ def remove_identities(model: ir.Model) -> int:
         if same:
             count += _forward(graph, node, x)
     return count
+
+
+# elementwise operators broadcasting their inputs (numpy rules): an Expand before them is not needed
+# when the other inputs already give the output its shape
+_BROADCASTING = frozenset(
+    "Add Sub Mul Div Pow Max Min Mod Equal Less Greater LessOrEqual GreaterOrEqual And Or Xor Where".split()
+)
+
+
+def _dim_key(d: object) -> object:
+    return d if isinstance(d, int) else getattr(d, "value", None)
+
+
+def _broadcast(*shapes: ir.Shape | None) -> list[object] | None:
+    """The broadcast of shapes whose dimensions are ints or named symbolic dimensions, None when unknown."""
+    if any(not _known(s) for s in shapes):
+        return None
+    keys = [[_dim_key(d) for d in s] for s in shapes]  # type: ignore[union-attr]
+    out: list[object] = []
+    for i in range(1, max((len(k) for k in keys), default=0) + 1):
+        dims = {k[-i] for k in keys if len(k) >= i} - {1}
+        if len(dims) > 1:
+            return None
+        out.insert(0, dims.pop() if dims else 1)
+    return out
+
+
+def broadcast_expands(model: ir.Model) -> int:
+    """An ``Expand`` feeding a broadcasting elementwise operator:
+
+    * removed when the other inputs already broadcast to the output's shape
+      (``Mul(Expand(s, [B, S, D]), x)`` with ``x`` of shape ``[B, S, D]`` is ``Mul(s, x)``);
+    * moved after the operator when the other inputs are no larger than the Expand's input
+      (``Div(Expand(s, shape), 256)`` is ``Expand(Div(s, 256), shape)``: the division runs on
+      ``s``, not on the expanded tensor), where it may meet the first case.
+
+    The backward of a mean or a norm expands a ``[B, S, 1]`` reduction before scaling it:
+    every moved or removed Expand is one pass less over the full tensor."""
+    graph = model.graph
+    count, changed = 0, True
+    while changed:
+        changed = False
+        for node in [n for n in graph if n.op_type in _BROADCASTING and n.domain == ""]:
+            out = node.outputs[0]
+            if not out.uses() and out not in graph.outputs:  # replaced earlier, removed at the end
+                continue
+            target = [_dim_key(d) for d in out.shape] if _known(out.shape) else None
+            if target is None or any(v is None for v in node.inputs):
+                continue
+            for i, value in enumerate(node.inputs):
+                expand = producer(value, "Expand")
+                if expand is None:
+                    continue
+                source = expand.inputs[0]
+                others = [v.shape for j, v in enumerate(node.inputs) if j != i]
+                if _broadcast(source.shape, *others) == target:
+                    node.replace_input_with(i, source)
+                    count, changed = count + 1, True
+                    break
+                single_use = len(value.uses()) == 1 and value not in graph.outputs
+                small = _broadcast(source.shape, *others)
+                if single_use and small is not None and small == [_dim_key(d) for d in source.shape] and out not in graph.outputs:
+                    inputs = list(node.inputs)
+                    inputs[i] = source
+                    moved = ir.node(node.op_type, inputs, {name: a.value for name, a in node.attributes.items()})
+                    moved.outputs[0].dtype = out.dtype
+                    moved.outputs[0].shape = ir.Shape(list(source.shape))
+                    new_expand = ir.node("Expand", [moved.outputs[0], expand.inputs[1]])
+                    replace(graph, node, [moved, new_expand], [out], [new_expand.outputs[0]])
+                    count, changed = count + 1, True
+                    break
+            if changed:
+                break
+    return count
