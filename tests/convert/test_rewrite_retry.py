@@ -73,3 +73,32 @@ def test_second_failure_reports_both():
     message = str(info.value)
     assert "also tried with the `if` statements on tensor values of StillDataDependent.forward" in message
     assert "`if x.mean() > 0:  # not a forward: not rewritten`" in message  # the first failure's line
+
+
+class CutAtLongest(torch.nn.Module):
+    def forward(self, x, lengths):
+        scale = float(lengths.float().mean())  # a Python number read from a tensor
+        return x[:, : int(lengths.max())] * scale
+
+
+def test_int_and_float_of_tensors_read_as_symbolic_numbers():
+    model = CutAtLongest()
+    args = (torch.randn(2, 9), torch.tensor([3, 5]))
+    with pytest.warns(RewrittenControlFlowWarning, match=r"CutAtLongest.forward \(line \d+, \d+\).*t.item\(\)"):
+        onx = fx2onnx.to_onnx(model, args, dynamic_shapes=({0: "batch", 1: "seq"}, {0: "batch"}))
+    session = onnxruntime.InferenceSession(onx.SerializeToString(), providers=["CPUExecutionProvider"])
+    for x, lengths in [args, (torch.randn(3, 11), torch.tensor([2, 8, 4])), (torch.randn(1, 4), torch.tensor([4]))]:
+        got = session.run(None, {"x": x.numpy(), "lengths": lengths.numpy()})[0]
+        expected = model(x, lengths).numpy()
+        assert got.shape == expected.shape  # cut at max(lengths), a size read from the data
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def test_read_helpers_match_python():
+    from fx2onnx.patches.rewrite import find_scalar_reads, read_float, read_int
+
+    assert read_int(torch.tensor(-2.7)) == int(-2.7) == -2 and read_int(torch.tensor(True)) == 1 and read_int(3.9) == 3
+    assert read_float(torch.tensor(3)) == 3.0 and read_float(torch.tensor(False)) == 0.0
+    assert [code for _, code in find_scalar_reads(CutAtLongest.forward)] == [
+        "float(lengths.float().mean())", "int(lengths.max())"
+    ]

@@ -1,16 +1,17 @@
-"""A capture that failed on an ``if`` over tensor values, tried again with that ``if`` as ``torch.cond``.
+"""A capture that failed on tensor values, tried again with the model's code rewritten.
 
-``if x.sum() > 0:`` in a ``forward`` stops :func:`torch.export.export` (``Could not guard on
-data-dependent expression``), and :func:`torch.onnx.export` with it. The rewriting of
-:mod:`fx2onnx.patches.rewrite` turns such tests into :func:`torch.cond` (both branches in the
-graph, ONNX ``If``), but a user must know to ask for it
-(``torch_export_patches(rewrite=model)``). :func:`fx2onnx.to_onnx` asks by itself: when the capture
-fails on a data-dependent guard and the ``forward`` of a module class of the model holds such
-tests, the capture runs again with them rewritten, and a :class:`RewrittenControlFlowWarning`
-names the functions and the lines. ``patches=False`` turns this off; when the second capture fails
-too, the first error is raised with a line telling what was tried.
+``if x.sum() > 0:`` or ``x[:, : int(lengths.max())]`` in a ``forward`` stops
+:func:`torch.export.export` (``Could not guard on data-dependent expression``), and
+:func:`torch.onnx.export` with it. The rewriting of :mod:`fx2onnx.patches.rewrite` turns such a
+test into :func:`torch.cond` (both branches in the graph, ONNX ``If``) and ``int(t)`` /
+``float(t)`` of a tensor into ``t.item()`` (a symbolic number torch.export keeps), but a user must
+know to ask for it (``torch_export_patches(rewrite=model)``). :func:`fx2onnx.to_onnx` asks by
+itself: when the capture fails on a data-dependent guard and the ``forward`` of a module class of
+the model holds such code, the capture runs again with it rewritten, and a
+:class:`RewrittenControlFlowWarning` names the functions and the lines. ``patches=False`` turns
+this off; when the second capture fails too, the first error is raised with a line telling what
+was tried.
 """
-
 from __future__ import annotations
 
 import warnings
@@ -37,12 +38,26 @@ def _failed_on_data(error: BaseException) -> bool:
     return False
 
 
-def _rewritable_forwards(model: Any) -> list[Callable[..., Any]]:
-    from ..patches.rewrite import collect_functions
+def _found(function: Callable[..., Any]) -> list[tuple[int, str]]:
+    """The ``if`` tests and the ``int()`` / ``float()`` reads of tensor values in ``function``, by line."""
+    from ..patches.rewrite import find_ifs_to_rewrite, find_scalar_reads
 
+    try:
+        return sorted(find_ifs_to_rewrite(function) + find_scalar_reads(function))
+    except (ValueError, SyntaxError, OSError, TypeError):  # no readable source
+        return []
+
+
+def _rewritable_forwards(model: Any) -> list[Callable[..., Any]]:
+    """The ``forward`` of every module class of the model holding something to rewrite."""
     if not isinstance(model, torch.nn.Module):
         return []
-    return collect_functions(model)
+    functions: list[Callable[..., Any]] = []
+    for module in model.modules():
+        forward = type(module).__dict__.get("forward")
+        if forward is not None and forward not in functions and _found(forward):
+            functions.append(forward)
+    return functions
 
 
 def capture_rewriting_if_needed(run_capture: Callable[[], Any], model: Any, patches: Any) -> Any:
@@ -55,13 +70,14 @@ def capture_rewriting_if_needed(run_capture: Callable[[], Any], model: Any, patc
         if not functions:
             raise
         from ..patches.context import torch_export_patches
-        from ..patches.rewrite import find_ifs_to_rewrite
+        from ..patches.rewrite import rewrite_patches
 
         where = "; ".join(
-            f"{f.__qualname__} (line {', '.join(str(line) for line, _ in find_ifs_to_rewrite(f))})" for f in functions
+            f"{f.__qualname__} (line {', '.join(str(line) for line in sorted({line for line, _ in _found(f)}))})"
+            for f in functions
         )
         try:
-            with torch_export_patches(patch_torch=False, rewrite=functions):
+            with torch_export_patches(patch_torch=False, custom_patches=rewrite_patches(functions, scalar_reads=True)):
                 result = run_capture()
         except Exception as retry_error:  # noqa: BLE001 - the first error is the one to show
             from .specializations import data_dependent_line
@@ -70,14 +86,14 @@ def capture_rewriting_if_needed(run_capture: Callable[[], Any], model: Any, patc
             first = str(retry_error).strip().splitlines()[0] if str(retry_error).strip() else ""
             error.args = (
                 f"{error.args[0]}\nfx2onnx also tried with the `if` statements on tensor values of {where} "
-                f"rewritten into torch.cond; that capture failed too"
+                f"rewritten into torch.cond (and int() / float() of tensors into .item()); that capture failed too"
                 f"{f' at {line}' if line else ''}: {type(retry_error).__name__}: {first}",
             )
             raise error
         warnings.warn(
-            f"torch.export cannot capture an `if` on tensor values: to_onnx rewrote those of {where} into "
-            f"torch.cond (both branches in the graph, an ONNX If). Pass patches=False to refuse this, or write "
-            f"torch.cond yourself.",
+            f"torch.export cannot capture an `if` on tensor values nor int() / float() of a tensor: to_onnx "
+            f"rewrote those of {where} (an `if` into torch.cond: both branches in the graph, an ONNX If; int(t) / "
+            f"float(t) into t.item(): a symbolic number). Pass patches=False to refuse this, or write it so yourself.",
             RewrittenControlFlowWarning,
             stacklevel=3,
         )

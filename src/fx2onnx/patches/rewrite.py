@@ -84,6 +84,9 @@ def depends_on_values(expr: ast.AST, tensor_names: set[str]) -> bool:
     if isinstance(expr, ast.Call):
         if _is_torch_value_call(expr):
             return True
+        if isinstance(expr.func, ast.Name) and expr.func.id in ("int", "float", "bool"):
+            # a Python number read from a tensor's value
+            return any(depends_on_values(a, tensor_names) for a in expr.args)
         if isinstance(expr.func, ast.Attribute) and depends_on_values(expr.func.value, tensor_names):
             # x.float(), x.view(...) on a tensor
             return expr.func.attr not in {"size", "dim", "numel", "get_device", "is_floating_point"}
@@ -392,23 +395,89 @@ def find_ifs_to_rewrite(
     ]
 
 
+def read_int(value: Any) -> Any:
+    """``int(value)``; a tensor's value is read with ``.item()``: a symbolic integer while exporting."""
+    if isinstance(value, torch.Tensor):
+        item = (value.long() if value.dtype == torch.bool else value).item()
+        return item if isinstance(item, (int, torch.SymInt)) else torch.sym_int(item)
+    return int(value)
+
+
+def read_float(value: Any) -> Any:
+    """``float(value)``; a tensor's value is read with ``.item()``: a symbolic float while exporting."""
+    if isinstance(value, torch.Tensor):
+        item = (value.float() if value.dtype == torch.bool else value).item()
+        return item if isinstance(item, (float, torch.SymFloat)) else torch.sym_float(item)
+    return float(value)
+
+
+_SCALAR_READS = {"int": f"{_PREFIX}_read_int", "float": f"{_PREFIX}_read_float"}
+
+
+class _ScalarReadRewriter(ast.NodeTransformer):
+    """``int(e)`` / ``float(e)`` of an expression ``e`` depending on tensor values -> :func:`read_int` /
+    :func:`read_float`: torch.export cannot turn a tensor into a Python number, ``.item()`` gives a
+    symbolic one."""
+
+    def __init__(self, tensor_names: set[str]):
+        self.tensor_names = tensor_names
+        self.rewritten: list[int] = []
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if _is_scalar_read(node, self.tensor_names):
+            self.rewritten.append(node.lineno)
+            helper = ast.Name(id=_SCALAR_READS[node.func.id], ctx=ast.Load())  # type: ignore[attr-defined]
+            return ast.copy_location(ast.Call(func=helper, args=node.args, keywords=[]), node)
+        return node
+
+
+def _is_scalar_read(node: ast.AST, tensor_names: set[str]) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _SCALAR_READS
+        and len(node.args) == 1
+        and not node.keywords
+        and depends_on_values(node.args[0], tensor_names)
+    )
+
+
+def find_scalar_reads(function: Callable[..., Any]) -> list[tuple[int, str]]:
+    """Returns ``(line, call)`` for each ``int(...)`` / ``float(...)`` of a tensor value in ``function``."""
+    _, node = _parse_function(inspect.unwrap(function))
+    names = _tensor_names(node)
+    first = inspect.unwrap(function).__code__.co_firstlineno
+    found = [(sub.lineno, sub.col_offset, ast.unparse(sub)) for sub in _own_nodes(node) if _is_scalar_read(sub, names)]
+    return [(first + line - 1, code) for line, _, code in sorted(found)]
+
+
 def rewrite_function(
-    function: Callable[..., Any], select: Callable[[ast.expr, set[str]], bool] | None = None
+    function: Callable[..., Any],
+    select: Callable[[ast.expr, set[str]], bool] | None = None,
+    scalar_reads: bool = False,
 ) -> RewrittenFunction:
     """Rewrites the ``if`` statements of ``function`` selected by ``select`` into torch.cond.
 
     :param function: a Python function or method (not a builtin, source readable)
     :param select: ``select(test, tensor_names) -> bool``, :func:`default_filter` by default
+    :param scalar_reads: also ``int(e)`` / ``float(e)`` of tensor values into ``e.item()``
+        (:func:`read_int`, :func:`read_float`)
     :return: a :class:`RewrittenFunction`; ``.function`` behaves like the original
     """
     rewriter = _IfRewriter(set(), select or default_filter)
+    reads = _ScalarReadRewriter(set())
 
     def transform(node: ast.FunctionDef) -> ast.FunctionDef:
-        rewriter.tensor_names = _tensor_names(node)
-        return rewriter.visit(node)
+        rewriter.tensor_names = reads.tensor_names = _tensor_names(node)
+        node = rewriter.visit(node)
+        return reads.visit(node) if scalar_reads else node
 
-    helpers = {f"{_PREFIX}_check_false": check_false, f"{_PREFIX}_clone": clone}
-    return transform_function(function, transform, helpers, lambda: rewriter.rewritten)
+    helpers = {
+        f"{_PREFIX}_check_false": check_false, f"{_PREFIX}_clone": clone,
+        _SCALAR_READS["int"]: read_int, _SCALAR_READS["float"]: read_float,
+    }
+    return transform_function(function, transform, helpers, lambda: sorted(rewriter.rewritten + reads.rewritten))
 
 
 def transform_function(
@@ -518,7 +587,9 @@ def _safe_find(function: Callable[..., Any]) -> bool:
         return False
 
 
-def rewrite_patches(rewrite: Any, dump_rewriting: str | os.PathLike | None = None) -> list[Any]:
+def rewrite_patches(
+    rewrite: Any, dump_rewriting: str | os.PathLike | None = None, scalar_reads: bool = False
+) -> list[Any]:
     """Builds one :class:`~fx2onnx.patches.registry.Patch` per function to rewrite."""
     from .registry import Patch
 
@@ -530,7 +601,7 @@ def rewrite_patches(rewrite: Any, dump_rewriting: str | os.PathLike | None = Non
             if isinstance(owner, type)
             else f"{owner.__name__}.{name}"
         )
-        rewritten = rewrite_function(function)
+        rewritten = rewrite_function(function, scalar_reads=scalar_reads)
         if dump_rewriting is not None:
             rewritten.dump(dump_rewriting)
 
