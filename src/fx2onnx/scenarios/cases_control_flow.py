@@ -59,6 +59,16 @@ class IfOnValue(torch.nn.Module):
         return x - 1
 
 
+class IntOfTensorSlice(torch.nn.Module):
+    """``int()`` of a tensor value as a slice bound: a Python number read from the data."""
+
+    _inputs = [I(T(2, 9), torch.tensor([3, 5])), I(T(3, 11), torch.tensor([2, 8, 4]))]
+    _dynamic = ({0: B, 1: "seq"}, {0: B})
+
+    def forward(self, x, lengths):
+        return x[:, : int(lengths.max())] * 2
+
+
 class WhereInsteadOfIf(torch.nn.Module):
     """``torch.where``: a test on values without control flow."""
 
