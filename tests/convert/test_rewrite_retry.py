@@ -102,3 +102,18 @@ def test_read_helpers_match_python():
     assert [code for _, code in find_scalar_reads(CutAtLongest.forward)] == [
         "float(lengths.float().mean())", "int(lengths.max())"
     ]
+
+
+def test_class_defined_in_a_function_is_rewritten_and_restored():
+    class Local(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x * 2
+            return x - 1
+
+    original = Local.forward
+    with pytest.warns(RewrittenControlFlowWarning, match="Local.forward"):
+        onx = fx2onnx.to_onnx(Local(), (torch.randn(2, 3),), dynamic_shapes=({0: "batch"},))
+    assert Local.forward is original
+    for x in [torch.rand(4, 3), -torch.rand(1, 3)]:
+        np.testing.assert_allclose(_run(onx, x), Local()(x).numpy(), atol=1e-6)

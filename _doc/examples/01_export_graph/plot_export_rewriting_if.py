@@ -21,6 +21,7 @@ import contextlib
 import io
 import os
 import tempfile
+import warnings
 
 import matplotlib.pyplot as plt
 import torch
@@ -93,6 +94,16 @@ assert "torch.cond" in diff
 # The original ``forward`` is back once the ``with`` block ends.
 
 assert "torch.cond" not in GatedBlock.forward.__code__.co_names
+
+# %%
+# :func:`fx2onnx.to_onnx` does the same by itself when its capture fails on such
+# an ``if`` in a ``forward`` (``patches=False`` refuses), and says so with a warning.
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    auto = fx2onnx.to_onnx(model, (x,), dynamic_shapes=dynamic_shapes)
+print(caught[-1].category.__name__, ":", str(caught[-1].message)[:110], "...")
+assert "If" in {n.op_type for n in auto.graph.node}
 
 # %%
 # The ONNX model

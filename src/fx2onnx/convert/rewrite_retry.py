@@ -14,8 +14,9 @@ was tried.
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -48,16 +49,33 @@ def _found(function: Callable[..., Any]) -> list[tuple[int, str]]:
         return []
 
 
-def _rewritable_forwards(model: Any) -> list[Callable[..., Any]]:
-    """The ``forward`` of every module class of the model holding something to rewrite."""
+def _rewritable_forwards(model: Any) -> list[tuple[type, Callable[..., Any]]]:
+    """``(class, forward)`` for every module class of the model whose ``forward`` holds something to rewrite."""
     if not isinstance(model, torch.nn.Module):
         return []
-    functions: list[Callable[..., Any]] = []
+    found: list[tuple[type, Callable[..., Any]]] = []
     for module in model.modules():
-        forward = type(module).__dict__.get("forward")
-        if forward is not None and forward not in functions and _found(forward):
-            functions.append(forward)
-    return functions
+        cls = type(module)
+        forward = cls.__dict__.get("forward")
+        if forward is not None and all(c is not cls for c, _ in found) and _found(forward):
+            found.append((cls, forward))
+    return found
+
+
+@contextlib.contextmanager
+def _rewritten(forwards: list[tuple[type, Callable[..., Any]]]) -> Iterator[None]:
+    """The classes' ``forward`` replaced by their rewritten code, restored on exit (a class defined
+    inside a function is patched too: no dotted path to resolve)."""
+    from ..patches.rewrite import rewrite_function
+
+    new = [rewrite_function(forward, scalar_reads=True).function for _, forward in forwards]
+    try:
+        for (cls, _), function in zip(forwards, new):
+            cls.forward = function
+        yield
+    finally:
+        for cls, forward in forwards:
+            cls.forward = forward
 
 
 def capture_rewriting_if_needed(run_capture: Callable[[], Any], model: Any, patches: Any) -> Any:
@@ -66,18 +84,15 @@ def capture_rewriting_if_needed(run_capture: Callable[[], Any], model: Any, patc
     try:
         return run_capture()
     except ExportError as error:
-        functions = _rewritable_forwards(model) if patches is not False and _failed_on_data(error) else []
-        if not functions:
+        forwards = _rewritable_forwards(model) if patches is not False and _failed_on_data(error) else []
+        if not forwards:
             raise
-        from ..patches.context import torch_export_patches
-        from ..patches.rewrite import rewrite_patches
-
         where = "; ".join(
             f"{f.__qualname__} (line {', '.join(str(line) for line in sorted({line for line, _ in _found(f)}))})"
-            for f in functions
+            for _, f in forwards
         )
         try:
-            with torch_export_patches(patch_torch=False, custom_patches=rewrite_patches(functions, scalar_reads=True)):
+            with _rewritten(forwards):
                 result = run_capture()
         except Exception as retry_error:  # noqa: BLE001 - the first error is the one to show
             from .specializations import data_dependent_line

@@ -165,7 +165,8 @@ def data_dependent_line(error: BaseException) -> str | None:
     tb = error.__traceback__
     while tb is not None:
         filename = os.path.abspath(tb.tb_frame.f_code.co_filename)
-        if not filename.startswith(skipped) and not filename.endswith("contextlib.py") and os.path.exists(filename):
+        code_file = tb.tb_frame.f_code.co_filename
+        if code_file and os.path.isfile(code_file) and not filename.startswith(skipped) and not filename.endswith("contextlib.py"):
             found = (tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_code.co_name)
         tb = tb.tb_next
     if found is None:
