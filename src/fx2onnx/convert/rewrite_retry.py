@@ -27,54 +27,43 @@ class RewrittenControlFlowWarning(UserWarning):
     """:func:`fx2onnx.to_onnx` rewrote ``if`` statements on tensor values into ``torch.cond`` to capture the model."""
 
 
-def _failed_on_data(error: BaseException) -> bool:
-    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
-
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, GuardOnDataDependentSymNode):
-            return True
-        error = error.__cause__ or error.__context__
-    return False
-
-
-def _found(function: Callable[..., Any]) -> list[tuple[int, str]]:
-    """The ``if`` tests and the ``int()`` / ``float()`` reads of tensor values in ``function``, by line."""
+def _lines_to_rewrite(function: Callable[..., Any]) -> list[int]:
+    """The lines of ``function`` with an ``if`` test or an ``int()`` / ``float()`` read of tensor values."""
     from ..patches.rewrite import find_ifs_to_rewrite, find_scalar_reads
 
     try:
-        return sorted(find_ifs_to_rewrite(function) + find_scalar_reads(function))
+        return sorted({line for line, _ in find_ifs_to_rewrite(function) + find_scalar_reads(function)})
     except (ValueError, SyntaxError, OSError, TypeError):  # no readable source
         return []
 
 
-def _rewritable_forwards(model: Any) -> list[tuple[type, Callable[..., Any]]]:
-    """``(class, forward)`` for every module class of the model whose ``forward`` holds something to rewrite."""
+def _rewritable_forwards(model: Any) -> dict[type, tuple[Callable[..., Any], list[int]]]:
+    """``{class: (forward, lines to rewrite)}`` for every module class of the model whose ``forward`` holds
+    something to rewrite."""
     if not isinstance(model, torch.nn.Module):
-        return []
-    found: list[tuple[type, Callable[..., Any]]] = []
+        return {}
+    found: dict[type, tuple[Callable[..., Any], list[int]]] = {}
     for module in model.modules():
         cls = type(module)
         forward = cls.__dict__.get("forward")
-        if forward is not None and all(c is not cls for c, _ in found) and _found(forward):
-            found.append((cls, forward))
+        if forward is not None and cls not in found and (lines := _lines_to_rewrite(forward)):
+            found[cls] = (forward, lines)
     return found
 
 
 @contextlib.contextmanager
-def _rewritten(forwards: list[tuple[type, Callable[..., Any]]]) -> Iterator[None]:
+def _rewritten(forwards: dict[type, tuple[Callable[..., Any], list[int]]]) -> Iterator[None]:
     """The classes' ``forward`` replaced by their rewritten code, restored on exit (a class defined
     inside a function is patched too: no dotted path to resolve)."""
     from ..patches.rewrite import rewrite_function
 
-    new = [rewrite_function(forward, scalar_reads=True).function for _, forward in forwards]
+    new = {cls: rewrite_function(forward, scalar_reads=True).function for cls, (forward, _) in forwards.items()}
     try:
-        for (cls, _), function in zip(forwards, new):
+        for cls, function in new.items():
             cls.forward = function
         yield
     finally:
-        for cls, forward in forwards:
+        for cls, (forward, _) in forwards.items():
             cls.forward = forward
 
 
@@ -84,19 +73,18 @@ def capture_rewriting_if_needed(run_capture: Callable[[], Any], model: Any, patc
     try:
         return run_capture()
     except ExportError as error:
-        forwards = _rewritable_forwards(model) if patches is not False and _failed_on_data(error) else []
+        from .specializations import data_dependent_cause, data_dependent_line
+
+        forwards = _rewritable_forwards(model) if patches is not False and data_dependent_cause(error) else {}
         if not forwards:
             raise
         where = "; ".join(
-            f"{f.__qualname__} (line {', '.join(str(line) for line in sorted({line for line, _ in _found(f)}))})"
-            for _, f in forwards
+            f"{forward.__qualname__} (line {', '.join(map(str, lines))})" for forward, lines in forwards.values()
         )
         try:
             with _rewritten(forwards):
                 result = run_capture()
         except Exception as retry_error:  # noqa: BLE001 - the first error is the one to show
-            from .specializations import data_dependent_line
-
             line = data_dependent_line(retry_error)
             first = str(retry_error).strip().splitlines()[0] if str(retry_error).strip() else ""
             error.args = (

@@ -57,11 +57,16 @@ def _code_frame(skipped: tuple[str, ...]) -> Any:
     """The innermost frame outside torch, sympy, this folder (the capture) and contextlib."""
     frame = sys._getframe(2)
     while frame is not None:
-        filename = os.path.abspath(frame.f_code.co_filename)
-        if not filename.startswith(skipped) and not filename.endswith("contextlib.py"):
+        if _is_model_code(frame.f_code.co_filename, skipped):
             return frame
         frame = frame.f_back
     return None
+
+
+def _is_model_code(filename: str, skipped: tuple[str, ...]) -> bool:
+    """The file is none of torch's, sympy's, the capture's or contextlib's."""
+    path = os.path.abspath(filename)
+    return not path.startswith(skipped) and not path.endswith("contextlib.py")
 
 
 @contextlib.contextmanager
@@ -150,24 +155,31 @@ def specialization_hint(found: list[Specialization], message: str, describe: Any
     return "Where the code made a dynamic dimension a constant:\n" + "\n".join(lines) + more + "\n" + advice
 
 
-def data_dependent_line(error: BaseException) -> str | None:
-    """Where the model reads a Python value from a tensor's data (torch's ``GuardOnDataDependentSymNode``):
-    ``file:line in function: `code``` of the innermost frame of the model's code in the traceback, or None."""
+def data_dependent_cause(error: BaseException | None) -> BaseException | None:
+    """torch's ``GuardOnDataDependentSymNode`` in the chain of causes of ``error`` (itself included), or None."""
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
     seen: set[int] = set()
-    while error is not None and id(error) not in seen and not isinstance(error, GuardOnDataDependentSymNode):
+    while error is not None and id(error) not in seen:
+        if isinstance(error, GuardOnDataDependentSymNode):
+            return error
         seen.add(id(error))
         error = error.__cause__ or error.__context__
-    if error is None or not isinstance(error, GuardOnDataDependentSymNode):
+    return None
+
+
+def data_dependent_line(error: BaseException) -> str | None:
+    """Where the model reads a Python value from a tensor's data (torch's ``GuardOnDataDependentSymNode``):
+    ``file:line in function: `code``` of the innermost frame of the model's code in the traceback, or None."""
+    cause = data_dependent_cause(error)
+    if cause is None:
         return None
     skipped, found = _skipped_dirs(), None
-    tb = error.__traceback__
+    tb = cause.__traceback__
     while tb is not None:
-        filename = os.path.abspath(tb.tb_frame.f_code.co_filename)
-        code_file = tb.tb_frame.f_code.co_filename
-        if code_file and os.path.isfile(code_file) and not filename.startswith(skipped) and not filename.endswith("contextlib.py"):
-            found = (tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_code.co_name)
+        code = tb.tb_frame.f_code
+        if code.co_filename and os.path.isfile(code.co_filename) and _is_model_code(code.co_filename, skipped):
+            found = (code.co_filename, tb.tb_lineno, code.co_name)
         tb = tb.tb_next
     if found is None:
         return None

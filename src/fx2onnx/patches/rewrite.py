@@ -380,19 +380,23 @@ def _parse_function(function: Callable[..., Any]) -> tuple[str, ast.FunctionDef]
     return source, node
 
 
+def _matching_nodes(
+    function: Callable[..., Any], keep: Callable[[ast.AST, set[str]], bool]
+) -> list[tuple[int, ast.AST]]:
+    """``(line in the file, node)`` for each node of ``function``'s body that ``keep(node, tensor_names)`` selects."""
+    _, node = _parse_function(inspect.unwrap(function))
+    names = _tensor_names(node)
+    first = inspect.unwrap(function).__code__.co_firstlineno
+    return [(first + sub.lineno - 1, sub) for sub in _own_nodes(node) if keep(sub, names)]
+
+
 def find_ifs_to_rewrite(
     function: Callable[..., Any], select: Callable[[ast.expr, set[str]], bool] | None = None
 ) -> list[tuple[int, str]]:
     """Returns ``(line, test)`` for each ``if`` of ``function`` the rewriting selects."""
-    _, node = _parse_function(inspect.unwrap(function))
     select = select or default_filter
-    names = _tensor_names(node)
-    first = inspect.unwrap(function).__code__.co_firstlineno
-    return [
-        (first + sub.lineno - 1, ast.unparse(sub.test))
-        for sub in _own_nodes(node)
-        if isinstance(sub, ast.If) and select(sub.test, names)
-    ]
+    found = _matching_nodes(function, lambda sub, names: isinstance(sub, ast.If) and select(sub.test, names))
+    return [(line, ast.unparse(sub.test)) for line, sub in found]  # type: ignore[attr-defined]
 
 
 def read_int(value: Any) -> Any:
@@ -445,11 +449,8 @@ def _is_scalar_read(node: ast.AST, tensor_names: set[str]) -> bool:
 
 def find_scalar_reads(function: Callable[..., Any]) -> list[tuple[int, str]]:
     """Returns ``(line, call)`` for each ``int(...)`` / ``float(...)`` of a tensor value in ``function``."""
-    _, node = _parse_function(inspect.unwrap(function))
-    names = _tensor_names(node)
-    first = inspect.unwrap(function).__code__.co_firstlineno
-    found = [(sub.lineno, sub.col_offset, ast.unparse(sub)) for sub in _own_nodes(node) if _is_scalar_read(sub, names)]
-    return [(first + line - 1, code) for line, _, code in sorted(found)]
+    found = sorted(_matching_nodes(function, _is_scalar_read), key=lambda item: (item[0], item[1].col_offset))
+    return [(line, ast.unparse(sub)) for line, sub in found]
 
 
 def rewrite_function(
@@ -587,9 +588,7 @@ def _safe_find(function: Callable[..., Any]) -> bool:
         return False
 
 
-def rewrite_patches(
-    rewrite: Any, dump_rewriting: str | os.PathLike | None = None, scalar_reads: bool = False
-) -> list[Any]:
+def rewrite_patches(rewrite: Any, dump_rewriting: str | os.PathLike | None = None) -> list[Any]:
     """Builds one :class:`~fx2onnx.patches.registry.Patch` per function to rewrite."""
     from .registry import Patch
 
@@ -601,7 +600,7 @@ def rewrite_patches(
             if isinstance(owner, type)
             else f"{owner.__name__}.{name}"
         )
-        rewritten = rewrite_function(function, scalar_reads=scalar_reads)
+        rewritten = rewrite_function(function)
         if dump_rewriting is not None:
             rewritten.dump(dump_rewriting)
 

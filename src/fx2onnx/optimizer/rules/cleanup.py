@@ -139,14 +139,13 @@ def broadcast_expands(model: ir.Model) -> int:
                 if expand is None:
                     continue
                 source = expand.inputs[0]
-                others = [v.shape for j, v in enumerate(node.inputs) if j != i]
-                if _broadcast(source.shape, *others) == target:
+                without = _broadcast(source.shape, *[v.shape for j, v in enumerate(node.inputs) if j != i])
+                if without == target:
                     node.replace_input_with(i, source)
                     count, changed = count + 1, True
                     break
-                single_use = len(value.uses()) == 1 and value not in graph.outputs
-                small = _broadcast(source.shape, *others)
-                if single_use and small is not None and small == [_dim_key(d) for d in source.shape] and out not in graph.outputs:
+                movable = len(value.uses()) == 1 and value not in graph.outputs and out not in graph.outputs
+                if movable and without is not None and without == [_dim_key(d) for d in source.shape]:
                     inputs = list(node.inputs)
                     inputs[i] = source
                     moved = ir.node(node.op_type, inputs, {name: a.value for name, a in node.attributes.items()})
@@ -156,6 +155,4 @@ def broadcast_expands(model: ir.Model) -> int:
                     replace(graph, node, [moved, new_expand], [out], [new_expand.outputs[0]])
                     count, changed = count + 1, True
                     break
-            if changed:
-                break
     return count
