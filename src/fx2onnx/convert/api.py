@@ -302,6 +302,7 @@ def to_onnx(
     export_modules_as_functions: bool | set[type[torch.nn.Module]] = False,
     decompose: bool = True,
     quantize: str | None = None,
+    quantize_block_size: int = 32,
     patches: bool | str = "auto",
     weights: dict[str, Any] | None = None,
 ) -> onnx.ModelProto:
@@ -346,8 +347,9 @@ def to_onnx(
     :param decompose: decompose the operators without a converter (see above);
         False raises UnsupportedOpError for them instead
     :param quantize: ``"int4"`` or ``"int8"`` with ``optimize="onnxruntime"``: the weights of every
-        MatMul / linear layer as onnxruntime's ``MatMulNBits`` blocks of 32 (see
-        :func:`fx2onnx.optimize` for another block size and the report)
+        MatMul / linear layer as onnxruntime's ``MatMulNBits`` (see :func:`fx2onnx.optimize`
+        for the report)
+    :param quantize_block_size: with ``quantize``, the values sharing one scale (a power of two >= 16)
     :param patches: ``"auto"``: the capture runs inside
         ``fx2onnx.torch_export_patches(patch_transformers=True)`` when the model is or
         contains a transformers module (or an input is a transformers cache), with
@@ -391,7 +393,7 @@ def to_onnx(
     if quantize is not None:
         from ..optimizer.rules.quantize import check_quantize_options
 
-        check_quantize_options(quantize, 32)
+        check_quantize_options(quantize, quantize_block_size)
         if level != "onnxruntime":
             raise ValueError(f"quantize={quantize!r} needs onnxruntime's operators: use optimize='onnxruntime', not {optimize!r}.")
     if target_opset is None:
@@ -431,7 +433,7 @@ def to_onnx(
         from ..optimizer.api import optimize as optimize_levels
 
         stages.run("optimization", optimize_levels, onnx_model, level=level, inline=not export_modules_as_functions,
-                   quantize=quantize)
+                   quantize=quantize, block_size=quantize_block_size)
     stages.run("onnxruntime kernel types", cast_to_kernel_types, onnx_model)
     stages.run("onnxruntime reduction axes", positive_reduction_axes, onnx_model)
     if not isinstance(model, torch.export.ExportedProgram):
