@@ -36,6 +36,11 @@ Each one fixes a failure met with the installed transformers and tiny models:
 * FSMT's ``make_padding_mask`` returns ``None`` when no token is padding
   (``if not padding_mask.any()``): a branch on the data. The patch always returns
   the mask; an all-false mask masks nothing, so the outputs are the same.
+* Gemma, Gemma 2 and PaliGemma build causal masks for attention modules that are not causal
+  (``use_bidirectional_attention=True``, PaliGemma's default): eager SDPA skips the mask when
+  nothing is padded and attends to every token, torch.export always keeps the causal mask. The
+  mask functions of these modules return the mask OR eager's skip condition (see
+  :mod:`fx2onnx.patches.sdpa_skip`).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ import torch
 
 from .registry import Patch, patch_if_imported, source_guard
 from .detr_batch import DETR_BATCH_FORWARDS, guard_symbolic_len_forward, make_symbolic_len_forward
+from .sdpa_skip import MASK_FUNCTIONS, guard_mask_function, make_mask_with_eager_skip
 
 
 def _make_lazy_initialization(original: Any) -> Any:
@@ -294,6 +300,17 @@ def transformers_patches() -> list[Patch]:
             make=_make_longformer_chunk,
             expected_args=("hidden_states", "window_overlap", "onnx_export"),
             doc="overlapping chunks taken with unfold (the model's onnx_export path), not as_strided of a view",
+        ))
+    for module, function in MASK_FUNCTIONS:
+        sliding = function == "create_sliding_window_causal_mask"
+        patches.extend(patch_if_imported(
+            module, function,
+            name=f"{module.rsplit('.', 1)[-1]}.{function}",
+            make=lambda original, sliding=sliding: make_mask_with_eager_skip(original, sliding),
+            guard=guard_mask_function,
+            doc="the causal mask OR the condition under which eager SDPA skips it, for attention modules "
+            "that are not causal (use_bidirectional_attention): eager attends to every token when nothing "
+            "is padded, torch.export kept the causal mask (see fx2onnx.patches.sdpa_skip)",
         ))
     for module, model_class in DETR_BATCH_FORWARDS:
         patches.extend(patch_if_imported(
