@@ -8,7 +8,8 @@ name of a tiny transformers architecture (see :mod:`fx2onnx.model_spec`).
 
     python -m fx2onnx export llama --out llama.onnx --exporter to_onnx
     python -m fx2onnx export my_models.py:make_model --out m.onnx --static --exporter dynamo
-    python -m fx2onnx export path/to/model_dir --out model.onnx --with-cache --dtype bfloat16
+    python -m fx2onnx export path/to/checkpoint --out model_dir --quantize int4
+    python -m fx2onnx generate model_dir "a prompt" --max-new-tokens 32
     python -m fx2onnx validate llama.onnx llama
     python -m fx2onnx compare llama.onnx llama_dynamo.onnx --model llama
 
@@ -19,6 +20,7 @@ name of a tiny transformers architecture (see :mod:`fx2onnx.model_spec`).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -83,44 +85,56 @@ def _steps(names: list[str], enabled: bool = True):
 
 
 def _export_checkpoint(args: argparse.Namespace) -> int:
-    """Exports a save_pretrained folder: the model on the meta device, the weights streamed from
-    its safetensors files into ``<out>.data`` (fx2onnx.weights.to_onnx_from_checkpoint)."""
-    import torch
-    import transformers
-
-    from . import validate
-    from .weights import to_onnx_from_checkpoint
-    from .weights.export import _torch_dtype
-    from .weights.task_inputs import infer_task, task_inputs
+    """Exports a save_pretrained folder into a folder that generates (fx2onnx.deploy.export_folder):
+    the model on the meta device, the weights streamed from its safetensors files."""
+    from .deploy import export_folder
 
     if args.exporter != "to_onnx":
         raise ValueError("A checkpoint folder is exported with --exporter to_onnx only.")
-    config = transformers.AutoConfig.from_pretrained(args.model)
-    task = args.task or infer_task(config)
-    dtype = _torch_dtype(args.dtype or getattr(config, "dtype", None) or torch.float32)
-    config.use_cache = args.with_cache
-    inputs, inputs2, dynamic_shapes = task_inputs(config, task, with_cache=args.with_cache, dtype=dtype)
-    from .weights.export import model_from_checkpoint_config
-
-    model = model_from_checkpoint_config(args.model, dtype)
-    model.config.use_cache = args.with_cache
-    to_onnx_from_checkpoint(
-        args.model, (), inputs, filename=args.out, model=model, dtype=dtype, progress=not args.quiet,
-        dynamic_shapes=dynamic_shapes if args.dynamic else None, strict=args.strict, target_opset=args.opset,
+    if not args.dynamic or args.strict:
+        raise ValueError("A checkpoint folder is exported with dynamic shapes and a non-strict capture: "
+                         "remove --static / --strict.")
+    result = export_folder(
+        args.model, args.out, task=args.task, dtype=args.dtype, with_cache=args.with_cache is not False,
+        optimize=args.optimize or "onnxruntime", quantize=args.quantize, block_size=args.block_size,
+        opset=args.opset, validate=args.validate, atol=args.atol, rtol=args.rtol, progress=not args.quiet,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
     )
-    print(f"{args.model}: {task}{' with a cache' if args.with_cache else ''} ({dtype}) exported into {args.out} "
-          f"(weights in {args.out}.data)")
-    if not args.validate:
-        return 0
-    # eager and onnxruntime each hold the weights once: --no-validate for a model that fits once only
-    eager = getattr(transformers, config.architectures[0]).from_pretrained(args.model, dtype=dtype).eval()
-    eager.config.use_cache = args.with_cache
-    ok = True
-    for name, feeds in (("first", inputs), ("second", inputs2)) if args.dynamic else (("first", inputs),):
-        report = validate(args.out, eager, (), feeds, atol=args.atol, rtol=args.rtol)
-        print(f"  {name} input set: {report}")
-        ok = ok and report.ok
-    return 0 if ok else 1
+    for name, check in zip(("first", "second"), result.checks):
+        print(f"  {name} input set: {check}")
+    if result.genai:
+        print(f"  onnxruntime-genai: no genai_config.json ({result.genai})")
+    print(result)
+    return 0 if result.ok else 1
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from .runtime.folder import FolderGenerator
+    from .runtime.sampling import Sampling
+
+    if (args.prompt is None) == (args.ids is None):
+        raise ValueError("Give a prompt or --ids 1,2,3 (one of them).")
+    sample = args.sample or any(v is not None for v in (args.temperature, args.top_k, args.top_p, args.seed))
+    sampling = Sampling(
+        do_sample=sample, temperature=args.temperature or 1.0, top_k=50 if args.top_k is None else args.top_k,
+        top_p=1.0 if args.top_p is None else args.top_p, repetition_penalty=args.repetition_penalty, seed=args.seed,
+    )
+    generator = FolderGenerator(args.folder, threads=args.threads)
+    if args.ids is not None:
+        try:
+            prompt: object = [int(i) for i in args.ids.split(",") if i.strip()]
+        except ValueError:
+            raise ValueError(f"--ids expects integers separated by commas, not {args.ids!r}.") from None
+    else:
+        prompt = args.prompt
+    result = generator.generate_text(prompt, args.max_new_tokens, sampling, chat=args.chat,
+                                     on_text=lambda text: print(text, end="", flush=True))
+    if result.text is None:
+        print(",".join(str(i) for i in result.new_ids))
+    else:
+        print()
+    print(result.summary(), file=sys.stderr)
+    return 0
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -231,7 +245,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--with-cache", action="store_true", help="tiny architectures: add a past_key_values cache")
+    parser.add_argument("--with-cache", action="store_true", help="tiny architectures: add a past_key_values cache (a checkpoint folder of a causal LM has it by default)")
     parser.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance")
     parser.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance")
 
@@ -316,9 +330,38 @@ def make_parser() -> argparse.ArgumentParser:
     exp.add_argument("--task", default=None, help="a checkpoint folder: the task (default: from the config's "
                      "architectures; text-generation)")
     exp.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"],
-                     help="a checkpoint folder: the type of the weights (default: the checkpoint's)")
+                     help="a checkpoint folder: the type of the exported weights (default: float32, the type of "
+                     "onnxruntime's CPU kernels)")
+    exp.add_argument("--no-cache", dest="with_cache", action="store_false", default=None,
+                     help="a checkpoint folder: a causal LM without its cache (it cannot generate)")
+    exp.add_argument("--optimize", default=None, choices=["default", "onnxruntime", "opset23", "none"],
+                     help="a checkpoint folder: the optimization level (default: onnxruntime)")
+    exp.add_argument("--quantize", default=None, choices=["int4", "int8"],
+                     help="a checkpoint folder: weight-only quantization into onnxruntime's MatMulNBits")
+    exp.add_argument("--block-size", type=int, default=32, help="with --quantize: the values sharing one scale")
     _add_model_arguments(exp)
     exp.set_defaults(func=_cmd_export)
+
+    gen = commands.add_parser(
+        "generate",
+        help="generate text with a folder written by export",
+        description="Runs the decoder of a folder written by 'export FOLDER --out OUTDIR' on onnxruntime, the "
+        "prompt encoded by the folder's tokenizer (offline), the text printed as it is decoded, then the tokens/s "
+        "of the prefill and of the decoding. Greedy unless a sampling option is given.",
+    )
+    gen.add_argument("folder", help="the folder written by export")
+    gen.add_argument("prompt", nargs="?", default=None, help="the text to continue")
+    gen.add_argument("--ids", default=None, help="token ids instead of a prompt, e.g. 1,2,3 (no tokenizer needed)")
+    gen.add_argument("--max-new-tokens", type=int, default=32, help="the number of tokens to generate at most")
+    gen.add_argument("--chat", action="store_true", help="the prompt as a user message in the tokenizer's chat template")
+    gen.add_argument("--sample", action="store_true", help="sample (implied by --temperature/--top-k/--top-p/--seed)")
+    gen.add_argument("--temperature", type=float, default=None, help="sampling: divides the logits (default 1)")
+    gen.add_argument("--top-k", type=int, default=None, help="sampling: the k most likely tokens (default 50, 0: all)")
+    gen.add_argument("--top-p", type=float, default=None, help="sampling: nucleus probability (default 1)")
+    gen.add_argument("--seed", type=int, default=None, help="sampling: the seed (torch.manual_seed's draws)")
+    gen.add_argument("--repetition-penalty", type=float, default=1.0, help="> 1: penalize the tokens already seen")
+    gen.add_argument("--threads", type=int, default=None, help="onnxruntime's intra-op threads")
+    gen.set_defaults(func=_cmd_generate)
 
     val = commands.add_parser(
         "validate",
@@ -383,9 +426,17 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parses ``argv`` and runs the command; returns the exit code."""
+    """Parses ``argv`` and runs the command; returns the exit code (2 and one line on stderr
+    for an input the command refuses: a folder of an unsupported task, a missing file...)."""
     args = make_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as e:
+        if os.environ.get("FX2ONNX_TRACEBACK"):
+            raise
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

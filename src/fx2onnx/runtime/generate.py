@@ -43,10 +43,12 @@ import json
 import os
 import re
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import onnx
+
+from .sampling import Sampling
 
 #: the metadata key :func:`fx2onnx.to_onnx` writes (cache input name -> output name)
 CACHE_METADATA_KEY = "fx2onnx.cache"
@@ -262,9 +264,12 @@ class OnnxGenerator:
         attention_mask: Any = None,
         eos_token_id: int | Sequence[int] | None = None,
         pad_token_id: int | None = None,
+        sampling: Sampling | None = None,
+        streamer: Callable[[np.ndarray], None] | None = None,
     ) -> Any:
-        """Greedy decoding; see :func:`fx2onnx.generate`."""
+        """Greedy decoding or sampling; see :func:`fx2onnx.generate`."""
         ids, mask, as_torch = _check_inputs(input_ids, attention_mask, max_new_tokens)
+        chooser = sampling.chooser() if sampling is not None and sampling.needs_logits else None
         sig = self.signature
         if not sig.has_position_ids and (mask == 0).any():
             raise ValueError("The model has no input 'position_ids': with left padding its positions would count "
@@ -284,7 +289,7 @@ class OnnxGenerator:
         # beginning of the next step's inputs as they come, without a Python object per value
         feed_names = ["input_ids"] + [name for name, _, _, _ in sig.cache]
         feed_names += ["attention_mask"] * sig.has_attention_mask + ["position_ids"] * sig.has_position_ids
-        fused = sig.next_token is not None
+        fused = sig.next_token is not None and chooser is None
         fetch_names = [sig.next_token if fused else sig.logits] + [out for _, out, _, _ in sig.cache]
         devices = [self._device] * len(fetch_names)
         run, from_numpy, device, vector = self.session.run_with_ortvaluevector, self._C.OrtValue.ortvalue_from_numpy, \
@@ -316,12 +321,17 @@ class OnnxGenerator:
             model_time = time.perf_counter() - model_begin
             if fused:
                 next_tokens = fetches[0].numpy()[:, 0]
+            elif chooser is None:
+                next_tokens = _last_logits(fetches[0]).argmax(axis=-1).astype(np.int64, copy=False)
             else:
-                next_tokens = fetches[0].numpy()[:, -1, :].argmax(axis=-1).astype(np.int64, copy=False)
+                sequences = np.concatenate([ids, *(t[:, None] for t in new_tokens)], axis=1)
+                next_tokens = chooser(_last_logits(fetches[0]), sequences, full_mask[:, : length + step])
             if stops:
                 next_tokens = np.where(unfinished, next_tokens, pad)
                 unfinished &= ~np.isin(next_tokens, eos)
             new_tokens.append(next_tokens)
+            if streamer is not None:
+                streamer(next_tokens)
             if fused and (not stops or unfinished.all()):
                 feeds = fetches  # the next token and the cache, as onnxruntime returned them
             else:  # the logits were read, or a finished sequence is fed its pad token
@@ -351,6 +361,19 @@ class OnnxGenerator:
 
             return torch.from_numpy(result)
         return result
+
+
+def _last_logits(value: Any) -> np.ndarray:
+    """The logits of the last position, ``(batch, vocabulary)`` float32, from the C++ OrtValue
+    of ``(batch, length, vocabulary)`` logits (bfloat16 ones read through their bits)."""
+    if value.data_type() == "tensor(bfloat16)":
+        from onnxruntime import OrtValue
+
+        from ..validation import _ort_value_to_numpy
+
+        wrapper = OrtValue(value)
+        return _ort_value_to_numpy(wrapper)[:, -1, :].astype(np.float32)
+    return value.numpy()[:, -1, :]
 
 
 def _make_session(model: Any, providers: Sequence[str] | None, options: Any, next_token: bool) -> Any:
@@ -427,8 +450,15 @@ def generate(
     *,
     pad_token_id: int | None = None,
     providers: Sequence[str] | None = None,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_k: int | None = 50,
+    top_p: float = 1.0,
+    repetition_penalty: float = 1.0,
+    seed: int | None = None,
+    streamer: Callable[[np.ndarray], None] | None = None,
 ) -> Any:
-    """Greedy decoding on onnxruntime, the tokens ``model.generate(do_sample=False)`` returns.
+    """Greedy decoding or sampling on onnxruntime, the tokens ``model.generate(...)`` returns.
 
     :param model: an ONNX model exported by :func:`fx2onnx.to_onnx` with a cache (a
         :class:`onnx.ModelProto`, a path or an :class:`onnxruntime.InferenceSession`;
@@ -442,6 +472,10 @@ def generate(
     :param pad_token_id: the token of finished sequences (default: the first eos token,
         as transformers)
     :param providers: onnxruntime providers (default: CPU)
+    :param do_sample: draw the tokens (default: greedy); ``temperature``, ``top_k``,
+        ``top_p``, ``repetition_penalty`` as transformers defines them, ``seed`` the seed of
+        the draws (see :class:`fx2onnx.runtime.sampling.Sampling`)
+    :param streamer: called after each step with the ``(batch,)`` new tokens
     :return: the prompts followed by the new tokens, ``(batch, length + new)``, int64,
         a :class:`torch.Tensor` if ``input_ids`` is one (as transformers returns), a
         numpy array otherwise
@@ -449,5 +483,6 @@ def generate(
     The first call runs the whole prompt with an empty cache; the cache then stays
     in onnxruntime memory (see the module :mod:`fx2onnx.runtime.generate`).
     """
+    sampling = Sampling(do_sample, temperature, top_k, top_p, repetition_penalty, seed)
     return OnnxGenerator(model, providers).generate(input_ids, max_new_tokens, attention_mask, eos_token_id,
-                                                     pad_token_id)
+                                                     pad_token_id, sampling=sampling, streamer=streamer)

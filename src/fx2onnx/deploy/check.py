@@ -1,0 +1,111 @@
+"""The check of a model exported from a folder against eager, in any dtype.
+
+A float32 export is compared with eager float32 at the usual tolerances. A bfloat16 or
+float16 export cannot match float32 at those tolerances, and does not have to match eager
+in its own dtype either (the kernels round in other places): it is compared with the
+**float32** eager reference, and accepted when, output by output, it is as close to it as
+eager in that dtype is, within a factor :data:`REDUCED_PRECISION_FACTOR` (plus ``atol``).
+A right model is never reported as a mismatch; a wrong one is (a wrong model is much
+further from float32 than the rounding of its dtype).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+
+#: how much further from the float32 reference than eager in the same dtype an export may be
+REDUCED_PRECISION_FACTOR = 2.0
+
+
+@dataclasses.dataclass
+class FolderCheck:
+    """The outcome of :func:`check_against_eager` on one input set."""
+
+    ok: bool
+    dtype: torch.dtype
+    #: max abs difference to the float32 eager reference, per output
+    onnx_diff: list[float]
+    #: the same for eager in the export's dtype (empty for float32)
+    eager_diff: list[float]
+    atol: float
+    rtol: float
+    #: False for a quantized model: the differences are reported, not held to a tolerance
+    held: bool = True
+
+    def __str__(self) -> str:
+        status = "OK" if self.ok else "MISMATCH"
+        worst = max(self.onnx_diff, default=0.0)
+        if not self.held:
+            return (f"quantized: max abs diff {worst:.3g} to eager float32 over {len(self.onnx_diff)} output(s) "
+                    "(reported, not held to a tolerance)")
+        if not self.eager_diff:
+            return (f"{status}: {len(self.onnx_diff)} output(s), max abs diff {worst:.3g} to eager "
+                    f"(atol={self.atol}, rtol={self.rtol})")
+        eager = max(self.eager_diff, default=0.0)
+        name = str(self.dtype).replace("torch.", "")
+        return (f"{status}: {len(self.onnx_diff)} output(s), max abs diff {worst:.3g} to eager float32; eager "
+                f"{name} is {eager:.3g} away (accepted up to {REDUCED_PRECISION_FACTOR:g}x per output + {self.atol})")
+
+
+def _as_dtype(inputs: dict[str, Any], dtype: torch.dtype) -> dict[str, Any]:
+    """A copy of ``inputs`` whose floating point tensors (the cache's included) are in ``dtype``."""
+    result = copy.deepcopy(inputs)
+    cache = result.get("past_key_values")
+    for layer in getattr(cache, "layers", []) or []:
+        for attr in ("keys", "values"):
+            value = getattr(layer, attr, None)
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                setattr(layer, attr, value.to(dtype))
+    return {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in result.items()}
+
+
+def _eager(model: torch.nn.Module, inputs: dict[str, Any]) -> list[np.ndarray]:
+    from ..validation import flatten_outputs
+
+    with torch.no_grad():
+        return [t.detach().float().numpy() for t in flatten_outputs(model(**copy.deepcopy(inputs)))]
+
+
+def _max_diff(expected: list[np.ndarray], got: list[np.ndarray]) -> list[float]:
+    if len(expected) != len(got):
+        raise ValueError(f"Eager returns {len(expected)} tensors, the ONNX model {len(got)} outputs.")
+    diffs = []
+    for e, g in zip(expected, got):
+        g = np.asarray(g, dtype=np.float64)
+        diffs.append(float(np.abs(e.astype(np.float64) - g).max()) if e.shape == g.shape and e.size else
+                     (0.0 if e.shape == g.shape else float("inf")))
+    return diffs
+
+
+def check_against_eager(
+    onnx_path: str, model32: torch.nn.Module, input_sets: list[dict[str, Any]], dtype: torch.dtype,
+    atol: float = 1e-4, rtol: float = 1e-3,
+) -> list[FolderCheck]:
+    """Runs the ONNX model on each input set (its floating point tensors in ``dtype``) and
+    compares it with ``model32`` (eager, float32); for a reduced precision ``dtype``, also with
+    ``model32`` cast to ``dtype`` once every reference is computed (one copy of the weights
+    in memory: ``model32`` is left in ``dtype``).
+    """
+    from ..validation import compare_outputs, run_onnx
+
+    got = [run_onnx(onnx_path, (), _as_dtype(inputs, dtype)) for inputs in input_sets]
+    references = [_eager(model32, _as_dtype(inputs, torch.float32)) for inputs in input_sets]
+    if dtype == torch.float32:
+        checks = []
+        for reference, outputs in zip(references, got):
+            report = compare_outputs([torch.from_numpy(r) for r in reference], outputs, atol=atol, rtol=rtol)
+            checks.append(FolderCheck(report.ok, dtype, [d["abs"] for d in report.details], [], atol, rtol))
+        return checks
+    model32.to(dtype)
+    checks = []
+    for inputs, reference, outputs in zip(input_sets, references, got):
+        onnx_diff = _max_diff(reference, [np.asarray(g, dtype=np.float32) for g in outputs])
+        eager_diff = _max_diff(reference, _eager(model32, _as_dtype(inputs, dtype)))
+        ok = all(o <= REDUCED_PRECISION_FACTOR * e + atol for o, e in zip(onnx_diff, eager_diff))
+        checks.append(FolderCheck(ok, dtype, onnx_diff, eager_diff, atol, rtol))
+    return checks

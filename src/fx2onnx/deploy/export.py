@@ -1,0 +1,228 @@
+"""A checkpoint folder in, a folder out that generates: what ``python -m fx2onnx export FOLDER`` calls.
+
+:func:`export_folder` reads the task of the folder (:mod:`fx2onnx.deploy.tasks`), builds the
+model on the meta device, exports it with :func:`fx2onnx.weights.to_onnx_from_checkpoint`
+(the weights streamed from the safetensors files, one tensor at a time), for a causal LM
+with its cache, names the present keys and values as onnxruntime-genai expects
+(:mod:`fx2onnx.deploy.genai_config`), copies the tokenizer, config and generation config
+files, writes ``genai_config.json`` and ``fx2onnx.json`` (the pieces of the folder), and
+checks the model against eager float32 (:mod:`fx2onnx.deploy.check`).
+
+.. code-block:: python
+
+    from fx2onnx.deploy import export_folder
+    result = export_folder("qwen3_folder", "qwen3_onnx")
+    print(result)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import resource
+import time
+from typing import Any
+
+import onnx
+import torch
+
+from ..runtime.generate import CACHE_METADATA_KEY
+from .check import FolderCheck, check_against_eager
+from .files import copy_folder_files
+from .genai_config import present_name, write_genai_config
+from .tasks import folder_task
+
+#: the file describing the pieces of an exported folder (read by :mod:`fx2onnx.runtime.folder`)
+FOLDER_METADATA = "fx2onnx.json"
+#: the optimization levels of the command line, ``none`` for no optimization
+OPTIMIZE_CHOICES = ("default", "onnxruntime", "opset23", "none")
+
+
+@dataclasses.dataclass
+class FolderExport:
+    """What :func:`export_folder` wrote and measured."""
+
+    out: str
+    task: str
+    dtype: torch.dtype
+    files: list[str]
+    nbytes: int
+    seconds: float
+    peak_rss: int
+    checks: list[FolderCheck]
+    #: why onnxruntime-genai cannot run the folder (None: genai_config.json written)
+    genai: str | None
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def __str__(self) -> str:
+        dtype = str(self.dtype).replace("torch.", "")
+        return (f"wrote {self.out}: {len(self.files)} files, {self.nbytes / 2**20:.1f} MiB ({self.task}, {dtype}) "
+                f"in {self.seconds:.1f} s, peak memory {self.peak_rss / 2**30:.2f} GiB")
+
+
+def peak_rss() -> int:
+    """The peak resident memory of this process, bytes."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _output_path(out: str) -> tuple[str, str]:
+    """(folder, model file name): ``out`` is a folder, or the path of the ``.onnx`` file."""
+    if out.endswith(".onnx"):
+        folder = os.path.dirname(os.path.abspath(out))
+        return folder, os.path.basename(out)
+    return out, "model.onnx"
+
+
+def _rename_outputs(proto: onnx.ModelProto, names: dict[str, str]) -> None:
+    """Renames values of the main graph (graph outputs, the nodes producing and reading them)."""
+    def rename(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            for i, name in enumerate(node.input):
+                if name in names:
+                    node.input[i] = names[name]
+            for i, name in enumerate(node.output):
+                if name in names:
+                    node.output[i] = names[name]
+            for attr in node.attribute:
+                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    rename(sub)
+        for value in list(graph.output) + list(graph.value_info):
+            if value.name in names:
+                value.name = names[value.name]
+
+    rename(proto.graph)
+
+
+def name_presents(filename: str) -> tuple[list[str], dict[str, str]]:
+    """Renames the cache outputs of the saved model ``filename`` after their inputs
+    (:func:`fx2onnx.deploy.genai_config.present_name`), rewrites the graph (the weights' file
+    is untouched) and returns ``(input names, cache pairs)``."""
+    from ..weights.save import load_without_weights
+
+    proto = load_without_weights(filename)
+    metadata = {p.key: p for p in proto.metadata_props}
+    inputs = [i.name for i in proto.graph.input]
+    if CACHE_METADATA_KEY not in metadata:
+        return inputs, {}
+    pairs: dict[str, str] = json.loads(metadata[CACHE_METADATA_KEY].value)
+    taken = {o.name for o in proto.graph.output} | set(inputs)
+    renames = {out: present_name(past) for past, out in pairs.items() if present_name(past) not in taken}
+    if len(renames) == len(pairs):
+        _rename_outputs(proto, renames)
+        pairs = {past: renames[out] for past, out in pairs.items()}
+        metadata[CACHE_METADATA_KEY].value = json.dumps(pairs)
+        onnx.save(proto, filename)
+    return inputs, pairs
+
+
+def export_folder(
+    folder: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    task: str | None = None,
+    dtype: str | torch.dtype | None = None,
+    with_cache: bool = True,
+    optimize: str = "onnxruntime",
+    quantize: str | None = None,
+    block_size: int = 32,
+    opset: int | None = None,
+    validate: bool = True,
+    atol: float = 1e-4,
+    rtol: float = 1e-3,
+    progress: bool = False,
+    log: Any = None,
+) -> FolderExport:
+    """Exports the model of a ``save_pretrained`` folder into the folder ``out``.
+
+    :param folder: ``config.json``, the safetensors files, a tokenizer, a generation config
+    :param out: the output folder (created), or the path of the ``.onnx`` file to write
+        (the other files go beside it)
+    :param task: the task (default: the one of the folder's class, ``text-generation``)
+    :param dtype: the type of the exported weights (default: float32, the type of
+        onnxruntime's CPU kernels; ``bfloat16`` / ``float16`` keep the checkpoint's size)
+    :param with_cache: a causal LM takes and returns its cache (it can generate)
+    :param optimize: ``onnxruntime`` (fused operators), ``default``, ``opset23`` or ``none``
+    :param quantize: ``int4`` or ``int8``: weights as onnxruntime's ``MatMulNBits``
+        (level ``onnxruntime`` only), ``block_size`` values sharing one scale
+    :param opset: the ONNX opset (default: 23 for the fused levels, 20 otherwise)
+    :param validate: run the model on two input sets and compare with eager float32
+        (the model is then loaded once in float32: skip it for a model that does not fit)
+    :param progress: progress bars on stderr
+    :param log: a function receiving progress lines (default: none)
+    """
+    import transformers
+
+    from ..weights import to_onnx_from_checkpoint
+    from ..weights.export import _torch_dtype, model_from_checkpoint_config
+    from ..weights.task_inputs import task_inputs
+
+    begin = time.perf_counter()
+    say = log or (lambda _line: None)
+    folder, out = os.fspath(folder), os.fspath(out)
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        raise FileNotFoundError(f"{folder!r} has no config.json: give a folder written by save_pretrained.")
+    if optimize not in OPTIMIZE_CHOICES:
+        raise ValueError(f"optimize={optimize!r}: use one of {list(OPTIMIZE_CHOICES)}.")
+    if quantize is not None and optimize != "onnxruntime":
+        raise ValueError(f"quantize={quantize!r} writes onnxruntime's MatMulNBits: use optimize='onnxruntime'.")
+    config = transformers.AutoConfig.from_pretrained(folder)
+    task = folder_task(config, task)
+    dtype = _torch_dtype(dtype or torch.float32)
+    out_dir, filename = _output_path(out)
+    os.makedirs(out_dir, exist_ok=True)
+    model_path = os.path.join(out_dir, filename)
+
+    config.use_cache = with_cache
+    inputs, inputs2, dynamic_shapes = task_inputs(config, task, with_cache=with_cache, dtype=dtype)
+    model = model_from_checkpoint_config(folder, dtype)
+    model.config.use_cache = with_cache
+    say(f"exporting {config.architectures[0]} ({task}{', with its cache' if with_cache else ''}, "
+        f"{str(dtype).replace('torch.', '')}, optimize={optimize}{', ' + quantize if quantize else ''})")
+    to_onnx_from_checkpoint(
+        folder, (), inputs, filename=model_path, model=model, dtype=dtype, progress=progress,
+        dynamic_shapes=dynamic_shapes, target_opset=opset, optimize=False if optimize == "none" else optimize,
+        quantize=quantize, quantize_block_size=block_size,
+    )
+    del model
+    input_names, pairs = name_presents(model_path)
+    copied = copy_folder_files(folder, out_dir)
+    generation = _generation_config(folder)
+    genai = write_genai_config(out_dir, filename, config, generation, input_names, pairs) if pairs else \
+        "the model has no cache"
+    with open(os.path.join(out_dir, FOLDER_METADATA), "w", encoding="utf-8") as f:
+        json.dump({"task": task, "decoder": filename, "dtype": str(dtype).replace("torch.", ""),
+                   "optimize": optimize, "quantize": quantize, "block_size": block_size if quantize else None,
+                   "source": os.path.basename(os.path.abspath(folder))}, f, indent=2)
+
+    checks: list[FolderCheck] = []
+    if validate:
+        say("checking against eager float32" + (" (quantized: the differences are reported, not held to a "
+                                                "tolerance)" if quantize else ""))
+        if not progress:
+            transformers.utils.logging.disable_progress_bar()
+        try:
+            eager = getattr(transformers, config.architectures[0]).from_pretrained(folder, dtype=torch.float32)
+        finally:
+            transformers.utils.logging.enable_progress_bar()
+        eager.eval()
+        eager.config.use_cache = with_cache
+        checks = check_against_eager(model_path, eager, [inputs, inputs2], dtype, atol=atol, rtol=rtol)
+        del eager
+        if quantize:
+            checks = [dataclasses.replace(c, ok=True, held=False) for c in checks]
+    files = sorted(os.listdir(out_dir))
+    nbytes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in files if os.path.isfile(os.path.join(out_dir, f)))
+    return FolderExport(out_dir, task, dtype, files, nbytes, time.perf_counter() - begin, peak_rss(), checks, genai)
+
+
+def _generation_config(folder: str) -> Any:
+    """The folder's generation config, or one made from its config."""
+    import transformers
+
+    if os.path.isfile(os.path.join(folder, "generation_config.json")):
+        return transformers.GenerationConfig.from_pretrained(folder)
+    return transformers.GenerationConfig.from_model_config(transformers.AutoConfig.from_pretrained(folder))

@@ -1,0 +1,127 @@
+"""``genai_config.json``: the description onnxruntime-genai reads to run a decoder of a folder.
+
+onnxruntime-genai (``onnxruntime_genai.Model(folder)``) feeds a decoder ``input_ids``,
+``attention_mask`` (``(batch, past + new)``), ``position_ids`` and one key and one value per
+layer, ``(batch, kv_heads, past, head_dim)``, found by name patterns with ``%d`` for the
+layer; it reads ``logits`` and the present keys and values. The names of a model
+:func:`fx2onnx.to_onnx` exported are written in those patterns; a cache it cannot describe
+(a sliding window's token count, the states of a recurrent layer) gives no config and the
+reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+#: the names of a DynamicCache's inputs as to_onnx names them, and the present outputs'
+_PAST = re.compile(r"^past_key_values_(key|value)_(\d+)$")
+PRESENT_PREFIX = "present"
+
+
+def present_name(past: str) -> str:
+    """The name of the output paired with the cache input ``past``: ``past_key_values_key_3``
+    -> ``present_key_3``."""
+    return PRESENT_PREFIX + past[len("past_key_values"):] if past.startswith("past_key_values") else "present_" + past
+
+
+def genai_decoder_names(inputs: list[str], pairs: dict[str, str], num_layers: int) -> tuple[dict, dict] | str:
+    """The ``inputs`` and ``outputs`` sections of the decoder, or why onnxruntime-genai cannot
+    run it (a string)."""
+    layers: dict[str, set[int]] = {"key": set(), "value": set()}
+    for name in pairs:
+        match = _PAST.match(name)
+        if match is None:
+            return (f"the cache input {name!r} is neither a key nor a value of a layer (onnxruntime-genai reads "
+                    "one key and one value per layer)")
+        layers[match.group(1)].add(int(match.group(2)))
+    expected = set(range(num_layers))
+    if layers["key"] != expected or layers["value"] != expected:
+        return f"the cache has keys of layers {sorted(layers['key'])}, onnxruntime-genai expects 0 to {num_layers - 1}"
+    for name, output in pairs.items():
+        if output != present_name(name):
+            return f"the output paired with {name!r} is {output!r}, not {present_name(name)!r}"
+    section_in = {"input_ids": "input_ids"}
+    for name in ("attention_mask", "position_ids"):
+        if name in inputs:
+            section_in[name] = name
+    section_in.update(past_key_names="past_key_values_key_%d", past_value_names="past_key_values_value_%d")
+    section_out = {"logits": "logits", "present_key_names": present_name("past_key_values_key_%d"),
+                   "present_value_names": present_name("past_key_values_value_%d")}
+    return section_in, section_out
+
+
+def _token(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return list(value) if len(value) > 1 else (value[0] if value else None)
+    return value
+
+
+def write_genai_config(
+    out: str | os.PathLike, filename: str, config: Any, generation: Any, inputs: list[str], pairs: dict[str, str],
+) -> str | None:
+    """Writes ``genai_config.json`` in ``out`` for the decoder ``filename``; returns None, or
+    the reason no config was written.
+
+    :param config: the transformers config of the model (its text config for a multimodal one)
+    :param generation: its :class:`transformers.GenerationConfig` (end of sequence, sampling)
+    :param inputs: the input names of the ONNX model
+    :param pairs: cache input name -> output name (the model's ``fx2onnx.cache`` metadata)
+    """
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    layers = int(text.num_hidden_layers)
+    names = genai_decoder_names(inputs, pairs, layers)
+    if isinstance(names, str):
+        return names
+    heads = int(text.num_attention_heads)
+    context = int(getattr(text, "max_position_embeddings", 0) or 4096)
+    sample = bool(getattr(generation, "do_sample", False))
+    eos = _token(getattr(generation, "eos_token_id", None) or getattr(text, "eos_token_id", None))
+    pad = getattr(generation, "pad_token_id", None)
+    pad = _token(pad if pad is not None else getattr(text, "pad_token_id", None))
+    genai = {
+        "model": {
+            "bos_token_id": _token(getattr(generation, "bos_token_id", None)),
+            "context_length": context,
+            "decoder": {
+                "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+                "filename": filename,
+                "head_size": int(getattr(text, "head_dim", None) or text.hidden_size // heads),
+                "hidden_size": int(text.hidden_size),
+                "inputs": names[0],
+                "outputs": names[1],
+                "num_attention_heads": heads,
+                "num_hidden_layers": layers,
+                "num_key_value_heads": int(getattr(text, "num_key_value_heads", None) or heads),
+            },
+            "eos_token_id": eos,
+            "pad_token_id": pad if pad is not None else (eos[0] if isinstance(eos, list) else eos),
+            # the graph holds everything the architecture does: onnxruntime-genai's generic decoder runs it
+            "type": "decoder",
+            "vocab_size": int(text.vocab_size),
+        },
+        "search": {
+            "diversity_penalty": 0.0,
+            "do_sample": sample,
+            "early_stopping": True,
+            "length_penalty": 1.0,
+            "max_length": context,
+            "min_length": 0,
+            "no_repeat_ngram_size": 0,
+            "num_beams": 1,
+            "num_return_sequences": 1,
+            # the model concatenates the past and the new keys: no buffer shared between them
+            "past_present_share_buffer": False,
+            "repetition_penalty": float(getattr(generation, "repetition_penalty", None) or 1.0),
+            "temperature": float(getattr(generation, "temperature", None) or 1.0),
+            "top_k": int(getattr(generation, "top_k", None) or 50) if sample else 1,
+            "top_p": float(getattr(generation, "top_p", None) or 1.0),
+        },
+    }
+    if genai["model"]["bos_token_id"] is None:  # onnxruntime-genai reads a number or nothing
+        del genai["model"]["bos_token_id"]
+    with open(os.path.join(out, "genai_config.json"), "w", encoding="utf-8") as f:
+        json.dump(genai, f, indent=2)
+    return None

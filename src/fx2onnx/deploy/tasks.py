@@ -1,0 +1,78 @@
+"""The task of a checkpoint folder, read from transformers' auto mappings.
+
+A ``save_pretrained`` folder names its class in ``config.json`` (``architectures``).
+The task is the auto mapping listing that class: ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``
+gives ``text-generation``, the mappings of :data:`fx2onnx.models.tasks.TASKS` give theirs
+(``image-text-to-text``, ``speech-seq2seq``...), any other ``MODEL_FOR_<X>_MAPPING_NAMES``
+gives ``x`` in lower case with dashes. No list of architectures is kept here.
+
+.. code-block:: python
+
+    from fx2onnx.deploy.tasks import tasks_of_class
+    print(tasks_of_class("Qwen3ForCausalLM"))  # ['text-generation']
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+#: the tasks ``python -m fx2onnx export FOLDER`` exports today
+EXPORTABLE_TASKS = ("text-generation",)
+#: the auto mappings of the tasks named otherwise than their mapping
+_NAMED_MAPPINGS = {"MODEL_FOR_CAUSAL_LM_MAPPING_NAMES": "text-generation"}
+
+
+@functools.cache
+def _class_tasks() -> dict[str, tuple[str, ...]]:
+    """class name -> the tasks whose auto mapping lists it (the first one is the preferred task)."""
+    from transformers.models.auto import modeling_auto
+
+    from ..models.tasks import TASKS
+
+    # the tasks of multimodal and media models first: a class listed as a causal LM too (Gemma 3's
+    # conditional generation...) takes images or audio
+    names = {m: task for task, mappings in TASKS.items() for m in mappings}
+    names.update(_NAMED_MAPPINGS)
+    result: dict[str, list[str]] = {}
+    ordered = list(names) + sorted(a for a in dir(modeling_auto) if a.endswith("_MAPPING_NAMES") and a not in names)
+    for attr in ordered:
+        if not attr.startswith("MODEL_FOR_"):
+            continue
+        task = names.get(attr) or attr[len("MODEL_FOR_"): -len("_MAPPING_NAMES")].lower().replace("_", "-")
+        for classes in getattr(modeling_auto, attr, {}).values():
+            for name in (classes,) if isinstance(classes, str) else classes:
+                if task not in result.setdefault(name, []):
+                    result[name].append(task)
+    return {k: tuple(v) for k, v in result.items()}
+
+
+def tasks_of_class(class_name: str) -> list[str]:
+    """The tasks whose auto mapping lists ``class_name``, the preferred first (may be empty)."""
+    return list(_class_tasks().get(class_name, ()))
+
+
+def folder_task(config: Any, task: str | None = None) -> str:
+    """The task a folder is exported for: ``task`` when given, else the one of its class.
+
+    :raises ValueError: one line naming the class, the task found and what to do, when the
+        task is not one :data:`EXPORTABLE_TASKS` holds
+    """
+    architectures = list(getattr(config, "architectures", None) or [])
+    if task is None:
+        found = [t for a in architectures for t in tasks_of_class(a)]
+        if found and found[0] in EXPORTABLE_TASKS:
+            return found[0]
+        if not architectures:
+            raise ValueError(
+                "config.json names no class (architectures is empty): give --task text-generation if the folder "
+                "holds a decoder LLM."
+            )
+        what = f"task {found[0]!r}" if found else "a task none of transformers' auto mappings names"
+        raise ValueError(
+            f"{architectures[0]} is a model of {what}: exporting a folder supports {list(EXPORTABLE_TASKS)} today; "
+            "export such a model from Python with fx2onnx.to_onnx (see the gallery's vision-language split)."
+        )
+    if task not in EXPORTABLE_TASKS:
+        raise ValueError(f"--task {task!r} is not supported from a folder: use one of {list(EXPORTABLE_TASKS)}.")
+    return task

@@ -1,0 +1,152 @@
+"""The journey of a user: a bf16 checkpoint folder -> ``export`` (no flag) -> ``generate "text"``,
+checked against transformers' generate, and the same folder run by onnxruntime-genai."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+import torch
+import transformers
+
+from fx2onnx.__main__ import main
+from fx2onnx.models.tokenizer import write_checkpoint_folder
+
+PROMPT = "hello world, the exporter"
+
+
+def _config(**kwargs):
+    values = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, vocab_size=384, max_position_embeddings=256,
+                  architectures=["Qwen3ForCausalLM"], tie_word_embeddings=True)
+    values.update(kwargs)
+    return transformers.Qwen3Config(**values)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """A bf16 folder with a tokenizer, and the folder ``export`` (no flag) wrote from it."""
+    root = tmp_path_factory.mktemp("journey")
+    checkpoint, out = str(root / "qwen3"), str(root / "qwen3_onnx")
+    write_checkpoint_folder(_config(), checkpoint, dtype="bfloat16", std=0.3)
+    assert main(["export", checkpoint, "--out", out, "--quiet"]) == 0
+    return checkpoint, out
+
+
+def _eager(checkpoint):
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    return model, transformers.AutoTokenizer.from_pretrained(checkpoint)
+
+
+def test_export_writes_a_folder_that_generates(folders):
+    checkpoint, out = folders
+    files = set(os.listdir(out))
+    assert {"model.onnx", "model.onnx.data", "tokenizer.json", "tokenizer_config.json", "config.json",
+            "generation_config.json", "genai_config.json", "fx2onnx.json"} <= files
+    assert not any(f.endswith(".safetensors") for f in files)
+    proto = onnx.load(os.path.join(out, "model.onnx"), load_external_data=False)
+    inputs = [i.name for i in proto.graph.input]
+    outputs = [o.name for o in proto.graph.output]
+    assert "past_key_values_key_0" in inputs and "present_value_1" in outputs  # the model takes its cache
+    # float32 by default (onnxruntime's CPU kernels), from a bf16 checkpoint
+    assert proto.graph.input[inputs.index("past_key_values_key_0")].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert json.load(open(os.path.join(out, "fx2onnx.json")))["task"] == "text-generation"
+
+
+def test_generate_text_equals_transformers_greedy(folders, capsys):
+    checkpoint, out = folders
+    capsys.readouterr()
+    assert main(["generate", out, PROMPT, "--max-new-tokens", "16"]) == 0
+    captured = capsys.readouterr()
+    model, tok = _eager(checkpoint)
+    ids = tok(PROMPT, return_tensors="pt")
+    expected = model.generate(**ids, max_new_tokens=16, do_sample=False)
+    text = tok.decode(expected[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert len(set(expected[0, ids["input_ids"].shape[1]:].tolist())) > 3  # the tokens vary: a real check
+    assert captured.out == text + "\n"
+    assert "prefill:" in captured.err and "tokens/s" in captured.err
+
+
+def test_generate_ids_and_onnxruntime_genai_agree(folders, capsys):
+    og = pytest.importorskip("onnxruntime_genai")
+    checkpoint, out = folders
+    prompt = [5, 60, 7, 200, 31]
+    capsys.readouterr()
+    assert main(["generate", out, "--ids", ",".join(map(str, prompt)), "--max-new-tokens", "12"]) == 0
+    ours = [int(t) for t in capsys.readouterr().out.strip().split(",")]
+    model, _ = _eager(checkpoint)
+    expected = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False)[0, len(prompt):].tolist()
+    assert ours == expected
+    genai_model = og.Model(out)
+    params = og.GeneratorParams(genai_model)
+    params.set_search_options(max_length=len(prompt) + 12, do_sample=False)
+    generator = og.Generator(genai_model, params)
+    generator.append_tokens(np.array([prompt], dtype=np.int32))
+    theirs = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        theirs.append(int(generator.get_next_tokens()[0]))
+    assert theirs[: len(ours)] == ours
+    # its tokenizer reads the copied tokenizer.json as transformers does
+    tok = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    assert og.Tokenizer(genai_model).encode(PROMPT).tolist() == tok(PROMPT)["input_ids"]
+
+
+@pytest.mark.parametrize("options", [
+    dict(temperature=0.8, top_k=20, top_p=0.9),
+    dict(temperature=1.3, top_k=0, repetition_penalty=1.2),
+])
+def test_sampling_with_a_seed_reproduces_transformers(folders, options):
+    from fx2onnx.runtime.folder import FolderGenerator
+    from fx2onnx.runtime.sampling import Sampling
+
+    checkpoint, out = folders
+    model, tok = _eager(checkpoint)
+    ids = tok(PROMPT, return_tensors="pt")
+    torch.manual_seed(7)
+    expected = model.generate(**ids, max_new_tokens=20, do_sample=True, **options)[0, ids["input_ids"].shape[1]:]
+    sampling = Sampling(do_sample=True, seed=7, **options)
+    result = FolderGenerator(out).generate_text(PROMPT, 20, sampling)
+    assert result.new_ids == expected.tolist()
+    # another seed draws other tokens
+    assert FolderGenerator(out).generate_text(PROMPT, 20, Sampling(do_sample=True, seed=8, **options)).new_ids != \
+        result.new_ids
+
+
+def test_chat_template_is_applied(folders, capsys):
+    from fx2onnx.runtime.folder import FolderGenerator
+
+    _, out = folders
+    gen = FolderGenerator(out)
+    ids = gen.encode("hi", chat=True)
+    assert gen.tokenizer.decode(ids) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert main(["generate", out, "hi", "--chat", "--max-new-tokens", "4"]) == 0
+
+
+def test_bad_inputs_end_in_one_line(folders, tmp_path, capsys):
+    checkpoint, out = folders
+    # a folder of a task the command does not export yet
+    config = transformers.AutoConfig.for_model("gemma3")
+    config.architectures = ["Gemma3ForConditionalGeneration"]
+    vlm = tmp_path / "vlm"
+    config.save_pretrained(vlm)
+    capsys.readouterr()
+    assert main(["export", str(vlm), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "image-text-to-text" in err and "Gemma3ForConditionalGeneration" in err
+    # a folder without a tokenizer: a prompt is refused with the fix, token ids work
+    bare = tmp_path / "bare"
+    shutil.copytree(out, bare)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        os.remove(bare / name)
+    assert main(["generate", str(bare), "some text"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--ids" in err
+    assert main(["generate", str(bare), "--ids", "1,2,3", "--max-new-tokens", "2"]) == 0
+    # not an exported folder
+    assert main(["generate", str(tmp_path), "--ids", "1"]) == 2
+    assert "export" in capsys.readouterr().err
