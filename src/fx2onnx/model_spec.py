@@ -33,14 +33,21 @@ import torch
 class ModelSpec:
     """A model, one or two input sets and the dynamic shapes of the inputs."""
 
+    #: the model to export (a ``torch.nn.Module``)
     model: Any
+    #: the positional inputs of the export
     args: tuple
+    #: the keyword inputs of the export
     kwargs: dict[str, Any]
+    #: the ``dynamic_shapes`` of the export, None for a static one
     dynamic_shapes: Any = None
-    # a second input set of other shapes, to check a dynamic model (None: not known)
+    #: positional inputs of other shapes, to check a dynamic model (None: not known)
     args2: tuple | None = None
+    #: keyword inputs of other shapes, to check a dynamic model (None: not known)
     kwargs2: dict[str, Any] | None = None
+    #: whether the model is a transformers model (the export then runs inside the patches)
     is_transformers: bool = False
+    #: the name the model was given on the command line
     name: str = ""
 
 

@@ -224,15 +224,23 @@ def _ort_value_to_numpy(value: Any) -> np.ndarray:
 class ValidationReport:
     """What :func:`validate` found: discrepancies per output and overall."""
 
+    #: the largest absolute difference over every output
     max_abs: float
+    #: the largest relative difference over every output (divided by ``|expected| + 1e-7``)
     max_rel: float
+    #: the number of outputs compared
     n_outputs: int
+    #: the absolute tolerance
     atol: float
+    #: the relative tolerance
     rtol: float
+    #: one dictionary per output: ``index``, ``shape``, ``expected_shape``, ``abs``, ``rel``, ``ok``
+    #: and a ``reason`` when the shapes differ
     details: list[dict[str, Any]]
 
     @property
     def ok(self) -> bool:
+        """Whether every output is within ``atol + rtol * |expected|`` (integers, booleans: equal)."""
         return all(d["ok"] for d in self.details)
 
     def __str__(self) -> str:

@@ -30,8 +30,11 @@ class FallbackWarning(UserWarning):
 class Fallback:
     """One graph the backend runs eagerly: its name, the stage which failed and the error."""
 
+    #: the name of the graph which runs eagerly
     graph: str
+    #: the stage which failed: ``aot_autograd``, ``conversion``, ``session`` or ``run``
     stage: str
+    #: the exception raised at that stage
     error: BaseException
 
     @property

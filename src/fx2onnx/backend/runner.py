@@ -25,15 +25,26 @@ _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 class BackendOptions:
     """Options of :func:`fx2onnx.backend.make_onnxruntime_backend`."""
 
+    #: keep the symbolic dimensions dynamo gives in the ONNX models (one session per input ranks)
     dynamic: bool = False
+    #: onnxruntime execution providers
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    #: where every ONNX model is saved with the FX graph it comes from (None: nowhere)
     dump_folder: str | None = None
+    #: prints the graphs being converted
     verbose: int = 0
+    #: runs a graph eagerly when it cannot be converted or run on onnxruntime, instead of raising
     fallback: bool = False
+    #: ONNX opset of the converted graphs
     target_opset: int = DEFAULT_OPSET
+    #: user converters, a :class:`fx2onnx.Dispatcher`
     dispatcher: Any = None
+    #: ``True``: onnxscript's optimizer on every model; a level name of :func:`fx2onnx.optimize`
+    #: runs that level
     optimize: bool | str = False
+    #: an operator without converter is decomposed with torch's core aten decompositions
     decompose: bool = True
+    #: onnxruntime's ``intra_op_num_threads`` (None: onnxruntime's default)
     threads: int | None = None
 
 

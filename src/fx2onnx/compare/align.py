@@ -28,8 +28,12 @@ SHAPE_COST = 2.5
 class ValueDiff:
     """How far two results are: the max absolute difference and whether it is within tolerance."""
 
+    #: the largest absolute difference
     max_abs: float
+    #: whether every difference is within ``atol + rtol * |value|`` (never for integers which
+    #: differ)
     close: bool
+    #: the largest absolute difference divided by the largest absolute value of both results
     relative: float
 
 

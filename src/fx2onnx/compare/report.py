@@ -19,25 +19,42 @@ class AlignedRow:
     from when the exporter recorded it.
     """
 
+    #: ``"same"``, ``"diff"``, ``"only1"`` or ``"only2"``
     status: str
+    #: the position of the result in the first model (None: only in the second one)
     index1: int | None = None
+    #: the op type of the node producing it in the first model (``"input"`` for an input)
     op_type1: str = ""
+    #: the name of the result in the first model
     name1: str = ""
+    #: its shape in the first model, as text (``2x8x16``)
     shape1: str = ""
+    #: its element type in the first model, short (``f32``, ``i64``)
     dtype1: str = ""
+    #: a few of its values, or min / max / mean
     summary1: str = ""
+    #: the torch module the node comes from in the first model, when recorded
     module1: str = ""
+    #: the position of the result in the second model (None: only in the first one)
     index2: int | None = None
+    #: the op type of the node producing it in the second model
     op_type2: str = ""
+    #: the name of the result in the second model
     name2: str = ""
+    #: its shape in the second model, as text
     shape2: str = ""
+    #: its element type in the second model, short
     dtype2: str = ""
+    #: a few of its values, or min / max / mean
     summary2: str = ""
+    #: the torch module the node comes from in the second model, when recorded
     module2: str = ""
+    #: the largest absolute difference of a paired row (None when not compared)
     max_abs_diff: float | None = None
 
     @property
     def marker(self) -> str:
+        """The marker of the status in the side-by-side text: ``=``, ``x``, ``-`` or ``+``."""
         return MARKERS[self.status]
 
 
@@ -53,12 +70,19 @@ class CompareResult:
     gives a pandas DataFrame; ``str(result)`` the side-by-side text.
     """
 
+    #: the alignment, in the order of the results of both models
     rows: list[AlignedRow]
+    #: the number of results (inputs and node outputs) of the first model
     n_results1: int
+    #: the number of results of the second model
     n_results2: int
+    #: the absolute tolerance of the comparison
     atol: float
+    #: the relative tolerance of the comparison
     rtol: float
+    #: the total cost of the alignment (see :mod:`fx2onnx.compare.align`)
     cost: float
+    #: how the inputs were mapped, when the models do not name them alike
     notes: list[str] = dataclasses.field(default_factory=list)
 
     @property

@@ -39,25 +39,34 @@ class ResultInfo:
         exporter left it in the node metadata ("" otherwise)
     """
 
+    #: position in the sequence of results of the model
     index: int
+    #: the node's op type, ``"input"`` for a model input
     op_type: str
+    #: the result (value) name
     name: str
+    #: the name of the node producing it (``""`` for inputs)
     node: str
+    #: the computed array (None when it is not a tensor)
     value: np.ndarray | None
+    #: the path of the torch module the node comes from, when the exporter recorded it
     module: str = ""
 
     @property
     def shape(self) -> tuple[int, ...] | None:
+        """The shape of the value, None when it is not a tensor."""
         return None if self.value is None else tuple(self.value.shape)
 
     @property
     def dtype(self) -> str:
+        """The element type, short (``f32``, ``i64``), ``?`` when it is not a tensor."""
         if self.value is None:
             return "?"
         return _SHORT_DTYPES.get(str(self.value.dtype), str(self.value.dtype))
 
     @property
     def shape_text(self) -> str:
+        """The shape as text, ``2x8x16``, ``()`` for a scalar, ``?`` when unknown."""
         shape = self.shape
         if shape is None:
             return "?"

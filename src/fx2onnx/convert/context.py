@@ -34,6 +34,7 @@ class ConversionContext:
 
     @property
     def opset(self) -> int:
+        """The opset of the main domain the model is built for."""
         return self.builder.opset
 
     # information from the FX node
@@ -60,6 +61,7 @@ class ConversionContext:
         raise self.error(f"Cannot infer the output dtype of node {self.node}")
 
     def out_rank(self, index: int | None = None) -> int:
+        """The rank of the (index-th) output of the current node, 0 for a number."""
         v = self.val(index)
         return v.dim() if isinstance(v, torch.Tensor) else 0
 
@@ -77,6 +79,7 @@ class ConversionContext:
 
     @staticmethod
     def rank(value: ir.Value) -> int | None:
+        """The rank of an ONNX value, None when its shape is unknown."""
         return None if value.shape is None else len(value.shape)
 
     def const(self, value: Any, dtype: torch.dtype | ir.DataType | None = None) -> ir.Value:
@@ -143,6 +146,7 @@ class ConversionContext:
         return self.op.Squeeze(s, self.const([0], torch.int64))
 
     def set_type(self, value: ir.Value, dtype: torch.dtype | None = None, shape: Sequence[Any] | None = None) -> ir.Value:
+        """Sets the dtype and shape of an ONNX value when given; returns the value."""
         if dtype is not None:
             value.dtype = onnx_dtype(dtype)
         if shape is not None:

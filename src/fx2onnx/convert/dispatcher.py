@@ -50,11 +50,18 @@ class Dispatcher:
             self.register(target, fn)
 
     def register(self, target: Any, fn: Callable[..., Any]) -> None:
+        """Registers ``fn`` as the converter of ``target`` (an OpOverload, an OpOverloadPacket or a
+        string), replacing any previous one; an onnxscript function is wrapped to be called like
+        a converter.
+        """
         if not callable(fn):
             raise TypeError(f"The converter for {target!r} must be callable, got {type(fn).__name__}.")
         self._by_key[_key(target)] = _wrap_onnxscript(fn)
 
     def find(self, target: Any) -> Callable[..., Any] | None:
+        """The converter of ``target``: the one registered for this overload, else the one
+        registered for every overload of the operator, else None.
+        """
         key = _key(target)
         if key in self._by_key:
             return self._by_key[key]

@@ -55,9 +55,13 @@ COLUMNS = (
 class RecordedCall:
     """The inputs and outputs of the first call of a submodule, and how many calls it got."""
 
+    #: the positional inputs of the first call
     args: tuple
+    #: the keyword inputs of the first call
     kwargs: dict[str, Any]
+    #: what the first call returned
     outputs: Any = None
+    #: how many times the submodule was called during the eager run
     calls: int = 0
 
 

@@ -38,12 +38,15 @@ _VAE = dict(block_out_channels=(16, 32), layers_per_block=1, norm_num_groups=8, 
 class Tiny:
     """A tiny configuration and how to build the inputs of one entry point."""
 
+    #: the keyword arguments building a tiny model of the class
     config: dict
-    #: the latent (or image) channels and side of the first input, the number of frames for video
+    #: the latent (or image) channels of the first input, the number of frames for video
     channels: int
+    #: the side of the first input (height and width)
     side: int
     #: builds the keyword inputs from (batch, side, generator)
     kwargs: Callable[[int, int, torch.Generator], dict] = lambda b, s, g: {}
+    #: the method exported (``forward``, ``encode``, ``decode``)
     method: str = "forward"
     #: the first input is a sequence of packed patches (Flux) rather than an image
     packed: bool = False

@@ -169,7 +169,9 @@ _NON_TEXT_SUBCONFIGS = ("vision_config", "audio_config", "speech_config", "image
 class TransformersClasses:
     """The configuration and model classes of a model type ``name`` with a ``model_class_name``."""
 
+    #: the model type (``llama``), the key of transformers' configuration mapping
     name: str
+    #: the name of the model class in transformers (``LlamaForCausalLM``)
     model_class_name: str
 
     def config_class(self) -> type:
@@ -189,10 +191,15 @@ class TransformersClasses:
 class Architecture(TransformersClasses):
     """An architecture of transformers: its model type, kind and classes, or why it is skipped."""
 
+    #: the model type (``llama``)
     name: str
+    #: the kind of model: ``causal``, ``masked`` or ``seq2seq``
     kind: str
+    #: the name of the configuration class (``LlamaConfig``)
     config_class_name: str
+    #: the name of the model class (``LlamaForCausalLM``)
     model_class_name: str
+    #: why the architecture is not built, None when it is
     skip: str | None = None
 
 

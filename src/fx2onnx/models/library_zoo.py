@@ -315,6 +315,8 @@ def build_library_rows(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m fx2onnx.models.library_zoo timm|diffusers|tasks``: computes the rows of one
+    library, merges them into ``rows_<library>.json`` and prints the matches per exporter."""
     parser = argparse.ArgumentParser(prog="python -m fx2onnx.models.library_zoo",
                                      description="timm / diffusers / transformers tasks rows of the models page")
     parser.add_argument("library", choices=["timm", "diffusers", "tasks"])

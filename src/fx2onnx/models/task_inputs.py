@@ -317,15 +317,25 @@ def task_entries() -> dict[str, str]:
 class TaskCase:
     """A tiny transformers model of one task with the inputs of a zoo row (keyword inputs only)."""
 
+    #: the task
     family: str
+    #: the model type
     name: str
+    #: the tiny model, in eval mode
     model: torch.nn.Module
+    #: the keyword inputs of the export
     export_kwargs: dict
+    #: keyword inputs of other shapes, to check the dynamic model
     check_kwargs: dict
+    #: the dynamic shapes of the inputs, by input name
     dynamic_shapes: dict
+    #: the number of parameters of the model
     parameters: int = 0
+    #: a positional input of the export (None: keyword inputs only)
     export_input: Any = None
+    #: the positional input of the check (None: keyword inputs only)
     check_input: Any = None
+    #: what the row should say about the model's inputs or configuration
     notes: list = field(default_factory=list)
     #: exported under ``torch_export_patches(patch_transformers=True)`` by both exporters
     patch_transformers: bool = True

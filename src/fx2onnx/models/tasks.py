@@ -156,9 +156,13 @@ TASK_OVERRIDES: dict[str, dict[str, Any]] = {
 class TaskArchitecture(TransformersClasses):
     """An architecture of one task: model type, model class, or why it is skipped."""
 
+    #: the task, a key of :data:`TASKS`
     task: str
+    #: the model type (``llava``)
     name: str
+    #: the name of the model class of that task
     model_class_name: str
+    #: why the architecture is not built, None when it is
     skip: str | None = None
 
 

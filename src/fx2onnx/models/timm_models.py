@@ -39,15 +39,25 @@ CANDIDATES = 16
 class TimmCase:
     """A timm model with the inputs of one zoo row."""
 
+    #: the timm module defining the model (``resnet``), the diffusers class for a diffusers model
     family: str
+    #: the model name in timm's registry, the class or ``class.method`` for diffusers
     name: str
+    #: the model, in eval mode
     model: torch.nn.Module
+    #: the first positional input of the export (an image batch)
     export_input: torch.Tensor
+    #: a first positional input of other shapes, to check the dynamic model
     check_input: torch.Tensor
+    #: the dynamic shapes of the inputs
     dynamic_shapes: tuple
+    #: the number of parameters of the model
     parameters: int = 0
+    #: what the row says about how the model was built (``dynamic_img_size=True``, a reason)
     notes: list[str] = field(default_factory=list)
+    #: keyword inputs of the export (none for timm, the others for diffusers)
     export_kwargs: dict = field(default_factory=dict)
+    #: keyword inputs of the check (none for timm)
     check_kwargs: dict = field(default_factory=dict)
 
 

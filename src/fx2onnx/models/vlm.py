@@ -54,15 +54,22 @@ class TinyVLM:
         Gemma 3: the tokens of an image attend to each other in both directions)
     """
 
+    #: the ``...ForConditionalGeneration`` model, in eval mode
     model: torch.nn.Module
+    #: the placeholder token an image's features replace
     image_token_id: int
+    #: the number of features (placeholder tokens) of one image
     tokens_per_image: int
+    #: height and width of the images
     image_size: int
+    #: layers of the text decoder (the cache has ``2 * num_layers`` tensors)
     num_layers: int
+    #: whether the text decoder takes ``token_type_ids`` (1 for image tokens)
     token_type_ids: bool = False
 
     @property
     def config(self) -> Any:
+        """The model's configuration."""
         return self.model.config
 
 

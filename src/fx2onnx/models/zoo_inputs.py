@@ -34,11 +34,17 @@ class CacheFlatteningError(TypeError):
 class ZooModel:
     """A discovered architecture built: the model, two input sets and their dynamic shapes."""
 
+    #: the model type
     name: str
+    #: the tiny model, in eval mode
     model: torch.nn.Module
+    #: its configuration
     config: Any
+    #: the input set of the export (keyword inputs)
     inputs: dict[str, Any]
+    #: an input set of other shapes, to check the dynamic model
     inputs2: dict[str, Any]
+    #: the dynamic shapes of the inputs, by input name
     dynamic_shapes: dict[str, Any]
 
     def copy_inputs(self, index: int) -> dict[str, Any]:

@@ -27,9 +27,13 @@ LEVEL_NAMES = tuple(LEVELS)
 class RuleResult:
     """What one rule did: how many times it applied and how long it took."""
 
+    #: the name of the rule
     name: str
+    #: how many times it rewrote the graph
     matches: int
+    #: how long it took, in seconds
     time_s: float
+    #: why it was skipped, or what it found, when it says
     note: str = ""
 
 
@@ -37,10 +41,15 @@ class RuleResult:
 class OptimizationReport:
     """The rules run by :func:`optimize`, with the node counts before and after."""
 
+    #: the optimization level which ran (``default``, ``onnxruntime``, ``opset23``)
     level: str
+    #: what every rule did, in the order they ran
     rules: list[RuleResult] = dataclasses.field(default_factory=list)
+    #: the number of nodes of the main graph before the optimization
     nodes_before: int = 0
+    #: the number of nodes after it
     nodes_after: int = 0
+    #: the number of nodes of each op type after the optimization
     op_types: dict[str, int] = dataclasses.field(default_factory=dict)
     #: the weights ``quantize=`` replaced by blocks (node, shape, bytes before and after)
     quantized: list[QuantizedWeight] = dataclasses.field(default_factory=list)

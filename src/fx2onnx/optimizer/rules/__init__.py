@@ -25,9 +25,13 @@ class Rule:
     ``default``: False for a rule that runs only when asked (``optimize(enable=[name])``),
     one measured not to pay on onnxruntime's CPU kernels."""
 
+    #: the name of the rule, as ``optimize(enable=..., disable=...)`` takes it
     name: str
+    #: rewrites the model in place, returns the number of rewrites
     fn: Callable[[ir.Model], int]
+    #: the main-domain opset the model needs (0: any)
     min_opset: int = 0
+    #: False for a rule which runs only when asked
     default: bool = True
 
 

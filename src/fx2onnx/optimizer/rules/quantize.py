@@ -41,13 +41,21 @@ class QuantizedWeight:
     """One weight replaced by blocks: the node, its weight's shape and the bytes before and after
     (weight only before; codes, scales and zero points after)."""
 
+    #: the name of the node using the weight
     node: str
+    #: the op type replacing it (``MatMulNBits``, ``GatherBlockQuantized``)
     op_type: str
+    #: the name of the initializer replaced
     weight: str
+    #: the shape of the weight
     shape: tuple[int, ...]
+    #: the bits of a code, 4 or 8
     bits: int
+    #: the number of weights sharing one scale and one zero point
     block_size: int
+    #: the bytes of the weight
     bytes_before: int
+    #: the bytes of its codes, scales and zero points
     bytes_after: int
 
     def __str__(self) -> str:
