@@ -150,6 +150,7 @@ class PatchContext:
 
     @property
     def reports(self) -> list[PatchReport]:
+        """Every patch applied or skipped, then every cache class registered (or skipped)."""
         rows = list(self.patch_set.reports)
         for name, done in self.registered.items():
             rows.append(_cache_report(name, "applied" if done else "skipped"))

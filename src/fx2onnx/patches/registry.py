@@ -94,12 +94,19 @@ class Patch:
     :param doc: why the patch exists
     """
 
+    #: a short unique name
     name: str
+    #: ``"torch"``, ``"transformers"``, ``"cache"``, ``"rewrite"`` or ``"custom"``
     kind: str
+    #: dotted path of the attribute to replace
     target: str
+    #: ``make(original) -> replacement``
     make: Callable[[Any], Any]
+    #: parameter names the original must have (else the patch is skipped)
     expected_args: Sequence[str] | None = None
+    #: ``guard(original) -> None or a reason to skip``
     guard: Callable[[Any], str | None] | None = None
+    #: why the patch exists
     doc: str = ""
 
     def check(self) -> tuple[Any, str, Any] | str:
@@ -166,10 +173,14 @@ class PatchSet:
     def __init__(self, patches: Iterable[Patch], verbose: int = 0):
         self.patches = list(patches)
         self.verbose = verbose
+        #: one report per patch, applied or skipped (with the reason), filled by :meth:`apply`
         self.reports: list[PatchReport] = []
         self._undo: list[tuple[Any, str, Any]] = []
 
     def apply(self) -> list[PatchReport]:
+        """Applies every patch whose target exists and whose checks pass, skips the others; returns
+        the reports; raises when two patches share a name.
+        """
         names = [p.name for p in self.patches]
         duplicated = sorted({n for n in names if names.count(n) > 1})
         if duplicated:

@@ -332,17 +332,24 @@ def check_false(condition: Any, message: str) -> None:
 class RewrittenFunction:
     """A rewritten function, its sources and the lines of the rewritten ``if``."""
 
+    #: the function as the model defines it
     original: Callable[..., Any]
+    #: the function compiled from the rewritten source
     function: Callable[..., Any]
+    #: the source of the original function
     original_source: str
+    #: the rewritten source
     source: str
+    #: the lines of the original source which were rewritten (an ``if`` into ``torch.cond``, ``int(t)`` into ``t.item()``)
     lines: list[int]
 
     @property
     def qualname(self) -> str:
+        """The qualified name of the original function."""
         return getattr(self.original, "__qualname__", getattr(self.original, "__name__", "function"))
 
     def diff(self) -> str:
+        """The unified diff between the original and the rewritten source."""
         return "".join(
             difflib.unified_diff(
                 self.original_source.splitlines(keepends=True),
