@@ -86,3 +86,15 @@ def test_onnx_follows_eager_for_other_sizes_and_padding(paligemma):
     # the two eager answers differ: the test would not see a frozen branch otherwise
     unpadded, padded = _inputs(config, 3, 8, seed=4), _inputs(config, 3, 8, seed=4, padded=True)
     assert (_logits(model, unpadded)[0, :4] - _logits(model, padded)[0, :4]).abs().max() > 1e-2
+
+
+def test_without_the_patch_the_capture_check_names_the_attention(paligemma, monkeypatch):
+    """What to_onnx said before the patch: the capture check (issue 36 item 1) on the real case."""
+    import fx2onnx.patches.transformers_fixes as fixes
+    from fx2onnx.convert.capture_check import CaptureMismatchError
+
+    monkeypatch.setattr(fixes, "MASK_FUNCTIONS", ())
+    model, config = paligemma
+    with pytest.raises(CaptureMismatchError, match=r"\['logits'\]") as info:
+        fx2onnx.to_onnx(model, (), dict(_inputs(config, 2, 5, seed=0), use_cache=False))
+    assert "self_attn" in str(info.value), str(info.value)

@@ -305,6 +305,7 @@ def to_onnx(
     quantize_block_size: int = 32,
     patches: bool | str = "auto",
     weights: dict[str, Any] | None = None,
+    check_capture: bool | str = True,
 ) -> onnx.ModelProto:
     """Exports a PyTorch model to ONNX with fx2onnx's own converter.
 
@@ -359,6 +360,13 @@ def to_onnx(
     :param weights: values of the weights by state_dict name, used instead of the model's own
         (torch tensors, numpy arrays or onnx_ir tensors, such as the lazy ones of
         :func:`fx2onnx.weights.checkpoint_weights` which read a checkpoint when saving)
+    :param check_capture: after torch.export, run the exported program on the example inputs and compare
+        its outputs with the model's (see :mod:`fx2onnx.convert.capture_check`): True raises
+        :class:`fx2onnx.convert.capture_check.CaptureMismatchError` when they differ, naming the outputs,
+        the size of the difference and the first submodule the program does not reproduce; ``"warn"``
+        warns instead (:class:`~fx2onnx.convert.capture_check.CaptureMismatchWarning`); False skips it.
+        The check costs one eager run and one run of the program; it is skipped when a weight or an
+        input is on the meta device, for an ExportedProgram and for programs drawing random numbers
     :return: the ONNX model; when it was saved with external data, the ModelProto of the
         file without the bytes of the weights (``onnx.load(filename)`` loads them when they
         fit in memory, onnxruntime and :func:`fx2onnx.validate` take the path)
@@ -399,6 +407,9 @@ def to_onnx(
     if target_opset is None:
         target_opset = 23 if level in ("onnxruntime", "opset23") else DEFAULT_OPSET
     _check_options(target_opset, dispatcher, input_names, output_names)
+    from .capture_check import check_mode
+
+    check_mode(check_capture)
     stages = _Stages(verbose)
     from ..patches.auto import auto_patches
     from .rewrite_retry import capture_rewriting_if_needed
@@ -414,6 +425,11 @@ def to_onnx(
             model,
             patches,
         )
+    if check_capture and not isinstance(model, torch.export.ExportedProgram):
+        from .capture_check import check_capture as run_check, report_capture_check
+
+        checked = stages.run("capture check (program vs eager)", run_check, ep, model, tuple(args), dict(kwargs or {}))
+        report_capture_check(checked, check_capture, stacklevel=3)
     if verbose > 1:
         print(ep.graph)
     onnx_model = stages.run(
