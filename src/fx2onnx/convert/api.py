@@ -425,7 +425,8 @@ def to_onnx(
             model,
             patches,
         )
-    if check_capture and not isinstance(model, torch.export.ExportedProgram):
+    # weights given apart: the model's own are placeholders (fx2onnx.weights.empty_weights), nothing to run
+    if check_capture and weights is None and not isinstance(model, torch.export.ExportedProgram):
         from .capture_check import check_capture as run_check, report_capture_check
 
         checked = stages.run("capture check (program vs eager)", run_check, ep, model, tuple(args), dict(kwargs or {}))
