@@ -95,7 +95,7 @@ def _export_checkpoint(args: argparse.Namespace) -> int:
         raise ValueError("A checkpoint folder is exported with dynamic shapes and a non-strict capture: "
                          "remove --static / --strict.")
     result = export_folder(
-        args.model, args.out, task=args.task, dtype=args.dtype, with_cache=args.with_cache is not False,
+        args.model, args.out, task=args.task, dtype=args.dtype, with_cache=not args.no_cache,
         optimize=args.optimize or "onnxruntime", quantize=args.quantize, block_size=args.block_size,
         opset=args.opset, validate=args.validate, atol=args.atol, rtol=args.rtol, progress=not args.quiet,
         log=lambda line: print(line, file=sys.stderr, flush=True),
@@ -332,7 +332,7 @@ def make_parser() -> argparse.ArgumentParser:
     exp.add_argument("--dtype", default=None, choices=["float32", "float16", "bfloat16"],
                      help="a checkpoint folder: the type of the exported weights (default: float32, the type of "
                      "onnxruntime's CPU kernels)")
-    exp.add_argument("--no-cache", dest="with_cache", action="store_false", default=None,
+    exp.add_argument("--no-cache", action="store_true",
                      help="a checkpoint folder: a causal LM without its cache (it cannot generate)")
     exp.add_argument("--optimize", default=None, choices=["default", "onnxruntime", "opset23", "none"],
                      help="a checkpoint folder: the optimization level (default: onnxruntime)")
