@@ -1,7 +1,7 @@
 """A tokenizer made in code, and a checkpoint folder with it: what a published folder holds,
 without a download.
 
-:func:`tiny_tokenizer` trains a byte-level BPE tokenizer (the kind of GPT-2, Llama 3, Qwen)
+:func:`tiny_tokenizer` trains a byte-level BPE tokenizer
 on a few sentences of this module, with the special tokens of a chat model and a chat
 template; :func:`write_checkpoint_folder` writes a ``save_pretrained`` folder: random
 weights of a config (seeded, one tensor at a time, never the whole model in memory), the
@@ -32,9 +32,11 @@ CORPUS = (
     "What is the capital of France? Paris is the capital of France.",
     "Numbers: 0 1 2 3 4 5 6 7 8 9 10 100 1000. Punctuation: , . ; : ! ? ( ) [ ] { } ' \" - _ / \\",
     "hello world, hello again, the quick brown fox jumps over the lazy dog.",
+    "A list:\n- one\n- two\n\tindented; LETTERS: ABCDEFGHIJKLMNOPQRSTUVWXYZ, letters: abcdefghijklmnopqrstuvwxyz",
 )
 #: the special tokens (Qwen's chat markers) and the chat template using them
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+UNKNOWN = "<unk>"
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -42,25 +44,27 @@ CHAT_TEMPLATE = (
 
 
 def tiny_tokenizer(vocab_size: int = 384) -> Any:
-    """A byte-level BPE :class:`transformers.PreTrainedTokenizerFast` of at most ``vocab_size``
-    tokens (>= 259: the 256 bytes and the special tokens), trained on :data:`CORPUS`, with a
-    chat template; ``<|endoftext|>`` is the end of sequence and the pad token."""
+    """A BPE :class:`transformers.PreTrainedTokenizerFast` of at most ``vocab_size`` tokens
+    trained on :data:`CORPUS` (its characters, then merges), with a chat template;
+    ``<|endoftext|>`` is the end of sequence and the pad token, ``<unk>`` a character the
+    corpus does not have."""
     import tokenizers
     import transformers
 
-    if vocab_size < 256 + len(SPECIAL_TOKENS):
-        raise ValueError(f"vocab_size must be at least {256 + len(SPECIAL_TOKENS)} (bytes and special tokens).")
-    model = tokenizers.Tokenizer(tokenizers.models.BPE())
+    if vocab_size < 128:
+        raise ValueError(f"vocab_size must be at least 128 (the characters of the corpus and merges), not {vocab_size}.")
+    # byte-level (as GPT-2's, Llama 3's, Qwen's), its alphabet the corpus' characters only: every token
+    # decodes to printable text, even when a random model draws them
+    model = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token=UNKNOWN))
     model.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     model.decoder = tokenizers.decoders.ByteLevel()
     trainer = tokenizers.trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False,
-        initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet(),
+        vocab_size=vocab_size, special_tokens=[*SPECIAL_TOKENS, UNKNOWN], show_progress=False,
     )
     model.train_from_iterator(CORPUS, trainer=trainer)
     return transformers.PreTrainedTokenizerFast(
         tokenizer_object=model, eos_token=SPECIAL_TOKENS[0], pad_token=SPECIAL_TOKENS[0],
-        chat_template=CHAT_TEMPLATE,
+        unk_token=UNKNOWN, chat_template=CHAT_TEMPLATE,
     )
 
 
@@ -70,8 +74,8 @@ def write_checkpoint_folder(
 ) -> dict[str, Any]:
     """Writes a ``save_pretrained`` folder of the model of ``config``: random weights
     (:func:`fx2onnx.weights.write_random_checkpoint`), the tokenizer of :func:`tiny_tokenizer`
-    (of ``config.vocab_size`` tokens at most, when ``tokenizer``) and a generation config whose
-    end of sequence is the tokenizer's.
+    (of ``config.vocab_size`` tokens at most, when ``tokenizer``: ``config.vocab_size`` becomes
+    its size) and a generation config whose end of sequence is the tokenizer's.
 
     :param std: the standard deviation of the weights (see :func:`fx2onnx.weights.write_random_checkpoint`;
         a tiny model needs larger weights than 0.02 to generate varied tokens)
@@ -84,6 +88,7 @@ def write_checkpoint_folder(
 
     tok = tiny_tokenizer(min(config.vocab_size, 384)) if tokenizer else None
     if tok is not None:
+        config.vocab_size = len(tok)  # the model generates the tokens the tokenizer has
         config.eos_token_id = config.pad_token_id = tok.eos_token_id
         config.bos_token_id = None
     written = write_random_checkpoint(config, folder, dtype, seed=seed, std=std)
