@@ -150,3 +150,27 @@ def test_bad_inputs_end_in_one_line(folders, tmp_path, capsys):
     # not an exported folder
     assert main(["generate", str(tmp_path), "--ids", "1"]) == 2
     assert "export" in capsys.readouterr().err
+
+
+def test_bfloat16_export_is_held_to_eager_bfloat16(folders, tmp_path):
+    """A bf16 export is compared with eager float32 and accepted when as close as eager bf16 is;
+    a wrong model is still refused."""
+    from fx2onnx.deploy import export_folder
+    from fx2onnx.deploy.check import check_against_eager
+
+    checkpoint, _ = folders
+    result = export_folder(checkpoint, tmp_path / "bf16", dtype="bfloat16")
+    assert result.ok, [str(c) for c in result.checks]
+    first = result.checks[0]
+    assert max(first.onnx_diff) > 1e-3  # far from float32 at its tolerance: the old check said MISMATCH
+    assert "eager bfloat16 is" in str(first)
+    # the same check refuses a model that computes something else
+    model, _ = _eager(checkpoint)
+    with torch.no_grad():
+        model.model.layers[0].mlp.down_proj.weight.mul_(1.5)
+    from fx2onnx.weights.task_inputs import task_inputs
+
+    config = transformers.AutoConfig.from_pretrained(checkpoint)
+    inputs, _, _ = task_inputs(config, "text-generation", with_cache=True, dtype=torch.bfloat16)
+    [wrong] = check_against_eager(str(tmp_path / "bf16" / "model.onnx"), model, [inputs], torch.bfloat16)
+    assert not wrong.ok and "MISMATCH" in str(wrong)
