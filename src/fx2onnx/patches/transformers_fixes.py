@@ -31,6 +31,8 @@ Each one fixes a failure met with the installed transformers and tiny models:
   (see :mod:`fx2onnx.patches.funnel`).
 * LLaVA's ``get_image_features`` splits the image features into a list per image,
   which specializes the number of images (see :mod:`fx2onnx.patches.llava`).
+* Idefics 3's ``get_image_features`` splits the features per prompt with ``tolist()``,
+  which specialized the batch (see :mod:`fx2onnx.patches.idefics3`).
 * RT-DETR's forward (and its copies: RT-DETR v2, D-FINE, DEIMv2, PP-DocLayout) reads the
   batch with ``len(source_flatten)``, which specialized it (see :mod:`fx2onnx.patches.detr_batch`).
 * FSMT's ``make_padding_mask`` returns ``None`` when no token is padding
@@ -52,6 +54,7 @@ import torch
 
 from .registry import Patch, patch_if_imported, source_guard
 from .detr_batch import DETR_BATCH_FORWARDS, guard_symbolic_len_forward, make_symbolic_len_forward
+from .idefics3 import IMAGE_FEATURES, guard_image_features, _make_image_features
 from .sdpa_skip import MASK_FUNCTIONS, guard_mask_function, make_mask_with_eager_skip
 
 
@@ -300,6 +303,16 @@ def transformers_patches() -> list[Patch]:
             make=_make_longformer_chunk,
             expected_args=("hidden_states", "window_overlap", "onnx_export"),
             doc="overlapping chunks taken with unfold (the model's onnx_export path), not as_strided of a view",
+        ))
+    for module, model_class in IMAGE_FEATURES:
+        patches.extend(patch_if_imported(
+            module, f"{model_class}.get_image_features",
+            name=f"{model_class}.get_image_features",
+            make=_make_image_features,
+            expected_args=("self", "pixel_values", "pixel_attention_mask"),
+            guard=guard_image_features,
+            doc="the image features returned as one tensor instead of a list per prompt split with tolist(), "
+            "which made torch.export specialize the batch (see fx2onnx.patches.idefics3)",
         ))
     for module, function in MASK_FUNCTIONS:
         sliding = function == "create_sliding_window_causal_mask"
