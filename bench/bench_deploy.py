@@ -1,0 +1,182 @@
+"""A checkpoint folder exported by fx2onnx and by onnxruntime-genai's model builder, run side by side.
+
+Writes a bf16 ``save_pretrained`` folder of a published config (random weights, seeded; the
+tokenizer made in code, so the vocabulary of the config is kept by the model but the prompt
+uses the tokenizer's ids), then for each precision:
+
+* ``python -m fx2onnx export FOLDER --out OUT [--quantize int4]`` and
+  ``python -m onnxruntime_genai.models.builder -i FOLDER -o OUT -p int4|fp32 -e cpu``, each in
+  a child process: wall time, peak RSS (the child's ``VmHWM``), folder size;
+* the two loops on the same prompt, interleaved rounds, same onnxruntime and threads: the
+  fx2onnx loop (:class:`fx2onnx.runtime.folder.FolderGenerator`) and onnxruntime-genai's
+  ``Generator`` on its own folder, greedy: prefill and decode tokens/s, and whether the
+  tokens are equal (random weights: the two int4 quantizations differ, float32 should agree).
+
+Everything is written in a temporary folder removed at the end.
+
+    python bench/bench_deploy.py --model qwen3-0.6b --precisions float32,int4 --threads 1
+    python bench/bench_deploy.py --model qwen3-0.6b --layers 2   # a quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+#: published configs (values from the models' config.json files)
+CONFIGS = {
+    "qwen3-0.6b": ("Qwen3Config", dict(
+        hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+        num_key_value_heads=8, head_dim=128, vocab_size=151936, max_position_embeddings=40960,
+        rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, architectures=["Qwen3ForCausalLM"])),
+    "llama-3.2-1b": ("LlamaConfig", dict(
+        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=64, vocab_size=128256, max_position_embeddings=131072,
+        rope_theta=500_000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+        rope_scaling=dict(factor=32.0, high_freq_factor=4.0, low_freq_factor=1.0,
+                          original_max_position_embeddings=8192, rope_type="llama3"),
+        architectures=["LlamaForCausalLM"])),
+}
+_MEASURED = """
+import json, runpy, sys, time
+out, module, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+sys.argv = [module] + argv
+begin = time.perf_counter()
+try:
+    runpy.run_module(module, run_name="__main__")
+except SystemExit as e:
+    if e.code not in (None, 0):
+        raise
+# VmHWM, not ru_maxrss: Linux keeps in ru_maxrss the peak of the process before exec (a fork of the
+# benchmark, which holds the loaded models)
+peak = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+json.dump({"seconds": time.perf_counter() - begin, "peak_rss": peak}, open(out, "w"))
+"""
+
+
+def write_folder(name: str, folder: str, layers: int | None) -> None:
+    import transformers
+
+    from fx2onnx.models.tokenizer import tiny_tokenizer
+    from fx2onnx.weights import write_random_checkpoint
+
+    class_name, values = CONFIGS[name]
+    config = getattr(transformers, class_name)(**dict(values, num_hidden_layers=layers or values["num_hidden_layers"]))
+    tok = tiny_tokenizer()
+    config.eos_token_id = config.pad_token_id = None  # generate every token asked for
+    write_random_checkpoint(config, folder, "bfloat16", seed=0)
+    tok.save_pretrained(folder)
+
+
+def measured(module: str, *argv: str) -> dict:
+    """Runs ``python -m module argv`` in a child process: its wall time and peak RSS."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        path = f.name
+    done = subprocess.run([sys.executable, "-c", _MEASURED, path, module, *argv], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{module} {' '.join(argv)} failed:\n{done.stderr[-3000:]}")
+    with open(path) as f:
+        result = json.load(f)
+    os.remove(path)
+    return result
+
+
+def folder_size(folder: str) -> int:
+    return sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+
+
+def run_ours(folder: str, prompt: list[int], new: int, threads: int):
+    from fx2onnx.runtime.folder import FolderGenerator
+
+    gen = FolderGenerator(folder, threads=threads)
+
+    def once():
+        r = gen.generate_text(prompt, new)
+        return r.new_ids, r.times.prefill_total, r.times.decode_total, r.times.decode_steps
+
+    return once
+
+
+def run_genai(folder: str, prompt: list[int], new: int, threads: int):
+    import onnxruntime_genai as og
+
+    config = og.Config(folder)
+    config.clear_providers()
+    with open(os.path.join(folder, "genai_config.json")) as f:
+        data = json.load(f)
+    data["model"]["decoder"]["session_options"]["intra_op_num_threads"] = threads
+    with open(os.path.join(folder, "genai_config.json"), "w") as f:
+        json.dump(data, f)
+    model = og.Model(folder)
+
+    def once():
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=len(prompt) + new, min_length=len(prompt) + new, do_sample=False)
+        gen = og.Generator(model, params)
+        begin = time.perf_counter()
+        gen.append_tokens(np.array([prompt], dtype=np.int32))
+        gen.generate_next_token()
+        tokens = [int(gen.get_next_tokens()[0])]
+        prefill = time.perf_counter() - begin
+        begin = time.perf_counter()
+        while not gen.is_done():
+            gen.generate_next_token()
+            tokens.append(int(gen.get_next_tokens()[0]))
+        return tokens, prefill, time.perf_counter() - begin, len(tokens) - 1
+
+    return once
+
+
+def main(argv=None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="qwen3-0.6b", choices=sorted(CONFIGS))
+    parser.add_argument("--layers", type=int, default=None, help="fewer layers than published (a quick run)")
+    parser.add_argument("--precisions", default="float32,int4")
+    parser.add_argument("--prompt", type=int, default=24)
+    parser.add_argument("--new", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        checkpoint = os.path.join(work, "checkpoint")
+        write_folder(args.model, checkpoint, args.layers)
+        prompt = [int(i) for i in np.random.default_rng(0).integers(3, 300, args.prompt)]
+        for precision in args.precisions.split(","):
+            ours, theirs = os.path.join(work, f"fx2onnx_{precision}"), os.path.join(work, f"genai_{precision}")
+            quant = ["--quantize", precision] if precision != "float32" else []
+            m_ours = measured("fx2onnx", "export", checkpoint, "--out", ours, "--quiet", "--no-validate", *quant)
+            m_theirs = measured("onnxruntime_genai.models.builder", "-i", checkpoint, "-o", theirs, "-p",
+                                {"float32": "fp32"}.get(precision, precision), "-e", "cpu")
+            loops = {"fx2onnx": run_ours(ours, prompt, args.new, args.threads),
+                     "onnxruntime-genai": run_genai(theirs, prompt, args.new, args.threads)}
+            best: dict[str, tuple] = {}
+            for _ in range(args.rounds):  # interleaved rounds, the best of each
+                for name, once in loops.items():
+                    tokens, prefill, decode, steps = once()
+                    previous = best.get(name)
+                    best[name] = (tokens, min(prefill, previous[1]) if previous else prefill,
+                                  min(decode, previous[2]) if previous else decode, steps)
+            same = best["fx2onnx"][0] == best["onnxruntime-genai"][0]
+            for name, folder, m in (("fx2onnx", ours, m_ours), ("onnxruntime-genai", theirs, m_theirs)):
+                tokens, prefill, decode, steps = best[name]
+                rows.append(dict(model=args.model, precision=precision, exporter=name,
+                                 export_s=round(m["seconds"], 1), peak_rss_gb=round(m["peak_rss"] / 1e9, 2),
+                                 size_mb=round(folder_size(folder) / 1e6), prefill_tok_s=round(args.prompt / prefill, 1),
+                                 decode_tok_s=round(steps / decode, 2), same_tokens=same))
+            print(json.dumps(rows[-2:]), flush=True)
+    import pandas
+
+    print(pandas.DataFrame(rows).to_string(index=False))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
