@@ -5,7 +5,7 @@ torch.export.export 101: first steps
 ====================================
 
 :func:`torch.export.export` runs a model once with symbolic tensors and
-records every operator it calls into a graph: an
+records every operator it calls into a graph: a
 :class:`torch.export.ExportedProgram`. Every exporter to ONNX starts there.
 This page exports a few small models and looks at what comes out: the
 program, its graph nodes, the signature, the range of the dynamic
