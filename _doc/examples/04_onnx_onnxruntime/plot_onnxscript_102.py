@@ -25,6 +25,8 @@ from onnxscript import FLOAT, script
 from onnxscript import opset18 as op
 from onnxscript.values import Opset
 
+import fx2onnx.inspect.dot
+
 local = Opset("tutorial.local", 1)  # the domain of our functions
 
 
@@ -67,8 +69,6 @@ assert [f.name for f in model.functions] == ["rms_norm"]
 
 # %%
 # :func:`fx2onnx.to_dot` draws the local function as a cluster next to the graph calling it.
-
-import fx2onnx.inspect.dot  # noqa: E402
 
 picture = fx2onnx.inspect.dot.GraphPicture(model, title="a graph calling the local function rms_norm")
 assert "rms_norm" in picture.svg
@@ -114,25 +114,18 @@ np.testing.assert_allclose(rms_norm(x, scale, epsilon=1e-5), rms_norm_numpy(x, s
 # different epsilons, built with :mod:`onnx.helper`. The model declares the domain
 # of the function in its opsets and stores the function once.
 
+DOUBLE = onnx.TensorProto.DOUBLE
 graph = oh.make_graph(
-    [
-        oh.make_node("rms_norm", ["x", "s1"], ["h"], domain="tutorial.local", epsilon=1e-5),
-        oh.make_node("rms_norm", ["h", "s2"], ["y"], domain="tutorial.local", epsilon=1e-2),
-    ],
+    [oh.make_node("rms_norm", ["x", "s1"], ["h"], domain="tutorial.local", epsilon=1e-5),
+     oh.make_node("rms_norm", ["h", "s2"], ["y"], domain="tutorial.local", epsilon=1e-2)],
     "two_norms",
-    [
-        oh.make_tensor_value_info("x", onnx.TensorProto.DOUBLE, ["batch", 8]),
-        oh.make_tensor_value_info("s1", onnx.TensorProto.DOUBLE, [8]),
-        oh.make_tensor_value_info("s2", onnx.TensorProto.DOUBLE, [8]),
-    ],
-    [oh.make_tensor_value_info("y", onnx.TensorProto.DOUBLE, ["batch", 8])],
+    [oh.make_tensor_value_info("x", DOUBLE, ["batch", 8]), oh.make_tensor_value_info("s1", DOUBLE, [8]),
+     oh.make_tensor_value_info("s2", DOUBLE, [8])],
+    [oh.make_tensor_value_info("y", DOUBLE, ["batch", 8])],
 )
-two_norms = oh.make_model(
-    graph,
-    opset_imports=[oh.make_opsetid("", 18), oh.make_opsetid("tutorial.local", 1)],
-    functions=[function_proto],
-    ir_version=10,  # onnx writes its latest IR version by default, newer than onnxruntime may read
-)
+# ir_version: onnx writes its latest IR version by default, newer than onnxruntime may read
+two_norms = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18), oh.make_opsetid("tutorial.local", 1)],
+                          functions=[function_proto], ir_version=10)
 onnx.checker.check_model(two_norms, full_check=True)
 x64, s1, s2 = (rng.standard_normal(shape) for shape in [(4, 8), (8,), (8,)])
 sess2 = onnxruntime.InferenceSession(two_norms.SerializeToString(), providers=["CPUExecutionProvider"])

@@ -23,8 +23,8 @@ Record the graphs and their inputs
 
 The backend calls one :class:`fx2onnx.backend.GraphRunner` per graph. A subclass
 of :class:`fx2onnx.backend.OrtBackend` wraps each runner to keep the first inputs it
-receives (weights, token ids, then the tensors saved for the backward):
-they are the feeds of the comparisons.
+receives (weights, token ids, then the tensors saved for the backward): the feeds
+of the comparisons.
 """
 
 import copy
@@ -111,10 +111,7 @@ passthrough = [r for r in fw_diff.rows if r.status == "only2"]
 print(f"inputs returned as they are: {len(passthrough)}")
 assert all(r.op_type2 == "Identity" for r in passthrough)
 assert fw_diff.count("same") >= len(other.graph.node) - len(passthrough)
-
-# %%
-# The loss, first output of both models, is the same.
-
+# the loss, first output of both models, is the same
 loss_row = next(r for r in fw_diff.rows if r.name1 == forward_onnx.graph.output[0].name)
 print(f"loss: {loss_row.name1} vs {loss_row.name2}, max abs diff {loss_row.max_abs_diff:.1e}")
 assert loss_row.status == "same" and loss_row.max_abs_diff < 1e-5
@@ -127,10 +124,8 @@ assert loss_row.status == "same" and loss_row.max_abs_diff < 1e-5
 # nodes. Every result of the optimized model is found in the raw one with the same
 # values, and so are the gradients (the outputs).
 
-bw_diff = fx2onnx.compare_onnx_execution(
-    ir.to_proto(raw["g1_backward"].model), ir.to_proto(optimized["g1_backward"].model),
-    raw_backend.feeds["g1_backward"], atol=1e-4,
-)
+bw_models = [ir.to_proto(backend["g1_backward"].model) for backend in (raw, optimized)]
+bw_diff = fx2onnx.compare_onnx_execution(*bw_models, raw_backend.feeds["g1_backward"], atol=1e-4)
 print(bw_diff.summary())
 print(bw_diff.to_text(start=len(bw_diff.rows) - 6, show_values=False))
 assert bw_diff.first_divergence is None and bw_diff.count("diff") == bw_diff.count("only2") == 0

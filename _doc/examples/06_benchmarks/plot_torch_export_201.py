@@ -23,10 +23,9 @@ The exporters
 """
 
 import copy
+import importlib.util
 import os
 import statistics
-import subprocess
-import sys
 import time
 import warnings
 
@@ -36,24 +35,21 @@ import onnxruntime
 import torch
 
 import fx2onnx
-from fx2onnx.models import export_dynamic_shapes, get_tiny_model
 from fx2onnx.validation import flatten_outputs, make_feeds
 
 warnings.filterwarnings("ignore")
-EXPORTERS = {  # (model, args, kwargs, dynamic shapes) -> exported model
-    "torch.export": lambda m, a, k, ds: torch.export.export(m, a, k, dynamic_shapes=export_dynamic_shapes(ds)),
-    "to_onnx": lambda m, a, k, ds: fx2onnx.to_onnx(m, a, kwargs=k, dynamic_shapes=ds),
-    "torch.onnx.export": lambda m, a, k, ds: torch.onnx.export(
-        m, a, kwargs=k, dynamic_shapes=ds, dynamo=True, verbose=False
-    ).model_proto,
-}
 
-mlp = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 10)).eval()
-tiny = get_tiny_model("llama")
-MODELS = {
-    "mlp": (mlp, (torch.randn(8, 64),), {}, ({0: "batch"},), (torch.randn(5, 64),), {}),
-    "tiny llama": (tiny.model, (), tiny.inputs, tiny.dynamic_shapes, (), tiny.inputs2),
-}
+# %%
+# The exporters and the two models come from the repository's script
+# ``bench/bench_export_memory.py``, which also measures the memory of an export.
+
+here = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() else os.getcwd()
+path = os.path.join(here, "..", "..", "..", "bench", "bench_export_memory.py")
+spec = importlib.util.spec_from_file_location("bench_export_memory", path)
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+EXPORTERS, MODELS = bench.EXPORTERS, {name: bench.build(name) for name in ("mlp", "tiny llama")}
+mlp = MODELS["mlp"][0]
 CPU, ONE_THREAD = ["CPUExecutionProvider"], onnxruntime.SessionOptions()
 ONE_THREAD.intra_op_num_threads = 1  # latencies are measured on one thread
 
@@ -68,69 +64,30 @@ def median_time(fn, repeat):
 
 # not measured: the first export of each exporter, the first capture of the Llama
 for export in EXPORTERS.values():
-    export(mlp, MODELS["mlp"][1], {}, MODELS["mlp"][3])
-_ = EXPORTERS["torch.export"](tiny.model, (), copy.deepcopy(tiny.inputs), tiny.dynamic_shapes)
+    export(*MODELS["mlp"][:4])
+llama, args, kwargs, ds = MODELS["tiny llama"][:4]
+_ = EXPORTERS["torch.export"](llama, args, copy.deepcopy(kwargs), ds)
 
 # %%
 # Export time and memory
 # ----------------------
 #
-# The peak memory of an export is measured in a fresh Python process (the script
-# ``PEAK`` below): the model is built, a first export of a single ``Linear`` loads the
-# modules of the exporter, the process's peak resident memory (``VmHWM``) is reset, the
-# model is exported, and the peak is compared with the memory used before the export. Measured in this process, the memory freed by the previous exports
-# would be reused and every export would cost "0 MB". Part of the time of
-# ``torch.onnx.export`` does not depend on the model: at every call it builds its
-# registry of onnxscript functions (most of the export time of the MLP).
-
-PEAK = """
-import sys, warnings
-warnings.filterwarnings("ignore")
-import torch, fx2onnx
-from fx2onnx.models import export_dynamic_shapes, get_tiny_model
-
-def status_kb(field):
-    with open("/proc/self/status") as f:
-        return int(next(line for line in f if line.startswith(field)).split()[1])
-
-model_name, exporter = sys.argv[1:3]
-if model_name == "mlp":
-    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 10)).eval()
-    args, kwargs, ds = (torch.randn(8, 64),), {}, ({0: "batch"},)
-else:
-    tiny = get_tiny_model("llama")
-    model, args, kwargs, ds = tiny.model, (), tiny.inputs, tiny.dynamic_shapes
-
-
-def export(m, a, k, ds):
-    if exporter == "torch.export":
-        return torch.export.export(m, a, k, dynamic_shapes=export_dynamic_shapes(ds))
-    if exporter == "to_onnx":
-        return fx2onnx.to_onnx(m, a, kwargs=k, dynamic_shapes=ds)
-    return torch.onnx.export(m, a, kwargs=k, dynamic_shapes=ds, dynamo=True, verbose=False)
-
-
-export(torch.nn.Linear(2, 2), (torch.randn(3, 2),), {}, ({0: "batch"},))  # loads the exporter's modules
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")  # resets VmHWM to the current resident memory
-before = status_kb("VmRSS")
-export(model, args, kwargs, ds)
-print((status_kb("VmHWM") - before) / 1024)
-"""
-
-
-def peak_memory_mb(model_name, exporter):
-    done = subprocess.run([sys.executable, "-c", PEAK, model_name, exporter], capture_output=True, text=True,
-                          check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    return float(done.stdout.strip().splitlines()[-1])
-
+# The peak memory of an export is measured in a fresh Python process
+# (``bench.peak_memory_mb``): the model is built, a first export of a single ``Linear``
+# loads the modules of the exporter, the process's peak resident memory (``VmHWM``) is
+# reset, the model is exported, and the peak is compared with the memory used before the
+# export. Measured in this process, the memory freed by the previous exports would be
+# reused and every export would cost "0 MB". Part of the time of ``torch.onnx.export``
+# does not depend on the model: at every call it builds its registry of onnxscript
+# functions (most of the export time of the MLP).
 
 rows = []
 for model_name, (model, args, kwargs, ds, args2, kwargs2) in MODELS.items():
     for name, export in EXPORTERS.items():
         repeat = 3 if model_name == "mlp" else 1
         duration, exported = median_time(lambda: export(model, args, copy.deepcopy(kwargs), ds), repeat)
-        row = dict(model=model_name, exporter=name, export_s=duration, memory_mb=peak_memory_mb(model_name, name))
+        memory = bench.peak_memory_mb(model_name, name)
+        row = dict(model=model_name, exporter=name, export_s=duration, memory_mb=memory)
         if name == "torch.export":
             runner = exported.module()
             pairs = zip(flatten_outputs(runner(*args2, **kwargs2)), flatten_outputs(model(*args2, **kwargs2)))
