@@ -70,6 +70,8 @@ ax.axvline(mistral.config.sliding_window, color="gray", linestyle=":", label="sl
 ax.axhline(1e-4, color="red", linestyle="--", label="atol")
 ax.set_yscale("log")
 ax.set_xlabel("cache length given (past_seq)")
+ax.set_ylabel("max abs diff")
+ax.set_title("ONNX model vs eager, both sides of the window")
 ax.legend(fontsize=8)
 fig.tight_layout()
 

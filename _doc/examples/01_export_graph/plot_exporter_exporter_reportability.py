@@ -79,8 +79,15 @@ except fx2onnx.ExportError as e:
 
 pandas.set_option("display.width", 200)
 pandas.set_option("display.max_columns", 20)
+
+
+def show(frame, columns):
+    """The report as text: the model's own row named ``<model>``, ``-`` where nothing was measured."""
+    print(frame.replace({"path": {"": "<model>"}})[columns].to_string(index=False, na_rep="-"))
+
+
 report = fx2onnx.export_report(model, (ids,), dynamic_shapes=({0: "batch", 1: "seq"},), as_frame=True)
-print(report[["path", "class", "status", "capture", "conversion", "validation", "max_abs"]])
+show(report, ["path", "class", "status", "capture", "conversion", "validation", "max_abs"])
 
 # %%
 # A failing submodule makes every module containing it fail. The innermost
@@ -110,7 +117,7 @@ class GateFixed(torch.nn.Module):
 fixed = Model(GateFixed).eval()
 fixed.load_state_dict(model.state_dict())
 report = fx2onnx.export_report(fixed, (ids,), dynamic_shapes=({0: "batch", 1: "seq"},), as_frame=True)
-print(report[["path", "status", "capture_s", "conversion_s", "max_abs"]])
+show(report, ["path", "status", "capture_s", "conversion_s", "max_abs"])
 assert (report["status"] == "OK").all()
 
 onx = fx2onnx.to_onnx(fixed, (ids,), dynamic_shapes=({0: "batch", 1: "seq"},))

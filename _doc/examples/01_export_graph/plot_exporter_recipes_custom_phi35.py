@@ -78,7 +78,9 @@ report = fx2onnx.export_report(
 )
 pandas.set_option("display.width", 200)
 pandas.set_option("display.max_columns", 20)
-print(report[["path", "class", "status", "capture", "conversion", "validation", "max_abs"]])
+# the model itself is the row "<model>"; "-": nothing measured
+shown = report.replace({"path": {"": "<model>"}})[["path", "class", "status", "capture", "conversion", "validation", "max_abs"]]
+print(shown.to_string(index=False, na_rep="-"))
 
 # %%
 # Five rows fail, the activation and the four modules containing it. The

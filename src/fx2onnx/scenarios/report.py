@@ -174,7 +174,7 @@ def grid_table(
 def _table_page(rows, cases: list[str], exporters: Sequence[str], title: str, intro: str) -> str:
     index = {(r["case"], r["exporter"], r["dynamic"]): r for r in rows}
     # no table of contents on the right: the matrix takes its width (_static/fx2onnx.css)
-    lines = [":hide-toc:", ""] + _heading(title, "=") + [intro, "", _legend(), ""]
+    lines = [":hide-toc:", ""] + _heading(title, "=") + [intro, "", _exporters_text(exporters), "", _legend(), ""]
     body = []
     for case in cases:
         cells = [f":ref:`{case} <{_label(case)}>`"]
@@ -187,6 +187,11 @@ def _table_page(rows, cases: list[str], exporters: Sequence[str], title: str, in
     groups = [(exporter, ("static", "dynamic")) for exporter in exporters]
     lines += grid_table(["case"], groups, body, "fx-matrix fx-sortable fx-filterable")
     return "\n".join(lines)
+
+
+def _exporters_text(exporters: Sequence[str]) -> str:
+    """What each exporter named in a page calls: every page defines its own columns."""
+    return "Exporters: " + "; ".join(f"``{e}``: ``{EXPORTERS[e]}``" for e in exporters) + "."
 
 
 def _legend() -> str:
@@ -204,6 +209,7 @@ def _details_page(rows, family: str, cases: list[str]) -> str:
     lines = _heading(FAMILY_TITLES.get(family, family), "=")
     lines += [f"One section per case of the family ``{family}``: its code, its inputs, and "
               "what every exporter produced (the graph, or the error).", ""]
+    lines += [_exporters_text([e for e in EXPORTERS if any(r["exporter"] == e for r in rows)]), ""]
     for name in cases:
         case = get_case(name)
         lines += [f".. _{_label(name)}:", ""] + _heading(name, "-")
@@ -283,7 +289,7 @@ def _index_page(rows, meta: dict[str, Any], families: list[str]) -> str:
         "otherwise) is a failure (step *discrepancy*). :doc:`../design/scenarios` explains how "
         "the zoo works.",
         "",
-        "Exporters: " + "; ".join(f"``{k}``: ``{v}``" for k, v in EXPORTERS.items()) + ".",
+        _exporters_text(list(EXPORTERS)),
         "",
     ]
     if meta:
