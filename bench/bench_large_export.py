@@ -1,11 +1,14 @@
 """Export time and peak memory of real-size Llamas: torch.export.export, to_onnx, torch.onnx.export.
 
 Each measurement runs in its own child process: the child builds the model (random
-weights, float32), records its peak RSS (``resource.getrusage``), runs one exporter
-which saves the model with external data, then records the peak RSS again. The
-table gives the time of the export and the peak memory above the built model.
-The floor is the time to write the weights at the disk bandwidth measured at the
-start (write + fsync of a 1 GB file).
+weights, float32), resets its peak resident memory once the model is built (Linux:
+``/proc/self/clear_refs``; building costs more than the model, and a peak read from the
+start of the process, ``ru_maxrss``, would then be the build's), runs one exporter which saves
+the model with external data and flushes the files to the disk, then reads the peak
+(``VmHWM``). The table gives the time of the export, the peak and, in parentheses, what the
+export added to the built model (GiB). The floor is the capture (the row's own capture stage
+when it has one, else torch.export alone) plus the bytes of the weights at the disk bandwidth
+measured at the start (write + fsync of a 1 GiB file).
 
     python bench/bench_large_export.py --sizes 0.1B,0.5B [--exporters torch.export,to_onnx,dynamo]
     python bench/bench_large_export.py --sizes 6L --exporters to_onnx --verbose   # stage times
@@ -19,38 +22,45 @@ when the folder is empty, tensor by tensor (:func:`fx2onnx.weights.write_random_
 the model is never built), then checks by hash that the initializers saved are the
 checkpoint's tensors (both files streamed); ``--validate`` also runs the saved file on
 onnxruntime against the eager model loaded from the checkpoint (the model must fit twice).
-The 3B size needs 12 GB of memory, the 8B 16 GB of disk for the checkpoint and 16 GB for the
-ONNX file (``--workdir``), not memory. ``--json`` merges the rows into a file (the gallery
-page plots it), each row with the stage times of ``to_onnx`` and the number of FX nodes.
+The 3B size needs 14 GiB of memory (12 GiB of weights), the 8B 15 GiB of disk for the
+checkpoint and 15 GiB for the ONNX file (``--workdir``), not memory. ``--json`` merges the rows
+into a file (the gallery page plots it), each row with the stage times of ``to_onnx`` and the
+number of FX nodes.
 
 Measured on a shared 2-core machine (load average 3 to 7, timings noisy; the disk
 bandwidth measured at the start of each run, 127 to 470 MB/s), dynamic batch and sequence,
-stored in ``_doc/bench/large_export.json`` (``--table`` prints it). The floor is the
-capture (torch.export alone, or the capture stage of the checkpoint export) plus the bytes
-at the bandwidth; a checkpoint row's peak is the whole process (no model is built). The 8B
-row: random checkpoint written in 397 s, 291 tensors equal by hash (358 s); 0.1B to 3B
-from their checkpoints: compared with eager layer by layer on onnxruntime (max abs 5.5e-6,
-1.7e-5, 4.3e-5, 1.4e-4; the 3B's peak 4.01 GB, its tied 1.5 GB embeddings read once). The
-rows come from runs an hour apart: 1.1B's to_onnx and dynamo rows from the same hour,
-the 1.1B, 3B and 8B checkpoint rows from a busier one:
+stored in ``_doc/bench/large_export.json`` (``--table`` prints it); a checkpoint row's peak is
+the whole process (no model is built). The 8B row: random checkpoint written in 397 s, 291
+tensors equal by hash (358 s); 0.1B to 3B from their checkpoints: compared with eager layer by
+layer on onnxruntime (max abs 5.5e-6, 1.7e-5, 4.3e-5, 1.4e-4; the 3B's peak 4.01 GiB, its tied
+1.5 GiB embeddings read once). The rows come from runs an hour apart: 1.1B's to_onnx and dynamo
+rows from the same hour, the 1.1B, 3B and 8B checkpoint rows from a busier one. They were
+measured before the peak was reset after the build and before the files were flushed. At
+0.1B, measured again with the reset, the build's peak is the model's resident memory (+54 and
++240 MiB for torch.export and to_onnx, +51 and +215 MiB stored): the stored memory of the
+smaller models is read as it is. The 3B rows of the built model have none (``n/a``: the build,
+13.8 GiB, was their peak); a rerun needs a machine with 16 GiB free:
 
 ====  ========  ============  =======  ================  =======  =======  ========
 size  dtype     exporter      time     peak RSS (above)  floor    x floor  x dynamo
 ====  ========  ============  =======  ================  =======  =======  ========
-0.1B  float32   dynamo        36.2 s   1.00 GB (+0.15)   9.4 s    3.87x
-0.1B  float32   to_onnx       9.7 s    1.06 GB (+0.21)   10.1 s   0.96x    0.27x
-0.1B  float32   torch.export  7.7 s    0.90 GB (+0.05)   10.1 s            0.21x
-0.1B  float32   checkpoint    7.7 s    0.68 GB (+0.35)   9.4 s    0.82x    0.21x
-0.5B  float32   dynamo        50.5 s   2.20 GB (+0.20)   15.4 s   3.28x
-0.5B  float32   to_onnx       18.8 s   2.25 GB (+0.26)   18.0 s   1.04x    0.37x
-0.5B  float32   torch.export  9.6 s    2.06 GB (+0.07)   18.0 s            0.19x
-0.5B  float32   checkpoint    14.4 s   0.78 GB (+0.44)   15.4 s   0.94x    0.29x
-1.1B  float32   dynamo        116.1 s  4.69 GB (+0.20)   44.0 s   2.64x
-1.1B  float32   to_onnx       45.3 s   4.78 GB (+0.29)   33.2 s   1.37x    0.39x
-1.1B  float32   torch.export  12.1 s   4.55 GB (+0.07)   33.2 s            0.10x
-1.1B  float32   checkpoint    39.2 s   1.01 GB (+0.67)   26.0 s   1.51x    0.34x
-3B    float32   checkpoint    80.5 s   1.95 GB (+1.61)   41.9 s   1.92x
-8B    bfloat16  checkpoint    131.1 s  2.50 GB (+2.16)   115.9 s  1.13x
+0.1B  float32   dynamo        36.2 s   1.00 GiB (+0.15)  9.4 s    3.87x
+0.1B  float32   to_onnx       9.7 s    1.06 GiB (+0.21)  7.9 s    1.23x    0.27x
+0.1B  float32   torch.export  7.7 s    0.90 GiB (+0.05)  10.1 s            0.21x
+0.1B  float32   checkpoint    7.7 s    0.68 GiB (+0.35)  5.1 s    1.50x    0.21x
+0.5B  float32   dynamo        50.5 s   2.20 GiB (+0.20)  15.4 s   3.28x
+0.5B  float32   to_onnx       18.8 s   2.25 GiB (+0.26)  16.4 s   1.14x    0.37x
+0.5B  float32   torch.export  9.6 s    2.06 GiB (+0.07)  18.0 s            0.19x
+0.5B  float32   checkpoint    14.4 s   0.78 GiB (+0.44)  11.5 s   1.25x    0.29x
+1.1B  float32   dynamo        116.1 s  4.69 GiB (+0.20)  44.0 s   2.64x
+1.1B  float32   to_onnx       45.3 s   4.78 GiB (+0.29)  34.8 s   1.30x    0.39x
+1.1B  float32   torch.export  12.1 s   4.55 GiB (+0.07)  33.2 s            0.10x
+1.1B  float32   checkpoint    39.2 s   1.01 GiB (+0.67)  26.1 s   1.50x    0.34x
+3B    float32   dynamo        161.9 s  n/a               62.8 s   2.58x
+3B    float32   to_onnx       81.4 s   n/a               61.9 s   1.31x    0.50x
+3B    float32   torch.export  11.6 s   n/a               62.8 s            0.07x
+3B    float32   checkpoint    80.5 s   1.95 GiB (+1.61)  41.9 s   1.92x    0.50x
+8B    bfloat16  checkpoint    131.1 s  2.50 GiB (+2.16)  115.9 s  1.13x
 ====  ========  ============  =======  ================  =======  =======  ========
 """
 
@@ -93,10 +103,38 @@ SIZES = {
 }
 
 
+def _status_gib(field: str) -> float | None:
+    """A memory field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``) in GiB, None without procfs."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 2**20  # kB
+    except OSError:
+        return None
+    return None
+
+
 def _peak_gb() -> float:
-    """Peak resident memory of this process (GB). ``ru_maxrss`` keeps the parent's peak across
-    fork and exec: the parent never builds a model (checkpoints are written by a child too)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # kB on Linux
+    """Peak resident memory of this process (GiB) since the last :func:`_reset_peak` (``VmHWM``),
+    or since it started (``ru_maxrss``, which also keeps the parent's peak across fork and exec:
+    the parent never builds a model, checkpoints are written by a child too)."""
+    peak = _status_gib("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def _reset_peak() -> float:
+    """Resets the peak resident memory to the current one (Linux: ``5`` written to
+    ``/proc/self/clear_refs``) and returns the current resident memory (GiB). Building the model
+    costs more than the model (torch initializes the weights in place, transformers keeps some
+    temporaries): without the reset, a process's peak is often the build's, and the export's own
+    memory is never seen. Raises when the peak cannot be reset."""
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+        f.write("5")
+    current = _status_gib("VmRSS")
+    if current is None or abs((_status_gib("VmHWM") or 0) - current) > 0.05:
+        raise RuntimeError("the peak resident memory could not be reset (Linux >= 4.0 is needed)")
+    return current
 
 
 def _config(size: str):
@@ -166,7 +204,9 @@ def child(size: str, exporter: str, out: str, verbose: int, checkpoint: str | No
         begin = time.perf_counter()
         with contextlib.redirect_stdout(log), _count_fx_nodes(row):
             onx = to_onnx_from_checkpoint(checkpoint, (), inputs, dynamic_shapes=dynamic_shapes, filename=out, verbose=1)
+        _sync_files(out)
         duration = time.perf_counter() - begin
+        row["flushed"] = True
         peak = _peak_gb()
         largest = max(t.nbytes for t in _largest_tensors(files))
         row.update(time=duration, model_gb=base, peak_gb=peak, above_gb=peak - base, largest_tensor_gb=largest / 2**30,
@@ -196,7 +236,8 @@ def child(size: str, exporter: str, out: str, verbose: int, checkpoint: str | No
     params = sum(p.numel() for p in model.parameters())
     nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
     row = dict(size=size, exporter=exporter, dtype=dtype, params=params, nbytes=nbytes)
-    base = _peak_gb()
+    row["build_peak_gb"] = _peak_gb()
+    base = _reset_peak()  # the built model's resident memory; the peak starts from there
     begin = time.perf_counter()
     if exporter == "torch.export":
         from fx2onnx.models import export_dynamic_shapes
@@ -218,12 +259,28 @@ def child(size: str, exporter: str, out: str, verbose: int, checkpoint: str | No
         program.save(out, external_data=True)
     else:
         raise ValueError(f"unknown exporter {exporter!r}")
+    _sync_files(out)
     duration = time.perf_counter() - begin
+    row["flushed"] = True
     peak = _peak_gb()
     if verbose:
         print(log.getvalue())
     row.update(time=duration, model_gb=base, peak_gb=peak, above_gb=peak - base)
     return row
+
+
+def _sync_files(out: str) -> None:
+    """Flushes the ONNX file and its external data to the disk: the time of an export then
+    includes the write the floor counts (written to the page cache only, a file may seem to be
+    written faster than the disk can)."""
+    folder = os.path.dirname(os.path.abspath(out))
+    for name in os.listdir(folder):
+        if name.startswith(os.path.basename(out)):
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
 def _largest_tensors(files):
@@ -268,20 +325,35 @@ def write_checkpoint(size: str, folder: str) -> None:
     write_random_checkpoint(config, folder, dtype, seed=0, progress=True)
 
 
+def floor_of(row: dict, rows: list[dict]) -> float:
+    """The shortest time an export of ``row`` can take: its capture (the capture stage of the row
+    when it has one, else the time of torch.export alone on the same size) plus the bytes of the
+    weights written at the disk bandwidth measured at the start of the run."""
+    capture = row.get("stages", {}).get("capture (torch.export.export)")
+    if capture is None:
+        capture = next((r["time"] for r in rows if (r["size"], r["exporter"]) == (row["size"], "torch.export")), 0.0)
+    return capture + row["floor_write"]
+
+
+def memory_text(row: dict) -> str:
+    """``peak GiB (+above the built model)``; ``n/a`` for a row measured before the peak was reset
+    after the build (the build was the peak: the export's own memory was not seen)."""
+    if row.get("above_gb") is None:
+        return "n/a"
+    return f"{row['peak_gb']:.2f} GiB (+{row['above_gb']:.2f})"
+
+
 def table(rows: list[dict]) -> str:
     """An rst table of the rows: time, peak RSS (above the built model), the floor (the capture
     plus the write of the weights) and the ratios to the floor and to ``torch.onnx.export``."""
     by = {(r["size"], r["exporter"]): r for r in rows}
     lines = []
     for r in sorted(rows, key=lambda r: (r["nbytes"], r["exporter"])):
-        capture = by.get((r["size"], "torch.export"), {}).get("time") or r.get("stages", {}).get(
-            "capture (torch.export.export)", 0)
-        floor = capture + r["floor_write"]
+        floor = floor_of(r, rows)
         dynamo = by.get((r["size"], "dynamo"), {}).get("time")
         ratio = "" if r["exporter"] == "torch.export" else f"{r['time'] / floor:.2f}x"
-        lines.append([r["size"], r["dtype"], r["exporter"], f"{r['time']:.1f} s",
-                      f"{r['peak_gb']:.2f} GB (+{r['above_gb']:.2f})", f"{floor:.1f} s", ratio,
-                      f"{r['time'] / dynamo:.2f}x" if dynamo and r["exporter"] != "dynamo" else ""])
+        lines.append([r["size"], r["dtype"], r["exporter"], f"{r['time']:.1f} s", memory_text(r), f"{floor:.1f} s",
+                      ratio, f"{r['time'] / dynamo:.2f}x" if dynamo and r["exporter"] != "dynamo" else ""])
     header = ["size", "dtype", "exporter", "time", "peak RSS (above)", "floor", "x floor", "x dynamo"]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *lines)]
     rule = "  ".join("=" * w for w in widths)
@@ -369,9 +441,10 @@ def main(argv=None) -> list[dict]:
                 if write_time is not None:
                     row["checkpoint_write_time"] = write_time
                 rows.append(row)
-                print(f"{size:>5} {exporter:<13} {row['time']:7.1f} s  peak RSS {row['peak_gb']:5.2f} GB "
-                      f"(+{row['above_gb']:.2f} above the built model)  write floor {row['floor_write']:.1f} s"
-                      + (f"  largest tensor {row['largest_tensor_gb']:.2f} GB" if "largest_tensor_gb" in row else "")
+                print(f"{size:>5} {exporter:<13} {row['time']:7.2f} s  peak RSS {row['peak_gb']:5.2f} GiB "
+                      f"(+{row['above_gb'] * 1024:.0f} MiB above the built model)  "
+                      f"write floor {row['floor_write'] * 1e3:.0f} ms"
+                      + (f"  largest tensor {row['largest_tensor_gb']:.2f} GiB" if "largest_tensor_gb" in row else "")
                       + (f"  hash {'ok' if row['hash_ok'] else 'MISMATCH'} ({row['hash_matched']} tensors, "
                          f"{row['hash_time']:.0f} s)" if "hash_ok" in row else "")
                       + (f"  by layers vs eager {row['layers_max_abs']:.1e}" if "layers_ok" in row else "")
