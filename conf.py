@@ -27,6 +27,8 @@ import fx2onnx
 ROOT = Path(__file__).resolve().parent
 # _doc/gallery_order.py: the order of the examples inside a gallery subsection
 sys.path.insert(0, str(ROOT / "_doc"))
+import gallery_memory  # noqa: E402  (_doc/gallery_memory.py: the memory column of the gallery)
+import viewcode_links  # noqa: E402  (_doc/viewcode_links.py: the [docs] links of _modules/)
 
 project = "fx2onnx"
 author = "fx2onnx contributors"
@@ -114,6 +116,9 @@ sphinx_gallery_conf = {
     "subsection_order": None,
     "within_subsection_order": "gallery_order.LevelThenFileNameSortKey",
     "capture_repr": ("_repr_html_", "__repr__"),
+    # the "Mem (MB)" column of the execution times: how far each example raised the peak
+    # resident memory of the build (_doc/gallery_memory.py; 0 where procfs is missing)
+    "show_memory": gallery_memory.PeakRSS() if gallery_memory.supported() else False,
 }
 
 # the :epkg:`name` role: links to the packages we cite
@@ -128,6 +133,7 @@ epkg_dictionary = {
     "ExecuTorch": "https://pytorch.org/executorch/",
     "executorch": "https://pytorch.org/executorch/",
     "onnxruntime": "https://onnxruntime.ai/",
+    "onnxruntime-genai": "https://onnxruntime.ai/docs/genai/",
     "onnxscript": "https://microsoft.github.io/onnxscript/",
     "ONNX": "https://onnx.ai/",
     "ONNX operators": "https://onnx.ai/onnx/operators/",
@@ -230,4 +236,6 @@ def setup(app):
     app.connect("builder-inited", run_page_generators, priority=400)
     app.connect("source-read", drop_cdn_scripts)
     app.connect("source-read", shorten_paths)
+    # _doc/viewcode_links.py: the [docs] links of the _modules/ pages to anchors which exist
+    app.connect("html-page-context", viewcode_links.fix_backlinks)
     return {"parallel_read_safe": True}

@@ -41,9 +41,9 @@ class ModelSpec:
     kwargs: dict[str, Any]
     #: the ``dynamic_shapes`` of the export, None for a static one
     dynamic_shapes: Any = None
-    #: positional inputs of other shapes, to check a dynamic model (None: not known)
+    #: positional inputs of other shapes, to check a dynamic model (None when not known)
     args2: tuple | None = None
-    #: keyword inputs of other shapes, to check a dynamic model (None: not known)
+    #: keyword inputs of other shapes, to check a dynamic model (None when not known)
     kwargs2: dict[str, Any] | None = None
     #: whether the model is a transformers model (the export then runs inside the patches)
     is_transformers: bool = False

@@ -234,13 +234,13 @@ class ValidationReport:
     atol: float
     #: the relative tolerance
     rtol: float
-    #: one dictionary per output: ``index``, ``shape``, ``expected_shape``, ``abs``, ``rel``, ``ok``
+    #: one dictionary per output with the keys ``index``, ``shape``, ``expected_shape``, ``abs``, ``rel``, ``ok``
     #: and a ``reason`` when the shapes differ
     details: list[dict[str, Any]]
 
     @property
     def ok(self) -> bool:
-        """Whether every output is within ``atol + rtol * |expected|`` (integers, booleans: equal)."""
+        """Whether every output is within ``atol + rtol * |expected|`` (equal for integers and booleans)."""
         return all(d["ok"] for d in self.details)
 
     def __str__(self) -> str:

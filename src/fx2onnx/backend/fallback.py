@@ -32,7 +32,7 @@ class Fallback:
 
     #: the name of the graph which runs eagerly
     graph: str
-    #: the stage which failed: ``aot_autograd``, ``conversion``, ``session`` or ``run``
+    #: the stage which failed, ``aot_autograd``, ``conversion``, ``session`` or ``run``
     stage: str
     #: the exception raised at that stage
     error: BaseException

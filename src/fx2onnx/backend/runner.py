@@ -29,7 +29,7 @@ class BackendOptions:
     dynamic: bool = False
     #: onnxruntime execution providers
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
-    #: where every ONNX model is saved with the FX graph it comes from (None: nowhere)
+    #: where every ONNX model is saved with the FX graph it comes from (nowhere when None)
     dump_folder: str | None = None
     #: prints the graphs being converted
     verbose: int = 0
@@ -39,12 +39,12 @@ class BackendOptions:
     target_opset: int = DEFAULT_OPSET
     #: user converters, a :class:`fx2onnx.Dispatcher`
     dispatcher: Any = None
-    #: ``True``: onnxscript's optimizer on every model; a level name of :func:`fx2onnx.optimize`
-    #: runs that level
+    #: ``True`` runs onnxscript's optimizer on every model, a level name of :func:`fx2onnx.optimize` runs that
+    #: level
     optimize: bool | str = False
     #: an operator without converter is decomposed with torch's core aten decompositions
     decompose: bool = True
-    #: onnxruntime's ``intra_op_num_threads`` (None: onnxruntime's default)
+    #: onnxruntime's ``intra_op_num_threads`` (onnxruntime's default when None)
     threads: int | None = None
 
 

@@ -21,7 +21,7 @@ class AlignedRow:
 
     #: ``"same"``, ``"diff"``, ``"only1"`` or ``"only2"``
     status: str
-    #: the position of the result in the first model (None: only in the second one)
+    #: the position of the result in the first model (None when it is only in the second one)
     index1: int | None = None
     #: the op type of the node producing it in the first model (``"input"`` for an input)
     op_type1: str = ""
@@ -35,7 +35,7 @@ class AlignedRow:
     summary1: str = ""
     #: the torch module the node comes from in the first model, when recorded
     module1: str = ""
-    #: the position of the result in the second model (None: only in the first one)
+    #: the position of the result in the second model (None when it is only in the first one)
     index2: int | None = None
     #: the op type of the node producing it in the second model
     op_type2: str = ""
@@ -54,7 +54,7 @@ class AlignedRow:
 
     @property
     def marker(self) -> str:
-        """The marker of the status in the side-by-side text: ``=``, ``x``, ``-`` or ``+``."""
+        """The marker of the status in the side-by-side text, ``=``, ``x``, ``-`` or ``+``."""
         return MARKERS[self.status]
 
 

@@ -93,7 +93,7 @@ class ResultInfo:
 
     @property
     def summary(self) -> str:
-        """A short summary of the values: a few values, or min/max/mean."""
+        """A short summary of the values, a few of them or min / max / mean."""
         return summarize(self.value)
 
 

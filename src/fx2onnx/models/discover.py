@@ -193,7 +193,7 @@ class Architecture(TransformersClasses):
 
     #: the model type (``llama``)
     name: str
-    #: the kind of model: ``causal``, ``masked`` or ``seq2seq``
+    #: the kind of model, ``causal``, ``masked`` or ``seq2seq``
     kind: str
     #: the name of the configuration class (``LlamaConfig``)
     config_class_name: str

@@ -331,9 +331,9 @@ class TaskCase:
     dynamic_shapes: dict
     #: the number of parameters of the model
     parameters: int = 0
-    #: a positional input of the export (None: keyword inputs only)
+    #: a positional input of the export (None for keyword inputs only)
     export_input: Any = None
-    #: the positional input of the check (None: keyword inputs only)
+    #: the positional input of the check (None for keyword inputs only)
     check_input: Any = None
     #: what the row should say about the model's inputs or configuration
     notes: list = field(default_factory=list)

@@ -29,7 +29,7 @@ class Rule:
     name: str
     #: rewrites the model in place, returns the number of rewrites
     fn: Callable[[ir.Model], int]
-    #: the main-domain opset the model needs (0: any)
+    #: the main-domain opset the model needs (0 for any)
     min_opset: int = 0
     #: False for a rule which runs only when asked
     default: bool = True
