@@ -45,14 +45,58 @@ def _label(row: dict[str, Any]) -> str:
     return f"lib-{row['library']}-{name}-{row['exporter']}-{row['shapes']}".lower()
 
 
+def _stale(row: dict[str, Any]) -> bool:
+    """A row computed before the weights hiding a branch were spread (see :func:`_spread_sentence`)."""
+    return row.get("spread") is None and row["step"] not in ("config", "model")
+
+
+def _stale_label(row: dict[str, Any]) -> str:
+    return f"lib-{row['library']}-code-{row.get('hash', '?')[:8]}"
+
+
 def _cell(row: dict[str, Any] | None) -> str:
+    """✔ and the difference, or ✘ and the step linked to the error; a stale row ends with a † linked to
+    the code hash it ran with."""
     if row is None:
         return "–"
+    stale = f" :ref:`† <{_stale_label(row)}>`" if _stale(row) else ""
     if row["success"]:
         if row.get("float64"):  # eager float32 was off, the ONNX model within the tolerance of float64
-            return f"✔ {row['float64']['onnx_max_abs']:.0e} (float64)"
-        return f"✔ {row['max_abs']:.0e}"
-    return f":ref:`✘ {STEP_LETTERS.get(row['step'], '?')} <{_label(row)}>`"
+            return f"✔ {row['float64']['onnx_max_abs']:.0e} (float64){stale}"
+        return f"✔ {row['max_abs']:.0e}{stale}"
+    return f":ref:`✘ {STEP_LETTERS.get(row['step'], '?')} <{_label(row)}>`{stale}"
+
+
+def _stale_lines(rows: Sequence[dict[str, Any]], name: Any) -> list[str]:
+    """The stale rows grouped by the code hash they ran with (``hash``: :func:`fx2onnx.runner.sources_hash`
+    of fx2onnx's sources and the key packages' versions), each group with its anchor."""
+    stale = [r for r in rows if _stale(r)]
+    if not stale:
+        return []
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in stale:
+        groups.setdefault(r.get("hash", "?"), []).append(r)
+    lines = ["Rows run before the weights were spread", "---------------------------------------", "",
+             f"The {len(stale)} rows marked † in the tables ran before the spreading of the weights described "
+             "above, with the code whose hash is given (:func:`fx2onnx.runner.sources_hash`: fx2onnx's sources and "
+             "the versions of the key packages). They have not been run again since; ``--missing`` does not "
+             "rerun them, ``--only`` does.", ""]
+    for code, mine in sorted(groups.items(), key=lambda item: (-len(item[1]), item[0])):
+        lines += [f".. _{_stale_label(mine[0])}:", "",
+                  f"* code ``{code[:8]}`` ({len(mine)} rows): "
+                  + ", ".join(f"``{name(r)}`` ({', '.join(x for x in (r['exporter'], r.get('shapes')) if x)})"
+                              for r in sorted(mine, key=lambda r: (name(r), r["exporter"], r.get("shapes") or ""))),
+                  ""]
+    return lines
+
+
+#: what the marks of a table's cell mean
+_MARKS = (
+    "✔ and the maximum absolute difference with eager, followed by *float64* when the ONNX model differs from "
+    "eager float32 but is within the tolerance of eager run in float64 (float32 eager is not always); ✘ and the "
+    "step which failed (" + ", ".join(f"**{letter}** {step}" for step, letter in STEP_LETTERS.items()) + "); "
+    "† a row run before the weights were spread, linked to the code it ran with."
+)
 
 
 def library_summary(rows: Sequence[dict[str, Any]], discovered: int | None = None) -> list[dict[str, Any]]:
@@ -96,10 +140,7 @@ def library_page(library: str, rows: Sequence[dict[str, Any]], meta: dict[str, A
     built = [n for n in names if any(index.get((n, e, s), {}).get("step") != "config" for e, s in columns)]
     failing = [r for r in rows if not r["success"] and r["step"] not in ("config",)]
     lines += ["Per model", "---------", "",
-              "✔ and the maximum absolute difference with eager (*(float64)*: the ONNX model differs from eager float32 "
-              "but is within the tolerance of eager run in float64, which float32 eager is not always), ✘ and the "
-              "step which failed "
-              "(" + ", ".join(f"**{letter}** {step}" for step, letter in STEP_LETTERS.items()) + ").", ""]
+              _MARKS, ""]
     body = []
     for name in built:
         model = next(r.get("model", name) for r in rows if r["architecture"] == name)
@@ -114,6 +155,7 @@ def library_page(library: str, rows: Sequence[dict[str, Any]], meta: dict[str, A
         for r in sorted(failing, key=lambda r: (r["architecture"], r["exporter"], r["shapes"])):
             lines += [f".. _{_label(r)}:", "", f"**{r['architecture']}**, {r['exporter']}, {r['shapes']}, "
                       f"step *{r['step']}*: {error_text(r['error'])}", ""]
+    lines += _stale_lines(rows, lambda r: r["architecture"])
     not_run = sorted(set(meta.get("discovered", {})) - set(built))
     if not_run:
         why = ("no tiny configuration yet (``fx2onnx.models.diffusers_models.TINY``)" if library == "diffusers"
@@ -131,8 +173,9 @@ def _spread_sentence(rows: list[dict[str, Any]]) -> str:
             "heads scaled to 1e-4, zero-initialized norms and position tables) get seeded random values "
             "(:func:`fx2onnx.models.checkable.spread_degenerate_weights`): with them a whole branch adds nothing "
             "to the outputs and the comparison with eager could not see it computed wrong. "
-            f"{spread} of the {len(rows)} rows ran so; the others were run before and may have been checked "
-            "with such weights.")
+            f"{spread} of the {len(rows)} rows ran so; the {sum(_stale(r) for r in rows)} rows marked † ran "
+            "before and may have been checked with such weights (the rows of models never built have nothing "
+            "to spread).")
 
 
 #: what the page of the transformers tasks says of its rows
@@ -185,7 +228,7 @@ def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     summary = task_summary(rows, meta.get("discovered"))
     head = ["task", "discovered", "run", "built", "captured"] + [
         f"{e} {what}" for e in EXPORTERS for what in ("exported", "matched")]
-    lines += [".. list-table:: Architectures per task", "    :header-rows: 1", ""]
+    lines += [".. list-table:: Architectures per task", "    :header-rows: 1", "    :class: fx-summary", ""]
     lines.append("    * - " + "\n      - ".join(head))
     totals = dict.fromkeys(head[1:], 0)
     for t in summary:
@@ -200,10 +243,7 @@ def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
               "one exporter at least (a row which timed out counts as run, neither built nor captured); *exported*: the exporter returned a model; *matched*: onnxruntime's results "
               "on the other batch match eager's.", "", _spread_sentence(rows), ""]
     index = {(r["architecture"], r["exporter"]): r for r in rows}
-    lines += ["✔ and the maximum absolute difference with eager (*(float64)*: the ONNX model differs from eager float32 "
-              "but is within the tolerance of eager run in float64, which float32 eager is not always), ✘ and the "
-              "step which failed "
-              "(" + ", ".join(f"**{letter}** {step}" for step, letter in STEP_LETTERS.items()) + ").", ""]
+    lines += [_MARKS, ""]
     for t in summary:
         task = t["task"]
         names = sorted({r["architecture"] for r in rows if r["task"] == task})
@@ -229,6 +269,7 @@ def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
                          if k.startswith(task + "/") and k not in names)
         if not_run:
             lines += [f"Not run yet ({len(not_run)}): " + ", ".join(f"``{n}``" for n in not_run) + ".", ""]
+    lines += _stale_lines(rows, lambda r: r["architecture"])
     return "\n".join(lines)
 
 
