@@ -273,3 +273,27 @@ def test_tiny_llama_quantized_embeddings(tiny_llama, llama_onnx):
     assert np.abs(_logits(quantized, tiny_llama, tiny_llama.inputs2) - expected).max() < LOGIT_BOUND["int4"]
     with pytest.raises(ValueError, match="quantize_embeddings=True needs quantize"):
         fx2onnx.optimize(llama_onnx, level="onnxruntime", quantize_embeddings=True)
+
+
+@pytest.mark.parametrize("quantize", ["int8", "int4"])
+def test_tied_head_and_embedding_quantized(quantize):
+    """Tied embeddings: the head reads Transpose(table), the table shared with the embedding's
+    Gather; both are quantized, no float table is left, the logits stay within the bound."""
+    from fx2onnx.models import get_tiny_model
+
+    tiny = get_tiny_model("llama", with_cache=True, attn_implementation="sdpa", num_hidden_layers=2, hidden_size=64,
+                          intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                          tie_word_embeddings=True)
+    assert tiny.model.lm_head.weight is tiny.model.model.embed_tokens.weight
+    with fx2onnx.torch_export_patches(patch_transformers=True):
+        onx = fx2onnx.to_onnx(tiny.model, (), copy.deepcopy(tiny.inputs), dynamic_shapes=tiny.dynamic_shapes,
+                              optimize="onnxruntime", quantize=quantize)
+    ops = op_types(onx)
+    assert ops["MatMulNBits"] == 15 and ops["GatherBlockQuantized"] == 1, ops
+    assert "MatMul" not in ops and "Gather" not in ops and "Transpose" not in ops, ops
+    floats = [i.name for i in onx.graph.initializer if list(i.dims) in ([256, 64], [64, 256])
+              and i.data_type == onnx.TensorProto.FLOAT]
+    assert not floats, floats  # the float table is gone
+    for inputs in (tiny.inputs, tiny.inputs2):
+        diff = np.abs(_logits(onx, tiny, inputs) - _eager_logits(tiny, inputs))
+        assert diff.max() < LOGIT_BOUND[quantize], (quantize, diff.max())

@@ -119,7 +119,8 @@ def optimize(
         report lists the weights (``report.quantized``)
     :param block_size: the values of K sharing one scale and zero point (a power of two >= 16)
     :param quantize_embeddings: with ``quantize``, the embedding tables too (a ``Gather`` of a
-        constant 2D table into ``com.microsoft.GatherBlockQuantized``): smaller, not faster
+        constant 2D table into ``com.microsoft.GatherBlockQuantized``): smaller, not faster; a
+        table shared with the head (tied embeddings) is always quantized with it
     :return: the optimized model, of the same kind as ``model``
         (``(model, report)`` when ``report`` is True)
 
@@ -177,8 +178,10 @@ def optimize(
         matches = quantize_matmuls(
             ir_model, bits=bits, block_size=block_size, accuracy_level=ACCURACY_LEVEL, report=rep.quantized
         )
-        if quantize_embeddings:
-            matches += quantize_gathers(ir_model, bits=bits, block_size=block_size, report=rep.quantized)
+        # a tied head's table is quantized for the head: its embedding's Gather too, or the float
+        # table stays in the file beside the codes (the largest tensor of a small LLM)
+        tied = None if quantize_embeddings else {q.weight for q in rep.quantized if q.op_type == "MatMulNBits"}
+        matches += quantize_gathers(ir_model, bits=bits, block_size=block_size, report=rep.quantized, tables=tied)
         _remove_unused(ir_model)
         rep.rules.append(RuleResult(f"quantize_{quantize}", matches, time.perf_counter() - begin, f"block {block_size}"))
     _finalize(ir_model)

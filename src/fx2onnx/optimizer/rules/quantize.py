@@ -230,11 +230,12 @@ def quantize_gathers(
     block_size: int = 32,
     symmetric: bool = False,
     report: list[QuantizedWeight] | None = None,
+    tables: set[str] | None = None,
 ) -> int:
     """Replaces every ``Gather`` of rows of a constant 2D float table (an embedding) by a
     ``com.microsoft.GatherBlockQuantized``: blocks along the rows (``quantize_axis=1``), codes
     stored as uint4 (int4) or uint8 (int8), zero points always stored (also when symmetric).
-    Returns the number of nodes replaced."""
+    ``tables``: only the tables of these names. Returns the number of nodes replaced."""
     import ml_dtypes
 
     graph = model.graph
@@ -244,6 +245,8 @@ def quantize_gathers(
         table = node.inputs[0]
         tensor = table.const_value if table is not None else None
         if tensor is None or len(tensor.shape) != 2 or tensor.dtype not in _FLOATS:
+            continue
+        if tables is not None and table.name not in tables:
             continue
         if attr(node, "axis", 0) not in (0, -2):
             continue
@@ -287,6 +290,14 @@ def _weight_of(node: ir.Node) -> tuple[ir.Value, bool, ir.Value | None, ir.Node 
         return None
     w = node.inputs[1]
     tensor = w.const_value if w is not None else None
+    head_transposed = False
+    if tensor is None and node.op_type == "MatMul" and w is not None and w.producer() is not None:
+        # MatMul(x, Transpose(table)): a tied head, the table shared with an embedding's Gather, so
+        # the transposition is not folded into a second copy; the table is the weight, transposed
+        t = w.producer()
+        source = t.inputs[0] if t.op_type == "Transpose" and t.domain in ("", "ai.onnx") and t.inputs else None
+        if source is not None and source.const_value is not None and list(attr(t, "perm", [1, 0])) == [1, 0]:
+            w, tensor, head_transposed = source, source.const_value, True
     if tensor is None or len(tensor.shape) != 2 or tensor.dtype != node.inputs[0].dtype:
         return None
     array_shape = tuple(tensor.shape)
@@ -309,10 +320,10 @@ def _weight_of(node: ir.Node) -> tuple[ir.Value, bool, ir.Value | None, ir.Node 
     add = following[0] if len(following) == 1 and out not in node.graph.outputs else None
     if add is not None and add.op_type == "Add" and add.domain in ("", "ai.onnx"):
         other = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
-        bias = _bias(other, array_shape[1], node.inputs[0].dtype)
+        bias = _bias(other, array_shape[0] if head_transposed else array_shape[1], node.inputs[0].dtype)
         if bias is not None:
-            return w, False, bias, add
-    return w, False, None, None
+            return w, head_transposed, bias, add
+    return w, head_transposed, None, None
 
 
 def _bias(value: ir.Value | None, n: int, dtype: ir.DataType | None) -> ir.Value | None:
