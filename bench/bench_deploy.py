@@ -56,8 +56,8 @@ except SystemExit as e:
         raise
 # VmHWM, not ru_maxrss: Linux keeps in ru_maxrss the peak of the process before exec (a fork of the
 # benchmark, which holds the loaded models)
-peak = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-json.dump({"seconds": time.perf_counter() - begin, "peak_rss": peak}, open(out, "w"))
+from fx2onnx.deploy.export import peak_rss
+json.dump({"seconds": time.perf_counter() - begin, "peak_rss": peak_rss()}, open(out, "w"))
 """
 
 

@@ -65,7 +65,16 @@ class FolderExport:
 
 
 def peak_rss() -> int:
-    """The peak resident memory of this process, bytes."""
+    """The peak resident memory of this process, bytes: ``VmHWM`` where Linux gives it (its
+    ``ru_maxrss`` keeps the peak of the process before ``exec``, the parent's size for a command
+    started from a large Python process), else ``ru_maxrss``."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
