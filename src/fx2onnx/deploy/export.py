@@ -27,14 +27,13 @@ from typing import Any
 import onnx
 import torch
 
+from ..runtime.folder import FOLDER_METADATA
 from ..runtime.generate import CACHE_METADATA_KEY
 from .check import FolderCheck, check_against_eager
 from .files import copy_folder_files
 from .genai_config import present_name, write_genai_config
 from .tasks import folder_task
 
-#: the file describing the pieces of an exported folder (read by :mod:`fx2onnx.runtime.folder`)
-FOLDER_METADATA = "fx2onnx.json"
 #: the optimization levels of the command line, ``none`` for no optimization
 OPTIMIZE_CHOICES = ("default", "onnxruntime", "opset23", "none")
 
