@@ -425,10 +425,20 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_imports() -> None:
+    """No import noise on a command's output: transformers imports torchao (installed beside
+    executorch), which logs its missing CUDA kernels and torch's pytree deprecations."""
+    import logging
+
+    for name in ("torchao", "torch.utils._pytree"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parses ``argv`` and runs the command; returns the exit code (2 and one line on stderr
     for an input the command refuses: a folder of an unsupported task, a missing file...)."""
     args = make_parser().parse_args(argv)
+    _quiet_imports()
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError) as e:
