@@ -15,7 +15,7 @@ import collections
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..scenarios.report import grid_table
+from ..scenarios.report import grid_table, without_addresses
 from .zoo import EXPORTERS, STEPS
 
 #: a failing step -> its letter in the table
@@ -100,7 +100,7 @@ def _cell(row: dict[str, Any] | None) -> str:
 def error_text(error: str | None) -> str:
     """The error of a row, escaped for rst; a message the zoo shortened (ending with ``...``)
     is cut at its last complete sentence, and a shortened one says so with ``[...]``."""
-    text = (error or "").replace("\n", " ").strip()
+    text = without_addresses(error or "").replace("\n", " ").strip()
     shortened = text.endswith("...")
     if shortened:
         text = text[:-3]

@@ -194,6 +194,15 @@ def _exporters_text(exporters: Sequence[str]) -> str:
     return "Exporters: " + "; ".join(f"``{e}``: ``{EXPORTERS[e]}``" for e in exporters) + "."
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def without_addresses(text: str) -> str:
+    """An error message without the memory addresses of the objects it prints
+    (``<MapImpl object at 0x7f...>`` becomes ``<MapImpl object>``): they change at every run."""
+    return _ADDRESS.sub("", text)
+
+
 def _legend() -> str:
     steps = ", ".join(f"**{letter}** {step}" for step, letter in STEP_LETTERS.items())
     return (
@@ -234,7 +243,7 @@ def _details_page(rows, family: str, cases: list[str]) -> str:
                     lines += [f"* {kind}: ✔ max abs diff {r['max_abs']:.3g}, {r['time']:.2f} s", ""]
                 else:
                     lines += [f"* {kind}: ✘ failed at step **{r['step']}** ({r['time']:.2f} s)", ""]
-                    lines += ["  " + line if line else "" for line in _code(r["error"] or "")]
+                    lines += ["  " + line if line else "" for line in _code(without_addresses(r["error"] or ""))]
             shown = next((r for r in sorted(mine, key=lambda r: not r["dynamic"]) if r.get("graph")), None)
             if shown is not None:
                 lines.append(f"Graph ({'dynamic' if shown['dynamic'] else 'static'}):")
@@ -325,7 +334,7 @@ def _index_page(rows, meta: dict[str, Any], families: list[str]) -> str:
         for r in gaps:
             kind = "dynamic" if r["dynamic"] else "static"
             lines.append(f"* :ref:`{r['case']} <{_label(r['case'], 'custom')}>` ({kind}, step {r['step']}): "
-                         f"``{(r['error'] or '').replace('`', chr(39))}``")
+                         f"``{without_addresses(r['error'] or '').replace('`', chr(39))}``")
         lines.append("")
     else:
         lines += ["None.", ""]
