@@ -49,9 +49,10 @@ def run(*argv: str) -> subprocess.CompletedProcess:
     done = subprocess.run([sys.executable, "-m", "fx2onnx", *argv], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     err = [line for line in done.stderr.splitlines() if line.startswith(("exporting", "checking", "prefill"))]
-    print(f"$ python -m fx2onnx {' '.join(a if ' ' not in a else repr(a) for a in argv)}")
-    print("\n".join([line for line in err if not line.startswith("prefill")] + [done.stdout.rstrip()]
-                    + [line for line in err if line.startswith("prefill")]))
+    lines = [f"$ python -m fx2onnx {' '.join(a if ' ' not in a else repr(a) for a in argv)}"]
+    lines += [line for line in err if not line.startswith("prefill")] + [done.stdout.rstrip()]
+    lines += [line for line in err if line.startswith("prefill")]
+    print("\n".join(lines).replace(work.name + os.sep, ""))  # paths relative to the temporary folder
     return done
 
 
