@@ -15,6 +15,8 @@ The model: an exponential moving average, two carries
 ------------------------------------------------------
 """
 
+import re
+
 import matplotlib.pyplot as plt
 import onnx
 import torch
@@ -22,6 +24,7 @@ from torch._higher_order_ops.map import map as torch_map
 from torch._higher_order_ops.scan import scan
 
 import fx2onnx
+from fx2onnx.inspect.dot import GraphPicture
 from fx2onnx.validation import run_onnx, validate
 
 
@@ -63,8 +66,6 @@ print("outputs:", [(o.name, [d.dim_param or d.dim_value for d in o.type.tensor_t
 # %%
 # The ONNX graph as a picture (:func:`fx2onnx.to_dot`): the body of ``Scan`` is a
 # cluster; ``decay``, a weight of the module, is read by the body from the main graph.
-
-from fx2onnx.inspect.dot import GraphPicture
 
 picture = GraphPicture(onx, title="ONNX graph: Scan and its body")
 assert picture.dot.count("subgraph cluster_") == 1
@@ -128,7 +129,8 @@ except torch.onnx.OnnxExporterError as e:
     cause = e  # the root cause says more than the first line
     while cause.__cause__ is not None:
         cause = cause.__cause__
-    print(f"torch.onnx.export(map) fails: {type(cause).__name__}: {str(cause).strip().splitlines()[0]}")
+    first_line = re.sub(r" at 0x[0-9a-f]+", "", str(cause).strip().splitlines()[0])  # no memory address
+    print(f"torch.onnx.export(map) fails: {type(cause).__name__}: {first_line}")
     assert type(cause).__name__ == "DispatchError" and "No ONNX function found for" in str(cause), cause
     assert "MapImpl" in str(cause), cause
 
