@@ -118,3 +118,20 @@ def test_a_right_capture_passes():
     ep = torch.export.export(model, (x,))
     result = check_capture(ep, model, (x,), {})
     assert result is not None and result.ok and result.max_abs < 1e-5
+
+
+def test_a_module_given_as_input_is_checked():
+    """A module in the inputs flattens into its weights for the program, as during the capture
+    (the check raised 'Unexpected number of inputs (expected 3, got 2)')."""
+
+    class ApplyLayer(torch.nn.Module):
+        def forward(self, x, layer):
+            return layer(x).relu()
+
+    x, layer = torch.randn(2, 4), torch.nn.Linear(4, 3)
+    ep = torch.export.export(ApplyLayer(), (x, layer), strict=False)
+    result = check_capture(ep, ApplyLayer(), (x, layer), {})
+    assert result is not None and result.ok
+    assert not any(cls is torch.nn.Linear for cls in torch.utils._pytree.SUPPORTED_NODES)  # registration undone
+    onx = fx2onnx.to_onnx(ApplyLayer(), (x, layer))
+    assert [i.name for i in onx.graph.input] == ["x", "layer_weight", "layer_bias"]

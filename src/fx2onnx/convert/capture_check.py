@@ -17,10 +17,11 @@ Buffers the program mutates are restored after each run: the check leaves the mo
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import warnings
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch.utils import _pytree as pytree
@@ -174,6 +175,23 @@ class _MutatedBuffers:
                 tensor.copy_(value)
 
 
+@contextlib.contextmanager
+def _modules_flattened(inputs: Any) -> Iterator[None]:
+    """Modules given as inputs flatten into their parameters and buffers, as during a non-strict
+    capture (torch registers their classes as pytree nodes for the capture only)."""
+    from torch._export.utils import deregister_module_as_pytree_input_node, register_module_as_pytree_input_node
+
+    classes = {type(leaf) for leaf in pytree.tree_leaves(inputs) if isinstance(leaf, torch.nn.Module)}
+    added = [c for c in classes if c not in pytree.SUPPORTED_NODES]
+    for cls in added:
+        register_module_as_pytree_input_node(cls)
+    try:
+        yield
+    finally:
+        for cls in added:
+            deregister_module_as_pytree_input_node(cls)
+
+
 def run_program(ep: torch.export.ExportedProgram, args: tuple, kwargs: dict) -> Any:
     """The program's outputs on ``(args, kwargs)``, structured like the model's.
 
@@ -214,7 +232,7 @@ def check_capture(
         with torch.no_grad():
             expected = model(*copy.deepcopy(args), **copy.deepcopy(kwargs))
             mutated.restore()
-            with cache_flattening((args, kwargs)):
+            with cache_flattening((args, kwargs)), _modules_flattened((args, kwargs)):
                 got = run_program(ep, copy.deepcopy(args), copy.deepcopy(kwargs))
     finally:
         mutated.restore()
