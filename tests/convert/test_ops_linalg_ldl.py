@@ -65,11 +65,12 @@ def test_ldl_solve(shape, dtype):
 def test_ldl_solve_broadcast_batch():
     """A factorization broadcast over a batch of right-hand sides. torch 2.13's own kernel
     returns wrong values there (it differs from linalg.solve by 4.8 on this sample), so the
-    model is checked against linalg.solve of the symmetric matrix."""
+    model is checked against linalg.solve of the symmetric matrix; the capture check, which runs
+    that kernel, is off (it reads out of bounds there and may crash the interpreter)."""
     a = _symmetric((1, 5, 5), torch.float64, seed=5)
     b = seeded_randn(6, 5, 2, seed=6).double()
     ld, pivots = torch.linalg.ldl_factor(a)
-    onx = fx2onnx.to_onnx(_LdlSolve(), (ld, pivots, b))
+    onx = fx2onnx.to_onnx(_LdlSolve(), (ld, pivots, b), check_capture=False)
     sess = onnxruntime.InferenceSession(onx.SerializeToString(), providers=["CPUExecutionProvider"])
     feeds = dict(zip([i.name for i in sess.get_inputs()], [ld.numpy(), pivots.numpy(), b.numpy()]))
     (got,) = sess.run(None, feeds)
