@@ -64,7 +64,7 @@ def test_page_table_links_and_not_applicable():
     text = page_text(rows, {}, [])
     # a failing cell links to its error, which carries the label
     assert ":ref:`✘ C <mdl-llama-dynamo-cache>`" in text and ".. _mdl-llama-dynamo-cache:" in text
-    assert "**Failures only** (3 of 4 architectures):" in text
+    assert "**Export failures** (3 of 4 architectures)." in text
     # a model taking no cache is not a failure
     assert ".. _mdl-xlm-to_onnx-cache:" not in text and "``xlm``, `" not in text
     assert "Shown as ``-`` (not applicable): the ``forward`` of ``xlm`` takes no cache." in text

@@ -425,12 +425,14 @@ def to_onnx(
             model,
             patches,
         )
-    # weights given apart: the model's own are placeholders (fx2onnx.weights.empty_weights), nothing to run
-    if check_capture and weights is None and not isinstance(model, torch.export.ExportedProgram):
-        from .capture_check import check_capture as run_check, report_capture_check
+        # inside the patches: the caches they register flatten the inputs of the program
+        # weights given apart: the model's own are placeholders (fx2onnx.weights.empty_weights), nothing to run
+        if check_capture and weights is None and not isinstance(model, torch.export.ExportedProgram):
+            from .capture_check import check_capture as run_check, report_capture_check
 
-        checked = stages.run("capture check (program vs eager)", run_check, ep, model, tuple(args), dict(kwargs or {}))
-        report_capture_check(checked, check_capture, stacklevel=3)
+            checked = stages.run("capture check (program vs eager)", run_check, ep, model, tuple(args),
+                                 dict(kwargs or {}))
+            report_capture_check(checked, check_capture, stacklevel=3)
     if verbose > 1:
         print(ep.graph)
     onnx_model = stages.run(

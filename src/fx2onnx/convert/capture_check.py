@@ -230,7 +230,10 @@ def check_capture(
     args, kwargs = without_views(args, kwargs)
     try:
         with torch.no_grad():
-            expected = model(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+            try:
+                expected = model(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+            except Exception:  # noqa: BLE001 - eager cannot run (a kernel missing on this device/dtype): nothing to compare
+                return None
             mutated.restore()
             with cache_flattening((args, kwargs)), _modules_flattened((args, kwargs)):
                 got = run_program(ep, copy.deepcopy(args), copy.deepcopy(kwargs))
