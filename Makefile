@@ -1,7 +1,10 @@
 # fx2onnx: two commands.
 #   make html   builds the site in _build/html (every gallery example runs, warnings are errors;
 #               the doctrees go to _build/doctrees, outside the published folder)
-#   make test   runs the unit tests (on 2 processes: TEST_WORKERS=0 for one)
+#   make test   runs the fast tier of the tests (on 2 processes: TEST_WORKERS=0 for one): unit tests,
+#               converters, patches and one model per family, under 5 minutes; it leaves out the
+#               tests marked slow (model sweeps, long end-to-end tests)
+#   make test-all  runs every test, the slow ones included (what .ci/run calls)
 # Both create .venv on first use and install requirements-docs.txt and the package (editable).
 # FX2ONNX_GALLERY_PATTERN=linreg make html   runs only the gallery examples matching a regex,
 # FX2ONNX_SCENARIOS_CASES='^OneTensor$'       restricts the scenario zoo (a quick build).
@@ -12,11 +15,11 @@ BOOT_PYTHON ?= $(shell command -v python3.11 || command -v python3)
 # reinstalled when the pins or the package metadata change
 STAMP := $(VENV)/.fx2onnx-installed
 SPHINXOPTS ?= -W --keep-going
-# pytest-xdist workers of `make test` (TEST_WORKERS=0 runs in one process)
+# pytest-xdist workers of `make test` and `make test-all` (TEST_WORKERS=0 runs in one process)
 TEST_WORKERS ?= 2
 export PYTHONHASHSEED := 0
 
-.PHONY: html test clean venv
+.PHONY: html test test-all clean venv
 
 venv: $(STAMP)
 
@@ -35,6 +38,9 @@ html: $(STAMP)
 	@echo "The site is in _build/html/index.html"
 
 test: $(STAMP)
+	$(PY) -m pytest -n $(TEST_WORKERS) -m "not slow"
+
+test-all: $(STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS)
 
 clean:

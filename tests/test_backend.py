@@ -436,7 +436,7 @@ def test_training_with_decompositions():
     assert all(registry.lookup(op) is None for op in table)
 
 
-@pytest.mark.parametrize("optimize", [False, True])
+@pytest.mark.parametrize("optimize", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_training_tiny_llama_loss_inside_the_graph(optimize):
     tiny, model, ref = _tiny_llama_in_training()
     backend = make_onnxruntime_backend(optimize=optimize)
@@ -448,6 +448,7 @@ def test_training_tiny_llama_loss_inside_the_graph(optimize):
 
 
 @pytest.mark.parametrize("dynamic", [True, False])
+@pytest.mark.slow
 def test_training_tiny_llama_dynamic_shapes(dynamic):
     tiny, model, ref = _tiny_llama_in_training()
     backend = make_onnxruntime_backend(dynamic=dynamic)

@@ -76,6 +76,7 @@ def test_export_dynamo_static_from_a_class(models, tmp_path, capsys):
     assert main(["validate", out, f"{models}:WithInputs"]) == 0
 
 
+@pytest.mark.slow
 def test_export_strict_with_dynamo(models, tmp_path, capsys):
     out = str(tmp_path / "strict.onnx")
     assert main(["export", f"{models}:make", "--out", out, "--exporter", "dynamo", "--strict", "--quiet"]) == 0

@@ -147,6 +147,7 @@ class MLP(torch.nn.Module):
         return self.l2(torch.nn.functional.gelu(self.norm(self.l1(x)))).softmax(-1)
 
 
+@pytest.mark.slow
 def test_dynamo_optimized_vs_not_on_an_mlp():
     torch.manual_seed(0)
     model = MLP().eval()

@@ -210,6 +210,7 @@ def test_ci_script():
     assert text.index("make test") < text.index("make html")
 
 
+@pytest.mark.slow
 def test_validate_stays_a_function_after_importing_its_module():
     # the function fx2onnx.validate lives in the module fx2onnx.validation: importing
     # the module (the library does it) must not hide the function

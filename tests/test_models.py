@@ -70,7 +70,9 @@ def test_overrides_and_errors():
         get_tiny_model("not-a-model")
 
 
-@pytest.mark.parametrize("name", ["llama", "phi", "gpt2", "bert", "bart"])
+@pytest.mark.parametrize(
+    "name", ["llama", *(pytest.param(name, marks=pytest.mark.slow) for name in ["phi", "gpt2", "bert", "bart"])]
+)
 def test_export_no_cache(name):
     tiny = get_tiny_model(name)
     ep = torch.export.export(

@@ -107,6 +107,7 @@ def test_plot_profile():
     assert len(ax.patches) == 5
 
 
+@pytest.mark.slow
 def test_profile_dynamo_export_op_types_match_the_model():
     torch.manual_seed(0)
     model = torch.nn.Sequential(

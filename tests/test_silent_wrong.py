@@ -225,9 +225,10 @@ def _export_sliding(tiny, exporter: str, position_ids: bool):
 @pytest.mark.parametrize(
     "name,exporter,position_ids",
     [
-        ("gemma3", "to_onnx", False),
-        ("gemma3", "dynamo", False),
-        ("gemma3", "to_onnx", True),
+        # the fast tier: gemma2; the other cases in the slow tier
+        pytest.param("gemma3", "to_onnx", False, marks=pytest.mark.slow),
+        pytest.param("gemma3", "dynamo", False, marks=pytest.mark.slow),
+        pytest.param("gemma3", "to_onnx", True, marks=pytest.mark.slow),
         ("gemma2", "to_onnx", False),
     ],
 )
@@ -246,7 +247,13 @@ def test_hybrid_sliding_cache_at_any_length(name, exporter, position_ids):
 
 @pytest.mark.parametrize(
     "name,exporter,past",
-    [("mistral", "to_onnx", 2), ("mistral", "to_onnx", 10), ("gemma3", "to_onnx", 2), ("mistral", "dynamo", 10)],
+    [
+        # the slow tier (the fast one has the hybrid case of gemma2 above)
+        pytest.param("mistral", "to_onnx", 2, marks=pytest.mark.slow),
+        pytest.param("mistral", "to_onnx", 10, marks=pytest.mark.slow),
+        pytest.param("gemma3", "to_onnx", 2, marks=pytest.mark.slow),
+        pytest.param("mistral", "dynamo", 10, marks=pytest.mark.slow),
+    ],
 )
 def test_all_sliding_cache_at_any_length(name, exporter, past):
     """Without a full-attention layer, a cropped cache does not tell how many tokens it has seen

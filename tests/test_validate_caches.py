@@ -88,6 +88,7 @@ def test_unknown_cache_class_raises(unregistered_cache):
     assert not is_registered(DynamicCache)
 
 
+@pytest.mark.slow
 def test_validate_exported_llama_with_cache(unregistered_cache):
     tiny = get_tiny_model("llama", with_cache=True)
     with fx2onnx.torch_export_patches(patch_transformers=True) as modificator:
@@ -107,6 +108,7 @@ def test_validate_exported_llama_with_cache(unregistered_cache):
     assert not bad.ok
 
 
+@pytest.mark.slow
 def test_validate_importable_without_transformers():
     code = (
         "import sys; sys.modules['transformers'] = None\n"

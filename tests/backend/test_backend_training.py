@@ -59,6 +59,7 @@ def _assert_same_steps(model: torch.nn.Module, backend, inputs: list[torch.Tenso
         ref_opt.step()
 
 
+@pytest.mark.slow
 def test_llama_default_config_trains():
     """transformers' defaults: use_cache=True (an empty DynamicCache whose tensors are graph constants), sdpa."""
     torch.manual_seed(0)
@@ -85,6 +86,7 @@ def test_llama_default_config_trains():
     assert "Transpose" not in producers, producers
 
 
+@pytest.mark.slow
 def test_llama_default_config_with_fusions_and_one_thread():
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
@@ -147,6 +149,7 @@ def _zoo_model(name: str, **overrides) -> torch.nn.Module:
         ("gpt2", dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)),  # dropout off to compare gradients
     ],
 )
+@pytest.mark.slow
 def test_zoo_decoder_trains(name, overrides):
     model = _zoo_model(name, **overrides)
     backend = make_onnxruntime_backend()
@@ -154,6 +157,7 @@ def test_zoo_decoder_trains(name, overrides):
     assert backend.stats()["fallbacks"] == 0
 
 
+@pytest.mark.slow
 def test_dropout_in_training_runs_on_onnxruntime():
     """GPT-2's default configuration drops 10% in training: the masks are drawn by onnxruntime."""
     model = _zoo_model("gpt2")

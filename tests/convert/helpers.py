@@ -4,7 +4,7 @@ Test modules in this folder import them with ``from helpers import check_export`
 (pytest puts the folder of a test file without ``__init__.py`` on ``sys.path``).
 Besides :func:`check_export`: :class:`Fn` / :class:`Fn2` wrap a function of one or
 two inputs into a module (:func:`make` picks one from the inputs), :func:`seeded_randn`
-and :func:`r` make random inputs.
+and :func:`r` make random inputs, :func:`sweep` keeps a few cases of a sweep in the fast tier.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import copy
 from typing import Any
 
 import onnx
+import pytest
 import torch
 
 import fx2onnx
@@ -43,6 +44,12 @@ class Fn2(Fn):
 def make(fn, inputs: tuple) -> Fn:
     """Wraps ``fn`` into :class:`Fn` or :class:`Fn2` depending on the number of inputs."""
     return (Fn if len(inputs) == 1 else Fn2)(fn)
+
+
+def sweep(values, fast) -> list:
+    """``values`` as the parameters of a sweep: those in ``fast`` run in the fast tier (``make test``),
+    the others are marked ``slow`` (``make test-all`` runs every one); the ids do not change."""
+    return [value if value in fast else pytest.param(value, marks=pytest.mark.slow) for value in values]
 
 
 def seeded_randn(*shape: int, seed: int = 0) -> torch.Tensor:

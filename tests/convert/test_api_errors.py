@@ -165,6 +165,7 @@ def test_node_metadata():
     assert all(any(p.key == "fx_node" for p in n.metadata_props) for n in onx.graph.node)
 
 
+@pytest.mark.slow
 def test_deterministic():
     from fx2onnx.models import get_tiny_model
 

@@ -39,6 +39,7 @@ class CondTwoOutputs(torch.nn.Module):
         return torch.cond(x.sum() > 0, true_fn, false_fn, [x, y])
 
 
+@pytest.mark.slow
 def test_cond_tensor_predicate_two_outputs_weights():
     torch.manual_seed(0)
     x, y = torch.randn(3, 4).abs(), torch.randn(3, 4)
@@ -151,6 +152,7 @@ class ScanCumsum(torch.nn.Module):
 
 
 @pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.slow
 def test_scan_several_carries_reverse(reverse):
     torch.manual_seed(1)
     inputs = (torch.zeros(3), torch.ones(3), torch.randn(5, 3), torch.randn(5, 3))
@@ -194,6 +196,7 @@ class PairwiseDistance(torch.nn.Module):
         return out
 
 
+@pytest.mark.slow
 def test_scan_pairwise_distance():
     x, y = torch.randn(5, 3), torch.randn(4, 3)
     model = PairwiseDistance()
@@ -317,6 +320,7 @@ class ScanDim1(torch.nn.Module):
         return scan(combine, init, xs, dim=1)
 
 
+@pytest.mark.slow
 def test_scan_along_dim1():
     onx = check_export(
         ScanDim1(), (torch.zeros(2), torch.randn(2, 5)), dynamic_shapes=(None, {1: "t"}), inputs2=((torch.ones(2), torch.randn(2, 9)), None)

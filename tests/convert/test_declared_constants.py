@@ -61,6 +61,7 @@ def test_constants_the_user_did_not_declare_are_warned_about():
     assert not any(entry.get("declared_static") for entry in _frozen(onx).values())
 
 
+@pytest.mark.slow
 def test_transformers_flag_use_cache():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)

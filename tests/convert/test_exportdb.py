@@ -63,7 +63,8 @@ def test_database_is_the_expected_one():
     assert TORCH_EXPORT_FAILS | set(CONTROL_FLOW) <= set(CASES)
 
 
-@pytest.mark.parametrize("strict", [False, True], ids=["nonstrict", "strict"])
+# every case non-strict in the fast tier, strict (dynamo, slower) in the slow tier too
+@pytest.mark.parametrize("strict", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["nonstrict", "strict"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_exportdb_case(name, strict):
     case = CASES[name]

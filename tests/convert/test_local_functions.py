@@ -164,7 +164,8 @@ def test_function_with_dynamic_reshape_and_two_outputs():
     assert _calls(onx) == ["SplitHeads"] * 2
 
 
-@pytest.mark.parametrize("selection", ["layer", True])
+@pytest.mark.parametrize("selection", ["layer", pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_tiny_llama_decoder_layers_as_functions(selection):
     from fx2onnx.models import get_tiny_model
 

@@ -19,7 +19,7 @@ CONFIGS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "mixtral" else n for n in sorted(CONFIGS)])
 def test_tiny_model_exports_and_matches(name):
     torch.manual_seed(0)
     config = CONFIGS[name]()

@@ -7,12 +7,14 @@ import math
 import onnx
 import pytest
 import torch
-from helpers import check_export, make
+from helpers import check_export, make, sweep
 
 import fx2onnx
 from fx2onnx.validation import run_onnx, validate
 
 DTYPES = [torch.float32, torch.float64]
+#: the sweeps over every case run float32 in the fast tier, float64 in the slow tier too
+FAST_DTYPES = {torch.float32}
 
 
 def _randn(*shape, dtype=torch.float32, seed=0):
@@ -43,7 +45,7 @@ PAIR_CASES = {
 }
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", sweep(DTYPES, FAST_DTYPES), ids=str)
 @pytest.mark.parametrize("name", list(PAIR_CASES))
 def test_complex_arithmetic(name, dtype):
     a, b = _randn(3, 4, dtype=dtype), _randn(3, 4, dtype=dtype, seed=1)
@@ -109,7 +111,7 @@ def _fft_cases():
     }
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", sweep(DTYPES, FAST_DTYPES), ids=str)
 @pytest.mark.parametrize("name", list(_fft_cases()))
 def test_fft(name, dtype):
     fn, pair = _fft_cases()[name]
@@ -118,7 +120,8 @@ def test_fft(name, dtype):
     check_export(make(fn, (x,)), (x,), atol=atol, rtol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["rfft", "irfft", "fft", "fft2", "rfftn"])
+@pytest.mark.parametrize("name", sweep(["rfft", "irfft", "fft", "fft2", "rfftn"], {"rfft", "irfft"}))
+@pytest.mark.slow
 def test_fft_dynamic_dims(name):
     fn, pair = _fft_cases()[name]
     x = _randn(3, 6, 8, *([2] if pair else []))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from helpers import check_export
 
@@ -49,6 +50,7 @@ def test_check_tensor_all():
     check_export(Checked(), (x, mask), dynamic_shapes=ds, inputs2=((torch.randn(3, 7), torch.rand(3, 7) > 0.5), None))
 
 
+@pytest.mark.slow
 def test_gemma3_for_conditional_generation():
     """The placeholder mask check of Gemma 3 (``get_placeholder_mask``) leaves ``_is_all_true``."""
     import pytest

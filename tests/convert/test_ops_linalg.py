@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import Fn, Fn2, check_export, seeded_randn
+from helpers import Fn, Fn2, check_export, seeded_randn, sweep
 
 from fx2onnx.convert.decompose import decompositions_for
 
 SHAPES = [(1, 1), (3, 3), (5, 5), (2, 3, 4, 4), (0, 3, 3)]
 DTYPES = [torch.float32, torch.float64]
+#: the shapes of the fast tier (a matrix, a batch of them); the shape sweeps run every shape in the slow tier
+FAST_SHAPES = {(3, 3), (2, 3, 4, 4), (5, 3)}
 
 
 def _tol(dtype):
@@ -39,7 +41,7 @@ def _dynamic(rank, batch=True):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", sweep(SHAPES, FAST_SHAPES))
 @pytest.mark.parametrize("upper", [False, True])
 def test_cholesky(shape, dtype, upper):
     a = _spd(shape, dtype)
@@ -47,7 +49,7 @@ def test_cholesky(shape, dtype, upper):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", sweep(SHAPES, FAST_SHAPES))
 def test_cholesky_ex(shape, dtype):
     check_export(Fn(torch.linalg.cholesky_ex), (_spd(shape, dtype),), **_tol(dtype))
 
@@ -70,7 +72,7 @@ def test_cholesky_dynamic(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", sweep(SHAPES, FAST_SHAPES))
 @pytest.mark.parametrize("upper", [False, True])
 def test_cholesky_solve_inverse(shape, dtype, upper):
     factor = torch.linalg.cholesky(_spd(shape, dtype), upper=upper)
@@ -80,7 +82,7 @@ def test_cholesky_solve_inverse(shape, dtype, upper):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", sweep(SHAPES, FAST_SHAPES))
 @pytest.mark.parametrize("upper", [False, True])
 @pytest.mark.parametrize("left", [True, False])
 @pytest.mark.parametrize("unit", [False, True])
@@ -98,7 +100,7 @@ def test_solve_triangular(shape, dtype, upper, left, unit):
 
 @pytest.mark.filterwarnings("ignore:torch.triangular_solve is deprecated")
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", sweep(SHAPES, FAST_SHAPES))
 @pytest.mark.parametrize("transpose", [False, True])
 def test_triangular_solve(shape, dtype, transpose):
     a, b = _general(shape, dtype), _rhs(shape, dtype)
@@ -117,7 +119,8 @@ def test_solve_triangular_broadcast_dynamic():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", sweep(SHAPES, FAST_SHAPES))
+@pytest.mark.slow
 def test_solve_and_inverse(shape, dtype):
     a, b = _general(shape, dtype), _rhs(shape, dtype)
     tol = _tol(dtype)
@@ -150,7 +153,7 @@ def test_solve_ex_info_singular(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [*SHAPES, (3, 5), (5, 3), (2, 4, 2)])
+@pytest.mark.parametrize("shape", sweep([*SHAPES, (3, 5), (5, 3), (2, 4, 2)], FAST_SHAPES))
 def test_lu_factor_and_lu(shape, dtype):
     a = seeded_randn(*shape, seed=4).to(dtype)
     tol = _tol(dtype)
@@ -186,7 +189,7 @@ class _LuSolve(torch.nn.Module):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", sweep(SHAPES, FAST_SHAPES))
 @pytest.mark.parametrize("left", [True, False])
 @pytest.mark.parametrize("adjoint", [False, True])
 def test_lu_solve(shape, dtype, left, adjoint):
@@ -217,7 +220,7 @@ def test_effect_token(fn, op):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", sweep(SHAPES, FAST_SHAPES))
 def test_slogdet_logdet(shape, dtype):
     a = seeded_randn(*shape, seed=6).to(dtype)
     tol = _tol(dtype)
@@ -235,7 +238,7 @@ def test_slogdet_singular(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [*SHAPES, (3, 5), (5, 3)])
+@pytest.mark.parametrize("shape", sweep([*SHAPES, (3, 5), (5, 3)], FAST_SHAPES))
 def test_lu_unpack(shape, dtype):
     lu, pivots = torch.linalg.lu_factor(seeded_randn(*shape, seed=8).to(dtype))
 
@@ -253,7 +256,7 @@ def test_lu_unpack(shape, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", sweep(SHAPES, FAST_SHAPES))
 def test_matrix_exp(shape, dtype):
     a = seeded_randn(*shape, seed=9).to(dtype)
     check_export(Fn(torch.linalg.matrix_exp), (a,), **_tol(dtype))
@@ -293,7 +296,7 @@ def test_zero_size_matrices(name, fn, shapes):
     check_export(Fn(fn) if len(inputs) == 1 else Fn2(fn), inputs)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shape", sweep(SHAPES, FAST_SHAPES))
 def test_det_float64(shape):
     """onnxruntime's Det has no float64 kernel: the LU gives it."""
     a = seeded_randn(*shape, seed=10).double()

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import Fn, check_export, seeded_randn
+from helpers import Fn, check_export, seeded_randn, sweep
 
 SQUARE = [(1, 1), (3, 3), (5, 5), (2, 3, 4, 4), (0, 3, 3)]
 RECTANGULAR = [(5, 3), (3, 5), (2, 4, 2)]
 DTYPES = [torch.float32, torch.float64]
+#: the shapes of the fast tier (a batch of square matrices, a tall one); the shape sweeps run every
+#: shape in the slow tier (eigh, SVD and pinv build iterative graphs: seconds a case)
+FAST_SHAPES = {(2, 3, 4, 4), (5, 3)}
 
 
 def _tol(dtype):
@@ -25,14 +28,14 @@ def _x(shape, dtype, seed=0):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", SQUARE + RECTANGULAR)
+@pytest.mark.parametrize("shape", sweep(SQUARE + RECTANGULAR, FAST_SHAPES))
 @pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
 def test_qr(shape, dtype, mode):
     check_export(Fn(lambda a: torch.linalg.qr(a, mode=mode)), (_x(shape, dtype),), **_tol(dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", SQUARE + RECTANGULAR)
+@pytest.mark.parametrize("shape", sweep(SQUARE + RECTANGULAR, FAST_SHAPES))
 def test_geqrf_householder_product(shape, dtype):
     a = _x(shape, dtype)
     check_export(Fn(torch.geqrf), (a,), **_tol(dtype))
@@ -66,7 +69,7 @@ def _eigh_invariants(upper):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", SQUARE)
+@pytest.mark.parametrize("shape", sweep(SQUARE, FAST_SHAPES))
 @pytest.mark.parametrize("upper", [False, True])
 def test_eigh(shape, dtype, upper):
     a = _x(shape, dtype)  # not symmetric: torch reads one triangle
@@ -75,6 +78,7 @@ def test_eigh(shape, dtype, upper):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.slow
 def test_eigh_repeated_eigenvalues_dynamic(dtype):
     q, _ = torch.linalg.qr(_x((6, 6), torch.float64, seed=2))
     a = (q * torch.tensor([1.0, 1.0, 2.0, 2.0, 2.0, -3.0], dtype=torch.float64)) @ q.T
@@ -95,7 +99,7 @@ def _svd_invariants(full):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", SQUARE + RECTANGULAR)
+@pytest.mark.parametrize("shape", sweep(SQUARE + RECTANGULAR, {(2, 4, 2)}))
 @pytest.mark.parametrize("full", [False, True])
 def test_svd(shape, dtype, full):
     a = _x(shape, dtype)
@@ -104,6 +108,7 @@ def test_svd(shape, dtype, full):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.slow
 def test_svd_rank_deficient(dtype):
     """U keeps orthonormal columns for zero singular values, as torch's."""
     a = _x((2, 5, 4), dtype)
@@ -114,6 +119,7 @@ def test_svd_rank_deficient(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.slow
 def test_svd_dynamic(dtype):
     check_export(
         Fn(_svd_invariants(False)), (_x((2, 4, 4), dtype),), dynamic_shapes=({0: "batch", 1: "n", 2: "n"},),
@@ -122,6 +128,7 @@ def test_svd_dynamic(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.slow
 def test_svd_unrelated_dynamic_dimensions(dtype):
     """Tall or wide is known at run time only: an If picks the orientation."""
     ds = ({0: "m", 1: "n"},)
@@ -130,7 +137,7 @@ def test_svd_unrelated_dynamic_dimensions(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", SQUARE + RECTANGULAR)
+@pytest.mark.parametrize("shape", sweep(SQUARE + RECTANGULAR, {(5, 3)}))
 def test_pinv_matrix_rank_cond(shape, dtype):
     a = _x(shape, dtype)
     if shape[-1] >= 2 and shape[-2] >= 2:
@@ -156,7 +163,7 @@ class _Ormqr(torch.nn.Module):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (4, 4), (2, 5, 2), (0, 3, 3)])
+@pytest.mark.parametrize("shape", sweep([(1, 1), (5, 3), (4, 4), (2, 5, 2), (0, 3, 3)], {(5, 3), (2, 5, 2)}))
 @pytest.mark.parametrize("left", [True, False])
 @pytest.mark.parametrize("transpose", [False, True])
 def test_ormqr(shape, dtype, left, transpose):

@@ -344,6 +344,7 @@ class Block(nn.Module):
 
 
 @pytest.mark.parametrize("decompositions", ["functional", "core"])
+@pytest.mark.slow
 def test_lower_level_ops(decompositions):
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(0)
@@ -387,6 +388,7 @@ def test_safe_softmax_fully_masked_rows():
 
 
 @pytest.mark.parametrize("need_weights", [True, False])
+@pytest.mark.slow  # the fast tier has test_attention_module_dynamic
 def test_multihead_attention(need_weights):
     torch.manual_seed(0)
 

@@ -69,6 +69,7 @@ def test_index_copy(dim, index, src_shape):
     check_export(Fn2(lambda a, b: a.index_copy(dim, index, b)), (x, src))
 
 
+@pytest.mark.slow
 def test_index_copy_0d_and_int():
     check_export(Fn2(lambda a, b: a.index_copy(0, torch.tensor([0]), b)), (torch.tensor(1.5), torch.tensor(2.0)))
     check_export(Fn2(lambda a, b: a.index_copy(0, torch.tensor([1]), b)), (ints(9, 3, 2), ints(9, 1, 2, seed=1)))

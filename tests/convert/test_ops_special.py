@@ -56,11 +56,24 @@ def test_special_unary_float64(name):
     check_export(Fn(fn), (x,), atol=atol, rtol=rtol)
 
 
+# the converters whose graphs take seconds to build and run (each has its float64 test in the fast
+# tier): their lower precision cases are in the slow tier
+SLOW_LOWER_PRECISION = {"erfinv", "ndtri", "log_ndtr"}
+
+
+def _slow_if(names, cases):
+    """The cases (tuples) as parameters, marked slow when their first item is in ``names``."""
+    return [pytest.param(*case, marks=pytest.mark.slow) if case[0] in names else case for case in cases]
+
+
 # torch has no float16 kernel for erfcx, ndtri, log_ndtr, bessel_j0 on CPU
 @pytest.mark.parametrize(
     "name,dtype",
-    [(n, torch.float32) for n in ["erfcx", "erfinv", "ndtri", "log_ndtr", "i0e", "i1", "lgamma", "digamma", "bessel_j0"]]
-    + [(n, torch.float16) for n in ["erfinv", "i0e", "i1", "lgamma", "digamma"]],
+    _slow_if(
+        SLOW_LOWER_PRECISION,
+        [(n, torch.float32) for n in ["erfcx", "erfinv", "ndtri", "log_ndtr", "i0e", "i1", "lgamma", "digamma", "bessel_j0"]]
+        + [(n, torch.float16) for n in ["erfinv", "i0e", "i1", "lgamma", "digamma"]],
+    ),
 )
 def test_special_unary_lower_precision_dynamic(name, dtype):
     fn, x, _, _ = UNARY[name]
@@ -70,7 +83,7 @@ def test_special_unary_lower_precision_dynamic(name, dtype):
     check_export(Fn(fn), (x[:200],), dynamic_shapes=DYN, inputs2=((x[200:],), None), atol=tol, rtol=tol)
 
 
-@pytest.mark.parametrize("name", ["lgamma", "digamma", "erfinv", "i0"])
+@pytest.mark.parametrize("name", ["lgamma", "digamma", pytest.param("erfinv", marks=pytest.mark.slow), "i0"])
 def test_special_integer_inputs_and_shapes(name):
     # integers promote to float32; 0-d and empty tensors keep their shape
     fn = UNARY[name][0]
@@ -79,6 +92,7 @@ def test_special_integer_inputs_and_shapes(name):
     check_export(Fn(fn), (torch.zeros(0, 3),))
 
 
+@pytest.mark.slow
 def test_zeta_and_incomplete_gamma():
     s = torch.linspace(1.01, 10, 40, dtype=F64).repeat(15)
     q = torch.linspace(0.05, 20, 15, dtype=F64).repeat_interleave(40)

@@ -295,6 +295,7 @@ def test_small_cnn():
     _check_dynamic_batch(model, (2, 3, 16, 16), batch2=5)
 
 
+@pytest.mark.slow
 def test_unet_like_static_and_dynamic():
     model = _randomize(UNetLike())
     x = _randn(2, 3, 16, 16)
@@ -444,6 +445,7 @@ class ResidualSE(nn.Module):
         return nn.Softmax2d()(self.project(h * scale))
 
 
+@pytest.mark.slow
 def test_residual_and_squeeze_excitation_blocks():
     model = _randomize(ResidualSE())
     x, x2 = _randn(2, 8, 10, 12), _randn(3, 8, 6, 8)
@@ -482,8 +484,20 @@ DECOMPOSED = {
 }
 
 
-@pytest.mark.parametrize("decompositions", ["functional", "core"])
-@pytest.mark.parametrize("name", list(DECOMPOSED))
+#: the whole models of DECOMPOSED (seconds each): in the fast tier, small_cnn in core ATen only
+MODELS = {"small_cnn", "unet_like", "residual_se"}
+
+
+@pytest.mark.parametrize(
+    "name,decompositions",
+    [
+        pytest.param(name, decompositions, marks=pytest.mark.slow)
+        if name in MODELS and (name, decompositions) != ("small_cnn", "core")
+        else (name, decompositions)
+        for name in DECOMPOSED
+        for decompositions in ["functional", "core"]
+    ],
+)
 def test_lower_level_ops(name, decompositions):
     # an ExportedProgram given by the user may hold lower-level ops (functionalized or core ATen)
     torch.manual_seed(0)
@@ -520,7 +534,10 @@ def test_rot90(k, dims):
 
 
 @pytest.mark.parametrize("opset", [20, 21, 23])
-@pytest.mark.parametrize("name", ["small_cnn", "unet_like", "residual_se"])
+@pytest.mark.parametrize(
+    "name",
+    ["small_cnn", pytest.param("unet_like", marks=pytest.mark.slow), pytest.param("residual_se", marks=pytest.mark.slow)],
+)
 def test_models_other_opsets(name, opset):
     make, shape = DECOMPOSED[name]
     _check_dynamic_batch(make(), shape, target_opset=opset)

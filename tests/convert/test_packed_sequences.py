@@ -41,7 +41,13 @@ def _batch(batch: int, steps: int, lengths: list[int], batch_first: bool, dtype:
     return (x if batch_first else x.transpose(0, 1).contiguous()), torch.tensor(lengths)
 
 
-@pytest.mark.parametrize("name", list(LAYERS))
+#: the fast tier runs one layer of each kind (ONNX's node, a Scan); the others are in the slow tier
+FAST_LAYERS = {"lstm", "lstm_projection_bidirectional"}
+
+
+@pytest.mark.parametrize(
+    "name", [name if name in FAST_LAYERS else pytest.param(name, marks=pytest.mark.slow) for name in LAYERS]
+)
 def test_packed_sequence_layers(name):
     torch.manual_seed(0)
     make, dtype = LAYERS[name]
@@ -81,6 +87,7 @@ def test_packed_sequence_total_length_states_and_sorted():
     assert "LSTM" in {n.op_type for n in onx.graph.node}
 
 
+@pytest.mark.slow
 def test_packed_sequence_data_transformed_between():
     """A layer applied to ``packed.data`` between two recurrent layers keeps the pack usable."""
 
@@ -101,6 +108,7 @@ def test_packed_sequence_data_transformed_between():
 
 
 @pytest.mark.filterwarnings("ignore:The tensor attributes")
+@pytest.mark.slow
 def test_packed_sequence_capture_restores_torch():
     """torch's functions are back after the capture, and the program's operators run eagerly like torch."""
     vf_pack, lstm_forward = torch._VF.__dict__.get("_pack_padded_sequence"), nn.LSTM.forward

@@ -60,6 +60,7 @@ def test_error_names_the_line(model):
     assert "# specializes" in message  # the code of the line
 
 
+@pytest.mark.slow
 def test_a_library_line_is_named():
     """RT-DETR (transformers) takes its batch size with len(tensor): a Python int (without the
     patch of :mod:`fx2onnx.patches.detr_batch`, which keeps it dynamic)."""
@@ -193,6 +194,7 @@ class ShiftedWindows(torch.nn.Module):
         return torch.roll(x, shifts=(3, 3), dims=(1, 2))[:, :h, :w].mean((1, 2))
 
 
+@pytest.mark.slow
 def test_the_decompositions_trace_as_the_capture():
     """The program captured with size-oblivious sizes is decomposed with them too: re-traced without,
     the windows' padding recorded layout conditions the model has not (``8*w_padded != 56``), which

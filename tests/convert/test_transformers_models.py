@@ -18,6 +18,9 @@ MAIN_MODELS = ["llama", "mistral", "qwen2", "phi", "phi3", "gemma", "gpt2", "ber
 OTHER_MODELS = ["qwen3", "gemma2", "gemma3", "olmo", "granite", "smollm3"]
 
 CASES = [(m, a) for m in MAIN_MODELS for a in ("eager", "sdpa")] + [(m, "eager") for m in OTHER_MODELS]
+#: the case of the fast tier (`make test`): an encoder (the fast tier exports the llama decoder in
+#: test_transformers_model_with_cache); the other cases are a sweep, marked slow (`make test-all`)
+FAST_CASES = {("bert", "eager")}
 
 
 def _padded(inputs: dict) -> dict:
@@ -37,7 +40,10 @@ def test_models_are_available():
     assert set(MAIN_MODELS + OTHER_MODELS) <= set(list_tiny_models())
 
 
-@pytest.mark.parametrize(("name", "attn"), CASES, ids=[f"{m}-{a}" for m, a in CASES])
+@pytest.mark.parametrize(
+    ("name", "attn"),
+    [pytest.param(m, a, id=f"{m}-{a}", marks=() if (m, a) in FAST_CASES else pytest.mark.slow) for m, a in CASES],
+)
 def test_transformers_model(name, attn):
     tiny = get_tiny_model(name, attn_implementation=attn)
     tiny.model.config.use_cache = False
@@ -58,7 +64,9 @@ def test_transformers_model(name, attn):
     assert report.ok, report
 
 
-@pytest.mark.parametrize("name", ["llama", "phi3", "gpt2"])
+@pytest.mark.parametrize(
+    "name", ["llama", pytest.param("phi3", marks=pytest.mark.slow), pytest.param("gpt2", marks=pytest.mark.slow)]
+)
 def test_transformers_model_with_cache(name):
     import copy
 

@@ -79,7 +79,8 @@ def _decoder(family: str):
     return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common)).eval()
 
 
-@pytest.mark.parametrize("family", ["mixtral", "llama"])
+@pytest.mark.parametrize("family", [pytest.param("mixtral", marks=pytest.mark.slow), "llama"])
+@pytest.mark.slow
 def test_decoder_with_cache(family):
     model = _decoder(family)
     inputs = _decoder_inputs(model.config, 2, 3, 4, seed=0)

@@ -152,6 +152,7 @@ def test_bad_inputs_end_in_one_line(folders, tmp_path, capsys):
     assert "export" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bfloat16_export_is_held_to_eager_bfloat16(folders, tmp_path):
     """A bf16 export is compared with eager float32 and accepted when as close as eager bf16 is;
     a wrong model is still refused."""

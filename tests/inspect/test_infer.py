@@ -102,6 +102,7 @@ def test_end_to_end_torch_export_and_to_onnx():
     assert report.ok, report
 
 
+@pytest.mark.slow
 def test_dynamic_cache_tiny_llama_end_to_end():
     tiny = get_tiny_model("llama", with_cache=True, num_hidden_layers=2)
     ds = fx2onnx.infer_dynamic_shapes(tiny.model, [tiny.inputs, tiny.inputs2], style="string")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 
+import pytest
 import torch
 
 import fx2onnx
@@ -97,6 +98,7 @@ def test_capture_failure_is_located():
     assert rows.set_index("path").loc["second.inner", "conversion"] == "-"
 
 
+@pytest.mark.slow
 def test_conversion_failure_and_capture_only_exporter():
     model = _model(CustomOp())
     rows = fx2onnx.export_report(model, (torch.randn(3, 4),))

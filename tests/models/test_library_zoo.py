@@ -25,7 +25,7 @@ def test_controlnet_outputs_are_not_all_zero():
     assert len(outputs) > 2 and all(o.abs().max() > 0 for o in outputs)
 
 
-@pytest.mark.parametrize("exporter", ["to_onnx", "dynamo"])
+@pytest.mark.parametrize("exporter", ["to_onnx", pytest.param("dynamo", marks=pytest.mark.slow)])
 def test_diffusers_row_image(exporter):
     row = run_row("diffusers", "AutoencoderTiny.decode", "AutoencoderTiny", exporter, "image")
     assert row["success"], row
@@ -38,6 +38,7 @@ def test_diffusers_row_without_configuration():
     assert "no tiny configuration" in row["error"]
 
 
+@pytest.mark.slow
 def test_timm_row_batch():
     row = run_row("timm", "resnet", "test_resnet", "to_onnx", "batch")
     assert row["success"], row
@@ -57,6 +58,7 @@ def test_library_page():
     assert table[0]["run"] == 2 and table[0]["matched"] == 1 and table[0]["exported"] == 1
 
 
+@pytest.mark.slow
 def test_large_model_runs_from_a_file(monkeypatch):
     """Above LARGE_MODEL parameters the model is saved with external data and run from the file."""
     import fx2onnx.models.library_zoo as zoo

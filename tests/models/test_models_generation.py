@@ -18,6 +18,7 @@ def _row(name, generate):
 # gemma2: sliding layers beside full ones; gptj: its new tokens hold its eos token (2), no stop;
 # mamba: recurrent states (convolution, SSM) starting at zero, bamba: the same beside attention layers
 @pytest.mark.parametrize("name", ["gemma2", "gptj", "mamba", "bamba"])
+@pytest.mark.slow
 def test_zoo_row_generates_like_transformers(name):
     row = run_row(name, "to_onnx", True)
     assert row["success"], row
@@ -53,6 +54,7 @@ def test_page_lists_generation_differences():
 # bart (BartForCausalLM): its generation config forces the eos token at the last step;
 # roberta: generate feeds position_ids from 0, its forward counts from padding_idx + 1 without them
 @pytest.mark.parametrize(("name", "cause"), [("bart", "forced_eos_token_id=2"), ("roberta", "position_ids from 0")])
+@pytest.mark.slow
 def test_difference_explained_by_an_eager_greedy_loop(name, cause):
     row = run_row(name, "to_onnx", True)
     assert row["success"], row

@@ -34,6 +34,7 @@ def test_encoder_features_of_the_size_the_model_takes():
     assert inputs["input_features"].shape[0] == 2 and 4 * config.encoder_config.num_mel_bins in inputs["input_features"].shape
 
 
+@pytest.mark.slow
 def test_speech_language_model_prompt_has_one_placeholder_per_audio_embedding():
     model, config, inputs, shapes = _build("speech-seq2seq", "granite_speech")
     with torch.no_grad():
@@ -54,6 +55,7 @@ def test_speech_language_model_prompt_has_one_placeholder_per_audio_embedding():
     torch.testing.assert_close(first, second, rtol=0, atol=0)
 
 
+@pytest.mark.slow
 def test_images_in_the_form_the_forward_takes():
     # SigLIP 2 (NaFlex): patches, their mask and the grid of each image
     _, _, inputs, _ = _build("image-classification", "siglip2")
@@ -72,6 +74,7 @@ def test_images_in_the_form_the_forward_takes():
     assert (inputs["input_ids"] == config.image_token_id).sum() > 0 and inputs["pixel_values"].shape[0] == 2
 
 
+@pytest.mark.slow
 def test_tiny_configurations_of_the_heads_and_stages():
     # a DPT-like head sized for the 64-wide backbone (23.7 M parameters before, the head alone)
     model, _ = tiny_task_model(get_task_architecture("depth-estimation", "chmv2"))
@@ -92,9 +95,9 @@ def test_tiny_configurations_of_the_heads_and_stages():
     "task,name",
     [
         ("ctc", "wav2vec2-bert"),
-        ("speech-seq2seq", "granite_speech"),
-        ("image-classification", "donut-swin"),
-        ("speech-seq2seq", "dia"),
+        pytest.param("speech-seq2seq", "granite_speech", marks=pytest.mark.slow),
+        pytest.param("image-classification", "donut-swin", marks=pytest.mark.slow),
+        pytest.param("speech-seq2seq", "dia", marks=pytest.mark.slow),
     ],
 )
 def test_new_inputs_export_with_a_dynamic_batch_and_match_eager(task, name):

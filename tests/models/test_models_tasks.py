@@ -83,17 +83,18 @@ def test_models_whose_inputs_are_not_built_say_so():
 @pytest.mark.parametrize(
     "task,name",
     [
+        # the fast tier: one image and one audio model; the other tasks are in the slow tier
         ("image-classification", "vit"),
-        ("object-detection", "detr"),
-        ("semantic-segmentation", "segformer"),
-        ("depth-estimation", "glpn"),
+        pytest.param("object-detection", "detr", marks=pytest.mark.slow),
+        pytest.param("semantic-segmentation", "segformer", marks=pytest.mark.slow),
+        pytest.param("depth-estimation", "glpn", marks=pytest.mark.slow),
         ("audio-classification", "audio-spectrogram-transformer"),
-        ("audio-classification", "whisper"),
-        ("speech-seq2seq", "whisper"),
-        ("zero-shot-image-classification", "clip"),
-        ("video-classification", "videomae"),
-        ("document-question-answering", "layoutlm"),
-        ("image-text-to-text", "llava"),
+        pytest.param("audio-classification", "whisper", marks=pytest.mark.slow),
+        pytest.param("speech-seq2seq", "whisper", marks=pytest.mark.slow),
+        pytest.param("zero-shot-image-classification", "clip", marks=pytest.mark.slow),
+        pytest.param("video-classification", "videomae", marks=pytest.mark.slow),
+        pytest.param("document-question-answering", "layoutlm", marks=pytest.mark.slow),
+        pytest.param("image-text-to-text", "llava", marks=pytest.mark.slow),
     ],
 )
 def test_task_architecture_exports_with_a_dynamic_batch_and_matches_eager(task, name):
@@ -103,6 +104,7 @@ def test_task_architecture_exports_with_a_dynamic_batch_and_matches_eager(task, 
     assert row["max_abs"] < 1e-4
 
 
+@pytest.mark.slow
 def test_tasks_library_runs_time_series_rows_with_each_exporter():
     from fx2onnx.models.library_zoo import make_tasks, run_row
 

@@ -34,9 +34,9 @@ ONE_PASS_SHAPES = {
 }
 
 
-@pytest.fixture(scope="module", params=["llava", "gemma3"])
+@pytest.fixture(scope="module", params=["llava", pytest.param("gemma3", marks=pytest.mark.slow)])
 def vlm(request):
-    """Each tiny vision-language model: the split tests run on both."""
+    """Each tiny vision-language model: the split tests run on both (gemma3 in the slow tier)."""
     return tiny_llava() if request.param == "llava" else tiny_gemma3()
 
 
@@ -57,7 +57,7 @@ def test_vision_encoder_matches_get_image_features(vlm):
 
 
 def test_vision_encoder_exports_with_a_dynamic_number_of_images(vlm):
-    onx = export_vision_encoder(vlm, images=2)
+    onx = _vision_onnx(vlm)  # export_vision_encoder(vlm, images=2), exported once per model
     dims = [d.dim_param or d.dim_value for d in onx.graph.input[0].type.tensor_type.shape.dim]
     assert dims == ["images", 3, vlm.image_size, vlm.image_size]
     for images in (1, 3, 5):
@@ -76,13 +76,22 @@ def test_text_decoder_prefill_and_decode_on_other_sizes(vlm, batch, seq, past):
     assert report.ok, report
 
 
-_DECODERS: dict[int, object] = {}
+# the exports of each tiny model, made once and shared by the tests (keyed by id, the model kept
+# beside its export so that its id cannot be reused by another one)
+_DECODERS: dict[int, tuple[object, object]] = {}
+_VISION: dict[int, tuple[object, object]] = {}
 
 
 def _decoder_onnx(vlm):
     if id(vlm) not in _DECODERS:
-        _DECODERS[id(vlm)] = export_text_decoder(vlm, batch=2, seq=3, past=4)
-    return _DECODERS[id(vlm)]
+        _DECODERS[id(vlm)] = vlm, export_text_decoder(vlm, batch=2, seq=3, past=4)
+    return _DECODERS[id(vlm)][1]
+
+
+def _vision_onnx(vlm):
+    if id(vlm) not in _VISION:
+        _VISION[id(vlm)] = vlm, export_vision_encoder(vlm, images=2)
+    return _VISION[id(vlm)][1]
 
 
 def test_merge_image_features_gives_the_model_forward(vlm):
@@ -101,7 +110,7 @@ def test_merge_image_features_gives_the_model_forward(vlm):
 
 @pytest.mark.parametrize("batch,images_per_prompt", [(2, 1), (1, 2), (3, 1)])
 def test_greedy_decoding_on_onnxruntime_matches_eager_token_by_token(vlm, batch, images_per_prompt):
-    vision = make_session(export_vision_encoder(vlm))
+    vision = make_session(_vision_onnx(vlm))
     decoder = make_session(_decoder_onnx(vlm))
     ids = prompt_ids(vlm, batch, images_per_prompt, 4, seed=batch)
     pixel_values = vision_inputs(vlm, batch * images_per_prompt, seed=batch)
@@ -123,6 +132,7 @@ def test_llava_patch_keeps_the_same_features(llava):
     torch.testing.assert_close(patched[0], expected, rtol=0, atol=0)
 
 
+@pytest.mark.slow
 def test_one_pass_without_the_llava_patch_freezes_the_number_of_images(llava, monkeypatch):
     vlm = llava
     from transformers.models.llava.modeling_llava import LlavaModel
@@ -144,6 +154,7 @@ def test_one_pass_without_the_llava_patch_freezes_the_number_of_images(llava, mo
         monkeypatch.undo()
 
 
+@pytest.mark.slow
 def test_one_pass_exports_with_a_dynamic_number_of_images(llava):
     vlm = llava
     with fx2onnx.torch_export_patches(patch_transformers=True):
@@ -156,6 +167,7 @@ def test_one_pass_exports_with_a_dynamic_number_of_images(llava):
         assert report.ok, ((batch, images_per_prompt, text), report)
 
 
+@pytest.mark.slow
 def test_gemma3_decoder_with_sliding_layers_exported_below_the_window():
     """Window 4, exported with a cache of 2 (below the window): right for caches longer than the
     window and in a greedy loop crossing it. The sliding layers' length has its own name: with

@@ -45,6 +45,7 @@ def rows():
     return run(only="^(gpt2|albert)$", exporters=["to_onnx"], workers=1, progress=False)
 
 
+@pytest.mark.slow
 def test_run_in_workers(rows):
     assert [(r["architecture"], r["cache"]) for r in rows] == [("gpt2", False), ("gpt2", True), ("albert", False)]
     for r in rows:
@@ -52,6 +53,7 @@ def test_run_in_workers(rows):
         assert r["step"] is None and r["max_abs"] < 1e-3 and r["time"] > 0
 
 
+@pytest.mark.slow
 def test_build_rows_merges(tmp_path, rows):
     path = tmp_path / "rows.json"
     # a row of another architecture already in the file is kept
@@ -70,6 +72,7 @@ def test_build_rows_merges(tmp_path, rows):
     assert meta["updated_by"] == "python -m fx2onnx models --only '^albert$' --exporters to_onnx"
 
 
+@pytest.mark.slow
 def test_build_rows_generate_missing(tmp_path, rows):
     # the gpt2 cache row without its generate column runs again, the others do not
     from fx2onnx.models.zoo import lacks_generation, save_rows

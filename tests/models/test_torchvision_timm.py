@@ -30,6 +30,7 @@ def test_torchvision_imports_with_the_hook():
     assert pooled.shape == (1, 2, 2, 2)
 
 
+@pytest.mark.slow
 def test_without_the_hook_torchvision_and_transformers_fail():
     """The failure the hook fixes: without it (and with the CUDA wheel) both imports fail."""
     if ensure_torchvision() == "native":
@@ -56,6 +57,7 @@ def test_pth_file_installs_the_hook(tmp_path):
 
 
 @pytest.mark.parametrize("shapes", ["batch", "image"])
+@pytest.mark.slow  # the fast tier exports a timm model in test_timm_image_sizes.py
 def test_timm_model_exports(shapes):
     from fx2onnx.models.timm_models import build_timm_model
 

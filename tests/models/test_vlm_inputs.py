@@ -61,10 +61,10 @@ def test_llava_next_gets_tiles_and_image_sizes():
 @pytest.mark.parametrize("name,kind,extra", [
     ("lfm2_vl", "naflex", {"spatial_shapes", "pixel_attention_mask"}),
     ("idefics3", "pixel_attention_mask", {"pixel_attention_mask"}),
-    ("aria", "pixel_mask", {"pixel_mask"}),
-    ("mistral3", "image_sizes", {"image_sizes"}),
+    pytest.param("aria", "pixel_mask", {"pixel_mask"}, marks=pytest.mark.slow),
+    pytest.param("mistral3", "image_sizes", {"image_sizes"}, marks=pytest.mark.slow),
     # the Q-Former's queries as placeholders (an image token set in the tiny configuration) and its prompt
-    ("instructblip", "images", {"qformer_input_ids", "qformer_attention_mask"}),
+    pytest.param("instructblip", "images", {"qformer_input_ids", "qformer_attention_mask"}, marks=pytest.mark.slow),
 ])
 def test_other_kinds_build_inputs_the_model_accepts(name, kind, extra):
     case = build_task_case(f"image-text-to-text/{name}")  # runs eager on both batches
@@ -84,7 +84,7 @@ def test_paddleocr_vl_patches_take_the_layout_its_tower_accepts():
         model(**inputs)
 
 
-@pytest.mark.parametrize("name", ["aria"])
+@pytest.mark.parametrize("name", [pytest.param("aria", marks=pytest.mark.slow)])
 def test_vision_language_pair_exports_with_a_dynamic_batch_and_matches_eager(name):
     # Aria: images with their pixel mask; exported with a batch of 2 and checked on a batch of 3
     from fx2onnx.models.task_inputs import check_task_architecture

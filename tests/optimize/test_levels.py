@@ -29,7 +29,10 @@ def tiny_llama():
     return get_tiny_model("llama", with_cache=True, attn_implementation="sdpa", num_hidden_layers=1)
 
 
-@pytest.mark.parametrize("level", LEVEL_NAMES)
+@pytest.mark.parametrize(
+    "level",  # the fast tier exports at the level with the most rewrites, the slow tier at the others
+    [level if level == "onnxruntime" else pytest.param(level, marks=pytest.mark.slow) for level in LEVEL_NAMES],
+)
 def test_tiny_llama_with_cache(tiny_llama, level):
     with fx2onnx.torch_export_patches(patch_transformers=True):
         onx = fx2onnx.to_onnx(
@@ -120,7 +123,8 @@ def test_cnn_every_level(level):
     assert fx2onnx.validate(onx, model, (torch.randn(5, 3, 6, 6),)).ok
 
 
-@pytest.mark.parametrize("level", ["onnxruntime", "opset23"])
+@pytest.mark.parametrize("level", [pytest.param("onnxruntime", marks=pytest.mark.slow), "opset23"])
+@pytest.mark.slow
 def test_tiny_phi_partial_rotary(level):
     """phi rotates 40% of each head: one RotaryEmbedding per query and key with rotary_embedding_dim,
     the attention on [batch, seq, hidden] (no Transpose into heads), right for other lengths."""

@@ -216,7 +216,7 @@ def _eager_logits(tiny, inputs) -> np.ndarray:
 LOGIT_BOUND = {"int8": 0.02, "int4": 0.25}
 
 
-@pytest.mark.parametrize("quantize", ["int8", "int4"])
+@pytest.mark.parametrize("quantize", [pytest.param("int8", marks=pytest.mark.slow), "int4"])
 def test_tiny_llama_quantized(tiny_llama, quantize):
     with fx2onnx.torch_export_patches(patch_transformers=True):
         onx = fx2onnx.to_onnx(tiny_llama.model, (), copy.deepcopy(tiny_llama.inputs),
@@ -235,6 +235,7 @@ def test_tiny_llama_quantized(tiny_llama, quantize):
         assert agreement >= (0.95 if quantize == "int8" else 0.8), agreement
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bits", [4, 8])
 def test_same_accuracy_as_onnxruntime_quantizer(tiny_llama, llama_onnx, bits):
     """onnxruntime's MatMulNBitsQuantizer (asymmetric, block 32, accuracy level 4 as ours) on the same
@@ -262,6 +263,7 @@ def test_same_accuracy_as_onnxruntime_quantizer(tiny_llama, llama_onnx, bits):
     assert abs(ours_diff.max() - theirs_diff.max()) < 1e-5 and abs(ours_diff.mean() - theirs_diff.mean()) < 1e-6
 
 
+@pytest.mark.slow
 def test_tiny_llama_quantized_embeddings(tiny_llama, llama_onnx):
     quantized, report = fx2onnx.optimize(llama_onnx, level="onnxruntime", quantize="int4", quantize_embeddings=True,
                                          report=True)
@@ -275,7 +277,7 @@ def test_tiny_llama_quantized_embeddings(tiny_llama, llama_onnx):
         fx2onnx.optimize(llama_onnx, level="onnxruntime", quantize_embeddings=True)
 
 
-@pytest.mark.parametrize("quantize", ["int8", "int4"])
+@pytest.mark.parametrize("quantize", [pytest.param("int8", marks=pytest.mark.slow), "int4"])
 def test_tied_head_and_embedding_quantized(quantize):
     """Tied embeddings: the head reads Transpose(table), the table shared with the embedding's
     Gather; both are quantized, no float table is left, the logits stay within the bound."""

@@ -45,6 +45,7 @@ def test_len_of_a_tensor_specializes_the_batch_unless_patched(monkeypatch):
     assert report.ok, report
 
 
+@pytest.mark.slow
 def test_rt_detr_exports_with_a_dynamic_batch():
     pytest.importorskip("transformers")
     from fx2onnx.models.task_inputs import build_task_inputs

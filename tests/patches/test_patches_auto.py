@@ -60,7 +60,14 @@ def _check(onx, model, batch: int, seq: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "make", [_mixtral, _llama, _granitemoe, _mamba], ids=["mixtral", "llama_use_cache", "granitemoe", "mamba"]
+    "make",
+    [
+        pytest.param(_mixtral, marks=pytest.mark.slow),
+        _llama,
+        pytest.param(_granitemoe, marks=pytest.mark.slow),
+        pytest.param(_mamba, marks=pytest.mark.slow),
+    ],
+    ids=["mixtral", "llama_use_cache", "granitemoe", "mamba"],
 )
 def test_plain_to_onnx_exports_a_transformers_model(make):
     model = make()
@@ -78,6 +85,7 @@ def test_patches_false_opts_out():
         fx2onnx.to_onnx(_llama(), (), _ids(2, 5, seed=0), dynamic_shapes=_IDS, patches=False)
 
 
+@pytest.mark.slow
 def test_custom_op_of_transformers_names_the_patch():
     model = _mixtral(use_cache=False)
     with pytest.raises(UnsupportedOpError, match="grouped_mm_fallback") as info:

@@ -15,6 +15,7 @@ from fx2onnx.models.vlm_inputs import image_text_inputs  # noqa: E402
 
 
 @pytest.mark.parametrize("name", ["idefics3"])
+@pytest.mark.slow
 def test_dynamic_batch(name):
     model, config = tiny_task_model(get_task_architecture("image-text-to-text", name))
     inputs, dynamic_shapes = image_text_inputs(model, config, batch=2)
@@ -38,6 +39,7 @@ def test_patched_features_are_the_original_ones():
     torch.testing.assert_close(got, expected, atol=0, rtol=0)
 
 
+@pytest.mark.slow
 def test_smolvlm_static_batch_and_why_not_dynamic():
     model, config = tiny_task_model(get_task_architecture("image-text-to-text", "smolvlm"))
     inputs, _ = image_text_inputs(model, config, batch=2)

@@ -48,6 +48,7 @@ def _inputs(batch: int, seq: int, vocab: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": torch.ones((batch, seq), dtype=torch.int64)}
 
 
+@pytest.mark.slow
 def test_longformer_exports_right_for_global_tokens_and_any_length():
     """Exported on a local-only mask; right on global tokens, padding and other numbers of chunks."""
     zoo = build_zoo_model(get_architecture("longformer"), with_cache=False)

@@ -46,6 +46,7 @@ def test_wkv_scan_is_the_loop(with_state, seq):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_rwkv_with_its_state_exports_with_a_dynamic_sequence():
     """Before the patch, torch.export unrolled the loop: the sequence length was specialized.
     Without a state, the scan starts from zeros (test_wkv_scan_is_the_loop)."""
@@ -104,11 +105,13 @@ def test_mlstm_scan_is_the_backend(seq):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_xlstm_exports_with_a_dynamic_sequence():
     zoo = build_zoo_model(get_architecture("xlstm"), with_cache=False)
     _export_and_validate(zoo)
 
 
+@pytest.mark.slow
 def test_minimax_with_a_cache_is_the_loop_and_exports():
     """MiniMax decodes token by token in a Python loop when its cache holds a state: the
     sequence length was specialized."""

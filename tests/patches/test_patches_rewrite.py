@@ -69,7 +69,7 @@ def test_rewritten_function_matches(cls):
         torch.testing.assert_close(rewritten.function(model, *args), model(*args))
 
 
-@pytest.mark.parametrize("cls", [ReturnBranches, AssignBranches])
+@pytest.mark.parametrize("cls", [ReturnBranches, pytest.param(AssignBranches, marks=pytest.mark.slow)])
 def test_rewrite_makes_it_exportable(cls, tmp_path):
     torch.manual_seed(0)
     model = cls().eval()

@@ -73,6 +73,7 @@ def test_patched_mask_function_changes_nothing_in_eager(paligemma):
         torch.testing.assert_close(got, expected, atol=0, rtol=0)
 
 
+@pytest.mark.slow
 def test_onnx_follows_eager_for_other_sizes_and_padding(paligemma):
     model, config = paligemma
     inputs = _inputs(config, 2, 5, seed=2)

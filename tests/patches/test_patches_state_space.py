@@ -127,6 +127,7 @@ def test_mamba_without_cache_dynamic_sequence():
 
 
 @pytest.mark.parametrize("name", ["mamba", "falcon_mamba"])
+@pytest.mark.slow
 def test_mamba_with_cache(name):
     # one graph for several new tokens (eager: the scan starts from zeros) and for one
     # token (eager: decoding from the cached recurrent state)
@@ -136,6 +137,7 @@ def test_mamba_with_cache(name):
     assert {"batch", "seq"} <= set(dims)
 
 
+@pytest.mark.slow
 def test_granitemoehybrid_with_cache():
     # hybrid: a Mamba layer (conv and recurrent states) and an attention layer (keys, values)
     names, dims = _export_and_check(_zoo("granitemoehybrid", with_cache=True), decoding_step=True)

@@ -148,6 +148,7 @@ def _timm_block(name):
 
 
 @pytest.mark.parametrize("name", ["tiny_vit", "efficientvit_msra", "vision_transformer_sam", "twins", "mobilevit"])
+@pytest.mark.slow
 def test_timm_shortcuts_at_one_window_give_way_to_the_general_branch(name):
     """Exported with a map of one window (7x7), the block holds the shortcut of that size: refused at
     capture or for other sizes without the rewrite; with it, the graph follows every size."""
@@ -176,6 +177,7 @@ def test_timm_shortcuts_at_one_window_give_way_to_the_general_branch(name):
         assert validate(onx, block, (shaped(*size),)).ok, size
 
 
+@pytest.mark.slow
 def test_the_size_conditions_are_those_of_the_capture():
     """A tiny Twins exports for every image size: re-tracing the decompositions (an in-place add makes
     them run) re-derives the shape checks of a view after the windows' crop, which read like a branch

@@ -34,12 +34,12 @@ def _validate(onx, tiny):
 @pytest.mark.parametrize(
     "name,exporter",
     [
-        ("llama", "torch.onnx"),
-        ("gpt2", "torch.onnx"),
+        pytest.param("llama", "torch.onnx", marks=pytest.mark.slow),
+        pytest.param("gpt2", "torch.onnx", marks=pytest.mark.slow),
         ("llama", "fx2onnx"),
-        ("phi3", "fx2onnx"),
-        ("gemma2", "fx2onnx"),
-        ("bart", "fx2onnx"),
+        pytest.param("phi3", "fx2onnx", marks=pytest.mark.slow),
+        pytest.param("gemma2", "fx2onnx", marks=pytest.mark.slow),
+        pytest.param("bart", "fx2onnx", marks=pytest.mark.slow),
     ],
 )
 def test_export_with_cache(name, exporter):
@@ -59,6 +59,7 @@ def test_export_with_cache(name, exporter):
     _validate(onx, tiny)
 
 
+@pytest.mark.slow
 def test_dynamic_rope_needs_the_patch():
     rope = {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}, "max_position_embeddings": 9}
     tiny = get_tiny_model("llama", with_cache=True, **rope)
@@ -76,6 +77,7 @@ def test_dynamic_rope_needs_the_patch():
     _validate(onx, tiny)
 
 
+@pytest.mark.slow
 def test_lazy_initialization_constants():
     """transformers' own registration rebuilds caches through lazy_initialization,
     whose torch.tensor([]) constants break torch.onnx.export; the patch fixes it."""
@@ -119,6 +121,7 @@ def test_lazy_initialization_constants():
             )
 
 
+@pytest.mark.slow
 def test_static_cache_export():
     """A StaticCache input: fixed length, its number of written positions is an input."""
     from transformers.cache_utils import StaticCache

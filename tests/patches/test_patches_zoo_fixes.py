@@ -83,6 +83,7 @@ def test_zero_router_is_randomized_in_tiny_models():
 
 
 @pytest.mark.parametrize("cache", [False, True])
+@pytest.mark.slow
 def test_afmoe_row_matches_on_second_input_set(cache):
     from fx2onnx.models.zoo import run_row
 
@@ -168,6 +169,7 @@ def test_cache_check_names_dict_states_and_layers_it_cannot_rebuild():
             "past.layers[0].buffer['compressor'] (_BufferedLayer, shape (2, 2))"]
 
 
+@pytest.mark.slow
 def test_axk2_cache_row_exports_or_names_the_lost_indexer_keys():
     """Right on the second input set once fx2onnx.patches.caches flattens the indexer keys,
     and until then a capture failure naming them (never a size mismatch or a wrong model)."""
@@ -226,6 +228,7 @@ def test_narrowed_dimension_recorded_warned_and_refused():
         fx2onnx.validate(onx, model, (torch.randn(5, 2),))
 
 
+@pytest.mark.slow
 def test_fsmt_exports_and_matches_with_and_without_padding():
     """FSMT's padding mask was None when no token is padding (a branch on the data)."""
     from fx2onnx.models.discover import get_architecture
@@ -276,6 +279,7 @@ class _Wrap(torch.nn.Module):
         return self._forward(self.experts, hidden, index, weights)
 
 
+@pytest.mark.slow
 def test_cpmant_mask_without_a_python_list_matches_and_exports():
     """CPM-Ant built its padding positions from a Python list of the sequence length (frozen)."""
     from fx2onnx.models.discover import get_architecture
@@ -316,6 +320,7 @@ def test_funnel_positions_without_lists_match(separate_cls, truncate_seq, seq):
 
 
 
+@pytest.mark.slow
 def test_reformer_axial_positions_for_the_whole_batch():
     """Reformer gathered its axial position embeddings with a Python loop over the batch (frozen)."""
     from transformers import ReformerConfig

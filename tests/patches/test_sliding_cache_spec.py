@@ -45,7 +45,7 @@ def _spec(layers: int) -> dict:
     }
 
 
-@pytest.mark.parametrize("name", ["gemma3", "mistral"])
+@pytest.mark.parametrize("name", [pytest.param("gemma3", marks=pytest.mark.slow), pytest.param("mistral", marks=pytest.mark.slow)])
 def test_per_layer_spec_is_accepted(name):
     tiny = _tiny(name)
     config = tiny.config

@@ -75,8 +75,17 @@ def expected_tokens(model, ids, mask, eos_token_id=None):
                               pad_token_id=PAD, eos_token_id=eos_token_id)
 
 
-@pytest.mark.parametrize("batch", [1, 2])
-@pytest.mark.parametrize("name", sorted(DECODERS))
+#: the decoders of the fast tier (each is exported once per process, see exported); the others are in
+#: the slow tier
+FAST_DECODERS = {"llama"}
+
+
+def _decoders(names):
+    return [name if name in FAST_DECODERS else pytest.param(name, marks=pytest.mark.slow) for name in names]
+
+
+@pytest.mark.parametrize("batch", [1, pytest.param(2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", _decoders(sorted(DECODERS)))
 def test_greedy_tokens_equal_transformers(name, batch):
     tiny, onx = exported(name)
     ids, mask = prompts(batch)
@@ -87,7 +96,8 @@ def test_greedy_tokens_equal_transformers(name, batch):
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2", "gemma2"])
+@pytest.mark.parametrize("name", _decoders(["llama", "gpt2", "gemma2"]))
+@pytest.mark.slow
 def test_eos_stops_each_sequence(name):
     tiny, onx = exported(name)
     ids, mask = prompts(2)
@@ -168,6 +178,7 @@ def test_numpy_path_and_session(tmp_path):
     assert len(times.step_overheads) == NEW_TOKENS - 1 and 0 < times.median_overhead < times.decode_total
 
 
+@pytest.mark.slow
 def test_optimized_model_generates_the_same():
     tiny, _ = exported("llama")
     _, onx = exported("llama", "onnxruntime")

@@ -93,6 +93,7 @@ def test_command_line(tmp_path, capsys):
     assert "reused from the cache" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_generator_writes_pages(tmp_path, monkeypatch):
     import importlib.util
 

@@ -47,7 +47,7 @@ def _checkpoint_tensors(folder):
     return tensors
 
 
-@pytest.mark.parametrize("tie,shard", [(True, None), (False, "20KB")])
+@pytest.mark.parametrize("tie,shard", [pytest.param(True, None, marks=pytest.mark.slow), (False, "20KB")])
 def test_export_from_checkpoint_matches_eager(tmp_path, tie, shard):
     folder = _checkpoint(tmp_path / "ckpt", tie=tie, shard=shard)
     if shard:
@@ -70,6 +70,7 @@ def test_export_from_checkpoint_matches_eager(tmp_path, tie, shard):
             assert any(np.array_equal(g, value) or np.array_equal(g.T, value) for g in got), name
     assert ("lm_head.weight" in stored) == (not tie)  # tied: read under the embeddings' name
 
+@pytest.mark.slow
 def test_export_from_checkpoint_casts_to_bfloat16(tmp_path):
     folder = _checkpoint(tmp_path / "ckpt")
     path = tmp_path / "llama_bf16.onnx"
@@ -84,6 +85,7 @@ def test_export_from_checkpoint_casts_to_bfloat16(tmp_path):
     assert weight.raw_data == expected
 
 
+@pytest.mark.slow
 def test_meta_model_given_by_the_caller(tmp_path):
     folder = _checkpoint(tmp_path / "ckpt")
     config = transformers.AutoConfig.from_pretrained(folder)

@@ -23,6 +23,7 @@ def checkpoint(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 def test_cli_exports_a_checkpoint_folder_without_cache(checkpoint, tmp_path, capsys):
     out = tmp_path / "llama.onnx"
     assert main(["export", str(checkpoint), "--out", str(out), "--no-cache"]) == 0
@@ -47,6 +48,7 @@ def test_cli_exports_with_cache_by_default(checkpoint, tmp_path, capsys):
     assert (tmp_path / "genai_config.json").exists() and (tmp_path / "config.json").exists()
 
 
+@pytest.mark.slow
 def test_cli_bfloat16_keeps_the_type(checkpoint, tmp_path, capsys):
     out = tmp_path / "llama_bf16.onnx"
     assert main(["export", str(checkpoint), "--out", str(out), "--dtype", "bfloat16", "--no-validate", "--quiet"]) == 0

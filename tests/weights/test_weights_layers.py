@@ -58,6 +58,7 @@ def test_random_checkpoint_loads_as_save_pretrained_writes_it(tmp_path, tie):
     assert all(torch.equal(single[k], v) for k, v in state.items() if k in single)
 
 
+@pytest.mark.slow
 def test_bfloat16_checkpoint_hash_matches_and_detects_a_change(tmp_path):
     folder = tmp_path / "ckpt"
     write_random_checkpoint(_config(), folder, "bfloat16", max_shard_size=20_000)
@@ -94,7 +95,7 @@ def _layer_initializer(path, layer):
     raise AssertionError(f"no initializer in layer {layer}")
 
 
-@pytest.mark.parametrize("tie", [False, True])
+@pytest.mark.parametrize("tie", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_validate_by_layers(tmp_path, tie):
     folder = tmp_path / "ckpt"
     write_random_checkpoint(_config(tie=tie), folder, "float32", std=0.2)
