@@ -19,6 +19,8 @@ _PUBLIC_API: dict[str, str] = {
     "UnsupportedOpError": ".convert.errors",
     "ExportError": ".convert.errors",
     "ConversionError": ".convert.errors",
+    "CaptureMismatchError": ".convert.capture_check",
+    "CaptureMismatchWarning": ".convert.capture_check",
     # optimization levels (fused operators)
     "optimize": ".optimizer.api",
     "OptimizationReport": ".optimizer.api",

@@ -362,9 +362,9 @@ def to_onnx(
         :func:`fx2onnx.weights.checkpoint_weights` which read a checkpoint when saving)
     :param check_capture: after torch.export, run the exported program on the example inputs and compare
         its outputs with the model's (see :mod:`fx2onnx.convert.capture_check`): True raises
-        :class:`fx2onnx.convert.capture_check.CaptureMismatchError` when they differ, naming the outputs,
+        :class:`fx2onnx.CaptureMismatchError` when they differ, naming the outputs,
         the size of the difference and the first submodule the program does not reproduce; ``"warn"``
-        warns instead (:class:`~fx2onnx.convert.capture_check.CaptureMismatchWarning`); False skips it.
+        warns instead (:class:`~fx2onnx.CaptureMismatchWarning`); False skips it.
         The check costs one eager run and one run of the program; it is skipped when a weight or an
         input is on the meta device, for an ExportedProgram and for programs drawing random numbers
     :return: the ONNX model; when it was saved with external data, the ModelProto of the
