@@ -296,6 +296,14 @@ def test_tied_head_and_embedding_quantized(quantize):
     floats = [i.name for i in onx.graph.initializer if list(i.dims) in ([256, 64], [64, 256])
               and i.data_type == onnx.TensorProto.FLOAT]
     assert not floats, floats  # the float table is gone
+    # one copy of the table's blocks: the Gather reads the head's codes, scales and zero points
+    head = next(n for n in onx.graph.node if n.op_type == "MatMulNBits" and n.input[1].startswith(
+        next(i.name for i in onx.graph.initializer if len(i.dims) == 3 and i.dims[0] == 256)))
+    gather = next(n for n in onx.graph.node if n.op_type == "GatherBlockQuantized")
+    reshape = next(n for n in onx.graph.node if gather.input[0] in n.output)
+    assert reshape.op_type == "Reshape" and reshape.input[0] == head.input[1], (reshape, head)
+    assert list(gather.input[2:]) == list(head.input[2:4]), (gather.input, head.input)
+    assert sum(1 for i in onx.graph.initializer if i.dims and i.dims[0] == 256) == 3  # codes, scales, zero points
     for inputs in (tiny.inputs, tiny.inputs2):
         diff = np.abs(_logits(onx, tiny, inputs) - _eager_logits(tiny, inputs))
         assert diff.max() < LOGIT_BOUND[quantize], (quantize, diff.max())

@@ -175,13 +175,15 @@ def optimize(
         rep.rules.append(RuleResult(rule.name, int(matches), time.perf_counter() - begin))
     if bits is not None:
         begin = time.perf_counter()
+        heads: dict = {}
         matches = quantize_matmuls(
-            ir_model, bits=bits, block_size=block_size, accuracy_level=ACCURACY_LEVEL, report=rep.quantized
+            ir_model, bits=bits, block_size=block_size, accuracy_level=ACCURACY_LEVEL, report=rep.quantized, heads=heads
         )
         # a tied head's table is quantized for the head: its embedding's Gather too, or the float
         # table stays in the file beside the codes (the largest tensor of a small LLM)
         tied = None if quantize_embeddings else {q.weight for q in rep.quantized if q.op_type == "MatMulNBits"}
-        matches += quantize_gathers(ir_model, bits=bits, block_size=block_size, report=rep.quantized, tables=tied)
+        matches += quantize_gathers(ir_model, bits=bits, block_size=block_size, report=rep.quantized, tables=tied,
+                                    heads=heads)
         _remove_unused(ir_model)
         rep.rules.append(RuleResult(f"quantize_{quantize}", matches, time.perf_counter() - begin, f"block {block_size}"))
     _finalize(ir_model)

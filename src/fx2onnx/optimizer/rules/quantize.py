@@ -164,11 +164,14 @@ def quantize_matmuls(
     symmetric: bool = False,
     accuracy_level: int = 0,
     report: list[QuantizedWeight] | None = None,
+    heads: dict[str, tuple[ir.Value, ir.Value, ir.Value | None]] | None = None,
 ) -> int:
     """Replaces every ``MatMul`` (and ``Gemm``) whose second input is a constant 2D float weight
     by a ``com.microsoft.MatMulNBits``; a following ``Add`` of a constant ``[N]`` bias (or the
     ``C`` of a Gemm) becomes its bias. Returns the number of nodes replaced; ``report`` (a list)
-    receives one :class:`QuantizedWeight` per node."""
+    receives one :class:`QuantizedWeight` per node; ``heads`` (a dict) receives the codes, scales
+    and zero points of each table read transposed (a tied head: ``MatMul(x, Transpose(table))``)
+    by the table's name, for :func:`quantize_gathers` to share them."""
     graph = model.graph
     count = 0
     cache: dict[tuple[int, bool], tuple[ir.Value, ir.Value, ir.Value | None]] = {}
@@ -202,6 +205,8 @@ def quantize_matmuls(
             s_value = add(f"{base}_scales", scales.astype(np_type))
             z_value = None if zero is None else add(f"{base}_zero_points", pack_codes(zero, bits, pad=1 << (bits - 1)))
             cache[key] = (b_value, s_value, z_value)
+            if transposed and heads is not None and node.op_type == "MatMul" and w_value.name:
+                heads[w_value.name] = cache[key]
         b_value, s_value, z_value = cache[key]
         inputs: list[ir.Value | None] = [a, b_value, s_value, z_value]
         if bias is not None:
@@ -231,17 +236,27 @@ def quantize_gathers(
     symmetric: bool = False,
     report: list[QuantizedWeight] | None = None,
     tables: set[str] | None = None,
+    heads: dict[str, tuple[ir.Value, ir.Value, ir.Value | None]] | None = None,
 ) -> int:
     """Replaces every ``Gather`` of rows of a constant 2D float table (an embedding) by a
     ``com.microsoft.GatherBlockQuantized``: blocks along the rows (``quantize_axis=1``), codes
     stored as uint4 (int4) or uint8 (int8), zero points always stored (also when symmetric).
-    ``tables``: only the tables of these names. Returns the number of nodes replaced."""
+    ``tables``: only the tables of these names. Returns the number of nodes replaced.
+
+    ``heads``: the blocks :func:`quantize_matmuls` made for tied heads (by table name). A table
+    found there is not quantized twice: the head's ``MatMulNBits`` codes ``[N, n_blocks, bytes]``
+    hold the rows of the table one after the other, the layout ``GatherBlockQuantized`` reads as
+    uint8 ``[N, K * bits / 8]`` (packed codes, low nibble first, zero points packed the same way),
+    so the Gather reads them through a ``Reshape`` and one copy of the table is stored."""
     import ml_dtypes
 
     graph = model.graph
     taken = _names(graph)
     count = 0
     for node in [n for n in graph if n.op_type == "Gather" and n.domain in ("", "ai.onnx")]:
+        if _share_head_blocks(graph, node, heads or {}, bits, block_size, report):
+            count += 1
+            continue
         table = node.inputs[0]
         tensor = table.const_value if table is not None else None
         if tensor is None or len(tensor.shape) != 2 or tensor.dtype not in _FLOATS:
@@ -281,6 +296,34 @@ def quantize_gathers(
     if count:
         ensure_opset(model, "com.microsoft", 1)
     return count
+
+
+def _share_head_blocks(
+    graph: ir.Graph, node: ir.Node, heads: dict[str, tuple[ir.Value, ir.Value, ir.Value | None]], bits: int,
+    block_size: int, report: list[QuantizedWeight] | None,
+) -> bool:
+    """Replaces the Gather of a table a head was quantized from by a GatherBlockQuantized reading the
+    head's blocks (see :func:`quantize_gathers`); False when it cannot (the table's width is not a
+    multiple of the block, no zero points, constant indices)."""
+    table = node.inputs[0]
+    if table is None or table.name not in heads or table.const_value is None:
+        return False
+    if attr(node, "axis", 0) not in (0, -2) or node.inputs[1] is None or node.inputs[1].const_value is not None:
+        return False
+    codes, scales, zero = heads[table.name]
+    rows, width = table.const_value.shape
+    if zero is None or width % block_size or scales.dtype != table.dtype:
+        return False
+    shape = initializer(graph, f"{codes.name}_rows_shape", np.array([rows, width * bits // 8], dtype=np.int64))
+    reshape = ir.node("Reshape", [codes, shape], name=f"{node.name or table.name}_rows")
+    attributes = {"gather_axis": 0, "quantize_axis": 1, "block_size": block_size, "bits": bits}
+    new = ir.node("GatherBlockQuantized", [reshape.outputs[0], node.inputs[1], scales, zero], attributes,
+                  domain="com.microsoft", name=f"{node.name or table.name}_Q{bits}")
+    replace(graph, node, [reshape, new], [node.outputs[0]], list(new.outputs), metadata_from=node)
+    if report is not None:  # no byte of its own: the head's blocks
+        report.append(QuantizedWeight(node.name or "", "GatherBlockQuantized", table.name, (rows, width), bits,
+                                      block_size, table.const_value.nbytes, 0))
+    return True
 
 
 def _weight_of(node: ir.Node) -> tuple[ir.Value, bool, ir.Value | None, ir.Node | None] | None:
