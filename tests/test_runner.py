@@ -29,7 +29,8 @@ def _failed_row(task: str, step: str, error: str, elapsed: float) -> dict:
 
 def test_worker_replaced_after_out_of_memory():
     tasks = ["a", "raise", "b", "caught", "c", "d"]
-    rows = run_tasks(tasks, _run_one, _failed_row, workers=1, timeout=60, progress=False, mp_context="fork")
+    rows = run_tasks(tasks, _run_one, _failed_row, workers=1, timeout=60, progress=False, mp_context="fork",
+                     address="pool")
     assert [r["task"] for r in rows] == tasks
     assert rows[1]["step"] == "crash" and rows[1]["error"].startswith("MemoryError")
     assert rows[3]["error"] == "MemoryError: std::bad_alloc"

@@ -1,0 +1,198 @@
+"""The process a task runs in: a hang, a crash or an out-of-memory of a task becomes its row.
+
+A :class:`Sandbox` is one child process, forked (or spawned) by whoever runs the
+tasks, the local pool (:mod:`fx2onnx.runner.pool`) or a worker of the cluster
+(:mod:`fx2onnx.runner.cluster`). It runs the tasks it receives one after the other,
+under a memory cap, with its output silenced; the parent kills it when a task runs
+past its timeout, notices when it died (``os._exit``, a segmentation fault, the
+kernel's out-of-memory killer), and starts a fresh one for the next task. After a
+task which ran out of memory the process is replaced too (oneDNN stays broken after
+a ``MemoryError``), and after ``max_tasks`` tasks (memory a long-lived process keeps).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import re
+import sys
+import time
+from multiprocessing.connection import wait
+from typing import Any, Callable
+
+#: an error of a row matching this leaves its worker suspect (oneDNN fails with "could not create a
+#: primitive" at every later eager run after a MemoryError): the worker is replaced after that row
+OUT_OF_MEMORY = re.compile(r"MemoryError|out of memory|bad_alloc|can't allocate memory|Cannot allocate memory"
+                           r"|could not create a primitive|BFCArena::AllocateRawInternal", re.I)
+
+#: ``run_one(task) -> row``
+RunOne = Callable[[Any], dict]
+#: ``failed_row(task, step, error, elapsed) -> row``
+FailedRow = Callable[[Any, str, str, float], dict]
+
+
+def out_of_memory(row: Any) -> bool:
+    """True when the ``error`` of a row says the process ran out of memory (see :data:`OUT_OF_MEMORY`)."""
+    error = row.get("error") if isinstance(row, dict) else None
+    return isinstance(error, str) and OUT_OF_MEMORY.search(error) is not None
+
+
+def _limit_memory(gigabytes: float | None) -> None:
+    """Caps the address space of this process ``gigabytes`` above what it uses now."""
+    if not gigabytes:
+        return
+    import resource
+
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[0])
+    current = pages * os.sysconf("SC_PAGE_SIZE")
+    limit = current + int(gigabytes * (1 << 30))
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _sandbox_main(conn, run_one: RunOne, failed_row: FailedRow, memory_gb: float | None) -> None:
+    """The child process: runs the tasks it receives until it receives None; sends ``(row, replace)``,
+    ``replace`` when the task ran out of memory (the process may be left broken)."""
+    import faulthandler
+
+    if faulthandler.is_enabled():  # a crash is the row's error, not a traceback on the parent's terminal
+        faulthandler.disable()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    if "torch" in sys.modules:  # imported by the parent (fork): one thread per task
+        sys.modules["torch"].set_num_threads(1)
+    else:  # torch reads it when a task imports it; a task without torch does not pay for its import
+        os.environ["OMP_NUM_THREADS"] = "1"
+    with contextlib.suppress(OSError, ValueError):
+        _limit_memory(memory_gb)
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:  # the parent died
+            return
+        if task is None:
+            return
+        begin = time.perf_counter()
+        replace = False
+        try:
+            row = run_one(task)
+        except MemoryError:
+            row = failed_row(task, "crash", f"MemoryError: the task needs more than {memory_gb} GB",
+                             time.perf_counter() - begin)
+            replace = True
+        except Exception as e:  # noqa: BLE001 - a bug in the runner itself, reported as a row
+            from .export import first_line
+
+            row = failed_row(task, "crash", first_line(e), time.perf_counter() - begin)
+        conn.send((row, replace or out_of_memory(row)))
+
+
+def default_context() -> str:
+    """``fork`` on Linux (the child inherits the imports of its parent), ``spawn`` elsewhere."""
+    return "fork" if sys.platform.startswith("linux") else "spawn"
+
+
+class Sandbox:
+    """A child process running tasks one at a time, replaced after a hang, a crash or an out-of-memory.
+
+    :param run_one: returns the row of a task
+    :param failed_row: the row of a task which timed out or crashed its process
+    :param memory_gb: memory the process may add to what it holds when it starts
+    :param mp_context: ``fork`` or ``spawn`` (default: :func:`default_context`)
+    :param max_tasks: the process is replaced after that many tasks
+
+    :meth:`run` runs one task and waits for its row (a worker of the cluster);
+    :meth:`submit` and :meth:`collect` let one thread drive several sandboxes (the local pool).
+    """
+
+    def __init__(self, run_one: RunOne, failed_row: FailedRow, memory_gb: float | None = None,
+                 mp_context: str | None = None, max_tasks: int = 400):
+        self.run_one, self.failed_row, self.memory_gb = run_one, failed_row, memory_gb
+        self.max_tasks = max_tasks
+        self.context = multiprocessing.get_context(mp_context or default_context())
+        self.task: Any = None
+        self.started = 0.0
+        self.done = 0
+        self.process: Any = None
+        self.conn: Any = None
+
+    def _start(self) -> None:
+        self.conn, child = self.context.Pipe()
+        self.process = self.context.Process(
+            target=_sandbox_main, args=(child, self.run_one, self.failed_row, self.memory_gb), daemon=True)
+        self.process.start()
+        child.close()
+        self.done = 0
+
+    @property
+    def busy(self) -> bool:
+        """Whether a task was submitted and its row not collected yet."""
+        return self.task is not None
+
+    def submit(self, task: Any) -> None:
+        """Sends ``task`` to the process, started (or replaced after ``max_tasks``) first."""
+        if self.process is None:
+            self._start()
+        elif self.done >= self.max_tasks:
+            self.restart()  # bounds the memory a long-lived process accumulates
+        self.task, self.started = task, time.perf_counter()
+        self.conn.send(task)
+
+    def collect(self, timeout: float, ready: bool) -> dict[str, Any] | None:
+        """The row of the task submitted when it is known, None while it runs.
+
+        :param timeout: seconds after which the task is killed (its row says ``timeout``)
+        :param ready: whether the connection has something to read (``multiprocessing.connection.wait``)
+        """
+        task, elapsed = self.task, time.perf_counter() - self.started
+        if ready:
+            try:
+                row, replace = self.conn.recv()
+                self.done += 1
+                if replace:  # a fresh process for the next task
+                    self.restart()
+            except (EOFError, OSError):
+                self.process.join(5)
+                code = self.process.exitcode
+                row = self.failed_row(task, "crash", f"the worker process died (exit code {code})", elapsed)
+                self.restart()
+        elif elapsed > timeout:
+            row = self.failed_row(task, "timeout", f"no result after {timeout:g} s, the task was killed", elapsed)
+            self.restart()
+        else:
+            return None
+        self.task = None
+        return row
+
+    def run(self, task: Any, timeout: float) -> dict[str, Any]:
+        """Runs one task and returns its row (a failed row after a timeout or a crash)."""
+        self.submit(task)
+        while True:
+            remaining = max(0.0, timeout - (time.perf_counter() - self.started))
+            ready = bool(wait([self.conn], timeout=min(remaining, 1.0) + 0.05))
+            row = self.collect(timeout, ready)
+            if row is not None:
+                return row
+
+    def restart(self) -> None:
+        """Kills the process and starts a fresh one."""
+        self.stop(kill=True)
+        self._start()
+
+    def stop(self, kill: bool = False) -> None:
+        """Ends the process: asks it to stop, or kills it (``kill=True``, a task still runs)."""
+        if self.process is None:
+            return
+        if kill:
+            self.process.kill()
+        else:
+            with contextlib.suppress(OSError):
+                self.conn.send(None)
+        self.process.join(10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.conn.close()
+        self.process = self.conn = None
