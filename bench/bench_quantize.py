@@ -54,12 +54,13 @@ def _float_model(quick: bool, weights: str):
     return model, onx
 
 
-def ours(onx: onnx.ModelProto, bits: int, block_size: int = 32, accuracy_level: int = ACCURACY_LEVEL) -> onnx.ModelProto:
+def ours(onx: onnx.ModelProto, bits: int, block_size: int = 32, accuracy_level: int = ACCURACY_LEVEL,
+         symmetric: bool = False) -> onnx.ModelProto:
     """The rule alone, from a ModelProto to a ModelProto (what the quantizer below does too)."""
     from onnx_ir.passes import common
 
     model = ir.from_proto(onx)
-    quantize_matmuls(model, bits=bits, block_size=block_size, accuracy_level=accuracy_level)
+    quantize_matmuls(model, bits=bits, block_size=block_size, accuracy_level=accuracy_level, symmetric=symmetric)
     common.RemoveUnusedNodesPass()(model)
     return ir.to_proto(model)
 
@@ -127,12 +128,14 @@ def float_tokens(model, float_onx, prompts: torch.Tensor, new_tokens: int) -> to
     return got
 
 
-#: (name, bits, block size, accuracy_level) of the variants measured beside onnxruntime's quantizer
+#: (name, bits, block size, accuracy_level, symmetric) of the variants measured beside onnxruntime's quantizer
 VARIANTS = (
-    ("fx2onnx int4 b32", 4, 32, ACCURACY_LEVEL),
-    ("fx2onnx int4 b16", 4, 16, ACCURACY_LEVEL),
-    ("fx2onnx int4 b32 acc0", 4, 32, 0),
-    ("fx2onnx int8 b32", 8, 32, ACCURACY_LEVEL),
+    ("fx2onnx int4 b32", 4, 32, ACCURACY_LEVEL, False),
+    ("fx2onnx int4 b32 sym", 4, 32, ACCURACY_LEVEL, True),
+    ("fx2onnx int4 b16", 4, 16, ACCURACY_LEVEL, False),
+    ("fx2onnx int4 b32 acc0", 4, 32, 0, False),
+    ("fx2onnx int8 b32", 8, 32, ACCURACY_LEVEL, False),
+    ("fx2onnx int8 b32 sym", 8, 32, ACCURACY_LEVEL, True),
 )
 
 
@@ -177,9 +180,9 @@ def main(argv=None) -> list[dict]:
               f"{options.prompt_length} tokens, {options.new_tokens} new)")
     rows = [dict(quantizer="float32", seconds=0.0, model_mb=onx.ByteSize() / 2**20, **accuracy(onx, text, expected))]
     models = {}
-    for name, bits, block, level in VARIANTS:
+    for name, bits, block, level, symmetric in VARIANTS:
         begin = time.perf_counter()
-        models[name] = ours(copy.deepcopy(onx), bits, block, level)
+        models[name] = ours(copy.deepcopy(onx), bits, block, level, symmetric)
         rows.append(dict(quantizer=name, seconds=time.perf_counter() - begin, model_mb=models[name].ByteSize() / 2**20,
                          **accuracy(models[name], text, expected)))
     for bits in (4, 8):  # onnxruntime's quantizer, same options as the first variants: same bytes

@@ -277,8 +277,9 @@ def test_tiny_llama_quantized_embeddings(tiny_llama, llama_onnx):
         fx2onnx.optimize(llama_onnx, level="onnxruntime", quantize_embeddings=True)
 
 
+@pytest.mark.parametrize("symmetric", [False, pytest.param(True, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("quantize", [pytest.param("int8", marks=pytest.mark.slow), "int4"])
-def test_tied_head_and_embedding_quantized(quantize):
+def test_tied_head_and_embedding_quantized(quantize, symmetric):
     """Tied embeddings: the head reads Transpose(table), the table shared with the embedding's
     Gather; both are quantized, no float table is left, the logits stay within the bound."""
     from fx2onnx.models import get_tiny_model
@@ -289,7 +290,7 @@ def test_tied_head_and_embedding_quantized(quantize):
     assert tiny.model.lm_head.weight is tiny.model.model.embed_tokens.weight
     with fx2onnx.torch_export_patches(patch_transformers=True):
         onx = fx2onnx.to_onnx(tiny.model, (), copy.deepcopy(tiny.inputs), dynamic_shapes=tiny.dynamic_shapes,
-                              optimize="onnxruntime", quantize=quantize)
+                              optimize="onnxruntime", quantize=quantize, quantize_symmetric=symmetric)
     ops = op_types(onx)
     assert ops["MatMulNBits"] == 15 and ops["GatherBlockQuantized"] == 1, ops
     assert "MatMul" not in ops and "Gather" not in ops and "Transpose" not in ops, ops
@@ -303,7 +304,8 @@ def test_tied_head_and_embedding_quantized(quantize):
     reshape = next(n for n in onx.graph.node if gather.input[0] in n.output)
     assert reshape.op_type == "Reshape" and reshape.input[0] == head.input[1], (reshape, head)
     assert list(gather.input[2:]) == list(head.input[2:4]), (gather.input, head.input)
-    assert sum(1 for i in onx.graph.initializer if i.dims and i.dims[0] == 256) == 3  # codes, scales, zero points
+    stored = 2 if symmetric else 3  # codes, scales (and zero points)
+    assert sum(1 for i in onx.graph.initializer if i.dims and i.dims[0] == 256) == stored
     for inputs in (tiny.inputs, tiny.inputs2):
         diff = np.abs(_logits(onx, tiny, inputs) - _eager_logits(tiny, inputs))
         assert diff.max() < LOGIT_BOUND[quantize], (quantize, diff.max())

@@ -303,6 +303,7 @@ def to_onnx(
     decompose: bool = True,
     quantize: str | None = None,
     quantize_block_size: int = 32,
+    quantize_symmetric: bool = False,
     patches: bool | str = "auto",
     weights: dict[str, Any] | None = None,
     check_capture: bool | str = True,
@@ -351,6 +352,8 @@ def to_onnx(
         MatMul / linear layer as onnxruntime's ``MatMulNBits`` (see :func:`fx2onnx.optimize`
         for the report)
     :param quantize_block_size: with ``quantize``, the values sharing one scale (a power of two >= 16)
+    :param quantize_symmetric: with ``quantize``, symmetric blocks (no zero point stored, faster int4
+        kernels in onnxruntime); asymmetric blocks otherwise
     :param patches: ``"auto"``: the capture runs inside
         ``fx2onnx.torch_export_patches(patch_transformers=True)`` when the model is or
         contains a transformers module (or an input is a transformers cache), with
@@ -452,7 +455,7 @@ def to_onnx(
         from ..optimizer.api import optimize as optimize_levels
 
         stages.run("optimization", optimize_levels, onnx_model, level=level, inline=not export_modules_as_functions,
-                   quantize=quantize, block_size=quantize_block_size)
+                   quantize=quantize, block_size=quantize_block_size, symmetric=quantize_symmetric)
     stages.run("onnxruntime kernel types", cast_to_kernel_types, onnx_model)
     stages.run("onnxruntime reduction axes", positive_reduction_axes, onnx_model)
     if not isinstance(model, torch.export.ExportedProgram):

@@ -92,6 +92,7 @@ def optimize(
     quantize: str | None = None,
     block_size: int = 32,
     quantize_embeddings: bool = False,
+    symmetric: bool = False,
 ) -> Any:
     """Optimizes an ONNX model: constant folding, onnxscript's rewrite rules and dead
     code elimination (level ``"default"``), then the fusions of the level.
@@ -118,6 +119,9 @@ def optimize(
         the activations to int8 by block, much faster on CPU); level ``"onnxruntime"`` only; the
         report lists the weights (``report.quantized``)
     :param block_size: the values of K sharing one scale and zero point (a power of two >= 16)
+    :param symmetric: with ``quantize``, symmetric blocks: one scale, no zero point stored (as
+        onnxruntime-genai's model builder quantizes); onnxruntime's int4 kernels are faster on them
+        (``bench/bench_quantize.py`` gives the accuracy of both)
     :param quantize_embeddings: with ``quantize``, the embedding tables too (a ``Gather`` of a
         constant 2D table into ``com.microsoft.GatherBlockQuantized``): smaller, not faster; a
         table shared with the head (tied embeddings) is always quantized with it
@@ -177,12 +181,14 @@ def optimize(
         begin = time.perf_counter()
         heads: dict = {}
         matches = quantize_matmuls(
-            ir_model, bits=bits, block_size=block_size, accuracy_level=ACCURACY_LEVEL, report=rep.quantized, heads=heads
+            ir_model, bits=bits, block_size=block_size, accuracy_level=ACCURACY_LEVEL, report=rep.quantized, heads=heads,
+            symmetric=symmetric,
         )
         # a tied head's table is quantized for the head: its embedding's Gather too, or the float
         # table stays in the file beside the codes (the largest tensor of a small LLM)
         tied = None if quantize_embeddings else {q.weight for q in rep.quantized if q.op_type == "MatMulNBits"}
         matches += quantize_gathers(ir_model, bits=bits, block_size=block_size, report=rep.quantized, tables=tied,
+                                    symmetric=symmetric,
                                     heads=heads)
         _remove_unused(ir_model)
         rep.rules.append(RuleResult(f"quantize_{quantize}", matches, time.perf_counter() - begin, f"block {block_size}"))

@@ -304,7 +304,7 @@ def _share_head_blocks(
 ) -> bool:
     """Replaces the Gather of a table a head was quantized from by a GatherBlockQuantized reading the
     head's blocks (see :func:`quantize_gathers`); False when it cannot (the table's width is not a
-    multiple of the block, no zero points, constant indices)."""
+    multiple of the block, constant indices)."""
     table = node.inputs[0]
     if table is None or table.name not in heads or table.const_value is None:
         return False
@@ -312,12 +312,15 @@ def _share_head_blocks(
         return False
     codes, scales, zero = heads[table.name]
     rows, width = table.const_value.shape
-    if zero is None or width % block_size or scales.dtype != table.dtype:
+    if width % block_size or scales.dtype != table.dtype:
         return False
     shape = initializer(graph, f"{codes.name}_rows_shape", np.array([rows, width * bits // 8], dtype=np.int64))
     reshape = ir.node("Reshape", [codes, shape], name=f"{node.name or table.name}_rows")
     attributes = {"gather_axis": 0, "quantize_axis": 1, "block_size": block_size, "bits": bits}
-    new = ir.node("GatherBlockQuantized", [reshape.outputs[0], node.inputs[1], scales, zero], attributes,
+    # symmetric blocks: no zero points, GatherBlockQuantized's default for uint8 codes is the same
+    # as MatMulNBits' (2 ** (bits - 1))
+    inputs = [reshape.outputs[0], node.inputs[1], scales] + ([] if zero is None else [zero])
+    new = ir.node("GatherBlockQuantized", inputs, attributes,
                   domain="com.microsoft", name=f"{node.name or table.name}_Q{bits}")
     replace(graph, node, [reshape, new], [node.outputs[0]], list(new.outputs), metadata_from=node)
     if report is not None:  # no byte of its own: the head's blocks
