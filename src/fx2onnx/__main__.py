@@ -10,6 +10,8 @@ name of a tiny transformers architecture (see :mod:`fx2onnx.model_spec`).
     python -m fx2onnx export my_models.py:make_model --out m.onnx --static --exporter dynamo
     python -m fx2onnx export path/to/checkpoint --out model_dir --quantize int4
     python -m fx2onnx generate model_dir "a prompt" --max-new-tokens 32
+    python -m fx2onnx export path/to/whisper --out whisper_dir
+    python -m fx2onnx generate whisper_dir --audio talk.wav
     python -m fx2onnx validate llama.onnx llama
     python -m fx2onnx compare llama.onnx llama_dynamo.onnx --model llama
 
@@ -108,10 +110,39 @@ def _export_checkpoint(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def _generate_speech(args: argparse.Namespace) -> int:
+    """Transcribes --audio with a folder exported from a Whisper checkpoint (fx2onnx.runtime.speech)."""
+    from .runtime.speech import SpeechGenerator
+
+    if args.prompt is not None or args.ids is not None or args.chat:
+        raise ValueError("A speech folder takes --audio only (no prompt, --ids or --chat).")
+    if args.audio is None:
+        raise ValueError("The folder holds a speech model: give --audio talk.wav.")
+    if not os.path.isfile(args.audio):  # before the models are loaded
+        raise FileNotFoundError(f"Audio file {args.audio!r} does not exist.")
+    sample = args.sample or any(v is not None for v in (args.temperature, args.top_k, args.top_p, args.seed))
+    if sample or args.repetition_penalty != 1.0:
+        raise ValueError("A speech folder generates greedily: remove the sampling options.")
+    generator = SpeechGenerator(args.folder, threads=args.threads)
+    result = generator.transcribe(args.audio, args.max_new_tokens, language=args.language, task=args.task,
+                                  on_text=lambda text: print(text, end="", flush=True), as_text=not args.print_ids)
+    if result.texts is None:
+        print(",".join(str(i) for i in result.new_ids[0]))
+    else:
+        print()
+    print(result.summary(), file=sys.stderr)
+    return 0
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from .runtime.folder import FolderGenerator
+    from .runtime.folder import FOLDER_METADATA, FolderGenerator, _read_json
     from .runtime.sampling import Sampling
 
+    if _read_json(os.path.join(args.folder, FOLDER_METADATA)).get("task") == "speech-seq2seq":
+        return _generate_speech(args)
+    if args.audio is not None:
+        raise ValueError(f"{args.folder!r} is not a speech folder: --audio needs a folder exported from a speech "
+                         "model (Whisper).")
     if (args.prompt is None) == (args.ids is None):
         raise ValueError("Give a prompt or --ids 1,2,3 (one of them).")
     sample = args.sample or any(v is not None for v in (args.temperature, args.top_k, args.top_p, args.seed))
@@ -347,7 +378,9 @@ def make_parser() -> argparse.ArgumentParser:
         help="generate text with a folder written by export",
         description="Runs the decoder of a folder written by 'export FOLDER --out OUTDIR' on onnxruntime, the "
         "prompt encoded by the folder's tokenizer (offline), the text printed as it is decoded, then the tokens/s "
-        "of the prefill and of the decoding. Greedy unless a sampling option is given.",
+        "of the prefill and of the decoding. Greedy unless a sampling option is given. A folder exported from a "
+        "speech model (Whisper) transcribes --audio talk.wav instead: its encoder once, its decoder greedily, the "
+        "features made by the folder's feature extractor.",
     )
     gen.add_argument("folder", help="the folder written by export")
     gen.add_argument("prompt", nargs="?", default=None, help="the text to continue")
@@ -361,6 +394,13 @@ def make_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None, help="sampling: the seed (torch.manual_seed's draws)")
     gen.add_argument("--repetition-penalty", type=float, default=1.0, help="> 1: penalize the tokens already seen")
     gen.add_argument("--threads", type=int, default=None, help="onnxruntime's intra-op threads")
+    gen.add_argument("--audio", default=None, help="a speech folder (Whisper): the WAV file to transcribe (PCM, at the "
+                     "rate of the feature extractor, 16 kHz for Whisper)")
+    gen.add_argument("--language", default=None, help="a speech folder: the language (fr, french; default: the "
+                     "generation config's, else detected)")
+    gen.add_argument("--task", default=None, choices=["transcribe", "translate"],
+                     help="a speech folder: the task (default: the generation config's)")
+    gen.add_argument("--print-ids", action="store_true", help="a speech folder: print the token ids, not the text")
     gen.set_defaults(func=_cmd_generate)
 
     val = commands.add_parser(

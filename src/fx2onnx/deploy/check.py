@@ -61,7 +61,14 @@ def _as_dtype(inputs: dict[str, Any], dtype: torch.dtype) -> dict[str, Any]:
             value = getattr(layer, attr, None)
             if isinstance(value, torch.Tensor) and value.is_floating_point():
                 setattr(layer, attr, value.to(dtype))
-    return {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in result.items()}
+    def cast(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.to(dtype) if value.is_floating_point() else value
+        if isinstance(value, (list, tuple)):  # the lists of tensors of a piece (a speech decoder's cache)
+            return type(value)(cast(v) for v in value)
+        return value
+
+    return {k: cast(v) for k, v in result.items()}
 
 
 def _eager(model: torch.nn.Module, inputs: dict[str, Any]) -> list[np.ndarray]:

@@ -183,6 +183,10 @@ def export_folder(
     out_dir, filename = _output_path(out)
     os.makedirs(out_dir, exist_ok=True)
     model_path = os.path.join(out_dir, filename)
+    if task == "speech-seq2seq":
+        return _export_speech_folder(folder, out_dir, config, dtype, begin, optimize=optimize, quantize=quantize,
+                                     block_size=block_size, opset=opset, validate=validate, atol=atol, rtol=rtol,
+                                     progress=progress, say=say)
 
     config.use_cache = with_cache
     inputs, inputs2, dynamic_shapes = task_inputs(config, task, with_cache=with_cache, dtype=dtype)
@@ -225,6 +229,38 @@ def export_folder(
     files = sorted(os.listdir(out_dir))
     nbytes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in files if os.path.isfile(os.path.join(out_dir, f)))
     return FolderExport(out_dir, task, dtype, files, nbytes, time.perf_counter() - begin, peak_rss(), checks, genai)
+
+
+def _export_speech_folder(folder: str, out_dir: str, config: Any, dtype: torch.dtype, begin: float, *, optimize: str,
+                          quantize: str | None, block_size: int, opset: int | None, validate: bool, atol: float,
+                          rtol: float, progress: bool, say: Any) -> FolderExport:
+    """A speech-seq2seq folder (Whisper): the encoder and decoder pieces of :mod:`fx2onnx.deploy.speech`,
+    their signatures in ``fx2onnx.json``, the processor and tokenizer files copied."""
+    from .speech import check_speech_pieces, export_speech_pieces
+
+    if getattr(config, "model_type", None) != "whisper":
+        raise ValueError(f"{config.architectures[0]} is a speech-seq2seq model: exporting such a folder supports "
+                         "Whisper today (its encoder, the cross-attention keys and values, its decoder).")
+    pieces = export_speech_pieces(folder, out_dir, config, dtype, optimize=optimize, quantize=quantize,
+                                  block_size=block_size, opset=opset, progress=progress, say=say)
+    copy_folder_files(folder, out_dir)
+    with open(os.path.join(out_dir, FOLDER_METADATA), "w", encoding="utf-8") as f:
+        json.dump({"task": "speech-seq2seq",
+                   "pieces": {p.name: {"file": p.filename, "inputs": p.input_names, "outputs": p.output_names,
+                                       "cache": p.cache} for p in pieces},
+                   "dtype": str(dtype).replace("torch.", ""), "optimize": optimize, "quantize": quantize,
+                   "block_size": block_size if quantize else None,
+                   "source": os.path.basename(os.path.abspath(folder))}, f, indent=2)
+    checks: list[FolderCheck] = []
+    if validate:
+        say("checking the encoder and the decoder against eager float32")
+        checks = check_speech_pieces(folder, out_dir, pieces, dtype, atol, rtol)
+        if quantize:
+            checks = [dataclasses.replace(c, ok=True, held=False) for c in checks]
+    files = sorted(os.listdir(out_dir))
+    nbytes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in files if os.path.isfile(os.path.join(out_dir, f)))
+    return FolderExport(out_dir, "speech-seq2seq", dtype, files, nbytes, time.perf_counter() - begin, peak_rss(),
+                        checks, "onnxruntime-genai's configuration of a Whisper folder is not written yet")
 
 
 def _generation_config(folder: str) -> Any:

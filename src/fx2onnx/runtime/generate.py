@@ -84,11 +84,14 @@ class CacheSignature:
     cache: tuple[tuple[str, str, tuple[int, ...], str], ...]
     #: the output :func:`add_next_token` added (the argmax of the last logits), if any
     next_token: str | None = None
+    #: inputs fed the same value at every step (a speech decoder's cross-attention keys and values)
+    constants: tuple[str, ...] = ()
 
     @classmethod
-    def from_session(cls, session: Any) -> "CacheSignature":
+    def from_session(cls, session: Any, constants: Sequence[str] = ()) -> "CacheSignature":
         """Reads the signature of an :class:`onnxruntime.InferenceSession` (raises a ValueError
-        naming what the loop cannot feed)."""
+        naming what the loop cannot feed); ``constants`` names the inputs the caller feeds
+        unchanged at every step."""
         inputs = {i.name: i for i in session.get_inputs()}
         outputs = [o.name for o in session.get_outputs()]
         metadata = session.get_modelmeta().custom_metadata_map
@@ -105,7 +108,10 @@ class CacheSignature:
         if missing:
             raise ValueError(f"The cache pairs of the metadata name {missing}, absent from the model "
                              f"(inputs {list(inputs)}, outputs {outputs}).")
-        unknown = [n for n in inputs if n not in pairs and n not in _TOKEN_INPUTS]
+        absent = [n for n in constants if n not in inputs]
+        if absent:
+            raise ValueError(f"The model has no inputs {absent} (inputs: {list(inputs)}).")
+        unknown = [n for n in inputs if n not in pairs and n not in _TOKEN_INPUTS and n not in constants]
         if unknown:
             raise ValueError(f"The generation loop cannot feed the inputs {unknown}: it feeds {list(_TOKEN_INPUTS)} "
                              "and the cache.")
@@ -115,7 +121,7 @@ class CacheSignature:
             (name, output, _initial_shape(inputs[name], batch), inputs[name].type) for name, output in pairs.items()
         )
         return cls(logits, "attention_mask" in inputs, "position_ids" in inputs, cache,
-                   NEXT_TOKEN if NEXT_TOKEN in outputs else None)
+                   NEXT_TOKEN if NEXT_TOKEN in outputs else None, tuple(constants))
 
 
 def _logits_name(outputs: Sequence[str], pairs: dict[str, str]) -> str:
@@ -236,10 +242,12 @@ class OnnxGenerator:
         graph (:func:`add_next_token`): a step reads ``batch`` token ids instead of the
         logits and feeds onnxruntime's outputs back as they are; a model whose weights are in
         an external file, or a session, is run as it is (its logits read, the argmax in numpy)
+    :param constant_inputs: inputs fed the same value at every step, given to :meth:`generate`
+        (``constants``): the cross-attention keys and values of a speech decoder
     """
 
     def __init__(self, model: Any, providers: Sequence[str] | None = None, session_options: Any = None,
-                 next_token: bool = True):
+                 next_token: bool = True, constant_inputs: Sequence[str] = ()):
         if hasattr(model, "io_binding"):
             self.session = model
         else:
@@ -247,7 +255,7 @@ class OnnxGenerator:
                 raise TypeError(f"model must be an onnx.ModelProto, a path or an InferenceSession, "
                                 f"got {type(model).__name__}.")
             self.session = _make_session(model, providers, session_options, next_token)
-        self.signature = CacheSignature.from_session(self.session)
+        self.signature = CacheSignature.from_session(self.session, constant_inputs)
         import onnxruntime
         from onnxruntime.capi import _pybind_state
 
@@ -256,6 +264,28 @@ class OnnxGenerator:
         self._device = _pybind_state.OrtDevice(_pybind_state.OrtDevice.cpu(), _pybind_state.OrtDevice.default_memory(), 0)
         self._run_options = onnxruntime.RunOptions()
         self.last_times: GenerationTimes | None = None
+
+    def _constants(self, constants: dict[str, Any]) -> list[Any]:
+        """The C++ values of the constant inputs, in the order of the signature."""
+        sig = self.signature
+        self._kept: list[np.ndarray] = []
+        missing = [n for n in sig.constants if n not in constants]
+        extra = [n for n in constants if n not in sig.constants]
+        if missing or extra:
+            raise ValueError(f"constants must give the inputs {list(sig.constants)}: {missing} missing, {extra} unknown.")
+        types = {i.name: i.type for i in self.session.get_inputs()}
+        values = []
+        for name in sig.constants:
+            value = constants[name]
+            if hasattr(value, "_ortvalue"):  # onnxruntime.OrtValue
+                values.append(value._ortvalue)
+            elif isinstance(value, np.ndarray):
+                array = np.ascontiguousarray(value)
+                self._kept.append(array)  # the value shares its buffer
+                values.append(_ortvalue(self._C, array, types[name], self._device))
+            else:
+                values.append(value)  # the C++ OrtValue itself
+        return values
 
     def generate(
         self,
@@ -266,8 +296,11 @@ class OnnxGenerator:
         pad_token_id: int | None = None,
         sampling: Sampling | None = None,
         streamer: Callable[[np.ndarray], None] | None = None,
+        constants: dict[str, Any] | None = None,
     ) -> Any:
-        """Greedy decoding or sampling; see :func:`fx2onnx.generate`."""
+        """Greedy decoding or sampling; see :func:`fx2onnx.generate`. ``constants`` gives the
+        value of each input of ``constant_inputs``: an :class:`onnxruntime.OrtValue` (kept in
+        onnxruntime memory, not copied) or a numpy array (which must outlive the call)."""
         ids, mask, as_torch = _check_inputs(input_ids, attention_mask, max_new_tokens)
         chooser = sampling.chooser() if sampling is not None and sampling.needs_logits else None
         sig = self.signature
@@ -289,6 +322,8 @@ class OnnxGenerator:
         # beginning of the next step's inputs as they come, without a Python object per value
         feed_names = ["input_ids"] + [name for name, _, _, _ in sig.cache]
         feed_names += ["attention_mask"] * sig.has_attention_mask + ["position_ids"] * sig.has_position_ids
+        fixed = self._constants(constants or {})
+        feed_names += list(sig.constants)
         fused = sig.next_token is not None and chooser is None
         fetch_names = [sig.next_token if fused else sig.logits] + [out for _, out, _, _ in sig.cache]
         devices = [self._device] * len(fetch_names)
@@ -315,6 +350,8 @@ class OnnxGenerator:
                 feeds.push_back(from_numpy(step_mask, device))
             if sig.has_position_ids:
                 feeds.push_back(from_numpy(step_positions, device))
+            for value in fixed:
+                feeds.push_back(value)
             fetches = vector()
             model_begin = time.perf_counter()
             run(run_options, feed_names, feeds, fetch_names, fetches, devices)

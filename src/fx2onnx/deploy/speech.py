@@ -1,0 +1,250 @@
+"""The pieces of a speech-seq2seq folder (Whisper): an encoder and a decoder with its cache.
+
+A Whisper model runs its encoder once on the audio features, then its decoder once per
+token. The decoder's cross-attention reads keys and values projected from the encoder's
+output: they do not change while generating, so they are computed **once, in the encoder
+piece**, not in the decoder (the projections' weights then live in the encoder's file only,
+and the decoder needs one signature for the prompt and for every later token):
+
+* ``encoder.onnx``: ``input_features (batch, mel, frames)`` -> ``cross_key_<i>``,
+  ``cross_value_<i>`` ``(batch, heads, encoder_seq, head_dim)``, one pair per decoder layer;
+* ``decoder.onnx``: ``input_ids``, ``position_ids``, the self-attention cache
+  ``past_key_values_key_<i>`` / ``past_key_values_value_<i>`` (empty for the prompt) and
+  the cross keys and values -> ``logits`` and ``present_key_<i>`` / ``present_value_<i>``
+  (the pairs written in the model's ``fx2onnx.cache`` metadata, as for a decoder LLM, so
+  :class:`fx2onnx.runtime.OnnxGenerator` runs it; the cross keys and values are inputs fed
+  unchanged at every step).
+
+Both pieces are :class:`torch.nn.Module` wrappers around the transformers model, whose
+parameters keep the checkpoint's names (the weights are streamed from the safetensors files
+by :func:`fx2onnx.weights.to_onnx_from_checkpoint`); the decoder piece builds the
+``EncoderDecoderCache`` transformers expects from its flat inputs, its cross-attention part
+marked as already computed, so the model's own code runs unchanged. Each piece is checked
+against the same wrapper in eager float32 (:func:`fx2onnx.deploy.check.check_against_eager`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+#: the prefixes of the inputs and outputs of the pieces
+CROSS_KEY, CROSS_VALUE = "cross_key_", "cross_value_"
+PAST_KEY, PAST_VALUE = "past_key_values_key_", "past_key_values_value_"
+PRESENT_KEY, PRESENT_VALUE = "present_key_", "present_value_"
+
+
+def _cross_attentions(model: Any) -> list[Any]:
+    """The cross-attention modules of the decoder layers (a ValueError when there are none)."""
+    layers = list(getattr(model.get_decoder(), "layers", []))
+    attentions = [getattr(layer, "encoder_attn", None) for layer in layers]
+    if not layers or any(a is None or not hasattr(a, "k_proj") or not hasattr(a, "v_proj") for a in attentions):
+        raise ValueError(f"{type(model).__name__}: its decoder layers have no cross-attention encoder_attn.k_proj / "
+                         "v_proj; exporting a speech folder supports Whisper-like models today.")
+    return attentions
+
+
+class SpeechEncoderPiece(torch.nn.Module):
+    """The encoder and the cross-attention keys and values of every decoder layer.
+
+    The attribute ``model`` is the base model (``model.encoder``, ``model.decoder``), so that
+    the parameters have the names of the checkpoint of the model with its head.
+    """
+
+    def __init__(self, model: Any):
+        super().__init__()
+        self.model = model.model
+        self.base_model_prefix = "model"
+        self._attentions = _cross_attentions(model)
+
+    def forward(self, input_features: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        hidden = self.model.encoder(input_features=input_features).last_hidden_state
+        batch = hidden.shape[0]
+        result = []
+        for attention in self._attentions:
+            shape = (batch, -1, attention.num_heads, attention.head_dim)
+            result.append(attention.k_proj(hidden).view(shape).transpose(1, 2).contiguous())
+            result.append(attention.v_proj(hidden).view(shape).transpose(1, 2).contiguous())
+        return tuple(result)
+
+
+class SpeechDecoderPiece(torch.nn.Module):
+    """One decoder step: the new tokens, their positions, the self-attention cache and the
+    cross keys and values -> the logits and the new cache."""
+
+    def __init__(self, model: Any):
+        super().__init__()
+        self.model = model.model
+        self.proj_out = model.get_output_embeddings()
+        self.base_model_prefix = "model"
+        self._layers = len(_cross_attentions(model))
+
+    def forward(self, input_ids, position_ids, past_keys, past_values, cross_keys, cross_values):
+        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+        cache = EncoderDecoderCache(DynamicCache(list(zip(past_keys, past_values))),
+                                    DynamicCache(list(zip(cross_keys, cross_values))))
+        for i in range(self._layers):  # the cross keys and values are given: the model reads them
+            cache.is_updated[i] = True
+        # encoder_hidden_states is not read when the cross keys and values are in the cache, but it
+        # must not be None for the decoder layers to run their cross-attention
+        out = self.model.decoder(input_ids=input_ids, position_ids=position_ids, encoder_hidden_states=cross_keys[0],
+                                 past_key_values=cache, use_cache=True)
+        logits = self.proj_out(out.last_hidden_state)
+        presents = []
+        for layer in cache.self_attention_cache.layers:
+            presents.extend((layer.keys, layer.values))
+        return (logits, *presents)
+
+
+@dataclasses.dataclass
+class Piece:
+    """One model of an exported folder: what is exported, its two input sets, its dynamic shapes,
+    the names of its inputs and outputs (in the order of the module's flattened inputs and outputs)."""
+
+    name: str
+    filename: str
+    module: torch.nn.Module
+    inputs: dict[str, Any]
+    inputs2: dict[str, Any]
+    dynamic_shapes: dict[str, Any]
+    input_names: list[str]
+    output_names: list[str]
+    #: self-attention cache: input name -> output name (written as the model's ``fx2onnx.cache``)
+    cache: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def _sizes(config: Any) -> tuple[int, int, int, int, int]:
+    """(decoder layers, heads, head dim, mel bins, frames) of a Whisper-like config."""
+    layers = config.decoder_layers
+    heads = config.decoder_attention_heads
+    head_dim = config.d_model // heads
+    frames = 2 * config.max_source_positions  # two convolutions, the second of stride 2
+    return layers, heads, head_dim, config.num_mel_bins, frames
+
+
+def speech_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
+    """The encoder and decoder pieces of a Whisper-like model (built on any device: the meta
+    device for the export, the CPU for the check), with example inputs of two shapes."""
+    layers, heads, head_dim, mel, frames = _sizes(config)
+    g = torch.Generator().manual_seed(seed)
+    encoder_seq = config.max_source_positions
+    vocab = config.vocab_size
+
+    def features(batch):
+        return {"input_features": torch.randn(batch, mel, frames, generator=g).to(dtype)}
+
+    def step(batch, seq, past):
+        def kv(length):
+            return [torch.randn(batch, heads, length, head_dim, generator=g).to(dtype) for _ in range(layers)]
+
+        return {"input_ids": torch.randint(0, vocab, (batch, seq), generator=g),
+                "position_ids": (torch.arange(seq) + past).repeat(batch, 1),
+                "past_keys": kv(past), "past_values": kv(past),
+                "cross_keys": kv(encoder_seq), "cross_values": kv(encoder_seq)}
+
+    cross_names = [f"{p}{i}" for i in range(layers) for p in (CROSS_KEY, CROSS_VALUE)]
+    encoder = Piece("encoder", "encoder.onnx", SpeechEncoderPiece(model), features(2), features(3),
+                    {"input_features": {0: "batch"}}, ["input_features"], cross_names)
+    past = [{0: "batch", 2: "past"}] * layers
+    cross = [{0: "batch", 2: "encoder_seq"}] * layers
+    past_names = [f"{PAST_KEY}{i}" for i in range(layers)] + [f"{PAST_VALUE}{i}" for i in range(layers)]
+    cross_inputs = [f"{CROSS_KEY}{i}" for i in range(layers)] + [f"{CROSS_VALUE}{i}" for i in range(layers)]
+    presents = [f"{p}{i}" for i in range(layers) for p in (PRESENT_KEY, PRESENT_VALUE)]
+    decoder = Piece(
+        "decoder", "decoder.onnx", SpeechDecoderPiece(model), step(2, 3, 4), step(3, 1, 6),
+        {"input_ids": {0: "batch", 1: "seq"}, "position_ids": {0: "batch", 1: "seq"}, "past_keys": past,
+         "past_values": past, "cross_keys": cross, "cross_values": cross},
+        ["input_ids", "position_ids", *past_names, *cross_inputs], ["logits", *presents],
+        {f"{k}{i}": f"{o}{i}" for i in range(layers) for k, o in ((PAST_KEY, PRESENT_KEY), (PAST_VALUE, PRESENT_VALUE))},
+    )
+    return [encoder, decoder]
+
+
+def rename_values(filename: str, inputs: list[str], outputs: list[str], cache: dict[str, str]) -> None:
+    """Gives the inputs and outputs of the saved model ``filename`` the names of a piece (in
+    order) and writes its cache pairs as the ``fx2onnx.cache`` metadata (the weights' file is
+    untouched)."""
+    import json
+
+    import onnx
+
+    from ..runtime.generate import CACHE_METADATA_KEY
+    from ..weights.save import load_without_weights
+    from .export import _rename_outputs
+
+    proto = load_without_weights(filename)
+    old_inputs, old_outputs = [i.name for i in proto.graph.input], [o.name for o in proto.graph.output]
+    if len(old_inputs) != len(inputs) or len(old_outputs) != len(outputs):
+        raise ValueError(f"{filename}: inputs {old_inputs} and outputs {old_outputs}, expected {inputs} and {outputs}.")
+    names = {a: b for a, b in zip(old_inputs + old_outputs, inputs + outputs) if a != b}
+    taken = set(old_inputs + old_outputs) - set(names)
+    if taken & set(names.values()):
+        raise ValueError(f"{filename}: cannot rename {names}, the names {taken & set(names.values())} are taken.")
+    for value in proto.graph.input:
+        value.name = names.get(value.name, value.name)
+    _rename_outputs(proto, names)
+    del proto.metadata_props[:]  # the frozen lists of the wrapper: replaced by the piece's names
+    if cache:
+        proto.metadata_props.add(key=CACHE_METADATA_KEY, value=json.dumps(cache))
+    onnx.save(proto, filename)
+
+
+def export_speech_pieces(
+    folder: str, out_dir: str, config: Any, dtype: torch.dtype, *, optimize: str, quantize: str | None,
+    block_size: int, opset: int | None, progress: bool, say: Any,
+) -> list[Piece]:
+    """Exports the pieces of a speech-seq2seq folder into ``out_dir`` (weights streamed from the
+    checkpoint, the model built on the meta device) and names their inputs and outputs.
+
+    :return: the pieces (their example inputs serve the check against eager)
+    """
+    import os
+    import warnings
+
+    from ..weights import to_onnx_from_checkpoint
+    from ..weights.export import model_from_checkpoint_config
+
+    model = model_from_checkpoint_config(folder, dtype)
+    pieces = speech_pieces(model, config, dtype)
+    for piece in pieces:
+        say(f"exporting the {piece.name} of {config.architectures[0]} ({str(dtype).replace('torch.', '')}, "
+            f"optimize={optimize}{', ' + quantize if quantize else ''})")
+        path = os.path.join(out_dir, piece.filename)
+        with warnings.catch_warnings():
+            # the lists of the wrapper's inputs become one input per layer, as intended
+            warnings.filterwarnings("ignore", message=".*froze the length of input.*")
+            to_onnx_from_checkpoint(
+                folder, (), piece.inputs, filename=path, model=piece.module, dtype=dtype, progress=progress,
+                dynamic_shapes=piece.dynamic_shapes, target_opset=opset,
+                optimize=False if optimize == "none" else optimize, quantize=quantize,
+                quantize_block_size=block_size,
+            )
+        rename_values(path, piece.input_names, piece.output_names, piece.cache)
+    return pieces
+
+
+def check_speech_pieces(folder: str, out_dir: str, pieces: list[Piece], dtype: torch.dtype, atol: float,
+                        rtol: float) -> list[Any]:
+    """Every piece against the same wrapper around the eager float32 model, on its two input sets."""
+    import os
+
+    import transformers
+
+    from .check import check_against_eager
+
+    config = transformers.AutoConfig.from_pretrained(folder)
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        eager = getattr(transformers, config.architectures[0]).from_pretrained(folder, dtype=torch.float32).eval()
+    finally:
+        transformers.utils.logging.enable_progress_bar()
+    checks = []
+    for piece, eager_piece in zip(pieces, speech_pieces(eager, config)):
+        # float32 references first: check_against_eager leaves the model in dtype afterwards
+        checks.extend(check_against_eager(os.path.join(out_dir, piece.filename), eager_piece.module,
+                                          [piece.inputs, piece.inputs2], dtype, atol=atol, rtol=rtol))
+        eager.to(torch.float32)
+    return checks

@@ -1,0 +1,95 @@
+"""A Whisper checkpoint folder made in code: what a published folder holds, without a download.
+
+:func:`whisper_tokenizer` turns the byte-level BPE of :func:`fx2onnx.models.tokenizer.tiny_tokenizer`
+into a :class:`transformers.WhisperTokenizer` with Whisper's special tokens (start of
+transcript, languages, tasks, no timestamps); :func:`write_whisper_folder` writes the random
+weights of a :class:`transformers.WhisperConfig`, that tokenizer, a feature extractor whose
+window holds the encoder's positions, and a generation config naming the special tokens as
+the published checkpoints do (``lang_to_id``, ``task_to_id``, ``no_timestamps_token_id``,
+``suppress_tokens``, ``begin_suppress_tokens``).
+
+.. code-block:: python
+
+    import transformers
+    from fx2onnx.models.speech_folder import write_whisper_folder
+
+    config = transformers.WhisperConfig(d_model=64, encoder_layers=2, decoder_layers=2,
+                                        encoder_attention_heads=4, decoder_attention_heads=4,
+                                        encoder_ffn_dim=128, decoder_ffn_dim=128,
+                                        max_source_positions=50, max_target_positions=64)
+    write_whisper_folder(config, "whisper_folder", dtype="bfloat16")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+#: the special tokens after the end of text, in the order of the published tokenizers
+#: (fewer languages)
+LANGUAGES = ("en", "fr", "de")
+SPECIAL_TOKENS = ("<|startoftranscript|>", *(f"<|{code}|>" for code in LANGUAGES), "<|translate|>", "<|transcribe|>",
+                  "<|startoflm|>", "<|startofprev|>", "<|nocaptions|>", "<|notimestamps|>")
+
+
+def whisper_tokenizer(vocab_size: int = 384) -> Any:
+    """A :class:`transformers.WhisperTokenizer`: the vocabulary and merges of
+    :func:`fx2onnx.models.tokenizer.tiny_tokenizer` (its own special tokens left out),
+    ``<|endoftext|>`` then :data:`SPECIAL_TOKENS` after them."""
+    import transformers
+
+    from .tokenizer import tiny_tokenizer
+
+    state = json.loads(tiny_tokenizer(vocab_size).backend_tokenizer.to_str())
+    words = [w for w, _ in sorted(state["model"]["vocab"].items(), key=lambda kv: kv[1]) if not w.startswith("<")]
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in state["model"]["merges"]]
+    tok = transformers.WhisperTokenizer(vocab={w: i for i, w in enumerate(words)}, merges=merges)
+    tok.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS)})
+    return tok
+
+
+def write_whisper_folder(
+    config: Any, folder: str | os.PathLike, dtype: str = "bfloat16", *, seed: int = 0, std: float | None = None,
+) -> dict[str, Any]:
+    """Writes a ``save_pretrained`` folder of a Whisper model: random weights
+    (:func:`fx2onnx.weights.write_random_checkpoint`), the tokenizer of :func:`whisper_tokenizer`
+    (``config.vocab_size`` becomes its size), a :class:`transformers.WhisperFeatureExtractor` of
+    ``config.num_mel_bins`` bins whose window is ``2 * config.max_source_positions`` frames
+    (30 s for the published configs, 1 s for 50 positions), and a multilingual generation config.
+
+    :return: what :func:`fx2onnx.weights.write_random_checkpoint` returns
+    """
+    import transformers
+
+    from ..weights import write_random_checkpoint
+
+    tok = whisper_tokenizer()
+    ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    eos = tok.eos_token_id
+    config.vocab_size = len(tok)
+    config.architectures = ["WhisperForConditionalGeneration"]
+    config.eos_token_id = config.pad_token_id = config.bos_token_id = eos
+    config.decoder_start_token_id = ids["<|startoftranscript|>"]
+    written = write_random_checkpoint(config, folder, dtype, seed=seed, std=std)
+    folder = os.fspath(folder)
+    tok.save_pretrained(folder)
+    hop, rate = 160, 16000
+    frames = 2 * config.max_source_positions
+    if (frames * hop) % rate:
+        raise ValueError(f"max_source_positions={config.max_source_positions}: the feature extractor's window "
+                         f"({frames} frames of {hop} samples) must last whole seconds; use a multiple of 50.")
+    extractor = transformers.WhisperFeatureExtractor(feature_size=config.num_mel_bins, sampling_rate=rate,
+                                                     hop_length=hop, chunk_length=frames * hop // rate)
+    extractor.save_pretrained(folder)
+    transformers.GenerationConfig(
+        decoder_start_token_id=ids["<|startoftranscript|>"], eos_token_id=eos, pad_token_id=eos, bos_token_id=eos,
+        no_timestamps_token_id=ids["<|notimestamps|>"], is_multilingual=True,
+        lang_to_id={f"<|{c}|>": ids[f"<|{c}|>"] for c in LANGUAGES},
+        task_to_id={"transcribe": ids["<|transcribe|>"], "translate": ids["<|translate|>"]},
+        forced_decoder_ids=[[1, None], [2, ids["<|transcribe|>"]]],
+        suppress_tokens=[ids["<|startoflm|>"], ids["<|startofprev|>"], ids["<|nocaptions|>"]],
+        begin_suppress_tokens=[tok.convert_tokens_to_ids("Ġ"), eos],
+        max_length=config.max_target_positions,
+    ).save_pretrained(folder)
+    return written

@@ -1,0 +1,160 @@
+"""A Whisper checkpoint folder -> ``export`` -> ``generate --audio talk.wav``, the tokens checked
+against transformers' generate; the audio made in code (a chirp written with ``wave``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import wave
+
+import numpy as np
+import onnx
+import pytest
+import torch
+import transformers
+
+from fx2onnx.__main__ import main
+from fx2onnx.runtime.speech import read_wav, write_wav
+
+RATE = 16000
+
+
+def _chirp(seconds: float = 0.75, low: float = 220.0, high: float = 520.0) -> np.ndarray:
+    t = np.arange(int(seconds * RATE)) / RATE
+    return (0.5 * np.sin(2 * np.pi * (low + (high - low) * t / seconds) * t)).astype(np.float32)
+
+
+def _config(**kwargs):
+    values = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                  encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=80, max_source_positions=50,
+                  max_target_positions=64)
+    values.update(kwargs)
+    return transformers.WhisperConfig(**values)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """A bf16 Whisper folder with a tokenizer and a feature extractor, the folder ``export`` wrote
+    from it, and a WAV file."""
+    from fx2onnx.models.speech_folder import write_whisper_folder
+
+    root = tmp_path_factory.mktemp("speech")
+    checkpoint, out, wav = str(root / "whisper"), str(root / "whisper_onnx"), str(root / "talk.wav")
+    write_whisper_folder(_config(), checkpoint, dtype="bfloat16", std=0.6)
+    write_wav(wav, _chirp())
+    assert main(["export", checkpoint, "--out", out, "--quiet"]) == 0
+    return checkpoint, out, wav
+
+
+def _expected(checkpoint, wav, max_new_tokens, **kwargs):
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    extractor = transformers.AutoFeatureExtractor.from_pretrained(checkpoint, local_files_only=True)
+    audios = wav if isinstance(wav, list) else [wav]
+    features = extractor([read_wav(a) for a in audios], sampling_rate=RATE, return_tensors="pt")["input_features"]
+    return model.generate(features, max_new_tokens=max_new_tokens, do_sample=False, **kwargs).tolist()
+
+
+def _until_eos(tokens, eos):
+    return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
+
+
+@pytest.mark.slow
+def test_export_writes_the_pieces(folders):
+    _, out, _ = folders
+    files = set(os.listdir(out))
+    assert {"encoder.onnx", "encoder.onnx.data", "decoder.onnx", "decoder.onnx.data", "preprocessor_config.json",
+            "tokenizer.json", "generation_config.json", "config.json", "fx2onnx.json"} <= files
+    metadata = json.load(open(os.path.join(out, "fx2onnx.json")))
+    assert metadata["task"] == "speech-seq2seq"
+    pieces = metadata["pieces"]
+    assert pieces["encoder"]["outputs"] == ["cross_key_0", "cross_value_0", "cross_key_1", "cross_value_1"]
+    decoder = onnx.load(os.path.join(out, "decoder.onnx"), load_external_data=False)
+    assert [i.name for i in decoder.graph.input] == pieces["decoder"]["inputs"]
+    assert [o.name for o in decoder.graph.output] == pieces["decoder"]["outputs"]
+    assert json.loads({p.key: p.value for p in decoder.metadata_props}["fx2onnx.cache"]) == pieces["decoder"]["cache"]
+    # the cross-attention projections are in the encoder only
+    decoder_weights = {i.name for i in decoder.graph.initializer}
+    assert not any("encoder_attn.k_proj" in n or "encoder_attn.v_proj" in n for n in decoder_weights)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("language", [None, "fr"])
+def test_generate_audio_equals_transformers_greedy(folders, capsys, language):
+    checkpoint, out, wav = folders
+    capsys.readouterr()
+    args = ["generate", out, "--audio", wav, "--max-new-tokens", "24", "--print-ids"]
+    assert main(args + (["--language", language] if language else [])) == 0
+    captured = capsys.readouterr()
+    ours = [int(t) for t in captured.out.strip().split(",")]
+    eos = transformers.AutoConfig.from_pretrained(checkpoint).eos_token_id
+    [expected] = _expected(checkpoint, wav, 24, language=language)
+    assert len(set(expected)) > 2  # the tokens vary: a real check
+    assert ours == _until_eos(expected, eos)
+    assert "encoder:" in captured.err and "tokens/s" in captured.err
+    # the text printed is the tokenizer's decoding of the same tokens
+    assert main(args[:-1] + (["--language", language] if language else [])) == 0
+    tok = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    assert capsys.readouterr().out == tok.decode(ours, skip_special_tokens=True) + "\n"
+
+
+@pytest.mark.slow
+def test_batch_and_task_equal_transformers(folders, tmp_path):
+    from fx2onnx.runtime.speech import SpeechGenerator
+
+    checkpoint, out, wav = folders
+    other = str(tmp_path / "other.wav")
+    write_wav(other, _chirp(0.5, 800.0, 300.0))
+    result = SpeechGenerator(out).transcribe([wav, other], 16, task="translate")
+    eos = transformers.AutoConfig.from_pretrained(checkpoint).eos_token_id
+    expected = _expected(checkpoint, [wav, other], 16, task="translate")
+    assert result.new_ids == [_until_eos(e, eos) for e in expected]
+    assert result.prompt_ids[0][-2:] == [transformers.AutoTokenizer.from_pretrained(checkpoint).convert_tokens_to_ids(
+        t) for t in ("<|translate|>", "<|notimestamps|>")]
+
+
+@pytest.mark.slow
+def test_bfloat16_pieces_are_held_to_eager(folders, tmp_path):
+    from fx2onnx.deploy import export_folder
+    from fx2onnx.runtime.speech import SpeechGenerator
+
+    checkpoint, _, wav = folders
+    result = export_folder(checkpoint, tmp_path / "bf16", dtype="bfloat16")
+    assert result.ok and len(result.checks) == 4, [str(c) for c in result.checks]
+    assert SpeechGenerator(tmp_path / "bf16").transcribe(wav, 8).new_ids[0]
+
+
+def test_wav_round_trip_and_refusals(tmp_path):
+    path = tmp_path / "a.wav"
+    samples = _chirp(0.1)
+    write_wav(path, samples)
+    assert np.abs(read_wav(path, RATE) - samples).max() < 1e-4
+    with pytest.raises(ValueError, match="8000 Hz.*expects 16000 Hz"):
+        write_wav(tmp_path / "b.wav", samples, 8000)
+        read_wav(tmp_path / "b.wav", RATE)
+    stereo = tmp_path / "stereo.wav"
+    with wave.open(str(stereo), "wb") as f:
+        f.setnchannels(2)
+        f.setsampwidth(2)
+        f.setframerate(RATE)
+        f.writeframes(np.array([[1000, 3000]] * 10, dtype="<i2").tobytes())
+    assert np.allclose(read_wav(stereo), 2000 / 32768)
+
+
+def test_bad_audio_ends_in_one_line(tmp_path, capsys):
+    folder = tmp_path / "speech_onnx"
+    folder.mkdir()
+    (folder / "fx2onnx.json").write_text(json.dumps({"task": "speech-seq2seq", "pieces": {}}))
+    capsys.readouterr()
+    assert main(["generate", str(folder), "--audio", str(tmp_path / "missing.wav")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "missing.wav" in err and "does not exist" in err
+    assert main(["generate", str(folder)]) == 2
+    assert "--audio" in capsys.readouterr().err
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"not a wav file at all")
+    with pytest.raises(ValueError, match="not a PCM WAV file"):
+        read_wav(bad)
+    # --audio on a folder of a text model
+    (folder / "fx2onnx.json").write_text(json.dumps({"task": "text-generation"}))
+    assert main(["generate", str(folder), "--audio", str(bad)]) == 2
+    assert "not a speech folder" in capsys.readouterr().err
