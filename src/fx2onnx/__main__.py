@@ -102,8 +102,8 @@ def _export_checkpoint(args: argparse.Namespace) -> int:
         opset=args.opset, validate=args.validate, atol=args.atol, rtol=args.rtol, progress=not args.quiet,
         log=lambda line: print(line, file=sys.stderr, flush=True),
     )
-    for name, check in zip(("first", "second"), result.checks):
-        print(f"  {name} input set: {check}")
+    for line in result.check_lines():
+        print(f"  {line}")
     if result.genai:
         print(f"  onnxruntime-genai: no genai_config.json ({result.genai})")
     print(result)

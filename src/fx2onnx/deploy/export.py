@@ -52,10 +52,17 @@ class FolderExport:
     checks: list[FolderCheck]
     #: why onnxruntime-genai cannot run the folder (None: genai_config.json written)
     genai: str | None
+    #: what each check ran on (default: the first and second input sets of the model)
+    check_names: list[str] | None = None
 
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.checks)
+
+    def check_lines(self) -> list[str]:
+        """One line per check: what it ran on, and its outcome."""
+        names = self.check_names or ["first input set", "second input set"]
+        return [f"{name}: {check}" for name, check in zip(names, self.checks)]
 
     def __str__(self) -> str:
         dtype = str(self.dtype).replace("torch.", "")
@@ -260,7 +267,8 @@ def _export_speech_folder(folder: str, out_dir: str, config: Any, dtype: torch.d
     files = sorted(os.listdir(out_dir))
     nbytes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in files if os.path.isfile(os.path.join(out_dir, f)))
     return FolderExport(out_dir, "speech-seq2seq", dtype, files, nbytes, time.perf_counter() - begin, peak_rss(),
-                        checks, "onnxruntime-genai's configuration of a Whisper folder is not written yet")
+                        checks, "onnxruntime-genai's configuration of a Whisper folder is not written yet",
+                        [f"{p.name}, {n} input set" for p in pieces for n in ("first", "second")])
 
 
 def _generation_config(folder: str) -> Any:

@@ -51,10 +51,12 @@ def whisper_tokenizer(vocab_size: int = 384) -> Any:
 
 def write_whisper_folder(
     config: Any, folder: str | os.PathLike, dtype: str = "bfloat16", *, seed: int = 0, std: float | None = None,
+    keep_vocab: bool = False,
 ) -> dict[str, Any]:
     """Writes a ``save_pretrained`` folder of a Whisper model: random weights
     (:func:`fx2onnx.weights.write_random_checkpoint`), the tokenizer of :func:`whisper_tokenizer`
-    (``config.vocab_size`` becomes its size), a :class:`transformers.WhisperFeatureExtractor` of
+    (``config.vocab_size`` becomes its size, unless ``keep_vocab``: the published size for a
+    benchmark, the tokens past the tokenizer's decoding to nothing), a :class:`transformers.WhisperFeatureExtractor` of
     ``config.num_mel_bins`` bins whose window is ``2 * config.max_source_positions`` frames
     (30 s for the published configs, 1 s for 50 positions), and a multilingual generation config.
 
@@ -67,7 +69,7 @@ def write_whisper_folder(
     tok = whisper_tokenizer()
     ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     eos = tok.eos_token_id
-    config.vocab_size = len(tok)
+    config.vocab_size = max(config.vocab_size, len(tok)) if keep_vocab else len(tok)
     config.architectures = ["WhisperForConditionalGeneration"]
     config.eos_token_id = config.pad_token_id = config.bos_token_id = eos
     config.decoder_start_token_id = ids["<|startoftranscript|>"]
