@@ -17,6 +17,7 @@ name of a tiny transformers architecture (see :mod:`fx2onnx.model_spec`).
 
     python -m fx2onnx scenarios --out scenarios_out --workers 2
     python -m fx2onnx scenarios --out out --cases OneTensor CondOnValue --exporters custom dynamo
+    python -m fx2onnx models --only llama --address tcp://scheduler-host:8786
 """
 
 from __future__ import annotations
@@ -284,7 +285,11 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_zoo_arguments(parser: argparse.ArgumentParser, exporters: list[str], timeout: float) -> None:
     """The options shared by the two zoos (scenarios and models): exporters, workers, timeout, cache."""
     parser.add_argument("--exporters", nargs="*", choices=exporters, help="exporters (default: all)")
-    parser.add_argument("--workers", type=int, default=2, help="worker processes (0: in this process)")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="worker processes of the local cluster (0: in this process)")
+    parser.add_argument("--address", default=None,
+                        help="the scheduler of a running dask cluster (tcp://host:8786), 'local' (a local cluster, "
+                        "the default) or 'pool' (no engine); default: the environment variable FX2ONNX_CLUSTER")
     parser.add_argument("--timeout", type=float, default=timeout, help="seconds before a task is killed")
     parser.add_argument("--no-cache", action="store_true", help="run again even if the sources did not change")
 
@@ -479,6 +484,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for an input the command refuses: a folder of an unsupported task, a missing file...)."""
     args = make_parser().parse_args(argv)
     _quiet_imports()
+    if getattr(args, "address", None):  # the sweeps' runner reads it (fx2onnx.runner.run_tasks)
+        os.environ["FX2ONNX_CLUSTER"] = args.address
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError) as e:

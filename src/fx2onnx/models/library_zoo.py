@@ -323,12 +323,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", help="regular expression on the architecture (timm family, diffusers class)")
     parser.add_argument("--exporters", nargs="*", choices=list(EXPORTERS))
     parser.add_argument("--shapes", nargs="*", choices=list(SHAPES), default=list(SHAPES))
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2, help="worker processes of the local cluster")
+    parser.add_argument("--address", default=None, help="a running dask cluster (tcp://host:8786), 'local' or "
+                        "'pool'; default: the environment variable FX2ONNX_CLUSTER, else a local cluster")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--missing", action="store_true", help="only rows absent from the file or timed out")
     parser.add_argument("--memory-gb", type=float, default=6.0, help="memory a worker may add (GB)")
     parser.add_argument("--out", default="_doc/models", help="folder of the rows file rows_<library>.json")
     args = parser.parse_args(argv)
+    if args.address:  # read by fx2onnx.runner.run_tasks
+        os.environ["FX2ONNX_CLUSTER"] = args.address
     path = Path(args.out) / f"rows_{args.library}.json"
     rows, meta = build_library_rows(path, args.library, args.only, args.exporters, args.shapes,
                                     args.workers, args.timeout, args.missing, args.memory_gb)
