@@ -6,8 +6,9 @@ hangs, nor survive a task that ends its process: every task runs in a :class:`Sa
 <fx2onnx.runner.sandbox.Sandbox>` which the worker holds (one per worker thread), so the task
 returning to the engine never hangs, never crashes, and its row says what happened.
 
-* ``address=None`` (and ``FX2ONNX_CLUSTER`` unset or ``local``): a local cluster of
-  ``workers`` processes is started for the sweep and stopped after it.
+* ``address=None`` (and ``FX2ONNX_CLUSTER`` unset or ``local``): a local cluster is started for
+  the sweep and stopped after it: a scheduler and ``workers`` workers, threads of the sweep's
+  process, each relaying its tasks to its sandbox process (forked: warm imports).
 * ``address="tcp://host:8786"``: the scheduler of a running cluster; its workers run the
   tasks (``workers`` is then theirs: ``dask worker ADDRESS --nworkers N --nthreads 1``).
   The workers must run the same sources and versions (:func:`check_sources`), so a row
@@ -94,8 +95,8 @@ def check_sources(client: Any) -> None:
 
 @contextlib.contextmanager
 def connect(address: str = "local", workers: int = 2) -> Iterator[Any]:
-    """A :class:`distributed.Client` on the cluster at ``address``, or on a local cluster of ``workers``
-    processes (one thread each) started here and stopped on exit."""
+    """A ``distributed.Client`` on the cluster at ``address``, or on a local cluster of ``workers``
+    workers (threads of this process, one task at a time each) started here and stopped on exit."""
     import dask
     from distributed import Client, LocalCluster
 
@@ -107,8 +108,10 @@ def connect(address: str = "local", workers: int = 2) -> Iterator[Any]:
         finally:
             client.close()
         return
+    # the workers are threads of this process: the sandboxes they fork inherit its imports (a worker
+    # process would import torch and the zoo again, seconds per worker), and the sandboxes isolate the tasks
     with dask.config.set({"distributed.worker.daemon": False}):
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=False, dashboard_address=None,
                                memory_limit=0, silence_logs=logging.ERROR)
     try:
         with Client(cluster) as client:
