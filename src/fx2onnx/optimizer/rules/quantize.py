@@ -84,41 +84,40 @@ def quantize_blocks(
         ``[rows, n_blocks]``, rows being N (axis 0) or V (axis 1); the reduced axis is padded with
         zeros to a multiple of ``block_size``
     """
+    import torch
+
     w = np.asarray(weight, dtype=np.float32)
     if w.ndim != 2:
         raise ValueError(f"quantize_blocks takes a 2D weight, got shape {w.shape}.")
-    # the blocks run down the columns of a [reduced, rows] matrix: [n_blocks, block_size, rows],
-    # every reduction and rounding is then a pass over contiguous rows (numpy is slow reducing
-    # a last axis of 32); only the uint8 codes are transposed
-    columns = w if axis == 0 else w.T
-    reduced = columns.shape[0]
+    # computed with torch (its copies of transposed matrices are blocked and threaded, numpy's
+    # transposition of the codes took most of the time) in the layout of the codes: one row per
+    # output column, the blocks along it; the same float32 operations as onnxruntime's quantizer
+    rows = torch.from_numpy(w)
+    rows = rows.T if axis == 0 else rows
+    reduced = rows.shape[1]
     n_blocks = -(-reduced // block_size)
     if n_blocks * block_size != reduced:
-        columns = np.pad(columns, ((0, n_blocks * block_size - reduced), (0, 0)))
-    blocks = np.ascontiguousarray(columns).reshape(n_blocks, block_size, -1)
+        rows = torch.nn.functional.pad(rows, (0, n_blocks * block_size - reduced))
+    blocks = rows.contiguous().view(rows.shape[0], n_blocks, block_size)
     qmax = (1 << bits) - 1
-    low, high = blocks.min(axis=1), blocks.max(axis=1)
+    low, high = blocks.amin(dim=-1), blocks.amax(dim=-1)
     if symmetric:
         mid = 1 << (bits - 1)
-        largest = np.where(np.abs(high) > np.abs(low), high, low)
-        scales = largest / np.float32(-mid)
-        zero = np.full(scales.shape, mid, dtype=np.float32)
+        largest = torch.where(high.abs() > low.abs(), high, low)
+        scales = largest / torch.tensor(-mid, dtype=torch.float32)
+        zero = torch.full_like(scales, mid)
     else:
-        np.minimum(low, 0, out=low)
-        np.maximum(high, 0, out=high)
-        scales = (high - low) / np.float32(qmax)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            zero = np.where(scales != 0, np.clip(np.floor(-low / scales + np.float32(0.5)), 0, qmax), 0).astype(np.float32)
-    with np.errstate(divide="ignore"):
-        inverse = np.where(scales != 0, np.float32(1) / scales, 0).astype(np.float32)
+        low.clamp_(max=0)
+        high.clamp_(min=0)
+        scales = (high - low) / torch.tensor(qmax, dtype=torch.float32)
+        zero = torch.where(scales != 0, torch.floor(-low / scales + 0.5).clamp_(0, qmax), 0.0)
+    inverse = torch.where(scales != 0, 1.0 / scales, 0.0)
     # code = floor(w / scale + zero + 0.5) clipped, in place
-    values = blocks * inverse[:, None, :]
-    values += (zero + np.float32(0.5))[:, None, :]
-    np.floor(values, out=values)
-    np.clip(values, 0, qmax, out=values)
-    codes = values.astype(np.uint8).transpose(2, 0, 1)
-    scales = np.ascontiguousarray(scales.T, dtype=np.float32)
-    return np.ascontiguousarray(codes), scales, None if symmetric else np.ascontiguousarray(zero.T, dtype=np.uint8)
+    values = blocks * inverse[..., None]
+    values += (zero + 0.5)[..., None]
+    values.floor_().clamp_(0, qmax)
+    codes = values.to(torch.uint8).numpy()
+    return codes, scales.numpy(), None if symmetric else zero.to(torch.uint8).numpy()
 
 
 def pack_codes(codes: np.ndarray, bits: int, pad: int = 0) -> np.ndarray:
