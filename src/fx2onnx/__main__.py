@@ -12,6 +12,7 @@ name of a tiny transformers architecture (see :mod:`fx2onnx.model_spec`).
     python -m fx2onnx generate model_dir "a prompt" --max-new-tokens 32
     python -m fx2onnx export path/to/whisper --out whisper_dir
     python -m fx2onnx generate whisper_dir --audio talk.wav
+    python -m fx2onnx generate llava_dir "describe the image" --image cat.png
     python -m fx2onnx validate llama.onnx llama
     python -m fx2onnx compare llama.onnx llama_dynamo.onnx --model llama
 
@@ -135,12 +136,41 @@ def _generate_speech(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generate_image_text(args: argparse.Namespace) -> int:
+    """Generates after a prompt and --image files with a folder exported from a LLaVA checkpoint
+    (fx2onnx.runtime.vision)."""
+    from .runtime.vision import VisionGenerator
+
+    if args.prompt is None or args.ids is not None or args.chat:
+        raise ValueError("An image-text folder takes a prompt and --image FILE (no --ids or --chat).")
+    if not args.image:
+        raise ValueError("The folder holds an image-text model: give --image FILE (once per image).")
+    missing = [i for i in args.image if not os.path.isfile(i)]
+    if missing:  # before the models are loaded
+        raise FileNotFoundError(f"Image file {missing[0]!r} does not exist.")
+    sample = args.sample or any(v is not None for v in (args.temperature, args.top_k, args.top_p, args.seed))
+    if sample or args.repetition_penalty != 1.0:
+        raise ValueError("An image-text folder generates greedily: remove the sampling options.")
+    generator = VisionGenerator(args.folder, threads=args.threads)
+    result = generator.generate_text(args.prompt, args.image, args.max_new_tokens,
+                                     on_text=lambda text: print(text, end="", flush=True))
+    print()
+    print(result.summary(), file=sys.stderr)
+    return 0
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     from .runtime.folder import FOLDER_METADATA, FolderGenerator, _read_json
     from .runtime.sampling import Sampling
 
-    if _read_json(os.path.join(args.folder, FOLDER_METADATA)).get("task") == "speech-seq2seq":
+    task = _read_json(os.path.join(args.folder, FOLDER_METADATA)).get("task")
+    if task == "speech-seq2seq":
         return _generate_speech(args)
+    if task == "image-text-to-text":
+        return _generate_image_text(args)
+    if args.image:
+        raise ValueError(f"{args.folder!r} is not an image-text folder: --image needs a folder exported from a "
+                         "vision-language model (LLaVA).")
     if args.audio is not None:
         raise ValueError(f"{args.folder!r} is not a speech folder: --audio needs a folder exported from a speech "
                          "model (Whisper).")
@@ -385,7 +415,8 @@ def make_parser() -> argparse.ArgumentParser:
         "prompt encoded by the folder's tokenizer (offline), the text printed as it is decoded, then the tokens/s "
         "of the prefill and of the decoding. Greedy unless a sampling option is given. A folder exported from a "
         "speech model (Whisper) transcribes --audio talk.wav instead: its encoder once, its decoder greedily, the "
-        "features made by the folder's feature extractor.",
+        "features made by the folder's feature extractor. A folder exported from a vision-language model (LLaVA) "
+        "takes the prompt and --image cat.png, processed by the folder's processor.",
     )
     gen.add_argument("folder", help="the folder written by export")
     gen.add_argument("prompt", nargs="?", default=None, help="the text to continue")
@@ -406,6 +437,9 @@ def make_parser() -> argparse.ArgumentParser:
     gen.add_argument("--task", default=None, choices=["transcribe", "translate"],
                      help="a speech folder: the task (default: the generation config's)")
     gen.add_argument("--print-ids", action="store_true", help="a speech folder: print the token ids, not the text")
+    gen.add_argument("--image", action="append", default=None,
+                     help="an image-text folder (LLaVA): an image of the prompt (once per image; a prompt without "
+                     "<image> gets one per image in front)")
     gen.set_defaults(func=_cmd_generate)
 
     val = commands.add_parser(

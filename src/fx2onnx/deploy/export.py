@@ -190,8 +190,8 @@ def export_folder(
     out_dir, filename = _output_path(out)
     os.makedirs(out_dir, exist_ok=True)
     model_path = os.path.join(out_dir, filename)
-    if task == "speech-seq2seq":
-        return _export_speech_folder(folder, out_dir, config, dtype, begin, optimize=optimize, quantize=quantize,
+    if task in ("speech-seq2seq", "image-text-to-text"):
+        return _export_pieces_folder(task, folder, out_dir, config, dtype, begin, optimize=optimize, quantize=quantize,
                                      block_size=block_size, opset=opset, validate=validate, atol=atol, rtol=rtol,
                                      progress=progress, say=say)
 
@@ -238,21 +238,33 @@ def export_folder(
     return FolderExport(out_dir, task, dtype, files, nbytes, time.perf_counter() - begin, peak_rss(), checks, genai)
 
 
-def _export_speech_folder(folder: str, out_dir: str, config: Any, dtype: torch.dtype, begin: float, *, optimize: str,
-                          quantize: str | None, block_size: int, opset: int | None, validate: bool, atol: float,
-                          rtol: float, progress: bool, say: Any) -> FolderExport:
-    """A speech-seq2seq folder (Whisper): the encoder and decoder pieces of :mod:`fx2onnx.deploy.speech`,
-    their signatures in ``fx2onnx.json``, the processor and tokenizer files copied."""
-    from .speech import check_speech_pieces, export_speech_pieces
+#: the folders exported as several pieces: task -> (model type, what the pieces are)
+PIECES_MODEL_TYPES = {
+    "speech-seq2seq": ("whisper", "Whisper today (its encoder, the cross-attention keys and values, its decoder)"),
+    "image-text-to-text": ("llava", "LLaVA today (its vision encoder and projector, its decoder merging the image "
+                           "features)"),
+}
 
-    if getattr(config, "model_type", None) != "whisper":
-        raise ValueError(f"{config.architectures[0]} is a speech-seq2seq model: exporting such a folder supports "
-                         "Whisper today (its encoder, the cross-attention keys and values, its decoder).")
-    pieces = export_speech_pieces(folder, out_dir, config, dtype, optimize=optimize, quantize=quantize,
-                                  block_size=block_size, opset=opset, progress=progress, say=say)
+
+def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dtype: torch.dtype, begin: float, *,
+                          optimize: str, quantize: str | None, block_size: int, opset: int | None, validate: bool,
+                          atol: float, rtol: float, progress: bool, say: Any) -> FolderExport:
+    """A folder exported as several pieces: the encoder and decoder of :mod:`fx2onnx.deploy.speech`
+    (Whisper) or the vision encoder and decoder of :mod:`fx2onnx.deploy.vision` (LLaVA), their
+    signatures in ``fx2onnx.json``, the processor and tokenizer files copied."""
+    from .speech import check_speech_pieces, export_speech_pieces
+    from .vision import export_vision_pieces, vision_pieces
+
+    model_type, supported = PIECES_MODEL_TYPES[task]
+    if getattr(config, "model_type", None) != model_type:
+        raise ValueError(f"{config.architectures[0]} is a model of task {task!r}: exporting such a folder supports "
+                         f"{supported}.")
+    export = export_speech_pieces if task == "speech-seq2seq" else export_vision_pieces
+    pieces = export(folder, out_dir, config, dtype, optimize=optimize, quantize=quantize,
+                    block_size=block_size, opset=opset, progress=progress, say=say)
     copy_folder_files(folder, out_dir)
     with open(os.path.join(out_dir, FOLDER_METADATA), "w", encoding="utf-8") as f:
-        json.dump({"task": "speech-seq2seq",
+        json.dump({"task": task,
                    "pieces": {p.name: {"file": p.filename, "inputs": p.input_names, "outputs": p.output_names,
                                        "cache": p.cache} for p in pieces},
                    "dtype": str(dtype).replace("torch.", ""), "optimize": optimize, "quantize": quantize,
@@ -260,14 +272,15 @@ def _export_speech_folder(folder: str, out_dir: str, config: Any, dtype: torch.d
                    "source": os.path.basename(os.path.abspath(folder))}, f, indent=2)
     checks: list[FolderCheck] = []
     if validate:
-        say("checking the encoder and the decoder against eager float32")
-        checks = check_speech_pieces(folder, out_dir, pieces, dtype, atol, rtol)
+        say(f"checking the {' and the '.join(p.name for p in pieces)} against eager float32")
+        checks = check_speech_pieces(folder, out_dir, pieces, dtype, atol, rtol,
+                                     None if task == "speech-seq2seq" else vision_pieces)
         if quantize:
             checks = [dataclasses.replace(c, ok=True, held=False) for c in checks]
     files = sorted(os.listdir(out_dir))
     nbytes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in files if os.path.isfile(os.path.join(out_dir, f)))
-    return FolderExport(out_dir, "speech-seq2seq", dtype, files, nbytes, time.perf_counter() - begin, peak_rss(),
-                        checks, "onnxruntime-genai's configuration of a Whisper folder is not written yet",
+    return FolderExport(out_dir, task, dtype, files, nbytes, time.perf_counter() - begin, peak_rss(),
+                        checks, f"onnxruntime-genai's configuration of a {model_type} folder is not written yet",
                         [f"{p.name}, {n} input set" for p in pieces for n in ("first", "second")])
 
 

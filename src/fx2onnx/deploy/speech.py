@@ -227,8 +227,9 @@ def export_speech_pieces(
 
 
 def check_speech_pieces(folder: str, out_dir: str, pieces: list[Piece], dtype: torch.dtype, atol: float,
-                        rtol: float) -> list[Any]:
-    """Every piece against the same wrapper around the eager float32 model, on its two input sets."""
+                        rtol: float, make_pieces: Any = None) -> list[Any]:
+    """Every piece against the same wrapper around the eager float32 model, on its two input sets
+    (``make_pieces(model, config)``: the wrappers, default :func:`speech_pieces`)."""
     import os
 
     import transformers
@@ -242,7 +243,7 @@ def check_speech_pieces(folder: str, out_dir: str, pieces: list[Piece], dtype: t
     finally:
         transformers.utils.logging.enable_progress_bar()
     checks = []
-    for piece, eager_piece in zip(pieces, speech_pieces(eager, config)):
+    for piece, eager_piece in zip(pieces, (make_pieces or speech_pieces)(eager, config)):
         # float32 references first: check_against_eager leaves the model in dtype afterwards
         checks.extend(check_against_eager(os.path.join(out_dir, piece.filename), eager_piece.module,
                                           [piece.inputs, piece.inputs2], dtype, atol=atol, rtol=rtol))

@@ -18,7 +18,7 @@ import functools
 from typing import Any
 
 #: the tasks ``python -m fx2onnx export FOLDER`` exports today
-EXPORTABLE_TASKS = ("text-generation", "speech-seq2seq")
+EXPORTABLE_TASKS = ("text-generation", "speech-seq2seq", "image-text-to-text")
 #: the auto mappings of the tasks named otherwise than their mapping
 _NAMED_MAPPINGS = {"MODEL_FOR_CAUSAL_LM_MAPPING_NAMES": "text-generation"}
 

@@ -1,0 +1,146 @@
+"""The pieces of an image-text-to-text folder (LLaVA): a vision encoder and a decoder with its cache.
+
+* ``vision.onnx``: ``pixel_values (images, 3, H, W)`` -> ``image_features (rows, hidden)``, the
+  vision tower and the projector, the features of every image one after the other (LLaVA's
+  selection of layers and of the class token, :func:`fx2onnx.models.vlm._select_features`);
+* ``decoder.onnx``: ``input_ids``, ``attention_mask``, ``position_ids``, the cache and
+  ``image_features`` -> ``logits`` and the new cache. The merge is **in the graph**: the token
+  embeddings, then the image features written over the ``<image>`` placeholders in order (the
+  model's own ``masked_scatter``). A step after the prompt has no placeholder and the features
+  are fed unchanged (an input of :class:`fx2onnx.runtime.OnnxGenerator`'s ``constant_inputs``,
+  in onnxruntime memory, never copied): one decoder graph for the prompt and every later token.
+
+Both are :class:`torch.nn.Module` wrappers whose parameters keep the checkpoint's names (the
+weights streamed by :func:`fx2onnx.weights.to_onnx_from_checkpoint`), each checked against
+the same wrapper in eager float32.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from .speech import Piece
+
+
+class VisionPiece(torch.nn.Module):
+    """The vision tower and the projector: ``pixel_values -> image_features (rows, hidden)``."""
+
+    def __init__(self, model: Any):
+        super().__init__()
+        self.model = model.model
+        self.base_model_prefix = "model"
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        from ..models.vlm import _select_features
+
+        base = self.model
+        outputs = base.vision_tower(pixel_values, output_hidden_states=True, return_dict=True)
+        features = base.multi_modal_projector(_select_features(base, outputs.hidden_states))
+        return features.reshape(-1, features.shape[-1])
+
+
+class ImageTextDecoderPiece(torch.nn.Module):
+    """The text decoder on token ids whose ``<image>`` placeholders take the image features."""
+
+    def __init__(self, model: Any):
+        super().__init__()
+        self.model = model.model
+        self.lm_head = model.lm_head
+        self.base_model_prefix = "model"
+        self.image_token_id = int(model.config.image_token_id)
+
+    def forward(self, input_ids, attention_mask, position_ids, past_key_values, image_features):
+        embeds = self.model.get_input_embeddings()(input_ids)
+        mask = (input_ids == self.image_token_id).unsqueeze(-1).expand_as(embeds)
+        embeds = embeds.masked_scatter(mask, image_features.to(embeds.dtype))
+        out = self.model.language_model(inputs_embeds=embeds, attention_mask=attention_mask,
+                                        position_ids=position_ids, past_key_values=past_key_values, use_cache=True)
+        # a dict: the cache output has the path of the cache input (the fx2onnx.cache metadata pairs them)
+        return {"logits": self.lm_head(out.last_hidden_state), "past_key_values": out.past_key_values}
+
+
+def image_tokens(config: Any) -> int:
+    """The features of one image (LLaVA: the patches, the class token dropped by ``default``)."""
+    vision = config.vision_config
+    patches = (vision.image_size // vision.patch_size) ** 2
+    return patches + (0 if config.vision_feature_select_strategy == "default" else 1)
+
+
+def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
+    """The vision and decoder pieces of a LLaVA model, with example inputs of two shapes."""
+    from ..models.tiny import _decoder_inputs, _dynamic_shapes
+
+    vision, text = config.vision_config, config.text_config
+    g = torch.Generator().manual_seed(seed)
+    per_image = image_tokens(config)
+
+    def pixels(images):
+        return {"pixel_values": torch.randn(images, 3, vision.image_size, vision.image_size, generator=g).to(dtype)}
+
+    def step(batch, seq, past, images):
+        inputs = _decoder_inputs(text, batch, seq, past, with_cache=True, position_ids=True, generator=g)
+        inputs["input_ids"][:, :] = inputs["input_ids"].clamp(max=config.image_token_id - 1)
+        rows = images * per_image
+        if rows <= batch * seq:  # a prompt holding the images: their placeholders
+            inputs["input_ids"].view(-1)[:rows] = config.image_token_id
+        cache = inputs["past_key_values"]
+        for layer in cache.layers:
+            layer.keys, layer.values = layer.keys.to(dtype), layer.values.to(dtype)
+        inputs["image_features"] = torch.randn(rows, text.hidden_size, generator=g).to(dtype)
+        return inputs
+
+    first, second = step(2, per_image + 2, 3, 1), step(3, 1, 5, 2)
+    shapes = _dynamic_shapes({k: v for k, v in first.items() if k != "image_features"}, text)
+    shapes["image_features"] = {0: "image_rows"}
+    layers = len(first["past_key_values"].layers)
+    encoder = Piece("vision", "vision.onnx", VisionPiece(model), pixels(2), pixels(3),
+                    {"pixel_values": {0: "images"}}, ["pixel_values"], ["image_features"])
+    decoder = Piece("decoder", "decoder.onnx", ImageTextDecoderPiece(model), first, second, shapes,
+                    [], [], {})
+    decoder.layers = layers  # type: ignore[attr-defined]
+    return [encoder, decoder]
+
+
+def export_vision_pieces(
+    folder: str, out_dir: str, config: Any, dtype: torch.dtype, *, optimize: str, quantize: str | None,
+    block_size: int, opset: int | None, progress: bool, say: Any,
+) -> list[Piece]:
+    """Exports the pieces of a LLaVA folder into ``out_dir``; the decoder's cache outputs are named
+    after their inputs (:func:`fx2onnx.deploy.export.name_presents`)."""
+    import os
+
+    from ..patches import torch_export_patches
+    from ..weights import to_onnx_from_checkpoint
+    import transformers
+
+    from ..weights.empty import parameters_on_meta
+    from ..weights.save import load_without_weights
+    from .export import name_presents
+    from .speech import rename_values
+
+    # the parameters on the meta device, the buffers computed (CLIP's integer position ids)
+    with parameters_on_meta():
+        model = getattr(transformers, config.architectures[0])._from_config(config, dtype=dtype).eval()
+    pieces = vision_pieces(model, config, dtype)
+    for piece in pieces:
+        say(f"exporting the {piece.name} of {config.architectures[0]} ({str(dtype).replace('torch.', '')}, "
+            f"optimize={optimize}{', ' + quantize if quantize else ''})")
+        path = os.path.join(out_dir, piece.filename)
+        with torch_export_patches(patch_transformers=True) as modificator:
+            to_onnx_from_checkpoint(
+                folder, (), modificator(copy.deepcopy(piece.inputs)), filename=path, model=piece.module, dtype=dtype,
+                progress=progress, dynamic_shapes=piece.dynamic_shapes, target_opset=opset,
+                optimize=False if optimize == "none" else optimize, quantize=quantize,
+                quantize_block_size=block_size,
+            )
+        if piece.name == "vision":
+            rename_values(path, piece.input_names, piece.output_names, {})
+            continue
+        inputs, pairs = name_presents(path)
+        proto = load_without_weights(path)
+        piece.input_names, piece.output_names = inputs, [o.name for o in proto.graph.output]
+        piece.cache = pairs
+    return pieces

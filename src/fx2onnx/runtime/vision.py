@@ -1,0 +1,140 @@
+"""Image + prompt in, text out from a LLaVA folder ``python -m fx2onnx export`` wrote
+(``generate OUTDIR "describe the image" --image cat.png``).
+
+:class:`VisionGenerator` reads the pieces the folder's ``fx2onnx.json`` names
+(:mod:`fx2onnx.deploy.vision`). The folder's own processor (``AutoProcessor``, offline) turns
+the images and the prompt into ``pixel_values`` and token ids (one ``<image>`` expanded into
+the placeholders of one image); the vision piece runs once on all the images; its features
+stay in onnxruntime memory and are fed unchanged to every step of the decoder (which writes
+them over the placeholders of the prompt), run by :class:`fx2onnx.runtime.OnnxGenerator`
+with its cache. A prompt without ``<image>`` gets one per image in front of it, a new line
+between them and the text.
+
+.. code-block:: python
+
+    from fx2onnx.runtime.vision import VisionGenerator
+    gen = VisionGenerator("llava_onnx")
+    result = gen.generate_text("describe the image", ["cat.png"], max_new_tokens=20)
+    print(result.text)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .folder import FOLDER_METADATA, TextResult, TextStream, _read_json
+from .generate import OnnxGenerator
+
+
+def read_image(path: str | os.PathLike) -> Any:
+    """The RGB image of a file (PNG, JPEG... through Pillow)."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Image file {path!r} does not exist.")
+    import PIL.Image
+
+    try:
+        with PIL.Image.open(path) as image:
+            return image.convert("RGB")
+    except (PIL.UnidentifiedImageError, OSError) as e:
+        raise ValueError(f"{path!r} is not an image Pillow reads ({type(e).__name__}).") from None
+
+
+class VisionGenerator:
+    """The vision encoder, decoder, processor and generation config of an exported LLaVA folder.
+
+    :param folder: a folder written by :func:`fx2onnx.deploy.export_folder` from a LLaVA folder
+    :param providers: onnxruntime providers (default: CPU)
+    :param threads: onnxruntime's intra-op threads (default: onnxruntime's choice)
+    """
+
+    def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None):
+        import onnxruntime
+
+        self.folder = os.fspath(folder)
+        metadata = _read_json(os.path.join(self.folder, FOLDER_METADATA))
+        pieces = metadata.get("pieces", {})
+        if metadata.get("task") != "image-text-to-text" or not {"vision", "decoder"} <= set(pieces):
+            raise ValueError(f"{self.folder!r} is not an image-text folder (task {metadata.get('task')!r}): export a "
+                             "LLaVA folder with python -m fx2onnx export CHECKPOINT --out FOLDER.")
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        if threads:
+            options.intra_op_num_threads = threads
+        providers = list(providers or ["CPUExecutionProvider"])
+        self.vision = onnxruntime.InferenceSession(os.path.join(self.folder, pieces["vision"]["file"]), options,
+                                                   providers=providers)
+        self.feature_names = list(pieces["vision"]["outputs"])
+        self.decoder = OnnxGenerator(os.path.join(self.folder, pieces["decoder"]["file"]), providers, options,
+                                     constant_inputs=self.feature_names)
+        generation = _read_json(os.path.join(self.folder, "generation_config.json"))
+        config = _read_json(os.path.join(self.folder, "config.json"))
+        self.eos_token_id = generation.get("eos_token_id", config.get("text_config", {}).get("eos_token_id"))
+        self.pad_token_id = generation.get("pad_token_id", config.get("pad_token_id"))
+        self._processor: Any = None
+
+    @property
+    def processor(self) -> Any:
+        """The folder's processor (image processor and tokenizer, offline)."""
+        if self._processor is None:
+            import transformers
+
+            try:
+                self._processor = transformers.AutoProcessor.from_pretrained(self.folder, local_files_only=True)
+            except (OSError, ValueError, TypeError) as e:
+                raise ValueError(f"{self.folder!r} has no processor transformers can load ({type(e).__name__}): copy "
+                                 "the processor and tokenizer files of the checkpoint into the folder.") from None
+        return self._processor
+
+    def inputs(self, prompt: str, images: Sequence[Any]) -> dict[str, np.ndarray]:
+        """The processor's ``input_ids``, ``attention_mask`` and ``pixel_values`` of one prompt
+        and its images (paths or PIL images)."""
+        if not images:
+            raise ValueError("Give at least one image (--image FILE).")
+        processor = self.processor
+        token = getattr(processor, "image_token", "<image>")
+        if token not in prompt:
+            prompt = token * len(images) + "\n" + prompt
+        pictures = [read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in images]
+        return dict(processor(images=pictures, text=prompt, return_tensors="np"))
+
+    def image_features(self, pixel_values: np.ndarray) -> Any:
+        """Runs the vision piece once on every image: its features, an onnxruntime value."""
+        import onnxruntime
+
+        info = self.vision.get_inputs()[0]
+        if info.type == "tensor(bfloat16)":
+            import ml_dtypes
+            import onnx
+
+            value = onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                np.ascontiguousarray(pixel_values.astype(ml_dtypes.bfloat16)).view(np.uint16),
+                onnx.TensorProto.BFLOAT16)
+        else:
+            dtype = np.float16 if info.type == "tensor(float16)" else np.float32
+            value = onnxruntime.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(pixel_values.astype(dtype)))
+        return self.vision.run_with_ort_values(self.feature_names, {info.name: value})[0]
+
+    def generate_text(
+        self,
+        prompt: str,
+        images: Sequence[Any],
+        max_new_tokens: int = 32,
+        on_text: Callable[[str], None] | None = None,
+    ) -> TextResult:
+        """Greedy generation after ``prompt`` and its ``images``: the tokens transformers' ``generate``
+        returns on the processor's outputs."""
+        inputs = self.inputs(prompt, images)
+        features = self.image_features(inputs["pixel_values"])
+        ids = inputs["input_ids"].astype(np.int64)
+        tokenizer = self.processor.tokenizer
+        stream = TextStream(tokenizer, on_text) if on_text is not None else None
+        tokens = self.decoder.generate(ids, max_new_tokens, inputs.get("attention_mask"), eos_token_id=self.eos_token_id,
+                                       pad_token_id=self.pad_token_id, streamer=stream,
+                                       constants={self.feature_names[0]: features})
+        new = [int(t) for t in tokens[0, ids.shape[1]:]]
+        return TextResult([int(i) for i in ids[0]], new, tokenizer.decode(new, skip_special_tokens=True),
+                          self.decoder.last_times)

@@ -1,0 +1,107 @@
+"""A LLaVA checkpoint folder -> ``export`` -> ``generate "prompt" --image cat.png``, the tokens
+checked against transformers' generate; the images made in code (PNG files written by Pillow)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+import torch
+import transformers
+
+from fx2onnx.__main__ import main
+
+
+def _image(path, size, flip=False):
+    import PIL.Image
+
+    x = np.linspace(0, 1, size)
+    channels = [np.outer(x, x), np.outer(1 - x, x), np.outer(x, 1 - x)]
+    pixels = (np.stack(channels[::-1] if flip else channels, -1) * 255).astype(np.uint8)
+    PIL.Image.fromarray(pixels).save(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """A bf16 LLaVA folder with its processor, the folder ``export`` wrote from it, two PNG images."""
+    from fx2onnx.models.vlm_folder import tiny_llava_config, write_llava_folder
+
+    root = tmp_path_factory.mktemp("llava")
+    checkpoint, out = str(root / "llava"), str(root / "llava_onnx")
+    write_llava_folder(tiny_llava_config(), checkpoint, dtype="bfloat16", std=0.3)
+    images = [_image(root / "cat.png", 24), _image(root / "dog.png", 20, flip=True)]
+    assert main(["export", checkpoint, "--out", out, "--quiet"]) == 0
+    return checkpoint, out, images
+
+
+def _expected(checkpoint, prompt, images, max_new_tokens):
+    from fx2onnx.runtime.vision import read_image
+
+    model = transformers.LlavaForConditionalGeneration.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    processor = transformers.AutoProcessor.from_pretrained(checkpoint, local_files_only=True)
+    inputs = processor(images=[read_image(i) for i in images], text=prompt, return_tensors="pt")
+    out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+    return out[0, inputs["input_ids"].shape[1]:].tolist(), processor
+
+
+@pytest.mark.slow
+def test_export_writes_the_pieces(folders):
+    _, out, _ = folders
+    files = set(os.listdir(out))
+    assert {"vision.onnx", "vision.onnx.data", "decoder.onnx", "decoder.onnx.data", "processor_config.json",
+            "tokenizer.json", "config.json", "fx2onnx.json"} <= files
+    pieces = json.load(open(os.path.join(out, "fx2onnx.json")))["pieces"]
+    assert pieces["vision"]["outputs"] == ["image_features"]
+    decoder = onnx.load(os.path.join(out, "decoder.onnx"), load_external_data=False)
+    assert [i.name for i in decoder.graph.input] == pieces["decoder"]["inputs"]
+    assert "image_features" in pieces["decoder"]["inputs"] and "logits" in pieces["decoder"]["outputs"]
+    assert pieces["decoder"]["cache"]["past_key_values_key_0"] == "present_key_0"
+    # the vision tower is in the vision piece only
+    assert not any("vision_tower" in i.name for i in decoder.graph.initializer)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prompt,count", [("describe the image", 1), ("<image> and <image>: which one?", 2)])
+def test_generate_image_prompt_equals_transformers_greedy(folders, capsys, prompt, count):
+    checkpoint, out, images = folders
+    images = images[:count]
+    capsys.readouterr()
+    args = ["generate", out, prompt, "--max-new-tokens", "16"]
+    for image in images:
+        args += ["--image", image]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    text = prompt if "<image>" in prompt else "<image>\n" + prompt
+    expected, processor = _expected(checkpoint, text, images, 16)
+    assert len(set(expected)) > 3  # the tokens vary: a real check
+    assert captured.out == processor.tokenizer.decode(expected, skip_special_tokens=True) + "\n"
+    assert "prefill:" in captured.err
+
+
+def test_bad_images_end_in_one_line(tmp_path, capsys):
+    folder = tmp_path / "llava_onnx"
+    folder.mkdir()
+    (folder / "fx2onnx.json").write_text(json.dumps({"task": "image-text-to-text", "pieces": {}}))
+    capsys.readouterr()
+    assert main(["generate", str(folder), "describe", "--image", str(tmp_path / "missing.png")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "missing.png" in err
+    assert main(["generate", str(folder), "describe"]) == 2
+    assert "--image" in capsys.readouterr().err
+    from fx2onnx.runtime.vision import read_image
+
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not an image")
+    with pytest.raises(ValueError, match="not an image"):
+        read_image(bad)
+    # an image-text folder of another family: refused before any weight is read
+    config = transformers.AutoConfig.for_model("gemma3")
+    config.architectures = ["Gemma3ForConditionalGeneration"]
+    config.save_pretrained(tmp_path / "gemma3")
+    assert main(["export", str(tmp_path / "gemma3"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "LLaVA today" in err and "Gemma3ForConditionalGeneration" in err
