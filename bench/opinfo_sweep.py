@@ -10,6 +10,11 @@ of counts; it measures, it does not fail (it is not a test).
 
     python bench/opinfo_sweep.py                          # float32, int64, bool
     python bench/opinfo_sweep.py --ops "^(max|cumsum)$" --dtypes float32 --dynamic
+    python bench/opinfo_sweep.py --address tcp://host:8786   # on a running cluster (design/runner.rst)
+
+Every operator and dtype is a task of :func:`fx2onnx.runner.run_tasks` (2 workers of a local
+cluster by default, ``--workers 0`` in this process): a sample that crashes the interpreter or
+hangs fails its operator (``crash``, ``timeout``) and the sweep goes on.
 
 Half-precision samples are compared with eager within a half-precision tolerance, or,
 where torch's kernels round differently (blocked sums), with float64 arithmetic: the
@@ -29,6 +34,7 @@ import argparse
 import collections
 import contextlib
 import io
+import os
 import re
 import signal
 import warnings
@@ -38,7 +44,7 @@ import numpy as np
 import torch
 
 import fx2onnx
-from fx2onnx.runner import label_export_step
+from fx2onnx.runner import label_export_step, run_tasks
 from fx2onnx.validation import compare_outputs, flatten_outputs, make_session, run_onnx, to_numpy
 
 LEFT_OUT = re.compile(
@@ -175,37 +181,79 @@ def check_sample(fn: Any, sample: Any, dynamic: bool, timeout: int = 60) -> tupl
     return "mismatch", str(report)
 
 
-def sweep(ops: str | None, dtypes: list[torch.dtype], samples: int, dynamic: bool, linalg: bool = False) -> list[dict[str, Any]]:
-    from torch.testing._internal.common_methods_invocations import op_db
+_OPS: dict[str, Any] = {}
 
+
+def _ops() -> dict[str, Any]:
+    """OpInfo name (with its variant) -> OpInfo."""
+    if not _OPS:
+        from torch.testing._internal.common_methods_invocations import op_db
+
+        for op in op_db:
+            _OPS[op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")] = op
+    return _OPS
+
+
+def run_op(task: tuple[str, str, int, bool]) -> dict[str, Any]:
+    """The rows of the samples of one operator and dtype, ``task = (name, dtype, samples, dynamic)``:
+    a task of :func:`fx2onnx.runner.run_tasks` (the rows under ``rows``)."""
+    name, dtype_name, samples, dynamic = task
+    op, dtype = _ops()[name], getattr(torch, dtype_name)
+    rows: list[dict[str, Any]] = []
+    try:
+        inputs = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:samples]
+    except Exception:  # noqa: BLE001 - a sample torch cannot build is no test
+        inputs = []
+    for index, sample in enumerate(inputs):
+        record(rows, "op", name, dtype, index, check_sample(op.op, sample, dynamic), echo=False)
+    return dict(op=name, dtype=dtype_name, rows=rows, success=all(r["status"] == "ok" for r in rows), error=None)
+
+
+def failed_task(task: tuple, step: str, error: str, elapsed: float) -> dict[str, Any]:
+    """The row of an operator whose process hung or died: one sample row with status ``timeout`` / ``crash``."""
+    row = {"op": task[0], "dtype": task[1], "sample": -1, "status": step, "message": error}
+    return dict(op=task[0], dtype=task[1], rows=[row], success=False, error=error)
+
+
+def echo_failures(task_row: dict[str, Any]) -> None:
+    """Prints the samples of a task which are not ok (``on_row`` of the sweep)."""
+    for row in task_row["rows"]:
+        if row["status"] != "ok":
+            key = "op" if "op" in row else "module"
+            print(f"{row[key]:40s} {row['dtype']:8s} #{row['sample']} {row['status']:12s} {row['message'][:150]}",
+                  flush=True)
+
+
+def sweep(ops: str | None, dtypes: list[torch.dtype], samples: int, dynamic: bool, linalg: bool = False,
+          workers: int = 2, timeout: float = 600.0) -> list[dict[str, Any]]:
+    """Every operator x dtype as a task of :func:`fx2onnx.runner.run_tasks` (``workers=0``: in this process):
+    a sample that crashes the interpreter or hangs past ``timeout`` fails that operator, the sweep goes on."""
     pattern = re.compile(ops) if ops else None
-    rows = []
-    for op in op_db:
-        name = op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+    tasks = []
+    for name, op in _ops().items():
         if LEFT_OUT.search(name) or (not linalg and LINALG.search(name)) or (pattern and not pattern.search(name)):
             continue
         for dtype in dtypes:
-            if dtype not in op.supported_dtypes("cpu"):
-                continue
-            try:
-                inputs = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:samples]
-            except Exception:  # noqa: BLE001
-                continue
-            for index, sample in enumerate(inputs):
-                record(rows, "op", name, dtype, index, check_sample(op.op, sample, dynamic))
-    return rows
+            if dtype in op.supported_dtypes("cpu"):
+                tasks.append((name, str(dtype).replace("torch.", ""), samples, dynamic))
+    task_rows = run_tasks(tasks, run_op, failed_task, workers=workers, timeout=timeout, on_row=echo_failures,
+                          description="opinfo")
+    return [row for task_row in task_rows for row in task_row["rows"]]
 
 
-STATUSES = ("ok", "ties", "rounding", "capture", "conversion", "onnxruntime", "dtype", "mismatch")
+STATUSES = ("ok", "ties", "rounding", "capture", "conversion", "onnxruntime", "dtype", "mismatch", "timeout",
+            "crash")
 
 
-def record(rows: list[dict[str, Any]], key: str, name: str, dtype: torch.dtype, index: int, result: tuple[str, str] | None) -> None:
-    """Appends the row of one sample (``key``: what the sweep runs, ``op`` or ``module``), printed unless ok."""
+def record(rows: list[dict[str, Any]], key: str, name: str, dtype: torch.dtype, index: int, result: tuple[str, str] | None,
+           echo: bool = True) -> None:
+    """Appends the row of one sample (``key``: what the sweep runs, ``op`` or ``module``), printed unless ok
+    (``echo=False``: not printed, the sweep's process prints it)."""
     if result is None:
         return
     status, message = result
     rows.append({key: name, "dtype": str(dtype).replace("torch.", ""), "sample": index, "status": status, "message": message})
-    if status != "ok":
+    if status != "ok" and echo:
         print(f"{name:40s} {rows[-1]['dtype']:8s} #{index} {status:12s} {message[:150]}", flush=True)
 
 
@@ -225,12 +273,26 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--samples", type=int, default=3, help="samples per operator and dtype")
     parser.add_argument("--dynamic", action="store_true", help="every dimension Dim.AUTO (symbolic shapes in the converters)")
     parser.add_argument("--linalg", action="store_true", help="include the linear algebra operators")
+    parser.add_argument("--workers", type=int, default=2, help="workers of the local cluster (0: in this process)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds for the samples of one operator")
+    parser.add_argument("--address", default=None, help="a running dask cluster (tcp://host:8786), 'local' or 'pool'; "
+                        "default: the environment variable FX2ONNX_CLUSTER, else a local cluster")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
-    rows = sweep(args.ops, [getattr(torch, d) for d in args.dtypes.split(",")], args.samples, args.dynamic, args.linalg)
+    if args.address:  # read by fx2onnx.runner.run_tasks
+        os.environ["FX2ONNX_CLUSTER"] = args.address
+    rows = sweep(args.ops, [getattr(torch, d) for d in args.dtypes.split(",")], args.samples, args.dynamic, args.linalg,
+                 args.workers, args.timeout)
     print_summary(rows, "op", "operators")
     return rows
 
 
 if __name__ == "__main__":
-    main()
+    # the workers receive the functions of the module ``opinfo_sweep`` by name, not this script's by value
+    # (their globals hold the OpInfos, which do not pickle): a remote worker needs bench/ in its PYTHONPATH
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import opinfo_sweep
+
+    opinfo_sweep.main()

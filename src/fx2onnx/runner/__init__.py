@@ -102,9 +102,9 @@ def run_tasks(
     :param run_one: returns the row of one task (a module-level function: the workers import it)
     :param failed_row: ``failed_row(task, step, error, elapsed)``: the row of a task
         which timed out (``step="timeout"``) or crashed its process (``step="crash"``)
-    :param workers: number of worker processes of the local cluster; 0 runs every task in
-        this process (no protection against hangs or crashes then); a running cluster
-        (``address``) has its own
+    :param workers: number of workers of the local cluster (each runs one task at a time in
+        its sandbox process); 0 runs every task in this process (no protection against hangs
+        or crashes then); a running cluster (``address``) has its own
     :param timeout: seconds after which a task is killed
     :param progress: show a progress bar (default: when stderr is a terminal)
     :param max_tasks_per_worker: a task's process is replaced after that many tasks
@@ -114,7 +114,7 @@ def run_tasks(
         with a MemoryError instead of starving the machine)
     :param on_row: called with every row as soon as it is known (to save partial results)
     :param description: label of the progress bar
-    :param address: where the tasks run: ``local`` (a local cluster of ``workers`` processes,
+    :param address: where the tasks run: ``local`` (a local cluster of ``workers`` workers,
         started and stopped here), ``tcp://host:port`` (the scheduler of a running dask
         cluster) or ``pool`` (the local pool, no engine); default: the environment variable
         ``FX2ONNX_CLUSTER``, else ``local``
