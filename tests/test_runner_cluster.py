@@ -113,3 +113,12 @@ def test_progress_counts():
     for row in (dict(success=True), dict(success=False), dict(error="E")):
         progress.update(row)
     assert (progress.done, progress.failed) == (3, 2)
+
+
+def test_address_from_environment(monkeypatch):
+    from fx2onnx.runner import cluster_address
+
+    monkeypatch.delenv("FX2ONNX_CLUSTER", raising=False)
+    assert cluster_address() == "local" and cluster_address("pool") == "pool"
+    monkeypatch.setenv("FX2ONNX_CLUSTER", "tcp://127.0.0.1:8786")
+    assert cluster_address() == "tcp://127.0.0.1:8786" and cluster_address("local") == "local"
