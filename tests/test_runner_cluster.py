@@ -122,3 +122,15 @@ def test_address_from_environment(monkeypatch):
     assert cluster_address() == "local" and cluster_address("pool") == "pool"
     monkeypatch.setenv("FX2ONNX_CLUSTER", "tcp://127.0.0.1:8786")
     assert cluster_address() == "tcp://127.0.0.1:8786" and cluster_address("local") == "local"
+
+
+def test_interrupted_sweep_stops_its_tasks():
+    """An exception in the sweep's process (Ctrl-C) kills the tasks still running: no wait for their timeout."""
+    def on_row(row):
+        raise KeyboardInterrupt
+
+    begin = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        run_tasks(["a", "hang"], _run_one, _failed_row, workers=2, timeout=300, progress=False, on_row=on_row,
+                  address="local")
+    assert time.perf_counter() - begin < 30

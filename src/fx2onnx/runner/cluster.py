@@ -70,9 +70,15 @@ def run_on_worker(run_one: RunOne, failed_row: FailedRow, task: Any, timeout: fl
     return current[1].run(task, timeout)
 
 
-def close_sandboxes() -> int:
-    """Runs on a worker after a sweep: stops its idle sandboxes; returns how many."""
+def close_sandboxes(kill: bool = False) -> int:
+    """Runs on a worker after a sweep: stops its idle sandboxes; returns how many.
+    With ``kill=True`` (a sweep interrupted), the busy ones are killed too: their tasks end as crashes."""
     with _LOCK:
+        if kill:
+            busy = [s for _, s in _SANDBOXES.values() if s.busy]
+            for s in busy:
+                if s.process is not None:
+                    s.process.kill()  # run() sees the process died and returns at once
         idle = [ident for ident, (_, s) in _SANDBOXES.items() if not s.busy]
         sandboxes = [_SANDBOXES.pop(ident)[1] for ident in idle]
     for s in sandboxes:
@@ -142,6 +148,7 @@ def run_on_cluster(
                           max_tasks_per_worker, key=f"row-{sweep}-{index}", pure=False): index
             for index, task in enumerate(tasks)
         }
+        interrupted = True
         try:
             for future in as_completed(futures):
                 index = futures[future]
@@ -150,7 +157,8 @@ def run_on_cluster(
                 except Exception as e:  # noqa: BLE001 - the engine lost the worker running it
                     row = failed_row(tasks[index], "crash", f"the cluster lost its worker: {first_line(e)}", 0.0)
                 on_row(index, row)
+            interrupted = False
         finally:
             client.cancel(list(futures))
-            with contextlib.suppress(Exception):
-                client.run(close_sandboxes)
+            with contextlib.suppress(Exception):  # an interrupted sweep (Ctrl-C) leaves no task running
+                client.run(close_sandboxes, kill=interrupted)
