@@ -6,10 +6,14 @@ vocabulary size kept), then:
 
 * ``python -m fx2onnx export FOLDER --out OUT`` in a child process: wall time, peak RSS (the
   child's ``VmHWM``, printed by the command), the size of the folder;
-* the fx2onnx loop (:class:`fx2onnx.runtime.speech.SpeechGenerator`) and transformers' eager
-  ``generate`` (float32, same threads) on the same chirp: the encoder's time, the decoding
-  tokens/s, and whether the greedy tokens are equal. The random model may stop early: the end
-  of text token is suppressed on both sides (``suppress_tokens``) so that ``--tokens`` are made.
+* ``python -m onnxruntime_genai.models.builder -i FOLDER -o OUT -p fp32 -e cpu`` (its Whisper
+  builder, when installed): the same measures;
+* the fx2onnx loop (:class:`fx2onnx.runtime.speech.SpeechGenerator`), onnxruntime-genai's
+  ``Generator`` on its folder (the same input features and decoder prompt, interleaved rounds,
+  same threads) and transformers' eager ``generate`` (float32) on the same chirp: the first
+  token's latency (the encoder included), the decoding tokens/s, and whether the greedy tokens
+  are equal. The random model may stop early: the end of text token is suppressed
+  (``suppress_tokens``, which onnxruntime-genai does not apply) so that ``--tokens`` are made.
 
     python bench/bench_speech.py --model whisper-tiny --tokens 64 --threads 2
 """
@@ -35,6 +39,32 @@ CONFIGS = {
                          decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048, num_mel_bins=80,
                          max_source_positions=1500, max_target_positions=448, vocab_size=51865),
 }
+
+
+def _genai_run(folder: str, features: np.ndarray, prompt: list[int], tokens: int, threads: int):
+    """onnxruntime-genai's loop on its folder: (new tokens, first token seconds, decode tokens/s)."""
+    import onnxruntime_genai as og
+
+    config = og.Config(folder)
+    config.overlay(json.dumps({"model": {"encoder": {"session_options": {"intra_op_num_threads": threads}},
+                                         "decoder": {"session_options": {"intra_op_num_threads": threads}}}}))
+    model = og.Model(config)
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + tokens, do_sample=False)
+    begin = time.perf_counter()
+    generator = og.Generator(model, params)
+    named = og.NamedTensors()
+    named["audio_features"] = features.astype(np.float32)
+    named["input_ids"] = np.array([prompt], dtype=np.int32)
+    generator.set_inputs(named)
+    new, steps, first = [], [], 0.0
+    while not generator.is_done():
+        step = time.perf_counter()
+        generator.generate_next_token()
+        steps.append(time.perf_counter() - step)
+        new.append(int(generator.get_next_tokens()[0]))
+        first = first or time.perf_counter() - begin  # the encoder (run by set_inputs or the first step) included
+    return new, first, (len(steps) - 1) / sum(steps[1:]) if len(steps) > 1 else float("nan")
 
 
 def main() -> None:
@@ -72,11 +102,31 @@ def main() -> None:
         print(f"{args.model}: export {export_seconds:.1f} s (child process), {size / 2**20:.1f} MiB")
         print("   " + done.stdout.strip().replace("\n", "\n   "))
 
+        genai = os.path.join(root, "genai")
+        begin = time.perf_counter()
+        built = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", folder, "-o", genai,
+                                "-p", "fp32", "-e", "cpu"], capture_output=True, text=True)
+        if built.returncode:
+            print("onnxruntime-genai's builder failed: " + (built.stderr.strip().splitlines() or ["?"])[-1])
+            genai = None
+        else:
+            size = sum(os.path.getsize(os.path.join(genai, f)) for f in os.listdir(genai))
+            print(f"onnxruntime-genai builder: {time.perf_counter() - begin:.1f} s (child process), {size / 2**20:.1f} MiB")
+
         gen = SpeechGenerator(out, threads=args.threads)
         gen.transcribe(wav, 4, language="en")  # warm up
-        result = gen.transcribe(wav, args.tokens, language="en")
-        times = result.times
-        ours = times.decode_steps / times.decode_total
+        features = gen.features(wav)
+        for round_ in range(3):
+            result = gen.transcribe(wav, args.tokens, language="en")
+            times = result.times
+            ours = times.decode_steps / times.decode_total
+            line = (f"round {round_}: fx2onnx first token {(result.encoder_seconds + times.prefill_total) * 1000:.0f} ms, "
+                    f"decode {ours:.1f} tokens/s")
+            if genai:
+                theirs, first, speed = _genai_run(genai, features, result.prompt_ids[0], args.tokens, args.threads)
+                line += (f" | onnxruntime-genai first token {first * 1000:.0f} ms, decode {speed:.1f} tokens/s | "
+                         f"tokens equal: {theirs[: len(result.new_ids[0])] == result.new_ids[0]}")
+            print(line)
 
         model = transformers.WhisperForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
         extractor = transformers.AutoFeatureExtractor.from_pretrained(folder)
