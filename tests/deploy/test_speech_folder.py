@@ -158,3 +158,38 @@ def test_bad_audio_ends_in_one_line(tmp_path, capsys):
     (folder / "fx2onnx.json").write_text(json.dumps({"task": "text-generation"}))
     assert main(["generate", str(folder), "--audio", str(bad)]) == 2
     assert "not a speech folder" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_onnxruntime_genai_builder_on_the_same_folder_agrees(tmp_path):
+    """onnxruntime-genai's Whisper builder runs on the same folder (its loop takes 3000 frames:
+    a folder of 1500 encoder positions) and generates the tokens of our loop."""
+    og = pytest.importorskip("onnxruntime_genai")
+    import subprocess
+    import sys
+
+    from fx2onnx.models.speech_folder import write_whisper_folder
+    from fx2onnx.runtime.speech import SpeechGenerator
+
+    checkpoint, out, genai, wav = (str(tmp_path / n) for n in ("whisper", "ours", "genai", "talk.wav"))
+    write_whisper_folder(_config(max_source_positions=1500, max_target_positions=64), checkpoint, std=0.6)
+    write_wav(wav, _chirp(2.0))
+    assert main(["export", checkpoint, "--out", out, "--quiet", "--no-validate"]) == 0
+    subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", checkpoint, "-o", genai, "-p",
+                    "fp32", "-e", "cpu"], check=True, capture_output=True)
+    gen = SpeechGenerator(out)
+    result = gen.transcribe(wav, 16, language="en")
+    model = og.Model(genai)
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(result.prompt_ids[0]) + 16, do_sample=False)
+    generator = og.Generator(model, params)
+    named = og.NamedTensors()
+    named["audio_features"] = gen.features(wav).astype(np.float32)
+    named["input_ids"] = np.array(result.prompt_ids, dtype=np.int32)
+    generator.set_inputs(named)
+    theirs = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        theirs.append(int(generator.get_next_tokens()[0]))
+    assert len(set(result.new_ids[0])) > 1
+    assert theirs[: len(result.new_ids[0])] == result.new_ids[0]
