@@ -105,3 +105,14 @@ def test_bad_images_end_in_one_line(tmp_path, capsys):
     assert main(["export", str(tmp_path / "gemma3"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "LLaVA today" in err and "Gemma3ForConditionalGeneration" in err
+
+
+@pytest.mark.slow
+def test_bfloat16_pieces_are_held_to_eager(folders, tmp_path):
+    from fx2onnx.deploy import export_folder
+    from fx2onnx.runtime.vision import VisionGenerator
+
+    checkpoint, _, images = folders
+    result = export_folder(checkpoint, tmp_path / "bf16", dtype="bfloat16")
+    assert result.ok and len(result.checks) == 4, result.check_lines()
+    assert len(VisionGenerator(tmp_path / "bf16").generate_text("describe", images[:1], 6).new_ids) == 6
