@@ -86,7 +86,7 @@ def _timed(fn, onx, bits, repeat):
 
 def onnx_logits(onx: onnx.ModelProto, ids: torch.Tensor) -> np.ndarray:
     """The logits of every position of ``ids`` (one call, an empty cache), as a prefill computes them."""
-    from fx2onnx.runtime.generate import CacheSignature, _empty_value
+    from fx2onnx.runtime.generate import CacheSignature, _empty_array
     from fx2onnx.validation import make_session
 
     sess = make_session(onx)
@@ -95,7 +95,7 @@ def onnx_logits(onx: onnx.ModelProto, ids: torch.Tensor) -> np.ndarray:
     feeds = {"input_ids": ids.numpy(), "attention_mask": np.ones((batch, length), dtype=np.int64)}
     if sig.has_position_ids:
         feeds["position_ids"] = np.arange(length, dtype=np.int64)[None].repeat(batch, 0)
-    feeds.update({name: _empty_value(shape, batch, t).numpy() for name, _, shape, t in sig.cache})
+    feeds.update({name: _empty_array(shape, batch, t) for name, _, shape, t in sig.cache})
     return sess.run([sig.logits], feeds)[0]
 
 

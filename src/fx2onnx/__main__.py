@@ -101,7 +101,8 @@ def _export_checkpoint(args: argparse.Namespace) -> int:
     result = export_folder(
         args.model, args.out, task=args.task, dtype=args.dtype, with_cache=not args.no_cache,
         optimize=args.optimize or "onnxruntime", quantize=args.quantize, block_size=args.block_size,
-        opset=args.opset, validate=args.validate, atol=args.atol, rtol=args.rtol, progress=not args.quiet,
+        symmetric=not args.asymmetric, opset=args.opset, validate=args.validate, atol=args.atol, rtol=args.rtol,
+        progress=not args.quiet,
         log=lambda line: print(line, file=sys.stderr, flush=True),
     )
     for line in result.check_lines():
@@ -405,6 +406,9 @@ def make_parser() -> argparse.ArgumentParser:
     exp.add_argument("--quantize", default=None, choices=["int4", "int8"],
                      help="a checkpoint folder: weight-only quantization into onnxruntime's MatMulNBits")
     exp.add_argument("--block-size", type=int, default=32, help="with --quantize: the values sharing one scale")
+    exp.add_argument("--asymmetric", action="store_true",
+                     help="with --quantize: asymmetric blocks (a zero point each: a little more accurate, "
+                          "slower int4 kernels); symmetric by default")
     _add_model_arguments(exp)
     exp.set_defaults(func=_cmd_export)
 

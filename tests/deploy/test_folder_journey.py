@@ -175,3 +175,37 @@ def test_bfloat16_export_is_held_to_eager_bfloat16(folders, tmp_path):
     inputs, _, _ = task_inputs(config, "text-generation", with_cache=True, dtype=torch.bfloat16)
     [wrong] = check_against_eager(str(tmp_path / "bf16" / "model.onnx"), model, [inputs], torch.bfloat16)
     assert not wrong.ok and "MISMATCH" in str(wrong)
+
+
+@pytest.mark.parametrize("asymmetric", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_quantized_folder_generates_as_onnxruntime_genai(folders, tmp_path, capsys, asymmetric):
+    """``--quantize int4``: symmetric blocks by default (no zero point, as onnxruntime-genai's builder
+    writes them), ``--asymmetric`` stores zero points; the tied embedding shares the head's blocks;
+    our loop and onnxruntime-genai's give the same tokens on the same quantized model."""
+    og = pytest.importorskip("onnxruntime_genai")
+    checkpoint, _ = folders
+    out = str(tmp_path / "int4")
+    argv = ["export", checkpoint, "--out", out, "--quiet", "--quantize", "int4"] + (["--asymmetric"] if asymmetric else [])
+    assert main(argv) == 0
+    proto = onnx.load(os.path.join(out, "model.onnx"), load_external_data=False)
+    matmuls = [n for n in proto.graph.node if n.op_type == "MatMulNBits"]
+    assert len(matmuls) == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer, the head
+    assert {len(n.input) for n in matmuls} == ({4} if asymmetric else {3})  # zero points or none
+    gather = next(n for n in proto.graph.node if n.op_type == "GatherBlockQuantized")
+    head = next(n for n in matmuls if n.input[2] == gather.input[2])  # the head's scales, shared
+    assert head.input[1] in {i for n in proto.graph.node if n.op_type == "Reshape" for i in n.input}
+    assert json.load(open(os.path.join(out, "fx2onnx.json")))["symmetric"] is (not asymmetric)
+    prompt = [5, 60, 7, 200, 31]
+    capsys.readouterr()
+    assert main(["generate", out, "--ids", ",".join(map(str, prompt)), "--max-new-tokens", "12"]) == 0
+    ours = [int(t) for t in capsys.readouterr().out.strip().split(",")]
+    genai_model = og.Model(out)
+    params = og.GeneratorParams(genai_model)
+    params.set_search_options(max_length=len(prompt) + 12, do_sample=False)
+    generator = og.Generator(genai_model, params)
+    generator.append_tokens(np.array([prompt], dtype=np.int32))
+    theirs = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        theirs.append(int(generator.get_next_tokens()[0]))
+    assert len(ours) == 12 and theirs[: len(ours)] == ours

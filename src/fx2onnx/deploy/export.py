@@ -144,6 +144,7 @@ def export_folder(
     optimize: str = "onnxruntime",
     quantize: str | None = None,
     block_size: int = 32,
+    symmetric: bool = True,
     opset: int | None = None,
     validate: bool = True,
     atol: float = 1e-4,
@@ -162,7 +163,10 @@ def export_folder(
     :param with_cache: a causal LM takes and returns its cache (it can generate)
     :param optimize: ``onnxruntime`` (fused operators), ``default``, ``opset23`` or ``none``
     :param quantize: ``int4`` or ``int8``: weights as onnxruntime's ``MatMulNBits``
-        (level ``onnxruntime`` only), ``block_size`` values sharing one scale
+        (level ``onnxruntime`` only), ``block_size`` values sharing one scale; ``symmetric``
+        blocks by default (no zero point: onnxruntime's int4 kernels are 17-28 % faster on one
+        token, as onnxruntime-genai's builder quantizes), ``symmetric=False`` for asymmetric ones
+        (a little more accurate: ``bench/bench_quantize.py``)
     :param opset: the ONNX opset (default: 23 for the fused levels, 20 otherwise)
     :param validate: run the model on two input sets and compare with eager float32
         (the model is then loaded once in float32: skip it for a model that does not fit)
@@ -204,7 +208,7 @@ def export_folder(
     to_onnx_from_checkpoint(
         folder, (), inputs, filename=model_path, model=model, dtype=dtype, progress=progress,
         dynamic_shapes=dynamic_shapes, target_opset=opset, optimize=False if optimize == "none" else optimize,
-        quantize=quantize, quantize_block_size=block_size,
+        quantize=quantize, quantize_block_size=block_size, quantize_symmetric=symmetric,
     )
     del model
     input_names, pairs = name_presents(model_path)
@@ -215,6 +219,7 @@ def export_folder(
     with open(os.path.join(out_dir, FOLDER_METADATA), "w", encoding="utf-8") as f:
         json.dump({"task": task, "decoder": filename, "dtype": str(dtype).replace("torch.", ""),
                    "optimize": optimize, "quantize": quantize, "block_size": block_size if quantize else None,
+                   "symmetric": symmetric if quantize else None,
                    "source": os.path.basename(os.path.abspath(folder))}, f, indent=2)
 
     checks: list[FolderCheck] = []
