@@ -196,7 +196,8 @@ def export_folder(
     model_path = os.path.join(out_dir, filename)
     if task in ("speech-seq2seq", "image-text-to-text"):
         return _export_pieces_folder(task, folder, out_dir, config, dtype, begin, optimize=optimize, quantize=quantize,
-                                     block_size=block_size, opset=opset, validate=validate, atol=atol, rtol=rtol,
+                                     block_size=block_size, symmetric=symmetric, opset=opset, validate=validate,
+                                     atol=atol, rtol=rtol,
                                      progress=progress, say=say)
 
     config.use_cache = with_cache
@@ -252,7 +253,8 @@ PIECES_MODEL_TYPES = {
 
 
 def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dtype: torch.dtype, begin: float, *,
-                          optimize: str, quantize: str | None, block_size: int, opset: int | None, validate: bool,
+                          optimize: str, quantize: str | None, block_size: int, symmetric: bool,
+                          opset: int | None, validate: bool,
                           atol: float, rtol: float, progress: bool, say: Any) -> FolderExport:
     """A folder exported as several pieces: the encoder and decoder of :mod:`fx2onnx.deploy.speech`
     (Whisper) or the vision encoder and decoder of :mod:`fx2onnx.deploy.vision` (LLaVA), their
@@ -266,7 +268,7 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
                          f"{supported}.")
     export = export_speech_pieces if task == "speech-seq2seq" else export_vision_pieces
     pieces = export(folder, out_dir, config, dtype, optimize=optimize, quantize=quantize,
-                    block_size=block_size, opset=opset, progress=progress, say=say)
+                    block_size=block_size, symmetric=symmetric, opset=opset, progress=progress, say=say)
     copy_folder_files(folder, out_dir)
     with open(os.path.join(out_dir, FOLDER_METADATA), "w", encoding="utf-8") as f:
         json.dump({"task": task,
@@ -274,6 +276,7 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
                                        "cache": p.cache} for p in pieces},
                    "dtype": str(dtype).replace("torch.", ""), "optimize": optimize, "quantize": quantize,
                    "block_size": block_size if quantize else None,
+                   "symmetric": symmetric if quantize else None,
                    "source": os.path.basename(os.path.abspath(folder))}, f, indent=2)
     checks: list[FolderCheck] = []
     if validate:

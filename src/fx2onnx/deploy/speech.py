@@ -194,7 +194,7 @@ def rename_values(filename: str, inputs: list[str], outputs: list[str], cache: d
 
 def export_speech_pieces(
     folder: str, out_dir: str, config: Any, dtype: torch.dtype, *, optimize: str, quantize: str | None,
-    block_size: int, opset: int | None, progress: bool, say: Any,
+    block_size: int, opset: int | None, progress: bool, say: Any, symmetric: bool = True,
 ) -> list[Piece]:
     """Exports the pieces of a speech-seq2seq folder into ``out_dir`` (weights streamed from the
     checkpoint, the model built on the meta device) and names their inputs and outputs.
@@ -220,7 +220,7 @@ def export_speech_pieces(
                 folder, (), piece.inputs, filename=path, model=piece.module, dtype=dtype, progress=progress,
                 dynamic_shapes=piece.dynamic_shapes, target_opset=opset,
                 optimize=False if optimize == "none" else optimize, quantize=quantize,
-                quantize_block_size=block_size,
+                quantize_block_size=block_size, quantize_symmetric=symmetric,
             )
         rename_values(path, piece.input_names, piece.output_names, piece.cache)
     return pieces

@@ -106,7 +106,7 @@ def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, s
 
 def export_vision_pieces(
     folder: str, out_dir: str, config: Any, dtype: torch.dtype, *, optimize: str, quantize: str | None,
-    block_size: int, opset: int | None, progress: bool, say: Any,
+    block_size: int, opset: int | None, progress: bool, say: Any, symmetric: bool = True,
 ) -> list[Piece]:
     """Exports the pieces of a LLaVA folder into ``out_dir``; the decoder's cache outputs are named
     after their inputs (:func:`fx2onnx.deploy.export.name_presents`)."""
@@ -134,7 +134,7 @@ def export_vision_pieces(
                 folder, (), modificator(copy.deepcopy(piece.inputs)), filename=path, model=piece.module, dtype=dtype,
                 progress=progress, dynamic_shapes=piece.dynamic_shapes, target_opset=opset,
                 optimize=False if optimize == "none" else optimize, quantize=quantize,
-                quantize_block_size=block_size,
+                quantize_block_size=block_size, quantize_symmetric=symmetric,
             )
         if piece.name == "vision":
             rename_values(path, piece.input_names, piece.output_names, {})
