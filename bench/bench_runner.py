@@ -13,8 +13,8 @@ Three measurements (design/runner.rst shows the table):
   exporter, static and dynamic: the wall time, the seconds spent inside the tasks (measured
   in the task's process) and the overhead per task, ``(workers x wall - time in tasks) / tasks``.
 
-Each configuration runs ``--repeat`` times, interleaved, and the median is kept: the machine
-may be shared.
+Each configuration runs ``--repeat`` times, interleaved (in the reverse order every other time),
+and the median is kept: the machine may be shared.
 """
 
 from __future__ import annotations
@@ -86,10 +86,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if args.address:
         configs.append((args.address, 1))
     measures: dict[tuple, list[dict[str, float]]] = {}
-    for _ in range(args.repeat):
+    for repeat in range(args.repeat):
         if "startup" not in args.skip:
             measures.setdefault(("startup", "local", 2), []).append(dict(wall=startup("local", 2)))
-        for where, w in configs:
+        for where, w in configs if repeat % 2 == 0 else configs[::-1]:  # no runner always first
             if "empty" not in args.skip:
                 measures.setdefault(("empty", where, w), []).append(sweep(list(range(args.empty)), _empty, where, w))
             if "scenarios" not in args.skip:

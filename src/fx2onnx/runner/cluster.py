@@ -116,7 +116,8 @@ def connect(address: str = "local", workers: int = 2) -> Iterator[Any]:
         return
     # the workers are threads of this process: the sandboxes they fork inherit its imports (a worker
     # process would import torch and the zoo again, seconds per worker), and the sandboxes isolate the tasks
-    with dask.config.set({"distributed.worker.daemon": False}):
+    # no statistical profiler sampling the worker threads every 10 ms: CPU taken from the tasks
+    with dask.config.set({"distributed.worker.daemon": False, "distributed.worker.profile.enabled": False}):
         # the scheduler's HTTP server on a free port of the loopback: two sweeps side by side do not collide
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=False,
                                dashboard_address="127.0.0.1:0", memory_limit=0, silence_logs=logging.ERROR)

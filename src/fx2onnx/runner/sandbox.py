@@ -55,7 +55,10 @@ def _sandbox_main(conn, run_one: RunOne, failed_row: FailedRow, memory_gb: float
     """The child process: runs the tasks it receives until it receives None; sends ``(row, replace)``,
     ``replace`` when the task ran out of memory (the process may be left broken)."""
     import faulthandler
+    import gc
 
+    # the parent's callbacks (dask's worker times every collection) would slow every task down
+    gc.callbacks.clear()
     if faulthandler.is_enabled():  # a crash is the row's error, not a traceback on the parent's terminal
         faulthandler.disable()
     devnull = os.open(os.devnull, os.O_WRONLY)
