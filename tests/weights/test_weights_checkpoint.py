@@ -126,6 +126,23 @@ def test_a_meta_buffer_nobody_computes_is_refused():
     with empty_weights(model, buffers={"scale": torch.arange(4.0)}) as empty:
         assert empty == ["linear.weight", "linear.bias"] and model.scale.tolist() == [0, 1, 2, 3]
     assert model.scale.is_meta
+    model.scale = torch.empty(4, dtype=torch.int64, device="meta")  # an integer one: refused the same way
+    with pytest.raises(ValueError, match="'scale' is on the meta device"):
+        with empty_weights(model):
+            pass
+
+
+def test_an_integer_meta_buffer_is_computed():
+    # CLIP's position ids: an integer buffer no checkpoint holds, computed by _init_weights (it was NaN-filled: a crash)
+    import transformers
+
+    config = transformers.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                           num_attention_heads=4, image_size=16, patch_size=4)
+    with torch.device("meta"):
+        model = transformers.CLIPVisionModel(config)
+    with empty_weights(model):
+        ids = dict(model.named_buffers())["embeddings.position_ids"]
+        assert ids.dtype == torch.int64 and ids.tolist() == [list(range(17))]
 
 
 def test_folded_transposes_read_the_checkpoint_again(tmp_path):

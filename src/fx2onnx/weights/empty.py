@@ -59,6 +59,21 @@ def _owner(model: torch.nn.Module, name: str) -> tuple[torch.nn.Module, str]:
     return (model.get_submodule(path) if path else model), attr
 
 
+def _unset(dtype: torch.dtype) -> Any:
+    """The value of a buffer no one computed: NaN, the smallest integer, False."""
+    if dtype.is_floating_point or dtype.is_complex:
+        return float("nan")
+    return False if dtype == torch.bool else torch.iinfo(dtype).min
+
+
+def _still_unset(buffer: torch.Tensor) -> bool:
+    if buffer.dtype == torch.bool:
+        return False
+    if buffer.is_floating_point() or buffer.is_complex():
+        return bool(torch.isnan(buffer).any())
+    return bool((buffer == _unset(buffer.dtype)).any())
+
+
 @contextlib.contextmanager
 def empty_weights(model: torch.nn.Module, buffers: dict[str, Any] | None = None) -> Iterator[list[str]]:
     """Gives every meta tensor of ``model`` an uninitialized CPU storage, restored on exit.
@@ -98,7 +113,8 @@ def empty_weights(model: torch.nn.Module, buffers: dict[str, Any] | None = None)
                 if name in buffers:
                     module._buffers[attr] = torch.as_tensor(buffers[name]).to(buf.dtype).reshape(buf.shape)
                 elif attr in module._non_persistent_buffers_set:
-                    module._buffers[attr] = torch.full(buf.shape, float("nan"), dtype=buf.dtype)
+                    # an integer buffer (CLIP's position ids) cannot hold NaN: the smallest integer marks it
+                    module._buffers[attr] = torch.full(buf.shape, _unset(buf.dtype), dtype=buf.dtype)
                     missing.append((name, module, attr))
                 else:
                     module._buffers[attr] = storage(buf)
@@ -108,7 +124,7 @@ def empty_weights(model: torch.nn.Module, buffers: dict[str, Any] | None = None)
             if init is not None:
                 with torch.no_grad():
                     init(module)
-            if module._buffers[attr].is_floating_point() and torch.isnan(module._buffers[attr]).any():
+            if _still_unset(module._buffers[attr]):
                 raise ValueError(
                     f"The buffer {name!r} is on the meta device and no checkpoint holds it (it is computed "
                     "by the module's constructor): build the model within "
