@@ -1,5 +1,9 @@
-"""A LLaVA checkpoint folder -> ``export`` -> ``generate "prompt" --image cat.png``, the tokens
-checked against transformers' generate; the images made in code (PNG files written by Pillow)."""
+"""A LLaVA or Gemma 3 checkpoint folder -> ``export`` -> ``generate "prompt" --image cat.png``, the tokens
+checked against transformers' generate; the images made in code (PNG files written by Pillow).
+
+Gemma 3's layers alternate a sliding window of 8 positions and a full attention; its prompts (the
+processor's image tokens between their markers) are longer than the window, and the tokens of one
+image attend to each other in both directions (``token_type_ids``, computed in the decoder)."""
 
 from __future__ import annotations
 
@@ -25,14 +29,20 @@ def _image(path, size, flip=False):
     return str(path)
 
 
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    """A bf16 LLaVA folder with its processor, the folder ``export`` wrote from it, two PNG images."""
-    from fx2onnx.models.vlm_folder import tiny_llava_config, write_llava_folder
+#: family -> (its placeholder of an image in a prompt, the standard deviation of its random weights: tokens that vary)
+FAMILIES = {"llava": ("<image>", 0.3), "gemma3": ("<start_of_image>", 0.02)}
 
-    root = tmp_path_factory.mktemp("llava")
-    checkpoint, out = str(root / "llava"), str(root / "llava_onnx")
-    write_llava_folder(tiny_llava_config(), checkpoint, dtype="bfloat16", std=0.3)
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def folders(tmp_path_factory, request):
+    """A bf16 LLaVA or Gemma 3 folder with its processor, the folder ``export`` wrote from it, two PNG images."""
+    from fx2onnx.models import vlm_folder
+
+    family = request.param
+    root = tmp_path_factory.mktemp(family)
+    checkpoint, out = str(root / family), str(root / f"{family}_onnx")
+    config = getattr(vlm_folder, f"tiny_{family}_config")()
+    getattr(vlm_folder, f"write_{family}_folder")(config, checkpoint, dtype="bfloat16", std=FAMILIES[family][1])
     images = [_image(root / "cat.png", 24), _image(root / "dog.png", 20, flip=True)]
     assert main(["export", checkpoint, "--out", out, "--quiet"]) == 0
     return checkpoint, out, images
@@ -41,10 +51,13 @@ def folders(tmp_path_factory):
 def _expected(checkpoint, prompt, images, max_new_tokens):
     from fx2onnx.runtime.vision import read_image
 
-    model = transformers.LlavaForConditionalGeneration.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    model = transformers.AutoModelForImageTextToText.from_pretrained(checkpoint, dtype=torch.float32).eval()
     processor = transformers.AutoProcessor.from_pretrained(checkpoint, local_files_only=True)
     inputs = processor(images=[read_image(i) for i in images], text=prompt, return_tensors="pt")
     out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+    window = getattr(model.config.get_text_config(), "sliding_window", None)
+    # Gemma 3: the prompt and its image tokens are longer than the sliding window
+    assert window is None or inputs["input_ids"].shape[1] > window
     return out[0, inputs["input_ids"].shape[1]:].tolist(), processor
 
 
@@ -69,13 +82,15 @@ def test_export_writes_the_pieces(folders):
 def test_generate_image_prompt_equals_transformers_greedy(folders, capsys, prompt, count):
     checkpoint, out, images = folders
     images = images[:count]
+    token = FAMILIES[json.load(open(os.path.join(out, "config.json")))["model_type"]][0]
+    prompt = prompt.replace("<image>", token)
     capsys.readouterr()
     args = ["generate", out, prompt, "--max-new-tokens", "16"]
     for image in images:
         args += ["--image", image]
     assert main(args) == 0
     captured = capsys.readouterr()
-    text = prompt if "<image>" in prompt else "<image>\n" + prompt
+    text = prompt if token in prompt else token + "\n" + prompt
     expected, processor = _expected(checkpoint, text, images, 16)
     assert len(set(expected)) > 3  # the tokens vary: a real check
     assert captured.out == processor.tokenizer.decode(expected, skip_special_tokens=True) + "\n"
@@ -99,12 +114,12 @@ def test_bad_images_end_in_one_line(tmp_path, capsys):
     with pytest.raises(ValueError, match="not an image"):
         read_image(bad)
     # an image-text folder of another family: refused before any weight is read
-    config = transformers.AutoConfig.for_model("gemma3")
-    config.architectures = ["Gemma3ForConditionalGeneration"]
-    config.save_pretrained(tmp_path / "gemma3")
-    assert main(["export", str(tmp_path / "gemma3"), "--out", str(tmp_path / "o")]) == 2
+    config = transformers.AutoConfig.for_model("idefics3")
+    config.architectures = ["Idefics3ForConditionalGeneration"]
+    config.save_pretrained(tmp_path / "idefics3")
+    assert main(["export", str(tmp_path / "idefics3"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert "LLaVA today" in err and "Gemma3ForConditionalGeneration" in err
+    assert "LLaVA and Gemma 3 today" in err and "Idefics3ForConditionalGeneration" in err
 
 
 @pytest.mark.slow

@@ -6,9 +6,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto
 from onnx import helper as oh
+from onnx import numpy_helper as onh
 from optimize_helpers import FLOAT, check_rule, make_model, op_types, run
 
 from fx2onnx.optimizer.rules.activation import fuse_gelu
@@ -229,6 +231,29 @@ def test_attention_fully_masked_rows():
     feeds["mask"][0, :, :2, :] = False  # the first two rows of the first sequence see nothing
     fused = check_rule(model, fuse_attention, [feeds], 1)
     assert np.abs(run(fused, feeds)[0][0, :, :2]).max() == 0
+
+
+def test_attention_of_a_sliding_cache_keeps_its_concat():
+    """The cache a sliding layer returns is the last positions of the Concat, not the Concat (Gemma 3):
+    the Attention takes all the keys and values, no past (onnxruntime refuses a past without present)."""
+    model = _attention_model(True, "bool", kv_heads=4)
+    nodes = list(model.graph.node)
+    inits = [("last", np.array([-3], np.int64)), ("end", np.array([np.iinfo(np.int64).max], np.int64)),
+             ("axis2", np.array([2], np.int64))]
+    nodes += [oh.make_node("Slice", [f"present_{x}", "last", "end", "axis2"], [f"kept_{x}"]) for x in "kv"]
+    model.graph.ClearField("node")
+    model.graph.node.extend(nodes)
+    model.graph.initializer.extend(onh.from_array(value, name) for name, value in inits)
+    for out in model.graph.output:
+        if out.name.startswith("present_"):
+            model.graph.value_info.append(onnx.ValueInfoProto.FromString(out.SerializeToString()))
+            out.name = out.name.replace("present_", "kept_")
+            out.type.tensor_type.shape.dim[2].dim_param = "w"
+    feeds = [_attention_feeds(True, "bool", 2, 3, 5, 4), _attention_feeds(True, "bool", 1, 1, 7, 4)]
+    fused = check_rule(model, fuse_attention, feeds, 1)
+    attention = next(n for n in fused.graph.node if n.op_type == "Attention")
+    assert len(attention.input) == 4 and len(attention.output) == 1
+    assert {("past_k", "k"), ("past_v", "v")} <= {tuple(n.input) for n in fused.graph.node if n.op_type == "Concat"}
 
 
 def test_attention_needs_opset23():

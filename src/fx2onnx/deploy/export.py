@@ -246,9 +246,9 @@ def export_folder(
 
 #: the folders exported as several pieces: task -> (model type, what the pieces are)
 PIECES_MODEL_TYPES = {
-    "speech-seq2seq": ("whisper", "Whisper today (its encoder, the cross-attention keys and values, its decoder)"),
-    "image-text-to-text": ("llava", "LLaVA today (its vision encoder and projector, its decoder merging the image "
-                           "features)"),
+    "speech-seq2seq": (("whisper",), "Whisper today (its encoder, the cross-attention keys and values, its decoder)"),
+    "image-text-to-text": (("llava", "gemma3"), "LLaVA and Gemma 3 today (their vision encoder and projector, "
+                           "their decoder merging the image features)"),
 }
 
 
@@ -257,13 +257,14 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
                           opset: int | None, validate: bool,
                           atol: float, rtol: float, progress: bool, say: Any) -> FolderExport:
     """A folder exported as several pieces: the encoder and decoder of :mod:`fx2onnx.deploy.speech`
-    (Whisper) or the vision encoder and decoder of :mod:`fx2onnx.deploy.vision` (LLaVA), their
+    (Whisper) or the vision encoder and decoder of :mod:`fx2onnx.deploy.vision` (LLaVA, Gemma 3), their
     signatures in ``fx2onnx.json``, the processor and tokenizer files copied."""
     from .speech import check_speech_pieces, export_speech_pieces
     from .vision import export_vision_pieces, vision_pieces
 
-    model_type, supported = PIECES_MODEL_TYPES[task]
-    if getattr(config, "model_type", None) != model_type:
+    model_types, supported = PIECES_MODEL_TYPES[task]
+    model_type = getattr(config, "model_type", None)
+    if model_type not in model_types:
         raise ValueError(f"{config.architectures[0]} is a model of task {task!r}: exporting such a folder supports "
                          f"{supported}.")
     export = export_speech_pieces if task == "speech-seq2seq" else export_vision_pieces

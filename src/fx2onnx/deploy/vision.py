@@ -1,14 +1,17 @@
-"""The pieces of an image-text-to-text folder (LLaVA): a vision encoder and a decoder with its cache.
+"""The pieces of an image-text-to-text folder (LLaVA, Gemma 3): a vision encoder and a decoder with its cache.
 
 * ``vision.onnx``: ``pixel_values (images, 3, H, W)`` -> ``image_features (rows, hidden)``, the
   vision tower and the projector, the features of every image one after the other (LLaVA's
-  selection of layers and of the class token, :func:`fx2onnx.models.vlm._select_features`);
+  selection of layers and of the class token, Gemma 3's pooling: :func:`fx2onnx.models.vlm.image_features`);
 * ``decoder.onnx``: ``input_ids``, ``attention_mask``, ``position_ids``, the cache and
   ``image_features`` -> ``logits`` and the new cache. The merge is **in the graph**: the token
   embeddings, then the image features written over the ``<image>`` placeholders in order (the
   model's own ``masked_scatter``). A step after the prompt has no placeholder and the features
   are fed unchanged (an input of :class:`fx2onnx.runtime.OnnxGenerator`'s ``constant_inputs``,
   in onnxruntime memory, never copied): one decoder graph for the prompt and every later token.
+  Gemma 3's decoder also marks the image tokens (``token_type_ids`` computed from the ids) for
+  the model's own mask: the tokens of one image attend to each other in both directions; the
+  cache of its sliding layers has its own length (``sliding_seq``).
 
 Both are :class:`torch.nn.Module` wrappers whose parameters keep the checkpoint's names (the
 weights streamed by :func:`fx2onnx.weights.to_onnx_from_checkpoint`), each checked against
@@ -25,6 +28,10 @@ import torch
 from .speech import Piece
 
 
+#: the model types whose decoder marks the image tokens (``token_type_ids``) for a bidirectional attention
+TOKEN_TYPE_MODELS = ("gemma3",)
+
+
 class VisionPiece(torch.nn.Module):
     """The vision tower and the projector: ``pixel_values -> image_features (rows, hidden)``."""
 
@@ -34,11 +41,9 @@ class VisionPiece(torch.nn.Module):
         self.base_model_prefix = "model"
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        from ..models.vlm import _select_features
+        from ..models.vlm import image_features
 
-        base = self.model
-        outputs = base.vision_tower(pixel_values, output_hidden_states=True, return_dict=True)
-        features = base.multi_modal_projector(_select_features(base, outputs.hidden_states))
+        features = image_features(self.model, pixel_values)
         return features.reshape(-1, features.shape[-1])
 
 
@@ -51,27 +56,40 @@ class ImageTextDecoderPiece(torch.nn.Module):
         self.lm_head = model.lm_head
         self.base_model_prefix = "model"
         self.image_token_id = int(model.config.image_token_id)
+        self.token_types = model.config.model_type in TOKEN_TYPE_MODELS
 
     def forward(self, input_ids, attention_mask, position_ids, past_key_values, image_features):
         embeds = self.model.get_input_embeddings()(input_ids)
         mask = (input_ids == self.image_token_id).unsqueeze(-1).expand_as(embeds)
         embeds = embeds.masked_scatter(mask, image_features.to(embeds.dtype))
-        out = self.model.language_model(inputs_embeds=embeds, attention_mask=attention_mask,
-                                        position_ids=position_ids, past_key_values=past_key_values, use_cache=True)
+        if self.token_types:
+            # Gemma 3: the tokens of one image attend to each other in both directions (the model's
+            # own mask from token_type_ids, 1 on the image tokens); none on a step after the prompt
+            out = self.model(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=position_ids,
+                             past_key_values=past_key_values, use_cache=True,
+                             token_type_ids=(input_ids == self.image_token_id).to(torch.int64))
+        else:
+            out = self.model.language_model(inputs_embeds=embeds, attention_mask=attention_mask,
+                                            position_ids=position_ids, past_key_values=past_key_values,
+                                            use_cache=True)
         # a dict: the cache output has the path of the cache input (the fx2onnx.cache metadata pairs them)
         return {"logits": self.lm_head(out.last_hidden_state), "past_key_values": out.past_key_values}
 
 
 def image_tokens(config: Any) -> int:
-    """The features of one image (LLaVA: the patches, the class token dropped by ``default``)."""
+    """The features of one image (LLaVA: the patches, the class token dropped by ``default``;
+    Gemma 3: ``mm_tokens_per_image``, the patches pooled)."""
+    if getattr(config, "mm_tokens_per_image", None):
+        return int(config.mm_tokens_per_image)
     vision = config.vision_config
     patches = (vision.image_size // vision.patch_size) ** 2
     return patches + (0 if config.vision_feature_select_strategy == "default" else 1)
 
 
 def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
-    """The vision and decoder pieces of a LLaVA model, with example inputs of two shapes."""
+    """The vision and decoder pieces of a LLaVA or Gemma 3 model, with example inputs of two shapes."""
     from ..models.tiny import _decoder_inputs, _dynamic_shapes
+    from ..models.vlm import cache_dynamic_shapes
 
     vision, text = config.vision_config, config.text_config
     g = torch.Generator().manual_seed(seed)
@@ -96,6 +114,8 @@ def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, s
     shapes = _dynamic_shapes({k: v for k, v in first.items() if k != "image_features"}, text)
     shapes["image_features"] = {0: "image_rows"}
     layers = len(first["past_key_values"].layers)
+    # a layer of a sliding window keeps fewer positions than the others once the prompt is longer (Gemma 3)
+    shapes["past_key_values"] = cache_dynamic_shapes(text, layers)
     encoder = Piece("vision", "vision.onnx", VisionPiece(model), pixels(2), pixels(3),
                     {"pixel_values": {0: "images"}}, ["pixel_values"], ["image_features"])
     decoder = Piece("decoder", "decoder.onnx", ImageTextDecoderPiece(model), first, second, shapes,
@@ -108,7 +128,7 @@ def export_vision_pieces(
     folder: str, out_dir: str, config: Any, dtype: torch.dtype, *, optimize: str, quantize: str | None,
     block_size: int, opset: int | None, progress: bool, say: Any, symmetric: bool = True,
 ) -> list[Piece]:
-    """Exports the pieces of a LLaVA folder into ``out_dir``; the decoder's cache outputs are named
+    """Exports the pieces of a LLaVA or Gemma 3 folder into ``out_dir``; the decoder's cache outputs are named
     after their inputs (:func:`fx2onnx.deploy.export.name_presents`)."""
     import os
 

@@ -221,17 +221,23 @@ class VisionEncoder(torch.nn.Module):
         self.model = model
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        base = self.model.model
-        if not hasattr(base.config, "vision_feature_select_strategy"):
-            features = base.get_image_features(pixel_values, return_dict=True).pooler_output
-            if not isinstance(features, torch.Tensor):
-                raise TypeError(
-                    f"{type(base).__name__}.get_image_features returns {type(features).__name__}, "
-                    f"VisionEncoder needs one tensor [images, tokens, hidden]"
-                )
-            return features
-        outputs = base.vision_tower(pixel_values, output_hidden_states=True, return_dict=True)
-        return base.multi_modal_projector(_select_features(base, outputs.hidden_states))
+        return image_features(self.model.model, pixel_values)
+
+
+def image_features(base: torch.nn.Module, pixel_values: torch.Tensor) -> torch.Tensor:
+    """The projected features ``[images, tokens, hidden]`` of the images, ``base`` the model
+    holding ``vision_tower`` and ``multi_modal_projector`` (``model.model``): LLaVA's selection
+    of layers, ``get_image_features`` for the others (Gemma 3)."""
+    if not hasattr(base.config, "vision_feature_select_strategy"):
+        features = base.get_image_features(pixel_values, return_dict=True).pooler_output
+        if not isinstance(features, torch.Tensor):
+            raise TypeError(
+                f"{type(base).__name__}.get_image_features returns {type(features).__name__}, "
+                f"VisionEncoder needs one tensor [images, tokens, hidden]"
+            )
+        return features
+    outputs = base.vision_tower(pixel_values, output_hidden_states=True, return_dict=True)
+    return base.multi_modal_projector(_select_features(base, outputs.hidden_states))
 
 
 class TextDecoder(torch.nn.Module):
@@ -325,19 +331,25 @@ def decoder_dynamic_shapes(vlm: TinyVLM) -> dict[str, Any]:
     ``total_seq`` (the mask) and ``sliding_seq`` for the layers of a sliding window
     (their cache stops growing at the window: one name for both lengths would tell
     onnxruntime they are equal, and they are not once the cache is longer than the window)."""
-    kinds = getattr(vlm.config.text_config, "layer_types", None) or ["full_attention"] * vlm.num_layers
     shapes = {
         "inputs_embeds": {0: "batch", 1: "seq"},
         "attention_mask": {0: "batch", 1: "total_seq"},
-        "past_key_values": [
-            {0: "batch", 2: "sliding_seq" if kind == "sliding_attention" else "past_seq"}
-            for kind in kinds[: vlm.num_layers]
-            for _ in range(2)
-        ],
+        "past_key_values": cache_dynamic_shapes(vlm.config.text_config, vlm.num_layers),
     }
     if vlm.token_type_ids:
         shapes["token_type_ids"] = {0: "batch", 1: "seq"}
     return shapes
+
+
+def cache_dynamic_shapes(text_config: Any, num_layers: int) -> list[dict[int, str]]:
+    """The dynamic shapes of a flattened cache ``[key_0, value_0, ...]``: ``past_seq``, or
+    ``sliding_seq`` for a layer of a sliding window (see :func:`decoder_dynamic_shapes`)."""
+    kinds = getattr(text_config, "layer_types", None) or ["full_attention"] * num_layers
+    return [
+        {0: "batch", 2: "sliding_seq" if kind == "sliding_attention" else "past_seq"}
+        for kind in kinds[:num_layers]
+        for _ in range(2)
+    ]
 
 
 def decoder_output_names(vlm: TinyVLM) -> list[str]:

@@ -1,10 +1,14 @@
-"""A LLaVA checkpoint folder made in code: weights, tokenizer, image processor, processor; no download.
+"""LLaVA and Gemma 3 checkpoint folders made in code: weights, tokenizer, image processor, processor; no download.
 
 :func:`write_llava_folder` writes the random weights of a :class:`transformers.LlavaConfig`
 (a Llama text model and a CLIP vision tower), the tokenizer of
 :func:`fx2onnx.models.tokenizer.tiny_tokenizer` with the ``<image>`` placeholder added, a
 :class:`transformers.CLIPImageProcessor` at the vision tower's size and the
 :class:`transformers.LlavaProcessor` that expands one ``<image>`` into the tokens of one image.
+
+:func:`write_gemma3_folder` does the same for a :class:`transformers.Gemma3Config` (SigLIP, a Gemma 3
+text model whose layers alternate a sliding window and a full attention) with its
+:class:`transformers.Gemma3Processor`.
 
 .. code-block:: python
 
@@ -36,6 +40,54 @@ def tiny_llava_config(layers: int = 2, image_size: int = 16, patch_size: int = 4
                                     architectures=["LlavaForConditionalGeneration"])
 
 
+def tiny_gemma3_config(layers: int = 2, image_size: int = 16, patch_size: int = 4, sliding_window: int = 8) -> Any:
+    """A tiny :class:`transformers.Gemma3Config`: a Gemma 3 text model (hidden size 64) whose layers
+    alternate a sliding window of ``sliding_window`` positions and a full attention, a SigLIP vision
+    tower (hidden size 32) pooled into 4 features per image."""
+    import transformers
+
+    text = transformers.Gemma3TextConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=256, vocab_size=512,
+        sliding_window=sliding_window,
+        layer_types=[("sliding_attention", "full_attention")[i % 2] for i in range(layers)])
+    vision = transformers.SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                             num_attention_heads=4, image_size=image_size, patch_size=patch_size)
+    return transformers.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4,
+                                     architectures=["Gemma3ForConditionalGeneration"])
+
+
+#: Gemma 3's tokens around and inside an image (the prompt holds ``boi_token``, the processor expands it)
+GEMMA3_TOKENS = {"boi_token": "<start_of_image>", "image_token": "<image_soft_token>", "eoi_token": "<end_of_image>"}
+
+
+def _write_folder(config: Any, folder: str | os.PathLike, dtype: str, seed: int, std: float | None,
+                  tokens: dict[str, str], image_token: str, processor: Any) -> dict[str, Any]:
+    """The random weights, the tokenizer with ``tokens`` (named attributes of the tokenizer),
+    ``processor(tokenizer)`` saved, a generation config."""
+    import transformers
+
+    from ..weights import write_random_checkpoint
+    from .tokenizer import tiny_tokenizer
+
+    tok = tiny_tokenizer(384)
+    tok.add_special_tokens({"additional_special_tokens": list(tokens.values())})
+    if any(name != "additional_special_tokens" for name in tokens):
+        tok._set_model_specific_special_tokens(special_tokens=tokens)
+    text = config.text_config
+    text.vocab_size = len(tok)
+    config.image_token_id = tok.convert_tokens_to_ids(image_token)
+    text.eos_token_id = text.pad_token_id = tok.eos_token_id
+    text.bos_token_id = None
+    config.pad_token_id = tok.eos_token_id
+    made = processor(tok)  # may set the config's ids of other tokens
+    written = write_random_checkpoint(config, folder, dtype, seed=seed, std=std)
+    folder = os.fspath(folder)
+    made.save_pretrained(folder)
+    transformers.GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id).save_pretrained(folder)
+    return written
+
+
 def write_llava_folder(config: Any, folder: str | os.PathLike, dtype: str = "bfloat16", *, seed: int = 0,
                        std: float | None = None) -> dict[str, Any]:
     """Writes a ``save_pretrained`` folder of a LLaVA model: random weights
@@ -47,25 +99,36 @@ def write_llava_folder(config: Any, folder: str | os.PathLike, dtype: str = "bfl
     """
     import transformers
 
-    from ..weights import write_random_checkpoint
-    from .tokenizer import tiny_tokenizer
-
-    tok = tiny_tokenizer(384)
-    tok.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
-    text = config.text_config
-    text.vocab_size = len(tok)
-    config.image_token_id = tok.convert_tokens_to_ids(IMAGE_TOKEN)
-    text.eos_token_id = text.pad_token_id = tok.eos_token_id
-    text.bos_token_id = None
-    config.pad_token_id = tok.eos_token_id
     vision = config.vision_config
-    written = write_random_checkpoint(config, folder, dtype, seed=seed, std=std)
-    folder = os.fspath(folder)
-    images = transformers.CLIPImageProcessor(size={"shortest_edge": vision.image_size},
-                                             crop_size={"height": vision.image_size, "width": vision.image_size})
-    processor = transformers.LlavaProcessor(image_processor=images, tokenizer=tok, patch_size=vision.patch_size,
-                                            vision_feature_select_strategy=config.vision_feature_select_strategy,
-                                            image_token=IMAGE_TOKEN, num_additional_image_tokens=1)
-    processor.save_pretrained(folder)
-    transformers.GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id).save_pretrained(folder)
-    return written
+
+    def processor(tok):
+        images = transformers.CLIPImageProcessor(size={"shortest_edge": vision.image_size},
+                                                 crop_size={"height": vision.image_size, "width": vision.image_size})
+        return transformers.LlavaProcessor(image_processor=images, tokenizer=tok, patch_size=vision.patch_size,
+                                           vision_feature_select_strategy=config.vision_feature_select_strategy,
+                                           image_token=IMAGE_TOKEN, num_additional_image_tokens=1)
+
+    return _write_folder(config, folder, dtype, seed, std, {"additional_special_tokens": IMAGE_TOKEN}, IMAGE_TOKEN,
+                         processor)
+
+
+def write_gemma3_folder(config: Any, folder: str | os.PathLike, dtype: str = "bfloat16", *, seed: int = 0,
+                        std: float | None = None) -> dict[str, Any]:
+    """Writes a ``save_pretrained`` folder of a Gemma 3 model as :func:`write_llava_folder` does: the
+    tokenizer with :data:`GEMMA3_TOKENS` (``config.image_token_id`` the id of ``image_token``), a
+    :class:`transformers.Gemma3ImageProcessor` at the vision tower's size and the
+    :class:`transformers.Gemma3Processor` expanding every ``<start_of_image>`` of a prompt into
+    ``config.mm_tokens_per_image`` image tokens between ``<start_of_image>`` and ``<end_of_image>``.
+    """
+    import transformers
+
+    size = config.vision_config.image_size
+
+    def processor(tok):
+        config.boi_token_index = tok.convert_tokens_to_ids(GEMMA3_TOKENS["boi_token"])
+        config.eoi_token_index = tok.convert_tokens_to_ids(GEMMA3_TOKENS["eoi_token"])
+        images = transformers.Gemma3ImageProcessor(size={"height": size, "width": size})
+        return transformers.Gemma3Processor(image_processor=images, tokenizer=tok,
+                                            image_seq_length=config.mm_tokens_per_image)
+
+    return _write_folder(config, folder, dtype, seed, std, GEMMA3_TOKENS, GEMMA3_TOKENS["image_token"], processor)

@@ -1,4 +1,4 @@
-"""Image + prompt in, text out from a LLaVA folder ``python -m fx2onnx export`` wrote
+"""Image + prompt in, text out from a LLaVA or Gemma 3 folder ``python -m fx2onnx export`` wrote
 (``generate OUTDIR "describe the image" --image cat.png``).
 
 :class:`VisionGenerator` reads the pieces the folder's ``fx2onnx.json`` names
@@ -44,9 +44,9 @@ def read_image(path: str | os.PathLike) -> Any:
 
 
 class VisionGenerator:
-    """The vision encoder, decoder, processor and generation config of an exported LLaVA folder.
+    """The vision encoder, decoder, processor and generation config of an exported LLaVA or Gemma 3 folder.
 
-    :param folder: a folder written by :func:`fx2onnx.deploy.export_folder` from a LLaVA folder
+    :param folder: a folder written by :func:`fx2onnx.deploy.export_folder` from a LLaVA or Gemma 3 folder
     :param providers: onnxruntime providers (default: CPU)
     :param threads: onnxruntime's intra-op threads (default: onnxruntime's choice)
     """
@@ -59,7 +59,7 @@ class VisionGenerator:
         pieces = metadata.get("pieces", {})
         if metadata.get("task") != "image-text-to-text" or not {"vision", "decoder"} <= set(pieces):
             raise ValueError(f"{self.folder!r} is not an image-text folder (task {metadata.get('task')!r}): export a "
-                             "LLaVA folder with python -m fx2onnx export CHECKPOINT --out FOLDER.")
+                             "LLaVA or Gemma 3 folder with python -m fx2onnx export CHECKPOINT --out FOLDER.")
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3
         if threads:

@@ -118,7 +118,9 @@ def fuse_attention(model: ir.Model) -> int:
         q, k, v, mask, scale, out_matmul = found
         past_k, new_k = _split_cache(k)
         past_v, new_v = _split_cache(v)
-        if (past_k is None) != (past_v is None):
+        if (past_k is None) != (past_v is None) or (past_k is not None and not _both_outputs(graph, k, v)):
+            # a cache that keeps something else than the concatenation (a sliding window keeps its last
+            # positions): the Concat stays, the Attention takes all the keys and values, no past
             past_k, new_k, past_v, new_v = None, k, None, v
         inputs = [q, new_k, new_v, mask]
         if past_k is not None:
@@ -133,6 +135,12 @@ def fuse_attention(model: ir.Model) -> int:
             _take_graph_output(graph, v, fused.outputs[2])
         count += 1
     return count
+
+
+def _both_outputs(graph: ir.Graph, k: ir.Value, v: ir.Value) -> bool:
+    """Whether the concatenated keys and values are graph outputs (the present cache)."""
+    outputs = {id(o) for o in graph.outputs}
+    return id(k) in outputs and id(v) in outputs
 
 
 def _take_graph_output(graph: ir.Graph, old: ir.Value, new: ir.Value) -> None:
