@@ -138,8 +138,8 @@ def _generate_speech(args: argparse.Namespace) -> int:
 
 
 def _generate_image_text(args: argparse.Namespace) -> int:
-    """Generates after a prompt and --image files with a folder exported from a LLaVA or Gemma 3
-    checkpoint (fx2onnx.runtime.vision)."""
+    """Generates after a prompt and --image files with a folder exported from a LLaVA, Gemma 3 or
+    Idefics 3 checkpoint (fx2onnx.runtime.vision)."""
     from .runtime.vision import VisionGenerator
 
     if args.prompt is None or args.ids is not None or args.chat:
@@ -171,7 +171,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         return _generate_image_text(args)
     if args.image:
         raise ValueError(f"{args.folder!r} is not an image-text folder: --image needs a folder exported from a "
-                         "vision-language model (LLaVA, Gemma 3).")
+                         "vision-language model (LLaVA, Gemma 3, Idefics 3).")
     if args.audio is not None:
         raise ValueError(f"{args.folder!r} is not a speech folder: --audio needs a folder exported from a speech "
                          "model (Whisper).")
@@ -420,7 +420,7 @@ def make_parser() -> argparse.ArgumentParser:
         "of the prefill and of the decoding. Greedy unless a sampling option is given. A folder exported from a "
         "speech model (Whisper) transcribes --audio talk.wav instead: its encoder once, its decoder greedily, the "
         "features made by the folder's feature extractor. A folder exported from a vision-language model (LLaVA, "
-        "Gemma 3) takes the prompt and --image cat.png, processed by the folder's processor.",
+        "Gemma 3, Idefics 3) takes the prompt and --image cat.png, processed by the folder's processor.",
     )
     gen.add_argument("folder", help="the folder written by export")
     gen.add_argument("prompt", nargs="?", default=None, help="the text to continue")
@@ -442,8 +442,9 @@ def make_parser() -> argparse.ArgumentParser:
                      help="a speech folder: the task (default: the generation config's)")
     gen.add_argument("--print-ids", action="store_true", help="a speech folder: print the token ids, not the text")
     gen.add_argument("--image", action="append", default=None,
-                     help="an image-text folder (LLaVA, Gemma 3): an image of the prompt (once per image; a prompt "
-                     "without the processor's image token, <image> or <start_of_image>, gets one per image in front)")
+                     help="an image-text folder (LLaVA, Gemma 3, Idefics 3): an image of the prompt (once per "
+                     "image; a prompt without the processor's image token, <image> or <start_of_image>, gets "
+                     "one per image in front)")
     gen.set_defaults(func=_cmd_generate)
 
     val = commands.add_parser(

@@ -1,9 +1,10 @@
-"""A LLaVA or Gemma 3 checkpoint folder -> ``export`` -> ``generate "prompt" --image cat.png``, the tokens
+"""A LLaVA, Gemma 3 or Idefics 3 checkpoint folder -> ``export`` -> ``generate "prompt" --image cat.png``, the tokens
 checked against transformers' generate; the images made in code (PNG files written by Pillow).
 
 Gemma 3's layers alternate a sliding window of 8 positions and a full attention; its prompts (the
 processor's image tokens between their markers) are longer than the window, and the tokens of one
-image attend to each other in both directions (``token_type_ids``, computed in the decoder)."""
+image attend to each other in both directions (``token_type_ids``, computed in the decoder).
+Idefics 3's processor splits an image into 4 tiles and the whole image (5 rows of ``pixel_values``)."""
 
 from __future__ import annotations
 
@@ -30,12 +31,13 @@ def _image(path, size, flip=False):
 
 
 #: family -> (its placeholder of an image in a prompt, the standard deviation of its random weights: tokens that vary)
-FAMILIES = {"llava": ("<image>", 0.3), "gemma3": ("<start_of_image>", 0.02)}
+FAMILIES = {"llava": ("<image>", 0.3), "gemma3": ("<start_of_image>", 0.02), "idefics3": ("<image>", 0.3)}
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
 def folders(tmp_path_factory, request):
-    """A bf16 LLaVA or Gemma 3 folder with its processor, the folder ``export`` wrote from it, two PNG images."""
+    """A bf16 LLaVA, Gemma 3 or Idefics 3 folder with its processor, the folder ``export`` wrote from it,
+    two PNG images."""
     from fx2onnx.models import vlm_folder
 
     family = request.param
@@ -74,7 +76,7 @@ def test_export_writes_the_pieces(folders):
     assert "image_features" in pieces["decoder"]["inputs"] and "logits" in pieces["decoder"]["outputs"]
     assert pieces["decoder"]["cache"]["past_key_values_key_0"] == "present_key_0"
     # the vision tower is in the vision piece only
-    assert not any("vision_tower" in i.name for i in decoder.graph.initializer)
+    assert not any("vision_tower" in i.name or "vision_model" in i.name for i in decoder.graph.initializer)
 
 
 @pytest.mark.slow
@@ -114,12 +116,12 @@ def test_bad_images_end_in_one_line(tmp_path, capsys):
     with pytest.raises(ValueError, match="not an image"):
         read_image(bad)
     # an image-text folder of another family: refused before any weight is read
-    config = transformers.AutoConfig.for_model("idefics3")
-    config.architectures = ["Idefics3ForConditionalGeneration"]
-    config.save_pretrained(tmp_path / "idefics3")
-    assert main(["export", str(tmp_path / "idefics3"), "--out", str(tmp_path / "o")]) == 2
+    config = transformers.AutoConfig.for_model("mistral3")
+    config.architectures = ["Mistral3ForConditionalGeneration"]
+    config.save_pretrained(tmp_path / "mistral3")
+    assert main(["export", str(tmp_path / "mistral3"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert "LLaVA and Gemma 3 today" in err and "Idefics3ForConditionalGeneration" in err
+    assert "LLaVA, Gemma 3 and Idefics 3 today" in err and "Mistral3ForConditionalGeneration" in err
 
 
 @pytest.mark.slow

@@ -247,8 +247,8 @@ def export_folder(
 #: the folders exported as several pieces: task -> (model type, what the pieces are)
 PIECES_MODEL_TYPES = {
     "speech-seq2seq": (("whisper",), "Whisper today (its encoder, the cross-attention keys and values, its decoder)"),
-    "image-text-to-text": (("llava", "gemma3"), "LLaVA and Gemma 3 today (their vision encoder and projector, "
-                           "their decoder merging the image features)"),
+    "image-text-to-text": (("llava", "gemma3", "idefics3"), "LLaVA, Gemma 3 and Idefics 3 today (their vision "
+                           "encoder and projector, their decoder merging the image features)"),
 }
 
 

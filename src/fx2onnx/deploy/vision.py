@@ -1,8 +1,10 @@
-"""The pieces of an image-text-to-text folder (LLaVA, Gemma 3): a vision encoder and a decoder with its cache.
+"""The pieces of an image-text-to-text folder (LLaVA, Gemma 3, Idefics 3): a vision encoder and a
+decoder with its cache.
 
 * ``vision.onnx``: ``pixel_values (images, 3, H, W)`` -> ``image_features (rows, hidden)``, the
   vision tower and the projector, the features of every image one after the other (LLaVA's
-  selection of layers and of the class token, Gemma 3's pooling: :func:`fx2onnx.models.vlm.image_features`);
+  selection of layers and of the class token, Gemma 3's pooling, Idefics 3's connector on every
+  tile: :func:`fx2onnx.models.vlm.image_features`);
 * ``decoder.onnx``: ``input_ids``, ``attention_mask``, ``position_ids``, the cache and
   ``image_features`` -> ``logits`` and the new cache. The merge is **in the graph**: the token
   embeddings, then the image features written over the ``<image>`` placeholders in order (the
@@ -69,25 +71,28 @@ class ImageTextDecoderPiece(torch.nn.Module):
                              past_key_values=past_key_values, use_cache=True,
                              token_type_ids=(input_ids == self.image_token_id).to(torch.int64))
         else:
-            out = self.model.language_model(inputs_embeds=embeds, attention_mask=attention_mask,
-                                            position_ids=position_ids, past_key_values=past_key_values,
-                                            use_cache=True)
+            text = getattr(self.model, "language_model", None) or self.model.text_model  # Idefics 3: text_model
+            out = text(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=position_ids,
+                       past_key_values=past_key_values, use_cache=True)
         # a dict: the cache output has the path of the cache input (the fx2onnx.cache metadata pairs them)
         return {"logits": self.lm_head(out.last_hidden_state), "past_key_values": out.past_key_values}
 
 
 def image_tokens(config: Any) -> int:
     """The features of one image (LLaVA: the patches, the class token dropped by ``default``;
-    Gemma 3: ``mm_tokens_per_image``, the patches pooled)."""
+    Gemma 3: ``mm_tokens_per_image``, the patches pooled; Idefics 3: of one tile)."""
     if getattr(config, "mm_tokens_per_image", None):
         return int(config.mm_tokens_per_image)
     vision = config.vision_config
+    if getattr(config, "scale_factor", None):  # Idefics 3: the patches of one tile shuffled into fewer rows
+        return (vision.image_size // vision.patch_size) ** 2 // config.scale_factor ** 2
     patches = (vision.image_size // vision.patch_size) ** 2
     return patches + (0 if config.vision_feature_select_strategy == "default" else 1)
 
 
 def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
-    """The vision and decoder pieces of a LLaVA or Gemma 3 model, with example inputs of two shapes."""
+    """The vision and decoder pieces of a LLaVA, Gemma 3 or Idefics 3 model, with example inputs of
+    two shapes."""
     from ..models.tiny import _decoder_inputs, _dynamic_shapes
     from ..models.vlm import cache_dynamic_shapes
 
@@ -128,8 +133,8 @@ def export_vision_pieces(
     folder: str, out_dir: str, config: Any, dtype: torch.dtype, *, optimize: str, quantize: str | None,
     block_size: int, opset: int | None, progress: bool, say: Any, symmetric: bool = True,
 ) -> list[Piece]:
-    """Exports the pieces of a LLaVA or Gemma 3 folder into ``out_dir``; the decoder's cache outputs are named
-    after their inputs (:func:`fx2onnx.deploy.export.name_presents`)."""
+    """Exports the pieces of a LLaVA, Gemma 3 or Idefics 3 folder into ``out_dir``; the decoder's cache
+    outputs are named after their inputs (:func:`fx2onnx.deploy.export.name_presents`)."""
     import os
 
     from ..patches import torch_export_patches

@@ -227,7 +227,11 @@ class VisionEncoder(torch.nn.Module):
 def image_features(base: torch.nn.Module, pixel_values: torch.Tensor) -> torch.Tensor:
     """The projected features ``[images, tokens, hidden]`` of the images, ``base`` the model
     holding ``vision_tower`` and ``multi_modal_projector`` (``model.model``): LLaVA's selection
-    of layers, ``get_image_features`` for the others (Gemma 3)."""
+    of layers, ``get_image_features`` for the others (Gemma 3), Idefics 3's vision model and
+    connector on every image or tile (none of them padding: its ``get_image_features`` drops
+    the images made of zeros, a number of rows read from the values)."""
+    if hasattr(base, "connector"):
+        return base.connector(base.vision_model(pixel_values=pixel_values).last_hidden_state)
     if not hasattr(base.config, "vision_feature_select_strategy"):
         features = base.get_image_features(pixel_values, return_dict=True).pooler_output
         if not isinstance(features, torch.Tensor):

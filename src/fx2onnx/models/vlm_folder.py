@@ -1,4 +1,5 @@
-"""LLaVA and Gemma 3 checkpoint folders made in code: weights, tokenizer, image processor, processor; no download.
+"""LLaVA, Gemma 3 and Idefics 3 checkpoint folders made in code: weights, tokenizer, image processor,
+processor; no download.
 
 :func:`write_llava_folder` writes the random weights of a :class:`transformers.LlavaConfig`
 (a Llama text model and a CLIP vision tower), the tokenizer of
@@ -8,7 +9,9 @@
 
 :func:`write_gemma3_folder` does the same for a :class:`transformers.Gemma3Config` (SigLIP, a Gemma 3
 text model whose layers alternate a sliding window and a full attention) with its
-:class:`transformers.Gemma3Processor`.
+:class:`transformers.Gemma3Processor`; :func:`write_idefics3_folder` for a
+:class:`transformers.Idefics3Config` (SmolVLM's architecture) with its tiling
+:class:`transformers.Idefics3Processor`.
 
 .. code-block:: python
 
@@ -71,7 +74,8 @@ def _write_folder(config: Any, folder: str | os.PathLike, dtype: str, seed: int,
     from .tokenizer import tiny_tokenizer
 
     tok = tiny_tokenizer(384)
-    tok.add_special_tokens({"additional_special_tokens": list(tokens.values())})
+    tok.add_special_tokens({"additional_special_tokens": [t for v in tokens.values() for t in
+                                                          ([v] if isinstance(v, str) else v)]})
     if any(name != "additional_special_tokens" for name in tokens):
         tok._set_model_specific_special_tokens(special_tokens=tokens)
     text = config.text_config
@@ -132,3 +136,44 @@ def write_gemma3_folder(config: Any, folder: str | os.PathLike, dtype: str = "bf
                                             image_seq_length=config.mm_tokens_per_image)
 
     return _write_folder(config, folder, dtype, seed, std, GEMMA3_TOKENS, GEMMA3_TOKENS["image_token"], processor)
+
+
+def tiny_idefics3_config(layers: int = 2, image_size: int = 16, patch_size: int = 4) -> Any:
+    """A tiny :class:`transformers.Idefics3Config` (SmolVLM's architecture): Llama (hidden size 64),
+    an Idefics 3 vision model (hidden size 32) on tiles of ``image_size`` pixels, the connector
+    shuffling 2x2 patches into one feature (4 features per tile)."""
+    import transformers
+
+    text = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                                    num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                    max_position_embeddings=256, vocab_size=512)
+    vision = transformers.Idefics3VisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                               num_attention_heads=4, image_size=image_size, patch_size=patch_size)
+    return transformers.Idefics3Config(text_config=text, vision_config=vision, scale_factor=2,
+                                       architectures=["Idefics3ForConditionalGeneration"])
+
+
+#: Idefics 3's tokens: around an image, the image, the global image and the tiles' rows and columns
+IDEFICS3_TOKENS = ["<fake_token_around_image>", IMAGE_TOKEN, "<end_of_utterance>", "<global-img>",
+                   *(f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7))]
+
+
+def write_idefics3_folder(config: Any, folder: str | os.PathLike, dtype: str = "bfloat16", *, seed: int = 0,
+                          std: float | None = None) -> dict[str, Any]:
+    """Writes a ``save_pretrained`` folder of an Idefics 3 model as :func:`write_llava_folder` does:
+    the tokenizer with :data:`IDEFICS3_TOKENS`, a :class:`transformers.Idefics3ImageProcessor`
+    splitting an image into tiles of the vision model's size (the longest edge resized to two
+    tiles, and the whole image as one more tile) and the :class:`transformers.Idefics3Processor`
+    expanding every ``<image>`` of a prompt into the tokens of its tiles."""
+    import transformers
+
+    size = config.vision_config.image_size
+    per_tile = (size // config.vision_config.patch_size) ** 2 // config.scale_factor ** 2
+
+    def processor(tok):
+        images = transformers.Idefics3ImageProcessor(size={"longest_edge": 2 * size},
+                                                     max_image_size={"longest_edge": size}, do_image_splitting=True)
+        return transformers.Idefics3Processor(image_processor=images, tokenizer=tok, image_seq_len=per_tile)
+
+    return _write_folder(config, folder, dtype, seed, std, {"additional_special_tokens": IDEFICS3_TOKENS},
+                         IMAGE_TOKEN, processor)

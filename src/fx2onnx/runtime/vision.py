@@ -1,5 +1,5 @@
-"""Image + prompt in, text out from a LLaVA or Gemma 3 folder ``python -m fx2onnx export`` wrote
-(``generate OUTDIR "describe the image" --image cat.png``).
+"""Image + prompt in, text out from a LLaVA, Gemma 3 or Idefics 3 folder ``python -m fx2onnx export``
+wrote (``generate OUTDIR "describe the image" --image cat.png``).
 
 :class:`VisionGenerator` reads the pieces the folder's ``fx2onnx.json`` names
 (:mod:`fx2onnx.deploy.vision`). The folder's own processor (``AutoProcessor``, offline) turns
@@ -44,9 +44,11 @@ def read_image(path: str | os.PathLike) -> Any:
 
 
 class VisionGenerator:
-    """The vision encoder, decoder, processor and generation config of an exported LLaVA or Gemma 3 folder.
+    """The vision encoder, decoder, processor and generation config of an exported LLaVA, Gemma 3 or
+    Idefics 3 folder.
 
-    :param folder: a folder written by :func:`fx2onnx.deploy.export_folder` from a LLaVA or Gemma 3 folder
+    :param folder: a folder written by :func:`fx2onnx.deploy.export_folder` from a LLaVA, Gemma 3 or
+        Idefics 3 folder
     :param providers: onnxruntime providers (default: CPU)
     :param threads: onnxruntime's intra-op threads (default: onnxruntime's choice)
     """
@@ -58,8 +60,8 @@ class VisionGenerator:
         metadata = _read_json(os.path.join(self.folder, FOLDER_METADATA))
         pieces = metadata.get("pieces", {})
         if metadata.get("task") != "image-text-to-text" or not {"vision", "decoder"} <= set(pieces):
-            raise ValueError(f"{self.folder!r} is not an image-text folder (task {metadata.get('task')!r}): export a "
-                             "LLaVA or Gemma 3 folder with python -m fx2onnx export CHECKPOINT --out FOLDER.")
+            raise ValueError(f"{self.folder!r} is not an image-text folder (task {metadata.get('task')!r}): export "
+                             "a LLaVA, Gemma 3 or Idefics 3 folder with python -m fx2onnx export CHECKPOINT --out FOLDER.")
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3
         if threads:
@@ -99,7 +101,14 @@ class VisionGenerator:
         if token not in prompt:
             prompt = token * len(images) + "\n" + prompt
         pictures = [read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in images]
-        return dict(processor(images=pictures, text=prompt, return_tensors="np"))
+        inputs = dict(processor(images=pictures, text=prompt, return_tensors="np"))
+        pixel_mask = inputs.pop("pixel_attention_mask", None)
+        if pixel_mask is not None and not pixel_mask.all():
+            raise ValueError("The processor padded an image (pixel_attention_mask): the vision piece takes whole "
+                             "images or tiles only (Idefics 3: keep do_image_splitting on).")
+        # Idefics 3: (prompts, images or tiles, 3, H, W), one prompt: its images one after the other
+        inputs["pixel_values"] = inputs["pixel_values"].reshape(-1, *inputs["pixel_values"].shape[-3:])
+        return inputs
 
     def image_features(self, pixel_values: np.ndarray) -> Any:
         """Runs the vision piece once on every image: its features, an onnxruntime value."""
