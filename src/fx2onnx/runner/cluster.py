@@ -100,6 +100,19 @@ def check_sources(client: Any) -> None:
 
 
 @contextlib.contextmanager
+def _quiet_logs(level: int = logging.ERROR) -> Iterator[None]:
+    """dask's loggers at ``level`` (a program logging INFO, the documentation build, would print
+    every worker started and stopped)."""
+    logger = logging.getLogger("distributed")
+    previous = logger.level
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)
+
+
+@contextlib.contextmanager
 def connect(address: str = "local", workers: int = 2) -> Iterator[Any]:
     """A ``distributed.Client`` on the cluster at ``address``, or on a local cluster of ``workers``
     workers (threads of this process, one task at a time each) started here and stopped on exit."""
@@ -142,7 +155,7 @@ def run_on_cluster(
 
     from .export import first_line
 
-    with connect(address, max(1, min(workers, len(tasks)))) as client:
+    with _quiet_logs(), connect(address, max(1, min(workers, len(tasks)))) as client:
         sweep = uuid.uuid4().hex[:8]
         futures = {
             client.submit(run_on_worker, run_one, failed_row, task, timeout, memory_gb, mp_context,
