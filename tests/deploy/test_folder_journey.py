@@ -42,6 +42,19 @@ def _eager(checkpoint):
     return model, transformers.AutoTokenizer.from_pretrained(checkpoint)
 
 
+def _genai_greedy(og, genai_model, prompt: list[int], new: int) -> list[int]:
+    """The greedy tokens onnxruntime-genai's Generator gives after ``prompt`` on a folder's model."""
+    params = og.GeneratorParams(genai_model)
+    params.set_search_options(max_length=len(prompt) + new, do_sample=False)
+    generator = og.Generator(genai_model, params)
+    generator.append_tokens(np.array([prompt], dtype=np.int32))
+    tokens = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    return tokens
+
+
 def test_export_writes_a_folder_that_generates(folders):
     checkpoint, out = folders
     files = set(os.listdir(out))
@@ -82,14 +95,7 @@ def test_generate_ids_and_onnxruntime_genai_agree(folders, capsys):
     expected = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False)[0, len(prompt):].tolist()
     assert ours == expected
     genai_model = og.Model(out)
-    params = og.GeneratorParams(genai_model)
-    params.set_search_options(max_length=len(prompt) + 12, do_sample=False)
-    generator = og.Generator(genai_model, params)
-    generator.append_tokens(np.array([prompt], dtype=np.int32))
-    theirs = []
-    while not generator.is_done():
-        generator.generate_next_token()
-        theirs.append(int(generator.get_next_tokens()[0]))
+    theirs = _genai_greedy(og, genai_model, prompt, 12)
     assert theirs[: len(ours)] == ours
     # its tokenizer reads the copied tokenizer.json as transformers does
     tok = transformers.AutoTokenizer.from_pretrained(checkpoint)
@@ -199,13 +205,5 @@ def test_quantized_folder_generates_as_onnxruntime_genai(folders, tmp_path, caps
     capsys.readouterr()
     assert main(["generate", out, "--ids", ",".join(map(str, prompt)), "--max-new-tokens", "12"]) == 0
     ours = [int(t) for t in capsys.readouterr().out.strip().split(",")]
-    genai_model = og.Model(out)
-    params = og.GeneratorParams(genai_model)
-    params.set_search_options(max_length=len(prompt) + 12, do_sample=False)
-    generator = og.Generator(genai_model, params)
-    generator.append_tokens(np.array([prompt], dtype=np.int32))
-    theirs = []
-    while not generator.is_done():
-        generator.generate_next_token()
-        theirs.append(int(generator.get_next_tokens()[0]))
+    theirs = _genai_greedy(og, og.Model(out), prompt, 12)
     assert len(ours) == 12 and theirs[: len(ours)] == ours

@@ -82,6 +82,39 @@ def _read_json(path: str) -> dict[str, Any]:
         return json.load(f)
 
 
+def session_options(threads: int | None = None) -> Any:
+    """onnxruntime's session options of the folder loops: warnings silenced, ``threads`` intra-op
+    threads when given (onnxruntime's choice otherwise)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = threads
+    return options
+
+
+def open_pieces(
+    folder: str, task: str, first: str, refusal: str, providers: Sequence[str] | None, threads: int | None,
+) -> tuple[dict[str, Any], Any, list[str], OnnxGenerator]:
+    """The pieces of a folder exported as an encoder (``first``: ``encoder``, ``vision``) and a decoder:
+    ``(pieces, the first piece's session, its output names, the decoder's generator)``, the first
+    piece's outputs fed unchanged to every decoder step. A folder of another task, or without both
+    pieces, raises ValueError with ``refusal``."""
+    import onnxruntime
+
+    metadata = _read_json(os.path.join(folder, FOLDER_METADATA))
+    pieces = metadata.get("pieces", {})
+    if metadata.get("task") != task or not {first, "decoder"} <= set(pieces):
+        raise ValueError(refusal.format(folder=repr(folder), task=repr(metadata.get("task"))))
+    options = session_options(threads)
+    providers = list(providers or ["CPUExecutionProvider"])
+    session = onnxruntime.InferenceSession(os.path.join(folder, pieces[first]["file"]), options, providers=providers)
+    names = list(pieces[first]["outputs"])
+    decoder = OnnxGenerator(os.path.join(folder, pieces["decoder"]["file"]), providers, options, constant_inputs=names)
+    return pieces, session, names, decoder
+
+
 class FolderGenerator:
     """The decoder, tokenizer and generation config of an exported folder.
 
@@ -91,19 +124,13 @@ class FolderGenerator:
     """
 
     def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None):
-        import onnxruntime
-
         self.folder = os.fspath(folder)
         metadata = _read_json(os.path.join(self.folder, FOLDER_METADATA))
         path = os.path.join(self.folder, metadata.get("decoder", "model.onnx"))
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{self.folder!r} holds no {os.path.basename(path)}: export a folder first with "
                                     "python -m fx2onnx export CHECKPOINT --out FOLDER.")
-        options = onnxruntime.SessionOptions()
-        options.log_severity_level = 3
-        if threads:
-            options.intra_op_num_threads = threads
-        self.generator = OnnxGenerator(path, providers, options)
+        self.generator = OnnxGenerator(path, providers, session_options(threads))
         generation = _read_json(os.path.join(self.folder, "generation_config.json"))
         config = _read_json(os.path.join(self.folder, "config.json"))
         self.eos_token_id = generation.get("eos_token_id", config.get("eos_token_id"))

@@ -35,8 +35,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .folder import FOLDER_METADATA, TextStream, _read_json
-from .generate import GenerationTimes, OnnxGenerator
+from .folder import TextStream, _read_json, open_pieces
+from .generate import GenerationTimes
 
 
 def read_wav(path: str | os.PathLike, sampling_rate: int | None = None) -> np.ndarray:
@@ -145,25 +145,10 @@ class SpeechGenerator:
     """
 
     def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None):
-        import onnxruntime
-
         self.folder = os.fspath(folder)
-        metadata = _read_json(os.path.join(self.folder, FOLDER_METADATA))
-        pieces = metadata.get("pieces", {})
-        if metadata.get("task") != "speech-seq2seq" or not {"encoder", "decoder"} <= set(pieces):
-            raise ValueError(f"{self.folder!r} is not a speech folder (task {metadata.get('task')!r}): export a Whisper "
-                             "folder with python -m fx2onnx export CHECKPOINT --out FOLDER.")
-        options = onnxruntime.SessionOptions()
-        options.log_severity_level = 3
-        if threads:
-            options.intra_op_num_threads = threads
-        self.pieces = pieces
-        providers = list(providers or ["CPUExecutionProvider"])
-        self.encoder = onnxruntime.InferenceSession(os.path.join(self.folder, pieces["encoder"]["file"]), options,
-                                                    providers=providers)
-        self.cross_names = list(pieces["encoder"]["outputs"])
-        self.decoder = OnnxGenerator(os.path.join(self.folder, pieces["decoder"]["file"]), providers, options,
-                                     constant_inputs=self.cross_names)
+        self.pieces, self.encoder, self.cross_names, self.decoder = open_pieces(
+            self.folder, "speech-seq2seq", "encoder", "{folder} is not a speech folder (task {task}): export a Whisper "
+            "folder with python -m fx2onnx export CHECKPOINT --out FOLDER.", providers, threads)
         self.generation = _read_json(os.path.join(self.folder, "generation_config.json"))
         self.config = _read_json(os.path.join(self.folder, "config.json"))
         self._feature_extractor: Any = None

@@ -25,8 +25,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .folder import FOLDER_METADATA, TextResult, TextStream, _read_json
-from .generate import OnnxGenerator
+from .folder import TextResult, TextStream, _read_json, open_pieces
 
 
 def read_image(path: str | os.PathLike) -> Any:
@@ -54,24 +53,11 @@ class VisionGenerator:
     """
 
     def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None):
-        import onnxruntime
-
         self.folder = os.fspath(folder)
-        metadata = _read_json(os.path.join(self.folder, FOLDER_METADATA))
-        pieces = metadata.get("pieces", {})
-        if metadata.get("task") != "image-text-to-text" or not {"vision", "decoder"} <= set(pieces):
-            raise ValueError(f"{self.folder!r} is not an image-text folder (task {metadata.get('task')!r}): export "
-                             "a LLaVA, Gemma 3 or Idefics 3 folder with python -m fx2onnx export CHECKPOINT --out FOLDER.")
-        options = onnxruntime.SessionOptions()
-        options.log_severity_level = 3
-        if threads:
-            options.intra_op_num_threads = threads
-        providers = list(providers or ["CPUExecutionProvider"])
-        self.vision = onnxruntime.InferenceSession(os.path.join(self.folder, pieces["vision"]["file"]), options,
-                                                   providers=providers)
-        self.feature_names = list(pieces["vision"]["outputs"])
-        self.decoder = OnnxGenerator(os.path.join(self.folder, pieces["decoder"]["file"]), providers, options,
-                                     constant_inputs=self.feature_names)
+        _, self.vision, self.feature_names, self.decoder = open_pieces(
+            self.folder, "image-text-to-text", "vision", "{folder} is not an image-text folder (task {task}): export "
+            "a LLaVA, Gemma 3 or Idefics 3 folder with python -m fx2onnx export CHECKPOINT --out FOLDER.", providers,
+            threads)
         generation = _read_json(os.path.join(self.folder, "generation_config.json"))
         config = _read_json(os.path.join(self.folder, "config.json"))
         self.eos_token_id = generation.get("eos_token_id", config.get("text_config", {}).get("eos_token_id"))
