@@ -45,3 +45,16 @@ def test_out_of_memory_rows():
     assert out_of_memory(dict(error="RuntimeError: could not create a primitive"))
     assert not out_of_memory(dict(error="TypeError: unsupported operand"))
     assert not out_of_memory(dict(error=None)) and not out_of_memory(None)
+
+
+def test_a_capture_mismatch_is_a_capture_failure():
+    """A row flagged by to_onnx's capture check fails at the capture, not at the conversion."""
+    import pytest
+
+    from fx2onnx import CaptureMismatchError
+    from fx2onnx.runner import label_export_step
+
+    for error, step in ((CaptureMismatchError("differs"), "capture"), (ValueError("no converter"), "conversion")):
+        with pytest.raises(type(error)) as info, label_export_step("capture"):
+            raise error
+        assert info.value.step == step

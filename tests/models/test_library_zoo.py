@@ -120,3 +120,35 @@ def test_a_mismatch_is_judged_against_float64():
     judged = _judged_in_float64(case, [exact], [(exact + 0.05).numpy()])  # the ONNX model is off
     assert not judged["onnx_ok"] and judged["eager_ok"]
     assert next(model.parameters()).dtype == torch.float32  # the model itself is left in float32
+
+
+def test_stale_rows_rerun_quickest_first_and_merged_in_order(monkeypatch, tmp_path):
+    """``--stale`` reruns only the rows run before the weights were spread (no ``spread``), the quickest
+    first; the other rows are kept and the file stays sorted."""
+    import fx2onnx.models.library_zoo as zoo
+    from fx2onnx.models.library_report import is_stale
+
+    path = tmp_path / "rows_timm.json"
+
+    def row(architecture, exporter, time, **extra):
+        r = zoo._empty_row("timm", architecture, architecture, exporter, "batch")
+        r.update({"success": True, "time": time, **extra})
+        return r
+
+    old = [row("a", "dynamo", 9.0), row("a", "to_onnx", 1.0, spread=0), row("b", "dynamo", 2.0),
+           row("c", "dynamo", 5.0, step="timeout", success=False), row("d", "dynamo", 3.0, step="model")]
+    assert [is_stale(r) for r in old] == [True, False, True, False, False]
+    zoo.save_library_rows(old, path, {})
+    monkeypatch.setattr(zoo, "discover", lambda library: {n: n for n in "abcd"})
+
+    def fake_run_tasks(todo, run, failed, on_row, **kwargs):
+        assert [(t[1], t[3]) for t in todo] == [("b", "dynamo"), ("a", "dynamo")]
+        for t in todo:
+            on_row(row(t[1], t[3], 0.5, spread=1))
+
+    monkeypatch.setattr(zoo, "run_tasks", fake_run_tasks)
+    rows, meta = zoo.build_library_rows(path, "timm", shapes=["batch"], workers=1, stale_only=True)
+    written, _ = zoo.load_library_rows(path)
+    assert [(r["architecture"], r["exporter"]) for r in written] == [
+        ("a", "dynamo"), ("a", "to_onnx"), ("b", "dynamo"), ("c", "dynamo"), ("d", "dynamo")]
+    assert not any(is_stale(r) for r in written) and meta["command"].endswith("--stale")

@@ -45,9 +45,11 @@ def _label(row: dict[str, Any]) -> str:
     return f"lib-{row['library']}-{name}-{row['exporter']}-{row['shapes']}".lower()
 
 
-def _stale(row: dict[str, Any]) -> bool:
-    """A row computed before the weights hiding a branch were spread (see :func:`_spread_sentence`)."""
-    return row.get("spread") is None and row["step"] not in ("config", "model")
+def is_stale(row: dict[str, Any]) -> bool:
+    """A row computed before the weights hiding a branch were spread (see :func:`_spread_sentence`);
+    ``python -m fx2onnx.models.library_zoo LIBRARY --stale`` reruns them. A row which timed out or
+    crashed checked nothing, whenever it ran (``--missing`` reruns it)."""
+    return row.get("spread") is None and row["step"] not in ("config", "model", "timeout", "crash")
 
 
 def _stale_label(row: dict[str, Any]) -> str:
@@ -59,7 +61,7 @@ def _cell(row: dict[str, Any] | None) -> str:
     the code hash it ran with."""
     if row is None:
         return "–"
-    stale = f" :ref:`† <{_stale_label(row)}>`" if _stale(row) else ""
+    stale = f" :ref:`† <{_stale_label(row)}>`" if is_stale(row) else ""
     if row["success"]:
         if row.get("float64"):  # eager float32 was off, the ONNX model within the tolerance of float64
             return f"✔ {row['float64']['onnx_max_abs']:.0e} (float64){stale}"
@@ -70,7 +72,7 @@ def _cell(row: dict[str, Any] | None) -> str:
 def _stale_lines(rows: Sequence[dict[str, Any]], name: Any) -> list[str]:
     """The stale rows grouped by the code hash they ran with (``hash``: :func:`fx2onnx.runner.sources_hash`
     of fx2onnx's sources and the key packages' versions), each group with its anchor."""
-    stale = [r for r in rows if _stale(r)]
+    stale = [r for r in rows if is_stale(r)]
     if not stale:
         return []
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -79,8 +81,8 @@ def _stale_lines(rows: Sequence[dict[str, Any]], name: Any) -> list[str]:
     lines = ["Rows run before the weights were spread", "---------------------------------------", "",
              f"The {len(stale)} rows marked † in the tables ran before the spreading of the weights described "
              "above, with the code whose hash is given (:func:`fx2onnx.runner.sources_hash`: fx2onnx's sources and "
-             "the versions of the key packages). They have not been run again since; ``--missing`` does not "
-             "rerun them, ``--only`` does.", ""]
+             "the versions of the key packages). They have not been run again since; ``--stale`` reruns them "
+             "(``--missing`` does not).", ""]
     for code, mine in sorted(groups.items(), key=lambda item: (-len(item[1]), item[0])):
         lines += [f".. _{_stale_label(mine[0])}:", "",
                   f"* code ``{code[:8]}`` ({len(mine)} rows): "
@@ -173,7 +175,7 @@ def _spread_sentence(rows: list[dict[str, Any]]) -> str:
             "heads scaled to 1e-4, zero-initialized norms and position tables) get seeded random values "
             "(:func:`fx2onnx.models.checkable.spread_degenerate_weights`): with them a whole branch adds nothing "
             "to the outputs and the comparison with eager could not see it computed wrong. "
-            f"{spread} of the {len(rows)} rows ran so; the {sum(_stale(r) for r in rows)} rows marked † ran "
+            f"{spread} of the {len(rows)} rows ran so; the {sum(is_stale(r) for r in rows)} rows marked † ran "
             "before and may have been checked with such weights (the rows of models never built have nothing "
             "to spread).")
 

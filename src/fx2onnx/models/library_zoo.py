@@ -267,10 +267,13 @@ def _locked(path: Path):
 def build_library_rows(
     path: str | Path, library: str, only: str | None = None, exporters: Sequence[str] | None = None,
     shapes: Sequence[str] = SHAPES, workers: int = 2, timeout: float = 300.0, missing_only: bool = False,
-    memory_gb: float = 6.0,
+    memory_gb: float = 6.0, stale_only: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Runs the selected rows of ``library`` and merges them into the rows file ``path``; each worker
-    may use ``memory_gb`` more than it holds when it starts (a row above runs out of memory)."""
+    may use ``memory_gb`` more than it holds when it starts (a row above runs out of memory).
+    ``missing_only`` keeps the rows absent from the file or timed out; ``stale_only`` the rows of the
+    file run before the weights were spread (:func:`~fx2onnx.models.library_report.is_stale`), the
+    quickest (by their last time) first: a run stopped early has rerun the most rows."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     key = sources_hash(skip=NOT_KEYED)
@@ -279,6 +282,11 @@ def build_library_rows(
     todo = make_tasks(library, only, exporters, shapes)
     if missing_only:
         todo = [t for t in todo if (t[1], t[3], t[4]) not in rows or rows[(t[1], t[3], t[4])]["step"] == "timeout"]
+    if stale_only:
+        from .library_report import is_stale
+
+        todo = [t for t in todo if (t[1], t[3], t[4]) in rows and is_stale(rows[(t[1], t[3], t[4])])]
+        todo.sort(key=lambda t: rows[(t[1], t[3], t[4])].get("time") or 0.0)
     versions = {}
     for package in ("torch", "timm", "diffusers", "torchvision", "transformers"):
         with contextlib.suppress(Exception):
@@ -288,7 +296,7 @@ def build_library_rows(
     meta["command"] = (f"python -m fx2onnx.models.library_zoo {library}" + (f" --only '{only}'" if only else "")
                        + ("" if set(LIBRARY_SHAPES.get(library, SHAPES)) <= set(shapes)
                           else " --shapes " + " ".join(shapes))
-                       + (" --missing" if missing_only else ""))
+                       + (" --missing" if missing_only else "") + (" --stale" if stale_only else ""))
 
     done: set[tuple] = set()
 
@@ -328,6 +336,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "'pool'; default: the environment variable FX2ONNX_CLUSTER, else a local cluster")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--missing", action="store_true", help="only rows absent from the file or timed out")
+    parser.add_argument("--stale", action="store_true", help="only the rows of the file run before the weights "
+                        "were spread (marked † on the page), the quickest first")
     parser.add_argument("--memory-gb", type=float, default=6.0, help="memory a worker may add (GB)")
     parser.add_argument("--out", default="_doc/models", help="folder of the rows file rows_<library>.json")
     args = parser.parse_args(argv)
@@ -335,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["FX2ONNX_CLUSTER"] = args.address
     path = Path(args.out) / f"rows_{args.library}.json"
     rows, meta = build_library_rows(path, args.library, args.only, args.exporters, args.shapes,
-                                    args.workers, args.timeout, args.missing, args.memory_gb)
+                                    args.workers, args.timeout, args.missing, args.memory_gb, args.stale)
     for exporter in args.exporters or EXPORTERS:
         for shape in args.shapes:
             mine = [r for r in rows if r["exporter"] == exporter and r["shapes"] == shape]

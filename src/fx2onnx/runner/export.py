@@ -69,8 +69,9 @@ def reuse_torchlib_registry():
         registry_class.from_torchlib = original
 
 
-#: exception names raised when torch.export.export fails (the capture step)
-CAPTURE_ERRORS = ("ExportError", "TorchExportError")
+#: exception names raised when torch.export.export fails or returns a program which differs from
+#: eager (to_onnx's capture check, :class:`fx2onnx.CaptureMismatchError`): the capture step
+CAPTURE_ERRORS = ("ExportError", "TorchExportError", "CaptureMismatchError")
 
 
 @contextlib.contextmanager
