@@ -118,3 +118,20 @@ def test_errors_name_the_fix(models, tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and expected in err and err.count("\n") == 1, err
+
+
+def test_the_parser_imports_no_torch():
+    """``python -m fx2onnx --help`` answers at once: building the parser imports neither torch
+    nor the scenario zoo (it took 2-4 s of imports before every command)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from fx2onnx.__main__ import make_parser\n"
+        "parser = make_parser()\n"
+        "parser.parse_args(['scenarios', '--out', 'x', '--exporters', 'custom'])\n"
+        "print(sorted(m for m in ('torch', 'fx2onnx.scenarios') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

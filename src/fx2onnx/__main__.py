@@ -358,7 +358,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m fx2onnx", description="fx2onnx command line")
     commands = parser.add_subparsers(dest="command", required=True, metavar="command")
 
-    from .scenarios.run import EXPORTERS
+    from .scenario_exporters import EXPORTERS
 
     scn = commands.add_parser(
         "scenarios",

@@ -48,16 +48,18 @@ def _sandbox_key(*parts: Any) -> str:
 
 
 def run_on_worker(run_one: RunOne, failed_row: FailedRow, task: Any, timeout: float, memory_gb: float | None,
-                  mp_context: str | None, max_tasks: int) -> dict[str, Any]:
+                  mp_context: str | None, max_tasks: int, sweep: str = "") -> dict[str, Any]:
     """Runs on a worker of the cluster: ``task`` in the sandbox of this worker thread, its row.
 
-    The sandbox is kept between tasks (the imports and caches of its process stay warm) and
-    replaced when the functions or the options change.
+    The sandbox is kept between the tasks of one sweep (the imports and caches of its process
+    stay warm) and replaced when the sweep, the functions or the options change: a sandbox
+    forked for an earlier sweep holds the code of that time (a function patched since, a
+    module reloaded), and a thread of a later local cluster may get the same identifier.
     """
     process = multiprocessing.current_process()
     if process.daemon:  # a worker started by a nanny is daemonic, and a daemonic process has no child
         process.daemon = False
-    key = _sandbox_key(run_one, failed_row, memory_gb, mp_context, max_tasks)
+    key = _sandbox_key(run_one, failed_row, memory_gb, mp_context, max_tasks, sweep)
     ident = threading.get_ident()
     with _LOCK:
         current = _SANDBOXES.get(ident)
@@ -159,7 +161,7 @@ def run_on_cluster(
         sweep = uuid.uuid4().hex[:8]
         futures = {
             client.submit(run_on_worker, run_one, failed_row, task, timeout, memory_gb, mp_context,
-                          max_tasks_per_worker, key=f"row-{sweep}-{index}", pure=False): index
+                          max_tasks_per_worker, sweep, key=f"row-{sweep}-{index}", pure=False): index
             for index, task in enumerate(tasks)
         }
         interrupted = True

@@ -25,17 +25,9 @@ import torch
 from ..runner import dynamo_export, first_line, label_export_step, run_tasks
 from ..validation import compare_outputs, flatten_outputs, make_session, run_onnx, to_numpy
 from .cases import get_case, get_cases
+from ..scenario_exporters import EXPORTERS
 from .text import fx_short_text, onnx_short_text
 
-#: exporter name -> what it does
-EXPORTERS: dict[str, str] = {
-    "export-strict": "torch.export.export(strict=True)",
-    "export-nostrict": "torch.export.export(strict=False)",
-    "export-nostrict-decall": "torch.export.export(strict=False).run_decompositions()",
-    "dynamo": "torch.onnx.export(dynamo=True)",
-    "custom": "fx2onnx.to_onnx(strict=False)",
-    "custom-strict": "fx2onnx.to_onnx(strict=True)",
-}
 #: exporters producing an ExportedProgram (the others produce ONNX)
 PROGRAM_EXPORTERS = ("export-strict", "export-nostrict", "export-nostrict-decall")
 ONNX_EXPORTERS = ("dynamo", "custom", "custom-strict")
