@@ -132,7 +132,7 @@ def test_stale_rows_rerun_quickest_first_and_merged_in_order(monkeypatch, tmp_pa
 
     def row(architecture, exporter, time, **extra):
         r = zoo._empty_row("timm", architecture, architecture, exporter, "batch")
-        r.update({"success": True, "time": time, **extra})
+        r.update({"success": True, "time": time, "max_abs": 1e-6, **extra})
         return r
 
     old = [row("a", "dynamo", 9.0), row("a", "to_onnx", 1.0, spread=0), row("b", "dynamo", 2.0),
@@ -152,3 +152,6 @@ def test_stale_rows_rerun_quickest_first_and_merged_in_order(monkeypatch, tmp_pa
     assert [(r["architecture"], r["exporter"]) for r in written] == [
         ("a", "dynamo"), ("a", "to_onnx"), ("b", "dynamo"), ("c", "dynamo"), ("d", "dynamo")]
     assert not any(is_stale(r) for r in written) and meta["command"].endswith("--stale")
+    text = library_page("timm", written, meta)
+    assert "3 of the 5 rows ran so; the others checked nothing" in text and "Rows run before" not in text
+    assert "the 2 rows marked †" in library_page("timm", old, meta)

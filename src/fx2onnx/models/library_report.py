@@ -171,13 +171,17 @@ def library_page(library: str, rows: Sequence[dict[str, Any]], meta: dict[str, A
 def _spread_sentence(rows: list[dict[str, Any]]) -> str:
     """How many rows ran with the weights that hide a branch given random values."""
     spread = sum(r.get("spread") is not None for r in rows)
-    return ("Before anything runs, the weights a library initializes toward the identity (layer scales of 1e-5, "
+    stale = sum(is_stale(r) for r in rows)
+    head = ("Before anything runs, the weights a library initializes toward the identity (layer scales of 1e-5, "
             "heads scaled to 1e-4, zero-initialized norms and position tables) get seeded random values "
             "(:func:`fx2onnx.models.checkable.spread_degenerate_weights`): with them a whole branch adds nothing "
             "to the outputs and the comparison with eager could not see it computed wrong. "
-            f"{spread} of the {len(rows)} rows ran so; the {sum(is_stale(r) for r in rows)} rows marked † ran "
-            "before and may have been checked with such weights (the rows of models never built have nothing "
-            "to spread).")
+            f"{spread} of the {len(rows)} rows ran so")
+    if not stale:
+        return head + ("; the others checked nothing (a model never built, a row which timed out or crashed)."
+                       if spread < len(rows) else ".")
+    return head + (f"; the {stale} rows marked † ran before and may have been checked with such weights (the rows "
+                   "of models never built have nothing to spread).")
 
 
 #: what the page of the transformers tasks says of its rows
