@@ -1,10 +1,13 @@
-"""A LLaVA, Gemma 3 or Idefics 3 checkpoint folder -> ``export`` -> ``generate "prompt" --image cat.png``, the tokens
-checked against transformers' generate; the images made in code (PNG files written by Pillow).
+"""A LLaVA, Gemma 3, Idefics 3 or Qwen2-VL checkpoint folder -> ``export`` -> ``generate "prompt" --image cat.png``,
+the tokens checked against transformers' generate; the images made in code (PNG files written by Pillow).
 
 Gemma 3's layers alternate a sliding window of 8 positions and a full attention; its prompts (the
 processor's image tokens between their markers) are longer than the window, and the tokens of one
 image attend to each other in both directions (``token_type_ids``, computed in the decoder).
-Idefics 3's processor splits an image into 4 tiles and the whole image (5 rows of ``pixel_values``)."""
+Idefics 3's processor splits an image into 4 tiles and the whole image (5 rows of ``pixel_values``).
+Qwen2-VL's and Qwen2.5-VL's processor gives the patches of every image (a grid of 6x6 patches and one of 4x4,
+other sizes than the vision piece's export), their decoder takes 3 rows of positions computed from the grid in the
+loop; Qwen2.5-VL's first vision block attends within windows of 2x2 merged features."""
 
 from __future__ import annotations
 
@@ -31,12 +34,14 @@ def _image(path, size, flip=False):
 
 
 #: family -> (its placeholder of an image in a prompt, the standard deviation of its random weights: tokens that vary)
-FAMILIES = {"llava": ("<image>", 0.3), "gemma3": ("<start_of_image>", 0.02), "idefics3": ("<image>", 0.3)}
+FAMILIES = {"llava": ("<image>", 0.3), "gemma3": ("<start_of_image>", 0.02), "idefics3": ("<image>", 0.3),
+            "qwen2_vl": ("<|vision_start|><|image_pad|><|vision_end|>", 0.3),
+            "qwen2_5_vl": ("<|vision_start|><|image_pad|><|vision_end|>", 0.3)}
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
 def folders(tmp_path_factory, request):
-    """A bf16 LLaVA, Gemma 3 or Idefics 3 folder with its processor, the folder ``export`` wrote from it,
+    """A bf16 LLaVA, Gemma 3, Idefics 3 or Qwen2-VL folder with its processor, the folder ``export`` wrote from it,
     two PNG images."""
     from fx2onnx.models import vlm_folder
 
@@ -76,7 +81,8 @@ def test_export_writes_the_pieces(folders):
     assert "image_features" in pieces["decoder"]["inputs"] and "logits" in pieces["decoder"]["outputs"]
     assert pieces["decoder"]["cache"]["past_key_values_key_0"] == "present_key_0"
     # the vision tower is in the vision piece only
-    assert not any("vision_tower" in i.name or "vision_model" in i.name for i in decoder.graph.initializer)
+    assert not any(name in i.name for i in decoder.graph.initializer for name in ("vision_tower", "vision_model",
+                                                                                  "visual."))
 
 
 @pytest.mark.slow
@@ -121,7 +127,8 @@ def test_bad_images_end_in_one_line(tmp_path, capsys):
     config.save_pretrained(tmp_path / "mistral3")
     assert main(["export", str(tmp_path / "mistral3"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert "LLaVA, Gemma 3 and Idefics 3 today" in err and "Mistral3ForConditionalGeneration" in err
+    assert "LLaVA, Gemma 3, Idefics 3, Qwen2-VL and Qwen2.5-VL today" in err
+    assert "Mistral3ForConditionalGeneration" in err
 
 
 @pytest.mark.slow
@@ -133,3 +140,39 @@ def test_bfloat16_pieces_are_held_to_eager(folders, tmp_path):
     result = export_folder(checkpoint, tmp_path / "bf16", dtype="bfloat16")
     assert result.ok and len(result.checks) == 4, result.check_lines()
     assert len(VisionGenerator(tmp_path / "bf16").generate_text("describe", images[:1], 6).new_ids) == 6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folders", ["qwen2_vl", "qwen2_5_vl"], indirect=True)
+def test_qwen_vl_vision_piece_on_images_of_other_sizes(folders):
+    """The vision piece (exported on 40 patches) against eager on the processor's patches of one and two images of
+    other sizes, the boundaries of the images (Qwen2.5-VL: of its windows) and the patches' positions computed from
+    the grid in the graph."""
+    import onnxruntime
+
+    from fx2onnx.runtime.vision import read_image
+
+    checkpoint, out, _ = folders
+    model = transformers.AutoModelForImageTextToText.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    processor = transformers.AutoProcessor.from_pretrained(checkpoint, local_files_only=True)
+    session = onnxruntime.InferenceSession(os.path.join(out, "vision.onnx"), providers=["CPUExecutionProvider"])
+    root = os.path.dirname(out)
+    for sizes in ([(16, 48)], [(48, 16), (24, 32)]):
+        images = [read_image(_image_of(os.path.join(root, f"{h}x{w}.png"), h, w)) for h, w in sizes]
+        inputs = processor(images=images, text="<|image_pad|>" * len(images), return_tensors="pt")
+        grid = inputs["image_grid_thw"]
+        assert grid.shape[0] == len(sizes) and int(grid.prod(-1).sum()) != 40
+        got = session.run(None, {"pixel_values": inputs["pixel_values"].numpy(), "image_grid_thw": grid.numpy()})[0]
+        with torch.no_grad():
+            expected = torch.cat(model.model.get_image_features(inputs["pixel_values"], grid).pooler_output)
+        np.testing.assert_allclose(got, expected.numpy(), atol=1e-4, rtol=1e-3)
+
+
+def _image_of(path, height, width):
+    """A PNG of ``height x width`` pixels."""
+    import PIL.Image
+
+    y, x = np.linspace(0, 1, height), np.linspace(0, 1, width)
+    pixels = (np.stack([np.outer(y, x), np.outer(1 - y, x), np.outer(y, 1 - x)], -1) * 255).astype(np.uint8)
+    PIL.Image.fromarray(pixels).save(path)
+    return path

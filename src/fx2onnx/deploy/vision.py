@@ -1,5 +1,5 @@
-"""The pieces of an image-text-to-text folder (LLaVA, Gemma 3, Idefics 3): a vision encoder and a
-decoder with its cache.
+"""The pieces of an image-text-to-text folder (LLaVA, Gemma 3, Idefics 3; Qwen2-VL and Qwen2.5-VL in
+:mod:`fx2onnx.deploy.qwen_vl`): a vision encoder and a decoder with its cache.
 
 * ``vision.onnx``: ``pixel_values (images, 3, H, W)`` -> ``image_features (rows, hidden)``, the
   vision tower and the projector, the features of every image one after the other (LLaVA's
@@ -90,18 +90,15 @@ def image_tokens(config: Any) -> int:
     return patches + (0 if config.vision_feature_select_strategy == "default" else 1)
 
 
-def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
-    """The vision and decoder pieces of a LLaVA, Gemma 3 or Idefics 3 model, with example inputs of
-    two shapes."""
+def decoder_piece(model: Any, config: Any, dtype: torch.dtype, g: torch.Generator, per_image: int,
+                  position_rows: int = 0) -> Piece:
+    """The decoder piece of an image-text model with example inputs of two shapes (the first holding
+    the placeholders of an image of ``per_image`` features); ``position_rows``: positions of shape
+    ``(rows, batch, seq)`` (Qwen2-VL's 3), ``(batch, seq)`` when 0."""
     from ..models.tiny import _decoder_inputs, _dynamic_shapes
     from ..models.vlm import cache_dynamic_shapes
 
-    vision, text = config.vision_config, config.text_config
-    g = torch.Generator().manual_seed(seed)
-    per_image = image_tokens(config)
-
-    def pixels(images):
-        return {"pixel_values": torch.randn(images, 3, vision.image_size, vision.image_size, generator=g).to(dtype)}
+    text = config.get_text_config()
 
     def step(batch, seq, past, images):
         inputs = _decoder_inputs(text, batch, seq, past, with_cache=True, position_ids=True, generator=g)
@@ -113,19 +110,39 @@ def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, s
         for layer in cache.layers:
             layer.keys, layer.values = layer.keys.to(dtype), layer.values.to(dtype)
         inputs["image_features"] = torch.randn(rows, text.hidden_size, generator=g).to(dtype)
+        if position_rows:
+            inputs["position_ids"] = inputs["position_ids"][None].repeat(position_rows, 1, 1)
         return inputs
 
     first, second = step(2, per_image + 2, 3, 1), step(3, 1, 5, 2)
     shapes = _dynamic_shapes({k: v for k, v in first.items() if k != "image_features"}, text)
     shapes["image_features"] = {0: "image_rows"}
+    if position_rows:
+        shapes["position_ids"] = {1: "batch", 2: "seq"}
     layers = len(first["past_key_values"].layers)
     # a layer of a sliding window keeps fewer positions than the others once the prompt is longer (Gemma 3)
     shapes["past_key_values"] = cache_dynamic_shapes(text, layers)
+    decoder = Piece("decoder", "decoder.onnx", ImageTextDecoderPiece(model), first, second, shapes, [], [], {})
+    decoder.layers = layers  # type: ignore[attr-defined]
+    return decoder
+
+
+def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
+    """The vision and decoder pieces of a LLaVA, Gemma 3, Idefics 3, Qwen2-VL or Qwen2.5-VL model
+    (:func:`fx2onnx.deploy.qwen_vl.qwen_vl_pieces`), with example inputs of two shapes."""
+    from .qwen_vl import QWEN_VL_MODEL_TYPES, qwen_vl_pieces
+
+    if config.model_type in QWEN_VL_MODEL_TYPES:
+        return qwen_vl_pieces(model, config, dtype, seed)
+    vision = config.vision_config
+    g = torch.Generator().manual_seed(seed)
+
+    def pixels(images):
+        return {"pixel_values": torch.randn(images, 3, vision.image_size, vision.image_size, generator=g).to(dtype)}
+
+    decoder = decoder_piece(model, config, dtype, g, image_tokens(config))
     encoder = Piece("vision", "vision.onnx", VisionPiece(model), pixels(2), pixels(3),
                     {"pixel_values": {0: "images"}}, ["pixel_values"], ["image_features"])
-    decoder = Piece("decoder", "decoder.onnx", ImageTextDecoderPiece(model), first, second, shapes,
-                    [], [], {})
-    decoder.layers = layers  # type: ignore[attr-defined]
     return [encoder, decoder]
 
 
@@ -133,7 +150,7 @@ def export_vision_pieces(
     folder: str, out_dir: str, config: Any, dtype: torch.dtype, *, optimize: str, quantize: str | None,
     block_size: int, opset: int | None, progress: bool, say: Any, symmetric: bool = True,
 ) -> list[Piece]:
-    """Exports the pieces of a LLaVA, Gemma 3 or Idefics 3 folder into ``out_dir``; the decoder's cache
+    """Exports the pieces of a LLaVA, Gemma 3, Idefics 3 or Qwen-VL folder into ``out_dir``; the decoder's cache
     outputs are named after their inputs (:func:`fx2onnx.deploy.export.name_presents`)."""
     import os
 

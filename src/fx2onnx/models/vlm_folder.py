@@ -1,5 +1,5 @@
-"""LLaVA, Gemma 3 and Idefics 3 checkpoint folders made in code: weights, tokenizer, image processor,
-processor; no download.
+"""LLaVA, Gemma 3, Idefics 3 and Qwen2-VL checkpoint folders made in code: weights, tokenizer, image
+processor, processor; no download.
 
 :func:`write_llava_folder` writes the random weights of a :class:`transformers.LlavaConfig`
 (a Llama text model and a CLIP vision tower), the tokenizer of
@@ -11,7 +11,9 @@ processor; no download.
 text model whose layers alternate a sliding window and a full attention) with its
 :class:`transformers.Gemma3Processor`; :func:`write_idefics3_folder` for a
 :class:`transformers.Idefics3Config` (SmolVLM's architecture) with its tiling
-:class:`transformers.Idefics3Processor`.
+:class:`transformers.Idefics3Processor`; :func:`write_qwen2_vl_folder` for a
+:class:`transformers.Qwen2VLConfig` with its :class:`transformers.Qwen2VLProcessor` (images resized
+to grids of patches of their own sizes).
 
 .. code-block:: python
 
@@ -177,3 +179,72 @@ def write_idefics3_folder(config: Any, folder: str | os.PathLike, dtype: str = "
 
     return _write_folder(config, folder, dtype, seed, std, {"additional_special_tokens": IDEFICS3_TOKENS},
                          IMAGE_TOKEN, processor)
+
+
+def tiny_qwen2_vl_config(layers: int = 2, patch_size: int = 4) -> Any:
+    """A tiny :class:`transformers.Qwen2VLConfig`: a Qwen2-VL text model (hidden size 64, its
+    rotary positions in 3 sections: time, height, width) and a vision tower (hidden size 32) on
+    patches of ``patch_size`` pixels, 2x2 patches merged into one feature."""
+    import transformers
+
+    text = transformers.Qwen2VLTextConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, vocab_size=512,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]})
+    vision = transformers.Qwen2VLVisionConfig(depth=2, embed_dim=32, hidden_size=64, num_heads=4, mlp_ratio=2,
+                                              patch_size=patch_size, spatial_merge_size=2, temporal_patch_size=2)
+    return transformers.Qwen2VLConfig(text_config=text.to_dict(), vision_config=vision.to_dict(),
+                                      architectures=["Qwen2VLForConditionalGeneration"])
+
+
+def tiny_qwen2_5_vl_config(layers: int = 2, patch_size: int = 4) -> Any:
+    """A tiny :class:`transformers.Qwen2_5_VLConfig`: the text model of :func:`tiny_qwen2_vl_config`,
+    a vision tower (hidden size 32) whose first block attends within windows of 2x2 merged features
+    (``window_size``: 4 patches) and the second over each whole image."""
+    import transformers
+
+    text = tiny_qwen2_vl_config(layers, patch_size).text_config.to_dict()
+    vision = transformers.Qwen2_5_VLVisionConfig(
+        depth=2, hidden_size=32, intermediate_size=64, num_heads=4, out_hidden_size=64, patch_size=patch_size,
+        spatial_merge_size=2, temporal_patch_size=2, window_size=4 * patch_size, fullatt_block_indexes=[1])
+    return transformers.Qwen2_5_VLConfig(text_config=text, vision_config=vision.to_dict(),
+                                         architectures=["Qwen2_5_VLForConditionalGeneration"])
+
+
+#: Qwen2-VL's tokens around and inside an image or a video (a prompt holds them all, the processor
+#: expands ``<|image_pad|>`` into the features of its image)
+QWEN2_VL_TOKENS = {"vision_start_token_id": "<|vision_start|>", "vision_end_token_id": "<|vision_end|>",
+                   "image_token_id": "<|image_pad|>", "video_token_id": "<|video_pad|>"}
+
+
+def write_qwen2_vl_folder(config: Any, folder: str | os.PathLike, dtype: str = "bfloat16", *, seed: int = 0,
+                          std: float | None = None, max_patches: int = 64) -> dict[str, Any]:
+    """Writes a ``save_pretrained`` folder of a Qwen2-VL or Qwen2.5-VL model as :func:`write_llava_folder` does:
+    the tokenizer with :data:`QWEN2_VL_TOKENS` (the config's ids set to theirs), a
+    :class:`transformers.Qwen2VLImageProcessor` resizing an image to a grid of patches (both sides a
+    multiple of two patches, at least 2x2 and at most ``max_patches`` patches, the aspect ratio kept:
+    images of other sizes give other numbers of features), its video processor and the
+    :class:`transformers.Qwen2VLProcessor` (:class:`transformers.Qwen2_5_VLProcessor`)."""
+    import transformers
+
+    vision = config.vision_config
+    side = vision.patch_size * vision.spatial_merge_size
+    sizes = dict(patch_size=vision.patch_size, merge_size=vision.spatial_merge_size,
+                 temporal_patch_size=vision.temporal_patch_size,
+                 size={"shortest_edge": side * side, "longest_edge": max_patches * vision.patch_size ** 2})
+
+    def processor(tok):
+        for key, token in QWEN2_VL_TOKENS.items():
+            setattr(config, key, tok.convert_tokens_to_ids(token))
+        kind = transformers.Qwen2_5_VLProcessor if config.model_type == "qwen2_5_vl" else transformers.Qwen2VLProcessor
+        return kind(image_processor=transformers.Qwen2VLImageProcessor(**sizes),
+                    video_processor=transformers.Qwen2VLVideoProcessor(**sizes), tokenizer=tok)
+
+    tokens = {"additional_special_tokens": list(QWEN2_VL_TOKENS.values())}
+    return _write_folder(config, folder, dtype, seed, std, tokens, QWEN2_VL_TOKENS["image_token_id"], processor)
+
+
+def write_qwen2_5_vl_folder(config: Any, folder: str | os.PathLike, dtype: str = "bfloat16", *, seed: int = 0,
+                            std: float | None = None, max_patches: int = 64) -> dict[str, Any]:
+    """:func:`write_qwen2_vl_folder` of a :class:`transformers.Qwen2_5_VLConfig`."""
+    return write_qwen2_vl_folder(config, folder, dtype, seed=seed, std=std, max_patches=max_patches)

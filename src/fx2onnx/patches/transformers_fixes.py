@@ -33,6 +33,10 @@ Each one fixes a failure met with the installed transformers and tiny models:
   which specializes the number of images (see :mod:`fx2onnx.patches.llava`).
 * Idefics 3's ``get_image_features`` splits the features per prompt with ``tolist()``,
   which specialized the batch (see :mod:`fx2onnx.patches.idefics3`).
+* Qwen2-VL's vision attention (the same code in Qwen2.5-VL and Qwen3-VL) splits the images by
+  ``lengths.tolist()`` and runs one attention per image; the patch runs one attention over all the
+  patches with a block-diagonal mask built from ``cu_seqlens`` as tensors (see
+  :mod:`fx2onnx.patches.qwen_vl`).
 * RT-DETR's forward (and its copies: RT-DETR v2, D-FINE, DEIMv2, PP-DocLayout) reads the
   batch with ``len(source_flatten)``, which specialized it (see :mod:`fx2onnx.patches.detr_batch`).
 * FSMT's ``make_padding_mask`` returns ``None`` when no token is padding
@@ -55,6 +59,7 @@ import torch
 from .registry import Patch, patch_if_imported, source_guard
 from .detr_batch import DETR_BATCH_FORWARDS, guard_symbolic_len_forward, make_symbolic_len_forward
 from .idefics3 import IMAGE_FEATURES, guard_image_features, _make_image_features
+from .qwen_vl import SPLIT_ATTENTIONS, guard_split_attention, make_block_diagonal_attention
 from .sdpa_skip import MASK_FUNCTIONS, guard_mask_function, make_mask_with_eager_skip
 
 
@@ -212,6 +217,12 @@ def _make_longformer_chunk(original: Any) -> Any:
     return _make_chunk_by_unfold(original)
 
 
+def _make_longformer_padding(original: Any) -> Any:
+    from .longformer import _make_pad_to_window_size
+
+    return _make_pad_to_window_size(original)
+
+
 def _make_llava_image_features(original: Any) -> Any:
     from .llava import _make_llava_image_features as make
 
@@ -287,6 +298,16 @@ def transformers_patches() -> list[Patch]:
         doc="LLaVA's image features returned as one tensor instead of a list per image, which made "
         "torch.export specialize the number of images (see fx2onnx.patches.llava)",
     ))
+    patches.extend(patch_if_imported(
+        "transformers.models.longformer.modeling_longformer", "LongformerModel._pad_to_window_size",
+        name="LongformerModel._pad_to_window_size",
+        make=_make_longformer_padding,
+        expected_args=("self", "input_ids", "attention_mask", "token_type_ids", "position_ids", "inputs_embeds",
+                       "pad_token_id"),
+        doc="the sequence padded to window * ceil(seq / window) without a branch, the mask's length checked equal "
+        "to the ids': sizes torch sees as multiples of the window, one symbol for the sequence (see "
+        "fx2onnx.patches.longformer)",
+    ))
     for module, attention in (("longformer", "LongformerSelfAttention"), ("led", "LEDEncoderSelfAttention")):
         patches.extend(patch_if_imported(
             f"transformers.models.{module}.modeling_{module}", f"{attention}.forward",
@@ -313,6 +334,16 @@ def transformers_patches() -> list[Patch]:
             guard=guard_image_features,
             doc="the image features returned as one tensor instead of a list per prompt split with tolist(), "
             "which made torch.export specialize the batch (see fx2onnx.patches.idefics3)",
+        ))
+    for module, attention in SPLIT_ATTENTIONS:
+        patches.extend(patch_if_imported(
+            module, f"{attention}.forward",
+            name=f"{attention}.forward",
+            make=make_block_diagonal_attention,
+            expected_args=("self", "hidden_states", "cu_seqlens", "position_embeddings"),
+            guard=guard_split_attention,
+            doc="one attention over the patches of every image with a block-diagonal mask built from cu_seqlens "
+            "as tensors, instead of one attention per image split by lengths.tolist() (see fx2onnx.patches.qwen_vl)",
         ))
     for module, function in MASK_FUNCTIONS:
         sliding = function == "create_sliding_window_causal_mask"

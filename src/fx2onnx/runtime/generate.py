@@ -297,10 +297,15 @@ class OnnxGenerator:
         sampling: Sampling | None = None,
         streamer: Callable[[np.ndarray], None] | None = None,
         constants: dict[str, Any] | None = None,
+        position_ids: np.ndarray | None = None,
     ) -> Any:
         """Greedy decoding or sampling; see :func:`fx2onnx.generate`. ``constants`` gives the
         value of each input of ``constant_inputs``: an :class:`onnxruntime.OrtValue` (kept in
-        onnxruntime memory, not copied) or a numpy array (which must outlive the call)."""
+        onnxruntime memory, not copied) or a numpy array (which must outlive the call).
+        ``position_ids`` gives the prompt's positions, ``(..., batch, length)``, where they are not
+        the count of its tokens (Qwen2-VL's rows of multimodal positions,
+        :func:`fx2onnx.runtime.mrope.rope_index`): every later token takes the largest position of
+        its sequence plus one, plus two..., in every row (transformers' ``rope_deltas``)."""
         ids, mask, as_torch = _check_inputs(input_ids, attention_mask, max_new_tokens)
         chooser = sampling.chooser() if sampling is not None and sampling.needs_logits else None
         sig = self.signature
@@ -313,7 +318,22 @@ class OnnxGenerator:
         eos = np.array([] if eos_token_id is None else np.atleast_1d(eos_token_id), dtype=np.int64)
         pad = int(eos[0]) if pad_token_id is None and eos.size else pad_token_id
         batch = ids.shape[0]
-        positions = np.where(mask == 0, 0, np.cumsum(mask, axis=1) - 1).astype(np.int64)
+        steps = np.arange(1, max_new_tokens + 1, dtype=np.int64)[:, None, None]
+        if position_ids is None:
+            positions = np.where(mask == 0, 0, np.cumsum(mask, axis=1) - 1).astype(np.int64)
+            later_positions = positions[:, -1:][None] + steps
+        else:
+            if not sig.has_position_ids:
+                raise ValueError("position_ids given, but the model has no input 'position_ids'.")
+            positions = np.ascontiguousarray(position_ids, dtype=np.int64)
+            if positions.ndim < 2 or positions.shape[-2:] != ids.shape:
+                raise ValueError(f"position_ids has shape {positions.shape}, input_ids {ids.shape}: give positions "
+                                 "(..., batch, length).")
+            top = positions.reshape(-1, batch, ids.shape[1]).max(axis=(0, 2))  # (batch,)
+            later = top[None, :, None] + steps  # (new tokens, batch, 1), then every row
+            later_positions = np.ascontiguousarray(np.broadcast_to(
+                later.reshape(max_new_tokens, *(1,) * (positions.ndim - 2), batch, 1),
+                (max_new_tokens, *positions.shape[:-1], 1)))
 
         # the empty cache (the arrays stay referenced: an OrtValue made from numpy shares its buffer)
         empty = [_empty_array(shape, batch, type_) for _, _, shape, type_ in sig.cache]
@@ -335,7 +355,6 @@ class OnnxGenerator:
         length = ids.shape[1]
         full_mask = np.ones((batch, length + max_new_tokens), dtype=np.int64)
         full_mask[:, :length] = mask
-        later_positions = positions[:, -1:][None] + np.arange(1, max_new_tokens + 1, dtype=np.int64)[:, None, None]
         unfinished, stops = np.ones(batch, dtype=bool), bool(eos.size)
         new_tokens: list[np.ndarray] = []
         times = GenerationTimes()

@@ -1,5 +1,5 @@
-"""Image + prompt in, text out from a LLaVA, Gemma 3 or Idefics 3 folder ``python -m fx2onnx export``
-wrote (``generate OUTDIR "describe the image" --image cat.png``).
+"""Image + prompt in, text out from a LLaVA, Gemma 3, Idefics 3 or Qwen-VL folder ``python -m fx2onnx
+export`` wrote (``generate OUTDIR "describe the image" --image cat.png``).
 
 :class:`VisionGenerator` reads the pieces the folder's ``fx2onnx.json`` names
 (:mod:`fx2onnx.deploy.vision`). The folder's own processor (``AutoProcessor``, offline) turns
@@ -7,8 +7,14 @@ the images and the prompt into ``pixel_values`` and token ids (one ``<image>`` e
 the placeholders of one image); the vision piece runs once on all the images; its features
 stay in onnxruntime memory and are fed unchanged to every step of the decoder (which writes
 them over the placeholders of the prompt), run by :class:`fx2onnx.runtime.OnnxGenerator`
-with its cache. A prompt without ``<image>`` gets one per image in front of it, a new line
-between them and the text.
+with its cache. A prompt without ``<image>`` gets one per image in front of it (between
+``<|vision_start|>`` and ``<|vision_end|>`` where the tokenizer has them), a new line between
+them and the text.
+
+The vision piece takes every input it names from the processor's outputs (Qwen2-VL's:
+``pixel_values``, the patches of every image, and ``image_grid_thw``). A decoder whose
+``position_ids`` have three rows (Qwen2-VL) gets the prompt's multimodal rotary positions
+computed from the grid (:func:`fx2onnx.runtime.mrope.rope_index`).
 
 .. code-block:: python
 
@@ -28,6 +34,10 @@ import numpy as np
 from .folder import TextResult, TextStream, _read_json, open_pieces
 
 
+#: the tokens around an image's placeholders in a prompt, where the tokenizer has them (Qwen2-VL)
+VISION_MARKERS = ("<|vision_start|>", "<|vision_end|>")
+
+
 def read_image(path: str | os.PathLike) -> Any:
     """The RGB image of a file (PNG, JPEG... through Pillow)."""
     path = os.fspath(path)
@@ -43,11 +53,11 @@ def read_image(path: str | os.PathLike) -> Any:
 
 
 class VisionGenerator:
-    """The vision encoder, decoder, processor and generation config of an exported LLaVA, Gemma 3 or
-    Idefics 3 folder.
+    """The vision encoder, decoder, processor and generation config of an exported LLaVA, Gemma 3,
+    Idefics 3, Qwen2-VL or Qwen2.5-VL folder.
 
-    :param folder: a folder written by :func:`fx2onnx.deploy.export_folder` from a LLaVA, Gemma 3 or
-        Idefics 3 folder
+    :param folder: a folder written by :func:`fx2onnx.deploy.export_folder` from a LLaVA, Gemma 3,
+        Idefics 3, Qwen2-VL or Qwen2.5-VL folder
     :param providers: onnxruntime providers (default: CPU)
     :param threads: onnxruntime's intra-op threads (default: onnxruntime's choice)
     """
@@ -56,12 +66,17 @@ class VisionGenerator:
         self.folder = os.fspath(folder)
         _, self.vision, self.feature_names, self.decoder = open_pieces(
             self.folder, "image-text-to-text", "vision", "{folder} is not an image-text folder (task {task}): export "
-            "a LLaVA, Gemma 3 or Idefics 3 folder with python -m fx2onnx export CHECKPOINT --out FOLDER.", providers,
-            threads)
+            "a LLaVA, Gemma 3, Idefics 3 or Qwen-VL folder with python -m fx2onnx export CHECKPOINT --out FOLDER.",
+            providers, threads)
         generation = _read_json(os.path.join(self.folder, "generation_config.json"))
         config = _read_json(os.path.join(self.folder, "config.json"))
         self.eos_token_id = generation.get("eos_token_id", config.get("text_config", {}).get("eos_token_id"))
         self.pad_token_id = generation.get("pad_token_id", config.get("pad_token_id"))
+        self.image_token_id = config.get("image_token_id")
+        self.merge_size = config.get("vision_config", {}).get("spatial_merge_size")
+        positions = [i for i in self.decoder.session.get_inputs() if i.name == "position_ids"]
+        #: Qwen2-VL: the positions in rows (time, height, width) computed from the images' grids
+        self.position_rows = len(positions[0].shape) == 3 if positions else False
         self._processor: Any = None
 
     @property
@@ -85,6 +100,9 @@ class VisionGenerator:
         processor = self.processor
         token = getattr(processor, "image_token", "<image>")
         if token not in prompt:
+            vocabulary = processor.tokenizer.get_vocab()
+            if all(marker in vocabulary for marker in VISION_MARKERS):  # Qwen2-VL: the image between its markers
+                token = VISION_MARKERS[0] + token + VISION_MARKERS[1]
             prompt = token * len(images) + "\n" + prompt
         pictures = [read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in images]
         inputs = dict(processor(images=pictures, text=prompt, return_tensors="np"))
@@ -92,26 +110,36 @@ class VisionGenerator:
         if pixel_mask is not None and not pixel_mask.all():
             raise ValueError("The processor padded an image (pixel_attention_mask): the vision piece takes whole "
                              "images or tiles only (Idefics 3: keep do_image_splitting on).")
-        # Idefics 3: (prompts, images or tiles, 3, H, W), one prompt: its images one after the other
-        inputs["pixel_values"] = inputs["pixel_values"].reshape(-1, *inputs["pixel_values"].shape[-3:])
+        # Idefics 3: (prompts, images or tiles, 3, H, W), one prompt: its images one after the other;
+        # Qwen2-VL: (patches, values of a patch), kept
+        if inputs["pixel_values"].ndim > 2:
+            inputs["pixel_values"] = inputs["pixel_values"].reshape(-1, *inputs["pixel_values"].shape[-3:])
         return inputs
 
-    def image_features(self, pixel_values: np.ndarray) -> Any:
-        """Runs the vision piece once on every image: its features, an onnxruntime value."""
+    def image_features(self, inputs: dict[str, np.ndarray] | np.ndarray) -> Any:
+        """Runs the vision piece once on every image: its features, an onnxruntime value;
+        ``inputs``: the processor's outputs (the vision piece takes those it names), or the
+        ``pixel_values`` alone."""
         import onnxruntime
 
-        info = self.vision.get_inputs()[0]
-        if info.type == "tensor(bfloat16)":
-            import ml_dtypes
-            import onnx
+        if isinstance(inputs, np.ndarray):
+            inputs = {"pixel_values": inputs}
+        feeds = {}
+        for info in self.vision.get_inputs():
+            if info.name not in inputs:
+                raise ValueError(f"The vision piece takes {info.name!r}, which the processor does not give "
+                                 f"({sorted(inputs)}).")
+            array = np.asarray(inputs[info.name])
+            if info.type == "tensor(bfloat16)":
+                import ml_dtypes
+                import onnx
 
-            value = onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type(
-                np.ascontiguousarray(pixel_values.astype(ml_dtypes.bfloat16)).view(np.uint16),
-                onnx.TensorProto.BFLOAT16)
-        else:
-            dtype = np.float16 if info.type == "tensor(float16)" else np.float32
-            value = onnxruntime.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(pixel_values.astype(dtype)))
-        return self.vision.run_with_ort_values(self.feature_names, {info.name: value})[0]
+                feeds[info.name] = onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                    np.ascontiguousarray(array.astype(ml_dtypes.bfloat16)).view(np.uint16), onnx.TensorProto.BFLOAT16)
+                continue
+            dtype = {"tensor(float16)": np.float16, "tensor(int64)": np.int64}.get(info.type, np.float32)
+            feeds[info.name] = onnxruntime.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array.astype(dtype)))
+        return self.vision.run_with_ort_values(self.feature_names, feeds)[0]
 
     def generate_text(
         self,
@@ -123,13 +151,18 @@ class VisionGenerator:
         """Greedy generation after ``prompt`` and its ``images``: the tokens transformers' ``generate``
         returns on the processor's outputs."""
         inputs = self.inputs(prompt, images)
-        features = self.image_features(inputs["pixel_values"])
+        features = self.image_features(inputs)
         ids = inputs["input_ids"].astype(np.int64)
+        positions = None
+        if self.position_rows:
+            from .mrope import rope_index_of
+
+            positions = rope_index_of(inputs, self.image_token_id, self.merge_size)
         tokenizer = self.processor.tokenizer
         stream = TextStream(tokenizer, on_text) if on_text is not None else None
         tokens = self.decoder.generate(ids, max_new_tokens, inputs.get("attention_mask"), eos_token_id=self.eos_token_id,
                                        pad_token_id=self.pad_token_id, streamer=stream,
-                                       constants={self.feature_names[0]: features})
+                                       constants={self.feature_names[0]: features}, position_ids=positions)
         new = [int(t) for t in tokens[0, ids.shape[1]:]]
         return TextResult([int(i) for i in ids[0]], new, tokenizer.decode(new, skip_special_tokens=True),
                           self.decoder.last_times)

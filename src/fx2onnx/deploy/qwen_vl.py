@@ -1,0 +1,134 @@
+"""The pieces of a Qwen2-VL or Qwen2.5-VL folder: a vision tower over the patches of every image, a
+decoder with 3D rotary positions.
+
+* ``vision.onnx``: ``pixel_values (patches, channels * temporal_patch * patch * patch)`` and
+  ``image_grid_thw (images, 3)``, as the processor gives them (the patches of every image one
+  after the other, each image's grid of patches) -> ``image_features (rows, hidden)``, the merged
+  features of every image one after the other. The vision rotary positions and the boundaries of
+  the images (``cu_seqlens``) are computed from the grid **in the graph**
+  (:func:`grid_positions`, tensors only, no value read in Python) and given to the tower as its
+  precomputed ``position_ids`` and ``cu_seqlens``; its attention runs once over all the patches
+  with a block-diagonal mask (:mod:`fx2onnx.patches.qwen_vl`), so the number of images and their
+  sizes stay dynamic. Qwen2.5-VL's tower also attends within windows of merged features: their
+  order and boundaries are computed from the grid in the graph as well (:func:`window_positions`).
+* ``decoder.onnx``: the decoder of :mod:`fx2onnx.deploy.vision` (the image features written over
+  the ``<|image_pad|>`` placeholders in the graph), its ``position_ids`` of shape
+  ``(3, batch, seq)``: the multimodal rotary positions (time, height, width) that
+  ``get_rope_index`` computes from the grid's values are computed **in the loop**
+  (:func:`fx2onnx.runtime.mrope.rope_index`, numpy), then every later token takes the largest
+  position plus one.
+
+Every image is one frame (``grid_t = 1``, what the image processor gives); videos are not exported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .speech import Piece
+
+#: the model types exported by :func:`qwen_vl_pieces`
+QWEN_VL_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+
+
+def grid_positions(grid_thw: torch.Tensor, patches: Any, merge_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(position_ids (patches, 2), cu_seqlens (images + 1,) int32)`` of the patches of images of
+    grids ``grid_thw``: the row and column of every patch, the patches laid out by blocks of
+    ``merge_size x merge_size`` (transformers' ``get_vision_position_ids``), and the end of every
+    image (``get_vision_cu_seqlens`` for images of one frame); tensor operations only."""
+    grid = grid_thw.to(torch.int64)
+    sizes = grid[:, 0] * grid[:, 1] * grid[:, 2]
+    ends = sizes.cumsum(0)
+    index = torch.arange(patches, device=grid.device, dtype=torch.int64)
+    image = (index[:, None] >= ends[None, :]).sum(dim=-1)  # the image of every patch
+    height, width = grid[image, 1], grid[image, 2]
+    local = (index - (ends[image] - sizes[image])) % (height * width)  # every frame has the same positions
+    block = local // (merge_size * merge_size)
+    blocks_per_row = width // merge_size
+    row = (block // blocks_per_row) * merge_size + (local // merge_size) % merge_size
+    column = (block % blocks_per_row) * merge_size + local % merge_size
+    cu_seqlens = torch.cat([ends.new_zeros(1), ends]).to(torch.int32)
+    return torch.stack([row, column], dim=-1), cu_seqlens
+
+
+def window_positions(grid_thw: torch.Tensor, patches: Any, merge_size: int,
+                     window: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(window_index (features,), cu_window_seqlens (features + 1,) int32)`` of Qwen2.5-VL's window
+    attention, tensor operations only: the merged features of every image are cut into windows of
+    ``window x window`` features (smaller at the bottom and right edges), ``window_index`` lists
+    them window after window and ``cu_window_seqlens`` the end of every window, in patches
+    (transformers' ``get_vision_window_index``; the number of windows is read from the values: a
+    boolean selection of the first feature of every window)."""
+    unit = merge_size * merge_size
+    grid = grid_thw.to(torch.int64)
+    height, width = grid[:, 1] // merge_size, grid[:, 2] // merge_size
+    sizes = grid[:, 0] * height * width
+    ends = sizes.cumsum(0)
+    index = torch.arange(patches // unit, device=grid.device, dtype=torch.int64)
+    image = (index[:, None] >= ends[None, :]).sum(dim=-1)
+    start, rows, columns = ends[image] - sizes[image], height[image], width[image]
+    local = index - start
+    frame = start + (local // (rows * columns)) * rows * columns
+    row, column = (local % (rows * columns)) // columns, local % columns
+    window_row, window_column = row // window, column // window
+    window_rows = torch.clamp(rows - window_row * window, max=window)  # the window's size
+    window_columns = torch.clamp(columns - window_column * window, max=window)
+    before = frame + window_row * window * columns + window_rows * window_column * window
+    destination = before + (row % window) * window_columns + column % window
+    # the end of every window, read at its first feature (the first features come in the windows' order)
+    first = (row % window == 0) & (column % window == 0)
+    window_ends = (before + window_rows * window_columns)[first] * unit
+    cu_window_seqlens = torch.cat([window_ends.new_zeros(1), window_ends]).to(torch.int32)
+    return torch.argsort(destination), cu_window_seqlens
+
+
+class QwenVisionPiece(torch.nn.Module):
+    """The vision tower and its merger: ``(pixel_values, image_grid_thw) -> image_features (rows, hidden)``."""
+
+    def __init__(self, model: Any):
+        super().__init__()
+        self.model = model.model
+        self.base_model_prefix = "model"
+        vision = model.config.vision_config
+        self.merge_size = int(vision.spatial_merge_size)
+        #: Qwen2.5-VL: the side of an attention window, in merged features
+        self.window = vision.window_size // vision.spatial_merge_size // vision.patch_size \
+            if getattr(vision, "window_size", None) else None
+
+    def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
+        visual = self.model.visual
+        patches = pixel_values.shape[0]
+        positions, cu_seqlens = grid_positions(image_grid_thw, patches, self.merge_size)
+        windows = {}
+        if self.window:
+            windows = dict(zip(("window_index", "cu_window_seqlens"),
+                               window_positions(image_grid_thw, patches, self.merge_size, self.window)))
+        out = visual(pixel_values.to(visual.dtype), grid_thw=image_grid_thw, position_ids=positions,
+                     cu_seqlens=cu_seqlens, **windows)
+        return out.pooler_output
+
+
+def _grids(vision: Any, images: list[tuple[int, int]], dtype: torch.dtype, g: torch.Generator) -> dict[str, Any]:
+    """Random patches of images of ``(rows, columns)`` patches, and their grid."""
+    grid = torch.tensor([[1, h, w] for h, w in images], dtype=torch.int64)
+    width = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
+    patches = int(grid.prod(-1).sum())
+    return {"pixel_values": torch.randn(patches, width, generator=g).to(dtype), "image_grid_thw": grid}
+
+
+def qwen_vl_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
+    """The vision and decoder pieces of a Qwen2-VL or Qwen2.5-VL model: the vision piece exported on two images of
+    different sizes and checked on one image of a third size; the decoder's positions in 3 rows."""
+    from .vision import decoder_piece
+
+    vision = config.vision_config
+    g = torch.Generator().manual_seed(seed)
+    merge = vision.spatial_merge_size
+    encoder = Piece("vision", "vision.onnx", QwenVisionPiece(model),
+                    _grids(vision, [(2 * merge, 2 * merge), (2 * merge, 3 * merge)], dtype, g),
+                    _grids(vision, [(3 * merge, merge)], dtype, g),
+                    {"pixel_values": {0: "patches"}, "image_grid_thw": {0: "images"}},
+                    ["pixel_values", "image_grid_thw"], ["image_features"])
+    return [encoder, decoder_piece(model, config, dtype, g, per_image=4, position_rows=3)]
