@@ -138,8 +138,8 @@ def test_stale_rows_rerun_quickest_first_and_merged_in_order(monkeypatch, tmp_pa
     old = [row("a", "dynamo", 9.0), row("a", "to_onnx", 1.0, spread=0), row("b", "dynamo", 2.0),
            row("c", "dynamo", 5.0, step="timeout", success=False), row("d", "dynamo", 3.0, step="model")]
     assert [is_stale(r) for r in old] == [True, False, True, False, False]
-    zoo.save_library_rows(old, path, {})
-    monkeypatch.setattr(zoo, "discover", lambda library: {n: n for n in "abcd"})
+    zoo.save_library_rows(old, path, {"discovered": {n: n for n in "abcd"}})
+    monkeypatch.setattr(zoo, "discover", lambda library: pytest.fail("--stale reruns rows of the file"))
 
     def fake_run_tasks(todo, run, failed, on_row, **kwargs):
         assert [(t[1], t[3]) for t in todo] == [("b", "dynamo"), ("a", "dynamo")]

@@ -279,20 +279,23 @@ def build_library_rows(
     key = sources_hash(skip=NOT_KEYED)
     old_rows, meta = load_library_rows(path)
     rows = {_key(r): r for r in old_rows}
-    todo = make_tasks(library, only, exporters, shapes)
-    if missing_only:
-        todo = [t for t in todo if (t[1], t[3], t[4]) not in rows or rows[(t[1], t[3], t[4])]["step"] == "timeout"]
-    if stale_only:
+    if stale_only:  # rows of the file: no discovery (timm's creates ~1500 models on meta, minutes)
         from .library_report import is_stale
 
-        todo = [t for t in todo if (t[1], t[3], t[4]) in rows and is_stale(rows[(t[1], t[3], t[4])])]
+        todo = [(library, r["architecture"], r["model"], r["exporter"], r["shapes"]) for r in old_rows
+                if is_stale(r) and (not only or re.search(only, r["architecture"]))
+                and r["exporter"] in (exporters or EXPORTERS) and r["shapes"] in shapes]
         todo.sort(key=lambda t: rows[(t[1], t[3], t[4])].get("time") or 0.0)
+    else:
+        todo = make_tasks(library, only, exporters, shapes)
+    if missing_only:
+        todo = [t for t in todo if (t[1], t[3], t[4]) not in rows or rows[(t[1], t[3], t[4])]["step"] == "timeout"]
     versions = {}
     for package in ("torch", "timm", "diffusers", "torchvision", "transformers"):
         with contextlib.suppress(Exception):
             versions[package] = __import__(package).__version__.split("+")[0]
     meta = dict(meta, library=library, date=datetime.date.today().isoformat(), workers=workers, **versions)
-    meta["discovered"] = discover(library)
+    meta["discovered"] = (meta["discovered"] if stale_only and meta.get("discovered") else discover(library))
     meta["command"] = (f"python -m fx2onnx.models.library_zoo {library}" + (f" --only '{only}'" if only else "")
                        + ("" if set(LIBRARY_SHAPES.get(library, SHAPES)) <= set(shapes)
                           else " --shapes " + " ".join(shapes))
