@@ -12,9 +12,16 @@ uses the tokenizer's ids), then for each precision:
   ``Generator`` on its own folder, greedy: prefill and decode tokens/s, and whether the
   tokens are equal (random weights: the two int4 quantizations differ, float32 should agree).
 
-Everything is written in a temporary folder removed at the end.
+Everything is written in a temporary folder removed at the end (each precision's exports as
+soon as measured). The checkpoint folder is written tensor by tensor
+(:func:`fx2onnx.weights.write_random_checkpoint`): a 7B folder never holds the model in memory.
+Configs: Qwen3-0.6B, Llama-3.2-1B, gemma-2-2b, Mistral-7B-v0.3 (published values).
 
-    python bench/bench_deploy.py --model qwen3-0.6b --precisions float32,int4 --threads 1
+    python bench/bench_deploy.py --model qwen3-0.6b --precisions float32,int4 --threads 1 --new 32
+    python bench/bench_deploy.py --model llama-3.2-1b --precisions int4,float32 --new 32
+    python bench/bench_deploy.py --model gemma-2-2b --precisions int4 --new 32
+    # 14.5 GB of bf16 checkpoint on disk; onnxruntime-genai's builder would need the model in memory
+    python bench/bench_deploy.py --model mistral-7b-v0.3 --precisions int4 --exporters fx2onnx --new 8 --rounds 1
     python bench/bench_deploy.py --model qwen3-0.6b --layers 2   # a quick run
 """
 
@@ -23,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,7 +51,20 @@ CONFIGS = {
         rope_scaling=dict(factor=32.0, high_freq_factor=4.0, low_freq_factor=1.0,
                           original_max_position_embeddings=8192, rope_type="llama3"),
         architectures=["LlamaForCausalLM"])),
+    "gemma-2-2b": ("Gemma2Config", dict(
+        hidden_size=2304, intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=256, vocab_size=256000, max_position_embeddings=8192,
+        rope_theta=10_000.0, rms_norm_eps=1e-6, hidden_activation="gelu_pytorch_tanh", sliding_window=4096,
+        query_pre_attn_scalar=256, final_logit_softcapping=30.0, attn_logit_softcapping=50.0,
+        tie_word_embeddings=True, architectures=["Gemma2ForCausalLM"])),
+    "mistral-7b-v0.3": ("MistralConfig", dict(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=128, vocab_size=32768, max_position_embeddings=32768,
+        rope_theta=1_000_000.0, rms_norm_eps=1e-5, sliding_window=None, tie_word_embeddings=False,
+        architectures=["MistralForCausalLM"])),
 }
+#: the exporters compared
+EXPORTERS = ("fx2onnx", "onnxruntime-genai")
 _MEASURED = """
 import json, runpy, sys, time
 out, module, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -143,7 +164,12 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--new", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--exporters", default=",".join(EXPORTERS),
+                        help="fx2onnx alone for a model onnxruntime-genai's builder cannot hold in memory")
     args = parser.parse_args(argv)
+    exporters = args.exporters.split(",")
+    if set(exporters) - set(EXPORTERS):
+        parser.error(f"--exporters {args.exporters!r}: choose among {','.join(EXPORTERS)}")
     rows = []
     with tempfile.TemporaryDirectory() as work:
         checkpoint = os.path.join(work, "checkpoint")
@@ -152,11 +178,16 @@ def main(argv=None) -> list[dict]:
         for precision in args.precisions.split(","):
             ours, theirs = os.path.join(work, f"fx2onnx_{precision}"), os.path.join(work, f"genai_{precision}")
             quant = ["--quantize", precision] if precision != "float32" else []
-            m_ours = measured("fx2onnx", "export", checkpoint, "--out", ours, "--quiet", "--no-validate", *quant)
-            m_theirs = measured("onnxruntime_genai.models.builder", "-i", checkpoint, "-o", theirs, "-p",
-                                {"float32": "fp32"}.get(precision, precision), "-e", "cpu")
-            loops = {"fx2onnx": run_ours(ours, prompt, args.new, args.threads),
-                     "onnxruntime-genai": run_genai(theirs, prompt, args.new, args.threads)}
+            measures = {}
+            if "fx2onnx" in exporters:
+                measures["fx2onnx"] = (ours, measured("fx2onnx", "export", checkpoint, "--out", ours, "--quiet",
+                                                      "--no-validate", *quant))
+            if "onnxruntime-genai" in exporters:
+                measures["onnxruntime-genai"] = (theirs, measured(
+                    "onnxruntime_genai.models.builder", "-i", checkpoint, "-o", theirs, "-p",
+                    {"float32": "fp32"}.get(precision, precision), "-e", "cpu"))
+            loops = {name: (run_ours if name == "fx2onnx" else run_genai)(folder, prompt, args.new, args.threads)
+                     for name, (folder, _) in measures.items()}
             best: dict[str, tuple] = {}
             for _ in range(args.rounds):  # interleaved rounds, the best of each
                 for name, once in loops.items():
@@ -164,14 +195,17 @@ def main(argv=None) -> list[dict]:
                     previous = best.get(name)
                     best[name] = (tokens, min(prefill, previous[1]) if previous else prefill,
                                   min(decode, previous[2]) if previous else decode, steps)
-            same = best["fx2onnx"][0] == best["onnxruntime-genai"][0]
-            for name, folder, m in (("fx2onnx", ours, m_ours), ("onnxruntime-genai", theirs, m_theirs)):
+            same = best["fx2onnx"][0] == best["onnxruntime-genai"][0] if len(best) == 2 else None
+            for name, (folder, m) in measures.items():
                 tokens, prefill, decode, steps = best[name]
                 rows.append(dict(model=args.model, precision=precision, exporter=name,
                                  export_s=round(m["seconds"], 1), peak_rss_gb=round(m["peak_rss"] / 1e9, 2),
                                  size_mb=round(folder_size(folder) / 1e6), prefill_tok_s=round(args.prompt / prefill, 1),
                                  decode_tok_s=round(steps / decode, 2), same_tokens=same))
-            print(json.dumps(rows[-2:]), flush=True)
+            print(json.dumps(rows[-len(measures):]), flush=True)
+            loops = once = None
+            for folder, _ in measures.values():  # a 7B folder's exports take disk: one precision at a time
+                shutil.rmtree(folder, ignore_errors=True)
     import pandas
 
     print(pandas.DataFrame(rows).to_string(index=False))

@@ -169,10 +169,15 @@ def _version() -> str:
 
 def _fold_constants(model: ir.Model) -> None:
     """onnxscript's constant folding, without its warning for the multi-output nodes it leaves (a ``TopK`` of
-    constant lengths): the node stays, nothing a user can act on."""
+    constant lengths): the node stays, nothing a user can act on. A ``Transpose`` of a weight read from a
+    checkpoint is folded first into a weight read when saved (:mod:`fx2onnx.weights.lazy_transpose`)."""
     import logging
 
     import onnxscript.optimizer
+
+    from ..weights.lazy_transpose import fold_lazy_transposes
+
+    fold_lazy_transposes(model)
 
     folding_logger = logging.getLogger("onnxscript.optimizer._constant_folding")
     level = folding_logger.level

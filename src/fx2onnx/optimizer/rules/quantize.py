@@ -176,13 +176,13 @@ def quantize_matmuls(
     cache: dict[tuple[int, bool], tuple[ir.Value, ir.Value, ir.Value | None]] = {}
     taken = _names(graph)
 
-    def add(name: str, array: np.ndarray) -> ir.Value:
-        i, unique = 0, name
-        while unique in taken:
+    def unique(name: str) -> str:
+        i, found = 0, name
+        while found in taken:
             i += 1
-            unique = f"{name}_{i}"
-        taken.add(unique)
-        return initializer(graph, unique, array)
+            found = f"{name}_{i}"
+        taken.add(found)
+        return found
 
     for node in [n for n in graph if n.op_type in ("MatMul", "Gemm") and n.domain in ("", "ai.onnx")]:
         found = _weight_of(node)
@@ -196,13 +196,10 @@ def quantize_matmuls(
         key = (id(w_value), transposed)
         base = w_value.name or "weight"
         if key not in cache:
-            array = w_value.const_value.numpy()
-            codes, scales, zero = quantize_blocks(array.T if transposed else array, bits, block_size, symmetric)
-            packed = pack_codes(codes, bits)
-            np_type = ir.DataType(dtype).numpy()
-            b_value = add(f"{base}_q{bits}", packed)
-            s_value = add(f"{base}_scales", scales.astype(np_type))
-            z_value = None if zero is None else add(f"{base}_zero_points", pack_codes(zero, bits, pad=1 << (bits - 1)))
+            b_value, s_value, z_value = _quantized_initializers(
+                graph, w_value.const_value, transposed, (k, n), ir.DataType(dtype), bits, block_size, symmetric,
+                [unique(f"{base}_{suffix}") for suffix in (f"q{bits}", "scales", "zero_points")[: 2 + (not symmetric)]],
+            )
             cache[key] = (b_value, s_value, z_value)
             if transposed and heads is not None and node.op_type == "MatMul" and w_value.name:
                 heads[w_value.name] = cache[key]
@@ -226,6 +223,45 @@ def quantize_matmuls(
     if count:
         ensure_opset(model, "com.microsoft", 1)
     return count
+
+
+def _quantized_initializers(
+    graph: ir.Graph, weight: ir.TensorProtocol, transposed: bool, kn: tuple[int, int], dtype: ir.DataType, bits: int,
+    block_size: int, symmetric: bool, names: list[str],
+) -> tuple[ir.Value, ir.Value, ir.Value | None]:
+    """The codes, scales (of ``dtype``) and zero points (None when symmetric) of ``weight`` as
+    initializers named ``names``: computed now, or, for a lazy weight (a checkpoint read on
+    demand), lazy initializers computing them when saved, one weight at a time
+    (:mod:`fx2onnx.optimizer.rules.quantize_lazy`)."""
+    from .quantize_lazy import lazy_parts
+
+    np_type = dtype.numpy()
+    parts = ("codes", "scales", "zero_points")[: len(names)]
+
+    def compute() -> dict[str, np.ndarray]:
+        array = weight.numpy()
+        codes, scales, zero = quantize_blocks(array.T if transposed else array, bits, block_size, symmetric)
+        values = {"codes": pack_codes(codes, bits), "scales": scales.astype(np_type)}
+        if zero is not None:
+            values["zero_points"] = pack_codes(zero, bits, pad=1 << (bits - 1))
+        return values
+
+    if not isinstance(weight, ir.LazyTensor):
+        values = compute()
+        made = [initializer(graph, name, values[part]) for part, name in zip(parts, names)]
+    else:
+        k, n = kn
+        n_blocks = -(-k // block_size)
+        shapes = {"codes": ((n, n_blocks, block_size * bits // 8), ir.DataType.UINT8), "scales": ((n, n_blocks), dtype),
+                  "zero_points": ((n, -(-n_blocks * bits // 8)), ir.DataType.UINT8)}
+        lazy = lazy_parts(compute, {part: shapes[part] for part in parts}, dict(zip(parts, names)))
+        made = []
+        for part, name in zip(parts, names):
+            value = ir.Value(name=name, shape=lazy[part].shape, type=ir.TensorType(lazy[part].dtype),
+                             const_value=lazy[part])
+            graph.register_initializer(value)
+            made.append(value)
+    return made[0], made[1], made[2] if len(made) > 2 else None
 
 
 def quantize_gathers(
