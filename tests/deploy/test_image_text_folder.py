@@ -7,7 +7,8 @@ image attend to each other in both directions (``token_type_ids``, computed in t
 Idefics 3's processor splits an image into 4 tiles and the whole image (5 rows of ``pixel_values``).
 Qwen2-VL's and Qwen2.5-VL's processor gives the patches of every image (a grid of 6x6 patches and one of 4x4,
 other sizes than the vision piece's export), their decoder takes 3 rows of positions computed from the grid in the
-loop; Qwen2.5-VL's first vision block attends within windows of 2x2 merged features."""
+loop; Qwen2.5-VL's first vision block attends within windows of 2x2 merged features; Qwen3-VL's vision piece also
+gives the features its decoder adds to its first layer (deepstack)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def _image(path, size, flip=False):
 #: family -> (its placeholder of an image in a prompt, the standard deviation of its random weights: tokens that vary)
 FAMILIES = {"llava": ("<image>", 0.3), "gemma3": ("<start_of_image>", 0.02), "idefics3": ("<image>", 0.3),
             "qwen2_vl": ("<|vision_start|><|image_pad|><|vision_end|>", 0.3),
-            "qwen2_5_vl": ("<|vision_start|><|image_pad|><|vision_end|>", 0.3)}
+            "qwen2_5_vl": ("<|vision_start|><|image_pad|><|vision_end|>", 0.3),
+            "qwen3_vl": ("<|vision_start|><|image_pad|><|vision_end|>", 0.3)}
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
@@ -75,7 +77,8 @@ def test_export_writes_the_pieces(folders):
     assert {"vision.onnx", "vision.onnx.data", "decoder.onnx", "decoder.onnx.data", "processor_config.json",
             "tokenizer.json", "config.json", "fx2onnx.json"} <= files
     pieces = json.load(open(os.path.join(out, "fx2onnx.json")))["pieces"]
-    assert pieces["vision"]["outputs"] == ["image_features"]
+    assert pieces["vision"]["outputs"][0] == "image_features"
+    assert set(pieces["vision"]["outputs"]) <= set(pieces["decoder"]["inputs"])  # Qwen3-VL: deepstack features
     decoder = onnx.load(os.path.join(out, "decoder.onnx"), load_external_data=False)
     assert [i.name for i in decoder.graph.input] == pieces["decoder"]["inputs"]
     assert "image_features" in pieces["decoder"]["inputs"] and "logits" in pieces["decoder"]["outputs"]
@@ -127,7 +130,7 @@ def test_bad_images_end_in_one_line(tmp_path, capsys):
     config.save_pretrained(tmp_path / "mistral3")
     assert main(["export", str(tmp_path / "mistral3"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert "LLaVA, Gemma 3, Idefics 3, Qwen2-VL and Qwen2.5-VL today" in err
+    assert "LLaVA, Gemma 3, Idefics 3, Qwen2-VL, Qwen2.5-VL and Qwen3-VL today" in err
     assert "Mistral3ForConditionalGeneration" in err
 
 
@@ -143,7 +146,7 @@ def test_bfloat16_pieces_are_held_to_eager(folders, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("folders", ["qwen2_vl", "qwen2_5_vl"], indirect=True)
+@pytest.mark.parametrize("folders", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"], indirect=True)
 def test_qwen_vl_vision_piece_on_images_of_other_sizes(folders):
     """The vision piece (exported on 40 patches) against eager on the processor's patches of one and two images of
     other sizes, the boundaries of the images (Qwen2.5-VL: of its windows) and the patches' positions computed from

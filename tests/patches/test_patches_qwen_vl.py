@@ -10,7 +10,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import fx2onnx  # noqa: E402
-from fx2onnx.deploy.qwen_vl import grid_positions, window_positions  # noqa: E402
+from fx2onnx.deploy.qwen_vl import grid_positions, interpolation_positions, window_positions  # noqa: E402
 from fx2onnx.models import vlm_folder  # noqa: E402
 from fx2onnx.patches.qwen_vl import block_diagonal_bias, segment_ids  # noqa: E402
 
@@ -32,7 +32,7 @@ def test_segments_and_mask():
 
 
 @pytest.mark.parametrize("family,implementation", [("qwen2_vl", "sdpa"), ("qwen2_vl", "eager"),
-                                                   ("qwen2_5_vl", "sdpa")])
+                                                   ("qwen2_5_vl", "sdpa"), ("qwen3_vl", "sdpa")])
 def test_patched_attention_is_one_attention_per_image(family, implementation):
     """Qwen2.5-VL: its first block attends within windows (of 2x2 merged features), the second per image."""
     visual, config = _vision(family)
@@ -75,3 +75,14 @@ def test_window_positions_are_transformers_ones(window):
     index, cu = window_positions(grid, int(grid.prod(-1).sum()), 2, window)
     assert torch.equal(index, expected_index)
     assert torch.equal(cu, expected_cu) and cu.dtype == torch.int32
+
+
+def test_interpolation_positions_are_transformers_ones():
+    from transformers.vision_utils import get_vision_interpolation_indices_and_weights
+
+    grid = torch.tensor(GRIDS + [[1, 10, 8]])
+    expected_indices, expected_weights = get_vision_interpolation_indices_and_weights(
+        grid, num_grid_per_side=4, mode="bilinear", align_corners=True, spatial_merge_size=2)
+    indices, weights = interpolation_positions(grid, int(grid.prod(-1).sum()), 2, 4)
+    assert torch.equal(indices, expected_indices)
+    torch.testing.assert_close(weights, expected_weights, atol=0, rtol=0)

@@ -1,4 +1,4 @@
-"""The pieces of a Qwen2-VL or Qwen2.5-VL folder: a vision tower over the patches of every image, a
+"""The pieces of a Qwen2-VL, Qwen2.5-VL or Qwen3-VL folder: a vision tower over the patches of every image, a
 decoder with 3D rotary positions.
 
 * ``vision.onnx``: ``pixel_values (patches, channels * temporal_patch * patch * patch)`` and
@@ -10,8 +10,11 @@ decoder with 3D rotary positions.
   precomputed ``position_ids`` and ``cu_seqlens``; its attention runs once over all the patches
   with a block-diagonal mask (:mod:`fx2onnx.patches.qwen_vl`), so the number of images and their
   sizes stay dynamic. Qwen2.5-VL's tower also attends within windows of merged features: their
-  order and boundaries are computed from the grid in the graph as well (:func:`window_positions`).
-* ``decoder.onnx``: the decoder of :mod:`fx2onnx.deploy.vision` (the image features written over
+  order and boundaries are computed from the grid in the graph as well (:func:`window_positions`);
+  Qwen3-VL's resamples its learned position embeddings to every grid (:func:`interpolation_positions`)
+  and also returns the features of some blocks (``deepstack_features_<i>``).
+* ``decoder.onnx``: the decoder of :mod:`fx2onnx.deploy.vision` (Qwen3-VL's adds the deepstack features
+  to its first layers: :class:`DeepstackDecoderPiece`; the image features written over
   the ``<|image_pad|>`` placeholders in the graph), its ``position_ids`` of shape
   ``(3, batch, seq)``: the multimodal rotary positions (time, height, width) that
   ``get_rope_index`` computes from the grid's values are computed **in the loop**
@@ -30,7 +33,7 @@ import torch
 from .speech import Piece
 
 #: the model types exported by :func:`qwen_vl_pieces`
-QWEN_VL_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+QWEN_VL_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 
 
 def grid_positions(grid_thw: torch.Tensor, patches: Any, merge_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -38,6 +41,14 @@ def grid_positions(grid_thw: torch.Tensor, patches: Any, merge_size: int) -> tup
     grids ``grid_thw``: the row and column of every patch, the patches laid out by blocks of
     ``merge_size x merge_size`` (transformers' ``get_vision_position_ids``), and the end of every
     image (``get_vision_cu_seqlens`` for images of one frame); tensor operations only."""
+    row, column, _, _, ends = _patch_grid(grid_thw, patches, merge_size)
+    cu_seqlens = torch.cat([ends.new_zeros(1), ends]).to(torch.int32)
+    return torch.stack([row, column], dim=-1), cu_seqlens
+
+
+def _patch_grid(grid_thw: torch.Tensor, patches: Any, merge_size: int) -> tuple[torch.Tensor, ...]:
+    """``(row, column, height, width, ends)``: the row and column of every patch in its image, the
+    height and width of its image (in patches), the end of every image."""
     grid = grid_thw.to(torch.int64)
     sizes = grid[:, 0] * grid[:, 1] * grid[:, 2]
     ends = sizes.cumsum(0)
@@ -49,8 +60,28 @@ def grid_positions(grid_thw: torch.Tensor, patches: Any, merge_size: int) -> tup
     blocks_per_row = width // merge_size
     row = (block // blocks_per_row) * merge_size + (local // merge_size) % merge_size
     column = (block % blocks_per_row) * merge_size + local % merge_size
-    cu_seqlens = torch.cat([ends.new_zeros(1), ends]).to(torch.int32)
-    return torch.stack([row, column], dim=-1), cu_seqlens
+    return row, column, height, width, ends
+
+
+def interpolation_positions(grid_thw: torch.Tensor, patches: Any, merge_size: int,
+                            side: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(interp_indices, interp_weights)`` ``(patches, 4)``: the bilinear taps (``align_corners``)
+    of Qwen3-VL's square table of ``side x side`` learned position embeddings resampled to the grid
+    of every image (transformers' ``get_vision_interpolation_indices_and_weights``, which repeats
+    values by the grid's: here from the rows and columns of :func:`grid_positions`)."""
+    row, column, height, width, _ = _patch_grid(grid_thw, patches, merge_size)
+
+    def taps(index: torch.Tensor, size: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        source = index.to(torch.float32) * (side - 1) / torch.clamp(size - 1, min=1)
+        floor = torch.floor(source)
+        offsets = torch.arange(0, 2, device=index.device)
+        weights = (1 - (source[:, None] - floor[:, None] - offsets).abs()).clamp(min=0)
+        return (floor.long()[:, None] + offsets).clamp(0, side - 1), weights
+
+    row_taps, row_weights = taps(row, height)
+    column_taps, column_weights = taps(column, width)
+    indices = (row_taps[:, :, None] * side + column_taps[:, None, :]).reshape(-1, 4)
+    return indices, (row_weights[:, :, None] * column_weights[:, None, :]).reshape(-1, 4)
 
 
 def window_positions(grid_thw: torch.Tensor, patches: Any, merge_size: int,
@@ -96,6 +127,12 @@ class QwenVisionPiece(torch.nn.Module):
         #: Qwen2.5-VL: the side of an attention window, in merged features
         self.window = vision.window_size // vision.spatial_merge_size // vision.patch_size \
             if getattr(vision, "window_size", None) else None
+        #: Qwen3-VL: the side of its square table of learned position embeddings
+        self.side = int(vision.num_position_embeddings ** 0.5) if getattr(vision, "num_position_embeddings", None) \
+            else None
+        if self.side and (model.model.visual.interpolation_mode, model.model.visual.interpolation_align_corners) != (
+                "bilinear", True):
+            raise ValueError("The Qwen3-VL vision piece resamples the position embeddings bilinearly, corners aligned.")
 
     def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
         visual = self.model.visual
@@ -105,9 +142,50 @@ class QwenVisionPiece(torch.nn.Module):
         if self.window:
             windows = dict(zip(("window_index", "cu_window_seqlens"),
                                window_positions(image_grid_thw, patches, self.merge_size, self.window)))
+        if self.side:
+            windows = dict(zip(("interp_indices", "interp_weights"),
+                               interpolation_positions(image_grid_thw, patches, self.merge_size, self.side)))
         out = visual(pixel_values.to(visual.dtype), grid_thw=image_grid_thw, position_ids=positions,
                      cu_seqlens=cu_seqlens, **windows)
+        if self.side:  # Qwen3-VL: the features of some blocks, added to the first layers of the decoder
+            return (out.pooler_output, *out.deepstack_features)
         return out.pooler_output
+
+
+def _dense_deepstack(self: Any, hidden_states: torch.Tensor, visual_pos_masks: torch.Tensor,
+                     visual_embeds: torch.Tensor) -> torch.Tensor:
+    """Qwen3-VL's ``_deepstack_process`` without a boolean index: the features scattered over the
+    image positions of a zero tensor, added (the same sums; a step without image tokens adds zeros,
+    where the original's ``hidden_states[mask] + visual_embeds`` would not broadcast)."""
+    mask = visual_pos_masks[..., None].expand_as(hidden_states)
+    dense = torch.zeros_like(hidden_states).masked_scatter(mask, visual_embeds.to(hidden_states.dtype))
+    return hidden_states + dense
+
+
+class DeepstackDecoderPiece(torch.nn.Module):
+    """Qwen3-VL's decoder: :class:`fx2onnx.deploy.vision.ImageTextDecoderPiece` with the deepstack
+    features of the vision piece added to the image positions of the first layers (the text model's
+    ``_deepstack_process`` replaced on this model by :func:`_dense_deepstack`)."""
+
+    def __init__(self, model: Any):
+        import types
+
+        super().__init__()
+        self.model = model.model
+        self.lm_head = model.lm_head
+        self.base_model_prefix = "model"
+        self.image_token_id = int(model.config.image_token_id)
+        text = self.model.language_model
+        text._deepstack_process = types.MethodType(_dense_deepstack, text)
+
+    def forward(self, input_ids, attention_mask, position_ids, past_key_values, image_features, deepstack_features):
+        embeds = self.model.get_input_embeddings()(input_ids)
+        positions = input_ids == self.image_token_id
+        embeds = embeds.masked_scatter(positions.unsqueeze(-1).expand_as(embeds), image_features.to(embeds.dtype))
+        out = self.model.language_model(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=position_ids,
+                                         past_key_values=past_key_values, use_cache=True, visual_pos_masks=positions,
+                                         deepstack_visual_embeds=list(deepstack_features))
+        return {"logits": self.lm_head(out.last_hidden_state), "past_key_values": out.past_key_values}
 
 
 def _grids(vision: Any, images: list[tuple[int, int]], dtype: torch.dtype, g: torch.Generator) -> dict[str, Any]:
@@ -119,16 +197,19 @@ def _grids(vision: Any, images: list[tuple[int, int]], dtype: torch.dtype, g: to
 
 
 def qwen_vl_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
-    """The vision and decoder pieces of a Qwen2-VL or Qwen2.5-VL model: the vision piece exported on two images of
-    different sizes and checked on one image of a third size; the decoder's positions in 3 rows."""
+    """The vision and decoder pieces of a Qwen2-VL, Qwen2.5-VL or Qwen3-VL model: the vision piece
+    exported on two images of different sizes and checked on one image of a third size; the
+    decoder's positions in 3 rows."""
     from .vision import decoder_piece
 
     vision = config.vision_config
     g = torch.Generator().manual_seed(seed)
     merge = vision.spatial_merge_size
+    deepstack = len(getattr(vision, "deepstack_visual_indexes", None) or ())
     encoder = Piece("vision", "vision.onnx", QwenVisionPiece(model),
                     _grids(vision, [(2 * merge, 2 * merge), (2 * merge, 3 * merge)], dtype, g),
                     _grids(vision, [(3 * merge, merge)], dtype, g),
                     {"pixel_values": {0: "patches"}, "image_grid_thw": {0: "images"}},
-                    ["pixel_values", "image_grid_thw"], ["image_features"])
-    return [encoder, decoder_piece(model, config, dtype, g, per_image=4, position_rows=3)]
+                    ["pixel_values", "image_grid_thw"],
+                    ["image_features", *(f"deepstack_features_{i}" for i in range(deepstack))])
+    return [encoder, decoder_piece(model, config, dtype, g, per_image=4, position_rows=3, deepstack=deepstack)]

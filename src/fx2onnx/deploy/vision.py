@@ -1,4 +1,4 @@
-"""The pieces of an image-text-to-text folder (LLaVA, Gemma 3, Idefics 3; Qwen2-VL and Qwen2.5-VL in
+"""The pieces of an image-text-to-text folder (LLaVA, Gemma 3, Idefics 3; Qwen2-VL, Qwen2.5-VL and Qwen3-VL in
 :mod:`fx2onnx.deploy.qwen_vl`): a vision encoder and a decoder with its cache.
 
 * ``vision.onnx``: ``pixel_values (images, 3, H, W)`` -> ``image_features (rows, hidden)``, the
@@ -91,10 +91,11 @@ def image_tokens(config: Any) -> int:
 
 
 def decoder_piece(model: Any, config: Any, dtype: torch.dtype, g: torch.Generator, per_image: int,
-                  position_rows: int = 0) -> Piece:
+                  position_rows: int = 0, deepstack: int = 0) -> Piece:
     """The decoder piece of an image-text model with example inputs of two shapes (the first holding
     the placeholders of an image of ``per_image`` features); ``position_rows``: positions of shape
-    ``(rows, batch, seq)`` (Qwen2-VL's 3), ``(batch, seq)`` when 0."""
+    ``(rows, batch, seq)`` (Qwen2-VL's 3), ``(batch, seq)`` when 0; ``deepstack``: the number of
+    feature tensors added to the first layers (Qwen3-VL, :class:`fx2onnx.deploy.qwen_vl.DeepstackDecoderPiece`)."""
     from ..models.tiny import _decoder_inputs, _dynamic_shapes
     from ..models.vlm import cache_dynamic_shapes
 
@@ -112,23 +113,35 @@ def decoder_piece(model: Any, config: Any, dtype: torch.dtype, g: torch.Generato
         inputs["image_features"] = torch.randn(rows, text.hidden_size, generator=g).to(dtype)
         if position_rows:
             inputs["position_ids"] = inputs["position_ids"][None].repeat(position_rows, 1, 1)
+        if deepstack:
+            inputs["deepstack_features"] = [torch.randn(rows, text.hidden_size, generator=g).to(dtype)
+                                            for _ in range(deepstack)]
         return inputs
 
     first, second = step(2, per_image + 2, 3, 1), step(3, 1, 5, 2)
-    shapes = _dynamic_shapes({k: v for k, v in first.items() if k != "image_features"}, text)
+    shapes = _dynamic_shapes({k: v for k, v in first.items() if k not in ("image_features", "deepstack_features")},
+                             text)
     shapes["image_features"] = {0: "image_rows"}
+    if deepstack:
+        shapes["deepstack_features"] = [{0: "image_rows"}] * deepstack
     if position_rows:
         shapes["position_ids"] = {1: "batch", 2: "seq"}
     layers = len(first["past_key_values"].layers)
     # a layer of a sliding window keeps fewer positions than the others once the prompt is longer (Gemma 3)
     shapes["past_key_values"] = cache_dynamic_shapes(text, layers)
-    decoder = Piece("decoder", "decoder.onnx", ImageTextDecoderPiece(model), first, second, shapes, [], [], {})
+    if deepstack:
+        from .qwen_vl import DeepstackDecoderPiece
+
+        module: torch.nn.Module = DeepstackDecoderPiece(model)
+    else:
+        module = ImageTextDecoderPiece(model)
+    decoder = Piece("decoder", "decoder.onnx", module, first, second, shapes, [], [], {})
     decoder.layers = layers  # type: ignore[attr-defined]
     return decoder
 
 
 def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
-    """The vision and decoder pieces of a LLaVA, Gemma 3, Idefics 3, Qwen2-VL or Qwen2.5-VL model
+    """The vision and decoder pieces of a LLaVA, Gemma 3, Idefics 3 or Qwen-VL model
     (:func:`fx2onnx.deploy.qwen_vl.qwen_vl_pieces`), with example inputs of two shapes."""
     from .qwen_vl import QWEN_VL_MODEL_TYPES, qwen_vl_pieces
 
@@ -153,6 +166,7 @@ def export_vision_pieces(
     """Exports the pieces of a LLaVA, Gemma 3, Idefics 3 or Qwen-VL folder into ``out_dir``; the decoder's cache
     outputs are named after their inputs (:func:`fx2onnx.deploy.export.name_presents`)."""
     import os
+    import warnings
 
     from ..patches import torch_export_patches
     from ..weights import to_onnx_from_checkpoint
@@ -171,7 +185,9 @@ def export_vision_pieces(
         say(f"exporting the {piece.name} of {config.architectures[0]} ({str(dtype).replace('torch.', '')}, "
             f"optimize={optimize}{', ' + quantize if quantize else ''})")
         path = os.path.join(out_dir, piece.filename)
-        with torch_export_patches(patch_transformers=True) as modificator:
+        with torch_export_patches(patch_transformers=True) as modificator, warnings.catch_warnings():
+            # Qwen3-VL: the list of deepstack features becomes one input per feature, as intended
+            warnings.filterwarnings("ignore", message=".*froze the length of input 'deepstack_features'.*")
             to_onnx_from_checkpoint(
                 folder, (), modificator(copy.deepcopy(piece.inputs)), filename=path, model=piece.module, dtype=dtype,
                 progress=progress, dynamic_shapes=piece.dynamic_shapes, target_opset=opset,

@@ -211,6 +211,25 @@ def tiny_qwen2_5_vl_config(layers: int = 2, patch_size: int = 4) -> Any:
                                          architectures=["Qwen2_5_VLForConditionalGeneration"])
 
 
+def tiny_qwen3_vl_config(layers: int = 2, patch_size: int = 4) -> Any:
+    """A tiny :class:`transformers.Qwen3VLConfig`: a Qwen3-VL text model (hidden size 64, head size 16,
+    3 rotary sections), a vision tower (hidden size 32) whose learned position embeddings (a 4x4
+    table) are resampled to every image's grid and whose first block's features are added to the
+    first decoder layer (deepstack)."""
+    import transformers
+
+    text = transformers.Qwen3VLTextConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=256, vocab_size=512,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 2, 2],
+                         "mrope_interleaved": True})
+    vision = transformers.Qwen3VLVisionConfig(
+        depth=2, hidden_size=32, intermediate_size=64, num_heads=4, out_hidden_size=64, patch_size=patch_size,
+        spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16, deepstack_visual_indexes=[0])
+    return transformers.Qwen3VLConfig(text_config=text.to_dict(), vision_config=vision.to_dict(),
+                                      architectures=["Qwen3VLForConditionalGeneration"])
+
+
 #: Qwen2-VL's tokens around and inside an image or a video (a prompt holds them all, the processor
 #: expands ``<|image_pad|>`` into the features of its image)
 QWEN2_VL_TOKENS = {"vision_start_token_id": "<|vision_start|>", "vision_end_token_id": "<|vision_end|>",
@@ -236,9 +255,12 @@ def write_qwen2_vl_folder(config: Any, folder: str | os.PathLike, dtype: str = "
     def processor(tok):
         for key, token in QWEN2_VL_TOKENS.items():
             setattr(config, key, tok.convert_tokens_to_ids(token))
-        kind = transformers.Qwen2_5_VLProcessor if config.model_type == "qwen2_5_vl" else transformers.Qwen2VLProcessor
-        return kind(image_processor=transformers.Qwen2VLImageProcessor(**sizes),
-                    video_processor=transformers.Qwen2VLVideoProcessor(**sizes), tokenizer=tok)
+        kind = {"qwen2_5_vl": transformers.Qwen2_5_VLProcessor, "qwen3_vl": transformers.Qwen3VLProcessor}.get(
+            config.model_type, transformers.Qwen2VLProcessor)
+        video = transformers.Qwen3VLVideoProcessor if config.model_type == "qwen3_vl" else \
+            transformers.Qwen2VLVideoProcessor
+        return kind(image_processor=transformers.Qwen2VLImageProcessor(**sizes), video_processor=video(**sizes),
+                    tokenizer=tok)
 
     tokens = {"additional_special_tokens": list(QWEN2_VL_TOKENS.values())}
     return _write_folder(config, folder, dtype, seed, std, tokens, QWEN2_VL_TOKENS["image_token_id"], processor)
@@ -247,4 +269,11 @@ def write_qwen2_vl_folder(config: Any, folder: str | os.PathLike, dtype: str = "
 def write_qwen2_5_vl_folder(config: Any, folder: str | os.PathLike, dtype: str = "bfloat16", *, seed: int = 0,
                             std: float | None = None, max_patches: int = 64) -> dict[str, Any]:
     """:func:`write_qwen2_vl_folder` of a :class:`transformers.Qwen2_5_VLConfig`."""
+    return write_qwen2_vl_folder(config, folder, dtype, seed=seed, std=std, max_patches=max_patches)
+
+
+def write_qwen3_vl_folder(config: Any, folder: str | os.PathLike, dtype: str = "bfloat16", *, seed: int = 0,
+                          std: float | None = None, max_patches: int = 64) -> dict[str, Any]:
+    """:func:`write_qwen2_vl_folder` of a :class:`transformers.Qwen3VLConfig` (its
+    :class:`transformers.Qwen3VLProcessor`)."""
     return write_qwen2_vl_folder(config, folder, dtype, seed=seed, std=std, max_patches=max_patches)

@@ -14,7 +14,8 @@ them and the text.
 The vision piece takes every input it names from the processor's outputs (Qwen2-VL's:
 ``pixel_values``, the patches of every image, and ``image_grid_thw``). A decoder whose
 ``position_ids`` have three rows (Qwen2-VL) gets the prompt's multimodal rotary positions
-computed from the grid (:func:`fx2onnx.runtime.mrope.rope_index`).
+computed from the grid (:func:`fx2onnx.runtime.mrope.rope_index`). Every output of the vision
+piece is fed to the decoder (Qwen3-VL's deepstack features after the image features).
 
 .. code-block:: python
 
@@ -54,10 +55,10 @@ def read_image(path: str | os.PathLike) -> Any:
 
 class VisionGenerator:
     """The vision encoder, decoder, processor and generation config of an exported LLaVA, Gemma 3,
-    Idefics 3, Qwen2-VL or Qwen2.5-VL folder.
+    Idefics 3 or Qwen-VL (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) folder.
 
     :param folder: a folder written by :func:`fx2onnx.deploy.export_folder` from a LLaVA, Gemma 3,
-        Idefics 3, Qwen2-VL or Qwen2.5-VL folder
+        Idefics 3 or Qwen-VL folder
     :param providers: onnxruntime providers (default: CPU)
     :param threads: onnxruntime's intra-op threads (default: onnxruntime's choice)
     """
@@ -120,6 +121,11 @@ class VisionGenerator:
         """Runs the vision piece once on every image: its features, an onnxruntime value;
         ``inputs``: the processor's outputs (the vision piece takes those it names), or the
         ``pixel_values`` alone."""
+        return self.vision_outputs(inputs)[0]
+
+    def vision_outputs(self, inputs: dict[str, np.ndarray] | np.ndarray) -> list[Any]:
+        """Every output of the vision piece (onnxruntime values), the features first (Qwen3-VL: then
+        its deepstack features), each fed unchanged to every decoder step."""
         import onnxruntime
 
         if isinstance(inputs, np.ndarray):
@@ -139,7 +145,7 @@ class VisionGenerator:
                 continue
             dtype = {"tensor(float16)": np.float16, "tensor(int64)": np.int64}.get(info.type, np.float32)
             feeds[info.name] = onnxruntime.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array.astype(dtype)))
-        return self.vision.run_with_ort_values(self.feature_names, feeds)[0]
+        return self.vision.run_with_ort_values(self.feature_names, feeds)
 
     def generate_text(
         self,
@@ -151,7 +157,7 @@ class VisionGenerator:
         """Greedy generation after ``prompt`` and its ``images``: the tokens transformers' ``generate``
         returns on the processor's outputs."""
         inputs = self.inputs(prompt, images)
-        features = self.image_features(inputs)
+        features = self.vision_outputs(inputs)
         ids = inputs["input_ids"].astype(np.int64)
         positions = None
         if self.position_rows:
@@ -162,7 +168,7 @@ class VisionGenerator:
         stream = TextStream(tokenizer, on_text) if on_text is not None else None
         tokens = self.decoder.generate(ids, max_new_tokens, inputs.get("attention_mask"), eos_token_id=self.eos_token_id,
                                        pad_token_id=self.pad_token_id, streamer=stream,
-                                       constants={self.feature_names[0]: features}, position_ids=positions)
+                                       constants=dict(zip(self.feature_names, features)), position_ids=positions)
         new = [int(t) for t in tokens[0, ids.shape[1]:]]
         return TextResult([int(i) for i in ids[0]], new, tokenizer.decode(new, skip_special_tokens=True),
                           self.decoder.last_times)
