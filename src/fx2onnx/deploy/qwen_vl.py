@@ -138,15 +138,15 @@ class QwenVisionPiece(torch.nn.Module):
         visual = self.model.visual
         patches = pixel_values.shape[0]
         positions, cu_seqlens = grid_positions(image_grid_thw, patches, self.merge_size)
-        windows = {}
+        precomputed: dict[str, torch.Tensor] = {}  # what the tower would compute from the grid's values
         if self.window:
-            windows = dict(zip(("window_index", "cu_window_seqlens"),
-                               window_positions(image_grid_thw, patches, self.merge_size, self.window)))
+            precomputed.update(zip(("window_index", "cu_window_seqlens"),
+                                   window_positions(image_grid_thw, patches, self.merge_size, self.window)))
         if self.side:
-            windows = dict(zip(("interp_indices", "interp_weights"),
-                               interpolation_positions(image_grid_thw, patches, self.merge_size, self.side)))
+            precomputed.update(zip(("interp_indices", "interp_weights"),
+                                   interpolation_positions(image_grid_thw, patches, self.merge_size, self.side)))
         out = visual(pixel_values.to(visual.dtype), grid_thw=image_grid_thw, position_ids=positions,
-                     cu_seqlens=cu_seqlens, **windows)
+                     cu_seqlens=cu_seqlens, **precomputed)
         if self.side:  # Qwen3-VL: the features of some blocks, added to the first layers of the decoder
             return (out.pooler_output, *out.deepstack_features)
         return out.pooler_output
