@@ -125,3 +125,24 @@ def test_export_from_checkpoint_keeps_weights_lazy_and_files_equal(tmp_path, qua
     step = np.repeat(np.abs(scales), 32, axis=1).T
     error = np.abs(dequantized - weight.T)
     assert (error <= step + 1e-6).all() and (error <= step / 2 + 1e-6).mean() > 0.99
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_quantize_blocks_by_chunks_gives_the_same_blocks(monkeypatch, symmetric, axis):
+    """A large weight (a 256000 x 2304 tied table) is quantized a few rows at a time: the same codes,
+    scales and zero points as in one pass, a row not a multiple of the block included."""
+    from fx2onnx.optimizer.rules import quantize
+
+    weight = np.random.default_rng(0).standard_normal((97, 80)).astype(np.float32)
+    whole = quantize.quantize_blocks(weight, 4, 32, symmetric, axis)
+    monkeypatch.setattr(quantize, "QUANTIZE_CHUNK", 200)  # two or three rows a chunk
+    chunked = quantize.quantize_blocks(weight, 4, 32, symmetric, axis)
+    assert (whole[2] is None) == (chunked[2] is None) == symmetric
+    for a, b in zip(whole, chunked):
+        if a is not None:
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+    codes, scales, _ = chunked
+    rows = weight.T if axis == 0 else weight
+    n_blocks = -(-rows.shape[1] // 32)
+    assert codes.shape == (rows.shape[0], n_blocks, 32) and scales.shape == (rows.shape[0], n_blocks)
