@@ -1,5 +1,6 @@
-"""A LLaVA, Gemma 3, Idefics 3 or Qwen2-VL checkpoint folder -> ``export`` -> ``generate "prompt" --image cat.png``,
-the tokens checked against transformers' generate; the images made in code (PNG files written by Pillow).
+"""A LLaVA, Gemma 3, Idefics 3, Qwen-VL or Mistral 3 checkpoint folder -> ``export`` -> ``generate "prompt"
+--image cat.png``, the tokens checked against transformers' generate; the images made in code (PNG files written
+by Pillow).
 
 Gemma 3's layers alternate a sliding window of 8 positions and a full attention; its prompts (the
 processor's image tokens between their markers) are longer than the window, and the tokens of one
@@ -8,7 +9,8 @@ Idefics 3's processor splits an image into 4 tiles and the whole image (5 rows o
 Qwen2-VL's and Qwen2.5-VL's processor gives the patches of every image (a grid of 6x6 patches and one of 4x4,
 other sizes than the vision piece's export), their decoder takes 3 rows of positions computed from the grid in the
 loop; Qwen2.5-VL's first vision block attends within windows of 2x2 merged features; Qwen3-VL's vision piece also
-gives the features its decoder adds to its first layer (deepstack)."""
+gives the features its decoder adds to its first layer (deepstack). Mistral 3's processor pads the second image to
+the first one's size: the loop crops each one to its size and runs the vision piece once per image."""
 
 from __future__ import annotations
 
@@ -38,13 +40,13 @@ def _image(path, size, flip=False):
 FAMILIES = {"llava": ("<image>", 0.3), "gemma3": ("<start_of_image>", 0.02), "idefics3": ("<image>", 0.3),
             "qwen2_vl": ("<|vision_start|><|image_pad|><|vision_end|>", 0.3),
             "qwen2_5_vl": ("<|vision_start|><|image_pad|><|vision_end|>", 0.3),
-            "qwen3_vl": ("<|vision_start|><|image_pad|><|vision_end|>", 0.3)}
+            "qwen3_vl": ("<|vision_start|><|image_pad|><|vision_end|>", 0.3), "mistral3": ("[IMG]", 0.3)}
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))
 def folders(tmp_path_factory, request):
-    """A bf16 LLaVA, Gemma 3, Idefics 3 or Qwen2-VL folder with its processor, the folder ``export`` wrote from it,
-    two PNG images."""
+    """A bf16 LLaVA, Gemma 3, Idefics 3, Qwen-VL or Mistral 3 folder with its processor, the folder ``export`` wrote
+    from it, two PNG images."""
     from fx2onnx.models import vlm_folder
 
     family = request.param
@@ -125,13 +127,13 @@ def test_bad_images_end_in_one_line(tmp_path, capsys):
     with pytest.raises(ValueError, match="not an image"):
         read_image(bad)
     # an image-text folder of another family: refused before any weight is read
-    config = transformers.AutoConfig.for_model("mistral3")
-    config.architectures = ["Mistral3ForConditionalGeneration"]
-    config.save_pretrained(tmp_path / "mistral3")
-    assert main(["export", str(tmp_path / "mistral3"), "--out", str(tmp_path / "o")]) == 2
+    config = transformers.AutoConfig.for_model("llava_next")
+    config.architectures = ["LlavaNextForConditionalGeneration"]
+    config.save_pretrained(tmp_path / "llava_next")
+    assert main(["export", str(tmp_path / "llava_next"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert "LLaVA, Gemma 3, Idefics 3, Qwen2-VL, Qwen2.5-VL and Qwen3-VL today" in err
-    assert "Mistral3ForConditionalGeneration" in err
+    assert "LLaVA, Gemma 3, Idefics 3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Mistral 3 today" in err
+    assert "LlavaNextForConditionalGeneration" in err
 
 
 @pytest.mark.slow
@@ -179,3 +181,22 @@ def _image_of(path, height, width):
     pixels = (np.stack([np.outer(y, x), np.outer(1 - y, x), np.outer(y, 1 - x)], -1) * 255).astype(np.uint8)
     PIL.Image.fromarray(pixels).save(path)
     return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folders", ["mistral3"], indirect=True)
+def test_mistral3_images_padded_by_the_processor(folders):
+    """Mistral 3's processor pads the smaller image to the larger one: the loop crops each one to its size and runs
+    the vision piece once per image; the tokens are transformers'."""
+    from fx2onnx.runtime.vision import VisionGenerator
+
+    checkpoint, out, _ = folders
+    root = os.path.dirname(out)
+    images = [_image_of(os.path.join(root, "wide.png"), 16, 40), _image_of(os.path.join(root, "tall.png"), 32, 24)]
+    prompt = "[IMG] and [IMG]: which one?"
+    generator = VisionGenerator(out)
+    sizes = generator.inputs(prompt, images)["image_sizes"]
+    assert sizes.tolist()[0] != sizes.tolist()[1]  # one of them padded
+    expected, _ = _expected(checkpoint, prompt, images, 12)
+    assert len(set(expected)) > 3
+    assert generator.generate_text(prompt, images, 12).new_ids == expected

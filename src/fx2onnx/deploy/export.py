@@ -247,9 +247,9 @@ def export_folder(
 #: the folders exported as several pieces: task -> (model type, what the pieces are)
 PIECES_MODEL_TYPES = {
     "speech-seq2seq": (("whisper",), "Whisper today (its encoder, the cross-attention keys and values, its decoder)"),
-    "image-text-to-text": (("llava", "gemma3", "idefics3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl"), "LLaVA, Gemma 3, "
-                           "Idefics 3, Qwen2-VL, Qwen2.5-VL and Qwen3-VL today (their vision encoder and projector, "
-                           "their decoder merging the image features)"),
+    "image-text-to-text": (("llava", "gemma3", "idefics3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "mistral3"),
+                           "LLaVA, Gemma 3, Idefics 3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Mistral 3 today (their "
+                           "vision encoder and projector, their decoder merging the image features)"),
 }
 
 

@@ -1,5 +1,6 @@
-"""The pieces of an image-text-to-text folder (LLaVA, Gemma 3, Idefics 3; Qwen2-VL, Qwen2.5-VL and Qwen3-VL in
-:mod:`fx2onnx.deploy.qwen_vl`): a vision encoder and a decoder with its cache.
+"""The pieces of an image-text-to-text folder (LLaVA, Gemma 3, Idefics 3; Qwen2-VL, Qwen2.5-VL and
+Qwen3-VL in :mod:`fx2onnx.deploy.qwen_vl`, Mistral 3 in :mod:`fx2onnx.deploy.pixtral`): a vision
+encoder and a decoder with its cache.
 
 * ``vision.onnx``: ``pixel_values (images, 3, H, W)`` -> ``image_features (rows, hidden)``, the
   vision tower and the projector, the features of every image one after the other (LLaVA's
@@ -141,12 +142,15 @@ def decoder_piece(model: Any, config: Any, dtype: torch.dtype, g: torch.Generato
 
 
 def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
-    """The vision and decoder pieces of a LLaVA, Gemma 3, Idefics 3 or Qwen-VL model
+    """The vision and decoder pieces of a LLaVA, Gemma 3, Idefics 3, Qwen-VL or Mistral 3 model
     (:func:`fx2onnx.deploy.qwen_vl.qwen_vl_pieces`), with example inputs of two shapes."""
+    from .pixtral import PIXTRAL_MODEL_TYPES, pixtral_pieces
     from .qwen_vl import QWEN_VL_MODEL_TYPES, qwen_vl_pieces
 
     if config.model_type in QWEN_VL_MODEL_TYPES:
         return qwen_vl_pieces(model, config, dtype, seed)
+    if config.model_type in PIXTRAL_MODEL_TYPES:
+        return pixtral_pieces(model, config, dtype, seed)
     vision = config.vision_config
     g = torch.Generator().manual_seed(seed)
 
@@ -163,7 +167,7 @@ def export_vision_pieces(
     folder: str, out_dir: str, config: Any, dtype: torch.dtype, *, optimize: str, quantize: str | None,
     block_size: int, opset: int | None, progress: bool, say: Any, symmetric: bool = True,
 ) -> list[Piece]:
-    """Exports the pieces of a LLaVA, Gemma 3, Idefics 3 or Qwen-VL folder into ``out_dir``; the decoder's cache
+    """Exports the pieces of an image-text folder (:func:`vision_pieces`) into ``out_dir``; the decoder's cache
     outputs are named after their inputs (:func:`fx2onnx.deploy.export.name_presents`)."""
     import os
     import warnings

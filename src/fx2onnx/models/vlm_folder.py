@@ -1,4 +1,4 @@
-"""LLaVA, Gemma 3, Idefics 3 and Qwen2-VL checkpoint folders made in code: weights, tokenizer, image
+"""LLaVA, Gemma 3, Idefics 3, Qwen-VL and Mistral 3 checkpoint folders made in code: weights, tokenizer, image
 processor, processor; no download.
 
 :func:`write_llava_folder` writes the random weights of a :class:`transformers.LlavaConfig`
@@ -13,7 +13,8 @@ text model whose layers alternate a sliding window and a full attention) with it
 :class:`transformers.Idefics3Config` (SmolVLM's architecture) with its tiling
 :class:`transformers.Idefics3Processor`; :func:`write_qwen2_vl_folder` for a
 :class:`transformers.Qwen2VLConfig` with its :class:`transformers.Qwen2VLProcessor` (images resized
-to grids of patches of their own sizes).
+to grids of patches of their own sizes; Qwen2.5-VL and Qwen3-VL alike); :func:`write_mistral3_folder` for a
+:class:`transformers.Mistral3Config` with its :class:`transformers.PixtralProcessor`.
 
 .. code-block:: python
 
@@ -277,3 +278,43 @@ def write_qwen3_vl_folder(config: Any, folder: str | os.PathLike, dtype: str = "
     """:func:`write_qwen2_vl_folder` of a :class:`transformers.Qwen3VLConfig` (its
     :class:`transformers.Qwen3VLProcessor`)."""
     return write_qwen2_vl_folder(config, folder, dtype, seed=seed, std=std, max_patches=max_patches)
+
+
+def tiny_mistral3_config(layers: int = 2, patch_size: int = 4) -> Any:
+    """A tiny :class:`transformers.Mistral3Config`: a Mistral text model (hidden size 64) and a Pixtral
+    vision tower (hidden size 32) on patches of ``patch_size`` pixels, 2x2 patches merged."""
+    import transformers
+
+    text = transformers.MistralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                      max_position_embeddings=256, vocab_size=512, sliding_window=None)
+    vision = transformers.PixtralVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                              num_attention_heads=4, head_dim=8, image_size=64, patch_size=patch_size)
+    return transformers.Mistral3Config(text_config=text.to_dict(), vision_config=vision.to_dict(), spatial_merge_size=2,
+                                       architectures=["Mistral3ForConditionalGeneration"])
+
+
+#: Mistral 3's tokens of an image: its placeholders, the end of a row of them, the end of the image
+MISTRAL3_TOKENS = ["[IMG]", "[IMG_BREAK]", "[IMG_END]"]
+
+
+def write_mistral3_folder(config: Any, folder: str | os.PathLike, dtype: str = "bfloat16", *, seed: int = 0,
+                          std: float | None = None, longest_edge: int = 32) -> dict[str, Any]:
+    """Writes a ``save_pretrained`` folder of a Mistral 3 model as :func:`write_llava_folder` does: the
+    tokenizer with :data:`MISTRAL3_TOKENS`, a :class:`transformers.PixtralImageProcessor` resizing an
+    image to at most ``longest_edge`` pixels, both sides multiples of two patches (the aspect ratio
+    kept: images of other sizes, padded to the largest in one call), and the
+    :class:`transformers.PixtralProcessor` expanding every ``[IMG]`` into rows of placeholders."""
+    import transformers
+
+    patch = config.vision_config.patch_size
+    side = patch * config.spatial_merge_size
+
+    def processor(tok):
+        images = transformers.PixtralImageProcessor(patch_size={"height": side, "width": side},
+                                                    size={"longest_edge": longest_edge})
+        return transformers.PixtralProcessor(image_processor=images, tokenizer=tok, patch_size=patch,
+                                             spatial_merge_size=config.spatial_merge_size)
+
+    return _write_folder(config, folder, dtype, seed, std, {"additional_special_tokens": MISTRAL3_TOKENS},
+                         MISTRAL3_TOKENS[0], processor)

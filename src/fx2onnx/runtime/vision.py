@@ -1,5 +1,5 @@
-"""Image + prompt in, text out from a LLaVA, Gemma 3, Idefics 3 or Qwen-VL folder ``python -m fx2onnx
-export`` wrote (``generate OUTDIR "describe the image" --image cat.png``).
+"""Image + prompt in, text out from a LLaVA, Gemma 3, Idefics 3, Qwen-VL or Mistral 3 folder
+``python -m fx2onnx export`` wrote (``generate OUTDIR "describe the image" --image cat.png``).
 
 :class:`VisionGenerator` reads the pieces the folder's ``fx2onnx.json`` names
 (:mod:`fx2onnx.deploy.vision`). The folder's own processor (``AutoProcessor``, offline) turns
@@ -15,7 +15,9 @@ The vision piece takes every input it names from the processor's outputs (Qwen2-
 ``pixel_values``, the patches of every image, and ``image_grid_thw``). A decoder whose
 ``position_ids`` have three rows (Qwen2-VL) gets the prompt's multimodal rotary positions
 computed from the grid (:func:`fx2onnx.runtime.mrope.rope_index`). Every output of the vision
-piece is fed to the decoder (Qwen3-VL's deepstack features after the image features).
+piece is fed to the decoder (Qwen3-VL's deepstack features after the image features). When the
+processor gives ``image_sizes`` the vision piece does not take (Mistral 3: images padded to the
+largest), each image cropped to its size runs alone, the features concatenated.
 
 .. code-block:: python
 
@@ -55,10 +57,10 @@ def read_image(path: str | os.PathLike) -> Any:
 
 class VisionGenerator:
     """The vision encoder, decoder, processor and generation config of an exported LLaVA, Gemma 3,
-    Idefics 3 or Qwen-VL (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) folder.
+    Idefics 3, Qwen-VL (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) or Mistral 3 folder.
 
     :param folder: a folder written by :func:`fx2onnx.deploy.export_folder` from a LLaVA, Gemma 3,
-        Idefics 3 or Qwen-VL folder
+        Idefics 3, Qwen-VL or Mistral 3 folder
     :param providers: onnxruntime providers (default: CPU)
     :param threads: onnxruntime's intra-op threads (default: onnxruntime's choice)
     """
@@ -67,7 +69,8 @@ class VisionGenerator:
         self.folder = os.fspath(folder)
         _, self.vision, self.feature_names, self.decoder = open_pieces(
             self.folder, "image-text-to-text", "vision", "{folder} is not an image-text folder (task {task}): export "
-            "a LLaVA, Gemma 3, Idefics 3 or Qwen-VL folder with python -m fx2onnx export CHECKPOINT --out FOLDER.",
+            "a LLaVA, Gemma 3, Idefics 3, Qwen-VL or Mistral 3 folder with python -m fx2onnx export CHECKPOINT "
+            "--out FOLDER.",
             providers, threads)
         generation = _read_json(os.path.join(self.folder, "generation_config.json"))
         config = _read_json(os.path.join(self.folder, "config.json"))
@@ -130,6 +133,9 @@ class VisionGenerator:
 
         if isinstance(inputs, np.ndarray):
             inputs = {"pixel_values": inputs}
+        names = {i.name for i in self.vision.get_inputs()}
+        if "image_sizes" in inputs and "image_sizes" not in names:
+            return self._one_image_at_a_time(inputs)
         feeds = {}
         for info in self.vision.get_inputs():
             if info.name not in inputs:
@@ -146,6 +152,21 @@ class VisionGenerator:
             dtype = {"tensor(float16)": np.float16, "tensor(int64)": np.int64}.get(info.type, np.float32)
             feeds[info.name] = onnxruntime.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array.astype(dtype)))
         return self.vision.run_with_ort_values(self.feature_names, feeds)
+
+    def _one_image_at_a_time(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Mistral 3: the processor padded the images to the largest; each one cropped to its size
+        (``image_sizes``) runs alone, the outputs concatenated (bfloat16 ones as their bits)."""
+        from ..validation import _ort_value_to_numpy
+
+        pixels = np.asarray(inputs["pixel_values"])
+        sizes = np.asarray(inputs["image_sizes"]).reshape(-1, 2)
+        if pixels.ndim != 4 or pixels.shape[0] != sizes.shape[0]:
+            raise ValueError(f"pixel_values of shape {pixels.shape} and image_sizes of shape {sizes.shape}: one padded "
+                             "image (3, H, W) per size expected.")
+        outputs = [[_ort_value_to_numpy(v) for v in self.vision_outputs({"pixel_values": pixels[i:i + 1, :, :h, :w]})]
+                   for i, (h, w) in enumerate(sizes)]
+        joined = [np.concatenate(parts, axis=0) for parts in zip(*outputs)]
+        return [a.view(np.uint16) if a.dtype.name == "bfloat16" else a for a in joined]
 
     def generate_text(
         self,

@@ -1,0 +1,64 @@
+"""The pieces of a Mistral 3 folder (a Pixtral vision tower): one image at a time.
+
+Mistral 3's processor pads the images of a prompt to the largest of them and gives their sizes
+(``image_sizes``); the vision tower crops every image back to its size, runs its patches and
+merges them by blocks of ``spatial_merge_size x spatial_merge_size``, each step sized by the
+values of ``image_sizes`` (torch.export: ``Could not guard on data-dependent expression``). The
+data-dependent part, the crop, is done **in the loop**
+(:class:`fx2onnx.runtime.vision.VisionGenerator`): it gives the vision piece one image of its own
+size at a time, ``pixel_values (1, 3, height, width)``, and the piece reads the size from the
+shape (symbolic), so nothing reads a value:
+
+* ``vision.onnx``: ``pixel_values (1, 3, height, width)`` -> ``image_features (rows, hidden)``,
+  the vision tower's selected layer and the projector (its patch merger) on one image;
+* ``decoder.onnx``: the decoder of :mod:`fx2onnx.deploy.vision` (the features of every image,
+  one after the other, written over the ``[IMG]`` placeholders).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .speech import Piece
+
+#: the model types exported by :func:`pixtral_pieces`
+PIXTRAL_MODEL_TYPES = ("mistral3",)
+
+
+class OneImageVisionPiece(torch.nn.Module):
+    """Mistral 3's vision tower and projector on one image: ``pixel_values (1, 3, H, W) -> image_features``."""
+
+    def __init__(self, model: Any):
+        super().__init__()
+        self.model = model.model
+        self.base_model_prefix = "model"
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        base = self.model
+        sizes = [tuple(pixel_values.shape[-2:])]  # the image's own size, symbolic
+        out = base.vision_tower(pixel_values.to(base.vision_tower.dtype), image_sizes=sizes, output_hidden_states=True,
+                                return_dict=True)
+        layer = base.config.vision_feature_layer
+        layers = [layer] if isinstance(layer, int) else layer
+        selected = torch.cat([out.hidden_states[i] for i in layers], dim=-1)
+        return base.multi_modal_projector(selected.squeeze(0), sizes)
+
+
+def pixtral_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
+    """The vision and decoder pieces of a Mistral 3 model: the vision piece exported on one image
+    and checked on one of another size (height and width dynamic, multiples of ``patch_size *
+    spatial_merge_size``)."""
+    from .vision import decoder_piece
+
+    g = torch.Generator().manual_seed(seed)
+    side = config.vision_config.patch_size * config.spatial_merge_size
+
+    def pixels(height, width):
+        return {"pixel_values": torch.randn(1, 3, height * side, width * side, generator=g).to(dtype)}
+
+    decoder = decoder_piece(model, config, dtype, g, per_image=4)
+    encoder = Piece("vision", "vision.onnx", OneImageVisionPiece(model), pixels(3, 4), pixels(5, 2),
+                    {"pixel_values": {2: "height", 3: "width"}}, ["pixel_values"], ["image_features"])
+    return [encoder, decoder]
