@@ -58,3 +58,22 @@ def test_a_capture_mismatch_is_a_capture_failure():
         with pytest.raises(type(error)) as info, label_export_step("capture"):
             raise error
         assert info.value.step == step
+
+
+def _gc_state(task: str) -> dict:
+    import gc
+
+    return dict(task=task, frozen=gc.get_freeze_count(), threshold=gc.get_threshold()[0], error=None)
+
+
+def test_a_task_does_not_collect_what_its_process_inherited():
+    """The objects of the parent (forked) are out of the collections, and a collection comes every
+    10,000 allocations: an export makes many short-lived objects."""
+    import gc
+
+    before = gc.get_threshold(), gc.get_freeze_count()
+    rows = run_tasks(["a"], _gc_state, _failed_row, workers=1, timeout=60, progress=False, mp_context="fork",
+                     address="pool")
+    assert rows[0]["frozen"] >= len(gc.get_objects()) // 2, rows
+    assert rows[0]["threshold"] == 10_000
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before  # the parent keeps its own
