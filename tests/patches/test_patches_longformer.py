@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 from fx2onnx.models.discover import get_architecture  # noqa: E402
 from fx2onnx.models.zoo_inputs import build_zoo_model  # noqa: E402
+from fx2onnx.patches.longformer import banded_context, banded_key_bias, banded_scores  # noqa: E402
 
 
 def _masks(mask: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -64,6 +65,67 @@ def test_longformer_exports_right_for_global_tokens_and_any_length():
         for case, mask in _masks(inputs["attention_mask"]).items():
             report = fx2onnx.validate(onx, zoo.model, (), dict(inputs, attention_mask=mask), atol=1e-4)
             assert report.ok, (batch, seq, case, report)
+
+
+@pytest.mark.parametrize(("window", "chunks", "batch", "heads", "dim"), [(4, 3, 2, 2, 5), (8, 1, 1, 3, 4), (2, 5, 3, 1, 2)])
+def test_banded_window_is_the_original_sliding_chunks(window, chunks, batch, heads, dim):
+    """The sliding window of the patched self-attention equals the original's overlapping chunks (scores,
+    masked keys, -inf outside the sequence, probabilities times values), and on a sequence of any length
+    equals the first positions of the same sequence padded with masked keys."""
+    from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
+
+    config = transformers.LongformerConfig(hidden_size=heads * dim, num_attention_heads=heads,
+                                           attention_window=[2 * window])
+    attention = LongformerSelfAttention(config, 0)
+    generator = torch.Generator().manual_seed(window)
+    seq = 2 * window * chunks
+    query, key, value = (torch.randn(batch, seq, heads, dim, generator=generator) for _ in range(3))
+    bias = torch.randn(batch, seq, generator=generator)
+    expected = attention._sliding_chunks_query_key_matmul(query, key, window) + \
+        attention._sliding_chunks_query_key_matmul(bias.new_ones(batch, seq, 1, 1), bias[:, :, None, None], window)
+    scores = banded_scores(query, key, window) + banded_key_bias(bias, window)[:, :, None, :]
+    torch.testing.assert_close(scores, expected)
+    probs = torch.softmax(expected, dim=-1)
+    torch.testing.assert_close(banded_context(probs, value, window),
+                               attention._sliding_chunks_matmul_attn_probs_value(probs, value, window))
+    for length in (1, window - 1, window + 1, seq - 1):
+        masked = bias.clone()
+        masked[:, length:] = -float("inf")
+        full = banded_scores(query, key, window) + banded_key_bias(masked, window)[:, :, None, :]
+        part = banded_scores(query[:, :length], key[:, :length], window) + \
+            banded_key_bias(bias[:, :length], window)[:, :, None, :]
+        torch.testing.assert_close(part, full[:, :length])
+        probs = torch.softmax(full, dim=-1)
+        torch.testing.assert_close(banded_context(probs[:, :length], value[:, :length], window),
+                                   banded_context(probs, value, window)[:, :length])
+
+
+@pytest.mark.slow
+def test_longformer_capture_has_no_copy_and_one_sequence_symbol():
+    """The capture of the patched Longformer (dynamic batch and sequence): no in-place copy (the original's
+    sliding window copied its chunks into place, 12 ``copy_`` per layer at real width, and every one made
+    torch re-trace the program to functionalize it), the output as long as the input (one symbol, not
+    ``window * ceil(seq / window)``), no condition fixing the number of chunks and the length of the mask
+    checked equal to the ids' (two symbols before, the sequence narrowed to ``[1, 767]``)."""
+    config = transformers.LongformerConfig(hidden_size=32, num_attention_heads=2, intermediate_size=64,
+                                           num_hidden_layers=2, attention_window=8, max_position_embeddings=128,
+                                           vocab_size=100)
+    model = transformers.LongformerForMaskedLM(config).eval()
+    inputs = _inputs(2, 13, config.vocab_size)
+    dynamic = {"input_ids": {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC},
+               "attention_mask": {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}}
+    with fx2onnx.torch_export_patches(patch_transformers=True), torch.no_grad():
+        ep = torch.export.export(model, (), kwargs=inputs, dynamic_shapes=dynamic)
+    targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    assert targets.count("aten.copy_.default") == 0, targets.count("aten.copy_.default")
+    placeholder = next(n for n in ep.graph.nodes if n.op == "placeholder" and n.name == "input_ids")
+    output = next(n for n in ep.graph.nodes if n.op == "output").args[0][0]
+    assert output.meta["val"].shape[1] == placeholder.meta["val"].shape[1]
+    assert str(output.meta["val"].shape[1].node.expr) == str(placeholder.meta["val"].shape[1].node.expr)
+    guards = list(ep._guards_code or [])
+    assert "L['attention_mask'].size()[1] == L['input_ids'].size()[1]" in guards, guards
+    fixed = [g for g in guards if "==" in g and "L['attention_mask'].size()[1] == L['input_ids']" not in g]
+    assert not fixed, fixed
 
 
 class Chunks(torch.nn.Module):

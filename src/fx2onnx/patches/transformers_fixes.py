@@ -223,6 +223,12 @@ def _make_longformer_padding(original: Any) -> Any:
     return _make_pad_to_window_size(original)
 
 
+def _make_longformer_encoder(original: Any) -> Any:
+    from .longformer import _make_unpadded_encoder
+
+    return _make_unpadded_encoder(original)
+
+
 def _make_llava_image_features(original: Any) -> Any:
     from .llava import _make_llava_image_features as make
 
@@ -307,6 +313,15 @@ def transformers_patches() -> list[Patch]:
         doc="the sequence padded to window * ceil(seq / window) without a branch, the mask's length checked equal "
         "to the ids': sizes torch sees as multiples of the window, one symbol for the sequence (see "
         "fx2onnx.patches.longformer)",
+    ))
+    patches.extend(patch_if_imported(
+        "transformers.models.longformer.modeling_longformer", "LongformerEncoder.forward",
+        name="LongformerEncoder.forward",
+        make=_make_longformer_encoder,
+        expected_args=("self", "hidden_states", "attention_mask", "padding_len", "output_attentions",
+                       "output_hidden_states", "return_dict"),
+        doc="the layers run on the sequence without the window padding (the self-attention pads inside the "
+        "sliding window only): sizes of one symbol in every layer (see fx2onnx.patches.longformer)",
     ))
     for module, attention in (("longformer", "LongformerSelfAttention"), ("led", "LEDEncoderSelfAttention")):
         patches.extend(patch_if_imported(
