@@ -125,7 +125,9 @@ def run_ours(folder: str, prompt: list[int], new: int, threads: int):
     return once
 
 
-def run_genai(folder: str, prompt: list[int], new: int, threads: int):
+def run_genai(folder: str, prompt: list[int], new: int, threads: int, window: int = 0):
+    """onnxruntime-genai's loop; ``window``: the sliding window of the model (its cache must hold at
+    least that many positions: the length is raised to it and the loop stops after ``new`` tokens)."""
     import onnxruntime_genai as og
 
     config = og.Config(folder)
@@ -139,7 +141,8 @@ def run_genai(folder: str, prompt: list[int], new: int, threads: int):
 
     def once():
         params = og.GeneratorParams(model)
-        params.set_search_options(max_length=len(prompt) + new, min_length=len(prompt) + new, do_sample=False)
+        length = max(len(prompt) + new, window)
+        params.set_search_options(max_length=length, min_length=length, do_sample=False)
         gen = og.Generator(model, params)
         begin = time.perf_counter()
         gen.append_tokens(np.array([prompt], dtype=np.int32))
@@ -147,7 +150,7 @@ def run_genai(folder: str, prompt: list[int], new: int, threads: int):
         tokens = [int(gen.get_next_tokens()[0])]
         prefill = time.perf_counter() - begin
         begin = time.perf_counter()
-        while not gen.is_done():
+        while not gen.is_done() and len(tokens) < new:
             gen.generate_next_token()
             tokens.append(int(gen.get_next_tokens()[0]))
         return tokens, prefill, time.perf_counter() - begin, len(tokens) - 1
@@ -186,7 +189,9 @@ def main(argv=None) -> list[dict]:
                 measures["onnxruntime-genai"] = (theirs, measured(
                     "onnxruntime_genai.models.builder", "-i", checkpoint, "-o", theirs, "-p",
                     {"float32": "fp32"}.get(precision, precision), "-e", "cpu"))
-            loops = {name: (run_ours if name == "fx2onnx" else run_genai)(folder, prompt, args.new, args.threads)
+            window = CONFIGS[args.model][1].get("sliding_window") or 0
+            loops = {name: run_ours(folder, prompt, args.new, args.threads) if name == "fx2onnx"
+                     else run_genai(folder, prompt, args.new, args.threads, window)
                      for name, (folder, _) in measures.items()}
             best: dict[str, tuple] = {}
             for _ in range(args.rounds):  # interleaved rounds, the best of each
