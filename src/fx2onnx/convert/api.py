@@ -15,6 +15,7 @@ from .builder import DEFAULT_OPSET, GraphBuilder
 from .capture import capture
 from .dispatcher import Dispatcher
 from .errors import ConversionError
+from .gc_pace import fewer_collections
 from .interpreter import DimNamer, Interpreter
 from .ort_kernels import cast_to_kernel_types, positive_reduction_axes
 from ..runtime.generate import CACHE_METADATA_KEY
@@ -443,19 +444,20 @@ def to_onnx(
             report_capture_check(checked, check_capture, stacklevel=3)
     if verbose > 1:
         print(ep.graph)
-    onnx_model = stages.run(
-        "conversion (FX -> ONNX)",
-        convert_exported_program,
-        ep,
-        dim_names,
-        target_opset=target_opset,
-        dispatcher=dispatcher,
-        input_names=input_names,
-        output_names=output_names,
-        verbose=verbose,
-        export_modules_as_functions=export_modules_as_functions,
-        weights=weights,
-    )
+    with fewer_collections():  # the weights are released by reference counts, not by the collector
+        onnx_model = stages.run(
+            "conversion (FX -> ONNX)",
+            convert_exported_program,
+            ep,
+            dim_names,
+            target_opset=target_opset,
+            dispatcher=dispatcher,
+            input_names=input_names,
+            output_names=output_names,
+            verbose=verbose,
+            export_modules_as_functions=export_modules_as_functions,
+            weights=weights,
+        )
     if level is not None:
         from ..optimizer.api import optimize as optimize_levels
 

@@ -20,6 +20,7 @@ from ..frozen import MODEL_GUARDS, squeezes_a_kept_size_one
 from .complex_values import check_no_complex
 from .decompose import functionalize_and_decompose
 from .errors import ExportError
+from .gc_pace import fewer_collections
 from .meta_kernels import capture_kernels
 from .specializations import data_dependent_line, dimensions_in, record_specializations, specialization_hint
 
@@ -407,6 +408,7 @@ def capture(
         _check_caches(args, kwargs)
         try:
             with (
+                fewer_collections(),
                 capture_kernels(),
                 quiet_failed_attempts(),
                 record_specializations() as specialized,
@@ -449,7 +451,8 @@ def capture(
             ) from e
     captured_guards = list(getattr(ep, "_guards_code", None) or [])
     try:
-        with capture_kernels(), torch.fx.experimental._config.patch(backed_size_oblivious=oblivious):
+        with fewer_collections(), capture_kernels(), \
+                torch.fx.experimental._config.patch(backed_size_oblivious=oblivious):
             ep, decomposed = functionalize_and_decompose(ep, dispatcher, decompose=decompose, verbose=verbose)
         if not decomposed:
             # re-traced, not decomposed: the same aten operators, whose re-derived shape checks (a view after
