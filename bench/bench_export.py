@@ -5,6 +5,14 @@ Prints one row per model with the median of a few runs (seconds) and the ratio
 to the capture, the target is at most 1.3 on the Llamas.
 
     python bench/bench_export.py [--repeat 3] [--models mlp,cnn,llama64,llama512]
+    python bench/bench_export.py --repeat 1 --models longformer-base --exporters torch.export,to_onnx
+
+``longformer-base`` (not run by default: minutes) is ``LongformerForMaskedLM`` with transformers' default
+configuration (12 layers, hidden 768, window 512, random weights) exported with a dynamic batch and
+sequence (example 2 x 13, padded to the window); to_onnx captures it inside its transformers patches
+(``patches="auto"``), torch.export.export and torch.onnx.export run inside
+:func:`fx2onnx.torch_export_patches` (without them the capture fails on a data-dependent branch).
+Measured numbers: ``design/patches.rst``.
 """
 
 from __future__ import annotations
@@ -42,6 +50,22 @@ def llama(**config):
     return tiny.model, (), tiny.inputs, tiny.dynamic_shapes
 
 
+def longformer_base():
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LongformerConfig()
+    model = transformers.LongformerForMaskedLM(config).eval()
+    generator = torch.Generator().manual_seed(0)
+    kwargs = {"input_ids": torch.randint(3, config.vocab_size, (2, 13), generator=generator),
+              "attention_mask": torch.ones((2, 13), dtype=torch.int64)}
+    ds = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
+    return model, (), kwargs, ds
+
+
+#: models measured only when named in --models (minutes each)
+LARGE = {"longformer-base": longformer_base}
+
 MODELS = {
     "mlp": mlp,
     "cnn": cnn,
@@ -72,22 +96,33 @@ def _quiet(fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
 
-def bench(name: str, repeat: int) -> dict:
-    model, args, kwargs, ds = MODELS[name]()
+def _patched(fn):
+    """fn run inside fx2onnx's transformers patches (to_onnx applies them itself)."""
+    def run():
+        with fx2onnx.torch_export_patches(patch_transformers=True), torch.no_grad():
+            return fn()
+    return run
+
+
+EXPORTERS = ("torch.export", "to_onnx", "torch.onnx.export")
+
+
+def bench(name: str, repeat: int, exporters: tuple[str, ...] = EXPORTERS) -> dict:
+    model, args, kwargs, ds = {**MODELS, **LARGE}[name]()
     torch_ds = export_dynamic_shapes(ds)
     row = {"model": name}
-    row.update(
-        _median_times(
-            {
-                "torch.export": lambda: torch.export.export(model, args, kwargs, dynamic_shapes=torch_ds, strict=False),
-                "to_onnx": lambda: fx2onnx.to_onnx(model, args, kwargs, dynamic_shapes=ds),
-                "torch.onnx.export": lambda: _quiet(
-                    torch.onnx.export, model, args, kwargs=kwargs, dynamic_shapes=torch_ds, dynamo=True
-                ),
-            },
-            repeat,
-        )
-    )
+    fns = {
+        "torch.export": lambda: torch.export.export(model, args, kwargs, dynamic_shapes=torch_ds, strict=False),
+        "to_onnx": lambda: fx2onnx.to_onnx(model, args, kwargs, dynamic_shapes=ds),
+        "torch.onnx.export": lambda: _quiet(
+            torch.onnx.export, model, args, kwargs=kwargs, dynamic_shapes=torch_ds, dynamo=True
+        ),
+    }
+    if name in LARGE:
+        fns["torch.export"] = _patched(fns["torch.export"])
+        fns["torch.onnx.export"] = _patched(fns["torch.onnx.export"])
+    row.update(_median_times({k: fn for k, fn in fns.items() if k in exporters}, repeat))
+    row.update({k: float("nan") for k in EXPORTERS if k not in exporters})
     # each model is checked once: a fast but wrong exporter would be no result
     onx = fx2onnx.to_onnx(model, args, kwargs, dynamic_shapes=ds)
     report = fx2onnx.validate(onx, model, args, kwargs)
@@ -99,7 +134,8 @@ def bench(name: str, repeat: int) -> dict:
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default=",".join(MODELS), help=f"among {', '.join({**MODELS, **LARGE})}")
+    parser.add_argument("--exporters", default=",".join(EXPORTERS))
     options = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
@@ -107,7 +143,7 @@ def main(argv=None) -> list[dict]:
     columns = ["model", "torch.export", "to_onnx", "torch.onnx.export", "to_onnx / torch.export"]
     print(" | ".join(f"{c:>22}" for c in columns), flush=True)
     for name in options.models.split(","):
-        row = bench(name, options.repeat)
+        row = bench(name, options.repeat, tuple(options.exporters.split(",")))
         rows.append(row)
         cells = [f"{row[c]:>22.3f}" if isinstance(row[c], float) else f"{row[c]:>22}" for c in columns]
         print(" | ".join(cells), flush=True)

@@ -67,7 +67,8 @@ def test_longformer_exports_right_for_global_tokens_and_any_length():
             assert report.ok, (batch, seq, case, report)
 
 
-@pytest.mark.parametrize(("window", "chunks", "batch", "heads", "dim"), [(4, 3, 2, 2, 5), (8, 1, 1, 3, 4), (2, 5, 3, 1, 2)])
+@pytest.mark.parametrize(("window", "chunks", "batch", "heads", "dim"),
+                         [(4, 3, 2, 2, 5), (8, 1, 1, 3, 4), (2, 5, 3, 1, 2)])
 def test_banded_window_is_the_original_sliding_chunks(window, chunks, batch, heads, dim):
     """The sliding window of the patched self-attention equals the original's overlapping chunks (scores,
     masked keys, -inf outside the sequence, probabilities times values), and on a sequence of any length
@@ -101,20 +102,24 @@ def test_banded_window_is_the_original_sliding_chunks(window, chunks, batch, hea
 
 
 @pytest.mark.slow
-def test_longformer_capture_has_no_copy_and_one_sequence_symbol():
+@pytest.mark.parametrize("length", [13, 3])
+def test_longformer_capture_has_no_copy_and_one_sequence_symbol(length):
     """The capture of the patched Longformer (dynamic batch and sequence): no in-place copy (the original's
     sliding window copied its chunks into place, 12 ``copy_`` per layer at real width, and every one made
     torch re-trace the program to functionalize it), the output as long as the input (one symbol, not
     ``window * ceil(seq / window)``), no condition fixing the number of chunks and the length of the mask
-    checked equal to the ids' (two symbols before, the sequence narrowed to ``[1, 767]``)."""
+    checked equal to the ids' (two symbols before, the sequence narrowed to ``[1, 767]``); an example shorter
+    than the window (one chunk) too: a 4D matmul fixed the number of chunks to 1."""
     config = transformers.LongformerConfig(hidden_size=32, num_attention_heads=2, intermediate_size=64,
                                            num_hidden_layers=2, attention_window=8, max_position_embeddings=128,
                                            vocab_size=100)
     model = transformers.LongformerForMaskedLM(config).eval()
-    inputs = _inputs(2, 13, config.vocab_size)
+    inputs = _inputs(2, length, config.vocab_size)
     dynamic = {"input_ids": {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC},
                "attention_mask": {0: torch.export.Dim.DYNAMIC, 1: torch.export.Dim.DYNAMIC}}
-    with fx2onnx.torch_export_patches(patch_transformers=True), torch.no_grad():
+    # captured as to_onnx captures first (size-oblivious sizes, fx2onnx.convert.capture)
+    with fx2onnx.torch_export_patches(patch_transformers=True), torch.no_grad(), \
+            torch.fx.experimental._config.patch(backed_size_oblivious=True):
         ep = torch.export.export(model, (), kwargs=inputs, dynamic_shapes=dynamic)
     targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
     assert targets.count("aten.copy_.default") == 0, targets.count("aten.copy_.default")

@@ -69,11 +69,14 @@ def _check_multiple(seq: Any, window: int) -> None:
 
 
 def _windows(x: torch.Tensor, window: int, value: float = 0.0) -> torch.Tensor:
-    """``[rows, seq, ...] -> [rows, ceil(seq / w), ..., 3w]``: for the chunk ``c`` of ``w`` positions, the
-    positions ``c * w - w`` to ``c * w + 2w - 1`` (``value`` outside the sequence)."""
+    """``[rows, seq, ...] -> [rows, ceil(seq / w), 3w, ...]``: for the chunk ``c`` of ``w`` positions, the
+    positions ``c * w - w`` to ``c * w + 2w - 1`` (``value`` outside the sequence), three shifted slices of
+    the padded sequence concatenated (contiguous: no view of an ``unfold`` to reason about)."""
     seq = x.shape[1]
-    padding = (0, 0) * (x.dim() - 2) + (window, window + (seq + window - 1) // window * window - seq)
-    return torch.nn.functional.pad(x, padding, value=value).unfold(1, 3 * window, window)
+    count = (seq + window - 1) // window
+    padding = (0, 0) * (x.dim() - 2) + (window, window + count * window - seq)
+    chunks = torch.nn.functional.pad(x, padding, value=value).unflatten(1, (count + 2, window))  # [rows, count + 2, w]
+    return torch.cat((chunks[:, :-2], chunks[:, 1:-1], chunks[:, 2:]), dim=2)
 
 
 def banded_scores(query: torch.Tensor, key: torch.Tensor, window: int) -> torch.Tensor:
@@ -88,10 +91,12 @@ def banded_scores(query: torch.Tensor, key: torch.Tensor, window: int) -> torch.
     sequence is padded to a multiple of ``w`` here and cut after."""
     batch, seq, heads, head_dim = query.shape
     _check_multiple(seq, window)
+    # batch, heads and chunks in one dimension: a 4D matmul or a flatten of a strided view checks whether the
+    # number of chunks is 1, and an example shorter than the window fixed it (the sequence narrowed to [0, w])
     rows = _to_multiple(query.transpose(1, 2).reshape(batch * heads, seq, head_dim), window)
-    rows = rows.unflatten(1, (-1, window))  # [bh, chunks, w, d]
-    keys = _windows(key.transpose(1, 2).reshape(batch * heads, seq, head_dim), window)  # [bh, chunks, d, 3w]
-    scores = _skew(torch.matmul(rows, keys), window)  # [bh, chunks, w, 2w + 1]
+    rows = rows.reshape(-1, window, head_dim)  # [bh * chunks, w, d]
+    keys = _windows(key.transpose(1, 2).reshape(batch * heads, seq, head_dim), window).flatten(0, 1)  # [.., 3w, d]
+    scores = _skew(torch.bmm(rows, keys.transpose(1, 2)), window)  # [bh * chunks, w, 2w + 1]
     return scores.reshape(batch, heads, -1, 2 * window + 1)[:, :, :seq].transpose(1, 2)
 
 
@@ -111,9 +116,9 @@ def banded_context(probs: torch.Tensor, value: torch.Tensor, window: int) -> tor
     batch, seq, heads, head_dim = value.shape
     _check_multiple(seq, window)
     rows = _to_multiple(probs.transpose(1, 2).reshape(batch * heads, seq, 2 * window + 1), window)
-    rows = _unskew(rows.unflatten(1, (-1, window)), window)  # [bh, chunks, w, 3w]
-    values = _windows(value.transpose(1, 2).reshape(batch * heads, seq, head_dim), window)  # [bh, chunks, d, 3w]
-    context = torch.matmul(rows, values.transpose(-1, -2))  # [bh, chunks, w, d]
+    rows = _unskew(rows.reshape(-1, window, 2 * window + 1), window)  # [bh * chunks, w, 3w]
+    values = _windows(value.transpose(1, 2).reshape(batch * heads, seq, head_dim), window).flatten(0, 1)
+    context = torch.bmm(rows, values)  # [bh * chunks, w, d]
     return context.reshape(batch, heads, -1, head_dim)[:, :, :seq].transpose(1, 2)
 
 
