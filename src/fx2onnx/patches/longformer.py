@@ -17,7 +17,7 @@ the number of global tokens (none included):
   ``*_global`` projections, computed for every token and kept where the token is global.
 
 The sliding window is computed by :func:`banded_scores` and :func:`banded_context`: chunks of
-``w`` queries against the ``3w`` keys around them (``unfold`` of the keys padded by ``w``), the
+``w`` queries against the ``3w`` keys around them (three shifted slices of the padded keys), the
 band read from the product by a skew of static sizes, instead of the original's overlapping
 chunks of ``2w`` copied into place (a dozen in-place copies and symbolic sizes per layer; the
 capture of Longformer-base took over five minutes, issue 36). The values are the same (a test
