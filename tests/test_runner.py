@@ -77,3 +77,41 @@ def test_a_task_does_not_collect_what_its_process_inherited():
     assert rows[0]["frozen"] >= len(gc.get_objects()) // 2, rows
     assert rows[0]["threshold"] == 10_000
     assert (gc.get_threshold(), gc.get_freeze_count()) == before  # the parent keeps its own
+
+
+def _die(task: str) -> dict:
+    os._exit(3)
+
+
+def test_a_crash_is_seen_while_a_sibling_holds_the_pipe(monkeypatch):
+    """Two worker threads start their sandboxes at the same time: a process forked by one between
+    the Pipe() and the close of the child's end of the other holds that end too, and the death of
+    the other's process gives no end of file. The crash is seen from the process itself."""
+    import time
+
+    from fx2onnx.runner import sandbox
+
+    kept = []
+
+    def start_keeping_the_child_end(self):
+        self.conn, child = self.context.Pipe()
+        self.process = self.context.Process(
+            target=sandbox._sandbox_main, args=(child, self.run_one, self.failed_row, self.memory_gb), daemon=True)
+        self.process.start()
+        kept.append(child)  # open here as in a sibling forked meanwhile
+        self.done = 0
+
+    monkeypatch.setattr(sandbox.Sandbox, "_start", start_keeping_the_child_end)
+    begin = time.perf_counter()
+    box = sandbox.Sandbox(_die, _failed_row, mp_context="fork")
+    try:
+        row = box.run("a", timeout=30)
+    finally:
+        box.stop(kill=True)
+    assert row["step"] == "crash" and "exit code 3" in row["error"], row
+    rows = run_tasks(["b"], _die, _failed_row, workers=1, timeout=30, progress=False, mp_context="fork",
+                     address="pool")
+    assert rows[0]["step"] == "crash" and "exit code 3" in rows[0]["error"], rows
+    assert time.perf_counter() - begin < 25  # not the timeout
+    for end in kept:
+        end.close()

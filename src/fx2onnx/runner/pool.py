@@ -32,7 +32,7 @@ def run_in_pool(
                     s.submit(task)
                     s.index = index  # type: ignore[attr-defined]
             busy = [s for s in pool if s.busy]
-            ready = wait([s.conn for s in busy], timeout=0.5)
+            ready = wait([s.conn for s in busy] + [s.process.sentinel for s in busy], timeout=0.5)
             for s in busy:
                 index = s.index  # type: ignore[attr-defined]
                 row = s.collect(timeout, s.conn in ready)

@@ -167,6 +167,13 @@ class Sandbox:
                 code = self.process.exitcode
                 row = self.failed_row(task, "crash", f"the worker process died (exit code {code})", elapsed)
                 self.restart()
+        elif not self.process.is_alive() and not self.conn.poll():
+            # dead without a row: the end of the pipe it wrote to may still be open in a sibling sandbox
+            # forked meanwhile by another worker thread, so no end of file tells it
+            self.process.join(5)
+            code = self.process.exitcode
+            row = self.failed_row(task, "crash", f"the worker process died (exit code {code})", elapsed)
+            self.restart()
         elif elapsed > timeout:
             row = self.failed_row(task, "timeout", f"no result after {timeout:g} s, the task was killed", elapsed)
             self.restart()
@@ -180,7 +187,7 @@ class Sandbox:
         self.submit(task)
         while True:
             remaining = max(0.0, timeout - (time.perf_counter() - self.started))
-            ready = bool(wait([self.conn], timeout=min(remaining, 1.0) + 0.05))
+            ready = self.conn in wait([self.conn, self.process.sentinel], timeout=min(remaining, 1.0) + 0.05)
             row = self.collect(timeout, ready)
             if row is not None:
                 return row
