@@ -22,18 +22,14 @@ from typing import Any
 import torch
 
 from .speech import Piece
+from .vision import VisionPiece
 
 #: the model types exported by :func:`pixtral_pieces`
 PIXTRAL_MODEL_TYPES = ("mistral3",)
 
 
-class OneImageVisionPiece(torch.nn.Module):
+class OneImageVisionPiece(VisionPiece):
     """Mistral 3's vision tower and projector on one image: ``pixel_values (1, 3, H, W) -> image_features``."""
-
-    def __init__(self, model: Any):
-        super().__init__()
-        self.model = model.model
-        self.base_model_prefix = "model"
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         base = self.model

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from .speech import Piece
+from .vision import ImageTextDecoderPiece
 
 #: the model types exported by :func:`qwen_vl_pieces`
 QWEN_VL_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
@@ -162,7 +163,7 @@ def _dense_deepstack(self: Any, hidden_states: torch.Tensor, visual_pos_masks: t
     return hidden_states + dense
 
 
-class DeepstackDecoderPiece(torch.nn.Module):
+class DeepstackDecoderPiece(ImageTextDecoderPiece):
     """Qwen3-VL's decoder: :class:`fx2onnx.deploy.vision.ImageTextDecoderPiece` with the deepstack
     features of the vision piece added to the image positions of the first layers (the text model's
     ``_deepstack_process`` replaced on this model by :func:`_dense_deepstack`)."""
@@ -170,11 +171,7 @@ class DeepstackDecoderPiece(torch.nn.Module):
     def __init__(self, model: Any):
         import types
 
-        super().__init__()
-        self.model = model.model
-        self.lm_head = model.lm_head
-        self.base_model_prefix = "model"
-        self.image_token_id = int(model.config.image_token_id)
+        super().__init__(model)
         text = self.model.language_model
         text._deepstack_process = types.MethodType(_dense_deepstack, text)
 
