@@ -163,23 +163,24 @@ class Sandbox:
                 if replace:  # a fresh process for the next task
                     self.restart()
             except (EOFError, OSError):
-                self.process.join(5)
-                code = self.process.exitcode
-                row = self.failed_row(task, "crash", f"the worker process died (exit code {code})", elapsed)
-                self.restart()
+                row = self._crashed(task, elapsed)
         elif not self.process.is_alive() and not self.conn.poll():
             # dead without a row: the end of the pipe it wrote to may still be open in a sibling sandbox
             # forked meanwhile by another worker thread, so no end of file tells it
-            self.process.join(5)
-            code = self.process.exitcode
-            row = self.failed_row(task, "crash", f"the worker process died (exit code {code})", elapsed)
-            self.restart()
+            row = self._crashed(task, elapsed)
         elif elapsed > timeout:
             row = self.failed_row(task, "timeout", f"no result after {timeout:g} s, the task was killed", elapsed)
             self.restart()
         else:
             return None
         self.task = None
+        return row
+
+    def _crashed(self, task: Any, elapsed: float) -> dict[str, Any]:
+        """The row of a task whose process died, and a fresh process."""
+        self.process.join(5)
+        row = self.failed_row(task, "crash", f"the worker process died (exit code {self.process.exitcode})", elapsed)
+        self.restart()
         return row
 
     def run(self, task: Any, timeout: float) -> dict[str, Any]:
