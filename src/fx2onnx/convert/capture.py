@@ -453,7 +453,11 @@ def capture(
     try:
         with fewer_collections(), capture_kernels(), \
                 torch.fx.experimental._config.patch(backed_size_oblivious=oblivious):
-            ep, decomposed = functionalize_and_decompose(ep, dispatcher, decompose=decompose, verbose=verbose)
+            # the program torch.export returned is ours to change; one given by the user is not
+            ep, decomposed = functionalize_and_decompose(
+                ep, dispatcher, decompose=decompose, verbose=verbose,
+                in_place=not isinstance(model, torch.export.ExportedProgram),
+            )
         if not decomposed:
             # re-traced, not decomposed: the same aten operators, whose re-derived shape checks (a view after
             # a crop, timm's Twins) are no branch of the model; a decomposition may branch: its guards are kept

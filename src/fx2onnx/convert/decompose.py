@@ -103,16 +103,28 @@ def _is_mutating(target: Any) -> bool:
 
 
 def functionalize_and_decompose(
-    ep: torch.export.ExportedProgram, dispatcher: Any = None, decompose: bool = True, verbose: int = 0
+    ep: torch.export.ExportedProgram,
+    dispatcher: Any = None,
+    decompose: bool = True,
+    verbose: int = 0,
+    in_place: bool = False,
 ) -> tuple[torch.export.ExportedProgram, list[str]]:
     """Functionalizes ``ep`` when needed and decomposes the operators without a converter.
 
+    With ``in_place``, the in-place operators on intermediate tensors are first made
+    out-of-place in ``ep``'s own graph (:mod:`fx2onnx.convert.local_functionalize`).
     The program is re-traced (:meth:`torch.export.ExportedProgram.run_decompositions`)
-    only when it contains an operator mutating its inputs or an operator without a
+    only when it still contains an operator mutating its inputs or an operator without a
     converter. Operators with a converter are never decomposed.
 
     :return: the program and the names of the decomposed operators
     """
+    if in_place:
+        from .local_functionalize import functionalize_intermediates
+
+        replaced = functionalize_intermediates(ep)
+        if verbose and replaced:
+            print(f"[to_onnx] made out-of-place without re-tracing: {', '.join(replaced)}")
     decomposed: list[str] = []
     tried: set[Any] = set()
     for round_index in range(MAX_ROUNDS):
