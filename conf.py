@@ -175,6 +175,9 @@ warnings.filterwarnings("ignore", message=r"Dynamo does not know how to trace th
 warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used, since it shares", category=UserWarning)
 
 
+_PAGE_GENERATORS: list = []
+
+
 def run_page_generators(app) -> None:
     """Imports every ``_doc/gen_*.py`` (sorted) and calls its ``generate(app)``."""
     for path in sorted((ROOT / "_doc").glob("gen_*.py")):
@@ -184,6 +187,14 @@ def run_page_generators(app) -> None:
         if not hasattr(module, "generate"):
             raise AttributeError(f"{path.name} must define generate(app), it does not.")
         module.generate(app)
+        _PAGE_GENERATORS.append(module)
+
+
+def finish_page_generators(app) -> None:
+    """Calls ``finish(app)`` of the generators which define it (those which run in the background)."""
+    for module in _PAGE_GENERATORS:
+        if hasattr(module, "finish"):
+            module.finish(app)
 
 
 # the block sphinx-gallery writes at the top of sg_execution_times.rst: jQuery and DataTables
@@ -234,6 +245,8 @@ def setup(app):
     app.connect("builder-inited", quiet_root_logger, priority=300)
     # priority < 500 so that the pages exist before sphinx-gallery and the reader run
     app.connect("builder-inited", run_page_generators, priority=400)
+    # after sphinx-gallery (priority 500) ran the examples, before the reader: what ran beside them
+    app.connect("builder-inited", finish_page_generators, priority=900)
     app.connect("source-read", drop_cdn_scripts)
     app.connect("source-read", shorten_paths)
     # _doc/viewcode_links.py: the [docs] links of the _modules/ pages to anchors which exist

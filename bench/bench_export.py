@@ -2,7 +2,9 @@
 
 Prints one row per model with the median of a few runs (seconds) and the ratio
 ``to_onnx / torch.export.export``: to_onnx adds the conversion and the optimization
-to the capture, the target is at most 1.3 on the Llamas.
+to the capture, the target is at most 1.3 on the Llamas. Each exporter runs once untimed on
+the first model (its lazy initializations: imports, registries); ``--warm-up each`` does so on
+every model. The to_onnx model of the last timed run is checked against eager.
 
     python bench/bench_export.py [--repeat 3] [--models mlp,cnn,llama64,llama512]
     python bench/bench_export.py --repeat 1 --models longformer-base --exporters torch.export,to_onnx
@@ -76,10 +78,11 @@ MODELS = {
 }
 
 
-def _median_times(fns: dict, repeat: int) -> dict:
+def _median_times(fns: dict, repeat: int, warm_up: bool = True) -> dict:
     """Median time of each function; the runs are interleaved so that a busy machine
-    slows all of them alike. A first untimed run of each warms up lazy initializations."""
-    for fn in fns.values():
+    slows all of them alike. With ``warm_up``, a first untimed run of each warms up lazy
+    initializations."""
+    for fn in fns.values() if warm_up else ():
         fn()
     times: dict = {name: [] for name in fns}
     for _ in range(repeat):
@@ -107,13 +110,19 @@ def _patched(fn):
 EXPORTERS = ("torch.export", "to_onnx", "torch.onnx.export")
 
 
-def bench(name: str, repeat: int, exporters: tuple[str, ...] = EXPORTERS) -> dict:
+def bench(name: str, repeat: int, exporters: tuple[str, ...] = EXPORTERS, warm_up: bool = True) -> dict:
     model, args, kwargs, ds = {**MODELS, **LARGE}[name]()
     torch_ds = export_dynamic_shapes(ds)
     row = {"model": name}
+    exported: dict = {}
+
+    def to_onnx():
+        exported["onx"] = fx2onnx.to_onnx(model, args, kwargs, dynamic_shapes=ds)
+        return exported["onx"]
+
     fns = {
         "torch.export": lambda: torch.export.export(model, args, kwargs, dynamic_shapes=torch_ds, strict=False),
-        "to_onnx": lambda: fx2onnx.to_onnx(model, args, kwargs, dynamic_shapes=ds),
+        "to_onnx": to_onnx,
         "torch.onnx.export": lambda: _quiet(
             torch.onnx.export, model, args, kwargs=kwargs, dynamic_shapes=torch_ds, dynamo=True
         ),
@@ -121,10 +130,10 @@ def bench(name: str, repeat: int, exporters: tuple[str, ...] = EXPORTERS) -> dic
     if name in LARGE:
         fns["torch.export"] = _patched(fns["torch.export"])
         fns["torch.onnx.export"] = _patched(fns["torch.onnx.export"])
-    row.update(_median_times({k: fn for k, fn in fns.items() if k in exporters}, repeat))
+    row.update(_median_times({k: fn for k, fn in fns.items() if k in exporters}, repeat, warm_up))
     row.update({k: float("nan") for k in EXPORTERS if k not in exporters})
     # each model is checked once: a fast but wrong exporter would be no result
-    onx = fx2onnx.to_onnx(model, args, kwargs, dynamic_shapes=ds)
+    onx = exported.get("onx") or to_onnx()
     report = fx2onnx.validate(onx, model, args, kwargs)
     assert report.ok, f"{name}: {report}"
     row["to_onnx / torch.export"] = row["to_onnx"] / row["torch.export"]
@@ -136,14 +145,17 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--models", default=",".join(MODELS), help=f"among {', '.join({**MODELS, **LARGE})}")
     parser.add_argument("--exporters", default=",".join(EXPORTERS))
+    parser.add_argument("--warm-up", choices=["first", "each"], default="first",
+                        help="an untimed run of each exporter on the first model only, or on each model")
     options = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     rows = []
     columns = ["model", "torch.export", "to_onnx", "torch.onnx.export", "to_onnx / torch.export"]
     print(" | ".join(f"{c:>22}" for c in columns), flush=True)
-    for name in options.models.split(","):
-        row = bench(name, options.repeat, tuple(options.exporters.split(",")))
+    for index, name in enumerate(options.models.split(",")):
+        warm_up = index == 0 or options.warm_up == "each"
+        row = bench(name, options.repeat, tuple(options.exporters.split(",")), warm_up)
         rows.append(row)
         cells = [f"{row[c]:>22.3f}" if isinstance(row[c], float) else f"{row[c]:>22}" for c in columns]
         print(" | ".join(cells), flush=True)

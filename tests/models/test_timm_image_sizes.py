@@ -11,6 +11,7 @@ from fx2onnx.validation import validate
 pytest.importorskip("timm")
 
 
+@pytest.mark.slow  # 29 s: the longest test of the fast tier
 def test_cpubone_dynamic_image_size():
     """CPUBone pads by ``(-H) % 2`` after a stride of 16: sympy cannot solve the guard on the height
     (``NotImplementedError: The inequality ... cannot be solved``); to_onnx captures it size-oblivious."""

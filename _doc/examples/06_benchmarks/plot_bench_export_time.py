@@ -20,7 +20,8 @@ and plots the time of one run of three ways to export each of them:
 the capture alone on the Llamas. Each model exported by ``to_onnx`` is also validated
 against eager by the script: a fast but wrong exporter would not count.
 
-The numbers below come from the machine which built this page; rerun the script
+Each exporter first runs once untimed on the MLP (its imports and registries are not
+counted). The numbers below come from the machine which built this page; rerun the script
 (``python bench/bench_export.py --repeat 5``: the median of five runs) to measure yours.
 
 Run the benchmark
