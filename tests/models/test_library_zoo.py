@@ -30,6 +30,7 @@ def test_diffusers_row_image(exporter):
     row = run_row("diffusers", "AutoencoderTiny.decode", "AutoencoderTiny", exporter, "image")
     assert row["success"], row
     assert row["max_abs"] < 1e-3 and row["parameters"] > 0
+    assert row.get("capture_check") is (True if exporter == "to_onnx" else None)
 
 
 def test_diffusers_row_without_configuration():
@@ -155,3 +156,21 @@ def test_stale_rows_rerun_quickest_first_and_merged_in_order(monkeypatch, tmp_pa
     text = library_page("timm", written, meta)
     assert "3 of the 5 rows ran so; the others checked nothing" in text and "Rows run before" not in text
     assert "the 2 rows marked †" in library_page("timm", old, meta)
+
+
+def test_capture_check_sentence_counts_checked_and_flagged_rows():
+    from fx2onnx.models.library_report import capture_check_sentence
+
+    def row(name, exporter="to_onnx", step=None, error=None, checked=True):
+        r = dict(architecture=name, exporter=exporter, step=step, error=error)
+        if checked:
+            r["capture_check"] = True
+        return r
+
+    rows = [row("a"), row("b", step="capture", error="CaptureMismatchError: output 0 differs by 0.17"),
+            row("c", step="model", error="dropout"), row("d", checked=False), row("e", exporter="dynamo")]
+    text = capture_check_sentence(rows)
+    assert "3 of the 4 ``to_onnx`` rows ran with it (1 ran before it existed)" in text, text
+    assert "checked the 2 which got that far and flagged 1: ``b``." in text, text
+    assert capture_check_sentence(rows[:1]).endswith("checked the 1 which got that far and flagged 0.")
+    assert capture_check_sentence([row("d", checked=False)]).endswith("ran with it (1 ran before it existed).")

@@ -134,7 +134,7 @@ def library_page(library: str, rows: Sequence[dict[str, Any]], meta: dict[str, A
                      f"\n      - {t['captured']}\n      - {t['exported']}\n      - {t['matched']}")
     lines += ["", "*built*: the tiny model was created and its eager forward ran on both input sets (a model "
               "rejecting the second image size is not built for *image*).", ""]
-    lines += [_spread_sentence(rows), ""]
+    lines += [_spread_sentence(rows), "", capture_check_sentence(rows), ""]
     shapes = [s for s in ("batch", "image") if any(r["shapes"] == s for r in rows)]
     columns = [(e, s) for e in EXPORTERS for s in shapes]
     index = {(r["architecture"], r["exporter"], r["shapes"]): r for r in rows}
@@ -182,6 +182,22 @@ def _spread_sentence(rows: list[dict[str, Any]]) -> str:
                        if spread < len(rows) else ".")
     return head + (f"; the {stale} rows marked † ran before and may have been checked with such weights (the rows "
                    "of models never built have nothing to spread).")
+
+
+def capture_check_sentence(rows: Sequence[dict[str, Any]]) -> str:
+    """How many ``to_onnx`` rows ran with the capture check and which ones it flagged."""
+    mine = [r for r in rows if r["exporter"] == "to_onnx"]
+    checked = [r for r in mine if r.get("capture_check")]
+    reached = [r for r in checked if r["step"] not in ("config", "model", "timeout", "crash")]
+    flagged = sorted({r["architecture"] for r in reached if (r.get("error") or "").startswith("CaptureMismatch")})
+    text = ("*Capture check*: before converting, ``to_onnx`` runs the program ``torch.export`` returned on the "
+            "example inputs and compares it with eager (:class:`fx2onnx.CaptureMismatchError`: a wrong capture "
+            f"is no silent wrong model). {len(checked)} of the {len(mine)} ``to_onnx`` rows ran with it")
+    text += "" if len(checked) == len(mine) else f" ({len(mine) - len(checked)} ran before it existed)"
+    if not checked:
+        return text + "."
+    text += f"; it checked the {len(reached)} which got that far and flagged {len(flagged)}"
+    return text + (": " + ", ".join(f"``{n}``" for n in flagged) + "." if flagged else ".")
 
 
 #: what the page of the transformers tasks says of its rows
@@ -247,7 +263,7 @@ def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines += ["", "*run*: the architectures with rows (the others are not run yet); *built*: the tiny model was "
               "created, its inputs built and its eager forward ran; *captured*: ``torch.export`` captured it for "
               "one exporter at least (a row which timed out counts as run, neither built nor captured); *exported*: the exporter returned a model; *matched*: onnxruntime's results "
-              "on the other batch match eager's.", "", _spread_sentence(rows), ""]
+              "on the other batch match eager's.", "", _spread_sentence(rows), "", capture_check_sentence(rows), ""]
     index = {(r["architecture"], r["exporter"]): r for r in rows}
     lines += [_MARKS, ""]
     for t in summary:

@@ -61,6 +61,8 @@ def _empty_row(library: str, architecture: str, model: str, exporter: str, shape
                success=False, step=None, error=None, max_abs=None, time=None)
     if library == "tasks":  # architecture: task/model_type
         row["task"] = architecture.split("/", 1)[0]
+    if exporter == "to_onnx":  # to_onnx compares the program torch.export returned with eager (its default)
+        row["capture_check"] = True
     return row
 
 

@@ -189,6 +189,9 @@ def page_text(rows: Sequence[dict[str, Any]], meta: dict[str, Any], skipped: Seq
     lines += ["", "*captured*: :func:`torch.export.export` produced a graph; *exported*: the ONNX model "
               "was produced; *matched*: it runs on :epkg:`onnxruntime` and matches eager on the second "
               "input set.", ""]
+    from .library_report import capture_check_sentence
+
+    lines += [capture_check_sentence(rows), ""]
     lines += _gaps(rows)
     lines += _generation_lines(rows)
     lines += _heading("Known limits", "-")

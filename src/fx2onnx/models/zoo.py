@@ -51,8 +51,11 @@ ROWS_FILE = "rows.json"
 
 
 def _empty_row(name: str, kind: str, exporter: str, cache: bool) -> dict[str, Any]:
-    return dict(architecture=name, kind=kind, exporter=exporter, cache=cache, success=False,
-                step=None, error=None, max_abs=None, time=None)
+    row = dict(architecture=name, kind=kind, exporter=exporter, cache=cache, success=False,
+               step=None, error=None, max_abs=None, time=None)
+    if exporter == "to_onnx":  # to_onnx compares the program torch.export returned with eager (its default)
+        row["capture_check"] = True
+    return row
 
 
 def _export(exporter: str, model, kwargs: dict[str, Any], dynamic_shapes: Any):
