@@ -86,3 +86,38 @@ def test_interpolation_positions_are_transformers_ones():
     indices, weights = interpolation_positions(grid, int(grid.prod(-1).sum()), 2, 4)
     assert torch.equal(indices, expected_indices)
     torch.testing.assert_close(weights, expected_weights, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_patched_image_features_are_the_original_ones_in_one_entry(family):
+    """``get_image_features`` patched: one entry holding every image's features (and each deepstack level's),
+    equal to the concatenation of the original's per-image split, the tower's positions computed from the grid."""
+    config = getattr(vlm_folder, f"tiny_{family}_config")()
+    torch.manual_seed(0)
+    model = getattr(transformers, config.architectures[0])(config).eval().model
+    grid = torch.tensor(GRIDS)
+    vision = config.vision_config
+    width = vision.in_channels * vision.temporal_patch_size * vision.patch_size ** 2
+    pixels = torch.randn(int(grid.prod(-1).sum()), width, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = model.get_image_features(pixels, grid, return_dict=True)
+        with fx2onnx.torch_export_patches(patch_transformers=True):
+            got = model.get_image_features(pixels, grid, return_dict=True)
+    assert len(expected.pooler_output) == len(GRIDS) and len(got.pooler_output) == 1
+    torch.testing.assert_close(got.pooler_output[0], torch.cat(expected.pooler_output), atol=1e-5, rtol=1e-5)
+    for level, level_expected in zip(getattr(got, "deepstack_features", None) or [],
+                                     getattr(expected, "deepstack_features", None) or []):
+        assert len(level) == 1
+        torch.testing.assert_close(level[0], torch.cat(level_expected), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"])
+def test_task_row_matches_with_a_dynamic_number_of_images(family):
+    """The task zoo's row (one image per prompt, dynamic batch 2, checked on a batch of 3): the number of images
+    stayed dynamic (it was fixed to 2 by tolist()), the multimodal positions an input computed by get_rope_index."""
+    from fx2onnx.models.library_zoo import run_row
+
+    row = run_row("tasks", f"image-text-to-text/{family}", family, "to_onnx", "batch")
+    assert row["success"], row
+    assert row["max_abs"] < 1e-4

@@ -116,6 +116,35 @@ def window_positions(grid_thw: torch.Tensor, patches: Any, merge_size: int,
     return torch.argsort(destination), cu_window_seqlens
 
 
+class TowerGeometry:
+    """What a Qwen-VL vision tower computes from the grid's values, computed from the grid as tensors.
+
+    ``merge_size``: patches merged per side; ``window`` (Qwen2.5-VL): the side of an attention window in
+    merged features; ``side`` (Qwen3-VL): the side of its square table of learned position embeddings."""
+
+    def __init__(self, vision_config: Any, visual: Any):
+        self.merge_size = int(vision_config.spatial_merge_size)
+        self.window = vision_config.window_size // vision_config.spatial_merge_size // vision_config.patch_size \
+            if getattr(vision_config, "window_size", None) else None
+        self.side = int(vision_config.num_position_embeddings ** 0.5) \
+            if getattr(vision_config, "num_position_embeddings", None) else None
+        if self.side and (visual.interpolation_mode, visual.interpolation_align_corners) != ("bilinear", True):
+            raise ValueError("The Qwen3-VL vision tower is exported with its position embeddings resampled "
+                             "bilinearly, corners aligned.")
+
+    def tower_inputs(self, image_grid_thw: torch.Tensor, patches: Any) -> dict[str, torch.Tensor]:
+        """The keyword arguments giving the tower its positions, image boundaries (and windows, resampling)."""
+        positions, cu_seqlens = grid_positions(image_grid_thw, patches, self.merge_size)
+        inputs = {"position_ids": positions, "cu_seqlens": cu_seqlens}
+        if self.window:
+            inputs.update(zip(("window_index", "cu_window_seqlens"),
+                              window_positions(image_grid_thw, patches, self.merge_size, self.window)))
+        if self.side:
+            inputs.update(zip(("interp_indices", "interp_weights"),
+                              interpolation_positions(image_grid_thw, patches, self.merge_size, self.side)))
+        return inputs
+
+
 class QwenVisionPiece(torch.nn.Module):
     """The vision tower and its merger: ``(pixel_values, image_grid_thw) -> image_features (rows, hidden)``."""
 
@@ -123,31 +152,13 @@ class QwenVisionPiece(torch.nn.Module):
         super().__init__()
         self.model = model.model
         self.base_model_prefix = "model"
-        vision = model.config.vision_config
-        self.merge_size = int(vision.spatial_merge_size)
-        #: Qwen2.5-VL: the side of an attention window, in merged features
-        self.window = vision.window_size // vision.spatial_merge_size // vision.patch_size \
-            if getattr(vision, "window_size", None) else None
-        #: Qwen3-VL: the side of its square table of learned position embeddings
-        self.side = int(vision.num_position_embeddings ** 0.5) if getattr(vision, "num_position_embeddings", None) \
-            else None
-        if self.side and (model.model.visual.interpolation_mode, model.model.visual.interpolation_align_corners) != (
-                "bilinear", True):
-            raise ValueError("The Qwen3-VL vision piece resamples the position embeddings bilinearly, corners aligned.")
+        self.geometry = TowerGeometry(model.config.vision_config, model.model.visual)
+        self.side = self.geometry.side
 
     def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
         visual = self.model.visual
-        patches = pixel_values.shape[0]
-        positions, cu_seqlens = grid_positions(image_grid_thw, patches, self.merge_size)
-        precomputed: dict[str, torch.Tensor] = {}  # what the tower would compute from the grid's values
-        if self.window:
-            precomputed.update(zip(("window_index", "cu_window_seqlens"),
-                                   window_positions(image_grid_thw, patches, self.merge_size, self.window)))
-        if self.side:
-            precomputed.update(zip(("interp_indices", "interp_weights"),
-                                   interpolation_positions(image_grid_thw, patches, self.merge_size, self.side)))
-        out = visual(pixel_values.to(visual.dtype), grid_thw=image_grid_thw, position_ids=positions,
-                     cu_seqlens=cu_seqlens, **precomputed)
+        out = visual(pixel_values.to(visual.dtype), grid_thw=image_grid_thw,
+                     **self.geometry.tower_inputs(image_grid_thw, pixel_values.shape[0]))
         if self.side:  # Qwen3-VL: the features of some blocks, added to the first layers of the decoder
             return (out.pooler_output, *out.deepstack_features)
         return out.pooler_output

@@ -10,7 +10,10 @@ take the form the model's signature asks for, one *kind* per family
   (``pixel_values [batch * t * h * w, channels * temporal_patch * patch * patch]``) with
   ``image_grid_thw [batch, 3]`` (``image_grid_hw [batch, 2]``, ``image_merge_sizes``), the
   grid two merged tokens wide and high (``2 * spatial_merge_size`` patches), and
-  ``mm_token_type_ids`` (1 on the image placeholders) for the multimodal rotary positions;
+  ``mm_token_type_ids`` (1 on the image placeholders) for the multimodal rotary positions; a
+  model with a ``get_rope_index`` (Qwen-VL) gets those positions as ``position_ids``, computed by
+  it before the export, as the generation loop computes them (:mod:`fx2onnx.runtime.mrope`): they
+  depend on the values of the grid and of the prompt's tokens, which no graph of fixed shapes reads;
 * ``image_sizes``: LLaVA-Next / OneVision tiles (``pixel_values [batch, tiles, channels, size,
   size]``, the number of tiles the model's own ``image_size_to_num_patches`` computes) or
   Pixtral-like towers (``pixel_values [batch, channels, size, size]``), with
@@ -86,6 +89,21 @@ def image_features_function(model: Any) -> Callable | None:
         fn = getattr(owner, "get_image_features", None)
         if fn is not None:
             return fn
+    return None
+
+
+def rope_positions(model: Any, inputs: dict[str, Any]) -> torch.Tensor | None:
+    """The multimodal rotary positions ``get_rope_index`` (of the model or of its base model) computes for
+    ``inputs``, None when the model has none."""
+    for owner in (model, getattr(model, "model", None)):
+        fn = getattr(owner, "get_rope_index", None)
+        if fn is not None:
+            try:
+                with torch.no_grad():
+                    positions = fn(**{k: v for k, v in inputs.items() if k in _parameters(fn)})
+            except (TypeError, ValueError):  # it needs what the forward prepares: left to the forward
+                return None
+            return positions[0] if isinstance(positions, tuple) else positions
     return None
 
 
@@ -275,6 +293,9 @@ def image_text_inputs(model: Any, config: Any, batch: int, seed: int = 0) -> tup
         if name in names:
             inputs[name] = (ids == token).to(torch.int64)
             shapes[name] = {0: "batch"}
+    positions = rope_positions(model, inputs)
+    if positions is not None and "position_ids" in names:
+        inputs["position_ids"], shapes["position_ids"] = positions, {1: "batch"}
     for name, p in names.items():  # another required prompt (InstructBLIP's qformer_input_ids) and its mask
         if name.endswith("_input_ids") and name not in inputs and p.default is inspect.Parameter.empty:
             inputs[name] = torch.randint(low, high, (batch, 4), generator=_generator(seed + 1))

@@ -31,6 +31,7 @@ SPLIT_ATTENTIONS = (
     ("transformers.models.qwen2_vl.modeling_qwen2_vl", "VisionAttention"),
     ("transformers.models.qwen2_5_vl.modeling_qwen2_5_vl", "Qwen2_5_VLVisionAttention"),
     ("transformers.models.qwen3_vl.modeling_qwen3_vl", "Qwen3VLVisionAttention"),
+    ("transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe", "Qwen3VLMoeVisionAttention"),
 )
 
 
@@ -85,4 +86,55 @@ guard_split_attention = source_guard(
     "VisionAttention.forward", "lengths.tolist()", "torch.split(", "apply_rotary_pos_emb_vision(query_states",
     "self.qkv(hidden_states).reshape(seq_length, 3, self.num_heads, -1).permute(1, 0, 2, 3).unbind(0)",
     absent="the vision attention does not split the images with lengths.tolist() in this version",
+)
+
+
+#: (modeling module, model class) whose ``get_image_features`` splits the features per image by
+#: ``(image_grid_thw.prod(-1) // merge**2).tolist()``
+SPLIT_FEATURES = (
+    ("transformers.models.qwen2_vl.modeling_qwen2_vl", "Qwen2VLModel"),
+    ("transformers.models.qwen2_5_vl.modeling_qwen2_5_vl", "Qwen2_5_VLModel"),
+    ("transformers.models.qwen3_vl.modeling_qwen3_vl", "Qwen3VLModel"),
+    ("transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe", "Qwen3VLMoeModel"),
+)
+
+
+def make_unsplit_image_features(original: Any) -> Any:
+    """``get_image_features`` returning every image's features as one entry.
+
+    The original splits the vision tower's output into one tensor per image with sizes read by
+    ``tolist()`` from the grid: torch.export fixes the number of images to the example's (it
+    iterates over the grid's first dimension). The forward only concatenates the list again
+    (``torch.cat(pooler_output)``, and each deepstack level's list for Qwen3-VL), so one entry holding
+    all images gives the same tensor. While the patch is applied, ``pooler_output`` (and each
+    deepstack level) is a list of one tensor, not one per image.
+
+    The tower itself loops over the grid's rows to compute its rotary positions, image boundaries,
+    windows (Qwen2.5-VL) and resampled position embeddings (Qwen3-VL); the replacement gives it those
+    computed from the grid as tensors (:class:`fx2onnx.deploy.qwen_vl.TowerGeometry`, what the vision
+    piece of an exported folder does)."""
+
+    def get_image_features(self: Any, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor | None = None,
+                           **kwargs: Any) -> Any:
+        from ..deploy.qwen_vl import TowerGeometry
+
+        return_dict = kwargs.pop("return_dict", True)
+        if image_grid_thw is None:
+            return original(self, pixel_values, image_grid_thw, return_dict=return_dict, **kwargs)
+        tower = TowerGeometry(self.visual.config, self.visual).tower_inputs(image_grid_thw, pixel_values.shape[0])
+        outputs = self.visual(pixel_values.type(self.visual.dtype), grid_thw=image_grid_thw, return_dict=True,
+                              **tower, **kwargs)
+        outputs.pooler_output = [outputs.pooler_output]
+        if getattr(outputs, "deepstack_features", None) is not None:
+            outputs.deepstack_features = [[feature] for feature in outputs.deepstack_features]
+        return outputs if return_dict else outputs.to_tuple()
+
+    get_image_features.__wrapped__ = original  # type: ignore[attr-defined]
+    return get_image_features
+
+
+guard_unsplit_image_features = source_guard(
+    "get_image_features", "split_sizes = (image_grid_thw.prod(-1) // self.visual.spatial_merge_size**2).tolist()",
+    "self.visual(",
+    absent="get_image_features does not split the features with tolist() in this version",
 )

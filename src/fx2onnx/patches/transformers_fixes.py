@@ -59,7 +59,14 @@ import torch
 from .registry import Patch, patch_if_imported, source_guard
 from .detr_batch import DETR_BATCH_FORWARDS, guard_symbolic_len_forward, make_symbolic_len_forward
 from .idefics3 import IMAGE_FEATURES, guard_image_features, _make_image_features
-from .qwen_vl import SPLIT_ATTENTIONS, guard_split_attention, make_block_diagonal_attention
+from .qwen_vl import (
+    SPLIT_ATTENTIONS,
+    SPLIT_FEATURES,
+    guard_split_attention,
+    guard_unsplit_image_features,
+    make_block_diagonal_attention,
+    make_unsplit_image_features,
+)
 from .sdpa_skip import MASK_FUNCTIONS, guard_mask_function, make_mask_with_eager_skip
 
 
@@ -359,6 +366,16 @@ def transformers_patches() -> list[Patch]:
             guard=guard_split_attention,
             doc="one attention over the patches of every image with a block-diagonal mask built from cu_seqlens "
             "as tensors, instead of one attention per image split by lengths.tolist() (see fx2onnx.patches.qwen_vl)",
+        ))
+    for module, model_class in SPLIT_FEATURES:
+        patches.extend(patch_if_imported(
+            module, f"{model_class}.get_image_features",
+            name=f"{model_class}.get_image_features",
+            make=make_unsplit_image_features,
+            expected_args=("self", "pixel_values", "image_grid_thw"),
+            guard=guard_unsplit_image_features,
+            doc="every image's features as one entry instead of a split per image by sizes read with tolist(), "
+            "which made torch.export fix the number of images (see fx2onnx.patches.qwen_vl)",
         ))
     for module, function in MASK_FUNCTIONS:
         sliding = function == "create_sliding_window_causal_mask"
