@@ -208,7 +208,8 @@ TASKS_INTRO = (
     "zoo and small images and spectrograms, applied to every sub-configuration: text, vision, audio, backbone), "
     "with seeded random weights, and its inputs are built per task (:mod:`fx2onnx.models.task_inputs`: images, "
     "videos, spectrograms or waveforms, prompts with one placeholder token per image feature, token boxes, time "
-    "series). Exported with a dynamic batch (2) under ``torch_export_patches(patch_transformers=True)``, checked "
+    "series; a model with a ``get_rope_index``, Qwen-VL's, gets the multimodal positions it computes as its "
+    "``position_ids`` input, as the generation loop of an exported folder does). Exported with a dynamic batch (2) under ``torch_export_patches(patch_transformers=True)``, checked "
     "against eager on a batch of 3. A model whose eager forward gives two results on the same inputs (dropout or "
     "noise in eval mode) stops at step *model*: no export can be compared with it."
 )
