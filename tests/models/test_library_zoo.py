@@ -171,6 +171,6 @@ def test_capture_check_sentence_counts_checked_and_flagged_rows():
             row("c", step="model", error="dropout"), row("d", checked=False), row("e", exporter="dynamo")]
     text = capture_check_sentence(rows)
     assert "3 of the 4 ``to_onnx`` rows ran with it (1 ran before it existed)" in text, text
-    assert "checked the 2 which got that far and flagged 1: ``b``." in text, text
-    assert capture_check_sentence(rows[:1]).endswith("checked the 1 which got that far and flagged 0.")
+    assert "checked the 2 captured by torch.export and flagged 1: ``b``." in text, text
+    assert capture_check_sentence(rows[:1]).endswith("checked the 1 captured by torch.export and flagged 0.")
     assert capture_check_sentence([row("d", checked=False)]).endswith("ran with it (1 ran before it existed).")

@@ -188,15 +188,16 @@ def capture_check_sentence(rows: Sequence[dict[str, Any]]) -> str:
     """How many ``to_onnx`` rows ran with the capture check and which ones it flagged."""
     mine = [r for r in rows if r["exporter"] == "to_onnx"]
     checked = [r for r in mine if r.get("capture_check")]
-    reached = [r for r in checked if r["step"] not in ("config", "model", "timeout", "crash")]
-    flagged = sorted({r["architecture"] for r in reached if (r.get("error") or "").startswith("CaptureMismatch")})
+    flagged = sorted({r["architecture"] for r in checked if (r.get("error") or "").startswith("CaptureMismatch")})
+    # the check runs once torch.export returned a program: on the rows which got past the capture, and the flagged
+    reached = [r for r in checked if r["step"] in ("conversion", "validation", None) or r["architecture"] in flagged]
     text = ("*Capture check*: before converting, ``to_onnx`` runs the program ``torch.export`` returned on the "
             "example inputs and compares it with eager (:class:`fx2onnx.CaptureMismatchError`: a wrong capture "
             f"is no silent wrong model). {len(checked)} of the {len(mine)} ``to_onnx`` rows ran with it")
     text += "" if len(checked) == len(mine) else f" ({len(mine) - len(checked)} ran before it existed)"
     if not checked:
         return text + "."
-    text += f"; it checked the {len(reached)} which got that far and flagged {len(flagged)}"
+    text += f"; it checked the {len(reached)} captured by torch.export and flagged {len(flagged)}"
     return text + (": " + ", ".join(f"``{n}``" for n in flagged) + "." if flagged else ".")
 
 
