@@ -153,13 +153,12 @@ class QwenVisionPiece(torch.nn.Module):
         self.model = model.model
         self.base_model_prefix = "model"
         self.geometry = TowerGeometry(model.config.vision_config, model.model.visual)
-        self.side = self.geometry.side
 
     def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
         visual = self.model.visual
         out = visual(pixel_values.to(visual.dtype), grid_thw=image_grid_thw,
                      **self.geometry.tower_inputs(image_grid_thw, pixel_values.shape[0]))
-        if self.side:  # Qwen3-VL: the features of some blocks, added to the first layers of the decoder
+        if self.geometry.side:  # Qwen3-VL: the features of some blocks, added to the first layers of the decoder
             return (out.pooler_output, *out.deepstack_features)
         return out.pooler_output
 
