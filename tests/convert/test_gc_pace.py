@@ -48,6 +48,8 @@ def test_a_process_which_froze_its_objects_keeps_them_frozen():
         frozen = gc.get_freeze_count()
         with fewer_collections(threshold=5000):
             assert gc.get_threshold()[0] == max(5000, gc.get_threshold()[0])
-        assert gc.get_freeze_count() >= frozen
+        # an unfreeze would empty the permanent generation; frozen objects freed by their
+        # reference counts meanwhile (another thread, a finalizer) lower the count a little
+        assert gc.get_freeze_count() > frozen // 2 > 0
     finally:
         gc.unfreeze()
