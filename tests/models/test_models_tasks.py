@@ -156,3 +156,28 @@ def test_tasks_page_has_a_section_and_counts_per_task():
         assert f".. _lib-tasks-{task}:" in text and f"\n{task}\n{'-' * len(task)}\n" in text
     assert "lib-tasks-image-classification-beit-to_onnx-batch" in text and "✔ 1e-06" in text
     assert "Not run yet (1): ``patchtst``" in text
+
+
+def test_tasks_page_has_a_generate_column_for_image_text_rows():
+    from fx2onnx.models.library_report import tasks_page
+    from fx2onnx.models.library_zoo import _empty_row, _generates
+
+    def row(key, generate=None):
+        r = _empty_row("tasks", key, key.split("/")[1].upper(), "to_onnx", "batch")
+        r.update(success=True, max_abs=1e-6, parameters=10_000)
+        if generate is not None:
+            r["generate"] = generate
+        return r
+
+    rows = [row("image-text-to-text/llava", {"equal": True, "new_tokens": 8}),
+            row("image-text-to-text/blip-2", {"equal": False, "error": "split: its image is a Q-Former's queries"}),
+            row("image-classification/vit")]
+    assert _generates(rows[0]) and not _generates(rows[2])
+    meta = {"command": "python -m fx2onnx.models.library_zoo tasks", "date": "2026-11-28",
+            "discovered": {r["architecture"]: r["model"] for r in rows}}
+    text = tasks_page(rows, meta)
+    assert "= 8" in text and "1 of 2 equal" in text
+    assert ":ref:`≠ split <lib-tasks-image-text-to-text-blip-2-to_onnx-batch-generate>`" in text
+    assert "Q-Former" in text
+    vision = text[text.index(".. _lib-tasks-image-classification:"):text.index(".. _lib-tasks-image-text-to-text:")]
+    assert "generate" not in vision  # the column only where the task generates

@@ -34,7 +34,7 @@ from .speech import Piece
 from .vision import ImageTextDecoderPiece
 
 #: the model types exported by :func:`qwen_vl_pieces`
-QWEN_VL_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+QWEN_VL_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 
 
 def grid_positions(grid_thw: torch.Tensor, patches: Any, merge_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -212,7 +212,8 @@ def qwen_vl_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, 
     vision = config.vision_config
     g = torch.Generator().manual_seed(seed)
     merge = vision.spatial_merge_size
-    deepstack = len(getattr(vision, "deepstack_visual_indexes", None) or ())
+    # the blocks whose features are added to the decoder's first layers (those the tower has)
+    deepstack = len([i for i in getattr(vision, "deepstack_visual_indexes", None) or () if i < vision.depth])
     encoder = Piece("vision", "vision.onnx", QwenVisionPiece(model),
                     _grids(vision, [(2 * merge, 2 * merge), (2 * merge, 3 * merge)], dtype, g),
                     _grids(vision, [(3 * merge, merge)], dtype, g),

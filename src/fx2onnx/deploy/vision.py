@@ -31,6 +31,9 @@ import torch
 from .speech import Piece
 
 
+#: the model types whose vision piece is :class:`VisionPiece` (the others but Qwen-VL and Mistral 3:
+#: :mod:`fx2onnx.deploy.image_text_generic`)
+OWN_PIECES_MODEL_TYPES = ("llava", "gemma3", "idefics3")
 #: the model types whose decoder marks the image tokens (``token_type_ids``) for a bidirectional attention
 TOKEN_TYPE_MODELS = ("gemma3",)
 
@@ -58,7 +61,9 @@ class ImageTextDecoderPiece(torch.nn.Module):
         self.model = model.model
         self.lm_head = model.lm_head
         self.base_model_prefix = "model"
-        self.image_token_id = int(model.config.image_token_id)
+        from ..models.vlm_inputs import image_token
+
+        self.image_token_id = int(image_token(model.config))
         self.token_types = model.config.model_type in TOKEN_TYPE_MODELS
 
     def forward(self, input_ids, attention_mask, position_ids, past_key_values, image_features):
@@ -100,14 +105,18 @@ def decoder_piece(model: Any, config: Any, dtype: torch.dtype, g: torch.Generato
     from ..models.tiny import _decoder_inputs, _dynamic_shapes
     from ..models.vlm import cache_dynamic_shapes
 
+    from ..models.vlm_inputs import text_token_range, image_token
+
     text = config.get_text_config()
+    token = image_token(config)
+    _, high = text_token_range(config)
 
     def step(batch, seq, past, images):
         inputs = _decoder_inputs(text, batch, seq, past, with_cache=True, position_ids=True, generator=g)
-        inputs["input_ids"][:, :] = inputs["input_ids"].clamp(max=config.image_token_id - 1)
+        inputs["input_ids"][:, :] = inputs["input_ids"].clamp(max=high - 1)  # below every special token
         rows = images * per_image
         if rows <= batch * seq:  # a prompt holding the images: their placeholders
-            inputs["input_ids"].view(-1)[:rows] = config.image_token_id
+            inputs["input_ids"].view(-1)[:rows] = token
         cache = inputs["past_key_values"]
         for layer in cache.layers:
             layer.keys, layer.values = layer.keys.to(dtype), layer.values.to(dtype)
@@ -151,6 +160,10 @@ def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, s
         return qwen_vl_pieces(model, config, dtype, seed)
     if config.model_type in PIXTRAL_MODEL_TYPES:
         return pixtral_pieces(model, config, dtype, seed)
+    if config.model_type not in OWN_PIECES_MODEL_TYPES:
+        from .image_text_generic import generic_vision_pieces
+
+        return generic_vision_pieces(model, config, dtype, seed)
     vision = config.vision_config
     g = torch.Generator().manual_seed(seed)
 

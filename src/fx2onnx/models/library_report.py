@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from ..scenarios.report import grid_table
 from .report import STEP_LETTERS, error_text
+from .task_generate import GENERATE_TASKS
 from .zoo import EXPORTERS
 
 #: what each library's page says of its models
@@ -242,6 +243,41 @@ def task_summary(rows: Sequence[dict[str, Any]], discovered: dict[str, str] | No
     return table
 
 
+def _generate_label(row: dict[str, Any]) -> str:
+    return _label(row) + "-generate"
+
+
+def _generate_cell(row: dict[str, Any] | None) -> str:
+    """``=`` and the tokens compared when the folder generated transformers' tokens, ``≠`` and the step
+    linked to the reason otherwise, ``–`` for a row without the entry (not matched, not run)."""
+    entry = (row or {}).get("generate")
+    if not entry:
+        return "–"
+    if entry.get("equal"):
+        return f"= {entry['new_tokens']}"
+    step = entry.get("error", "?").split(":", 1)[0]
+    return f":ref:`≠ {step} <{_generate_label(row)}>`"
+
+
+def _generate_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The sentence on the ``generate`` column and the reason of every row which did not generate."""
+    done = [r for r in rows if r.get("generate")]
+    if not done:
+        return []
+    equal = sum(bool(r["generate"].get("equal")) for r in done)
+    lines = [f"*generate* (:mod:`fx2onnx.models.task_generate`): the matched model written as a ``save_pretrained`` "
+             "folder, exported by ``python -m fx2onnx export`` (a vision piece and a decoder with its cache, each "
+             "checked against eager), then generating greedily on one prompt with one image: **= n**, the n new "
+             f"tokens equal to transformers' ``generate``. {equal} of {len(done)} equal.", ""]
+    failing = [r for r in done if not r["generate"].get("equal")]
+    if failing:
+        lines += ["Generation:", ""]
+        for r in sorted(failing, key=lambda r: r["architecture"]):
+            lines += [f".. _{_generate_label(r)}:", "",
+                      f"**{r['architecture'].split('/', 1)[1]}**: {error_text(r['generate'].get('error', '?'))}", ""]
+    return lines
+
+
 def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     """The rst page of the transformers tasks: a summary, then one section per task."""
     title = "transformers tasks"
@@ -273,15 +309,20 @@ def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         names = sorted({r["architecture"] for r in rows if r["task"] == task})
         lines += [f".. _lib-tasks-{task}:", "", task, "-" * len(task), ""]
         body = []
+        generates = task in GENERATE_TASKS
         for name in names:
             mine = [r for r in rows if r["architecture"] == name]
             params = next((r["parameters"] for r in mine if r.get("parameters")), None)
             body.append([f"``{name.split('/', 1)[1]}``", f"``{mine[0]['model']}``",
                          f"{params / 1e6:.2f} M" if params else "?"]
-                        + [_cell(index.get((name, e))) for e in EXPORTERS])
+                        + [_cell(index.get((name, e))) for e in EXPORTERS]
+                        + ([_generate_cell(index.get((name, "to_onnx")))] if generates else []))
         if body:
-            lines += grid_table(["architecture", "model class", "parameters"], [("batch", tuple(EXPORTERS))], body,
+            groups = [("batch", tuple(EXPORTERS))] + ([("folder", ("generate",))] if generates else [])
+            lines += grid_table(["architecture", "model class", "parameters"], groups, body,
                                 "fx-matrix fx-sortable fx-filterable")
+        if generates:
+            lines += _generate_lines([r for r in rows if r["task"] == task and r["exporter"] == "to_onnx"])
         failing = sorted((r for r in rows if r["task"] == task and not r["success"]),
                          key=lambda r: (r["architecture"], r["exporter"]))
         if failing:

@@ -139,6 +139,10 @@ def run_row(library: str, architecture: str, model_name: str, exporter: str, sha
                 report = in_float64 if judged["onnx_ok"] else report
         if report.ok:
             row["success"], step = True, None
+            if _generates(row):  # the folder exported as a user deploys it, generating
+                from .task_generate import compare_folder_generation
+
+                row["generate"] = compare_folder_generation(case.model, case.model.config)
         else:
             row["error"] = f"discrepancy on the second input set: {report}"
             if ties:  # a mismatch the reference's tie-breaking may explain, said so
@@ -184,8 +188,35 @@ def _judged_in_float64(case, expected: list, got: list) -> dict[str, Any] | None
             "onnx_ok": onnx_report.ok, "eager_ok": eager_report.ok, "report": onnx_report}
 
 
+def _generates(row: dict[str, Any]) -> bool:
+    """Whether a matched row gets a ``generate`` entry (:mod:`fx2onnx.models.task_generate`): a to_onnx
+    row of the batch shapes of a task of :data:`~fx2onnx.models.task_generate.GENERATE_TASKS`."""
+    from .task_generate import GENERATE_TASKS
+
+    return (row.get("task") in GENERATE_TASKS and row["exporter"] == "to_onnx" and row["shapes"] == "batch"
+            and bool(row["success"]))
+
+
+def generate_row(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its ``generate`` entry computed (the model built again, its weights spread as
+    :func:`run_row` spreads them)."""
+    from .task_generate import compare_folder_generation
+
+    case = _libraries()[row["library"]][1](row["architecture"], shapes=row["shapes"])
+    spread_degenerate_weights(case.model, seed=0)
+    return dict(row, generate=compare_folder_generation(case.model, case.model.config))
+
+
 def _run_row(task: tuple) -> dict[str, Any]:
     return run_row(*task)
+
+
+def _run_generate(task: tuple) -> dict[str, Any]:
+    return generate_row(task[0])
+
+
+def _failed_generate(task: tuple, step: str, error: str, elapsed: float) -> dict[str, Any]:
+    return dict(task[0], generate={"equal": False, "error": f"{step}: {error}", "time": elapsed})
 
 
 def _failed_row(task: tuple, step: str, error: str, elapsed: float) -> dict[str, Any]:
@@ -269,19 +300,24 @@ def _locked(path: Path):
 def build_library_rows(
     path: str | Path, library: str, only: str | None = None, exporters: Sequence[str] | None = None,
     shapes: Sequence[str] = SHAPES, workers: int = 2, timeout: float = 300.0, missing_only: bool = False,
-    memory_gb: float = 6.0, stale_only: bool = False,
+    memory_gb: float = 6.0, stale_only: bool = False, generate_missing: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Runs the selected rows of ``library`` and merges them into the rows file ``path``; each worker
     may use ``memory_gb`` more than it holds when it starts (a row above runs out of memory).
     ``missing_only`` keeps the rows absent from the file or timed out; ``stale_only`` the rows of the
     file run before the weights were spread (:func:`~fx2onnx.models.library_report.is_stale`), the
-    quickest (by their last time) first: a run stopped early has rerun the most rows."""
+    quickest (by their last time) first: a run stopped early has rerun the most rows; ``generate_missing``
+    computes only the ``generate`` entry of the matched rows which should have one and have none
+    (:func:`generate_row`), the rest of each row kept."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     key = sources_hash(skip=NOT_KEYED)
     old_rows, meta = load_library_rows(path)
     rows = {_key(r): r for r in old_rows}
-    if stale_only:  # rows of the file: no discovery (timm's creates ~1500 models on meta, minutes)
+    if generate_missing:  # rows of the file, no discovery
+        todo = [(r,) for r in old_rows if _generates(r) and "generate" not in r
+                and (not only or re.search(only, r["architecture"]))]
+    elif stale_only:  # rows of the file: no discovery (timm's creates ~1500 models on meta, minutes)
         from .library_report import is_stale
 
         todo = [(library, r["architecture"], r["model"], r["exporter"], r["shapes"]) for r in old_rows
@@ -296,18 +332,26 @@ def build_library_rows(
     for package in ("torch", "timm", "diffusers", "torchvision", "transformers"):
         with contextlib.suppress(Exception):
             versions[package] = __import__(package).__version__.split("+")[0]
+    previous_command = meta.get("command")
     meta = dict(meta, library=library, date=datetime.date.today().isoformat(), workers=workers, **versions)
-    meta["discovered"] = (meta["discovered"] if stale_only and meta.get("discovered") else discover(library))
+    meta["discovered"] = (meta["discovered"] if (stale_only or generate_missing) and meta.get("discovered")
+                          else discover(library))
     meta["command"] = (f"python -m fx2onnx.models.library_zoo {library}" + (f" --only '{only}'" if only else "")
                        + ("" if set(LIBRARY_SHAPES.get(library, SHAPES)) <= set(shapes)
                           else " --shapes " + " ".join(shapes))
-                       + (" --missing" if missing_only else "") + (" --stale" if stale_only else ""))
+                       + (" --missing" if missing_only else "") + (" --stale" if stale_only else "")
+                       + (" --generate-missing" if generate_missing else ""))
+    if generate_missing and previous_command:  # the page names the command which computed the rows
+        meta["command"] = previous_command
 
     done: set[tuple] = set()
 
     def on_row(row: dict[str, Any]) -> None:
         done.add(_key(row))
-        row["hash"] = key
+        if generate_missing:  # the row keeps the hash of the code which exported it
+            row["generate"]["hash"] = key
+        else:
+            row["hash"] = key
         rows[_key(row)] = row
         with _locked(path):  # another run may have written rows of other models meanwhile: kept
             current, _ = load_library_rows(path)
@@ -317,7 +361,8 @@ def build_library_rows(
     begin = time.perf_counter()
     if todo:
         with contextlib.suppress(KeyboardInterrupt):
-            run_tasks(todo, _run_row, _failed_row, workers=workers, timeout=timeout, progress=None,
+            run_tasks(todo, _run_generate if generate_missing else _run_row,
+                      _failed_generate if generate_missing else _failed_row, workers=workers, timeout=timeout, progress=None,
                       memory_gb=memory_gb, on_row=on_row, description=library)
     meta["duration"] = time.perf_counter() - begin
     with _locked(path):
@@ -343,6 +388,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--missing", action="store_true", help="only rows absent from the file or timed out")
     parser.add_argument("--stale", action="store_true", help="only the rows of the file run before the weights "
                         "were spread (marked † on the page), the quickest first")
+    parser.add_argument("--generate-missing", action="store_true", help="tasks: only the generate entry of the "
+                        "matched image-text-to-text rows which have none (the folder exported, then generating)")
     parser.add_argument("--memory-gb", type=float, default=6.0, help="memory a worker may add (GB)")
     parser.add_argument("--out", default="_doc/models", help="folder of the rows file rows_<library>.json")
     args = parser.parse_args(argv)
@@ -350,7 +397,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["FX2ONNX_CLUSTER"] = args.address
     path = Path(args.out) / f"rows_{args.library}.json"
     rows, meta = build_library_rows(path, args.library, args.only, args.exporters, args.shapes,
-                                    args.workers, args.timeout, args.missing, args.memory_gb, args.stale)
+                                    args.workers, args.timeout, args.missing, args.memory_gb, args.stale,
+                                    args.generate_missing)
     for exporter in args.exporters or EXPORTERS:
         for shape in args.shapes:
             mine = [r for r in rows if r["exporter"] == exporter and r["shapes"] == shape]

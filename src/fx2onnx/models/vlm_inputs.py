@@ -249,7 +249,7 @@ def features_per_image(model: Any, images: dict[str, Any], batch: int) -> int:
     return total // batch
 
 
-def _text_range(config: Any) -> tuple[int, int]:
+def text_token_range(config: Any) -> tuple[int, int]:
     """The ids random text tokens are drawn from: below every special token of the configuration."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     high = text.vocab_size
@@ -283,7 +283,7 @@ def image_text_inputs(model: Any, config: Any, batch: int, seed: int = 0) -> tup
                 continue
         else:
             raise e
-    low, high = _text_range(config)
+    low, high = text_token_range(config)
     ids = torch.randint(low, high, (batch, per_image + 3), generator=_generator(seed))
     ids[:, 1 : 1 + per_image] = token
     names = _parameters(model.forward)

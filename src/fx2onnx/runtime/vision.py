@@ -142,6 +142,9 @@ class VisionGenerator:
                 raise ValueError(f"The vision piece takes {info.name!r}, which the processor does not give "
                                  f"({sorted(inputs)}).")
             array = np.asarray(inputs[info.name])
+            rank = len(info.shape)
+            if info.name == "pixel_values" and array.ndim > rank:  # (prompts, images, 3, H, W): one after the other
+                array = array.reshape(-1, *array.shape[array.ndim - rank + 1:])
             if info.type == "tensor(bfloat16)":
                 import ml_dtypes
                 import onnx
@@ -168,6 +171,23 @@ class VisionGenerator:
         joined = [np.concatenate(parts, axis=0) for parts in zip(*outputs)]
         return [a.view(np.uint16) if a.dtype.name == "bfloat16" else a for a in joined]
 
+    def generate_ids(self, inputs: dict[str, Any], max_new_tokens: int = 32,
+                     streamer: Callable[[np.ndarray], None] | None = None) -> np.ndarray:
+        """Greedy generation on inputs already prepared (the processor's outputs, or the task zoo's):
+        ``input_ids``, ``attention_mask`` and the image inputs the vision piece takes; the tokens
+        ``(batch, prompt + new)`` transformers' ``generate`` returns on the same inputs."""
+        inputs = {k: v.numpy() if hasattr(v, "numpy") else np.asarray(v) for k, v in inputs.items()}
+        features = self.vision_outputs(inputs)
+        ids = inputs["input_ids"].astype(np.int64)
+        positions = None
+        if self.position_rows:
+            from .mrope import rope_index_of
+
+            positions = rope_index_of(inputs, self.image_token_id, self.merge_size)
+        return self.decoder.generate(ids, max_new_tokens, inputs.get("attention_mask"), eos_token_id=self.eos_token_id,
+                                     pad_token_id=self.pad_token_id, streamer=streamer,
+                                     constants=dict(zip(self.feature_names, features)), position_ids=positions)
+
     def generate_text(
         self,
         prompt: str,
@@ -178,18 +198,10 @@ class VisionGenerator:
         """Greedy generation after ``prompt`` and its ``images``: the tokens transformers' ``generate``
         returns on the processor's outputs."""
         inputs = self.inputs(prompt, images)
-        features = self.vision_outputs(inputs)
         ids = inputs["input_ids"].astype(np.int64)
-        positions = None
-        if self.position_rows:
-            from .mrope import rope_index_of
-
-            positions = rope_index_of(inputs, self.image_token_id, self.merge_size)
         tokenizer = self.processor.tokenizer
         stream = TextStream(tokenizer, on_text) if on_text is not None else None
-        tokens = self.decoder.generate(ids, max_new_tokens, inputs.get("attention_mask"), eos_token_id=self.eos_token_id,
-                                       pad_token_id=self.pad_token_id, streamer=stream,
-                                       constants=dict(zip(self.feature_names, features)), position_ids=positions)
+        tokens = self.generate_ids(inputs, max_new_tokens, stream)
         new = [int(t) for t in tokens[0, ids.shape[1]:]]
         return TextResult([int(i) for i in ids[0]], new, tokenizer.decode(new, skip_special_tokens=True),
                           self.decoder.last_times)

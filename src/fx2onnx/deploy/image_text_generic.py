@@ -1,0 +1,128 @@
+"""The pieces of any image-text-to-text model which writes its image features over placeholder
+tokens, read from the model instead of a list of families.
+
+A model qualifies when its configuration names an image placeholder (``image_token_id`` or
+``image_token_index``) and the model has ``get_image_features`` (transformers' own, or its base
+model's). The vision piece takes the image inputs that ``get_image_features`` takes, in the form
+the task zoo builds them (:func:`fx2onnx.models.vlm_inputs.image_inputs`: ``pixel_values`` alone,
+or with ``image_sizes``, ``pixel_attention_mask``, ``pixel_mask``, ``spatial_shapes``) and
+returns the features of every image one after the other, ``(rows, hidden)``; the decoder is the
+one of :mod:`fx2onnx.deploy.vision`. What cannot be split this way raises
+:class:`UnsplittableModel` naming the reason (no placeholder token: the image is an encoder's
+input, BLIP, GIT, Florence-2; the Q-Former's queries; patches of a grid outside the Qwen-VL
+family).
+
+.. code-block:: python
+
+    from fx2onnx.deploy.image_text_generic import generic_vision_pieces
+    from fx2onnx.models.tasks import get_task_architecture, tiny_task_model
+
+    model, config = tiny_task_model(get_task_architecture("image-text-to-text", "aya_vision"))
+    vision, decoder = generic_vision_pieces(model, config)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .speech import Piece
+
+#: the image inputs a generic vision piece may take besides ``pixel_values``, in its signature's order
+EXTRA_IMAGE_INPUTS = ("image_sizes", "pixel_attention_mask", "pixel_mask", "spatial_shapes")
+#: the image kinds of :func:`fx2onnx.models.vlm_inputs.image_kind` a generic vision piece takes
+GENERIC_KINDS = ("images", "image_sizes", "pixel_attention_mask", "pixel_mask", "naflex")
+
+
+class UnsplittableModel(ValueError):
+    """An image-text-to-text model the generic split does not cover, with the reason."""
+
+
+class GenericVisionPiece(torch.nn.Module):
+    """``get_image_features`` on the image inputs: ``(rows, hidden)``, every image's features one
+    after the other (a list of per-image tensors concatenated)."""
+
+    def __init__(self, model: Any):
+        super().__init__()
+        self.model = model.model
+        self.base_model_prefix = "model"
+        # the model's own get_image_features (not registered twice: its parameters are self.model's)
+        object.__setattr__(self, "_owner", model)
+
+    def forward(self, pixel_values: torch.Tensor, image_sizes: torch.Tensor | None = None,
+                pixel_attention_mask: torch.Tensor | None = None, pixel_mask: torch.Tensor | None = None,
+                spatial_shapes: torch.Tensor | None = None) -> torch.Tensor:
+        from ..models.vlm_inputs import image_features_function
+
+        extras = {"image_sizes": image_sizes, "pixel_attention_mask": pixel_attention_mask,
+                  "pixel_mask": pixel_mask, "spatial_shapes": spatial_shapes}
+        fn = image_features_function(self._owner)
+        out = fn(pixel_values, **{k: v for k, v in extras.items() if v is not None}, return_dict=True)
+        features = getattr(out, "pooler_output", out)
+        if isinstance(features, (list, tuple)):
+            return torch.cat([f.reshape(-1, f.shape[-1]) for f in features], dim=0)
+        return features.reshape(-1, features.shape[-1])
+
+
+def split_reason(model: Any, config: Any) -> str | None:
+    """Why ``model`` cannot be split into a vision piece and a decoder writing its features over
+    placeholder tokens, None when it can."""
+    from ..models.vlm_inputs import image_features_function, image_kind, image_token
+
+    if image_token(config) is None:
+        return "its configuration names no image placeholder token (the image is not written over the prompt)"
+    if image_features_function(model) is None:
+        return "it has no get_image_features"
+    if isinstance(getattr(config, "num_query_tokens", None), int):
+        return "its image is a Q-Former's queries (BLIP-2-like), which take the text prompt too"
+    if not hasattr(getattr(model, "model", None), "get_input_embeddings") or not hasattr(model, "lm_head"):
+        return "it has no base model with token embeddings and no lm_head"
+    kind = image_kind(model)
+    if kind not in GENERIC_KINDS:
+        return f"its images are {kind!r} inputs (patches of a grid), split only for the Qwen-VL family"
+    if getattr(config, "is_encoder_decoder", False):
+        return "it is an encoder-decoder"
+    return None
+
+
+def generic_vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
+    """The vision and decoder pieces of an image-text-to-text model with a placeholder token and
+    ``get_image_features`` (:func:`split_reason` is None), with example inputs of two shapes: two
+    images then three for the vision piece, the decoder on a prompt holding one image's placeholders
+    then on two later tokens.
+
+    :raises UnsplittableModel: with :func:`split_reason`
+    """
+    from ..models.vlm_inputs import features_per_image, image_inputs
+    from .vision import decoder_piece
+
+    def refuse(reason: str) -> UnsplittableModel:
+        return UnsplittableModel(f"{type(model).__name__} (image-text-to-text) cannot be split into a vision piece "
+                                 f"and a decoder: {reason}.")
+
+    reason = split_reason(model, config)
+    if reason:
+        raise refuse(reason)
+
+    def images(count: int, seed: int) -> dict[str, Any]:
+        inputs, _, _ = image_inputs(model, config, count, seed)
+        inputs = {k: v for k, v in inputs.items() if k == "pixel_values" or k in EXTRA_IMAGE_INPUTS}
+        return {k: v.to(dtype) if v.is_floating_point() else v for k, v in inputs.items()}
+
+    try:
+        first, second = images(2, seed), images(3, seed + 1)
+        # on the parameters' device: the meta device when the weights are streamed from a checkpoint
+        device = next(model.parameters()).device
+        with torch.no_grad():
+            per_image = features_per_image(model, {k: (v.float() if v.is_floating_point() else v).to(device)
+                                                   for k, v in first.items()}, 2)
+    except Exception as e:  # noqa: BLE001 - said in one line
+        raise refuse(f"its get_image_features did not run on example images without reading their values "
+                     f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
+    names = [n for n in ("pixel_values", *EXTRA_IMAGE_INPUTS) if n in first]
+    shapes = {n: {0: "images"} for n in names}
+    vision = Piece("vision", "vision.onnx", GenericVisionPiece(model), first, second, shapes, names,
+                   ["image_features"])
+    g = torch.Generator().manual_seed(seed)
+    return [vision, decoder_piece(model, config, dtype, g, per_image)]

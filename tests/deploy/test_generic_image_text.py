@@ -1,0 +1,60 @@
+"""Image-text-to-text models without pieces of their own: the generic split (a vision piece over what
+``get_image_features`` takes, the decoder writing the features over the placeholders), a folder written by
+transformers' ``save_pretrained`` (the layout it saves: ``language_model.model...``) -> export -> greedy tokens
+equal to transformers' ``generate``; what cannot be split says why."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fx2onnx.deploy.image_text_generic import UnsplittableModel, generic_vision_pieces, split_reason
+from fx2onnx.models.task_generate import compare_folder_generation
+from fx2onnx.models.tasks import get_task_architecture, tiny_task_model
+from fx2onnx.weights.checkpoint import checkpoint_files, checkpoint_weights
+
+
+def _model(name):
+    return tiny_task_model(get_task_architecture("image-text-to-text", name))
+
+
+def test_a_folder_in_the_layout_transformers_saves_is_read_under_the_models_names(tmp_path):
+    model, _ = _model("llava")
+    model.save_pretrained(tmp_path)
+    keys = set(checkpoint_files(tmp_path))
+    names = [n for n, _ in model.named_parameters()]
+    assert not keys & {"model.language_model.embed_tokens.weight"}  # saved as language_model.model...
+    weights = checkpoint_weights(tmp_path, model)
+    assert set(weights) == set(names)
+    state = model.state_dict()
+    for name in ("model.language_model.embed_tokens.weight", "lm_head.weight",
+                 "model.multi_modal_projector.linear_1.weight"):
+        assert torch.equal(torch.from_numpy(weights[name].numpy()), state[name]), name
+
+
+@pytest.mark.parametrize("name", ["aya_vision", "paligemma"])
+def test_generic_split_generates_transformers_tokens(name):
+    model, config = _model(name)
+    assert split_reason(model, config) is None
+    vision, decoder = generic_vision_pieces(model, config)
+    assert vision.input_names[0] == "pixel_values" and "image_features" in decoder.inputs
+    result = compare_folder_generation(model, config, max_new_tokens=6)
+    assert result["equal"], result
+    assert result["new_tokens"] == 6
+
+
+def test_what_cannot_be_split_says_why():
+    model, config = _model("blip-2")
+    with pytest.raises(UnsplittableModel, match="Q-Former"):
+        generic_vision_pieces(model, config)
+    result = compare_folder_generation(model, config)
+    assert not result["equal"] and result["error"].startswith("split:"), result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["internvl", "got_ocr2", "idefics3", "qwen3_vl_moe"])
+def test_more_families_generate_transformers_tokens(name):
+    model, config = _model(name)
+    result = compare_folder_generation(model, config)
+    assert result["equal"], result
+    assert result["new_tokens"] == 8
