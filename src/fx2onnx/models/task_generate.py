@@ -43,8 +43,10 @@ def compare_folder_generation(model: Any, config: Any, max_new_tokens: int = NEW
     begin = time.perf_counter()
     try:
         inputs, _ = image_text_inputs(model, config, batch=1)
-    except NotImplementedError as e:  # no placeholder token: nothing to write the image features over
-        return {"equal": False, "error": f"split: {e}", "time": time.perf_counter() - begin}
+    except NotImplementedError:  # no placeholder token: nothing to write the image features over
+        return {"equal": False, "error": "split: the configuration names no image placeholder token or the model has "
+                "no get_image_features (the image is not written over the prompt's placeholders)",
+                "time": time.perf_counter() - begin}
     # position_ids: generate computes them (Qwen-VL's from the grid), the loop too
     inputs = {k: v for k, v in inputs.items() if k != "position_ids"}
     model.generation_config.pad_token_id = model.generation_config.pad_token_id or 0
