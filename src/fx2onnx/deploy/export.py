@@ -247,10 +247,9 @@ def export_folder(
 #: the folders exported as several pieces: task -> (model type, what the pieces are)
 PIECES_MODEL_TYPES = {
     "speech-seq2seq": (("whisper",), "Whisper today (its encoder, the cross-attention keys and values, its decoder)"),
-    "image-text-to-text": (("llava", "gemma3", "idefics3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "mistral3"),
-                           "LLaVA, Gemma 3, Idefics 3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL and Mistral 3 with their own "
-                           "pieces, the other models with an image placeholder token and get_image_features with "
-                           "the generic ones"),
+    # any model type: the families of fx2onnx.deploy.vision.has_own_pieces with theirs, the others through the
+    # generic split, which names what it cannot split (fx2onnx.deploy.image_text_generic)
+    "image-text-to-text": (None, "any image-text model"),
 }
 
 
@@ -266,9 +265,7 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
 
     model_types, supported = PIECES_MODEL_TYPES[task]
     model_type = getattr(config, "model_type", None)
-    # image-text-to-text: any other model with a placeholder token goes through the generic split, which
-    # names what it cannot split (fx2onnx.deploy.image_text_generic)
-    if model_type not in model_types and task == "speech-seq2seq":
+    if model_types is not None and model_type not in model_types:
         raise ValueError(f"{config.architectures[0]} is a model of task {task!r}: exporting such a folder supports "
                          f"{supported}.")
     export = export_speech_pieces if task == "speech-seq2seq" else export_vision_pieces

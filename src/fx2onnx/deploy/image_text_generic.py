@@ -53,16 +53,12 @@ class GenericVisionPiece(torch.nn.Module):
     def forward(self, pixel_values: torch.Tensor, image_sizes: torch.Tensor | None = None,
                 pixel_attention_mask: torch.Tensor | None = None, pixel_mask: torch.Tensor | None = None,
                 spatial_shapes: torch.Tensor | None = None) -> torch.Tensor:
-        from ..models.vlm_inputs import image_features_function
+        from ..models.vlm_inputs import flat_image_features, image_features_function
 
         extras = {"image_sizes": image_sizes, "pixel_attention_mask": pixel_attention_mask,
                   "pixel_mask": pixel_mask, "spatial_shapes": spatial_shapes}
-        fn = image_features_function(self._owner)
-        out = fn(pixel_values, **{k: v for k, v in extras.items() if v is not None}, return_dict=True)
-        features = getattr(out, "pooler_output", out)
-        if isinstance(features, (list, tuple)):
-            return torch.cat([f.reshape(-1, f.shape[-1]) for f in features], dim=0)
-        return features.reshape(-1, features.shape[-1])
+        return flat_image_features(image_features_function(self._owner), pixel_values,
+                                   **{k: v for k, v in extras.items() if v is not None})
 
 
 def split_reason(model: Any, config: Any) -> str | None:

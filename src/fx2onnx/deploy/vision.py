@@ -104,8 +104,7 @@ def decoder_piece(model: Any, config: Any, dtype: torch.dtype, g: torch.Generato
     feature tensors added to the first layers (Qwen3-VL, :class:`fx2onnx.deploy.qwen_vl.DeepstackDecoderPiece`)."""
     from ..models.tiny import _decoder_inputs, _dynamic_shapes
     from ..models.vlm import cache_dynamic_shapes
-
-    from ..models.vlm_inputs import text_token_range, image_token
+    from ..models.vlm_inputs import image_token, text_token_range
 
     text = config.get_text_config()
     token = image_token(config)
@@ -150,6 +149,15 @@ def decoder_piece(model: Any, config: Any, dtype: torch.dtype, g: torch.Generato
     return decoder
 
 
+def has_own_pieces(model_type: str) -> bool:
+    """Whether the pieces of ``model_type`` are written for its family (LLaVA, Gemma 3, Idefics 3, Qwen-VL,
+    Mistral 3), not by :mod:`fx2onnx.deploy.image_text_generic`."""
+    from .pixtral import PIXTRAL_MODEL_TYPES
+    from .qwen_vl import QWEN_VL_MODEL_TYPES
+
+    return model_type in OWN_PIECES_MODEL_TYPES + QWEN_VL_MODEL_TYPES + PIXTRAL_MODEL_TYPES
+
+
 def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
     """The vision and decoder pieces of a LLaVA, Gemma 3, Idefics 3, Qwen-VL or Mistral 3 model
     (:func:`fx2onnx.deploy.qwen_vl.qwen_vl_pieces`), with example inputs of two shapes."""
@@ -160,7 +168,7 @@ def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, s
         return qwen_vl_pieces(model, config, dtype, seed)
     if config.model_type in PIXTRAL_MODEL_TYPES:
         return pixtral_pieces(model, config, dtype, seed)
-    if config.model_type not in OWN_PIECES_MODEL_TYPES:
+    if not has_own_pieces(config.model_type):
         from .image_text_generic import generic_vision_pieces
 
         return generic_vision_pieces(model, config, dtype, seed)

@@ -361,8 +361,8 @@ def build_library_rows(
     begin = time.perf_counter()
     if todo:
         with contextlib.suppress(KeyboardInterrupt):
-            run_tasks(todo, _run_generate if generate_missing else _run_row,
-                      _failed_generate if generate_missing else _failed_row, workers=workers, timeout=timeout, progress=None,
+            run, failed = (_run_generate, _failed_generate) if generate_missing else (_run_row, _failed_row)
+            run_tasks(todo, run, failed, workers=workers, timeout=timeout, progress=None,
                       memory_gb=memory_gb, on_row=on_row, description=library)
     meta["duration"] = time.perf_counter() - begin
     with _locked(path):

@@ -37,16 +37,17 @@ def compare_folder_generation(model: Any, config: Any, max_new_tokens: int = NEW
     ``export``, ``generate``) of the folder of ``model`` exported then generating, against
     transformers' greedy ``generate`` on one prompt with one image."""
     from ..deploy import export_folder
+    from ..deploy.image_text_generic import UnsplittableModel, split_reason
+    from ..deploy.vision import has_own_pieces
     from ..runtime.vision import VisionGenerator
     from .vlm_inputs import image_text_inputs
 
     begin = time.perf_counter()
-    try:
-        inputs, _ = image_text_inputs(model, config, batch=1)
-    except NotImplementedError:  # no placeholder token: nothing to write the image features over
-        return {"equal": False, "error": "split: the configuration names no image placeholder token or the model has "
-                "no get_image_features (the image is not written over the prompt's placeholders)",
-                "time": time.perf_counter() - begin}
+    # a model the split refuses: said before anything runs (the families with pieces of their own pass)
+    reason = None if has_own_pieces(config.model_type) else split_reason(model, config)
+    if reason:
+        return {"equal": False, "error": f"split: {reason}", "time": time.perf_counter() - begin}
+    inputs, _ = image_text_inputs(model, config, batch=1)
     # position_ids: generate computes them (Qwen-VL's from the grid), the loop too
     inputs = {k: v for k, v in inputs.items() if k != "position_ids"}
     model.generation_config.pad_token_id = model.generation_config.pad_token_id or 0
@@ -64,8 +65,6 @@ def compare_folder_generation(model: Any, config: Any, max_new_tokens: int = NEW
             step = "generate"
             got = VisionGenerator(out).generate_ids(inputs, max_new_tokens)
         except Exception as e:  # noqa: BLE001 - the row says why
-            from ..deploy.image_text_generic import UnsplittableModel
-
             step = "split" if isinstance(e, UnsplittableModel) else step
             result.update(equal=False, error=f"{step}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
             result["time"] = time.perf_counter() - begin

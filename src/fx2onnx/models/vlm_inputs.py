@@ -227,6 +227,16 @@ def image_inputs(model: Any, config: Any, batch: int, seed: int = 0,
     return inputs, shapes, kind
 
 
+def flat_image_features(fn: Callable, pixel_values: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    """``fn`` (a ``get_image_features``) on the images: the features of every image one after the other,
+    ``(rows, hidden)`` (its ``pooler_output``, a list of per-image tensors concatenated)."""
+    out = fn(pixel_values, **kwargs, return_dict=True)
+    features = getattr(out, "pooler_output", out)
+    if isinstance(features, (list, tuple)):
+        return torch.cat([f.reshape(-1, f.shape[-1]) for f in features], dim=0)
+    return features.reshape(-1, features.shape[-1])
+
+
 def features_per_image(model: Any, images: dict[str, Any], batch: int) -> int:
     """The number of features ``get_image_features`` gives for one image: the number of
     placeholder tokens a prompt needs for it."""
@@ -238,12 +248,7 @@ def features_per_image(model: Any, images: dict[str, Any], batch: int) -> int:
     kwargs = {k: v for k, v in images.items() if k != "pixel_values" and (
         k in params or forwarded and k in _parameters(model.forward) and k.startswith(IMAGE_PREFIXES))}
     with torch.no_grad():
-        out = fn(images["pixel_values"], **kwargs, return_dict=True)
-    features = getattr(out, "pooler_output", out)
-    if isinstance(features, (list, tuple)):
-        total = sum(f.reshape(-1, f.shape[-1]).shape[0] for f in features)
-    else:
-        total = features.reshape(-1, features.shape[-1]).shape[0]
+        total = flat_image_features(fn, images["pixel_values"], **kwargs).shape[0]
     if total % batch:
         raise ValueError(f"{total} image features for {batch} images")
     return total // batch

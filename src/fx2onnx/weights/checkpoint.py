@@ -185,14 +185,12 @@ def checkpoint_weights(
     missing = []
     renamed: dict[str, str] | None = None
     for name in wanted:
-        key = next(
-            (c for alias in aliases.get(name, [name]) for c in _candidates(alias, prefix) if c in files), None
-        )
+        candidates = [c for alias in aliases.get(name, [name]) for c in _candidates(alias, prefix)]
+        key = next((c for c in candidates if c in files), None)
         if key is None:
             if renamed is None:  # a checkpoint in the layout transformers saves (LLaVA's language_model.model...)
                 renamed = transformers_renamed_keys(folder, list(files))
-            key = next((renamed[c] for alias in aliases.get(name, [name]) for c in _candidates(alias, prefix)
-                        if c in renamed), None)
+            key = next((renamed[c] for c in candidates if c in renamed), None)
         if key is None:
             missing.append(name)
             continue
@@ -207,26 +205,23 @@ def checkpoint_weights(
     return result
 
 
-
 def transformers_renamed_keys(folder: str | os.PathLike, keys: list[str]) -> dict[str, str]:
     """``{name in the model: key in the checkpoint}`` for the keys transformers renames when it loads
     the folder (its checkpoint conversion mapping: ``save_pretrained`` of a LLaVA model writes
     ``language_model.model.layers...`` for ``model.language_model.layers...``); keys that
     transformers merges or splits (a converter: fused experts) are left out; empty when the
     folder has no config.json or its class is unknown."""
-    import transformers
     from transformers.conversion_mapping import get_model_conversion_mapping
     from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
 
-    path = os.path.join(os.fspath(folder), "config.json")
-    if not os.path.isfile(path):
+    from .export import model_from_checkpoint_config
+
+    if not os.path.isfile(os.path.join(os.fspath(folder), "config.json")):
         return {}
-    config = transformers.AutoConfig.from_pretrained(os.fspath(folder))
-    cls = getattr(transformers, (getattr(config, "architectures", None) or [""])[0], None)
-    if cls is None:
+    try:
+        meta = model_from_checkpoint_config(folder)
+    except ValueError:  # no transformers class named
         return {}
-    with torch.device("meta"):
-        meta = cls._from_config(config)
     transforms = get_model_conversion_mapping(meta)
     renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
     converters = [t for t in transforms if isinstance(t, WeightConverter)]
