@@ -131,8 +131,11 @@ def connect(address: str = "local", workers: int = 2) -> Iterator[Any]:
         return
     # the workers are threads of this process: the sandboxes they fork inherit its imports (a worker
     # process would import torch and the zoo again, seconds per worker), and the sandboxes isolate the tasks
-    # no statistical profiler sampling the worker threads every 10 ms: CPU taken from the tasks
-    with dask.config.set({"distributed.worker.daemon": False, "distributed.worker.profile.enabled": False}):
+    # no statistical profiler sampling the worker threads every 10 ms, the event loop's blocking check every
+    # second, not every 20 ms, and the system monitor every 5 s: an idle cluster of 2 workers took 6.6 % of a
+    # core, now 0.8 %, CPU the tasks beside it lose (bench/bench_runner.py, design/runner.rst)
+    with dask.config.set({"distributed.worker.daemon": False, "distributed.worker.profile.enabled": False,
+                          "distributed.admin.tick.interval": "1s", "distributed.admin.system-monitor.interval": "5s"}):
         # the scheduler's HTTP server on a free port of the loopback: two sweeps side by side do not collide
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=False,
                                dashboard_address="127.0.0.1:0", memory_limit=0, silence_logs=logging.ERROR)
