@@ -4,10 +4,11 @@ Writes a bf16 ``save_pretrained`` folder of whisper-tiny or whisper-base (the pu
 random weights seeded, the tokenizer made in code with Whisper's special tokens, the published
 vocabulary size kept), then:
 
-* ``python -m fx2onnx export FOLDER --out OUT`` in a child process: wall time, peak RSS (the
-  child's ``VmHWM``, printed by the command), the size of the folder;
-* ``python -m onnxruntime_genai.models.builder -i FOLDER -o OUT -p fp32 -e cpu`` (its Whisper
-  builder, when installed): the same measures;
+* per precision (``--precisions float32,int4``): ``python -m fx2onnx export FOLDER --out OUT
+  --no-validate [--quantize int4]`` in a child process (the pieces' check against eager is left
+  out: the builder has none): wall time, peak RSS (the child's ``VmHWM``), the size of the folder;
+* ``python -m onnxruntime_genai.models.builder -i FOLDER -o OUT -p fp32|int4 -e cpu`` (its Whisper
+  builder): the same measures;
 * the fx2onnx loop (:class:`fx2onnx.runtime.speech.SpeechGenerator`), onnxruntime-genai's
   ``Generator`` on its folder (the same input features and decoder prompt, interleaved rounds,
   same threads) and transformers' eager ``generate`` (float32) on the same chirp: the first
@@ -15,7 +16,11 @@ vocabulary size kept), then:
   are equal. The random model may stop early: the end of text token is suppressed
   (``suppress_tokens``, which onnxruntime-genai does not apply) so that ``--tokens`` are made.
 
+The best of ``--rounds`` interleaved rounds is kept; ``--json`` writes the rows (the gallery page
+:ref:`l-plot-multimodal-bench` plots those stored in ``_doc/bench/multimodal.json``).
+
     python bench/bench_speech.py --model whisper-tiny --tokens 64 --threads 2
+    python bench/bench_speech.py --model whisper-base --precisions float32,int4 --json whisper-base.json
 """
 
 from __future__ import annotations
@@ -23,12 +28,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
+import shutil
 import sys
 import tempfile
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_deploy import measured  # noqa: E402
 
 #: published configs (values from the models' config.json files)
 CONFIGS = {
@@ -67,13 +75,16 @@ def _genai_run(folder: str, features: np.ndarray, prompt: list[int], tokens: int
     return new, first, (len(steps) - 1) / sum(steps[1:]) if len(steps) > 1 else float("nan")
 
 
-def main() -> None:
+def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(CONFIGS), default="whisper-tiny")
+    parser.add_argument("--precisions", default="float32,int4")
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0, help="the length of the chirp")
-    args = parser.parse_args()
+    parser.add_argument("--json", default=None, help="write the rows there")
+    args = parser.parse_args(argv)
 
     import torch
     import transformers
@@ -82,8 +93,9 @@ def main() -> None:
     from fx2onnx.runtime.speech import SpeechGenerator, read_wav, write_wav
 
     torch.set_num_threads(args.threads)
+    rows: list[dict] = []
     with tempfile.TemporaryDirectory() as root:
-        folder, out, wav = (os.path.join(root, n) for n in ("checkpoint", "onnx", "talk.wav"))
+        folder, wav = os.path.join(root, "checkpoint"), os.path.join(root, "talk.wav")
         write_whisper_folder(transformers.WhisperConfig(**CONFIGS[args.model]), folder, "bfloat16", std=0.05,
                              keep_vocab=True)
         config = json.load(open(os.path.join(folder, "generation_config.json")))
@@ -92,57 +104,65 @@ def main() -> None:
         t = np.arange(int(args.seconds * 16000)) / 16000
         write_wav(wav, 0.5 * np.sin(2 * np.pi * (200 + 600 * t / args.seconds) * t))
 
-        begin = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "fx2onnx", "export", folder, "--out", out, "--quiet"],
-                              capture_output=True, text=True)
-        export_seconds = time.perf_counter() - begin
-        if done.returncode:
-            raise SystemExit(done.stdout + done.stderr)
-        size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
-        print(f"{args.model}: export {export_seconds:.1f} s (child process), {size / 2**20:.1f} MiB")
-        print("   " + done.stdout.strip().replace("\n", "\n   "))
-
-        genai = os.path.join(root, "genai")
-        begin = time.perf_counter()
-        built = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", folder, "-o", genai,
-                                "-p", "fp32", "-e", "cpu"], capture_output=True, text=True)
-        if built.returncode:
-            print("onnxruntime-genai's builder failed: " + (built.stderr.strip().splitlines() or ["?"])[-1])
-            genai = None
-        else:
-            size = sum(os.path.getsize(os.path.join(genai, f)) for f in os.listdir(genai))
-            print(f"onnxruntime-genai builder: {time.perf_counter() - begin:.1f} s (child process), {size / 2**20:.1f} MiB")
-
-        gen = SpeechGenerator(out, threads=args.threads)
-        gen.transcribe(wav, 4, language="en")  # warm up
-        features = gen.features(wav)
-        for round_ in range(3):
-            result = gen.transcribe(wav, args.tokens, language="en")
-            times = result.times
-            ours = times.decode_steps / times.decode_total
-            line = (f"round {round_}: fx2onnx first token {(result.encoder_seconds + times.prefill_total) * 1000:.0f} ms, "
-                    f"decode {ours:.1f} tokens/s")
-            if genai:
-                theirs, first, speed = _genai_run(genai, features, result.prompt_ids[0], args.tokens, args.threads)
-                line += (f" | onnxruntime-genai first token {first * 1000:.0f} ms, decode {speed:.1f} tokens/s | "
-                         f"tokens equal: {theirs[: len(result.new_ids[0])] == result.new_ids[0]}")
-            print(line)
-
         model = transformers.WhisperForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
         extractor = transformers.AutoFeatureExtractor.from_pretrained(folder)
         features = extractor(read_wav(wav), sampling_rate=16000, return_tensors="pt")["input_features"]
         with torch.no_grad():
             model.generate(features, max_new_tokens=4, language="en")
             begin = time.perf_counter()
-            expected = model.generate(features, max_new_tokens=args.tokens, language="en")
+            expected = model.generate(features, max_new_tokens=args.tokens, language="en")[0].tolist()
             eager_seconds = time.perf_counter() - begin
-        equal = expected[0].tolist() == result.new_ids[0]
-        print(f"fx2onnx loop: encoder {result.encoder_seconds * 1000:.1f} ms, first token "
-              f"{(result.encoder_seconds + times.prefill_total) * 1000:.1f} ms, decode {times.decode_steps} tokens "
-              f"at {ours:.1f} tokens/s ({(result.encoder_seconds + times.prefill_total + times.decode_total):.3f} s "
-              "in all)")
-        print(f"transformers eager float32 generate: {len(expected[0])} tokens in {eager_seconds:.3f} s "
-              f"({len(expected[0]) / eager_seconds:.1f} tokens/s, the encoder included); greedy tokens equal: {equal}")
+        del model
+        print(f"transformers eager float32 generate: {len(expected)} tokens in {eager_seconds:.3f} s "
+              f"({len(expected) / eager_seconds:.1f} tokens/s, the encoder included)")
+
+        for precision in args.precisions.split(","):
+            ours, genai = os.path.join(root, f"fx2onnx_{precision}"), os.path.join(root, f"genai_{precision}")
+            quant = ["--quantize", precision] if precision != "float32" else []
+            measures = {"fx2onnx": (ours, measured("fx2onnx", "export", folder, "--out", ours, "--quiet",
+                                                   "--no-validate", *quant))}
+            try:
+                measures["onnxruntime-genai"] = (genai, measured(
+                    "onnxruntime_genai.models.builder", "-i", folder, "-o", genai, "-p",
+                    {"float32": "fp32"}.get(precision, precision), "-e", "cpu"))
+            except RuntimeError as e:
+                print(f"onnxruntime-genai's builder failed: {str(e).splitlines()[-1]}")
+            gen = SpeechGenerator(ours, threads=args.threads)
+            gen.transcribe(wav, 4, language="en")  # warm up
+            inputs = gen.features(wav)
+            best: dict[str, tuple] = {}
+            for _ in range(args.rounds):  # interleaved rounds, the best of each
+                result = gen.transcribe(wav, args.tokens, language="en")
+                times = result.times
+                found = [(result.new_ids[0], result.encoder_seconds + times.prefill_total,
+                          times.decode_steps / times.decode_total, "fx2onnx")]
+                if "onnxruntime-genai" in measures:
+                    theirs, first, speed = _genai_run(genai, inputs, result.prompt_ids[0], args.tokens, args.threads)
+                    found.append((theirs, first, speed, "onnxruntime-genai"))
+                for tokens, first, speed, name in found:
+                    previous = best.get(name, (None, first, speed))
+                    best[name] = (tokens, min(first, previous[1]), max(speed, previous[2]))
+            ours_tokens = best["fx2onnx"][0]
+            for name, (out, m) in measures.items():
+                tokens, first, speed = best[name]
+                rows.append(dict(model=args.model, precision=precision, exporter=name, export_s=round(m["seconds"], 1),
+                                 peak_rss_gb=round(m["peak_rss"] / 1e9, 2),
+                                 size_mb=round(sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+                                               / 1e6, 1),
+                                 first_token_ms=round(first * 1000), decode_tok_s=round(speed, 1),
+                                 same_as_ours=tokens[: len(ours_tokens)] == ours_tokens,
+                                 same_as_transformers=tokens[: len(expected)] == expected[: len(tokens)]))
+            print(json.dumps(rows[-len(measures):]), flush=True)
+            gen = None
+            for out, _ in measures.values():
+                shutil.rmtree(out, ignore_errors=True)
+    import pandas
+
+    print(pandas.DataFrame(rows).to_string(index=False))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(dict(rows=rows, cpus=os.cpu_count(), load=os.getloadavg()), f, indent=1)
+    return rows
 
 
 if __name__ == "__main__":

@@ -201,3 +201,41 @@ def test_mistral3_images_padded_by_the_processor(folders):
     expected, _ = _expected(checkpoint, prompt, images, 12)
     assert len(set(expected)) > 3
     assert generator.generate_text(prompt, images, 12).new_ids == expected
+
+
+@pytest.mark.slow
+def test_a_batch_of_prompts_equals_transformers_greedy(folders):
+    """Two prompts of different lengths, one image each, padded on the left by the processor: the loop's tokens of
+    every prompt are transformers' greedy ``generate`` on the same batch."""
+    from fx2onnx.runtime.vision import VisionGenerator, read_image
+
+    checkpoint, out, images = folders
+    token = FAMILIES[json.load(open(os.path.join(out, "config.json")))["model_type"]][0]
+    prompts = [f"{token}\ndescribe the image", f"{token}\nwhat is in this picture, and which colours?"]
+    generator = VisionGenerator(out)
+    result = generator.generate_texts(prompts, [[images[0]], [images[1]]], 10)
+    model = transformers.AutoModelForImageTextToText.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    processor = transformers.AutoProcessor.from_pretrained(checkpoint, local_files_only=True)
+    processor.tokenizer.padding_side = "left"
+    inputs = processor(images=[[read_image(images[0])], [read_image(images[1])]], text=prompts, padding=True,
+                       return_tensors="pt")
+    assert (inputs["attention_mask"] == 0).any()  # one prompt is padded
+    expected = model.generate(**inputs, max_new_tokens=10, do_sample=False)[:, inputs["input_ids"].shape[1]:]
+    assert len(set(expected[1].tolist())) > 3
+    assert [r.new_ids for r in result] == expected.tolist()
+
+
+def test_the_images_padding_a_batch_are_dropped_a_padded_image_refused():
+    """Idefics 3's processor gives a batch ``(prompts, tiles, 3, H, W)``, a prompt of fewer tiles padded with all-zero
+    images masked out: the vision piece gets the real ones, one after the other; an image padded inside is refused."""
+    from fx2onnx.runtime.vision import VisionGenerator
+
+    pixels = np.arange(2 * 3 * 3 * 4 * 4, dtype=np.float32).reshape(2, 3, 3, 4, 4)
+    mask = np.ones((2, 3, 4, 4), dtype=np.int64)
+    mask[1, 2] = 0  # the second prompt has two tiles
+    got = VisionGenerator._processed({"pixel_values": pixels, "pixel_attention_mask": mask, "input_ids": None})
+    assert got["pixel_values"].shape == (5, 3, 4, 4) and "pixel_attention_mask" not in got
+    np.testing.assert_array_equal(got["pixel_values"][3:], pixels[1, :2])
+    mask[0, 1, :, 2:] = 0
+    with pytest.raises(ValueError, match="padded an image"):
+        VisionGenerator._processed({"pixel_values": pixels, "pixel_attention_mask": mask})

@@ -68,9 +68,11 @@ GEMMA3_TOKENS = {"boi_token": "<start_of_image>", "image_token": "<image_soft_to
 
 
 def _write_folder(config: Any, folder: str | os.PathLike, dtype: str, seed: int, std: float | None,
-                  tokens: dict[str, str], image_token: str, processor: Any) -> dict[str, Any]:
+                  tokens: dict[str, str], image_token: str, processor: Any, keep_vocab: bool = False) -> dict[str, Any]:
     """The random weights, the tokenizer with ``tokens`` (named attributes of the tokenizer),
-    ``processor(tokenizer)`` saved, a generation config."""
+    ``processor(tokenizer)`` saved, a generation config. The text model's vocabulary becomes the
+    tokenizer's, unless ``keep_vocab`` (a benchmark keeps the published size: the ids past the
+    tokenizer's decode to nothing)."""
     import transformers
 
     from ..weights import write_random_checkpoint
@@ -82,7 +84,7 @@ def _write_folder(config: Any, folder: str | os.PathLike, dtype: str, seed: int,
     if any(name != "additional_special_tokens" for name in tokens):
         tok._set_model_specific_special_tokens(special_tokens=tokens)
     text = config.text_config
-    text.vocab_size = len(tok)
+    text.vocab_size = max(text.vocab_size, len(tok)) if keep_vocab else len(tok)
     config.image_token_id = tok.convert_tokens_to_ids(image_token)
     text.eos_token_id = text.pad_token_id = tok.eos_token_id
     text.bos_token_id = None
@@ -238,13 +240,14 @@ QWEN2_VL_TOKENS = {"vision_start_token_id": "<|vision_start|>", "vision_end_toke
 
 
 def write_qwen2_vl_folder(config: Any, folder: str | os.PathLike, dtype: str = "bfloat16", *, seed: int = 0,
-                          std: float | None = None, max_patches: int = 64) -> dict[str, Any]:
+                          std: float | None = None, max_patches: int = 64, keep_vocab: bool = False) -> dict[str, Any]:
     """Writes a ``save_pretrained`` folder of a Qwen2-VL or Qwen2.5-VL model as :func:`write_llava_folder` does:
     the tokenizer with :data:`QWEN2_VL_TOKENS` (the config's ids set to theirs), a
     :class:`transformers.Qwen2VLImageProcessor` resizing an image to a grid of patches (both sides a
     multiple of two patches, at least 2x2 and at most ``max_patches`` patches, the aspect ratio kept:
     images of other sizes give other numbers of features), its video processor and the
-    :class:`transformers.Qwen2VLProcessor` (:class:`transformers.Qwen2_5_VLProcessor`)."""
+    :class:`transformers.Qwen2VLProcessor` (:class:`transformers.Qwen2_5_VLProcessor`);
+    ``keep_vocab``: see :func:`_write_folder`."""
     import transformers
 
     vision = config.vision_config
@@ -264,13 +267,15 @@ def write_qwen2_vl_folder(config: Any, folder: str | os.PathLike, dtype: str = "
                     tokenizer=tok)
 
     tokens = {"additional_special_tokens": list(QWEN2_VL_TOKENS.values())}
-    return _write_folder(config, folder, dtype, seed, std, tokens, QWEN2_VL_TOKENS["image_token_id"], processor)
+    return _write_folder(config, folder, dtype, seed, std, tokens, QWEN2_VL_TOKENS["image_token_id"], processor,
+                         keep_vocab)
 
 
 def write_qwen2_5_vl_folder(config: Any, folder: str | os.PathLike, dtype: str = "bfloat16", *, seed: int = 0,
-                            std: float | None = None, max_patches: int = 64) -> dict[str, Any]:
+                            std: float | None = None, max_patches: int = 64, keep_vocab: bool = False) -> dict[str, Any]:
     """:func:`write_qwen2_vl_folder` of a :class:`transformers.Qwen2_5_VLConfig`."""
-    return write_qwen2_vl_folder(config, folder, dtype, seed=seed, std=std, max_patches=max_patches)
+    return write_qwen2_vl_folder(config, folder, dtype, seed=seed, std=std, max_patches=max_patches,
+                                 keep_vocab=keep_vocab)
 
 
 def write_qwen3_vl_folder(config: Any, folder: str | os.PathLike, dtype: str = "bfloat16", *, seed: int = 0,

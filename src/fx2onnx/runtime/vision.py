@@ -101,23 +101,53 @@ class VisionGenerator:
         and its images (paths or PIL images)."""
         if not images:
             raise ValueError("Give at least one image (--image FILE).")
-        processor = self.processor
-        token = getattr(processor, "image_token", "<image>")
-        if token not in prompt:
-            vocabulary = processor.tokenizer.get_vocab()
-            if all(marker in vocabulary for marker in VISION_MARKERS):  # Qwen2-VL: the image between its markers
-                token = VISION_MARKERS[0] + token + VISION_MARKERS[1]
-            prompt = token * len(images) + "\n" + prompt
         pictures = [read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in images]
-        inputs = dict(processor(images=pictures, text=prompt, return_tensors="np"))
+        return self._processed(dict(self.processor(images=pictures, text=self._with_placeholders(prompt, len(images)),
+                                                   return_tensors="np")))
+
+    def batch_inputs(self, prompts: Sequence[str], images: Sequence[Sequence[Any]]) -> dict[str, np.ndarray]:
+        """:meth:`inputs` of several prompts, ``images[i]`` those of ``prompts[i]``: the shorter
+        prompts padded on the left (``attention_mask``), as transformers' ``generate`` expects."""
+        if len(prompts) != len(images) or any(not i for i in images):
+            raise ValueError(f"{len(prompts)} prompts and {len(images)} lists of images: give one list, of at least "
+                             "one image, per prompt.")
+        pictures = [[read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in group] for group in images]
+        texts = [self._with_placeholders(p, len(group)) for p, group in zip(prompts, images)]
+        tokenizer = self.processor.tokenizer
+        side, tokenizer.padding_side = tokenizer.padding_side, "left"
+        try:
+            processed = dict(self.processor(images=pictures, text=texts, padding=True, return_tensors="np"))
+        finally:
+            tokenizer.padding_side = side
+        return self._processed(processed)
+
+    def _with_placeholders(self, prompt: str, count: int) -> str:
+        """``prompt``, or one image placeholder per image and ``prompt`` when it holds none."""
+        token = getattr(self.processor, "image_token", "<image>")
+        if token in prompt:
+            return prompt
+        vocabulary = self.processor.tokenizer.get_vocab()
+        if all(marker in vocabulary for marker in VISION_MARKERS):  # Qwen2-VL: the image between its markers
+            token = VISION_MARKERS[0] + token + VISION_MARKERS[1]
+        return token * count + "\n" + prompt
+
+    @staticmethod
+    def _processed(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The processor's outputs as the vision piece takes them: Idefics 3's ``(prompts, images or
+        tiles, 3, H, W)`` one image after the other, without the all-zero images padding a prompt of
+        fewer tiles (``get_image_features`` drops them too); Qwen2-VL's ``(patches, values)`` kept."""
         pixel_mask = inputs.pop("pixel_attention_mask", None)
-        if pixel_mask is not None and not pixel_mask.all():
-            raise ValueError("The processor padded an image (pixel_attention_mask): the vision piece takes whole "
-                             "images or tiles only (Idefics 3: keep do_image_splitting on).")
-        # Idefics 3: (prompts, images or tiles, 3, H, W), one prompt: its images one after the other;
-        # Qwen2-VL: (patches, values of a patch), kept
-        if inputs["pixel_values"].ndim > 2:
-            inputs["pixel_values"] = inputs["pixel_values"].reshape(-1, *inputs["pixel_values"].shape[-3:])
+        pixels = inputs["pixel_values"]
+        if pixels.ndim > 2:
+            inputs["pixel_values"] = pixels = pixels.reshape(-1, *pixels.shape[-3:])
+        if pixel_mask is not None:
+            masks = np.asarray(pixel_mask).reshape(pixels.shape[0], -1).astype(bool)
+            real = masks.any(axis=1)
+            if not masks[real].all():
+                raise ValueError("The processor padded an image (pixel_attention_mask): the vision piece takes whole "
+                                 "images or tiles only (Idefics 3: keep do_image_splitting on).")
+            if not real.all():  # the padding images of a batch
+                inputs["pixel_values"] = pixels[real]
         return inputs
 
     def image_features(self, inputs: dict[str, np.ndarray] | np.ndarray) -> Any:
@@ -205,3 +235,19 @@ class VisionGenerator:
         new = [int(t) for t in tokens[0, ids.shape[1]:]]
         return TextResult([int(i) for i in ids[0]], new, tokenizer.decode(new, skip_special_tokens=True),
                           self.decoder.last_times)
+
+    def generate_texts(self, prompts: Sequence[str], images: Sequence[Sequence[Any]],
+                       max_new_tokens: int = 32) -> list[TextResult]:
+        """Greedy generation of a batch: ``prompts[i]`` after ``images[i]``, the prompts padded on
+        the left; every result's tokens are transformers' ``generate`` on the same batch (a
+        prompt which ends stays padded while the others go on)."""
+        inputs = self.batch_inputs(prompts, images)
+        ids, mask = inputs["input_ids"].astype(np.int64), inputs["attention_mask"].astype(bool)
+        tokens = self.generate_ids(inputs, max_new_tokens)
+        tokenizer = self.processor.tokenizer
+        results = []
+        for row, prompt_mask in zip(tokens, mask):
+            new = [int(t) for t in row[ids.shape[1]:]]
+            results.append(TextResult([int(i) for i in row[:ids.shape[1]][prompt_mask]], new,
+                                      tokenizer.decode(new, skip_special_tokens=True), self.decoder.last_times))
+        return results
