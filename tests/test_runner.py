@@ -115,3 +115,14 @@ def test_a_crash_is_seen_while_a_sibling_holds_the_pipe(monkeypatch):
     assert time.perf_counter() - begin < 25  # not the timeout
     for end in kept:
         end.close()
+
+
+def test_a_process_which_cannot_start_fails_its_tasks_with_the_reason():
+    """A function that cannot reach the process (spawn pickles it: a lambda cannot be) fails each task with a row
+    saying why, on the pool and on the local cluster, instead of an exception out of the sweep or the engine."""
+    for address in ("pool", "local"):
+        rows = run_tasks(["a", "b"], lambda task: dict(task=task, error=None), _failed_row, workers=1, timeout=60,
+                         progress=False, mp_context="spawn", address=address)
+        assert [r["task"] for r in rows] == ["a", "b"], address
+        assert all(r["step"] == "crash" and r["error"].startswith("the task's process could not start: ")
+                   and "pickle" in r["error"].lower() for r in rows), rows

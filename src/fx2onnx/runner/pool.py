@@ -29,7 +29,10 @@ def run_in_pool(
             for s in pool:
                 if not s.busy and pending:
                     index, task = pending.popleft()
-                    s.submit(task)
+                    failed = s.submit(task)
+                    if failed is not None:  # no process could be started for it
+                        on_row(index, failed)
+                        continue
                     s.index = index  # type: ignore[attr-defined]
             busy = [s for s in pool if s.busy]
             ready = wait([s.conn for s in busy] + [s.process.sentinel for s in busy], timeout=0.5)

@@ -128,11 +128,17 @@ class Sandbox:
         self.conn: Any = None
 
     def _start(self) -> None:
-        self.conn, child = self.context.Pipe()
-        self.process = self.context.Process(
+        conn, child = self.context.Pipe()
+        process = self.context.Process(
             target=_sandbox_main, args=(child, self.run_one, self.failed_row, self.memory_gb), daemon=True)
-        self.process.start()
-        child.close()
+        try:
+            process.start()  # spawn: the functions pickled; fork: the memory of the process
+        except BaseException:
+            conn.close()
+            raise
+        finally:
+            child.close()
+        self.process, self.conn = process, conn
         self.done = 0
 
     @property
@@ -140,14 +146,23 @@ class Sandbox:
         """Whether a task was submitted and its row not collected yet."""
         return self.task is not None
 
-    def submit(self, task: Any) -> None:
-        """Sends ``task`` to the process, started (or replaced after ``max_tasks``) first."""
-        if self.process is None:
-            self._start()
-        elif self.done >= self.max_tasks:
-            self.restart()  # bounds the memory a long-lived process accumulates
+    def submit(self, task: Any) -> dict[str, Any] | None:
+        """Sends ``task`` to the process, started (or replaced after ``max_tasks``) first; returns
+        the task's failed row (step ``crash``) when no process could be started for it (the next
+        task tries again)."""
+        try:
+            if self.process is None:
+                self._start()
+            elif self.done >= self.max_tasks:
+                self.restart()  # bounds the memory a long-lived process accumulates
+        except Exception as e:  # noqa: BLE001 - an unpicklable function (spawn), no memory left to fork
+            self.process = self.conn = None
+            first = (str(e).strip().splitlines() or [""])[0][:300]
+            return self.failed_row(task, "crash", f"the task's process could not start: {type(e).__name__}: {first}",
+                                   0.0)
         self.task, self.started = task, time.perf_counter()
         self.conn.send(task)
+        return None
 
     def collect(self, timeout: float, ready: bool) -> dict[str, Any] | None:
         """The row of the task submitted when it is known, None while it runs.
@@ -185,7 +200,9 @@ class Sandbox:
 
     def run(self, task: Any, timeout: float) -> dict[str, Any]:
         """Runs one task and returns its row (a failed row after a timeout or a crash)."""
-        self.submit(task)
+        failed = self.submit(task)
+        if failed is not None:
+            return failed
         while True:
             remaining = max(0.0, timeout - (time.perf_counter() - self.started))
             ready = self.conn in wait([self.conn, self.process.sentinel], timeout=min(remaining, 1.0) + 0.05)
@@ -194,9 +211,11 @@ class Sandbox:
                 return row
 
     def restart(self) -> None:
-        """Kills the process and starts a fresh one."""
+        """Kills the process and starts a fresh one (when that fails, the next :meth:`submit` tries
+        again and gives its task the reason)."""
         self.stop(kill=True)
-        self._start()
+        with contextlib.suppress(Exception):
+            self._start()
 
     def stop(self, kill: bool = False) -> None:
         """Ends the process: asks it to stop, or kills it (``kill=True``, a task still runs)."""
