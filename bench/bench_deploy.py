@@ -113,6 +113,40 @@ def folder_size(folder: str) -> int:
     return sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
 
 
+def export_both(checkpoint: str, work: str, precision: str, exporters=EXPORTERS,
+                builder_may_fail: bool = False) -> dict[str, tuple[str, dict]]:
+    """Exports ``checkpoint`` at ``precision`` with each of ``exporters``, each in a child process,
+    into ``work/<exporter>_<precision>`` (fx2onnx without its check: the builder has none):
+    ``{exporter: (folder, {"seconds", "peak_rss"})}``. ``builder_may_fail``: a failure of
+    onnxruntime-genai's builder (an architecture it does not know) is printed, its row left out."""
+    ours, theirs = os.path.join(work, f"fx2onnx_{precision}"), os.path.join(work, f"genai_{precision}")
+    quant = ["--quantize", precision] if precision != "float32" else []
+    measures = {}
+    if "fx2onnx" in exporters:
+        measures["fx2onnx"] = (ours, measured("fx2onnx", "export", checkpoint, "--out", ours, "--quiet",
+                                              "--no-validate", *quant))
+    if "onnxruntime-genai" in exporters:
+        try:
+            measures["onnxruntime-genai"] = (theirs, measured(
+                "onnxruntime_genai.models.builder", "-i", checkpoint, "-o", theirs, "-p",
+                {"float32": "fp32"}.get(precision, precision), "-e", "cpu"))
+        except RuntimeError as e:
+            if not builder_may_fail:
+                raise
+            print(f"onnxruntime-genai's builder failed: {str(e).splitlines()[-1]}")
+    return measures
+
+
+def report(rows: list[dict], json_path: str | None = None) -> None:
+    """Prints the rows as a table; writes them in ``json_path`` with the machine's cores and load."""
+    import pandas
+
+    print(pandas.DataFrame(rows).to_string(index=False))
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(dict(rows=rows, cpus=os.cpu_count(), load=os.getloadavg()), f, indent=1)
+
+
 def run_ours(folder: str, prompt: list[int], new: int, threads: int):
     from fx2onnx.runtime.folder import FolderGenerator
 
@@ -179,16 +213,7 @@ def main(argv=None) -> list[dict]:
         write_folder(args.model, checkpoint, args.layers)
         prompt = [int(i) for i in np.random.default_rng(0).integers(3, 300, args.prompt)]
         for precision in args.precisions.split(","):
-            ours, theirs = os.path.join(work, f"fx2onnx_{precision}"), os.path.join(work, f"genai_{precision}")
-            quant = ["--quantize", precision] if precision != "float32" else []
-            measures = {}
-            if "fx2onnx" in exporters:
-                measures["fx2onnx"] = (ours, measured("fx2onnx", "export", checkpoint, "--out", ours, "--quiet",
-                                                      "--no-validate", *quant))
-            if "onnxruntime-genai" in exporters:
-                measures["onnxruntime-genai"] = (theirs, measured(
-                    "onnxruntime_genai.models.builder", "-i", checkpoint, "-o", theirs, "-p",
-                    {"float32": "fp32"}.get(precision, precision), "-e", "cpu"))
+            measures = export_both(checkpoint, work, precision, exporters)
             window = CONFIGS[args.model][1].get("sliding_window") or 0
             loops = {name: run_ours(folder, prompt, args.new, args.threads) if name == "fx2onnx"
                      else run_genai(folder, prompt, args.new, args.threads, window)
@@ -211,9 +236,7 @@ def main(argv=None) -> list[dict]:
             loops = once = None
             for folder, _ in measures.values():  # a 7B folder's exports take disk: one precision at a time
                 shutil.rmtree(folder, ignore_errors=True)
-    import pandas
-
-    print(pandas.DataFrame(rows).to_string(index=False))
+    report(rows)
     return rows
 
 

@@ -36,7 +36,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_deploy import measured  # noqa: E402
+from bench_deploy import export_both, folder_size, report  # noqa: E402
 
 #: published configs (values from the models' config.json files)
 CONFIGS = {
@@ -117,16 +117,8 @@ def main(argv=None) -> list[dict]:
               f"({len(expected) / eager_seconds:.1f} tokens/s, the encoder included)")
 
         for precision in args.precisions.split(","):
-            ours, genai = os.path.join(root, f"fx2onnx_{precision}"), os.path.join(root, f"genai_{precision}")
-            quant = ["--quantize", precision] if precision != "float32" else []
-            measures = {"fx2onnx": (ours, measured("fx2onnx", "export", folder, "--out", ours, "--quiet",
-                                                   "--no-validate", *quant))}
-            try:
-                measures["onnxruntime-genai"] = (genai, measured(
-                    "onnxruntime_genai.models.builder", "-i", folder, "-o", genai, "-p",
-                    {"float32": "fp32"}.get(precision, precision), "-e", "cpu"))
-            except RuntimeError as e:
-                print(f"onnxruntime-genai's builder failed: {str(e).splitlines()[-1]}")
+            measures = export_both(folder, root, precision, builder_may_fail=True)
+            ours, genai = measures["fx2onnx"][0], measures.get("onnxruntime-genai", (None,))[0]
             gen = SpeechGenerator(ours, threads=args.threads)
             gen.transcribe(wav, 4, language="en")  # warm up
             inputs = gen.features(wav)
@@ -147,8 +139,7 @@ def main(argv=None) -> list[dict]:
                 tokens, first, speed = best[name]
                 rows.append(dict(model=args.model, precision=precision, exporter=name, export_s=round(m["seconds"], 1),
                                  peak_rss_gb=round(m["peak_rss"] / 1e9, 2),
-                                 size_mb=round(sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
-                                               / 1e6, 1),
+                                 size_mb=round(folder_size(out) / 1e6, 1),
                                  first_token_ms=round(first * 1000), decode_tok_s=round(speed, 1),
                                  same_as_ours=tokens[: len(ours_tokens)] == ours_tokens,
                                  same_as_transformers=tokens[: len(expected)] == expected[: len(tokens)]))
@@ -156,12 +147,7 @@ def main(argv=None) -> list[dict]:
             gen = None
             for out, _ in measures.values():
                 shutil.rmtree(out, ignore_errors=True)
-    import pandas
-
-    print(pandas.DataFrame(rows).to_string(index=False))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(dict(rows=rows, cpus=os.cpu_count(), load=os.getloadavg()), f, indent=1)
+    report(rows, args.json)
     return rows
 
 

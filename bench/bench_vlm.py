@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_deploy import folder_size, measured, run_genai  # noqa: E402
+from bench_deploy import export_both, folder_size, report, run_genai  # noqa: E402
 
 #: Qwen2.5-VL-3B-Instruct's published values (config.json), the depths set by the command line
 TEXT = dict(hidden_size=2048, intermediate_size=11008, num_attention_heads=16, num_key_value_heads=2,
@@ -136,16 +136,8 @@ def main(argv=None) -> list[dict]:
             json.dump(generation, f)
         text_ids = [int(i) for i in np.random.default_rng(0).integers(3, 300, 24)]
         for precision in args.precisions.split(","):
-            ours, theirs = os.path.join(work, f"fx2onnx_{precision}"), os.path.join(work, f"genai_{precision}")
-            quant = ["--quantize", precision] if precision != "float32" else []
-            measures = {"fx2onnx": (ours, measured("fx2onnx", "export", checkpoint, "--out", ours, "--quiet",
-                                                   "--no-validate", *quant))}
-            try:
-                measures["onnxruntime-genai"] = (theirs, measured(
-                    "onnxruntime_genai.models.builder", "-i", checkpoint, "-o", theirs, "-p",
-                    {"float32": "fp32"}.get(precision, precision), "-e", "cpu"))
-            except RuntimeError as e:
-                print(f"onnxruntime-genai's builder failed: {str(e).splitlines()[-1]}")
+            measures = export_both(checkpoint, work, precision, builder_may_fail=True)
+            ours, theirs = measures["fx2onnx"][0], measures.get("onnxruntime-genai", (None,))[0]
             ours_once, prompt_ids, gen = run_ours(ours, image, "Describe the image.", args.new, args.threads)
             loops = {"fx2onnx": ours_once}
             if "onnxruntime-genai" in measures:
@@ -176,12 +168,7 @@ def main(argv=None) -> list[dict]:
             loops = gen = ours_once = None
             for folder, _ in measures.values():
                 shutil.rmtree(folder, ignore_errors=True)
-    import pandas
-
-    print(pandas.DataFrame(rows).to_string(index=False))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(dict(rows=rows, cpus=os.cpu_count(), load=os.getloadavg()), f, indent=1)
+    report(rows, args.json)
     return rows
 
 
