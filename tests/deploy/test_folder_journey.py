@@ -68,6 +68,31 @@ def test_export_writes_a_folder_that_generates(folders):
     # float32 by default (onnxruntime's CPU kernels), from a bf16 checkpoint
     assert proto.graph.input[inputs.index("past_key_values_key_0")].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
     assert json.load(open(os.path.join(out, "fx2onnx.json")))["task"] == "text-generation"
+    # the logits of the last position only: the head runs once per prompt (generation reads nothing else)
+    logits = proto.graph.output[outputs.index("logits")].type.tensor_type.shape.dim
+    assert logits[1].dim_value == 1 and logits[2].dim_value == 384
+    assert json.load(open(os.path.join(out, "fx2onnx.json")))["logits"] == "last"
+
+
+def test_all_logits_keeps_every_position(folders, tmp_path):
+    """``--all-logits``: the logits of every prompt position, equal to eager's (to score a text)."""
+    from fx2onnx.validation import run_onnx
+
+    checkpoint, _ = folders
+    out = str(tmp_path / "all")
+    assert main(["export", checkpoint, "--out", out, "--quiet", "--all-logits", "--no-validate"]) == 0
+    assert json.load(open(os.path.join(out, "fx2onnx.json")))["logits"] == "all"
+    model, _ = _eager(checkpoint)
+    ids = torch.tensor([[5, 60, 7, 200, 31, 8]])
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits
+    session_inputs = {i.name for i in onnx.load(os.path.join(out, "model.onnx"), load_external_data=False).graph.input}
+    feeds = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+             "position_ids": torch.arange(ids.shape[1])[None]}
+    feeds.update({name: torch.zeros((1, 2, 0, 16)) for name in session_inputs if name.startswith("past_key_values")})
+    got = run_onnx(os.path.join(out, "model.onnx"), (), feeds)[0]
+    assert got.shape == (1, 6, 384)
+    np.testing.assert_allclose(got, expected.numpy(), atol=1e-4, rtol=1e-3)
 
 
 def test_generate_text_equals_transformers_greedy(folders, capsys):

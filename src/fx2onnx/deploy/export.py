@@ -146,6 +146,7 @@ def export_folder(
     block_size: int = 32,
     symmetric: bool = True,
     opset: int | None = None,
+    all_logits: bool = False,
     validate: bool = True,
     atol: float = 1e-4,
     rtol: float = 1e-3,
@@ -168,6 +169,10 @@ def export_folder(
         token, as onnxruntime-genai's builder quantizes), ``symmetric=False`` for asymmetric ones
         (a little more accurate: ``bench/bench_quantize.py``)
     :param opset: the ONNX opset (default: 23 for the fused levels, 20 otherwise)
+    :param all_logits: a causal LM with its cache returns the logits of every position; by default
+        it returns those of the last one (``logits`` is ``(batch, 1, vocabulary)``, what generation
+        reads: the head is not computed for the other positions of a prompt, see
+        :func:`last_logits_only`)
     :param validate: run the model on two input sets and compare with eager float32
         (the model is then loaded once in float32: skip it for a model that does not fit)
     :param progress: progress bars on stderr
@@ -204,6 +209,9 @@ def export_folder(
     inputs, inputs2, dynamic_shapes = task_inputs(config, task, with_cache=with_cache, dtype=dtype)
     model = model_from_checkpoint_config(folder, dtype)
     model.config.use_cache = with_cache
+    logits = "all"
+    if with_cache and not all_logits and last_logits_only(model, [inputs, inputs2], dynamic_shapes):
+        logits = "last"
     say(f"exporting {config.architectures[0]} ({task}{', with its cache' if with_cache else ''}, "
         f"{str(dtype).replace('torch.', '')}, optimize={optimize}{', ' + quantize if quantize else ''})")
     to_onnx_from_checkpoint(
@@ -220,7 +228,7 @@ def export_folder(
     with open(os.path.join(out_dir, FOLDER_METADATA), "w", encoding="utf-8") as f:
         json.dump({"task": task, "decoder": filename, "dtype": str(dtype).replace("torch.", ""),
                    "optimize": optimize, "quantize": quantize, "block_size": block_size if quantize else None,
-                   "symmetric": symmetric if quantize else None,
+                   "symmetric": symmetric if quantize else None, "logits": logits,
                    "source": os.path.basename(os.path.abspath(folder))}, f, indent=2)
 
     checks: list[FolderCheck] = []
@@ -242,6 +250,24 @@ def export_folder(
     files = sorted(os.listdir(out_dir))
     nbytes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in files if os.path.isfile(os.path.join(out_dir, f)))
     return FolderExport(out_dir, task, dtype, files, nbytes, time.perf_counter() - begin, peak_rss(), checks, genai)
+
+
+def last_logits_only(model: torch.nn.Module, input_sets: list[dict[str, Any]], dynamic_shapes: dict[str, Any]) -> bool:
+    """Makes the export of a causal LM compute the logits of the last position only, when its
+    ``forward`` takes transformers' ``logits_to_keep``: ``logits_to_keep=1`` is added to every input
+    set (the export and the check against eager) and recorded as a constant in ``dynamic_shapes``.
+    Generation reads nothing else; the head (a ``vocabulary x hidden`` product, a fifth of a
+    Llama-3.2-1B's weights) then runs once per prompt instead of once per prompt token, and
+    onnxruntime-genai reads a ``logits`` output of static length 1 as last-token logits.
+    Returns whether it applies (False: the model has no such argument, every position is kept)."""
+    import inspect
+
+    if "logits_to_keep" not in inspect.signature(model.forward).parameters:
+        return False
+    for inputs in input_sets:
+        inputs["logits_to_keep"] = 1
+    dynamic_shapes["logits_to_keep"] = torch.export.Dim.STATIC
+    return True
 
 
 #: the folders exported as several pieces: task -> (model type, what the pieces are)

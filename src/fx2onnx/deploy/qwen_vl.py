@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from .speech import Piece
-from .vision import ImageTextDecoderPiece
+from .vision import ImageTextDecoderPiece, last_logits
 
 #: the model types exported by :func:`qwen_vl_pieces`
 QWEN_VL_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
@@ -192,7 +192,7 @@ class DeepstackDecoderPiece(ImageTextDecoderPiece):
         out = self.model.language_model(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=position_ids,
                                          past_key_values=past_key_values, use_cache=True, visual_pos_masks=positions,
                                          deepstack_visual_embeds=list(deepstack_features))
-        return {"logits": self.lm_head(out.last_hidden_state), "past_key_values": out.past_key_values}
+        return {"logits": last_logits(self.lm_head, out.last_hidden_state), "past_key_values": out.past_key_values}
 
 
 def _grids(vision: Any, images: list[tuple[int, int]], dtype: torch.dtype, g: torch.Generator) -> dict[str, Any]:

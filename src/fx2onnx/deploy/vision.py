@@ -81,7 +81,13 @@ class ImageTextDecoderPiece(torch.nn.Module):
             out = text(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=position_ids,
                        past_key_values=past_key_values, use_cache=True)
         # a dict: the cache output has the path of the cache input (the fx2onnx.cache metadata pairs them)
-        return {"logits": self.lm_head(out.last_hidden_state), "past_key_values": out.past_key_values}
+        return {"logits": last_logits(self.lm_head, out.last_hidden_state), "past_key_values": out.past_key_values}
+
+
+def last_logits(head: Any, hidden: torch.Tensor) -> torch.Tensor:
+    """The logits of the last position, ``(batch, 1, vocabulary)``: the loop reads nothing else (prompts
+    are padded on the left), and a prompt of hundreds of image tokens runs the head once."""
+    return head(hidden[:, -1:])
 
 
 def image_tokens(config: Any) -> int:
