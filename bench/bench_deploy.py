@@ -137,14 +137,21 @@ def export_both(checkpoint: str, work: str, precision: str, exporters=EXPORTERS,
     return measures
 
 
-def report(rows: list[dict], json_path: str | None = None) -> None:
-    """Prints the rows as a table; writes them in ``json_path`` with the machine's cores and load."""
+def report(rows: list[dict], json_path: str | None = None, merge: bool = False) -> None:
+    """Prints the rows as a table; writes them in ``json_path`` with the machine's cores and load.
+    ``merge``: the rows of an existing file are kept unless a new row has the same model, precision
+    and exporter (runs of several models gather in one file)."""
     import pandas
 
     print(pandas.DataFrame(rows).to_string(index=False))
     if json_path:
+        kept = []
+        if merge and os.path.isfile(json_path):
+            with open(json_path, encoding="utf-8") as f:
+                new_keys = {(r["model"], r["precision"], r["exporter"]) for r in rows}
+                kept = [r for r in json.load(f)["rows"] if (r["model"], r["precision"], r["exporter"]) not in new_keys]
         with open(json_path, "w", encoding="utf-8") as f:
-            json.dump(dict(rows=rows, cpus=os.cpu_count(), load=os.getloadavg()), f, indent=1)
+            json.dump(dict(rows=kept + rows, cpus=os.cpu_count(), load=os.getloadavg()), f, indent=1)
 
 
 def run_ours(folder: str, prompt: list[int], new: int, threads: int):
@@ -201,6 +208,7 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--new", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", default=None, help="the rows written (merged) into this file")
     parser.add_argument("--exporters", default=",".join(EXPORTERS),
                         help="fx2onnx alone for a model onnxruntime-genai's builder cannot hold in memory")
     args = parser.parse_args(argv)
@@ -236,7 +244,7 @@ def main(argv=None) -> list[dict]:
             loops = once = None
             for folder, _ in measures.values():  # a 7B folder's exports take disk: one precision at a time
                 shutil.rmtree(folder, ignore_errors=True)
-    report(rows)
+    report(rows, args.json, merge=True)
     return rows
 
 

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from onnx import TensorProto
 from onnx import helper as oh
@@ -297,6 +298,46 @@ def test_matmul_packing():
                        [(f"y{i}", FLOAT, None) for i in range(4)], inits)
     fused = check_rule(model, pack_matmuls, [{"x": randn(2, 3, 16), "z": randn(2, 16)}], 2)
     assert op_types(fused) == {"MatMul": 2, "Split": 1}
+
+
+def test_pack_projections_keeps_wide_groups_apart():
+    """q, k, v (packed width 2x the input's) are packed, gate and up (6x) stay apart; a narrow input too."""
+    from fx2onnx.optimizer.rules.matmul_packing import pack_projections
+
+    width, narrow = 1024, 64
+    nodes = [oh.make_node("MatMul", ["x", f"w{i}"], [f"y{i}"]) for i in range(3)]  # q, k, v
+    nodes += [oh.make_node("MatMul", ["h", f"w{i}"], [f"y{i}"]) for i in (3, 4)]  # gate, up
+    nodes += [oh.make_node("MatMul", ["n", f"w{i}"], [f"y{i}"]) for i in (5, 6)]  # narrow input
+    columns = (1024, 512, 512, 3072, 3072, 32, 32)
+    inits = [(f"w{i}", randn(narrow if i >= 5 else width, c) * 0.03) for i, c in enumerate(columns)]
+    model = make_model(nodes, [("x", FLOAT, ["b", width]), ("h", FLOAT, ["b", width]), ("n", FLOAT, ["b", narrow])],
+                       [(f"y{i}", FLOAT, None) for i in range(7)], inits)
+    fused = check_rule(model, pack_projections, [{"x": randn(2, width), "h": randn(2, width), "n": randn(2, narrow)}], 2)
+    assert op_types(fused) == {"MatMul": 5, "Split": 1}
+
+
+def test_matmul_packing_keeps_lazy_weights_lazy():
+    """Weights read on demand are concatenated when the packed weight is read, not before."""
+    reads = []
+
+    def lazy(array, name):
+        def read():
+            reads.append(name)
+            return ir.Tensor(array)
+        return ir.LazyTensor(read, dtype=ir.DataType.FLOAT, shape=ir.Shape(array.shape), name=name)
+
+    arrays = [randn(16, n) for n in (8, 4)]
+    x = ir.Value(name="x", shape=ir.Shape([2, 16]), type=ir.TensorType(ir.DataType.FLOAT))
+    weights = [ir.Value(name=f"w{i}", shape=ir.Shape(a.shape), type=ir.TensorType(ir.DataType.FLOAT),
+                        const_value=lazy(a, f"w{i}")) for i, a in enumerate(arrays)]
+    nodes = [ir.node("MatMul", [x, w]) for w in weights]
+    graph = ir.Graph([x], [n.outputs[0] for n in nodes], nodes=nodes, initializers=weights, opset_imports={"": 20})
+    model = ir.Model(graph, ir_version=10)
+    assert pack_matmuls(model) == 1 and reads == []
+    packed = next(n for n in model.graph if n.op_type == "MatMul").inputs[1]
+    assert isinstance(packed.const_value, ir.LazyTensor)
+    np.testing.assert_array_equal(packed.const_value.numpy(), np.concatenate(arrays, axis=1))
+    assert reads == ["w0", "w1"]
 
 
 def test_cleanup():
