@@ -232,3 +232,26 @@ def test_quantized_folder_generates_as_onnxruntime_genai(folders, tmp_path, caps
     ours = [int(t) for t in capsys.readouterr().out.strip().split(",")]
     theirs = _genai_greedy(og, og.Model(out), prompt, 12)
     assert len(ours) == 12 and theirs[: len(ours)] == ours
+
+
+def test_real_width_projections_are_packed(tmp_path, capsys):
+    """At a width of 1024, q, k and v run as one MatMul (one MatMulNBits in int4) and a Split; the
+    float32 folder still generates transformers' greedy tokens, the int4 one onnxruntime-genai's."""
+    og = pytest.importorskip("onnxruntime_genai")
+    checkpoint = str(tmp_path / "wide")
+    write_checkpoint_folder(_config(hidden_size=1024, intermediate_size=3072, num_hidden_layers=1,
+                                    num_attention_heads=8, num_key_value_heads=4, head_dim=128),
+                            checkpoint, dtype="bfloat16", std=0.05)
+    prompt = [5, 60, 7, 200, 31]
+    model, _ = _eager(checkpoint)
+    expected = model.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False)[0, len(prompt):].tolist()
+    for quant in ([], ["--quantize", "int4"]):
+        out = str(tmp_path / ("int4" if quant else "float32"))
+        assert main(["export", checkpoint, "--out", out, "--quiet", *quant]) == 0
+        proto = onnx.load(os.path.join(out, "model.onnx"), load_external_data=False)
+        ops = [n.op_type for n in proto.graph.node]
+        assert ops.count("Split") == 1 and ops.count("MatMulNBits" if quant else "MatMul") == 6  # qkv, o, gate, up, down, head
+        capsys.readouterr()
+        assert main(["generate", out, "--ids", ",".join(map(str, prompt)), "--max-new-tokens", "8"]) == 0
+        ours = [int(t) for t in capsys.readouterr().out.strip().split(",")]
+        assert ours == (_genai_greedy(og, og.Model(out), prompt, 8) if quant else expected)
