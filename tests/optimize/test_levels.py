@@ -141,3 +141,23 @@ def test_tiny_phi_partial_rotary(level):
     for inputs in (tiny.inputs, tiny.inputs2):
         report = fx2onnx.validate(onx, tiny.model, (), copy.deepcopy(inputs), atol=1e-4)
         assert report.ok, f"{level}: {report}"
+
+
+def test_heads_normalized_before_rotary_keep_the_3d_layout():
+    """Qwen3 normalizes q and k per head before the rotary embedding: at the level onnxruntime the
+    normalized heads are reshaped back to ``[batch, seq, heads * head_size]`` (a view) instead of
+    transposed, the attention runs in 3D, and the model still equals eager on other sizes."""
+    import transformers
+
+    from fx2onnx.weights.task_inputs import task_inputs
+
+    config = transformers.Qwen3Config(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                                      num_key_value_heads=2, head_dim=16, vocab_size=384, tie_word_embeddings=False)
+    inputs, inputs2, dynamic_shapes = task_inputs(config, "text-generation", with_cache=True, dtype=torch.float32)
+    model = transformers.Qwen3ForCausalLM(config).eval()
+    onx = fx2onnx.to_onnx(model, (), copy.deepcopy(inputs), dynamic_shapes=dynamic_shapes, optimize="onnxruntime")
+    ops = collections.Counter(n.op_type for n in onx.graph.node)
+    assert ops["Attention"] == 1 and ops["SimplifiedLayerNormalization"] == 5 and ops["Transpose"] == 0, ops
+    for feeds in (inputs, inputs2):
+        report = fx2onnx.validate(onx, model, (), copy.deepcopy(feeds), atol=1e-4)
+        assert report.ok, report

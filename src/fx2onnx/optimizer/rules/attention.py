@@ -156,10 +156,41 @@ def _take_graph_output(graph: ir.Graph, old: ir.Value, new: ir.Value) -> None:
             graph.outputs[i] = new
 
 
-def _heads_view(value: ir.Value) -> tuple[ir.Value, int, int] | None:
-    """(x3, heads, head_size) if value = Transpose(Reshape(x3, [b, s, heads, head_size]), [0, 2, 1, 3])."""
+#: normalizations of each head (Qwen3's, OLMo 2's q/k norms) the 3D layout keeps on the heads' view
+_HEAD_NORMS = ("SimplifiedLayerNormalization", "RMSNormalization", "LayerNormalization")
+
+
+def _heads_view(value: ir.Value, new_nodes: list[ir.Node] | None = None) -> tuple[ir.Value, int, int] | None:
+    """(x3, heads, head_size) if value = Transpose(Reshape(x3, [b, s, heads, head_size]), [0, 2, 1, 3]).
+
+    With ``new_nodes``, also through a normalization of each head between the two
+    (``Transpose(Norm(Reshape(x3)), ...)``, the norm on the last axis): x3 is then the normalized
+    heads reshaped back to ``[b, s, heads * head_size]``, a ``Reshape`` appended to ``new_nodes``
+    (a view, where the Transpose copied)."""
     tr = producer(value, "Transpose")
-    reshape = producer(tr.inputs[0], "Reshape") if tr is not None and attr(tr, "perm") == [0, 2, 1, 3] else None
+    if tr is None or attr(tr, "perm") != [0, 2, 1, 3]:
+        return None
+    norm = tr.inputs[0].producer() if tr.inputs[0] is not None else None
+    if (new_nodes is not None and norm is not None and norm.op_type in _HEAD_NORMS and norm.inputs
+            and attr(norm, "axis", -1) in (-1, 3) and len(norm.outputs) >= 1):
+        view = _reshape_view(norm.inputs[0])
+        if view is None:
+            return None
+        _, heads, size = view
+        x4 = norm.outputs[0]
+        shape = initializer(norm.graph, f"attention_merged_heads_shape_{heads * size}",
+                            np.array([0, 0, heads * size], dtype=np.int64))
+        merged = ir.node("Reshape", [x4, shape])
+        merged.outputs[0].type = x4.type
+        merged.outputs[0].shape = ir.Shape([x4.shape[0], x4.shape[1], heads * size]) if x4.shape is not None else None
+        new_nodes.append(merged)
+        return merged.outputs[0], heads, size
+    return _reshape_view(tr.inputs[0])
+
+
+def _reshape_view(value: ir.Value | None) -> tuple[ir.Value, int, int] | None:
+    """(x3, heads, head_size) if value = Reshape(x3, [b, s, heads, head_size])."""
+    reshape = producer(value, "Reshape") if value is not None else None
     if reshape is None:
         return None
     x3, x4 = reshape.inputs[0], reshape.outputs[0]
@@ -178,7 +209,7 @@ def _peel(value: ir.Value, new_nodes: list[ir.Node]) -> tuple[ir.Value, int, int
     rotary embedding (applied to the 3D form with ``num_heads``) if there is one."""
     rotary = value.producer()
     if rotary is not None and rotary.op_type == "RotaryEmbedding" and rotary.domain in ("", "com.microsoft"):
-        view = _heads_view(rotary.inputs[0])
+        view = _heads_view(rotary.inputs[0], new_nodes)
         if view is None:
             return None
         x3, heads, size = view
@@ -188,7 +219,7 @@ def _peel(value: ir.Value, new_nodes: list[ir.Node]) -> tuple[ir.Value, int, int
         node.outputs[0].type, node.outputs[0].shape = x3.type, x3.shape
         new_nodes.append(node)
         return node.outputs[0], heads, size
-    return _heads_view(value)
+    return _heads_view(value, new_nodes)
 
 
 def attention_3d_layout(model: ir.Model) -> int:
