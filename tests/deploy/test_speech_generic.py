@@ -186,6 +186,7 @@ def _zoo(name: str):
 @pytest.mark.parametrize("name, reason", [
     ("voxtral", "voxtral: it is not an encoder-decoder"),
     ("dia", "dia: its forward takes neither input_features nor input_values"),
+    ("pop2piano", "pop2piano: its generation config names no decoder_start_token_id nor bos_token_id"),
 ])
 def test_what_cannot_be_split_is_refused_in_one_line(name, reason, tmp_path):
     from fx2onnx.deploy import export_folder
@@ -208,7 +209,7 @@ def test_the_tasks_page_says_why_a_speech_row_is_not_split():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["moonshine"])
+@pytest.mark.parametrize("name", ["moonshine", "moonshine_streaming", "speecht5"])
 def test_the_tasks_page_rows_generate_transformers_tokens(name):
     """The zoo's tiny model, its folder without a feature extractor: exported on the zoo's features.
     (The zoo's Speech2Text row fails its check at export: the onnxruntime-level attention fusion gives

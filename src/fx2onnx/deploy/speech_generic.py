@@ -55,10 +55,12 @@ def _parameters(function: Any) -> set[str]:
 
 
 def start_token(model: Any, config: Any) -> int | None:
-    """The decoder's start token: the generation config's, else the configuration's."""
-    value = getattr(getattr(model, "generation_config", None), "decoder_start_token_id", None)
+    """The decoder's start token as transformers' generate takes it: the generation config's
+    ``decoder_start_token_id``, else its ``bos_token_id`` (the configuration's without a generation config)."""
+    source = getattr(model, "generation_config", None) or config
+    value = getattr(source, "decoder_start_token_id", None)
     if value is None:
-        value = getattr(config, "decoder_start_token_id", None)
+        value = getattr(source, "bos_token_id", None)
     if isinstance(value, (list, tuple)):
         value = value[0] if len(set(value)) == 1 else None
     return None if value is None else int(value)
@@ -79,7 +81,7 @@ def generic_split_reason(model: Any, config: Any) -> str | None:
     if not callable(getattr(model, "get_encoder", None)) or model.get_encoder() is None:
         return "it has no get_encoder()"
     if start_token(model, config) is None:
-        return "its generation config names no decoder_start_token_id"
+        return "its generation config names no decoder_start_token_id nor bos_token_id"
     return None
 
 
@@ -296,11 +298,17 @@ def example_features(folder: str | None, model: Any, config: Any, dtype: torch.d
             out = fe(audio, sampling_rate=rate, return_tensors="pt")
             sets.append({k: torch.as_tensor(v) for k, v in out.items() if k in (*FEATURE_INPUTS, "attention_mask")})
     else:
-        from ..models.task_inputs import _audio_inputs
+        import contextlib
 
-        for batch, offset in ((2, 0), (3, 1)):
-            inputs, _ = _audio_inputs(model, config, batch, seed + offset)
-            sets.append({k: v for k, v in inputs.items() if k in FEATURE_INPUTS})
+        from ..models.task_inputs import _audio_inputs
+        from ..weights.empty import empty_weights
+
+        # the zoo's builder may run the model to find its layout: on CPU storage, not the meta device
+        meta = any(p.is_meta for p in model.parameters())
+        with empty_weights(model) if meta else contextlib.nullcontext():
+            for batch, offset in ((2, 0), (3, 1)):
+                inputs, _ = _audio_inputs(model, config, batch, seed + offset)
+                sets.append({k: v for k, v in inputs.items() if k in FEATURE_INPUTS})
     for inputs in sets:
         for k, v in inputs.items():
             if v.is_floating_point():

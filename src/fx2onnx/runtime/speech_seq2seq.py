@@ -10,7 +10,8 @@ does for such a model, greedy:
   keys and values) and the feature extractor's attention mask where the decoder takes it stay in
   onnxruntime memory and are fed unchanged to every step of the decoder, run by
   :class:`fx2onnx.runtime.OnnxGenerator` with its self-attention cache;
-* the decoder prompt is the generation config's ``decoder_start_token_id`` (transformers 5 reads no
+* the decoder prompt is the generation config's ``decoder_start_token_id`` (else ``bos_token_id``;
+  transformers 5 reads no
   ``forced_decoder_ids`` but Whisper's, neither does this loop); the logits of ``suppress_tokens`` are
   ``-inf`` at every step, those of ``begin_suppress_tokens`` at the first one, the end-of-sequence
   tokens until ``min_length`` / ``min_new_tokens``; the loop stops at an end-of-sequence token or after
@@ -180,12 +181,16 @@ class Seq2SeqSpeechGenerator(SpeechFolder):
         return {n: constants[n] for n in self.constant_names}, seconds
 
     def prompt(self, batch: int) -> np.ndarray:
-        """The decoder prompts ``(batch, 1)``: the start token."""
-        start = self.generation.get("decoder_start_token_id", self.config.get("decoder_start_token_id"))
+        """The decoder prompts ``(batch, 1)``: the start token (the generation config's
+        ``decoder_start_token_id``, else its ``bos_token_id``, as transformers' generate)."""
+        source = self.generation or self.config
+        start = source.get("decoder_start_token_id")
+        if start is None:
+            start = source.get("bos_token_id")
         if isinstance(start, list):
             start = start[0] if len(set(start)) == 1 else None
         if start is None:
-            raise ValueError(f"{self.folder!r}: the generation config names no decoder_start_token_id.")
+            raise ValueError(f"{self.folder!r}: the generation config names no decoder_start_token_id nor bos_token_id.")
         return np.full((batch, 1), int(start), dtype=np.int64)
 
     def generate_ids(self, features: dict[str, np.ndarray], max_new_tokens: int = 32,
