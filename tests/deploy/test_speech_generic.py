@@ -175,6 +175,9 @@ def test_a_generation_config_the_loop_does_not_follow_is_refused(folders, tmp_pa
     json.dump(generation, open(path, "w"))
     with pytest.raises(ValueError, match="num_beams=4, no_repeat_ngram_size=3"):
         open_speech_generator(copy).transcribe(wavs[0], 4)
+    # an audio longer than the encoder's table of positions (200 positions, 804 frames): refused, not wrong
+    with pytest.raises(ValueError, match="input_features of 8.. along axis 1.*holds sizes 0 to 804"):
+        open_speech_generator(out).transcribe(_chirp(8.5), 4)
 
 
 def _zoo(name: str):

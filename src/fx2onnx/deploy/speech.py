@@ -186,7 +186,12 @@ def rename_values(filename: str, inputs: list[str], outputs: list[str], cache: d
     for value in proto.graph.input:
         value.name = names.get(value.name, value.name)
     _rename_outputs(proto, names)
-    del proto.metadata_props[:]  # the frozen lists of the wrapper: replaced by the piece's names
+    # the wrapper's metadata replaced by the piece's names, but for the dimensions the export narrowed
+    # (fx2onnx.frozen_inputs: by input position, which the names do not change; the runtime checks them)
+    kept = [(p.key, p.value) for p in proto.metadata_props if p.key == "fx2onnx.frozen_inputs"]
+    del proto.metadata_props[:]
+    for key, value in kept:
+        proto.metadata_props.add(key=key, value=value)
     if cache:
         proto.metadata_props.add(key=CACHE_METADATA_KEY, value=json.dumps(cache))
     onnx.save(proto, filename)
