@@ -212,7 +212,7 @@ def test_the_tasks_page_says_why_a_speech_row_is_not_split():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["moonshine", "moonshine_streaming", "speecht5"])
+@pytest.mark.parametrize("name", ["moonshine", "moonshine_streaming", "speecht5", "canary", "cohere_asr"])
 def test_the_tasks_page_rows_generate_transformers_tokens(name):
     """The zoo's tiny model, its folder without a feature extractor: exported on the zoo's features.
     (The zoo's Speech2Text row fails its check at export: the onnxruntime-level attention fusion gives

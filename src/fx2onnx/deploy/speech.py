@@ -200,13 +200,14 @@ def rename_values(filename: str, inputs: list[str], outputs: list[str], cache: d
 def export_speech_pieces(
     folder: str, out_dir: str, config: Any, dtype: torch.dtype, *, optimize: str, quantize: str | None,
     block_size: int, opset: int | None, progress: bool, say: Any, symmetric: bool = True,
-    make_pieces: Any = None,
+    make_pieces: Any = None, model: Any = None,
 ) -> list[Piece]:
     """Exports the pieces of a speech-seq2seq folder into ``out_dir`` (weights streamed from the
     checkpoint, the model built on the meta device) and names their inputs and outputs.
 
     :param make_pieces: ``make_pieces(model)``: the pieces of the meta model (default: Whisper's,
         :func:`speech_pieces`)
+    :param model: the model with its parameters on the meta device (default: built from the folder's config)
     :return: the pieces (their example inputs serve the check against eager)
     """
     import os
@@ -215,7 +216,7 @@ def export_speech_pieces(
     from ..weights import to_onnx_from_checkpoint
     from ..weights.export import model_from_checkpoint_config
 
-    model = model_from_checkpoint_config(folder, dtype)
+    model = model if model is not None else model_from_checkpoint_config(folder, dtype)
     pieces = make_pieces(model) if make_pieces is not None else speech_pieces(model, config, dtype)
     for piece in pieces:
         say(f"exporting the {piece.name} of {config.architectures[0]} ({str(dtype).replace('torch.', '')}, "

@@ -419,5 +419,22 @@ def export_generic_speech_pieces(
                                                         dtype)
         return pieces
 
-    pieces = export_speech_pieces(folder, out_dir, config, dtype, make_pieces=make, **kwargs)
+    pieces = export_speech_pieces(folder, out_dir, config, dtype, make_pieces=make,
+                                  model=meta_model_with_buffers(config, dtype), **kwargs)
     return pieces, found["layout"]
+
+
+def meta_model_with_buffers(config: Any, dtype: torch.dtype) -> Any:
+    """The model of ``config`` (class ``architectures[0]``) with its parameters on the meta device and its
+    buffers computed on the CPU (:func:`fx2onnx.weights.empty.parameters_on_meta`): a buffer no checkpoint
+    holds and ``_init_weights`` does not compute (Canary's relative positions) keeps its value."""
+    import transformers
+
+    from ..weights.empty import parameters_on_meta
+
+    model_class = getattr(transformers, (getattr(config, "architectures", None) or [""])[0], None)
+    if model_class is None:
+        raise ValueError(f"The config names no transformers class (architectures={config.architectures}).")
+    with parameters_on_meta():
+        model = model_class._from_config(config, dtype=dtype)
+    return model.eval()
