@@ -115,8 +115,9 @@ def _export_checkpoint(args: argparse.Namespace) -> int:
 
 
 def _generate_speech(args: argparse.Namespace) -> int:
-    """Transcribes --audio with a folder exported from a Whisper checkpoint (fx2onnx.runtime.speech)."""
-    from .runtime.speech import SpeechGenerator
+    """Transcribes --audio with a folder exported from a speech-seq2seq checkpoint (fx2onnx.runtime.speech:
+    Whisper; fx2onnx.runtime.speech_seq2seq: the others)."""
+    from .runtime.speech import open_speech_generator
 
     if args.prompt is not None or args.ids is not None or args.chat:
         raise ValueError("A speech folder takes --audio only (no prompt, --ids or --chat).")
@@ -127,7 +128,7 @@ def _generate_speech(args: argparse.Namespace) -> int:
     sample = args.sample or any(v is not None for v in (args.temperature, args.top_k, args.top_p, args.seed))
     if sample or args.repetition_penalty != 1.0:
         raise ValueError("A speech folder generates greedily: remove the sampling options.")
-    generator = SpeechGenerator(args.folder, threads=args.threads)
+    generator = open_speech_generator(args.folder, threads=args.threads)
     result = generator.transcribe(args.audio, args.max_new_tokens, language=args.language, task=args.task,
                                   on_text=lambda text: print(text, end="", flush=True), as_text=not args.print_ids)
     if result.texts is None:
@@ -175,7 +176,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
                          "vision-language model (LLaVA, Gemma 3, Idefics 3).")
     if args.audio is not None:
         raise ValueError(f"{args.folder!r} is not a speech folder: --audio needs a folder exported from a speech "
-                         "model (Whisper).")
+                         "model (Whisper, Speech2Text, Moonshine...).")
     if (args.prompt is None) == (args.ids is None):
         raise ValueError("Give a prompt or --ids 1,2,3 (one of them).")
     sample = args.sample or any(v is not None for v in (args.temperature, args.top_k, args.top_p, args.seed))
@@ -422,7 +423,7 @@ def make_parser() -> argparse.ArgumentParser:
         description="Runs the decoder of a folder written by 'export FOLDER --out OUTDIR' on onnxruntime, the "
         "prompt encoded by the folder's tokenizer (offline), the text printed as it is decoded, then the tokens/s "
         "of the prefill and of the decoding. Greedy unless a sampling option is given. A folder exported from a "
-        "speech model (Whisper) transcribes --audio talk.wav instead: its encoder once, its decoder greedily, the "
+        "speech model (Whisper, Speech2Text, Moonshine...) transcribes --audio talk.wav instead: its encoder once, its decoder greedily, the "
         "features made by the folder's feature extractor. A folder exported from a vision-language model (LLaVA, "
         "Gemma 3, Idefics 3) takes the prompt and --image cat.png, processed by the folder's processor.",
     )
@@ -438,12 +439,12 @@ def make_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None, help="sampling: the seed (torch.manual_seed's draws)")
     gen.add_argument("--repetition-penalty", type=float, default=1.0, help="> 1: penalize the tokens already seen")
     gen.add_argument("--threads", type=int, default=None, help="onnxruntime's intra-op threads")
-    gen.add_argument("--audio", default=None, help="a speech folder (Whisper): the WAV file to transcribe (PCM, at the "
+    gen.add_argument("--audio", default=None, help="a speech folder (Whisper, Speech2Text...): the WAV file to transcribe (PCM, at the "
                      "rate of the feature extractor, 16 kHz for Whisper)")
-    gen.add_argument("--language", default=None, help="a speech folder: the language (fr, french; default: the "
+    gen.add_argument("--language", default=None, help="a Whisper folder: the language (fr, french; default: the "
                      "generation config's, else detected)")
     gen.add_argument("--task", default=None, choices=["transcribe", "translate"],
-                     help="a speech folder: the task (default: the generation config's)")
+                     help="a Whisper folder: the task (default: the generation config's)")
     gen.add_argument("--print-ids", action="store_true", help="a speech folder: print the token ids, not the text")
     gen.add_argument("--image", action="append", default=None,
                      help="an image-text folder (LLaVA, Gemma 3, Idefics 3): an image of the prompt (once per "

@@ -272,7 +272,9 @@ def last_logits_only(model: torch.nn.Module, input_sets: list[dict[str, Any]], d
 
 #: the folders exported as several pieces: task -> (model type, what the pieces are)
 PIECES_MODEL_TYPES = {
-    "speech-seq2seq": (("whisper",), "Whisper today (its encoder, the cross-attention keys and values, its decoder)"),
+    # any model type: Whisper with its own pieces, the other encoder-decoders through the generic split, which
+    # names what it cannot split (fx2onnx.deploy.speech_generic)
+    "speech-seq2seq": (None, "any encoder-decoder speech model"),
     # any model type: the families of fx2onnx.deploy.vision.has_own_pieces with theirs, the others through the
     # generic split, which names what it cannot split (fx2onnx.deploy.image_text_generic)
     "image-text-to-text": (None, "any image-text model"),
@@ -284,9 +286,11 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
                           opset: int | None, validate: bool,
                           atol: float, rtol: float, progress: bool, say: Any) -> FolderExport:
     """A folder exported as several pieces: the encoder and decoder of :mod:`fx2onnx.deploy.speech`
-    (Whisper) or the vision encoder and decoder of :mod:`fx2onnx.deploy.vision` (LLaVA, Gemma 3), their
-    signatures in ``fx2onnx.json``, the processor and tokenizer files copied."""
+    (Whisper) or :mod:`fx2onnx.deploy.speech_generic` (the other encoder-decoder speech models), or the
+    vision encoder and decoder of :mod:`fx2onnx.deploy.vision` (LLaVA, Gemma 3), their signatures in
+    ``fx2onnx.json``, the processor and tokenizer files copied."""
     from .speech import check_speech_pieces, export_speech_pieces
+    from .speech_generic import eager_pieces, export_generic_speech_pieces
     from .vision import export_vision_pieces, vision_pieces
 
     model_types, supported = PIECES_MODEL_TYPES[task]
@@ -294,12 +298,20 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
     if model_types is not None and model_type not in model_types:
         raise ValueError(f"{config.architectures[0]} is a model of task {task!r}: exporting such a folder supports "
                          f"{supported}.")
-    export = export_speech_pieces if task == "speech-seq2seq" else export_vision_pieces
-    pieces = export(folder, out_dir, config, dtype, optimize=optimize, quantize=quantize,
-                    block_size=block_size, symmetric=symmetric, opset=opset, progress=progress, say=say)
+    options = dict(optimize=optimize, quantize=quantize, block_size=block_size, symmetric=symmetric, opset=opset,
+                   progress=progress, say=say)
+    split, make_pieces = None, None
+    if task == "speech-seq2seq" and model_type != "whisper":
+        pieces, layout = export_generic_speech_pieces(folder, out_dir, config, dtype, **options)
+        split, make_pieces = "generic", eager_pieces(layout)
+    else:
+        export = export_speech_pieces if task == "speech-seq2seq" else export_vision_pieces
+        pieces = export(folder, out_dir, config, dtype, **options)
+        if task != "speech-seq2seq":
+            make_pieces = vision_pieces
     copy_folder_files(folder, out_dir)
     with open(os.path.join(out_dir, FOLDER_METADATA), "w", encoding="utf-8") as f:
-        json.dump({"task": task,
+        json.dump({"task": task, **({"split": split} if split else {}),
                    "pieces": {p.name: {"file": p.filename, "inputs": p.input_names, "outputs": p.output_names,
                                        "cache": p.cache} for p in pieces},
                    "dtype": str(dtype).replace("torch.", ""), "optimize": optimize, "quantize": quantize,
@@ -309,8 +321,7 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
     checks: list[FolderCheck] = []
     if validate:
         say(f"checking the {' and the '.join(p.name for p in pieces)} against eager float32")
-        checks = check_speech_pieces(folder, out_dir, pieces, dtype, atol, rtol,
-                                     None if task == "speech-seq2seq" else vision_pieces)
+        checks = check_speech_pieces(folder, out_dir, pieces, dtype, atol, rtol, make_pieces)
         if quantize:
             checks = [dataclasses.replace(c, ok=True, held=False) for c in checks]
     files = sorted(os.listdir(out_dir))

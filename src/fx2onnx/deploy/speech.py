@@ -186,7 +186,12 @@ def rename_values(filename: str, inputs: list[str], outputs: list[str], cache: d
     for value in proto.graph.input:
         value.name = names.get(value.name, value.name)
     _rename_outputs(proto, names)
-    del proto.metadata_props[:]  # the frozen lists of the wrapper: replaced by the piece's names
+    # the wrapper's metadata replaced by the piece's names, but for the dimensions the export narrowed
+    # (fx2onnx.frozen_inputs: by input position, which the names do not change; the runtime checks them)
+    kept = [(p.key, p.value) for p in proto.metadata_props if p.key == "fx2onnx.frozen_inputs"]
+    del proto.metadata_props[:]
+    for key, value in kept:
+        proto.metadata_props.add(key=key, value=value)
     if cache:
         proto.metadata_props.add(key=CACHE_METADATA_KEY, value=json.dumps(cache))
     onnx.save(proto, filename)
@@ -195,10 +200,14 @@ def rename_values(filename: str, inputs: list[str], outputs: list[str], cache: d
 def export_speech_pieces(
     folder: str, out_dir: str, config: Any, dtype: torch.dtype, *, optimize: str, quantize: str | None,
     block_size: int, opset: int | None, progress: bool, say: Any, symmetric: bool = True,
+    make_pieces: Any = None, model: Any = None,
 ) -> list[Piece]:
     """Exports the pieces of a speech-seq2seq folder into ``out_dir`` (weights streamed from the
     checkpoint, the model built on the meta device) and names their inputs and outputs.
 
+    :param make_pieces: ``make_pieces(model)``: the pieces of the meta model (default: Whisper's,
+        :func:`speech_pieces`)
+    :param model: the model with its parameters on the meta device (default: built from the folder's config)
     :return: the pieces (their example inputs serve the check against eager)
     """
     import os
@@ -207,8 +216,8 @@ def export_speech_pieces(
     from ..weights import to_onnx_from_checkpoint
     from ..weights.export import model_from_checkpoint_config
 
-    model = model_from_checkpoint_config(folder, dtype)
-    pieces = speech_pieces(model, config, dtype)
+    model = model if model is not None else model_from_checkpoint_config(folder, dtype)
+    pieces = make_pieces(model) if make_pieces is not None else speech_pieces(model, config, dtype)
     for piece in pieces:
         say(f"exporting the {piece.name} of {config.architectures[0]} ({str(dtype).replace('torch.', '')}, "
             f"optimize={optimize}{', ' + quantize if quantize else ''})")

@@ -259,16 +259,19 @@ def _generate_cell(row: dict[str, Any] | None) -> str:
     return f":ref:`≠ {step} <{_generate_label(row)}>`"
 
 
-def _generate_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+def _generate_lines(rows: Sequence[dict[str, Any]], task: str = "image-text-to-text") -> list[str]:
     """The sentence on the ``generate`` column and the reason of every row which did not generate."""
     done = [r for r in rows if r.get("generate")]
     if not done:
         return []
     equal = sum(bool(r["generate"].get("equal")) for r in done)
+    pieces, inputs = ("a vision piece and a decoder with its cache", "one prompt with one image")
+    if task == "speech-seq2seq":
+        pieces, inputs = ("an encoder piece and a decoder with its cache", "the audio features of one input")
     lines = [f"*generate* (:mod:`fx2onnx.models.task_generate`): the matched model written as a ``save_pretrained`` "
-             "folder, exported by ``python -m fx2onnx export`` (a vision piece and a decoder with its cache, each "
-             "checked against eager), then generating greedily on one prompt with one image: **= n**, the n new "
-             f"tokens equal to transformers' ``generate``. {equal} of {len(done)} equal.", ""]
+             f"folder, exported by ``python -m fx2onnx export`` ({pieces}, each checked against eager), then "
+             f"generating greedily on {inputs}: **= n**, the n new tokens equal to transformers' ``generate``. "
+             f"{equal} of {len(done)} equal.", ""]
     failing = [r for r in done if not r["generate"].get("equal")]
     if failing:
         lines += ["Generation:", ""]
@@ -322,7 +325,7 @@ def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
             lines += grid_table(["architecture", "model class", "parameters"], groups, body,
                                 "fx-matrix fx-sortable fx-filterable")
         if generates:
-            lines += _generate_lines([r for r in rows if r["task"] == task and r["exporter"] == "to_onnx"])
+            lines += _generate_lines([r for r in rows if r["task"] == task and r["exporter"] == "to_onnx"], task)
         failing = sorted((r for r in rows if r["task"] == task and not r["success"]),
                          key=lambda r: (r["architecture"], r["exporter"]))
         if failing:

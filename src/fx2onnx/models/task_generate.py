@@ -1,5 +1,10 @@
-"""The ``generate`` column of the tasks page: an image-text-to-text model of the task zoo taken
-from its folder to generated tokens, as a user deploys it, against transformers' ``generate``.
+"""The ``generate`` column of the tasks page: an image-text-to-text or speech-seq2seq model of the
+task zoo taken from its folder to generated tokens, as a user deploys it, against transformers' ``generate``.
+
+A speech-seq2seq model (:func:`compare_speech_generation`) is exported the same way (Whisper with its
+own pieces, the other encoder-decoders through :mod:`fx2onnx.deploy.speech_generic`, what cannot be
+split refused before anything runs) and generates from the task zoo's audio features of one input
+(:mod:`fx2onnx.models.task_inputs`), the tokens compared with ``model.generate(**features, do_sample=False)``.
 
 :func:`compare_folder_generation` writes the tiny model as a ``save_pretrained`` folder, exports
 it with :func:`fx2onnx.deploy.export_folder` (the vision piece and the decoder with its cache,
@@ -29,13 +34,78 @@ import torch
 #: the tokens generated after the prompt
 NEW_TOKENS = 8
 #: the tasks whose rows get a ``generate`` entry
-GENERATE_TASKS = ("image-text-to-text",)
+GENERATE_TASKS = ("image-text-to-text", "speech-seq2seq")
+
+
+def is_speech_seq2seq(model: Any) -> bool:
+    """Whether ``model``'s class is one of transformers' speech-seq2seq mapping."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
+
+    names = {c for v in MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES.values() for c in ((v,) if isinstance(v, str) else v)}
+    return type(model).__name__ in names
+
+
+def _first_difference(got: np.ndarray, expected: np.ndarray, prompt: int) -> str:
+    first = next((i for i in range(min(got.shape[1], expected.shape[1])) if got[0, i] != expected[0, i]), None)
+    return (f"tokens differ from transformers' at new token {first - prompt}" if first is not None
+            else f"{got.shape[1] - prompt} tokens instead of {expected.shape[1] - prompt}")
+
+
+def compare_speech_generation(model: Any, config: Any, max_new_tokens: int = NEW_TOKENS) -> dict[str, Any]:
+    """:func:`compare_folder_generation` for a speech-seq2seq model: the task zoo's features of one
+    input, the folder exported then generating greedily, against transformers' greedy ``generate``."""
+    from ..deploy import export_folder
+    from ..deploy.speech_generic import FEATURE_INPUTS, UnsplittableSpeechModel, generic_split_reason
+    from ..runtime.speech import open_speech_generator
+    from .task_inputs import build_task_inputs
+
+    begin = time.perf_counter()
+    whisper = getattr(config, "model_type", None) == "whisper"
+    reason = None if whisper else generic_split_reason(model, config)
+    if reason:
+        return {"equal": False, "error": f"split: {config.model_type}: {reason}", "time": time.perf_counter() - begin}
+    inputs, _ = build_task_inputs("speech-seq2seq", model, config, batch=1)
+    features = {k: v for k, v in inputs.items() if k in (*FEATURE_INPUTS, "attention_mask")}
+    try:
+        with torch.no_grad():
+            expected = model.generate(**features, max_new_tokens=max_new_tokens, do_sample=False).numpy()
+    except Exception as e:  # noqa: BLE001 - the row says why
+        return {"equal": False, "error": f"reference: transformers' generate fails: {type(e).__name__}: "
+                f"{str(e).splitlines()[0][:300]}", "time": time.perf_counter() - begin}
+    result: dict[str, Any] = {"new_tokens": int(expected.shape[1] - 1)}
+    with tempfile.TemporaryDirectory(prefix="fx2onnx-generate-") as tmp:
+        folder, out = os.path.join(tmp, "checkpoint"), os.path.join(tmp, "onnx")
+        model.save_pretrained(folder)
+        step = "export"
+        try:
+            exported = export_folder(folder, out, optimize="onnxruntime")
+            if not exported.ok:
+                raise ValueError("; ".join(exported.check_lines()))
+            step = "generate"
+            generator = open_speech_generator(out)
+            arrays = {k: v.numpy() for k, v in features.items()}
+            got_result = generator.generate_ids(arrays if not whisper else arrays["input_features"], max_new_tokens)
+        except Exception as e:  # noqa: BLE001 - the row says why
+            step = "split" if isinstance(e, UnsplittableSpeechModel) else step
+            result.update(equal=False, error=f"{step}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+            result["time"] = time.perf_counter() - begin
+            return result
+    got = np.array([got_result.prompt_ids[0] + got_result.new_ids[0]], dtype=np.int64)
+    prompt = len(got_result.prompt_ids[0])
+    result["equal"] = bool(got.shape == expected.shape and (got == expected).all())
+    if not result["equal"]:
+        result["error"] = _first_difference(got, expected, prompt)
+    result["time"] = time.perf_counter() - begin
+    return result
 
 
 def compare_folder_generation(model: Any, config: Any, max_new_tokens: int = NEW_TOKENS) -> dict[str, Any]:
     """``{"equal", "new_tokens", "time"}`` (and ``"error"`` with the step where it failed: ``split``,
     ``export``, ``generate``) of the folder of ``model`` exported then generating, against
-    transformers' greedy ``generate`` on one prompt with one image."""
+    transformers' greedy ``generate`` on one prompt with one image (a speech-seq2seq model: on one
+    audio input, :func:`compare_speech_generation`)."""
+    if is_speech_seq2seq(model):
+        return compare_speech_generation(model, config, max_new_tokens)
     from ..deploy import export_folder
     from ..deploy.image_text_generic import UnsplittableModel, split_reason
     from ..deploy.vision import has_own_pieces
@@ -72,9 +142,6 @@ def compare_folder_generation(model: Any, config: Any, max_new_tokens: int = NEW
     got = np.asarray(got)
     result["equal"] = bool(got.shape == expected.shape and (got == expected).all())
     if not result["equal"]:
-        prompt = inputs["input_ids"].shape[1]
-        first = next((i for i in range(min(got.shape[1], expected.shape[1])) if got[0, i] != expected[0, i]), None)
-        result["error"] = (f"tokens differ from transformers' at new token {first - prompt}" if first is not None
-                           else f"{got.shape[1] - prompt} tokens instead of {expected.shape[1] - prompt}")
+        result["error"] = _first_difference(got, expected, inputs["input_ids"].shape[1])
     result["time"] = time.perf_counter() - begin
     return result

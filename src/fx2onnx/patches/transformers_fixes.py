@@ -248,6 +248,19 @@ def _guard_llava_image_features(original: Any) -> str | None:
     return guard(original)
 
 
+def _make_moonshine_output_lengths(original: Any) -> Any:
+    def _get_feat_extract_output_lengths(self: Any, input_lengths: Any) -> Any:
+        # int((L - 127) / 64 + 1) truncates a float: torch.export specializes the length of a dynamic
+        # audio (the encoder's mask kept the example's length); for the lengths a convolution
+        # accepts (every numerator >= 0) the floor division is the same number, kept symbolic
+        length = (input_lengths - 127) // 64 + 1
+        length = (length - 7) // 3 + 1
+        return (length - 3) // 2 + 1
+
+    _get_feat_extract_output_lengths.__wrapped__ = original  # type: ignore[attr-defined]
+    return _get_feat_extract_output_lengths
+
+
 def transformers_patches() -> list[Patch]:
     """Returns the transformers patches (rotary embeddings of the modeling modules imported so far)."""
     patches = [
@@ -388,6 +401,17 @@ def transformers_patches() -> list[Patch]:
             "that are not causal (use_bidirectional_attention): eager attends to every token when nothing "
             "is padded, torch.export kept the causal mask (see fx2onnx.patches.sdpa_skip)",
         ))
+    patches.extend(patch_if_imported(
+        "transformers.models.moonshine.modeling_moonshine", "MoonshinePreTrainedModel._get_feat_extract_output_lengths",
+        name="MoonshinePreTrainedModel._get_feat_extract_output_lengths",
+        make=_make_moonshine_output_lengths,
+        expected_args=("self", "input_lengths"),
+        guard=source_guard("MoonshinePreTrainedModel._get_feat_extract_output_lengths",
+                           "int((input_lengths - 127) / 64 + 1)", "(output_conv2_length - 3) / 2 + 1",
+                           absent="not the float divisions of transformers 5's Moonshine"),
+        doc="Moonshine's subsampled lengths by floor divisions (the same numbers): int() of a float division "
+        "made torch.export freeze the length of the encoder's attention mask to the example's",
+    ))
     for module, model_class in DETR_BATCH_FORWARDS:
         patches.extend(patch_if_imported(
             f"transformers.models.{module}.modeling_{module}", f"{model_class}.forward",

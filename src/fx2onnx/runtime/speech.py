@@ -1,4 +1,6 @@
-"""Audio in, text out from a Whisper folder ``python -m fx2onnx export`` wrote (``generate OUTDIR --audio talk.wav``).
+"""Audio in, text out from a Whisper folder ``python -m fx2onnx export`` wrote (``generate OUTDIR --audio talk.wav``;
+the other encoder-decoder speech models: :mod:`fx2onnx.runtime.speech_seq2seq`, both opened by
+:func:`open_speech_generator`).
 
 :class:`SpeechGenerator` reads the pieces the folder's ``fx2onnx.json`` names
 (:mod:`fx2onnx.deploy.speech`): the encoder runs once on the audio features and returns the
@@ -135,24 +137,41 @@ class SpeechResult:
                 f"decode: {t.decode_steps} tokens, {t.decode_total:.3f} s ({speed:.1f} tokens/s)")
 
 
-class SpeechGenerator:
-    """The encoder, decoder, feature extractor, tokenizer and generation config of an exported
-    Whisper folder.
+#: the refusal of a folder of another task
+NOT_SPEECH = ("{folder} is not a speech folder (task {task}): export a speech-seq2seq checkpoint with python -m "
+              "fx2onnx export CHECKPOINT --out FOLDER.")
 
-    :param folder: a folder written by :func:`fx2onnx.deploy.export_folder` from a Whisper folder
-    :param providers: onnxruntime providers (default: CPU)
-    :param threads: onnxruntime's intra-op threads (default: onnxruntime's choice)
-    """
 
-    def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None):
+def open_speech_generator(folder: str | os.PathLike, providers: Sequence[str] | None = None,
+                          threads: int | None = None) -> Any:
+    """The generator of an exported speech folder: :class:`SpeechGenerator` for Whisper, else
+    :class:`fx2onnx.runtime.speech_seq2seq.Seq2SeqSpeechGenerator` (the generic split)."""
+    metadata = _read_json(os.path.join(os.fspath(folder), "fx2onnx.json"))
+    if metadata.get("split") == "generic":
+        from .speech_seq2seq import Seq2SeqSpeechGenerator
+
+        return Seq2SeqSpeechGenerator(folder, providers, threads)
+    return SpeechGenerator(folder, providers, threads)
+
+
+class SpeechFolder:
+    """What every exported speech folder has: its feature extractor, tokenizer, config and
+    generation config (read offline from the folder)."""
+
+    def __init__(self, folder: str | os.PathLike):
         self.folder = os.fspath(folder)
-        self.pieces, self.encoder, self.cross_names, self.decoder = open_pieces(
-            self.folder, "speech-seq2seq", "encoder", "{folder} is not a speech folder (task {task}): export a Whisper "
-            "folder with python -m fx2onnx export CHECKPOINT --out FOLDER.", providers, threads)
         self.generation = _read_json(os.path.join(self.folder, "generation_config.json"))
         self.config = _read_json(os.path.join(self.folder, "config.json"))
         self._feature_extractor: Any = None
         self._tokenizer: Any = None
+
+    def audio_arrays(self, audio: Any) -> list[np.ndarray]:
+        """One audio or a list (paths to WAV files or float arrays) as float32 arrays at the
+        feature extractor's rate."""
+        rate = int(self.feature_extractor.sampling_rate)
+        audios = audio if isinstance(audio, (list, tuple)) else [audio]
+        return [read_wav(a, rate) if isinstance(a, (str, os.PathLike)) else np.asarray(a, dtype=np.float32)
+                for a in audios]
 
     @property
     def feature_extractor(self) -> Any:
@@ -179,13 +198,26 @@ class SpeechGenerator:
                 self._tokenizer = False
         return self._tokenizer or None
 
+
+class SpeechGenerator(SpeechFolder):
+    """The encoder, decoder, feature extractor, tokenizer and generation config of an exported
+    Whisper folder.
+
+    :param folder: a folder written by :func:`fx2onnx.deploy.export_folder` from a Whisper folder
+    :param providers: onnxruntime providers (default: CPU)
+    :param threads: onnxruntime's intra-op threads (default: onnxruntime's choice)
+    """
+
+    def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None):
+        super().__init__(folder)
+        self.pieces, self.encoder, self.cross_names, self.decoder = open_pieces(
+            self.folder, "speech-seq2seq", "encoder", NOT_SPEECH, providers, threads)
+
     def features(self, audio: Any) -> np.ndarray:
         """The input features of one audio or a list (paths to WAV files or float arrays)."""
         fe = self.feature_extractor
         rate = int(fe.sampling_rate)
-        audios = audio if isinstance(audio, (list, tuple)) else [audio]
-        arrays = [read_wav(a, rate) if isinstance(a, (str, os.PathLike)) else np.asarray(a, dtype=np.float32)
-                  for a in audios]
+        arrays = self.audio_arrays(audio)
         longest = max(len(a) for a in arrays) / rate
         window = getattr(fe, "chunk_length", None)
         if window is not None and longest > window:
@@ -292,7 +324,18 @@ class SpeechGenerator:
         :param on_text: receives the text of the first audio as it is decoded
         :param as_text: decode the tokens with the folder's tokenizer (when it has one)
         """
-        features = self.features(audio)
+        return self.generate_ids(self.features(audio), max_new_tokens, language, task, on_text, as_text)
+
+    def generate_ids(
+        self,
+        features: np.ndarray,
+        max_new_tokens: int = 32,
+        language: str | None = None,
+        task: str | None = None,
+        on_text: Callable[[str], None] | None = None,
+        as_text: bool = False,
+    ) -> SpeechResult:
+        """:meth:`transcribe` from the input features ``(batch, mel, frames)`` (the feature extractor's output)."""
         cross, encoder_seconds = self.encode(features)
         ids = self.prompt(cross, features.shape[0], language, task)
         limit = self.config.get("max_target_positions")

@@ -1,0 +1,263 @@
+"""Audio in, text out from a folder of any encoder-decoder speech model split by
+:mod:`fx2onnx.deploy.speech_generic` (Speech2Text, Moonshine...; Whisper: :mod:`fx2onnx.runtime.speech`).
+
+:class:`Seq2SeqSpeechGenerator` does what transformers' ``model.generate(**features, do_sample=False)``
+does for such a model, greedy:
+
+* the features are the folder's own feature extractor's (``AutoFeatureExtractor``, offline; several
+  audios padded to the longest, ``padding="longest"``), the inputs the encoder piece takes kept;
+* the encoder piece runs once; its outputs (the encoder's hidden states and mask, the cross-attention
+  keys and values) and the feature extractor's attention mask where the decoder takes it stay in
+  onnxruntime memory and are fed unchanged to every step of the decoder, run by
+  :class:`fx2onnx.runtime.OnnxGenerator` with its self-attention cache;
+* the decoder prompt is the generation config's ``decoder_start_token_id`` (else ``bos_token_id``;
+  transformers 5 reads no
+  ``forced_decoder_ids`` but Whisper's, neither does this loop); the logits of ``suppress_tokens`` are
+  ``-inf`` at every step, those of ``begin_suppress_tokens`` at the first one, the end-of-sequence
+  tokens until ``min_length`` / ``min_new_tokens``; the loop stops at an end-of-sequence token or after
+  ``max_new_tokens``.
+
+A generation config asking for what this loop does not do (beam search, repetition penalties, n-gram
+blocking, forced tokens, bad words) is refused with a ValueError naming the option: the tokens would
+not be transformers'.
+
+.. code-block:: python
+
+    from fx2onnx.runtime.speech import open_speech_generator
+    gen = open_speech_generator("speech2text_onnx")
+    result = gen.transcribe("talk.wav", max_new_tokens=40)
+    print(result.text, result.new_ids)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .folder import FOLDER_METADATA, TextStream, _read_json, session_options
+from .generate import OnnxGenerator
+from .speech import NOT_SPEECH, SpeechFolder, SpeechResult
+
+#: the decoder's input taking the feature extractor's attention mask (:mod:`fx2onnx.deploy.speech_generic`)
+FEATURES_MASK = "features_attention_mask"
+#: generation options changing greedy tokens, with their neutral values: a folder whose generation
+#: config sets another value is refused
+UNSUPPORTED_OPTIONS: dict[str, tuple[Any, ...]] = {
+    "num_beams": (None, 1),
+    "no_repeat_ngram_size": (None, 0),
+    "encoder_no_repeat_ngram_size": (None, 0),
+    "repetition_penalty": (None, 1.0),
+    "encoder_repetition_penalty": (None, 1.0),
+    "bad_words_ids": (None,),
+    "sequence_bias": (None,),
+    "forced_bos_token_id": (None,),
+    "forced_eos_token_id": (None,),
+    "exponential_decay_length_penalty": (None,),
+    "guidance_scale": (None, 1.0),
+    "watermarking_config": (None,),
+}
+
+
+def unsupported_options(generation: dict[str, Any]) -> list[str]:
+    """The options of a generation config (its JSON dictionary) this loop does not apply."""
+    return [f"{k}={generation[k]!r}" for k, neutral in UNSUPPORTED_OPTIONS.items()
+            if k in generation and generation[k] not in neutral]
+
+
+class _Greedy:
+    """The logits processors transformers' greedy generate applies from the generation config:
+    ``-inf`` on ``suppress`` at every step, on ``begin`` at the first generated token, on the
+    end-of-sequence tokens while the sequence is shorter than ``min_length`` or has fewer than
+    ``min_new_tokens`` new tokens. Duck-typed as a :class:`fx2onnx.runtime.sampling.Sampling`."""
+
+    needs_logits = True
+
+    def __init__(self, prompt: int, suppress: Sequence[int] = (), begin: Sequence[int] = (),
+                 eos: Sequence[int] = (), min_length: int = 0, min_new_tokens: int = 0):
+        self.prompt = prompt
+        self.suppress = np.asarray(list(suppress), dtype=np.int64)
+        self.begin = np.asarray(list(begin), dtype=np.int64)
+        self.eos = np.asarray(list(eos), dtype=np.int64)
+        self.min_length, self.min_new_tokens = min_length, min_new_tokens
+
+    def chooser(self) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
+        def choose(logits: np.ndarray, sequences: np.ndarray, _mask: np.ndarray) -> np.ndarray:
+            logits = np.array(logits, dtype=np.float32)
+            if self.suppress.size:
+                logits[:, self.suppress] = -np.inf
+            length = sequences.shape[1]
+            if self.begin.size and length == self.prompt:
+                logits[:, self.begin] = -np.inf
+            if self.eos.size and (length < self.min_length or length - self.prompt < self.min_new_tokens):
+                logits[:, self.eos] = -np.inf
+            return logits.argmax(axis=-1).astype(np.int64)
+
+        return choose
+
+    @property
+    def active(self) -> bool:
+        """Whether it changes anything (else the loop takes the argmax in the graph)."""
+        return bool(self.suppress.size or self.begin.size or (self.eos.size and (
+            self.min_length > self.prompt or self.min_new_tokens > 0)))
+
+
+def _ort_value(array: np.ndarray, onnx_type: str) -> Any:
+    """An onnxruntime value of ``array`` in the type an input expects (float, float16, bfloat16, int)."""
+    import onnxruntime
+
+    if onnx_type == "tensor(bfloat16)":
+        import ml_dtypes
+        import onnx
+
+        return onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type(
+            np.ascontiguousarray(array.astype(ml_dtypes.bfloat16)).view(np.uint16), onnx.TensorProto.BFLOAT16)
+    types = {"tensor(float16)": np.float16, "tensor(float)": np.float32, "tensor(double)": np.float64,
+             "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
+    if onnx_type not in types:
+        raise ValueError(f"Inputs of type {onnx_type} are not supported.")
+    return onnxruntime.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array.astype(types[onnx_type])))
+
+
+class Seq2SeqSpeechGenerator(SpeechFolder):
+    """The encoder, decoder, feature extractor, tokenizer and generation config of a folder exported
+    through the generic speech split.
+
+    :param folder: a folder written by :func:`fx2onnx.deploy.export_folder` from an encoder-decoder
+        speech checkpoint other than Whisper
+    :param providers: onnxruntime providers (default: CPU)
+    :param threads: onnxruntime's intra-op threads (default: onnxruntime's choice)
+    """
+
+    def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None):
+        import onnxruntime
+
+        super().__init__(folder)
+        metadata = _read_json(os.path.join(self.folder, FOLDER_METADATA))
+        self.pieces = metadata.get("pieces", {})
+        if metadata.get("task") != "speech-seq2seq" or not {"encoder", "decoder"} <= set(self.pieces):
+            raise ValueError(NOT_SPEECH.format(folder=repr(self.folder), task=repr(metadata.get("task"))))
+        options = session_options(threads)
+        providers = list(providers or ["CPUExecutionProvider"])
+        encoder, decoder = self.pieces["encoder"], self.pieces["decoder"]
+        self.encoder = onnxruntime.InferenceSession(os.path.join(self.folder, encoder["file"]), options,
+                                                    providers=providers)
+        self.encoder_inputs = {i.name: i.type for i in self.encoder.get_inputs()}
+        self.encoder_outputs = list(encoder["outputs"])
+        cache = set(decoder.get("cache", {}))
+        self.constant_names = [n for n in decoder["inputs"] if n != "input_ids" and n not in cache]
+        self.decoder = OnnxGenerator(os.path.join(self.folder, decoder["file"]), providers, options,
+                                     constant_inputs=self.constant_names)
+        self.decoder_inputs = {i.name: i.type for i in self.decoder.session.get_inputs()}
+
+    def features(self, audio: Any) -> dict[str, np.ndarray]:
+        """The encoder's inputs for one audio or a list (paths to WAV files or float arrays): the
+        folder's feature extractor's output (several audios padded to the longest)."""
+        fe = self.feature_extractor
+        arrays = self.audio_arrays(audio)
+        extra = {"padding": "longest"} if len(arrays) > 1 else {}
+        out = fe(arrays, sampling_rate=int(fe.sampling_rate), return_tensors="np", **extra)
+        return {k: np.asarray(v) for k, v in out.items()}
+
+    def _check_sizes(self, features: dict[str, np.ndarray]) -> None:
+        """A ValueError when a dimension of the features is outside the range the export narrowed it to
+        (the ``fx2onnx.frozen_inputs`` metadata: Speech2Text's table of positions bounds the frames)."""
+        import json
+
+        text = self.encoder.get_modelmeta().custom_metadata_map.get("fx2onnx.frozen_inputs")
+        names = list(self.encoder_inputs)
+        for path, entry in (json.loads(text) if text else {}).items():
+            if entry.get("kind") != "dim_range" or entry.get("position", len(names)) >= len(names):
+                continue
+            name = names[entry["position"]]
+            size = np.asarray(features[name]).shape[entry["axis"]]
+            if size < entry["min"] or (entry["max"] is not None and size > entry["max"]):
+                raise ValueError(f"The audio gives {name} of {size} along axis {entry['axis']}: the exported encoder "
+                                 f"holds sizes {entry['min']} to {entry['max']} only (its table of positions); cut "
+                                 "the audio.")
+
+    def encode(self, features: dict[str, np.ndarray]) -> tuple[dict[str, Any], float]:
+        """Runs the encoder: its outputs (onnxruntime values) and the seconds; the feature
+        extractor's attention mask is added where the decoder takes it."""
+        missing = [n for n in self.encoder_inputs if n not in features]
+        if missing:
+            raise ValueError(f"The encoder takes {list(self.encoder_inputs)}: the features have no {missing} "
+                             f"(they have {sorted(features)}).")
+        self._check_sizes(features)
+        feeds = {n: _ort_value(np.asarray(features[n]), t) for n, t in self.encoder_inputs.items()}
+        begin = time.perf_counter()
+        outputs = self.encoder.run_with_ort_values(self.encoder_outputs, feeds)
+        seconds = time.perf_counter() - begin
+        constants: dict[str, Any] = dict(zip(self.encoder_outputs, outputs))
+        if FEATURES_MASK in self.constant_names:
+            if "attention_mask" not in features:
+                raise ValueError("The decoder takes the feature extractor's attention mask: the features have none.")
+            constants[FEATURES_MASK] = _ort_value(np.asarray(features["attention_mask"]),
+                                                  self.decoder_inputs[FEATURES_MASK])
+        return {n: constants[n] for n in self.constant_names}, seconds
+
+    def prompt(self, batch: int) -> np.ndarray:
+        """The decoder prompts ``(batch, 1)``: the start token (the generation config's
+        ``decoder_start_token_id``, else its ``bos_token_id``, as transformers' generate)."""
+        source = self.generation or self.config
+        start = source.get("decoder_start_token_id")
+        if start is None:
+            start = source.get("bos_token_id")
+        if isinstance(start, list):
+            start = start[0] if len(set(start)) == 1 else None
+        if start is None:
+            raise ValueError(f"{self.folder!r}: the generation config names no decoder_start_token_id nor bos_token_id.")
+        return np.full((batch, 1), int(start), dtype=np.int64)
+
+    def generate_ids(self, features: dict[str, np.ndarray], max_new_tokens: int = 32,
+                     on_text: Callable[[str], None] | None = None, as_text: bool = False) -> SpeechResult:
+        """Greedy generation from the encoder's inputs (the feature extractor's output): the tokens
+        transformers' ``generate(**features, do_sample=False)`` returns."""
+        gen = self.generation
+        unsupported = unsupported_options(gen)
+        if unsupported:
+            raise ValueError(f"The generation config of {self.folder!r} asks for {', '.join(unsupported)}: this loop is "
+                             "greedy without them (its tokens would not be transformers'); set them to their defaults "
+                             "in generation_config.json to generate anyway.")
+        constants, encoder_seconds = self.encode(features)
+        batch = next(iter(features.values())).shape[0]
+        ids = self.prompt(batch)
+        limit = self.config.get("max_target_positions")
+        if limit is not None and ids.shape[1] + max_new_tokens > limit:
+            raise ValueError(f"The prompt ({ids.shape[1]} tokens) and max_new_tokens={max_new_tokens} exceed the "
+                             f"decoder's {limit} positions: ask for at most {limit - ids.shape[1]} new tokens.")
+        eos = gen.get("eos_token_id", self.config.get("eos_token_id"))
+        pad = gen.get("pad_token_id", self.config.get("pad_token_id"))
+        eos_list = [int(e) for e in np.atleast_1d(eos).tolist()] if eos is not None else []
+        tokenizer = self.tokenizer if as_text else None
+        stream = TextStream(tokenizer, on_text) if tokenizer is not None and on_text is not None else None
+        chooser = _Greedy(ids.shape[1], gen.get("suppress_tokens") or (), gen.get("begin_suppress_tokens") or (),
+                          eos_list, int(gen.get("min_length") or 0), int(gen.get("min_new_tokens") or 0))
+        tokens = self.decoder.generate(ids, max_new_tokens, eos_token_id=eos, pad_token_id=pad,
+                                       sampling=chooser if chooser.active else None, streamer=stream,
+                                       constants=constants)
+        new_ids = []
+        for row in tokens[:, ids.shape[1]:].tolist():
+            end = next((i + 1 for i, t in enumerate(row) if t in eos_list), len(row))
+            new_ids.append([int(t) for t in row[:end]])
+        texts = [tokenizer.decode(n, skip_special_tokens=True) for n in new_ids] if tokenizer is not None else None
+        return SpeechResult(ids.tolist(), new_ids, texts, encoder_seconds, self.decoder.last_times)
+
+    def transcribe(
+        self,
+        audio: Any,
+        max_new_tokens: int = 32,
+        language: str | None = None,
+        task: str | None = None,
+        on_text: Callable[[str], None] | None = None,
+        as_text: bool = True,
+    ) -> SpeechResult:
+        """Greedy transcription of one audio or a batch (WAV paths or float arrays at the feature
+        extractor's rate), the tokens transformers' ``generate`` returns; ``language`` and ``task``
+        are Whisper's and refused here."""
+        if language is not None or task is not None:
+            model_type = self.config.get("model_type")
+            raise ValueError(f"A {model_type} folder takes no language or task (Whisper's options): remove them.")
+        return self.generate_ids(self.features(audio), max_new_tokens, on_text, as_text)
