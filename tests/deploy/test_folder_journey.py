@@ -234,6 +234,7 @@ def test_quantized_folder_generates_as_onnxruntime_genai(folders, tmp_path, caps
     assert len(ours) == 12 and theirs[: len(ours)] == ours
 
 
+@pytest.mark.slow  # the fast tier tests the packing rule alone (tests/optimize/test_rules.py)
 def test_real_width_projections_are_packed(tmp_path, capsys):
     """At a width of 1024, q, k and v run as one MatMul (one MatMulNBits in int4) and a Split; the
     float32 folder still generates transformers' greedy tokens, the int4 one onnxruntime-genai's."""

@@ -74,7 +74,8 @@ def write_speech_folder(name: str, folder: str, seed: int = 0) -> None:
     tok.save_pretrained(folder)
 
 
-FAMILIES = ["speech_to_text", "moonshine"]
+# the fast tier runs one family (make test's 5 minutes), the slow tier both
+FAMILIES = ["speech_to_text", pytest.param("moonshine", marks=pytest.mark.slow)]
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
