@@ -74,6 +74,7 @@ def test_export_writes_a_folder_that_generates(folders):
     assert json.load(open(os.path.join(out, "fx2onnx.json")))["logits"] == "last"
 
 
+@pytest.mark.slow  # make test exports the default (last position) folder; this one in make test-all
 def test_all_logits_keeps_every_position(folders, tmp_path):
     """``--all-logits``: the logits of every prompt position, equal to eager's (to score a text)."""
     from fx2onnx.validation import run_onnx

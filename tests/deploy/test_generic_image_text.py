@@ -32,7 +32,8 @@ def test_a_folder_in_the_layout_transformers_saves_is_read_under_the_models_name
         assert torch.equal(torch.from_numpy(weights[name].numpy()), state[name]), name
 
 
-@pytest.mark.parametrize("name", ["aya_vision", "paligemma"])
+# aya_vision in the slow tier (make test-all): 11 s, paligemma keeps the split in make test
+@pytest.mark.parametrize("name", [pytest.param("aya_vision", marks=pytest.mark.slow), "paligemma"])
 def test_generic_split_generates_transformers_tokens(name):
     model, config = _model(name)
     assert split_reason(model, config) is None
