@@ -101,7 +101,8 @@ def _export_checkpoint(args: argparse.Namespace) -> int:
     result = export_folder(
         args.model, args.out, task=args.task, dtype=args.dtype, with_cache=not args.no_cache,
         optimize=args.optimize or "onnxruntime", quantize=args.quantize, block_size=args.block_size,
-        symmetric=not args.asymmetric, opset=args.opset, all_logits=args.all_logits, validate=args.validate,
+        symmetric=not args.asymmetric, opset=args.opset, all_logits=args.all_logits,
+        cache_in_place=not args.concatenated_cache, validate=args.validate,
         atol=args.atol, rtol=args.rtol,
         progress=not args.quiet,
         log=lambda line: print(line, file=sys.stderr, flush=True),
@@ -411,6 +412,10 @@ def make_parser() -> argparse.ArgumentParser:
     exp.add_argument("--asymmetric", action="store_true",
                      help="with --quantize: asymmetric blocks (a zero point each: a little more accurate, "
                           "slower int4 kernels); symmetric by default")
+    exp.add_argument("--concatenated-cache", action="store_true",
+                     help="a causal LM concatenates its past and new keys at each step (the standard Attention) "
+                          "instead of updating a buffer in place (onnxruntime's GroupQueryAttention, the default "
+                          "at --optimize onnxruntime)")
     exp.add_argument("--all-logits", action="store_true",
                      help="a causal LM: the logits of every position (to score a text); by default those of the "
                           "last position, all generation reads (the prompt's first token is faster)")

@@ -72,6 +72,28 @@ def test_export_writes_a_folder_that_generates(folders):
     logits = proto.graph.output[outputs.index("logits")].type.tensor_type.shape.dim
     assert logits[1].dim_value == 1 and logits[2].dim_value == 384
     assert json.load(open(os.path.join(out, "fx2onnx.json")))["logits"] == "last"
+    # the cache updated in place: GroupQueryAttention, one buffer for each past and present
+    ops = [n.op_type for n in proto.graph.node]
+    assert ops.count("GroupQueryAttention") == 2 and "Attention" not in ops
+    assert json.load(open(os.path.join(out, "fx2onnx.json")))["cache"] == "in_place"
+    assert json.load(open(os.path.join(out, "genai_config.json")))["search"]["past_present_share_buffer"] is True
+
+
+def test_left_padded_batch_with_the_cache_in_place(folders):
+    """Two prompts of different lengths (left padded) in one call: the tokens of transformers'
+    generate on the same batch, the cache bound in place (positions and pads from the mask)."""
+    from fx2onnx.runtime.folder import FolderGenerator
+
+    checkpoint, out = folders
+    gen = FolderGenerator(out)
+    assert gen.generator.in_place
+    ids = torch.tensor([[0, 0, 0, 5, 60, 7], [9, 12, 200, 31, 8, 77]])
+    mask = (torch.arange(6)[None] >= torch.tensor([[3], [0]])).long()
+    model, _ = _eager(checkpoint)
+    expected = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=10, do_sample=False,
+                              pad_token_id=0)
+    got = gen.generator.generate(ids, 10, attention_mask=mask)
+    assert got.tolist() == expected.tolist()
 
 
 @pytest.mark.slow  # make test exports the default (last position) folder; this one in make test-all

@@ -89,6 +89,44 @@ def _max_diff(expected: list[np.ndarray], got: list[np.ndarray]) -> list[float]:
     return diffs
 
 
+def in_place_input_sets(input_sets: list[dict[str, Any]], names: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The input sets a model updating its cache in place is checked on: onnxruntime's
+    ``GroupQueryAttention`` refuses a past with more than one new token on a batch larger than
+    one (an error, see :mod:`fx2onnx.optimizer.rules.cache_in_place`). A set of that kind
+    becomes three the kernel runs: the prompt with an empty cache (the batch), the first
+    sequence alone with its past, the last token alone with the past (the batch); the others
+    are kept as they are. Returns the sets and their names (``names``: those of ``input_sets``)."""
+    import copy
+
+    sets, set_names = [], []
+    for inputs, name in zip(input_sets, names):
+        ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        batch, new = ids.shape
+        past = mask.shape[1] - new
+        if past == 0 or new == 1 or batch == 1 or "past_key_values" not in inputs:
+            sets.append(inputs)
+            set_names.append(name)
+            continue
+        prompt = copy.deepcopy(inputs)
+        prompt["past_key_values"].crop(-past)  # transformers 5: the count of positions to remove
+        prompt["attention_mask"] = mask[:, past:]
+        first = copy.deepcopy(inputs)
+        first["past_key_values"].batch_select_indices(torch.tensor([0]))
+        first.update(input_ids=ids[:1], attention_mask=mask[:1])
+        last = copy.deepcopy(inputs)
+        last.update(input_ids=ids[:, -1:], attention_mask=torch.cat([mask[:, :past], mask[:, -1:]], dim=1))
+        if "position_ids" in inputs:
+            positions = inputs["position_ids"]
+            prompt_mask = prompt["attention_mask"]
+            prompt["position_ids"] = torch.where(prompt_mask == 0, 1, prompt_mask.cumsum(-1) - 1)
+            first["position_ids"] = positions[:1]
+            last["position_ids"] = positions[:, -1:]
+        sets.extend([prompt, first, last])
+        set_names.extend([f"{name}, its prompt with an empty cache", f"{name}, its first sequence",
+                          f"{name}, its last token"])
+    return sets, set_names
+
+
 def check_against_eager(
     onnx_path: str, model32: torch.nn.Module, input_sets: list[dict[str, Any]], dtype: torch.dtype,
     atol: float = 1e-4, rtol: float = 1e-3,

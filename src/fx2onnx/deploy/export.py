@@ -29,7 +29,7 @@ import torch
 
 from ..runtime.folder import FOLDER_METADATA
 from ..runtime.generate import CACHE_METADATA_KEY
-from .check import FolderCheck, check_against_eager
+from .check import FolderCheck, check_against_eager, in_place_input_sets
 from .files import copy_folder_files
 from .genai_config import present_name, write_genai_config
 from .tasks import folder_task
@@ -112,6 +112,22 @@ def _rename_outputs(proto: onnx.ModelProto, names: dict[str, str]) -> None:
     rename(proto.graph)
 
 
+def update_cache_in_place(filename: str) -> bool:
+    """Rewrites the saved model ``filename`` so that it updates its cache in place
+    (:func:`fx2onnx.optimizer.rules.cache_in_place.cache_in_place`; the weights' file is
+    untouched); False when the rule does not apply (the model is left as it is)."""
+    import onnx_ir as ir
+
+    from ..optimizer.rules.cache_in_place import cache_in_place
+    from ..weights.save import load_without_weights
+
+    model = ir.from_proto(load_without_weights(filename))
+    if not cache_in_place(model):
+        return False
+    onnx.save(ir.to_proto(model), filename)
+    return True
+
+
 def name_presents(filename: str) -> tuple[list[str], dict[str, str]]:
     """Renames the cache outputs of the saved model ``filename`` after their inputs
     (:func:`fx2onnx.deploy.genai_config.present_name`), rewrites the graph (the weights' file
@@ -147,6 +163,7 @@ def export_folder(
     symmetric: bool = True,
     opset: int | None = None,
     all_logits: bool = False,
+    cache_in_place: bool = True,
     validate: bool = True,
     atol: float = 1e-4,
     rtol: float = 1e-3,
@@ -173,6 +190,10 @@ def export_folder(
         it returns those of the last one (``logits`` is ``(batch, 1, vocabulary)``, what generation
         reads: the head is not computed for the other positions of a prompt, see
         :func:`last_logits_only`)
+    :param cache_in_place: at ``optimize="onnxruntime"``, a causal LM with its cache updates it in
+        place (:mod:`fx2onnx.optimizer.rules.cache_in_place`: onnxruntime's ``GroupQueryAttention``
+        writes the new keys into a buffer the loop allocates once; the standard ``Attention`` copies
+        the whole cache at each step); ``fx2onnx.json`` records ``"cache": "in_place"``
     :param validate: run the model on two input sets and compare with eager float32
         (the model is then loaded once in float32: skip it for a model that does not fit)
     :param progress: progress bars on stderr
@@ -220,16 +241,18 @@ def export_folder(
         quantize=quantize, quantize_block_size=block_size, quantize_symmetric=symmetric,
     )
     del model
+    cache = "in_place" if with_cache and cache_in_place and optimize == "onnxruntime" and \
+        update_cache_in_place(model_path) else "concatenated"
     input_names, pairs = name_presents(model_path)
     copied = copy_folder_files(folder, out_dir)
     generation = _generation_config(folder)
-    genai = write_genai_config(out_dir, filename, config, generation, input_names, pairs) if pairs else \
-        "the model has no cache"
+    genai = write_genai_config(out_dir, filename, config, generation, input_names, pairs,
+                               share_buffer=cache == "in_place") if pairs else "the model has no cache"
     with open(os.path.join(out_dir, FOLDER_METADATA), "w", encoding="utf-8") as f:
         json.dump({"task": task, "decoder": filename, "dtype": str(dtype).replace("torch.", ""),
                    "optimize": optimize, "quantize": quantize, "block_size": block_size if quantize else None,
                    "symmetric": symmetric if quantize else None, "logits": logits,
-                   "source": os.path.basename(os.path.abspath(folder))}, f, indent=2)
+                   "cache": cache if pairs else None, "source": os.path.basename(os.path.abspath(folder))}, f, indent=2)
 
     checks: list[FolderCheck] = []
     if validate:
@@ -243,13 +266,17 @@ def export_folder(
             transformers.utils.logging.enable_progress_bar()
         eager.eval()
         eager.config.use_cache = with_cache
-        checks = check_against_eager(model_path, eager, [inputs, inputs2], dtype, atol=atol, rtol=rtol)
+        input_sets, check_names = [inputs, inputs2], ["first input set", "second input set"]
+        if cache == "in_place":
+            input_sets, check_names = in_place_input_sets(input_sets, check_names)
+        checks = check_against_eager(model_path, eager, input_sets, dtype, atol=atol, rtol=rtol)
         del eager
         if quantize:
             checks = [dataclasses.replace(c, ok=True, held=False) for c in checks]
     files = sorted(os.listdir(out_dir))
     nbytes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in files if os.path.isfile(os.path.join(out_dir, f)))
-    return FolderExport(out_dir, task, dtype, files, nbytes, time.perf_counter() - begin, peak_rss(), checks, genai)
+    return FolderExport(out_dir, task, dtype, files, nbytes, time.perf_counter() - begin, peak_rss(), checks, genai,
+                        check_names if validate else None)
 
 
 def last_logits_only(model: torch.nn.Module, input_sets: list[dict[str, Any]], dynamic_shapes: dict[str, Any]) -> bool:

@@ -61,6 +61,7 @@ def _token(value: Any) -> Any:
 
 def write_genai_config(
     out: str | os.PathLike, filename: str, config: Any, generation: Any, inputs: list[str], pairs: dict[str, str],
+    share_buffer: bool = False,
 ) -> str | None:
     """Writes ``genai_config.json`` in ``out`` for the decoder ``filename``; returns None, or
     the reason no config was written.
@@ -69,6 +70,9 @@ def write_genai_config(
     :param generation: its :class:`transformers.GenerationConfig` (end of sequence, sampling)
     :param inputs: the input names of the ONNX model
     :param pairs: cache input name -> output name (the model's ``fx2onnx.cache`` metadata)
+    :param share_buffer: the model updates its cache in place (``GroupQueryAttention``, see
+        :mod:`fx2onnx.optimizer.rules.cache_in_place`): onnxruntime-genai binds each past and
+        present to one buffer
     """
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     layers = int(text.num_hidden_layers)
@@ -112,8 +116,9 @@ def write_genai_config(
             "no_repeat_ngram_size": 0,
             "num_beams": 1,
             "num_return_sequences": 1,
-            # the model concatenates the past and the new keys: no buffer shared between them
-            "past_present_share_buffer": False,
+            # True: GroupQueryAttention writes the new keys into the past's buffer; False: the model
+            # concatenates the past and the new keys, no buffer shared between them
+            "past_present_share_buffer": bool(share_buffer),
             "repetition_penalty": float(getattr(generation, "repetition_penalty", None) or 1.0),
             "temperature": float(getattr(generation, "temperature", None) or 1.0),
             "top_k": int(getattr(generation, "top_k", None) or 50) if sample else 1,

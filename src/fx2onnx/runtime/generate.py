@@ -48,6 +48,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import onnx
 
+from ..optimizer.rules.cache_in_place import IN_PLACE_METADATA_KEY
 from .sampling import Sampling
 
 #: the metadata key :func:`fx2onnx.to_onnx` writes (cache input name -> output name)
@@ -264,6 +265,29 @@ class OnnxGenerator:
         self._device = _pybind_state.OrtDevice(_pybind_state.OrtDevice.cpu(), _pybind_state.OrtDevice.default_memory(), 0)
         self._run_options = onnxruntime.RunOptions()
         self.last_times: GenerationTimes | None = None
+        metadata = self.session.get_modelmeta().custom_metadata_map
+        #: the model updates its cache in place (:mod:`fx2onnx.optimizer.rules.cache_in_place`): each
+        #: past input and its present output are bound to one buffer holding the whole generation
+        self.in_place = metadata.get(IN_PLACE_METADATA_KEY) == "1"
+
+    def _bind_in_place(self, empty: list[np.ndarray], capacity: int, fixed: list[Any], first_output: str) -> Any:
+        """The session's IOBinding with every cache input and its output bound to one buffer
+        of ``capacity`` positions (``empty`` gives the other dimensions), and the constants."""
+        from onnxruntime import OrtValue
+
+        binding = self.session.io_binding()
+        binding.bind_output(first_output, "cpu")  # the first of the outputs the binding returns
+        self._buffers = []
+        for (name, output, shape, type_), array in zip(self.signature.cache, empty):
+            axis = shape.index(0)
+            full = np.zeros(array.shape[:axis] + (capacity,) + array.shape[axis + 1:], dtype=array.dtype)
+            value = OrtValue(_ortvalue(self._C, full, type_, self._device))
+            self._buffers.append((full, value))
+            binding.bind_ortvalue_input(name, value)
+            binding.bind_ortvalue_output(output, value)
+        for name, value in zip(self.signature.constants, fixed):
+            binding.bind_ortvalue_input(name, OrtValue(value))
+        return binding
 
     def _constants(self, constants: dict[str, Any]) -> list[Any]:
         """The C++ values of the constant inputs, in the order of the signature."""
@@ -363,20 +387,37 @@ class OnnxGenerator:
         feeds.push_back(from_numpy(ids, device))
         for value in past:
             feeds.push_back(value)
+        binding = self._bind_in_place(empty, length + max_new_tokens, fixed, fetch_names[0]) if self.in_place \
+            else None
+        step_ids = ids
         for step in range(max_new_tokens):
             begin = time.perf_counter()
-            if sig.has_attention_mask:
-                feeds.push_back(from_numpy(step_mask, device))
-            if sig.has_position_ids:
-                feeds.push_back(from_numpy(step_positions, device))
-            for value in fixed:
-                feeds.push_back(value)
-            fetches = vector()
-            model_begin = time.perf_counter()
-            run(run_options, feed_names, feeds, fetch_names, fetches, devices)
-            model_time = time.perf_counter() - model_begin
+            if binding is not None:  # the cache stays where it is bound: the token inputs alone change
+                binding.bind_cpu_input("input_ids", step_ids)
+                if sig.has_attention_mask:
+                    binding.bind_cpu_input("attention_mask", step_mask)
+                if sig.has_position_ids:
+                    binding.bind_cpu_input("position_ids", step_positions)
+                # bound again at each step (in its place, the first): onnxruntime allocates it, the logits
+                # change shape after the prompt
+                binding.bind_output(fetch_names[0], "cpu")
+                model_begin = time.perf_counter()
+                self.session.run_with_iobinding(binding, run_options)
+                model_time = time.perf_counter() - model_begin
+                fetches = [binding.get_outputs()[0]._ortvalue]
+            else:
+                if sig.has_attention_mask:
+                    feeds.push_back(from_numpy(step_mask, device))
+                if sig.has_position_ids:
+                    feeds.push_back(from_numpy(step_positions, device))
+                for value in fixed:
+                    feeds.push_back(value)
+                fetches = vector()
+                model_begin = time.perf_counter()
+                run(run_options, feed_names, feeds, fetch_names, fetches, devices)
+                model_time = time.perf_counter() - model_begin
             if fused:
-                next_tokens = fetches[0].numpy()[:, 0]
+                next_tokens = fetches[0].numpy()[:, 0].copy()  # not a view of a buffer the next step reuses
             elif chooser is None:
                 next_tokens = _last_logits(fetches[0]).argmax(axis=-1).astype(np.int64, copy=False)
             else:
@@ -388,7 +429,9 @@ class OnnxGenerator:
             new_tokens.append(next_tokens)
             if streamer is not None:
                 streamer(next_tokens)
-            if fused and (not stops or unfinished.all()):
+            if binding is not None:
+                step_ids = np.ascontiguousarray(next_tokens[:, None])
+            elif fused and (not stops or unfinished.all()):
                 feeds = fetches  # the next token and the cache, as onnxruntime returned them
             else:  # the logits were read, or a finished sequence is fed its pad token
                 step_ids = np.ascontiguousarray(next_tokens[:, None])
