@@ -156,7 +156,9 @@ def open_speech_generator(folder: str | os.PathLike, providers: Sequence[str] | 
 
 class SpeechFolder:
     """What every exported speech folder has: its feature extractor, tokenizer, config and
-    generation config (read offline from the folder)."""
+    generation config (read offline from the folder), and what the generators share: ``transcribe``
+    and the greedy decoding after the prompt. A generator sets ``decoder`` (an
+    :class:`fx2onnx.runtime.OnnxGenerator`) and defines ``features`` and ``generate_ids``."""
 
     def __init__(self, folder: str | os.PathLike):
         self.folder = os.fspath(folder)
