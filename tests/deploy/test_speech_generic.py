@@ -213,11 +213,12 @@ def test_the_tasks_page_says_why_a_speech_row_is_not_split():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["moonshine", "moonshine_streaming", "speecht5", "canary", "cohere_asr"])
+@pytest.mark.parametrize("name", ["speech_to_text", "moonshine", "moonshine_streaming", "speecht5", "canary",
+                                  "cohere_asr"])
 def test_the_tasks_page_rows_generate_transformers_tokens(name):
     """The zoo's tiny model, its folder without a feature extractor: exported on the zoo's features.
-    (The zoo's Speech2Text row fails its check at export: the onnxruntime-level attention fusion gives
-    its cross-attention, static encoder length and no mask, a mask of the wrong length; said on the row.)"""
+    (Speech2Text's cross-attention, without an encoder mask, carries transformers' one-column mask
+    ``[1, 1, q, 1]``: the onnxruntime-level attention fusion expands it to the encoder's length.)"""
     from fx2onnx.models.task_generate import compare_folder_generation
 
     model, config = _zoo(name)

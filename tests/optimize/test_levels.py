@@ -161,3 +161,54 @@ def test_heads_normalized_before_rotary_keep_the_3d_layout():
     for feeds in (inputs, inputs2):
         report = fx2onnx.validate(onx, model, (), copy.deepcopy(feeds), atol=1e-4)
         assert report.ok, report
+
+
+class _DecoderLayer(torch.nn.Module):
+    """A causal self-attention over a kv cache, then a cross-attention on the encoder's keys and values
+    (inputs, of a static length, as in the decoder piece of a speech folder) with the mask transformers
+    builds for it under torch.export when there is no encoder mask (``create_bidirectional_mask``:
+    ``q_idx >= 0``, shape ``[1, 1, q, 1]``)."""
+
+    def __init__(self, hidden: int = 32, heads: int = 4):
+        super().__init__()
+        self.heads, self.size = heads, hidden // heads
+        self.qkv = torch.nn.Linear(hidden, 3 * hidden)
+        self.cross_q = torch.nn.Linear(hidden, hidden)
+        self.out = torch.nn.Linear(hidden, hidden)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(x.shape[0], x.shape[1], self.heads, self.size).transpose(1, 2)
+
+    def forward(self, x, past_key, past_value, cross_key, cross_value):
+        b, s, hidden = x.shape
+        q, k, v = (self._heads(t) for t in self.qkv(x).chunk(3, dim=-1))
+        key, value = torch.cat([past_key, k], dim=2), torch.cat([past_value, v], dim=2)
+        total = key.shape[2]
+        causal = torch.arange(total)[None, :] <= (torch.arange(s) + total - s)[:, None]
+        y = torch.nn.functional.scaled_dot_product_attention(q, key, value, attn_mask=causal[None, None])
+        h = x + y.transpose(1, 2).reshape(b, s, hidden)
+        every_key = (torch.arange(s) >= 0)[None, None, :, None]
+        y = torch.nn.functional.scaled_dot_product_attention(self._heads(self.cross_q(h)), cross_key, cross_value,
+                                                             attn_mask=every_key)
+        return self.out(h + y.transpose(1, 2).reshape(b, s, hidden)), key, value
+
+
+def test_cross_attention_without_mask_beside_a_cached_self_attention():
+    """Both attentions fused at the level onnxruntime; the cross-attention's one-column mask is expanded
+    to the encoder's length (onnxruntime refused it: "inconsistent total_sequence_length"); equal to
+    eager on other batch, sequence and cache lengths."""
+    torch.manual_seed(0)
+    model = _DecoderLayer().eval()
+
+    def inputs(batch, seq, past):
+        return (torch.randn(batch, seq, 32), *(torch.randn(batch, 4, past, 8) for _ in range(2)),
+                *(torch.randn(batch, 4, 6, 8) for _ in range(2)))
+
+    cache, cross = {0: "batch", 2: "past"}, {0: "batch"}
+    onx = fx2onnx.to_onnx(model, inputs(2, 3, 5), dynamic_shapes=({0: "batch", 1: "seq"}, cache, cache, cross, cross),
+                          optimize="onnxruntime")
+    ops = collections.Counter(n.op_type for n in onx.graph.node)
+    assert ops["Attention"] == 2 and "Softmax" not in ops, ops
+    for args in (inputs(2, 3, 5), inputs(3, 1, 7)):
+        report = fx2onnx.validate(onx, model, args, atol=1e-4)
+        assert report.ok, report

@@ -141,8 +141,9 @@ def test_partial_rotary_embedding(standard, opset):
     assert {a.name: a.i for a in node.attribute}["rotary_embedding_dim"] == 8
 
 
-def _attention_model(with_past: bool, mask: str, kv_heads: int = 2, heads: int = 4):
-    """sdpa as fx2onnx converts it, after a cache Concat and transformers' repeat_kv."""
+def _attention_model(with_past: bool, mask: str, kv_heads: int = 2, heads: int = 4, mask_keys: str | int | None = None):
+    """sdpa as fx2onnx converts it, after a cache Concat and transformers' repeat_kv; ``mask_keys``:
+    the last dimension of the mask (default: the number of keys)."""
     rep = heads // kv_heads
     nodes, k, v = [], "k", "v"
     if with_past:
@@ -181,7 +182,7 @@ def _attention_model(with_past: bool, mask: str, kv_heads: int = 2, heads: int =
     if with_past:
         inputs += [("past_k", FLOAT, ["b", kv_heads, "p", 8]), ("past_v", FLOAT, ["b", kv_heads, "p", 8])]
     if mask == "bool":
-        inputs += [("mask", TensorProto.BOOL, ["b", 1, "s", total])]
+        inputs += [("mask", TensorProto.BOOL, ["b", 1, "s", total if mask_keys is None else mask_keys])]
     outputs = [("y", FLOAT, ["b", heads, "s", 8])]
     if with_past:
         outputs += [("present_k", FLOAT, ["b", kv_heads, total, 8]), ("present_v", FLOAT, ["b", kv_heads, total, 8])]
@@ -255,6 +256,32 @@ def test_attention_of_a_sliding_cache_keeps_its_concat():
     attention = next(n for n in fused.graph.node if n.op_type == "Attention")
     assert len(attention.input) == 4 and len(attention.output) == 1
     assert {("past_k", "k"), ("past_v", "v")} <= {tuple(n.input) for n in fused.graph.node if n.op_type == "Concat"}
+
+
+@pytest.mark.parametrize("with_past", [True, False])
+def test_attention_mask_broadcast_over_the_keys_is_expanded(with_past):
+    """A mask of one column (transformers' bidirectional mask under torch.export, a cross-attention
+    without encoder mask: ``[1, 1, q, 1]``) broadcasts in the sum; onnxruntime's Attention wants as
+    many columns as keys (past and new): the fusion expands it."""
+    model = _attention_model(with_past, "bool", mask_keys=1)
+    feeds = []
+    for b, s, p in ((2, 3, 5), (1, 1, 7)):
+        f = _attention_feeds(with_past, "bool", b, s, p)
+        f["mask"] = np.ones((b, 1, s, 1), dtype=bool)
+        f["mask"][0, :, 0] = False  # a row hiding every key: zeros
+        feeds.append(f)
+    fused = check_rule(model, fuse_attention, feeds, 1)
+    ops = op_types(fused)
+    assert ops["Attention"] == 1 and "Softmax" not in ops and ops["Expand"] == 1, ops
+
+
+def test_attention_mask_of_an_unproven_length_stays_unfused():
+    """A mask whose last dimension is not known to be the number of keys (another name): left as it is."""
+    from optimize_helpers import apply_rule
+
+    for with_past in (True, False):
+        fused, count = apply_rule(_attention_model(with_past, "bool", mask_keys="m"), fuse_attention)
+        assert count == 0 and "Attention" not in op_types(fused)
 
 
 def test_attention_needs_opset23():

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -51,10 +51,35 @@ def _first_difference(got: np.ndarray, expected: np.ndarray, prompt: int) -> str
             else f"{got.shape[1] - prompt} tokens instead of {expected.shape[1] - prompt}")
 
 
+def _export_and_generate(model: Any, generate: Callable[[str], Any], unsplittable: type[Exception],
+                         result: dict[str, Any], begin: float) -> Any:
+    """Writes ``model`` as a ``save_pretrained`` folder in a temporary folder, exports it with
+    :func:`fx2onnx.deploy.export_folder` (level ``onnxruntime``; a failed check is an error) and
+    returns ``generate(onnx_folder)``. On an error, returns None and ``result`` says the step
+    (``split`` for an ``unsplittable`` exception, ``export``, ``generate``), the error's first line
+    and the ``time`` since ``begin``."""
+    from ..deploy import export_folder
+
+    with tempfile.TemporaryDirectory(prefix="fx2onnx-generate-") as tmp:
+        folder, out = os.path.join(tmp, "checkpoint"), os.path.join(tmp, "onnx")
+        model.save_pretrained(folder)
+        step = "export"
+        try:
+            exported = export_folder(folder, out, optimize="onnxruntime")
+            if not exported.ok:
+                raise ValueError("; ".join(exported.check_lines()))
+            step = "generate"
+            return generate(out)
+        except Exception as e:  # noqa: BLE001 - the row says why
+            step = "split" if isinstance(e, unsplittable) else step
+            result.update(equal=False, error=f"{step}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+            result["time"] = time.perf_counter() - begin
+            return None
+
+
 def compare_speech_generation(model: Any, config: Any, max_new_tokens: int = NEW_TOKENS) -> dict[str, Any]:
     """:func:`compare_folder_generation` for a speech-seq2seq model: the task zoo's features of one
     input, the folder exported then generating greedily, against transformers' greedy ``generate``."""
-    from ..deploy import export_folder
     from ..deploy.speech_generic import FEATURE_INPUTS, UnsplittableSpeechModel, generic_split_reason
     from ..runtime.speech import open_speech_generator
     from .task_inputs import build_task_inputs
@@ -73,23 +98,15 @@ def compare_speech_generation(model: Any, config: Any, max_new_tokens: int = NEW
         return {"equal": False, "error": f"reference: transformers' generate fails: {type(e).__name__}: "
                 f"{str(e).splitlines()[0][:300]}", "time": time.perf_counter() - begin}
     result: dict[str, Any] = {"new_tokens": int(expected.shape[1] - 1)}
-    with tempfile.TemporaryDirectory(prefix="fx2onnx-generate-") as tmp:
-        folder, out = os.path.join(tmp, "checkpoint"), os.path.join(tmp, "onnx")
-        model.save_pretrained(folder)
-        step = "export"
-        try:
-            exported = export_folder(folder, out, optimize="onnxruntime")
-            if not exported.ok:
-                raise ValueError("; ".join(exported.check_lines()))
-            step = "generate"
-            generator = open_speech_generator(out)
-            arrays = {k: v.numpy() for k, v in features.items()}
-            got_result = generator.generate_ids(arrays if not whisper else arrays["input_features"], max_new_tokens)
-        except Exception as e:  # noqa: BLE001 - the row says why
-            step = "split" if isinstance(e, UnsplittableSpeechModel) else step
-            result.update(equal=False, error=f"{step}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
-            result["time"] = time.perf_counter() - begin
-            return result
+
+    def generate(out: str) -> Any:
+        generator = open_speech_generator(out)
+        arrays = {k: v.numpy() for k, v in features.items()}
+        return generator.generate_ids(arrays if not whisper else arrays["input_features"], max_new_tokens)
+
+    got_result = _export_and_generate(model, generate, UnsplittableSpeechModel, result, begin)
+    if got_result is None:
+        return result
     got = np.array([got_result.prompt_ids[0] + got_result.new_ids[0]], dtype=np.int64)
     prompt = len(got_result.prompt_ids[0])
     result["equal"] = bool(got.shape == expected.shape and (got == expected).all())
@@ -106,7 +123,6 @@ def compare_folder_generation(model: Any, config: Any, max_new_tokens: int = NEW
     audio input, :func:`compare_speech_generation`)."""
     if is_speech_seq2seq(model):
         return compare_speech_generation(model, config, max_new_tokens)
-    from ..deploy import export_folder
     from ..deploy.image_text_generic import UnsplittableModel, split_reason
     from ..deploy.vision import has_own_pieces
     from ..runtime.vision import VisionGenerator
@@ -124,21 +140,10 @@ def compare_folder_generation(model: Any, config: Any, max_new_tokens: int = NEW
     with torch.no_grad():
         expected = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False).numpy()
     result: dict[str, Any] = {"new_tokens": int(expected.shape[1] - inputs["input_ids"].shape[1])}
-    with tempfile.TemporaryDirectory(prefix="fx2onnx-generate-") as tmp:
-        folder, out = os.path.join(tmp, "checkpoint"), os.path.join(tmp, "onnx")
-        model.save_pretrained(folder)
-        step = "export"
-        try:
-            exported = export_folder(folder, out, optimize="onnxruntime")
-            if not exported.ok:
-                raise ValueError("; ".join(exported.check_lines()))
-            step = "generate"
-            got = VisionGenerator(out).generate_ids(inputs, max_new_tokens)
-        except Exception as e:  # noqa: BLE001 - the row says why
-            step = "split" if isinstance(e, UnsplittableModel) else step
-            result.update(equal=False, error=f"{step}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
-            result["time"] = time.perf_counter() - begin
-            return result
+    got = _export_and_generate(model, lambda out: VisionGenerator(out).generate_ids(inputs, max_new_tokens),
+                               UnsplittableModel, result, begin)
+    if got is None:
+        return result
     got = np.asarray(got)
     result["equal"] = bool(got.shape == expected.shape and (got == expected).all())
     if not result["equal"]:

@@ -156,7 +156,9 @@ def open_speech_generator(folder: str | os.PathLike, providers: Sequence[str] | 
 
 class SpeechFolder:
     """What every exported speech folder has: its feature extractor, tokenizer, config and
-    generation config (read offline from the folder)."""
+    generation config (read offline from the folder), and what the generators share: ``transcribe``
+    and the greedy decoding after the prompt. A generator sets ``decoder`` (an
+    :class:`fx2onnx.runtime.OnnxGenerator`) and defines ``features`` and ``generate_ids``."""
 
     def __init__(self, folder: str | os.PathLike):
         self.folder = os.fspath(folder)
@@ -197,6 +199,62 @@ class SpeechFolder:
             except (OSError, ValueError, TypeError):
                 self._tokenizer = False
         return self._tokenizer or None
+
+    def transcribe(
+        self,
+        audio: Any,
+        max_new_tokens: int = 32,
+        language: str | None = None,
+        task: str | None = None,
+        on_text: Callable[[str], None] | None = None,
+        as_text: bool = True,
+    ) -> SpeechResult:
+        """Greedy transcription of one audio or a batch (WAV paths or float arrays at the feature
+        extractor's rate), the tokens transformers' ``generate`` returns.
+
+        :param language: Whisper's: a language (``"fr"``, ``"french"``, ``"<|fr|>"``; default: the
+            generation config's, else detected when the model is multilingual); refused by the other models
+        :param task: Whisper's: ``transcribe`` or ``translate`` (default: the generation config's);
+            refused by the other models
+        :param on_text: receives the text of the first audio as it is decoded
+        :param as_text: decode the tokens with the folder's tokenizer (when it has one)
+        """
+        options = self._prompt_options(language, task)
+        return self.generate_ids(self.features(audio), max_new_tokens, on_text=on_text, as_text=as_text, **options)
+
+    def _prompt_options(self, language: str | None, task: str | None) -> dict[str, Any]:
+        """The keywords of ``generate_ids`` choosing the prompt: none, ``language`` and ``task`` are
+        refused (Whisper's generator takes them)."""
+        if language is not None or task is not None:
+            model_type = self.config.get("model_type")
+            raise ValueError(f"A {model_type} folder takes no language or task (Whisper's options): remove them.")
+        return {}
+
+    def _generate_from_prompt(self, ids: np.ndarray, constants: dict[str, Any], encoder_seconds: float,
+                              max_new_tokens: int, sampling: Callable[[list[int]], Any],
+                              on_text: Callable[[str], None] | None, as_text: bool) -> SpeechResult:
+        """The decoder (``self.decoder``, a :class:`fx2onnx.runtime.OnnxGenerator`) from the prompts
+        ``ids`` with the encoder's ``constants``: the prompt and ``max_new_tokens`` checked against the
+        decoder's positions, ``sampling(eos_ids)`` the logits processor (None: the argmax), the tokens of
+        each row cut after its first end-of-sequence token and decoded when ``as_text``."""
+        limit = self.config.get("max_target_positions")
+        if limit is not None and ids.shape[1] + max_new_tokens > limit:
+            raise ValueError(f"The prompt ({ids.shape[1]} tokens) and max_new_tokens={max_new_tokens} exceed the "
+                             f"decoder's {limit} positions: ask for at most {limit - ids.shape[1]} new tokens.")
+        gen = self.generation
+        eos = gen.get("eos_token_id", self.config.get("eos_token_id"))
+        pad = gen.get("pad_token_id", self.config.get("pad_token_id"))
+        eos_ids = [int(e) for e in np.atleast_1d(eos).tolist()] if eos is not None else []
+        tokenizer = self.tokenizer if as_text else None
+        stream = TextStream(tokenizer, on_text) if tokenizer is not None and on_text is not None else None
+        tokens = self.decoder.generate(ids, max_new_tokens, eos_token_id=eos, pad_token_id=pad,
+                                       sampling=sampling(eos_ids), streamer=stream, constants=constants)
+        new_ids = []
+        for row in tokens[:, ids.shape[1]:].tolist():
+            end = next((i + 1 for i, t in enumerate(row) if t in eos_ids), len(row))
+            new_ids.append([int(t) for t in row[:end]])
+        texts = [tokenizer.decode(n, skip_special_tokens=True) for n in new_ids] if tokenizer is not None else None
+        return SpeechResult(ids.tolist(), new_ids, texts, encoder_seconds, self.decoder.last_times)
 
 
 class SpeechGenerator(SpeechFolder):
@@ -306,25 +364,8 @@ class SpeechGenerator(SpeechFolder):
             raise ValueError(f"The decoder prompt {prompts[0]} has an unknown token: give --language.")
         return np.array(prompts, dtype=np.int64)
 
-    def transcribe(
-        self,
-        audio: Any,
-        max_new_tokens: int = 32,
-        language: str | None = None,
-        task: str | None = None,
-        on_text: Callable[[str], None] | None = None,
-        as_text: bool = True,
-    ) -> SpeechResult:
-        """Greedy transcription of one audio or a batch (WAV paths or float arrays at the feature
-        extractor's rate), the tokens transformers' ``generate`` returns.
-
-        :param language: a language (``"fr"``, ``"french"``, ``"<|fr|>"``; default: the generation
-            config's, else detected when the model is multilingual)
-        :param task: ``transcribe`` or ``translate`` (default: the generation config's)
-        :param on_text: receives the text of the first audio as it is decoded
-        :param as_text: decode the tokens with the folder's tokenizer (when it has one)
-        """
-        return self.generate_ids(self.features(audio), max_new_tokens, language, task, on_text, as_text)
+    def _prompt_options(self, language: str | None, task: str | None) -> dict[str, Any]:
+        return {"language": language, "task": task}
 
     def generate_ids(
         self,
@@ -338,22 +379,8 @@ class SpeechGenerator(SpeechFolder):
         """:meth:`transcribe` from the input features ``(batch, mel, frames)`` (the feature extractor's output)."""
         cross, encoder_seconds = self.encode(features)
         ids = self.prompt(cross, features.shape[0], language, task)
-        limit = self.config.get("max_target_positions")
-        if limit is not None and ids.shape[1] + max_new_tokens > limit:
-            raise ValueError(f"The prompt ({ids.shape[1]} tokens) and max_new_tokens={max_new_tokens} exceed the "
-                             f"decoder's {limit} positions: ask for at most {limit - ids.shape[1]} new tokens.")
         gen = self.generation
-        eos = gen.get("eos_token_id", self.config.get("eos_token_id"))
-        pad = gen.get("pad_token_id", self.config.get("pad_token_id"))
-        tokenizer = self.tokenizer if as_text else None
-        stream = TextStream(tokenizer, on_text) if tokenizer is not None and on_text is not None else None
-        suppress = _Suppress(ids.shape[1], gen.get("suppress_tokens") or (), gen.get("begin_suppress_tokens") or ())
-        tokens = self.decoder.generate(ids, max_new_tokens, eos_token_id=eos, pad_token_id=pad, sampling=suppress,
-                                       streamer=stream, constants=cross)
-        eos_set = set(np.atleast_1d(eos).tolist()) if eos is not None else set()
-        new_ids = []
-        for row in tokens[:, ids.shape[1]:].tolist():
-            end = next((i + 1 for i, t in enumerate(row) if t in eos_set), len(row))
-            new_ids.append([int(t) for t in row[:end]])
-        texts = [tokenizer.decode(n, skip_special_tokens=True) for n in new_ids] if tokenizer is not None else None
-        return SpeechResult(ids.tolist(), new_ids, texts, encoder_seconds, self.decoder.last_times)
+        return self._generate_from_prompt(
+            ids, cross, encoder_seconds, max_new_tokens,
+            lambda _eos: _Suppress(ids.shape[1], gen.get("suppress_tokens") or (), gen.get("begin_suppress_tokens") or ()),
+            on_text, as_text)

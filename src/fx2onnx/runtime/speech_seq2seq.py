@@ -37,7 +37,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .folder import FOLDER_METADATA, TextStream, _read_json, session_options
+from .folder import FOLDER_METADATA, _read_json, session_options
 from .generate import OnnxGenerator
 from .speech import NOT_SPEECH, SpeechFolder, SpeechResult
 
@@ -224,40 +224,10 @@ class Seq2SeqSpeechGenerator(SpeechFolder):
         constants, encoder_seconds = self.encode(features)
         batch = next(iter(features.values())).shape[0]
         ids = self.prompt(batch)
-        limit = self.config.get("max_target_positions")
-        if limit is not None and ids.shape[1] + max_new_tokens > limit:
-            raise ValueError(f"The prompt ({ids.shape[1]} tokens) and max_new_tokens={max_new_tokens} exceed the "
-                             f"decoder's {limit} positions: ask for at most {limit - ids.shape[1]} new tokens.")
-        eos = gen.get("eos_token_id", self.config.get("eos_token_id"))
-        pad = gen.get("pad_token_id", self.config.get("pad_token_id"))
-        eos_list = [int(e) for e in np.atleast_1d(eos).tolist()] if eos is not None else []
-        tokenizer = self.tokenizer if as_text else None
-        stream = TextStream(tokenizer, on_text) if tokenizer is not None and on_text is not None else None
-        chooser = _Greedy(ids.shape[1], gen.get("suppress_tokens") or (), gen.get("begin_suppress_tokens") or (),
-                          eos_list, int(gen.get("min_length") or 0), int(gen.get("min_new_tokens") or 0))
-        tokens = self.decoder.generate(ids, max_new_tokens, eos_token_id=eos, pad_token_id=pad,
-                                       sampling=chooser if chooser.active else None, streamer=stream,
-                                       constants=constants)
-        new_ids = []
-        for row in tokens[:, ids.shape[1]:].tolist():
-            end = next((i + 1 for i, t in enumerate(row) if t in eos_list), len(row))
-            new_ids.append([int(t) for t in row[:end]])
-        texts = [tokenizer.decode(n, skip_special_tokens=True) for n in new_ids] if tokenizer is not None else None
-        return SpeechResult(ids.tolist(), new_ids, texts, encoder_seconds, self.decoder.last_times)
 
-    def transcribe(
-        self,
-        audio: Any,
-        max_new_tokens: int = 32,
-        language: str | None = None,
-        task: str | None = None,
-        on_text: Callable[[str], None] | None = None,
-        as_text: bool = True,
-    ) -> SpeechResult:
-        """Greedy transcription of one audio or a batch (WAV paths or float arrays at the feature
-        extractor's rate), the tokens transformers' ``generate`` returns; ``language`` and ``task``
-        are Whisper's and refused here."""
-        if language is not None or task is not None:
-            model_type = self.config.get("model_type")
-            raise ValueError(f"A {model_type} folder takes no language or task (Whisper's options): remove them.")
-        return self.generate_ids(self.features(audio), max_new_tokens, on_text, as_text)
+        def sampling(eos_ids: list[int]) -> _Greedy | None:
+            chooser = _Greedy(ids.shape[1], gen.get("suppress_tokens") or (), gen.get("begin_suppress_tokens") or (),
+                              eos_ids, int(gen.get("min_length") or 0), int(gen.get("min_new_tokens") or 0))
+            return chooser if chooser.active else None
+
+        return self._generate_from_prompt(ids, constants, encoder_seconds, max_new_tokens, sampling, on_text, as_text)

@@ -10,7 +10,9 @@ concatenation and transformers' ``repeat_kv`` before it)::
     Y = MatMul(probs, Vr)
 
 becomes ``Y, present_key, present_value = Attention(Q, key, value, mask, past_key,
-past_value, scale=scale)``: no Concat, no repeated heads, no score tensor left.
+past_value, scale=scale)``: no Concat, no repeated heads, no score tensor left. The sum with the
+mask broadcasts, onnxruntime's ``Attention`` does not: the mask's last dimension must be the number
+of keys (past and new), or 1 (expanded to it); a mask of another length leaves the attention unfused.
 onnxruntime's own ``GroupQueryAttention`` refuses batch > 1 with a past and more than
 one new token, and ``MultiHeadAttention`` needs as many kv heads as query heads, so
 the level ``onnxruntime`` uses the standard operator too (onnxruntime >= 1.23 runs it
@@ -18,6 +20,8 @@ on CPU); it needs the model's opset >= 23.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import onnx_ir as ir
@@ -122,6 +126,11 @@ def fuse_attention(model: ir.Model) -> int:
             # a cache that keeps something else than the concatenation (a sliding window keeps its last
             # positions): the Concat stays, the Attention takes all the keys and values, no past
             past_k, new_k, past_v, new_v = None, k, None, v
+        mask_nodes: list[ir.Node] = []
+        if mask is not None:
+            mask = _mask_over_keys(graph, mask, k, past_k, new_k, mask_nodes)
+            if mask is None:  # a mask of another length than the keys: the attention stays as it is
+                continue
         inputs = [q, new_k, new_v, mask]
         if past_k is not None:
             inputs += [past_k, past_v]
@@ -129,12 +138,53 @@ def fuse_attention(model: ir.Model) -> int:
             "Attention", inputs, {"scale": float(scale)}, num_outputs=3 if past_k is not None else 1,
             name=f"Attention_{count}",
         )
-        replace(graph, out_matmul, [fused], [out_matmul.outputs[0]], [fused.outputs[0]])
+        replace(graph, out_matmul, [*mask_nodes, fused], [out_matmul.outputs[0]], [fused.outputs[0]])
         if past_k is not None:
             _take_graph_output(graph, k, fused.outputs[1])
             _take_graph_output(graph, v, fused.outputs[2])
         count += 1
     return count
+
+
+def _same_dim(a: Any, b: Any) -> bool:
+    """Whether two dimensions are known to be equal: the same number or the same named dimension."""
+    if isinstance(a, int) or isinstance(b, int):
+        return isinstance(a, int) and isinstance(b, int) and a == b
+    return isinstance(a, ir.SymbolicDim) and a.value is not None and a == b
+
+
+def _mask_over_keys(graph: ir.Graph, mask: ir.Value, k: ir.Value, past_k: ir.Value | None, new_k: ir.Value,
+                    new_nodes: list[ir.Node]) -> ir.Value | None:
+    """The mask the ``Attention`` takes: ``mask`` when its last dimension is the number of keys ``k``
+    (past and new ones), the mask expanded to it (nodes appended to ``new_nodes``) when its last
+    dimension is 1, None when neither can be proven from the shapes.
+
+    The sdpa pattern adds the mask to the scores, which broadcasts; onnxruntime's ``Attention``
+    requires the mask's last dimension to be the total sequence length. transformers' bidirectional
+    mask (a cross-attention without an encoder mask, under torch.export) is ``[1, 1, q, 1]``."""
+    r = rank(mask)
+    if r is None or rank(k) != 4 or not 2 <= r <= 4:
+        return None
+    last, keys = mask.shape[-1], k.shape[2]
+    if _same_dim(last, keys):
+        return mask
+    if last != 1:
+        return None
+    # a mask broadcast over the keys: Expand(mask, [1, ..., 1, total]), total read from the inputs
+    lengths = [ir.node("Shape", [t], {"start": 2, "end": 3}) for t in (past_k, new_k) if t is not None]
+    new_nodes.extend(lengths)
+    total = lengths[0].outputs[0]
+    if len(lengths) == 2:
+        add = ir.node("Add", [lengths[0].outputs[0], lengths[1].outputs[0]])
+        new_nodes.append(add)
+        total = add.outputs[0]
+    ones = initializer(graph, f"attention_mask_ones_{r - 1}", np.ones(r - 1, dtype=np.int64))
+    shape = ir.node("Concat", [ones, total], {"axis": 0})
+    expand = ir.node("Expand", [mask, shape.outputs[0]])
+    expand.outputs[0].type = mask.type
+    expand.outputs[0].shape = ir.Shape([*list(mask.shape)[:-1], keys])
+    new_nodes += [shape, expand]
+    return expand.outputs[0]
 
 
 def _both_outputs(graph: ir.Graph, k: ir.Value, v: ir.Value) -> bool:
