@@ -137,10 +137,15 @@ def export_both(checkpoint: str, work: str, precision: str, exporters=EXPORTERS,
     return measures
 
 
+def _row_key(row: dict) -> tuple:
+    """What a merged row replaces: the same model, precision, exporter and prompt length."""
+    return row["model"], row["precision"], row["exporter"], row.get("prompt", 24)
+
+
 def report(rows: list[dict], json_path: str | None = None, merge: bool = False) -> None:
     """Prints the rows as a table; writes them in ``json_path`` with the machine's cores and load.
-    ``merge``: the rows of an existing file are kept unless a new row has the same model, precision
-    and exporter (runs of several models gather in one file)."""
+    ``merge``: the rows of an existing file are kept unless a new row has the same model, precision,
+    exporter and prompt length (runs of several models gather in one file)."""
     import pandas
 
     print(pandas.DataFrame(rows).to_string(index=False))
@@ -148,8 +153,8 @@ def report(rows: list[dict], json_path: str | None = None, merge: bool = False) 
         kept = []
         if merge and os.path.isfile(json_path):
             with open(json_path, encoding="utf-8") as f:
-                new_keys = {(r["model"], r["precision"], r["exporter"]) for r in rows}
-                kept = [r for r in json.load(f)["rows"] if (r["model"], r["precision"], r["exporter"]) not in new_keys]
+                new_keys = {_row_key(r) for r in rows}
+                kept = [r for r in json.load(f)["rows"] if _row_key(r) not in new_keys]
         with open(json_path, "w", encoding="utf-8") as f:
             json.dump(dict(rows=kept + rows, cpus=os.cpu_count(), load=os.getloadavg()), f, indent=1)
 
@@ -239,7 +244,8 @@ def main(argv=None) -> list[dict]:
                 rows.append(dict(model=args.model, precision=precision, exporter=name,
                                  export_s=round(m["seconds"], 1), peak_rss_gb=round(m["peak_rss"] / 1e9, 2),
                                  size_mb=round(folder_size(folder) / 1e6), prefill_tok_s=round(args.prompt / prefill, 1),
-                                 decode_tok_s=round(steps / decode, 2), same_tokens=same))
+                                 decode_tok_s=round(steps / decode, 2), same_tokens=same, prompt=args.prompt,
+                                 new=args.new))
             print(json.dumps(rows[-len(measures):]), flush=True)
             loops = once = None
             for folder, _ in measures.values():  # a 7B folder's exports take disk: one precision at a time

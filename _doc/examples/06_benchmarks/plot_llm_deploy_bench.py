@@ -10,7 +10,8 @@ with ``python -m fx2onnx export FOLDER --out OUT`` or with onnxruntime-genai's m
 ``bench/bench_deploy.py`` writes such a folder from a published config (bf16, random weights
 seeded, a tokenizer made in code), exports it with both tools, each in a child process (wall
 time, peak memory), then runs both loops on the same onnxruntime, one intra-op thread, greedy,
-24 prompt tokens and 32 new ones, in interleaved rounds, the best of each kept:
+24 prompt tokens (and 1000 in the long-context rows) and 32 or 64 new ones, in interleaved rounds,
+the best of each kept:
 
 * **prefill**: the prompt's tokens / the time to the first new token;
 * **decode**: the later tokens / their time.
@@ -32,6 +33,8 @@ root = os.path.join(here, "..", "..", "..")
 with open(os.path.join(root, "_doc", "bench", "llm_deploy.json"), encoding="utf-8") as f:
     stored = json.load(f)
 rows = stored["rows"]
+for r in rows:
+    r.setdefault("prompt", 24)  # the rows stored before the prompt length was recorded
 
 # %%
 # The rows
@@ -41,14 +44,15 @@ rows = stored["rows"]
 # the same model and must agree; quantized folders round the bf16 weights into blocks their own
 # way, and on random weights (nearly uniform logits) the tokens part after a few steps.
 
-print(f"{'model':<14} {'precision':<9} {'exporter':<18} {'export s':>8} {'peak GB':>7} {'MB':>6} "
+print(f"{'model':<14} {'precision':<9} {'prompt':>6} {'exporter':<18} {'export s':>8} {'peak GB':>7} {'MB':>6} "
       f"{'prefill tok/s':>13} {'decode tok/s':>12}  same")
 for r in rows:
-    print(f"{r['model']:<14} {r['precision']:<9} {r['exporter']:<18} {r['export_s']:>8.1f} {r['peak_rss_gb']:>7.2f} "
-          f"{r['size_mb']:>6} {r['prefill_tok_s']:>13.1f} {r['decode_tok_s']:>12.2f}  {r['same_tokens']}")
+    print(f"{r['model']:<14} {r['precision']:<9} {r['prompt']:>6} {r['exporter']:<18} {r['export_s']:>8.1f} "
+          f"{r['peak_rss_gb']:>7.2f} {r['size_mb']:>6} {r['prefill_tok_s']:>13.1f} {r['decode_tok_s']:>12.2f}  "
+          f"{r['same_tokens']}")
 
-by = {(r["model"], r["precision"], r["exporter"]): r for r in rows}
-for (model, precision, exporter), r in by.items():
+by = {(r["model"], r["precision"], r["prompt"], r["exporter"]): r for r in rows}
+for (model, precision, prompt, exporter), r in by.items():
     if precision == "float32":
         assert r["same_tokens"], r  # the same model in float32: the same tokens
 
@@ -59,13 +63,14 @@ for (model, precision, exporter), r in by.items():
 # fx2onnx's value over onnxruntime-genai's (above 1: fx2onnx is faster; for files, memory and
 # export time, below 1 is better).
 
-keys = sorted({(r["model"], r["precision"]) for r in rows})
+keys = sorted({(r["model"], r["precision"], r["prompt"]) for r in rows})
 fields = ["prefill_tok_s", "decode_tok_s", "size_mb", "peak_rss_gb", "export_s"]
-print(f"{'model':<14} {'precision':<9} " + " ".join(f"{f:>13}" for f in fields))
-for model, precision in keys:
-    ours, theirs = by.get((model, precision, "fx2onnx")), by.get((model, precision, "onnxruntime-genai"))
+print(f"{'model':<14} {'precision':<9} {'prompt':>6} " + " ".join(f"{f:>13}" for f in fields))
+for model, precision, prompt in keys:
+    ours = by.get((model, precision, prompt, "fx2onnx"))
+    theirs = by.get((model, precision, prompt, "onnxruntime-genai"))
     if ours and theirs:
-        print(f"{model:<14} {precision:<9} " + " ".join(f"{ours[f] / theirs[f]:>13.2f}" for f in fields))
+        print(f"{model:<14} {precision:<9} {prompt:>6} " + " ".join(f"{ours[f] / theirs[f]:>13.2f}" for f in fields))
 
 # %%
 # Plot
@@ -73,13 +78,13 @@ for model, precision in keys:
 #
 # For every model and precision, fx2onnx (blue) and onnxruntime-genai (orange).
 
-labels = [f"{m}\n{p}" for m, p in keys]
+labels = [f"{m}\n{p}" + (f"\n{n} tokens" if n != 24 else "") for m, p, n in keys]
 fig, axes = plt.subplots(1, 4, figsize=(16, 4))
 for ax, field, title in zip(axes, ["prefill_tok_s", "decode_tok_s", "size_mb", "export_s"],
                             ["prefill tokens/s (higher is better)", "decode tokens/s (higher is better)",
                              "files (MB)", "export time (s)"]):
     for shift, (exporter, color) in enumerate([("fx2onnx", "tab:blue"), ("onnxruntime-genai", "tab:orange")]):
-        values = [by.get((m, p, exporter), {}).get(field, 0) for m, p in keys]
+        values = [by.get((m, p, n, exporter), {}).get(field, 0) for m, p, n in keys]
         ax.bar([i + 0.4 * shift for i in range(len(keys))], values, width=0.4, color=color, label=exporter)
     ax.set_xticks([i + 0.2 for i in range(len(keys))])
     ax.set_xticklabels(labels, fontsize=7)
