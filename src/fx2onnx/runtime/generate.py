@@ -18,6 +18,11 @@ only ``batch`` integers are read into numpy; the loop then costs a few calls per
 (the attention mask and the positions are views of arrays made once). A session given
 by the caller runs as it is: the logits are read and the argmax taken in numpy.
 
+A model which updates its cache in place (metadata ``fx2onnx.cache_in_place``, written by
+:mod:`fx2onnx.optimizer.rules.cache_in_place`) runs through an ``IOBinding`` instead: one
+buffer per cache input, of the prompt's length plus ``max_new_tokens``, bound as the input
+and as its output, so that a step writes the new positions and copies nothing else.
+
 A batch is left padded (``attention_mask`` holds 0 for the pads); the positions
 are computed from the mask as transformers computes them (cumulated sum minus
 one, 0 on the pads) when the model takes ``position_ids``. A sequence which
