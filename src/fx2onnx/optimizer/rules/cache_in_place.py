@@ -66,8 +66,10 @@ def _convertible(node: ir.Node, past_inputs: set[ir.Value], outputs: set[ir.Valu
         return False
     if mask.dtype != ir.DataType.BOOL and mask.dtype != q.dtype:
         return False
-    return past_key in past_inputs and past_value in past_inputs and node.outputs[1] in outputs \
-        and node.outputs[2] in outputs and not any(u for u in node.outputs[3:] if u.uses())
+    # the presents are only returned: read in the graph, a buffer bound in place would not be a concatenation
+    presents = node.outputs[1:3]
+    return past_key in past_inputs and past_value in past_inputs and all(p in outputs and not p.uses() for p in presents) \
+        and not any(u for u in node.outputs[3:] if u.uses())
 
 
 def cache_in_place(model: ir.Model) -> int:
