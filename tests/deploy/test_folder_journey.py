@@ -98,13 +98,19 @@ def test_left_padded_batch_with_the_cache_in_place(folders):
 
 @pytest.mark.slow  # make test exports the default (last position) folder; this one in make test-all
 def test_all_logits_keeps_every_position(folders, tmp_path):
-    """``--all-logits``: the logits of every prompt position, equal to eager's (to score a text)."""
+    """``--all-logits``: the logits of every prompt position, equal to eager's (to score a text);
+    with ``--concatenated-cache``, the standard Attention concatenating the past."""
     from fx2onnx.validation import run_onnx
 
     checkpoint, _ = folders
     out = str(tmp_path / "all")
-    assert main(["export", checkpoint, "--out", out, "--quiet", "--all-logits", "--no-validate"]) == 0
-    assert json.load(open(os.path.join(out, "fx2onnx.json")))["logits"] == "all"
+    assert main(["export", checkpoint, "--out", out, "--quiet", "--all-logits", "--no-validate",
+                 "--concatenated-cache"]) == 0
+    metadata = json.load(open(os.path.join(out, "fx2onnx.json")))
+    assert metadata["logits"] == "all" and metadata["cache"] == "concatenated"
+    assert json.load(open(os.path.join(out, "genai_config.json")))["search"]["past_present_share_buffer"] is False
+    ops = [n.op_type for n in onnx.load(os.path.join(out, "model.onnx"), load_external_data=False).graph.node]
+    assert ops.count("Attention") == 2 and "GroupQueryAttention" not in ops
     model, _ = _eager(checkpoint)
     ids = torch.tensor([[5, 60, 7, 200, 31, 8]])
     with torch.no_grad():
