@@ -84,6 +84,8 @@ def cache_in_place(model: ir.Model) -> int:
     if not all(_convertible(n, inputs, outputs) for n in attentions):
         return 0
     pasts = {v for n in attentions for v in n.inputs[4:6]}
+    if len(pasts) != 2 * len(attentions):  # a past read by two attentions (shared layers): one buffer, two writers
+        return 0
     # every other input of the graph is a token input, not a cache this rule leaves concatenated
     others = [v for v in inputs - pasts if v is not mask_input and v is not new_input and v.name != "position_ids"]
     if others:
