@@ -193,3 +193,34 @@ def test_onnxruntime_genai_builder_on_the_same_folder_agrees(tmp_path):
         theirs.append(int(generator.get_next_tokens()[0]))
     assert len(set(result.new_ids[0])) > 1
     assert theirs[: len(result.new_ids[0])] == result.new_ids[0]
+
+
+def test_suppressed_ids_outside_the_vocabulary_are_ignored():
+    """transformers' suppress processors test ``isin`` over the vocabulary: an id past it (the default
+    ``begin_suppress_tokens`` of Whisper, ``[220, 50256]``, kept by a small model) suppresses nothing."""
+    from fx2onnx.runtime.speech import _Suppress, suppress_logits
+    from fx2onnx.runtime.speech_seq2seq import _Greedy
+
+    logits = np.arange(8, dtype=np.float32)[None].repeat(2, axis=0)
+    kept = logits.copy()
+    suppress_logits(kept, np.array([220, 50256, -1], dtype=np.int64))
+    assert (kept == logits).all()
+    sequences = np.zeros((2, 1), dtype=np.int64)
+    for chooser in (_Suppress(1, suppress=[50256], begin=[220, 7, 50256]).chooser(),
+                    _Greedy(1, suppress=[50256], begin=[220, 7, 50256]).chooser()):
+        assert chooser(logits, sequences, None).tolist() == [6, 6]  # 7 suppressed at the first token
+        assert chooser(logits, np.zeros((2, 2), dtype=np.int64), None).tolist() == [7, 7]
+
+
+@pytest.mark.slow
+def test_task_zoo_whisper_generates_transformers_tokens():
+    """The task zoo's tiny Whisper (vocabulary 1024, the configuration's default begin_suppress_tokens
+    ``[220, 50256]``): its folder exported then generating gives transformers' greedy tokens."""
+    from fx2onnx.models.task_generate import compare_folder_generation
+    from fx2onnx.models.tasks import get_task_architecture, tiny_task_model
+
+    model, config = tiny_task_model(get_task_architecture("speech-seq2seq", "whisper"))
+    assert max(config.begin_suppress_tokens) >= config.vocab_size  # the case under test
+    result = compare_folder_generation(model, config)
+    assert result["equal"], result
+    assert result["new_tokens"] == 8

@@ -174,3 +174,41 @@ def test_capture_check_sentence_counts_checked_and_flagged_rows():
     assert "checked the 2 captured by torch.export and flagged 1: ``b``." in text, text
     assert capture_check_sentence(rows[:1]).endswith("checked the 1 captured by torch.export and flagged 0.")
     assert capture_check_sentence([row("d", checked=False)]).endswith("ran with it (1 ran before it existed).")
+
+
+def test_generate_missing_and_regenerate_select_the_generating_rows(monkeypatch, tmp_path):
+    """``--generate-missing`` computes the ``generate`` entry of the matched to_onnx rows of both generating
+    tasks (image-text-to-text, speech-seq2seq) which have none; ``--regenerate`` those which have one too."""
+    import fx2onnx.models.library_zoo as zoo
+
+    path = tmp_path / "rows_tasks.json"
+
+    def row(architecture, exporter="to_onnx", success=True, **extra):
+        r = zoo._empty_row("tasks", architecture, architecture, exporter, "batch")
+        r.update({"success": success, "time": 1.0, "max_abs": 1e-6, "spread": 1, **extra})
+        return r
+
+    done = {"equal": True, "new_tokens": 8, "time": 1.0}
+    old = [row("image-text-to-text/a"), row("image-text-to-text/b", generate=done), row("speech-seq2seq/c"),
+           row("speech-seq2seq/d", generate=dict(done, equal=False, error="generate: IndexError")),
+           row("speech-seq2seq/e", exporter="dynamo"), row("speech-seq2seq/f", success=False),
+           row("image-classification/g")]
+    zoo.save_library_rows(old, path, {"discovered": {r["architecture"]: r["model"] for r in old}, "command": "tasks"})
+    monkeypatch.setattr(zoo, "discover", lambda library: pytest.fail("the generate entries come from rows of the file"))
+    selected = []
+
+    def fake_run_tasks(todo, run, failed, on_row, **kwargs):
+        assert run is zoo._run_generate
+        selected.append(sorted(t[0]["architecture"] for t in todo))
+        for (r,) in todo:
+            on_row(dict(r, generate=dict(done)))
+
+    monkeypatch.setattr(zoo, "run_tasks", fake_run_tasks)
+    zoo.build_library_rows(path, "tasks", workers=1, generate_missing=True)
+    assert selected[-1] == ["image-text-to-text/a", "speech-seq2seq/c"]
+    _, meta = zoo.build_library_rows(path, "tasks", only="^speech", workers=1, regenerate=True)
+    assert selected[-1] == ["speech-seq2seq/c", "speech-seq2seq/d"]
+    written, _ = zoo.load_library_rows(path)
+    assert {r["architecture"]: bool((r.get("generate") or {}).get("equal")) for r in written if r.get("generate")} == {
+        "image-text-to-text/a": True, "image-text-to-text/b": True, "speech-seq2seq/c": True, "speech-seq2seq/d": True}
+    assert meta["command"] == "tasks"  # the page names the command which computed the rows

@@ -300,7 +300,7 @@ def _locked(path: Path):
 def build_library_rows(
     path: str | Path, library: str, only: str | None = None, exporters: Sequence[str] | None = None,
     shapes: Sequence[str] = SHAPES, workers: int = 2, timeout: float = 300.0, missing_only: bool = False,
-    memory_gb: float = 6.0, stale_only: bool = False, generate_missing: bool = False,
+    memory_gb: float = 6.0, stale_only: bool = False, generate_missing: bool = False, regenerate: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Runs the selected rows of ``library`` and merges them into the rows file ``path``; each worker
     may use ``memory_gb`` more than it holds when it starts (a row above runs out of memory).
@@ -308,14 +308,16 @@ def build_library_rows(
     file run before the weights were spread (:func:`~fx2onnx.models.library_report.is_stale`), the
     quickest (by their last time) first: a run stopped early has rerun the most rows; ``generate_missing``
     computes only the ``generate`` entry of the matched rows which should have one and have none
-    (:func:`generate_row`), the rest of each row kept."""
+    (:func:`generate_row`), the rest of each row kept; ``regenerate`` the same for every matched row
+    which should have one, present or not (an entry computed by older code)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     key = sources_hash(skip=NOT_KEYED)
     old_rows, meta = load_library_rows(path)
     rows = {_key(r): r for r in old_rows}
-    if generate_missing:  # rows of the file, no discovery
-        todo = [(r,) for r in old_rows if _generates(r) and "generate" not in r
+    generating = generate_missing or regenerate
+    if generating:  # rows of the file, no discovery
+        todo = [(r,) for r in old_rows if _generates(r) and (regenerate or "generate" not in r)
                 and (not only or re.search(only, r["architecture"]))]
     elif stale_only:  # rows of the file: no discovery (timm's creates ~1500 models on meta, minutes)
         from .library_report import is_stale
@@ -334,21 +336,21 @@ def build_library_rows(
             versions[package] = __import__(package).__version__.split("+")[0]
     previous_command = meta.get("command")
     meta = dict(meta, library=library, date=datetime.date.today().isoformat(), workers=workers, **versions)
-    meta["discovered"] = (meta["discovered"] if (stale_only or generate_missing) and meta.get("discovered")
+    meta["discovered"] = (meta["discovered"] if (stale_only or generating) and meta.get("discovered")
                           else discover(library))
     meta["command"] = (f"python -m fx2onnx.models.library_zoo {library}" + (f" --only '{only}'" if only else "")
                        + ("" if set(LIBRARY_SHAPES.get(library, SHAPES)) <= set(shapes)
                           else " --shapes " + " ".join(shapes))
                        + (" --missing" if missing_only else "") + (" --stale" if stale_only else "")
-                       + (" --generate-missing" if generate_missing else ""))
-    if generate_missing and previous_command:  # the page names the command which computed the rows
+                       + (" --generate-missing" if generate_missing else "") + (" --regenerate" if regenerate else ""))
+    if generating and previous_command:  # the page names the command which computed the rows
         meta["command"] = previous_command
 
     done: set[tuple] = set()
 
     def on_row(row: dict[str, Any]) -> None:
         done.add(_key(row))
-        if generate_missing:  # the row keeps the hash of the code which exported it
+        if generating:  # the row keeps the hash of the code which exported it
             row["generate"]["hash"] = key
         else:
             row["hash"] = key
@@ -361,7 +363,7 @@ def build_library_rows(
     begin = time.perf_counter()
     if todo:
         with contextlib.suppress(KeyboardInterrupt):
-            run, failed = (_run_generate, _failed_generate) if generate_missing else (_run_row, _failed_row)
+            run, failed = (_run_generate, _failed_generate) if generating else (_run_row, _failed_row)
             run_tasks(todo, run, failed, workers=workers, timeout=timeout, progress=None,
                       memory_gb=memory_gb, on_row=on_row, description=library)
     meta["duration"] = time.perf_counter() - begin
@@ -389,7 +391,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stale", action="store_true", help="only the rows of the file run before the weights "
                         "were spread (marked † on the page), the quickest first")
     parser.add_argument("--generate-missing", action="store_true", help="tasks: only the generate entry of the "
-                        "matched image-text-to-text rows which have none (the folder exported, then generating)")
+                        "matched rows of the generating tasks (image-text-to-text, speech-seq2seq) which have none "
+                        "(the folder exported, then generating)")
+    parser.add_argument("--regenerate", action="store_true", help="tasks: as --generate-missing, the generate "
+                        "entry of every matched row which should have one computed again, present or not")
     parser.add_argument("--memory-gb", type=float, default=6.0, help="memory a worker may add (GB)")
     parser.add_argument("--out", default="_doc/models", help="folder of the rows file rows_<library>.json")
     args = parser.parse_args(argv)
@@ -398,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = Path(args.out) / f"rows_{args.library}.json"
     rows, meta = build_library_rows(path, args.library, args.only, args.exporters, args.shapes,
                                     args.workers, args.timeout, args.missing, args.memory_gb, args.stale,
-                                    args.generate_missing)
+                                    args.generate_missing, args.regenerate)
     for exporter in args.exporters or EXPORTERS:
         for shape in args.shapes:
             mine = [r for r in rows if r["exporter"] == exporter and r["shapes"] == shape]

@@ -84,10 +84,21 @@ def write_wav(path: str | os.PathLike, samples: np.ndarray, sampling_rate: int =
         f.writeframes(pcm.tobytes())
 
 
+def suppress_logits(logits: np.ndarray, ids: np.ndarray) -> None:
+    """Sets ``logits[:, ids]`` to ``-inf`` in place, the ids outside the vocabulary (the logits' last
+    dimension) ignored as transformers' ``SuppressTokensLogitsProcessor`` and
+    ``SuppressTokensAtBeginLogitsProcessor`` ignore them (``isin`` over the vocabulary): a small model
+    keeps the default ``begin_suppress_tokens`` of its configuration (Whisper's ``[220, 50256]``)."""
+    ids = ids[(ids >= 0) & (ids < logits.shape[-1])]
+    if ids.size:
+        logits[:, ids] = -np.inf
+
+
 class _Suppress:
     """What transformers' Whisper generate does to the logits, greedy: ``-inf`` on ``suppress``
-    at every step, on ``begin`` at the first generated token; or, for the language detection,
-    ``-inf`` everywhere but on ``only``. Duck-typed as a :class:`fx2onnx.runtime.sampling.Sampling`."""
+    at every step, on ``begin`` at the first generated token (the ids outside the vocabulary
+    ignored, :func:`suppress_logits`); or, for the language detection, ``-inf`` everywhere but on
+    ``only``. Duck-typed as a :class:`fx2onnx.runtime.sampling.Sampling`."""
 
     needs_logits = True
 
@@ -104,10 +115,9 @@ class _Suppress:
                 kept = logits[:, self.only]
                 logits = np.full_like(logits, -np.inf)
                 logits[:, self.only] = kept
-            if self.suppress.size:
-                logits[:, self.suppress] = -np.inf
-            if self.begin.size and sequences.shape[1] == self.begin_index:
-                logits[:, self.begin] = -np.inf
+            suppress_logits(logits, self.suppress)
+            if sequences.shape[1] == self.begin_index:
+                suppress_logits(logits, self.begin)
             return logits.argmax(axis=-1).astype(np.int64)
 
         return choose

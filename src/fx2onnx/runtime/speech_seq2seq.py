@@ -39,7 +39,7 @@ import numpy as np
 
 from .folder import FOLDER_METADATA, _read_json, session_options
 from .generate import OnnxGenerator
-from .speech import NOT_SPEECH, SpeechFolder, SpeechResult
+from .speech import NOT_SPEECH, SpeechFolder, SpeechResult, suppress_logits
 
 #: the decoder's input taking the feature extractor's attention mask (:mod:`fx2onnx.deploy.speech_generic`)
 FEATURES_MASK = "features_attention_mask"
@@ -71,7 +71,9 @@ class _Greedy:
     """The logits processors transformers' greedy generate applies from the generation config:
     ``-inf`` on ``suppress`` at every step, on ``begin`` at the first generated token, on the
     end-of-sequence tokens while the sequence is shorter than ``min_length`` or has fewer than
-    ``min_new_tokens`` new tokens. Duck-typed as a :class:`fx2onnx.runtime.sampling.Sampling`."""
+    ``min_new_tokens`` new tokens (the ids outside the vocabulary ignored, as transformers ignores
+    them: :func:`fx2onnx.runtime.speech.suppress_logits`). Duck-typed as a
+    :class:`fx2onnx.runtime.sampling.Sampling`."""
 
     needs_logits = True
 
@@ -86,13 +88,12 @@ class _Greedy:
     def chooser(self) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
         def choose(logits: np.ndarray, sequences: np.ndarray, _mask: np.ndarray) -> np.ndarray:
             logits = np.array(logits, dtype=np.float32)
-            if self.suppress.size:
-                logits[:, self.suppress] = -np.inf
+            suppress_logits(logits, self.suppress)
             length = sequences.shape[1]
-            if self.begin.size and length == self.prompt:
-                logits[:, self.begin] = -np.inf
-            if self.eos.size and (length < self.min_length or length - self.prompt < self.min_new_tokens):
-                logits[:, self.eos] = -np.inf
+            if length == self.prompt:
+                suppress_logits(logits, self.begin)
+            if length < self.min_length or length - self.prompt < self.min_new_tokens:
+                suppress_logits(logits, self.eos)
             return logits.argmax(axis=-1).astype(np.int64)
 
         return choose
