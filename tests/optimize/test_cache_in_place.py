@@ -52,6 +52,9 @@ def test_cache_in_place_matches_eager_and_generates(arch):
     expected = tiny.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=8, do_sample=False,
                                    pad_token_id=0)
     assert generator.generate(ids, 8, attention_mask=mask).tolist() == expected.tolist()
+    # buffers of 2 new positions at first, grown (copied) three times on the way: the same tokens
+    generator.cache_chunk = 2
+    assert generator.generate(ids, 8, attention_mask=mask).tolist() == expected.tolist()
 
 
 def test_cache_in_place_leaves_a_model_without_token_inputs_unchanged():

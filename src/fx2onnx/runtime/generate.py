@@ -274,6 +274,8 @@ class OnnxGenerator:
         #: the model updates its cache in place (:mod:`fx2onnx.optimizer.rules.cache_in_place`): each
         #: past input and its present output are bound to one buffer holding the whole generation
         self.in_place = metadata.get(IN_PLACE_METADATA_KEY) == "1"
+        #: with the cache in place: the new tokens the first buffer holds beyond the prompt (doubled when full)
+        self.cache_chunk = 256
 
     def _bind_in_place(self, empty: list[np.ndarray], capacity: int, fixed: list[Any], first_output: str) -> Any:
         """The session's IOBinding with every cache input and its output bound to one buffer
@@ -282,17 +284,30 @@ class OnnxGenerator:
 
         binding = self.session.io_binding()
         binding.bind_output(first_output, "cpu")  # the first of the outputs the binding returns
-        self._buffers = []
-        for (name, output, shape, type_), array in zip(self.signature.cache, empty):
-            axis = shape.index(0)
-            full = np.zeros(array.shape[:axis] + (capacity,) + array.shape[axis + 1:], dtype=array.dtype)
-            value = OrtValue(_ortvalue(self._C, full, type_, self._device))
-            self._buffers.append((full, value))
-            binding.bind_ortvalue_input(name, value)
-            binding.bind_ortvalue_output(output, value)
+        self._buffers: list[tuple[np.ndarray, Any]] = []
+        for array in empty:
+            self._buffers.append((array, None))
+        self._grow_in_place(binding, capacity)
         for name, value in zip(self.signature.constants, fixed):
             binding.bind_ortvalue_input(name, OrtValue(value))
         return binding
+
+    def _grow_in_place(self, binding: Any, capacity: int) -> None:
+        """Binds buffers of ``capacity`` positions to every cache input and its output, the
+        positions the former buffers held copied at their start."""
+        from onnxruntime import OrtValue
+
+        buffers = []
+        for (name, output, shape, type_), (old, _) in zip(self.signature.cache, self._buffers):
+            axis = shape.index(0)
+            full = np.zeros(old.shape[:axis] + (capacity,) + old.shape[axis + 1:], dtype=old.dtype)
+            index = (slice(None),) * axis + (slice(0, old.shape[axis]),)
+            full[index] = old
+            value = OrtValue(_ortvalue(self._C, full, type_, self._device))
+            buffers.append((full, value))
+            binding.bind_ortvalue_input(name, value)
+            binding.bind_ortvalue_output(output, value)
+        self._buffers = buffers
 
     def _constants(self, constants: dict[str, Any]) -> list[Any]:
         """The C++ values of the constant inputs, in the order of the signature."""
@@ -392,12 +407,17 @@ class OnnxGenerator:
         feeds.push_back(from_numpy(ids, device))
         for value in past:
             feeds.push_back(value)
-        binding = self._bind_in_place(empty, length + max_new_tokens, fixed, fetch_names[0]) if self.in_place \
-            else None
+        # a buffer for the prompt and the first cache_chunk tokens, twice as large when full (a generation
+        # stopped early by its end token does not hold memory for max_new_tokens)
+        capacity = length + min(max_new_tokens, self.cache_chunk)
+        binding = self._bind_in_place(empty, capacity, fixed, fetch_names[0]) if self.in_place else None
         step_ids = ids
         for step in range(max_new_tokens):
             begin = time.perf_counter()
             if binding is not None:  # the cache stays where it is bound: the token inputs alone change
+                if length + step > capacity:
+                    capacity = min(2 * capacity, length + max_new_tokens)
+                    self._grow_in_place(binding, capacity)
                 binding.bind_cpu_input("input_ids", step_ids)
                 if sig.has_attention_mask:
                     binding.bind_cpu_input("attention_mask", step_mask)
