@@ -20,8 +20,9 @@ by the caller runs as it is: the logits are read and the argmax taken in numpy.
 
 A model which updates its cache in place (metadata ``fx2onnx.cache_in_place``, written by
 :mod:`fx2onnx.optimizer.rules.cache_in_place`) runs through an ``IOBinding`` instead: one
-buffer per cache input, of the prompt's length plus ``max_new_tokens``, bound as the input
-and as its output, so that a step writes the new positions and copies nothing else.
+buffer per cache input, bound as the input and as its output, so that a step writes the new
+positions and copies nothing else; it holds the prompt and :attr:`OnnxGenerator.cache_chunk`
+new tokens, and is copied into one twice as large when full.
 
 A batch is left padded (``attention_mask`` holds 0 for the pads); the positions
 are computed from the mask as transformers computes them (cumulated sum minus
@@ -272,7 +273,7 @@ class OnnxGenerator:
         self.last_times: GenerationTimes | None = None
         metadata = self.session.get_modelmeta().custom_metadata_map
         #: the model updates its cache in place (:mod:`fx2onnx.optimizer.rules.cache_in_place`): each
-        #: past input and its present output are bound to one buffer holding the whole generation
+        #: past input and its present output are bound to one buffer (grown when full)
         self.in_place = metadata.get(IN_PLACE_METADATA_KEY) == "1"
         #: with the cache in place: the new tokens the first buffer holds beyond the prompt (doubled when full)
         self.cache_chunk = 256
@@ -284,30 +285,26 @@ class OnnxGenerator:
 
         binding = self.session.io_binding()
         binding.bind_output(first_output, "cpu")  # the first of the outputs the binding returns
-        self._buffers: list[tuple[np.ndarray, Any]] = []
-        for array in empty:
-            self._buffers.append((array, None))
-        self._grow_in_place(binding, capacity)
+        self._grow_in_place(binding, capacity, empty)
         for name, value in zip(self.signature.constants, fixed):
             binding.bind_ortvalue_input(name, OrtValue(value))
         return binding
 
-    def _grow_in_place(self, binding: Any, capacity: int) -> None:
+    def _grow_in_place(self, binding: Any, capacity: int, current: list[np.ndarray]) -> None:
         """Binds buffers of ``capacity`` positions to every cache input and its output, the
-        positions the former buffers held copied at their start."""
+        positions of ``current`` (the former buffers, or the empty cache) copied at their start;
+        ``self._buffers`` keeps them (an OrtValue made from numpy shares its buffer)."""
         from onnxruntime import OrtValue
 
-        buffers = []
-        for (name, output, shape, type_), (old, _) in zip(self.signature.cache, self._buffers):
+        self._buffers: list[tuple[np.ndarray, Any]] = []
+        for (name, output, shape, type_), old in zip(self.signature.cache, current):
             axis = shape.index(0)
             full = np.zeros(old.shape[:axis] + (capacity,) + old.shape[axis + 1:], dtype=old.dtype)
-            index = (slice(None),) * axis + (slice(0, old.shape[axis]),)
-            full[index] = old
+            full[(slice(None),) * axis + (slice(0, old.shape[axis]),)] = old
             value = OrtValue(_ortvalue(self._C, full, type_, self._device))
-            buffers.append((full, value))
+            self._buffers.append((full, value))
             binding.bind_ortvalue_input(name, value)
             binding.bind_ortvalue_output(output, value)
-        self._buffers = buffers
 
     def _constants(self, constants: dict[str, Any]) -> list[Any]:
         """The C++ values of the constant inputs, in the order of the signature."""
@@ -417,7 +414,7 @@ class OnnxGenerator:
             if binding is not None:  # the cache stays where it is bound: the token inputs alone change
                 if length + step > capacity:
                     capacity = min(2 * capacity, length + max_new_tokens)
-                    self._grow_in_place(binding, capacity)
+                    self._grow_in_place(binding, capacity, [full for full, _ in self._buffers])
                 binding.bind_cpu_input("input_ids", step_ids)
                 if sig.has_attention_mask:
                     binding.bind_cpu_input("attention_mask", step_mask)

@@ -72,6 +72,20 @@ def _convertible(node: ir.Node, past_inputs: set[ir.Value], outputs: set[ir.Valu
         and not any(u for u in node.outputs[3:] if u.uses())
 
 
+def _bias(graph: ir.Graph, before: ir.Node, mask: ir.Value, dtype: ir.DataType) -> ir.Value:
+    """The attention bias of ``mask``: itself when it is a float mask, ``Where(mask, 0, lowest)``
+    for a boolean one (inserted before ``before``)."""
+    if mask.dtype != ir.DataType.BOOL:
+        return mask
+    np_type = np.float32 if dtype == ir.DataType.FLOAT else np.float16
+    zero = initializer(graph, f"cache_in_place_zero_{np_type.__name__}", np.array(0, dtype=np_type))
+    low = initializer(graph, f"cache_in_place_low_{np_type.__name__}", np.array(np.finfo(np_type).min, dtype=np_type))
+    where = ir.node("Where", [mask, zero, low])
+    where.outputs[0].dtype, where.outputs[0].shape = dtype, mask.shape
+    graph.insert_before(before, where)
+    return where.outputs[0]
+
+
 def cache_in_place(model: ir.Model) -> int:
     """Rewrites every ``Attention`` with a past (see the module); returns how many (0: unchanged)."""
     graph = model.graph
@@ -123,23 +137,16 @@ def cache_in_place(model: ir.Model) -> int:
     total.outputs[0].dtype, seqlens.outputs[0].dtype = int32, int32
     total.outputs[0].shape, seqlens.outputs[0].shape = ir.Shape([]), ir.Shape([None])
     past_len.outputs[0].dtype, past_len.outputs[0].shape = ir.DataType.INT64, ir.Shape([1])
-    for shape in shapes:
+    for shape in shapes:  # the buffer's capacity is not the past length: its shape is read no more
         ir.convenience.replace_all_uses_with(shape.outputs[0], past_len.outputs[0])
+        graph.remove(shape, safe=True)
 
     biases: dict[ir.Value, ir.Value] = {}
     for node in attentions:
         q, k, v, mask, past_key, past_value = node.inputs
-        bias = biases.get(mask)
-        if bias is None and mask.dtype == ir.DataType.BOOL:
-            dtype = np.float32 if q.dtype == ir.DataType.FLOAT else np.float16
-            zero = initializer(graph, f"cache_in_place_zero_{dtype.__name__}", np.array(0, dtype=dtype))
-            low = initializer(graph, f"cache_in_place_low_{dtype.__name__}", np.array(np.finfo(dtype).min, dtype=dtype))
-            where = ir.node("Where", [mask, zero, low])
-            where.outputs[0].dtype, where.outputs[0].shape = q.dtype, mask.shape
-            graph.insert_before(node, where)
-            bias = biases[mask] = where.outputs[0]
-        elif bias is None:
-            bias = biases[mask] = mask
+        if mask not in biases:  # one bias per mask, shared by the layers reading it
+            biases[mask] = _bias(graph, node, mask, q.dtype)
+        bias = biases[mask]
         attributes = {"num_heads": attr(node, "q_num_heads"), "kv_num_heads": attr(node, "kv_num_heads"), "causal": 1}
         if attr(node, "scale") is not None:
             attributes["scale"] = attr(node, "scale")
