@@ -102,7 +102,8 @@ def _export_checkpoint(args: argparse.Namespace) -> int:
         args.model, args.out, task=args.task, dtype=args.dtype, with_cache=not args.no_cache,
         optimize=args.optimize or "onnxruntime", quantize=args.quantize, block_size=args.block_size,
         symmetric=not args.asymmetric, opset=args.opset, all_logits=args.all_logits,
-        cache_in_place=not args.concatenated_cache, validate=args.validate,
+        cache_in_place=not args.concatenated_cache, capture_all_layers=args.capture_all_layers,
+        validate=args.validate,
         atol=args.atol, rtol=args.rtol,
         progress=not args.quiet,
         log=lambda line: print(line, file=sys.stderr, flush=True),
@@ -416,6 +417,9 @@ def make_parser() -> argparse.ArgumentParser:
                      help="a causal LM concatenates its past and new keys at each step (the standard Attention) "
                           "instead of updating a buffer in place (onnxruntime's GroupQueryAttention, the default "
                           "at --optimize onnxruntime)")
+    exp.add_argument("--capture-all-layers", action="store_true",
+                     help="a checkpoint folder: trace every decoder layer with torch.export (by default a stack of "
+                          "identical layers is captured with two, the others copied in ONNX)")
     exp.add_argument("--all-logits", action="store_true",
                      help="a causal LM: the logits of every position (to score a text); by default those of the "
                           "last position, all generation reads (the prompt's first token is faster)")

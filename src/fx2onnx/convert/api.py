@@ -313,6 +313,7 @@ def to_onnx(
     patches: bool | str = "auto",
     weights: dict[str, Any] | None = None,
     check_capture: bool | str = True,
+    after_conversion: Any = None,
 ) -> onnx.ModelProto:
     """Exports a PyTorch model to ONNX with fx2onnx's own converter.
 
@@ -376,6 +377,9 @@ def to_onnx(
         warns instead (:class:`~fx2onnx.CaptureMismatchWarning`); False skips it.
         The check costs one eager run and one run of the program; it is skipped when a weight or an
         input is on the meta device, for an ExportedProgram and for programs drawing random numbers
+    :param after_conversion: a function called with the converted :class:`onnx_ir.Model` before it is
+        optimized, to change it in place (:func:`fx2onnx.weights.repeat_layers.stamp_layers` adds the
+        layers a short capture left out)
     :return: the ONNX model; when it was saved with external data, the ModelProto of the
         file without the bytes of the weights (``onnx.load(filename)`` loads them when they
         fit in memory, onnxruntime and :func:`fx2onnx.validate` take the path)
@@ -458,6 +462,8 @@ def to_onnx(
             export_modules_as_functions=export_modules_as_functions,
             weights=weights,
         )
+    if after_conversion is not None:
+        stages.run("after conversion", after_conversion, onnx_model)
     if level is not None:
         from ..optimizer.api import optimize as optimize_levels
 

@@ -21,6 +21,14 @@ def model_from_checkpoint_config(folder: str | os.PathLike, dtype: torch.dtype |
     import transformers
 
     config = transformers.AutoConfig.from_pretrained(os.fspath(folder))
+    return model_from_config(config, dtype, folder)
+
+
+def model_from_config(config: Any, dtype: torch.dtype | str | None = None, folder: Any = "the folder") -> torch.nn.Module:
+    """The transformers model of ``config`` (class ``architectures[0]``) on the meta device, in
+    evaluation mode (see :func:`model_from_checkpoint_config`)."""
+    import transformers
+
     architectures = getattr(config, "architectures", None) or []
     model_class = getattr(transformers, architectures[0], None) if architectures else None
     if model_class is None:

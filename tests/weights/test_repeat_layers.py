@@ -1,0 +1,149 @@
+"""A stack of identical layers captured with two, the others stamped in ONNX (fx2onnx.weights.repeat_layers)."""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+import transformers
+
+import fx2onnx
+from fx2onnx.deploy import export_folder
+from fx2onnx.models.tokenizer import write_checkpoint_folder
+from fx2onnx.weights.repeat_layers import LayersNotRepeatable, LayerStack, layer_stack, short_config, stamp_layers
+
+
+class Block(torch.nn.Module):
+    def __init__(self, index: int, first_differs: bool = False):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.layer_idx = index
+        self.first_differs = first_differs
+
+    def forward(self, x, scale):
+        y = x + torch.relu(self.linear(x)) * scale[..., : x.shape[-1]]
+        return y * 2 if self.first_differs and self.layer_idx == 0 else y
+
+
+class Stack(torch.nn.Module):
+    def __init__(self, n: int, first_differs: bool = False):
+        super().__init__()
+        self.embed = torch.nn.Linear(4, 8)
+        self.layers = torch.nn.ModuleList(Block(i, first_differs) for i in range(n))
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x, scale):
+        x = self.embed(x)
+        for layer in self.layers:
+            x = layer(x, scale)
+        return self.head(x)
+
+
+def _short_of(full: Stack, first_differs: bool = False) -> Stack:
+    short = Stack(2, first_differs)
+    short.load_state_dict({k: v for k, v in full.state_dict().items() if not k.startswith(("layers.2", "layers.3"))})
+    return short.eval()
+
+
+def test_stamped_layers_compute_the_full_stack():
+    torch.manual_seed(0)
+    full = Stack(4).eval()
+    x, scale = torch.randn(3, 5, 4), torch.rand(1, 1, 10)
+    weights = full.state_dict()
+    onx = fx2onnx.to_onnx(_short_of(full), (x, scale), dynamic_shapes=({0: "batch", 1: "seq"}, None),
+                          after_conversion=lambda m: stamp_layers(m, LayerStack("layers", 4), weights.__getitem__))
+    names = {i.name for i in onx.graph.initializer}
+    assert {f"layers.{k}.linear.bias" for k in range(4)} <= names
+    assert collections.Counter(n.op_type for n in onx.graph.node)["Relu"] == 4
+    session = ort.InferenceSession(onx.SerializeToString(), providers=["CPUExecutionProvider"])
+    for shape in ((3, 5, 4), (2, 7, 4)):
+        x = torch.randn(*shape)
+        got = session.run(None, {"x": x.numpy(), "scale": scale.numpy()})[0]
+        np.testing.assert_allclose(got, full(x, scale).detach().numpy(), atol=1e-5)
+
+
+def test_layers_whose_graphs_differ_are_refused():
+    full = Stack(4, first_differs=True).eval()
+    x, scale = torch.randn(3, 5, 4), torch.rand(1, 1, 10)
+    weights = full.state_dict()
+    # the modules look alike (the index is not compared), the graphs of layers 0 and 1 do not
+    assert layer_stack(full, type("Config", (), {"num_hidden_layers": 4})()) == LayerStack("layers", 4)
+    with pytest.raises(LayersNotRepeatable, match="layers 0 and 1"):
+        fx2onnx.to_onnx(_short_of(full, True), (x, scale),
+                        after_conversion=lambda m: stamp_layers(m, LayerStack("layers", 4), weights.__getitem__))
+
+
+def test_layer_stack_refuses_layers_of_several_kinds():
+    config = transformers.Gemma3TextConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=6,
+                                           num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                           vocab_size=128, sliding_window=8)
+    with torch.device("meta"):
+        model = transformers.Gemma3ForCausalLM(config)
+    assert layer_stack(model) is None  # sliding-window layers among full-attention ones
+    llama = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                                     num_attention_heads=2, num_key_value_heads=1, vocab_size=128)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(llama)
+    assert layer_stack(model) == LayerStack("model.layers", 4)
+    assert short_config(llama).num_hidden_layers == 2 and llama.num_hidden_layers == 4
+    assert short_config(config).layer_types == config.layer_types[:2]
+
+
+def _tiny(architecture: str, layers: int):
+    common = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
+                  num_key_value_heads=2, vocab_size=384, max_position_embeddings=256, architectures=[architecture])
+    name = architecture.replace("ForCausalLM", "Config")
+    return getattr(transformers, name)(**common)
+
+
+def _feeds(session):
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for i in session.get_inputs():
+        if i.name == "input_ids":
+            feeds[i.name] = rng.integers(0, 384, (1, 3)).astype(np.int64)
+        elif i.name == "attention_mask":
+            feeds[i.name] = np.ones((1, 8), np.int64)
+        elif i.name == "position_ids":
+            feeds[i.name] = np.array([[5, 6, 7]], np.int64)
+        else:  # onnxruntime's GroupQueryAttention takes several new tokens after a past on a batch of one
+            shape = [1 if d == "batch" else 5 if isinstance(d, str) else d for d in i.shape]
+            if i.type == "tensor(int64)":  # the count of tokens a sliding cache has seen
+                feeds[i.name] = np.zeros(shape, np.int64)
+            else:
+                feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+@pytest.mark.parametrize("architecture", [
+    "LlamaForCausalLM",
+    pytest.param("Qwen2ForCausalLM", marks=pytest.mark.slow),
+    pytest.param("Phi3ForCausalLM", marks=pytest.mark.slow),
+    pytest.param("MistralForCausalLM", marks=pytest.mark.slow),
+])
+def test_folder_stamped_equals_full_capture(tmp_path, architecture):
+    checkpoint = str(tmp_path / "checkpoint")
+    write_checkpoint_folder(_tiny(architecture, 4), checkpoint, dtype="bfloat16", std=0.3)
+    lines = []
+    stamped = export_folder(checkpoint, tmp_path / "stamped", log=lines.append)
+    assert not any("not copied" in line for line in lines), lines
+    assert all(c.ok for c in stamped.checks), stamped.check_lines()
+    export_folder(checkpoint, tmp_path / "full", capture_all_layers=True, validate=False)
+    a = onnx.load(str(tmp_path / "stamped" / "model.onnx"), load_external_data=False)
+    b = onnx.load(str(tmp_path / "full" / "model.onnx"), load_external_data=False)
+    assert collections.Counter(n.op_type for n in a.graph.node) == collections.Counter(n.op_type for n in b.graph.node)
+    assert [(i.name, str(i.type)) for i in a.graph.input] == [(i.name, str(i.type)) for i in b.graph.input]
+    assert [o.name for o in a.graph.output] == [o.name for o in b.graph.output]
+    meta_a, meta_b = ({p.key: p.value for p in m.metadata_props} for m in (a, b))
+    pairs = json.loads(meta_a["fx2onnx.cache"])
+    assert meta_a == meta_b and sum(k.startswith(("past_key_values_key_", "past_key_values_value_")) for k in pairs) == 8
+    sessions = [ort.InferenceSession(str(tmp_path / p / "model.onnx"), providers=["CPUExecutionProvider"])
+                for p in ("stamped", "full")]
+    feeds = _feeds(sessions[0])
+    for x, y in zip(*(s.run(None, feeds) for s in sessions)):
+        np.testing.assert_array_equal(x, y)
