@@ -79,11 +79,14 @@ def write_genai_config(
     names = genai_decoder_names(inputs, pairs, layers)
     if isinstance(names, str):
         return names
+    eos = _token(getattr(generation, "eos_token_id", None) or getattr(text, "eos_token_id", None))
+    pad = getattr(generation, "pad_token_id", None)
+    if eos is None:  # onnxruntime-genai refuses a null or a token outside the vocabulary
+        return ("the model has no end-of-sequence token (onnxruntime-genai needs one of its vocabulary): set "
+                "eos_token_id in generation_config.json")
     heads = int(text.num_attention_heads)
     context = int(getattr(text, "max_position_embeddings", 0) or 4096)
     sample = bool(getattr(generation, "do_sample", False))
-    eos = _token(getattr(generation, "eos_token_id", None) or getattr(text, "eos_token_id", None))
-    pad = getattr(generation, "pad_token_id", None)
     pad = _token(pad if pad is not None else getattr(text, "pad_token_id", None))
     genai = {
         "model": {
