@@ -14,6 +14,7 @@ import transformers
 
 import fx2onnx
 from fx2onnx.deploy import export_folder
+from fx2onnx.models.discover import get_architecture, tiny_config
 from fx2onnx.models.tokenizer import write_checkpoint_folder
 from fx2onnx.weights.repeat_layers import LayersNotRepeatable, LayerStack, layer_stack, short_config, stamp_layers
 
@@ -94,11 +95,11 @@ def test_layer_stack_refuses_layers_of_several_kinds():
     assert short_config(config).layer_types == config.layer_types[:2]
 
 
-def _tiny(architecture: str, layers: int):
-    common = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
-                  num_key_value_heads=2, vocab_size=384, max_position_embeddings=256, architectures=[architecture])
-    name = architecture.replace("ForCausalLM", "Config")
-    return getattr(transformers, name)(**common)
+def _tiny(model_type: str, layers: int):
+    arch = get_architecture(model_type)
+    config = tiny_config(arch, num_hidden_layers=layers)
+    config.architectures = [arch.model_class().__name__]
+    return config
 
 
 def _feeds(session):
@@ -121,17 +122,18 @@ def _feeds(session):
 
 
 @pytest.mark.parametrize("architecture", [
-    "LlamaForCausalLM",
-    pytest.param("Qwen2ForCausalLM", marks=pytest.mark.slow),
-    pytest.param("Phi3ForCausalLM", marks=pytest.mark.slow),
-    pytest.param("MistralForCausalLM", marks=pytest.mark.slow),
+    "llama",
+    pytest.param("qwen2", marks=pytest.mark.slow),
+    pytest.param("phi3", marks=pytest.mark.slow),
+    pytest.param("mistral", marks=pytest.mark.slow),  # a sliding cache: its count of tokens seen renamed
+    pytest.param("jetmoe", marks=pytest.mark.slow),  # sizes read from data in each layer (experts' counts)
 ])
 def test_folder_stamped_equals_full_capture(tmp_path, architecture):
     checkpoint = str(tmp_path / "checkpoint")
     write_checkpoint_folder(_tiny(architecture, 4), checkpoint, dtype="bfloat16", std=0.3)
     lines = []
     stamped = export_folder(checkpoint, tmp_path / "stamped", log=lines.append)
-    assert not any("not copied" in line for line in lines), lines
+    assert any("others copied" in line for line in lines), lines
     assert all(c.ok for c in stamped.checks), stamped.check_lines()
     export_folder(checkpoint, tmp_path / "full", capture_all_layers=True, validate=False)
     a = onnx.load(str(tmp_path / "stamped" / "model.onnx"), load_external_data=False)

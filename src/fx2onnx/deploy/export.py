@@ -302,15 +302,26 @@ def _export_two_layers(folder: str, model: torch.nn.Module, config: Any, task: s
     if logits == "last":
         last_logits_only(model, [inputs, inputs2], dynamic_shapes)
     names = [n for n, _ in model.named_parameters(remove_duplicate=False) if n.startswith(stack.path + ".")]
-    weights = checkpoint_weights(folder, model, options["dtype"], names=names)
+    try:
+        weights = checkpoint_weights(folder, model, options["dtype"], names=names)
+    except KeyError as e:  # a parameter the checkpoint does not hold: the full capture says what to do
+        say(f"the layers were not copied from two captured ones ({e}): capturing all {stack.count}")
+        return False
+
+    def weight(name: str) -> Any:
+        if name not in weights:
+            raise LayersNotRepeatable(f"{name} is not a parameter of the model read from the checkpoint")
+        return weights[name]
+
     try:
         to_onnx_from_checkpoint(folder, (), inputs, model=model_from_config(short, options["dtype"], folder),
                                 dynamic_shapes=dynamic_shapes,
-                                after_conversion=lambda onnx_model: stamp_layers(onnx_model, stack, weights.__getitem__),
+                                after_conversion=lambda onnx_model: stamp_layers(onnx_model, stack, weight),
                                 **options)
     except LayersNotRepeatable as e:
         say(f"the layers were not copied from two captured ones ({e}): capturing all {stack.count}")
         return False
+    say(f"captured {CAPTURED_LAYERS} of the {stack.count} layers of {stack.path}, the others copied in ONNX")
     return True
 
 

@@ -271,6 +271,11 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
             elif not match_outside(a, b):
                 raise LayersNotRepeatable(f"{n1.name} of layer 1 reads {b.name} where layer 0 reads {a.name}")
         same.update(zip(n0.outputs, n1.outputs))
+    # a dimension named apart in each layer (a size read from data, torch.export's unbacked u0, u1...) is
+    # left unnamed in the copies: one name for all of them would say they are equal, and an optimizer
+    # could read one layer's size for another's
+    per_layer_dims = {d1 for v0, v1 in same.items() if v0.shape is not None and v1.shape is not None
+                      for d0, d1 in zip(v0.shape, v1.shape) if not isinstance(d1, int) and str(d0) != str(d1)}
 
     # what crosses the stack: layer 0 only feeds layer 1 and its own outputs; layer 1 feeds what follows
     outputs = list(graph.outputs)
@@ -347,7 +352,9 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
             )
             for out1, out in zip(n1.outputs, node.outputs):
                 out.name = f"{out1.name}_layer{k}" if out1.name else None
-                out.type, out.shape = out1.type, ir.Shape(list(out1.shape)) if out1.shape is not None else None
+                out.type = out1.type
+                if out1.shape is not None:
+                    out.shape = ir.Shape([None if d in per_layer_dims else d for d in out1.shape])
                 current[out1] = out
             copies.append(node)
 
