@@ -85,12 +85,18 @@ def test_layer_stack_refuses_layers_of_several_kinds():
                                            vocab_size=128, sliding_window=8)
     with torch.device("meta"):
         model = transformers.Gemma3ForCausalLM(config)
-    assert layer_stack(model) is None  # sliding-window layers among full-attention ones
+    assert layer_stack(model) is None  # five sliding-window layers for one global: fewer than three periods
     llama = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=4,
                                      num_attention_heads=2, num_key_value_heads=1, vocab_size=128)
     with torch.device("meta"):
         model = transformers.LlamaForCausalLM(llama)
-    assert layer_stack(model) == LayerStack("model.layers", 4)
+    assert layer_stack(model) == LayerStack("model.layers", 4, 1)
+    gemma2 = transformers.Gemma2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=6,
+                                       num_attention_heads=2, num_key_value_heads=1, head_dim=16, vocab_size=128)
+    with torch.device("meta"):
+        model = transformers.Gemma2ForCausalLM(gemma2)
+    assert layer_stack(model) == LayerStack("model.layers", 6, 2)
+    assert short_config(gemma2, 4).layer_types == gemma2.layer_types[:4]
     assert short_config(llama).num_hidden_layers == 2 and llama.num_hidden_layers == 4
     assert short_config(config).layer_types == config.layer_types[:2]
 
@@ -127,10 +133,12 @@ def _feeds(session):
     pytest.param("phi3", marks=pytest.mark.slow),
     pytest.param("mistral", marks=pytest.mark.slow),  # a sliding cache: its count of tokens seen renamed
     pytest.param("jetmoe", marks=pytest.mark.slow),  # sizes read from data in each layer (experts' counts)
+    pytest.param("gemma2", marks=pytest.mark.slow),  # sliding and global layers alternating: a period of 2
 ])
 def test_folder_stamped_equals_full_capture(tmp_path, architecture):
     checkpoint = str(tmp_path / "checkpoint")
-    write_checkpoint_folder(_tiny(architecture, 4), checkpoint, dtype="bfloat16", std=0.3)
+    layers = 6 if architecture == "gemma2" else 4  # three periods at least
+    write_checkpoint_folder(_tiny(architecture, layers), checkpoint, dtype="bfloat16", std=0.3)
     lines = []
     stamped = export_folder(checkpoint, tmp_path / "stamped", log=lines.append)
     assert any("others copied" in line for line in lines), lines
@@ -143,7 +151,8 @@ def test_folder_stamped_equals_full_capture(tmp_path, architecture):
     assert [o.name for o in a.graph.output] == [o.name for o in b.graph.output]
     meta_a, meta_b = ({p.key: p.value for p in m.metadata_props} for m in (a, b))
     pairs = json.loads(meta_a["fx2onnx.cache"])
-    assert meta_a == meta_b and sum(k.startswith(("past_key_values_key_", "past_key_values_value_")) for k in pairs) == 8
+    assert meta_a == meta_b
+    assert sum(k.startswith(("past_key_values_key_", "past_key_values_value_")) for k in pairs) == 2 * layers
     sessions = [ort.InferenceSession(str(tmp_path / p / "model.onnx"), providers=["CPUExecutionProvider"])
                 for p in ("stamped", "full")]
     feeds = _feeds(sessions[0])

@@ -290,13 +290,13 @@ def _export_two_layers(folder: str, model: torch.nn.Module, config: Any, task: s
     (:mod:`fx2onnx.weights.repeat_layers`); False when its layers differ or their graphs do."""
     from ..weights import checkpoint_weights, to_onnx_from_checkpoint
     from ..weights.export import model_from_config
-    from ..weights.repeat_layers import CAPTURED_LAYERS, LayersNotRepeatable, layer_stack, short_config, stamp_layers
+    from ..weights.repeat_layers import LayersNotRepeatable, layer_stack, short_config, stamp_layers
     from ..weights.task_inputs import task_inputs
 
     stack = layer_stack(model, config)
     if stack is None:
         return False
-    short = short_config(config, CAPTURED_LAYERS)
+    short = short_config(config, stack.captured)
     short.use_cache = with_cache
     inputs, inputs2, dynamic_shapes = task_inputs(short, task, with_cache=with_cache, dtype=options["dtype"])
     if logits == "last":
@@ -321,7 +321,7 @@ def _export_two_layers(folder: str, model: torch.nn.Module, config: Any, task: s
     except LayersNotRepeatable as e:
         say(f"the layers were not copied from two captured ones ({e}): capturing all {stack.count}")
         return False
-    say(f"captured {CAPTURED_LAYERS} of the {stack.count} layers of {stack.path}, the others copied in ONNX")
+    say(f"captured {stack.captured} of the {stack.count} layers of {stack.path}, the others copied in ONNX")
     return True
 
 

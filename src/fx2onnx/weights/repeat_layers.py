@@ -2,11 +2,12 @@
 
 ``torch.export`` spends most of an LLM's export tracing its decoder layers one after the other
 (0.7 s per layer of Qwen3-0.6B on this machine, 20 of its 39 s of export), though they all run
-the same code on weights of the same shapes. When every layer of the stack is the same module
-(:func:`layer_stack`: same classes, attributes, parameter shapes; only the index differs), the
-model is captured with two layers (:func:`short_config`), converted, and the second layer's
-nodes are copied for the other layers (:func:`stamp_layers`), each copy reading its own weights
-and cache inputs, before the graph is optimized as a whole.
+the same code on weights of the same shapes. When the layers of the stack repeat (:func:`layer_stack`:
+same classes, attributes, parameter shapes, only the index differs, every layer alike or a pattern of
+a few, Gemma 2's sliding and global layers alternating), the model is captured with two periods of
+layers (:func:`short_config`), converted, and the second period's nodes are copied for the other
+layers (:func:`stamp_layers`), each copy reading its own weights and cache inputs, before the graph
+is optimized as a whole.
 
 The copy is exact only if the layer's graph does not depend on its index: :func:`stamp_layers`
 first checks that the graphs of layers 0 and 1 are the same, node for node (operators,
@@ -30,7 +31,8 @@ import torch
 
 __all__ = ["LayerStack", "LayersNotRepeatable", "layer_stack", "short_config", "stamp_layers"]
 
-#: the layers captured: layer 1 is the template, layer 0 proves it does not depend on its index
+#: the layers captured when they are all alike (:attr:`LayerStack.captured` in general): layer 1 is the
+#: template, layer 0 proves it does not depend on its index
 CAPTURED_LAYERS = 2
 
 
@@ -40,10 +42,23 @@ class LayersNotRepeatable(ValueError):
 
 @dataclass(frozen=True)
 class LayerStack:
-    """The decoder layers of a model: ``path`` of their ModuleList, ``count`` layers."""
+    """The decoder layers of a model: ``path`` of their ModuleList, ``count`` layers, repeating every
+    ``period`` layers (1: all alike; 2: Gemma 2's sliding and global layers alternating)."""
 
     path: str
     count: int
+    period: int = 1
+
+    @property
+    def captured(self) -> int:
+        """The layers captured: two periods, the second one the template, the first one the proof
+        that the template does not depend on its place."""
+        return 2 * self.period
+
+    @property
+    def blocks(self) -> int:
+        """The number of periods in the stack."""
+        return self.count // self.period
 
 
 def _signature(module: torch.nn.Module) -> list:
@@ -61,31 +76,28 @@ def _signature(module: torch.nn.Module) -> list:
     return items
 
 
-def layer_stack(model: torch.nn.Module, config: Any = None) -> LayerStack | None:
-    """The stack of identical decoder layers of ``model`` (the ModuleList of ``num_hidden_layers``
-    modules), or None when there is none or its layers differ (a sliding-window layer among full
-    attention ones, a mixture of experts every other layer, a per-layer list in the config)."""
+def layer_stack(model: torch.nn.Module, config: Any = None, max_period: int = 8) -> LayerStack | None:
+    """The stack of decoder layers of ``model`` (the ModuleList of ``num_hidden_layers`` modules)
+    which repeat with the shortest period (1: all alike; 2: sliding and global layers alternating),
+    or None when there is none: no such list, a pattern that does not divide the layers (Gemma 3's
+    five sliding layers for one global in 26), a mixture of experts after dense layers, a per-layer
+    list of the config that does not repeat, fewer than three periods."""
     config = config if config is not None else getattr(model, "config", None)
     count = getattr(config, "num_hidden_layers", None)
-    if not isinstance(count, int) or count <= CAPTURED_LAYERS:
+    if not isinstance(count, int) or count <= 2:
         return None
     stacks = [(name, m) for name, m in model.named_modules()
               if isinstance(m, torch.nn.ModuleList) and len(m) == count]
     if len(stacks) != 1:
         return None
     path, layers = stacks[0]
-    if _per_layer_values(config, count):
-        return None
-    first = _signature(layers[0])
-    if any(_signature(layer) != first for layer in layers):
-        return None
-    return LayerStack(path, count)
-
-
-def _per_layer_values(config: Any, count: int) -> list[str]:
-    """The config's lists with one value per layer whose values differ (``layer_types``...)."""
-    return [k for k, v in vars(config).items()
-            if isinstance(v, (list, tuple)) and len(v) == count and len({repr(x) for x in v}) > 1]
+    lists = [v for v in vars(config).values() if isinstance(v, (list, tuple)) and len(v) == count]
+    signatures = [_signature(layer) for layer in layers]
+    for period in range(1, min(max_period, count // 3) + 1):
+        if count % period == 0 and all(signatures[i] == signatures[i % period] for i in range(count)) and \
+                all(repr(v[i]) == repr(v[i % period]) for v in lists for i in range(count)):
+            return LayerStack(path, count, period)
+    return None
 
 
 def short_config(config: Any, layers: int = CAPTURED_LAYERS) -> Any:
@@ -97,6 +109,10 @@ def short_config(config: Any, layers: int = CAPTURED_LAYERS) -> Any:
             setattr(short, key, type(value)(value[:layers]))
     short.num_hidden_layers = layers
     return short
+
+
+def _blocks_name(period: int) -> str:
+    return "layers 0 and 1" if period == 1 else f"layers 0-{period - 1} and {period}-{2 * period - 1}"
 
 
 def _layer_index(node: ir.Node, pattern: re.Pattern) -> int | None:
@@ -190,7 +206,9 @@ def _same_attributes(n0: ir.Node, n1: ir.Node) -> bool:
 
 def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any]) -> int:
     """Copies layer 1 of ``model`` (captured with two layers of ``stack``) into layers 2 to
-    ``stack.count - 1``, in place; returns the nodes added.
+    ``stack.count - 1``, in place; returns the nodes added. With a period p (``stack.period``) the
+    unit is a block of p layers: layers p to 2p-1 are copied into each following block, layers 0
+    to p-1 prove them independent of their place.
 
     Each copy reads its own weights (``weight(name)``: the tensor of ``model.layers.k...``,
     :func:`fx2onnx.weights.initializer_tensor` accepts it), its own graph inputs and outputs
@@ -207,7 +225,10 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
     graph = model.graph
     pattern = re.compile(rf"^{re.escape(stack.path)}\.(\d+)(?:\.|$)")
     nodes = list(graph)
+    period = stack.period
+    # the block of a node: 0 for layers 0 .. period-1, 1 for the next period (the template), None outside
     index = {node: _layer_index(node, pattern) for node in nodes}
+    index = {node: None if i is None else i // period for node, i in index.items()}
     layer0 = [n for n in nodes if index[n] == 0]
     layer1 = [n for n in nodes if index[n] == 1]
     in0, in1 = set(layer0), set(layer1)
@@ -215,7 +236,7 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
     sizes = _shared_sizes(layer0, in0, in1)
     layer0 = [n for n in layer0 if n not in sizes]
     if not layer0 or len(layer0) != len(layer1):
-        raise LayersNotRepeatable(f"layers 0 and 1 have {len(layer0)} and {len(layer1)} nodes")
+        raise LayersNotRepeatable(f"{_blocks_name(period)} have {len(layer0)} and {len(layer1)} nodes")
     graph_inputs = set(graph.inputs)
 
     # nodes before the layers computing from a layer's own input (the length of its past), copied with it
@@ -301,7 +322,8 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
 
     # the copies
     def layer_name(text: str, k: int) -> str:
-        return re.sub(rf"^{re.escape(stack.path)}\.1(?=\.|$)", f"{stack.path}.{k}", text)
+        return re.sub(rf"^{re.escape(stack.path)}\.(\d+)(?=\.|$)",
+                      lambda m: f"{stack.path}.{k * period + int(m.group(1)) - period}", text)
 
     added = 0
     previous: dict[ir.Value, ir.Value] = {v: v for v in same.values()}  # layer 1 value -> its copy in layer k-1
@@ -310,7 +332,7 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
     new_outputs: list[list[ir.Value]] = []
     from .tensors import initializer_tensor
 
-    for k in range(2, stack.count):
+    for k in range(2, stack.blocks):
         current: dict[ir.Value, ir.Value] = {}
         inputs_k: dict[ir.Value, ir.Value] = {}
         copies: list[ir.Node] = []
@@ -386,19 +408,19 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
             graph.outputs[position] = vk
 
     # the inputs and outputs of the copies, in order after those of layer 1
-    shifted = _shift_following_names(graph, {**per_layer_inputs, **per_layer_outputs}, stack.count)
+    shifted = _shift_following_names(graph, {**per_layer_inputs, **per_layer_outputs}, stack.blocks)
     _insert_after(graph.inputs, list(per_layer_inputs), [v for group in new_inputs for v in group])
     _insert_after(graph.outputs, list(per_layer_outputs), [v for group in new_outputs for v in group])
     for values in (graph.inputs, graph.outputs):
         names = [v.name for v in values]
         if len(set(names)) != len(names):
             raise LayersNotRepeatable(f"two inputs or outputs of the stamped model have the same name: {names}")
-    _extend_cache_pairs(model, per_layer_inputs, per_layer_outputs, stack.count, shifted)
+    _extend_cache_pairs(model, per_layer_inputs, per_layer_outputs, stack.blocks, shifted)
     _order_initializers(graph, stack)
     return added
 
 
-def _shift_following_names(graph: ir.Graph, per_layer: dict[ir.Value, ir.Value], count: int) -> dict[str, str]:
+def _shift_following_names(graph: ir.Graph, per_layer: dict[ir.Value, ir.Value], blocks: int) -> dict[str, str]:
     """Renames the inputs and outputs numbered after those of the layers as a full capture numbers them:
     the count of tokens a sliding cache has seen is ``past_key_values_4`` after two layers, ``..._8``
     after four. Returns the renames."""
@@ -417,7 +439,7 @@ def _shift_following_names(graph: ir.Graph, per_layer: dict[ir.Value, ir.Value],
             for (prefix, suffix), (last, step) in families.items():
                 match = re.fullmatch(re.escape(prefix) + r"(\d+)" + re.escape(suffix), value.name)
                 if match and int(match.group(1)) > last:
-                    renames[value.name] = f"{prefix}{int(match.group(1)) + step * (count - CAPTURED_LAYERS)}{suffix}"
+                    renames[value.name] = f"{prefix}{int(match.group(1)) + step * (blocks - 2)}{suffix}"
                     value.name = renames[value.name]
                     break
     return renames
@@ -434,7 +456,7 @@ def _order_initializers(graph: ir.Graph, stack: LayerStack) -> None:
             layer = int(match.group(1))
             keys[name] = (layer, position)
         else:
-            keys[name] = (stack.count if layer == CAPTURED_LAYERS - 1 else layer, position)
+            keys[name] = (stack.count if layer == stack.captured - 1 else layer, position)
     values = sorted(graph.initializers.values(), key=lambda v: keys[v.name])
     graph.initializers.clear()
     for value in values:
@@ -449,7 +471,7 @@ def _insert_after(values: Any, anchors: list[ir.Value], new: list[ir.Value]) -> 
         values.insert(position + offset, value)
 
 
-def _extend_cache_pairs(model: ir.Model, per_layer_inputs: dict, per_layer_outputs: dict, count: int,
+def _extend_cache_pairs(model: ir.Model, per_layer_inputs: dict, per_layer_outputs: dict, blocks: int,
                         shifted: dict[str, str]) -> None:
     """The metadata pairing each cache input with its output (``fx2onnx.cache``) for every layer."""
     import json
@@ -464,7 +486,7 @@ def _extend_cache_pairs(model: ir.Model, per_layer_inputs: dict, per_layer_outpu
     renames.update({b.name: _renamer(a.name, b.name) for b, a in per_layer_outputs.items()})
     layer1 = [(i, o) for i, o in pairs.items() if i in renames and o in renames]
     extended = dict(pairs)
-    for k in range(2, count):
+    for k in range(2, blocks):
         for i, o in layer1:
             extended[renames[i](k)] = renames[o](k)
     # in the order of the graph's inputs
