@@ -16,6 +16,18 @@ previous layer computed); anything else (a node between the layers, a value of l
 after layer 1, a subgraph) raises :class:`LayersNotRepeatable` and the caller captures the
 whole model. :func:`fx2onnx.deploy.export_folder` does so and checks the folder against eager
 on the full model by default.
+
+.. code-block:: python
+
+    from fx2onnx.deploy import export_folder
+
+    export_folder("Qwen3-0.6B", "qwen3_onnx", log=print)
+    # captured 2 of the 28 layers of model.layers, the others copied in ONNX
+
+    # by hand: a short model captured, the weights of the full one for the copies
+    stack = layer_stack(full_model)  # LayerStack(path='model.layers', count=28, period=1)
+    fx2onnx.to_onnx(short_model, (), inputs, dynamic_shapes=shapes,
+                    after_conversion=lambda m: stamp_layers(m, stack, full_weights.__getitem__))
 """
 
 from __future__ import annotations
