@@ -71,7 +71,8 @@ def summary(rows: list[dict]) -> str:
     return (f"{len(rows)} architectures, {len(exported)} exported, {len(stamped)} stamped "
             f"({sum(r['checks_ok'] for r in stamped)} equal to eager), "
             f"{sum(bool(r['fallback']) for r in exported)} fell back to a full capture, "
-            f"{sum(1 for r in rows if 'error' in r and r.get('error_full_capture') is None)} failures due to stamping")
+            f"{sum(1 for r in rows if 'error_full_capture' in r and r['error_full_capture'] is None)} failures due to "
+            f"stamping (the full capture exports)")
 
 
 def main(argv=None) -> list[dict]:
