@@ -298,15 +298,10 @@ def _export_two_layers(folder: str, model: torch.nn.Module, config: Any, task: s
         return False
     short = short_config(config, stack.captured)
     short.use_cache = with_cache
-    inputs, inputs2, dynamic_shapes = task_inputs(short, task, with_cache=with_cache, dtype=options["dtype"])
+    inputs, _, dynamic_shapes = task_inputs(short, task, with_cache=with_cache, dtype=options["dtype"])
     if logits == "last":
-        last_logits_only(model, [inputs, inputs2], dynamic_shapes)
+        last_logits_only(model, [inputs], dynamic_shapes)
     names = [n for n, _ in model.named_parameters(remove_duplicate=False) if n.startswith(stack.path + ".")]
-    try:
-        weights = checkpoint_weights(folder, model, options["dtype"], names=names)
-    except KeyError as e:  # a parameter the checkpoint does not hold: the full capture says what to do
-        say(f"the layers were not copied from two captured ones ({e}): capturing all {stack.count}")
-        return False
 
     def weight(name: str) -> Any:
         if name not in weights:
@@ -314,6 +309,10 @@ def _export_two_layers(folder: str, model: torch.nn.Module, config: Any, task: s
         return weights[name]
 
     try:
+        try:
+            weights = checkpoint_weights(folder, model, options["dtype"], names=names)
+        except KeyError as e:  # a parameter the checkpoint does not hold: the full capture says what to do
+            raise LayersNotRepeatable(str(e)) from e
         to_onnx_from_checkpoint(folder, (), inputs, model=model_from_config(short, options["dtype"], folder),
                                 dynamic_shapes=dynamic_shapes,
                                 after_conversion=lambda onnx_model: stamp_layers(onnx_model, stack, weight),

@@ -132,8 +132,21 @@ def _layer_index(node: ir.Node, pattern: re.Pattern) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _renamer(name0: str, name1: str) -> Callable[[int], str] | None:
-    """``k -> name of layer k`` from the names of layers 0 and 1, which differ by one number:
+@dataclass(frozen=True)
+class _Numbered:
+    """Names numbered by layer: ``prefix{first + k * step}suffix`` is the name of layer (block) k."""
+
+    prefix: str
+    first: int
+    step: int
+    suffix: str
+
+    def __call__(self, k: int) -> str:
+        return f"{self.prefix}{self.first + k * self.step}{self.suffix}"
+
+
+def _renamer(name0: str, name1: str) -> _Numbered | None:
+    """The numbering of the names of layers 0 and 1, which differ by one number:
     ``model.layers.0.mlp`` / ``model.layers.1.mlp``, ``past_key_values_1`` / ``past_key_values_3``
     (the value of layer k is ``1 + 2 k``); None when they differ otherwise."""
     tokens0, tokens1 = re.split(r"(\d+)", name0), re.split(r"(\d+)", name1)
@@ -146,8 +159,7 @@ def _renamer(name0: str, name1: str) -> Callable[[int], str] | None:
     x0, x1 = int(tokens0[i]), int(tokens1[i])
     if x1 <= x0 or tokens0[i] != str(x0) or tokens1[i] != str(x1):
         return None
-    prefix, suffix = "".join(tokens0[:i]), "".join(tokens0[i + 1:])
-    return lambda k: f"{prefix}{x0 + k * (x1 - x0)}{suffix}"
+    return _Numbered("".join(tokens0[:i]), x0, x1 - x0, "".join(tokens0[i + 1:]))
 
 
 #: operators of size computations: their values depend on shapes, not on the tensors' values
@@ -260,12 +272,12 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
         if a is b:
             return a.producer() is None or index.get(a.producer()) is None
         if a in graph_inputs or b in graph_inputs:
-            if a in graph_inputs and b in graph_inputs and _renamer(a.name, b.name):
-                per_layer_inputs[b] = a
-                return True
-            return False
-        if a.is_initializer() and b.is_initializer() and _renamer(a.name, b.name):
-            weights[b.name] = _renamer(a.name, b.name)
+            numbered = _renamer(a.name, b.name) if a in graph_inputs and b in graph_inputs else None
+            if numbered:
+                per_layer_inputs[b] = numbered
+            return numbered is not None
+        if a.is_initializer() and b.is_initializer() and (numbered := _renamer(a.name, b.name)):
+            weights[b.name] = numbered
             return True
         pa, pb = a.producer(), b.producer()
         if pa is None or pb is None:
@@ -282,8 +294,8 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
     # node-for-node correspondence of layers 0 and 1: value of layer 0 -> value of layer 1
     same: dict[ir.Value, ir.Value] = {}
     carried: dict[ir.Value, ir.Value] = {}  # value of layer 0 read by layer 1 -> what layer 0 read instead
-    weights: dict[str, Callable[[int], str]] = {}  # name of a weight of layer 1 -> its name in layer k
-    per_layer_inputs: dict[ir.Value, ir.Value] = {}  # input of layer 1 -> input of layer 0
+    weights: dict[str, _Numbered] = {}  # name of a weight of layer 1 -> the names of its copies
+    per_layer_inputs: dict[ir.Value, _Numbered] = {}  # input of layer 1 -> the names of its copies
     for n0, n1 in zip(layer0, layer1):
         if (n0.domain, n0.op_type, n0.overload, len(n0.inputs), len(n0.outputs)) != \
                 (n1.domain, n1.op_type, n1.overload, len(n1.inputs), len(n1.outputs)) or not _same_attributes(n0, n1):
@@ -312,12 +324,13 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
 
     # what crosses the stack: layer 0 only feeds layer 1 and its own outputs; layer 1 feeds what follows
     outputs = list(graph.outputs)
-    per_layer_outputs: dict[ir.Value, ir.Value] = {}  # output of layer 1 -> output of layer 0
+    per_layer_outputs: dict[ir.Value, _Numbered] = {}  # output of layer 1 -> the names of its copies
     for v0, v1 in same.items():
         if v0 in outputs:
-            if v1 not in outputs or not _renamer(v0.name, v1.name):
+            numbered = _renamer(v0.name, v1.name) if v1 in outputs else None
+            if numbered is None:
                 raise LayersNotRepeatable(f"{v0.name} is an output of the model, {v1.name} is not")
-            per_layer_outputs[v1] = v0
+            per_layer_outputs[v1] = numbered
         for use in v0.uses():
             if use.node not in in0 and use.node not in in1:
                 raise LayersNotRepeatable(f"{v0.name} of layer 0 is read by {use.node.name} after the layers")
@@ -327,9 +340,10 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
         for use in v1.uses():
             if use.node in in0:
                 raise LayersNotRepeatable(f"{v1.name} of layer 1 is read by layer 0")
-    first_after = min((nodes.index(u.node) for v1 in same.values() for u in v1.uses() if u.node not in in1),
+    position = {node: i for i, node in enumerate(nodes)}
+    first_after = min((position[u.node] for v1 in same.values() for u in v1.uses() if u.node not in in1),
                       default=len(nodes))
-    if first_after < nodes.index(layer1[-1]) or nodes.index(layer1[0]) < nodes.index(layer0[-1]):
+    if first_after < position[layer1[-1]] or position[layer1[0]] < position[layer0[-1]]:
         raise LayersNotRepeatable("a node outside the layers reads layer 1 before its end, or the layers interleave")
 
     # the copies
@@ -344,6 +358,7 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
     new_outputs: list[list[ir.Value]] = []
     from .tensors import initializer_tensor
 
+    input_position = {value: i for i, value in enumerate(graph.inputs)}
     for k in range(2, stack.blocks):
         current: dict[ir.Value, ir.Value] = {}
         inputs_k: dict[ir.Value, ir.Value] = {}
@@ -368,8 +383,7 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
                 return graph.initializers[name]
             if b in per_layer_inputs:
                 if b not in inputs_k:
-                    rename = _renamer(per_layer_inputs[b].name, b.name)
-                    inputs_k[b] = ir.Value(name=rename(k), shape=ir.Shape(list(b.shape)), type=b.type)
+                    inputs_k[b] = ir.Value(name=per_layer_inputs[b](k), shape=ir.Shape(list(b.shape)), type=b.type)
                 return inputs_k[b]
             if b.producer() in before:
                 copy_node(b.producer())
@@ -397,11 +411,11 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
         graph.insert_after(anchor, copies)
         anchor = copies[-1]
         added += len(copies)
-        new_inputs.append([inputs_k[b] for b in sorted(inputs_k, key=list(graph.inputs).index)])
+        new_inputs.append([inputs_k[b] for b in sorted(inputs_k, key=input_position.__getitem__)])
         outs_k = []
-        for v1, v0 in per_layer_outputs.items():
+        for v1, numbered in per_layer_outputs.items():
             out = current[v1]
-            out.name = _renamer(v0.name, v1.name)(k)
+            out.name = numbered(k)
             outs_k.append(out)
         new_outputs.append(outs_k)
         previous = current
@@ -432,17 +446,15 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
     return added
 
 
-def _shift_following_names(graph: ir.Graph, per_layer: dict[ir.Value, ir.Value], blocks: int) -> dict[str, str]:
+def _shift_following_names(graph: ir.Graph, per_layer: dict[ir.Value, _Numbered], blocks: int) -> dict[str, str]:
     """Renames the inputs and outputs numbered after those of the layers as a full capture numbers them:
     the count of tokens a sliding cache has seen is ``past_key_values_4`` after two layers, ``..._8``
     after four. Returns the renames."""
     families: dict[tuple[str, str], tuple[int, int]] = {}  # (prefix, suffix) -> (last number in layer 1, step)
-    for v1, v0 in per_layer.items():
-        t0, t1 = re.split(r"(\d+)", v0.name), re.split(r"(\d+)", v1.name)
-        i = next(i for i, (a, b) in enumerate(zip(t0, t1)) if a != b)
-        key = ("".join(t1[:i]), "".join(t1[i + 1:]))
+    for numbered in per_layer.values():
+        key = (numbered.prefix, numbered.suffix)
         last, step = families.get(key, (-1, 0))
-        families[key] = (max(last, int(t1[i])), max(step, int(t1[i]) - int(t0[i])))
+        families[key] = (max(last, numbered.first + numbered.step), max(step, numbered.step))
     renames = {}
     for values in (graph.inputs, graph.outputs):
         for value in values:
@@ -494,8 +506,7 @@ def _extend_cache_pairs(model: ir.Model, per_layer_inputs: dict, per_layer_outpu
         return
     pairs: dict[str, str] = {shifted.get(i, i): shifted.get(o, o)
                              for i, o in json.loads(model.metadata_props[CACHE_METADATA_KEY]).items()}
-    renames = {b.name: _renamer(a.name, b.name) for b, a in per_layer_inputs.items()}
-    renames.update({b.name: _renamer(a.name, b.name) for b, a in per_layer_outputs.items()})
+    renames = {b.name: numbered for b, numbered in {**per_layer_inputs, **per_layer_outputs}.items()}
     layer1 = [(i, o) for i, o in pairs.items() if i in renames and o in renames]
     extended = dict(pairs)
     for k in range(2, blocks):
