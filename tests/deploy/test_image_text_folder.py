@@ -85,6 +85,12 @@ def test_export_writes_the_pieces(folders):
     assert [i.name for i in decoder.graph.input] == pieces["decoder"]["inputs"]
     assert "image_features" in pieces["decoder"]["inputs"] and "logits" in pieces["decoder"]["outputs"]
     assert pieces["decoder"]["cache"]["past_key_values_key_0"] == "present_key_0"
+    # the cache updated in place, the image features fed unchanged at every step; not Gemma 3's: its image tokens
+    # attend to each other in both directions (a mask read from the token ids) and its sliding layers crop their cache
+    model_type = json.load(open(os.path.join(out, "config.json")))["model_type"]
+    in_place = {p.key: p.value for p in decoder.metadata_props}.get("fx2onnx.cache_in_place") == "1"
+    assert in_place == (model_type != "gemma3")
+    assert pieces["decoder"]["cache_update"] == ("in_place" if in_place else "concatenated")
     # the vision tower is in the vision piece only
     assert not any(name in i.name for i in decoder.graph.initializer for name in ("vision_tower", "vision_model",
                                                                                   "visual."))

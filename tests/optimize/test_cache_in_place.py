@@ -18,7 +18,10 @@ from fx2onnx.models import get_tiny_model
 from fx2onnx.optimizer.rules.cache_in_place import IN_PLACE_METADATA_KEY, cache_in_place
 from fx2onnx.runtime.generate import OnnxGenerator
 
-from optimize_helpers import apply_rule, make_model, oh, TensorProto
+import numpy as np
+import onnx.numpy_helper as onh
+
+from optimize_helpers import apply_rule, make_model, op_types, oh, TensorProto
 
 
 def _in_place(tiny):
@@ -86,3 +89,95 @@ def test_a_sliding_window_cache_stays_concatenated():
     assert IN_PLACE_METADATA_KEY not in {p.key for p in onx.metadata_props}
     report = fx2onnx.validate(onx, tiny.model, (), copy.deepcopy(tiny.inputs2), atol=1e-4)
     assert report.ok, report
+
+
+def _decoder_with_features(mask: str):
+    """An attention whose query adds image features (an input fed unchanged at every step) and
+    whose mask is causal (``attention_mask`` and a lower triangle), also true on the image tokens
+    (``ids``: read from the token ids) or the padding mask alone (``prefix``: the prompt attends both ways)."""
+    heads, dim = 2, 4
+    nodes = [
+        oh.make_node("Cast", ["input_ids"], ["ids_f"], to=TensorProto.FLOAT),
+        oh.make_node("Unsqueeze", ["ids_f", "axis2"], ["ids_3d"]),
+        oh.make_node("Add", ["ids_3d", "image_features"], ["q"]),
+        oh.make_node("Cast", ["attention_mask"], ["keep"], to=TensorProto.BOOL),
+        oh.make_node("Unsqueeze", ["keep", "axes12"], ["padding"]),
+        oh.make_node("Shape", ["input_ids"], ["new"], start=1, end=2),
+        oh.make_node("Shape", ["attention_mask"], ["total"], start=1, end=2),
+        oh.make_node("Concat", ["new", "total"], ["square"], axis=0),
+        oh.make_node("ConstantOfShape", ["square"], ["ones"], value=onh.from_array(np.array([1], dtype=np.int64))),
+        oh.make_node("Sub", ["total", "new"], ["past"]),
+        oh.make_node("Squeeze", ["past"], ["diagonal"]),
+        oh.make_node("Trilu", ["ones", "diagonal"], ["lower"], upper=0),
+        oh.make_node("Cast", ["lower"], ["causal"], to=TensorProto.BOOL),
+        oh.make_node("And", ["padding", "causal"], ["causal_mask"]),
+    ]
+    if mask == "ids":
+        nodes += [oh.make_node("Equal", ["input_ids", "image_token"], ["is_image"]),
+                  oh.make_node("Unsqueeze", ["is_image", "axes12"], ["image4"]),
+                  oh.make_node("Or", ["causal_mask", "image4"], ["mask"])]
+    else:
+        nodes.append(oh.make_node("Identity", ["causal_mask" if mask == "causal" else "padding"], ["mask"]))
+    nodes.append(oh.make_node("Attention", ["q", "q", "q", "mask", "past_key", "past_value"],
+                              ["y", "present_key", "present_value"], q_num_heads=heads, kv_num_heads=heads))
+    return make_model(
+        nodes,
+        [("input_ids", TensorProto.INT64, [1, "s"]), ("attention_mask", TensorProto.INT64, [1, "t"]),
+         ("image_features", TensorProto.FLOAT, [1, 1, heads * dim]),
+         ("past_key", TensorProto.FLOAT, [1, heads, "p", dim]), ("past_value", TensorProto.FLOAT, [1, heads, "p", dim])],
+        [(n, TensorProto.FLOAT, None) for n in ("y", "present_key", "present_value")],
+        initializers=[("axis2", np.array([2])), ("axes12", np.array([1, 2])), ("image_token", np.array(7))],
+        opset=23,
+    )
+
+
+def test_cache_in_place_takes_named_constant_inputs_and_refuses_a_mask_that_is_not_causal():
+    """An input fed unchanged at every step (an image-text decoder's features) is accepted when
+    named; a mask reading the token values (image tokens attending both ways) or letting the
+    prompt attend both ways (a prefix LM, found by running the mask) is not the causal mask of the
+    kernel: the model is left unchanged."""
+    named = lambda m: cache_in_place(m, constant_inputs=("image_features",))  # noqa: E731
+    causal = _decoder_with_features("causal")
+    assert apply_rule(causal, cache_in_place)[1] == 0  # an unnamed input: refused
+    rewritten, count = apply_rule(causal, named)
+    assert count == 1 and op_types(rewritten)["GroupQueryAttention"] == 1
+    for mask in ("ids", "prefix"):
+        rewritten, count = apply_rule(_decoder_with_features(mask), named)
+        assert count == 0 and op_types(rewritten)["Attention"] == 1, mask
+
+
+def test_cache_in_place_on_attention_of_4d_inputs_keeps_its_outputs():
+    """An ``Attention`` on ``(batch, heads, seq, dim)`` inputs (Qwen-VL's, its rotary applied to the heads apart)
+    is given to the kernel in 3-D and its output put back in 4-D: the same values on a prompt and on a step."""
+    import onnxruntime
+
+    heads, kv_heads, dim = 4, 2, 8
+    causal = _decoder_with_features("causal")
+    nodes = [n for n in causal.graph.node if n.output[0] not in ("ids_f", "ids_3d", "q") and n.op_type != "Attention"]
+    nodes.append(oh.make_node("Attention", ["q4", "k4", "v4", "mask", "past_key", "past_value"],
+                              ["y", "present_key", "present_value"]))
+    kv = [1, kv_heads, "p", dim]
+    model = make_model(
+        nodes,
+        [("input_ids", TensorProto.INT64, [1, "s"]), ("attention_mask", TensorProto.INT64, [1, "t"]),
+         ("q4", TensorProto.FLOAT, [1, heads, "s", dim]), ("k4", TensorProto.FLOAT, [1, kv_heads, "s", dim]),
+         ("v4", TensorProto.FLOAT, [1, kv_heads, "s", dim]),
+         ("past_key", TensorProto.FLOAT, kv), ("past_value", TensorProto.FLOAT, kv)],
+        [(n, TensorProto.FLOAT, None) for n in ("y", "present_key", "present_value")],
+        initializers=[("axes12", np.array([1, 2]))], opset=23,
+    )
+    rewritten, count = apply_rule(model, lambda m: cache_in_place(m, constant_inputs=("q4", "k4", "v4")))
+    assert count == 1 and op_types(rewritten)["GroupQueryAttention"] == 1
+    rng = np.random.default_rng(0)
+    for past, new in ((0, 5), (3, 1)):
+        feeds = {"input_ids": np.zeros((1, new), dtype=np.int64),
+                 "attention_mask": np.ones((1, past + new), dtype=np.int64),
+                 "past_key": rng.standard_normal((1, kv_heads, past, dim), dtype=np.float32),
+                 "past_value": rng.standard_normal((1, kv_heads, past, dim), dtype=np.float32)}
+        for name, n in (("q4", heads), ("k4", kv_heads), ("v4", kv_heads)):
+            feeds[name] = rng.standard_normal((1, n, new, dim), dtype=np.float32)
+        expected = onnxruntime.InferenceSession(model.SerializeToString()).run(None, feeds)
+        got = onnxruntime.InferenceSession(rewritten.SerializeToString()).run(None, feeds)
+        assert got[0].shape == (1, heads, new, dim)
+        for e, g in zip(expected, got):
+            np.testing.assert_allclose(g, e, atol=1e-5)

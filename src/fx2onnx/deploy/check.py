@@ -115,12 +115,13 @@ def in_place_input_sets(input_sets: list[dict[str, Any]], names: list[str]) -> t
         first.update(input_ids=ids[:1], attention_mask=mask[:1])
         last = copy.deepcopy(inputs)
         last.update(input_ids=ids[:, -1:], attention_mask=torch.cat([mask[:, :past], mask[:, -1:]], dim=1))
-        if "position_ids" in inputs:
+        if "position_ids" in inputs:  # (batch, seq), or (rows, batch, seq): Qwen-VL's multimodal positions
             positions = inputs["position_ids"]
             prompt_mask = prompt["attention_mask"]
-            prompt["position_ids"] = torch.where(prompt_mask == 0, 1, prompt_mask.cumsum(-1) - 1)
-            first["position_ids"] = positions[:1]
-            last["position_ids"] = positions[:, -1:]
+            counted = torch.where(prompt_mask == 0, 1, prompt_mask.cumsum(-1) - 1)
+            prompt["position_ids"] = counted.expand(*positions.shape[:-2], *counted.shape).contiguous()
+            first["position_ids"] = positions[..., :1, :]
+            last["position_ids"] = positions[..., -1:]
         sets.extend([prompt, first, last])
         set_names.extend([f"{name}, its prompt with an empty cache", f"{name}, its first sequence",
                           f"{name}, its last token"])

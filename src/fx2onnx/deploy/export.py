@@ -22,7 +22,7 @@ import json
 import os
 import resource
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import onnx
 import torch
@@ -112,17 +112,18 @@ def _rename_outputs(proto: onnx.ModelProto, names: dict[str, str]) -> None:
     rename(proto.graph)
 
 
-def update_cache_in_place(filename: str) -> bool:
+def update_cache_in_place(filename: str, constant_inputs: Sequence[str] = ()) -> bool:
     """Rewrites the saved model ``filename`` so that it updates its cache in place
     (:func:`fx2onnx.optimizer.rules.cache_in_place.cache_in_place`; the weights' file is
-    untouched); False when the rule does not apply (the model is left as it is)."""
+    untouched); False when the rule does not apply (the model is left as it is).
+    ``constant_inputs``: inputs fed the same value at every step (an image-text decoder's features)."""
     import onnx_ir as ir
 
     from ..optimizer.rules.cache_in_place import cache_in_place
     from ..weights.save import load_without_weights
 
     model = ir.from_proto(load_without_weights(filename))
-    if not cache_in_place(model):
+    if not cache_in_place(model, constant_inputs):
         return False
     onnx.save(ir.to_proto(model), filename)
     return True
@@ -228,7 +229,7 @@ def export_folder(
     if task in ("speech-seq2seq", "image-text-to-text"):
         return _export_pieces_folder(task, folder, out_dir, config, dtype, begin, optimize=optimize, quantize=quantize,
                                      block_size=block_size, symmetric=symmetric, opset=opset, validate=validate,
-                                     atol=atol, rtol=rtol,
+                                     cache_in_place=cache_in_place, atol=atol, rtol=rtol,
                                      progress=progress, say=say)
 
     config.use_cache = with_cache
@@ -355,7 +356,7 @@ PIECES_MODEL_TYPES = {
 
 def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dtype: torch.dtype, begin: float, *,
                           optimize: str, quantize: str | None, block_size: int, symmetric: bool,
-                          opset: int | None, validate: bool,
+                          opset: int | None, validate: bool, cache_in_place: bool,
                           atol: float, rtol: float, progress: bool, say: Any) -> FolderExport:
     """A folder exported as several pieces: the encoder and decoder of :mod:`fx2onnx.deploy.speech`
     (Whisper) or :mod:`fx2onnx.deploy.speech_generic` (the other encoder-decoder speech models), or the
@@ -372,35 +373,40 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
                          f"{supported}.")
     options = dict(optimize=optimize, quantize=quantize, block_size=block_size, symmetric=symmetric, opset=opset,
                    progress=progress, say=say)
+    vision_options = dict(options, cache_in_place=cache_in_place)
     split, make_pieces = None, None
     if task == "speech-seq2seq" and model_type != "whisper":
         pieces, layout = export_generic_speech_pieces(folder, out_dir, config, dtype, **options)
         split, make_pieces = "generic", eager_pieces(layout)
     else:
-        export = export_speech_pieces if task == "speech-seq2seq" else export_vision_pieces
-        pieces = export(folder, out_dir, config, dtype, **options)
-        if task != "speech-seq2seq":
+        if task == "speech-seq2seq":
+            pieces = export_speech_pieces(folder, out_dir, config, dtype, **options)
+        else:
+            pieces = export_vision_pieces(folder, out_dir, config, dtype, **vision_options)
             make_pieces = vision_pieces
     copy_folder_files(folder, out_dir)
     with open(os.path.join(out_dir, FOLDER_METADATA), "w", encoding="utf-8") as f:
         json.dump({"task": task, **({"split": split} if split else {}),
                    "pieces": {p.name: {"file": p.filename, "inputs": p.input_names, "outputs": p.output_names,
-                                       "cache": p.cache} for p in pieces},
+                                       "cache": p.cache,
+                                       **({"cache_update": "in_place" if p.in_place else "concatenated"}
+                                          if p.cache else {})} for p in pieces},
                    "dtype": str(dtype).replace("torch.", ""), "optimize": optimize, "quantize": quantize,
                    "block_size": block_size if quantize else None,
                    "symmetric": symmetric if quantize else None,
                    "source": os.path.basename(os.path.abspath(folder))}, f, indent=2)
     checks: list[FolderCheck] = []
+    check_names: list[str] | None = None
     if validate:
         say(f"checking the {' and the '.join(p.name for p in pieces)} against eager float32")
-        checks = check_speech_pieces(folder, out_dir, pieces, dtype, atol, rtol, make_pieces)
+        checks, check_names = check_speech_pieces(folder, out_dir, pieces, dtype, atol, rtol, make_pieces)
         if quantize:
             checks = [dataclasses.replace(c, ok=True, held=False) for c in checks]
     files = sorted(os.listdir(out_dir))
     nbytes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in files if os.path.isfile(os.path.join(out_dir, f)))
     return FolderExport(out_dir, task, dtype, files, nbytes, time.perf_counter() - begin, peak_rss(),
                         checks, f"onnxruntime-genai's configuration of a {model_type} folder is not written yet",
-                        [f"{p.name}, {n} input set" for p in pieces for n in ("first", "second")])
+                        check_names)
 
 
 def _generation_config(folder: str) -> Any:

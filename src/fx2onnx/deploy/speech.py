@@ -114,6 +114,9 @@ class Piece:
     output_names: list[str]
     #: self-attention cache: input name -> output name (written as the model's ``fx2onnx.cache``)
     cache: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: the cache is updated in place (:mod:`fx2onnx.optimizer.rules.cache_in_place`), checked on
+    #: the input sets onnxruntime's kernel runs (:func:`fx2onnx.deploy.check.in_place_input_sets`)
+    in_place: bool = False
 
 
 def _sizes(config: Any) -> tuple[int, int, int, int, int]:
@@ -236,14 +239,16 @@ def export_speech_pieces(
 
 
 def check_speech_pieces(folder: str, out_dir: str, pieces: list[Piece], dtype: torch.dtype, atol: float,
-                        rtol: float, make_pieces: Any = None) -> list[Any]:
+                        rtol: float, make_pieces: Any = None) -> tuple[list[Any], list[str]]:
     """Every piece against the same wrapper around the eager float32 model, on its two input sets
-    (``make_pieces(model, config)``: the wrappers, default :func:`speech_pieces`)."""
+    (``make_pieces(model, config)``: the wrappers, default :func:`speech_pieces`; a decoder updating
+    its cache in place on :func:`fx2onnx.deploy.check.in_place_input_sets`). Returns the checks and
+    what each ran on."""
     import os
 
     import transformers
 
-    from .check import check_against_eager
+    from .check import check_against_eager, in_place_input_sets
 
     config = transformers.AutoConfig.from_pretrained(folder)
     transformers.utils.logging.disable_progress_bar()
@@ -251,10 +256,14 @@ def check_speech_pieces(folder: str, out_dir: str, pieces: list[Piece], dtype: t
         eager = getattr(transformers, config.architectures[0]).from_pretrained(folder, dtype=torch.float32).eval()
     finally:
         transformers.utils.logging.enable_progress_bar()
-    checks = []
+    checks, names = [], []
     for piece, eager_piece in zip(pieces, (make_pieces or speech_pieces)(eager, config)):
         # float32 references first: check_against_eager leaves the model in dtype afterwards
+        input_sets, set_names = [piece.inputs, piece.inputs2], ["first input set", "second input set"]
+        if piece.in_place:
+            input_sets, set_names = in_place_input_sets(input_sets, set_names)
         checks.extend(check_against_eager(os.path.join(out_dir, piece.filename), eager_piece.module,
-                                          [piece.inputs, piece.inputs2], dtype, atol=atol, rtol=rtol))
+                                          input_sets, dtype, atol=atol, rtol=rtol))
+        names.extend(f"{piece.name}, {name}" for name in set_names)
         eager.to(torch.float32)
-    return checks
+    return checks, names

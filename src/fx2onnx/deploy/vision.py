@@ -193,9 +193,13 @@ def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, s
 def export_vision_pieces(
     folder: str, out_dir: str, config: Any, dtype: torch.dtype, *, optimize: str, quantize: str | None,
     block_size: int, opset: int | None, progress: bool, say: Any, symmetric: bool = True,
+    cache_in_place: bool = True,
 ) -> list[Piece]:
     """Exports the pieces of an image-text folder (:func:`vision_pieces`) into ``out_dir``; the decoder's cache
-    outputs are named after their inputs (:func:`fx2onnx.deploy.export.name_presents`)."""
+    outputs are named after their inputs (:func:`fx2onnx.deploy.export.name_presents`). At
+    ``optimize="onnxruntime"`` the decoder updates its cache in place when the rule applies
+    (:func:`fx2onnx.deploy.export.update_cache_in_place`: not for a mask read from the image tokens
+    as Gemma 3's, nor for a sliding window), the image features fed unchanged at every step."""
     import os
     import warnings
 
@@ -205,7 +209,7 @@ def export_vision_pieces(
 
     from ..weights.empty import parameters_on_meta
     from ..weights.save import load_without_weights
-    from .export import name_presents
+    from .export import name_presents, update_cache_in_place
     from .speech import rename_values
 
     # the parameters on the meta device, the buffers computed (CLIP's integer position ids)
@@ -228,6 +232,9 @@ def export_vision_pieces(
         if piece.name == "vision":
             rename_values(path, piece.input_names, piece.output_names, {})
             continue
+        if cache_in_place and optimize == "onnxruntime":
+            # the vision piece's outputs are the decoder's inputs fed unchanged at every step
+            piece.in_place = update_cache_in_place(path, constant_inputs=pieces[0].output_names)
         inputs, pairs = name_presents(path)
         proto = load_without_weights(path)
         piece.input_names, piece.output_names = inputs, [o.name for o in proto.graph.output]

@@ -1,5 +1,6 @@
 """The kv cache updated in place: every ``Attention`` with a past into onnxruntime's
-``com.microsoft.GroupQueryAttention`` reading the past from a buffer of any capacity.
+``com.microsoft.GroupQueryAttention`` reading the past from a buffer of any capacity (an
+attention on 4-D inputs, heads apart, gets its inputs and output reshaped to the kernel's 3-D).
 
 The standard ``Attention`` concatenates the past and the new keys: each decode step
 copies the whole cache into a new output (28 layers of Qwen3-0.6B at a context of 1000
@@ -24,7 +25,15 @@ The rewrite keeps the model's meaning for every input it accepts:
   (:func:`fx2onnx.deploy.check.in_place_input_sets`). One new token sees every key before it
   either way;
 * ``seqlens_k`` is ``total - 1`` for every sequence: the pads stay in the buffer as they
-  stayed in the concatenated cache.
+  stayed in the concatenated cache;
+* the mask of every attention is computed from ``attention_mask`` alone (and from shapes): a
+  mask reading the values of the token ids (Gemma 3's image tokens attending to each other in
+  both directions, marked from the ids) is not causal on a prompt, and a mask made from shapes
+  is run on a short prompt (:func:`fx2onnx.optimizer.rules._mask_probe.masks_are_causal`:
+  PaliGemma's prompt attends both ways); either leaves the model unchanged;
+* inputs besides the tokens, the mask, the positions and the cache are refused, but for those
+  the caller names in ``constant_inputs``: values fed unchanged at every step (the image
+  features of an image-text decoder), which the attentions read as any other value.
 
 onnxruntime refuses a past with more than one new token on a batch larger than one
 (chunked prefill of a batch): an error, not a different result. The rule applies to the
@@ -35,9 +44,12 @@ folders of :func:`fx2onnx.deploy.export_folder` turn it on.
 
 from __future__ import annotations
 
+from typing import Collection
+
 import numpy as np
 import onnx_ir as ir
 
+from ._mask_probe import masks_are_causal
 from ._graph import attr, ensure_opset, initializer, nodes_of, rank, replace
 
 #: the model metadata the rule writes; the generation loop binds the cache in place when set
@@ -58,9 +70,12 @@ def _convertible(node: ir.Node, past_inputs: set[ir.Value], outputs: set[ir.Valu
         return False
     if set(node.attributes) - _KNOWN or attr(node, "is_causal", 0):
         return False
-    q, _, _, mask, past_key, past_value = node.inputs
-    heads, kv_heads = attr(node, "q_num_heads"), attr(node, "kv_num_heads")
-    if heads is None or kv_heads is None or heads % kv_heads or rank(q) != 3:
+    q, k, v, mask, past_key, past_value = node.inputs
+    heads, kv_heads = _heads(node)
+    if heads is None or kv_heads is None or heads % kv_heads or rank(q) not in (3, 4):
+        return False
+    if rank(q) == 4 and not (rank(k) == rank(v) == 4 and isinstance(q.shape[3], int)
+                             and q.shape[3] == k.shape[3] == v.shape[3]):
         return False
     if q.dtype not in (ir.DataType.FLOAT, ir.DataType.FLOAT16) or rank(mask) != 4:
         return False
@@ -70,6 +85,36 @@ def _convertible(node: ir.Node, past_inputs: set[ir.Value], outputs: set[ir.Valu
     presents = node.outputs[1:3]
     return past_key in past_inputs and past_value in past_inputs and all(p in outputs and not p.uses() for p in presents) \
         and not any(u for u in node.outputs[3:] if u.uses())
+
+
+def _heads(node: ir.Node) -> tuple[int | None, int | None]:
+    """The query and key heads of an ``Attention``: its attributes (3-D inputs), the static second
+    dimension of its 4-D query and key (the heads already apart, as Qwen-VL's multimodal rotary leaves them)."""
+    q, k = node.inputs[0], node.inputs[1]
+    if rank(q) == 4 and rank(k) == 4:
+        heads, kv_heads = q.shape[1], k.shape[1]
+        return (heads, kv_heads) if isinstance(heads, int) and isinstance(kv_heads, int) else (None, None)
+    return attr(node, "q_num_heads"), attr(node, "kv_num_heads")
+
+
+def _to_3d(graph: ir.Graph, before: ir.Node, value: ir.Value) -> ir.Value:
+    """``(batch, heads, seq, dim) -> (batch, seq, heads * dim)``, inserted before ``before``."""
+    to_last = initializer(graph, "cache_in_place_keep2", np.array([0, 0, -1], dtype=np.int64))
+    transpose = ir.node("Transpose", [value], attributes={"perm": [0, 2, 1, 3]})
+    reshape = ir.node("Reshape", [transpose.outputs[0], to_last])
+    reshape.outputs[0].dtype = value.dtype
+    reshape.outputs[0].shape = ir.Shape([value.shape[0], value.shape[2], value.shape[1] * value.shape[3]]) \
+        if isinstance(value.shape[1], int) else None
+    graph.insert_before(before, [transpose, reshape])
+    return reshape.outputs[0]
+
+
+def _to_4d(graph: ir.Graph, value: ir.Value, heads: int, dim: int) -> list[ir.Node]:
+    """The nodes of ``(batch, seq, heads * dim) -> (batch, heads, seq, dim)``."""
+    split = initializer(graph, f"cache_in_place_heads_{heads}_{dim}", np.array([0, 0, heads, dim], dtype=np.int64))
+    reshape = ir.node("Reshape", [value, split])
+    transpose = ir.node("Transpose", [reshape.outputs[0]], attributes={"perm": [0, 2, 1, 3]})
+    return [reshape, transpose]
 
 
 def _bias(graph: ir.Graph, before: ir.Node, mask: ir.Value, dtype: ir.DataType) -> ir.Value:
@@ -86,8 +131,31 @@ def _bias(graph: ir.Graph, before: ir.Node, mask: ir.Value, dtype: ir.DataType) 
     return where.outputs[0]
 
 
-def cache_in_place(model: ir.Model) -> int:
-    """Rewrites every ``Attention`` with a past (see the module); returns how many (0: unchanged)."""
+def _reads_only(value: ir.Value, allowed: ir.Value) -> bool:
+    """Whether ``value`` is computed from the values of ``allowed``, constants and shapes alone
+    (the inputs of ``Shape`` and ``Size`` are not read; a node holding a subgraph is refused)."""
+    seen: set[ir.Node] = set()
+    todo = [value]
+    while todo:
+        current = todo.pop()
+        node = current.producer()
+        if node is None:
+            if current is not allowed and current.const_value is None and not current.is_initializer():
+                return False
+            continue
+        if node in seen or node.op_type in ("Shape", "Size"):
+            continue
+        seen.add(node)
+        if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
+            return False
+        todo.extend(v for v in node.inputs if v is not None)
+    return True
+
+
+def cache_in_place(model: ir.Model, constant_inputs: Collection[str] = ()) -> int:
+    """Rewrites every ``Attention`` with a past (see the module); returns how many (0: unchanged).
+    ``constant_inputs``: the names of inputs fed the same value at every step, accepted beside
+    the tokens, the mask, the positions and the cache."""
     graph = model.graph
     mask_input = next((v for v in graph.inputs if v.name == "attention_mask" and rank(v) == 2), None)
     new_input = _new_length(graph)
@@ -101,8 +169,16 @@ def cache_in_place(model: ir.Model) -> int:
     if len(pasts) != 2 * len(attentions):  # a past read by two attentions (shared layers): one buffer, two writers
         return 0
     # every other input of the graph is a token input, not a cache this rule leaves concatenated
-    others = [v for v in inputs - pasts if v is not mask_input and v is not new_input and v.name != "position_ids"]
+    others = [v for v in inputs - pasts if v is not mask_input and v is not new_input and v.name != "position_ids"
+              and v.name not in constant_inputs]
     if others:
+        return 0
+    # the kernel's mask is causal: a mask reading the token values (a prefix attending both ways) is not
+    if not all(_reads_only(n.inputs[3], mask_input) for n in attentions):
+        return 0
+    # nor is a mask made from shapes letting a prompt attend both ways (a prefix LM): the masks are run
+    masks = list(dict.fromkeys(n.inputs[3] for n in attentions))
+    if not masks_are_causal(model, masks, mask_input, new_input, [n.inputs[4] for n in attentions]):
         return 0
     # the past is read elsewhere only through its shape, along the batch or the sequence
     shapes = []
@@ -147,20 +223,29 @@ def cache_in_place(model: ir.Model) -> int:
         if mask not in biases:  # one bias per mask, shared by the layers reading it
             biases[mask] = _bias(graph, node, mask, q.dtype)
         bias = biases[mask]
-        attributes = {"num_heads": attr(node, "q_num_heads"), "kv_num_heads": attr(node, "kv_num_heads"), "causal": 1}
+        heads, kv_heads = _heads(node)
+        attributes = {"num_heads": heads, "kv_num_heads": kv_heads, "causal": 1}
         if attr(node, "scale") is not None:
             attributes["scale"] = attr(node, "scale")
         if attr(node, "softcap", 0.0):
             attributes["softcap"] = attr(node, "softcap")
+        four_d = rank(q) == 4
+        if four_d:  # the kernel takes (batch, seq, heads * dim) and returns its output so
+            q, k, v = (_to_3d(graph, node, x) for x in (q, k, v))
         gqa = ir.node("GroupQueryAttention", [q, k, v, past_key, past_value, seqlens.outputs[0], total.outputs[0],
                                               None, None, None, bias],
                       attributes=attributes, domain="com.microsoft", num_outputs=3)
-        replace(graph, node, [gqa], list(node.outputs[:3]), list(gqa.outputs), metadata_from=node)
+        new_nodes, output = [gqa], gqa.outputs[0]
+        if four_d:
+            back = _to_4d(graph, gqa.outputs[0], heads, node.inputs[2].shape[3])
+            new_nodes, output = new_nodes + back, back[-1].outputs[0]
+        replace(graph, node, new_nodes, list(node.outputs[:3]), [output, *gqa.outputs[1:]], metadata_from=node)
         graph.remove(node, safe=True)
     for past in pasts:  # a buffer: its capacity is not the past length
         past.shape = ir.Shape([past.shape[0], past.shape[1], "cache_capacity", past.shape[3]])
     for value in graph.outputs:  # the buffer itself, or the concatenation when not bound to it
-        if value.producer() is not None and value.producer().op_type == "GroupQueryAttention" and value.shape:
+        node = value.producer()
+        if node is not None and node.op_type == "GroupQueryAttention" and value in node.outputs[1:] and value.shape:
             value.shape = ir.Shape([value.shape[0], value.shape[1], None, value.shape[3]])
     ensure_opset(model, "com.microsoft", 1)
     model.metadata_props[IN_PLACE_METADATA_KEY] = "1"

@@ -1,0 +1,153 @@
+"""Whether the attention masks of a decoder are causal on a prompt, found by running them.
+
+:mod:`fx2onnx.optimizer.rules.cache_in_place` gives onnxruntime's ``GroupQueryAttention``
+the model's mask as a bias and lets the kernel add its causal mask: the same result when the
+model's own mask lets no token see a later one. A prefix LM (PaliGemma: the whole prompt attends
+both ways when the cache is empty) builds its mask from shapes alone, which the graph does not
+tell apart from a causal one; :func:`masks_are_causal` computes the masks on a prompt of a few
+tokens, with an empty past and with a past, and looks above the diagonal.
+
+Only the nodes the masks are computed from run: the shape of a value computed inside the graph
+(the embeddings of the tokens, say) is read from its symbolic shape, evaluated on the sizes the
+inputs are given, so no weight is needed (a value of unknown shape is computed: a weight larger
+than 1024 values stored outside the graph answers False, as anything that cannot run).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+#: the probes: (past length, new tokens)
+_PROBES = ((0, 5), (3, 4))
+
+
+def _dims(value: ir.Value, sizes: list[int], bindings: dict[str, int]) -> None:
+    for dim, size in zip(value.shape or (), sizes):
+        if isinstance(dim, ir.SymbolicDim) and dim.value:
+            bindings.setdefault(dim.value, size)
+
+
+def _evaluate_dim(dim: Any, bindings: dict[str, int]) -> int:
+    if isinstance(dim, int):
+        return dim
+    if not isinstance(dim, ir.SymbolicDim) or not dim.value:
+        raise ValueError("an unnamed dimension")
+    names = {"Max": max, "Min": min, "FloorDiv": lambda a, b: a // b, "Mod": lambda a, b: a % b}
+    return int(eval(dim.value, {"__builtins__": {}}, {**names, **bindings}))  # noqa: S307 - names and operators only
+
+
+def _feeds(graph: ir.Graph, mask_input: ir.Value, new_input: ir.Value, pasts: list[ir.Value], past: int,
+           new: int) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """Inputs of batch 1 (the mask of ones, zeros elsewhere) and the sizes they bind."""
+    bindings: dict[str, int] = {}
+    _dims(mask_input, [1, past + new], bindings)
+    _dims(new_input, [1, new], bindings)
+    for value in pasts:
+        _dims(value, [1, value.shape[1] if isinstance(value.shape[1], int) else 1, past], bindings)
+    feeds = {}
+    for value in graph.inputs:
+        shape = [_evaluate_dim(d, bindings) if isinstance(d, ir.SymbolicDim) and d.value in bindings else
+                 (d if isinstance(d, int) else 1) for d in value.shape]
+        fill = 1 if value is mask_input else 0
+        feeds[value.name] = np.full(shape, fill, dtype=value.dtype.numpy())
+    return feeds, bindings
+
+
+def _static_shape(value: ir.Value, bindings: dict[str, int]) -> list[int] | None:
+    """The shape of ``value`` on the sizes of ``bindings``, None when unknown (its nodes then run)."""
+    if value.shape is None:
+        return None
+    try:
+        return [_evaluate_dim(d, bindings) for d in value.shape]
+    except Exception:  # noqa: BLE001 - an expression of other names: computed instead
+        return None
+
+
+def _mask_graph(graph: ir.Graph, masks: list[ir.Value], bindings: dict[str, int]) -> onnx.GraphProto:
+    """The nodes computing ``masks``, each ``Shape`` of a value computed in the graph replaced by
+    its evaluated symbolic shape."""
+    nodes: list[onnx.NodeProto] = []
+    inputs: dict[str, ir.Value] = {}
+    initializers: dict[str, ir.Value] = {}
+    seen: set[ir.Node] = set()
+    todo = [m.producer() for m in masks if m.producer() is not None]
+    order = {node: i for i, node in enumerate(graph)}
+    kept: list[ir.Node] = []
+    replaced: dict[ir.Node, onnx.NodeProto] = {}
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.graph is not graph:
+            raise ValueError("a mask computed in a subgraph")
+        kept.append(node)
+        shape = _static_shape(node.inputs[0], bindings) if node.op_type == "Shape" else None
+        if shape is not None and node.inputs[0].producer() is not None:
+            start = node.attributes["start"].value if "start" in node.attributes else 0
+            end = node.attributes["end"].value if "end" in node.attributes else None
+            array = np.array(shape[start:end], dtype=np.int64)
+            replaced[node] = onnx.helper.make_node("Constant", [], [node.outputs[0].name],
+                                                   value=onnx.numpy_helper.from_array(array))
+            continue
+        for value in node.inputs:
+            if value is None:
+                continue
+            if value.producer() is not None:
+                todo.append(value.producer())
+            elif value.is_graph_input():
+                inputs[value.name] = value
+            elif value.const_value is not None:
+                initializers[value.name] = value
+            else:
+                raise ValueError(f"{value.name} has no value")
+    for node in sorted(kept, key=order.__getitem__):
+        nodes.append(replaced.get(node) or ir.serde.serialize_node(node))
+    tensors = []
+    for value in initializers.values():
+        if isinstance(value.const_value, ir.ExternalTensor) and value.const_value.size > 1024:
+            raise ValueError(f"{value.name} is a weight")
+        tensors.append(onnx.numpy_helper.from_array(value.const_value.numpy(), value.name))
+    return onnx.helper.make_graph(
+        nodes, "masks",
+        [onnx.helper.make_tensor_value_info(v.name, v.dtype.value, None) for v in inputs.values()],
+        [onnx.helper.make_tensor_value_info(m.name, m.dtype.value, None) for m in masks], tensors)
+
+
+def masks_are_causal(model: ir.Model, masks: list[ir.Value], mask_input: ir.Value, new_input: ir.Value,
+                     pasts: list[ir.Value]) -> bool:
+    """Whether no value of ``masks`` (boolean, or an additive float bias) lets a token see a later
+    one, on a prompt of a few tokens after an empty past and after a past of three."""
+    import onnxruntime
+
+    graph = model.graph
+    for past, new in _PROBES:
+        try:
+            feeds, bindings = _feeds(graph, mask_input, new_input, pasts, past, new)
+            proto = _mask_graph(graph, masks, bindings)
+            opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in model.opset_imports.items()]
+            probe = onnx.helper.make_model(proto, opset_imports=opsets, ir_version=10)
+            options = onnxruntime.SessionOptions()
+            options.log_severity_level = 3
+            session = onnxruntime.InferenceSession(probe.SerializeToString(), options,
+                                                   providers=["CPUExecutionProvider"])
+            names = {i.name for i in session.get_inputs()}
+            values = session.run(None, {k: v for k, v in feeds.items() if k in names})
+        except Exception:  # noqa: BLE001 - what cannot be run is not known to be causal
+            return False
+        later = np.arange(past + new)[None, :] > past + np.arange(new)[:, None]
+        for value in values:
+            allowed = value if value.dtype == bool else value > np.finfo(value.dtype).min / 2
+            if allowed.ndim < 2:
+                return False
+            try:
+                allowed = np.broadcast_to(allowed, allowed.shape[:-2] + later.shape)
+            except ValueError:
+                return False
+            if allowed[..., later].any():
+                return False
+    return True
