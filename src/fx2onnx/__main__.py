@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 
 def _cmd_scenarios(args: argparse.Namespace) -> int:
@@ -121,7 +121,7 @@ def _generate_speech(args: argparse.Namespace) -> int:
     Whisper; fx2onnx.runtime.speech_seq2seq: the others)."""
     from .runtime.speech import open_speech_generator
 
-    if args.prompt is not None or args.ids is not None or args.chat:
+    if args.prompts or args.ids is not None or args.chat:
         raise ValueError("A speech folder takes --audio only (no prompt, --ids or --chat).")
     if args.audio is None:
         raise ValueError("The folder holds a speech model: give --audio talk.wav.")
@@ -141,24 +141,59 @@ def _generate_speech(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sampling(args: argparse.Namespace) -> Any:
+    """The sampling options of the command line (greedy unless one is given)."""
+    from .runtime.sampling import Sampling
+
+    sample = args.sample or any(v is not None for v in (args.temperature, args.top_k, args.top_p, args.seed))
+    return Sampling(
+        do_sample=sample, temperature=args.temperature or 1.0, top_k=50 if args.top_k is None else args.top_k,
+        top_p=1.0 if args.top_p is None else args.top_p, repetition_penalty=args.repetition_penalty, seed=args.seed,
+    )
+
+
+def _print_batch(results: list[Any]) -> None:
+    """One block per prompt of a batch: its number, then its text."""
+    for number, result in enumerate(results, 1):
+        print(f"[{number}] {result.text}")
+    total = sum(len(r.new_ids) for r in results)
+    times = results[0].times
+    print(f"batch of {len(results)}: {total} new tokens, prefill {times.prefill_total:.3f} s, decode "
+          f"{times.decode_total:.3f} s", file=sys.stderr)
+
+
+def _images_per_prompt(images: list[str], prompts: int) -> list[list[str]]:
+    """``--image`` values (a.png,b.png allowed) grouped by prompt: all for one prompt, one value per prompt else."""
+    groups = [[i for i in value.split(",") if i] for value in images]
+    if prompts == 1:
+        return [[i for group in groups for i in group]]
+    if len(groups) != prompts:
+        raise ValueError(f"{prompts} prompts and {len(groups)} --image: give --image once per prompt "
+                         "(a.png,b.png for several images of one prompt).")
+    return groups
+
+
 def _generate_image_text(args: argparse.Namespace) -> int:
-    """Generates after a prompt and --image files with a folder exported from a LLaVA, Gemma 3 or
-    Idefics 3 checkpoint (fx2onnx.runtime.vision)."""
+    """Generates after a prompt (or a batch of them) and --image files with a folder exported from an
+    image-text checkpoint (fx2onnx.runtime.vision), greedy or sampled, the prompt in the chat template with --chat."""
     from .runtime.vision import VisionGenerator
 
-    if args.prompt is None or args.ids is not None or args.chat:
-        raise ValueError("An image-text folder takes a prompt and --image FILE (no --ids or --chat).")
+    if not args.prompts or args.ids is not None:
+        raise ValueError("An image-text folder takes a prompt and --image FILE (no --ids).")
     if not args.image:
         raise ValueError("The folder holds an image-text model: give --image FILE (once per image).")
-    missing = [i for i in args.image if not os.path.isfile(i)]
+    images = _images_per_prompt(args.image, len(args.prompts))
+    missing = [i for group in images for i in group if not os.path.isfile(i)]
     if missing:  # before the models are loaded
         raise FileNotFoundError(f"Image file {missing[0]!r} does not exist.")
-    sample = args.sample or any(v is not None for v in (args.temperature, args.top_k, args.top_p, args.seed))
-    if sample or args.repetition_penalty != 1.0:
-        raise ValueError("An image-text folder generates greedily: remove the sampling options.")
+    sampling = _sampling(args)
     generator = VisionGenerator(args.folder, threads=args.threads)
-    result = generator.generate_text(args.prompt, args.image, args.max_new_tokens,
-                                     on_text=lambda text: print(text, end="", flush=True))
+    if len(args.prompts) > 1:
+        _print_batch(generator.generate_texts(args.prompts, images, args.max_new_tokens, sampling, chat=args.chat))
+        return 0
+    result = generator.generate_text(args.prompt, images[0], args.max_new_tokens,
+                                     on_text=lambda text: print(text, end="", flush=True), sampling=sampling,
+                                     chat=args.chat)
     print()
     print(result.summary(), file=sys.stderr)
     return 0
@@ -166,8 +201,8 @@ def _generate_image_text(args: argparse.Namespace) -> int:
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     from .runtime.folder import FOLDER_METADATA, FolderGenerator, _read_json
-    from .runtime.sampling import Sampling
 
+    args.prompt = args.prompts[0] if len(args.prompts) == 1 else None
     task = _read_json(os.path.join(args.folder, FOLDER_METADATA)).get("task")
     if task == "speech-seq2seq":
         return _generate_speech(args)
@@ -179,14 +214,13 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     if args.audio is not None:
         raise ValueError(f"{args.folder!r} is not a speech folder: --audio needs a folder exported from a speech "
                          "model (Whisper, Speech2Text, Moonshine...).")
-    if (args.prompt is None) == (args.ids is None):
+    if (not args.prompts) == (args.ids is None):
         raise ValueError("Give a prompt or --ids 1,2,3 (one of them).")
-    sample = args.sample or any(v is not None for v in (args.temperature, args.top_k, args.top_p, args.seed))
-    sampling = Sampling(
-        do_sample=sample, temperature=args.temperature or 1.0, top_k=50 if args.top_k is None else args.top_k,
-        top_p=1.0 if args.top_p is None else args.top_p, repetition_penalty=args.repetition_penalty, seed=args.seed,
-    )
+    sampling = _sampling(args)
     generator = FolderGenerator(args.folder, threads=args.threads)
+    if len(args.prompts) > 1:
+        _print_batch(generator.generate_texts(args.prompts, args.max_new_tokens, sampling, chat=args.chat))
+        return 0
     if args.ids is not None:
         try:
             prompt: object = [int(i) for i in args.ids.split(",") if i.strip()]
@@ -437,7 +471,9 @@ def make_parser() -> argparse.ArgumentParser:
         "Gemma 3, Idefics 3) takes the prompt and --image cat.png, processed by the folder's processor.",
     )
     gen.add_argument("folder", help="the folder written by export")
-    gen.add_argument("prompt", nargs="?", default=None, help="the text to continue")
+    gen.add_argument("prompts", nargs="*", default=[], metavar="prompt",
+                     help="the text to continue; several prompts are generated as one batch (padded on the left), "
+                     "each result printed after its number")
     gen.add_argument("--ids", default=None, help="token ids instead of a prompt, e.g. 1,2,3 (no tokenizer needed)")
     gen.add_argument("--max-new-tokens", type=int, default=32, help="the number of tokens to generate at most")
     gen.add_argument("--chat", action="store_true", help="the prompt as a user message in the tokenizer's chat template")
@@ -456,9 +492,10 @@ def make_parser() -> argparse.ArgumentParser:
                      help="a Whisper folder: the task (default: the generation config's)")
     gen.add_argument("--print-ids", action="store_true", help="a speech folder: print the token ids, not the text")
     gen.add_argument("--image", action="append", default=None,
-                     help="an image-text folder (LLaVA, Gemma 3, Idefics 3): an image of the prompt (once per "
-                     "image; a prompt without the processor's image token, <image> or <start_of_image>, gets "
-                     "one per image in front)")
+                     help="an image-text folder (LLaVA, Gemma 3, Idefics 3, Qwen-VL...): an image of the prompt "
+                     "(once per image, or a.png,b.png; a prompt without the processor's image token, <image> or "
+                     "<start_of_image>, gets one per image in front); with several prompts, once per prompt "
+                     "(a.png,b.png for two images of one prompt)")
     gen.set_defaults(func=_cmd_generate)
 
     val = commands.add_parser(

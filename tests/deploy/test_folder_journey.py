@@ -187,6 +187,27 @@ def test_chat_template_is_applied(folders, capsys):
     assert main(["generate", out, "hi", "--chat", "--max-new-tokens", "4"]) == 0
 
 
+def test_a_batch_of_prompts_equals_transformers_greedy(folders, capsys):
+    """Two prompts of different lengths, padded on the left: every result is transformers' greedy
+    ``generate`` on the same batch; the command line prints one numbered block per prompt."""
+    from fx2onnx.runtime.folder import FolderGenerator
+
+    checkpoint, out = folders
+    model, tok = _eager(checkpoint)
+    prompts = [PROMPT, "the quick brown fox jumps over the lazy dog, again and again"]
+    tok.padding_side = "left"
+    batch = tok(prompts, return_tensors="pt", padding=True)
+    assert (batch["attention_mask"] == 0).any()
+    expected = model.generate(**batch, max_new_tokens=10, do_sample=False)[:, batch["input_ids"].shape[1]:]
+    results = FolderGenerator(out).generate_texts(prompts, 10)
+    assert [r.new_ids for r in results] == expected.tolist()
+    assert len(set(expected[1].tolist())) > 3
+    capsys.readouterr()
+    assert main(["generate", out, *prompts, "--max-new-tokens", "10"]) == 0
+    texts = [tok.decode(row, skip_special_tokens=True) for row in expected.tolist()]
+    assert capsys.readouterr().out == "".join(f"[{i}] {t}\n" for i, t in enumerate(texts, 1))
+
+
 def test_bad_inputs_end_in_one_line(folders, tmp_path, capsys):
     checkpoint, out = folders
     # a folder of a task the command does not export yet

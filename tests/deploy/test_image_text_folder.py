@@ -210,7 +210,36 @@ def test_mistral3_images_padded_by_the_processor(folders):
 
 
 @pytest.mark.slow
-def test_a_batch_of_prompts_equals_transformers_greedy(folders):
+def test_chat_template_and_sampling_reproduce_transformers(folders, capsys):
+    """``--chat`` puts the prompt after its image in the processor's chat template; a seed draws the tokens
+    transformers' ``generate`` samples after ``torch.manual_seed``."""
+    from fx2onnx.runtime.sampling import Sampling
+    from fx2onnx.runtime.vision import VisionGenerator, read_image
+
+    checkpoint, out, images = folders
+    processor = transformers.AutoProcessor.from_pretrained(checkpoint, local_files_only=True)
+    question = "what is in this picture, and which colours?"
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert text.endswith("<|im_start|>assistant\n") and question in text
+    expected, _ = _expected(checkpoint, text, images[:1], 12)
+    assert len(set(expected)) > 3
+    capsys.readouterr()
+    assert main(["generate", out, question, "--chat", "--image", images[0], "--max-new-tokens", "12"]) == 0
+    assert capsys.readouterr().out == processor.tokenizer.decode(expected, skip_special_tokens=True) + "\n"
+
+    model = transformers.AutoModelForImageTextToText.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    inputs = processor(images=[read_image(images[0])], text=text, return_tensors="pt")
+    options = dict(temperature=1.5, top_k=0)
+    torch.manual_seed(7)
+    sampled = model.generate(**inputs, max_new_tokens=12, do_sample=True, **options)[0, inputs["input_ids"].shape[1]:]
+    result = VisionGenerator(out).generate_text(question, images[:1], 12, chat=True,
+                                                sampling=Sampling(do_sample=True, seed=7, **options))
+    assert result.new_ids == sampled.tolist() and result.new_ids != expected
+
+
+@pytest.mark.slow
+def test_a_batch_of_prompts_equals_transformers_greedy(folders, capsys):
     """Two prompts of different lengths, one image each, padded on the left by the processor: the loop's tokens of
     every prompt are transformers' greedy ``generate`` on the same batch."""
     from fx2onnx.runtime.vision import VisionGenerator, read_image
@@ -229,6 +258,11 @@ def test_a_batch_of_prompts_equals_transformers_greedy(folders):
     expected = model.generate(**inputs, max_new_tokens=10, do_sample=False)[:, inputs["input_ids"].shape[1]:]
     assert len(set(expected[1].tolist())) > 3
     assert [r.new_ids for r in result] == expected.tolist()
+    # the command line: one --image per prompt, one numbered block per prompt
+    capsys.readouterr()
+    assert main(["generate", out, *prompts, "--image", images[0], "--image", images[1], "--max-new-tokens", "10"]) == 0
+    texts = [processor.tokenizer.decode(row, skip_special_tokens=True) for row in expected.tolist()]
+    assert capsys.readouterr().out == "".join(f"[{i}] {t}\n" for i, t in enumerate(texts, 1))
 
 
 def test_the_images_padding_a_batch_are_dropped_a_padded_image_refused():

@@ -116,6 +116,47 @@ def test_rotary_embedding(standard, opset, scaling):
 
 
 @pytest.mark.parametrize("standard,opset", [(False, 18), (True, 23)])
+def test_rotary_embedding_of_halves_computed(standard, opset):
+    """Qwen2-VL's multimodal rotary: the halves of cos and sin are sections of the cosines and sines of three
+    rows of positions (time, height, width), then doubled: the kernel takes them as its caches."""
+    nodes = [
+        oh.make_node("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT),  # [3, b, s]
+        oh.make_node("Unsqueeze", ["posf", "minus1"], ["pos4"]),
+        oh.make_node("Mul", ["pos4", "inv_freq"], ["f"]),  # [3, b, s, 4]
+    ]
+    for trig in ("Cos", "Sin"):
+        t = trig.lower()
+        nodes += [
+            oh.make_node(trig, ["f"], [f"{t}3"]),
+            oh.make_node("Split", [f"{t}3", "sections"], [f"{t}_a", f"{t}_b"], axis=3),
+            oh.make_node("Gather", [f"{t}_a", "row0"], [f"{t}_ra"], axis=0),
+            oh.make_node("Gather", [f"{t}_b", "row1"], [f"{t}_rb"], axis=0),
+            oh.make_node("Concat", [f"{t}_ra", f"{t}_rb"], [f"{t}_half"], axis=2),
+            oh.make_node("Concat", [f"{t}_half", f"{t}_half"], [f"{t}_full"], axis=2),
+            oh.make_node("Unsqueeze", [f"{t}_full", "one"], [t]),
+        ]
+    nodes += [
+        oh.make_node("Slice", ["x", "zero", "half", "minus1"], ["x1"]),
+        oh.make_node("Slice", ["x", "half", "big", "minus1"], ["x2"]),
+        oh.make_node("Neg", ["x2"], ["nx2"]),
+        oh.make_node("Concat", ["nx2", "x1"], ["rot"], axis=-1),
+        oh.make_node("Mul", ["x", "cos"], ["a"]),
+        oh.make_node("Mul", ["sin", "rot"], ["b"]),
+        oh.make_node("Add", ["a", "b"], ["y"]),
+    ]
+    inits = [("minus1", np.array([-1], np.int64)), ("one", np.array([1], np.int64)), ("zero", np.array([0], np.int64)),
+             ("half", np.array([4], np.int64)), ("big", np.array([2**62], np.int64)),
+             ("sections", np.array([1, 3], np.int64)), ("row0", np.array(0, np.int64)), ("row1", np.array(1, np.int64)),
+             ("inv_freq", (1.0 / 10000 ** (np.arange(0, 8, 2) / 8)).astype(np.float32))]
+    model = make_model(nodes, [("x", FLOAT, ["b", 4, "s", 8]), ("pos", TensorProto.INT64, [3, "b", "s"])],
+                       [("y", FLOAT, ["b", 4, "s", 8])], inits, opset=opset)
+    rows = np.stack([np.array([[5, 6, 7], [0, 1, 2]]), np.array([[5, 9, 3], [0, 4, 4]]), np.zeros((2, 3))])
+    feeds = [{"x": randn(2, 4, 3, 8), "pos": rows.astype(np.int64)}]
+    fused = check_rule(model, lambda m: fuse_rotary_embedding(m, standard=standard), feeds, 1)
+    assert op_types(fused)["RotaryEmbedding"] == 1 and "Neg" not in op_types(fused)
+
+
+@pytest.mark.parametrize("standard,opset", [(False, 18), (True, 23)])
 def test_rotary_embedding_positions_broadcast_over_the_batch(standard, opset):
     """Position ids of a batch of 1 for a batch of 2 (another dimension): the positions are expanded;
     with one batch dimension they are not (no node reads the rotated input's shape)."""

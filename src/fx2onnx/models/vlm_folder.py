@@ -67,6 +67,22 @@ def tiny_gemma3_config(layers: int = 2, image_size: int = 16, patch_size: int = 
 GEMMA3_TOKENS = {"boi_token": "<start_of_image>", "image_token": "<image_soft_token>", "eoi_token": "<end_of_image>"}
 
 
+def multimodal_chat_template(processor: Any) -> str:
+    """The tiny tokenizer's chat template (:data:`fx2onnx.models.tokenizer.CHAT_TEMPLATE`) whose
+    messages may also be lists of parts: an image part becomes the processor's placeholder of an
+    image (Qwen-VL's between its vision markers), a text part its text."""
+    placeholder = processor.image_token
+    vocabulary = processor.tokenizer.get_vocab()
+    if "<|vision_start|>" in vocabulary and "<|vision_end|>" in vocabulary:
+        placeholder = "<|vision_start|>" + placeholder + "<|vision_end|>"
+    return (
+        "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+        "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
+        "{% if part['type'] == 'image' %}" + placeholder + "{% else %}{{ part['text'] }}{% endif %}{% endfor %}"
+        "{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+
+
 def _write_folder(config: Any, folder: str | os.PathLike, dtype: str, seed: int, std: float | None,
                   tokens: dict[str, str], image_token: str, processor: Any, keep_vocab: bool = False) -> dict[str, Any]:
     """The random weights, the tokenizer with ``tokens`` (named attributes of the tokenizer),
@@ -90,6 +106,8 @@ def _write_folder(config: Any, folder: str | os.PathLike, dtype: str, seed: int,
     text.bos_token_id = None
     config.pad_token_id = tok.eos_token_id
     made = processor(tok)  # may set the config's ids of other tokens
+    # a chat template placing every image of a message where the processor expects it
+    made.chat_template = tok.chat_template = multimodal_chat_template(made)
     written = write_random_checkpoint(config, folder, dtype, seed=seed, std=std)
     folder = os.fspath(folder)
     made.save_pretrained(folder)

@@ -192,3 +192,29 @@ class FolderGenerator:
         new = [int(t) for t in tokens[0, len(ids):]]
         text = self.tokenizer.decode(new, skip_special_tokens=True) if as_text else None
         return TextResult(ids, new, text, self.generator.last_times)
+
+    def generate_texts(self, prompts: Sequence[str], max_new_tokens: int = 32, sampling: Sampling | None = None,
+                       chat: bool = False) -> list[TextResult]:
+        """Generates after every prompt of a batch, the shorter prompts padded on the left: every
+        result's tokens are transformers' ``generate`` on the same padded batch (a sequence which
+        ends is fed its pad token while the others go on)."""
+        if not prompts:
+            raise ValueError("Give at least one prompt.")
+        encoded = [self.encode(p, chat) for p in prompts]
+        if any(not ids for ids in encoded):
+            raise ValueError("A prompt has no token.")
+        length = max(len(ids) for ids in encoded)
+        pad = self.pad_token_id if self.pad_token_id is not None else (np.atleast_1d(self.eos_token_id)[0]
+                                                                      if self.eos_token_id is not None else 0)
+        ids = np.full((len(encoded), length), int(pad), dtype=np.int64)
+        mask = np.zeros((len(encoded), length), dtype=np.int64)
+        for row, prompt_ids in enumerate(encoded):
+            ids[row, length - len(prompt_ids):], mask[row, length - len(prompt_ids):] = prompt_ids, 1
+        tokens = self.generator.generate(ids, max_new_tokens, attention_mask=mask, eos_token_id=self.eos_token_id,
+                                         pad_token_id=self.pad_token_id, sampling=sampling)
+        results = []
+        for prompt_ids, row in zip(encoded, tokens):
+            new = [int(t) for t in row[length:]]
+            results.append(TextResult(prompt_ids, new, self.tokenizer.decode(new, skip_special_tokens=True),
+                                      self.generator.last_times))
+        return results

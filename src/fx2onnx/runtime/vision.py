@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .folder import TextResult, TextStream, _read_json, open_pieces
+from .sampling import Sampling
 
 
 #: the tokens around an image's placeholders in a prompt, where the tokenizer has them (Qwen2-VL)
@@ -96,23 +97,26 @@ class VisionGenerator:
                                  "the processor and tokenizer files of the checkpoint into the folder.") from None
         return self._processor
 
-    def inputs(self, prompt: str, images: Sequence[Any]) -> dict[str, np.ndarray]:
+    def inputs(self, prompt: str, images: Sequence[Any], chat: bool = False) -> dict[str, np.ndarray]:
         """The processor's ``input_ids``, ``attention_mask`` and ``pixel_values`` of one prompt
-        and its images (paths or PIL images)."""
+        and its images (paths or PIL images); with ``chat``, the prompt and its images as a user
+        message in the processor's chat template (the assistant's turn opened)."""
         if not images:
             raise ValueError("Give at least one image (--image FILE).")
         pictures = [read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in images]
-        return self._processed(dict(self.processor(images=pictures, text=self._with_placeholders(prompt, len(images)),
-                                                   return_tensors="np")))
+        text = self._chat(prompt, len(images)) if chat else self._with_placeholders(prompt, len(images))
+        return self._processed(dict(self.processor(images=pictures, text=text, return_tensors="np")))
 
-    def batch_inputs(self, prompts: Sequence[str], images: Sequence[Sequence[Any]]) -> dict[str, np.ndarray]:
+    def batch_inputs(self, prompts: Sequence[str], images: Sequence[Sequence[Any]],
+                     chat: bool = False) -> dict[str, np.ndarray]:
         """:meth:`inputs` of several prompts, ``images[i]`` those of ``prompts[i]``: the shorter
         prompts padded on the left (``attention_mask``), as transformers' ``generate`` expects."""
         if len(prompts) != len(images) or any(not i for i in images):
             raise ValueError(f"{len(prompts)} prompts and {len(images)} lists of images: give one list, of at least "
                              "one image, per prompt.")
         pictures = [[read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in group] for group in images]
-        texts = [self._with_placeholders(p, len(group)) for p, group in zip(prompts, images)]
+        texts = [self._chat(p, len(group)) if chat else self._with_placeholders(p, len(group))
+                 for p, group in zip(prompts, images)]
         tokenizer = self.processor.tokenizer
         side, tokenizer.padding_side = tokenizer.padding_side, "left"
         try:
@@ -120,6 +124,17 @@ class VisionGenerator:
         finally:
             tokenizer.padding_side = side
         return self._processed(processed)
+
+    def _chat(self, prompt: str, count: int) -> str:
+        """``prompt`` after ``count`` images as a user message in the processor's chat template."""
+        if not getattr(self.processor, "chat_template", None):
+            raise ValueError(f"The processor of {self.folder!r} has no chat template: generate without --chat.")
+        token = getattr(self.processor, "image_token", "<image>")
+        if token in prompt:
+            raise ValueError(f"With --chat the template places the images: remove {token!r} from the prompt.")
+        content = [{"type": "image"}] * count + [{"type": "text", "text": prompt}]
+        return self.processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
+                                                  tokenize=False)
 
     def _with_placeholders(self, prompt: str, count: int) -> str:
         """``prompt``, or one image placeholder per image and ``prompt`` when it holds none."""
@@ -202,10 +217,12 @@ class VisionGenerator:
         return [a.view(np.uint16) if a.dtype.name == "bfloat16" else a for a in joined]
 
     def generate_ids(self, inputs: dict[str, Any], max_new_tokens: int = 32,
-                     streamer: Callable[[np.ndarray], None] | None = None) -> np.ndarray:
-        """Greedy generation on inputs already prepared (the processor's outputs, or the task zoo's):
-        ``input_ids``, ``attention_mask`` and the image inputs the vision piece takes; the tokens
-        ``(batch, prompt + new)`` transformers' ``generate`` returns on the same inputs."""
+                     streamer: Callable[[np.ndarray], None] | None = None,
+                     sampling: Sampling | None = None) -> np.ndarray:
+        """Greedy generation (or ``sampling``) on inputs already prepared (the processor's outputs, or
+        the task zoo's): ``input_ids``, ``attention_mask`` and the image inputs the vision piece takes;
+        the tokens ``(batch, prompt + new)`` transformers' ``generate`` returns on the same inputs
+        (with a seed: the same draws, :class:`fx2onnx.runtime.sampling.Sampling`)."""
         inputs = {k: v.numpy() if hasattr(v, "numpy") else np.asarray(v) for k, v in inputs.items()}
         features = self.vision_outputs(inputs)
         ids = inputs["input_ids"].astype(np.int64)
@@ -215,7 +232,7 @@ class VisionGenerator:
 
             positions = rope_index_of(inputs, self.image_token_id, self.merge_size)
         return self.decoder.generate(ids, max_new_tokens, inputs.get("attention_mask"), eos_token_id=self.eos_token_id,
-                                     pad_token_id=self.pad_token_id, streamer=streamer,
+                                     pad_token_id=self.pad_token_id, streamer=streamer, sampling=sampling,
                                      constants=dict(zip(self.feature_names, features)), position_ids=positions)
 
     def generate_text(
@@ -224,26 +241,29 @@ class VisionGenerator:
         images: Sequence[Any],
         max_new_tokens: int = 32,
         on_text: Callable[[str], None] | None = None,
+        sampling: Sampling | None = None,
+        chat: bool = False,
     ) -> TextResult:
-        """Greedy generation after ``prompt`` and its ``images``: the tokens transformers' ``generate``
-        returns on the processor's outputs."""
-        inputs = self.inputs(prompt, images)
+        """Greedy generation (or ``sampling``) after ``prompt`` and its ``images`` (``chat``: in the
+        processor's chat template): the tokens transformers' ``generate`` returns on the processor's outputs."""
+        inputs = self.inputs(prompt, images, chat)
         ids = inputs["input_ids"].astype(np.int64)
         tokenizer = self.processor.tokenizer
         stream = TextStream(tokenizer, on_text) if on_text is not None else None
-        tokens = self.generate_ids(inputs, max_new_tokens, stream)
+        tokens = self.generate_ids(inputs, max_new_tokens, stream, sampling)
         new = [int(t) for t in tokens[0, ids.shape[1]:]]
         return TextResult([int(i) for i in ids[0]], new, tokenizer.decode(new, skip_special_tokens=True),
                           self.decoder.last_times)
 
     def generate_texts(self, prompts: Sequence[str], images: Sequence[Sequence[Any]],
-                       max_new_tokens: int = 32) -> list[TextResult]:
-        """Greedy generation of a batch: ``prompts[i]`` after ``images[i]``, the prompts padded on
-        the left; every result's tokens are transformers' ``generate`` on the same batch (a
-        prompt which ends stays padded while the others go on)."""
-        inputs = self.batch_inputs(prompts, images)
+                       max_new_tokens: int = 32, sampling: Sampling | None = None,
+                       chat: bool = False) -> list[TextResult]:
+        """Greedy generation (or ``sampling``) of a batch: ``prompts[i]`` after ``images[i]``, the
+        prompts padded on the left; every result's tokens are transformers' ``generate`` on the same
+        batch (a prompt which ends stays padded while the others go on)."""
+        inputs = self.batch_inputs(prompts, images, chat)
         ids, mask = inputs["input_ids"].astype(np.int64), inputs["attention_mask"].astype(bool)
-        tokens = self.generate_ids(inputs, max_new_tokens)
+        tokens = self.generate_ids(inputs, max_new_tokens, sampling=sampling)
         tokenizer = self.processor.tokenizer
         results = []
         for row, prompt_mask in zip(tokens, mask):

@@ -6,7 +6,10 @@ The pattern (transformers' ``apply_rotary_pos_emb`` converted by fx2onnx)::
     y = Add(Mul(x, Unsqueeze(cos)), Mul(half, Unsqueeze(sin)))
     cos = Cos(Concat(f, f, axis=-1)) [* scaling]     sin = Sin(Concat(f, f, axis=-1)) [* scaling]
 
-``x`` is ``[batch, heads, seq, 2h]``, ``f`` the frequencies ``[batch, seq, h]``. Both
+``x`` is ``[batch, heads, seq, 2h]``, ``f`` the frequencies ``[batch, seq, h]``. The halves may
+also come computed, ``cos = Concat(c, c)``, ``sin = Concat(s, s)`` with any ``c`` and ``s`` of
+``[batch, seq, h]`` (Qwen2-VL's multimodal rotary: sections of the cosines of three rows of
+positions): the kernel's formula on the caches ``c`` and ``s``, the same values. Both
 fused operators read ``cos``/``sin`` from caches indexed by position ids; the rule
 gives them the model's own ``cos(f)``, ``sin(f)`` reshaped into ``[batch*seq, h]``
 caches with position ids ``arange(batch*seq)``: no assumption on how ``f`` is
@@ -65,12 +68,19 @@ def _rotate_half_input(half: ir.Value) -> ir.Value | None:
     return x
 
 
-def _trig(value: ir.Value, op_type: str) -> tuple[ir.Value, float] | None:
-    """(f, scaling) if value is ``Unsqueeze(Trig(Concat(f, f)) [* scaling], 1)``."""
+def _trig(value: ir.Value, op_type: str) -> tuple[ir.Value, float, bool] | None:
+    """(f, scaling, False) if value is ``Unsqueeze(Trig(Concat(f, f)) [* scaling], 1)``;
+    (c, 1.0, True) if it is ``Unsqueeze(Concat(c, c), 1)``, ``c`` the half already computed
+    (Qwen2-VL's multimodal rotary: sections of three rows of cosines concatenated)."""
     unsq = producer(value, "Unsqueeze")
     if unsq is None or const_ints(unsq.inputs[1]) not in ([1], [-3]):
         return None
     inner = unsq.inputs[0]
+    doubled = producer(inner, "Concat")
+    if doubled is not None and len(doubled.inputs) == 2 and doubled.inputs[0] is doubled.inputs[1] \
+            and rank(doubled.inputs[0]) == 3 and attr(doubled, "axis") in (-1, 2) \
+            and producer(doubled.inputs[0], op_type) is None:
+        return doubled.inputs[0], 1.0, True
     scaling = 1.0
     mul = producer(inner, "Mul")
     if mul is not None:
@@ -87,11 +97,12 @@ def _trig(value: ir.Value, op_type: str) -> tuple[ir.Value, float] | None:
         return None
     if attr(cat, "axis") not in (-1, 2):
         return None
-    return cat.inputs[0], scaling
+    return cat.inputs[0], scaling, False
 
 
 def _match(add: ir.Node):
-    """(x, f, cos scaling, sin scaling) for an Add ending a rotary embedding."""
+    """(x, cos source, sin source) for an Add ending a rotary embedding, each source
+    ``(value, scaling, computed)`` (:func:`_trig`)."""
     muls = [producer(v, "Mul") for v in add.inputs]
     if None in muls:
         return None
@@ -104,12 +115,15 @@ def _match(add: ir.Node):
                 continue
             for half, s in ((m_sin.inputs[0], m_sin.inputs[1]), (m_sin.inputs[1], m_sin.inputs[0])):
                 sin = _trig(s, "Sin")
-                if sin is None or sin[0] is not cos[0] or _rotate_half_input(half) is not x:
+                # frequencies: the same for both; halves computed: any (y = x * [c, c] + rotate_half(x) * [s, s]
+                # is the kernel's formula on caches c and s)
+                if sin is None or sin[2] != cos[2] or (not cos[2] and sin[0] is not cos[0]) \
+                        or _rotate_half_input(half) is not x:
                     continue
-                f = cos[0]
-                if f.shape is None or f.shape[-1] != x.shape[-1] // 2 or x.dtype != ir.DataType.FLOAT:
+                if any(t[0].shape is None or t[0].shape[-1] != x.shape[-1] // 2 for t in (cos, sin)) \
+                        or x.dtype != ir.DataType.FLOAT or (cos[2] and cos[0].dtype != x.dtype):
                     continue
-                return x, f, cos[1], sin[1]
+                return x, cos, sin
     return None
 
 
@@ -130,11 +144,12 @@ class _Caches:
         self.graph = graph
         self.built: dict[tuple[int, float, float], tuple] = {}
 
-    def get(self, f: ir.Value, x: ir.Value, cos_scale: float, sin_scale: float, anchor: ir.Node):
-        key = (id(f), cos_scale, sin_scale)
+    def get(self, cos: tuple, sin: tuple, x: ir.Value, anchor: ir.Node):
+        key = (id(cos[0]), id(sin[0]), cos[1], sin[1])
         if key in self.built:
             return self.built[key]
         g = self.graph
+        f = cos[0]
         h = f.shape[-1]
         c = lambda name, arr: initializer(g, name, np.array(arr, dtype=np.int64))  # noqa: E731
         new = []
@@ -146,8 +161,8 @@ class _Caches:
 
         cache_shape = c(f"rotary_cache_shape_{h}", [-1, h])
         caches = []
-        for trig, scale in (("Cos", cos_scale), ("Sin", sin_scale)):
-            v = op(trig, f)
+        for trig, (source, scale, computed) in (("Cos", cos), ("Sin", sin)):
+            v = source if computed else op(trig, source)
             if scale != 1.0:
                 v = op("Mul", v, initializer(g, f"rotary_scale_{trig}_{scale}", np.array(scale, dtype=np.float32)))
             caches.append(op("Reshape", v, cache_shape))
@@ -195,13 +210,13 @@ def fuse_rotary_embedding(model: ir.Model, standard: bool = False) -> int:
         found = _match(add)
         if found is None:
             continue
-        x, f, cos_scale, sin_scale = found
+        x, cos, sin = found
         attrs, anchor, partial = {"interleaved": 0}, add, _partial(add, x)
         if partial is not None:  # one node on the whole head, the rotated part's size as an attribute
             x, anchor, r = partial
             attrs.update(rotary_embedding_dim=r, num_heads=static_dim(x, 1))
         # the nodes are visited in order: the caches go before the first rotary
-        cos_cache, sin_cache, pos = caches.get(f, x, cos_scale, sin_scale, add)
+        cos_cache, sin_cache, pos = caches.get(cos, sin, x, add)
         if standard:
             fused = ir.node("RotaryEmbedding", [x, cos_cache, sin_cache, pos], attrs, name=f"RotaryEmbedding_{count}")
         else:
