@@ -180,12 +180,15 @@ def _generate_image_text(args: argparse.Namespace) -> int:
 
     if not args.prompts or args.ids is not None:
         raise ValueError("An image-text folder takes a prompt and --image FILE (no --ids).")
-    if not args.image:
+    videos = args.video or []
+    if not args.image and not videos:
         raise ValueError("The folder holds an image-text model: give --image FILE (once per image).")
-    images = _images_per_prompt(args.image, len(args.prompts))
-    missing = [i for group in images for i in group if not os.path.isfile(i)]
+    if videos and len(args.prompts) > 1:
+        raise ValueError("--video takes one prompt: generate the prompts of a batch with images only.")
+    images = _images_per_prompt(args.image or [], len(args.prompts))
+    missing = [i for group in images for i in group + videos if not os.path.isfile(i)]
     if missing:  # before the models are loaded
-        raise FileNotFoundError(f"Image file {missing[0]!r} does not exist.")
+        raise FileNotFoundError(f"{'Video' if missing[0] in videos else 'Image'} file {missing[0]!r} does not exist.")
     sampling = _sampling(args)
     generator = VisionGenerator(args.folder, threads=args.threads)
     if len(args.prompts) > 1:
@@ -193,7 +196,7 @@ def _generate_image_text(args: argparse.Namespace) -> int:
         return 0
     result = generator.generate_text(args.prompt, images[0], args.max_new_tokens,
                                      on_text=lambda text: print(text, end="", flush=True), sampling=sampling,
-                                     chat=args.chat)
+                                     chat=args.chat, videos=videos)
     print()
     print(result.summary(), file=sys.stderr)
     return 0
@@ -208,7 +211,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         return _generate_speech(args)
     if task == "image-text-to-text":
         return _generate_image_text(args)
-    if args.image:
+    if args.image or args.video:
         raise ValueError(f"{args.folder!r} is not an image-text folder: --image needs a folder exported from a "
                          "vision-language model (LLaVA, Gemma 3, Idefics 3).")
     if args.audio is not None:
@@ -496,6 +499,9 @@ def make_parser() -> argparse.ArgumentParser:
                      "(once per image, or a.png,b.png; a prompt without the processor's image token, <image> or "
                      "<start_of_image>, gets one per image in front); with several prompts, once per prompt "
                      "(a.png,b.png for two images of one prompt)")
+    gen.add_argument("--video", action="append", default=None,
+                     help="a Qwen2-VL or Qwen2.5-VL folder: a video of the prompt, an animated GIF, PNG or WebP "
+                     "(once per video; one prompt)")
     gen.set_defaults(func=_cmd_generate)
 
     val = commands.add_parser(

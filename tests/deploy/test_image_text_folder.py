@@ -238,6 +238,51 @@ def test_chat_template_and_sampling_reproduce_transformers(folders, capsys):
     assert result.new_ids == sampled.tolist() and result.new_ids != expected
 
 
+def _video(path, frames=4, size=20):
+    """An animated GIF of ``frames`` frames of ``size`` pixels: a gradient whose colours turn."""
+    import PIL.Image
+
+    x = np.linspace(0, 1, size)
+    pictures = []
+    for k in range(frames):
+        channels = [np.outer(x, x), np.outer(1 - x, x), np.outer(x, 1 - x)]
+        channels = channels[k % 3:] + channels[:k % 3]
+        pictures.append(PIL.Image.fromarray((np.stack(channels, -1) * 255).astype(np.uint8)))
+    pictures[0].save(path, save_all=True, append_images=pictures[1:], duration=500, loop=0)
+    return str(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folders", ["qwen2_vl", "qwen2_5_vl"], indirect=True)
+def test_qwen_vl_video_prompt_equals_transformers_greedy(folders, capsys, tmp_path):
+    """A video (an animated GIF read frame by frame) alone, then after an image: the vision piece runs on the video's
+    patches (its frames attend within themselves), the features go over the video placeholders in the prompt's
+    order, the time positions step by frame (Qwen2.5-VL: by ``tokens_per_second * second_per_grid_ts``)."""
+    from fx2onnx.runtime.vision import VisionGenerator, read_image, read_video
+
+    checkpoint, out, images = folders
+    clip = _video(tmp_path / "clip.gif")
+    assert read_video(clip).shape == (4, 20, 20, 3)
+    model = transformers.AutoModelForImageTextToText.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    processor = transformers.AutoProcessor.from_pretrained(checkpoint, local_files_only=True)
+    generator = VisionGenerator(out)
+    video_tokens = "<|vision_start|><|video_pad|><|vision_end|>"
+    for with_image in (False, True):
+        prompt = ("<|vision_start|><|image_pad|><|vision_end|>" if with_image else "") + video_tokens + \
+            "\nwhat happens in the video?"
+        inputs = processor(images=[read_image(images[0])] if with_image else None, videos=[read_video(clip)],
+                           text=prompt, return_tensors="pt")
+        assert inputs["video_grid_thw"][0, 0] == 2  # two temporal patches of two frames
+        expected = model.generate(**inputs, max_new_tokens=12, do_sample=False)[0, inputs["input_ids"].shape[1]:]
+        assert len(set(expected.tolist())) > 3
+        result = generator.generate_text(prompt, images[:1] if with_image else [], 12, videos=[clip])
+        assert result.new_ids == expected.tolist(), with_image
+    capsys.readouterr()
+    assert main(["generate", out, "what happens in the video?", "--video", clip, "--image", images[0],
+                 "--max-new-tokens", "12"]) == 0
+    assert capsys.readouterr().out == processor.tokenizer.decode(expected, skip_special_tokens=True) + "\n"
+
+
 @pytest.mark.slow
 def test_a_batch_of_prompts_equals_transformers_greedy(folders, capsys):
     """Two prompts of different lengths, one image each, padded on the left by the processor: the loop's tokens of

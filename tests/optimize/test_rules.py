@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto
 from onnx import helper as oh
 from onnx import numpy_helper as onh
-from optimize_helpers import FLOAT, check_rule, make_model, op_types, run
+from optimize_helpers import FLOAT, apply_rule, check_rule, make_model, op_types, run
 
 from fx2onnx.optimizer.rules.activation import fuse_gelu
 from fx2onnx.optimizer.rules.attention import fuse_attention
@@ -366,6 +366,28 @@ def test_matmul_packing():
                        [(f"y{i}", FLOAT, None) for i in range(4)], inits)
     fused = check_rule(model, pack_matmuls, [{"x": randn(2, 3, 16), "z": randn(2, 16)}], 2)
     assert op_types(fused) == {"MatMul": 2, "Split": 1}
+
+
+def test_matmul_packing_packs_the_biases_then_quantization_folds_them():
+    """q, k, v with a bias each (Qwen2): one MatMul, one Add, one Split; quantized, the Add becomes the bias of
+    ``MatMulNBits``. A group where one output is read beside its bias keeps its Adds apart."""
+    from fx2onnx.optimizer.rules.quantize import quantize_matmuls
+
+    nodes = [oh.make_node("MatMul", ["x", f"w{i}"], [f"m{i}"]) for i in range(3)]
+    nodes += [oh.make_node("Add", [f"m{i}", f"b{i}"], [f"y{i}"]) for i in range(3)]
+    columns = (32, 16, 16)
+    inits = [(f"w{i}", randn(32, c)) for i, c in enumerate(columns)] + [(f"b{i}", randn(c)) for i, c in enumerate(columns)]
+    model = make_model(nodes, [("x", FLOAT, ["b", "s", 32])], [(f"y{i}", FLOAT, None) for i in range(3)], inits)
+    feeds = [{"x": randn(2, 3, 32)}]
+    fused = check_rule(model, pack_matmuls, feeds, 2)
+    assert op_types(fused) == {"MatMul": 1, "Add": 1, "Split": 1}
+    quantized, count = apply_rule(fused, lambda m: quantize_matmuls(m, block_size=16))
+    assert count == 1 and op_types(quantized) == {"MatMulNBits": 1, "Split": 1}, op_types(quantized)
+    # m0 also an output: the biases stay apart (the packed output without them is read)
+    read = make_model(nodes, [("x", FLOAT, ["b", "s", 32])], [(f"y{i}", FLOAT, None) for i in range(3)] +
+                      [("m0", FLOAT, None)], inits)
+    fused = check_rule(read, pack_matmuls, feeds, 2)
+    assert op_types(fused) == {"MatMul": 1, "Add": 3, "Split": 1}
 
 
 def test_pack_projections_keeps_wide_groups_apart():

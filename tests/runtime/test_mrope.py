@@ -63,3 +63,38 @@ def test_rope_index_refuses_grids_that_do_not_match():
         rope_index(np.array([ids]), np.array([[1, 4, 8]]), config.image_token_id, 2)
     with pytest.raises(ValueError, match="2 image grids for 1 images"):
         rope_index(np.array([ids]), np.array(grid * 2), config.image_token_id, 2)
+
+
+def test_rope_index_of_videos_is_get_rope_index():
+    """Qwen2.5-VL: a video's temporal patches at time positions spaced by ``tokens_per_second *
+    second_per_grid_ts``, beside an image, in a left-padded batch; Qwen2-VL's one per temporal patch."""
+    from fx2onnx.models.vlm_folder import QWEN2_VL_TOKENS, tiny_qwen2_5_vl_config, tiny_qwen2_vl_config
+
+    for make, kind in ((tiny_qwen2_5_vl_config, transformers.Qwen2_5_VLForConditionalGeneration),
+                       (tiny_qwen2_vl_config, transformers.Qwen2VLForConditionalGeneration)):
+        config = make(layers=1)
+        for i, key in enumerate(QWEN2_VL_TOKENS):
+            setattr(config, key, 500 + i)
+        torch.manual_seed(0)
+        model = kind(config).eval().model
+        start, end = config.vision_start_token_id, config.vision_end_token_id
+        one = [10, 11, 12, start] + [config.image_token_id] * 6 + [end, 13, start] + [config.video_token_id] * 12 + \
+            [end, 14]
+        two = [15, start] + [config.video_token_id] * 4 + [end, 16, 17]
+        length = len(one)
+        ids = np.zeros((2, length), dtype=np.int64)
+        mask = np.zeros((2, length), dtype=np.int64)
+        for row, prompt in enumerate((one, two)):
+            ids[row, length - len(prompt):], mask[row, length - len(prompt):] = prompt, 1
+        types = (ids == config.image_token_id).astype(np.int64) + 2 * (ids == config.video_token_id)
+        images, videos = np.array([[1, 4, 6]]), np.array([[3, 4, 4], [4, 2, 2]])
+        seconds = np.array([0.5, 2.0], dtype=np.float32)
+        tokens_per_second = getattr(config.vision_config, "tokens_per_second", None)
+        extra = {"second_per_grid_ts": torch.from_numpy(seconds)} if tokens_per_second else {}
+        expected, _ = model.get_rope_index(torch.from_numpy(ids), torch.from_numpy(types), torch.from_numpy(images),
+                                           torch.from_numpy(videos), attention_mask=torch.from_numpy(mask), **extra)
+        inputs = {"input_ids": ids, "attention_mask": mask, "image_grid_thw": images, "video_grid_thw": videos,
+                  "second_per_grid_ts": seconds}
+        got = rope_index_of(inputs, config.image_token_id, 2, config.video_token_id, tokens_per_second)
+        np.testing.assert_array_equal(got, expected.numpy())
+        assert (got[0] != got[1]).any()  # the time row differs from the height row on the video

@@ -21,7 +21,10 @@ decoder with 3D rotary positions.
   (:func:`fx2onnx.runtime.mrope.rope_index`, numpy), then every later token takes the largest
   position plus one.
 
-Every image is one frame (``grid_t = 1``, what the image processor gives); videos are not exported.
+An image is one frame (``grid_t = 1``); a video (Qwen2-VL, Qwen2.5-VL) is ``grid_t`` temporal patches, each
+frame attending within itself (``cu_seqlens`` ends every frame), run by the same vision piece on the processor's
+``pixel_values_videos`` and ``video_grid_thw``; the decoder writes the features of both over their placeholders in
+the prompt's order (:data:`fx2onnx.deploy.vision.VIDEO_MODEL_TYPES`). Qwen3-VL's videos are not exported.
 """
 
 from __future__ import annotations
@@ -38,12 +41,17 @@ QWEN_VL_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 
 
 def grid_positions(grid_thw: torch.Tensor, patches: Any, merge_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(position_ids (patches, 2), cu_seqlens (images + 1,) int32)`` of the patches of images of
-    grids ``grid_thw``: the row and column of every patch, the patches laid out by blocks of
-    ``merge_size x merge_size`` (transformers' ``get_vision_position_ids``), and the end of every
-    image (``get_vision_cu_seqlens`` for images of one frame); tensor operations only."""
-    row, column, _, _, ends = _patch_grid(grid_thw, patches, merge_size)
-    cu_seqlens = torch.cat([ends.new_zeros(1), ends]).to(torch.int32)
+    """``(position_ids (patches, 2), cu_seqlens (frames + 1,) int32)`` of the patches of images (or
+    videos) of grids ``grid_thw``: the row and column of every patch, the patches laid out by blocks
+    of ``merge_size x merge_size`` (transformers' ``get_vision_position_ids``), and the end of every
+    frame, the patches of one frame attending to each other (``get_vision_cu_seqlens``: an image is
+    one frame; the number of frames is read from the values, a boolean selection of every frame's
+    last patch); tensor operations only."""
+    row, column, height, width, ends = _patch_grid(grid_thw, patches, merge_size)
+    index = torch.arange(patches, device=grid_thw.device, dtype=torch.int64)
+    last = (row == height - 1) & (column == width - 1)  # the last patch of a frame (blocks end there too)
+    frame_ends = (index + 1)[last]
+    cu_seqlens = torch.cat([frame_ends.new_zeros(1), frame_ends]).to(torch.int32)
     return torch.stack([row, column], dim=-1), cu_seqlens
 
 

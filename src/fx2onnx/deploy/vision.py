@@ -36,6 +36,9 @@ from .speech import Piece
 OWN_PIECES_MODEL_TYPES = ("llava", "gemma3", "idefics3")
 #: the model types whose decoder marks the image tokens (``token_type_ids``) for a bidirectional attention
 TOKEN_TYPE_MODELS = ("gemma3",)
+#: the model types whose decoder also writes features over the placeholders of videos (``video_token_id``): the
+#: features of the images and videos in the order of their placeholders (the vision piece runs on both)
+VIDEO_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
 
 
 class VisionPiece(torch.nn.Module):
@@ -65,10 +68,19 @@ class ImageTextDecoderPiece(torch.nn.Module):
 
         self.image_token_id = int(image_token(model.config))
         self.token_types = model.config.model_type in TOKEN_TYPE_MODELS
+        self.video_token_id = int(model.config.video_token_id) if model.config.model_type in VIDEO_MODEL_TYPES \
+            else None
+
+    def placeholders(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Where the features go: the image placeholders (and the video ones, :data:`VIDEO_MODEL_TYPES`)."""
+        found = input_ids == self.image_token_id
+        if self.video_token_id is not None:
+            found = found | (input_ids == self.video_token_id)
+        return found
 
     def forward(self, input_ids, attention_mask, position_ids, past_key_values, image_features):
         embeds = self.model.get_input_embeddings()(input_ids)
-        mask = (input_ids == self.image_token_id).unsqueeze(-1).expand_as(embeds)
+        mask = self.placeholders(input_ids).unsqueeze(-1).expand_as(embeds)
         embeds = embeds.masked_scatter(mask, image_features.to(embeds.dtype))
         if self.token_types:
             # Gemma 3: the tokens of one image attend to each other in both directions (the model's

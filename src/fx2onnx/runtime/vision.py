@@ -17,7 +17,10 @@ The vision piece takes every input it names from the processor's outputs (Qwen2-
 computed from the grid (:func:`fx2onnx.runtime.mrope.rope_index`). Every output of the vision
 piece is fed to the decoder (Qwen3-VL's deepstack features after the image features). When the
 processor gives ``image_sizes`` the vision piece does not take (Mistral 3: images padded to the
-largest), each image cropped to its size runs alone, the features concatenated.
+largest), each image cropped to its size runs alone, the features concatenated. Qwen2-VL's and
+Qwen2.5-VL's folders also take videos (animated images read by :func:`read_video`): the vision
+piece runs on their patches and grids, their features go over the video placeholders in the
+order of the prompt, their temporal patches get their own time positions.
 
 .. code-block:: python
 
@@ -40,6 +43,24 @@ from .sampling import Sampling
 
 #: the tokens around an image's placeholders in a prompt, where the tokenizer has them (Qwen2-VL)
 VISION_MARKERS = ("<|vision_start|>", "<|vision_end|>")
+
+
+def read_video(path: str | os.PathLike) -> np.ndarray:
+    """The RGB frames ``(frames, height, width, 3)`` uint8 of an animated image (GIF, PNG, WebP...
+    through Pillow): a video without a video decoder; a still image is a video of one frame."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Video file {path!r} does not exist.")
+    import PIL.Image
+    import PIL.ImageSequence
+
+    try:
+        with PIL.Image.open(path) as video:
+            frames = [np.asarray(frame.convert("RGB")) for frame in PIL.ImageSequence.Iterator(video)]
+    except (PIL.UnidentifiedImageError, OSError) as e:
+        raise ValueError(f"{path!r} is not an animated image Pillow reads ({type(e).__name__}): give the frames as "
+                         "a GIF, PNG or WebP animation.") from None
+    return np.stack(frames)
 
 
 def read_image(path: str | os.PathLike) -> Any:
@@ -68,7 +89,7 @@ class VisionGenerator:
 
     def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None):
         self.folder = os.fspath(folder)
-        _, self.vision, self.feature_names, self.decoder = open_pieces(
+        pieces, self.vision, self.feature_names, self.decoder = open_pieces(
             self.folder, "image-text-to-text", "vision", "{folder} is not an image-text folder (task {task}): export "
             "a LLaVA, Gemma 3, Idefics 3, Qwen-VL or Mistral 3 folder with python -m fx2onnx export CHECKPOINT "
             "--out FOLDER.",
@@ -78,7 +99,12 @@ class VisionGenerator:
         self.eos_token_id = generation.get("eos_token_id", config.get("text_config", {}).get("eos_token_id"))
         self.pad_token_id = generation.get("pad_token_id", config.get("pad_token_id"))
         self.image_token_id = config.get("image_token_id")
+        #: the placeholder of a video's features when the decoder takes videos (Qwen2-VL, Qwen2.5-VL)
+        self.video_token_id = pieces["decoder"].get("video_token_id")
         self.merge_size = config.get("vision_config", {}).get("spatial_merge_size")
+        #: Qwen2.5-VL: the time positions per second of video (Qwen2-VL: one per temporal patch)
+        self.tokens_per_second = config.get("vision_config", {}).get("tokens_per_second") \
+            if config.get("model_type") == "qwen2_5_vl" else None
         positions = [i for i in self.decoder.session.get_inputs() if i.name == "position_ids"]
         #: Qwen2-VL: the positions in rows (time, height, width) computed from the images' grids
         self.position_rows = len(positions[0].shape) == 3 if positions else False
@@ -97,15 +123,26 @@ class VisionGenerator:
                                  "the processor and tokenizer files of the checkpoint into the folder.") from None
         return self._processor
 
-    def inputs(self, prompt: str, images: Sequence[Any], chat: bool = False) -> dict[str, np.ndarray]:
+    def inputs(self, prompt: str, images: Sequence[Any], chat: bool = False,
+               videos: Sequence[Any] = ()) -> dict[str, np.ndarray]:
         """The processor's ``input_ids``, ``attention_mask`` and ``pixel_values`` of one prompt
-        and its images (paths or PIL images); with ``chat``, the prompt and its images as a user
-        message in the processor's chat template (the assistant's turn opened)."""
-        if not images:
-            raise ValueError("Give at least one image (--image FILE).")
+        and its images (paths or PIL images) and videos (paths of animated images, or frames
+        ``(frames, height, width, 3)``: Qwen2-VL, Qwen2.5-VL); with ``chat``, the prompt, its images
+        and videos as a user message in the processor's chat template (the assistant's turn opened)."""
+        if not images and not videos:
+            raise ValueError("Give at least one image (--image FILE)" + (" or video (--video FILE)."
+                                                                        if self.video_token_id is not None else "."))
+        if videos and self.video_token_id is None:
+            raise ValueError(f"The decoder of {self.folder!r} takes no video: give images (Qwen2-VL and Qwen2.5-VL "
+                             "folders take videos).")
         pictures = [read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in images]
-        text = self._chat(prompt, len(images)) if chat else self._with_placeholders(prompt, len(images))
-        return self._processed(dict(self.processor(images=pictures, text=text, return_tensors="np")))
+        clips = [read_video(v) if isinstance(v, (str, os.PathLike)) else v for v in videos]
+        text = self._chat(prompt, len(images), len(videos)) if chat else \
+            self._with_placeholders(prompt, len(images), len(videos))
+        media = {"images": pictures} if pictures else {}
+        if clips:
+            media["videos"] = clips
+        return self._processed(dict(self.processor(**media, text=text, return_tensors="np")))
 
     def batch_inputs(self, prompts: Sequence[str], images: Sequence[Sequence[Any]],
                      chat: bool = False) -> dict[str, np.ndarray]:
@@ -125,26 +162,30 @@ class VisionGenerator:
             tokenizer.padding_side = side
         return self._processed(processed)
 
-    def _chat(self, prompt: str, count: int) -> str:
-        """``prompt`` after ``count`` images as a user message in the processor's chat template."""
+    def _chat(self, prompt: str, count: int, videos: int = 0) -> str:
+        """``prompt`` after ``count`` images and ``videos`` videos as a user message in the processor's
+        chat template."""
         if not getattr(self.processor, "chat_template", None):
             raise ValueError(f"The processor of {self.folder!r} has no chat template: generate without --chat.")
         token = getattr(self.processor, "image_token", "<image>")
         if token in prompt:
             raise ValueError(f"With --chat the template places the images: remove {token!r} from the prompt.")
-        content = [{"type": "image"}] * count + [{"type": "text", "text": prompt}]
+        content = [{"type": "image"}] * count + [{"type": "video"}] * videos + [{"type": "text", "text": prompt}]
         return self.processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True,
                                                   tokenize=False)
 
-    def _with_placeholders(self, prompt: str, count: int) -> str:
-        """``prompt``, or one image placeholder per image and ``prompt`` when it holds none."""
+    def _with_placeholders(self, prompt: str, count: int, videos: int = 0) -> str:
+        """``prompt``, or one image placeholder per image (then one per video) and ``prompt`` when it
+        holds none."""
         token = getattr(self.processor, "image_token", "<image>")
-        if token in prompt:
+        video = getattr(self.processor, "video_token", None) if videos else None
+        if token in prompt or (video is not None and video in prompt):
             return prompt
         vocabulary = self.processor.tokenizer.get_vocab()
         if all(marker in vocabulary for marker in VISION_MARKERS):  # Qwen2-VL: the image between its markers
             token = VISION_MARKERS[0] + token + VISION_MARKERS[1]
-        return token * count + "\n" + prompt
+            video = video and VISION_MARKERS[0] + video + VISION_MARKERS[1]
+        return token * count + (video or "") * videos + "\n" + prompt
 
     @staticmethod
     def _processed(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -152,6 +193,8 @@ class VisionGenerator:
         tiles, 3, H, W)`` one image after the other, without the all-zero images padding a prompt of
         fewer tiles (``get_image_features`` drops them too); Qwen2-VL's ``(patches, values)`` kept."""
         pixel_mask = inputs.pop("pixel_attention_mask", None)
+        if "pixel_values" not in inputs:  # videos only
+            return inputs
         pixels = inputs["pixel_values"]
         if pixels.ndim > 2:
             inputs["pixel_values"] = pixels = pixels.reshape(-1, *pixels.shape[-3:])
@@ -216,6 +259,29 @@ class VisionGenerator:
         joined = [np.concatenate(parts, axis=0) for parts in zip(*outputs)]
         return [a.view(np.uint16) if a.dtype.name == "bfloat16" else a for a in joined]
 
+    def _features(self, inputs: dict[str, np.ndarray], ids: np.ndarray) -> list[Any]:
+        """The vision piece's outputs on the images, or on the videos (their patches and grids), or
+        on both, then in the order of their placeholders in the prompts (what the decoder writes)."""
+        if "pixel_values_videos" not in inputs:
+            return self.vision_outputs(inputs)
+        if self.video_token_id is None:
+            raise ValueError(f"The decoder of {self.folder!r} takes no video.")
+        video = self.vision_outputs({"pixel_values": inputs["pixel_values_videos"],
+                                     "image_grid_thw": inputs["video_grid_thw"]})
+        if "pixel_values" not in inputs:
+            return video
+        from ..validation import _ort_value_to_numpy
+
+        image = self.vision_outputs(inputs)
+        kinds = ids[np.isin(ids, [self.image_token_id, self.video_token_id])]  # batch after batch, as the decoder
+        merged = []
+        for of_images, of_videos in zip(image, video):
+            of_images, of_videos = _ort_value_to_numpy(of_images), _ort_value_to_numpy(of_videos)
+            rows = np.empty((kinds.size, of_images.shape[-1]), dtype=of_images.dtype)
+            rows[kinds == self.image_token_id], rows[kinds == self.video_token_id] = of_images, of_videos
+            merged.append(rows.view(np.uint16) if rows.dtype.name == "bfloat16" else rows)
+        return merged
+
     def generate_ids(self, inputs: dict[str, Any], max_new_tokens: int = 32,
                      streamer: Callable[[np.ndarray], None] | None = None,
                      sampling: Sampling | None = None) -> np.ndarray:
@@ -224,13 +290,14 @@ class VisionGenerator:
         the tokens ``(batch, prompt + new)`` transformers' ``generate`` returns on the same inputs
         (with a seed: the same draws, :class:`fx2onnx.runtime.sampling.Sampling`)."""
         inputs = {k: v.numpy() if hasattr(v, "numpy") else np.asarray(v) for k, v in inputs.items()}
-        features = self.vision_outputs(inputs)
         ids = inputs["input_ids"].astype(np.int64)
+        features = self._features(inputs, ids)
         positions = None
         if self.position_rows:
             from .mrope import rope_index_of
 
-            positions = rope_index_of(inputs, self.image_token_id, self.merge_size)
+            positions = rope_index_of(inputs, self.image_token_id, self.merge_size, self.video_token_id,
+                                      self.tokens_per_second)
         return self.decoder.generate(ids, max_new_tokens, inputs.get("attention_mask"), eos_token_id=self.eos_token_id,
                                      pad_token_id=self.pad_token_id, streamer=streamer, sampling=sampling,
                                      constants=dict(zip(self.feature_names, features)), position_ids=positions)
@@ -243,10 +310,11 @@ class VisionGenerator:
         on_text: Callable[[str], None] | None = None,
         sampling: Sampling | None = None,
         chat: bool = False,
+        videos: Sequence[Any] = (),
     ) -> TextResult:
-        """Greedy generation (or ``sampling``) after ``prompt`` and its ``images`` (``chat``: in the
-        processor's chat template): the tokens transformers' ``generate`` returns on the processor's outputs."""
-        inputs = self.inputs(prompt, images, chat)
+        """Greedy generation (or ``sampling``) after ``prompt``, its ``images`` and ``videos`` (``chat``: in
+        the processor's chat template): the tokens transformers' ``generate`` returns on the processor's outputs."""
+        inputs = self.inputs(prompt, images, chat, videos)
         ids = inputs["input_ids"].astype(np.int64)
         tokenizer = self.processor.tokenizer
         stream = TextStream(tokenizer, on_text) if on_text is not None else None

@@ -3,7 +3,9 @@
 Attention projections (q, k, v) and the gated MLP (gate, up) multiply the same input by
 several weights: one ``MatMul(x, Concat(W1, W2, ...))`` followed by ``Split`` reads ``x``
 once and runs one kernel instead of several (it pays in decoding, where each MatMul
-is small). The weights must be constant 2D initializers used nowhere else. A weight read
+is small). The weights must be constant 2D initializers used nowhere else. When each MatMul's
+output only gets a constant bias added (Qwen2's q, k, v), the biases are packed too: one ``Add``
+before the ``Split``, which quantization then folds into ``MatMulNBits``. A weight read
 from a checkpoint on demand (``onnx_ir.LazyTensor``) stays so: the packed weight is a lazy
 concatenation, computed when it is saved or quantized.
 """
@@ -62,10 +64,32 @@ def pack_matmuls(model: ir.Model, min_count: int = 2, max_width_ratio: float | N
         # insert before the first of them: x and the weights exist there
         first = min(nodes, key=lambda n: _position(graph, n))
         matmul = ir.node("MatMul", [x, weight])
-        split = ir.node("Split", [matmul.outputs[0], sizes], {"axis": -1}, num_outputs=len(nodes))
-        replace(graph, first, [matmul, split], [n.outputs[0] for n in nodes], list(split.outputs))
+        packed, replaced = [matmul], [n.outputs[0] for n in nodes]
+        biases = [_bias_add(graph, n, c) for n, c in zip(nodes, columns)]
+        if all(b is not None for b in biases):  # q, k, v biases (Qwen2): one Add before the Split, then folded
+            bias = initializer(graph, unique_name(graph, name + "_bias"),
+                               np.concatenate([value.const_value.numpy() for _, value in biases]))
+            packed.append(ir.node("Add", [matmul.outputs[0], bias]))
+            replaced = [add.outputs[0] for add, _ in biases]
+        split = ir.node("Split", [packed[-1].outputs[0], sizes], {"axis": -1}, num_outputs=len(nodes))
+        replace(graph, first, [*packed, split], replaced, list(split.outputs))
         removed += len(nodes) - 1
     return removed
+
+
+def _bias_add(graph: ir.Graph, node: ir.Node, columns: int) -> tuple[ir.Node, ir.Value] | None:
+    """``(Add, bias)`` when the only reader of the MatMul's output adds a constant vector of its
+    ``columns`` values (the output itself read nowhere else)."""
+    out = node.outputs[0]
+    readers = users(out)
+    if len(readers) != 1 or out in graph.outputs or readers[0].op_type != "Add" or readers[0].domain not in ("", "ai.onnx"):
+        return None
+    add = readers[0]
+    other = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
+    tensor = other.const_value if other is not None else None
+    if tensor is None or tuple(tensor.shape) != (columns,) or len(users(other)) != 1 or other in graph.outputs:
+        return None
+    return add, other
 
 
 def pack_projections(model: ir.Model) -> int:
