@@ -167,3 +167,36 @@ def test_folded_transposes_read_the_checkpoint_again(tmp_path):
     assert len(lazy) >= 15
     for v in onnx_model.graph.initializers.values():
         np.testing.assert_array_equal(v.const_value.numpy(), before[v.name])
+
+
+def test_tensors_transformers_converts_are_computed_from_the_checkpoint(tmp_path):
+    """A Mixtral folder stores every expert apart (what ``save_pretrained`` and the hub write); the model
+    stacks them into one tensor per layer (transformers' ``WeightConverter``): the reader runs the same
+    operations, on meta tensors first (nothing read), then on the checkpoint's when a tensor is read.
+    The folder exports and matches eager."""
+    import transformers
+    from safetensors import safe_open
+
+    from fx2onnx.deploy import export_folder
+    from fx2onnx.weights.checkpoint import transformers_converted_tensors
+
+    config = transformers.MixtralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                                        num_local_experts=4, num_experts_per_tok=2,
+                                        architectures=["MixtralForCausalLM"])
+    torch.manual_seed(0)
+    model = transformers.MixtralForCausalLM(config).eval()
+    folder = tmp_path / "mixtral"
+    model.save_pretrained(folder)
+    files = checkpoint_files(folder)
+    with safe_open(next(iter(set(files.values()))), "pt") as f:
+        keys = list(f.keys())
+    assert "model.layers.0.mlp.experts.gate_up_proj" not in keys
+    assert any(".experts.3." in k for k in keys)  # one tensor per expert
+    converted = transformers_converted_tensors(folder, files, model)
+    stacked = converted["model.layers.1.mlp.experts.gate_up_proj"]
+    expected = model.model.layers[1].mlp.experts.gate_up_proj
+    assert tuple(stacked.shape) == tuple(expected.shape)
+    np.testing.assert_array_equal(stacked.numpy(), expected.detach().numpy())
+    result = export_folder(folder, tmp_path / "onnx", optimize="default")
+    assert result.ok, result.check_lines()

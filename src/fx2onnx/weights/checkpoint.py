@@ -195,6 +195,13 @@ def checkpoint_weights(
             missing.append(name)
             continue
         result[name] = lazy_checkpoint_tensor(files[key], key, name, dtype)
+    if missing:  # tensors transformers builds from several (fused experts) or splits (a fused q, k, v)
+        converted = transformers_converted_tensors(folder, files, model, dtype)
+        found = {n: converted[c] for n in missing
+                 for c in [next((c for alias in aliases.get(n, [n]) for c in _candidates(alias, prefix)
+                                 if c in converted), None)] if c is not None}
+        result.update({n: t for n, t in found.items()})
+        missing = [n for n in missing if n not in found]
     if missing:
         shown = ", ".join(repr(m) for m in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise KeyError(
@@ -232,3 +239,93 @@ def transformers_renamed_keys(folder: str | os.PathLike, keys: list[str]) -> dic
         if converter is None and name != key:
             result[name] = key
     return result
+
+
+def transformers_converted_tensors(folder: str | os.PathLike, files: dict[str, str], model: torch.nn.Module,
+                                   dtype: torch.dtype | None = None) -> dict[str, ir.LazyTensor]:
+    """``{name in the model: lazy tensor}`` of the tensors transformers converts when it loads the
+    folder (its ``WeightConverter``: the experts of a layer stacked into one tensor, a fused q, k, v
+    split...), computed by transformers' own conversion operations from the checkpoint's tensors.
+    The operations first run on meta tensors of the stored shapes (the names, shapes and types
+    of what they make, nothing read); a tensor is then computed when its bytes are needed, with the
+    others its group makes (kept until each is read once). ``model``: the model (any device; a
+    wrapper without transformers' attributes: the folder's model built on the meta device)."""
+    import copy
+
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+    except ImportError:
+        return {}
+    if not hasattr(model, "config") or not hasattr(model, "base_model_prefix"):
+        # a wrapper (the pieces of a folder) names its tensors as the folder's model does: that model on meta
+        from .export import model_from_checkpoint_config
+
+        try:
+            model = model_from_checkpoint_config(folder)
+        except ValueError:  # no transformers class named
+            return {}
+    transforms = get_model_conversion_mapping(model)
+    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    if not converters:
+        return {}
+    by_pattern = {k: c for c in converters for k in c.source_patterns}
+    state = {k: v for k, v in model.state_dict(keep_vars=True).items()}
+    groups: dict[str, list[tuple[str, str]]] = {}  # first target -> [(checkpoint key, source pattern)]
+    for key in sorted(files, key=_natural_key):
+        name, pattern = rename_source_key(key, renamings, converters, getattr(model, "base_model_prefix", None), state)
+        if pattern is not None and name in state:
+            groups.setdefault(name, []).append((key, pattern))
+
+    def run(first: str, read: Any) -> dict[str, torch.Tensor]:
+        converter = copy.deepcopy(by_pattern[groups[first][0][1]])
+        for key, pattern in groups[first]:
+            converter.add_tensor(first, key, pattern, lambda key=key: read(key))
+        with torch.no_grad():
+            out = converter.convert(first, model=model, config=model.config)
+        return {k: v[0] if isinstance(v, list) else v for k, v in out.items()}
+
+    def meta_tensor(key: str) -> torch.Tensor:
+        from safetensors import safe_open
+
+        with safe_open(files[key], framework="pt") as f:
+            piece = f.get_slice(key)
+            return torch.empty(piece.get_shape(), dtype=_SAFETENSORS_DTYPES[piece.get_dtype()], device="meta")
+
+    def load(key: str) -> torch.Tensor:
+        from safetensors import safe_open
+
+        with safe_open(files[key], framework="pt") as f:
+            return f.get_tensor(key)
+
+    result: dict[str, ir.LazyTensor] = {}
+    for first in groups:
+        try:
+            shapes = run(first, meta_tensor)
+        except Exception:  # noqa: BLE001 - an operation meta tensors cannot run: those tensors stay missing
+            continue
+        cache: dict[str, torch.Tensor] = {}
+
+        def compute(name: str, first: str = first, cache: dict = cache) -> Any:
+            if name not in cache:
+                cache.update(run(first, load))
+            tensor = cache.pop(name)
+            if dtype is not None and tensor.is_floating_point():
+                tensor = tensor.to(dtype)
+            return ir.tensor_adapters.TorchTensor(tensor.contiguous(), name=name)
+
+        for name, meta in shapes.items():
+            if name not in state:
+                continue
+            target = dtype if dtype is not None and meta.is_floating_point() else meta.dtype
+            result[name] = ir.LazyTensor(lambda name=name, compute=compute: compute(name), dtype=onnx_dtype(target),
+                                         shape=ir.Shape(meta.shape), name=name)
+    return result
+
+
+def _natural_key(key: str) -> list[Any]:
+    """Sorts ``layers.10`` after ``layers.9`` (the experts of a layer in their order)."""
+    import re
+
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", key)]
