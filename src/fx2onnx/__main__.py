@@ -500,7 +500,7 @@ def make_parser() -> argparse.ArgumentParser:
                      "<start_of_image>, gets one per image in front); with several prompts, once per prompt "
                      "(a.png,b.png for two images of one prompt)")
     gen.add_argument("--video", action="append", default=None,
-                     help="a Qwen2-VL or Qwen2.5-VL folder: a video of the prompt, an animated GIF, PNG or WebP "
+                     help="a Qwen2-VL, Qwen2.5-VL or Qwen3-VL folder: a video of the prompt, an animated GIF, PNG or WebP "
                      "(once per video; one prompt)")
     gen.set_defaults(func=_cmd_generate)
 

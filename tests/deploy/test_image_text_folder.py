@@ -253,7 +253,7 @@ def _video(path, frames=4, size=20):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("folders", ["qwen2_vl", "qwen2_5_vl"], indirect=True)
+@pytest.mark.parametrize("folders", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"], indirect=True)
 def test_qwen_vl_video_prompt_equals_transformers_greedy(folders, capsys, tmp_path):
     """A video (an animated GIF read frame by frame) alone, then after an image: the vision piece runs on the video's
     patches (its frames attend within themselves), the features go over the video placeholders in the prompt's

@@ -98,3 +98,25 @@ def test_rope_index_of_videos_is_get_rope_index():
         got = rope_index_of(inputs, config.image_token_id, 2, config.video_token_id, tokens_per_second)
         np.testing.assert_array_equal(got, expected.numpy())
         assert (got[0] != got[1]).any()  # the time row differs from the height row on the video
+
+
+def test_rope_index_of_qwen3_vl_videos_frame_by_frame():
+    """Qwen3-VL: the processor writes a timestamp between the temporal patches of a video, each patch's
+    placeholders a run of their own with a grid of one frame (``frames_apart``)."""
+    from fx2onnx.models.vlm_folder import QWEN2_VL_TOKENS, tiny_qwen3_vl_config
+
+    config = tiny_qwen3_vl_config(layers=1)
+    for i, key in enumerate(QWEN2_VL_TOKENS):
+        setattr(config, key, 500 + i)
+    torch.manual_seed(0)
+    model = transformers.Qwen3VLForConditionalGeneration(config).eval().model
+    video = config.video_token_id
+    ids = np.array([[10, 11, 20, 21] + [video] * 4 + [22, 23] + [video] * 4 + [24, config.image_token_id] * 1 +
+                     [12]], dtype=np.int64)
+    ids[0, -2] = 13  # no image: text
+    types = 2 * (ids == video).astype(np.int64)
+    videos = np.array([[2, 4, 4]])  # two temporal patches of 2x2 merged features
+    expected, _ = model.get_rope_index(torch.from_numpy(ids), torch.from_numpy(types), None, torch.from_numpy(videos))
+    got = rope_index_of({"input_ids": ids, "video_grid_thw": videos, "mm_token_type_ids": types},
+                        config.image_token_id, 2, video, frames_apart=True)
+    np.testing.assert_array_equal(got, expected.numpy())

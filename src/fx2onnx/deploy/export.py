@@ -389,7 +389,7 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
         json.dump({"task": task, **({"split": split} if split else {}),
                    "pieces": {p.name: {"file": p.filename, "inputs": p.input_names, "outputs": p.output_names,
                                        "cache": p.cache,
-                                       # the decoder writes video features too (Qwen2-VL, Qwen2.5-VL)
+                                       # the decoder writes video features too (Qwen-VL)
                                        **({"video_token_id": p.module.video_token_id}
                                           if getattr(p.module, "video_token_id", None) is not None else {}),
                                        **({"cache_update": "in_place" if p.in_place else "concatenated"}

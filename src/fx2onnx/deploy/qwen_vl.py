@@ -24,7 +24,7 @@ decoder with 3D rotary positions.
 An image is one frame (``grid_t = 1``); a video (Qwen2-VL, Qwen2.5-VL) is ``grid_t`` temporal patches, each
 frame attending within itself (``cu_seqlens`` ends every frame), run by the same vision piece on the processor's
 ``pixel_values_videos`` and ``video_grid_thw``; the decoder writes the features of both over their placeholders in
-the prompt's order (:data:`fx2onnx.deploy.vision.VIDEO_MODEL_TYPES`). Qwen3-VL's videos are not exported.
+the prompt's order (:data:`fx2onnx.deploy.vision.VIDEO_MODEL_TYPES`; Qwen3-VL's deepstack features too).
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ class DeepstackDecoderPiece(ImageTextDecoderPiece):
 
     def forward(self, input_ids, attention_mask, position_ids, past_key_values, image_features, deepstack_features):
         embeds = self.model.get_input_embeddings()(input_ids)
-        positions = input_ids == self.image_token_id
+        positions = self.placeholders(input_ids)  # the image and video placeholders
         embeds = embeds.masked_scatter(positions.unsqueeze(-1).expand_as(embeds), image_features.to(embeds.dtype))
         out = self.model.language_model(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=position_ids,
                                          past_key_values=past_key_values, use_cache=True, visual_pos_masks=positions,

@@ -38,7 +38,7 @@ OWN_PIECES_MODEL_TYPES = ("llava", "gemma3", "idefics3")
 TOKEN_TYPE_MODELS = ("gemma3",)
 #: the model types whose decoder also writes features over the placeholders of videos (``video_token_id``): the
 #: features of the images and videos in the order of their placeholders (the vision piece runs on both)
-VIDEO_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl")
+VIDEO_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 
 
 class VisionPiece(torch.nn.Module):

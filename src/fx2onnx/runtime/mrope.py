@@ -44,6 +44,7 @@ def rope_index(
     video_grid_thw: np.ndarray | None = None,
     video_token_id: int | None = None,
     frame_intervals: Sequence[float] | None = None,
+    frames_apart: bool = False,
 ) -> np.ndarray:
     """The positions ``(3, batch, seq)`` int64 of prompts holding images and videos (0 on the pads).
 
@@ -61,6 +62,8 @@ def rope_index(
     :param video_token_id: the placeholder of a video's features (when ``token_types`` is not given)
     :param frame_intervals: per video, the time positions between two of its temporal patches
         (Qwen2.5-VL: ``tokens_per_second * second_per_grid_ts``); 1 when None (Qwen2-VL)
+    :param frames_apart: every temporal patch of a video is a grid of its own (Qwen3-VL: the
+        processor writes a timestamp between them, the placeholders of each patch a run apart)
     """
     ids = np.asarray(input_ids)
     batch, length = ids.shape
@@ -73,6 +76,9 @@ def rope_index(
         types = np.asarray(token_types)
     grids = {kind: [tuple(int(v) for v in g) for g in np.asarray(thw).reshape(-1, 3)] if thw is not None else []
              for kind, thw in ((1, image_grid_thw), (2, video_grid_thw))}
+    if frames_apart:
+        grids[2] = [(1, h, w) for t, h, w in grids[2] for _ in range(t)]
+        frame_intervals = None
     intervals = list(frame_intervals) if frame_intervals is not None else [1.0] * len(grids[2])
     used = {1: 0, 2: 0}
     names = {1: "image", 2: "video"}
@@ -110,11 +116,11 @@ def rope_index(
 
 
 def rope_index_of(inputs: dict[str, Any], image_token_id: int, merge_size: int, video_token_id: int | None = None,
-                  tokens_per_second: float | None = None) -> np.ndarray:
+                  tokens_per_second: float | None = None, frames_apart: bool = False) -> np.ndarray:
     """:func:`rope_index` of a processor's outputs (``input_ids``, ``image_grid_thw``, and
     ``attention_mask``, ``mm_token_type_ids``, ``video_grid_thw``, ``second_per_grid_ts`` when it gives
     them); ``tokens_per_second``: Qwen2.5-VL's time positions per second of video (None: one per
-    temporal patch, Qwen2-VL)."""
+    temporal patch, Qwen2-VL); ``frames_apart``: Qwen3-VL's temporal patches, each a grid of its own."""
     videos = inputs.get("video_grid_thw")
     intervals = None
     if videos is not None and tokens_per_second is not None:
@@ -122,4 +128,5 @@ def rope_index_of(inputs: dict[str, Any], image_token_id: int, merge_size: int, 
         seconds = np.ones(len(videos), dtype=np.float32) if seconds is None else np.asarray(seconds, dtype=np.float32)
         intervals = [np.float32(tokens_per_second) * s for s in seconds.reshape(-1)]
     return rope_index(inputs["input_ids"], inputs.get("image_grid_thw"), image_token_id, merge_size,
-                      inputs.get("attention_mask"), inputs.get("mm_token_type_ids"), videos, video_token_id, intervals)
+                      inputs.get("attention_mask"), inputs.get("mm_token_type_ids"), videos, video_token_id, intervals,
+                      frames_apart)

@@ -17,8 +17,8 @@ The vision piece takes every input it names from the processor's outputs (Qwen2-
 computed from the grid (:func:`fx2onnx.runtime.mrope.rope_index`). Every output of the vision
 piece is fed to the decoder (Qwen3-VL's deepstack features after the image features). When the
 processor gives ``image_sizes`` the vision piece does not take (Mistral 3: images padded to the
-largest), each image cropped to its size runs alone, the features concatenated. Qwen2-VL's and
-Qwen2.5-VL's folders also take videos (animated images read by :func:`read_video`): the vision
+largest), each image cropped to its size runs alone, the features concatenated. Qwen2-VL's,
+Qwen2.5-VL's and Qwen3-VL's folders also take videos (animated images read by :func:`read_video`): the vision
 piece runs on their patches and grids, their features go over the video placeholders in the
 order of the prompt, their temporal patches get their own time positions.
 
@@ -99,12 +99,14 @@ class VisionGenerator:
         self.eos_token_id = generation.get("eos_token_id", config.get("text_config", {}).get("eos_token_id"))
         self.pad_token_id = generation.get("pad_token_id", config.get("pad_token_id"))
         self.image_token_id = config.get("image_token_id")
-        #: the placeholder of a video's features when the decoder takes videos (Qwen2-VL, Qwen2.5-VL)
+        #: the placeholder of a video's features when the decoder takes videos (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)
         self.video_token_id = pieces["decoder"].get("video_token_id")
         self.merge_size = config.get("vision_config", {}).get("spatial_merge_size")
         #: Qwen2.5-VL: the time positions per second of video (Qwen2-VL: one per temporal patch)
         self.tokens_per_second = config.get("vision_config", {}).get("tokens_per_second") \
             if config.get("model_type") == "qwen2_5_vl" else None
+        #: Qwen3-VL: every temporal patch of a video is a grid of its own (a timestamp written between them)
+        self.frames_apart = config.get("model_type") in ("qwen3_vl", "qwen3_vl_moe")
         positions = [i for i in self.decoder.session.get_inputs() if i.name == "position_ids"]
         #: Qwen2-VL: the positions in rows (time, height, width) computed from the images' grids
         self.position_rows = len(positions[0].shape) == 3 if positions else False
@@ -127,14 +129,14 @@ class VisionGenerator:
                videos: Sequence[Any] = ()) -> dict[str, np.ndarray]:
         """The processor's ``input_ids``, ``attention_mask`` and ``pixel_values`` of one prompt
         and its images (paths or PIL images) and videos (paths of animated images, or frames
-        ``(frames, height, width, 3)``: Qwen2-VL, Qwen2.5-VL); with ``chat``, the prompt, its images
+        ``(frames, height, width, 3)``: Qwen2-VL, Qwen2.5-VL, Qwen3-VL); with ``chat``, the prompt, its images
         and videos as a user message in the processor's chat template (the assistant's turn opened)."""
         if not images and not videos:
             raise ValueError("Give at least one image (--image FILE)" + (" or video (--video FILE)."
                                                                         if self.video_token_id is not None else "."))
         if videos and self.video_token_id is None:
-            raise ValueError(f"The decoder of {self.folder!r} takes no video: give images (Qwen2-VL and Qwen2.5-VL "
-                             "folders take videos).")
+            raise ValueError(f"The decoder of {self.folder!r} takes no video: give images (Qwen2-VL, Qwen2.5-VL and "
+                             "Qwen3-VL folders take videos).")
         pictures = [read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in images]
         clips = [read_video(v) if isinstance(v, (str, os.PathLike)) else v for v in videos]
         text = self._chat(prompt, len(images), len(videos)) if chat else \
@@ -297,7 +299,7 @@ class VisionGenerator:
             from .mrope import rope_index_of
 
             positions = rope_index_of(inputs, self.image_token_id, self.merge_size, self.video_token_id,
-                                      self.tokens_per_second)
+                                      self.tokens_per_second, self.frames_apart)
         return self.decoder.generate(ids, max_new_tokens, inputs.get("attention_mask"), eos_token_id=self.eos_token_id,
                                      pad_token_id=self.pad_token_id, streamer=streamer, sampling=sampling,
                                      constants=dict(zip(self.feature_names, features)), position_ids=positions)
