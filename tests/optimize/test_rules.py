@@ -67,6 +67,27 @@ def test_skip_rms_normalization():
     assert op_types(fused)["SkipSimplifiedLayerNormalization"] == 1 and "Add" not in op_types(fused)
 
 
+def _rotate_nodes() -> list:
+    """``y = x * cos + rotate_half(x) * sin`` on x [b, heads, s, 8], ``cos`` and ``sin`` made by the caller
+    (new nodes at each call: a caller may rename their outputs)."""
+    return [
+        oh.make_node("Slice", ["x", "zero", "half", "minus1"], ["x1"]),
+        oh.make_node("Slice", ["x", "half", "big", "minus1"], ["x2"]),
+        oh.make_node("Neg", ["x2"], ["nx2"]),
+        oh.make_node("Concat", ["nx2", "x1"], ["rot"], axis=-1),
+        oh.make_node("Mul", ["x", "cos"], ["a"]),
+        oh.make_node("Mul", ["sin", "rot"], ["b"]),
+        oh.make_node("Add", ["a", "b"], ["y"]),
+    ]
+
+
+#: the constants of :func:`_rotate_nodes` and of the frequencies ``inv_freq`` of 4 pairs
+_ROTATE_INITS = [("minus1", np.array([-1], np.int64)), ("one", np.array([1], np.int64)),
+                 ("zero", np.array([0], np.int64)), ("half", np.array([4], np.int64)),
+                 ("big", np.array([2**62], np.int64)),
+                 ("inv_freq", (1.0 / 10000 ** (np.arange(0, 8, 2) / 8)).astype(np.float32))]
+
+
 def _rotary_model(opset: int, scaling: float = 1.0, passed: int = 0, pos_batch: str = "b"):
     """x [b, 4, s, 8] rotated by cos/sin of f = position * inv_freq [b, s, 4]; with ``passed``, x has
     8 + passed values per head and the last ``passed`` are not rotated (phi's partial rotary)."""
@@ -81,18 +102,9 @@ def _rotary_model(opset: int, scaling: float = 1.0, passed: int = 0, pos_batch: 
         oh.make_node("Mul", ["sin0", "scaling"], ["sin1"]),
         oh.make_node("Unsqueeze", ["cos1", "one"], ["cos"]),
         oh.make_node("Unsqueeze", ["sin1", "one"], ["sin"]),
-        oh.make_node("Slice", ["x", "zero", "half", "minus1"], ["x1"]),
-        oh.make_node("Slice", ["x", "half", "big", "minus1"], ["x2"]),
-        oh.make_node("Neg", ["x2"], ["nx2"]),
-        oh.make_node("Concat", ["nx2", "x1"], ["rot"], axis=-1),
-        oh.make_node("Mul", ["x", "cos"], ["a"]),
-        oh.make_node("Mul", ["sin", "rot"], ["b"]),
-        oh.make_node("Add", ["a", "b"], ["y"]),
+        *_rotate_nodes(),
     ]
-    inits = [("minus1", np.array([-1], np.int64)), ("one", np.array([1], np.int64)), ("zero", np.array([0], np.int64)),
-             ("half", np.array([4], np.int64)), ("big", np.array([2**62], np.int64)),
-             ("inv_freq", (1.0 / 10000 ** (np.arange(0, 8, 2) / 8)).astype(np.float32)),
-             ("scaling", np.array(scaling, np.float32))]
+    inits = _ROTATE_INITS + [("scaling", np.array(scaling, np.float32))]
     value_info = []
     if passed:
         nodes = [oh.make_node("Slice", ["xx", "zero", "eight", "minus1"], ["x"]),
@@ -135,19 +147,9 @@ def test_rotary_embedding_of_halves_computed(standard, opset):
             oh.make_node("Concat", [f"{t}_half", f"{t}_half"], [f"{t}_full"], axis=2),
             oh.make_node("Unsqueeze", [f"{t}_full", "one"], [t]),
         ]
-    nodes += [
-        oh.make_node("Slice", ["x", "zero", "half", "minus1"], ["x1"]),
-        oh.make_node("Slice", ["x", "half", "big", "minus1"], ["x2"]),
-        oh.make_node("Neg", ["x2"], ["nx2"]),
-        oh.make_node("Concat", ["nx2", "x1"], ["rot"], axis=-1),
-        oh.make_node("Mul", ["x", "cos"], ["a"]),
-        oh.make_node("Mul", ["sin", "rot"], ["b"]),
-        oh.make_node("Add", ["a", "b"], ["y"]),
-    ]
-    inits = [("minus1", np.array([-1], np.int64)), ("one", np.array([1], np.int64)), ("zero", np.array([0], np.int64)),
-             ("half", np.array([4], np.int64)), ("big", np.array([2**62], np.int64)),
-             ("sections", np.array([1, 3], np.int64)), ("row0", np.array(0, np.int64)), ("row1", np.array(1, np.int64)),
-             ("inv_freq", (1.0 / 10000 ** (np.arange(0, 8, 2) / 8)).astype(np.float32))]
+    nodes += _rotate_nodes()
+    inits = _ROTATE_INITS + [("sections", np.array([1, 3], np.int64)), ("row0", np.array(0, np.int64)),
+                             ("row1", np.array(1, np.int64))]
     model = make_model(nodes, [("x", FLOAT, ["b", 4, "s", 8]), ("pos", TensorProto.INT64, [3, "b", "s"])],
                        [("y", FLOAT, ["b", 4, "s", 8])], inits, opset=opset)
     rows = np.stack([np.array([[5, 6, 7], [0, 1, 2]]), np.array([[5, 9, 3], [0, 4, 4]]), np.zeros((2, 3))])

@@ -45,6 +45,11 @@ from .sampling import Sampling
 VISION_MARKERS = ("<|vision_start|>", "<|vision_end|>")
 
 
+def _as_constant(array: np.ndarray) -> np.ndarray:
+    """A feature array as the decoder's constants take it (bfloat16 as its bits, ``uint16``)."""
+    return array.view(np.uint16) if array.dtype.name == "bfloat16" else array
+
+
 def read_video(path: str | os.PathLike) -> np.ndarray:
     """The RGB frames ``(frames, height, width, 3)`` uint8 of an animated image (GIF, PNG, WebP...
     through Pillow): a video without a video decoder; a still image is a video of one frame."""
@@ -259,7 +264,7 @@ class VisionGenerator:
         outputs = [[_ort_value_to_numpy(v) for v in self.vision_outputs({"pixel_values": pixels[i:i + 1, :, :h, :w]})]
                    for i, (h, w) in enumerate(sizes)]
         joined = [np.concatenate(parts, axis=0) for parts in zip(*outputs)]
-        return [a.view(np.uint16) if a.dtype.name == "bfloat16" else a for a in joined]
+        return [_as_constant(a) for a in joined]
 
     def _features(self, inputs: dict[str, np.ndarray], ids: np.ndarray) -> list[Any]:
         """The vision piece's outputs on the images, or on the videos (their patches and grids), or
@@ -281,7 +286,7 @@ class VisionGenerator:
             of_images, of_videos = _ort_value_to_numpy(of_images), _ort_value_to_numpy(of_videos)
             rows = np.empty((kinds.size, of_images.shape[-1]), dtype=of_images.dtype)
             rows[kinds == self.image_token_id], rows[kinds == self.video_token_id] = of_images, of_videos
-            merged.append(rows.view(np.uint16) if rows.dtype.name == "bfloat16" else rows)
+            merged.append(_as_constant(rows))
         return merged
 
     def generate_ids(self, inputs: dict[str, Any], max_new_tokens: int = 32,

@@ -182,7 +182,7 @@ def checkpoint_weights(
     prefix = getattr(model, "base_model_prefix", "") or ""
     wanted = names if names is not None else [n for n, _ in model.named_parameters(remove_duplicate=False)]
     result: dict[str, ir.LazyTensor] = {}
-    missing = []
+    missing: dict[str, list[str]] = {}  # name -> the checkpoint names it may have
     renamed: dict[str, str] | None = None
     for name in wanted:
         candidates = [c for alias in aliases.get(name, [name]) for c in _candidates(alias, prefix)]
@@ -192,18 +192,20 @@ def checkpoint_weights(
                 renamed = transformers_renamed_keys(folder, list(files))
             key = next((renamed[c] for c in candidates if c in renamed), None)
         if key is None:
-            missing.append(name)
+            missing[name] = candidates
             continue
         result[name] = lazy_checkpoint_tensor(files[key], key, name, dtype)
     if missing:  # tensors transformers builds from several (fused experts) or splits (a fused q, k, v)
         converted = transformers_converted_tensors(folder, files, model, dtype)
-        found = {n: converted[c] for n in missing
-                 for c in [next((c for alias in aliases.get(n, [n]) for c in _candidates(alias, prefix)
-                                 if c in converted), None)] if c is not None}
-        result.update({n: t for n, t in found.items()})
-        missing = [n for n in missing if n not in found]
+        for name, candidates in list(missing.items()):
+            key = next((c for c in candidates if c in converted), None)
+            if key is not None:
+                result[name] = converted[key]
+                del missing[name]
     if missing:
-        shown = ", ".join(repr(m) for m in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        missing_names = list(missing)
+        shown = ", ".join(repr(m) for m in missing_names[:5]) + \
+            (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise KeyError(
             f"{len(missing)} tensor(s) of the model are not in the checkpoint {os.fspath(folder)!r}: {shown}. "
             "The checkpoint belongs to another architecture or renames its tensors: build the model "
@@ -212,27 +214,42 @@ def checkpoint_weights(
     return result
 
 
+def _folder_model(folder: str | os.PathLike) -> torch.nn.Module | None:
+    """The model of the folder's config.json on the meta device, None without one or its class."""
+    from .export import model_from_checkpoint_config
+
+    if not os.path.isfile(os.path.join(os.fspath(folder), "config.json")):
+        return None
+    try:
+        return model_from_checkpoint_config(folder)
+    except ValueError:  # no transformers class named
+        return None
+
+
+def _transforms(model: torch.nn.Module) -> tuple[list[Any], list[Any], dict[str, Any]]:
+    """``(renamings, converters, state dict)``: what transformers applies to a checkpoint's keys
+    when it loads ``model`` (its checkpoint conversion mapping)."""
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightConverter, WeightRenaming
+
+    transforms = get_model_conversion_mapping(model)
+    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    return renamings, converters, model.state_dict(keep_vars=True)
+
+
 def transformers_renamed_keys(folder: str | os.PathLike, keys: list[str]) -> dict[str, str]:
     """``{name in the model: key in the checkpoint}`` for the keys transformers renames when it loads
     the folder (its checkpoint conversion mapping: ``save_pretrained`` of a LLaVA model writes
     ``language_model.model.layers...`` for ``model.language_model.layers...``); keys that
-    transformers merges or splits (a converter: fused experts) are left out; empty when the
-    folder has no config.json or its class is unknown."""
-    from transformers.conversion_mapping import get_model_conversion_mapping
-    from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+    transformers merges or splits (a converter: fused experts, :func:`transformers_converted_tensors`)
+    are left out; empty when the folder has no config.json or its class is unknown."""
+    from transformers.core_model_loading import rename_source_key
 
-    from .export import model_from_checkpoint_config
-
-    if not os.path.isfile(os.path.join(os.fspath(folder), "config.json")):
+    meta = _folder_model(folder)
+    if meta is None:
         return {}
-    try:
-        meta = model_from_checkpoint_config(folder)
-    except ValueError:  # no transformers class named
-        return {}
-    transforms = get_model_conversion_mapping(meta)
-    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
-    converters = [t for t in transforms if isinstance(t, WeightConverter)]
-    state = meta.state_dict()
+    renamings, converters, state = _transforms(meta)
     result = {}
     for key in keys:
         name, converter = rename_source_key(key, renamings, converters, meta.base_model_prefix, state)
@@ -252,29 +269,21 @@ def transformers_converted_tensors(folder: str | os.PathLike, files: dict[str, s
     wrapper without transformers' attributes: the folder's model built on the meta device)."""
     import copy
 
-    try:
-        from transformers.conversion_mapping import get_model_conversion_mapping
-        from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
-    except ImportError:
-        return {}
+    from transformers.core_model_loading import dot_natural_key, rename_source_key
+
     if not hasattr(model, "config") or not hasattr(model, "base_model_prefix"):
         # a wrapper (the pieces of a folder) names its tensors as the folder's model does: that model on meta
-        from .export import model_from_checkpoint_config
-
-        try:
-            model = model_from_checkpoint_config(folder)
-        except ValueError:  # no transformers class named
+        model = _folder_model(folder)
+        if model is None:
             return {}
-    transforms = get_model_conversion_mapping(model)
-    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
-    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    renamings, converters, state = _transforms(model)
     if not converters:
         return {}
     by_pattern = {k: c for c in converters for k in c.source_patterns}
-    state = {k: v for k, v in model.state_dict(keep_vars=True).items()}
     groups: dict[str, list[tuple[str, str]]] = {}  # first target -> [(checkpoint key, source pattern)]
-    for key in sorted(files, key=_natural_key):
-        name, pattern = rename_source_key(key, renamings, converters, getattr(model, "base_model_prefix", None), state)
+    # in transformers' order of the keys (the experts of a layer in their order)
+    for key in sorted(files, key=dot_natural_key):
+        name, pattern = rename_source_key(key, renamings, converters, model.base_model_prefix, state)
         if pattern is not None and name in state:
             groups.setdefault(name, []).append((key, pattern))
 
@@ -323,9 +332,3 @@ def transformers_converted_tensors(folder: str | os.PathLike, files: dict[str, s
                                          shape=ir.Shape(meta.shape), name=name)
     return result
 
-
-def _natural_key(key: str) -> list[Any]:
-    """Sorts ``layers.10`` after ``layers.9`` (the experts of a layer in their order)."""
-    import re
-
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", key)]

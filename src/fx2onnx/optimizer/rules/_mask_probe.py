@@ -50,8 +50,7 @@ def _feeds(graph: ir.Graph, mask_input: ir.Value, new_input: ir.Value, pasts: li
         _dims(value, [1, value.shape[1] if isinstance(value.shape[1], int) else 1, past], bindings)
     feeds = {}
     for value in graph.inputs:
-        shape = [_evaluate_dim(d, bindings) if isinstance(d, ir.SymbolicDim) and d.value in bindings else
-                 (d if isinstance(d, int) else 1) for d in value.shape]
+        shape = [d if isinstance(d, int) else bindings.get(d.value, 1) for d in value.shape]
         fill = 1 if value is mask_input else 0
         feeds[value.name] = np.full(shape, fill, dtype=value.dtype.numpy())
     return feeds, bindings

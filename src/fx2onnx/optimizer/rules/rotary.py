@@ -142,7 +142,7 @@ class _Caches:
 
     def __init__(self, graph: ir.Graph):
         self.graph = graph
-        self.built: dict[tuple[int, float, float], tuple] = {}
+        self.built: dict[tuple[int, int, float, float], tuple] = {}
 
     def get(self, cos: tuple, sin: tuple, x: ir.Value, anchor: ir.Node):
         key = (id(cos[0]), id(sin[0]), cos[1], sin[1])
