@@ -173,11 +173,46 @@ def _images_per_prompt(images: list[str], prompts: int) -> list[list[str]]:
     return groups
 
 
+def _generate_image_seq2seq(args: argparse.Namespace) -> int:
+    """The text of each --image with a folder exported from an encoder-decoder reading pixels (TrOCR, Donut:
+    fx2onnx.runtime.image_seq2seq), greedy; several images make a batch."""
+    from .runtime.image_seq2seq import Seq2SeqImageGenerator
+
+    if args.prompts or args.ids is not None or args.chat or args.video:
+        raise ValueError("This folder holds an image encoder-decoder: its decoder starts from its start token, it takes "
+                         "--image only (no prompt, --ids, --chat or --video).")
+    images = [i for value in args.image or [] for i in value.split(",") if i]
+    if not images:
+        raise ValueError("The folder holds an image encoder-decoder: give --image FILE (several make a batch).")
+    missing = [i for i in images if not os.path.isfile(i)]
+    if missing:  # before the models are loaded
+        raise FileNotFoundError(f"Image file {missing[0]!r} does not exist.")
+    sample = args.sample or any(v is not None for v in (args.temperature, args.top_k, args.top_p, args.seed))
+    if sample or args.repetition_penalty != 1.0:
+        raise ValueError("An image encoder-decoder folder generates greedily: remove the sampling options.")
+    generator = Seq2SeqImageGenerator(args.folder, threads=args.threads)
+    one = len(images) == 1
+    result = generator.describe(images, args.max_new_tokens, as_text=not args.print_ids,
+                                on_text=(lambda text: print(text, end="", flush=True)) if one else None)
+    if one and result.texts is not None:
+        print()  # after the text printed as it was decoded
+    else:
+        for number, new_ids in enumerate(result.new_ids):
+            text = result.texts[number] if result.texts is not None else ",".join(str(i) for i in new_ids)
+            print(text if one else f"[{number + 1}] {text}")
+    print(result.summary(), file=sys.stderr)
+    return 0
+
+
 def _generate_image_text(args: argparse.Namespace) -> int:
     """Generates after a prompt (or a batch of them) and --image files with a folder exported from an
-    image-text checkpoint (fx2onnx.runtime.vision), greedy or sampled, the prompt in the chat template with --chat."""
+    image-text checkpoint (fx2onnx.runtime.vision), greedy or sampled, the prompt in the chat template with --chat;
+    an image encoder-decoder folder: :func:`_generate_image_seq2seq`."""
+    from .runtime.folder import FOLDER_METADATA, _read_json
     from .runtime.vision import VisionGenerator
 
+    if _read_json(os.path.join(args.folder, FOLDER_METADATA)).get("split") == "generic":
+        return _generate_image_seq2seq(args)
     if not args.prompts or args.ids is not None:
         raise ValueError("An image-text folder takes a prompt and --image FILE (no --ids).")
     videos = args.video or []
@@ -471,7 +506,8 @@ def make_parser() -> argparse.ArgumentParser:
         "of the prefill and of the decoding. Greedy unless a sampling option is given. A folder exported from a "
         "speech model (Whisper, Speech2Text, Moonshine...) transcribes --audio talk.wav instead: its encoder once, its decoder greedily, the "
         "features made by the folder's feature extractor. A folder exported from a vision-language model (LLaVA, "
-        "Gemma 3, Idefics 3) takes the prompt and --image cat.png, processed by the folder's processor.",
+        "Gemma 3, Idefics 3) takes the prompt and --image cat.png, processed by the folder's processor; one exported "
+        "from an image encoder-decoder (TrOCR, Donut) takes --image only (several: a batch), its decoder greedily.",
     )
     gen.add_argument("folder", help="the folder written by export")
     gen.add_argument("prompts", nargs="*", default=[], metavar="prompt",
@@ -493,7 +529,7 @@ def make_parser() -> argparse.ArgumentParser:
                      "generation config's, else detected)")
     gen.add_argument("--task", default=None, choices=["transcribe", "translate"],
                      help="a Whisper folder: the task (default: the generation config's)")
-    gen.add_argument("--print-ids", action="store_true", help="a speech folder: print the token ids, not the text")
+    gen.add_argument("--print-ids", action="store_true", help="a speech or image encoder-decoder folder: print the token ids, not the text")
     gen.add_argument("--image", action="append", default=None,
                      help="an image-text folder (LLaVA, Gemma 3, Idefics 3, Qwen-VL...): an image of the prompt "
                      "(once per image, or a.png,b.png; a prompt without the processor's image token, <image> or "

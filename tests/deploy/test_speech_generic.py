@@ -189,8 +189,8 @@ def _zoo(name: str):
 
 @pytest.mark.parametrize("name, reason", [
     ("voxtral", "voxtral: it is not an encoder-decoder"),
-    ("dia", "dia: its forward takes neither input_features nor input_values"),
-    ("pop2piano", "pop2piano: its generation config names no decoder_start_token_id nor bos_token_id"),
+    ("dia", "dia: its forward takes none of input_features, input_values, pixel_values"),
+    ("pop2piano", "pop2piano: its encoder reads none of input_features, input_values, pixel_values"),
 ])
 def test_what_cannot_be_split_is_refused_in_one_line(name, reason, tmp_path):
     from fx2onnx.deploy import export_folder

@@ -349,7 +349,8 @@ PIECES_MODEL_TYPES = {
     # names what it cannot split (fx2onnx.deploy.speech_generic)
     "speech-seq2seq": (None, "any encoder-decoder speech model"),
     # any model type: the families of fx2onnx.deploy.vision.has_own_pieces with theirs, the others through the
-    # generic split, which names what it cannot split (fx2onnx.deploy.image_text_generic)
+    # generic split, which names what it cannot split (fx2onnx.deploy.image_text_generic); an encoder-decoder
+    # reading pixels (TrOCR, Donut) through the generic encoder-decoder split (fx2onnx.deploy.speech_generic)
     "image-text-to-text": (None, "any image-text model"),
 }
 
@@ -375,7 +376,8 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
                    progress=progress, say=say)
     vision_options = dict(options, cache_in_place=cache_in_place)
     split, make_pieces = None, None
-    if task == "speech-seq2seq" and model_type != "whisper":
+    if (task == "speech-seq2seq" and model_type != "whisper") or (
+            task == "image-text-to-text" and getattr(config, "is_encoder_decoder", False)):
         pieces, layout = export_generic_speech_pieces(folder, out_dir, config, dtype, **options)
         split, make_pieces = "generic", eager_pieces(layout)
     else:

@@ -1,9 +1,11 @@
-"""The pieces of any encoder-decoder speech-to-text model (Speech2Text, Moonshine...), read from the
-model instead of the names of its attention modules (Whisper keeps its own: :mod:`fx2onnx.deploy.speech`).
+"""The pieces of any encoder-decoder model reading audio features or pixels and writing text
+(Speech2Text, Moonshine...; the image encoder-decoders, TrOCR, Donut, any ``VisionEncoderDecoderModel``),
+read from the model instead of the names of its attention modules (Whisper keeps its own:
+:mod:`fx2onnx.deploy.speech`).
 
-* ``encoder.onnx``: the feature extractor's inputs (``input_features`` or ``input_values``, with
-  ``attention_mask`` when the feature extractor gives one and the model takes it; batch and length
-  dynamic where the features vary) -> ``encoder_hidden_states``, ``encoder_attention_mask`` when the
+* ``encoder.onnx``: the feature extractor's inputs (``input_features``, ``input_values`` or
+  ``pixel_values``, with ``attention_mask`` when the feature extractor gives one and the model takes
+  it; batch and length dynamic where the features vary) -> ``encoder_hidden_states``, ``encoder_attention_mask`` when the
   encoder's output carries one (Moonshine's, subsampled), and the cross-attention keys and values of
   every decoder layer ``cross_key_<i>`` / ``cross_value_<i>``. These are obtained without knowing the
   attention modules: the model's own forward runs once on the decoder's start token with an empty
@@ -42,12 +44,16 @@ from .speech import CROSS_KEY, CROSS_VALUE, PAST_KEY, PAST_VALUE, PRESENT_KEY, P
 
 #: the names of the values the encoder piece returns beside the cross keys and values
 ENCODER_HIDDEN, ENCODER_MASK = "encoder_hidden_states", "encoder_attention_mask"
-#: the inputs of a speech encoder, in the order of the encoder piece's signature
-FEATURE_INPUTS = ("input_features", "input_values")
+#: the inputs of an encoder (audio features, or an image's pixels), in the order of the encoder piece's signature
+FEATURE_INPUTS = ("input_features", "input_values", "pixel_values")
 
 
-class UnsplittableSpeechModel(ValueError):
-    """A speech-seq2seq model the generic split does not cover, with the reason."""
+class UnsplittableEncoderDecoder(ValueError):
+    """An encoder-decoder model (speech-seq2seq, or image to text) the generic split does not cover, with the reason."""
+
+
+#: its first name, when the split read audio only
+UnsplittableSpeechModel = UnsplittableEncoderDecoder
 
 
 def _parameters(function: Any) -> set[str]:
@@ -74,12 +80,16 @@ def generic_split_reason(model: Any, config: Any) -> str | None:
                 "it generates audio): the generic speech split needs an encoder and a decoder with cross-attention")
     params = _parameters(model.forward)
     if not set(FEATURE_INPUTS) & params:
-        return "its forward takes neither input_features nor input_values (it does not read audio features)"
+        return "its forward takes none of input_features, input_values, pixel_values (it reads no audio features nor pixels)"
     missing = [p for p in ("encoder_outputs", "decoder_input_ids", "past_key_values") if p not in params]
     if missing:
         return f"its forward takes no {', '.join(missing)}"
     if not callable(getattr(model, "get_encoder", None)) or model.get_encoder() is None:
         return "it has no get_encoder()"
+    if not set(FEATURE_INPUTS) & _parameters(model.get_encoder().forward):
+        return ("its encoder reads none of input_features, input_values, pixel_values: the model's forward makes its "
+                "input first (Florence-2 merges the image into the text prompt, Pop2Piano adds a composer's embedding); "
+                "the split needs an encoder of the features alone")
     if start_token(model, config) is None:
         return "its generation config names no decoder_start_token_id nor bos_token_id"
     return None
@@ -146,11 +156,11 @@ class GenericSpeechEncoderPiece(_OnModel):
     read from the cache of one step of the model's decoder on its start token."""
 
     def encode(self, input_features: torch.Tensor | None = None, input_values: torch.Tensor | None = None,
-               attention_mask: torch.Tensor | None = None) -> tuple[Any, Any]:
+               pixel_values: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None) -> tuple[Any, Any]:
         """(the encoder's output, the cache after one decoder step on the start token)."""
         encoder = self.model.get_encoder()
-        kwargs = {k: v for k, v in (("input_features", input_features), ("input_values", input_values))
-                  if v is not None}
+        kwargs = {k: v for k, v in (("input_features", input_features), ("input_values", input_values),
+                                    ("pixel_values", pixel_values)) if v is not None}
         accepted = _parameters(encoder.forward)
         if attention_mask is not None and ("attention_mask" in accepted or "kwargs" in accepted):
             kwargs["attention_mask"] = attention_mask  # as transformers' generate calls the encoder
@@ -163,8 +173,9 @@ class GenericSpeechEncoderPiece(_OnModel):
         return output, cache
 
     def forward(self, input_features: torch.Tensor | None = None, input_values: torch.Tensor | None = None,
+                pixel_values: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
-        output, cache = self.encode(input_features, input_values, attention_mask)
+        output, cache = self.encode(input_features, input_values, pixel_values, attention_mask)
         result = [output.last_hidden_state]
         if self.layout.encoder_mask:
             result.append(output.attention_mask)
@@ -281,12 +292,42 @@ def _decoder_step(layout: SpeechLayout, encoded: tuple[torch.Tensor, ...], batch
     return step
 
 
+def reads_pixels(model: Any) -> bool:
+    """Whether ``model`` is an encoder-decoder reading an image (``pixel_values``), not audio features."""
+    params = _parameters(model.forward)
+    return "pixel_values" in params and not {"input_features", "input_values"} & params
+
+
+def example_images(folder: str | None, model: Any, config: Any, seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    """Two sets of ``pixel_values`` of batch 2 and 3: the folder's image processor on images made in
+    code (of two sizes: the processor resizes them); without one (a model of the task zoo), the task zoo's."""
+    if folder is not None and os.path.isfile(os.path.join(folder, "preprocessor_config.json")):
+        import PIL.Image
+        import transformers
+
+        processor = transformers.AutoImageProcessor.from_pretrained(folder, local_files_only=True)
+        rng = np.random.default_rng(seed)
+        sets = []
+        for batch, side in ((2, 40), (3, 56)):
+            images = [PIL.Image.fromarray(rng.integers(0, 256, (side, side + 8 * i, 3), dtype=np.uint8))
+                      for i in range(batch)]
+            sets.append({"pixel_values": torch.as_tensor(np.asarray(processor(images, return_tensors="np")
+                                                                    ["pixel_values"]))})
+        return sets
+    from ..models.task_inputs import _image_inputs
+
+    return [{"pixel_values": _image_inputs(model, config, batch, seed + batch)[0]["pixel_values"]} for batch in (2, 3)]
+
+
 def example_features(folder: str | None, model: Any, config: Any, dtype: torch.dtype,
                      seed: int = 0) -> list[dict[str, torch.Tensor]]:
     """Two sets of encoder inputs, of batch 2 and 3 and of two lengths: the folder's feature extractor
-    on a chirp of 1 s and of 1.5 s; without one (a model of the task zoo), the task zoo's features."""
+    on a chirp of 1 s and of 1.5 s; without one (a model of the task zoo), the task zoo's features;
+    a model reading an image: :func:`example_images`."""
     sets = []
-    if folder is not None and os.path.isfile(os.path.join(folder, "preprocessor_config.json")):
+    if reads_pixels(model):
+        sets = example_images(folder, model, config, seed)
+    elif folder is not None and os.path.isfile(os.path.join(folder, "preprocessor_config.json")):
         import transformers
 
         fe = transformers.AutoFeatureExtractor.from_pretrained(folder, local_files_only=True)

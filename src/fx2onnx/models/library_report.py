@@ -268,10 +268,17 @@ def _generate_lines(rows: Sequence[dict[str, Any]], task: str = "image-text-to-t
     pieces, inputs = ("a vision piece and a decoder with its cache", "one prompt with one image")
     if task == "speech-seq2seq":
         pieces, inputs = ("an encoder piece and a decoder with its cache", "the audio features of one input")
+    else:
+        pieces += " (an encoder-decoder: an encoder piece and a decoder with its cache)"
+        inputs += " (an encoder-decoder: the image alone)"
+    started = sorted(r["architecture"].split("/", 1)[1] for r in done if r["generate"].get("start_token") is not None)
+    start = (f" The tiny configurations of {', '.join(started)} name no decoder start token (their checkpoints do): "
+             "set as a checkpoint would, the decoder's ``bos_token_id``, else the pad token, else 0."
+             if started else "")
     lines = [f"*generate* (:mod:`fx2onnx.models.task_generate`): the matched model written as a ``save_pretrained`` "
              f"folder, exported by ``python -m fx2onnx export`` ({pieces}, each checked against eager), then "
              f"generating greedily on {inputs}: **= n**, the n new tokens equal to transformers' ``generate``. "
-             f"{equal} of {len(done)} equal.", ""]
+             f"{equal} of {len(done)} equal.{start}", ""]
     failing = [r for r in done if not r["generate"].get("equal")]
     if failing:
         lines += ["Generation:", ""]

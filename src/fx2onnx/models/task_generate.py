@@ -1,10 +1,11 @@
 """The ``generate`` column of the tasks page: an image-text-to-text or speech-seq2seq model of the
 task zoo taken from its folder to generated tokens, as a user deploys it, against transformers' ``generate``.
 
-A speech-seq2seq model (:func:`compare_speech_generation`) is exported the same way (Whisper with its
-own pieces, the other encoder-decoders through :mod:`fx2onnx.deploy.speech_generic`, what cannot be
-split refused before anything runs) and generates from the task zoo's audio features of one input
-(:mod:`fx2onnx.models.task_inputs`), the tokens compared with ``model.generate(**features, do_sample=False)``.
+A speech-seq2seq model, or an encoder-decoder reading an image (TrOCR, Donut), is exported the same way
+(:func:`compare_seq2seq_generation`: Whisper with its own pieces, the other encoder-decoders through
+:mod:`fx2onnx.deploy.speech_generic`, what cannot be split refused before anything runs) and generates
+from the task zoo's audio features or pixels of one input (:mod:`fx2onnx.models.task_inputs`), the tokens
+compared with ``model.generate(**features, do_sample=False)``.
 
 :func:`compare_folder_generation` writes the tiny model as a ``save_pretrained`` folder, exports
 it with :func:`fx2onnx.deploy.export_folder` (the vision piece and the decoder with its cache,
@@ -77,36 +78,67 @@ def _export_and_generate(model: Any, generate: Callable[[str], Any], unsplittabl
             return None
 
 
-def compare_speech_generation(model: Any, config: Any, max_new_tokens: int = NEW_TOKENS) -> dict[str, Any]:
-    """:func:`compare_folder_generation` for a speech-seq2seq model: the task zoo's features of one
-    input, the folder exported then generating greedily, against transformers' greedy ``generate``."""
-    from ..deploy.speech_generic import FEATURE_INPUTS, UnsplittableSpeechModel, generic_split_reason
-    from ..runtime.speech import open_speech_generator
+def _zoo_start_token(model: Any, config: Any) -> int | None:
+    """A tiny encoder-decoder of the zoo whose configuration names no decoder start token (its published
+    checkpoints do: TrOCR's 2) gets its decoder's ``bos_token_id``, else its pad token, else 0, in its
+    configuration and generation config, as a checkpoint would: the value set, None when it had one."""
+    from ..deploy.speech_generic import start_token
+
+    if start_token(model, config) is not None:
+        return None
+    decoder = getattr(config, "decoder", None)
+    value = next((v for v in (getattr(decoder, "bos_token_id", None), getattr(decoder, "pad_token_id", None),
+                              getattr(config, "pad_token_id", None)) if isinstance(v, int)), 0)
+    model.generation_config.decoder_start_token_id = config.decoder_start_token_id = value
+    return value
+
+
+def compare_seq2seq_generation(model: Any, config: Any, max_new_tokens: int = NEW_TOKENS) -> dict[str, Any]:
+    """:func:`compare_folder_generation` for an encoder-decoder reading audio features (speech-seq2seq) or
+    pixels (an image encoder-decoder: TrOCR, Donut): the task zoo's features of one input, the folder
+    exported then generating greedily, against transformers' greedy ``generate``. A model whose
+    configuration names no decoder start token gets one (:func:`_zoo_start_token`, said in ``start_token``)."""
+    from ..deploy.speech_generic import (FEATURE_INPUTS, UnsplittableEncoderDecoder, generic_split_reason,
+                                         reads_pixels)
     from .task_inputs import build_task_inputs
 
     begin = time.perf_counter()
     whisper = getattr(config, "model_type", None) == "whisper"
+    result: dict[str, Any] = {}
+    if not whisper and getattr(config, "is_encoder_decoder", False):
+        value = _zoo_start_token(model, config)
+        if value is not None:
+            result["start_token"] = value
     reason = None if whisper else generic_split_reason(model, config)
     if reason:
-        return {"equal": False, "error": f"split: {config.model_type}: {reason}", "time": time.perf_counter() - begin}
-    inputs, _ = build_task_inputs("speech-seq2seq", model, config, batch=1)
+        return {**result, "equal": False, "error": f"split: {config.model_type}: {reason}",
+                "time": time.perf_counter() - begin}
+    pixels = reads_pixels(model)
+    inputs, _ = build_task_inputs("image-text-to-text" if pixels else "speech-seq2seq", model, config, batch=1)
     features = {k: v for k, v in inputs.items() if k in (*FEATURE_INPUTS, "attention_mask")}
     try:
         with torch.no_grad():
             expected = model.generate(**features, max_new_tokens=max_new_tokens, do_sample=False).numpy()
     except Exception as e:  # noqa: BLE001 - the row says why
-        return {"equal": False, "error": f"reference: transformers' generate fails: {type(e).__name__}: "
+        return {**result, "equal": False, "error": f"reference: transformers' generate fails: {type(e).__name__}: "
                 f"{str(e).splitlines()[0][:300]}", "time": time.perf_counter() - begin}
     # Whisper's generate returns the generated tokens only (its decoder prompt removed), the others
     # the decoder's start token, then the generated tokens
-    result: dict[str, Any] = {"new_tokens": int(expected.shape[1] - (0 if whisper else 1))}
+    result["new_tokens"] = int(expected.shape[1] - (0 if whisper else 1))
 
     def generate(out: str) -> Any:
-        generator = open_speech_generator(out)
+        if pixels:
+            from ..runtime.image_seq2seq import Seq2SeqImageGenerator
+
+            generator: Any = Seq2SeqImageGenerator(out)
+        else:
+            from ..runtime.speech import open_speech_generator
+
+            generator = open_speech_generator(out)
         arrays = {k: v.numpy() for k, v in features.items()}
         return generator.generate_ids(arrays if not whisper else arrays["input_features"], max_new_tokens)
 
-    got_result = _export_and_generate(model, generate, UnsplittableSpeechModel, result, begin)
+    got_result = _export_and_generate(model, generate, UnsplittableEncoderDecoder, result, begin)
     if got_result is None:
         return result
     prompt = 0 if whisper else len(got_result.prompt_ids[0])
@@ -121,10 +153,10 @@ def compare_speech_generation(model: Any, config: Any, max_new_tokens: int = NEW
 def compare_folder_generation(model: Any, config: Any, max_new_tokens: int = NEW_TOKENS) -> dict[str, Any]:
     """``{"equal", "new_tokens", "time"}`` (and ``"error"`` with the step where it failed: ``split``,
     ``export``, ``generate``) of the folder of ``model`` exported then generating, against
-    transformers' greedy ``generate`` on one prompt with one image (a speech-seq2seq model: on one
-    audio input, :func:`compare_speech_generation`)."""
-    if is_speech_seq2seq(model):
-        return compare_speech_generation(model, config, max_new_tokens)
+    transformers' greedy ``generate`` on one prompt with one image (an encoder-decoder, speech-seq2seq or
+    reading an image: on one input, :func:`compare_seq2seq_generation`)."""
+    if is_speech_seq2seq(model) or getattr(config, "is_encoder_decoder", False):
+        return compare_seq2seq_generation(model, config, max_new_tokens)
     from ..deploy.image_text_generic import UnsplittableModel, split_reason
     from ..deploy.vision import has_own_pieces
     from ..runtime.vision import VisionGenerator

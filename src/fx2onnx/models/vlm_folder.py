@@ -1,4 +1,4 @@
-"""LLaVA, Gemma 3, Idefics 3, Qwen-VL and Mistral 3 checkpoint folders made in code: weights, tokenizer, image
+"""LLaVA, Gemma 3, Idefics 3, Qwen-VL, Mistral 3 and TrOCR-like checkpoint folders made in code: weights, tokenizer, image
 processor, processor; no download.
 
 :func:`write_llava_folder` writes the random weights of a :class:`transformers.LlavaConfig`
@@ -14,7 +14,9 @@ text model whose layers alternate a sliding window and a full attention) with it
 :class:`transformers.Idefics3Processor`; :func:`write_qwen2_vl_folder` for a
 :class:`transformers.Qwen2VLConfig` with its :class:`transformers.Qwen2VLProcessor` (images resized
 to grids of patches of their own sizes; Qwen2.5-VL and Qwen3-VL alike); :func:`write_mistral3_folder` for a
-:class:`transformers.Mistral3Config` with its :class:`transformers.PixtralProcessor`.
+:class:`transformers.Mistral3Config` with its :class:`transformers.PixtralProcessor`;
+:func:`write_vision_encoder_decoder_folder` for an image encoder-decoder (TrOCR's architecture) with its
+image processor.
 
 .. code-block:: python
 
@@ -341,3 +343,49 @@ def write_mistral3_folder(config: Any, folder: str | os.PathLike, dtype: str = "
 
     return _write_folder(config, folder, dtype, seed, std, {"additional_special_tokens": MISTRAL3_TOKENS},
                          MISTRAL3_TOKENS[0], processor)
+
+
+#: the decoders of :func:`write_vision_encoder_decoder_folder`: TrOCR's, and GPT-2 with cross-attention
+#: (the image captioning checkpoints of ``VisionEncoderDecoderModel``)
+IMAGE_DECODERS = ("trocr", "gpt2")
+
+
+def write_vision_encoder_decoder_folder(folder: str | os.PathLike, decoder: str = "trocr", *, image_size: int = 32,
+                                        seed: int = 0, scale: float = 1.5) -> None:
+    """A ``save_pretrained`` folder of a tiny :class:`transformers.VisionEncoderDecoderModel` (TrOCR's
+    architecture: a ViT encoder, a decoder of :data:`IMAGE_DECODERS` with cross-attention) with a
+    :class:`transformers.ViTImageProcessor` at ``image_size``, the byte-level tokenizer of
+    :func:`fx2onnx.models.tokenizer.tiny_tokenizer`, the decoder's start token named in the
+    configuration and the generation config (as TrOCR's checkpoints). The random weights have a
+    variance of ``scale**2 / fan-in``: the greedy tokens vary."""
+    import torch
+    import transformers
+
+    from .tokenizer import tiny_tokenizer
+
+    tok = tiny_tokenizer(384)
+    encoder = transformers.ViTConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     image_size=image_size, patch_size=8)
+    if decoder == "trocr":
+        text = transformers.TrOCRConfig(vocab_size=len(tok), d_model=64, decoder_layers=2, decoder_attention_heads=4,
+                                        decoder_ffn_dim=128, max_position_embeddings=64, tie_word_embeddings=False)
+    elif decoder == "gpt2":
+        text = transformers.GPT2Config(vocab_size=len(tok), n_embd=64, n_layer=2, n_head=4, n_positions=64)
+    else:
+        raise ValueError(f"decoder={decoder!r}: one of {IMAGE_DECODERS}.")
+    config = transformers.VisionEncoderDecoderConfig.from_encoder_decoder_configs(encoder, text)
+    config.decoder_start_token_id = tok.convert_tokens_to_ids("a")
+    config.pad_token_id = config.eos_token_id = config.decoder.eos_token_id = tok.eos_token_id
+    torch.manual_seed(seed)
+    model = transformers.VisionEncoderDecoderModel(config).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.copy_(scale * torch.randn(p.shape, generator=g) / p[0].numel() ** 0.5)
+    model.generation_config.decoder_start_token_id = config.decoder_start_token_id
+    model.generation_config.eos_token_id = model.generation_config.pad_token_id = tok.eos_token_id
+    folder = os.fspath(folder)
+    model.save_pretrained(folder)
+    transformers.ViTImageProcessor(size={"height": image_size, "width": image_size}).save_pretrained(folder)
+    tok.save_pretrained(folder)

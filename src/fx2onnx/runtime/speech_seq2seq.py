@@ -132,14 +132,17 @@ class Seq2SeqSpeechGenerator(SpeechFolder):
     :param threads: onnxruntime's intra-op threads (default: onnxruntime's choice)
     """
 
+    #: the task of the folders it opens, and the error naming another
+    task, refusal = "speech-seq2seq", NOT_SPEECH
+
     def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None):
         import onnxruntime
 
         super().__init__(folder)
         metadata = _read_json(os.path.join(self.folder, FOLDER_METADATA))
         self.pieces = metadata.get("pieces", {})
-        if metadata.get("task") != "speech-seq2seq" or not {"encoder", "decoder"} <= set(self.pieces):
-            raise ValueError(NOT_SPEECH.format(folder=repr(self.folder), task=repr(metadata.get("task"))))
+        if metadata.get("task") != self.task or not {"encoder", "decoder"} <= set(self.pieces):
+            raise ValueError(self.refusal.format(folder=repr(self.folder), task=repr(metadata.get("task"))))
         options = session_options(threads)
         providers = list(providers or ["CPUExecutionProvider"])
         encoder, decoder = self.pieces["encoder"], self.pieces["decoder"]

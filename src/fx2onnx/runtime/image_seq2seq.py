@@ -1,0 +1,72 @@
+"""Image in, text out from a folder of an encoder-decoder reading pixels (TrOCR, Donut, any
+``VisionEncoderDecoderModel``) split by :mod:`fx2onnx.deploy.speech_generic`.
+
+:class:`Seq2SeqImageGenerator` is the loop of :class:`fx2onnx.runtime.speech_seq2seq.Seq2SeqSpeechGenerator`
+(the encoder once, its outputs fed unchanged to every decoder step, the generation config's start
+token as the decoder's prompt, the same greedy logits processors) on the pixels of the folder's own
+image processor (``AutoImageProcessor``, offline): the tokens of transformers'
+``model.generate(pixel_values=..., do_sample=False)``. Several images make a batch.
+
+.. code-block:: python
+
+    from fx2onnx.runtime.image_seq2seq import Seq2SeqImageGenerator
+    gen = Seq2SeqImageGenerator("trocr_onnx")
+    result = gen.describe(["line.png"], max_new_tokens=40)
+    print(result.text)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .speech import SpeechResult
+from .speech_seq2seq import Seq2SeqSpeechGenerator
+
+NOT_IMAGE_TO_TEXT = ("{folder} is not a folder of an image encoder-decoder (task {task}): export a checkpoint such as "
+                     "TrOCR's with python -m fx2onnx export CHECKPOINT --out FOLDER.")
+
+
+class Seq2SeqImageGenerator(Seq2SeqSpeechGenerator):
+    """The encoder, decoder, image processor, tokenizer and generation config of a folder exported from
+    an encoder-decoder reading an image.
+
+    :param folder: a folder written by :func:`fx2onnx.deploy.export_folder` from such a checkpoint
+    :param providers: onnxruntime providers (default: CPU)
+    :param threads: onnxruntime's intra-op threads (default: onnxruntime's choice)
+    """
+
+    task, refusal = "image-text-to-text", NOT_IMAGE_TO_TEXT
+
+    def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None):
+        super().__init__(folder, providers, threads)
+        self._image_processor: Any = None
+
+    @property
+    def image_processor(self) -> Any:
+        """The folder's image processor (offline); a ValueError when it has none."""
+        if self._image_processor is None:
+            import transformers
+
+            if not os.path.isfile(os.path.join(self.folder, "preprocessor_config.json")):
+                raise ValueError(f"{self.folder!r} has no preprocessor_config.json: copy the image processor of the "
+                                 "checkpoint into the folder.")
+            self._image_processor = transformers.AutoImageProcessor.from_pretrained(self.folder, local_files_only=True)
+        return self._image_processor
+
+    def features(self, images: Any) -> dict[str, np.ndarray]:
+        """The encoder's ``pixel_values`` for one image or a list (paths, or PIL images), made by the
+        folder's image processor."""
+        from .vision import read_image
+
+        images = list(images) if isinstance(images, (list, tuple)) else [images]
+        loaded = [read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in images]
+        return {"pixel_values": np.asarray(self.image_processor(loaded, return_tensors="np")["pixel_values"])}
+
+    def describe(self, images: Any, max_new_tokens: int = 32, on_text: Callable[[str], None] | None = None,
+                 as_text: bool = True) -> SpeechResult:
+        """Greedy text of one image or a batch (paths or PIL images): the tokens transformers'
+        ``generate(pixel_values=..., do_sample=False)`` returns after the decoder's start token."""
+        return self.generate_ids(self.features(images), max_new_tokens, on_text=on_text, as_text=as_text)

@@ -1,0 +1,119 @@
+"""Encoder-decoders reading an image (TrOCR's architecture: a ViT encoder, a TrOCR or GPT-2 decoder
+with cross-attention): a folder written by ``save_pretrained`` with its image processor and
+tokenizer -> ``export`` (the generic encoder-decoder split of :mod:`fx2onnx.deploy.speech_generic`
+on ``pixel_values``) -> ``generate --image line.png``, every token checked against transformers'
+greedy ``generate``; the images made in code; Florence-2 (its image merged into a text prompt
+before the encoder) refused in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from fx2onnx.__main__ import main
+
+NEW_TOKENS = 12
+# one family in make test, the other in the slow tier (make test-all, which CI runs)
+DECODERS = ["trocr", pytest.param("gpt2", marks=pytest.mark.slow)]
+
+
+def _image(path: str, seed: int, shape: tuple[int, int]) -> str:
+    import PIL.Image
+
+    PIL.Image.fromarray(np.random.default_rng(seed).integers(0, 256, (*shape, 3), dtype=np.uint8)).save(path)
+    return path
+
+
+@pytest.fixture(scope="module", params=DECODERS)
+def folders(request, tmp_path_factory):
+    """A checkpoint folder, the folder ``export`` wrote from it, two PNG files of other sizes than the model's."""
+    from fx2onnx.models.vlm_folder import write_vision_encoder_decoder_folder
+
+    root = tmp_path_factory.mktemp(request.param)
+    checkpoint, out = str(root / "checkpoint"), str(root / "onnx")
+    write_vision_encoder_decoder_folder(checkpoint, request.param)
+    images = [_image(str(root / "line.png"), 1, (40, 48)), _image(str(root / "other.png"), 2, (64, 30))]
+    assert main(["export", checkpoint, "--out", out, "--quiet"]) == 0
+    return checkpoint, out, images
+
+
+def _expected(checkpoint: str, images: list[str]) -> list[list[int]]:
+    """transformers' greedy tokens on the folder's image processor's pixels, the start token removed,
+    each row cut after its end-of-sequence token."""
+    import PIL.Image
+
+    model = transformers.VisionEncoderDecoderModel.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    processor = transformers.AutoImageProcessor.from_pretrained(checkpoint, local_files_only=True)
+    pixels = processor([PIL.Image.open(i).convert("RGB") for i in images], return_tensors="pt")["pixel_values"]
+    with torch.no_grad():
+        tokens = model.generate(pixel_values=pixels, max_new_tokens=NEW_TOKENS, do_sample=False)[:, 1:].tolist()
+    eos = model.generation_config.eos_token_id
+    return [row[: row.index(eos) + 1] if eos in row else row for row in tokens]
+
+
+def test_the_pieces_take_pixels(folders):
+    _, out, _ = folders
+    metadata = json.load(open(os.path.join(out, "fx2onnx.json")))
+    assert metadata["task"] == "image-text-to-text" and metadata["split"] == "generic"
+    encoder, decoder = metadata["pieces"]["encoder"], metadata["pieces"]["decoder"]
+    assert encoder["inputs"] == ["pixel_values"]
+    assert encoder["outputs"][:2] == ["encoder_hidden_states", "cross_key_0"]
+    assert decoder["outputs"][0] == "logits" and "past_key_values_key_0" in decoder["cache"]
+    assert os.path.isfile(os.path.join(out, "preprocessor_config.json"))
+
+
+def test_generate_image_equals_transformers_greedy(folders, capsys):
+    checkpoint, out, images = folders
+    capsys.readouterr()
+    assert main(["generate", out, "--image", images[0], "--max-new-tokens", str(NEW_TOKENS), "--print-ids"]) == 0
+    captured = capsys.readouterr()
+    ours = [int(t) for t in captured.out.strip().split(",")]
+    [expected] = _expected(checkpoint, images[:1])
+    assert len(set(expected)) > 2  # the tokens vary: a real check
+    assert ours == expected
+    assert "encoder:" in captured.err and "tokens/s" in captured.err
+    # the text printed is the tokenizer's
+    assert main(["generate", out, "--image", images[0], "--max-new-tokens", str(NEW_TOKENS)]) == 0
+    tok = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    assert capsys.readouterr().out == tok.decode(ours, skip_special_tokens=True) + "\n"
+
+
+def test_a_batch_of_images_equals_transformers(folders, capsys):
+    from fx2onnx.runtime.image_seq2seq import Seq2SeqImageGenerator
+
+    checkpoint, out, images = folders
+    result = Seq2SeqImageGenerator(out).describe(images, NEW_TOKENS, as_text=False)
+    assert result.new_ids == _expected(checkpoint, images)
+    assert result.new_ids[0] != result.new_ids[1]  # two images, two answers
+    capsys.readouterr()
+    assert main(["generate", out, "--image", ",".join(images), "--max-new-tokens", "4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line[:4] for line in lines] == ["[1] ", "[2] "]
+
+
+def test_what_the_folder_does_not_take_is_refused(folders, capsys):
+    _, out, images = folders
+    assert main(["generate", out, "describe it", "--image", images[0]]) == 2
+    assert "takes --image only (no prompt" in capsys.readouterr().err
+    assert main(["generate", out, "--image", images[0], "--sample"]) == 2
+    assert "generates greedily" in capsys.readouterr().err
+    assert main(["generate", out]) == 2
+    assert "give --image FILE" in capsys.readouterr().err
+
+
+def test_an_encoder_reading_a_merged_prompt_is_refused(tmp_path):
+    """Florence-2: its image is merged into the text prompt before the (text) encoder."""
+    from fx2onnx.deploy.speech_generic import generic_split_reason
+    from fx2onnx.models.task_generate import compare_folder_generation
+    from fx2onnx.models.tasks import get_task_architecture, tiny_task_model
+
+    model, config = tiny_task_model(get_task_architecture("image-text-to-text", "florence2"))
+    assert "its encoder reads none of input_features, input_values, pixel_values" in generic_split_reason(model, config)
+    result = compare_folder_generation(model, config)
+    assert not result["equal"] and result["error"].startswith("split: florence2: its encoder reads none"), result
+    assert "Florence-2 merges the image" in result["error"]
