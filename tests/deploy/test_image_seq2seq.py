@@ -1,5 +1,5 @@
 """Encoder-decoders reading an image (TrOCR's architecture: a ViT encoder, a TrOCR or GPT-2 decoder
-with cross-attention): a folder written by ``save_pretrained`` with its image processor and
+with cross-attention; Donut's: a Swin encoder, an MBart decoder): a folder written by ``save_pretrained`` with its image processor and
 tokenizer -> ``export`` (the generic encoder-decoder split of :mod:`fx2onnx.deploy.speech_generic`
 on ``pixel_values``) -> ``generate --image line.png``, every token checked against transformers'
 greedy ``generate``; the images made in code; Florence-2 (its image merged into a text prompt
@@ -18,8 +18,9 @@ import transformers
 from fx2onnx.__main__ import main
 
 NEW_TOKENS = 12
-# one family in make test, the other in the slow tier (make test-all, which CI runs)
-DECODERS = ["trocr", pytest.param("gpt2", marks=pytest.mark.slow)]
+# one family in make test, the others in the slow tier (make test-all, which CI runs); Donut's generation
+# config forces the end-of-sequence token at the last position (MBart's forced_eos_token_id)
+DECODERS = ["trocr", pytest.param("gpt2", marks=pytest.mark.slow), pytest.param("donut", marks=pytest.mark.slow)]
 
 
 def _image(path: str, seed: int, shape: tuple[int, int]) -> str:
@@ -117,3 +118,24 @@ def test_an_encoder_reading_a_merged_prompt_is_refused(tmp_path):
     result = compare_folder_generation(model, config)
     assert not result["equal"] and result["error"].startswith("split: florence2: its encoder reads none"), result
     assert "Florence-2 merges the image" in result["error"]
+
+
+def test_forced_tokens_are_transformers_processors():
+    """forced_bos_token_id after the first token, forced_eos_token_id at the last position (Donut's),
+    the same tokens as transformers' ForcedBOS / ForcedEOS logits processors."""
+    from transformers.generation.logits_process import ForcedBOSTokenLogitsProcessor, ForcedEOSTokenLogitsProcessor
+
+    from fx2onnx.runtime.speech_seq2seq import _Greedy
+
+    logits = np.random.default_rng(0).standard_normal((2, 10)).astype(np.float32)
+    greedy = _Greedy(1, forced_bos=3, forced_eos=[5, 7], max_length=6)
+    choose = greedy.chooser()
+    assert greedy.active
+    for length in range(1, 6):
+        sequences = np.zeros((2, length), dtype=np.int64)
+        expected = torch.from_numpy(logits.copy())
+        for processor in (ForcedBOSTokenLogitsProcessor(3), ForcedEOSTokenLogitsProcessor(6, [5, 7])):
+            expected = processor(torch.from_numpy(sequences), expected)
+        assert choose(logits, sequences, None).tolist() == expected.argmax(-1).tolist(), length
+    assert choose(logits, np.zeros((2, 1), dtype=np.int64), None).tolist() == [3, 3]
+    assert choose(logits, np.zeros((2, 5), dtype=np.int64), None).tolist() == [5, 5]

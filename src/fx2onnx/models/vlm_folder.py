@@ -345,19 +345,19 @@ def write_mistral3_folder(config: Any, folder: str | os.PathLike, dtype: str = "
                          MISTRAL3_TOKENS[0], processor)
 
 
-#: the decoders of :func:`write_vision_encoder_decoder_folder`: TrOCR's, and GPT-2 with cross-attention
-#: (the image captioning checkpoints of ``VisionEncoderDecoderModel``)
-IMAGE_DECODERS = ("trocr", "gpt2")
+#: the architectures of :func:`write_vision_encoder_decoder_folder`: TrOCR's (a ViT and a TrOCR decoder), a ViT
+#: and GPT-2 with cross-attention (the image captioners), Donut's (a Swin and an MBart decoder, whose
+#: generation config forces the end-of-sequence token at the last position)
+IMAGE_DECODERS = ("trocr", "gpt2", "donut")
 
 
-def write_vision_encoder_decoder_folder(folder: str | os.PathLike, decoder: str = "trocr", *, image_size: int = 32,
-                                        seed: int = 0, scale: float = 1.5) -> None:
-    """A ``save_pretrained`` folder of a tiny :class:`transformers.VisionEncoderDecoderModel` (TrOCR's
-    architecture: a ViT encoder, a decoder of :data:`IMAGE_DECODERS` with cross-attention) with a
-    :class:`transformers.ViTImageProcessor` at ``image_size``, the byte-level tokenizer of
-    :func:`fx2onnx.models.tokenizer.tiny_tokenizer`, the decoder's start token named in the
-    configuration and the generation config (as TrOCR's checkpoints). The random weights have a
-    variance of ``scale**2 / fan-in``: the greedy tokens vary."""
+def write_vision_encoder_decoder_folder(folder: str | os.PathLike, decoder: str = "trocr", *, seed: int = 0,
+                                        scale: float = 1.5) -> None:
+    """A ``save_pretrained`` folder of a tiny :class:`transformers.VisionEncoderDecoderModel` of one of
+    :data:`IMAGE_DECODERS` with its image processor (``ViTImageProcessor`` at 32 x 32, Donut's at 64 x 48),
+    the byte-level tokenizer of :func:`fx2onnx.models.tokenizer.tiny_tokenizer`, the decoder's start
+    token named in the configuration and the generation config (as the published checkpoints). The
+    random weights have a variance of ``scale**2 / fan-in``: the greedy tokens vary."""
     import torch
     import transformers
 
@@ -365,12 +365,22 @@ def write_vision_encoder_decoder_folder(folder: str | os.PathLike, decoder: str 
 
     tok = tiny_tokenizer(384)
     encoder = transformers.ViTConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                     image_size=image_size, patch_size=8)
+                                     image_size=32, patch_size=8)
+    processor = transformers.ViTImageProcessor(size={"height": 32, "width": 32})
     if decoder == "trocr":
         text = transformers.TrOCRConfig(vocab_size=len(tok), d_model=64, decoder_layers=2, decoder_attention_heads=4,
                                         decoder_ffn_dim=128, max_position_embeddings=64, tie_word_embeddings=False)
     elif decoder == "gpt2":
         text = transformers.GPT2Config(vocab_size=len(tok), n_embd=64, n_layer=2, n_head=4, n_positions=64)
+    elif decoder == "donut":
+        encoder = transformers.DonutSwinConfig(image_size=[64, 48], patch_size=4, embed_dim=16, depths=[1, 1],
+                                               num_heads=[2, 4], window_size=4)
+        processor = transformers.DonutImageProcessor(size={"height": 64, "width": 48})
+        # encoder_layers: transformers sizes the decoder's cache from it (num_hidden_layers)
+        text = transformers.MBartConfig(vocab_size=len(tok), d_model=32, decoder_layers=2, encoder_layers=2,
+                                        decoder_attention_heads=4, decoder_ffn_dim=64, max_position_embeddings=64,
+                                        is_decoder=True, add_cross_attention=True, tie_word_embeddings=False,
+                                        scale_embedding=True)
     else:
         raise ValueError(f"decoder={decoder!r}: one of {IMAGE_DECODERS}.")
     config = transformers.VisionEncoderDecoderConfig.from_encoder_decoder_configs(encoder, text)
@@ -387,5 +397,5 @@ def write_vision_encoder_decoder_folder(folder: str | os.PathLike, decoder: str 
     model.generation_config.eos_token_id = model.generation_config.pad_token_id = tok.eos_token_id
     folder = os.fspath(folder)
     model.save_pretrained(folder)
-    transformers.ViTImageProcessor(size={"height": image_size, "width": image_size}).save_pretrained(folder)
+    processor.save_pretrained(folder)
     tok.save_pretrained(folder)

@@ -14,11 +14,12 @@ does for such a model, greedy:
   transformers 5 reads no
   ``forced_decoder_ids`` but Whisper's, neither does this loop); the logits of ``suppress_tokens`` are
   ``-inf`` at every step, those of ``begin_suppress_tokens`` at the first one, the end-of-sequence
-  tokens until ``min_length`` / ``min_new_tokens``; the loop stops at an end-of-sequence token or after
+  tokens until ``min_length`` / ``min_new_tokens``; ``forced_bos_token_id`` is the only token allowed
+  after the first one, ``forced_eos_token_id`` at the last position (MBart's, Donut's); the loop stops at an end-of-sequence token or after
   ``max_new_tokens``.
 
 A generation config asking for what this loop does not do (beam search, repetition penalties, n-gram
-blocking, forced tokens, bad words) is refused with a ValueError naming the option: the tokens would
+blocking, bad words) is refused with a ValueError naming the option: the tokens would
 not be transformers'.
 
 .. code-block:: python
@@ -53,8 +54,6 @@ UNSUPPORTED_OPTIONS: dict[str, tuple[Any, ...]] = {
     "encoder_repetition_penalty": (None, 1.0),
     "bad_words_ids": (None,),
     "sequence_bias": (None,),
-    "forced_bos_token_id": (None,),
-    "forced_eos_token_id": (None,),
     "exponential_decay_length_penalty": (None,),
     "guidance_scale": (None, 1.0),
     "watermarking_config": (None,),
@@ -78,12 +77,16 @@ class _Greedy:
     needs_logits = True
 
     def __init__(self, prompt: int, suppress: Sequence[int] = (), begin: Sequence[int] = (),
-                 eos: Sequence[int] = (), min_length: int = 0, min_new_tokens: int = 0):
+                 eos: Sequence[int] = (), min_length: int = 0, min_new_tokens: int = 0,
+                 forced_bos: int | None = None, forced_eos: Any = None, max_length: int = 0):
         self.prompt = prompt
         self.suppress = np.asarray(list(suppress), dtype=np.int64)
         self.begin = np.asarray(list(begin), dtype=np.int64)
         self.eos = np.asarray(list(eos), dtype=np.int64)
         self.min_length, self.min_new_tokens = min_length, min_new_tokens
+        self.forced_bos = forced_bos
+        self.forced_eos = None if forced_eos is None else np.atleast_1d(np.asarray(forced_eos, dtype=np.int64))
+        self.max_length = max_length
 
     def chooser(self) -> Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]:
         def choose(logits: np.ndarray, sequences: np.ndarray, _mask: np.ndarray) -> np.ndarray:
@@ -94,6 +97,13 @@ class _Greedy:
                 suppress_logits(logits, self.begin)
             if length < self.min_length or length - self.prompt < self.min_new_tokens:
                 suppress_logits(logits, self.eos)
+            # transformers' ForcedBOS / ForcedEOS processors: the only token allowed after the first
+            # token, at the last position
+            forced = (np.atleast_1d(self.forced_bos) if self.forced_bos is not None and length == 1 else
+                      self.forced_eos if self.forced_eos is not None and length == self.max_length - 1 else None)
+            if forced is not None:
+                logits[:] = -np.inf
+                logits[:, forced] = 0.0
             return logits.argmax(axis=-1).astype(np.int64)
 
         return choose
@@ -102,7 +112,8 @@ class _Greedy:
     def active(self) -> bool:
         """Whether it changes anything (else the loop takes the argmax in the graph)."""
         return bool(self.suppress.size or self.begin.size or (self.eos.size and (
-            self.min_length > self.prompt or self.min_new_tokens > 0)))
+            self.min_length > self.prompt or self.min_new_tokens > 0)) or self.forced_bos is not None
+            or self.forced_eos is not None)
 
 
 def _ort_value(array: np.ndarray, onnx_type: str) -> Any:
@@ -231,7 +242,9 @@ class Seq2SeqSpeechGenerator(SpeechFolder):
 
         def sampling(eos_ids: list[int]) -> _Greedy | None:
             chooser = _Greedy(ids.shape[1], gen.get("suppress_tokens") or (), gen.get("begin_suppress_tokens") or (),
-                              eos_ids, int(gen.get("min_length") or 0), int(gen.get("min_new_tokens") or 0))
+                              eos_ids, int(gen.get("min_length") or 0), int(gen.get("min_new_tokens") or 0),
+                              gen.get("forced_bos_token_id"), gen.get("forced_eos_token_id"),
+                              ids.shape[1] + max_new_tokens)
             return chooser if chooser.active else None
 
         return self._generate_from_prompt(ids, constants, encoder_seconds, max_new_tokens, sampling, on_text, as_text)
