@@ -119,8 +119,14 @@ def _export_checkpoint(args: argparse.Namespace) -> int:
 def _generate_speech(args: argparse.Namespace) -> int:
     """Transcribes --audio with a folder exported from a speech-seq2seq checkpoint (fx2onnx.runtime.speech:
     Whisper; fx2onnx.runtime.speech_seq2seq: the others)."""
+    from .runtime.folder import FOLDER_METADATA, _read_json
     from .runtime.speech import open_speech_generator
 
+    if _read_json(os.path.join(args.folder, FOLDER_METADATA)).get("split") == "placeholders":
+        raise ValueError("This folder holds a speech language model (its audio features written over a prompt's "
+                         "placeholders): the command line does not run it yet; from Python, "
+                         "fx2onnx.runtime.audio_text.AudioTextGenerator(folder).generate_ids(inputs) takes its "
+                         "processor's outputs.")
     if args.prompts or args.ids is not None or args.chat:
         raise ValueError("A speech folder takes --audio only (no prompt, --ids or --chat).")
     if args.audio is None:

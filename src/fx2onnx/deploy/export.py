@@ -363,6 +363,8 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
     (Whisper) or :mod:`fx2onnx.deploy.speech_generic` (the other encoder-decoder speech models), or the
     vision encoder and decoder of :mod:`fx2onnx.deploy.vision` (LLaVA, Gemma 3), their signatures in
     ``fx2onnx.json``, the processor and tokenizer files copied."""
+    from ..models.audio_inputs import audio_token
+    from .audio_text_generic import generic_audio_pieces
     from .speech import check_speech_pieces, export_speech_pieces
     from .speech_generic import eager_pieces, export_generic_speech_pieces
     from .vision import export_vision_pieces, vision_pieces
@@ -376,8 +378,14 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
                    progress=progress, say=say)
     vision_options = dict(options, cache_in_place=cache_in_place)
     split, make_pieces = None, None
-    if (task == "speech-seq2seq" and model_type != "whisper") or (
-            task == "image-text-to-text" and getattr(config, "is_encoder_decoder", False)):
+    encoder_decoder = getattr(config, "is_encoder_decoder", False)
+    if task == "speech-seq2seq" and model_type != "whisper" and not encoder_decoder and \
+            audio_token(config) is not None:
+        # a speech language model: its audio features written over the placeholders of its prompt
+        pieces = export_vision_pieces(folder, out_dir, config, dtype, make_pieces=generic_audio_pieces,
+                                      **vision_options)
+        split, make_pieces = "placeholders", generic_audio_pieces
+    elif (task == "speech-seq2seq" and model_type != "whisper") or (task == "image-text-to-text" and encoder_decoder):
         pieces, layout = export_generic_speech_pieces(folder, out_dir, config, dtype, **options)
         split, make_pieces = "generic", eager_pieces(layout)
     else:

@@ -20,8 +20,8 @@ read from the model instead of the names of its attention modules (Whisper keeps
 
 A model whose decoder does not cache its cross-attention gets no cross inputs: its decoder recomputes
 them from ``encoder_hidden_states`` at every step. What cannot be split this way raises
-:class:`UnsplittableSpeechModel` naming the model type and the reason (a decoder LLM taking audio
-placeholders, a model generating audio).
+:class:`UnsplittableEncoderDecoder` naming the model type and the reason (a model generating audio; a
+decoder LLM taking audio placeholders goes through :mod:`fx2onnx.deploy.audio_text_generic`).
 
 .. code-block:: python
 
@@ -76,8 +76,9 @@ def generic_split_reason(model: Any, config: Any) -> str | None:
     """Why ``model`` cannot be split into an encoder and a decoder with its cache, None when it can
     (a first look at the signatures; :func:`probe_layout` runs the model and may refuse too)."""
     if not getattr(config, "is_encoder_decoder", False):
-        return ("it is not an encoder-decoder (its audio is written over placeholders in a decoder LLM's prompt, or "
-                "it generates audio): the generic speech split needs an encoder and a decoder with cross-attention")
+        return ("it is not an encoder-decoder and names no audio placeholder token: neither the encoder-decoder split "
+                "(an encoder, a decoder with cross-attention) nor the speech language model's (audio features written "
+                "over a prompt's placeholders, fx2onnx.deploy.audio_text_generic) applies")
     params = _parameters(model.forward)
     if not set(FEATURE_INPUTS) & params:
         return "its forward takes none of input_features, input_values, pixel_values (it reads no audio features nor pixels)"
@@ -221,7 +222,7 @@ def probe_layout(model: Any, config: Any, features: dict[str, torch.Tensor]) -> 
     (:func:`fx2onnx.weights.empty.empty_weights`: the values are garbage, the shapes and the
     structure are the model's; the meta device itself refuses the masks' data-dependent code).
 
-    :raises UnsplittableSpeechModel: the model cannot be split, with the reason
+    :raises UnsplittableEncoderDecoder: the model cannot be split, with the reason
     """
     if any(p.is_meta for p in model.parameters()):
         from ..weights.empty import empty_weights
@@ -235,11 +236,11 @@ def _probe_layout(model: Any, config: Any, features: dict[str, torch.Tensor]) ->
     model_type = getattr(config, "model_type", type(model).__name__)
     reason = generic_split_reason(model, config)
     if reason:
-        raise UnsplittableSpeechModel(f"{model_type}: {reason}.")
+        raise UnsplittableEncoderDecoder(f"{model_type}: {reason}.")
     params = _parameters(model.forward)
     names = [n for n in FEATURE_INPUTS if n in features]
     if not names or any(n not in params for n in names):
-        raise UnsplittableSpeechModel(f"{model_type}: its features {sorted(features)} are not inputs of its forward.")
+        raise UnsplittableEncoderDecoder(f"{model_type}: its features {sorted(features)} are not inputs of its forward.")
     has_mask = "attention_mask" in features and "attention_mask" in params
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     inputs = {k: _to(features[k], device) for k in names + ["attention_mask"] * has_mask}
@@ -250,14 +251,14 @@ def _probe_layout(model: Any, config: Any, features: dict[str, torch.Tensor]) ->
         with torch.no_grad():
             output, cache = encoder.encode(**inputs)
     except Exception as e:  # noqa: BLE001 - said in one line
-        raise UnsplittableSpeechModel(f"{model_type}: its encoder and one decoder step on the start token do not run "
+        raise UnsplittableEncoderDecoder(f"{model_type}: its encoder and one decoder step on the start token do not run "
                                       f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from e
     mask = getattr(output, "attention_mask", None)
     filled = [i for i, layer in enumerate(cache.cross_attention_cache.layers)
               if getattr(layer, "keys", None) is not None and layer.keys.numel() > 0]
     self_layers = len(cache.self_attention_cache.layers)
     if filled and filled != list(range(self_layers)):
-        raise UnsplittableSpeechModel(f"{model_type}: its decoder caches the cross-attention of layers {filled} only, "
+        raise UnsplittableEncoderDecoder(f"{model_type}: its decoder caches the cross-attention of layers {filled} only, "
                                       f"of {self_layers}.")
     layout = dataclasses.replace(draft, encoder_output=type(output), encoder_mask=isinstance(mask, torch.Tensor),
                                  cross_layers=len(filled))
@@ -446,7 +447,7 @@ def export_generic_speech_pieces(
     """Exports the generic pieces of a speech-seq2seq folder (the keywords of
     :func:`fx2onnx.deploy.speech.export_speech_pieces`): ``(pieces, layout)``.
 
-    :raises UnsplittableSpeechModel: one line naming the model type and the reason
+    :raises UnsplittableEncoderDecoder: one line naming the model type and the reason
     """
     from .speech import export_speech_pieces
 
@@ -455,7 +456,7 @@ def export_generic_speech_pieces(
     def make(model: Any) -> list[Piece]:
         reason = generic_split_reason(model, config)
         if reason:  # before the example features are built
-            raise UnsplittableSpeechModel(f"{getattr(config, 'model_type', type(model).__name__)}: {reason}.")
+            raise UnsplittableEncoderDecoder(f"{getattr(config, 'model_type', type(model).__name__)}: {reason}.")
         pieces, found["layout"] = generic_speech_pieces(model, config, example_features(folder, model, config, dtype),
                                                         dtype)
         return pieces

@@ -115,17 +115,20 @@ def image_tokens(config: Any) -> int:
 
 
 def decoder_piece(model: Any, config: Any, dtype: torch.dtype, g: torch.Generator, per_image: int,
-                  position_rows: int = 0, deepstack: int = 0) -> Piece:
+                  position_rows: int = 0, deepstack: int = 0, token: int | None = None,
+                  features: str = "image_features", module: torch.nn.Module | None = None) -> Piece:
     """The decoder piece of an image-text model with example inputs of two shapes (the first holding
     the placeholders of an image of ``per_image`` features); ``position_rows``: positions of shape
     ``(rows, batch, seq)`` (Qwen2-VL's 3), ``(batch, seq)`` when 0; ``deepstack``: the number of
-    feature tensors added to the first layers (Qwen3-VL, :class:`fx2onnx.deploy.qwen_vl.DeepstackDecoderPiece`)."""
+    feature tensors added to the first layers (Qwen3-VL, :class:`fx2onnx.deploy.qwen_vl.DeepstackDecoderPiece`).
+    Another modality (:mod:`fx2onnx.deploy.audio_text_generic`) gives its placeholder ``token``, the
+    name of its ``features`` input and the ``module``."""
     from ..models.tiny import _decoder_inputs, _dynamic_shapes
     from ..models.vlm import cache_dynamic_shapes
     from ..models.vlm_inputs import image_token, text_token_range
 
     text = config.get_text_config()
-    token = image_token(config)
+    token = image_token(config) if token is None else token
     _, high = text_token_range(config)
 
     def step(batch, seq, past, images):
@@ -137,7 +140,7 @@ def decoder_piece(model: Any, config: Any, dtype: torch.dtype, g: torch.Generato
         cache = inputs["past_key_values"]
         for layer in cache.layers:
             layer.keys, layer.values = layer.keys.to(dtype), layer.values.to(dtype)
-        inputs["image_features"] = torch.randn(rows, text.hidden_size, generator=g).to(dtype)
+        inputs[features] = torch.randn(rows, text.hidden_size, generator=g).to(dtype)
         if position_rows:
             inputs["position_ids"] = inputs["position_ids"][None].repeat(position_rows, 1, 1)
         if deepstack:
@@ -146,9 +149,8 @@ def decoder_piece(model: Any, config: Any, dtype: torch.dtype, g: torch.Generato
         return inputs
 
     first, second = step(2, per_image + 2, 3, 1), step(3, 1, 5, 2)
-    shapes = _dynamic_shapes({k: v for k, v in first.items() if k not in ("image_features", "deepstack_features")},
-                             text)
-    shapes["image_features"] = {0: "image_rows"}
+    shapes = _dynamic_shapes({k: v for k, v in first.items() if k not in (features, "deepstack_features")}, text)
+    shapes[features] = {0: features.replace("_features", "_rows")}
     if deepstack:
         shapes["deepstack_features"] = [{0: "image_rows"}] * deepstack
     if position_rows:
@@ -156,11 +158,11 @@ def decoder_piece(model: Any, config: Any, dtype: torch.dtype, g: torch.Generato
     layers = len(first["past_key_values"].layers)
     # a layer of a sliding window keeps fewer positions than the others once the prompt is longer (Gemma 3)
     shapes["past_key_values"] = cache_dynamic_shapes(text, layers)
-    if deepstack:
+    if module is None and deepstack:
         from .qwen_vl import DeepstackDecoderPiece
 
-        module: torch.nn.Module = DeepstackDecoderPiece(model)
-    else:
+        module = DeepstackDecoderPiece(model)
+    elif module is None:
         module = ImageTextDecoderPiece(model)
     decoder = Piece("decoder", "decoder.onnx", module, first, second, shapes, [], [], {})
     decoder.layers = layers  # type: ignore[attr-defined]
@@ -205,9 +207,10 @@ def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, s
 def export_vision_pieces(
     folder: str, out_dir: str, config: Any, dtype: torch.dtype, *, optimize: str, quantize: str | None,
     block_size: int, opset: int | None, progress: bool, say: Any, symmetric: bool = True,
-    cache_in_place: bool = True,
+    cache_in_place: bool = True, make_pieces: Any = None,
 ) -> list[Piece]:
-    """Exports the pieces of an image-text folder (:func:`vision_pieces`) into ``out_dir``; the decoder's cache
+    """Exports the pieces of an image-text folder (:func:`vision_pieces`, or ``make_pieces(model, config,
+    dtype)``: a speech language model's, :mod:`fx2onnx.deploy.audio_text_generic`) into ``out_dir``; the decoder's cache
     outputs are named after their inputs (:func:`fx2onnx.deploy.export.name_presents`). At
     ``optimize="onnxruntime"`` the decoder updates its cache in place when the rule applies
     (:func:`fx2onnx.deploy.export.update_cache_in_place`: not for a mask read from the image tokens
@@ -227,7 +230,7 @@ def export_vision_pieces(
     # the parameters on the meta device, the buffers computed (CLIP's integer position ids)
     with parameters_on_meta():
         model = getattr(transformers, config.architectures[0])._from_config(config, dtype=dtype).eval()
-    pieces = vision_pieces(model, config, dtype)
+    pieces = (make_pieces or vision_pieces)(model, config, dtype)
     for piece in pieces:
         say(f"exporting the {piece.name} of {config.architectures[0]} ({str(dtype).replace('torch.', '')}, "
             f"optimize={optimize}{', ' + quantize if quantize else ''})")
@@ -241,7 +244,7 @@ def export_vision_pieces(
                 optimize=False if optimize == "none" else optimize, quantize=quantize,
                 quantize_block_size=block_size, quantize_symmetric=symmetric,
             )
-        if piece.name == "vision":
+        if piece is pieces[0]:  # the features piece (vision, audio)
             rename_values(path, piece.input_names, piece.output_names, {})
             continue
         if cache_in_place and optimize == "onnxruntime":

@@ -267,7 +267,9 @@ def _generate_lines(rows: Sequence[dict[str, Any]], task: str = "image-text-to-t
     equal = sum(bool(r["generate"].get("equal")) for r in done)
     pieces, inputs = ("a vision piece and a decoder with its cache", "one prompt with one image")
     if task == "speech-seq2seq":
-        pieces, inputs = ("an encoder piece and a decoder with its cache", "the audio features of one input")
+        pieces, inputs = ("an encoder piece and a decoder with its cache; a speech language model: an audio piece and "
+                          "a decoder writing its features over the prompt's placeholders",
+                          "the audio features of one input (and its prompt)")
     else:
         pieces += " (an encoder-decoder: an encoder piece and a decoder with its cache)"
         inputs += " (an encoder-decoder: the image alone)"

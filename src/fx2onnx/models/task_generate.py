@@ -150,11 +150,49 @@ def compare_seq2seq_generation(model: Any, config: Any, max_new_tokens: int = NE
     return result
 
 
+def _compare_tokens(got: Any, expected: np.ndarray, prompt: int, result: dict[str, Any], begin: float) -> dict[str, Any]:
+    """``result`` with ``equal`` (and the first difference), ``time``: the tokens ``got`` (prompt then new)
+    against transformers' ``expected``."""
+    got = np.asarray(got)
+    result["equal"] = bool(got.shape == expected.shape and (got == expected).all())
+    if not result["equal"]:
+        result["error"] = _first_difference(got, expected, prompt)
+    result["time"] = time.perf_counter() - begin
+    return result
+
+
+def compare_audio_text_generation(model: Any, config: Any, max_new_tokens: int = NEW_TOKENS) -> dict[str, Any]:
+    """:func:`compare_folder_generation` for a speech language model (its audio features written over
+    placeholders of a prompt, :mod:`fx2onnx.deploy.audio_text_generic`): the task zoo's prompt and audio
+    of one input, the folder exported then generating greedily with
+    :class:`fx2onnx.runtime.audio_text.AudioTextGenerator`, against transformers' greedy ``generate``."""
+    from ..deploy.audio_text_generic import UnsplittableAudioModel
+    from ..runtime.audio_text import AudioTextGenerator
+    from .task_inputs import build_task_inputs
+
+    begin = time.perf_counter()
+    inputs, _ = build_task_inputs("speech-seq2seq", model, config, batch=1)
+    model.generation_config.pad_token_id = model.generation_config.pad_token_id or 0
+    with torch.no_grad():
+        expected = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False).numpy()
+    prompt = inputs["input_ids"].shape[1]
+    result: dict[str, Any] = {"new_tokens": int(expected.shape[1] - prompt)}
+    tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+    got = _export_and_generate(model, lambda out: AudioTextGenerator(out).generate_ids(tensors, max_new_tokens),
+                               UnsplittableAudioModel, result, begin)
+    return result if got is None else _compare_tokens(got, expected, prompt, result, begin)
+
+
 def compare_folder_generation(model: Any, config: Any, max_new_tokens: int = NEW_TOKENS) -> dict[str, Any]:
     """``{"equal", "new_tokens", "time"}`` (and ``"error"`` with the step where it failed: ``split``,
     ``export``, ``generate``) of the folder of ``model`` exported then generating, against
     transformers' greedy ``generate`` on one prompt with one image (an encoder-decoder, speech-seq2seq or
     reading an image: on one input, :func:`compare_seq2seq_generation`)."""
+    if is_speech_seq2seq(model) and not getattr(config, "is_encoder_decoder", False):
+        from ..deploy.audio_text_generic import audio_split_reason
+
+        if audio_split_reason(model, config) is None:
+            return compare_audio_text_generation(model, config, max_new_tokens)
     if is_speech_seq2seq(model) or getattr(config, "is_encoder_decoder", False):
         return compare_seq2seq_generation(model, config, max_new_tokens)
     from ..deploy.image_text_generic import UnsplittableModel, split_reason

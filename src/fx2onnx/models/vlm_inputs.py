@@ -46,7 +46,8 @@ IMAGE_TOKENS = ("image_token_id", "image_token_index")
 SPECIAL_TOKENS = (
     "image_token_id", "image_token_index", "video_token_id", "video_token_index", "boi_token_index",
     "eoi_token_index", "boi_token_id", "eoi_token_id", "vision_start_token_id", "vision_end_token_id",
-    "audio_token_id", "image_start_token_id", "image_end_token_id",
+    "audio_token_id", "audio_token_index", "audio_bos_token_id", "audio_eos_token_id", "image_start_token_id",
+    "image_end_token_id",
 )
 #: the inputs describing images (the others, a text's attention mask, are not for get_image_features)
 IMAGE_PREFIXES = ("pixel_", "image_", "spatial_")

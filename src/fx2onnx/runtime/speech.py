@@ -154,9 +154,14 @@ NOT_SPEECH = ("{folder} is not a speech folder (task {task}): export a speech-se
 
 def open_speech_generator(folder: str | os.PathLike, providers: Sequence[str] | None = None,
                           threads: int | None = None) -> Any:
-    """The generator of an exported speech folder: :class:`SpeechGenerator` for Whisper, else
-    :class:`fx2onnx.runtime.speech_seq2seq.Seq2SeqSpeechGenerator` (the generic split)."""
+    """The generator of an exported speech folder: :class:`SpeechGenerator` for Whisper,
+    :class:`fx2onnx.runtime.speech_seq2seq.Seq2SeqSpeechGenerator` for the other encoder-decoders (the generic
+    split), :class:`fx2onnx.runtime.audio_text.AudioTextGenerator` for a speech language model."""
     metadata = _read_json(os.path.join(os.fspath(folder), "fx2onnx.json"))
+    if metadata.get("split") == "placeholders":
+        from .audio_text import AudioTextGenerator
+
+        return AudioTextGenerator(folder, providers, threads)
     if metadata.get("split") == "generic":
         from .speech_seq2seq import Seq2SeqSpeechGenerator
 

@@ -92,13 +92,15 @@ class VisionGenerator:
     :param threads: onnxruntime's intra-op threads (default: onnxruntime's choice)
     """
 
+    #: the task of the folders it opens, the piece computing the features, the error naming another folder
+    task, first = "image-text-to-text", "vision"
+    refusal = ("{folder} is not an image-text folder (task {task}): export a LLaVA, Gemma 3, Idefics 3, Qwen-VL or "
+               "Mistral 3 folder with python -m fx2onnx export CHECKPOINT --out FOLDER.")
+
     def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None):
         self.folder = os.fspath(folder)
         pieces, self.vision, self.feature_names, self.decoder = open_pieces(
-            self.folder, "image-text-to-text", "vision", "{folder} is not an image-text folder (task {task}): export "
-            "a LLaVA, Gemma 3, Idefics 3, Qwen-VL or Mistral 3 folder with python -m fx2onnx export CHECKPOINT "
-            "--out FOLDER.",
-            providers, threads)
+            self.folder, self.task, self.first, self.refusal, providers, threads)
         generation = _read_json(os.path.join(self.folder, "generation_config.json"))
         config = _read_json(os.path.join(self.folder, "config.json"))
         self.eos_token_id = generation.get("eos_token_id", config.get("text_config", {}).get("eos_token_id"))

@@ -1,0 +1,107 @@
+"""Speech language models (an audio encoder whose features are written over placeholder tokens of a
+decoder LLM's prompt: Granite Speech, Fun-ASR-Nano, VibeVoice-ASR, Voxtral): the task zoo's tiny
+model written as a ``save_pretrained`` folder -> ``export`` (the split of
+:mod:`fx2onnx.deploy.audio_text_generic`) -> :class:`fx2onnx.runtime.audio_text.AudioTextGenerator`,
+the tokens against transformers' greedy ``generate`` on the same prompt and audio."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+
+def _zoo(name: str):
+    from fx2onnx.models.checkable import spread_degenerate_weights
+    from fx2onnx.models.tasks import get_task_architecture, tiny_task_model
+
+    model, config = tiny_task_model(get_task_architecture("speech-seq2seq", name))
+    spread_degenerate_weights(model, seed=0)
+    return model, config
+
+
+# one family in make test (the quickest), the others in the slow tier (make test-all, which CI runs);
+# Voxtral's whole model does not capture (its row is not matched), its two pieces do
+@pytest.mark.parametrize("name", ["fun_asr_nano", pytest.param("granite_speech", marks=pytest.mark.slow),
+                                  pytest.param("vibevoice_asr", marks=pytest.mark.slow),
+                                  pytest.param("voxtral", marks=pytest.mark.slow)])
+def test_the_zoo_models_generate_transformers_tokens(name):
+    from fx2onnx.models.task_generate import compare_folder_generation
+
+    model, config = _zoo(name)
+    result = compare_folder_generation(model, config)
+    assert result["equal"], result
+    assert result["new_tokens"] >= 1
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """Fun-ASR-Nano's tiny model, its folder exported, the zoo's prompt and audio of two inputs."""
+    from fx2onnx.deploy import export_folder
+    from fx2onnx.models.task_inputs import build_task_inputs
+
+    model, config = _zoo("fun_asr_nano")
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # weights of a variance 4 / fan-in: greedy tokens which vary
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.copy_(2.0 * torch.randn(p.shape, generator=g) / p[0].numel() ** 0.5)
+    root = tmp_path_factory.mktemp("fun_asr_nano")
+    model.save_pretrained(root / "checkpoint")
+    exported = export_folder(root / "checkpoint", root / "onnx", optimize="onnxruntime")
+    assert exported.ok, exported.check_lines()
+    inputs, _ = build_task_inputs("speech-seq2seq", model, config, batch=2)
+    return model, str(root / "onnx"), inputs
+
+
+def test_the_pieces_and_a_batch(folder):
+    from fx2onnx.runtime.audio_text import AudioTextGenerator
+    from fx2onnx.runtime.speech import open_speech_generator
+
+    model, out, inputs = folder
+    metadata = json.load(open(os.path.join(out, "fx2onnx.json")))
+    assert metadata["task"] == "speech-seq2seq" and metadata["split"] == "placeholders"
+    audio, decoder = metadata["pieces"]["audio"], metadata["pieces"]["decoder"]
+    assert audio["inputs"] == ["input_features", "input_features_mask"] and audio["outputs"] == ["audio_features"]
+    assert "audio_features" in decoder["inputs"] and decoder["cache_update"] == "in_place"
+    generator = open_speech_generator(out)
+    assert isinstance(generator, AudioTextGenerator)
+    with torch.no_grad():
+        expected = model.generate(**inputs, max_new_tokens=6, do_sample=False).numpy()
+    got = generator.generate_ids(inputs, 6)
+    assert got.tolist() == expected.tolist()
+    assert len(set(got[:, inputs["input_ids"].shape[1]:].ravel().tolist())) > 2  # tokens which vary
+
+
+def test_the_command_line_says_how_to_run_it(folder, tmp_path, capsys):
+    from fx2onnx.__main__ import main
+    from fx2onnx.runtime.speech import write_wav
+
+    _, out, _ = folder
+    wav = str(tmp_path / "talk.wav")
+    write_wav(wav, np.zeros(1600, dtype=np.float32))
+    assert main(["generate", out, "transcribe", "--audio", wav]) == 2
+    assert "AudioTextGenerator(folder).generate_ids" in capsys.readouterr().err
+
+
+def test_placeholders_not_matching_the_features_are_refused(folder):
+    from fx2onnx.runtime.audio_text import AudioTextGenerator
+
+    _, out, inputs = folder
+    generator = AudioTextGenerator(out)
+    ids = inputs["input_ids"].clone()
+    ids[0, 1] = 5  # one placeholder less than the audio's features
+    with pytest.raises(ValueError, match="127 audio placeholders"):
+        generator.generate_ids(dict(inputs, input_ids=ids), 2)
+
+
+def test_what_the_audio_split_refuses():
+    from fx2onnx.deploy.audio_text_generic import audio_split_reason
+
+    model, config = _zoo("voxtral_realtime")
+    assert audio_split_reason(model, config).startswith("its configuration names no audio placeholder token")
+    model, config = _zoo("speech_to_text")
+    assert audio_split_reason(model, config).startswith("it is an encoder-decoder")
