@@ -45,15 +45,29 @@ def test_generic_split_generates_transformers_tokens(name):
 
 
 def test_what_cannot_be_split_says_why():
-    model, config = _model("blip-2")
-    with pytest.raises(UnsplittableModel, match="Q-Former"):
+    model, config = _model("git")  # the image is a prefix of the prompt, no placeholder
+    with pytest.raises(UnsplittableModel, match="names no image placeholder token"):
         generic_vision_pieces(model, config)
     result = compare_folder_generation(model, config)
     assert not result["equal"] and result["error"].startswith("split:"), result
 
 
+def test_instructblip_q_former_reads_the_prompt():
+    """BLIP-2's layout (towers beside a causal language model, no base model); InstructBLIP's Q-Former
+    reads the prompt tokenized for it: inputs of the vision piece, of their own length."""
+    model, config = _model("instructblip")
+    vision, decoder = generic_vision_pieces(model, config)
+    assert vision.input_names == ["pixel_values", "qformer_input_ids", "qformer_attention_mask"]
+    assert vision.dynamic_shapes["qformer_input_ids"] == {0: "images", 1: "qformer_seq"}
+    assert type(decoder.module).__name__ == "LanguageModelDecoderPiece"
+    result = compare_folder_generation(model, config)
+    assert result["equal"], result
+
+
+# blip-2's layout (a language model beside its towers), aria (its image features read .item(): found on
+# uninitialized CPU storage, its vision piece takes a boolean pixel mask)
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["internvl", "got_ocr2", "idefics3", "qwen3_vl_moe"])
+@pytest.mark.parametrize("name", ["internvl", "got_ocr2", "idefics3", "qwen3_vl_moe", "blip-2", "aria"])
 def test_more_families_generate_transformers_tokens(name):
     model, config = _model(name)
     result = compare_folder_generation(model, config)

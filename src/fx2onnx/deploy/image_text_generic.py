@@ -3,14 +3,16 @@ tokens, read from the model instead of a list of families.
 
 A model qualifies when its configuration names an image placeholder (``image_token_id`` or
 ``image_token_index``) and the model has ``get_image_features`` (transformers' own, or its base
-model's). The vision piece takes the image inputs that ``get_image_features`` takes, in the form
+model's), with a base model and an ``lm_head`` (LLaVA's layout) or a decoder-only ``language_model``
+beside its towers (BLIP-2's, InstructBLIP's: their Q-Former's queries are the image's features;
+InstructBLIP's Q-Former reads the prompt too, ``qformer_input_ids`` from the processor, an input of the
+vision piece). The vision piece takes the image inputs that ``get_image_features`` takes, in the form
 the task zoo builds them (:func:`fx2onnx.models.vlm_inputs.image_inputs`: ``pixel_values`` alone,
 or with ``image_sizes``, ``pixel_attention_mask``, ``pixel_mask``, ``spatial_shapes``) and
 returns the features of every image one after the other, ``(rows, hidden)``; the decoder is the
 one of :mod:`fx2onnx.deploy.vision`. What cannot be split this way raises
 :class:`UnsplittableModel` naming the reason (no placeholder token: the image is an encoder's
-input, BLIP, GIT, Florence-2; the Q-Former's queries; patches of a grid outside the Qwen-VL
-family).
+input, BLIP, GIT; patches of a grid outside the Qwen-VL family).
 
 .. code-block:: python
 
@@ -23,6 +25,8 @@ family).
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 from typing import Any
 
 import torch
@@ -30,7 +34,9 @@ import torch
 from .speech import Piece
 
 #: the image inputs a generic vision piece may take besides ``pixel_values``, in its signature's order
-EXTRA_IMAGE_INPUTS = ("image_sizes", "pixel_attention_mask", "pixel_mask", "spatial_shapes")
+#: (InstructBLIP's Q-Former reads the prompt too, tokenized by its own tokenizer: ``qformer_*``)
+EXTRA_IMAGE_INPUTS = ("image_sizes", "pixel_attention_mask", "pixel_mask", "spatial_shapes", "qformer_input_ids",
+                      "qformer_attention_mask")
 #: the image kinds of :func:`fx2onnx.models.vlm_inputs.image_kind` a generic vision piece takes
 GENERIC_KINDS = ("images", "image_sizes", "pixel_attention_mask", "pixel_mask", "naflex")
 
@@ -45,20 +51,61 @@ class GenericVisionPiece(torch.nn.Module):
 
     def __init__(self, model: Any):
         super().__init__()
-        self.model = model.model
+        # the base model, or the whole model when it has none (BLIP-2: its towers and language model side by
+        # side); either way the parameters keep the checkpoint's names once "model." is removed
+        self.model = model.model if has_base_model(model) else model
         self.base_model_prefix = "model"
         # the model's own get_image_features (not registered twice: its parameters are self.model's)
         object.__setattr__(self, "_owner", model)
 
     def forward(self, pixel_values: torch.Tensor, image_sizes: torch.Tensor | None = None,
                 pixel_attention_mask: torch.Tensor | None = None, pixel_mask: torch.Tensor | None = None,
-                spatial_shapes: torch.Tensor | None = None) -> torch.Tensor:
+                spatial_shapes: torch.Tensor | None = None, qformer_input_ids: torch.Tensor | None = None,
+                qformer_attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         from ..models.vlm_inputs import flat_image_features, image_features_function
 
         extras = {"image_sizes": image_sizes, "pixel_attention_mask": pixel_attention_mask,
-                  "pixel_mask": pixel_mask, "spatial_shapes": spatial_shapes}
+                  "pixel_mask": pixel_mask, "spatial_shapes": spatial_shapes, "qformer_input_ids": qformer_input_ids,
+                  "qformer_attention_mask": qformer_attention_mask}
         return flat_image_features(image_features_function(self._owner), pixel_values,
                                    **{k: v for k, v in extras.items() if v is not None})
+
+
+def has_base_model(model: Any) -> bool:
+    """Whether ``model`` has a base model with token embeddings and an ``lm_head`` (LLaVA's layout), not
+    a causal language model beside its towers (BLIP-2's ``language_model``)."""
+    return hasattr(getattr(model, "model", None), "get_input_embeddings") and hasattr(model, "lm_head")
+
+
+def _causal_language_model(model: Any) -> Any:
+    """BLIP-2's layout: ``model.language_model``, a decoder-only causal language model with its head, or None."""
+    language = getattr(model, "language_model", None)
+    if language is None or not callable(getattr(language, "get_output_embeddings", None)):
+        return None
+    if language.get_output_embeddings() is None or getattr(language.config, "is_encoder_decoder", False):
+        return None
+    return language
+
+
+class LanguageModelDecoderPiece(torch.nn.Module):
+    """The decoder of BLIP-2's layout: the token embeddings, the image features written over the
+    placeholders, then the causal language model (its head on the last position)."""
+
+    def __init__(self, model: Any):
+        super().__init__()
+        self.model = model
+        self.base_model_prefix = "model"
+        from ..models.vlm_inputs import image_token
+
+        self.image_token_id = int(image_token(model.config))
+
+    def forward(self, input_ids, attention_mask, position_ids, past_key_values, image_features):
+        embeds = self.model.get_input_embeddings()(input_ids)
+        mask = (input_ids == self.image_token_id).unsqueeze(-1).expand_as(embeds)
+        embeds = embeds.masked_scatter(mask, image_features.to(embeds.dtype))
+        out = self.model.language_model(inputs_embeds=embeds, attention_mask=attention_mask, position_ids=position_ids,
+                                        past_key_values=past_key_values, use_cache=True, logits_to_keep=1)
+        return {"logits": out.logits[:, -1:], "past_key_values": out.past_key_values}
 
 
 def split_reason(model: Any, config: Any) -> str | None:
@@ -70,10 +117,9 @@ def split_reason(model: Any, config: Any) -> str | None:
         return "its configuration names no image placeholder token (the image is not written over the prompt)"
     if image_features_function(model) is None:
         return "it has no get_image_features"
-    if isinstance(getattr(config, "num_query_tokens", None), int):
-        return "its image is a Q-Former's queries (BLIP-2-like), which take the text prompt too"
-    if not hasattr(getattr(model, "model", None), "get_input_embeddings") or not hasattr(model, "lm_head"):
-        return "it has no base model with token embeddings and no lm_head"
+    if not has_base_model(model) and _causal_language_model(model) is None:
+        return ("it has no base model with token embeddings and an lm_head, nor a decoder-only language_model with "
+                "its head (BLIP-2's)")
     kind = image_kind(model)
     if kind not in GENERIC_KINDS:
         return f"its images are {kind!r} inputs (patches of a grid), split only for the Qwen-VL family"
@@ -90,7 +136,8 @@ def generic_vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.fl
 
     :raises UnsplittableModel: with :func:`split_reason`
     """
-    from ..models.vlm_inputs import features_per_image, image_inputs
+    from ..models.vlm_inputs import features_per_image, image_features_function, image_inputs
+    from ..weights.empty import empty_weights
     from .vision import decoder_piece
 
     def refuse(reason: str) -> UnsplittableModel:
@@ -104,21 +151,27 @@ def generic_vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.fl
     def images(count: int, seed: int) -> dict[str, Any]:
         inputs, _, _ = image_inputs(model, config, count, seed)
         inputs = {k: v for k, v in inputs.items() if k == "pixel_values" or k in EXTRA_IMAGE_INPUTS}
+        if "qformer_input_ids" in inspect.signature(inspect.unwrap(image_features_function(model))).parameters:
+            # InstructBLIP: the prompt of each image, tokenized for its Q-Former (of another length in each set)
+            ids = torch.randint(3, 16, (count, 3 + count), generator=torch.Generator().manual_seed(seed))
+            inputs.update(qformer_input_ids=ids, qformer_attention_mask=torch.ones_like(ids))
         return {k: v.to(dtype) if v.is_floating_point() else v for k, v in inputs.items()}
 
     try:
         first, second = images(2, seed), images(3, seed + 1)
-        # on the parameters' device: the meta device when the weights are streamed from a checkpoint
-        device = next(model.parameters()).device
-        with torch.no_grad():
-            per_image = features_per_image(model, {k: (v.float() if v.is_floating_point() else v).to(device)
+        # a model on the meta device (its weights streamed from a checkpoint) runs on uninitialized CPU storage:
+        # the values are garbage, the number of features is the model's (the meta device refuses .item())
+        meta = any(p.is_meta for p in model.parameters())
+        with torch.no_grad(), empty_weights(model) if meta else contextlib.nullcontext():
+            per_image = features_per_image(model, {k: v.float() if v.is_floating_point() else v
                                                    for k, v in first.items()}, 2)
     except Exception as e:  # noqa: BLE001 - said in one line
         raise refuse(f"its get_image_features did not run on example images without reading their values "
                      f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
     names = [n for n in ("pixel_values", *EXTRA_IMAGE_INPUTS) if n in first]
-    shapes = {n: {0: "images"} for n in names}
+    shapes = {n: {0: "images", **({1: "qformer_seq"} if n.startswith("qformer_") else {})} for n in names}
     vision = Piece("vision", "vision.onnx", GenericVisionPiece(model), first, second, shapes, names,
                    ["image_features"])
     g = torch.Generator().manual_seed(seed)
-    return [vision, decoder_piece(model, config, dtype, g, per_image)]
+    module = None if has_base_model(model) else LanguageModelDecoderPiece(model)
+    return [vision, decoder_piece(model, config, dtype, g, per_image, module=module)]

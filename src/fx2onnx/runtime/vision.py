@@ -249,7 +249,8 @@ class VisionGenerator:
                 feeds[info.name] = onnxruntime.OrtValue.ortvalue_from_numpy_with_onnx_type(
                     np.ascontiguousarray(array.astype(ml_dtypes.bfloat16)).view(np.uint16), onnx.TensorProto.BFLOAT16)
                 continue
-            dtype = {"tensor(float16)": np.float16, "tensor(int64)": np.int64}.get(info.type, np.float32)
+            dtype = {"tensor(float16)": np.float16, "tensor(int64)": np.int64, "tensor(int32)": np.int32,
+                     "tensor(bool)": np.bool_}.get(info.type, np.float32)
             feeds[info.name] = onnxruntime.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array.astype(dtype)))
         return self.vision.run_with_ort_values(self.feature_names, feeds)
 
