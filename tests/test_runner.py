@@ -37,7 +37,32 @@ def test_worker_replaced_after_out_of_memory():
     # the tasks after an out-of-memory one run in a fresh process
     assert [r["error"] for r in rows if r["task"] in "abcd"] == [None] * 4
     pids = [r["pid"] for r in rows]
-    assert pids[0] != pids[2] and pids[2] == pids[3] and pids[3] != pids[4] and pids[4] == pids[5]
+    # "caught" ran out of memory after "b" in the same process: tried again alone, in a fresh one
+    assert pids[0] != pids[2] and pids[2] != pids[3] and pids[3] != pids[4] and pids[4] == pids[5]
+
+
+#: the tasks a process ran: one which ran two runs out of memory (what a long-lived process kept)
+DONE: list[str] = []
+
+
+def _run_tired(task: str) -> dict:
+    DONE.append(task)
+    if len(DONE) > 2:
+        return dict(task=task, pid=os.getpid(), generate=dict(error="RuntimeError: unable to mmap: Cannot allocate "
+                                                                    "memory (12)"))
+    return dict(task=task, pid=os.getpid(), generate=dict(error=None))
+
+
+def test_a_task_out_of_memory_in_a_used_process_runs_again_alone():
+    """The out-of-memory error of a row's entry counts (the tasks page's generate); the task runs once
+    more in a fresh process, and is reported failed only when it fails alone too."""
+    tasks = ["a", "b", "c", "d", "e"]
+    rows = run_tasks(tasks, _run_tired, _failed_row, workers=1, timeout=60, progress=False, mp_context="fork",
+                     address="pool")
+    assert [r["task"] for r in rows] == tasks
+    assert [r["generate"]["error"] for r in rows] == [None] * 5
+    pids = [r["pid"] for r in rows]
+    assert pids[0] == pids[1] != pids[2]  # "c" failed after two tasks, passed alone
 
 
 def test_out_of_memory_rows():
@@ -45,6 +70,7 @@ def test_out_of_memory_rows():
     assert out_of_memory(dict(error="RuntimeError: could not create a primitive"))
     assert not out_of_memory(dict(error="TypeError: unsupported operand"))
     assert not out_of_memory(dict(error=None)) and not out_of_memory(None)
+    assert out_of_memory(dict(error=None, generate=dict(error="export: MemoryError: Cannot allocate memory")))
 
 
 def test_a_capture_mismatch_is_a_capture_failure():

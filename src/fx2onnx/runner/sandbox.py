@@ -7,7 +7,10 @@ under a memory cap, with its output silenced; the parent kills it when a task ru
 past its timeout, notices when it died (``os._exit``, a segmentation fault, the
 kernel's out-of-memory killer), and starts a fresh one for the next task. After a
 task which ran out of memory the process is replaced too (oneDNN stays broken after
-a ``MemoryError``), and after ``max_tasks`` tasks (memory a long-lived process keeps).
+a ``MemoryError``), and after ``max_tasks`` tasks (memory a long-lived process keeps); a
+task which ran out of memory in a process that had run others first runs once more in the
+fresh one (what the process kept may have been the cause: a sweep of the tasks page's
+``generate`` entries failed its last rows so, which pass alone).
 """
 
 from __future__ import annotations
@@ -33,9 +36,12 @@ FailedRow = Callable[[Any, str, str, float], dict]
 
 
 def out_of_memory(row: Any) -> bool:
-    """True when the ``error`` of a row says the process ran out of memory (see :data:`OUT_OF_MEMORY`)."""
-    error = row.get("error") if isinstance(row, dict) else None
-    return isinstance(error, str) and OUT_OF_MEMORY.search(error) is not None
+    """True when the ``error`` of a row, or of an entry of it (the tasks page's ``generate``), says the
+    process ran out of memory (see :data:`OUT_OF_MEMORY`)."""
+    if not isinstance(row, dict):
+        return False
+    errors = [row.get("error")] + [v.get("error") for v in row.values() if isinstance(v, dict)]
+    return any(isinstance(e, str) and OUT_OF_MEMORY.search(e) is not None for e in errors)
 
 
 def _limit_memory(gigabytes: float | None) -> None:
@@ -124,6 +130,8 @@ class Sandbox:
         self.task: Any = None
         self.started = 0.0
         self.done = 0
+        #: the task now running is the second try of one which ran out of memory in a used process
+        self.retry = False
         self.process: Any = None
         self.conn: Any = None
 
@@ -175,8 +183,16 @@ class Sandbox:
             try:
                 row, replace = self.conn.recv()
                 self.done += 1
+                used = self.done > 1  # the process ran other tasks first: their memory may still be held
                 if replace:  # a fresh process for the next task
                     self.restart()
+                if replace and used and not self.retry and self.process is not None:
+                    # what a long-lived process kept (allocator arenas, mappings under the address-space cap)
+                    # may be the cause: the task runs once more, alone in the fresh process
+                    self.retry = True
+                    self.task, self.started = task, time.perf_counter()
+                    self.conn.send(task)
+                    return None
             except (EOFError, OSError):
                 row = self._crashed(task, elapsed)
         elif not self.process.is_alive() and not self.conn.poll():
@@ -188,7 +204,7 @@ class Sandbox:
             self.restart()
         else:
             return None
-        self.task = None
+        self.task, self.retry = None, False
         return row
 
     def _crashed(self, task: Any, elapsed: float) -> dict[str, Any]:
