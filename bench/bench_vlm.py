@@ -118,6 +118,8 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", default=None, help="write the rows there")
+    parser.add_argument("--merge", action="store_true", help="replace the rows of the same model, precision and "
+                        "exporter in --json, keep the others")
     args = parser.parse_args(argv)
 
     from fx2onnx.models.vlm_folder import write_qwen2_5_vl_folder
@@ -168,7 +170,7 @@ def main(argv=None) -> list[dict]:
             loops = gen = ours_once = None
             for folder, _ in measures.values():
                 shutil.rmtree(folder, ignore_errors=True)
-    report(rows, args.json)
+    report(rows, args.json, merge=args.merge)
     return rows
 
 
