@@ -18,10 +18,12 @@ Granite's ``input_features_mask``) is refused, not merged wrongly.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 
+from .folder import _read_json
 from .vision import VisionGenerator
 
 
@@ -39,10 +41,6 @@ class AudioTextGenerator(VisionGenerator):
 
     def __init__(self, folder: Any, providers: Any = None, threads: int | None = None):
         super().__init__(folder, providers, threads)
-        from .folder import _read_json
-
-        import os
-
         config = _read_json(os.path.join(self.folder, "config.json"))
         self.audio_token_id = next((config[k] for k in ("audio_token_id", "audio_token_index")
                                     if isinstance(config.get(k), int)), None)
