@@ -619,11 +619,14 @@ def _quiet_imports() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parses ``argv`` and runs the command; returns the exit code (2 and one line on stderr
-    for an input the command refuses: a folder of an unsupported task, a missing file...)."""
+    for an input the command refuses: a folder of an unsupported task, a missing file...; 1 and the
+    error's first line with the source line to change when the model cannot be captured or converted)."""
     args = make_parser().parse_args(argv)
     _quiet_imports()
     if getattr(args, "address", None):  # the sweeps' runner reads it (fx2onnx.runner.run_tasks)
         os.environ["FX2ONNX_CLUSTER"] = args.address
+    from .convert.errors import ConversionError, ExportError
+
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError) as e:
@@ -632,6 +635,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(f"error: {message}", file=sys.stderr)
         return 2
+    except (ExportError, ConversionError) as e:
+        # the model could not be captured or converted: its first line, then where the model's code does what
+        # cannot be captured and the fix (the explanation's lines), not torch's traceback
+        if os.environ.get("FX2ONNX_TRACEBACK"):
+            raise
+        lines = str(e).splitlines() or [type(e).__name__]
+        hints = [line for line in lines[1:] if line.startswith(("The model reads", "Where the code", "  "))]
+        print("\n".join([f"error: {lines[0]}", *hints[:6],
+                         "(FX2ONNX_TRACEBACK=1 shows the whole error)"]), file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

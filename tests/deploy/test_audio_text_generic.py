@@ -36,6 +36,7 @@ def test_the_zoo_models_generate_transformers_tokens(name):
     assert result["new_tokens"] >= 1
 
 
+# the exported folder's tests: the slow tier too (make test keeps to its 5 minutes; CI runs make test-all)
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     """Fun-ASR-Nano's tiny model, its folder exported, the zoo's prompt and audio of two inputs."""
@@ -56,6 +57,7 @@ def folder(tmp_path_factory):
     return model, str(root / "onnx"), inputs
 
 
+@pytest.mark.slow
 def test_the_pieces_and_a_batch(folder):
     from fx2onnx.runtime.audio_text import AudioTextGenerator
     from fx2onnx.runtime.speech import open_speech_generator
@@ -75,6 +77,7 @@ def test_the_pieces_and_a_batch(folder):
     assert len(set(got[:, inputs["input_ids"].shape[1]:].ravel().tolist())) > 2  # tokens which vary
 
 
+@pytest.mark.slow
 def test_the_command_line_says_how_to_run_it(folder, tmp_path, capsys):
     from fx2onnx.__main__ import main
     from fx2onnx.runtime.speech import write_wav
@@ -86,6 +89,7 @@ def test_the_command_line_says_how_to_run_it(folder, tmp_path, capsys):
     assert "AudioTextGenerator(folder).generate_ids" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_placeholders_not_matching_the_features_are_refused(folder):
     from fx2onnx.runtime.audio_text import AudioTextGenerator
 

@@ -211,14 +211,14 @@ def test_a_batch_of_prompts_equals_transformers_greedy(folders, capsys):
 def test_bad_inputs_end_in_one_line(folders, tmp_path, capsys):
     checkpoint, out = folders
     # a folder of a task the command does not export yet
-    config = transformers.AutoConfig.for_model("llava_next")  # an image-text family not exported yet
-    config.architectures = ["LlavaNextForConditionalGeneration"]
-    vlm = tmp_path / "vlm"
-    config.save_pretrained(vlm)
+    config = transformers.AutoConfig.for_model("dpt")  # depth estimation: no folder export yet
+    config.architectures = ["DPTForDepthEstimation"]
+    other = tmp_path / "dpt"
+    config.save_pretrained(other)
     capsys.readouterr()
-    assert main(["export", str(vlm), "--out", str(tmp_path / "o")]) == 2
+    assert main(["export", str(other), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "image-text-to-text" in err and "LlavaNextForConditionalGeneration" in err
+    assert err.count("\n") == 0 and "depth-estimation" in err and "DPTForDepthEstimation" in err
     # a folder without a tokenizer: a prompt is refused with the fix, token ids work
     bare = tmp_path / "bare"
     shutil.copytree(out, bare)

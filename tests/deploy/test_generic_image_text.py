@@ -52,6 +52,7 @@ def test_what_cannot_be_split_says_why():
     assert not result["equal"] and result["error"].startswith("split:"), result
 
 
+@pytest.mark.slow  # make test keeps to its 5 minutes; CI runs make test-all
 def test_instructblip_q_former_reads_the_prompt():
     """BLIP-2's layout (towers beside a causal language model, no base model); InstructBLIP's Q-Former
     reads the prompt tokenized for it: inputs of the vision piece, of their own length."""
