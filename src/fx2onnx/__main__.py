@@ -184,9 +184,9 @@ def _generate_image_seq2seq(args: argparse.Namespace) -> int:
     fx2onnx.runtime.image_seq2seq), greedy; several images make a batch."""
     from .runtime.image_seq2seq import Seq2SeqImageGenerator
 
-    if args.prompts or args.ids is not None or args.chat or args.video:
-        raise ValueError("This folder holds an image encoder-decoder: its decoder starts from its start token, it takes "
-                         "--image only (no prompt, --ids, --chat or --video).")
+    if len(args.prompts) > 1 or args.ids is not None or args.chat or args.video:
+        raise ValueError("This folder holds an image encoder-decoder: it takes --image and at most one prompt, the "
+                         "decoder's (Donut's task prompt; default: the start token), no --ids, --chat or --video.")
     images = [i for value in args.image or [] for i in value.split(",") if i]
     if not images:
         raise ValueError("The folder holds an image encoder-decoder: give --image FILE (several make a batch).")
@@ -198,7 +198,7 @@ def _generate_image_seq2seq(args: argparse.Namespace) -> int:
         raise ValueError("An image encoder-decoder folder generates greedily: remove the sampling options.")
     generator = Seq2SeqImageGenerator(args.folder, threads=args.threads)
     one = len(images) == 1
-    result = generator.describe(images, args.max_new_tokens, as_text=not args.print_ids,
+    result = generator.describe(images, args.max_new_tokens, as_text=not args.print_ids, prompt=args.prompt,
                                 on_text=(lambda text: print(text, end="", flush=True)) if one else None)
     if one and result.texts is not None:
         print()  # after the text printed as it was decoded
@@ -513,7 +513,8 @@ def make_parser() -> argparse.ArgumentParser:
         "speech model (Whisper, Speech2Text, Moonshine...) transcribes --audio talk.wav instead: its encoder once, its decoder greedily, the "
         "features made by the folder's feature extractor. A folder exported from a vision-language model (LLaVA, "
         "Gemma 3, Idefics 3) takes the prompt and --image cat.png, processed by the folder's processor; one exported "
-        "from an image encoder-decoder (TrOCR, Donut) takes --image only (several: a batch), its decoder greedily.",
+        "from an image encoder-decoder (TrOCR, Donut) takes --image (several: a batch) and at most one prompt, the "
+        "decoder's (Donut's task prompt), its decoder greedily.",
     )
     gen.add_argument("folder", help="the folder written by export")
     gen.add_argument("prompts", nargs="*", default=[], metavar="prompt",

@@ -97,10 +97,35 @@ def test_a_batch_of_images_equals_transformers(folders, capsys):
     assert [line[:4] for line in lines] == ["[1] ", "[2] "]
 
 
+def test_a_decoder_prompt_equals_transformers_decoder_input_ids(folders, capsys):
+    """Donut's usage: a task prompt, tokenized without special tokens, as the decoder's prompt."""
+    import PIL.Image
+
+    from fx2onnx.runtime.image_seq2seq import Seq2SeqImageGenerator
+
+    checkpoint, out, images = folders
+    tok = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    prompt_ids = tok("ab cd", add_special_tokens=False)["input_ids"]
+    model = transformers.VisionEncoderDecoderModel.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    processor = transformers.AutoImageProcessor.from_pretrained(checkpoint, local_files_only=True)
+    pixels = processor([PIL.Image.open(i).convert("RGB") for i in images], return_tensors="pt")["pixel_values"]
+    with torch.no_grad():
+        expected = model.generate(pixel_values=pixels, decoder_input_ids=torch.tensor([prompt_ids] * 2),
+                                  max_new_tokens=NEW_TOKENS, do_sample=False)[:, len(prompt_ids):].tolist()
+    eos = model.generation_config.eos_token_id
+    expected = [row[: row.index(eos) + 1] if eos in row else row for row in expected]
+    result = Seq2SeqImageGenerator(out).describe(images, NEW_TOKENS, as_text=False, prompt="ab cd")
+    assert result.prompt_ids == [prompt_ids] * 2 and result.new_ids == expected
+    capsys.readouterr()
+    assert main(["generate", out, "ab cd", "--image", images[0], "--max-new-tokens", str(NEW_TOKENS),
+                 "--print-ids"]) == 0
+    assert [int(t) for t in capsys.readouterr().out.strip().split(",")] == expected[0]
+
+
 def test_what_the_folder_does_not_take_is_refused(folders, capsys):
     _, out, images = folders
-    assert main(["generate", out, "describe it", "--image", images[0]]) == 2
-    assert "takes --image only (no prompt" in capsys.readouterr().err
+    assert main(["generate", out, "one", "two", "--image", images[0]]) == 2
+    assert "at most one prompt" in capsys.readouterr().err
     assert main(["generate", out, "--image", images[0], "--sample"]) == 2
     assert "generates greedily" in capsys.readouterr().err
     assert main(["generate", out]) == 2

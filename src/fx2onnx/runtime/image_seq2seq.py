@@ -66,7 +66,18 @@ class Seq2SeqImageGenerator(Seq2SeqSpeechGenerator):
         return {"pixel_values": np.asarray(self.image_processor(loaded, return_tensors="np")["pixel_values"])}
 
     def describe(self, images: Any, max_new_tokens: int = 32, on_text: Callable[[str], None] | None = None,
-                 as_text: bool = True) -> SpeechResult:
+                 as_text: bool = True, prompt: str | None = None) -> SpeechResult:
         """Greedy text of one image or a batch (paths or PIL images): the tokens transformers'
-        ``generate(pixel_values=..., do_sample=False)`` returns after the decoder's start token."""
-        return self.generate_ids(self.features(images), max_new_tokens, on_text=on_text, as_text=as_text)
+        ``generate(pixel_values=..., do_sample=False)`` returns after the decoder's start token;
+        ``prompt``: the decoder's prompt instead (Donut's task prompt, ``"<s_cord-v2>"``), tokenized by
+        the folder's tokenizer without special tokens, the same for every image, as transformers'
+        ``generate(pixel_values=..., decoder_input_ids=...)``."""
+        ids = None
+        if prompt is not None:
+            if self.tokenizer is None:
+                raise ValueError(f"{self.folder!r} has no tokenizer: a prompt cannot be encoded.")
+            ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            if not ids:
+                raise ValueError(f"The prompt {prompt!r} has no token.")
+        return self.generate_ids(self.features(images), max_new_tokens, on_text=on_text, as_text=as_text,
+                                 decoder_input_ids=ids)

@@ -227,9 +227,12 @@ class Seq2SeqSpeechGenerator(SpeechFolder):
         return np.full((batch, 1), int(start), dtype=np.int64)
 
     def generate_ids(self, features: dict[str, np.ndarray], max_new_tokens: int = 32,
-                     on_text: Callable[[str], None] | None = None, as_text: bool = False) -> SpeechResult:
+                     on_text: Callable[[str], None] | None = None, as_text: bool = False,
+                     decoder_input_ids: Any = None) -> SpeechResult:
         """Greedy generation from the encoder's inputs (the feature extractor's output): the tokens
-        transformers' ``generate(**features, do_sample=False)`` returns."""
+        transformers' ``generate(**features, do_sample=False)`` returns; ``decoder_input_ids``
+        (``(batch, length)``, or one row for every input) replaces the start token as the decoder's
+        prompt, as transformers' keyword does (Donut's task prompt)."""
         gen = self.generation
         unsupported = unsupported_options(gen)
         if unsupported:
@@ -239,6 +242,12 @@ class Seq2SeqSpeechGenerator(SpeechFolder):
         constants, encoder_seconds = self.encode(features)
         batch = next(iter(features.values())).shape[0]
         ids = self.prompt(batch)
+        if decoder_input_ids is not None:
+            given = np.asarray(decoder_input_ids, dtype=np.int64)
+            given = given[None] if given.ndim == 1 else given
+            if given.ndim != 2 or given.shape[0] not in (1, batch) or given.shape[1] == 0:
+                raise ValueError(f"decoder_input_ids of shape {given.shape}: give (length,) or ({batch}, length).")
+            ids = np.repeat(given, batch, axis=0) if given.shape[0] == 1 else given
 
         def sampling(eos_ids: list[int]) -> _Greedy | None:
             chooser = _Greedy(ids.shape[1], gen.get("suppress_tokens") or (), gen.get("begin_suppress_tokens") or (),
