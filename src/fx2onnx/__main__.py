@@ -119,10 +119,9 @@ def _export_checkpoint(args: argparse.Namespace) -> int:
 def _generate_speech(args: argparse.Namespace) -> int:
     """Transcribes --audio with a folder exported from a speech-seq2seq checkpoint (fx2onnx.runtime.speech:
     Whisper; fx2onnx.runtime.speech_seq2seq: the others)."""
-    from .runtime.folder import FOLDER_METADATA, _read_json
     from .runtime.speech import open_speech_generator
 
-    if _read_json(os.path.join(args.folder, FOLDER_METADATA)).get("split") == "placeholders":
+    if args.split == "placeholders":
         raise ValueError("This folder holds a speech language model (its audio features written over a prompt's "
                          "placeholders): the command line does not run it yet; from Python, "
                          "fx2onnx.runtime.audio_text.AudioTextGenerator(folder).generate_ids(inputs) takes its "
@@ -133,8 +132,7 @@ def _generate_speech(args: argparse.Namespace) -> int:
         raise ValueError("The folder holds a speech model: give --audio talk.wav.")
     if not os.path.isfile(args.audio):  # before the models are loaded
         raise FileNotFoundError(f"Audio file {args.audio!r} does not exist.")
-    sample = args.sample or any(v is not None for v in (args.temperature, args.top_k, args.top_p, args.seed))
-    if sample or args.repetition_penalty != 1.0:
+    if _asks_sampling(args) or args.repetition_penalty != 1.0:
         raise ValueError("A speech folder generates greedily: remove the sampling options.")
     generator = open_speech_generator(args.folder, threads=args.threads)
     result = generator.transcribe(args.audio, args.max_new_tokens, language=args.language, task=args.task,
@@ -147,13 +145,18 @@ def _generate_speech(args: argparse.Namespace) -> int:
     return 0
 
 
+def _asks_sampling(args: argparse.Namespace) -> bool:
+    """Whether the command line asks for sampling (``--sample`` or one of its options)."""
+    return args.sample or any(v is not None for v in (args.temperature, args.top_k, args.top_p, args.seed))
+
+
 def _sampling(args: argparse.Namespace) -> Any:
     """The sampling options of the command line (greedy unless one is given)."""
     from .runtime.sampling import Sampling
 
-    sample = args.sample or any(v is not None for v in (args.temperature, args.top_k, args.top_p, args.seed))
     return Sampling(
-        do_sample=sample, temperature=args.temperature or 1.0, top_k=50 if args.top_k is None else args.top_k,
+        do_sample=_asks_sampling(args), temperature=args.temperature or 1.0,
+        top_k=50 if args.top_k is None else args.top_k,
         top_p=1.0 if args.top_p is None else args.top_p, repetition_penalty=args.repetition_penalty, seed=args.seed,
     )
 
@@ -193,8 +196,7 @@ def _generate_image_seq2seq(args: argparse.Namespace) -> int:
     missing = [i for i in images if not os.path.isfile(i)]
     if missing:  # before the models are loaded
         raise FileNotFoundError(f"Image file {missing[0]!r} does not exist.")
-    sample = args.sample or any(v is not None for v in (args.temperature, args.top_k, args.top_p, args.seed))
-    if sample or args.repetition_penalty != 1.0:
+    if _asks_sampling(args) or args.repetition_penalty != 1.0:
         raise ValueError("An image encoder-decoder folder generates greedily: remove the sampling options.")
     generator = Seq2SeqImageGenerator(args.folder, threads=args.threads)
     one = len(images) == 1
@@ -214,10 +216,9 @@ def _generate_image_text(args: argparse.Namespace) -> int:
     """Generates after a prompt (or a batch of them) and --image files with a folder exported from an
     image-text checkpoint (fx2onnx.runtime.vision), greedy or sampled, the prompt in the chat template with --chat;
     an image encoder-decoder folder: :func:`_generate_image_seq2seq`."""
-    from .runtime.folder import FOLDER_METADATA, _read_json
     from .runtime.vision import VisionGenerator
 
-    if _read_json(os.path.join(args.folder, FOLDER_METADATA)).get("split") == "generic":
+    if args.split == "generic":
         return _generate_image_seq2seq(args)
     if not args.prompts or args.ids is not None:
         raise ValueError("An image-text folder takes a prompt and --image FILE (no --ids).")
@@ -247,7 +248,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from .runtime.folder import FOLDER_METADATA, FolderGenerator, _read_json
 
     args.prompt = args.prompts[0] if len(args.prompts) == 1 else None
-    task = _read_json(os.path.join(args.folder, FOLDER_METADATA)).get("task")
+    metadata = _read_json(os.path.join(args.folder, FOLDER_METADATA))
+    # which loop of the task's: the generic encoder-decoder split, a speech language model's placeholders
+    task, args.split = metadata.get("task"), metadata.get("split")
     if task == "speech-seq2seq":
         return _generate_speech(args)
     if task == "image-text-to-text":

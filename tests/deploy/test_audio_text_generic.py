@@ -63,11 +63,13 @@ def test_the_pieces_and_a_batch(folder):
     from fx2onnx.runtime.speech import open_speech_generator
 
     model, out, inputs = folder
+    config = model.config
     metadata = json.load(open(os.path.join(out, "fx2onnx.json")))
     assert metadata["task"] == "speech-seq2seq" and metadata["split"] == "placeholders"
     audio, decoder = metadata["pieces"]["audio"], metadata["pieces"]["decoder"]
     assert audio["inputs"] == ["input_features", "input_features_mask"] and audio["outputs"] == ["audio_features"]
     assert "audio_features" in decoder["inputs"] and decoder["cache_update"] == "in_place"
+    assert decoder["audio_token_id"] == config.audio_token_id
     generator = open_speech_generator(out)
     assert isinstance(generator, AudioTextGenerator)
     with torch.no_grad():

@@ -95,6 +95,8 @@ class AudioTextDecoderPiece(ImageTextDecoderPiece):
         self.lm_head = model.lm_head
         self.base_model_prefix = "model"
         self.image_token_id, self.token_types, self.video_token_id = int(token), False, None
+        #: the placeholder the graph writes the features over, read by the loop from ``fx2onnx.json``
+        self.audio_token_id = int(token)
 
     def forward(self, input_ids, attention_mask, position_ids, past_key_values, audio_features):
         found = input_ids == self.image_token_id

@@ -402,6 +402,9 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
                                        # the decoder writes video features too (Qwen-VL)
                                        **({"video_token_id": p.module.video_token_id}
                                           if getattr(p.module, "video_token_id", None) is not None else {}),
+                                       # a speech language model's audio placeholder (audio_text_generic)
+                                       **({"audio_token_id": p.module.audio_token_id}
+                                          if getattr(p.module, "audio_token_id", None) is not None else {}),
                                        **({"cache_update": "in_place" if p.in_place else "concatenated"}
                                           if p.cache else {})} for p in pieces},
                    "dtype": str(dtype).replace("torch.", ""), "optimize": optimize, "quantize": quantize,

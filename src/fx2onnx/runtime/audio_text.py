@@ -18,12 +18,10 @@ Granite's ``input_features_mask``) is refused, not merged wrongly.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
-from .folder import _read_json
 from .vision import VisionGenerator
 
 
@@ -41,9 +39,8 @@ class AudioTextGenerator(VisionGenerator):
 
     def __init__(self, folder: Any, providers: Any = None, threads: int | None = None):
         super().__init__(folder, providers, threads)
-        config = _read_json(os.path.join(self.folder, "config.json"))
-        self.audio_token_id = next((config[k] for k in ("audio_token_id", "audio_token_index")
-                                    if isinstance(config.get(k), int)), None)
+        #: the placeholder the decoder writes the features over, as the export recorded it
+        self.audio_token_id = self.pieces["decoder"].get("audio_token_id")
 
     def _features(self, inputs: dict[str, np.ndarray], ids: np.ndarray) -> list[Any]:
         """The audio piece's outputs on the audio inputs, their rows checked against the placeholders."""

@@ -99,7 +99,7 @@ class VisionGenerator:
 
     def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None):
         self.folder = os.fspath(folder)
-        pieces, self.vision, self.feature_names, self.decoder = open_pieces(
+        self.pieces, self.vision, self.feature_names, self.decoder = open_pieces(
             self.folder, self.task, self.first, self.refusal, providers, threads)
         generation = _read_json(os.path.join(self.folder, "generation_config.json"))
         config = _read_json(os.path.join(self.folder, "config.json"))
@@ -107,7 +107,7 @@ class VisionGenerator:
         self.pad_token_id = generation.get("pad_token_id", config.get("pad_token_id"))
         self.image_token_id = config.get("image_token_id")
         #: the placeholder of a video's features when the decoder takes videos (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)
-        self.video_token_id = pieces["decoder"].get("video_token_id")
+        self.video_token_id = self.pieces["decoder"].get("video_token_id")
         self.merge_size = config.get("vision_config", {}).get("spatial_merge_size")
         #: Qwen2.5-VL: the time positions per second of video (Qwen2-VL: one per temporal patch)
         self.tokens_per_second = config.get("vision_config", {}).get("tokens_per_second") \
