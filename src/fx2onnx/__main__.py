@@ -12,6 +12,7 @@ name of a tiny transformers architecture (see :mod:`fx2onnx.model_spec`).
     python -m fx2onnx generate model_dir "a prompt" --max-new-tokens 32
     python -m fx2onnx export path/to/whisper --out whisper_dir
     python -m fx2onnx generate whisper_dir --audio talk.wav
+    python -m fx2onnx generate granite_speech_dir "summarize the talk" --audio talk.wav
     python -m fx2onnx generate llava_dir "describe the image" --image cat.png
     python -m fx2onnx validate llama.onnx llama
     python -m fx2onnx compare llama.onnx llama_dynamo.onnx --model llama
@@ -122,10 +123,7 @@ def _generate_speech(args: argparse.Namespace) -> int:
     from .runtime.speech import open_speech_generator
 
     if args.split == "placeholders":
-        raise ValueError("This folder holds a speech language model (its audio features written over a prompt's "
-                         "placeholders): the command line does not run it yet; from Python, "
-                         "fx2onnx.runtime.audio_text.AudioTextGenerator(folder).generate_ids(inputs) takes its "
-                         "processor's outputs.")
+        return _generate_audio_text(args)
     if args.prompts or args.ids is not None or args.chat:
         raise ValueError("A speech folder takes --audio only (no prompt, --ids or --chat).")
     if args.audio is None:
@@ -141,6 +139,30 @@ def _generate_speech(args: argparse.Namespace) -> int:
         print(",".join(str(i) for i in result.new_ids[0]))
     else:
         print()
+    print(result.summary(), file=sys.stderr)
+    return 0
+
+
+def _generate_audio_text(args: argparse.Namespace) -> int:
+    """Generates after --audio (and a prompt, else the processor's transcription request) with a folder
+    exported from a speech language model (fx2onnx.runtime.audio_text: Granite Speech, VibeVoice-ASR...)."""
+    from .runtime.audio_text import AudioTextGenerator
+
+    if len(args.prompts) > 1 or args.ids is not None or args.image or args.video:
+        raise ValueError("This folder holds a speech language model: it takes --audio and at most one prompt "
+                         "(no --ids, --image or --video).")
+    audios = [a for a in (args.audio or "").split(",") if a]
+    if not audios:
+        raise ValueError("The folder holds a speech language model: give --audio talk.wav (a.wav,b.wav for several "
+                         "audios of one prompt).")
+    missing = [a for a in audios if not os.path.isfile(a)]
+    if missing:  # before the models are loaded
+        raise FileNotFoundError(f"Audio file {missing[0]!r} does not exist.")
+    generator = AudioTextGenerator(args.folder, threads=args.threads)
+    result = generator.generate_text(args.prompt, audios, args.max_new_tokens, sampling=_sampling(args),
+                                     chat=args.chat, on_text=None if args.print_ids else
+                                     (lambda text: print(text, end="", flush=True)))
+    print(",".join(str(i) for i in result.new_ids) if args.print_ids else "")
     print(result.summary(), file=sys.stderr)
     return 0
 
@@ -517,7 +539,8 @@ def make_parser() -> argparse.ArgumentParser:
         "features made by the folder's feature extractor. A folder exported from a vision-language model (LLaVA, "
         "Gemma 3, Idefics 3) takes the prompt and --image cat.png, processed by the folder's processor; one exported "
         "from an image encoder-decoder (TrOCR, Donut) takes --image (several: a batch) and at most one prompt, the "
-        "decoder's (Donut's task prompt), its decoder greedily.",
+        "decoder's (Donut's task prompt), its decoder greedily. One exported from a speech language model (Granite Speech, "
+        "VibeVoice-ASR, Voxtral) takes --audio and a prompt, or none: the processor's transcription request.",
     )
     gen.add_argument("folder", help="the folder written by export")
     gen.add_argument("prompts", nargs="*", default=[], metavar="prompt",
@@ -534,12 +557,14 @@ def make_parser() -> argparse.ArgumentParser:
     gen.add_argument("--repetition-penalty", type=float, default=1.0, help="> 1: penalize the tokens already seen")
     gen.add_argument("--threads", type=int, default=None, help="onnxruntime's intra-op threads")
     gen.add_argument("--audio", default=None, help="a speech folder (Whisper, Speech2Text...): the WAV file to transcribe (PCM, at the "
-                     "rate of the feature extractor, 16 kHz for Whisper)")
+                     "rate of the feature extractor, 16 kHz for Whisper); a speech language model's folder: the audio of "
+                     "the prompt (a.wav,b.wav: several)")
     gen.add_argument("--language", default=None, help="a Whisper folder: the language (fr, french; default: the "
                      "generation config's, else detected)")
     gen.add_argument("--task", default=None, choices=["transcribe", "translate"],
                      help="a Whisper folder: the task (default: the generation config's)")
-    gen.add_argument("--print-ids", action="store_true", help="a speech or image encoder-decoder folder: print the token ids, not the text")
+    gen.add_argument("--print-ids", action="store_true", help="a speech, speech language model or image encoder-decoder folder: print the token ids, "
+                     "not the text")
     gen.add_argument("--image", action="append", default=None,
                      help="an image-text folder (LLaVA, Gemma 3, Idefics 3, Qwen-VL...): an image of the prompt "
                      "(once per image, or a.png,b.png; a prompt without the processor's image token, <image> or "

@@ -79,16 +79,82 @@ def test_the_pieces_and_a_batch(folder):
     assert len(set(got[:, inputs["input_ids"].shape[1]:].ravel().tolist())) > 2  # tokens which vary
 
 
-@pytest.mark.slow
-def test_the_command_line_says_how_to_run_it(folder, tmp_path, capsys):
-    from fx2onnx.__main__ import main
-    from fx2onnx.runtime.speech import write_wav
+@pytest.fixture(scope="module")
+def vibevoice(tmp_path_factory):
+    """A VibeVoice-ASR folder with its processor (tokenizer, chat template, 24 kHz feature extractor),
+    exported, the transformers model and processor of the checkpoint."""
+    import transformers
 
-    _, out, _ = folder
+    from fx2onnx.deploy import export_folder
+    from fx2onnx.models.speech_folder import write_vibevoice_asr_folder
+
+    root = tmp_path_factory.mktemp("vibevoice_asr")
+    write_vibevoice_asr_folder(root / "checkpoint", dtype="float32")
+    exported = export_folder(root / "checkpoint", root / "onnx", optimize="onnxruntime")
+    assert exported.ok, exported.check_lines()
+    model = transformers.AutoModelForSpeechSeq2Seq.from_pretrained(root / "checkpoint").eval()
+    processor = transformers.AutoProcessor.from_pretrained(root / "checkpoint")
+    return model, processor, str(root / "onnx"), root
+
+
+def _talk(path, seconds: float, rate: int = 24000) -> np.ndarray:
+    """A tone whose loudness varies, written as a WAV file, read back as the command line reads it."""
+    from fx2onnx.runtime.speech import read_wav, write_wav
+
+    t = np.arange(int(seconds * rate)) / rate
+    write_wav(path, 0.3 * np.sin(2 * np.pi * 440 * t) * (1 + np.sin(2 * np.pi * 3 * t)) / 2, rate)
+    return read_wav(path, rate)
+
+
+# the slow tier: make test keeps to its 5 minutes (the export takes 30 s)
+@pytest.mark.slow
+@pytest.mark.parametrize("prompt,chat,seconds", [(None, False, 1.0), ("what is said?", False, 2.0),
+                                                 ("what is said?", True, 0.5)])
+def test_the_command_line_generates_transformers_tokens(vibevoice, tmp_path, capsys, prompt, chat, seconds):
+    """No prompt: the processor's transcription request; a prompt after the audio placeholder; a chat message;
+    audios of three lengths (the audio piece's length is dynamic)."""
+    from fx2onnx.__main__ import main
+
+    model, processor, out, _ = vibevoice
     wav = str(tmp_path / "talk.wav")
-    write_wav(wav, np.zeros(1600, dtype=np.float32))
-    assert main(["generate", out, "transcribe", "--audio", wav]) == 2
-    assert "AudioTextGenerator(folder).generate_ids" in capsys.readouterr().err
+    samples = _talk(wav, seconds)
+    if prompt is None:
+        inputs = processor.apply_transcription_request(audio=samples)
+    else:
+        text = processor.apply_chat_template(
+            [{"role": "user", "content": [{"type": "audio"}, {"type": "text", "text": prompt}]}],
+            add_generation_prompt=True, tokenize=False) if chat else processor.audio_token + "\n" + prompt
+        inputs = processor(text=text, audio=samples, return_tensors="pt")
+    with torch.no_grad():  # sample=False: the mean of VibeVoice's latents, as the audio piece (the default draws noise)
+        expected = model.generate(**inputs, max_new_tokens=8, do_sample=False, sample=False)[
+            0, inputs["input_ids"].shape[1]:]
+    args = ["generate", out, *([prompt] if prompt else []), "--audio", wav, "--max-new-tokens", "8"]
+    capsys.readouterr()
+    assert main(args + ["--print-ids"] + (["--chat"] if chat else [])) == 0
+    ids = [int(i) for i in capsys.readouterr().out.strip().split(",")]
+    assert ids == expected.tolist()
+    assert len(set(ids)) > 2  # tokens which vary
+    assert main(args + (["--chat"] if chat else [])) == 0  # the text, the tokenizer's
+    assert capsys.readouterr().out.strip() == processor.tokenizer.decode(expected, skip_special_tokens=True).strip()
+
+
+@pytest.mark.slow
+def test_the_command_line_refusals(vibevoice, tmp_path, capsys):
+    from fx2onnx.__main__ import main
+
+    _, _, out, _ = vibevoice
+    wav = str(tmp_path / "talk16k.wav")
+    _talk(wav, 0.5, rate=16000)
+    assert main(["generate", out, "--audio", wav]) == 2
+    assert "expects 24000 Hz" in capsys.readouterr().err  # not resampled
+    assert main(["generate", out, "a", "b", "--audio", wav]) == 2
+    assert "at most one prompt" in capsys.readouterr().err
+    assert main(["generate", out, "a"]) == 2
+    assert "give --audio" in capsys.readouterr().err
+    good = str(tmp_path / "talk.wav")
+    _talk(good, 0.5)
+    assert main(["generate", out, "--audio", good, "--chat"]) == 2
+    assert "--chat needs a prompt" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -110,8 +110,9 @@ class AudioTextDecoderPiece(ImageTextDecoderPiece):
 
 def example_audio(model: Any, config: Any, dtype: torch.dtype, seed: int = 0) -> list[dict[str, Any]]:
     """Two sets of audio inputs of batch 2 and 3 (the task zoo's: :func:`fx2onnx.models.audio_inputs.audio_text_inputs`,
-    on uninitialized CPU storage for a model on the meta device), keyed as the audio piece's inputs,
-    the flags which are no tensors under ``"constants"``."""
+    on uninitialized CPU storage for a model on the meta device), the second one twice as long when the
+    encoder takes it (else its length is the only one the piece takes: Whisper's 30 s window), keyed as
+    the audio piece's inputs, the flags which are no tensors under ``"constants"``."""
     from ..models.audio_inputs import audio_text_inputs
     from ..weights.empty import empty_weights
 
@@ -119,12 +120,26 @@ def example_audio(model: Any, config: Any, dtype: torch.dtype, seed: int = 0) ->
     sets = []
     with empty_weights(model) if meta else contextlib.nullcontext():
         for batch in (2, 3):
-            inputs, _ = audio_text_inputs(model, config, batch, seed + batch)
+            try:
+                inputs, _ = audio_text_inputs(model, config, batch, seed + batch, longer=batch - 1)
+            except NotImplementedError:  # an encoder of one length
+                inputs, _ = audio_text_inputs(model, config, batch, seed + batch)
             audio = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in inputs.items()
                      if k in AUDIO_INPUTS and isinstance(v, torch.Tensor)}
             audio["constants"] = {k: v for k, v in inputs.items() if not isinstance(v, torch.Tensor)}
             sets.append(audio)
     return sets
+
+
+def audio_axes(first: torch.Tensor, second: torch.Tensor) -> dict[int, str]:
+    """The dynamic axes of an audio input from its two example sets: the batch, and every axis of
+    another size in the second set (the audio's length), named by its first size so that the
+    features and their mask share it."""
+    axes = {0: "batch"}
+    for axis in range(1, first.dim()):
+        if first.shape[axis] != second.shape[axis]:
+            axes[axis] = f"audio_{first.shape[axis]}"
+    return axes
 
 
 def generic_audio_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
@@ -153,7 +168,7 @@ def generic_audio_pieces(model: Any, config: Any, dtype: torch.dtype = torch.flo
     with torch.no_grad(), empty_weights(model) if meta else contextlib.nullcontext():
         per_audio = audio(**{k: v.float() if v.is_floating_point() else v for k, v in first.items()}).shape[0] // 2
     names = [n for n in AUDIO_INPUTS if n in first]
-    shapes = {n: {0: "batch"} for n in names}
+    shapes = {n: audio_axes(first[n], second[n]) for n in names}
     pieces = Piece("audio", "audio.onnx", audio, first, second, shapes, names, ["audio_features"])
     g = torch.Generator().manual_seed(seed)
     token = int(audio_token(config))

@@ -156,10 +156,11 @@ def _count_embeddings(out: Any, hidden: int) -> int:
     return out.numel() // out.shape[-1] if out.shape[-1] == hidden or hidden is None else out.numel() // hidden
 
 
-def audio_text_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def audio_text_inputs(model: Any, config: Any, batch: int, seed: int,
+                      longer: int = 1) -> tuple[dict[str, Any], dict[str, Any]]:
     """A speech language model: ``input_features`` and a prompt per sample, a text token, as many
     ``audio_token_id`` placeholders as the encoder gives embeddings for one sample (counted by
-    ``get_audio_features``), two text tokens."""
+    ``get_audio_features``), two text tokens; ``longer`` times the frames (or samples) of the default."""
     token = audio_token(config)
     if token is None or not hasattr(model, "get_audio_features"):
         raise NotImplementedError(f"{type(model).__name__}: no audio token or get_audio_features")
@@ -170,7 +171,7 @@ def audio_text_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[d
     deterministic = {"sample": False} if "sample" in names else {}
     if "input_features" not in names:  # raw audio (VibeVoice): the first length the encoder takes
         errors = []
-        for shape in [(batch, c, n) for n in (3200, 4000, 16000) for c in (None, 1)]:
+        for shape in [(batch, c, n * longer) for n in (3200, 4000, 16000) for c in (None, 1)]:
             values = torch.randn(*[d for d in shape if d is not None], generator=_generator(seed))
             length = list(values.shape[1:])
             try:
@@ -188,7 +189,8 @@ def audio_text_inputs(model: Any, config: Any, batch: int, seed: int) -> tuple[d
         def run(features: torch.Tensor, extra: dict) -> Any:
             return model.get_audio_features(features, **extra)
 
-        features, extra, out = audio_features(run, config, batch, seed, signature=model.get_audio_features)
+        features, extra, out = audio_features(run, config, batch, seed, frames=FRAMES * longer,
+                                              signature=model.get_audio_features)
         key = "input_features"
     per_sample = _count_embeddings(out, hidden)
     vocab = text.vocab_size

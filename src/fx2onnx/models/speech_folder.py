@@ -6,7 +6,10 @@ transcript, languages, tasks, no timestamps); :func:`write_whisper_folder` write
 weights of a :class:`transformers.WhisperConfig`, that tokenizer, a feature extractor whose
 window holds the encoder's positions, and a generation config naming the special tokens as
 the published checkpoints do (``lang_to_id``, ``task_to_id``, ``no_timestamps_token_id``,
-``suppress_tokens``, ``begin_suppress_tokens``).
+``suppress_tokens``, ``begin_suppress_tokens``). :func:`write_vibevoice_asr_folder` writes a speech
+language model (VibeVoice-ASR: an audio encoder whose features go over placeholders of a Qwen2 prompt)
+with its processor: the tiny tokenizer with the audio markers and a chat template placing an audio part
+between them, the acoustic tokenizer's feature extractor (24 kHz, one feature per 3200 samples).
 
 .. code-block:: python
 
@@ -94,4 +97,53 @@ def write_whisper_folder(
         begin_suppress_tokens=[tok.convert_tokens_to_ids("Ġ"), eos],
         max_length=config.max_target_positions,
     ).save_pretrained(folder)
+    return written
+
+
+#: VibeVoice-ASR's audio markers: begin, placeholder (expanded by the processor), end
+VIBEVOICE_AUDIO_TOKENS = ("<|object_ref_start|>", "<|box_start|>", "<|object_ref_end|>")
+
+
+def write_vibevoice_asr_folder(
+    folder: str | os.PathLike, config: Any = None, dtype: str = "bfloat16", *, seed: int = 0, std: float = 0.2,
+) -> dict[str, Any]:
+    """Writes a ``save_pretrained`` folder of VibeVoice-ASR: random weights of ``config`` (default: the task
+    zoo's tiny configuration), the tiny tokenizer with :data:`VIBEVOICE_AUDIO_TOKENS` (the text vocabulary
+    becomes its size) and a chat template writing an audio part between the markers, a
+    :class:`transformers.VibeVoiceAsrProcessor` and a generation config ending on ``<|endoftext|>``.
+
+    :param std: the standard deviation of the weights (a tiny model needs more than 0.02 to vary its tokens)
+    :return: what :func:`fx2onnx.weights.write_random_checkpoint` returns
+    """
+    import transformers
+
+    from ..weights import write_random_checkpoint
+    from .tokenizer import tiny_tokenizer
+
+    if config is None:
+        from .tasks import get_task_architecture, tiny_task_config
+
+        config = tiny_task_config(get_task_architecture("speech-seq2seq", "vibevoice_asr"))
+    tok = tiny_tokenizer(384)
+    tok.add_special_tokens({"additional_special_tokens": list(VIBEVOICE_AUDIO_TOKENS)})
+    text = config.text_config
+    text.vocab_size = len(tok)
+    config.audio_bos_token_id, config.audio_token_id, config.audio_eos_token_id = (
+        tok.convert_tokens_to_ids(t) for t in VIBEVOICE_AUDIO_TOKENS)
+    text.eos_token_id = text.pad_token_id = tok.eos_token_id
+    text.bos_token_id = None
+    config.architectures = ["VibeVoiceAsrForConditionalGeneration"]
+    tok.chat_template = (
+        "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+        "{% if message['content'] is string %}{{ message['content'] }}{% else %}{% for part in message['content'] %}"
+        "{% if part['type'] == 'audio' %}" + "".join(VIBEVOICE_AUDIO_TOKENS) + "\n{% else %}{{ part['text'] }}"
+        "{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    written = write_random_checkpoint(config, folder, dtype, seed=seed, std=std)
+    folder = os.fspath(folder)
+    processor = transformers.VibeVoiceAsrProcessor(transformers.VibeVoiceAcousticTokenizerFeatureExtractor(), tok,
+                                                   chat_template=tok.chat_template)
+    processor.save_pretrained(folder)
+    transformers.GenerationConfig(eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id).save_pretrained(folder)
     return written

@@ -9,19 +9,33 @@ on the same inputs. A prompt holding another number of placeholders than the fea
 padded by the processor whose padding the model drops with a mask the audio piece does not take,
 Granite's ``input_features_mask``) is refused, not merged wrongly.
 
+From audio files (``python -m fx2onnx generate OUT --audio talk.wav``, and with a prompt,
+``generate OUT "summarize" --audio talk.wav``), the folder's own processor (``AutoProcessor``, offline)
+turns the audio and the text into the model's inputs: without a prompt, its transcription request
+(``apply_transcription_request``: the checkpoint's chat template asking for a transcript); with one,
+the prompt after one audio placeholder per audio (or the prompt as written when it holds them), or with
+``chat`` the audio and the prompt as a user message of its chat template. WAV files are read at the
+feature extractor's rate (another rate is refused, not resampled). The audio piece takes audios of
+any length where the encoder does (exported on two lengths); VibeVoice's is its encoder's mean
+(``sample=False``: transformers' default draws noise over the latents, so its tokens vary run to run).
+
 .. code-block:: python
 
     from fx2onnx.runtime.audio_text import AudioTextGenerator
-    gen = AudioTextGenerator("granite_speech_onnx")
+    gen = AudioTextGenerator("vibevoice_asr_onnx")
+    print(gen.generate_text(None, ["talk.wav"], max_new_tokens=20).text)  # the transcription request
     tokens = gen.generate_ids(inputs, max_new_tokens=20)  # the processor's outputs
 """
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .folder import TextResult
+from .sampling import Sampling
 from .vision import VisionGenerator
 
 
@@ -54,3 +68,63 @@ class AudioTextGenerator(VisionGenerator):
                              "prompts: a batch of audios of several lengths padded by the processor is not supported "
                              "(generate one audio at a time).")
         return outputs
+
+    def _audio_token(self) -> str:
+        """The processor's audio placeholder (the one it expands into the features' rows)."""
+        token = getattr(self.processor, "audio_token", None)
+        if token is None:
+            raise ValueError(f"The processor of {self.folder!r} names no audio_token: write the placeholders in the "
+                             "prompt with ids (generate_ids).")
+        return token
+
+    def inputs(self, prompt: str | None, audios: Sequence[Any], chat: bool = False,
+               videos: Sequence[Any] = ()) -> dict[str, np.ndarray]:
+        """The processor's inputs of ``audios`` (WAV paths, or samples at the feature extractor's rate)
+        and ``prompt``: None, the processor's transcription request; else the prompt after one audio
+        placeholder per audio (as written when it holds them), in the chat template with ``chat``."""
+        from .speech import read_wav
+
+        if not audios:
+            raise ValueError("Give at least one audio (--audio talk.wav).")
+        if videos:
+            raise ValueError("A speech language model takes no video.")
+        rate = getattr(self.processor.feature_extractor, "sampling_rate", None)
+        samples = [read_wav(a, rate) if isinstance(a, (str, os.PathLike)) else np.asarray(a, dtype=np.float32)
+                   for a in audios]
+        if prompt is None:
+            request = getattr(self.processor, "apply_transcription_request", None)
+            if request is None:
+                raise ValueError(f"The processor of {self.folder!r} has no transcription request "
+                                 f"({type(self.processor).__name__}): give a prompt.")
+            if chat:
+                raise ValueError("--chat needs a prompt (without one, the processor's transcription request is used).")
+            processed = request(audio=samples if len(samples) > 1 else samples[0], return_tensors="pt")
+        else:
+            token = self._audio_token()
+            if chat:
+                if token in prompt:
+                    raise ValueError(f"With --chat the template places the audio: remove {token!r} from the prompt.")
+                if not getattr(self.processor, "chat_template", None):
+                    raise ValueError(f"The processor of {self.folder!r} has no chat template: generate without --chat.")
+                content = [{"type": "audio"}] * len(samples) + [{"type": "text", "text": prompt}]
+                text = self.processor.apply_chat_template([{"role": "user", "content": content}],
+                                                          add_generation_prompt=True, tokenize=False)
+            else:
+                text = prompt if token in prompt else token * len(samples) + "\n" + prompt
+            processed = self.processor(text=text, audio=samples if len(samples) > 1 else samples[0],
+                                       return_tensors="pt")
+        return {k: v.numpy() if hasattr(v, "numpy") else np.asarray(v) for k, v in processed.items()}
+
+    def generate_text(
+        self,
+        prompt: str | None,
+        audios: Sequence[Any],
+        max_new_tokens: int = 32,
+        on_text: Callable[[str], None] | None = None,
+        sampling: Sampling | None = None,
+        chat: bool = False,
+        videos: Sequence[Any] = (),
+    ) -> TextResult:
+        """Greedy generation (or ``sampling``) after ``prompt`` (None: the processor's transcription request)
+        and ``audios``: the tokens transformers' ``generate`` returns on the processor's outputs."""
+        return super().generate_text(prompt, audios, max_new_tokens, on_text, sampling, chat, videos)
