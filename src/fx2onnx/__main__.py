@@ -538,7 +538,7 @@ def make_parser() -> argparse.ArgumentParser:
         "speech model (Whisper, Speech2Text, Moonshine...) transcribes --audio talk.wav instead: its encoder once, its decoder greedily, the "
         "features made by the folder's feature extractor. A folder exported from a vision-language model (LLaVA, "
         "Gemma 3, Idefics 3) takes the prompt and --image cat.png, processed by the folder's processor; one exported "
-        "from an image encoder-decoder (TrOCR, Donut) takes --image (several: a batch) and at most one prompt, the "
+        "from an image encoder-decoder (TrOCR, Donut) or a captioner (BLIP) takes --image (several: a batch) and at most one prompt, the "
         "decoder's (Donut's task prompt), its decoder greedily. One exported from a speech language model (Granite Speech, "
         "VibeVoice-ASR, Voxtral) takes --audio and a prompt, or none: the processor's transcription request.",
     )

@@ -2,8 +2,9 @@
 with cross-attention; Donut's: a Swin encoder, an MBart decoder): a folder written by ``save_pretrained`` with its image processor and
 tokenizer -> ``export`` (the generic encoder-decoder split of :mod:`fx2onnx.deploy.speech_generic`
 on ``pixel_values``) -> ``generate --image line.png``, every token checked against transformers'
-greedy ``generate``; the images made in code; Florence-2 (its image merged into a text prompt
-before the encoder) refused in one line."""
+greedy ``generate``; BLIP's captioner (a vision model and a text decoder attending to it) the same way,
+seen as an encoder-decoder (:mod:`fx2onnx.deploy.captioner`); the images made in code; Florence-2 (its image
+merged into a text prompt before the encoder) refused in one line."""
 
 from __future__ import annotations
 
@@ -164,3 +165,65 @@ def test_forced_tokens_are_transformers_processors():
         assert choose(logits, sequences, None).tolist() == expected.argmax(-1).tolist(), length
     assert choose(logits, np.zeros((2, 1), dtype=np.int64), None).tolist() == [3, 3]
     assert choose(logits, np.zeros((2, 5), dtype=np.int64), None).tolist() == [5, 5]
+
+
+@pytest.fixture(scope="module")
+def blip(tmp_path_factory):
+    """BLIP's captioner (a vision model, a text decoder attending to it): its folder with its processor,
+    exported, two PNG files."""
+    from fx2onnx.models.vlm_folder import write_blip_folder
+
+    root = tmp_path_factory.mktemp("blip")
+    checkpoint, out = str(root / "checkpoint"), str(root / "onnx")
+    write_blip_folder(checkpoint)
+    images = [_image(str(root / "cat.png"), 1, (40, 48)), _image(str(root / "dog.png"), 2, (64, 30))]
+    assert main(["export", checkpoint, "--out", out, "--quiet"]) == 0
+    return checkpoint, out, images
+
+
+def _blip_expected(checkpoint: str, images: list[str], prompt: str | None = None) -> tuple[list, list[list[int]]]:
+    """(the decoder's prompt, transformers' greedy new tokens cut after the end) on the folder's processor's
+    outputs, as BLIP's documentation calls it: ``processor(images, text)`` then ``generate(**inputs)``."""
+    import PIL.Image
+
+    model = transformers.BlipForConditionalGeneration.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    processor = transformers.AutoProcessor.from_pretrained(checkpoint, local_files_only=True)
+    pictures = [PIL.Image.open(i).convert("RGB") for i in images]
+    inputs = processor(images=pictures, text=[prompt] * len(images) if prompt else None, return_tensors="pt")
+    with torch.no_grad():
+        tokens = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False)
+    start = inputs["input_ids"].shape[1] - 1 if prompt else 1  # [DEC] + the prompt (its [CLS] and [SEP] dropped)
+    sep = model.config.text_config.sep_token_id
+    rows = [row[start:] for row in tokens.tolist()]
+    return tokens[0, :start].tolist(), [row[: row.index(sep) + 1] if sep in row else row for row in rows]
+
+
+def test_blip_captions_equal_transformers(blip, capsys):
+    """No prompt (the start token), then a prompt after it, from the command line and a batch from Python."""
+    from fx2onnx.runtime.image_seq2seq import Seq2SeqImageGenerator
+
+    checkpoint, out, images = blip
+    metadata = json.load(open(os.path.join(out, "fx2onnx.json")))
+    assert metadata["split"] == "generic" and metadata["decoder_prompt"] == "after_start"
+    config = transformers.AutoConfig.from_pretrained(checkpoint).text_config
+    assert metadata["generation"]["decoder_start_token_id"] == config.bos_token_id
+    assert metadata["generation"]["eos_token_id"] == config.sep_token_id
+    for prompt in (None, "a picture of"):
+        start, expected = _blip_expected(checkpoint, images, prompt)
+        assert len(set(expected[0])) > 2 and expected[0] != expected[1]  # tokens which vary, two captions
+        capsys.readouterr()
+        assert main(["generate", out, *([prompt] if prompt else []), "--image", images[0], "--max-new-tokens",
+                     str(NEW_TOKENS), "--print-ids"]) == 0
+        assert [int(t) for t in capsys.readouterr().out.strip().split(",")] == expected[0]
+        result = Seq2SeqImageGenerator(out).describe(images, NEW_TOKENS, as_text=False, prompt=prompt)
+        assert result.prompt_ids == [start] * 2 and result.new_ids == expected
+
+
+@pytest.mark.slow
+def test_the_zoo_blip_generates_transformers_tokens():
+    from fx2onnx.models.task_generate import compare_folder_generation
+    from fx2onnx.models.tasks import get_task_architecture, tiny_task_model
+
+    model, config = tiny_task_model(get_task_architecture("image-text-to-text", "blip"))
+    result = compare_folder_generation(model, config)
+    assert result["equal"] and result["new_tokens"] >= 1, result

@@ -377,8 +377,18 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
     options = dict(optimize=optimize, quantize=quantize, block_size=block_size, symmetric=symmetric, opset=opset,
                    progress=progress, say=say)
     vision_options = dict(options, cache_in_place=cache_in_place)
-    split, make_pieces = None, None
+    split, make_pieces, extra = None, None, {}
     encoder_decoder = getattr(config, "is_encoder_decoder", False)
+    from ..models.vlm_inputs import image_token
+
+    if task == "image-text-to-text" and not encoder_decoder and image_token(config) is None:
+        from .captioner import captioner_generation, is_cross_attention_captioner
+        from .speech_generic import meta_model_with_buffers
+
+        meta = meta_model_with_buffers(config, dtype)
+        if is_cross_attention_captioner(meta):  # BLIP: a vision model and a text decoder attending to it
+            encoder_decoder, extra = True, captioner_generation(meta)
+        del meta
     if task == "speech-seq2seq" and model_type != "whisper" and not encoder_decoder and \
             audio_token(config) is not None:
         # a speech language model: its audio features written over the placeholders of its prompt
@@ -396,7 +406,7 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
             make_pieces = vision_pieces
     copy_folder_files(folder, out_dir)
     with open(os.path.join(out_dir, FOLDER_METADATA), "w", encoding="utf-8") as f:
-        json.dump({"task": task, **({"split": split} if split else {}),
+        json.dump({"task": task, **({"split": split} if split else {}), **extra,
                    "pieces": {p.name: {"file": p.filename, "inputs": p.input_names, "outputs": p.output_names,
                                        "cache": p.cache,
                                        # the decoder writes video features too (Qwen-VL)

@@ -435,6 +435,9 @@ def eager_pieces(layout: SpeechLayout) -> Callable[[Any, Any], list[Piece]]:
     """``make_pieces(model, config)`` of :func:`fx2onnx.deploy.speech.check_speech_pieces`: the same
     wrappers around the eager model (only their modules are read)."""
     def make(model: Any, _config: Any) -> list[Piece]:
+        from .captioner import as_encoder_decoder
+
+        model = as_encoder_decoder(model)  # a cross-attention captioner (BLIP) seen as an encoder-decoder
         return [Piece("encoder", "encoder.onnx", GenericSpeechEncoderPiece(model, layout), {}, {}, {}, [], []),
                 Piece("decoder", "decoder.onnx", GenericSpeechDecoderPiece(model, layout), {}, {}, {}, [], [])]
 
@@ -454,10 +457,14 @@ def export_generic_speech_pieces(
     found: dict[str, SpeechLayout] = {}
 
     def make(model: Any) -> list[Piece]:
-        reason = generic_split_reason(model, config)
+        from .captioner import as_encoder_decoder
+
+        model = as_encoder_decoder(model)  # a cross-attention captioner (BLIP) seen as an encoder-decoder
+        seen = getattr(model, "config", config)
+        reason = generic_split_reason(model, seen)
         if reason:  # before the example features are built
             raise UnsplittableEncoderDecoder(f"{getattr(config, 'model_type', type(model).__name__)}: {reason}.")
-        pieces, found["layout"] = generic_speech_pieces(model, config, example_features(folder, model, config, dtype),
+        pieces, found["layout"] = generic_speech_pieces(model, seen, example_features(folder, model, seen, dtype),
                                                         dtype)
         return pieces
 

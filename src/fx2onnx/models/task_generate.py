@@ -98,22 +98,24 @@ def compare_seq2seq_generation(model: Any, config: Any, max_new_tokens: int = NE
     pixels (an image encoder-decoder: TrOCR, Donut): the task zoo's features of one input, the folder
     exported then generating greedily, against transformers' greedy ``generate``. A model whose
     configuration names no decoder start token gets one (:func:`_zoo_start_token`, said in ``start_token``)."""
+    from ..deploy.captioner import as_encoder_decoder
     from ..deploy.speech_generic import (FEATURE_INPUTS, UnsplittableEncoderDecoder, generic_split_reason,
                                          reads_pixels)
     from .task_inputs import build_task_inputs
 
     begin = time.perf_counter()
+    seq2seq = as_encoder_decoder(model)  # a cross-attention captioner (BLIP) seen as an encoder-decoder
     whisper = getattr(config, "model_type", None) == "whisper"
     result: dict[str, Any] = {}
     if not whisper and getattr(config, "is_encoder_decoder", False):
         value = _zoo_start_token(model, config)
         if value is not None:
             result["start_token"] = value
-    reason = None if whisper else generic_split_reason(model, config)
+    reason = None if whisper else generic_split_reason(seq2seq, getattr(seq2seq, "config", config))
     if reason:
         return {**result, "equal": False, "error": f"split: {config.model_type}: {reason}",
                 "time": time.perf_counter() - begin}
-    pixels = reads_pixels(model)
+    pixels = reads_pixels(seq2seq)
     inputs, _ = build_task_inputs("image-text-to-text" if pixels else "speech-seq2seq", model, config, batch=1)
     features = {k: v for k, v in inputs.items() if k in (*FEATURE_INPUTS, "attention_mask")}
     try:
@@ -193,7 +195,9 @@ def compare_folder_generation(model: Any, config: Any, max_new_tokens: int = NEW
 
         if audio_split_reason(model, config) is None:
             return compare_audio_text_generation(model, config, max_new_tokens)
-    if is_speech_seq2seq(model) or getattr(config, "is_encoder_decoder", False):
+    from ..deploy.captioner import is_cross_attention_captioner
+
+    if is_speech_seq2seq(model) or getattr(config, "is_encoder_decoder", False) or is_cross_attention_captioner(model):
         return compare_seq2seq_generation(model, config, max_new_tokens)
     from ..deploy.image_text_generic import UnsplittableModel, split_reason
     from ..deploy.vision import has_own_pieces

@@ -399,3 +399,56 @@ def write_vision_encoder_decoder_folder(folder: str | os.PathLike, decoder: str 
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
     tok.save_pretrained(folder)
+
+
+#: the special tokens of :func:`blip_tokenizer`, in BERT's order, then BLIP's start of a caption
+BLIP_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[DEC]")
+
+
+def blip_tokenizer() -> Any:
+    """A :class:`transformers.BertTokenizerFast` (BLIP's) whose word pieces are the words and characters of
+    :data:`fx2onnx.models.tokenizer.CORPUS` (lower case), :data:`BLIP_SPECIAL_TOKENS` first."""
+    import re
+
+    import transformers
+
+    from .tokenizer import CORPUS
+
+    text = " ".join(CORPUS).lower()
+    chars = sorted({c for c in text if not c.isspace()})
+    words = sorted({w for w in re.findall(r"[a-z0-9]+", text) if len(w) > 1})
+    vocab = [*BLIP_SPECIAL_TOKENS, *chars, *words, *(f"##{c}" for c in chars if c.isalnum())]
+    return transformers.BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True,
+                                          bos_token="[DEC]")
+
+
+def write_blip_folder(folder: str | os.PathLike, *, seed: int = 0, scale: float = 0.5) -> None:
+    """A ``save_pretrained`` folder of a tiny :class:`transformers.BlipForConditionalGeneration` (a ViT and a
+    BERT decoder attending to it, BLIP's captioner) with its processor (``BlipImageProcessor`` at 32 x 32,
+    :func:`blip_tokenizer`), the text configuration's start (``[DEC]``), end (``[SEP]``) and padding tokens
+    the tokenizer's, as the published checkpoints. The random weights have a variance of ``scale**2 / fan-in``:
+    the greedy tokens vary."""
+    import torch
+    import transformers
+
+    folder = os.fspath(folder)
+    tok = blip_tokenizer()
+    text = transformers.BlipTextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                       num_attention_heads=4, encoder_hidden_size=32, max_position_embeddings=64,
+                                       bos_token_id=tok.bos_token_id, sep_token_id=tok.sep_token_id,
+                                       pad_token_id=tok.pad_token_id, eos_token_id=tok.sep_token_id)
+    vision = transformers.BlipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                           num_attention_heads=4, image_size=32, patch_size=8)
+    config = transformers.BlipConfig(text_config=text.to_dict(), vision_config=vision.to_dict(),
+                                     architectures=["BlipForConditionalGeneration"])
+    torch.manual_seed(seed)
+    model = transformers.BlipForConditionalGeneration(config).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.copy_(scale * torch.randn(p.shape, generator=g) / p[0].numel() ** 0.5)
+    model.save_pretrained(folder)
+    images = transformers.BlipImageProcessor(size={"height": 32, "width": 32})
+    transformers.BlipProcessor(image_processor=images, tokenizer=tok).save_pretrained(folder)
+    images.save_pretrained(folder)  # preprocessor_config.json, as the published checkpoints

@@ -1,5 +1,6 @@
 """Image in, text out from a folder of an encoder-decoder reading pixels (TrOCR, Donut, any
-``VisionEncoderDecoderModel``) split by :mod:`fx2onnx.deploy.speech_generic`.
+``VisionEncoderDecoderModel``; BLIP's captioner, :mod:`fx2onnx.deploy.captioner`) split by
+:mod:`fx2onnx.deploy.speech_generic`.
 
 :class:`Seq2SeqImageGenerator` is the loop of :class:`fx2onnx.runtime.speech_seq2seq.Seq2SeqSpeechGenerator`
 (the encoder once, its outputs fed unchanged to every decoder step, the generation config's start
@@ -25,6 +26,8 @@ import numpy as np
 from .speech import SpeechResult
 from .speech_seq2seq import Seq2SeqSpeechGenerator
 
+#: ``fx2onnx.json``'s ``decoder_prompt`` of a captioner (BLIP): its prompt follows the start token
+PROMPT_AFTER_START = "after_start"
 NOT_IMAGE_TO_TEXT = ("{folder} is not a folder of an image encoder-decoder (task {task}): export a checkpoint such as "
                      "TrOCR's with python -m fx2onnx export CHECKPOINT --out FOLDER.")
 
@@ -71,7 +74,8 @@ class Seq2SeqImageGenerator(Seq2SeqSpeechGenerator):
         ``generate(pixel_values=..., do_sample=False)`` returns after the decoder's start token;
         ``prompt``: the decoder's prompt instead (Donut's task prompt, ``"<s_cord-v2>"``), tokenized by
         the folder's tokenizer without special tokens, the same for every image, as transformers'
-        ``generate(pixel_values=..., decoder_input_ids=...)``."""
+        ``generate(pixel_values=..., decoder_input_ids=...)``; a captioner's (BLIP: ``"a photography of"``)
+        after the start token, as its ``generate(pixel_values=..., input_ids=...)``."""
         ids = None
         if prompt is not None:
             if self.tokenizer is None:
@@ -79,5 +83,7 @@ class Seq2SeqImageGenerator(Seq2SeqSpeechGenerator):
             ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
             if not ids:
                 raise ValueError(f"The prompt {prompt!r} has no token.")
+            if self.metadata.get("decoder_prompt") == PROMPT_AFTER_START:
+                ids = [int(self.prompt(1)[0, 0]), *ids]
         return self.generate_ids(self.features(images), max_new_tokens, on_text=on_text, as_text=as_text,
                                  decoder_input_ids=ids)

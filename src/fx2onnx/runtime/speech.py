@@ -176,8 +176,13 @@ class SpeechFolder:
     :class:`fx2onnx.runtime.OnnxGenerator`) and defines ``features`` and ``generate_ids``."""
 
     def __init__(self, folder: str | os.PathLike):
+        from .folder import FOLDER_METADATA
+
         self.folder = os.fspath(folder)
-        self.generation = _read_json(os.path.join(self.folder, "generation_config.json"))
+        #: the folder's generation config, updated with what the export wrote (a captioner's start and end tokens)
+        self.metadata = _read_json(os.path.join(self.folder, FOLDER_METADATA))
+        self.generation = {**_read_json(os.path.join(self.folder, "generation_config.json")),
+                           **self.metadata.get("generation", {})}
         self.config = _read_json(os.path.join(self.folder, "config.json"))
         self._feature_extractor: Any = None
         self._tokenizer: Any = None
