@@ -210,8 +210,8 @@ def _generate_image_seq2seq(args: argparse.Namespace) -> int:
     from .runtime.image_seq2seq import Seq2SeqImageGenerator
 
     if len(args.prompts) > 1 or args.ids is not None or args.chat or args.video:
-        raise ValueError("This folder holds an image encoder-decoder: it takes --image and at most one prompt, the "
-                         "decoder's (Donut's task prompt; default: the start token), no --ids, --chat or --video.")
+        raise ValueError("This folder holds an image encoder-decoder: it takes --image and at most one prompt (Donut's "
+                         "task prompt, BLIP's caption start, Florence-2's task), no --ids, --chat or --video.")
     images = [i for value in args.image or [] for i in value.split(",") if i]
     if not images:
         raise ValueError("The folder holds an image encoder-decoder: give --image FILE (several make a batch).")
@@ -538,8 +538,8 @@ def make_parser() -> argparse.ArgumentParser:
         "speech model (Whisper, Speech2Text, Moonshine...) transcribes --audio talk.wav instead: its encoder once, its decoder greedily, the "
         "features made by the folder's feature extractor. A folder exported from a vision-language model (LLaVA, "
         "Gemma 3, Idefics 3) takes the prompt and --image cat.png, processed by the folder's processor; one exported "
-        "from an image encoder-decoder (TrOCR, Donut) or a captioner (BLIP) takes --image (several: a batch) and at most one prompt, the "
-        "decoder's (Donut's task prompt), its decoder greedily. One exported from a speech language model (Granite Speech, "
+        "from an image encoder-decoder (TrOCR, Donut) or a captioner (BLIP, Florence-2) takes --image (several: a batch) and at most one prompt "
+        "(Donut's task prompt, BLIP's caption start, Florence-2's task: <CAPTION>), its decoder greedily. One exported from a speech language model (Granite Speech, "
         "VibeVoice-ASR, Voxtral) takes --audio and a prompt, or none: the processor's transcription request.",
     )
     gen.add_argument("folder", help="the folder written by export")

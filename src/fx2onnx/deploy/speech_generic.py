@@ -89,7 +89,8 @@ def generic_split_reason(model: Any, config: Any) -> str | None:
         return "it has no get_encoder()"
     if not set(FEATURE_INPUTS) & _parameters(model.get_encoder().forward):
         return ("its encoder reads none of input_features, input_values, pixel_values: the model's forward makes its "
-                "input first (Florence-2 merges the image into the text prompt, Pop2Piano adds a composer's embedding); "
+                "input first (Pop2Piano adds a composer's embedding; Florence-2, which merges the image into the text "
+                "prompt, goes through fx2onnx.deploy.captioner); "
                 "the split needs an encoder of the features alone")
     if start_token(model, config) is None:
         return "its generation config names no decoder_start_token_id nor bos_token_id"
@@ -157,11 +158,13 @@ class GenericSpeechEncoderPiece(_OnModel):
     read from the cache of one step of the model's decoder on its start token."""
 
     def encode(self, input_features: torch.Tensor | None = None, input_values: torch.Tensor | None = None,
-               pixel_values: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None) -> tuple[Any, Any]:
-        """(the encoder's output, the cache after one decoder step on the start token)."""
+               pixel_values: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+               input_ids: torch.Tensor | None = None) -> tuple[Any, Any]:
+        """(the encoder's output, the cache after one decoder step on the start token); ``input_ids``: the
+        prompt of an encoder merging the image into it (Florence-2, :mod:`fx2onnx.deploy.captioner`)."""
         encoder = self.model.get_encoder()
         kwargs = {k: v for k, v in (("input_features", input_features), ("input_values", input_values),
-                                    ("pixel_values", pixel_values)) if v is not None}
+                                    ("pixel_values", pixel_values), ("input_ids", input_ids)) if v is not None}
         accepted = _parameters(encoder.forward)
         if attention_mask is not None and ("attention_mask" in accepted or "kwargs" in accepted):
             kwargs["attention_mask"] = attention_mask  # as transformers' generate calls the encoder
@@ -174,9 +177,9 @@ class GenericSpeechEncoderPiece(_OnModel):
         return output, cache
 
     def forward(self, input_features: torch.Tensor | None = None, input_values: torch.Tensor | None = None,
-                pixel_values: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
-        output, cache = self.encode(input_features, input_values, pixel_values, attention_mask)
+                pixel_values: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                input_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        output, cache = self.encode(input_features, input_values, pixel_values, attention_mask, input_ids)
         result = [output.last_hidden_state]
         if self.layout.encoder_mask:
             result.append(output.attention_mask)
@@ -242,8 +245,10 @@ def _probe_layout(model: Any, config: Any, features: dict[str, torch.Tensor]) ->
     if not names or any(n not in params for n in names):
         raise UnsplittableEncoderDecoder(f"{model_type}: its features {sorted(features)} are not inputs of its forward.")
     has_mask = "attention_mask" in features and "attention_mask" in params
+    # a prompt the encoder merges the image into (Florence-2)
+    prompt = "input_ids" in features and "input_ids" in _parameters(model.get_encoder().forward)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
-    inputs = {k: _to(features[k], device) for k in names + ["attention_mask"] * has_mask}
+    inputs = {k: _to(features[k], device) for k in names + ["attention_mask"] * has_mask + ["input_ids"] * prompt}
     draft = SpeechLayout(tuple(inputs), object, False, has_mask, 0, start_token(model, config),
                          "logits_to_keep" in params)
     encoder = GenericSpeechEncoderPiece(model, draft)
@@ -326,7 +331,11 @@ def example_features(folder: str | None, model: Any, config: Any, dtype: torch.d
     on a chirp of 1 s and of 1.5 s; without one (a model of the task zoo), the task zoo's features;
     a model reading an image: :func:`example_images`."""
     sets = []
-    if reads_pixels(model):
+    if getattr(model, "merges_prompt", False):  # Florence-2: the prompt and the image (fx2onnx.deploy.captioner)
+        from .captioner import example_prompts
+
+        sets = example_prompts(folder, model, config, seed)
+    elif reads_pixels(model):
         sets = example_images(folder, model, config, seed)
     elif folder is not None and os.path.isfile(os.path.join(folder, "preprocessor_config.json")):
         import transformers
@@ -386,7 +395,9 @@ def generic_speech_pieces(model: Any, config: Any, features: list[dict[str, torc
     feature_dims = {}
     for k in feature_names:
         axes = _dynamic_axes(tuple(inputs[0][k].shape), tuple(inputs[1][k].shape), {})
-        feature_dims[k] = {i: ("batch" if i == 0 else "frames") for i in axes}
+        # the prompt's length where the encoder reads one (its mask too), else the audio's frames
+        length = "prompt" if "input_ids" in feature_names and k in ("input_ids", "attention_mask") else "frames"
+        feature_dims[k] = {i: ("batch" if i == 0 else length) for i in axes}
     encoder = Piece("encoder", "encoder.onnx", GenericSpeechEncoderPiece(model, layout), inputs[0], inputs[1],
                     feature_dims, feature_names, encoder_names)
 
@@ -437,7 +448,7 @@ def eager_pieces(layout: SpeechLayout) -> Callable[[Any, Any], list[Piece]]:
     def make(model: Any, _config: Any) -> list[Piece]:
         from .captioner import as_encoder_decoder
 
-        model = as_encoder_decoder(model)  # a cross-attention captioner (BLIP) seen as an encoder-decoder
+        model = as_encoder_decoder(model)  # a captioner (BLIP, Florence-2) seen as an encoder-decoder
         return [Piece("encoder", "encoder.onnx", GenericSpeechEncoderPiece(model, layout), {}, {}, {}, [], []),
                 Piece("decoder", "decoder.onnx", GenericSpeechDecoderPiece(model, layout), {}, {}, {}, [], [])]
 
@@ -459,7 +470,7 @@ def export_generic_speech_pieces(
     def make(model: Any) -> list[Piece]:
         from .captioner import as_encoder_decoder
 
-        model = as_encoder_decoder(model)  # a cross-attention captioner (BLIP) seen as an encoder-decoder
+        model = as_encoder_decoder(model)  # a captioner (BLIP, Florence-2) seen as an encoder-decoder
         seen = getattr(model, "config", config)
         reason = generic_split_reason(model, seen)
         if reason:  # before the example features are built

@@ -117,7 +117,9 @@ def compare_seq2seq_generation(model: Any, config: Any, max_new_tokens: int = NE
                 "time": time.perf_counter() - begin}
     pixels = reads_pixels(seq2seq)
     inputs, _ = build_task_inputs("image-text-to-text" if pixels else "speech-seq2seq", model, config, batch=1)
-    features = {k: v for k, v in inputs.items() if k in (*FEATURE_INPUTS, "attention_mask")}
+    # Florence-2: the prompt the encoder merges the image into
+    prompt = ("input_ids",) if getattr(seq2seq, "merges_prompt", False) else ()
+    features = {k: v for k, v in inputs.items() if k in (*FEATURE_INPUTS, "attention_mask", *prompt)}
     try:
         with torch.no_grad():
             expected = model.generate(**features, max_new_tokens=max_new_tokens, do_sample=False).numpy()

@@ -452,3 +452,50 @@ def write_blip_folder(folder: str | os.PathLike, *, seed: int = 0, scale: float 
     images = transformers.BlipImageProcessor(size={"height": 32, "width": 32})
     transformers.BlipProcessor(image_processor=images, tokenizer=tok).save_pretrained(folder)
     images.save_pretrained(folder)  # preprocessor_config.json, as the published checkpoints
+
+
+#: Florence-2's tokens of :func:`write_florence2_folder`: an image placeholder, the start of the prompt
+FLORENCE2_TOKENS = {"image_token": "<image>", "bos_token": "<s>"}
+
+
+def write_florence2_folder(folder: str | os.PathLike, *, seed: int = 0, scale: float = 1.5) -> None:
+    """A ``save_pretrained`` folder of a tiny :class:`transformers.Florence2ForConditionalGeneration` (the task zoo's
+    sizes: a DaViT tower, a BART encoder-decoder) with its processor: a ``CLIPImageProcessor`` at 32 x 32 whose
+    ``image_seq_length`` is the tower's features of one image, the byte-level tokenizer of
+    :func:`fx2onnx.models.tokenizer.tiny_tokenizer` with :data:`FLORENCE2_TOKENS`, the configuration's start,
+    end and padding tokens the tokenizer's. The random weights have a variance of ``scale**2 / fan-in``."""
+    import torch
+    import transformers
+
+    from .tasks import get_task_architecture, tiny_task_config
+    from .tokenizer import tiny_tokenizer
+
+    tok = tiny_tokenizer(384)
+    tok.add_special_tokens({"additional_special_tokens": [FLORENCE2_TOKENS["image_token"]],
+                            "bos_token": FLORENCE2_TOKENS["bos_token"]})
+    tok._set_model_specific_special_tokens(special_tokens={"image_token": FLORENCE2_TOKENS["image_token"]})
+    config = tiny_task_config(get_task_architecture("image-text-to-text", "florence2"))
+    text = config.text_config
+    text.vocab_size = len(tok)
+    text.bos_token_id, text.eos_token_id, text.pad_token_id = tok.bos_token_id, tok.eos_token_id, tok.eos_token_id
+    text.decoder_start_token_id = tok.eos_token_id  # BART's: the end of sequence starts the decoder
+    text.forced_bos_token_id = text.forced_eos_token_id = None
+    config.image_token_id = tok.convert_tokens_to_ids(FLORENCE2_TOKENS["image_token"])
+    config.architectures = ["Florence2ForConditionalGeneration"]
+    torch.manual_seed(seed)
+    model = transformers.Florence2ForConditionalGeneration(config).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.copy_(scale * torch.randn(p.shape, generator=g) / p[0].numel() ** 0.5)
+        rows = model.get_image_features(torch.zeros(1, 3, 32, 32)).pooler_output.shape[1]
+    model.generation_config = transformers.GenerationConfig(
+        decoder_start_token_id=text.decoder_start_token_id, bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id)
+    folder = os.fspath(folder)
+    model.save_pretrained(folder)
+    images = transformers.CLIPImageProcessor(size={"height": 32, "width": 32}, do_center_crop=False,
+                                             image_seq_length=rows)
+    transformers.Florence2Processor(image_processor=images, tokenizer=tok).save_pretrained(folder)
+    images.save_pretrained(folder)  # preprocessor_config.json, as the published checkpoints

@@ -1,5 +1,5 @@
 """Image in, text out from a folder of an encoder-decoder reading pixels (TrOCR, Donut, any
-``VisionEncoderDecoderModel``; BLIP's captioner, :mod:`fx2onnx.deploy.captioner`) split by
+``VisionEncoderDecoderModel``; BLIP's captioner and Florence-2, :mod:`fx2onnx.deploy.captioner`) split by
 :mod:`fx2onnx.deploy.speech_generic`.
 
 :class:`Seq2SeqImageGenerator` is the loop of :class:`fx2onnx.runtime.speech_seq2seq.Seq2SeqSpeechGenerator`
@@ -68,6 +68,28 @@ class Seq2SeqImageGenerator(Seq2SeqSpeechGenerator):
         loaded = [read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in images]
         return {"pixel_values": np.asarray(self.image_processor(loaded, return_tensors="np")["pixel_values"])}
 
+    @property
+    def reads_prompt(self) -> bool:
+        """Whether the encoder takes a prompt the image is merged into (Florence-2's task prompt)."""
+        return "input_ids" in self.encoder_inputs
+
+    def prompt_features(self, images: Any, prompt: str) -> dict[str, np.ndarray]:
+        """The encoder's inputs of an encoder reading a prompt: the folder's processor on the images and
+        ``prompt`` (the same for every image; Florence-2's task, ``"<CAPTION>"``, becomes its question)."""
+        import transformers
+
+        from .vision import read_image
+
+        images = list(images) if isinstance(images, (list, tuple)) else [images]
+        loaded = [read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in images]
+        try:
+            processor = transformers.AutoProcessor.from_pretrained(self.folder, local_files_only=True)
+        except (OSError, ValueError, TypeError) as e:
+            raise ValueError(f"{self.folder!r} has no processor transformers can load ({type(e).__name__}): copy the "
+                             "processor and tokenizer files of the checkpoint into the folder.") from None
+        out = processor(text=[prompt] * len(loaded), images=loaded, return_tensors="np")
+        return {k: np.asarray(out[k]) for k in self.encoder_inputs if k in out}
+
     def describe(self, images: Any, max_new_tokens: int = 32, on_text: Callable[[str], None] | None = None,
                  as_text: bool = True, prompt: str | None = None) -> SpeechResult:
         """Greedy text of one image or a batch (paths or PIL images): the tokens transformers'
@@ -75,7 +97,14 @@ class Seq2SeqImageGenerator(Seq2SeqSpeechGenerator):
         ``prompt``: the decoder's prompt instead (Donut's task prompt, ``"<s_cord-v2>"``), tokenized by
         the folder's tokenizer without special tokens, the same for every image, as transformers'
         ``generate(pixel_values=..., decoder_input_ids=...)``; a captioner's (BLIP: ``"a photography of"``)
-        after the start token, as its ``generate(pixel_values=..., input_ids=...)``."""
+        after the start token, as its ``generate(pixel_values=..., input_ids=...)``; the encoder's when it
+        reads one (Florence-2's task, ``"<CAPTION>"``, required), as ``generate(**processor(text, images))``."""
+        if self.reads_prompt:
+            if prompt is None:
+                raise ValueError(f"The encoder of {self.folder!r} reads a prompt with the image: give one (Florence-2's "
+                                 "task: <CAPTION>, <DETAILED_CAPTION>, <OCR>...).")
+            return self.generate_ids(self.prompt_features(images, prompt), max_new_tokens, on_text=on_text,
+                                     as_text=as_text)
         ids = None
         if prompt is not None:
             if self.tokenizer is None:
