@@ -205,13 +205,14 @@ def _images_per_prompt(images: list[str], prompts: int) -> list[list[str]]:
 
 
 def _generate_image_seq2seq(args: argparse.Namespace) -> int:
-    """The text of each --image with a folder exported from an encoder-decoder reading pixels (TrOCR, Donut:
-    fx2onnx.runtime.image_seq2seq), greedy; several images make a batch."""
+    """The text of each --image with a folder exported from an encoder-decoder reading pixels (TrOCR, Donut,
+    BLIP, Florence-2: fx2onnx.runtime.image_seq2seq) or from GIT (fx2onnx.runtime.image_prefix), greedy; several
+    images make a batch."""
     from .runtime.image_seq2seq import Seq2SeqImageGenerator
 
     if len(args.prompts) > 1 or args.ids is not None or args.chat or args.video:
         raise ValueError("This folder holds an image encoder-decoder: it takes --image and at most one prompt (Donut's "
-                         "task prompt, BLIP's caption start, Florence-2's task), no --ids, --chat or --video.")
+                         "task prompt, BLIP's or GIT's caption start, Florence-2's task), no --ids, --chat or --video.")
     images = [i for value in args.image or [] for i in value.split(",") if i]
     if not images:
         raise ValueError("The folder holds an image encoder-decoder: give --image FILE (several make a batch).")
@@ -220,7 +221,12 @@ def _generate_image_seq2seq(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"Image file {missing[0]!r} does not exist.")
     if _asks_sampling(args) or args.repetition_penalty != 1.0:
         raise ValueError("An image encoder-decoder folder generates greedily: remove the sampling options.")
-    generator = Seq2SeqImageGenerator(args.folder, threads=args.threads)
+    if args.split == "prefix":  # GIT: the image features in front of the prompt (fx2onnx.runtime.image_prefix)
+        from .runtime.image_prefix import ImagePrefixGenerator
+
+        generator: Any = ImagePrefixGenerator(args.folder, threads=args.threads)
+    else:
+        generator = Seq2SeqImageGenerator(args.folder, threads=args.threads)
     one = len(images) == 1
     result = generator.describe(images, args.max_new_tokens, as_text=not args.print_ids, prompt=args.prompt,
                                 on_text=(lambda text: print(text, end="", flush=True)) if one else None)
@@ -240,7 +246,7 @@ def _generate_image_text(args: argparse.Namespace) -> int:
     an image encoder-decoder folder: :func:`_generate_image_seq2seq`."""
     from .runtime.vision import VisionGenerator
 
-    if args.split == "generic":
+    if args.split in ("generic", "prefix"):
         return _generate_image_seq2seq(args)
     if not args.prompts or args.ids is not None:
         raise ValueError("An image-text folder takes a prompt and --image FILE (no --ids).")
@@ -538,7 +544,7 @@ def make_parser() -> argparse.ArgumentParser:
         "speech model (Whisper, Speech2Text, Moonshine...) transcribes --audio talk.wav instead: its encoder once, its decoder greedily, the "
         "features made by the folder's feature extractor. A folder exported from a vision-language model (LLaVA, "
         "Gemma 3, Idefics 3) takes the prompt and --image cat.png, processed by the folder's processor; one exported "
-        "from an image encoder-decoder (TrOCR, Donut) or a captioner (BLIP, Florence-2) takes --image (several: a batch) and at most one prompt "
+        "from an image encoder-decoder (TrOCR, Donut) or a captioner (BLIP, Florence-2, GIT) takes --image (several: a batch) and at most one prompt "
         "(Donut's task prompt, BLIP's caption start, Florence-2's task: <CAPTION>), its decoder greedily. One exported from a speech language model (Granite Speech, "
         "VibeVoice-ASR, Voxtral) takes --audio and a prompt, or none: the processor's transcription request.",
     )

@@ -377,17 +377,19 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
     options = dict(optimize=optimize, quantize=quantize, block_size=block_size, symmetric=symmetric, opset=opset,
                    progress=progress, say=say)
     vision_options = dict(options, cache_in_place=cache_in_place)
-    split, make_pieces, extra = None, None, {}
+    split, make_pieces, extra, prefix = None, None, {}, False
     encoder_decoder = getattr(config, "is_encoder_decoder", False)
     from ..models.vlm_inputs import image_token
 
     if task == "image-text-to-text" and not encoder_decoder and image_token(config) is None:
         from .captioner import captioner_generation, is_cross_attention_captioner
+        from .image_prefix import is_image_prefix_model
         from .speech_generic import meta_model_with_buffers
 
         meta = meta_model_with_buffers(config, dtype)
         if is_cross_attention_captioner(meta):  # BLIP: a vision model and a text decoder attending to it
             encoder_decoder, extra = True, captioner_generation(meta)
+        prefix = is_image_prefix_model(meta)  # GIT: the image features in front of the prompt
         del meta
     if task == "speech-seq2seq" and model_type != "whisper" and not encoder_decoder and \
             audio_token(config) is not None:
@@ -395,6 +397,11 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
         pieces = export_vision_pieces(folder, out_dir, config, dtype, make_pieces=generic_audio_pieces,
                                       **vision_options)
         split, make_pieces = "placeholders", generic_audio_pieces
+    elif prefix:
+        from .image_prefix import image_prefix_pieces
+
+        pieces = export_vision_pieces(folder, out_dir, config, dtype, make_pieces=image_prefix_pieces, **vision_options)
+        split, make_pieces = "prefix", image_prefix_pieces
     elif (task == "speech-seq2seq" and model_type != "whisper") or (task == "image-text-to-text" and encoder_decoder):
         pieces, layout = export_generic_speech_pieces(folder, out_dir, config, dtype, **options)
         split, make_pieces = "generic", eager_pieces(layout)
@@ -415,6 +422,8 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
                                        # a speech language model's audio placeholder (audio_text_generic)
                                        **({"audio_token_id": p.module.audio_token_id}
                                           if getattr(p.module, "audio_token_id", None) is not None else {}),
+                                       # the placeholder of an image row in front of the prompt (image_prefix)
+                                       **({"prefix_token_id": p.module.image_token_id} if prefix and p.cache else {}),
                                        **({"cache_update": "in_place" if p.in_place else "concatenated"}
                                           if p.cache else {})} for p in pieces},
                    "dtype": str(dtype).replace("torch.", ""), "optimize": optimize, "quantize": quantize,

@@ -11,8 +11,9 @@ the task zoo builds them (:func:`fx2onnx.models.vlm_inputs.image_inputs`: ``pixe
 or with ``image_sizes``, ``pixel_attention_mask``, ``pixel_mask``, ``spatial_shapes``) and
 returns the features of every image one after the other, ``(rows, hidden)``; the decoder is the
 one of :mod:`fx2onnx.deploy.vision`. What cannot be split this way raises
-:class:`UnsplittableModel` naming the reason (no placeholder token: the image is an encoder's
-input, BLIP, GIT; patches of a grid outside the Qwen-VL family).
+:class:`UnsplittableModel` naming the reason (no placeholder token; patches of a grid outside the Qwen-VL
+family). BLIP and Florence-2 go through :mod:`fx2onnx.deploy.captioner`, GIT through
+:mod:`fx2onnx.deploy.image_prefix`.
 
 .. code-block:: python
 

@@ -187,6 +187,28 @@ def compare_audio_text_generation(model: Any, config: Any, max_new_tokens: int =
     return result if got is None else _compare_tokens(got, expected, prompt, result, begin)
 
 
+def compare_prefix_generation(model: Any, config: Any, max_new_tokens: int = NEW_TOKENS) -> dict[str, Any]:
+    """:func:`compare_folder_generation` for a model whose image features precede the prompt (GIT,
+    :mod:`fx2onnx.deploy.image_prefix`): the task zoo's image of one input and the start token, the folder
+    exported then generating greedily with :class:`fx2onnx.runtime.image_prefix.ImagePrefixGenerator`, against
+    transformers' greedy ``generate(pixel_values=..., input_ids=...)``."""
+    from ..deploy.image_text_generic import UnsplittableModel
+    from ..runtime.image_prefix import ImagePrefixGenerator
+    from .task_inputs import _image_inputs
+
+    begin = time.perf_counter()
+    pixels = _image_inputs(model, config, 1, 0)[0]["pixel_values"]
+    start = config.bos_token_id if config.bos_token_id is not None else 0
+    inputs = {"pixel_values": pixels, "input_ids": torch.tensor([[start]])}
+    model.generation_config.pad_token_id = model.generation_config.pad_token_id or 0
+    with torch.no_grad():
+        expected = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False).numpy()
+    result: dict[str, Any] = {"new_tokens": int(expected.shape[1] - 1)}
+    got = _export_and_generate(model, lambda out: ImagePrefixGenerator(out).generate_ids(inputs, max_new_tokens),
+                               UnsplittableModel, result, begin)
+    return result if got is None else _compare_tokens(got, expected, 1, result, begin)
+
+
 def compare_folder_generation(model: Any, config: Any, max_new_tokens: int = NEW_TOKENS) -> dict[str, Any]:
     """``{"equal", "new_tokens", "time"}`` (and ``"error"`` with the step where it failed: ``split``,
     ``export``, ``generate``) of the folder of ``model`` exported then generating, against
@@ -198,7 +220,10 @@ def compare_folder_generation(model: Any, config: Any, max_new_tokens: int = NEW
         if audio_split_reason(model, config) is None:
             return compare_audio_text_generation(model, config, max_new_tokens)
     from ..deploy.captioner import is_cross_attention_captioner
+    from ..deploy.image_prefix import is_image_prefix_model
 
+    if is_image_prefix_model(model):
+        return compare_prefix_generation(model, config, max_new_tokens)
     if is_speech_seq2seq(model) or getattr(config, "is_encoder_decoder", False) or is_cross_attention_captioner(model):
         return compare_seq2seq_generation(model, config, max_new_tokens)
     from ..deploy.image_text_generic import UnsplittableModel, split_reason

@@ -499,3 +499,36 @@ def write_florence2_folder(folder: str | os.PathLike, *, seed: int = 0, scale: f
                                              image_seq_length=rows)
     transformers.Florence2Processor(image_processor=images, tokenizer=tok).save_pretrained(folder)
     images.save_pretrained(folder)  # preprocessor_config.json, as the published checkpoints
+
+
+def write_git_folder(folder: str | os.PathLike, *, seed: int = 0, scale: float = 1.0) -> None:
+    """A ``save_pretrained`` folder of a tiny :class:`transformers.GitForCausalLM` (a CLIP vision tower whose
+    features precede the prompt of a BERT-like decoder) with its processor (``CLIPImageProcessor`` at 32 x 32,
+    :func:`blip_tokenizer`), its start (``[CLS]``), end (``[SEP]``) and padding tokens the tokenizer's, as the
+    published checkpoints. The random weights have a variance of ``scale**2 / fan-in``."""
+    import torch
+    import transformers
+
+    tok = blip_tokenizer()
+    vision = transformers.GitVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                          num_attention_heads=4, image_size=32, patch_size=8)
+    config = transformers.GitConfig(vision_config=vision.to_dict(), vocab_size=len(tok), hidden_size=64,
+                                    intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                    max_position_embeddings=64, bos_token_id=tok.cls_token_id,
+                                    eos_token_id=tok.sep_token_id, pad_token_id=tok.pad_token_id,
+                                    architectures=["GitForCausalLM"])
+    torch.manual_seed(seed)
+    model = transformers.GitForCausalLM(config).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.copy_(scale * torch.randn(p.shape, generator=g) / p[0].numel() ** 0.5)
+    model.generation_config = transformers.GenerationConfig(bos_token_id=tok.cls_token_id,
+                                                            eos_token_id=tok.sep_token_id,
+                                                            pad_token_id=tok.pad_token_id)
+    folder = os.fspath(folder)
+    model.save_pretrained(folder)
+    images = transformers.CLIPImageProcessor(size={"height": 32, "width": 32}, do_center_crop=False)
+    transformers.GitProcessor(image_processor=images, tokenizer=tok).save_pretrained(folder)
+    images.save_pretrained(folder)  # preprocessor_config.json, as the published checkpoints
