@@ -92,3 +92,17 @@ def test_vision_language_pair_exports_with_a_dynamic_batch_and_matches_eager(nam
     row = check_task_architecture(get_task_architecture("image-text-to-text", name))
     assert row["success"], row
     assert row["step"] is None and row["max_abs"] < 1e-4
+
+
+def test_minicpm_v_reads_its_packed_images():
+    """MiniCPM-V's default configuration names no image token (its checkpoints do): without one the model drops
+    the images silently; the tiny configuration sets one, the images packed in one row with their sizes."""
+    model, config = _model("minicpmv4_6")
+    assert isinstance(config.image_token_id, int)
+    assert image_kind(model) == "target_sizes"
+    inputs, _ = image_text_inputs(model, config, 2)
+    assert inputs["pixel_values"].shape[0] == 1 and inputs["target_sizes"].tolist() == [[8, 8], [8, 8]]
+    with torch.no_grad():
+        logits = model(**inputs).logits
+        other = model(**dict(inputs, pixel_values=inputs["pixel_values"] + 1)).logits
+    assert (logits - other).abs().max() > 1e-3  # the images are read

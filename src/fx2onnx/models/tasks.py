@@ -318,6 +318,11 @@ def _vision_language_values(config: Any, values: dict[str, Any]) -> None:
         values["image_token_index"] = (text.get("vocab_size") or 1024) - 1
         if text.get("word_embed_proj_dim"):  # OPT's embeddings (768 wide) take the queries: the tiny width
             text["word_embed_proj_dim"] = hidden
+    elif "image_token_id" in vars(config) and config.image_token_id is None and isinstance(text, dict) and \
+            isinstance(values.get("vision_config"), dict):
+        # a placeholder the checkpoints set and the default configuration leaves unset (MiniCPM-V): without
+        # it the model drops the images silently; the last id of the tiny vocabulary
+        values["image_token_id"] = (text.get("vocab_size") or 1024) - 1
     per_layer = config.to_dict().get("per_layer_config") if n_layers and hasattr(config, "to_dict") else None
     if isinstance(per_layer, dict):  # the overrides of the layers the tiny model keeps, sizes made tiny
         values["per_layer_config"] = {

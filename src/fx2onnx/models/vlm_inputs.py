@@ -50,7 +50,7 @@ SPECIAL_TOKENS = (
     "image_end_token_id",
 )
 #: the inputs describing images (the others, a text's attention mask, are not for get_image_features)
-IMAGE_PREFIXES = ("pixel_", "image_", "spatial_")
+IMAGE_PREFIXES = ("pixel_", "image_", "spatial_", "target_sizes")
 #: the grid of a Qwen2-VL-like image, in merged tokens per side
 GRID_MERGED = 2
 #: the layouts of the patches of a grid, tried in this order until ``get_image_features`` takes one:
@@ -134,6 +134,8 @@ def image_kind(model: Any) -> str:
         return "image_sizes"
     if "spatial_shapes" in names:
         return "naflex"
+    if "target_sizes" in names:  # MiniCPM-V: the patches of every image packed in one row, their sizes
+        return "target_sizes"
     if "pixel_attention_mask" in names:
         return "pixel_attention_mask"
     if "pixel_mask" in names:
@@ -199,6 +201,21 @@ def _naflex(model: Any, config: Any, batch: int, g: torch.Generator) -> tuple[di
     return inputs, {k: {0: "batch"} for k in inputs}
 
 
+#: the side, in patches, of a MiniCPM-V image (the window merger halves it, the merger twice more)
+PACKED_SIDE = 8
+
+
+def _packed(model: Any, config: Any, batch: int, g: torch.Generator) -> tuple[dict, dict]:
+    """MiniCPM-V's images: the patches of all of them in one row ``(1, channels, patch, patches * patch)``,
+    ``target_sizes`` their sides in patches."""
+    vision = _vision(config)
+    patch = _int(getattr(vision, "patch_size", None), 14)
+    n = PACKED_SIDE * PACKED_SIDE * batch
+    inputs = {"pixel_values": torch.randn(1, _channels(vision), patch, n * patch, generator=g),
+              "target_sizes": torch.tensor([[PACKED_SIDE, PACKED_SIDE]] * batch, dtype=torch.int32)}
+    return inputs, {"pixel_values": {3: "patches"}, "target_sizes": {0: "batch"}}
+
+
 def image_inputs(model: Any, config: Any, batch: int, seed: int = 0,
                  layout: int = 0) -> tuple[dict[str, Any], dict[str, Any], str]:
     """``(inputs, dynamic shapes, kind)`` of the images of ``batch`` prompts, one image each
@@ -214,6 +231,8 @@ def image_inputs(model: Any, config: Any, batch: int, seed: int = 0,
         inputs, shapes = _image_sizes(model, config, batch, g)
     elif kind == "naflex":
         inputs, shapes = _naflex(model, config, batch, g)
+    elif kind == "target_sizes":
+        inputs, shapes = _packed(model, config, batch, g)
     else:
         channels, height, width = image_shape(config)
         if kind == "pixel_attention_mask":  # Idefics: images per prompt, a mask of their valid pixels
