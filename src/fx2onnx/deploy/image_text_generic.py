@@ -37,9 +37,9 @@ from .speech import Piece
 #: the image inputs a generic vision piece may take besides ``pixel_values``, in its signature's order
 #: (InstructBLIP's Q-Former reads the prompt too, tokenized by its own tokenizer: ``qformer_*``)
 EXTRA_IMAGE_INPUTS = ("image_sizes", "pixel_attention_mask", "pixel_mask", "spatial_shapes", "qformer_input_ids",
-                      "qformer_attention_mask")
+                      "qformer_attention_mask", "target_sizes")
 #: the image kinds of :func:`fx2onnx.models.vlm_inputs.image_kind` a generic vision piece takes
-GENERIC_KINDS = ("images", "image_sizes", "pixel_attention_mask", "pixel_mask", "naflex")
+GENERIC_KINDS = ("images", "image_sizes", "pixel_attention_mask", "pixel_mask", "naflex", "target_sizes")
 
 
 class UnsplittableModel(ValueError):
@@ -62,12 +62,13 @@ class GenericVisionPiece(torch.nn.Module):
     def forward(self, pixel_values: torch.Tensor, image_sizes: torch.Tensor | None = None,
                 pixel_attention_mask: torch.Tensor | None = None, pixel_mask: torch.Tensor | None = None,
                 spatial_shapes: torch.Tensor | None = None, qformer_input_ids: torch.Tensor | None = None,
-                qformer_attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+                qformer_attention_mask: torch.Tensor | None = None,
+                target_sizes: torch.Tensor | None = None) -> torch.Tensor:
         from ..models.vlm_inputs import flat_image_features, image_features_function
 
         extras = {"image_sizes": image_sizes, "pixel_attention_mask": pixel_attention_mask,
                   "pixel_mask": pixel_mask, "spatial_shapes": spatial_shapes, "qformer_input_ids": qformer_input_ids,
-                  "qformer_attention_mask": qformer_attention_mask}
+                  "qformer_attention_mask": qformer_attention_mask, "target_sizes": target_sizes}
         return flat_image_features(image_features_function(self._owner), pixel_values,
                                    **{k: v for k, v in extras.items() if v is not None})
 
@@ -126,7 +127,22 @@ def split_reason(model: Any, config: Any) -> str | None:
         return f"its images are {kind!r} inputs (patches of a grid), split only for the Qwen-VL family"
     if getattr(config, "is_encoder_decoder", False):
         return "it is an encoder-decoder"
+    recurrent = recurrent_layer_types(config)
+    if recurrent:
+        return (f"its language model has {', '.join(recurrent)} layers (a recurrent state, not a key/value cache): "
+                "the decoder piece takes a key/value cache only")
     return None
+
+
+#: the layer types which keep a recurrent state instead of keys and values (linear attention, Mamba, short convolutions)
+RECURRENT_LAYER_TYPES = ("linear_attention", "mamba", "conv")
+
+
+def recurrent_layer_types(config: Any) -> list[str]:
+    """The layer types of the text model which keep a recurrent state (Qwen3.5's ``linear_attention``)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    types = getattr(text, "layer_types", None) or []
+    return sorted({t for t in types if isinstance(t, str) and t in RECURRENT_LAYER_TYPES})
 
 
 def generic_vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
@@ -171,6 +187,8 @@ def generic_vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.fl
                      f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
     names = [n for n in ("pixel_values", *EXTRA_IMAGE_INPUTS) if n in first]
     shapes = {n: {0: "images", **({1: "qformer_seq"} if n.startswith("qformer_") else {})} for n in names}
+    if "target_sizes" in names:  # MiniCPM-V: every image's patches packed in one row
+        shapes["pixel_values"] = {3: "patches"}
     vision = Piece("vision", "vision.onnx", GenericVisionPiece(model), first, second, shapes, names,
                    ["image_features"])
     g = torch.Generator().manual_seed(seed)
