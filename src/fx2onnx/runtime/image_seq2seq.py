@@ -46,6 +46,7 @@ class Seq2SeqImageGenerator(Seq2SeqSpeechGenerator):
     def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None):
         super().__init__(folder, providers, threads)
         self._image_processor: Any = None
+        self._processor: Any = None  # the processor of an encoder reading a prompt (Florence-2), loaded once
 
     @property
     def image_processor(self) -> Any:
@@ -76,18 +77,13 @@ class Seq2SeqImageGenerator(Seq2SeqSpeechGenerator):
     def prompt_features(self, images: Any, prompt: str) -> dict[str, np.ndarray]:
         """The encoder's inputs of an encoder reading a prompt: the folder's processor on the images and
         ``prompt`` (the same for every image; Florence-2's task, ``"<CAPTION>"``, becomes its question)."""
-        import transformers
-
-        from .vision import read_image
+        from .vision import load_processor, read_image
 
         images = list(images) if isinstance(images, (list, tuple)) else [images]
         loaded = [read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in images]
-        try:
-            processor = transformers.AutoProcessor.from_pretrained(self.folder, local_files_only=True)
-        except (OSError, ValueError, TypeError) as e:
-            raise ValueError(f"{self.folder!r} has no processor transformers can load ({type(e).__name__}): copy the "
-                             "processor and tokenizer files of the checkpoint into the folder.") from None
-        out = processor(text=[prompt] * len(loaded), images=loaded, return_tensors="np")
+        if self._processor is None:
+            self._processor = load_processor(self.folder)
+        out = self._processor(text=[prompt] * len(loaded), images=loaded, return_tensors="np")
         return {k: np.asarray(out[k]) for k in self.encoder_inputs if k in out}
 
     def describe(self, images: Any, max_new_tokens: int = 32, on_text: Callable[[str], None] | None = None,

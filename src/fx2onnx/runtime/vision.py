@@ -82,6 +82,17 @@ def read_image(path: str | os.PathLike) -> Any:
         raise ValueError(f"{path!r} is not an image Pillow reads ({type(e).__name__}).") from None
 
 
+def load_processor(folder: str) -> Any:
+    """The processor of ``folder`` (``AutoProcessor``, offline); a ValueError naming the fix when it has none."""
+    import transformers
+
+    try:
+        return transformers.AutoProcessor.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, TypeError) as e:
+        raise ValueError(f"{folder!r} has no processor transformers can load ({type(e).__name__}): copy "
+                         "the processor and tokenizer files of the checkpoint into the folder.") from None
+
+
 class VisionGenerator:
     """The vision encoder, decoder, processor and generation config of an exported LLaVA, Gemma 3,
     Idefics 3, Qwen-VL (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) or Mistral 3 folder.
@@ -123,13 +134,7 @@ class VisionGenerator:
     def processor(self) -> Any:
         """The folder's processor (image processor and tokenizer, offline)."""
         if self._processor is None:
-            import transformers
-
-            try:
-                self._processor = transformers.AutoProcessor.from_pretrained(self.folder, local_files_only=True)
-            except (OSError, ValueError, TypeError) as e:
-                raise ValueError(f"{self.folder!r} has no processor transformers can load ({type(e).__name__}): copy "
-                                 "the processor and tokenizer files of the checkpoint into the folder.") from None
+            self._processor = load_processor(self.folder)
         return self._processor
 
     def inputs(self, prompt: str, images: Sequence[Any], chat: bool = False,
