@@ -345,6 +345,21 @@ def write_mistral3_folder(config: Any, folder: str | os.PathLike, dtype: str = "
                          MISTRAL3_TOKENS[0], processor)
 
 
+def scaled_random_model(model_class: Any, config: Any, seed: int, scale: float) -> Any:
+    """``model_class(config)`` in eval mode, its matrices of a variance ``scale**2 / fan-in`` (seeded): a tiny
+    model whose greedy tokens vary (transformers' 0.02 makes them repeat one token)."""
+    import torch
+
+    torch.manual_seed(seed)
+    model = model_class(config).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.copy_(scale * torch.randn(p.shape, generator=g) / p[0].numel() ** 0.5)
+    return model
+
+
 #: the architectures of :func:`write_vision_encoder_decoder_folder`: TrOCR's (a ViT and a TrOCR decoder), a ViT
 #: and GPT-2 with cross-attention (the image captioners), Donut's (a Swin and an MBart decoder, whose
 #: generation config forces the end-of-sequence token at the last position)
@@ -358,7 +373,6 @@ def write_vision_encoder_decoder_folder(folder: str | os.PathLike, decoder: str 
     the byte-level tokenizer of :func:`fx2onnx.models.tokenizer.tiny_tokenizer`, the decoder's start
     token named in the configuration and the generation config (as the published checkpoints). The
     random weights have a variance of ``scale**2 / fan-in``: the greedy tokens vary."""
-    import torch
     import transformers
 
     from .tokenizer import tiny_tokenizer
@@ -386,13 +400,7 @@ def write_vision_encoder_decoder_folder(folder: str | os.PathLike, decoder: str 
     config = transformers.VisionEncoderDecoderConfig.from_encoder_decoder_configs(encoder, text)
     config.decoder_start_token_id = tok.convert_tokens_to_ids("a")
     config.pad_token_id = config.eos_token_id = config.decoder.eos_token_id = tok.eos_token_id
-    torch.manual_seed(seed)
-    model = transformers.VisionEncoderDecoderModel(config).eval()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.copy_(scale * torch.randn(p.shape, generator=g) / p[0].numel() ** 0.5)
+    model = scaled_random_model(transformers.VisionEncoderDecoderModel, config, seed, scale)
     model.generation_config.decoder_start_token_id = config.decoder_start_token_id
     model.generation_config.eos_token_id = model.generation_config.pad_token_id = tok.eos_token_id
     folder = os.fspath(folder)
@@ -428,7 +436,6 @@ def write_blip_folder(folder: str | os.PathLike, *, seed: int = 0, scale: float 
     :func:`blip_tokenizer`), the text configuration's start (``[DEC]``), end (``[SEP]``) and padding tokens
     the tokenizer's, as the published checkpoints. The random weights have a variance of ``scale**2 / fan-in``:
     the greedy tokens vary."""
-    import torch
     import transformers
 
     folder = os.fspath(folder)
@@ -441,13 +448,7 @@ def write_blip_folder(folder: str | os.PathLike, *, seed: int = 0, scale: float 
                                            num_attention_heads=4, image_size=32, patch_size=8)
     config = transformers.BlipConfig(text_config=text.to_dict(), vision_config=vision.to_dict(),
                                      architectures=["BlipForConditionalGeneration"])
-    torch.manual_seed(seed)
-    model = transformers.BlipForConditionalGeneration(config).eval()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.copy_(scale * torch.randn(p.shape, generator=g) / p[0].numel() ** 0.5)
+    model = scaled_random_model(transformers.BlipForConditionalGeneration, config, seed, scale)
     model.save_pretrained(folder)
     images = transformers.BlipImageProcessor(size={"height": 32, "width": 32})
     transformers.BlipProcessor(image_processor=images, tokenizer=tok).save_pretrained(folder)
@@ -485,13 +486,8 @@ def write_florence2_folder(folder: str | os.PathLike, *, seed: int = 0, scale: f
     text.forced_bos_token_id = text.forced_eos_token_id = None
     config.image_token_id = tok.convert_tokens_to_ids(FLORENCE2_TOKENS["image_token"])
     config.architectures = ["Florence2ForConditionalGeneration"]
-    torch.manual_seed(seed)
-    model = transformers.Florence2ForConditionalGeneration(config).eval()
-    g = torch.Generator().manual_seed(seed)
+    model = scaled_random_model(transformers.Florence2ForConditionalGeneration, config, seed, scale)
     with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.copy_(scale * torch.randn(p.shape, generator=g) / p[0].numel() ** 0.5)
         rows = model.get_image_features(torch.zeros(1, 3, 32, 32)).pooler_output.shape[1]
     model.generation_config = transformers.GenerationConfig(
         decoder_start_token_id=text.decoder_start_token_id, bos_token_id=tok.bos_token_id,
@@ -509,7 +505,6 @@ def write_git_folder(folder: str | os.PathLike, *, seed: int = 0, scale: float =
     features precede the prompt of a BERT-like decoder) with its processor (``CLIPImageProcessor`` at 32 x 32,
     :func:`blip_tokenizer`), its start (``[CLS]``), end (``[SEP]``) and padding tokens the tokenizer's, as the
     published checkpoints. The random weights have a variance of ``scale**2 / fan-in``."""
-    import torch
     import transformers
 
     tok = blip_tokenizer()
@@ -520,13 +515,7 @@ def write_git_folder(folder: str | os.PathLike, *, seed: int = 0, scale: float =
                                     max_position_embeddings=64, bos_token_id=tok.cls_token_id,
                                     eos_token_id=tok.sep_token_id, pad_token_id=tok.pad_token_id,
                                     architectures=["GitForCausalLM"])
-    torch.manual_seed(seed)
-    model = transformers.GitForCausalLM(config).eval()
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.copy_(scale * torch.randn(p.shape, generator=g) / p[0].numel() ** 0.5)
+    model = scaled_random_model(transformers.GitForCausalLM, config, seed, scale)
     model.generation_config = transformers.GenerationConfig(bos_token_id=tok.cls_token_id,
                                                             eos_token_id=tok.sep_token_id,
                                                             pad_token_id=tok.pad_token_id)
