@@ -104,7 +104,7 @@ def compare_seq2seq_generation(model: Any, config: Any, max_new_tokens: int = NE
     from .task_inputs import build_task_inputs
 
     begin = time.perf_counter()
-    seq2seq = as_encoder_decoder(model)  # a cross-attention captioner (BLIP) seen as an encoder-decoder
+    seq2seq = as_encoder_decoder(model)  # a captioner (BLIP, Florence-2) seen as an encoder-decoder
     whisper = getattr(config, "model_type", None) == "whisper"
     result: dict[str, Any] = {}
     if not whisper and getattr(config, "is_encoder_decoder", False):

@@ -29,7 +29,6 @@ any length where the encoder does (exported on two lengths); VibeVoice's is its 
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -82,15 +81,15 @@ class AudioTextGenerator(VisionGenerator):
         """The processor's inputs of ``audios`` (WAV paths, or samples at the feature extractor's rate)
         and ``prompt``: None, the processor's transcription request; else the prompt after one audio
         placeholder per audio (as written when it holds them), in the chat template with ``chat``."""
-        from .speech import read_wav
+        from .speech import read_audios
 
         if not audios:
             raise ValueError("Give at least one audio (--audio talk.wav).")
         if videos:
             raise ValueError("A speech language model takes no video.")
         rate = getattr(self.processor.feature_extractor, "sampling_rate", None)
-        samples = [read_wav(a, rate) if isinstance(a, (str, os.PathLike)) else np.asarray(a, dtype=np.float32)
-                   for a in audios]
+        samples = read_audios(list(audios), rate)
+        audio = samples if len(samples) > 1 else samples[0]
         if prompt is None:
             request = getattr(self.processor, "apply_transcription_request", None)
             if request is None:
@@ -98,7 +97,7 @@ class AudioTextGenerator(VisionGenerator):
                                  f"({type(self.processor).__name__}): give a prompt.")
             if chat:
                 raise ValueError("--chat needs a prompt (without one, the processor's transcription request is used).")
-            processed = request(audio=samples if len(samples) > 1 else samples[0], return_tensors="pt")
+            processed = request(audio=audio, return_tensors="pt")
         else:
             token = self._audio_token()
             if chat:
@@ -111,8 +110,7 @@ class AudioTextGenerator(VisionGenerator):
                                                           add_generation_prompt=True, tokenize=False)
             else:
                 text = prompt if token in prompt else token * len(samples) + "\n" + prompt
-            processed = self.processor(text=text, audio=samples if len(samples) > 1 else samples[0],
-                                       return_tensors="pt")
+            processed = self.processor(text=text, audio=audio, return_tensors="pt")
         return {k: v.numpy() if hasattr(v, "numpy") else np.asarray(v) for k, v in processed.items()}
 
     def generate_text(

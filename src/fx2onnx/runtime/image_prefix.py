@@ -22,9 +22,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .folder import TextStream, _read_json
-from .speech import SpeechResult
-from .vision import VisionGenerator, read_image
+from .folder import TextStream
+from .speech import SpeechResult, cut_after_eos
+from .vision import VisionGenerator, load_images
 
 NOT_PREFIX = ("{folder} is not a folder of an image-text model whose image precedes the prompt (task {task}): "
               "export such a checkpoint (GIT) with python -m fx2onnx export CHECKPOINT --out FOLDER.")
@@ -46,9 +46,8 @@ class ImagePrefixGenerator(VisionGenerator):
         self.image_token_id = self.pieces["decoder"].get("prefix_token_id")
         if self.image_token_id is None:
             raise ValueError(NOT_PREFIX.format(folder=repr(self.folder), task=repr(self.task)))
-        config = _read_json(os.path.join(self.folder, "config.json"))
-        self.bos_token_id = config.get("bos_token_id")
-        self.eos_token_id = self.eos_token_id if self.eos_token_id is not None else config.get("eos_token_id")
+        self.bos_token_id = self.config.get("bos_token_id")
+        self.eos_token_id = self.eos_token_id if self.eos_token_id is not None else self.config.get("eos_token_id")
 
     def prompt_ids(self, prompt: str | None) -> list[int]:
         """The start token, then ``prompt`` tokenized without special tokens (GIT's ``input_ids``)."""
@@ -88,8 +87,7 @@ class ImagePrefixGenerator(VisionGenerator):
         (the same for every image), each row cut after its end-of-sequence token."""
         import time
 
-        images = list(images) if isinstance(images, (list, tuple)) else [images]
-        loaded = [read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in images]
+        loaded = load_images(images)
         pixels = np.asarray(self.processor(images=loaded, return_tensors="np")["pixel_values"])
         text = np.array([self.prompt_ids(prompt)] * len(loaded), dtype=np.int64)
         tokenizer = self.processor.tokenizer if as_text else None
@@ -97,10 +95,7 @@ class ImagePrefixGenerator(VisionGenerator):
         begin = time.perf_counter()
         tokens = self.generate_ids({"pixel_values": pixels, "input_ids": text}, max_new_tokens, stream)
         eos = [] if self.eos_token_id is None else [int(e) for e in np.atleast_1d(self.eos_token_id)]
-        new_ids = []
-        for row in tokens[:, text.shape[1]:].tolist():
-            end = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
-            new_ids.append([int(t) for t in row[:end]])
+        new_ids = cut_after_eos(tokens[:, text.shape[1]:], eos)
         texts = [tokenizer.decode(n, skip_special_tokens=True) for n in new_ids] if tokenizer is not None else None
         times = self.decoder.last_times
         vision_seconds = max(0.0, time.perf_counter() - begin - times.prefill_total - times.decode_total)

@@ -63,11 +63,10 @@ class Seq2SeqImageGenerator(Seq2SeqSpeechGenerator):
     def features(self, images: Any) -> dict[str, np.ndarray]:
         """The encoder's ``pixel_values`` for one image or a list (paths, or PIL images), made by the
         folder's image processor."""
-        from .vision import read_image
+        from .vision import load_images
 
-        images = list(images) if isinstance(images, (list, tuple)) else [images]
-        loaded = [read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in images]
-        return {"pixel_values": np.asarray(self.image_processor(loaded, return_tensors="np")["pixel_values"])}
+        pixels = self.image_processor(load_images(images), return_tensors="np")["pixel_values"]
+        return {"pixel_values": np.asarray(pixels)}
 
     @property
     def reads_prompt(self) -> bool:
@@ -77,10 +76,9 @@ class Seq2SeqImageGenerator(Seq2SeqSpeechGenerator):
     def prompt_features(self, images: Any, prompt: str) -> dict[str, np.ndarray]:
         """The encoder's inputs of an encoder reading a prompt: the folder's processor on the images and
         ``prompt`` (the same for every image; Florence-2's task, ``"<CAPTION>"``, becomes its question)."""
-        from .vision import load_processor, read_image
+        from .vision import load_images, load_processor
 
-        images = list(images) if isinstance(images, (list, tuple)) else [images]
-        loaded = [read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in images]
+        loaded = load_images(images)
         if self._processor is None:
             self._processor = load_processor(self.folder)
         out = self._processor(text=[prompt] * len(loaded), images=loaded, return_tensors="np")

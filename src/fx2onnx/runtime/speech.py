@@ -74,6 +74,22 @@ def read_wav(path: str | os.PathLike, sampling_rate: int | None = None) -> np.nd
     return samples.reshape(-1, channels).mean(axis=1).astype(np.float32)
 
 
+def read_audios(audios: Any, sampling_rate: int | None) -> list[np.ndarray]:
+    """One audio or a list (WAV paths, read by :func:`read_wav` at ``sampling_rate``, or samples) as float32 arrays."""
+    audios = audios if isinstance(audios, (list, tuple)) else [audios]
+    return [read_wav(a, sampling_rate) if isinstance(a, (str, os.PathLike)) else np.asarray(a, dtype=np.float32)
+            for a in audios]
+
+
+def cut_after_eos(tokens: Any, eos_ids: Sequence[int]) -> list[list[int]]:
+    """The rows of ``tokens`` ``(batch, new)``, each cut after its first end-of-sequence token."""
+    rows = []
+    for row in np.asarray(tokens).tolist():
+        end = next((i + 1 for i, t in enumerate(row) if t in eos_ids), len(row))
+        rows.append([int(t) for t in row[:end]])
+    return rows
+
+
 def write_wav(path: str | os.PathLike, samples: np.ndarray, sampling_rate: int = 16000) -> None:
     """Writes float samples in [-1, 1] as a 16-bit mono PCM WAV file."""
     pcm = (np.clip(np.asarray(samples, dtype=np.float64), -1.0, 1.0) * 32767.0).astype("<i2")
@@ -190,10 +206,7 @@ class SpeechFolder:
     def audio_arrays(self, audio: Any) -> list[np.ndarray]:
         """One audio or a list (paths to WAV files or float arrays) as float32 arrays at the
         feature extractor's rate."""
-        rate = int(self.feature_extractor.sampling_rate)
-        audios = audio if isinstance(audio, (list, tuple)) else [audio]
-        return [read_wav(a, rate) if isinstance(a, (str, os.PathLike)) else np.asarray(a, dtype=np.float32)
-                for a in audios]
+        return read_audios(audio, int(self.feature_extractor.sampling_rate))
 
     @property
     def feature_extractor(self) -> Any:
@@ -269,10 +282,7 @@ class SpeechFolder:
         stream = TextStream(tokenizer, on_text) if tokenizer is not None and on_text is not None else None
         tokens = self.decoder.generate(ids, max_new_tokens, eos_token_id=eos, pad_token_id=pad,
                                        sampling=sampling(eos_ids), streamer=stream, constants=constants)
-        new_ids = []
-        for row in tokens[:, ids.shape[1]:].tolist():
-            end = next((i + 1 for i, t in enumerate(row) if t in eos_ids), len(row))
-            new_ids.append([int(t) for t in row[:end]])
+        new_ids = cut_after_eos(tokens[:, ids.shape[1]:], eos_ids)
         texts = [tokenizer.decode(n, skip_special_tokens=True) for n in new_ids] if tokenizer is not None else None
         return SpeechResult(ids.tolist(), new_ids, texts, encoder_seconds, self.decoder.last_times)
 

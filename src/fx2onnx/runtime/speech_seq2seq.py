@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .folder import FOLDER_METADATA, _read_json, session_options
+from .folder import session_options
 from .generate import OnnxGenerator
 from .speech import NOT_SPEECH, SpeechFolder, SpeechResult, suppress_logits
 
@@ -150,7 +150,7 @@ class Seq2SeqSpeechGenerator(SpeechFolder):
         import onnxruntime
 
         super().__init__(folder)
-        metadata = _read_json(os.path.join(self.folder, FOLDER_METADATA))
+        metadata = self.metadata
         self.pieces = metadata.get("pieces", {})
         if metadata.get("task") != self.task or not {"encoder", "decoder"} <= set(self.pieces):
             raise ValueError(self.refusal.format(folder=repr(self.folder), task=repr(metadata.get("task"))))

@@ -82,6 +82,12 @@ def read_image(path: str | os.PathLike) -> Any:
         raise ValueError(f"{path!r} is not an image Pillow reads ({type(e).__name__}).") from None
 
 
+def load_images(images: Any) -> list[Any]:
+    """One image or a list (paths, or PIL images) as a list of PIL images (the paths read by :func:`read_image`)."""
+    images = list(images) if isinstance(images, (list, tuple)) else [images]
+    return [read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in images]
+
+
 def load_processor(folder: str) -> Any:
     """The processor of ``folder`` (``AutoProcessor``, offline); a ValueError naming the fix when it has none."""
     import transformers
@@ -113,7 +119,8 @@ class VisionGenerator:
         self.pieces, self.vision, self.feature_names, self.decoder = open_pieces(
             self.folder, self.task, self.first, self.refusal, providers, threads)
         generation = _read_json(os.path.join(self.folder, "generation_config.json"))
-        config = _read_json(os.path.join(self.folder, "config.json"))
+        #: the folder's config.json
+        self.config = config = _read_json(os.path.join(self.folder, "config.json"))
         self.eos_token_id = generation.get("eos_token_id", config.get("text_config", {}).get("eos_token_id"))
         self.pad_token_id = generation.get("pad_token_id", config.get("pad_token_id"))
         self.image_token_id = config.get("image_token_id")
@@ -149,7 +156,7 @@ class VisionGenerator:
         if videos and self.video_token_id is None:
             raise ValueError(f"The decoder of {self.folder!r} takes no video: give images (Qwen2-VL, Qwen2.5-VL and "
                              "Qwen3-VL folders take videos).")
-        pictures = [read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in images]
+        pictures = load_images(images)
         clips = [read_video(v) if isinstance(v, (str, os.PathLike)) else v for v in videos]
         text = self._chat(prompt, len(images), len(videos)) if chat else \
             self._with_placeholders(prompt, len(images), len(videos))
@@ -165,7 +172,7 @@ class VisionGenerator:
         if len(prompts) != len(images) or any(not i for i in images):
             raise ValueError(f"{len(prompts)} prompts and {len(images)} lists of images: give one list, of at least "
                              "one image, per prompt.")
-        pictures = [[read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in group] for group in images]
+        pictures = [load_images(group) for group in images]
         texts = [self._chat(p, len(group)) if chat else self._with_placeholders(p, len(group))
                  for p, group in zip(prompts, images)]
         tokenizer = self.processor.tokenizer
