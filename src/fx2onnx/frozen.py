@@ -62,6 +62,8 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from .flatten import flatten_inputs
+
 #: key of the ONNX model's metadata_props holding the frozen inputs (JSON)
 METADATA_KEY = "fx2onnx.frozen_inputs"
 
@@ -516,8 +518,6 @@ def _check_size_condition(path: str, entry: dict[str, Any], model: Any, args: Se
 
 
 def _check_dim_equal(path: str, entry: dict[str, Any], args: Sequence[Any], kwargs: dict[str, Any] | None) -> None:
-    from .validation import flatten_inputs
-
     leaves = flatten_inputs(args, kwargs)
     sizes = [int(leaves[p].shape[a]) for p, a in entry["dims"]
              if p < len(leaves) and isinstance(leaves[p], torch.Tensor) and leaves[p].dim() > a]
@@ -531,8 +531,6 @@ def _check_dim_equal(path: str, entry: dict[str, Any], args: Sequence[Any], kwar
 
 
 def _check_dim_range(path: str, entry: dict[str, Any], args: Sequence[Any], kwargs: dict[str, Any] | None) -> None:
-    from .validation import flatten_inputs
-
     leaves = flatten_inputs(args, kwargs)
     value = leaves[entry["position"]] if entry["position"] < len(leaves) else None
     if not isinstance(value, torch.Tensor) or value.dim() <= entry["axis"]:
@@ -596,8 +594,6 @@ def _count_inputs(value: Any, spec: Any) -> int:
         )
     if isinstance(value, dict):
         return sum(_count_inputs(v, spec.get(k) if isinstance(spec, dict) else None) for k, v in value.items())
-    from .validation import flatten_inputs
-
     return sum(isinstance(leaf, torch.Tensor) for leaf in flatten_inputs((value,)))
 
 

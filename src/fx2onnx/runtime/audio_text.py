@@ -35,6 +35,7 @@ import numpy as np
 
 from .folder import TextResult
 from .sampling import Sampling
+from .speech_base import read_audios
 from .vision import VisionGenerator
 
 
@@ -81,8 +82,6 @@ class AudioTextGenerator(VisionGenerator):
         """The processor's inputs of ``audios`` (WAV paths, or samples at the feature extractor's rate)
         and ``prompt``: None, the processor's transcription request; else the prompt after one audio
         placeholder per audio (as written when it holds them), in the chat template with ``chat``."""
-        from .speech import read_audios
-
         if not audios:
             raise ValueError("Give at least one audio (--audio talk.wav).")
         if videos:

@@ -40,7 +40,7 @@ import numpy as np
 
 from .folder import session_options
 from .generate import OnnxGenerator
-from .speech import NOT_SPEECH, SpeechFolder, SpeechResult, suppress_logits
+from .speech_base import NOT_SPEECH, SpeechFolder, SpeechResult, suppress_logits
 
 #: the decoder's input taking the feature extractor's attention mask (:mod:`fx2onnx.deploy.speech_generic`)
 FEATURES_MASK = "features_attention_mask"
