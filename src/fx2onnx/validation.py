@@ -26,6 +26,7 @@ import torch
 
 from .flatten import cache_flattening, flatten_inputs, flatten_outputs  # noqa: F401 (public here too)
 from .frozen import check_frozen_inputs, read_frozen_inputs
+from .ort_values import ort_value_to_numpy as _ort_value_to_numpy  # noqa: F401 (the old private name)
 
 
 def to_numpy(value: Any) -> np.ndarray:
@@ -135,19 +136,6 @@ def run_session(sess: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         for name, a in feeds.items()
     }
     return [_ort_value_to_numpy(v) for v in sess.run_with_ort_values(None, values)]
-
-
-def _ort_value_to_numpy(value: Any) -> np.ndarray:
-    if value.data_type() != "tensor(bfloat16)":
-        return value.numpy()
-    import ctypes
-
-    import ml_dtypes
-
-    shape = tuple(value.shape())
-    size = int(np.prod(shape, dtype=np.int64))
-    raw = ctypes.string_at(value.data_ptr(), 2 * size) if size else b""
-    return np.frombuffer(raw, dtype=np.uint16).copy().view(ml_dtypes.bfloat16).reshape(shape)
 
 
 @dataclasses.dataclass

@@ -18,7 +18,7 @@ from .errors import ConversionError
 from .gc_pace import fewer_collections
 from .interpreter import DimNamer, Interpreter
 from .ort_kernels import cast_to_kernel_types, positive_reduction_axes
-from ..runtime.generate import CACHE_METADATA_KEY
+from ..formats import CACHE_METADATA_KEY
 from .naming import cache_pairs, distinct_from_inputs, leaf_paths, path_to_name
 
 # the weights are saved in one streaming pass (fx2onnx.weights.save)

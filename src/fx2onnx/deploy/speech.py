@@ -174,7 +174,7 @@ def rename_values(filename: str, inputs: list[str], outputs: list[str], cache: d
 
     import onnx
 
-    from ..runtime.generate import CACHE_METADATA_KEY
+    from ..formats import CACHE_METADATA_KEY
     from ..weights.save import load_without_weights
     from .export import _rename_outputs
 

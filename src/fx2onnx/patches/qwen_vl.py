@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from .qwen_vl_geometry import TowerGeometry
 from .registry import source_guard
 
 #: (modeling module, attention class) of the vision towers whose attention is split by tolist()
@@ -111,13 +112,11 @@ def make_unsplit_image_features(original: Any) -> Any:
 
     The tower itself loops over the grid's rows to compute its rotary positions, image boundaries,
     windows (Qwen2.5-VL) and resampled position embeddings (Qwen3-VL); the replacement gives it those
-    computed from the grid as tensors (:class:`fx2onnx.deploy.qwen_vl.TowerGeometry`, what the vision
+    computed from the grid as tensors (:class:`fx2onnx.patches.qwen_vl_geometry.TowerGeometry`, what the vision
     piece of an exported folder does)."""
 
     def get_image_features(self: Any, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor | None = None,
                            **kwargs: Any) -> Any:
-        from ..deploy.qwen_vl import TowerGeometry
-
         return_dict = kwargs.pop("return_dict", True)
         if image_grid_thw is None:
             return original(self, pixel_values, image_grid_thw, return_dict=return_dict, **kwargs)

@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..ort_values import ort_value_to_numpy
 from .folder import TextResult
 from .sampling import Sampling
 from .speech_base import read_audios
@@ -58,10 +59,8 @@ class AudioTextGenerator(VisionGenerator):
 
     def _features(self, inputs: dict[str, np.ndarray], ids: np.ndarray) -> list[Any]:
         """The audio piece's outputs on the audio inputs, their rows checked against the placeholders."""
-        from ..validation import _ort_value_to_numpy
-
         outputs = self.vision_outputs(inputs)
-        rows = _ort_value_to_numpy(outputs[0]).shape[0]
+        rows = ort_value_to_numpy(outputs[0]).shape[0]
         placeholders = int((ids == self.audio_token_id).sum())
         if rows != placeholders:
             raise ValueError(f"The audio piece gives {rows} feature rows for {placeholders} audio placeholders in the "

@@ -23,12 +23,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..formats import FOLDER_METADATA  # noqa: F401 (the file fx2onnx.deploy.export_folder writes beside the model)
 from .generate import GenerationTimes, OnnxGenerator
+from .integrity import check_folder_files
 from .sampling import Sampling
-
-#: the file :func:`fx2onnx.deploy.export_folder` writes beside the model
-FOLDER_METADATA = "fx2onnx.json"
-
 
 @dataclasses.dataclass
 class TextResult:
@@ -76,10 +74,15 @@ class TextStream:
 
 
 def _read_json(path: str) -> dict[str, Any]:
+    """The content of a JSON file of the folder, empty when missing; one line naming a broken one."""
     if not os.path.isfile(path):
         return {}
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path!r} is not JSON ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}): "
+                         "the folder changed after the export; export it again.") from None
 
 
 def session_options(threads: int | None = None) -> Any:
@@ -107,6 +110,7 @@ def open_pieces(
     pieces = metadata.get("pieces", {})
     if metadata.get("task") != task or not {first, "decoder"} <= set(pieces):
         raise ValueError(refusal.format(folder=repr(folder), task=repr(metadata.get("task"))))
+    check_folder_files(folder, metadata)
     options = session_options(threads)
     providers = list(providers or ["CPUExecutionProvider"])
     session = onnxruntime.InferenceSession(os.path.join(folder, pieces[first]["file"]), options, providers=providers)
@@ -126,6 +130,7 @@ class FolderGenerator:
     def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None):
         self.folder = os.fspath(folder)
         metadata = _read_json(os.path.join(self.folder, FOLDER_METADATA))
+        check_folder_files(self.folder, metadata)
         path = os.path.join(self.folder, metadata.get("decoder", "model.onnx"))
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{self.folder!r} holds no {os.path.basename(path)}: export a folder first with "

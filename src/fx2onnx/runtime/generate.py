@@ -54,11 +54,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import onnx
 
-from ..optimizer.rules.cache_in_place import IN_PLACE_METADATA_KEY
+from ..formats import CACHE_METADATA_KEY, IN_PLACE_METADATA_KEY
+from ..ort_values import ort_value_to_numpy
 from .sampling import Sampling
 
-#: the metadata key :func:`fx2onnx.to_onnx` writes (cache input name -> output name)
-CACHE_METADATA_KEY = "fx2onnx.cache"
 #: the names of the states of transformers' linear caches (:mod:`fx2onnx.patches.linear_cache`),
 #: which start at zero
 _RECURRENT = re.compile(r"(^|_)(conv|recurrent|ssm)_\d")
@@ -490,10 +489,8 @@ def _last_logits(value: Any) -> np.ndarray:
     if value.data_type() == "tensor(bfloat16)":
         from onnxruntime import OrtValue
 
-        from ..validation import _ort_value_to_numpy
-
         wrapper = OrtValue(value)
-        return _ort_value_to_numpy(wrapper)[:, -1, :].astype(np.float32)
+        return ort_value_to_numpy(wrapper)[:, -1, :].astype(np.float32)
     return value.numpy()[:, -1, :]
 
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..ort_values import ort_value_to_numpy
 from .folder import TextStream
 from .speech import SpeechResult, cut_after_eos
 from .vision import VisionGenerator, load_images
@@ -63,13 +64,11 @@ class ImagePrefixGenerator(VisionGenerator):
         """Greedy generation (or ``sampling``) from ``pixel_values`` and the text prompts ``input_ids``
         ``(batch, length)`` (no placeholder): the tokens ``(batch, length + new)`` transformers'
         ``generate(pixel_values=..., input_ids=...)`` returns."""
-        from ..validation import _ort_value_to_numpy
-
         inputs = {k: v.numpy() if hasattr(v, "numpy") else np.asarray(v) for k, v in inputs.items()}
         text = inputs["input_ids"].astype(np.int64)
         batch, length = text.shape
         features = self.vision_outputs({"pixel_values": inputs["pixel_values"]})
-        rows, extra = divmod(_ort_value_to_numpy(features[0]).shape[0], batch)
+        rows, extra = divmod(ort_value_to_numpy(features[0]).shape[0], batch)
         if extra or not rows:
             raise ValueError(f"The vision piece gives {rows * batch + extra} feature rows for {batch} prompts: one image "
                              "per prompt.")

@@ -37,6 +37,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..ort_values import ort_value_to_numpy
 from .folder import TextResult, TextStream, _read_json, open_pieces
 from .sampling import Sampling
 
@@ -269,14 +270,12 @@ class VisionGenerator:
     def _one_image_at_a_time(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Mistral 3: the processor padded the images to the largest; each one cropped to its size
         (``image_sizes``) runs alone, the outputs concatenated (bfloat16 ones as their bits)."""
-        from ..validation import _ort_value_to_numpy
-
         pixels = np.asarray(inputs["pixel_values"])
         sizes = np.asarray(inputs["image_sizes"]).reshape(-1, 2)
         if pixels.ndim != 4 or pixels.shape[0] != sizes.shape[0]:
             raise ValueError(f"pixel_values of shape {pixels.shape} and image_sizes of shape {sizes.shape}: one padded "
                              "image (3, H, W) per size expected.")
-        outputs = [[_ort_value_to_numpy(v) for v in self.vision_outputs({"pixel_values": pixels[i:i + 1, :, :h, :w]})]
+        outputs = [[ort_value_to_numpy(v) for v in self.vision_outputs({"pixel_values": pixels[i:i + 1, :, :h, :w]})]
                    for i, (h, w) in enumerate(sizes)]
         joined = [np.concatenate(parts, axis=0) for parts in zip(*outputs)]
         return [_as_constant(a) for a in joined]
@@ -292,13 +291,11 @@ class VisionGenerator:
                                      "image_grid_thw": inputs["video_grid_thw"]})
         if "pixel_values" not in inputs:
             return video
-        from ..validation import _ort_value_to_numpy
-
         image = self.vision_outputs(inputs)
         kinds = ids[np.isin(ids, [self.image_token_id, self.video_token_id])]  # batch after batch, as the decoder
         merged = []
         for of_images, of_videos in zip(image, video):
-            of_images, of_videos = _ort_value_to_numpy(of_images), _ort_value_to_numpy(of_videos)
+            of_images, of_videos = ort_value_to_numpy(of_images), ort_value_to_numpy(of_videos)
             rows = np.empty((kinds.size, of_images.shape[-1]), dtype=of_images.dtype)
             rows[kinds == self.image_token_id], rows[kinds == self.video_token_id] = of_images, of_videos
             merged.append(_as_constant(rows))

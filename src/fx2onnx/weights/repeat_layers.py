@@ -500,7 +500,7 @@ def _extend_cache_pairs(model: ir.Model, per_layer_inputs: dict, per_layer_outpu
     """The metadata pairing each cache input with its output (``fx2onnx.cache``) for every layer."""
     import json
 
-    from ..runtime.generate import CACHE_METADATA_KEY
+    from ..formats import CACHE_METADATA_KEY
 
     if CACHE_METADATA_KEY not in model.metadata_props:
         return

@@ -49,11 +49,10 @@ from typing import Collection
 import numpy as np
 import onnx_ir as ir
 
-from ._mask_probe import masks_are_causal
+from ...formats import IN_PLACE_METADATA_KEY  # noqa: F401 (the metadata the rule writes; the loop binds the cache in place when set)
 from ._graph import attr, ensure_opset, initializer, nodes_of, rank, replace
+from ._mask_probe import masks_are_causal
 
-#: the model metadata the rule writes; the generation loop binds the cache in place when set
-IN_PLACE_METADATA_KEY = "fx2onnx.cache_in_place"
 #: the attributes of the standard ``Attention`` the rewrite carries over or accepts as defaults
 _KNOWN = {"q_num_heads", "kv_num_heads", "scale", "softcap", "is_causal", "softmax_precision"}
 
