@@ -1,6 +1,7 @@
 # fx2onnx: two commands.
 #   make html   builds the site in _build/html (every gallery example runs, warnings are errors;
-#               the doctrees go to _build/doctrees, outside the published folder)
+#               the doctrees go to _build/doctrees, outside the published folder), then checks
+#               the pages (_doc/site_check.py: no temporary path, progress bar, tracker number...)
 #   make test   runs the fast tier of the tests (on 2 processes: TEST_WORKERS=0 for one): unit tests,
 #               converters, patches and one model per family, under 5 minutes; it leaves out the
 #               tests marked slow (model sweeps, long end-to-end tests)
@@ -35,6 +36,7 @@ $(STAMP): requirements-docs.txt pyproject.toml | $(PY)
 
 html: $(STAMP)
 	$(PY) -m sphinx $(SPHINXOPTS) -b html -d _build/doctrees . _build/html
+	$(PY) _doc/site_check.py _build/html
 	@echo "The site is in _build/html/index.html"
 
 test: $(STAMP)

@@ -1,0 +1,267 @@
+"""Checks the built site for what must never reach a reader, and reports its longest pages.
+
+``make html`` runs it after Sphinx: ``python _doc/site_check.py _build/html``. It reads every
+HTML page (the ``_modules/`` source pages and the search index excepted), takes the text a
+reader sees (no ``<script>``, no ``<style>``, no tag or attribute) and fails (exit 1, one line
+per finding) on:
+
+* a temporary path (``/tmp/tmpab12cd``, ``C:\\...\\Temp\\``): an example printed where it wrote;
+* a progress bar (``100%|####| 3/3``): a tool's bar captured in an example's output;
+* a memory address (``0x7f3a2c...``, ``object at 0x...``): changes at every build;
+* an empty file name in a source location (``File "", line 13``);
+* a tracker number (``issue 33``, ``#33``, ``stop 48``): our work process, not the product;
+* a placeholder left in a page (``REPOSITORY_URL``);
+* a memory column of sphinx-gallery which measures nothing (``Estimated memory usage: 0 MB``);
+* a line of code or output wider than :data:`MAX_LINE` characters (far past the window at 1400 px);
+* a gallery example which ran longer than its time budget (:data:`BUDGETS`, read from the
+  "Total running time of the script" sphinx-gallery writes on every example's page).
+
+It reports, without failing, the lines and tables wider than the content column and the
+longest pages and examples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+
+#: (name, regular expression on the visible text of a page)
+RULES: list[tuple[str, re.Pattern]] = [
+    # a documented location (torch's compile cache) is no leftover: "/tmp/torchinductor_<user>"
+    ("temporary path", re.compile(r"(?<![\w.])/tmp/(?!torchinductor_<)[\w.-]+|/var/folders/\w+|"
+                                  r"\\AppData\\Local\\Temp\\", re.I)),
+    ("progress bar", re.compile(r"\d{1,3}%\|[^|\n]{0,80}\|\s*\d+(?:\.\d+)?[kMG]?/\d+")),
+    ("memory address", re.compile(r"\bat 0x[0-9a-f]{6,}\b|\b0x(?:7f|55|56)[0-9a-f]{8,}\b", re.I)),
+    ("empty file name", re.compile(r"File \"\", line \d+")),
+    ("tracker number", re.compile(r"\b(?:issue|stop)\s+\d+(?![\d.,])|(?<![\w&#/])#\d{2,4}\b(?!\.\d)", re.I)),
+    ("placeholder", re.compile(r"\bREPOSITORY_URL\b|\bTODO\b|\bFIXME\b")),
+    ("memory usage of 0 MB", re.compile(r"Estimated memory usage:\s*0 MB")),
+]
+
+#: a line of a ``<pre>`` block longer than this fails: it goes past a 1400-px window (furo's code
+#: font, about 7.8 px a character, from the content column's left edge at about 140 characters)
+#: and far into its scroll box; the lines between the column and this are reported
+MAX_LINE = 180
+#: the characters of the content column (furo: 46em, 736 px): wider lines scroll (reported)
+COLUMN_CHARS = 94
+#: the content column in pixels, for the tables (reported)
+COLUMN_PX = 736
+
+#: seconds a gallery example may run (a regular expression on its file name -> seconds);
+#: the first matching entry applies
+BUDGETS: list[tuple[str, float]] = [
+    (r"bench|benchmark", 300.0),
+    (r".*", 180.0),
+]
+
+_TOTAL_TIME = re.compile(r"Total running time of the script:\s*\(\s*(?:(\d+)\s*minutes?\s*)?([\d.]+)\s*seconds?\s*\)")
+
+
+@dataclass
+class Page:
+    """What the checks read from one HTML page."""
+
+    text: str = ""
+    pre_lines: list[str] = field(default_factory=list)
+    #: the estimated width in pixels of every table
+    table_widths: list[int] = field(default_factory=list)
+
+
+class _Extractor(HTMLParser):
+    """Collects the visible text, the lines of ``<pre>`` blocks and the tables' cell widths."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.skip = 0
+        self.pre = 0
+        self.pre_parts: list[str] = []
+        self.pre_blocks: list[str] = []
+        # one entry per open table: the widths of its columns, the current row's cells, the cell's text
+        self.tables: list[dict] = []
+        self.widths: list[int] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ("script", "style"):
+            self.skip += 1
+        elif tag == "pre":
+            self.pre += 1
+        elif tag == "table":
+            self.tables.append({"cols": [], "row": [], "cell": None})
+        elif tag == "tr" and self.tables:
+            self.tables[-1]["row"] = []
+        elif tag in ("td", "th") and self.tables:
+            self.tables[-1]["cell"] = []
+        elif tag in ("br", "p", "div", "li", "tr") and not self.pre:
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag):
+        if tag in ("script", "style"):
+            self.skip = max(0, self.skip - 1)
+        elif tag == "pre":
+            self.pre = max(0, self.pre - 1)
+            if not self.pre:
+                self.pre_blocks.append("".join(self.pre_parts))
+                self.pre_parts = []
+        elif tag in ("td", "th") and self.tables and self.tables[-1]["cell"] is not None:
+            table = self.tables[-1]
+            table["row"].append(len(" ".join("".join(table["cell"]).split())))
+            table["cell"] = None
+        elif tag == "tr" and self.tables:
+            table = self.tables[-1]
+            for i, n in enumerate(table["row"]):
+                if i < len(table["cols"]):
+                    table["cols"][i] = max(table["cols"][i], n)
+                else:
+                    table["cols"].append(n)
+        elif tag == "table" and self.tables:
+            cols = self.tables.pop()["cols"]
+            # about 7.5 px a character of the body font in a table, 16 px of padding a column
+            self.widths.append(int(sum(min(n, 60) * 7.5 + 16 for n in cols)))
+        if tag in ("p", "div", "li", "tr", "td", "th", "pre", "dt", "dd", "h1", "h2", "h3", "h4") and not self.pre:
+            self.parts.append("\n")
+
+    def handle_data(self, data):
+        if self.skip:
+            return
+        self.parts.append(data)
+        if self.pre:
+            self.pre_parts.append(data)
+        if self.tables and self.tables[-1]["cell"] is not None:
+            self.tables[-1]["cell"].append(data)
+
+
+def read_page(html: str) -> Page:
+    """The visible text, the ``<pre>`` lines and the tables' widths of an HTML page."""
+    parser = _Extractor()
+    parser.feed(html)
+    parser.close()
+    lines = [line for block in parser.pre_blocks for line in block.splitlines()]
+    return Page(text="".join(parser.parts), pre_lines=lines, table_widths=parser.widths)
+
+
+def check_page(html: str, max_line: int = MAX_LINE) -> list[str]:
+    """The problems of one page: ``"rule: excerpt"`` for each finding (one per rule and excerpt)."""
+    page = read_page(html)
+    problems: list[str] = []
+    for name, pattern in RULES:
+        seen = set()
+        for match in pattern.finditer(page.text):
+            start = max(0, match.start() - 30)
+            excerpt = " ".join(page.text[start : match.end() + 30].split())
+            if match.group(0) not in seen:
+                seen.add(match.group(0))
+                problems.append(f"{name}: ...{excerpt}...")
+    for line in page.pre_lines:
+        if len(line) > max_line:
+            problems.append(f"line of {len(line)} characters (at most {max_line}): {line[:60]}...")
+            break
+    return problems
+
+
+def example_seconds(html: str) -> float | None:
+    """The running time sphinx-gallery printed on an example's page, None on another page."""
+    match = _TOTAL_TIME.search(" ".join(read_page(html).text.split()))
+    if not match:
+        return None
+    return float(match.group(1) or 0) * 60 + float(match.group(2))
+
+
+def budget(name: str) -> float:
+    """The seconds an example of this file name may run (:data:`BUDGETS`)."""
+    for pattern, seconds in BUDGETS:
+        if re.search(pattern, name):
+            return seconds
+    return float("inf")
+
+
+@dataclass
+class Report:
+    """The findings on a built site."""
+
+    problems: list[str] = field(default_factory=list)
+    sizes: dict[str, int] = field(default_factory=dict)
+    times: dict[str, float] = field(default_factory=dict)
+    wide_lines: dict[str, int] = field(default_factory=dict)
+    wide_tables: dict[str, int] = field(default_factory=dict)
+
+
+def _pages(folder: str):
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d not in ("_modules", "_static", "_sources", "_images", "_downloads"))
+        for name in sorted(files):
+            if name.endswith(".html") and name not in ("genindex.html", "search.html", "py-modindex.html"):
+                yield os.path.join(root, name)
+
+
+def check_site(folder: str, max_line: int = MAX_LINE) -> Report:
+    """Checks every page of a built site (the HTML folder of ``make html``)."""
+    report = Report()
+    for path in _pages(folder):
+        rel = os.path.relpath(path, folder)
+        with open(path, encoding="utf-8") as f:
+            html = f.read()
+        report.sizes[rel] = len(html)
+        report.problems.extend(f"{rel}: {p}" for p in check_page(html, max_line))
+        page = read_page(html)
+        wide = sum(len(line) > COLUMN_CHARS for line in page.pre_lines)
+        if wide:
+            report.wide_lines[rel] = wide
+        if page.table_widths and max(page.table_widths) > COLUMN_PX:
+            report.wide_tables[rel] = max(page.table_widths)
+        seconds = example_seconds(html)
+        if seconds is not None and rel.startswith("auto_examples"):
+            report.times[rel] = seconds
+            limit = budget(os.path.basename(rel))
+            if seconds > limit:
+                report.problems.append(f"{rel}: ran {seconds:.0f} s, over its budget of {limit:.0f} s")
+    return report
+
+
+def format_report(report: Report, top: int = 8) -> str:
+    """The text printed by the command line: the longest pages and examples, then the problems."""
+    lines = [f"site check: {len(report.sizes)} pages, {len(report.times)} gallery examples"]
+    lines.append("longest pages (KB of HTML):")
+    for rel, size in sorted(report.sizes.items(), key=lambda kv: -kv[1])[:top]:
+        lines.append(f"  {size / 1024:8.0f}  {rel}")
+    if report.times:
+        lines.append(f"longest examples (s), of {sum(report.times.values()):.0f} s in all:")
+        for rel, seconds in sorted(report.times.items(), key=lambda kv: -kv[1])[:top]:
+            lines.append(f"  {seconds:8.1f}  {rel}")
+    if report.wide_lines:
+        lines.append(f"pages with lines wider than the content column ({COLUMN_CHARS} characters, they scroll): "
+                     f"{len(report.wide_lines)}")
+        for rel, n in sorted(report.wide_lines.items(), key=lambda kv: -kv[1])[:top]:
+            lines.append(f"  {n:8d}  {rel}")
+    if report.wide_tables:
+        lines.append(f"pages with a table wider than the content column (~{COLUMN_PX} px, it scrolls): "
+                     f"{len(report.wide_tables)}")
+        for rel, px in sorted(report.wide_tables.items(), key=lambda kv: -kv[1])[:top]:
+            lines.append(f"  {px:8d}  {rel}")
+    if report.problems:
+        lines.append(f"{len(report.problems)} problem(s):")
+        lines.extend(f"  {p}" for p in report.problems)
+    else:
+        lines.append("no problem found")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("folder", nargs="?", default=os.path.join("_build", "html"), help="the built site")
+    parser.add_argument("--max-line", type=int, default=MAX_LINE, help="the longest line of code or output")
+    args = parser.parse_args(argv)
+    if not os.path.isfile(os.path.join(args.folder, "index.html")):
+        print(f"error: {args.folder} holds no built site (index.html); run make html first", file=sys.stderr)
+        return 2
+    report = check_site(args.folder, args.max_line)
+    print(format_report(report))
+    return 1 if report.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

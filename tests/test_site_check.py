@@ -1,0 +1,100 @@
+"""The site check of ``make html`` (``_doc/site_check.py``) on small HTML pages."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[1] / "_doc" / "site_check.py"
+_SPEC = importlib.util.spec_from_file_location("site_check", _PATH)
+site_check = importlib.util.module_from_spec(_SPEC)
+sys.modules.setdefault("site_check", site_check)  # dataclasses look their module up
+_SPEC.loader.exec_module(site_check)
+
+
+def page(body: str) -> str:
+    return f"<html><head><style>.x{{color:#333}}</style><script>var a = '/tmp/x';</script></head><body>{body}</body></html>"
+
+
+@pytest.mark.parametrize(
+    "body, rule",
+    [
+        ('<pre>wrote /tmp/tmpa1b2c3/model.onnx</pre>', "temporary path"),
+        ("<pre>Writing model shards: 100%|██████████| 3/3 [00:00&lt;00:00, 12.1it/s]</pre>", "progress bar"),
+        ("<p>&lt;function f at 0x7f3a2c1d9e40&gt;</p>", "memory address"),
+        ('<pre>source: File "", line 13</pre>', "empty file name"),
+        ("<p>Real sizes (issue 37), measured</p>", "tracker number"),
+        ("<p>as asked in #33.</p>", "tracker number"),
+        ("<p>see stop 48 of the log</p>", "tracker number"),
+        ("<pre>git clone REPOSITORY_URL fx2onnx</pre>", "placeholder"),
+        ("<p>Estimated memory usage: 0 MB</p>", "memory usage of 0 MB"),
+    ],
+)
+def test_each_rule_fails(body, rule):
+    problems = site_check.check_page(page(body))
+    assert [p.split(":")[0] for p in problems] == [rule], problems
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "<p>The column #1 and #2 of compare_onnx, a colour #444444, stop 1.5 s, 100% of the rows.</p>",
+        "<p>Estimated memory usage: 12 MB</p>",
+        "<pre>python -m fx2onnx export ckpt --out exported</pre>",
+        '<pre>File "model.py", line 13</pre>',
+        "<p>the address 0x10 of a register</p>",
+    ],
+)
+def test_clean_pages_pass(body):
+    assert site_check.check_page(page(body)) == []
+
+
+def test_script_and_style_are_not_read():
+    # the page() wrapper holds '/tmp/x' in a script and '#333' in a style
+    assert site_check.check_page(page("<p>nothing</p>")) == []
+
+
+def test_long_line_of_code():
+    html = page("<pre>short\n" + "x" * 200 + "\nshort</pre>")
+    problems = site_check.check_page(html, max_line=140)
+    assert len(problems) == 1 and problems[0].startswith("line of 200 characters")
+    assert site_check.check_page(html, max_line=300) == []
+
+
+def test_tables_and_example_time():
+    html = page(
+        "<table><tr><th>a</th><th>b</th></tr><tr><td>" + "x" * 50 + "</td><td>" + "y" * 50 + "</td></tr></table>"
+        "<p>Total running time of the script: (2 minutes 3.500 seconds)</p>"
+    )
+    info = site_check.read_page(html)
+    assert info.table_widths == [2 * (50 * 7.5 + 16)]
+    assert site_check.example_seconds(html) == 123.5
+    assert site_check.example_seconds(page("<p>no example</p>")) is None
+
+
+def test_site(tmp_path):
+    (tmp_path / "index.html").write_text(page("<p>Home</p>"), encoding="utf-8")
+    gallery = tmp_path / "auto_examples" / "06_benchmarks"
+    gallery.mkdir(parents=True)
+    (gallery / "plot_slow.html").write_text(
+        page("<p>Total running time of the script: (9 minutes 0.0 seconds)</p>"), encoding="utf-8"
+    )
+    (gallery / "plot_fast.html").write_text(
+        page("<p>Total running time of the script: (0 minutes 2.0 seconds)</p><pre>wrote /tmp/tmpzz/x</pre>"),
+        encoding="utf-8",
+    )
+    # the source pages are not checked
+    (tmp_path / "_modules").mkdir()
+    (tmp_path / "_modules" / "m.html").write_text(page("<p>issue 12</p>"), encoding="utf-8")
+    report = site_check.check_site(str(tmp_path))
+    assert sorted(report.times) == ["auto_examples/06_benchmarks/plot_fast.html", "auto_examples/06_benchmarks/plot_slow.html"]
+    assert len(report.problems) == 2, report.problems
+    assert any("over its budget" in p and "plot_slow" in p for p in report.problems)
+    assert any("temporary path" in p and "plot_fast" in p for p in report.problems)
+    text = site_check.format_report(report)
+    assert "longest examples" in text and "2 problem(s)" in text
+    assert site_check.main([str(tmp_path)]) == 1
+    assert site_check.main([str(tmp_path / "missing")]) == 2
