@@ -142,13 +142,31 @@ def _row_key(row: dict) -> tuple:
     return row["model"], row["precision"], row["exporter"], row.get("prompt", 24)
 
 
+def run_versions() -> dict[str, str]:
+    """The versions of the packages a measure depends on (those installed)."""
+    from importlib import metadata
+
+    versions = {}
+    for name in ("fx2onnx", "torch", "transformers", "onnxruntime", "onnxruntime-genai"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions
+
+
 def report(rows: list[dict], json_path: str | None = None, merge: bool = False) -> None:
-    """Prints the rows as a table; writes them in ``json_path`` with the machine's cores and load.
+    """Prints the rows as a table; writes them in ``json_path`` with the machine's cores and load,
+    each row with its date, command and versions.
     ``merge``: the rows of an existing file are kept unless a new row has the same model, precision,
     exporter and prompt length (runs of several models gather in one file)."""
     import pandas
 
     print(pandas.DataFrame(rows).to_string(index=False))
+    for row in rows:  # where each row comes from: the pages render these beside the values
+        row.setdefault("date", time.strftime("%Y-%m-%d", time.gmtime()))
+        row.setdefault("command", "python " + " ".join(sys.argv))
+        row.setdefault("versions", run_versions())
     if json_path:
         kept = []
         if merge and os.path.isfile(json_path):

@@ -17,14 +17,14 @@ the best of each kept:
 * **decode**: the later tokens / their time.
 
 Exports run for minutes: the page plots the rows the script stored in
-``_doc/bench/llm_deploy.json`` (``--json``, one model per run, the rows merged):
-``python bench/bench_deploy.py --model qwen3-0.6b --precisions float32,int8,int4 --rounds 5
---json _doc/bench/llm_deploy.json`` and the same for ``llama-3.2-1b``, on this project's
-2-core machine.
+``_doc/bench/llm_deploy.json`` (``--json``, one model per run, the rows merged), each with the
+date and the command which measured it (printed below), on this project's 2-core machine.
+:ref:`l-design-deploy` renders the same rows as a table.
 """
 
 import json
 import os
+import textwrap
 
 import matplotlib.pyplot as plt
 
@@ -51,6 +51,10 @@ for r in rows:
           f"{r['peak_rss_gb']:>7.2f} {r['size_mb']:>6} {r['prefill_tok_s']:>13.1f} {r['decode_tok_s']:>12.2f}  "
           f"{r['same_tokens']}")
 
+print()
+for date, command in dict.fromkeys((r.get("date", "?"), r.get("command", "?")) for r in rows):
+    print(f"{date}:", textwrap.fill(command, 88, subsequent_indent="    "))
+
 by = {(r["model"], r["precision"], r["prompt"], r["exporter"]): r for r in rows}
 for (model, precision, prompt, exporter), r in by.items():
     if precision == "float32":
@@ -76,18 +80,22 @@ for model, precision, prompt in keys:
 # Plot
 # ----
 #
-# For every model and precision, fx2onnx (blue) and onnxruntime-genai (orange).
+# For every model, precision and prompt length, fx2onnx (blue) and onnxruntime-genai (orange),
+# as horizontal bars: one panel per measure, its unit on the axis.
 
-labels = [f"{m}\n{p}" + (f"\n{n} tokens" if n != 24 else "") for m, p, n in keys]
-fig, axes = plt.subplots(1, 4, figsize=(16, 4))
-for ax, field, title in zip(axes, ["prefill_tok_s", "decode_tok_s", "size_mb", "export_s"],
-                            ["prefill tokens/s (higher is better)", "decode tokens/s (higher is better)",
-                             "files (MB)", "export time (s)"]):
+labels = [f"{m} {p}" + (f", {n} tokens" if n != 24 else "") for m, p, n in keys]
+panels = [("prefill_tok_s", "prefill (tokens/s, higher is better)"), ("decode_tok_s", "decode (tokens/s, higher is better)"),
+          ("size_mb", "files (MB, lower is better)"), ("export_s", "export time (s, lower is better)")]
+fig, axes = plt.subplots(2, 2, figsize=(7.4, 6.4), sharey=True)
+for ax, (field, title) in zip(axes.ravel(), panels):
     for shift, (exporter, color) in enumerate([("fx2onnx", "tab:blue"), ("onnxruntime-genai", "tab:orange")]):
         values = [by.get((m, p, n, exporter), {}).get(field, 0) for m, p, n in keys]
-        ax.bar([i + 0.4 * shift for i in range(len(keys))], values, width=0.4, color=color, label=exporter)
-    ax.set_xticks([i + 0.2 for i in range(len(keys))])
-    ax.set_xticklabels(labels, fontsize=7)
-    ax.set_title(title, fontsize=9)
-axes[0].legend(fontsize=7)
-fig.tight_layout()
+        ax.barh([i + 0.4 * shift for i in range(len(keys))], values, height=0.4, color=color, label=exporter)
+    ax.set_yticks([i + 0.2 for i in range(len(keys))])
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_xlabel(title, fontsize=8)
+    ax.tick_params(axis="x", labelsize=8)
+axes[0, 0].invert_yaxis()  # the first row on top (the panels share their y axis)
+fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8)
+fig.suptitle("LLM folders: fx2onnx and onnxruntime-genai (the rows above)", fontsize=10)
+fig.tight_layout(rect=(0, 0.04, 1, 1))  # room for the legend below the panels

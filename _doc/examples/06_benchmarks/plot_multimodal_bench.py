@@ -22,12 +22,14 @@ rounds, the best of each kept:
   tokens are compared on a prompt without image.
 
 Exports run for minutes: the page plots the rows the scripts stored in
-``_doc/bench/multimodal.json`` (their ``--json``), measured on this project's 2-core machine
-(quiet at the time, noisy still: the scripts keep the best of 3 rounds).
+``_doc/bench/multimodal.json`` (their ``--json``), each with the date and the command which
+measured it (printed below), on this project's 2-core machine (quiet at the time, noisy still:
+the scripts keep the best of their rounds). :ref:`l-design-deploy` renders the same rows as a table.
 """
 
 import json
 import os
+import textwrap
 
 import matplotlib.pyplot as plt
 
@@ -62,6 +64,10 @@ for r in rows:
 # our Whisper folder gives transformers' tokens; int4 folders quantize differently (ours and the
 # builder's blocks of 32, their tokens may part after a few steps on random weights).
 
+print()
+for date, command in dict.fromkeys((r.get("date", "?"), r.get("command", "?")) for r in rows):
+    print(f"{date}:", textwrap.fill(command, 88, subsequent_indent="    "))
+
 by = {(r["model"], r["precision"], r["exporter"]): r for r in rows}
 for (model, precision, exporter), r in by.items():
     if precision == "float32" and exporter == "onnxruntime-genai":
@@ -85,16 +91,21 @@ def value(row, field):
 
 
 keys = sorted({(r["model"], r["precision"]) for r in rows}, key=lambda k: (k[0], k[1] != "float32"))
-labels = [f"{m.split(',')[0]}\n{p}" for m, p in keys]
-fig, axes = plt.subplots(1, 4, figsize=(16, 4))
-for ax, field, title in zip(axes, ["decode_tok_s", "text_mb", "export_s", "peak_rss_gb"],
-                            ["decode tokens/s (higher is better)", "text decoder's files (MB)", "export time (s)",
-                             "peak memory of the export (GB)"]):
+labels = [f"{m.split(',')[0]} {p}" for m, p in keys]
+panels = [("decode_tok_s", "decode (tokens/s, higher is better)"), ("text_mb", "text decoder's files (MB, log scale)"),
+          ("export_s", "export time (s)"), ("peak_rss_gb", "peak memory of the export (GB)")]
+fig, axes = plt.subplots(2, 2, figsize=(7.4, 6.0), sharey=True)
+for ax, (field, title) in zip(axes.ravel(), panels):
     for shift, (exporter, color) in enumerate([("fx2onnx", "tab:blue"), ("onnxruntime-genai", "tab:orange")]):
         values = [value(by.get((m, p, exporter), {}), field) for m, p in keys]
-        ax.bar([i + 0.4 * shift for i in range(len(keys))], values, width=0.4, color=color, label=exporter)
-    ax.set_xticks([i + 0.2 for i in range(len(keys))])
-    ax.set_xticklabels(labels, fontsize=7)
-    ax.set_title(title, fontsize=9)
-axes[0].legend(fontsize=7)
-fig.tight_layout()
+        ax.barh([i + 0.4 * shift for i in range(len(keys))], values, height=0.4, color=color, label=exporter)
+    ax.set_yticks([i + 0.2 for i in range(len(keys))])
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.set_xlabel(title, fontsize=8)
+    ax.tick_params(axis="x", labelsize=8)
+    if field == "text_mb":
+        ax.set_xscale("log")  # Whisper's tens of MB beside Qwen2.5-VL's thousands
+axes[0, 0].invert_yaxis()  # the first row on top (the panels share their y axis)
+fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8)
+fig.suptitle("Speech and image-text folders: fx2onnx and onnxruntime-genai", fontsize=10)
+fig.tight_layout(rect=(0, 0.04, 1, 1))  # room for the legend below the panels
