@@ -6,6 +6,8 @@ and shapes, the failures first, one sortable table, each failing cell linked to 
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -120,13 +122,36 @@ def library_summary(rows: Sequence[dict[str, Any]], discovered: int | None = Non
     return table
 
 
+def computed_by(meta: dict[str, Any], rows: Sequence[dict[str, Any]], versions: str) -> str:
+    """Which command computed the rows: a run restricted by ``--only`` (or resuming with ``--missing``,
+    ``--stale``...) computed some of them, the others come from earlier runs of the same zoo."""
+    command = meta.get("command", "?")
+    date = meta.get("date", "?")
+    match = re.search(r"\s--only\s+(?:'([^']*)'|\"([^\"]*)\"|(\S+))", command)
+    if match is None and not re.search(r"\s--(missing|stale|generate|regenerate)", command):
+        return f"Computed by ``{command}`` on {date} ({versions})."
+    base = command.split(" --", 1)[0]
+    names = sorted({r["architecture"] for r in rows})
+    if match is not None:
+        pattern = next(g for g in match.groups() if g is not None)
+        try:
+            last = sum(bool(re.search(pattern, "/" + n.split("/", 1)[-1]) or re.search(pattern, n)) for n in names)
+        except re.error:
+            last = None
+        what = f"restricted by ``--only`` to {last} of the {len(names)} architectures" if last is not None else \
+            "restricted by ``--only``"
+    else:
+        what = f"``{command[len(base):].strip()}``"
+    return (f"Computed by runs of ``{base}``, each over some of the architectures; the last one, on {date} "
+            f"({versions}), was {what}, the other rows come from earlier runs.")
+
+
 def library_page(library: str, rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     """The rst page of one library."""
     title = f"{library} models"
     lines = [title, "=" * len(title), "", INTRO[library], ""]
     versions = ", ".join(f"{k} {meta[k]}" for k in ("torch", library, "torchvision") if k in meta)
-    lines += [f"Computed by ``{meta.get('command', '?')}`` on {meta.get('date', '?')} ({versions}); the rows are "
-              f"committed (``_doc/models/rows_{library}.json``).", ""]
+    lines += [computed_by(meta, rows, versions) + f" The rows are committed (``_doc/models/rows_{library}.json``).", ""]
     lines += [".. list-table:: Models per exporter and shapes", "    :header-rows: 1", "",
               "    * - exporter\n      - shapes\n      - discovered\n      - built\n      - captured\n"
               "      - exported\n      - matched"]
@@ -295,8 +320,7 @@ def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     title = "transformers tasks"
     lines = [title, "=" * len(title), "", TASKS_INTRO, ""]
     versions = ", ".join(f"{k} {meta[k]}" for k in ("torch", "transformers") if k in meta)
-    lines += [f"Computed by ``{meta.get('command', '?')}`` on {meta.get('date', '?')} ({versions}); the rows are "
-              "committed (``_doc/models/rows_tasks.json``).", ""]
+    lines += [computed_by(meta, rows, versions) + " The rows are committed (``_doc/models/rows_tasks.json``).", ""]
     summary = task_summary(rows, meta.get("discovered"))
     head = ["task", "discovered", "run", "built", "captured"] + [
         f"{e} {what}" for e in EXPORTERS for what in ("exported", "matched")]

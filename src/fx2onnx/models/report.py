@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import collections
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -28,6 +29,9 @@ _PAST = {
 }
 
 
+#: the length at which the zoo stores an error of the generate column (models/generation.py)
+STORED_ERROR = 300
+
 #: what the rows cannot say by themselves: why some families fail, and the fix
 KNOWN_LIMITS = [
     "* **Mixtures of experts**: transformers 5 runs the experts with a grouped matmul which, on CPU "
@@ -43,8 +47,7 @@ KNOWN_LIMITS = [
     "states are flattened (:mod:`fx2onnx.patches.linear_cache`). The other Python loops over the "
     "sequence run as scans too (:mod:`fx2onnx.patches.recurrences`: RWKV, RecurrentGemma, xLSTM, "
     "MiniMax decoding with a cache); CPM-Ant and Funnel built Python lists of the sequence length "
-    "(patched in :mod:`fx2onnx.patches.transformers_fixes`). Reformer still fails at *capture*: its "
-    "axial position embeddings loop over the batch and read ``position_ids.max().item()``.",
+    "(patched in :mod:`fx2onnx.patches.transformers_fixes`).",
     "* **Sliding-window caches**: a model is exported with a cache shorter than its window and run with "
     "a longer one (the second input set: 11 positions, window 8). A cache made only of sliding layers "
     "(Mistral, Ministral) carries its count of tokens seen as one more tensor, ``tokens_seen`` "
@@ -71,8 +74,6 @@ def summary(rows: Sequence[dict[str, Any]], architectures: int | None = None) ->
 
 
 def _escape(text: str) -> str:
-    import re
-
     return re.sub(r"([\\`*_|\[\]<>])", r"\\\1", text)
 
 
@@ -97,10 +98,14 @@ def _cell(row: dict[str, Any] | None) -> str:
     return f":ref:`✘ {STEP_LETTERS.get(row['step'], '?')} <{_error_label(row)}>`"
 
 
+#: the temporary folder a zoo run wrote a checkpoint in (changes at every run): shown as ``TMP/``
+_TEMPORARY = re.compile(r"(?:/tmp|/var/folders/[\w/]+?/T|[A-Z]:\\[^'\"]*?\\Temp)[/\\][\w.-]+[/\\]")
+
+
 def error_text(error: str | None) -> str:
     """The error of a row, escaped for rst; a message the zoo shortened (ending with ``...``)
     is cut at its last complete sentence, and a shortened one says so with ``[...]``."""
-    text = without_addresses(error or "").replace("\n", " ").strip()
+    text = _TEMPORARY.sub("TMP/", without_addresses(error or "")).replace("\n", " ").strip()
     shortened = text.endswith("...")
     if shortened:
         text = text[:-3]
@@ -195,7 +200,12 @@ def page_text(rows: Sequence[dict[str, Any]], meta: dict[str, Any], skipped: Seq
     lines += _gaps(rows)
     lines += _generation_lines(rows)
     lines += _heading("Known limits", "-")
-    lines += KNOWN_LIMITS + [""]
+    capture = sorted({r["architecture"] for r in rows if not r["success"] and r["step"] == "capture"})
+    lines += KNOWN_LIMITS + [
+        "* **Failing at capture** in these rows: "
+        + (", ".join(f"``{n}``" for n in capture) + " (their errors are listed below)." if capture else "none."),
+        "",
+    ]
     lines += _heading("Per architecture", "-")
     steps = ", ".join(f"**{letter}** {step}" for step, letter in STEP_LETTERS.items())
     lines += [f"✔ and the maximum absolute difference with eager, ✘ and the step which failed ({steps}), "
@@ -293,11 +303,14 @@ def _generation_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     for r in done:
         g = r["generate"]
         if not g["equal"]:
-            why = g["error"] or (f"{g['matched']}/{2 * tokens} new tokens equal, the first difference at new "
-                                 f"token {g['first_difference']}")
+            if g["error"]:  # stored cut at STORED_ERROR characters: cut at its last complete sentence
+                why = error_text(g["error"] + ("..." if len(g["error"]) >= STORED_ERROR else ""))
+            else:
+                why = _escape(f"{g['matched']}/{2 * tokens} new tokens equal, the first difference at new "
+                              f"token {g['first_difference']}")
             if g.get("cause"):  # fx2onnx.generate equals a greedy loop on the eager forward
-                why += f"; the tokens of a greedy loop on the eager forward: {g['cause']}"
-            lines.append(f"* ``{r['architecture']}``: {_escape(why)}")
+                why += _escape(f"; the tokens of a greedy loop on the eager forward: {g['cause']}")
+            lines.append(f"* ``{r['architecture']}``: {why}")
     return lines + [""]
 
 
