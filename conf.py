@@ -232,6 +232,17 @@ def shorten_paths(app, docname: str, source: list[str]) -> None:
     source[0] = text
 
 
+_ZERO_MEMORY = re.compile(r"^\*\*Estimated memory usage:\*\* +0 MB\n\n?", re.M)
+
+
+def drop_zero_memory(app, docname: str, source: list[str]) -> None:
+    """Removes sphinx-gallery's "Estimated memory usage: 0 MB" from an example's page: the example
+    did not raise the build's peak memory (or did not run), the line says nothing. The memory column
+    of the execution times keeps every value."""
+    if docname.startswith("auto_examples/"):
+        source[0] = _ZERO_MEMORY.sub("", source[0])
+
+
 def quiet_root_logger(app) -> None:
     """Puts the root logger back to WARNING.
 
@@ -249,6 +260,7 @@ def setup(app):
     app.connect("builder-inited", finish_page_generators, priority=900)
     app.connect("source-read", drop_cdn_scripts)
     app.connect("source-read", shorten_paths)
+    app.connect("source-read", drop_zero_memory)
     # _doc/viewcode_links.py: the [docs] links of the _modules/ pages to anchors which exist
     app.connect("html-page-context", viewcode_links.fix_backlinks)
     return {"parallel_read_safe": True}

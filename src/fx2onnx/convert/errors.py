@@ -26,6 +26,8 @@ def node_source_line(node: Any) -> str:
     frames = []
     for i, line in enumerate(lines):
         if line.startswith("File "):
+            # code compiled without a file name (exec of a string) is shown as Python names it
+            line = line.replace('File ""', 'File "<string>"', 1)
             code = lines[i + 1] if i + 1 < len(lines) and not lines[i + 1].startswith("File ") else ""
             frames.append((line, f"{line}: {code}".strip(": ")))
     if not frames:
