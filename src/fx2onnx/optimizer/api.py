@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import onnx
 import onnx_ir as ir
 
+from .default import optimize_model
 from .rules import LEVELS
 from .rules.quantize import (
     ACCURACY_LEVEL,
@@ -134,8 +135,6 @@ def optimize(
         onx, rep = fx2onnx.optimize(onx, level="onnxruntime", report=True)
         print(rep)
     """
-    from ..convert.api import optimize_model
-
     name = resolve_level(level)
     if name is None:
         raise ValueError("optimize(level=False) does nothing: call it with a level name or True.")

@@ -118,7 +118,7 @@ def write_random_checkpoint(
     """
     import transformers
 
-    from .export import _torch_dtype
+    from .model_config import _torch_dtype
 
     folder = os.fspath(folder)
     os.makedirs(folder, exist_ok=True)
