@@ -11,10 +11,14 @@ the C++ operators.
 
 :func:`ensure_torchvision` loads the extension when it can (a CPU build of torchvision, or a
 CUDA build beside a CUDA torch: nothing is changed then). Otherwise it declares the schemas of
-the two operators torchvision registers unconditionally, ``nms`` and ``qnms``, without any
-kernel, so that the import succeeds; every torchvision C++ operator still raises torchvision's
-own "Couldn't load custom C++ ops" error when called (``roi_align`` falls back to its Python
-implementation, as torchvision does without its extension). No file of torchvision is modified.
+torchvision's operators (:data:`SCHEMAS`, those of its C++ extension) with CPU kernels written
+in plain torch (:mod:`fx2onnx.torchvision_kernels`: ``nms``, ``roi_align``, ``roi_pool``,
+``ps_roi_align``, ``ps_roi_pool``, ``deform_conv2d`` and their backward), so that the import
+succeeds and torchvision's detection models run on CPU. When torchvision is then imported, its
+``torchvision.extension._has_ops()`` is made to answer True: torchvision registers its fake
+kernels (for :func:`torch.export`), autograd and autocast rules on these operators as it does
+beside its own extension. The quantized ``qnms`` and ``qroi_align`` keep no kernel. No file of
+torchvision is modified.
 
 :func:`install_import_hook` runs it on the first ``import torchvision`` of a process, whoever
 imports it (transformers, timm, a user's script). ``make`` installs the hook into the virtual
@@ -34,6 +38,7 @@ torchvision is).
 from __future__ import annotations
 
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
 import sysconfig
@@ -44,6 +49,28 @@ from typing import Any
 UNCONDITIONAL_SCHEMAS = (
     "nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
     "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+)
+_SIZES = "float spatial_scale, SymInt pooled_height, SymInt pooled_width"
+_SHAPE = "SymInt batch_size, SymInt channels, SymInt height, SymInt width"
+_DEFORM = ("Tensor input, Tensor weight, Tensor offset, Tensor mask, Tensor bias, SymInt stride_h, SymInt stride_w, "
+           "SymInt pad_h, SymInt pad_w, SymInt dilation_h, SymInt dilation_w, SymInt groups, SymInt offset_groups, "
+           "bool use_mask")
+#: every operator of torchvision's C++ extension that its Python code calls, as the extension declares it
+SCHEMAS = UNCONDITIONAL_SCHEMAS + (
+    f"roi_align(Tensor input, Tensor rois, {_SIZES}, int sampling_ratio, bool aligned) -> Tensor",
+    f"_roi_align_backward(Tensor grad, Tensor rois, {_SIZES}, {_SHAPE}, int sampling_ratio, bool aligned) -> Tensor",
+    f"roi_pool(Tensor input, Tensor rois, {_SIZES}) -> (Tensor, Tensor)",
+    f"_roi_pool_backward(Tensor grad, Tensor rois, Tensor argmax, {_SIZES}, {_SHAPE}) -> Tensor",
+    f"ps_roi_align(Tensor input, Tensor rois, {_SIZES}, int sampling_ratio) -> (Tensor, Tensor)",
+    f"_ps_roi_align_backward(Tensor grad, Tensor rois, Tensor channel_mapping, {_SIZES}, int sampling_ratio, "
+    f"{_SHAPE}) -> Tensor",
+    f"ps_roi_pool(Tensor input, Tensor rois, {_SIZES}) -> (Tensor, Tensor)",
+    f"_ps_roi_pool_backward(Tensor grad, Tensor rois, Tensor channel_mapping, {_SIZES}, {_SHAPE}) -> Tensor",
+    "qroi_align(Tensor input, Tensor rois, float input_scale, int input_zero_point, float rois_scale, "
+    f"int rois_zero_point, {_SIZES}, int sampling_ratio, bool aligned) -> Tensor",
+    f"deform_conv2d({_DEFORM}) -> Tensor",
+    f"_deform_conv2d_backward(Tensor grad, {_DEFORM}) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+    "_cuda_version() -> int",
 )
 #: the ``.pth`` file :func:`write_pth_file` writes into ``site-packages``
 PTH_NAME = "fx2onnx_torchvision_cpu.pth"
@@ -76,8 +103,9 @@ def ensure_torchvision() -> str:
     """Makes ``import torchvision`` work; returns how: ``"native"``, ``"schemas"`` or ``"absent"``.
 
     ``"native"``: torchvision's C++ operators are available (its extension loads);
-    ``"schemas"``: the extension does not load beside this torch, the schemas of ``nms`` and
-    ``qnms`` were declared without kernels; ``"absent"``: torchvision is not installed.
+    ``"schemas"``: the extension does not load beside this torch, its operators were declared
+    with the CPU kernels of :mod:`fx2onnx.torchvision_kernels`; ``"absent"``: torchvision is
+    not installed.
     """
     global _DECLARED
     if _DECLARED is not None:
@@ -97,15 +125,41 @@ def ensure_torchvision() -> str:
             pass
     if _operator_exists("nms"):  # declared by someone else
         return "schemas"
+    from .torchvision_kernels import KERNELS
+
     library = torch.library.Library("torchvision", "DEF")
-    for schema in UNCONDITIONAL_SCHEMAS:
+    for schema in SCHEMAS:
         library.define(schema)
+    for name, kernel in KERNELS.items():
+        library.impl(name, kernel, "CPU")
+    library.impl("_cuda_version", lambda: -1, "CompositeExplicitAutograd")
     _DECLARED = library
     return "schemas"
 
 
+def kernels_declared() -> bool:
+    """Tells if :func:`ensure_torchvision` declared torchvision's operators with its CPU kernels."""
+    return _DECLARED is not None
+
+
+class _ExtensionLoader(importlib.abc.Loader):
+    """Loads ``torchvision.extension`` as usual, then makes its ``_has_ops()`` answer True."""
+
+    def __init__(self, loader: Any):
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self.loader.exec_module(module)
+        if kernels_declared():
+            module._has_ops = kernels_declared
+
+
 class _TorchvisionHook(importlib.abc.MetaPathFinder):
-    """Runs :func:`ensure_torchvision` on the first ``import torchvision``, then steps aside."""
+    """Runs :func:`ensure_torchvision` on the first ``import torchvision``, then steps aside (for
+    :class:`_ExtensionHook` when the kernels were declared)."""
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "torchvision":
@@ -115,7 +169,22 @@ class _TorchvisionHook(importlib.abc.MetaPathFinder):
             ensure_torchvision()
         except Exception:  # noqa: BLE001 - the import then fails with torchvision's own error
             pass
+        if kernels_declared():
+            sys.meta_path.insert(0, _ExtensionHook())
         return None  # the regular finders import torchvision
+
+
+class _ExtensionHook(importlib.abc.MetaPathFinder):
+    """Wraps the loader of ``torchvision.extension`` (:class:`_ExtensionLoader`), then steps aside."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "torchvision.extension":
+            return None
+        sys.meta_path[:] = [f for f in sys.meta_path if f is not self]
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _ExtensionLoader(spec.loader)
+        return spec
 
 
 def install_import_hook() -> None:
