@@ -23,15 +23,124 @@ from .tensors import onnx_dtype
 
 _INDEX = "model.safetensors.index.json"
 _SINGLE = "model.safetensors"
+#: what to do with a truncated or corrupt checkpoint file
+_DOWNLOAD_AGAIN = "download it again (a download cut in the middle leaves such a file)"
+#: bytes per element of the dtypes a safetensors header may name
+SAFETENSORS_ITEMSIZE = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2,
+    "I32": 4, "U32": 4, "F32": 4, "F64": 8, "I64": 8, "U64": 8, "C64": 8,
+}
+#: a header larger than this is corrupt (safetensors itself refuses more than 100 MB)
+_MAX_HEADER = 100_000_000
+
+
+class CheckpointFileError(ValueError):
+    """A checkpoint file is truncated, corrupt or missing: one line naming it and what to do."""
+
+
+class CheckpointMismatchError(KeyError, ValueError):
+    """The checkpoint does not hold the tensors the model of its config.json needs (a KeyError for the
+    callers catching one, a ValueError for the command line's one-line refusal)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def safetensors_header(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
+    """The tensors of a safetensors file, ``{name: {"dtype", "shape", "data_offsets"}}``, read from its header
+    (a few kilobytes, no tensor read) and checked against the file: the header's length and JSON, every dtype
+    known, each tensor's bytes its shape's, the data exactly covered by the tensors and the file that long.
+
+    :raises CheckpointFileError: one line naming the file, what is wrong and what to do
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise CheckpointFileError(f"{path!r} is missing: {_DOWNLOAD_AGAIN.split(' (')[0]} into the folder.")
+    size = os.path.getsize(path)
+
+    def corrupt(what: str) -> CheckpointFileError:
+        return CheckpointFileError(f"{path!r} is truncated or corrupt ({what}): {_DOWNLOAD_AGAIN}.")
+
+    with open(path, "rb") as f:
+        first = f.read(8)
+        if len(first) < 8:
+            raise corrupt(f"{size} bytes, shorter than a safetensors header")
+        length = int.from_bytes(first, "little")
+        if length > min(_MAX_HEADER, size - 8):
+            raise corrupt(f"its header announces {length} bytes, the file holds {size - 8} after the length")
+        raw = f.read(length)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise corrupt(f"its header is not JSON: {str(e).splitlines()[0]}") from None
+    if not isinstance(header, dict):
+        raise corrupt("its header is not a JSON object")
+    header.pop("__metadata__", None)
+    data = size - 8 - length
+    spans = []
+    for name, info in header.items():
+        if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
+            raise corrupt(f"the entry of tensor {name!r} lacks its dtype, shape or data_offsets")
+        dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+        if dtype not in SAFETENSORS_ITEMSIZE:
+            raise corrupt(f"tensor {name!r} has an unknown dtype {dtype!r}")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                   for d in shape):
+            raise corrupt(f"tensor {name!r} has an invalid shape {shape!r}")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)
+                and 0 <= offsets[0] <= offsets[1]):
+            raise corrupt(f"tensor {name!r} has invalid data offsets {offsets!r}")
+        expected = SAFETENSORS_ITEMSIZE[dtype]
+        for d in shape:
+            expected *= d
+        if offsets[1] - offsets[0] != expected:
+            raise corrupt(f"tensor {name!r} spans {offsets[1] - offsets[0]} bytes, its shape {shape} and dtype {dtype} "
+                          f"make {expected}")
+        if offsets[1] > data:
+            raise corrupt(f"tensor {name!r} ends at byte {offsets[1]} of the data, the file holds {data}")
+        spans.append((offsets[0], offsets[1]))
+    position = 0
+    for begin, end in sorted(spans):
+        if begin != position:
+            raise corrupt(f"its tensors {'overlap' if begin < position else 'leave a gap'} at byte {position} of the "
+                          "data")
+        position = end
+    if position != data:
+        raise corrupt(f"its tensors cover {position} bytes of data, the file holds {data}")
+    return header
 
 
 def checkpoint_files(folder: str | os.PathLike) -> dict[str, str]:
-    """Maps each tensor name of the checkpoint in ``folder`` to the safetensors file holding it."""
+    """Maps each tensor name of the checkpoint in ``folder`` to the safetensors file holding it.
+
+    :raises CheckpointFileError: an index which is not JSON, names a missing shard, or a tensor its shard
+        does not hold; a truncated or corrupt file (:func:`safetensors_header`)
+    """
     folder = os.fspath(folder)
     index = os.path.join(folder, _INDEX)
     if os.path.exists(index):
-        with open(index, encoding="utf-8") as f:
-            weight_map = json.load(f)["weight_map"]
+        try:
+            with open(index, encoding="utf-8") as f:
+                weight_map = json.load(f)["weight_map"]
+            if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+                raise TypeError("weight_map is not a mapping of names to files")
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+            raise CheckpointFileError(
+                f"{index!r} is not a safetensors index ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}): "
+                f"{_DOWNLOAD_AGAIN}.") from None
+        headers: dict[str, dict[str, Any]] = {}
+        for file in sorted(set(weight_map.values())):
+            path = os.path.join(folder, file)
+            if not os.path.isfile(path):
+                count = sum(v == file for v in weight_map.values())
+                raise CheckpointFileError(
+                    f"{index!r} names the shard {file!r} ({count} tensors), which is not in the folder: download it "
+                    "into the folder.")
+            headers[file] = safetensors_header(path)
+        for name, file in weight_map.items():
+            if name not in headers[file]:
+                raise CheckpointFileError(f"{index!r} places tensor {name!r} in {file!r}, which does not hold it: "
+                                          f"{_DOWNLOAD_AGAIN}.")
         return {name: os.path.join(folder, file) for name, file in weight_map.items()}
     single = os.path.join(folder, _SINGLE)
     if not os.path.exists(single):
@@ -39,10 +148,17 @@ def checkpoint_files(folder: str | os.PathLike) -> dict[str, str]:
             f"No {_SINGLE} nor {_INDEX} in {folder!r}: give a folder written by save_pretrained "
             "(safe_serialization, the default)."
         )
-    from safetensors import safe_open
+    return {name: single for name in safetensors_header(single)}
 
-    with safe_open(single, framework="pt") as f:
-        return {name: single for name in f.keys()}
+
+def checkpoint_shapes(folder: str | os.PathLike) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """``{tensor name: (safetensors dtype, shape)}`` of the checkpoint in ``folder``, from the headers only."""
+    files = checkpoint_files(folder)
+    result = {}
+    for path in sorted(set(files.values())):
+        for name, info in safetensors_header(path).items():
+            result[name] = (info["dtype"], tuple(info["shape"]))
+    return result
 
 
 #: data pointer of every tensor read from a checkpoint -> (end pointer, path, key, dtype), see
@@ -184,6 +300,8 @@ def checkpoint_weights(
     result: dict[str, ir.LazyTensor] = {}
     missing: dict[str, list[str]] = {}  # name -> the checkpoint names it may have
     renamed: dict[str, str] | None = None
+    tensors = dict(model.named_parameters(remove_duplicate=False))
+    tensors.update(model.named_buffers(remove_duplicate=False))
     for name in wanted:
         candidates = [c for alias in aliases.get(name, [name]) for c in _candidates(alias, prefix)]
         key = next((c for c in candidates if c in files), None)
@@ -195,6 +313,12 @@ def checkpoint_weights(
             missing[name] = candidates
             continue
         result[name] = lazy_checkpoint_tensor(files[key], key, name, dtype)
+        expected = tensors[name].shape if name in tensors else None
+        if expected is not None and tuple(expected) != tuple(result[name].shape.numpy()):
+            raise CheckpointFileError(
+                f"tensor {key!r} of {files[key]!r} has shape {list(result[name].shape.numpy())}, the model of "
+                f"config.json needs {list(expected)} for {name!r}: config.json lacks a field or does not belong to "
+                "these weights; restore the config.json written with them.")
     if missing:  # tensors transformers builds from several (fused experts) or splits (a fused q, k, v)
         converted = transformers_converted_tensors(folder, files, model, dtype)
         for name, candidates in list(missing.items()):
@@ -206,7 +330,7 @@ def checkpoint_weights(
         missing_names = list(missing)
         shown = ", ".join(repr(m) for m in missing_names[:5]) + \
             (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise KeyError(
+        raise CheckpointMismatchError(
             f"{len(missing)} tensor(s) of the model are not in the checkpoint {os.fspath(folder)!r}: {shown}. "
             "The checkpoint belongs to another architecture or renames its tensors: build the model "
             "from the checkpoint's config.json."
@@ -216,7 +340,7 @@ def checkpoint_weights(
 
 def _folder_model(folder: str | os.PathLike) -> torch.nn.Module | None:
     """The model of the folder's config.json on the meta device, None without one or its class."""
-    from .export import model_from_checkpoint_config
+    from .model_config import model_from_checkpoint_config
 
     if not os.path.isfile(os.path.join(os.fspath(folder), "config.json")):
         return None
