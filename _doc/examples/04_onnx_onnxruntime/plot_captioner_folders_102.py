@@ -33,8 +33,9 @@ import PIL.Image
 import torch
 import transformers
 
-from fx2onnx.models.vlm_folder import write_blip_folder, write_florence2_folder, write_git_folder
+from fx2onnx.testing.vlm_folder import write_blip_folder, write_florence2_folder, write_git_folder
 
+transformers.utils.logging.disable_progress_bar()  # save_pretrained's and from_pretrained's bars
 work = tempfile.TemporaryDirectory()
 image = os.path.join(work.name, "cat.png")
 y, x = np.mgrid[0:48, 0:64]
@@ -45,8 +46,8 @@ def run(*argv: str) -> str:
     """Runs ``python -m fx2onnx ...`` as a user would, prints the command and its output, returns it."""
     done = subprocess.run([sys.executable, "-m", "fx2onnx", *argv], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
-    print(f"$ python -m fx2onnx {' '.join(argv)}".replace(work.name + os.sep, ""))
-    print(done.stdout.rstrip())
+    shown = f"$ python -m fx2onnx {' '.join(argv)}\n{done.stdout.rstrip()}"
+    print(shown.replace(work.name + os.sep, ""))  # paths relative to the temporary folder
     return done.stdout
 
 
