@@ -135,3 +135,65 @@ def test_a_module_given_as_input_is_checked():
     assert not any(cls is torch.nn.Linear for cls in torch.utils._pytree.SUPPORTED_NODES)  # registration undone
     onx = fx2onnx.to_onnx(ApplyLayer(), (x, layer))
     assert [i.name for i in onx.graph.input] == ["x", "layer_weight", "layer_bias"]
+
+
+class _AssertedOnlyInTheProgram(torch.nn.Module):
+    """The program carries a runtime assertion the example inputs fail (``u0 >= 2``), eager none."""
+
+    def forward(self, x):
+        count = (x > 0).sum().item()
+        if torch.compiler.is_exporting():
+            torch._check(count >= 2)
+        return x * 2 + count
+
+
+class _RaisesInEager(torch.nn.Module):
+    def forward(self, x):
+        if not torch.compiler.is_exporting():
+            raise RuntimeError("this model runs under torch.export only")
+        return x.cos() + 1
+
+
+@torch.library.custom_op("fx2onnx_capture_check::failing_kernel", mutates_args=())
+def _failing_kernel(x: torch.Tensor) -> torch.Tensor:
+    raise NotImplementedError("the kernel failed on this machine")
+
+
+@_failing_kernel.register_fake
+def _failing_kernel_fake(x):
+    return torch.empty_like(x)
+
+
+class _KernelFails(torch.nn.Module):
+    def forward(self, x):
+        if torch.compiler.is_exporting():
+            return torch.ops.fx2onnx_capture_check.failing_kernel(x)
+        return x.abs()
+
+
+def test_a_runtime_assertion_of_the_program_ends_in_one_warning():
+    """torch.export's runtime assertion fails on the example inputs: one warning, the ONNX model written and right."""
+    x = torch.tensor([1.0, -2.0, -3.0])  # one positive value: the program's assertion count >= 2 fails
+    with pytest.warns(fx2onnx.convert.capture_check.CaptureNotCheckedWarning,
+                      match="captured program raised.*Runtime assertion failed") as record:
+        onx = fx2onnx.to_onnx(_AssertedOnlyInTheProgram(), (x,))
+    assert len([w for w in record if "not checked" in str(w.message)]) == 1
+    other = torch.tensor([1.0, 2.0, -3.0])
+    assert fx2onnx.validate(onx, _AssertedOnlyInTheProgram(), (other,)).ok
+
+
+def test_eager_raising_ends_in_one_warning():
+    x = torch.randn(3, 4)
+    with pytest.warns(fx2onnx.convert.capture_check.CaptureNotCheckedWarning, match="raised in eager mode"):
+        onx = fx2onnx.to_onnx(_RaisesInEager(), (x,))
+    from fx2onnx.validation import run_onnx
+
+    torch.testing.assert_close(torch.from_numpy(run_onnx(onx, (x,))[0]), x.cos() + 1)
+
+
+def test_a_failing_kernel_ends_in_one_warning():
+    x = torch.randn(3, 4)
+    dispatcher = fx2onnx.Dispatcher({"fx2onnx_capture_check::failing_kernel": lambda ctx, node, x: ctx.op.Abs(x)})
+    with pytest.warns(fx2onnx.convert.capture_check.CaptureNotCheckedWarning, match="NotImplementedError"):
+        onx = fx2onnx.to_onnx(_KernelFails(), (x,), dispatcher=dispatcher)
+    assert fx2onnx.validate(onx, _KernelFails(), (x,)).ok

@@ -9,6 +9,13 @@ When they differ it names the outputs and the size of the difference and points 
 submodule whose outputs the program does not reproduce (the program's nodes carry the module
 they come from, ``nn_module_stack``; the eager outputs are recorded with forward hooks).
 
+When the check cannot run, it never stops a right export: eager raising on the example inputs, the
+program raising (a runtime assertion torch.export added, such as ``u4 >= 2`` after a data-dependent
+``scan``, a kernel failing with an error) or outputs that cannot be compared end the check with one
+:class:`CaptureNotCheckedWarning` saying what was not checked and why, and :func:`check_capture` returns
+``None``: the export goes on to the usual validation. (A kernel killing the process cannot be caught
+in it.)
+
 Skipped (``None`` returned, nothing run) when the weights are not real (a parameter, a buffer or
 an input on the ``meta`` device), when the model is already an ExportedProgram, and when the
 program draws random numbers (dropout in training mode, ``torch.rand``...): two runs differ anyway.
@@ -41,6 +48,19 @@ class CaptureMismatchError(ExportError):
 
 class CaptureMismatchWarning(UserWarning):
     """Like :class:`CaptureMismatchError`, with ``to_onnx(check_capture="warn")``."""
+
+
+class CaptureNotCheckedWarning(UserWarning):
+    """The check could not run (eager or the program raised on the example inputs, a kernel failed): the
+    export goes on unchecked by it, to the usual validation."""
+
+
+def _not_checked(why: str, error: BaseException, stacklevel: int = 4) -> None:
+    """One warning: what could not be checked and why; the export goes on."""
+    reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    warnings.warn(f"the capture was not checked against eager: {why} ({type(error).__name__}: {reason[:300]}); "
+                  "the export goes on, validate the ONNX model against eager (check_capture=False skips this check).",
+                  CaptureNotCheckedWarning, stacklevel=stacklevel)
 
 
 @dataclasses.dataclass
@@ -232,14 +252,24 @@ def check_capture(
         with torch.no_grad():
             try:
                 expected = model(*copy.deepcopy(args), **copy.deepcopy(kwargs))
-            except Exception:  # noqa: BLE001 - eager cannot run (a kernel missing on this device/dtype): nothing to compare
+            except Exception as e:  # noqa: BLE001 - eager cannot run (a kernel missing on this device/dtype)
+                _not_checked("the model raised in eager mode on the example inputs", e)
                 return None
             mutated.restore()
-            with cache_flattening((args, kwargs)), _modules_flattened((args, kwargs)):
-                got = run_program(ep, copy.deepcopy(args), copy.deepcopy(kwargs))
+            try:
+                with cache_flattening((args, kwargs)), _modules_flattened((args, kwargs)):
+                    got = run_program(ep, copy.deepcopy(args), copy.deepcopy(kwargs))
+            except Exception as e:  # noqa: BLE001 - a runtime assertion of torch.export, a kernel's error
+                _not_checked("the captured program raised on the example inputs (a runtime assertion torch.export "
+                             "added, or one of its kernels failed)", e)
+                return None
     finally:
         mutated.restore()
-    result = CaptureCheck(compare(expected, got))
+    try:
+        result = CaptureCheck(compare(expected, got))
+    except Exception as e:  # noqa: BLE001 - outputs the comparison cannot read
+        _not_checked("the outputs of eager and of the program could not be compared", e)
+        return None
     if not result.ok and locate:
         try:
             result.divergence = first_divergence(model, ep.module(check_guards=False), args, kwargs)
