@@ -97,7 +97,7 @@ assert "Relu" not in set(optimized["op_type"])  # fused into the convolutions
 # The chart
 # ---------
 
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.4, 7))  # stacked: the page's width
 plot_profile(per_op, top=8, ax=ax1, title="the model as it is")
 plot_profile(optimized, top=8, ax=ax2, title="optimized by onnxruntime")
 fig.tight_layout()

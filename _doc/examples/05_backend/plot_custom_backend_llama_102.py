@@ -123,7 +123,7 @@ assert after["RotaryEmbedding"] == 2  # query and key
 # Plot
 # ----
 
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4))
+fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.4, 7))  # stacked: the page's width
 labels = ["converted", "level=default", "level=onnxruntime"]
 for i, label in enumerate(labels):
     ax1.bar([k + (i - 1) * 0.27 for k in range(2)], [v[i] for v in counts.values()], 0.27, label=label)

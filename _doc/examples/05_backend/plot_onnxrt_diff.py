@@ -140,7 +140,7 @@ assert paired.max_abs_diff.max() < 1e-4
 # Each point is a pair of aligned results; a result found in one model only is
 # drawn at the top. A straight diagonal would mean the same nodes in both models.
 
-fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+fig, axes = plt.subplots(2, 1, figsize=(7.4, 7))  # stacked: the page's width
 titles = ["forward: fx2onnx vs torch.onnx.export", "backward: raw vs optimized"]
 for ax, title, diff in zip(axes, titles, [fw_diff, bw_diff]):
     frame = diff.to_frame()

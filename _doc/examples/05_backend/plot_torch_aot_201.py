@@ -140,7 +140,7 @@ assert [r.name for r in ort_backend.runners] == ["g0_forward", "g1_backward"]
 # log scale, eager's first step takes milliseconds. Eager compiles nothing and its
 # tensors are small: its peak memory barely moves.
 
-fig, axes = plt.subplots(1, 3, figsize=(12, 3.5))
+fig, axes = plt.subplots(3, 1, figsize=(7.4, 8))  # stacked: the page's width
 titles = {"first": "first step, with compilation (ms)", "step": "median step (ms)", "peak": "peak memory above (MiB)"}
 for ax, (key, title) in zip(axes, titles.items()):
     values = [r[key] * (1 if key == "peak" else 1000) for r in results.values()]

@@ -68,7 +68,7 @@ for r in rows:
 # ONNX exporter divided by the capture time, with the 1.3 target of ``to_onnx``.
 
 colors = {"torch.export": "tab:gray", "to_onnx": "tab:blue", "torch.onnx.export": "tab:orange"}
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4))
+fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(7.4, 7))  # stacked: the page's width
 x = np.arange(len(rows))
 width = 0.27
 for i, name in enumerate(exporters):

@@ -110,7 +110,7 @@ assert by[("1.1B", "checkpoint")]["layers_ok"] and by[("1.1B", "checkpoint")]["h
 # model is built); right, the conversion time of ``to_onnx`` per node of the FX graph.
 
 colors = {"torch.export": "tab:gray", "to_onnx": "tab:blue", "dynamo": "tab:orange", "checkpoint": "tab:green"}
-fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4))
+fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(7.4, 10))  # stacked: the page's width
 for exporter, color in colors.items():
     points = sorted((r["nbytes"] / 2**30, r) for r in rows if r["exporter"] == exporter)
     if not points:

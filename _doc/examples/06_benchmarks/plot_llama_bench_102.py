@@ -92,7 +92,7 @@ print("\nshare of the node time outside MatMul and Gemm:")
 print(outside.round(3).to_string(na_rep="-"))
 assert (latency > 0).all().all()
 
-fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+fig, axes = plt.subplots(3, 1, figsize=(7.4, 9))  # stacked: the page's width
 latency.T.plot.bar(ax=axes[0], rot=0, title="latency (ms, 1 thread)")
 nodes.T.plot.bar(ax=axes[1], rot=0, title="number of nodes", legend=False)
 outside.T.plot.bar(ax=axes[2], rot=0, title="share of time outside MatMul", legend=False)

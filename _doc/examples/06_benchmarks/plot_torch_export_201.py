@@ -134,7 +134,7 @@ assert len(rows) == 9 and all(r["latency_ms"] > 0 for r in rows)
 # Plots
 # -----
 
-fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+fig, axes = plt.subplots(3, 1, figsize=(7.4, 10))  # stacked: the page's width
 panels = [("export_s", list(EXPORTERS), "export time (s)"), ("memory_mb", list(EXPORTERS), "peak memory (MB)"),
           ("latency_ms", ["eager", "torch.compile", *EXPORTERS], "latency (ms, one thread, log scale)")]
 for ax, (key, names, title) in zip(axes, panels):

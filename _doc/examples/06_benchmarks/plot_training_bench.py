@@ -126,7 +126,7 @@ assert counts.loc["ort_fused", "onnx_forward"] < counts.loc["ort", "onnx_forward
 # The first step includes the compilation (aot_autograd, the conversion into ONNX,
 # the onnxruntime sessions), hence its separate chart.
 
-fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(13, 3.8))
+fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(7.4, 8))  # stacked: the page's width
 colors = ["#888888", "#dd8452", "#55a868"]
 ax1.bar(engines, df.loc[engines, "step_ms"], color=colors)
 ax1.set_ylabel("median step (ms)")
