@@ -51,10 +51,10 @@ COLUMN_CHARS = 94
 #: the content column in pixels, for the tables (reported)
 COLUMN_PX = 736
 
-#: seconds a gallery example may run (a regular expression on its file name -> seconds);
+#: seconds a gallery example may run (a regular expression on its page's path -> seconds);
 #: the first matching entry applies
 BUDGETS: list[tuple[str, float]] = [
-    (r"bench|benchmark", 300.0),
+    (r"06_benchmarks/|bench", 300.0),
     (r".*", 180.0),
 ]
 
@@ -172,7 +172,7 @@ def example_seconds(html: str) -> float | None:
 
 
 def budget(name: str) -> float:
-    """The seconds an example of this file name may run (:data:`BUDGETS`)."""
+    """The seconds an example may run (:data:`BUDGETS`), ``name`` the path of its page."""
     for pattern, seconds in BUDGETS:
         if re.search(pattern, name):
             return seconds
@@ -216,7 +216,7 @@ def check_site(folder: str, max_line: int = MAX_LINE) -> Report:
         seconds = example_seconds(html)
         if seconds is not None and rel.startswith("auto_examples"):
             report.times[rel] = seconds
-            limit = budget(os.path.basename(rel))
+            limit = budget(rel.replace(os.sep, "/"))
             if seconds > limit:
                 report.problems.append(f"{rel}: ran {seconds:.0f} s, over its budget of {limit:.0f} s")
     return report

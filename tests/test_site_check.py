@@ -98,3 +98,8 @@ def test_site(tmp_path):
     assert "longest examples" in text and "2 problem(s)" in text
     assert site_check.main([str(tmp_path)]) == 1
     assert site_check.main([str(tmp_path / "missing")]) == 2
+
+
+def test_budgets():
+    assert site_check.budget("auto_examples/06_benchmarks/plot_torch_export_201.html") == 300
+    assert site_check.budget("auto_examples/01_export_graph/plot_torch_export_101.html") == 180
