@@ -276,6 +276,9 @@ class OnnxGenerator:
         self.in_place = metadata.get(IN_PLACE_METADATA_KEY) == "1"
         #: with the cache in place: the new tokens the first buffer holds beyond the prompt (doubled when full)
         self.cache_chunk = 256
+        #: the source of candidates :meth:`generate` verifies several at a time when it gets none
+        #: (:mod:`fx2onnx.runtime.speculative`: ``PromptLookup(10)``, ``DraftModel(folder)``); None: one token a run
+        self.speculation: Any = None
 
     def _bind_in_place(self, empty: list[np.ndarray], capacity: int, fixed: list[Any], first_output: str) -> Any:
         """The session's IOBinding with every cache input and its output bound to one buffer
@@ -338,6 +341,7 @@ class OnnxGenerator:
         streamer: Callable[[np.ndarray], None] | None = None,
         constants: dict[str, Any] | None = None,
         position_ids: np.ndarray | None = None,
+        speculation: Any = None,
     ) -> Any:
         """Greedy decoding or sampling; see :func:`fx2onnx.generate`. ``constants`` gives the
         value of each input of ``constant_inputs``: an :class:`onnxruntime.OrtValue` (kept in
@@ -345,7 +349,15 @@ class OnnxGenerator:
         ``position_ids`` gives the prompt's positions, ``(..., batch, length)``, where they are not
         the count of its tokens (Qwen2-VL's rows of multimodal positions,
         :func:`fx2onnx.runtime.mrope.rope_index`): every later token takes the largest position of
-        its sequence plus one, plus two..., in every row (transformers' ``rope_deltas``)."""
+        its sequence plus one, plus two..., in every row (transformers' ``rope_deltas``). ``speculation``
+        (default :attr:`speculation`) proposes candidate tokens each run verifies several at a time, one
+        sequence greedily (:mod:`fx2onnx.runtime.speculative`): the same tokens."""
+        speculation = self.speculation if speculation is None else speculation
+        if speculation is not None:
+            if constants or position_ids is not None:
+                raise ValueError("Speculative decoding runs a text decoder: no constants, no position_ids.")
+            return speculation.generate(self, input_ids, max_new_tokens, attention_mask, eos_token_id, pad_token_id,
+                                        sampling, streamer)
         ids, mask, as_torch = _check_inputs(input_ids, attention_mask, max_new_tokens)
         chooser = sampling.chooser() if sampling is not None and sampling.needs_logits else None
         sig = self.signature
@@ -575,6 +587,7 @@ def generate(
     repetition_penalty: float = 1.0,
     seed: int | None = None,
     streamer: Callable[[np.ndarray], None] | None = None,
+    speculation: Any = None,
 ) -> Any:
     """Greedy decoding or sampling on onnxruntime, the tokens ``model.generate(...)`` returns.
 
@@ -594,6 +607,9 @@ def generate(
         ``top_p``, ``repetition_penalty`` as transformers defines them, ``seed`` the seed of
         the draws (see :class:`fx2onnx.runtime.sampling.Sampling`)
     :param streamer: called after each step with the ``(batch,)`` new tokens
+    :param speculation: verify several candidate tokens per run of the model (one sequence, greedy, the
+        same tokens): ``PromptLookup(10)`` (transformers' ``prompt_lookup_num_tokens=10``) or
+        ``DraftModel(draft)`` (transformers' ``assistant_model=draft``) of :mod:`fx2onnx.runtime.speculative`
     :return: the prompts followed by the new tokens, ``(batch, length + new)``, int64,
         a :class:`torch.Tensor` if ``input_ids`` is one (as transformers returns), a
         numpy array otherwise
@@ -603,4 +619,5 @@ def generate(
     """
     sampling = Sampling(do_sample, temperature, top_k, top_p, repetition_penalty, seed)
     return OnnxGenerator(model, providers).generate(input_ids, max_new_tokens, attention_mask, eos_token_id,
-                                                     pad_token_id, sampling=sampling, streamer=streamer)
+                                                     pad_token_id, sampling=sampling, streamer=streamer,
+                                                     speculation=speculation)

@@ -1,0 +1,445 @@
+"""Several tokens per run of the decoder: prompt lookup and draft-model speculative decoding.
+
+A decoder step reads every weight to produce one token; a *verifying run* feeds the pending
+token and ``k`` candidate tokens at once and reads the logits of the ``k + 1`` positions: the
+candidates the model agrees with (greedy: each is the argmax of the position before it) are kept,
+with the model's own token after them, so that one run produces from 1 to ``k + 1`` tokens, and
+exactly the tokens plain greedy decoding gives. The cache keeps the prefix that agrees: with the
+cache updated in place (:mod:`fx2onnx.optimizer.rules.cache_in_place`) its valid length is a counter
+(the positions after it are overwritten by the next run), a concatenated cache is cut. A recurrent
+state cannot go back and is refused.
+
+Two sources of candidates, as :epkg:`transformers` defines them:
+
+* :class:`PromptLookup` (``generate(..., prompt_lookup_num_tokens=N)``): the tokens that followed
+  the first earlier occurrence of the last ``max_matching_ngram_size`` (then fewer) tokens;
+* :class:`DraftModel` (``generate(..., assistant_model=draft)``): a smaller decoder of the same
+  vocabulary proposes ``num_assistant_tokens`` tokens greedily (fewer once its probability of a
+  token falls under ``assistant_confidence_threshold``), its own cache rolled back the same way.
+
+When the candidates keep failing, the loop backs off to plain decoding (:class:`Backoff`): after a
+verifying run that kept none, it proposes nothing for 1, 2, 4... steps (at most 32), a run that keeps
+one resets it. The decoder must return the logits of several positions: a folder's decoder does
+(``export`` writes the logits of the last :data:`VERIFY_TOKENS` positions in a second output,
+:data:`VERIFY_LOGITS`), or one exported with every position's logits.
+
+.. code-block:: python
+
+    from fx2onnx.runtime.folder import FolderGenerator
+    from fx2onnx.runtime.speculative import DraftModel, PromptLookup
+
+    gen = FolderGenerator("llama_onnx")
+    gen.generator.speculation = PromptLookup(10)  # or DraftModel("draft_onnx")
+    print(gen.generate_text("Repeat: the cat sat on the mat.", 30).text)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..ort_values import ort_value_to_numpy
+from .folder import FOLDER_METADATA, _read_json, session_options
+from .generate import GenerationTimes, OnnxGenerator, _check_inputs, _empty_array, _ortvalue
+
+#: the output holding the logits of the last positions of a run (a folder's decoder)
+VERIFY_LOGITS = "verify_logits"
+#: the model's metadata key giving how many positions :data:`VERIFY_LOGITS` holds at most
+VERIFY_METADATA_KEY = "fx2onnx.verify_logits"
+#: the positions a folder's decoder returns the logits of (a verifying run checks 15 candidates)
+VERIFY_TOKENS = 16
+
+
+@dataclasses.dataclass
+class SpeculativeTimes(GenerationTimes):
+    """:class:`GenerationTimes` of a speculative generation, with what the candidates gave."""
+
+    #: runs of the decoder after the prompt's
+    target_runs: int = 0
+    #: runs which verified candidates, candidates proposed, candidates kept
+    verifying_runs: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    #: seconds spent proposing (the draft model's runs included)
+    propose_total: float = 0.0
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """New tokens per run of the decoder after the prompt (1.0: plain decoding)."""
+        return self.decode_steps / self.target_runs if self.target_runs else float("nan")
+
+    @property
+    def acceptance_rate(self) -> float:
+        """The share of the proposed candidates the decoder agreed with."""
+        return self.accepted / self.proposed if self.proposed else float("nan")
+
+
+class SequenceDecoder:
+    """The decoder of an :class:`OnnxGenerator` run on one sequence, several tokens per run, its
+    cache rolled back to any shorter length (:meth:`rollback`).
+
+    :param generator: the decoder; it must return the logits of several positions
+        (:data:`VERIFY_LOGITS`, or ``logits`` of every position) and hold keys and values only
+    """
+
+    def __init__(self, generator: OnnxGenerator):
+        sig = generator.signature
+        self.generator = generator
+        session = generator.session
+        outputs = {o.name: o for o in session.get_outputs()}
+        metadata = session.get_modelmeta().custom_metadata_map
+        if VERIFY_LOGITS in outputs and VERIFY_METADATA_KEY in metadata:
+            #: the output read, and the count of positions it holds at most (None: every one)
+            self.rows_output, self.max_rows = VERIFY_LOGITS, int(metadata[VERIFY_METADATA_KEY])
+        else:
+            shape = outputs[sig.logits].shape
+            if len(shape) == 3 and shape[1] == 1:
+                raise ValueError("The decoder returns the logits of the last position only: a verifying run needs "
+                                 "several; export the folder again (it then writes verify_logits) or with "
+                                 "--all-logits.")
+            self.rows_output, self.max_rows = sig.logits, None
+        if sig.constants:
+            raise ValueError(f"Speculative decoding runs a text decoder: this one takes {list(sig.constants)} too.")
+        for name, _, shape, _ in sig.cache:
+            if len(shape) != 4 or shape.count(0) != 1 or shape.index(0) != 2:
+                raise ValueError(f"The cache input {name!r} (initial shape {shape}) cannot be rolled back to fewer "
+                                 "tokens (a recurrent state or a sliding window's count): speculative decoding needs "
+                                 "keys and values only.")
+        self.length = 0
+        self._ones = np.ones((1, 0), dtype=np.int64)
+        self._binding: Any = None
+        self._past: list[Any] = []
+
+    @property
+    def max_candidates(self) -> int | None:
+        """The candidates one run verifies at most (None: no limit)."""
+        return None if self.max_rows is None else self.max_rows - 1
+
+    def start(self, prompt: Sequence[int], room: int) -> np.ndarray:
+        """Runs the prompt with an empty cache (room for ``room`` more tokens before the buffers
+        grow); returns the logits of its last positions, ``(rows, vocabulary)`` float32."""
+        gen, sig = self.generator, self.generator.signature
+        self.length = 0
+        empty = [_empty_array(shape, 1, type_) for _, _, shape, type_ in sig.cache]
+        if gen.in_place:
+            self._capacity = len(prompt) + room
+            self._binding = gen._bind_in_place(empty, self._capacity, [], self.rows_output)
+        else:
+            from onnxruntime import OrtValue
+
+            self._kept = empty
+            self._past = [OrtValue(_ortvalue(gen._C, a, t, gen._device)) for a, (_, _, _, t) in zip(empty, sig.cache)]
+        return self.run(prompt)
+
+    def run(self, tokens: Sequence[int]) -> np.ndarray:
+        """Feeds ``tokens`` after the cache; returns the logits of their last positions (all of them
+        when the decoder keeps enough), ``(rows, vocabulary)`` float32."""
+        gen, sig = self.generator, self.generator.signature
+        n = len(tokens)
+        total = self.length + n
+        if self._ones.shape[1] < total:
+            self._ones = np.ones((1, max(2 * total, 64)), dtype=np.int64)
+        ids = np.array([tokens], dtype=np.int64)
+        positions = np.arange(self.length, total, dtype=np.int64)[None]
+        feeds = {"input_ids": ids}
+        if sig.has_attention_mask:
+            feeds["attention_mask"] = self._ones[:, :total]
+        if sig.has_position_ids:
+            feeds["position_ids"] = positions
+        if self._binding is not None:
+            binding = self._binding
+            if total > self._capacity:
+                self._capacity = max(2 * self._capacity, total)
+                gen._grow_in_place(binding, self._capacity, [full for full, _ in gen._buffers])
+            for name, value in feeds.items():
+                binding.bind_cpu_input(name, value)
+            binding.bind_output(self.rows_output, "cpu")
+            gen.session.run_with_iobinding(binding, gen._run_options)
+            value = binding.get_outputs()[0]
+        else:
+            from onnxruntime import OrtValue
+
+            ort_feeds = {name: OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)) for name, v in feeds.items()}
+            ort_feeds.update({name: past for (name, _, _, _), past in zip(sig.cache, self._past)})
+            fetched = gen.session.run_with_ort_values([self.rows_output] + [out for _, out, _, _ in sig.cache],
+                                                      ort_feeds)
+            value, self._past = fetched[0], list(fetched[1:])
+        self.length = total
+        rows = ort_value_to_numpy(value)[0]
+        return rows if rows.dtype == np.float32 else rows.astype(np.float32)
+
+    def rollback(self, length: int) -> None:
+        """Keeps the first ``length`` positions of the cache (the others are forgotten)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"Cannot roll a cache of {self.length} positions back to {length}.")
+        if length < self.length and self._binding is None:
+            from onnxruntime import OrtValue
+
+            gen = self.generator
+            self._kept, past = [], []
+            for value, (_, _, _, type_) in zip(self._past, gen.signature.cache):
+                array = np.ascontiguousarray(ort_value_to_numpy(value)[:, :, :length])
+                if type_ == "tensor(bfloat16)":
+                    array = array.view(np.uint16)
+                self._kept.append(array)
+                past.append(OrtValue(_ortvalue(gen._C, array, type_, gen._device)))
+            self._past = past
+        self.length = length
+
+
+@dataclasses.dataclass
+class Backoff:
+    """Plain decoding while the candidates keep failing: after ``n`` verifying runs in a row which
+    kept none, no candidate for ``min(2 ** (n - 1), limit)`` steps; a run which keeps one resets it."""
+
+    limit: int = 32
+    failures: int = 0
+    wait: int = 0
+
+    def allows(self) -> bool:
+        """Whether this step may propose (a step waiting counts down)."""
+        if self.wait > 0:
+            self.wait -= 1
+            return False
+        return True
+
+    def record(self, accepted: int) -> None:
+        if accepted:
+            self.failures = 0
+        else:
+            self.failures += 1
+            self.wait = min(2 ** (self.failures - 1), self.limit)
+
+
+class Speculation:
+    """The verifying loop; a subclass proposes the candidates (:meth:`propose`)."""
+
+    #: back off to plain decoding when candidates keep failing (see :class:`Backoff`)
+    backoff: bool = True
+
+    def reset(self, eos: set[int]) -> None:
+        """Called at the start of a generation."""
+        self.eos = eos
+
+    def propose(self, tokens: list[int], k: int) -> list[int]:
+        """At most ``k`` candidates to follow ``tokens`` (the prompt and the tokens generated)."""
+        raise NotImplementedError
+
+    def update(self, proposed: int, accepted: int) -> None:
+        """Told how many of the ``proposed`` candidates the decoder kept."""
+
+    def generate(
+        self,
+        generator: OnnxGenerator,
+        input_ids: Any,
+        max_new_tokens: int,
+        attention_mask: Any = None,
+        eos_token_id: int | Sequence[int] | None = None,
+        pad_token_id: int | None = None,
+        sampling: Any = None,
+        streamer: Callable[[np.ndarray], None] | None = None,
+    ) -> Any:
+        """Greedy decoding of one sequence, several tokens per run: the tokens of
+        :meth:`OnnxGenerator.generate` (``generator.last_times`` is a :class:`SpeculativeTimes`)."""
+        ids, mask, as_torch = _check_inputs(input_ids, attention_mask, max_new_tokens)
+        if ids.shape[0] != 1 or not mask.all():
+            raise ValueError(f"Speculative decoding generates one sequence without padding (as transformers' "
+                             f"assisted generation), not a batch of {ids.shape[0]}.")
+        if sampling is not None and sampling.needs_logits:
+            raise ValueError("Speculative decoding is greedy here (no sampling, no repetition penalty): remove the "
+                             "sampling options or the speculation.")
+        if getattr(self, "decoder", None) is not None and self.decoder.generator is generator:
+            raise ValueError("A model cannot be its own draft (one cache for both): open the draft apart, "
+                             "DraftModel(folder) or DraftModel(OnnxGenerator(path)).")
+        eos = set() if eos_token_id is None else {int(e) for e in np.atleast_1d(eos_token_id)}
+        target = SequenceDecoder(generator)
+        self.reset(eos)
+        backoff = Backoff() if self.backoff else None
+        times = SpeculativeTimes()
+        begin = time.perf_counter()
+        room = min(max_new_tokens, generator.cache_chunk) + (target.max_rows or 0)
+        rows = target.start(ids[0].tolist(), room)
+        times.prefill_model = time.perf_counter() - begin
+        token = int(rows[-1].argmax())
+        tokens = ids[0].tolist() + [token]
+        new = [token]
+        if streamer is not None:
+            streamer(np.array([token], dtype=np.int64))
+        times.prefill_total = time.perf_counter() - begin
+        limit = target.max_candidates
+        while len(new) < max_new_tokens and token not in eos:
+            step = time.perf_counter()
+            k = max_new_tokens - len(new) - 1
+            if limit is not None:
+                k = min(k, limit)
+            candidates: list[int] = []
+            if k > 0 and (backoff is None or backoff.allows()):
+                candidates = [int(c) for c in self.propose(tokens, k)][:k]
+            proposed = time.perf_counter()
+            rows = target.run([token] + candidates)
+            times.decode_model += time.perf_counter() - proposed
+            predicted = rows.argmax(axis=-1)[-len(candidates) - 1:]
+            m = 0
+            while m < len(candidates) and candidates[m] == int(predicted[m]):
+                m += 1
+            accepted = candidates[:m] + [int(predicted[m])]
+            for i, t in enumerate(accepted):
+                if t in eos:
+                    accepted = accepted[: i + 1]
+                    break
+            target.rollback(target.length - len(candidates) + m)
+            if candidates:
+                self.update(len(candidates), m)
+                if backoff is not None:
+                    backoff.record(m)
+                times.verifying_runs += 1
+                times.proposed += len(candidates)
+                times.accepted += m
+            times.target_runs += 1
+            times.propose_total += proposed - step
+            tokens += accepted
+            new += accepted
+            if streamer is not None:
+                for t in accepted:
+                    streamer(np.array([t], dtype=np.int64))
+            token = accepted[-1]
+            elapsed = time.perf_counter() - step
+            times.decode_total += elapsed
+            times.step_overheads.append(elapsed)
+        times.decode_steps = len(new) - 1
+        generator.last_times = times
+        result = np.array([tokens], dtype=np.int64)
+        if as_torch:
+            import torch
+
+            return torch.from_numpy(result)
+        return result
+
+
+class PromptLookup(Speculation):
+    """Candidates copied from the sequence itself (transformers' ``prompt_lookup_num_tokens``).
+
+    :param num_tokens: the candidates of a run at most (transformers' ``prompt_lookup_num_tokens``)
+    :param max_matching_ngram_size: the longest n-gram matched (transformers' default 2): the last
+        ``n`` tokens are looked for from the start of the sequence, the first occurrence followed by
+        tokens gives them (cut before an end-of-sequence token), then ``n - 1``... down to 1
+    """
+
+    def __init__(self, num_tokens: int = 10, max_matching_ngram_size: int = 2):
+        if num_tokens < 1 or max_matching_ngram_size < 1:
+            raise ValueError(f"prompt lookup needs num_tokens >= 1 and max_matching_ngram_size >= 1, got "
+                             f"{num_tokens} and {max_matching_ngram_size}.")
+        self.num_tokens, self.max_matching_ngram_size = num_tokens, max_matching_ngram_size
+
+    def propose(self, tokens: list[int], k: int) -> list[int]:
+        ids = np.asarray(tokens, dtype=np.int64)
+        length = len(ids)
+        for size in range(min(self.max_matching_ngram_size, length - 1), 0, -1):
+            windows = np.lib.stride_tricks.sliding_window_view(ids, size)
+            starts = np.flatnonzero((windows == ids[-size:]).all(axis=1)) + size
+            starts = starts[starts < length]
+            if starts.size:
+                chosen = ids[starts[0]: min(starts[0] + min(self.num_tokens, k), length)].tolist()
+                for i, t in enumerate(chosen):
+                    if t in self.eos:
+                        return chosen[:i]
+                return chosen
+        return []
+
+
+class DraftModel(Speculation):
+    """Candidates a smaller decoder of the same vocabulary generates greedily (transformers'
+    ``assistant_model``): up to ``num_assistant_tokens``, fewer when the draft's probability of its
+    token is under ``assistant_confidence_threshold``; ``"heuristic"`` schedules add 2 to the count
+    after a run which kept every candidate and remove 1 otherwise (``"constant"``: transformers'
+    default, as are 20 tokens and the threshold 0.4; a folder's ``generation_config.json`` may set them).
+
+    :param draft: an :class:`OnnxGenerator`, an exported folder or the path of an ONNX decoder
+    :param threads: onnxruntime's intra-op threads of a draft opened here
+    """
+
+    def __init__(self, draft: Any, num_assistant_tokens: int | None = None,
+                 num_assistant_tokens_schedule: str | None = None,
+                 assistant_confidence_threshold: float | None = None, threads: int | None = None):
+        generation: dict[str, Any] = {}
+        if isinstance(draft, OnnxGenerator):
+            generator = draft
+        else:
+            path = os.fspath(draft)
+            if os.path.isdir(path):
+                generation = _read_json(os.path.join(path, "generation_config.json"))
+                decoder = _read_json(os.path.join(path, FOLDER_METADATA)).get("decoder", "model.onnx")
+                path = os.path.join(path, decoder)
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"The draft {os.fspath(draft)!r} holds no decoder: give a folder written by "
+                                        "export.")
+            generator = OnnxGenerator(path, session_options=session_options(threads))
+        self.decoder = SequenceDecoder(generator)
+        self.num_assistant_tokens = int(num_assistant_tokens or generation.get("num_assistant_tokens") or 20)
+        self.schedule = num_assistant_tokens_schedule or generation.get("num_assistant_tokens_schedule") or "constant"
+        if self.schedule not in ("constant", "heuristic", "heuristic_transient"):
+            raise ValueError(f"num_assistant_tokens_schedule={self.schedule!r}: use constant, heuristic or "
+                             "heuristic_transient.")
+        threshold = assistant_confidence_threshold
+        if threshold is None:
+            threshold = generation.get("assistant_confidence_threshold", 0.4)
+        self.threshold = float(threshold)
+        self._initial = self.num_assistant_tokens
+
+    def reset(self, eos: set[int]) -> None:
+        super().reset(eos)
+        self.decoder.length = 0
+        self._started = False
+        if self.schedule == "heuristic_transient":
+            self.num_assistant_tokens = self._initial
+
+    def propose(self, tokens: list[int], k: int) -> list[int]:
+        d = self.decoder
+        k = min(k, self.num_assistant_tokens)
+        if not self._started:
+            rows, self._started = d.start(tokens, 2 * len(tokens) + 64), True
+        else:
+            rows = d.run(tokens[d.length:])
+        self._base = len(tokens)
+        out: list[int] = []
+        while True:
+            logits = rows[-1]
+            c = int(logits.argmax())
+            out.append(c)
+            if len(out) >= k or c in self.eos:
+                break
+            if self.threshold:
+                shifted = np.exp(logits - logits[c])
+                if 1.0 / shifted.sum() < self.threshold:  # the softmax's probability of c
+                    break
+            rows = d.run([c])
+        self._proposed = out
+        return out
+
+    def update(self, proposed: int, accepted: int) -> None:
+        # the draft's cache holds the sequence and every candidate but the last: keep the accepted ones
+        self.decoder.rollback(self._base + min(accepted, len(self._proposed) - 1))
+        if self.schedule != "constant":
+            self.num_assistant_tokens = self.num_assistant_tokens + 2 if accepted == proposed else \
+                max(1, self.num_assistant_tokens - 1)
+
+
+def same_vocabulary(folder: str, draft_folder: str) -> str | None:
+    """Why the tokenizers of two folders differ (None when they have the same vocabulary or a folder has
+    no ``tokenizer.json``)."""
+    vocabularies = []
+    for f in (folder, draft_folder):
+        path = os.path.join(f, "tokenizer.json")
+        if not os.path.isfile(path):
+            return None
+        with open(path, encoding="utf-8") as stream:
+            vocabularies.append(json.load(stream).get("model", {}).get("vocab"))
+    if vocabularies[0] != vocabularies[1]:
+        return (f"the tokenizers of {folder!r} and {draft_folder!r} differ: a draft model must share the "
+                "vocabulary of the model")
+    return None

@@ -1,0 +1,213 @@
+"""Speculative decoding (fx2onnx.runtime.speculative): prompt lookup and a draft model give the tokens of
+plain greedy decoding and of transformers' generate(prompt_lookup_num_tokens=...) / generate(assistant_model=...)."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import fx2onnx  # noqa: E402
+from fx2onnx.__main__ import main  # noqa: E402
+from fx2onnx.models import get_tiny_model  # noqa: E402
+from fx2onnx.testing.tokenizer import write_checkpoint_folder  # noqa: E402
+from fx2onnx.runtime import OnnxGenerator  # noqa: E402
+from fx2onnx.runtime.folder import FolderGenerator  # noqa: E402
+from fx2onnx.runtime.speculative import (  # noqa: E402
+    VERIFY_LOGITS, VERIFY_METADATA_KEY, VERIFY_TOKENS, Backoff, DraftModel, PromptLookup,
+)
+
+#: a prompt which repeats itself: a random tiny model then loops, and the lookup finds its continuation
+REPEATING = [[5, 6, 7, 8, 9, 10, 11, 5, 6, 7, 8, 9, 10, 11, 5, 6, 7]]
+NEW = 30
+
+
+@functools.cache
+def exported(layers: int, seed: int):
+    """(tiny llama, its ONNX model with a cache: the logits of every position)."""
+    tiny = get_tiny_model("llama", with_cache=True, num_hidden_layers=layers, seed=seed)
+    tiny.model.generation_config.eos_token_id = None
+    with fx2onnx.torch_export_patches(patch_transformers=True) as modificator:
+        onx = fx2onnx.to_onnx(tiny.model, (), kwargs=modificator(copy.deepcopy(tiny.inputs)),
+                              dynamic_shapes=tiny.dynamic_shapes)
+    return tiny, onx
+
+
+def test_prompt_lookup_and_draft_give_greedy_tokens():
+    tiny, onx = exported(2, 0)
+    draft, draft_onx = exported(1, 1)
+    ids = torch.tensor(REPEATING)
+    generator = OnnxGenerator(onx)
+    plain = generator.generate(ids, NEW)
+    # prompt lookup: transformers' tokens, several per run on a text which repeats
+    got = generator.generate(ids, NEW, speculation=PromptLookup(10))
+    with torch.no_grad():
+        expected = tiny.model.generate(ids, do_sample=False, max_new_tokens=NEW, prompt_lookup_num_tokens=10)
+    assert got.tolist() == plain.tolist() == expected.tolist()
+    times = generator.last_times
+    assert times.decode_steps == NEW - 1 and times.accepted > 10
+    assert times.mean_acceptance_length > 1.5 and times.target_runs < NEW - 10
+    # a draft model (another tiny llama): transformers' assisted generation's tokens
+    got = fx2onnx.generate(onx, ids, NEW, speculation=DraftModel(OnnxGenerator(draft_onx)))
+    with torch.no_grad():
+        expected = tiny.model.generate(ids, do_sample=False, max_new_tokens=NEW, assistant_model=draft.model)
+    assert got.tolist() == plain.tolist() == expected.tolist()
+    # the backoff: plain decoding for 1, 2, 4... steps after runs which kept nothing, reset by one that kept one
+    backoff = Backoff(limit=4)
+    waits = []
+    for accepted in (0, 0, 0, 0, 2):
+        backoff.record(accepted)
+        waits.append(backoff.wait)
+    assert waits == [1, 2, 4, 4, 4] and backoff.failures == 0
+    assert [backoff.allows() for _ in range(5)] == [False] * 4 + [True]
+
+
+@pytest.mark.slow
+def test_prompt_lookup_matches_transformers_candidates():
+    """The candidates are transformers' PromptLookupCandidateGenerator's: the first earlier occurrence of
+    the last 2 (then 1) tokens, cut before an end-of-sequence token."""
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+    rng = np.random.default_rng(0)
+    for eos in (None, 7):
+        for _ in range(200):
+            tokens = rng.integers(3, 12, size=int(rng.integers(2, 30))).tolist()
+            ours = PromptLookup(4)
+            ours.reset(set() if eos is None else {eos})
+            theirs = PromptLookupCandidateGenerator(None if eos is None else torch.tensor([eos]), 4, 2, max_length=100)
+            candidates, _ = theirs.get_candidates(torch.tensor([tokens]))
+            assert ours.propose(tokens, 4) == candidates[0, len(tokens):].tolist(), tokens
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimize", ["onnxruntime", "default"])
+def test_draft_and_lookup_with_eos_and_every_length(optimize):
+    """Every new-token count from 1 (the last run verifies fewer candidates), an end-of-sequence token
+    reached inside accepted candidates, the cache in place (onnxruntime) or concatenated (default)."""
+    tiny, _ = exported(2, 0)
+    with fx2onnx.torch_export_patches(patch_transformers=True) as modificator:
+        onx = fx2onnx.to_onnx(tiny.model, (), kwargs=modificator(copy.deepcopy(tiny.inputs)),
+                              dynamic_shapes=tiny.dynamic_shapes, optimize=optimize)
+    generator = OnnxGenerator(onx)
+    ids = np.array(REPEATING)
+    plain = generator.generate(ids, NEW)[0, 17:].tolist()
+    eos = plain[12]  # inside the loop the model falls into: reached by accepted candidates
+    for speculation in (PromptLookup(10), DraftModel(OnnxGenerator(exported(2, 0)[1]))):
+        for new in (1, 2, 3, 7, NEW):
+            assert generator.generate(ids, new, speculation=speculation)[0, 17:].tolist() == plain[:new]
+        got = generator.generate(ids, NEW, eos_token_id=eos, speculation=speculation)[0, 17:].tolist()
+        assert got == plain[: plain.index(eos) + 1]
+
+
+@pytest.mark.slow
+def test_refusals():
+    _, onx = exported(2, 0)
+    generator = OnnxGenerator(onx)
+    with pytest.raises(ValueError, match="one sequence"):
+        generator.generate(np.array([[5, 6], [7, 8]]), 3, speculation=PromptLookup(3))
+    with pytest.raises(ValueError, match="greedy"):
+        generator.generate(np.array([[5, 6]]), 3, sampling=fx2onnx.runtime.sampling.Sampling(do_sample=True),
+                           speculation=PromptLookup(3))
+    with pytest.raises(ValueError, match="its own draft"):
+        generator.generate(np.array([[5, 6]]), 3, speculation=DraftModel(generator))
+    with pytest.raises(ValueError, match="max_matching_ngram_size"):
+        PromptLookup(0)
+
+
+def _config(**kwargs):
+    values = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, vocab_size=384, max_position_embeddings=256,
+                  architectures=["Qwen3ForCausalLM"], tie_word_embeddings=True)
+    values.update(kwargs)
+    return transformers.Qwen3Config(**values)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """A bf16 checkpoint folder with a tokenizer, its export (no flag), and a one-layer draft's."""
+    root = tmp_path_factory.mktemp("speculative")
+    paths = {name: str(root / name) for name in ("model", "model_onnx", "draft", "draft_onnx")}
+    write_checkpoint_folder(_config(), paths["model"], dtype="bfloat16", std=0.3)
+    write_checkpoint_folder(_config(num_hidden_layers=1), paths["draft"], dtype="bfloat16", std=0.3, seed=1)
+    for name in ("model", "draft"):
+        assert main(["export", paths[name], "--out", paths[name + "_onnx"], "--quiet"]) == 0
+    return paths
+
+
+@pytest.mark.slow
+def test_folder_verifies_with_its_last_logits(folders, capsys):
+    """A folder's decoder returns ``logits`` (the last position: what onnxruntime-genai reads) and
+    ``verify_logits`` (the last 16, equal to eager's); ``generate --prompt-lookup`` and ``--draft`` print
+    plain greedy's text, transformers' with the same option."""
+    from fx2onnx.validation import run_onnx
+
+    out = folders["model_onnx"]
+    proto = onnx.load(os.path.join(out, "model.onnx"), load_external_data=False)
+    outputs = {o.name: [d.dim_value or d.dim_param for d in o.type.tensor_type.shape.dim] for o in proto.graph.output}
+    assert outputs["logits"][1:] == [1, 384] and [o.name for o in proto.graph.output][-1] == VERIFY_LOGITS
+    assert {p.key: p.value for p in proto.metadata_props}[VERIFY_METADATA_KEY] == str(VERIFY_TOKENS)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folders["model"], dtype=torch.float32).eval()
+    ids = torch.arange(5, 25)[None]  # 20 tokens: the last 16 positions
+    feeds = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.arange(20)[None]}
+    feeds.update({i.name: torch.zeros((1, 2, 0, 16)) for i in proto.graph.input if i.name.startswith("past")})
+    got = dict(zip([o.name for o in proto.graph.output], run_onnx(os.path.join(out, "model.onnx"), (), feeds)))
+    with torch.no_grad():
+        expected = model(input_ids=ids).logits.numpy()
+    np.testing.assert_allclose(got[VERIFY_LOGITS], expected[:, -VERIFY_TOKENS:], atol=1e-4, rtol=1e-3)
+    np.testing.assert_allclose(got["logits"], expected[:, -1:], atol=1e-4, rtol=1e-3)
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folders["model"])
+    prompt = "hello world, hello world, hello world, the exporter"
+    capsys.readouterr()
+    assert main(["generate", out, prompt, "--max-new-tokens", "24"]) == 0
+    plain = capsys.readouterr().out
+    draft = transformers.AutoModelForCausalLM.from_pretrained(folders["draft"], dtype=torch.float32).eval()
+    inputs = tokenizer(prompt, return_tensors="pt")
+    for option, kwargs in ((["--prompt-lookup", "10"], dict(prompt_lookup_num_tokens=10)),
+                           (["--draft", folders["draft_onnx"]], dict(assistant_model=draft))):
+        assert main(["generate", out, prompt, "--max-new-tokens", "24", *option]) == 0
+        captured = capsys.readouterr()
+        assert captured.out == plain and "mean acceptance length" in captured.err
+        with torch.no_grad():
+            expected = model.generate(**inputs, do_sample=False, max_new_tokens=24, **kwargs)
+        text = tokenizer.decode(expected[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+        assert captured.out.strip() == text.strip()
+    # the cache in place, rolled back: a text which repeats accepts candidates, the tokens stay greedy's
+    gen = FolderGenerator(out)
+    repeated = list(range(5, 45)) * 2
+    tokens = gen.generate_text(repeated, 40).new_ids
+    gen.generator.speculation = DraftModel(folders["model_onnx"])
+    result = gen.generate_text(repeated, 40)
+    assert result.new_ids == tokens and result.times.accepted > 0
+
+
+@pytest.mark.slow
+def test_command_line_refusals(folders, tmp_path, capsys):
+    out = folders["model_onnx"]
+    other = tmp_path / "other"
+    os.makedirs(other)
+    for f in os.listdir(folders["draft_onnx"]):
+        os.symlink(os.path.join(folders["draft_onnx"], f), other / f)
+    os.unlink(other / "tokenizer.json")
+    with open(os.path.join(folders["draft_onnx"], "tokenizer.json")) as f:
+        tok = json.load(f)
+    tok["model"]["vocab"] = {k + "x": v for k, v in tok["model"]["vocab"].items()}
+    with open(other / "tokenizer.json", "w") as f:
+        json.dump(tok, f)
+    for args, message in ((["--prompt-lookup", "3", "--draft", folders["draft_onnx"]], "not both"),
+                          (["--prompt-lookup", "3", "--temperature", "0.5"], "greedily"),
+                          (["--draft", str(tmp_path / "none")], "is not a folder"),
+                          (["--draft", str(other)], "tokenizers"),
+                          (["--prompt-lookup", "0"], ">= 1")):
+        capsys.readouterr()
+        assert main(["generate", out, "hello", *args]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
