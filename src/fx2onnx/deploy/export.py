@@ -28,10 +28,12 @@ import onnx
 import torch
 
 from ..runtime.folder import FOLDER_METADATA
+from ..runtime.speculative import VERIFY_TOKENS
 from ..runtime.generate import CACHE_METADATA_KEY
 from .check import FolderCheck, check_against_eager, in_place_input_sets
 from .files import copy_folder_files
 from .genai_config import present_name, write_genai_config
+from .verify_logits import split_verify_logits
 from .tasks import folder_task
 
 #: the optimization levels of the command line, ``none`` for no optimization
@@ -237,7 +239,7 @@ def export_folder(
     model = model_from_checkpoint_config(folder, dtype)
     model.config.use_cache = with_cache
     logits = "all"
-    if with_cache and not all_logits and last_logits_only(model, [inputs, inputs2], dynamic_shapes):
+    if with_cache and not all_logits and last_logits_only(model, [inputs, inputs2], dynamic_shapes, VERIFY_TOKENS):
         logits = "last"
     say(f"exporting {config.architectures[0]} ({task}{', with its cache' if with_cache else ''}, "
         f"{str(dtype).replace('torch.', '')}, optimize={optimize}{', ' + quantize if quantize else ''})")
@@ -279,6 +281,8 @@ def export_folder(
         del eager
         if quantize:
             checks = [dataclasses.replace(c, ok=True, held=False) for c in checks]
+    if logits == "last":  # checked with the logits of the last positions, then their last one apart
+        split_verify_logits(model_path, VERIFY_TOKENS)
     files = sorted(os.listdir(out_dir))
     nbytes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in files if os.path.isfile(os.path.join(out_dir, f)))
     return FolderExport(out_dir, task, dtype, files, nbytes, time.perf_counter() - begin, peak_rss(), checks, genai,
@@ -301,7 +305,7 @@ def _export_two_layers(folder: str, model: torch.nn.Module, config: Any, task: s
     short.use_cache = with_cache
     inputs, _, dynamic_shapes = task_inputs(short, task, with_cache=with_cache, dtype=options["dtype"])
     if logits == "last":
-        last_logits_only(model, [inputs], dynamic_shapes)
+        last_logits_only(model, [inputs], dynamic_shapes, VERIFY_TOKENS)
     names = [n for n, _ in model.named_parameters(remove_duplicate=False) if n.startswith(stack.path + ".")]
 
     def weight(name: str) -> Any:
@@ -325,20 +329,24 @@ def _export_two_layers(folder: str, model: torch.nn.Module, config: Any, task: s
     return True
 
 
-def last_logits_only(model: torch.nn.Module, input_sets: list[dict[str, Any]], dynamic_shapes: dict[str, Any]) -> bool:
-    """Makes the export of a causal LM compute the logits of the last position only, when its
-    ``forward`` takes transformers' ``logits_to_keep``: ``logits_to_keep=1`` is added to every input
-    set (the export and the check against eager) and recorded as a constant in ``dynamic_shapes``.
-    Generation reads nothing else; the head (a ``vocabulary x hidden`` product, a fifth of a
-    Llama-3.2-1B's weights) then runs once per prompt instead of once per prompt token, and
-    onnxruntime-genai reads a ``logits`` output of static length 1 as last-token logits.
+def last_logits_only(model: torch.nn.Module, input_sets: list[dict[str, Any]], dynamic_shapes: dict[str, Any],
+                     keep: int = 1) -> bool:
+    """Makes the export of a causal LM compute the logits of the last ``keep`` positions only (all of
+    a shorter input), when its ``forward`` takes transformers' ``logits_to_keep``: ``logits_to_keep=keep``
+    is added to every input set (the export and the check against eager) and recorded as a constant in
+    ``dynamic_shapes``. Generation reads nothing else; the head (a ``vocabulary x hidden`` product, a
+    fifth of a Llama-3.2-1B's weights) then runs on ``keep`` positions of a prompt instead of every one,
+    and on one of a decoding step. A folder keeps :data:`~fx2onnx.runtime.speculative.VERIFY_TOKENS`
+    (16), then gives their last one apart as ``logits`` (:func:`fx2onnx.deploy.verify_logits.split_verify_logits`):
+    onnxruntime-genai reads a ``logits`` output of static length 1 as last-token logits, a speculative
+    loop verifies up to 15 candidates with the 16.
     Returns whether it applies (False: the model has no such argument, every position is kept)."""
     import inspect
 
     if "logits_to_keep" not in inspect.signature(model.forward).parameters:
         return False
     for inputs in input_sets:
-        inputs["logits_to_keep"] = 1
+        inputs["logits_to_keep"] = keep
     dynamic_shapes["logits_to_keep"] = torch.export.Dim.STATIC
     return True
 
