@@ -279,6 +279,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     metadata = _read_json(os.path.join(args.folder, FOLDER_METADATA))
     # which loop of the task's: the generic encoder-decoder split, a speech language model's placeholders
     task, args.split = metadata.get("task"), metadata.get("split")
+    if (args.prompt_lookup is not None or args.draft) and task in ("speech-seq2seq", "image-text-to-text"):
+        raise ValueError(f"--prompt-lookup and --draft run a text decoder's folder, not a {task} one.")
     if task == "speech-seq2seq":
         return _generate_speech(args)
     if task == "image-text-to-text":
@@ -293,6 +295,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         raise ValueError("Give a prompt or --ids 1,2,3 (one of them).")
     sampling = _sampling(args)
     generator = FolderGenerator(args.folder, threads=args.threads)
+    generator.generator.speculation = _speculation(args, sampling)
     if len(args.prompts) > 1:
         _print_batch(generator.generate_texts(args.prompts, args.max_new_tokens, sampling, chat=args.chat))
         return 0
@@ -310,7 +313,37 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     else:
         print()
     print(result.summary(), file=sys.stderr)
+    times = result.times
+    if generator.generator.speculation is not None:
+        print(f"speculative: {times.target_runs} runs after the prompt for {times.decode_steps} tokens (mean "
+              f"acceptance length {times.mean_acceptance_length:.2f}), {times.accepted} of {times.proposed} "
+              "candidates accepted", file=sys.stderr)
     return 0
+
+
+def _speculation(args: argparse.Namespace, sampling: Any) -> Any:
+    """The candidates of --prompt-lookup N or --draft FOLDER (fx2onnx.runtime.speculative), or None."""
+    if args.prompt_lookup is None and not args.draft:
+        return None
+    from .runtime.speculative import DraftModel, PromptLookup, same_vocabulary
+
+    if args.prompt_lookup is not None and args.draft:
+        raise ValueError("Give --prompt-lookup or --draft, not both (as transformers).")
+    if sampling is not None and sampling.needs_logits:
+        raise ValueError("--prompt-lookup and --draft decode greedily: remove the sampling options.")
+    if len(args.prompts) > 1:
+        raise ValueError("--prompt-lookup and --draft generate one prompt at a time: give one prompt.")
+    if args.prompt_lookup is not None:
+        if args.prompt_lookup < 1:
+            raise ValueError(f"--prompt-lookup takes a count of candidate tokens >= 1, not {args.prompt_lookup}.")
+        return PromptLookup(args.prompt_lookup)
+    if not os.path.isdir(args.draft):
+        raise FileNotFoundError(f"--draft {args.draft!r} is not a folder: give a folder written by export from a "
+                                "smaller model of the same tokenizer.")
+    why = same_vocabulary(args.folder, args.draft)
+    if why:
+        raise ValueError(why + ".")
+    return DraftModel(args.draft, threads=args.threads)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -562,6 +595,13 @@ def make_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None, help="sampling: the seed (torch.manual_seed's draws)")
     gen.add_argument("--repetition-penalty", type=float, default=1.0, help="> 1: penalize the tokens already seen")
     gen.add_argument("--threads", type=int, default=None, help="onnxruntime's intra-op threads")
+    gen.add_argument("--prompt-lookup", type=int, default=None, metavar="N",
+                     help="prompt lookup decoding (transformers' prompt_lookup_num_tokens): each run of the model "
+                     "verifies up to N candidate tokens copied from the text so far; greedy, the same tokens")
+    gen.add_argument("--draft", default=None, metavar="DRAFT_FOLDER",
+                     help="speculative decoding (transformers' assistant_model): a folder exported from a smaller "
+                     "model of the same tokenizer proposes tokens, each run of the model verifies them; greedy, "
+                     "the same tokens")
     gen.add_argument("--audio", default=None, help="a speech folder (Whisper, Speech2Text...): the WAV file to transcribe (PCM, at the "
                      "rate of the feature extractor, 16 kHz for Whisper); a speech language model's folder: the audio of "
                      "the prompt (a.wav,b.wav: several)")
