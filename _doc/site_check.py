@@ -53,10 +53,15 @@ COLUMN_PX = 736
 
 #: seconds a gallery example may run (a regular expression on its page's path -> seconds);
 #: the first matching entry applies
+#: (measured on the 2-core build machine, loaded by other jobs: a quiet machine takes about half)
 BUDGETS: list[tuple[str, float]] = [
-    (r"06_benchmarks/|bench", 300.0),
-    (r".*", 180.0),
+    # three to four checkpoint folders exported and generating from the command line
+    (r"_folders?_(generate_)?10\d", 480.0),
+    (r"06_benchmarks/|bench", 420.0),
+    (r".*", 240.0),
 ]
+#: ``FX2ONNX_BUDGET_SCALE=2 make html`` doubles every budget (a slower machine)
+BUDGET_SCALE = float(os.environ.get("FX2ONNX_BUDGET_SCALE", "1") or 1)
 
 _TOTAL_TIME = re.compile(r"Total running time of the script:\s*\(\s*(?:(\d+)\s*minutes?\s*)?([\d.]+)\s*seconds?\s*\)")
 
@@ -175,7 +180,7 @@ def budget(name: str) -> float:
     """The seconds an example may run (:data:`BUDGETS`), ``name`` the path of its page."""
     for pattern, seconds in BUDGETS:
         if re.search(pattern, name):
-            return seconds
+            return seconds * BUDGET_SCALE
     return float("inf")
 
 

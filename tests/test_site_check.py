@@ -101,5 +101,7 @@ def test_site(tmp_path):
 
 
 def test_budgets():
-    assert site_check.budget("auto_examples/06_benchmarks/plot_torch_export_201.html") == 300
-    assert site_check.budget("auto_examples/01_export_graph/plot_torch_export_101.html") == 180
+    assert site_check.budget("auto_examples/06_benchmarks/plot_torch_export_201.html") == 420
+    assert site_check.budget("auto_examples/01_export_graph/plot_torch_export_101.html") == 240
+    assert site_check.budget("auto_examples/04_onnx_onnxruntime/plot_captioner_folders_102.html") == 480
+    assert site_check.budget("auto_examples/04_onnx_onnxruntime/plot_export_folder_generate_102.html") == 480
