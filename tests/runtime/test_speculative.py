@@ -211,3 +211,34 @@ def test_command_line_refusals(folders, tmp_path, capsys):
         assert main(["generate", out, "hello", *args]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_onnxruntime_genai_runs_the_same_modes(folders, tmp_path):
+    """``write_genai_speculative``: onnxruntime-genai's n-gram decoding and draft model on a folder exported
+    with every position's logits give the tokens of our loop in the same mode (and of plain greedy)."""
+    og = pytest.importorskip("onnxruntime_genai")
+    from fx2onnx.deploy.genai_config import write_genai_speculative
+
+    why = write_genai_speculative(folders["model_onnx"], 6, ngram_size=2)
+    assert why is not None and "--all-logits" in why  # the default folder: the last position only
+    prompt = list(range(5, 45)) * 2
+    expected = FolderGenerator(folders["model_onnx"]).generate_text(prompt, 30).new_ids
+    for mode, options in (("ngram", {"ngram_size": 2}), ("draft", {"draft_folder": folders["draft_onnx"]})):
+        out = str(tmp_path / mode)
+        assert main(["export", folders["model"], "--out", out, "--quiet", "--all-logits", "--no-validate"]) == 0
+        assert write_genai_speculative(out, 6, **options) is None
+        model = og.Model(out)
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=len(prompt) + 30, do_sample=False)
+        generator = og.Generator(model, params)
+        generator.append_tokens(np.array([prompt], dtype=np.int32))
+        tokens = []
+        while not generator.is_done():
+            generator.generate_next_token()
+            tokens.append(int(generator.get_next_tokens()[0]))
+        stats = generator.get_speculative_stats()
+        assert stats["draft_tokens_proposed"] > 0 and tokens == expected, mode
+        gen = FolderGenerator(out)
+        gen.generator.speculation = PromptLookup(6) if mode == "ngram" else DraftModel(folders["draft_onnx"])
+        assert gen.generate_text(prompt, 30).new_ids == expected

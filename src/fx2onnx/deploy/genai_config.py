@@ -16,6 +16,9 @@ import os
 import re
 from typing import Any
 
+from ..formats import FOLDER_METADATA
+from ..runtime.integrity import folder_manifest
+
 #: the names of a DynamicCache's inputs as to_onnx names them, and the present outputs'
 _PAST = re.compile(r"^past_key_values_(key|value)_(\d+)$")
 PRESENT_PREFIX = "present"
@@ -132,4 +135,70 @@ def write_genai_config(
         del genai["model"]["bos_token_id"]
     with open(os.path.join(out, "genai_config.json"), "w", encoding="utf-8") as f:
         json.dump(genai, f, indent=2)
+    return None
+
+
+
+#: the name of a draft model's decoder copied into a folder (:func:`write_genai_speculative`)
+DRAFT_FILENAME = "draft.onnx"
+
+
+def write_genai_speculative(
+    out: str | os.PathLike, max_draft_tokens: int, ngram_size: int | None = None,
+    draft_folder: str | os.PathLike | None = None,
+) -> str | None:
+    """Enables onnxruntime-genai's own speculative decoding in the ``genai_config.json`` of the folder
+    ``out``: n-gram decoding (``ngram_size`` tokens matched, genai's counterpart of prompt lookup) or a
+    draft model (``draft_folder``: another exported folder, its decoder copied into ``out`` as
+    :data:`DRAFT_FILENAME` and its section of ``genai_config.json`` as ``model.draft``),
+    ``max_draft_tokens`` candidates a run. Returns None, or why it was not written: genai verifies
+    candidates with the ``logits`` output, which must hold every position (a folder exported with
+    ``all_logits=True``; the default folder returns the last one and gives the others apart,
+    :mod:`fx2onnx.deploy.verify_logits`, which genai does not read).
+    """
+    import shutil
+
+    import onnx
+
+    out = os.fspath(out)
+    path = os.path.join(out, "genai_config.json")
+    if (ngram_size is None) == (draft_folder is None):
+        raise ValueError("Give ngram_size or draft_folder (onnxruntime-genai does not combine them).")
+    if ngram_size is not None and ngram_size < 2:
+        raise ValueError(f"ngram_size must be >= 2 (onnxruntime-genai's n-gram decoding), not {ngram_size}.")
+    if not os.path.isfile(path):
+        return f"{out!r} has no genai_config.json"
+    with open(os.path.join(out, FOLDER_METADATA), encoding="utf-8") as f:
+        metadata = json.load(f)
+    if metadata.get("logits") != "all":
+        return ("onnxruntime-genai verifies candidates with the logits of every position: export the folder "
+                "with --all-logits")
+    with open(path, encoding="utf-8") as f:
+        genai = json.load(f)
+    genai["speculative"] = {"max_draft_tokens": int(max_draft_tokens)}
+    if ngram_size is not None:
+        genai["speculative"]["ngram_size"] = int(ngram_size)
+    else:
+        draft_folder = os.fspath(draft_folder)
+        with open(os.path.join(draft_folder, "genai_config.json"), encoding="utf-8") as f:
+            section = json.load(f)["model"]["decoder"]
+        model = onnx.load(os.path.join(draft_folder, section["filename"]), load_external_data=False)
+        data = set()
+        for tensor in model.graph.initializer:
+            for entry in tensor.external_data:
+                if entry.key == "location":
+                    data.add(entry.value)
+                    entry.value = DRAFT_FILENAME + ".data"
+        if len(data) > 1:
+            return f"the draft's weights are in {len(data)} files, not one"
+        for name in data:
+            shutil.copyfile(os.path.join(draft_folder, name), os.path.join(out, DRAFT_FILENAME + ".data"))
+        onnx.save(model, os.path.join(out, DRAFT_FILENAME))
+        genai["model"]["draft"] = dict(section, filename=DRAFT_FILENAME)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(genai, f, indent=2)
+    if "files" in metadata:  # the folder's manifest (fx2onnx.runtime.integrity) follows the change
+        metadata["files"] = folder_manifest(out)
+        with open(os.path.join(out, FOLDER_METADATA), "w", encoding="utf-8") as f:
+            json.dump(metadata, f, indent=2)
     return None
