@@ -275,8 +275,14 @@ def _generate_image_text(args: argparse.Namespace) -> int:
 def _cmd_generate(args: argparse.Namespace) -> int:
     from .runtime.folder import FOLDER_METADATA, FolderGenerator, _read_json
 
+    from .runtime.integrity import check_folder_files
+    from .runtime.media_check import check_media
+
     args.prompt = args.prompts[0] if len(args.prompts) == 1 else None
     metadata = _read_json(os.path.join(args.folder, FOLDER_METADATA))
+    # before onnxruntime loads anything: the folder as the export wrote it, the files given decode
+    check_folder_files(args.folder, metadata)
+    check_media(args.image or [], [args.audio] if args.audio else [], args.video or [])
     # which loop of the task's: the generic encoder-decoder split, a speech language model's placeholders
     task, args.split = metadata.get("task"), metadata.get("split")
     if (args.prompt_lookup is not None or args.draft) and task in ("speech-seq2seq", "image-text-to-text"):
@@ -710,6 +716,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
         print(f"error: {message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM during an export: its temporary folder is already removed
+        if os.environ.get("FX2ONNX_TRACEBACK"):
+            raise
+        print("error: interrupted" + (": nothing was written" if args.command == "export" else ""), file=sys.stderr)
+        return 130
     except (ExportError, ConversionError) as e:
         # the model could not be captured or converted: its first line, then where the model's code does what
         # cannot be captured and the fix (the explanation's lines), not torch's traceback
