@@ -282,9 +282,12 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     metadata = _read_json(os.path.join(args.folder, FOLDER_METADATA))
     # before onnxruntime loads anything: the folder as the export wrote it, the files given decode
     check_folder_files(args.folder, metadata)
-    check_media(args.image or [], [args.audio] if args.audio else [], args.video or [])
     # which loop of the task's: the generic encoder-decoder split, a speech language model's placeholders
     task, args.split = metadata.get("task"), metadata.get("split")
+    if task == "speech-seq2seq" and args.audio:
+        check_media(audios=[args.audio])
+    if task == "image-text-to-text":
+        check_media(images=args.image or [], videos=args.video or [])
     if (args.prompt_lookup is not None or args.draft) and task in ("speech-seq2seq", "image-text-to-text"):
         raise ValueError(f"--prompt-lookup and --draft run a text decoder's folder, not a {task} one.")
     if task == "speech-seq2seq":

@@ -170,10 +170,13 @@ def test_images_and_wavs_that_do_not_decode(tmp_path, capsys):
         with pytest.raises(ValueError, match="does not decode|not a PCM WAV") as e:
             check_media(images, audios)
         assert name in str(e.value) and "\n" not in str(e.value)
-    # the command line refuses them in one line before loading any folder
-    for option, path in [("--image", cut_png), ("--audio", cut_wav)]:
+    # the command line refuses them in one line before loading the folder's models
+    for option, path, task in [("--image", cut_png, "image-text-to-text"), ("--audio", cut_wav, "speech-seq2seq")]:
+        folder = tmp_path / task
+        folder.mkdir()
+        (folder / "fx2onnx.json").write_text(json.dumps({"task": task, "pieces": {}}))
         capsys.readouterr()
-        assert main(["generate", str(tmp_path), "a prompt", option, path]) == 2
+        assert main(["generate", str(folder), "a prompt", option, path]) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and err.startswith("error:") and path in err
 
