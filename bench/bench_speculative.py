@@ -1,0 +1,287 @@
+"""Speculative decoding: prompt lookup and a draft model in fx2onnx's loop, beside plain greedy decoding and
+onnxruntime-genai in the same mode, on the trained benchmark Llama.
+
+The model is ``bench/trained_llama.py``'s (hidden 512, 4 layers, vocabulary 32000, trained on a text-like
+corpus: greedy decoding is confident, as a trained LLM's); the draft is the same architecture with 2 layers,
+trained the same way (``--draft-steps``, cached beside it). Both are written as ``save_pretrained`` folders
+and exported with ``fx2onnx.deploy.export_folder`` (float32; ``--int4`` adds int4 folders): the default
+folder (``logits`` of the last position, ``verify_logits`` of the last 16) and one exported with every
+position's logits, which onnxruntime-genai's n-gram decoding and draft model need
+(:func:`fx2onnx.deploy.genai_config.write_genai_speculative`).
+
+Two texts, one prompt each, 128 new tokens, greedy, batch 1:
+
+* **repeating**: a corpus text ``S``, the model's own greedy continuation ``G`` of ``S``, then ``S`` again: the
+  model writes ``G`` a second time, which the prompt holds (editing, summarizing, code);
+* **non-repeating**: a corpus text the continuation of which is not in the prompt.
+
+For each thread count (1, 2), each loop and mode: decode tokens/s (the new tokens after the first over their
+time), the mean acceptance length (new tokens per run of the model after the prompt), whether the tokens are
+plain greedy's; the best of ``--repeat`` interleaved runs. The floor beside it: the machine's memory
+bandwidth (a numpy copy of 256 MB) over the weights' bytes, the tokens/s of one read of every weight per
+token. Also the prefill cost of keeping 16 positions' logits instead of 1 (a folder exported with 1).
+
+    python bench/bench_speculative.py [--json _doc/bench/speculative.json] [--int4] [--repeat 3]
+
+The machine is shared: numbers are noisy (the best of interleaved runs is kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from trained_llama import CONFIG, QUICK_CONFIG, Corpus, cache_path, train, trained_llama  # noqa: E402
+
+import fx2onnx.deploy.export as deploy_export  # noqa: E402
+from fx2onnx.deploy import export_folder  # noqa: E402
+from fx2onnx.deploy.genai_config import write_genai_speculative  # noqa: E402
+from fx2onnx.runtime.folder import FolderGenerator  # noqa: E402
+from fx2onnx.runtime.speculative import DraftModel, PromptLookup  # noqa: E402
+
+#: a token the corpus never holds: the end of sequence onnxruntime-genai's config needs, never generated
+EOS = 2
+NEW = 128
+
+
+class WrongLookup(PromptLookup):
+    """Prompt lookup whose candidates are always wrong (each token plus one): the cost of verifying runs
+    which keep nothing, with and without the backoff to plain decoding."""
+
+    def propose(self, tokens: list[int], k: int) -> list[int]:
+        return [t + 1 for t in super().propose(tokens, k)] or [tokens[-1] + 1] * min(k, self.num_tokens)
+
+
+def draft_llama(steps: int, verbose: bool = False):
+    """The 2-layer draft: the benchmark Llama's config with 2 layers, trained as trained_llama trains."""
+    from fx2onnx.models import get_tiny_model
+
+    config = dict(CONFIG, num_hidden_layers=2)
+    tiny = get_tiny_model("llama", with_cache=True, attn_implementation="sdpa", max_position_embeddings=512, **config)
+    path = cache_path(False, steps).replace("llama_bench", "llama_draft2")
+    if os.path.exists(path):
+        tiny.model.load_state_dict(torch.load(path, weights_only=True))
+        return tiny
+    train(tiny.model, Corpus(config["vocab_size"]), steps, batch=8, length=64, lr=3e-3, verbose=verbose)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    torch.save(tiny.model.state_dict(), path + ".tmp")
+    os.replace(path + ".tmp", path)
+    return tiny
+
+
+def write_checkpoint(model: torch.nn.Module, folder: str) -> None:
+    """A save_pretrained folder of ``model`` (float32) whose end of sequence is :data:`EOS`."""
+    import transformers
+
+    model.config.eos_token_id = model.config.pad_token_id = EOS
+    model.config.bos_token_id = None
+    model.save_pretrained(folder)
+    transformers.GenerationConfig(eos_token_id=EOS, pad_token_id=EOS).save_pretrained(folder)
+
+
+def genai_copy(folder: str, out: str, threads: int, **speculative) -> str:
+    """A copy of ``folder`` (weights hard-linked) whose genai_config runs ``threads`` intra-op threads and,
+    given ``speculative``, genai's speculative decoding."""
+    os.makedirs(out)
+    for name in os.listdir(folder):
+        (os.link if name.endswith(".data") else shutil.copyfile)(os.path.join(folder, name), os.path.join(out, name))
+    if speculative:
+        why = write_genai_speculative(out, **speculative)
+        assert why is None, why
+    path = os.path.join(out, "genai_config.json")
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    for section in ("decoder", "draft"):
+        if section in config["model"]:
+            config["model"][section]["session_options"]["intra_op_num_threads"] = threads
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
+    return out
+
+
+def genai_run(model, prompt: list[int]) -> tuple[list[int], float, float, dict]:
+    """(new tokens, decode seconds after the first token, total seconds, speculative stats)."""
+    import onnxruntime_genai as og
+
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + NEW, do_sample=False)
+    begin = time.perf_counter()
+    generator = og.Generator(model, params)
+    generator.append_tokens(np.array([prompt], dtype=np.int32))
+    tokens, first = [], None
+    while not generator.is_done():
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+        if first is None:
+            first = time.perf_counter()
+    end = time.perf_counter()
+    return tokens, end - first, end - begin, generator.get_speculative_stats()
+
+
+def bandwidth() -> float:
+    """GB/s of a numpy copy of 256 MB (read + write), the best of 5."""
+    a = np.ones(2**26, dtype=np.float32)
+    b = np.empty_like(a)
+    best = min(_timed(lambda: np.copyto(b, a)) for _ in range(5))
+    return 2 * a.nbytes / best / 1e9
+
+
+def versions() -> dict[str, str]:
+    import onnxruntime
+    import onnxruntime_genai
+
+    return {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__,
+            "onnxruntime-genai": onnxruntime_genai.__version__}
+
+
+def _timed(fn) -> float:
+    begin = time.perf_counter()
+    fn()
+    return time.perf_counter() - begin
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", default=None, help="write the rows there")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--draft-steps", type=int, default=80)
+    parser.add_argument("--int4", action="store_true", help="int4 folders too")
+    parser.add_argument("--train-draft", action="store_true", help="train (and cache) the draft, then stop")
+    parser.add_argument("--quick", action="store_true", help="a smoke test: the tiny trained Llama as model and draft")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    if args.train_draft:
+        draft_llama(args.draft_steps, verbose=True)
+        return
+    rows, root = [], tempfile.mkdtemp(prefix="bench_speculative_")
+    try:
+        if args.quick:
+            target = draft = trained_llama(quick=True).model
+        else:
+            target, draft = trained_llama().model, draft_llama(args.draft_steps).model
+        write_checkpoint(target, os.path.join(root, "target"))
+        write_checkpoint(draft, os.path.join(root, "draft"))
+        corpus = Corpus((QUICK_CONFIG if args.quick else CONFIG)["vocab_size"])
+        seed_text = corpus.sample(1, 64, seed=7)[0].tolist()
+        other = corpus.sample(1, 96, seed=8)[0].tolist()
+        floor_gbs = bandwidth()
+        precisions = ["float32"] + ["int4"] * args.int4
+        for precision in precisions:
+            quantize = None if precision == "float32" else "int4"
+            folders = {}
+            for name, source, options in (("default", "target", {}), ("all-logits", "target", {"all_logits": True}),
+                                          ("draft", "draft", {})):
+                folders[name] = os.path.join(root, f"{name}_{precision}")
+                export_folder(os.path.join(root, source), folders[name], quantize=quantize, validate=False, **options)
+            weights_mb = os.path.getsize(os.path.join(folders["default"], "model.onnx.data")) / 2**20
+            greedy = FolderGenerator(folders["default"]).generate_text(seed_text, NEW).new_ids
+            texts = {"repeating": seed_text + greedy + seed_text, "non-repeating": other}
+            for threads in [int(t) for t in args.threads.split(",")]:
+                rows += measure(folders, texts, threads, precision, weights_mb, floor_gbs, args.repeat, root)
+            if precision == "float32":  # the prefill cost of 16 positions' logits against 1
+                rows += prefill_cost(root, folders["default"], texts["repeating"], args.repeat)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    for r in rows:
+        print(json.dumps(r))
+    if args.json:
+        stored = {"date": datetime.date.today().isoformat(), "command": "python " + " ".join(sys.argv),
+                  "machine": f"{os.cpu_count()} cores, shared with other jobs (noisy)", "bandwidth_gb_s": floor_gbs,
+                  "new_tokens": NEW, "versions": versions(), "rows": rows}
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(stored, f, indent=1)
+
+
+def measure(folders: dict[str, str], texts: dict[str, list[int]], threads: int, precision: str, weights_mb: float,
+            floor_gbs: float, repeat: int, root: str) -> list[dict]:
+    """The rows of one precision and thread count: each loop and mode on both texts."""
+    import onnxruntime_genai as og
+
+    ours = {(folder, mode): FolderGenerator(folders[folder], threads=threads)
+            for folder in ("default", "all-logits") for mode in ("greedy", "prompt lookup")}
+    ours["default", "draft"] = FolderGenerator(folders["default"], threads=threads)
+    ours["default", "wrong candidates"] = FolderGenerator(folders["default"], threads=threads)
+    ours["default", "wrong candidates, no backoff"] = FolderGenerator(folders["default"], threads=threads)
+    no_backoff = WrongLookup(10)
+    no_backoff.backoff = False
+    speculations = {"greedy": None, "prompt lookup": PromptLookup(10), "wrong candidates": WrongLookup(10),
+                    "wrong candidates, no backoff": no_backoff}
+    for (folder, mode), gen in ours.items():
+        gen.generator.speculation = speculations[mode] if mode != "draft" else DraftModel(folders["draft"],
+                                                                                          threads=threads)
+    tag = f"{precision}_{threads}"
+    genai = {
+        ("default", "greedy"): og.Model(genai_copy(folders["default"], os.path.join(root, "g_plain_" + tag), threads)),
+        ("all-logits", "prompt lookup"): og.Model(genai_copy(folders["all-logits"], os.path.join(root, "g_ngram_" + tag),
+                                                             threads, max_draft_tokens=10, ngram_size=2)),
+        ("all-logits", "draft"): og.Model(genai_copy(folders["all-logits"], os.path.join(root, "g_draft_" + tag), threads,
+                                                     max_draft_tokens=10, draft_folder=folders["draft"])),
+    }
+    rows = []
+    for text, prompt in texts.items():
+        expected = None
+        best: dict[tuple, dict] = {}
+        for _ in range(repeat):  # interleaved: every configuration once per round
+            for (folder, mode), gen in ours.items():
+                result = gen.generate_text(prompt, NEW)
+                t = result.times
+                row = dict(loop="fx2onnx", folder=folder, mode=mode, tokens=result.new_ids,
+                           decode_tok_s=t.decode_steps / t.decode_total,
+                           total_tok_s=(t.decode_steps + 1) / (t.prefill_total + t.decode_total),
+                           acceptance_length=getattr(t, "mean_acceptance_length", 1.0))
+                key = ("fx2onnx", folder, mode)
+                if key not in best or row["decode_tok_s"] > best[key]["decode_tok_s"]:
+                    best[key] = row
+            for (folder, mode), model in genai.items():
+                tokens, decode_s, total_s, stats = genai_run(model, prompt)
+                passes = stats.get("target_forward_passes", 0)
+                row = dict(loop="onnxruntime-genai", folder=folder, mode=mode, tokens=tokens,
+                           decode_tok_s=(len(tokens) - 1) / decode_s, total_tok_s=len(tokens) / total_s,
+                           acceptance_length=(len(tokens) - 1) / (passes - 1) if passes > 1 else 1.0)
+                key = ("onnxruntime-genai", folder, mode)
+                if key not in best or row["decode_tok_s"] > best[key]["decode_tok_s"]:
+                    best[key] = row
+        expected = best["fx2onnx", "default", "greedy"]["tokens"]
+        for row in best.values():
+            same = row.pop("tokens") == expected
+            rows.append(dict(row, text=text, threads=threads, precision=precision, same_tokens=same,
+                             weights_mb=round(weights_mb, 1),
+                             floor_tok_s=floor_gbs * 1e9 / (weights_mb * 2**20)))
+            print(rows[-1], flush=True)
+    return rows
+
+
+def prefill_cost(root: str, folder: str, prompt: list[int], repeat: int) -> list[dict]:
+    """Prefill tokens/s of the default folder (the last 16 positions' logits) and of one keeping 1."""
+    one = os.path.join(root, "keep1")
+    saved = deploy_export.VERIFY_TOKENS
+    deploy_export.VERIFY_TOKENS = 1
+    try:
+        export_folder(os.path.join(root, "target"), one, validate=False)
+    finally:
+        deploy_export.VERIFY_TOKENS = saved
+    gens = {16: FolderGenerator(folder, threads=1), 1: FolderGenerator(one, threads=1)}
+    best = {k: 0.0 for k in gens}
+    for _ in range(max(repeat, 5)):
+        for kept, gen in gens.items():
+            result = gen.generate_text(prompt, 1)
+            best[kept] = max(best[kept], len(prompt) / result.times.prefill_total)
+    return [dict(loop="fx2onnx", mode="prefill", kept_logits=k, prompt=len(prompt), threads=1, precision="float32",
+                 prefill_tok_s=v) for k, v in best.items()]
+
+
+if __name__ == "__main__":
+    main()
