@@ -75,18 +75,18 @@ def llm_deploy_table(stored: dict) -> str:
         rows, lambda r: (r["model"], r["precision"], r.get("prompt", 24), r.get("new", 64))
     ):
         body.append([
-            model, precision, f"{prompt} + {new}",
+            f"{model} {precision}, {prompt} + {new} tokens",
             _both(ours, theirs, "export_s", ".1f"), _both(ours, theirs, "peak_rss_gb", ".2f"),
             _both(ours, theirs, "size_mb", ".0f"), _both(ours, theirs, "prefill_tok_s", ".1f"),
             _both(ours, theirs, "decode_tok_s", ".2f"), _ratio(ours, theirs, "decode_tok_s"),
             "yes" if theirs is not None and theirs.get("same_tokens") else "no",
         ])
-    header = ["model", "precision", "prompt + new tokens", "export (s)", "peak memory of the export (GB)",
+    header = ["model, precision, prompt + new tokens", "export (s)", "export's peak memory (GB)",
               "files (MB)", "prefill (tokens/s)", "decode (tokens/s)", "decode ratio", "same tokens"]
     lines = [f"Each cell: fx2onnx / onnxruntime-genai's builder; the ratio is fx2onnx's decoding speed over the "
              f"builder's (above 1: fx2onnx is faster). {stored.get('cpus', '?')} cores, one intra-op thread, "
              f"greedy, the best of interleaved rounds.", ""]
-    lines += _list_table(header, body, [14, 8, 8, 10, 10, 10, 10, 10, 8, 6]) + [""] + _sources(rows)
+    lines += _list_table(header, body, [22, 11, 11, 11, 11, 12, 8, 6]) + [""] + _sources(rows)
     return "\n".join(lines) + "\n"
 
 
@@ -101,15 +101,15 @@ def multimodal_table(stored: dict) -> str:
             files += f" (text: {_both(ours, theirs, 'text_mb', '.0f')})"
             first += f" (text: {_both(ours, theirs, 'text_first_token_ms', '.0f')})"
         body.append([
-            model, precision, _both(ours, theirs, "export_s", ".1f"), _both(ours, theirs, "peak_rss_gb", ".2f"),
+            f"{model.split(',')[0]} {precision}", _both(ours, theirs, "export_s", ".1f"), _both(ours, theirs, "peak_rss_gb", ".2f"),
             files, first, _both(ours, theirs, "decode_tok_s", ".1f"), _ratio(ours, theirs, "decode_tok_s"),
         ])
-    header = ["model", "precision", "export (s)", "peak memory of the export (GB)", "files (MB)",
+    header = ["model, precision", "export (s)", "export's peak memory (GB)", "files (MB)",
               "first token (ms)", "decode (tokens/s)", "decode ratio"]
     lines = [f"Each cell: fx2onnx / onnxruntime-genai's builder; *text*: the text decoder alone (the builder "
-             f"writes no vision piece for this model). {stored.get('cpus', '?')} cores, 2 threads, greedy, the "
-             f"best of interleaved rounds.", ""]
-    lines += _list_table(header, body, [16, 8, 10, 10, 14, 14, 10, 8]) + [""] + _sources(rows)
+             f"writes no vision piece for this model). Qwen2.5-VL-3B's widths with 8 decoder layers and 8 vision "
+             f"blocks. {stored.get('cpus', '?')} cores, 2 threads, greedy, the best of interleaved rounds.", ""]
+    lines += _list_table(header, body, [18, 11, 11, 18, 18, 12, 8]) + [""] + _sources(rows)
     return "\n".join(lines) + "\n"
 
 

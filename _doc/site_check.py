@@ -48,7 +48,7 @@ RULES: list[tuple[str, re.Pattern]] = [
 MAX_LINE = 180
 #: the characters of the content column (furo: 46em, 736 px): wider lines scroll (reported)
 COLUMN_CHARS = 94
-#: the content column in pixels, for the tables (reported)
+#: the content column in pixels: a table whose narrowest width (its longest words) is wider scrolls (reported)
 COLUMN_PX = 736
 
 #: seconds a gallery example may run (a regular expression on its page's path -> seconds);
@@ -114,7 +114,8 @@ class _Extractor(HTMLParser):
                 self.pre_parts = []
         elif tag in ("td", "th") and self.tables and self.tables[-1]["cell"] is not None:
             table = self.tables[-1]
-            table["row"].append(len(" ".join("".join(table["cell"]).split())))
+            # the narrowest a cell can be: its longest word (a browser wraps at the spaces)
+            table["row"].append(max((len(w) for w in "".join(table["cell"]).split()), default=0))
             table["cell"] = None
         elif tag == "tr" and self.tables:
             table = self.tables[-1]
@@ -125,8 +126,9 @@ class _Extractor(HTMLParser):
                     table["cols"].append(n)
         elif tag == "table" and self.tables:
             cols = self.tables.pop()["cols"]
-            # about 7.5 px a character of the body font in a table, 16 px of padding a column
-            self.widths.append(int(sum(min(n, 60) * 7.5 + 16 for n in cols)))
+            # about 7.5 px a character of the body font in a table, 16 px of padding a column:
+            # the table's narrowest width, wider than the column it scrolls
+            self.widths.append(int(sum(n * 7.5 + 16 for n in cols)))
         if tag in ("p", "div", "li", "tr", "td", "th", "pre", "dt", "dd", "h1", "h2", "h3", "h4") and not self.pre:
             self.parts.append("\n")
 
