@@ -180,6 +180,22 @@ def test_not_enough_space_is_refused_before_writing(exported, tmp_path, capsys, 
     assert not os.path.exists(out) and not partial_folders(out)
 
 
+def test_max_memory_is_refused_before_loading(exported, tmp_path, capsys):
+    from fx2onnx.deploy.memory import BASE, needed_memory, parse_size
+
+    checkpoint, _ = exported
+    assert parse_size("1.5GiB") == 3 * 2**29 and parse_size("16GB") == 16 * 10**9 and parse_size("1024") == 1024
+    checked, streamed = needed_memory(checkpoint), needed_memory(checkpoint, validate=False)
+    assert BASE < streamed < checked
+    out = str(tmp_path / "small")
+    capsys.readouterr()
+    assert main(["export", checkpoint, "--out", out, "--quiet", "--max-memory", "100MB"]) == 2
+    _one_error_line(capsys, "needs about", "--max-memory is 95 MiB", "--no-validate")
+    assert main(["export", checkpoint, "--out", out, "--quiet", "--max-memory", "lots"]) == 2
+    _one_error_line(capsys, "16GB")
+    assert not os.path.exists(out) and not partial_folders(out)
+
+
 def _export_command(checkpoint: str, out: str, *options: str) -> list[str]:
     return [sys.executable, "-m", "fx2onnx", "export", checkpoint, "--out", out, "--quiet", *options]
 
