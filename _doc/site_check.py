@@ -12,7 +12,8 @@ per finding) on:
 * a tracker number (``issue 33``, ``#33``, ``stop 48``): our work process, not the product;
 * a placeholder left in a page (``REPOSITORY_URL``);
 * a memory column of sphinx-gallery which measures nothing (``Estimated memory usage: 0 MB``);
-* a line of code or output wider than :data:`MAX_LINE` characters (far past the window at 1400 px);
+* a line of code or output, or a word, wider than :data:`MAX_LINE` characters (far past the window at
+  1400 px);
 * a gallery example which ran longer than its time budget (:data:`BUDGETS`, read from the
   "Total running time of the script" sphinx-gallery writes on every example's page).
 
@@ -71,6 +72,8 @@ class Page:
     """What the checks read from one HTML page."""
 
     text: str = ""
+    #: the text outside the ``<pre>`` blocks
+    prose: str = ""
     pre_lines: list[str] = field(default_factory=list)
     #: the estimated width in pixels of every table
     table_widths: list[int] = field(default_factory=list)
@@ -82,6 +85,7 @@ class _Extractor(HTMLParser):
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.parts: list[str] = []
+        self.prose: list[str] = []
         self.skip = 0
         self.pre = 0
         self.pre_parts: list[str] = []
@@ -138,6 +142,8 @@ class _Extractor(HTMLParser):
         self.parts.append(data)
         if self.pre:
             self.pre_parts.append(data)
+        else:
+            self.prose.append(data)
         if self.tables and self.tables[-1]["cell"] is not None:
             self.tables[-1]["cell"].append(data)
 
@@ -148,7 +154,8 @@ def read_page(html: str) -> Page:
     parser.feed(html)
     parser.close()
     lines = [line for block in parser.pre_blocks for line in block.splitlines()]
-    return Page(text="".join(parser.parts), pre_lines=lines, table_widths=parser.widths)
+    return Page(text="".join(parser.parts), prose=" ".join(parser.prose), pre_lines=lines,
+                table_widths=parser.widths)
 
 
 def check_page(html: str, max_line: int = MAX_LINE) -> list[str]:
@@ -166,6 +173,11 @@ def check_page(html: str, max_line: int = MAX_LINE) -> list[str]:
     for line in page.pre_lines:
         if len(line) > max_line:
             problems.append(f"line of {len(line)} characters (at most {max_line}): {line[:60]}...")
+            break
+    # a word a browser cannot wrap (a long literal in a paragraph) widens its block as a long line does
+    for word in page.prose.split():
+        if len(word) > max_line:
+            problems.append(f"word of {len(word)} characters (at most {max_line}): {word[:60]}...")
             break
     return problems
 

@@ -64,6 +64,11 @@ def test_long_line_of_code():
     assert site_check.check_page(html, max_line=300) == []
 
 
+def test_long_word_in_a_paragraph():
+    problems = site_check.check_page(page("<p>Computed by <code>--only '/(" + "a|" * 120 + "b)$'</code></p>"))
+    assert len(problems) == 1 and problems[0].startswith("word of 247 characters"), problems
+
+
 def test_tables_and_example_time():
     html = page(
         "<table><tr><th>a</th><th>b</th></tr><tr><td>" + "x" * 50 + "</td><td>" + "y " * 50 + "</td></tr></table>"
