@@ -142,8 +142,23 @@ def kernels_declared() -> bool:
     return _DECLARED is not None
 
 
+def _fake_nms(dets: Any, scores: Any, iou_threshold: float) -> Any:
+    """The fake kernel of ``nms``: between 0 and ``len(dets)`` kept boxes (torchvision's says at
+    least 2, and an exported model then asserts it at run time)."""
+    import torch
+
+    torch._check(dets.dim() == 2 and dets.shape[1] == 4, lambda: f"boxes should be (N, 4), got {dets.shape}")
+    torch._check(scores.dim() == 1 and scores.shape[0] == dets.shape[0], lambda: "scores should be (N,)")
+    kept = torch.library.get_ctx().new_dynamic_size()
+    torch._check(kept <= dets.shape[0])
+    return dets.new_empty((kept,), dtype=torch.long)
+
+
 class _ExtensionLoader(importlib.abc.Loader):
-    """Loads ``torchvision.extension`` as usual, then makes its ``_has_ops()`` answer True."""
+    """Loads ``torchvision.extension`` as usual, then makes its ``_has_ops()`` answer True; loads
+    ``torchvision._meta_registrations``, then replaces its fake kernels of ``nms`` and ``qnms``
+    (:func:`_fake_nms`).
+    """
 
     def __init__(self, loader: Any):
         self.loader = loader
@@ -153,8 +168,15 @@ class _ExtensionLoader(importlib.abc.Loader):
 
     def exec_module(self, module) -> None:
         self.loader.exec_module(module)
-        if kernels_declared():
+        if not kernels_declared():
+            return
+        if module.__name__ == "torchvision.extension":
             module._has_ops = kernels_declared
+        else:
+            import torch
+
+            for name in ("nms", "qnms"):
+                torch.library.register_fake(f"torchvision::{name}", _fake_nms, lib=_DECLARED)
 
 
 class _TorchvisionHook(importlib.abc.MetaPathFinder):
@@ -175,12 +197,18 @@ class _TorchvisionHook(importlib.abc.MetaPathFinder):
 
 
 class _ExtensionHook(importlib.abc.MetaPathFinder):
-    """Wraps the loader of ``torchvision.extension`` (:class:`_ExtensionLoader`), then steps aside."""
+    """Wraps the loaders of ``torchvision.extension`` and ``torchvision._meta_registrations``
+    (:class:`_ExtensionLoader`), then steps aside."""
+
+    def __init__(self):
+        self.waiting = {"torchvision.extension", "torchvision._meta_registrations"}
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "torchvision.extension":
+        if fullname not in self.waiting:
             return None
-        sys.meta_path[:] = [f for f in sys.meta_path if f is not self]
+        self.waiting.discard(fullname)
+        if not self.waiting:
+            sys.meta_path[:] = [f for f in sys.meta_path if f is not self]
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is not None and spec.loader is not None:
             spec.loader = _ExtensionLoader(spec.loader)

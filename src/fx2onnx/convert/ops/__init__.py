@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     complex,
     control_flow,
     creation,
+    detection,
     effects,
     elementwise,
     fft,
