@@ -304,7 +304,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         raise ValueError("Give a prompt or --ids 1,2,3 (one of them).")
     sampling = _sampling(args)
     generator = FolderGenerator(args.folder, threads=args.threads)
-    generator.generator.speculation = _speculation(args, sampling)
+    generator.generator.speculation = _speculation(args)
     if len(args.prompts) > 1:
         _print_batch(generator.generate_texts(args.prompts, args.max_new_tokens, sampling, chat=args.chat))
         return 0
@@ -330,7 +330,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _speculation(args: argparse.Namespace, sampling: Any) -> Any:
+def _speculation(args: argparse.Namespace) -> Any:
     """The candidates of --prompt-lookup N or --draft FOLDER (fx2onnx.runtime.speculative), or None."""
     if args.prompt_lookup is None and not args.draft:
         return None
@@ -338,8 +338,6 @@ def _speculation(args: argparse.Namespace, sampling: Any) -> Any:
 
     if args.prompt_lookup is not None and args.draft:
         raise ValueError("Give --prompt-lookup or --draft, not both (as transformers).")
-    if sampling is not None and sampling.needs_logits:
-        raise ValueError("--prompt-lookup and --draft decode greedily: remove the sampling options.")
     if len(args.prompts) > 1:
         raise ValueError("--prompt-lookup and --draft generate one prompt at a time: give one prompt.")
     if args.prompt_lookup is not None:
@@ -606,11 +604,12 @@ def make_parser() -> argparse.ArgumentParser:
     gen.add_argument("--threads", type=int, default=None, help="onnxruntime's intra-op threads")
     gen.add_argument("--prompt-lookup", type=int, default=None, metavar="N",
                      help="prompt lookup decoding (transformers' prompt_lookup_num_tokens): each run of the model "
-                     "verifies up to N candidate tokens copied from the text so far; greedy, the same tokens")
+                     "verifies up to N candidate tokens copied from the text so far (greedy: the same tokens; sampled: "
+                     "transformers' rule)")
     gen.add_argument("--draft", default=None, metavar="DRAFT_FOLDER",
                      help="speculative decoding (transformers' assistant_model): a folder exported from a smaller "
-                     "model of the same tokenizer proposes tokens, each run of the model verifies them; greedy, "
-                     "the same tokens")
+                     "model of the same tokenizer proposes tokens, each run of the model verifies them (greedy: the "
+                     "same tokens; sampled: transformers' speculative sampling)")
     gen.add_argument("--audio", default=None, help="a speech folder (Whisper, Speech2Text...): the WAV file to transcribe (PCM, at the "
                      "rate of the feature extractor, 16 kHz for Whisper); a speech language model's folder: the audio of "
                      "the prompt (a.wav,b.wav: several)")
