@@ -113,9 +113,6 @@ def test_refusals():
     generator = OnnxGenerator(onx)
     with pytest.raises(ValueError, match="one sequence"):
         generator.generate(np.array([[5, 6], [7, 8]]), 3, speculation=PromptLookup(3))
-    with pytest.raises(ValueError, match="greedy"):
-        generator.generate(np.array([[5, 6]]), 3, sampling=fx2onnx.runtime.sampling.Sampling(do_sample=True),
-                           speculation=PromptLookup(3))
     with pytest.raises(ValueError, match="its own draft"):
         generator.generate(np.array([[5, 6]]), 3, speculation=DraftModel(generator))
     with pytest.raises(ValueError, match="max_matching_ngram_size"):
@@ -203,7 +200,6 @@ def test_command_line_refusals(folders, tmp_path, capsys):
     with open(other / "tokenizer.json", "w") as f:
         json.dump(tok, f)
     for args, message in ((["--prompt-lookup", "3", "--draft", folders["draft_onnx"]], "not both"),
-                          (["--prompt-lookup", "3", "--temperature", "0.5"], "greedily"),
                           (["--draft", str(tmp_path / "none")], "is not a folder"),
                           (["--draft", str(other)], "tokenizers"),
                           (["--prompt-lookup", "0"], ">= 1")):
@@ -242,3 +238,28 @@ def test_onnxruntime_genai_runs_the_same_modes(folders, tmp_path):
         gen = FolderGenerator(out)
         gen.generator.speculation = PromptLookup(6) if mode == "ngram" else DraftModel(folders["draft_onnx"])
         assert gen.generate_text(prompt, 30).new_ids == expected
+
+
+@pytest.mark.slow
+def test_sampled_speculation():
+    """Sampling: the draft being the model itself, transformers' speculative sampling keeps every candidate
+    (``p / q`` is 1); with top_k=1 the draws are greedy's tokens; a repetition penalty without sampling gives
+    transformers' tokens (the penalty applied to each verified position with the tokens before it)."""
+    from fx2onnx.runtime.sampling import Sampling
+
+    tiny, onx = exported(2, 0)
+    generator = OnnxGenerator(onx)
+    ids = np.array(REPEATING)
+    plain = generator.generate(ids, NEW).tolist()
+    same = DraftModel(OnnxGenerator(onx), assistant_confidence_threshold=0.0)
+    generator.generate(ids, NEW, sampling=Sampling(do_sample=True, seed=0, temperature=0.8), speculation=same)
+    times = generator.last_times
+    assert times.accepted == times.proposed > 20 and times.verifying_runs <= 3
+    for speculation in (PromptLookup(10), DraftModel(OnnxGenerator(exported(1, 1)[1]))):
+        got = generator.generate(ids, NEW, sampling=Sampling(do_sample=True, top_k=1, seed=0), speculation=speculation)
+        assert got.tolist() == plain
+    with torch.no_grad():
+        expected = tiny.model.generate(torch.tensor(REPEATING), do_sample=False, max_new_tokens=NEW,
+                                       repetition_penalty=1.3, prompt_lookup_num_tokens=10)
+    got = generator.generate(ids, NEW, sampling=Sampling(repetition_penalty=1.3), speculation=PromptLookup(10))
+    assert got.tolist() == expected.tolist()

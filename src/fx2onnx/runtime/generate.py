@@ -351,7 +351,7 @@ class OnnxGenerator:
         :func:`fx2onnx.runtime.mrope.rope_index`): every later token takes the largest position of
         its sequence plus one, plus two..., in every row (transformers' ``rope_deltas``). ``speculation``
         (default :attr:`speculation`) proposes candidate tokens each run verifies several at a time, one
-        sequence greedily (:mod:`fx2onnx.runtime.speculative`): the same tokens."""
+        sequence (:mod:`fx2onnx.runtime.speculative`): greedy, the same tokens."""
         speculation = self.speculation if speculation is None else speculation
         if speculation is not None:
             if constants or position_ids is not None:
@@ -607,7 +607,7 @@ def generate(
         ``top_p``, ``repetition_penalty`` as transformers defines them, ``seed`` the seed of
         the draws (see :class:`fx2onnx.runtime.sampling.Sampling`)
     :param streamer: called after each step with the ``(batch,)`` new tokens
-    :param speculation: verify several candidate tokens per run of the model (one sequence, greedy, the
+    :param speculation: verify several candidate tokens per run of the model (one sequence; greedy: the
         same tokens): ``PromptLookup(10)`` (transformers' ``prompt_lookup_num_tokens=10``) or
         ``DraftModel(draft)`` (transformers' ``assistant_model=draft``) of :mod:`fx2onnx.runtime.speculative`
     :return: the prompts followed by the new tokens, ``(batch, length + new)``, int64,

@@ -84,12 +84,23 @@ class TokenChooser:
         :return: ``(batch,)`` int64
         """
         torch, s = self._torch, self.sampling
+        scores = self.scores(logits, sequences, mask)
+        if not s.do_sample:
+            return torch.argmax(scores, dim=-1).numpy().astype(np.int64)
+        probs = torch.nn.functional.softmax(scores, dim=-1)
+        return torch.multinomial(probs, num_samples=1, generator=self.generator).squeeze(1).numpy().astype(np.int64)
+
+    def scores(self, logits: np.ndarray, sequences: np.ndarray, mask: np.ndarray) -> Any:
+        """The scores the token is chosen from, a ``(batch, vocabulary)`` :class:`torch.Tensor`: the
+        logits after the repetition penalty, and when sampling the temperature, top-k and top-p
+        (-inf for the tokens removed), as transformers' logits processors leave them."""
+        torch, s = self._torch, self.sampling
         scores = torch.from_numpy(np.asarray(logits, dtype=np.float32))
         if s.repetition_penalty != 1.0:
             scores = _repetition_penalty(torch, scores, torch.from_numpy(sequences), torch.from_numpy(mask),
                                          s.repetition_penalty)
         if not s.do_sample:
-            return torch.argmax(scores, dim=-1).numpy().astype(np.int64)
+            return scores
         if s.temperature != 1.0:
             scores = scores / s.temperature
         if s.top_k:
@@ -100,8 +111,7 @@ class TokenChooser:
             remove = sorted_scores.softmax(dim=-1).cumsum(dim=-1) <= (1 - s.top_p)
             remove[..., -1:] = False
             scores = scores.masked_fill(remove.scatter(1, order, remove), -float("inf"))
-        probs = torch.nn.functional.softmax(scores, dim=-1)
-        return torch.multinomial(probs, num_samples=1, generator=self.generator).squeeze(1).numpy().astype(np.int64)
+        return scores
 
 
 def _repetition_penalty(torch: Any, scores: Any, sequences: Any, mask: Any, penalty: float) -> Any:

@@ -17,6 +17,11 @@ Two sources of candidates, as :epkg:`transformers` defines them:
   vocabulary proposes ``num_assistant_tokens`` tokens greedily (fewer once its probability of a
   token falls under ``assistant_confidence_threshold``), its own cache rolled back the same way.
 
+Sampled (``do_sample``), each verified position's token is drawn from its processed scores and the candidates
+are kept up to the first which differs (prompt lookup), or by transformers' speculative sampling with a draft's
+scores: the tokens follow the model's distribution; they are transformers' own as long as the same runs verify
+candidates (without the backoff below, ``speculation.backoff = False``) and the logits lead to the same draws.
+
 When the candidates keep failing, the loop backs off to plain decoding (:class:`Backoff`): after a
 verifying run that kept none, it proposes nothing for 1, 2, 4... steps (at most 32), a run that keeps
 one resets it. The decoder must return the logits of several positions: a folder's decoder does
@@ -222,9 +227,12 @@ class Speculation:
     #: back off to plain decoding when candidates keep failing (see :class:`Backoff`)
     backoff: bool = True
 
-    def reset(self, eos: set[int]) -> None:
-        """Called at the start of a generation."""
-        self.eos = eos
+    def reset(self, eos: set[int], chooser: Any = None) -> None:
+        """Called at the start of a generation (``chooser``: the :class:`fx2onnx.runtime.sampling.TokenChooser`
+        of a sampled one, None when greedy)."""
+        self.eos, self.chooser = eos, chooser
+        #: the scores a draft sampled its candidates from, ``(candidates, vocabulary)`` (None: no draft, or greedy)
+        self.candidate_scores: Any = None
 
     def propose(self, tokens: list[int], k: int) -> list[int]:
         """At most ``k`` candidates to follow ``tokens`` (the prompt and the tokens generated)."""
@@ -244,55 +252,50 @@ class Speculation:
         sampling: Any = None,
         streamer: Callable[[np.ndarray], None] | None = None,
     ) -> Any:
-        """Greedy decoding of one sequence, several tokens per run: the tokens of
-        :meth:`OnnxGenerator.generate` (``generator.last_times`` is a :class:`SpeculativeTimes`)."""
+        """Generates one sequence, several tokens per run, as transformers' assisted generation does: the
+        first run takes the prompt and the first candidates; greedy, the tokens of
+        :meth:`OnnxGenerator.generate`; sampled (``sampling``), each position's token drawn from its
+        processed scores and the candidates kept up to the first which differs, or with a draft's scores,
+        transformers' speculative sampling (a candidate kept with probability ``min(1, p / q)``, the token
+        after a rejected one drawn from ``max(p - q, 0)``). ``generator.last_times`` is a
+        :class:`SpeculativeTimes`."""
         ids, mask, as_torch = _check_inputs(input_ids, attention_mask, max_new_tokens)
         if ids.shape[0] != 1 or not mask.all():
             raise ValueError(f"Speculative decoding generates one sequence without padding (as transformers' "
                              f"assisted generation), not a batch of {ids.shape[0]}.")
-        if sampling is not None and sampling.needs_logits:
-            raise ValueError("Speculative decoding is greedy here (no sampling, no repetition penalty): remove the "
-                             "sampling options or the speculation.")
         if getattr(self, "decoder", None) is not None and self.decoder.generator is generator:
             raise ValueError("A model cannot be its own draft (one cache for both): open the draft apart, "
                              "DraftModel(folder) or DraftModel(OnnxGenerator(path)).")
+        chooser = sampling.chooser() if sampling is not None and sampling.needs_logits else None
         eos = set() if eos_token_id is None else {int(e) for e in np.atleast_1d(eos_token_id)}
         target = SequenceDecoder(generator)
-        self.reset(eos)
+        self.reset(eos, chooser)
         backoff = Backoff() if self.backoff else None
         times = SpeculativeTimes()
-        begin = time.perf_counter()
-        room = min(max_new_tokens, generator.cache_chunk) + (target.max_rows or 0)
-        rows = target.start(ids[0].tolist(), room)
-        times.prefill_model = time.perf_counter() - begin
-        token = int(rows[-1].argmax())
-        tokens = ids[0].tolist() + [token]
-        new = [token]
-        if streamer is not None:
-            streamer(np.array([token], dtype=np.int64))
-        times.prefill_total = time.perf_counter() - begin
+        tokens, new = ids[0].tolist(), 0
         limit = target.max_candidates
-        while len(new) < max_new_tokens and token not in eos:
+        begin = time.perf_counter()
+        while new < max_new_tokens and (new == 0 or tokens[-1] not in eos):
             step = time.perf_counter()
-            k = max_new_tokens - len(new) - 1
-            if limit is not None:
-                k = min(k, limit)
+            k = max_new_tokens - new - 1 if limit is None else min(max_new_tokens - new - 1, limit)
             candidates: list[int] = []
+            self.candidate_scores = None
             if k > 0 and (backoff is None or backoff.allows()):
                 candidates = [int(c) for c in self.propose(tokens, k)][:k]
             proposed = time.perf_counter()
-            rows = target.run([token] + candidates)
-            times.decode_model += time.perf_counter() - proposed
-            predicted = rows.argmax(axis=-1)[-len(candidates) - 1:]
-            m = 0
-            while m < len(candidates) and candidates[m] == int(predicted[m]):
-                m += 1
-            accepted = candidates[:m] + [int(predicted[m])]
+            feed = tokens[target.length:] + candidates
+            if target.length == 0:
+                rows = target.start(feed, min(max_new_tokens, generator.cache_chunk) + (target.max_rows or 0))
+            else:
+                rows = target.run(feed)
+            model_time = time.perf_counter() - proposed
+            accepted = self._select(rows[-len(candidates) - 1:], tokens, candidates)
+            m = len(accepted) - 1
             for i, t in enumerate(accepted):
                 if t in eos:
                     accepted = accepted[: i + 1]
                     break
-            target.rollback(target.length - len(candidates) + m)
+            target.rollback(len(tokens) + m)
             if candidates:
                 self.update(len(candidates), m)
                 if backoff is not None:
@@ -300,25 +303,65 @@ class Speculation:
                 times.verifying_runs += 1
                 times.proposed += len(candidates)
                 times.accepted += m
-            times.target_runs += 1
-            times.propose_total += proposed - step
             tokens += accepted
-            new += accepted
+            new += len(accepted)
             if streamer is not None:
                 for t in accepted:
                     streamer(np.array([t], dtype=np.int64))
-            token = accepted[-1]
             elapsed = time.perf_counter() - step
-            times.decode_total += elapsed
-            times.step_overheads.append(elapsed)
-        times.decode_steps = len(new) - 1
+            times.propose_total += proposed - step
+            if times.prefill_total == 0.0:
+                times.prefill_total, times.prefill_model = time.perf_counter() - begin, model_time
+                first = new
+            else:
+                times.target_runs += 1
+                times.decode_total += elapsed
+                times.decode_model += model_time
+                times.step_overheads.append(elapsed - model_time)
+        times.decode_steps = new - first
         generator.last_times = times
-        result = np.array([tokens], dtype=np.int64)
+        result = np.array([tokens[: ids.shape[1] + max_new_tokens]], dtype=np.int64)
         if as_torch:
             import torch
 
             return torch.from_numpy(result)
         return result
+
+    def _select(self, rows: np.ndarray, tokens: list[int], candidates: list[int]) -> list[int]:
+        """The candidates kept and the token after them, from the logits of the pending position and of
+        every candidate, ``rows`` (``(1 + candidates, vocabulary)``)."""
+        chooser, n = self.chooser, len(candidates)
+        if chooser is None:  # greedy: the candidates equal to the argmax of the position before
+            predicted = rows.argmax(axis=-1)
+            m = 0
+            while m < n and candidates[m] == int(predicted[m]):
+                m += 1
+            return candidates[:m] + [int(predicted[m])]
+        import torch
+
+        prefix = tokens + candidates
+        scores = torch.cat([chooser.scores(rows[i: i + 1], np.array([prefix[: len(tokens) + i]]),
+                                           np.ones((1, len(tokens) + i), dtype=np.int64)) for i in range(n + 1)])
+        if not chooser.sampling.do_sample:
+            selected = scores.argmax(dim=-1).tolist()
+        elif self.candidate_scores is None or n == 0:
+            selected = torch.multinomial(scores.softmax(dim=-1), 1, generator=chooser.generator).squeeze(1).tolist()
+        else:  # transformers' _speculative_sampling
+            q = self.candidate_scores[:n].softmax(dim=-1)
+            p = scores.softmax(dim=-1)
+            index = torch.tensor(candidates)
+            ratio = p[torch.arange(n), index] / q[torch.arange(n), index]
+            accepted = torch.rand(ratio.shape, generator=chooser.generator) <= ratio
+            m = int(((~accepted).cumsum(dim=-1) < 1).sum())
+            following = torch.clamp(p[m] - q[m], min=0) if m < n else p[m]
+            if m < n:
+                following = following / following.sum()
+            t = int(torch.multinomial(following[None], 1, generator=chooser.generator)[0, 0])
+            return candidates[:m] + [t]
+        m = 0
+        while m < n and candidates[m] == selected[m]:
+            m += 1
+        return candidates[:m] + [selected[m]]
 
 
 class PromptLookup(Speculation):
@@ -391,15 +434,15 @@ class DraftModel(Speculation):
         self.threshold = float(threshold)
         self._initial = self.num_assistant_tokens
 
-    def reset(self, eos: set[int]) -> None:
-        super().reset(eos)
+    def reset(self, eos: set[int], chooser: Any = None) -> None:
+        super().reset(eos, chooser)
         self.decoder.length = 0
         self._started = False
         if self.schedule == "heuristic_transient":
             self.num_assistant_tokens = self._initial
 
     def propose(self, tokens: list[int], k: int) -> list[int]:
-        d = self.decoder
+        d, chooser = self.decoder, self.chooser
         k = min(k, self.num_assistant_tokens)
         if not self._started:
             rows, self._started = d.start(tokens, 2 * len(tokens) + 64), True
@@ -407,17 +450,32 @@ class DraftModel(Speculation):
             rows = d.run(tokens[d.length:])
         self._base = len(tokens)
         out: list[int] = []
+        scores = []
         while True:
             logits = rows[-1]
-            c = int(logits.argmax())
+            if chooser is None:
+                c = int(logits.argmax())
+                probability = (lambda: 1.0 / np.exp(logits - logits[c]).sum()) if self.threshold else None
+            else:  # the draft chooses as the model: its processed scores, sampled or not, the same draws
+                import torch
+
+                prefix = np.array([tokens + out])
+                row = chooser.scores(logits[None], prefix, np.ones_like(prefix))
+                probs = row.softmax(dim=-1)
+                c = int(probs.argmax() if not chooser.sampling.do_sample else
+                        torch.multinomial(probs, 1, generator=chooser.generator)[0, 0])
+                scores.append(row)
+                probability = (lambda: float(probs[0, c])) if self.threshold else None
             out.append(c)
             if len(out) >= k or c in self.eos:
                 break
-            if self.threshold:
-                shifted = np.exp(logits - logits[c])
-                if 1.0 / shifted.sum() < self.threshold:  # the softmax's probability of c
-                    break
+            if probability is not None and probability() < self.threshold:  # transformers' ConfidenceCriteria
+                break
             rows = d.run([c])
+        if chooser is not None and chooser.sampling.do_sample:
+            import torch
+
+            self.candidate_scores = torch.cat(scores)
         self._proposed = out
         return out
 
