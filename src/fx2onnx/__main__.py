@@ -108,6 +108,7 @@ def _export_checkpoint(args: argparse.Namespace) -> int:
         atol=args.atol, rtol=args.rtol,
         progress=not args.quiet,
         log=lambda line: print(line, file=sys.stderr, flush=True),
+        max_memory=args.max_memory,
     )
     for line in result.check_lines():
         print(f"  {line}")
@@ -569,6 +570,9 @@ def make_parser() -> argparse.ArgumentParser:
     exp.add_argument("--capture-all-layers", action="store_true",
                      help="a checkpoint folder: trace every decoder layer with torch.export (by default a stack of "
                           "identical layers is captured with two, the others copied in ONNX)")
+    exp.add_argument("--max-memory", default=None,
+                     help="a checkpoint folder: refuse before loading an export estimated to need more memory "
+                          "(16GB, 1.5GiB; the check against eager loads the model in float32)")
     exp.add_argument("--all-logits", action="store_true",
                      help="a causal LM: the logits of every position (to score a text); by default those of the "
                           "last position, all generation reads (the prompt's first token is faster)")

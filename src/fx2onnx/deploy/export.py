@@ -18,6 +18,7 @@ checks the model against eager float32 (:mod:`fx2onnx.deploy.check`).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import resource
@@ -29,11 +30,17 @@ import torch
 
 from ..runtime.folder import FOLDER_METADATA
 from ..runtime.speculative import VERIFY_TOKENS
-from ..runtime.generate import CACHE_METADATA_KEY
+from ..formats import CACHE_METADATA_KEY
+from ..runtime.integrity import folder_manifest
+from ..weights.checkpoint import CheckpointFileError
 from .check import FolderCheck, check_against_eager, in_place_input_sets
+from .disk import NotEnoughSpaceError, check_free_space
+from .memory import check_memory
 from .files import copy_folder_files
 from .genai_config import present_name, write_genai_config
 from .verify_logits import split_verify_logits
+from .inputs_check import check_checkpoint_folder, check_weights
+from .output_folder import OutputFolder, OutputFolderError, refuse_overlap, replaceable
 from .tasks import folder_task
 
 #: the optimization levels of the command line, ``none`` for no optimization
@@ -56,6 +63,8 @@ class FolderExport:
     genai: str | None
     #: what each check ran on (default: the first and second input sets of the model)
     check_names: list[str] | None = None
+    #: False: the check failed, nothing was written at ``out`` (a previous folder there is kept)
+    written: bool = True
 
     @property
     def ok(self) -> bool:
@@ -68,6 +77,9 @@ class FolderExport:
 
     def __str__(self) -> str:
         dtype = str(self.dtype).replace("torch.", "")
+        if not self.written:
+            return (f"nothing written at {self.out}: the check against eager failed ({self.task}, {dtype}, "
+                    f"{self.seconds:.1f} s); a previous folder there is kept")
         return (f"wrote {self.out}: {len(self.files)} files, {self.nbytes / 2**20:.1f} MiB ({self.task}, {dtype}) "
                 f"in {self.seconds:.1f} s, peak memory {self.peak_rss / 2**30:.2f} GiB")
 
@@ -173,6 +185,7 @@ def export_folder(
     rtol: float = 1e-3,
     progress: bool = False,
     log: Any = None,
+    max_memory: int | str | None = None,
 ) -> FolderExport:
     """Exports the model of a ``save_pretrained`` folder into the folder ``out``.
 
@@ -206,27 +219,100 @@ def export_folder(
         (the model is then loaded once in float32: skip it for a model that does not fit)
     :param progress: progress bars on stderr
     :param log: a function receiving progress lines (default: none)
-    """
-    import transformers
+    :param max_memory: refuse, before loading anything, an export estimated to need more memory (bytes, or
+        ``"16GB"``; :mod:`fx2onnx.deploy.memory`)
 
-    from ..weights import to_onnx_from_checkpoint
-    from ..weights.export import _torch_dtype, model_from_checkpoint_config
-    from ..weights.task_inputs import task_inputs
+    Nothing under ``folder`` is written (an ``out`` inside it, holding it or equal to it is refused); its files
+    are checked first (:mod:`fx2onnx.deploy.inputs_check`), then the free space (:mod:`fx2onnx.deploy.disk`).
+    The folder is written beside ``out`` and renamed into place once checked (:mod:`fx2onnx.deploy.output_folder`):
+    a failed check leaves ``out`` as it was (``written`` is False), so does an error or an interruption. See
+    the design page on folder safety.
+    """
+    from ..weights.export import _torch_dtype
 
     begin = time.perf_counter()
     say = log or (lambda _line: None)
     folder, out = os.fspath(folder), os.fspath(out)
-    if not os.path.isfile(os.path.join(folder, "config.json")):
-        raise FileNotFoundError(f"{folder!r} has no config.json: give a folder written by save_pretrained.")
     if optimize not in OPTIMIZE_CHOICES:
         raise ValueError(f"optimize={optimize!r}: use one of {list(OPTIMIZE_CHOICES)}.")
     if quantize is not None and optimize != "onnxruntime":
         raise ValueError(f"quantize={quantize!r} writes onnxruntime's MatMulNBits: use optimize='onnxruntime'.")
-    config = transformers.AutoConfig.from_pretrained(folder)
-    task = folder_task(config, task)
-    dtype = _torch_dtype(dtype or torch.float32)
     out_dir, filename = _output_path(out)
-    os.makedirs(out_dir, exist_ok=True)
+    refuse_overlap(folder, out_dir)  # before anything is read or written
+    check_checkpoint_folder(folder, weights=False)
+    config = _load_config(folder)
+    task = folder_task(config, task)
+    check_weights(folder)
+    dtype = _torch_dtype(dtype or torch.float32)
+    why = replaceable(out_dir)
+    if why:
+        raise OutputFolderError(why)
+    check_free_space(folder, out_dir, dtype, quantize, block_size)
+    if max_memory is not None:
+        check_memory(folder, max_memory, dtype, validate)
+    options = dict(with_cache=with_cache, optimize=optimize, quantize=quantize, block_size=block_size,
+                   symmetric=symmetric, opset=opset, all_logits=all_logits, cache_in_place=cache_in_place,
+                   capture_all_layers=capture_all_layers, validate=validate, atol=atol, rtol=rtol, progress=progress)
+    with OutputFolder(out_dir) as staging:
+        try:
+            result = _write_folder(folder, staging.path, filename, config, task, dtype, begin, say, **options)
+            if not validate or result.ok:
+                record_files(staging.path)
+                staging.commit()
+        except OSError as e:
+            if e.errno not in _DISK_FULL:
+                raise
+            raise NotEnoughSpaceError(f"writing the export beside {out_dir!r} failed ({os.strerror(e.errno)}): free "
+                                      "some space or give an --out on another disk; nothing was written.") from None
+    files = sorted(os.listdir(out_dir)) if staging.committed else result.files
+    return dataclasses.replace(result, out=out_dir, files=files, written=staging.committed)
+
+
+#: the errors of a write on a full disk, over a quota or past the file size limit
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _load_config(folder: str) -> Any:
+    """The folder's configuration (transformers' ``AutoConfig``), refused in one line when transformers cannot
+    read it (config.json passed :func:`fx2onnx.deploy.inputs_check.check_config`: a value of the wrong type)."""
+    import transformers
+
+    try:
+        return transformers.AutoConfig.from_pretrained(folder)
+    except Exception as e:  # noqa: BLE001 - transformers validates the values with many error types
+        raise _config_error(folder, "cannot be read by transformers", e) from None
+
+
+def _config_error(folder: str, what: str, error: BaseException) -> CheckpointFileError:
+    """One line naming config.json, what failed and the error's first line."""
+    reason = str(error).splitlines()[0] if str(error) else ""
+    return CheckpointFileError(f"{os.path.join(folder, 'config.json')!r} {what} ({type(error).__name__}: "
+                               f"{reason[:200]}): restore it from the model's repository.")
+
+
+def record_files(out_dir: str) -> None:
+    """Adds the size and checksum of every file of ``out_dir`` to its ``fx2onnx.json``
+    (:mod:`fx2onnx.runtime.integrity`: ``generate`` refuses a folder changed since)."""
+    path = os.path.join(out_dir, FOLDER_METADATA)
+    with open(path, encoding="utf-8") as f:
+        metadata = json.load(f)
+    metadata["files"] = folder_manifest(out_dir)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(metadata, f, indent=2)
+
+
+def _write_folder(folder: str, out_dir: str, filename: str, config: Any, task: str, dtype: torch.dtype, begin: float,
+                  say: Any, *, with_cache: bool, optimize: str, quantize: str | None, block_size: int, symmetric: bool,
+                  opset: int | None, all_logits: bool, cache_in_place: bool, capture_all_layers: bool, validate: bool,
+                  atol: float, rtol: float, progress: bool) -> FolderExport:
+    """Writes the export of ``folder`` into the folder ``out_dir`` (the temporary folder of :func:`export_folder`)
+    and checks it when ``validate``."""
+    import transformers
+
+    from ..weights import to_onnx_from_checkpoint
+    from ..weights.export import model_from_checkpoint_config
+    from ..weights.task_inputs import task_inputs
+
     model_path = os.path.join(out_dir, filename)
     if task in ("speech-seq2seq", "image-text-to-text"):
         return _export_pieces_folder(task, folder, out_dir, config, dtype, begin, optimize=optimize, quantize=quantize,
@@ -235,8 +321,13 @@ def export_folder(
                                      progress=progress, say=say)
 
     config.use_cache = with_cache
-    inputs, inputs2, dynamic_shapes = task_inputs(config, task, with_cache=with_cache, dtype=dtype)
-    model = model_from_checkpoint_config(folder, dtype)
+    try:  # a value of config.json (a size of 0, a negative count) may not build a model
+        inputs, inputs2, dynamic_shapes = task_inputs(config, task, with_cache=with_cache, dtype=dtype)
+        model = model_from_checkpoint_config(folder, dtype)
+    except (ValueError, FileNotFoundError):
+        raise
+    except Exception as e:  # noqa: BLE001 - the model's constructor raises what its code raises
+        raise _config_error(folder, "does not build its model", e) from None
     model.config.use_cache = with_cache
     logits = "all"
     if with_cache and not all_logits and last_logits_only(model, [inputs, inputs2], dynamic_shapes, VERIFY_TOKENS):
