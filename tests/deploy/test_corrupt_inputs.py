@@ -249,8 +249,8 @@ def _fuzz(pristine, tmp_path, capsys, cases: int, seed: int) -> dict[int, int]:
 
 
 def test_random_corruptions_never_crash_nor_write(pristine, tmp_path, capsys):
-    codes = _fuzz(pristine, tmp_path, capsys, cases=6, seed=0)
-    assert codes.get(2, 0) >= 3, codes
+    codes = _fuzz(pristine, tmp_path, capsys, cases=4, seed=0)
+    assert codes.get(2, 0) >= 2, codes
 
 
 @pytest.mark.slow

@@ -141,7 +141,7 @@ def test_a_failed_check_without_previous_folder_leaves_nothing(exported, tmp_pat
     assert not os.path.exists(fresh) and not partial_folders(fresh)
 
 
-def test_a_second_export_to_the_same_out_is_refused(exported, tmp_path, capsys):
+def test_a_second_export_is_refused_and_a_killed_exports_leftover_removed(exported, tmp_path, capsys):
     checkpoint, _ = exported
     out = str(tmp_path / "busy")
     with OutputFolder(out) as staging:  # an export running: its lock is held
@@ -150,18 +150,13 @@ def test_a_second_export_to_the_same_out_is_refused(exported, tmp_path, capsys):
         _one_error_line(capsys, "another export", "lock")
         assert os.path.isdir(staging.path)  # the running export's folder untouched
     assert not os.path.exists(out) and not partial_folders(out)
-    assert main(["export", checkpoint, "--out", out, "--quiet", "--no-validate"]) == 0
-
-
-def test_a_killed_exports_leftover_is_recognised_and_removed(exported, tmp_path):
-    checkpoint, out = exported
-    target = str(tmp_path / "target")
-    leftover = tmp_path / ".target.fx2onnx-partial-dead1234"
+    # what a SIGKILL leaves: recognised by its name, removed by the next export to the same --out
+    leftover = tmp_path / ".busy.fx2onnx-partial-dead1234"
     leftover.mkdir()
     (leftover / "model.onnx.data").write_bytes(b"\0" * 100)
-    assert partial_folders(target) == [str(leftover)]
-    assert main(["export", checkpoint, "--out", target, "--quiet", "--no-validate"]) == 0
-    assert not leftover.exists() and os.path.isfile(os.path.join(target, "fx2onnx.json"))
+    assert partial_folders(out) == [str(leftover)]
+    assert main(["export", checkpoint, "--out", out, "--quiet", "--no-validate"]) == 0
+    assert not leftover.exists() and os.path.isfile(os.path.join(out, "fx2onnx.json"))
 
 
 def test_not_enough_space_is_refused_before_writing(exported, tmp_path, capsys, monkeypatch):
