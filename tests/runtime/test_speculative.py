@@ -62,11 +62,12 @@ def test_prompt_lookup_and_draft_give_greedy_tokens():
     assert got.tolist() == plain.tolist() == expected.tolist()
     # the backoff: plain decoding for 1, 2, 4... steps after runs which kept nothing, reset by one that kept one
     backoff = Backoff(limit=4)
-    waits = []
-    for accepted in (0, 0, 0, 0, 2):
-        backoff.record(accepted)
+    waits, caps = [], []
+    for accepted, proposed in ((0, 10), (0, 5), (0, 2), (0, 1), (2, 2)):
+        backoff.record(accepted, proposed)
         waits.append(backoff.wait)
-    assert waits == [1, 2, 4, 4, 4] and backoff.failures == 0
+        caps.append(backoff.cap)
+    assert waits == [1, 2, 4, 4, 4] and caps == [5, 2, 1, 1, None] and backoff.failures == 0
     assert [backoff.allows() for _ in range(5)] == [False] * 4 + [True]
 
 

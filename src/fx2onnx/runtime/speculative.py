@@ -23,8 +23,8 @@ scores: the tokens follow the model's distribution; they are transformers' own a
 candidates (without the backoff below, ``speculation.backoff = False``) and the logits lead to the same draws.
 
 When the candidates keep failing, the loop backs off to plain decoding (:class:`Backoff`): after a
-verifying run that kept none, it proposes nothing for 1, 2, 4... steps (at most 32), a run that keeps
-one resets it. The decoder must return the logits of several positions: a folder's decoder does
+verifying run that kept none, it proposes nothing for 1, 2, 4... steps (at most 64), then half as many
+candidates; a run that keeps one resets it. The decoder must return the logits of several positions: a folder's decoder does
 (``export`` writes the logits of the last :data:`VERIFY_TOKENS` positions in a second output,
 :data:`VERIFY_LOGITS`), or one exported with every position's logits.
 
@@ -115,6 +115,10 @@ class SequenceDecoder:
                 raise ValueError(f"The cache input {name!r} (initial shape {shape}) cannot be rolled back to fewer "
                                  "tokens (a recurrent state or a sliding window's count): speculative decoding needs "
                                  "keys and values only.")
+        lengths = {i.shape[2] for i in session.get_inputs() if i.name in {c[0] for c in sig.cache}}
+        if len(lengths) > 1:
+            raise ValueError(f"The cache holds keys of several lengths ({sorted(map(str, lengths))}: sliding "
+                             "windows), which cannot be rolled back: speculative decoding needs full-length caches.")
         self.length = 0
         self._ones = np.ones((1, 0), dtype=np.int64)
         self._binding: Any = None
@@ -200,11 +204,15 @@ class SequenceDecoder:
 @dataclasses.dataclass
 class Backoff:
     """Plain decoding while the candidates keep failing: after ``n`` verifying runs in a row which
-    kept none, no candidate for ``min(2 ** (n - 1), limit)`` steps; a run which keeps one resets it."""
+    kept none, no candidate for ``min(2 ** (n - 1), limit)`` steps, then at most half as many candidates
+    as the last run verified (a verifying run computes the head on every candidate: on a model whose
+    head is most of its cost, 11 candidates cost several plain steps); a run which keeps one resets both."""
 
-    limit: int = 32
+    limit: int = 64
     failures: int = 0
     wait: int = 0
+    #: the candidates the next run verifies at most (None: the source's count)
+    cap: int | None = None
 
     def allows(self) -> bool:
         """Whether this step may propose (a step waiting counts down)."""
@@ -213,12 +221,14 @@ class Backoff:
             return False
         return True
 
-    def record(self, accepted: int) -> None:
+    def record(self, accepted: int, proposed: int | None = None) -> None:
         if accepted:
-            self.failures = 0
+            self.failures, self.cap = 0, None
         else:
             self.failures += 1
             self.wait = min(2 ** (self.failures - 1), self.limit)
+            if proposed is not None:
+                self.cap = max(1, proposed // 2)
 
 
 class Speculation:
@@ -280,6 +290,8 @@ class Speculation:
             k = max_new_tokens - new - 1 if limit is None else min(max_new_tokens - new - 1, limit)
             candidates: list[int] = []
             self.candidate_scores = None
+            if backoff is not None and backoff.cap is not None:
+                k = min(k, backoff.cap)
             if k > 0 and (backoff is None or backoff.allows()):
                 candidates = [int(c) for c in self.propose(tokens, k)][:k]
             proposed = time.perf_counter()
@@ -299,7 +311,7 @@ class Speculation:
             if candidates:
                 self.update(len(candidates), m)
                 if backoff is not None:
-                    backoff.record(m)
+                    backoff.record(m, len(candidates))
                 times.verifying_runs += 1
                 times.proposed += len(candidates)
                 times.accepted += m
