@@ -197,9 +197,16 @@ def main() -> None:
     for r in rows:
         print(json.dumps(r))
     if args.json:
+        # the rows of an earlier run this one did not measure are kept (another precision, other threads)
+        key = ("text", "precision", "threads", "loop", "folder", "mode", "kept_logits")
+        kept = []
+        if os.path.exists(args.json):
+            with open(args.json, encoding="utf-8") as f:
+                measured = {tuple(r.get(k) for k in key) for r in rows}
+                kept = [r for r in json.load(f)["rows"] if tuple(r.get(k) for k in key) not in measured]
         stored = {"date": datetime.date.today().isoformat(), "command": "python " + " ".join(sys.argv),
                   "machine": f"{os.cpu_count()} cores, shared with other jobs (noisy)", "bandwidth_gb_s": floor_gbs,
-                  "new_tokens": NEW, "versions": versions(), "rows": rows}
+                  "new_tokens": NEW, "versions": versions(), "rows": kept + rows}
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(stored, f, indent=1)
@@ -225,10 +232,11 @@ def measure(folders: dict[str, str], texts: dict[str, list[int]], threads: int, 
     tag = f"{precision}_{threads}"
     genai = {
         ("default", "greedy"): og.Model(genai_copy(folders["default"], os.path.join(root, "g_plain_" + tag), threads)),
-        ("all-logits", "prompt lookup"): og.Model(genai_copy(folders["all-logits"], os.path.join(root, "g_ngram_" + tag),
-                                                             threads, max_draft_tokens=10, ngram_size=2)),
-        ("all-logits", "draft"): og.Model(genai_copy(folders["all-logits"], os.path.join(root, "g_draft_" + tag), threads,
-                                                     max_draft_tokens=10, draft_folder=folders["draft"])),
+        ("all-logits", "prompt lookup"): og.Model(genai_copy(
+            folders["all-logits"], os.path.join(root, "g_ngram_" + tag), threads, max_draft_tokens=10, ngram_size=2)),
+        ("all-logits", "draft"): og.Model(genai_copy(
+            folders["all-logits"], os.path.join(root, "g_draft_" + tag), threads, max_draft_tokens=10,
+            draft_folder=folders["draft"])),
     }
     rows = []
     for text, prompt in texts.items():

@@ -17,16 +17,17 @@ Two sources of candidates, as :epkg:`transformers` defines them:
   vocabulary proposes ``num_assistant_tokens`` tokens greedily (fewer once its probability of a
   token falls under ``assistant_confidence_threshold``), its own cache rolled back the same way.
 
-Sampled (``do_sample``), each verified position's token is drawn from its processed scores and the candidates
-are kept up to the first which differs (prompt lookup), or by transformers' speculative sampling with a draft's
-scores: the tokens follow the model's distribution; they are transformers' own as long as the same runs verify
-candidates (without the backoff below, ``speculation.backoff = False``) and the logits lead to the same draws.
+Sampled (``do_sample``), each verified position's token is drawn from its processed scores and the
+candidates are kept up to the first which differs (prompt lookup), or by transformers' speculative
+sampling with a draft's scores: the tokens follow the model's distribution; they are transformers'
+own as long as the same runs verify candidates (without the backoff below,
+``speculation.backoff = False``) and the logits lead to the same draws.
 
 When the candidates keep failing, the loop backs off to plain decoding (:class:`Backoff`): after a
 verifying run that kept none, it proposes nothing for 1, 2, 4... steps (at most 64), then half as many
-candidates; a run that keeps one resets it. The decoder must return the logits of several positions: a folder's decoder does
-(``export`` writes the logits of the last :data:`VERIFY_TOKENS` positions in a second output,
-:data:`VERIFY_LOGITS`), or one exported with every position's logits.
+candidates; a run that keeps one resets it. The decoder must return the logits of several positions:
+a folder's decoder does (``export`` writes the logits of the last :data:`VERIFY_TOKENS` positions in a
+second output, :data:`VERIFY_LOGITS`), or one exported with every position's logits.
 
 .. code-block:: python
 

@@ -1,0 +1,135 @@
+"""
+.. _l-plot-speculative-bench:
+
+Speculative decoding: several tokens per read of the weights
+============================================================
+
+A decoding step reads every weight of the model to produce one token: on CPU its speed is about
+the memory bandwidth over the model's bytes. A *verifying run* reads them once for a pending token
+and ``k`` candidates, keeps the candidates the model agrees with and its own next token: from 1 to
+``k + 1`` tokens per run, exactly the tokens of greedy decoding
+(:mod:`fx2onnx.runtime.speculative`). The candidates come from the text itself
+(``generate --prompt-lookup 10``, transformers' ``prompt_lookup_num_tokens``) or from a smaller
+draft model (``generate --draft DRAFT_DIR``, transformers' ``assistant_model``).
+
+``bench/bench_speculative.py`` measures them on the trained benchmark Llama of
+``bench/trained_llama.py`` (hidden 512, 4 layers, vocabulary 32000) and a 2-layer draft trained
+the same way, exported with ``export_folder`` in float32, beside plain greedy decoding and
+onnxruntime-genai in the same mode: its n-gram decoding (``ngram_size`` 2, 10 candidates) and its
+draft model, written into ``genai_config.json`` by
+:func:`fx2onnx.deploy.genai_config.write_genai_speculative` on a folder exported with every
+position's logits (genai verifies with ``logits``; the default folder returns the last position
+there and the last 16 in ``verify_logits``). Two prompts, 128 new tokens each:
+
+* **repeating**: a text, the model's own continuation of it, then the text again: the model writes
+  the continuation a second time, which the prompt holds (editing, summarizing, code);
+* **non-repeating**: a text of the corpus; greedy decoding of this small model falls into a loop of
+  words after a while, which prompt lookup then copies;
+* **wrong candidates**: a lookup whose candidates are always wrong, the cost of verifying runs which
+  keep nothing, with the backoff to plain decoding (after ``n`` failed runs in a row, ``2 ** (n - 1)``
+  plain steps, then half as many candidates) and without.
+
+The numbers come from ``_doc/bench/speculative.json`` (date and command printed below), measured
+on this project's 2-core machine while other jobs ran: they are noisy (the best of interleaved runs
+is kept), the ratios more telling than the values.
+"""
+
+import json
+import os
+
+import matplotlib.pyplot as plt
+
+here = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() else os.getcwd()
+root = os.path.join(here, "..", "..", "..")
+with open(os.path.join(root, "_doc", "bench", "speculative.json"), encoding="utf-8") as f:
+    stored = json.load(f)
+rows = [r for r in stored["rows"] if r["mode"] != "prefill"]
+print(f"{stored['date']}: {stored['command']}")
+print(f"machine: {stored['machine']}; memory bandwidth {stored['bandwidth_gb_s']:.1f} GB/s (a numpy copy)")
+print(", ".join(f"{k} {v}" for k, v in stored.get("versions", {}).items()))
+
+# %%
+# The rows
+# --------
+#
+# ``decode``: new tokens after the first over their time; ``accept``: new tokens per run of the
+# model after the prompt (1.0: one token a run); ``floor``: the tokens/s of one read of every weight
+# per token at the measured bandwidth, which a run producing several tokens can pass; ``same``: the
+# tokens are plain greedy decoding's.
+
+print(f"{'text':<14} {'prec.':<7} {'thr':>3} {'loop':<17} {'folder':<10} {'mode':<29} {'decode':>8} "
+      f"{'accept':>6} {'floor':>7} same")
+for r in rows:
+    print(f"{r['text']:<14} {r['precision']:<7} {r['threads']:>3} {r['loop']:<17} {r['folder']:<10} {r['mode']:<29} "
+          f"{r['decode_tok_s']:>8.1f} {r['acceptance_length']:>6.2f} {r['floor_tok_s']:>7.0f} {r['same_tokens']}")
+    assert r["same_tokens"], r  # every mode gives greedy decoding's tokens
+
+# %%
+# Speed-ups
+# ---------
+#
+# Each mode's decode tokens/s over plain greedy decoding of the same loop on the same text and
+# threads, and fx2onnx's over onnxruntime-genai's in the same mode (genai's n-gram and draft run on
+# the folder with every position's logits, fx2onnx's on the default folder).
+
+by = {(r["text"], r["precision"], r["threads"], r["loop"], r["folder"], r["mode"]): r for r in rows}
+keys = sorted({(r["text"], r["precision"], r["threads"]) for r in rows}, key=lambda k: (k[1], k[0], k[2]))
+modes = [("prompt lookup", "prompt lookup", "all-logits"), ("draft", "draft", "all-logits"),
+         ("wrong candidates", None, None), ("wrong candidates, no backoff", None, None)]
+print(f"{'text':<14} {'prec.':<7} {'thr':>3} {'mode':<29} {'vs greedy':>9} {'genai vs greedy':>15} {'ours/genai':>10}")
+for text, precision, threads in keys:
+    plain = by[text, precision, threads, "fx2onnx", "default", "greedy"]["decode_tok_s"]
+    genai_plain = by[text, precision, threads, "onnxruntime-genai", "default", "greedy"]["decode_tok_s"]
+    print(f"{text:<14} {precision:<7} {threads:>3} {'greedy':<29} {1:>9.2f} {1:>15.2f} {plain / genai_plain:>10.2f}")
+    for mode, genai_mode, genai_folder in modes:
+        ours = by.get((text, precision, threads, "fx2onnx", "default", mode))
+        theirs = by.get((text, precision, threads, "onnxruntime-genai", genai_folder, genai_mode))
+        if ours is None:
+            continue
+        line = f"{text:<14} {precision:<7} {threads:>3} {mode:<29} {ours['decode_tok_s'] / plain:>9.2f}"
+        if theirs:
+            ratio = ours["decode_tok_s"] / theirs["decode_tok_s"]
+            line += f" {theirs['decode_tok_s'] / genai_plain:>15.2f} {ratio:>10.2f}"
+        print(line)
+
+# %%
+# The prefill cost of the verifying logits
+# ----------------------------------------
+#
+# The default folder computes the head on the last 16 positions of a run (one for a decoding step)
+# to verify candidates; a folder keeping one position computes it once. The prompt's tokens/s of both:
+
+for r in stored["rows"]:
+    if r["mode"] == "prefill":
+        print(f"logits of the last {r['kept_logits']:>2} positions: prefill of {r['prompt']} tokens at "
+              f"{r['prefill_tok_s']:.0f} tokens/s (1 thread)")
+
+# %%
+# Plot
+# ----
+#
+# Decode tokens/s of every loop and mode (float32), one panel per text, the bars of one and two threads
+# side by side, the floor of one read of the weights per token as a dashed line.
+
+texts = [t for t in ("repeating", "non-repeating") if any(k[0] == t for k in keys)]
+series = [("fx2onnx", "default", "greedy"), ("fx2onnx", "default", "prompt lookup"), ("fx2onnx", "default", "draft"),
+          ("fx2onnx", "default", "wrong candidates"), ("onnxruntime-genai", "default", "greedy"),
+          ("onnxruntime-genai", "all-logits", "prompt lookup"), ("onnxruntime-genai", "all-logits", "draft")]
+threads = sorted({k[2] for k in keys})
+fig, axes = plt.subplots(1, len(texts), figsize=(7.4, 3.8), sharey=True, squeeze=False)
+for ax, text in zip(axes[0], texts):
+    for j, thread in enumerate(threads):
+        values = [by.get((text, "float32", thread, *s), {}).get("decode_tok_s", 0) for s in series]
+        ax.barh([i + 0.4 * j for i in range(len(series))], values, height=0.4, label=f"{thread} thread(s)")
+        floor = by[text, "float32", thread, "fx2onnx", "default", "greedy"]["floor_tok_s"]
+    ax.axvline(floor, color="gray", linestyle="--", linewidth=1)
+    ax.set_yticks([i + 0.2 for i in range(len(series))])
+    names = [f"{'genai' if loop != 'fx2onnx' else 'fx2onnx'} {mode}" for loop, _, mode in series]
+    ax.set_yticklabels(names, fontsize=8)
+    ax.set_title(text, fontsize=9)
+    ax.set_xlabel("decode tokens/s (higher is better)", fontsize=8)
+    ax.tick_params(axis="x", labelsize=8)
+axes[0, 0].invert_yaxis()
+axes[0, 0].legend(fontsize=7, loc="lower right")
+fig.suptitle("Greedy decoding, several tokens per run (dashed: one read of the weights per token)", fontsize=9)
+fig.tight_layout()
