@@ -77,7 +77,8 @@ def test_plain_to_onnx_exports_a_transformers_model(make):
     _check(onx, model, 2, 5)
     _check(onx, model, 3, 7)
     # the patches are restored after the export
-    assert active_patches() == {"patch_torch": False, "patch_transformers": False, "patch_timm": False, "patch_diffusers": False}
+    assert active_patches() == {"patch_torch": False, "patch_transformers": False, "patch_timm": False, "patch_diffusers": False,
+                              "patch_torchvision": False}
 
 
 def test_patches_false_opts_out():
@@ -106,8 +107,10 @@ def test_inside_explicit_patches_nothing_is_patched_twice():
     with fx2onnx.torch_export_patches(patch_transformers=False):
         with auto_patches("auto", model) as applied:
             assert applied == ["patch_transformers"]
-            assert active_patches() == {"patch_torch": True, "patch_transformers": True, "patch_timm": False, "patch_diffusers": False}
-        assert active_patches() == {"patch_torch": True, "patch_transformers": False, "patch_timm": False, "patch_diffusers": False}
+            assert active_patches() == {"patch_torch": True, "patch_transformers": True, "patch_timm": False, "patch_diffusers": False,
+                                      "patch_torchvision": False}
+        assert active_patches() == {"patch_torch": True, "patch_transformers": False, "patch_timm": False, "patch_diffusers": False,
+                                  "patch_torchvision": False}
 
 
 def test_detection():
@@ -119,6 +122,6 @@ def test_detection():
     with auto_patches("auto", torch.nn.Linear(2, 2)) as applied:
         assert applied == []
     with auto_patches(True, torch.nn.Linear(2, 2)) as applied:
-        assert applied == ["patch_torch", "patch_transformers", "patch_timm", "patch_diffusers"]
+        assert applied == ["patch_torch", "patch_transformers", "patch_timm", "patch_diffusers", "patch_torchvision"]
     with pytest.raises(ValueError, match="patches must be"):
         fx2onnx.to_onnx(torch.nn.Linear(2, 2), (torch.randn(1, 2),), patches="yes")

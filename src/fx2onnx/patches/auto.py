@@ -10,7 +10,8 @@ inside ``torch_export_patches(patch_transformers=True)`` when the model is or
 contains a module of transformers, or an input is a cache of transformers, and
 with the timm rewrites (:mod:`fx2onnx.patches.timm_fixes`) when it contains a module
 of timm, with the diffusers rewrites (:mod:`fx2onnx.patches.diffusers_fixes`) when it
-contains a module of diffusers.
+contains a module of diffusers, with the torchvision patches
+(:mod:`fx2onnx.patches.torchvision_detection`) when it contains a detection model of torchvision.
 
 Inside an explicit :func:`fx2onnx.torch_export_patches`, only the kinds of patches
 the active contexts do not apply already are added (:func:`active_patches`):
@@ -44,6 +45,11 @@ def uses_timm(model: Any) -> bool:
 def uses_diffusers(model: Any) -> bool:
     """Tells if ``model`` is or contains a module defined by diffusers."""
     return holds_module_of(model, "diffusers")
+
+
+def uses_torchvision(model: Any) -> bool:
+    """Tells if ``model`` is or contains a module defined by torchvision's detection models."""
+    return holds_module_of(model, "torchvision.models.detection")
 
 
 def uses_transformers(model: Any, args: tuple = (), kwargs: dict | None = None) -> bool:
@@ -89,6 +95,8 @@ def auto_patches(patches: Any, model: Any, args: tuple = (), kwargs: dict | None
         wanted.append("patch_timm")
     if patches is True or (patches == "auto" and uses_diffusers(model)):
         wanted.append("patch_diffusers")
+    if patches is True or (patches == "auto" and uses_torchvision(model)):
+        wanted.append("patch_torchvision")
     active = active_patches()
     missing = [kind for kind in wanted if not active[kind]]
     if not missing:

@@ -16,14 +16,15 @@ from .caches import (
     supported_cache_classes,
     unregister_cache_serialization,
 )
+from .diffusers_fixes import diffusers_patches
 from .moe_fixes import moe_patches
+from .recurrences import recurrence_patches
 from .registry import Patch, PatchReport, PatchSet, check_patches
 from .rewrite import rewrite_patches
-from .recurrences import recurrence_patches
 from .state_space import state_space_patches
-from .diffusers_fixes import diffusers_patches
 from .timm_fixes import timm_patches
 from .torch_fixes import torch_patches
+from .torchvision_detection import torchvision_patches
 from .transformers_fixes import transformers_patches
 
 
@@ -76,7 +77,7 @@ def _transformers_loaded() -> bool:
 
 
 #: the kinds of patches :func:`torch_export_patches` applies on demand
-PATCH_KINDS = ("patch_torch", "patch_transformers", "patch_timm", "patch_diffusers")
+PATCH_KINDS = ("patch_torch", "patch_transformers", "patch_timm", "patch_diffusers", "patch_torchvision")
 
 #: the options of every :func:`torch_export_patches` context now active, outermost first
 _ACTIVE: list[dict[str, bool]] = []
@@ -100,6 +101,7 @@ def collect_patches(
     custom_patches: Iterable[Any] = (),
     patch_timm: bool = False,
     patch_diffusers: bool = False,
+    patch_torchvision: bool = False,
 ) -> list[Patch]:
     """The patches :func:`torch_export_patches` applies for these options."""
     patches: list[Patch] = []
@@ -114,6 +116,8 @@ def collect_patches(
         patches.extend(timm_patches())
     if patch_diffusers:
         patches.extend(diffusers_patches())
+    if patch_torchvision:
+        patches.extend(torchvision_patches())
     if rewrite is not None:
         patches.extend(rewrite_patches(rewrite, dump_rewriting=dump_rewriting))
     for patched in custom_patches:
@@ -202,6 +206,7 @@ def torch_export_patches(
     verbose: int = 0,
     patch_timm: bool = False,
     patch_diffusers: bool = False,
+    patch_torchvision: bool = False,
 ) -> Iterator[PatchContext]:
     """Applies the patches making :func:`torch.export.export` work on more models.
 
@@ -221,6 +226,8 @@ def torch_export_patches(
     :param verbose: prints what is applied and restored
     :param patch_timm: timm functions rewritten (see :mod:`fx2onnx.patches.timm_fixes`)
     :param patch_diffusers: diffusers functions rewritten (see :mod:`fx2onnx.patches.diffusers_fixes`)
+    :param patch_torchvision: torchvision's detection models with dynamic image sizes
+        (see :mod:`fx2onnx.patches.torchvision_detection`)
     :return: a :class:`PatchContext` (call it on the inputs)
 
     The cache classes of transformers are registered as pytree nodes when
@@ -254,6 +261,7 @@ def torch_export_patches(
         custom_patches=custom_patches,
         patch_timm=patch_timm,
         patch_diffusers=patch_diffusers,
+        patch_torchvision=patch_torchvision,
     )
     patch_set = PatchSet(patches, verbose=verbose)
     registered: dict[str, bool] = {}
@@ -263,7 +271,7 @@ def torch_export_patches(
             registered = register_cache_serialization(verbose=verbose)
         patch_set.apply()
         options = {"patch_torch": patch_torch, "patch_transformers": patch_transformers, "patch_timm": patch_timm,
-                   "patch_diffusers": patch_diffusers}
+                   "patch_diffusers": patch_diffusers, "patch_torchvision": patch_torchvision}
         _ACTIVE.append(options)
         yield PatchContext(patch_set, registered)
     finally:
@@ -287,6 +295,7 @@ def list_patches(
     custom_patches: Iterable[Any] = (),
     patch_timm: bool = True,
     patch_diffusers: bool = True,
+    patch_torchvision: bool = True,
 ) -> list[dict[str, str]]:
     """Lists every patch for these options with the installed versions, without applying any.
 
@@ -309,6 +318,7 @@ def list_patches(
         custom_patches=custom_patches,
         patch_timm=patch_timm,
         patch_diffusers=patch_diffusers,
+        patch_torchvision=patch_torchvision,
     )
     rows = [r.as_dict() for r in check_patches(patches)]
     try:

@@ -1,0 +1,79 @@
+"""torchvision's detection and segmentation models through to_onnx with dynamic image sizes: the
+patches of fx2onnx.patches.torchvision_detection, the capture, the ONNX model against eager on
+images of other sizes (other numbers of boxes)."""
+
+from __future__ import annotations
+
+import math
+
+import onnxruntime
+import pytest
+import torch
+from torch.utils import _pytree as pytree
+
+import fx2onnx
+from fx2onnx.patches.registry import PatchSet
+from fx2onnx.patches.torchvision_detection import torchvision_patches
+
+torchvision = pytest.importorskip("torchvision")
+
+from fx2onnx.models.torchvision_models import build_torchvision_model, match_detections  # noqa: E402
+
+
+def test_every_patch_applies():
+    with PatchSet(torchvision_patches()) as patches:
+        reports = patches.reports
+    assert reports and all(r.status == "applied" for r in reports), [(r.name, r.reason) for r in reports]
+
+
+def test_batched_nms_captured_with_a_dynamic_number_of_boxes():
+    class Keep(torch.nn.Module):
+        def forward(self, boxes, scores, labels):
+            return torchvision.ops.batched_nms(boxes, scores, labels, 0.5)
+
+    g = torch.Generator().manual_seed(0)
+    xy = torch.rand(3000, 2, generator=g) * 100
+    boxes = torch.cat([xy, xy + 10], 1)
+    scores, labels = torch.rand(3000, generator=g), torch.randint(0, 3, (3000,), generator=g)
+    dim = torch.export.Dim("boxes")
+    with PatchSet(torchvision_patches()):  # above 4000 coordinates batched_nms loops over the classes
+        ep = torch.export.export(Keep(), (boxes, scores, labels), dynamic_shapes=({0: dim}, {0: dim}, {0: dim}))
+    assert sum(n.target == torch.ops.torchvision.nms.default for n in ep.graph.nodes) == 1
+    for n in (3000, 7, 0):
+        torch.testing.assert_close(ep.module()(boxes[:n], scores[:n], labels[:n]), Keep()(boxes[:n], scores[:n], labels[:n]))
+
+
+def _run(path: str, args: tuple) -> list:
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    return session.run(None, dict(zip(names, [x.numpy() for x in pytree.tree_leaves(args)])))
+
+
+def check_torchvision_model(name: str, tmp_path) -> None:
+    """Exports ``name`` with to_onnx (patches="auto") and checks it on every input of its case."""
+    case = build_torchvision_model(name)
+    path = str(tmp_path / f"{name}.onnx")
+    fx2onnx.to_onnx(case.model, case.export_args, dynamic_shapes=case.dynamic_shapes, filename=path)
+    for args in [case.export_args] + case.check_args:
+        with torch.no_grad():
+            want = case.model(*args)
+        got = pytree.tree_unflatten(_run(path, args), pytree.tree_structure(want))
+        if case.task == "segmentation":
+            for key in want:
+                torch.testing.assert_close(torch.from_numpy(got[key]), want[key], atol=1e-3, rtol=1e-3)
+            continue
+        counts = [w["boxes"].shape[0] for w in want]
+        assert sum(counts) > 0, "the case should detect something"
+        for w, o in zip(want, got):
+            diff = match_detections(w, o)
+            assert math.isfinite(diff) and diff < 1e-2, (name, counts, diff)
+
+
+@pytest.mark.slow  # about two minutes on 2 cores
+def test_faster_rcnn_mobilenet(tmp_path):
+    check_torchvision_model("fasterrcnn_mobilenet_v3_large_fpn", tmp_path)
+
+
+@pytest.mark.slow  # about half a minute
+def test_lraspp_segmentation(tmp_path):
+    check_torchvision_model("lraspp_mobilenet_v3_large", tmp_path)
