@@ -79,7 +79,8 @@ assert branches == {"then_branch": ["Gemm", "Relu"], "else_branch": ["Cos", "Sub
 # %%
 # The If node and its two subgraphs, as text:
 
-print(onnx.printer.to_text(onx.graph))
+text = onnx.printer.to_text(onx.graph)  # the weights' values cut at 120 characters a line
+print("\n".join(line if len(line) <= 120 else line[:116] + " ..." for line in text.splitlines()))
 
 # %%
 # Both branches run
