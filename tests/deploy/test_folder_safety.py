@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import resource
 import shutil
 import signal
@@ -340,3 +341,27 @@ def test_a_killed_export_leaves_the_previous_folder(exported, tmp_path, sig, mom
     fresh = str(tmp_path / "fresh")
     _kill_export(checkpoint, fresh, sig, moment)
     assert not os.path.exists(fresh)
+
+
+@pytest.mark.slow  # four export processes
+def test_kills_at_random_moments_leave_the_previous_folder_or_a_complete_one(exported, tmp_path):
+    from fx2onnx.runtime.integrity import check_folder_files
+
+    checkpoint, out = exported
+    rng = random.Random(3)
+    for i in range(4):
+        target = str(tmp_path / f"target{i}")
+        shutil.copytree(out, target)
+        before = snapshot(target)
+        sig = rng.choice([signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+        process = subprocess.Popen(_export_command(checkpoint, target), stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.5, 20.0))  # an export of the tiny folder takes 10 to 40 s here
+        process.send_signal(sig)
+        process.wait(timeout=300)
+        if snapshot(target) != before:  # the export ended first: the new folder, complete and checked
+            assert process.returncode == 0
+            check_folder_files(target, json.load(open(os.path.join(target, "fx2onnx.json"))))
+        with OutputFolder(target):  # what the next export does first: a SIGKILL's leftover removed
+            pass
+        assert not partial_folders(target)
