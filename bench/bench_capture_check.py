@@ -24,7 +24,7 @@ def measure(name: str, cache: bool) -> dict:
     """One architecture exported by ``to_onnx`` with the check on; the check's time measured apart."""
     import fx2onnx
     from fx2onnx.convert import capture_check
-    from fx2onnx.models.discover import get_architecture
+    from fx2onnx.inputs.discover import get_architecture
     from fx2onnx.models.zoo_inputs import build_zoo_model
     from fx2onnx.patches import torch_export_patches
 

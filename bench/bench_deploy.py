@@ -85,7 +85,7 @@ json.dump({"seconds": time.perf_counter() - begin, "peak_rss": peak_rss()}, open
 def write_folder(name: str, folder: str, layers: int | None) -> None:
     import transformers
 
-    from fx2onnx.models.tokenizer import tiny_tokenizer
+    from fx2onnx.testing.tokenizer import tiny_tokenizer
     from fx2onnx.weights import write_random_checkpoint
 
     class_name, values = CONFIGS[name]

@@ -4,7 +4,7 @@ onnxruntime-genai in the same mode, on the trained benchmark Llama.
 The model is ``bench/trained_llama.py``'s (hidden 512, 4 layers, vocabulary 32000, trained on a text-like
 corpus: greedy decoding is confident, as a trained LLM's); the draft is the same architecture with 2 layers,
 trained the same way (``--draft-steps``, cached beside it). Both are written as ``save_pretrained`` folders
-and exported with ``fx2onnx.deploy.export_folder`` (float32; ``--int4`` adds int4 folders): the default
+and exported with ``fx2onnx.deploy.export_folder`` (float32; ``--precisions int4`` int4): the default
 folder (``logits`` of the last position, ``verify_logits`` of the last 16) and one exported with every
 position's logits, which onnxruntime-genai's n-gram decoding and draft model need
 (:func:`fx2onnx.deploy.genai_config.write_genai_speculative`).
@@ -21,7 +21,7 @@ plain greedy's; the best of ``--repeat`` interleaved runs. The floor beside it: 
 bandwidth (a numpy copy of 256 MB) over the weights' bytes, the tokens/s of one read of every weight per
 token. Also the prefill cost of keeping 16 positions' logits instead of 1 (a folder exported with 1).
 
-    python bench/bench_speculative.py [--json _doc/bench/speculative.json] [--int4] [--repeat 3]
+    python bench/bench_speculative.py [--json _doc/bench/speculative.json] [--precisions float32,int4] [--repeat 3]
 
 The machine is shared: numbers are noisy (the best of interleaved runs is kept).
 """
@@ -157,7 +157,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--draft-steps", type=int, default=80)
-    parser.add_argument("--int4", action="store_true", help="int4 folders too")
+    parser.add_argument("--precisions", default="float32", help="float32, int4 or both (float32,int4)")
     parser.add_argument("--train-draft", action="store_true", help="train (and cache) the draft, then stop")
     parser.add_argument("--quick", action="store_true", help="a smoke test: the tiny trained Llama as model and draft")
     args = parser.parse_args()
@@ -177,8 +177,7 @@ def main() -> None:
         seed_text = corpus.sample(1, 64, seed=7)[0].tolist()
         other = corpus.sample(1, 96, seed=8)[0].tolist()
         floor_gbs = bandwidth()
-        precisions = ["float32"] + ["int4"] * args.int4
-        for precision in precisions:
+        for precision in args.precisions.split(","):
             quantize = None if precision == "float32" else "int4"
             folders = {}
             for name, source, options in (("default", "target", {}), ("all-logits", "target", {"all_logits": True}),
@@ -204,7 +203,15 @@ def main() -> None:
             with open(args.json, encoding="utf-8") as f:
                 measured = {tuple(r.get(k) for k in key) for r in rows}
                 kept = [r for r in json.load(f)["rows"] if tuple(r.get(k) for k in key) not in measured]
+        command = f"{datetime.date.today().isoformat()}: python " + " ".join(sys.argv)
+        for r in rows:  # each row says when and how it was measured
+            r.update(date=datetime.date.today().isoformat(), command="python " + " ".join(sys.argv))
+        commands = [command]
+        if kept:
+            with open(args.json, encoding="utf-8") as f:
+                commands = json.load(f).get("commands", []) + commands
         stored = {"date": datetime.date.today().isoformat(), "command": "python " + " ".join(sys.argv),
+                  "commands": commands,
                   "machine": f"{os.cpu_count()} cores, shared with other jobs (noisy)", "bandwidth_gb_s": floor_gbs,
                   "new_tokens": NEW, "versions": versions(), "rows": kept + rows}
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

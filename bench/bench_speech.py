@@ -89,7 +89,7 @@ def main(argv=None) -> list[dict]:
     import torch
     import transformers
 
-    from fx2onnx.models.speech_folder import write_whisper_folder
+    from fx2onnx.testing.speech_folder import write_whisper_folder
     from fx2onnx.runtime.speech import SpeechGenerator, read_wav, write_wav
 
     torch.set_num_threads(args.threads)

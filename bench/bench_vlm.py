@@ -122,7 +122,7 @@ def main(argv=None) -> list[dict]:
                         "exporter in --json, keep the others")
     args = parser.parse_args(argv)
 
-    from fx2onnx.models.vlm_folder import write_qwen2_5_vl_folder
+    from fx2onnx.testing.vlm_folder import write_qwen2_5_vl_folder
 
     rows: list[dict] = []
     image = make_image(224)

@@ -1,6 +1,6 @@
 """Every causal-LM architecture transformers lists, exported from a folder with its layers stamped.
 
-For each architecture of :func:`fx2onnx.models.discover.discover_architectures` (kind ``causal``), a
+For each architecture of :func:`fx2onnx.inputs.discover.discover_architectures` (kind ``causal``), a
 tiny config with ``--layers`` layers is written as a bf16 ``save_pretrained`` folder and exported
 with :func:`fx2onnx.deploy.export_folder` (its check against eager included). A row says whether the
 layers were stamped (:mod:`fx2onnx.weights.repeat_layers`), why not when the export fell back to
@@ -28,8 +28,8 @@ def _first_line(error: BaseException) -> str:
 
 def sweep_row(arch, layers: int, timeout: int) -> dict:
     from fx2onnx.deploy import export_folder
-    from fx2onnx.models.discover import tiny_config
-    from fx2onnx.models.tokenizer import write_checkpoint_folder
+    from fx2onnx.inputs.discover import tiny_config
+    from fx2onnx.testing.tokenizer import write_checkpoint_folder
 
     row: dict = {"arch": arch.name}
     begin = time.perf_counter()
@@ -76,7 +76,7 @@ def summary(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> list[dict]:
-    from fx2onnx.models.discover import discover_architectures
+    from fx2onnx.inputs.discover import discover_architectures
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--layers", type=int, default=6, help="layers of each tiny model (three periods of 2)")

@@ -28,6 +28,8 @@ import numpy as np
 import onnx
 import torch
 
+from .models import get_tiny_model, list_tiny_models
+
 
 @dataclasses.dataclass
 class ModelSpec:
@@ -115,7 +117,6 @@ def load_model_spec(text: str, with_cache: bool = False) -> ModelSpec:
         if not hasattr(module, attribute):
             raise AttributeError(f"Module {module_name!r} has no attribute {attribute!r}.")
         return _from_attribute(getattr(module, attribute), text)
-    from .models import get_tiny_model, list_tiny_models
 
     names = list_tiny_models()
     if text not in names:

@@ -21,7 +21,7 @@ import fx2onnx
 from fx2onnx.backend import FallbackWarning, make_onnxruntime_backend
 from fx2onnx.backend.training_ops import backend_dispatcher
 from fx2onnx.convert.graph_module import convert_graph_module
-from fx2onnx.models.discover import get_architecture, tiny_config
+from fx2onnx.inputs.discover import get_architecture, tiny_config
 
 aten = torch.ops.aten
 

@@ -13,7 +13,7 @@ from fx2onnx.frozen import FrozenInputError, FrozenInputWarning
 
 transformers = pytest.importorskip("transformers")
 
-from fx2onnx.models.tasks import get_task_architecture, tiny_task_model  # noqa: E402
+from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model  # noqa: E402
 
 
 def test_dpt_dynamic_size_condition_is_said_and_refused():

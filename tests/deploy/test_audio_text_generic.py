@@ -16,7 +16,7 @@ import torch
 
 def _zoo(name: str):
     from fx2onnx.models.checkable import spread_degenerate_weights
-    from fx2onnx.models.tasks import get_task_architecture, tiny_task_model
+    from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
 
     model, config = tiny_task_model(get_task_architecture("speech-seq2seq", name))
     spread_degenerate_weights(model, seed=0)
@@ -41,7 +41,7 @@ def test_the_zoo_models_generate_transformers_tokens(name):
 def folder(tmp_path_factory):
     """Fun-ASR-Nano's tiny model, its folder exported, the zoo's prompt and audio of two inputs."""
     from fx2onnx.deploy import export_folder
-    from fx2onnx.models.task_inputs import build_task_inputs
+    from fx2onnx.inputs.task_inputs import build_task_inputs
 
     model, config = _zoo("fun_asr_nano")
     g = torch.Generator().manual_seed(0)
@@ -86,7 +86,7 @@ def vibevoice(tmp_path_factory):
     import transformers
 
     from fx2onnx.deploy import export_folder
-    from fx2onnx.models.speech_folder import write_vibevoice_asr_folder
+    from fx2onnx.testing.speech_folder import write_vibevoice_asr_folder
 
     root = tmp_path_factory.mktemp("vibevoice_asr")
     write_vibevoice_asr_folder(root / "checkpoint", dtype="float32")

@@ -14,7 +14,7 @@ import torch
 import transformers
 
 from fx2onnx.__main__ import main
-from fx2onnx.models.tokenizer import write_checkpoint_folder
+from fx2onnx.testing.tokenizer import write_checkpoint_folder
 
 PROMPT = "hello world, the exporter"
 
@@ -250,7 +250,7 @@ def test_bfloat16_export_is_held_to_eager_bfloat16(folders, tmp_path):
     model, _ = _eager(checkpoint)
     with torch.no_grad():
         model.model.layers[0].mlp.down_proj.weight.mul_(1.5)
-    from fx2onnx.weights.task_inputs import task_inputs
+    from fx2onnx.inputs.folder_inputs import task_inputs
 
     config = transformers.AutoConfig.from_pretrained(checkpoint)
     inputs, _, _ = task_inputs(config, "text-generation", with_cache=True, dtype=torch.bfloat16)

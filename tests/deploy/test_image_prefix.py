@@ -27,7 +27,7 @@ def _image(path: str, seed: int, shape: tuple[int, int]) -> str:
 
 @pytest.fixture(scope="module")
 def git(tmp_path_factory):
-    from fx2onnx.models.vlm_folder import write_git_folder
+    from fx2onnx.testing.vlm_folder import write_git_folder
 
     root = tmp_path_factory.mktemp("git")
     checkpoint, out = str(root / "checkpoint"), str(root / "onnx")
@@ -80,7 +80,7 @@ def test_git_captions_equal_transformers(git, capsys, prompt):
 @pytest.mark.slow
 def test_the_zoo_git_generates_transformers_tokens():
     from fx2onnx.models.task_generate import compare_folder_generation
-    from fx2onnx.models.tasks import get_task_architecture, tiny_task_model
+    from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
 
     model, config = tiny_task_model(get_task_architecture("image-text-to-text", "git"))
     result = compare_folder_generation(model, config)

@@ -34,7 +34,7 @@ def _image(path: str, seed: int, shape: tuple[int, int]) -> str:
 @pytest.fixture(scope="module", params=DECODERS)
 def folders(request, tmp_path_factory):
     """A checkpoint folder, the folder ``export`` wrote from it, two PNG files of other sizes than the model's."""
-    from fx2onnx.models.vlm_folder import write_vision_encoder_decoder_folder
+    from fx2onnx.testing.vlm_folder import write_vision_encoder_decoder_folder
 
     root = tmp_path_factory.mktemp(request.param)
     checkpoint, out = str(root / "checkpoint"), str(root / "onnx")
@@ -137,7 +137,7 @@ def test_what_the_folder_does_not_take_is_refused(folders, capsys):
 def florence2(tmp_path_factory):
     """Florence-2 (its image merged into a task prompt before its text encoder): its folder with its processor,
     exported, two PNG files."""
-    from fx2onnx.models.vlm_folder import write_florence2_folder
+    from fx2onnx.testing.vlm_folder import write_florence2_folder
 
     root = tmp_path_factory.mktemp("florence2")
     checkpoint, out = str(root / "checkpoint"), str(root / "onnx")
@@ -188,7 +188,7 @@ def test_florence2_tasks_equal_transformers(florence2, capsys):
 def test_the_zoo_florence2_generates_transformers_tokens():
     from fx2onnx.deploy.speech_generic import generic_split_reason
     from fx2onnx.models.task_generate import compare_folder_generation
-    from fx2onnx.models.tasks import get_task_architecture, tiny_task_model
+    from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
 
     model, config = tiny_task_model(get_task_architecture("image-text-to-text", "florence2"))
     # the model itself: its encoder reads no pixels; seen as an encoder-decoder (deploy.captioner), it splits
@@ -222,7 +222,7 @@ def test_forced_tokens_are_transformers_processors():
 def blip(tmp_path_factory):
     """BLIP's captioner (a vision model, a text decoder attending to it): its folder with its processor,
     exported, two PNG files."""
-    from fx2onnx.models.vlm_folder import write_blip_folder
+    from fx2onnx.testing.vlm_folder import write_blip_folder
 
     root = tmp_path_factory.mktemp("blip")
     checkpoint, out = str(root / "checkpoint"), str(root / "onnx")
@@ -273,7 +273,7 @@ def test_blip_captions_equal_transformers(blip, capsys):
 @pytest.mark.slow
 def test_the_zoo_blip_generates_transformers_tokens():
     from fx2onnx.models.task_generate import compare_folder_generation
-    from fx2onnx.models.tasks import get_task_architecture, tiny_task_model
+    from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
 
     model, config = tiny_task_model(get_task_architecture("image-text-to-text", "blip"))
     result = compare_folder_generation(model, config)

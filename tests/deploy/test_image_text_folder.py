@@ -134,7 +134,7 @@ def test_bad_images_end_in_one_line(tmp_path, capsys):
         read_image(bad)
     # an image-text folder whose vision piece's shapes depend on its inputs' values (LLaVA-NeXT's tiles counted
     # from image_sizes): torch.export refuses the capture, one line, no model written
-    from fx2onnx.models.tasks import get_task_architecture, tiny_task_model
+    from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
 
     model, _ = tiny_task_model(get_task_architecture("image-text-to-text", "llava_next"))
     model.save_pretrained(tmp_path / "llava_next")

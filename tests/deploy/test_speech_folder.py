@@ -36,7 +36,7 @@ def _config(**kwargs):
 def folders(tmp_path_factory):
     """A bf16 Whisper folder with a tokenizer and a feature extractor, the folder ``export`` wrote
     from it, and a WAV file."""
-    from fx2onnx.models.speech_folder import write_whisper_folder
+    from fx2onnx.testing.speech_folder import write_whisper_folder
 
     root = tmp_path_factory.mktemp("speech")
     checkpoint, out, wav = str(root / "whisper"), str(root / "whisper_onnx"), str(root / "talk.wav")
@@ -168,7 +168,7 @@ def test_onnxruntime_genai_builder_on_the_same_folder_agrees(tmp_path):
     import subprocess
     import sys
 
-    from fx2onnx.models.speech_folder import write_whisper_folder
+    from fx2onnx.testing.speech_folder import write_whisper_folder
     from fx2onnx.runtime.speech import SpeechGenerator
 
     checkpoint, out, genai, wav = (str(tmp_path / n) for n in ("whisper", "ours", "genai", "talk.wav"))
@@ -217,7 +217,7 @@ def test_task_zoo_whisper_generates_transformers_tokens():
     """The task zoo's tiny Whisper (vocabulary 1024, the configuration's default begin_suppress_tokens
     ``[220, 50256]``): its folder exported then generating gives transformers' greedy tokens."""
     from fx2onnx.models.task_generate import compare_folder_generation
-    from fx2onnx.models.tasks import get_task_architecture, tiny_task_model
+    from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
 
     model, config = tiny_task_model(get_task_architecture("speech-seq2seq", "whisper"))
     assert max(config.begin_suppress_tokens) >= config.vocab_size  # the case under test

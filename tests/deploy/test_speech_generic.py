@@ -55,7 +55,7 @@ SCALES = {"speech_to_text": 1.0, "moonshine": 2.0}
 def write_speech_folder(name: str, folder: str, seed: int = 0) -> None:
     """A ``save_pretrained`` folder of a tiny model of family ``name``: random weights (:data:`SCALES`),
     the feature extractor, a byte-level tokenizer."""
-    from fx2onnx.models.tokenizer import tiny_tokenizer
+    from fx2onnx.testing.tokenizer import tiny_tokenizer
 
     tok = tiny_tokenizer(384)
     class_name, config, extractor = _family(name, len(tok))
@@ -182,7 +182,7 @@ def test_a_generation_config_the_loop_does_not_follow_is_refused(folders, tmp_pa
 
 
 def _zoo(name: str):
-    from fx2onnx.models.tasks import get_task_architecture, tiny_task_model
+    from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
 
     return tiny_task_model(get_task_architecture("speech-seq2seq", name))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fx2onnx.models.discover import (
+from fx2onnx.inputs.discover import (
     GENERIC_OVERRIDES,
     KINDS,
     discover_architectures,

@@ -10,7 +10,7 @@ import torch
 pytest.importorskip("transformers")
 
 from fx2onnx.models.task_inputs import build_task_inputs, check_task_architecture  # noqa: E402
-from fx2onnx.models.tasks import get_task_architecture, tiny_task_config, tiny_task_model  # noqa: E402
+from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_config, tiny_task_model  # noqa: E402
 
 
 def _build(task, name, batch=2):
@@ -23,7 +23,7 @@ def _build(task, name, batch=2):
 
 
 def test_encoder_features_of_the_size_the_model_takes():
-    from fx2onnx.models.audio_inputs import feature_sizes
+    from fx2onnx.inputs.audio_inputs import feature_sizes
 
     # w2v-BERT projects feature_projection_input_dim (160) features, not mel bins
     _, config, inputs, shapes = _build("ctc", "wav2vec2-bert")

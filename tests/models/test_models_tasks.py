@@ -8,7 +8,7 @@ import torch
 pytest.importorskip("transformers")
 
 from fx2onnx.models.task_inputs import build_task_inputs, check_task_architecture  # noqa: E402
-from fx2onnx.models.tasks import (  # noqa: E402
+from fx2onnx.inputs.tasks import (  # noqa: E402
     TASKS,
     count_by_task,
     discover_tasks,

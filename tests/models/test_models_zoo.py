@@ -7,7 +7,7 @@ import torch
 
 from fx2onnx.models.zoo import build_rows, load_rows, make_tasks, run, run_row, select_architectures
 from fx2onnx.models.zoo_inputs import build_zoo_model, infer_dynamic_shapes
-from fx2onnx.models.discover import get_architecture
+from fx2onnx.inputs.discover import get_architecture
 
 
 def test_infer_dynamic_shapes():

@@ -8,8 +8,8 @@ import torch
 pytest.importorskip("transformers")
 
 from fx2onnx.models.task_inputs import build_task_case  # noqa: E402
-from fx2onnx.models.tasks import get_task_architecture, tiny_task_config, tiny_task_model  # noqa: E402
-from fx2onnx.models.vlm_inputs import features_per_image, image_kind, image_text_inputs  # noqa: E402
+from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_config, tiny_task_model  # noqa: E402
+from fx2onnx.inputs.vlm_inputs import features_per_image, image_kind, image_text_inputs  # noqa: E402
 
 
 def _model(name):

@@ -149,7 +149,7 @@ def test_heads_normalized_before_rotary_keep_the_3d_layout():
     transposed, the attention runs in 3D, and the model still equals eager on other sizes."""
     import transformers
 
-    from fx2onnx.weights.task_inputs import task_inputs
+    from fx2onnx.inputs.folder_inputs import task_inputs
 
     config = transformers.Qwen3Config(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
                                       num_key_value_heads=2, head_dim=16, vocab_size=384, tie_word_embeddings=False)

@@ -48,8 +48,8 @@ def test_len_of_a_tensor_specializes_the_batch_unless_patched(monkeypatch):
 @pytest.mark.slow
 def test_rt_detr_exports_with_a_dynamic_batch():
     pytest.importorskip("transformers")
-    from fx2onnx.models.task_inputs import build_task_inputs
-    from fx2onnx.models.tasks import get_task_architecture, tiny_task_model
+    from fx2onnx.inputs.task_inputs import build_task_inputs
+    from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
 
     arch = get_task_architecture("object-detection", "rt_detr")
     model, config = tiny_task_model(arch)

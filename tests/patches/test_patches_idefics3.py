@@ -10,8 +10,8 @@ import fx2onnx
 
 transformers = pytest.importorskip("transformers")
 
-from fx2onnx.models.tasks import get_task_architecture, tiny_task_model  # noqa: E402
-from fx2onnx.models.vlm_inputs import image_text_inputs  # noqa: E402
+from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model  # noqa: E402
+from fx2onnx.inputs.vlm_inputs import image_text_inputs  # noqa: E402
 
 
 @pytest.mark.parametrize("name", ["idefics3"])

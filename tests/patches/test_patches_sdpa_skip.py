@@ -17,7 +17,7 @@ import fx2onnx
 
 transformers = pytest.importorskip("transformers")
 
-from fx2onnx.models.tasks import get_task_architecture, tiny_task_model  # noqa: E402
+from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model  # noqa: E402
 from fx2onnx.patches.caches import register_cache_serialization, unregister_cache_serialization  # noqa: E402
 
 

@@ -75,7 +75,7 @@ def test_no_ties_and_right_export_for_a_random_router():
 
 
 def test_zero_router_is_randomized_in_tiny_models():
-    from fx2onnx.models.discover import get_architecture, tiny_model
+    from fx2onnx.inputs.discover import get_architecture, tiny_model
 
     model, _ = tiny_model(get_architecture("afmoe"))
     zero = [n for n, p in model.named_parameters() if p.dim() >= 2 and not p.any()]
@@ -231,7 +231,7 @@ def test_narrowed_dimension_recorded_warned_and_refused():
 @pytest.mark.slow
 def test_fsmt_exports_and_matches_with_and_without_padding():
     """FSMT's padding mask was None when no token is padding (a branch on the data)."""
-    from fx2onnx.models.discover import get_architecture
+    from fx2onnx.inputs.discover import get_architecture
     from fx2onnx.models.zoo_inputs import build_zoo_model
 
     zoo = build_zoo_model(get_architecture("fsmt"), with_cache=False)
@@ -282,7 +282,7 @@ class _Wrap(torch.nn.Module):
 @pytest.mark.slow
 def test_cpmant_mask_without_a_python_list_matches_and_exports():
     """CPM-Ant built its padding positions from a Python list of the sequence length (frozen)."""
-    from fx2onnx.models.discover import get_architecture
+    from fx2onnx.inputs.discover import get_architecture
     from fx2onnx.models.zoo_inputs import build_zoo_model
 
     zoo = build_zoo_model(get_architecture("cpmant"), with_cache=False)
@@ -326,7 +326,7 @@ def test_reformer_axial_positions_for_the_whole_batch():
     from transformers import ReformerConfig
     from transformers.models.reformer.modeling_reformer import AxialPositionEmbeddings
 
-    from fx2onnx.models.discover import get_architecture
+    from fx2onnx.inputs.discover import get_architecture
     from fx2onnx.models.zoo_inputs import build_zoo_model
 
     config = ReformerConfig(hidden_size=64, axial_pos_embds_dim=[24, 40], axial_pos_shape=[4, 8])

@@ -13,7 +13,7 @@ from fx2onnx.runtime.mrope import rope_index, rope_index_of  # noqa: E402
 
 
 def _model():
-    from fx2onnx.models.vlm_folder import QWEN2_VL_TOKENS, tiny_qwen2_vl_config
+    from fx2onnx.testing.vlm_folder import QWEN2_VL_TOKENS, tiny_qwen2_vl_config
 
     config = tiny_qwen2_vl_config(layers=1)
     for i, key in enumerate(QWEN2_VL_TOKENS):
@@ -68,7 +68,7 @@ def test_rope_index_refuses_grids_that_do_not_match():
 def test_rope_index_of_videos_is_get_rope_index():
     """Qwen2.5-VL: a video's temporal patches at time positions spaced by ``tokens_per_second *
     second_per_grid_ts``, beside an image, in a left-padded batch; Qwen2-VL's one per temporal patch."""
-    from fx2onnx.models.vlm_folder import QWEN2_VL_TOKENS, tiny_qwen2_5_vl_config, tiny_qwen2_vl_config
+    from fx2onnx.testing.vlm_folder import QWEN2_VL_TOKENS, tiny_qwen2_5_vl_config, tiny_qwen2_vl_config
 
     for make, kind in ((tiny_qwen2_5_vl_config, transformers.Qwen2_5_VLForConditionalGeneration),
                        (tiny_qwen2_vl_config, transformers.Qwen2VLForConditionalGeneration)):
@@ -103,7 +103,7 @@ def test_rope_index_of_videos_is_get_rope_index():
 def test_rope_index_of_qwen3_vl_videos_frame_by_frame():
     """Qwen3-VL: the processor writes a timestamp between the temporal patches of a video, each patch's
     placeholders a run of their own with a grid of one frame (``frames_apart``)."""
-    from fx2onnx.models.vlm_folder import QWEN2_VL_TOKENS, tiny_qwen3_vl_config
+    from fx2onnx.testing.vlm_folder import QWEN2_VL_TOKENS, tiny_qwen3_vl_config
 
     config = tiny_qwen3_vl_config(layers=1)
     for i, key in enumerate(QWEN2_VL_TOKENS):

@@ -14,8 +14,8 @@ import transformers
 
 import fx2onnx
 from fx2onnx.deploy import export_folder
-from fx2onnx.models.discover import get_architecture, tiny_config
-from fx2onnx.models.tokenizer import write_checkpoint_folder
+from fx2onnx.inputs.discover import get_architecture, tiny_config
+from fx2onnx.testing.tokenizer import write_checkpoint_folder
 from fx2onnx.weights.repeat_layers import LayersNotRepeatable, LayerStack, layer_stack, short_config, stamp_layers
 
 

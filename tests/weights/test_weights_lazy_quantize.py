@@ -18,7 +18,7 @@ from fx2onnx.optimizer.rules.quantize import dequantize_matmul_weight
 from fx2onnx.weights import checkpoint_weights, empty_weights, meta_tensor_names, save_model, write_random_checkpoint
 from fx2onnx.weights.export import model_from_checkpoint_config
 from fx2onnx.weights.lazy_transpose import fold_lazy_transposes
-from fx2onnx.weights.task_inputs import task_inputs
+from fx2onnx.inputs.folder_inputs import task_inputs
 
 
 def test_transpose_of_a_lazy_weight_stays_lazy():

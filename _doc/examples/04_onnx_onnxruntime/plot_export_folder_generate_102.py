@@ -31,7 +31,7 @@ import matplotlib.pyplot as plt
 import torch
 import transformers
 
-from fx2onnx.models.tokenizer import write_checkpoint_folder
+from fx2onnx.testing.tokenizer import write_checkpoint_folder
 
 config = transformers.Qwen3Config(
     hidden_size=1024, intermediate_size=3072, num_attention_heads=16, num_key_value_heads=8, head_dim=128,

@@ -36,7 +36,7 @@ import PIL.Image
 import torch
 import transformers
 
-from fx2onnx.models.vlm_folder import write_vision_encoder_decoder_folder
+from fx2onnx.testing.vlm_folder import write_vision_encoder_decoder_folder
 
 work = tempfile.TemporaryDirectory()
 checkpoint, out = os.path.join(work.name, "trocr"), os.path.join(work.name, "trocr_onnx")

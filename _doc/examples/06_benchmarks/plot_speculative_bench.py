@@ -44,7 +44,8 @@ root = os.path.join(here, "..", "..", "..")
 with open(os.path.join(root, "_doc", "bench", "speculative.json"), encoding="utf-8") as f:
     stored = json.load(f)
 rows = [r for r in stored["rows"] if r["mode"] != "prefill"]
-print(f"{stored['date']}: {stored['command']}")
+for command in stored.get("commands", [f"{stored['date']}: {stored['command']}"]):
+    print(command)
 print(f"machine: {stored['machine']}; memory bandwidth {stored['bandwidth_gb_s']:.1f} GB/s (a numpy copy)")
 print(", ".join(f"{k} {v}" for k, v in stored.get("versions", {}).items()))
 

@@ -6,9 +6,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ..convert import registry
 from ..convert.builder import DEFAULT_OPSET
 from ..convert.dispatcher import Dispatcher
 from ..convert.errors import UnsupportedOpError
+from ..optimizer.api import resolve_level
 from .fallback import Fallback, report_fallback
 from .runner import BackendOptions, GraphRunner
 
@@ -86,8 +88,6 @@ class OrtBackend:
         An op with a converter (built-in or given by the dispatcher) stays as it is.
         """
         from torch._decomp import core_aten_decompositions
-
-        from ..convert import registry
 
         dispatcher = self.options.dispatcher
         table = core_aten_decompositions()
@@ -175,7 +175,6 @@ def make_onnxruntime_backend(
         raise TypeError(f"dispatcher must be a fx2onnx.Dispatcher, got {type(dispatcher).__name__}.")
     if not isinstance(target_opset, int) or not 18 <= target_opset <= 23:
         raise ValueError(f"target_opset must be an int in [18, 23], got {target_opset!r}.")
-    from ..optimizer.api import resolve_level
 
     level = resolve_level(optimize)  # raises on an unknown level name
     if threads is not None and (not isinstance(threads, int) or threads < 1):

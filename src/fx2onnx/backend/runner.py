@@ -11,8 +11,10 @@ import onnx_ir as ir
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from ..convert.api import optimize_model
 from ..convert.builder import DEFAULT_OPSET
 from ..convert.graph_module import convert_graph_module, storage_permutation
+from ..optimizer.api import optimize
 from ..validation import _as_pair, run_session, to_numpy
 from .dump import dump_targets, save_dump
 from .fallback import Fallback, report_fallback
@@ -178,12 +180,8 @@ class GraphRunner:
 
             RemoveUnusedNodesPass()(model)
             if self.options.optimize in (True, "default"):
-                from ..convert.api import optimize_model
-
                 optimize_model(model)
             elif self.options.optimize:
-                from ..optimizer.api import optimize
-
                 optimize(model, level=self.options.optimize)
         self.conversion_time += time.perf_counter() - begin
         if self.options.verbose:

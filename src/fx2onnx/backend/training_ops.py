@@ -28,7 +28,9 @@ from typing import Any
 
 import torch
 
+from ..convert import registry
 from ..convert.builder import onnx_dtype
+from ..convert.complex_values import involves_complex
 from ..convert.dispatcher import Dispatcher
 from ..convert.ops._common import fake_of
 
@@ -96,8 +98,6 @@ def convert_grouped_mm_fallback_backward(ctx, node, x, weight, offs, grad):
 def convert_mm_transposed_first(ctx, node, a, b):
     """``a @ b`` where ``a = Transpose(source)``: ``Transpose(Transpose(b) @ source)`` when ``a``'s
     rows outnumber ``b``'s columns (static shapes, float); the built-in converters otherwise."""
-    from ..convert import registry
-    from ..convert.complex_values import involves_complex
 
     producer = getattr(a, "producer", lambda: None)()
     first, second = (fake_of(arg) for arg in node.args[:2])

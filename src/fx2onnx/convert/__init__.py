@@ -1,7 +1,12 @@
 """The custom exporter: FX graph from torch.export -> ONNX."""
 
-from .api import to_onnx
-from .dispatcher import Dispatcher
-from .errors import ConversionError, ExportError, UnsupportedOpError
+from .._lazy import lazy_module_names
 
-__all__ = ["to_onnx", "Dispatcher", "ConversionError", "ExportError", "UnsupportedOpError"]
+# public name -> its module, loaded on first use: importing one module of the package loads no other
+__getattr__, __dir__, __all__ = lazy_module_names(__name__, {
+    "to_onnx": ".api",
+    "Dispatcher": ".dispatcher",
+    "ConversionError": ".errors",
+    "ExportError": ".errors",
+    "UnsupportedOpError": ".errors",
+})

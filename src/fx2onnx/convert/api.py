@@ -11,20 +11,47 @@ import onnx
 import onnx_ir as ir
 import torch
 
-from .builder import DEFAULT_OPSET, GraphBuilder
-from .capture import capture
-from .dispatcher import Dispatcher
-from .errors import ConversionError
-from .gc_pace import fewer_collections
-from .interpreter import DimNamer, Interpreter
-from .ort_kernels import cast_to_kernel_types, positive_reduction_axes
 from .._version import __version__
 from ..formats import CACHE_METADATA_KEY
-from ..optimizer.default import _fold_constants, optimize_model, register_orphan_constants  # noqa: F401 (kept here)
-from .naming import cache_pairs, distinct_from_inputs, leaf_paths, path_to_name
+from ..frozen import (
+    METADATA_KEY,
+    describe_frozen_inputs,
+    merged_dimensions,
+    narrowed_dimensions,
+    size_conditions,
+    size_one_assumptions,
+    specialized_int_inputs,
+    warn_frozen_inputs,
+)
+from ..optimizer.api import optimize as optimize_levels
+from ..optimizer.api import resolve_level
+from ..optimizer.default import (  # noqa: F401 (kept here)
+    _fold_constants,
+    optimize_model,
+    register_orphan_constants,
+)
+from ..optimizer.rules.quantize import check_quantize_options
+from ..patches.auto import auto_patches
 
 # the weights are saved in one streaming pass (fx2onnx.weights.save)
-from ..weights.save import EXTERNAL_DATA_THRESHOLD, PROTOBUF_SAFE_SIZE, save_model  # noqa: F401
+from ..weights.save import (  # noqa: F401
+    EXTERNAL_DATA_THRESHOLD,
+    PROTOBUF_SAFE_SIZE,
+    load_without_weights,
+    save_model,
+)
+from .builder import DEFAULT_OPSET, GraphBuilder
+from .capture import capture
+from .capture_check import check_capture as run_check
+from .capture_check import check_mode, report_capture_check
+from .dispatcher import Dispatcher
+from .errors import ConversionError
+from .functions import convert_with_functions
+from .gc_pace import fewer_collections
+from .interpreter import DimNamer, Interpreter
+from .naming import cache_pairs, distinct_from_inputs, leaf_paths, path_to_name
+from .ort_kernels import cast_to_kernel_types, positive_reduction_axes
+from .rewrite_retry import capture_rewriting_if_needed
 
 
 class _Stages:
@@ -123,8 +150,6 @@ def convert_exported_program(
         else:
             raise ConversionError(f"Input kind {kind} is not supported (custom objects).", node)
     if export_modules_as_functions:
-        from .functions import convert_with_functions
-
         outputs = convert_with_functions(interpreter, builder, ep.graph, env, ep.graph_module, export_modules_as_functions)
     else:
         outputs = interpreter.run_nodes(builder, ep.graph, env, owner=ep.graph_module)
@@ -173,17 +198,6 @@ def _record_frozen_inputs(
 ) -> None:
     """Writes the inputs torch.export froze into the metadata and warns about each one."""
     import json
-
-    from ..frozen import (
-        METADATA_KEY,
-        describe_frozen_inputs,
-        merged_dimensions,
-        narrowed_dimensions,
-        size_conditions,
-        size_one_assumptions,
-        specialized_int_inputs,
-        warn_frozen_inputs,
-    )
 
     names = [v.name for v in onnx_model.graph.inputs]
     args, kwargs = tuple(args), dict(kwargs or {})
@@ -315,24 +329,18 @@ def to_onnx(
         raise TypeError(f"args must be a tuple of inputs, got {type(args).__name__}: use (x,) for one input.")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise TypeError(f"kwargs must be a dict, got {type(kwargs).__name__}.")
-    from ..optimizer.api import resolve_level
 
     level = resolve_level(optimize)
     if quantize is not None:
-        from ..optimizer.rules.quantize import check_quantize_options
-
         check_quantize_options(quantize, quantize_block_size)
         if level != "onnxruntime":
             raise ValueError(f"quantize={quantize!r} needs onnxruntime's operators: use optimize='onnxruntime', not {optimize!r}.")
     if target_opset is None:
         target_opset = 23 if level in ("onnxruntime", "opset23") else DEFAULT_OPSET
     _check_options(target_opset, dispatcher, input_names, output_names)
-    from .capture_check import check_mode
 
     check_mode(check_capture)
     stages = _Stages(verbose)
-    from ..patches.auto import auto_patches
-    from .rewrite_retry import capture_rewriting_if_needed
 
     with auto_patches(patches, model, tuple(args), dict(kwargs or {})) as applied:
         if verbose and applied:
@@ -348,8 +356,6 @@ def to_onnx(
         # inside the patches: the caches they register flatten the inputs of the program
         # weights given apart: the model's own are placeholders (fx2onnx.weights.empty_weights), nothing to run
         if check_capture and weights is None and not isinstance(model, torch.export.ExportedProgram):
-            from .capture_check import check_capture as run_check, report_capture_check
-
             checked = stages.run("capture check (program vs eager)", run_check, ep, model, tuple(args),
                                  dict(kwargs or {}))
             report_capture_check(checked, check_capture, stacklevel=3)
@@ -372,8 +378,6 @@ def to_onnx(
     if after_conversion is not None:
         stages.run("after conversion", after_conversion, onnx_model)
     if level is not None:
-        from ..optimizer.api import optimize as optimize_levels
-
         stages.run("optimization", optimize_levels, onnx_model, level=level, inline=not export_modules_as_functions,
                    quantize=quantize, block_size=quantize_block_size, symmetric=quantize_symmetric)
     stages.run("onnxruntime kernel types", cast_to_kernel_types, onnx_model)
@@ -386,7 +390,6 @@ def to_onnx(
     if return_ir:
         return onnx_model
     if external:  # the weights are in the file: the graph and references to them, no second copy
-        from ..weights.save import load_without_weights
 
         return stages.run("reload without weights", load_without_weights, filename)
     return stages.run("serialization", ir.to_proto, onnx_model)

@@ -20,6 +20,9 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
+from ..validation import to_numpy
+from ..weights.tensors import initializer_tensor
+
 TORCH_TO_ONNX_DTYPE: dict[torch.dtype, ir.DataType] = {
     torch.float32: ir.DataType.FLOAT,
     torch.float16: ir.DataType.FLOAT16,
@@ -159,7 +162,6 @@ class GraphBuilder:
     def add_initializer(self, name: str, tensor: torch.Tensor | np.ndarray | ir.TensorProtocol) -> ir.Value:
         """Adds a weight, kept as an initializer named ``name`` over the tensor's memory
         (see :func:`fx2onnx.weights.initializer_tensor`: no copy)."""
-        from ..weights.tensors import initializer_tensor
 
         root = self.root()
         if name in root.initializers:
@@ -218,8 +220,6 @@ class GraphBuilder:
         Constants are cached by value within a graph.
         """
         if isinstance(value, torch.Tensor):
-            from ..validation import to_numpy
-
             array = to_numpy(value)
         else:
             array = np.asarray(value)

@@ -17,12 +17,19 @@ from torch.export import Dim
 from torch.utils import _pytree as pytree
 
 from ..frozen import MODEL_GUARDS, squeezes_a_kept_size_one
+from ..patches.cache_check import CacheStateLostError, check_cache_round_trip
+from ..patches.caches import carries_token_count
 from .complex_values import check_no_complex
 from .decompose import functionalize_and_decompose
 from .errors import ExportError
 from .gc_pace import fewer_collections
 from .meta_kernels import capture_kernels
-from .specializations import data_dependent_line, dimensions_in, record_specializations, specialization_hint
+from .specializations import (
+    data_dependent_line,
+    dimensions_in,
+    record_specializations,
+    specialization_hint,
+)
 
 
 def _tensor_spec(spec: Any, tensor: torch.Tensor, where: str) -> tuple[Any, dict[int, str | None]]:
@@ -101,7 +108,6 @@ def _with_token_count_spec(value: Any, spec: Any) -> Any:
     of its last tensor, ``tokens_seen`` (see :func:`fx2onnx.patches.caches.carries_token_count`):
     ``{1: "tokens_seen"}`` when a cache length is dynamic, None when none is. Any other spec is
     returned as it is."""
-    from ..patches.caches import carries_token_count
 
     if not carries_token_count(value):
         return spec
@@ -119,7 +125,6 @@ def _with_token_count_spec(value: Any, spec: Any) -> Any:
 
 def _node_arity_message(value: Any, spec: Any, children: list[Any], where: str) -> str:
     """Why a list of dynamic shapes does not fit a pytree node (a cache), and the fix."""
-    from ..patches.caches import carries_token_count
 
     message = (
         f"dynamic_shapes for input {where} (a {type(value).__name__}) must be a list of {len(children)} "
@@ -502,7 +507,6 @@ def without_views(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 def _check_caches(args: tuple, kwargs: dict) -> None:
     """A cache losing tensors when flattened (pytree) fails before torch.export, naming them."""
-    from ..patches.cache_check import CacheStateLostError, check_cache_round_trip
 
     inputs = {f"args[{i}]": a for i, a in enumerate(args)}
     inputs.update(kwargs)

@@ -89,3 +89,18 @@ def check_no_complex(ep: torch.export.ExportedProgram, dispatcher: Any = None) -
                 f"converter working on the pairs through fx2onnx.Dispatcher.",
                 node,
             )
+
+
+def _value_type(val: Any) -> tuple[torch.dtype | None, list | None]:
+    """dtype and shape (with symbols) of a fake value."""
+    if isinstance(val, torch.Tensor):
+        if val.dtype.is_complex:  # carried as a real pair: a trailing dimension of 2
+            return pair_dtype(val.dtype), [*val.shape, 2]
+        return val.dtype, list(val.shape)
+    if isinstance(val, (torch.SymBool, bool)):
+        return torch.bool, []
+    if isinstance(val, (torch.SymInt, int)):
+        return torch.int64, []
+    if isinstance(val, (torch.SymFloat, float)):
+        return torch.float32, []
+    return None, None

@@ -17,8 +17,10 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
+from . import ops as _builtin_converters  # noqa: F401 (registers the built-in converters)
 from . import registry
 from .errors import ExportError, target_name
+from .local_functionalize import functionalize_intermediates
 
 #: the number of decomposition rounds before giving up (each one re-traces the model)
 MAX_ROUNDS = 4
@@ -120,8 +122,6 @@ def functionalize_and_decompose(
     :return: the program and the names of the decomposed operators
     """
     if in_place:
-        from .local_functionalize import functionalize_intermediates
-
         replaced = functionalize_intermediates(ep)
         if verbose and replaced:
             print(f"[to_onnx] made out-of-place without re-tracing: {', '.join(replaced)}")

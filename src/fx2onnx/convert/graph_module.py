@@ -27,6 +27,7 @@ from typing import Any, Sequence
 import onnx_ir as ir
 import torch
 
+from .api import _version
 from .builder import DEFAULT_OPSET, GraphBuilder
 from .dispatcher import Dispatcher
 from .errors import ConversionError
@@ -233,7 +234,6 @@ def convert_graph_module(
         # a view of an input, or of a computed value (an ONNX output, added if it is not one yet)
         source = ("input", placeholders.index(root)) if root.op == "placeholder" else ("onnx", add_output(env[root], root, reuse=True))
         layout[i] = ("view", (source, chain))
-    from .api import _version
 
     model = builder.to_model(producer_version=_version())
     model.meta["input_indices"] = [i for i, node in enumerate(placeholders) if isinstance(env[node], ir.Value)]

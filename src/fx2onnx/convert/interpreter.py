@@ -15,9 +15,10 @@ import onnx_ir as ir
 import sympy
 import torch
 
+from . import ops as _builtin_converters  # noqa: F401 (registers the built-in converters)
 from . import registry
 from .builder import TORCH_TO_ONNX_DTYPE, GraphBuilder, onnx_dtype
-from .complex_values import involves_complex, pair_dtype
+from .complex_values import _value_type, involves_complex, pair_dtype  # noqa: F401
 from .context import ConversionContext
 from .errors import ConversionError, UnsupportedOpError, node_module_path, node_source_line, target_name
 
@@ -55,21 +56,6 @@ class DimNamer:
 
     def shape(self, fake: torch.Tensor) -> list[int | str]:
         return [self(d) for d in fake.shape]
-
-
-def _value_type(val: Any) -> tuple[torch.dtype | None, list | None]:
-    """dtype and shape (with symbols) of a fake value."""
-    if isinstance(val, torch.Tensor):
-        if val.dtype.is_complex:  # carried as a real pair: a trailing dimension of 2
-            return pair_dtype(val.dtype), [*val.shape, 2]
-        return val.dtype, list(val.shape)
-    if isinstance(val, (torch.SymBool, bool)):
-        return torch.bool, []
-    if isinstance(val, (torch.SymInt, int)):
-        return torch.int64, []
-    if isinstance(val, (torch.SymFloat, float)):
-        return torch.float32, []
-    return None, None
 
 
 class Interpreter:

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from .packed_sequences import packed_sequence_capture
+
 
 def _histogram_bin_ct(x, bins=100, *, range=None, weight=None, density=False):  # noqa: A002
     return x.new_empty(bins), x.new_empty(bins + 1)
@@ -148,7 +150,6 @@ def recurrent_shape_kernels() -> Iterator[list[str]]:
 def capture_kernels() -> Iterator[None]:
     """Every shape function of this module, for the duration of a capture or a decomposition, and
     packed sequences kept padded (:func:`fx2onnx.convert.packed_sequences.packed_sequence_capture`)."""
-    from .packed_sequences import packed_sequence_capture
 
     with missing_meta_kernels(), recurrent_shape_kernels(), packed_sequence_capture():
         yield

@@ -65,7 +65,6 @@ def complex_converter(*targets: Any) -> Callable[[ConverterFunction], ConverterF
 
 def lookup_complex(target: Any) -> ConverterFunction | None:
     """Returns the converter handling complex values for ``target`` or None."""
-    _load_builtin_converters()
     fn = _COMPLEX_REGISTRY.get(target)
     if fn is None and hasattr(target, "overloadpacket"):
         fn = _COMPLEX_REGISTRY.get(target.overloadpacket)
@@ -78,7 +77,6 @@ def lookup_complex(target: Any) -> ConverterFunction | None:
 
 def lookup(target: Any) -> ConverterFunction | None:
     """Returns the converter registered for ``target`` or None."""
-    _load_builtin_converters()
     fn = _REGISTRY.get(target)
     if fn is None and hasattr(target, "overloadpacket"):
         fn = _REGISTRY.get(target.overloadpacket)
@@ -87,15 +85,4 @@ def lookup(target: Any) -> ConverterFunction | None:
 
 def registered_targets() -> list[Any]:
     """All targets with a built-in converter."""
-    _load_builtin_converters()
     return list(_REGISTRY)
-
-
-_LOADED = False
-
-
-def _load_builtin_converters() -> None:
-    global _LOADED
-    if not _LOADED:
-        _LOADED = True
-        from . import ops  # noqa: F401  (registers every family)

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from ..patches.rewrite import find_ifs_to_rewrite, find_scalar_reads, rewrite_function
 from .errors import ExportError
 
 
@@ -29,7 +30,6 @@ class RewrittenControlFlowWarning(UserWarning):
 
 def _lines_to_rewrite(function: Callable[..., Any]) -> list[int]:
     """The lines of ``function`` with an ``if`` test or an ``int()`` / ``float()`` read of tensor values."""
-    from ..patches.rewrite import find_ifs_to_rewrite, find_scalar_reads
 
     try:
         return sorted({line for line, _ in find_ifs_to_rewrite(function) + find_scalar_reads(function)})
@@ -55,7 +55,6 @@ def _rewritable_forwards(model: Any) -> dict[type, tuple[Callable[..., Any], lis
 def _rewritten(forwards: dict[type, tuple[Callable[..., Any], list[int]]]) -> Iterator[None]:
     """The classes' ``forward`` replaced by their rewritten code, restored on exit (a class defined
     inside a function is patched too: no dotted path to resolve)."""
-    from ..patches.rewrite import rewrite_function
 
     new = {cls: rewrite_function(forward, scalar_reads=True).function for cls, (forward, _) in forwards.items()}
     try:

@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from ..inputs.audio_inputs import audio_text_inputs, audio_token
+from ..weights.empty import empty_weights
 from .speech import Piece
 from .vision import ImageTextDecoderPiece, decoder_piece, last_logits
 
@@ -47,7 +49,6 @@ def _named_parameters(fn: Any) -> set[str]:
 def audio_split_reason(model: Any, config: Any) -> str | None:
     """Why ``model`` cannot be split into an audio piece and a decoder writing its features over
     placeholder tokens, None when it can."""
-    from ..models.audio_inputs import audio_token
 
     if getattr(config, "is_encoder_decoder", False):
         return "it is an encoder-decoder (the generic encoder-decoder split takes it)"
@@ -109,12 +110,10 @@ class AudioTextDecoderPiece(ImageTextDecoderPiece):
 
 
 def example_audio(model: Any, config: Any, dtype: torch.dtype, seed: int = 0) -> list[dict[str, Any]]:
-    """Two sets of audio inputs of batch 2 and 3 (the task zoo's: :func:`fx2onnx.models.audio_inputs.audio_text_inputs`,
+    """Two sets of audio inputs of batch 2 and 3 (the task zoo's: :func:`fx2onnx.inputs.audio_inputs.audio_text_inputs`,
     on uninitialized CPU storage for a model on the meta device), the second one twice as long when the
     encoder takes it (else its length is the only one the piece takes: Whisper's 30 s window), keyed as
     the audio piece's inputs, the flags which are no tensors under ``"constants"``."""
-    from ..models.audio_inputs import audio_text_inputs
-    from ..weights.empty import empty_weights
 
     meta = any(p.is_meta for p in model.parameters())
     sets = []
@@ -149,8 +148,6 @@ def generic_audio_pieces(model: Any, config: Any, dtype: torch.dtype = torch.flo
 
     :raises UnsplittableAudioModel: with :func:`audio_split_reason`, or when the audio encoder does not run
     """
-    from ..models.audio_inputs import audio_token
-    from ..weights.empty import empty_weights
 
     model_type = getattr(config, "model_type", type(model).__name__)
     reason = audio_split_reason(model, config)

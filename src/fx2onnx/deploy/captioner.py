@@ -30,7 +30,9 @@ from typing import Any
 
 import torch
 
+from ..inputs.vlm_inputs import image_text_inputs, text_token_range
 from ..runtime.image_seq2seq import PROMPT_AFTER_START
+from ..weights.empty import empty_weights
 
 
 def is_cross_attention_captioner(model: Any) -> bool:
@@ -175,8 +177,6 @@ def example_prompts(folder: str | None, model: Any, config: Any, seed: int = 0) 
         if sets[0]["input_ids"].shape[1] == sets[1]["input_ids"].shape[1]:
             raise ValueError("the two task prompts have the same length: the prompt's length would be frozen")
         return sets
-    from ..models.vlm_inputs import image_text_inputs, text_token_range
-    from ..weights.empty import empty_weights
 
     sets = []
     with empty_weights(model._model[0]) if any(p.is_meta for p in model.parameters()) else _nothing():

@@ -37,7 +37,8 @@ from .check import FolderCheck, check_against_eager, in_place_input_sets
 from .disk import NotEnoughSpaceError, check_free_space
 from .memory import check_memory
 from .files import copy_folder_files
-from .genai_config import present_name, write_genai_config
+from .genai_config import present_name, write_genai_config  # noqa: F401
+from .saved_model import _rename_outputs, name_presents, update_cache_in_place  # noqa: F401 (importable from here)
 from .verify_logits import split_verify_logits
 from .inputs_check import check_checkpoint_folder, check_weights
 from .output_folder import OutputFolder, OutputFolderError, refuse_overlap, replaceable
@@ -104,65 +105,6 @@ def _output_path(out: str) -> tuple[str, str]:
         folder = os.path.dirname(os.path.abspath(out))
         return folder, os.path.basename(out)
     return out, "model.onnx"
-
-
-def _rename_outputs(proto: onnx.ModelProto, names: dict[str, str]) -> None:
-    """Renames values of the main graph (graph outputs, the nodes producing and reading them)."""
-    def rename(graph: onnx.GraphProto) -> None:
-        for node in graph.node:
-            for i, name in enumerate(node.input):
-                if name in names:
-                    node.input[i] = names[name]
-            for i, name in enumerate(node.output):
-                if name in names:
-                    node.output[i] = names[name]
-            for attr in node.attribute:
-                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                    rename(sub)
-        for value in list(graph.output) + list(graph.value_info):
-            if value.name in names:
-                value.name = names[value.name]
-
-    rename(proto.graph)
-
-
-def update_cache_in_place(filename: str, constant_inputs: Sequence[str] = ()) -> bool:
-    """Rewrites the saved model ``filename`` so that it updates its cache in place
-    (:func:`fx2onnx.optimizer.rules.cache_in_place.cache_in_place`; the weights' file is
-    untouched); False when the rule does not apply (the model is left as it is).
-    ``constant_inputs``: inputs fed the same value at every step (an image-text decoder's features)."""
-    import onnx_ir as ir
-
-    from ..optimizer.rules.cache_in_place import cache_in_place
-    from ..weights.save import load_without_weights
-
-    model = ir.from_proto(load_without_weights(filename))
-    if not cache_in_place(model, constant_inputs):
-        return False
-    onnx.save(ir.to_proto(model), filename)
-    return True
-
-
-def name_presents(filename: str) -> tuple[list[str], dict[str, str]]:
-    """Renames the cache outputs of the saved model ``filename`` after their inputs
-    (:func:`fx2onnx.deploy.genai_config.present_name`), rewrites the graph (the weights' file
-    is untouched) and returns ``(input names, cache pairs)``."""
-    from ..weights.save import load_without_weights
-
-    proto = load_without_weights(filename)
-    metadata = {p.key: p for p in proto.metadata_props}
-    inputs = [i.name for i in proto.graph.input]
-    if CACHE_METADATA_KEY not in metadata:
-        return inputs, {}
-    pairs: dict[str, str] = json.loads(metadata[CACHE_METADATA_KEY].value)
-    taken = {o.name for o in proto.graph.output} | set(inputs)
-    renames = {out: present_name(past) for past, out in pairs.items() if present_name(past) not in taken}
-    if len(renames) == len(pairs):
-        _rename_outputs(proto, renames)
-        pairs = {past: renames[out] for past, out in pairs.items()}
-        metadata[CACHE_METADATA_KEY].value = json.dumps(pairs)
-        onnx.save(proto, filename)
-    return inputs, pairs
 
 
 def export_folder(
@@ -311,7 +253,7 @@ def _write_folder(folder: str, out_dir: str, filename: str, config: Any, task: s
 
     from ..weights import to_onnx_from_checkpoint
     from ..weights.export import model_from_checkpoint_config
-    from ..weights.task_inputs import task_inputs
+    from ..inputs.folder_inputs import task_inputs
 
     model_path = os.path.join(out_dir, filename)
     if task in ("speech-seq2seq", "image-text-to-text"):
@@ -387,7 +329,7 @@ def _export_two_layers(folder: str, model: torch.nn.Module, config: Any, task: s
     from ..weights import checkpoint_weights, to_onnx_from_checkpoint
     from ..weights.export import model_from_config
     from ..weights.repeat_layers import LayersNotRepeatable, layer_stack, short_config, stamp_layers
-    from ..weights.task_inputs import task_inputs
+    from ..inputs.folder_inputs import task_inputs
 
     stack = layer_stack(model, config)
     if stack is None:
@@ -447,7 +389,7 @@ PIECES_MODEL_TYPES = {
     # any model type: Whisper with its own pieces, the other encoder-decoders through the generic split, which
     # names what it cannot split (fx2onnx.deploy.speech_generic)
     "speech-seq2seq": (None, "any encoder-decoder speech model"),
-    # any model type: the families of fx2onnx.deploy.vision.has_own_pieces with theirs, the others through the
+    # any model type: the families of fx2onnx.deploy.image_text.has_own_pieces with theirs, the others through the
     # generic split, which names what it cannot split (fx2onnx.deploy.image_text_generic); an encoder-decoder
     # reading pixels (TrOCR, Donut) through the generic encoder-decoder split (fx2onnx.deploy.speech_generic)
     "image-text-to-text": (None, "any image-text model"),
@@ -462,11 +404,11 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
     (Whisper) or :mod:`fx2onnx.deploy.speech_generic` (the other encoder-decoder speech models), or the
     vision encoder and decoder of :mod:`fx2onnx.deploy.vision` (LLaVA, Gemma 3), their signatures in
     ``fx2onnx.json``, the processor and tokenizer files copied."""
-    from ..models.audio_inputs import audio_token
+    from ..inputs.audio_inputs import audio_token
     from .audio_text_generic import generic_audio_pieces
     from .speech import check_speech_pieces, export_speech_pieces
     from .speech_generic import eager_pieces, export_generic_speech_pieces
-    from .vision import export_vision_pieces, vision_pieces
+    from .image_text import export_vision_pieces, vision_pieces
 
     model_types, supported = PIECES_MODEL_TYPES[task]
     model_type = getattr(config, "model_type", None)
@@ -478,7 +420,7 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
     vision_options = dict(options, cache_in_place=cache_in_place)
     split, make_pieces, extra, prefix = None, None, {}, False
     encoder_decoder = getattr(config, "is_encoder_decoder", False)
-    from ..models.vlm_inputs import image_token
+    from ..inputs.vlm_inputs import image_token
 
     if task == "image-text-to-text" and not encoder_decoder and image_token(config) is None:
         from .captioner import captioner_generation, is_cross_attention_captioner

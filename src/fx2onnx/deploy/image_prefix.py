@@ -26,7 +26,10 @@ from typing import Any
 
 import torch
 
+from ..inputs.task_inputs import image_shape
+from ..weights.empty import empty_weights
 from .speech import Piece
+from .vision import decoder_piece
 
 #: the placeholder id of an image row: the vocabulary's size plus this offset (outside the vocabulary)
 PREFIX_TOKEN_OFFSET = 0
@@ -91,10 +94,6 @@ def image_prefix_pieces(model: Any, config: Any, dtype: torch.dtype = torch.floa
     """The vision and decoder pieces of a model of :func:`is_image_prefix_model`, with example inputs of two
     shapes (two images then three, of the image encoder's size)."""
     import contextlib
-
-    from ..models.task_inputs import image_shape
-    from ..weights.empty import empty_weights
-    from .vision import decoder_piece
 
     channels, height, width = image_shape(config)
     g = torch.Generator().manual_seed(seed)

@@ -7,7 +7,7 @@ model's), with a base model and an ``lm_head`` (LLaVA's layout) or a decoder-onl
 beside its towers (BLIP-2's, InstructBLIP's: their Q-Former's queries are the image's features;
 InstructBLIP's Q-Former reads the prompt too, ``qformer_input_ids`` from the processor, an input of the
 vision piece). The vision piece takes the image inputs that ``get_image_features`` takes, in the form
-the task zoo builds them (:func:`fx2onnx.models.vlm_inputs.image_inputs`: ``pixel_values`` alone,
+the task zoo builds them (:func:`fx2onnx.inputs.vlm_inputs.image_inputs`: ``pixel_values`` alone,
 or with ``image_sizes``, ``pixel_attention_mask``, ``pixel_mask``, ``spatial_shapes``) and
 returns the features of every image one after the other, ``(rows, hidden)``; the decoder is the
 one of :mod:`fx2onnx.deploy.vision`. What cannot be split this way raises
@@ -18,7 +18,7 @@ family). BLIP and Florence-2 go through :mod:`fx2onnx.deploy.captioner`, GIT thr
 .. code-block:: python
 
     from fx2onnx.deploy.image_text_generic import generic_vision_pieces
-    from fx2onnx.models.tasks import get_task_architecture, tiny_task_model
+    from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
 
     model, config = tiny_task_model(get_task_architecture("image-text-to-text", "aya_vision"))
     vision, decoder = generic_vision_pieces(model, config)
@@ -32,13 +32,23 @@ from typing import Any
 
 import torch
 
+from ..inputs.vlm_inputs import (
+    features_per_image,
+    flat_image_features,
+    image_features_function,
+    image_inputs,
+    image_kind,
+    image_token,
+)
+from ..weights.empty import empty_weights
 from .speech import Piece
+from .vision import decoder_piece
 
 #: the image inputs a generic vision piece may take besides ``pixel_values``, in its signature's order
 #: (InstructBLIP's Q-Former reads the prompt too, tokenized by its own tokenizer: ``qformer_*``)
 EXTRA_IMAGE_INPUTS = ("image_sizes", "pixel_attention_mask", "pixel_mask", "spatial_shapes", "qformer_input_ids",
                       "qformer_attention_mask", "target_sizes")
-#: the image kinds of :func:`fx2onnx.models.vlm_inputs.image_kind` a generic vision piece takes
+#: the image kinds of :func:`fx2onnx.inputs.vlm_inputs.image_kind` a generic vision piece takes
 GENERIC_KINDS = ("images", "image_sizes", "pixel_attention_mask", "pixel_mask", "naflex", "target_sizes")
 
 
@@ -64,8 +74,6 @@ class GenericVisionPiece(torch.nn.Module):
                 spatial_shapes: torch.Tensor | None = None, qformer_input_ids: torch.Tensor | None = None,
                 qformer_attention_mask: torch.Tensor | None = None,
                 target_sizes: torch.Tensor | None = None) -> torch.Tensor:
-        from ..models.vlm_inputs import flat_image_features, image_features_function
-
         extras = {"image_sizes": image_sizes, "pixel_attention_mask": pixel_attention_mask,
                   "pixel_mask": pixel_mask, "spatial_shapes": spatial_shapes, "qformer_input_ids": qformer_input_ids,
                   "qformer_attention_mask": qformer_attention_mask, "target_sizes": target_sizes}
@@ -97,7 +105,6 @@ class LanguageModelDecoderPiece(torch.nn.Module):
         super().__init__()
         self.model = model
         self.base_model_prefix = "model"
-        from ..models.vlm_inputs import image_token
 
         self.image_token_id = int(image_token(model.config))
 
@@ -113,7 +120,6 @@ class LanguageModelDecoderPiece(torch.nn.Module):
 def split_reason(model: Any, config: Any) -> str | None:
     """Why ``model`` cannot be split into a vision piece and a decoder writing its features over
     placeholder tokens, None when it can."""
-    from ..models.vlm_inputs import image_features_function, image_kind, image_token
 
     if image_token(config) is None:
         return "its configuration names no image placeholder token (the image is not written over the prompt)"
@@ -153,10 +159,6 @@ def generic_vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.fl
 
     :raises UnsplittableModel: with :func:`split_reason`
     """
-    from ..models.vlm_inputs import features_per_image, image_features_function, image_inputs
-    from ..weights.empty import empty_weights
-    from .vision import decoder_piece
-
     def refuse(reason: str) -> UnsplittableModel:
         return UnsplittableModel(f"{type(model).__name__} (image-text-to-text) cannot be split into a vision piece "
                                  f"and a decoder: {reason}.")

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from .speech import Piece
-from .vision import VisionPiece
+from .vision import VisionPiece, decoder_piece
 
 #: the model types exported by :func:`pixtral_pieces`
 PIXTRAL_MODEL_TYPES = ("mistral3",)
@@ -46,8 +46,6 @@ def pixtral_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, 
     """The vision and decoder pieces of a Mistral 3 model: the vision piece exported on one image
     and checked on one of another size (height and width dynamic, multiples of ``patch_size *
     spatial_merge_size``)."""
-    from .vision import decoder_piece
-
     g = torch.Generator().manual_seed(seed)
     side = config.vision_config.patch_size * config.spatial_merge_size
 

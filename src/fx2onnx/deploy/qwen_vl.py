@@ -34,10 +34,13 @@ from typing import Any
 import torch
 
 from ..patches.qwen_vl_geometry import (  # noqa: F401 (kept importable from here)
-    TowerGeometry, grid_positions, interpolation_positions, window_positions,
+    TowerGeometry,
+    grid_positions,
+    interpolation_positions,
+    window_positions,
 )
 from .speech import Piece
-from .vision import ImageTextDecoderPiece, last_logits
+from .vision import ImageTextDecoderPiece, decoder_piece, last_logits
 
 #: the model types exported by :func:`qwen_vl_pieces`
 QWEN_VL_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
@@ -105,8 +108,6 @@ def qwen_vl_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, 
     """The vision and decoder pieces of a Qwen2-VL, Qwen2.5-VL or Qwen3-VL model: the vision piece
     exported on two images of different sizes and checked on one image of a third size; the
     decoder's positions in 3 rows."""
-    from .vision import decoder_piece
-
     vision = config.vision_config
     g = torch.Generator().manual_seed(seed)
     merge = vision.spatial_merge_size
@@ -118,4 +119,5 @@ def qwen_vl_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, 
                     {"pixel_values": {0: "patches"}, "image_grid_thw": {0: "images"}},
                     ["pixel_values", "image_grid_thw"],
                     ["image_features", *(f"deepstack_features_{i}" for i in range(deepstack))])
-    return [encoder, decoder_piece(model, config, dtype, g, per_image=4, position_rows=3, deepstack=deepstack)]
+    return [encoder, decoder_piece(model, config, dtype, g, per_image=4, position_rows=3, deepstack=deepstack,
+                                    module=DeepstackDecoderPiece(model) if deepstack else None)]

@@ -30,6 +30,11 @@ from typing import Any
 
 import torch
 
+from ..weights import to_onnx_from_checkpoint
+from ..weights.export import model_from_checkpoint_config
+from .check import check_against_eager, in_place_input_sets
+from .saved_model import rename_values
+
 #: the prefixes of the inputs and outputs of the pieces
 CROSS_KEY, CROSS_VALUE = "cross_key_", "cross_value_"
 PAST_KEY, PAST_VALUE = "past_key_values_key_", "past_key_values_value_"
@@ -166,40 +171,6 @@ def speech_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, s
     return [encoder, decoder]
 
 
-def rename_values(filename: str, inputs: list[str], outputs: list[str], cache: dict[str, str]) -> None:
-    """Gives the inputs and outputs of the saved model ``filename`` the names of a piece (in
-    order) and writes its cache pairs as the ``fx2onnx.cache`` metadata (the weights' file is
-    untouched)."""
-    import json
-
-    import onnx
-
-    from ..formats import CACHE_METADATA_KEY
-    from ..weights.save import load_without_weights
-    from .export import _rename_outputs
-
-    proto = load_without_weights(filename)
-    old_inputs, old_outputs = [i.name for i in proto.graph.input], [o.name for o in proto.graph.output]
-    if len(old_inputs) != len(inputs) or len(old_outputs) != len(outputs):
-        raise ValueError(f"{filename}: inputs {old_inputs} and outputs {old_outputs}, expected {inputs} and {outputs}.")
-    names = {a: b for a, b in zip(old_inputs + old_outputs, inputs + outputs) if a != b}
-    taken = set(old_inputs + old_outputs) - set(names)
-    if taken & set(names.values()):
-        raise ValueError(f"{filename}: cannot rename {names}, the names {taken & set(names.values())} are taken.")
-    for value in proto.graph.input:
-        value.name = names.get(value.name, value.name)
-    _rename_outputs(proto, names)
-    # the wrapper's metadata replaced by the piece's names, but for the dimensions the export narrowed
-    # (fx2onnx.frozen_inputs: by input position, which the names do not change; the runtime checks them)
-    kept = [(p.key, p.value) for p in proto.metadata_props if p.key == "fx2onnx.frozen_inputs"]
-    del proto.metadata_props[:]
-    for key, value in kept:
-        proto.metadata_props.add(key=key, value=value)
-    if cache:
-        proto.metadata_props.add(key=CACHE_METADATA_KEY, value=json.dumps(cache))
-    onnx.save(proto, filename)
-
-
 def export_speech_pieces(
     folder: str, out_dir: str, config: Any, dtype: torch.dtype, *, optimize: str, quantize: str | None,
     block_size: int, opset: int | None, progress: bool, say: Any, symmetric: bool = True,
@@ -215,9 +186,6 @@ def export_speech_pieces(
     """
     import os
     import warnings
-
-    from ..weights import to_onnx_from_checkpoint
-    from ..weights.export import model_from_checkpoint_config
 
     model = model if model is not None else model_from_checkpoint_config(folder, dtype)
     pieces = make_pieces(model) if make_pieces is not None else speech_pieces(model, config, dtype)
@@ -247,8 +215,6 @@ def check_speech_pieces(folder: str, out_dir: str, pieces: list[Piece], dtype: t
     import os
 
     import transformers
-
-    from .check import check_against_eager, in_place_input_sets
 
     config = transformers.AutoConfig.from_pretrained(folder)
     transformers.utils.logging.disable_progress_bar()

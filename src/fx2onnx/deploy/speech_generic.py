@@ -39,8 +39,20 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ..inputs.task_inputs import _audio_inputs, _image_inputs
 from ..runtime.speech_seq2seq import FEATURES_MASK
-from .speech import CROSS_KEY, CROSS_VALUE, PAST_KEY, PAST_VALUE, PRESENT_KEY, PRESENT_VALUE, Piece
+from ..weights.empty import empty_weights, parameters_on_meta
+from .captioner import as_encoder_decoder, example_prompts
+from .speech import (
+    CROSS_KEY,
+    CROSS_VALUE,
+    PAST_KEY,
+    PAST_VALUE,
+    PRESENT_KEY,
+    PRESENT_VALUE,
+    Piece,
+    export_speech_pieces,
+)
 
 #: the names of the values the encoder piece returns beside the cross keys and values
 ENCODER_HIDDEN, ENCODER_MASK = "encoder_hidden_states", "encoder_attention_mask"
@@ -228,8 +240,6 @@ def probe_layout(model: Any, config: Any, features: dict[str, torch.Tensor]) -> 
     :raises UnsplittableEncoderDecoder: the model cannot be split, with the reason
     """
     if any(p.is_meta for p in model.parameters()):
-        from ..weights.empty import empty_weights
-
         with empty_weights(model):
             return _probe_layout(model, config, features)
     return _probe_layout(model, config, features)
@@ -320,7 +330,6 @@ def example_images(folder: str | None, model: Any, config: Any, seed: int = 0) -
             sets.append({"pixel_values": torch.as_tensor(np.asarray(processor(images, return_tensors="np")
                                                                     ["pixel_values"]))})
         return sets
-    from ..models.task_inputs import _image_inputs
 
     return [{"pixel_values": _image_inputs(model, config, batch, seed + batch)[0]["pixel_values"]} for batch in (2, 3)]
 
@@ -332,7 +341,6 @@ def example_features(folder: str | None, model: Any, config: Any, dtype: torch.d
     a model reading an image: :func:`example_images`."""
     sets = []
     if getattr(model, "merges_prompt", False):  # Florence-2: the prompt and the image (fx2onnx.deploy.captioner)
-        from .captioner import example_prompts
 
         sets = example_prompts(folder, model, config, seed)
     elif reads_pixels(model):
@@ -350,9 +358,6 @@ def example_features(folder: str | None, model: Any, config: Any, dtype: torch.d
             sets.append({k: torch.as_tensor(v) for k, v in out.items() if k in (*FEATURE_INPUTS, "attention_mask")})
     else:
         import contextlib
-
-        from ..models.task_inputs import _audio_inputs
-        from ..weights.empty import empty_weights
 
         # the zoo's builder may run the model to find its layout: on CPU storage, not the meta device
         meta = any(p.is_meta for p in model.parameters())
@@ -446,8 +451,6 @@ def eager_pieces(layout: SpeechLayout) -> Callable[[Any, Any], list[Piece]]:
     """``make_pieces(model, config)`` of :func:`fx2onnx.deploy.speech.check_speech_pieces`: the same
     wrappers around the eager model (only their modules are read)."""
     def make(model: Any, _config: Any) -> list[Piece]:
-        from .captioner import as_encoder_decoder
-
         model = as_encoder_decoder(model)  # a captioner (BLIP, Florence-2) seen as an encoder-decoder
         return [Piece("encoder", "encoder.onnx", GenericSpeechEncoderPiece(model, layout), {}, {}, {}, [], []),
                 Piece("decoder", "decoder.onnx", GenericSpeechDecoderPiece(model, layout), {}, {}, {}, [], [])]
@@ -463,13 +466,10 @@ def export_generic_speech_pieces(
 
     :raises UnsplittableEncoderDecoder: one line naming the model type and the reason
     """
-    from .speech import export_speech_pieces
 
     found: dict[str, SpeechLayout] = {}
 
     def make(model: Any) -> list[Piece]:
-        from .captioner import as_encoder_decoder
-
         model = as_encoder_decoder(model)  # a captioner (BLIP, Florence-2) seen as an encoder-decoder
         seen = getattr(model, "config", config)
         reason = generic_split_reason(model, seen)
@@ -489,8 +489,6 @@ def meta_model_with_buffers(config: Any, dtype: torch.dtype) -> Any:
     buffers computed on the CPU (:func:`fx2onnx.weights.empty.parameters_on_meta`): a buffer no checkpoint
     holds and ``_init_weights`` does not compute (Canary's relative positions) keeps its value."""
     import transformers
-
-    from ..weights.empty import parameters_on_meta
 
     model_class = getattr(transformers, (getattr(config, "architectures", None) or [""])[0], None)
     if model_class is None:

@@ -2,7 +2,7 @@
 
 A ``save_pretrained`` folder names its class in ``config.json`` (``architectures``).
 The task is the auto mapping listing that class: ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``
-gives ``text-generation``, the mappings of :data:`fx2onnx.models.tasks.TASKS` give theirs
+gives ``text-generation``, the mappings of :data:`fx2onnx.inputs.tasks.TASKS` give theirs
 (``image-text-to-text``, ``speech-seq2seq``...), any other ``MODEL_FOR_<X>_MAPPING_NAMES``
 gives ``x`` in lower case with dashes. No list of architectures is kept here.
 
@@ -17,6 +17,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from ..inputs.tasks import TASKS
+
 #: the tasks ``python -m fx2onnx export FOLDER`` exports today
 EXPORTABLE_TASKS = ("text-generation", "speech-seq2seq", "image-text-to-text")
 #: the auto mappings of the tasks named otherwise than their mapping
@@ -27,8 +29,6 @@ _NAMED_MAPPINGS = {"MODEL_FOR_CAUSAL_LM_MAPPING_NAMES": "text-generation"}
 def _class_tasks() -> dict[str, tuple[str, ...]]:
     """class name -> the tasks whose auto mapping lists it (the first one is the preferred task)."""
     from transformers.models.auto import modeling_auto
-
-    from ..models.tasks import TASKS
 
     # the tasks of multimodal and media models first: a class listed as a causal LM too (Gemma 3's
     # conditional generation...) takes images or audio

@@ -23,13 +23,14 @@ the same wrapper in eager float32.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
 
+from ..inputs.decoder import _decoder_inputs, _dynamic_shapes
+from ..inputs.vision_features import cache_dynamic_shapes, image_features
+from ..inputs.vlm_inputs import image_token, text_token_range
 from .speech import Piece
-
 
 #: the model types whose vision piece is :class:`VisionPiece` (the others but Qwen-VL and Mistral 3:
 #: :mod:`fx2onnx.deploy.image_text_generic`)
@@ -50,8 +51,6 @@ class VisionPiece(torch.nn.Module):
         self.base_model_prefix = "model"
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        from ..models.vlm import image_features
-
         features = image_features(self.model, pixel_values)
         return features.reshape(-1, features.shape[-1])
 
@@ -64,7 +63,6 @@ class ImageTextDecoderPiece(torch.nn.Module):
         self.model = model.model
         self.lm_head = model.lm_head
         self.base_model_prefix = "model"
-        from ..models.vlm_inputs import image_token
 
         self.image_token_id = int(image_token(model.config))
         self.token_types = model.config.model_type in TOKEN_TYPE_MODELS
@@ -120,12 +118,10 @@ def decoder_piece(model: Any, config: Any, dtype: torch.dtype, g: torch.Generato
     """The decoder piece of an image-text model with example inputs of two shapes (the first holding
     the placeholders of an image of ``per_image`` features); ``position_rows``: positions of shape
     ``(rows, batch, seq)`` (Qwen2-VL's 3), ``(batch, seq)`` when 0; ``deepstack``: the number of
-    feature tensors added to the first layers (Qwen3-VL, :class:`fx2onnx.deploy.qwen_vl.DeepstackDecoderPiece`).
+    feature tensors added to the first layers (Qwen3-VL, whose caller gives its
+    :class:`fx2onnx.deploy.qwen_vl.DeepstackDecoderPiece` as ``module``).
     Another modality (:mod:`fx2onnx.deploy.audio_text_generic`) gives its placeholder ``token``, the
     name of its ``features`` input and the ``module``."""
-    from ..models.tiny import _decoder_inputs, _dynamic_shapes
-    from ..models.vlm import cache_dynamic_shapes
-    from ..models.vlm_inputs import image_token, text_token_range
 
     text = config.get_text_config()
     token = image_token(config) if token is None else token
@@ -158,100 +154,20 @@ def decoder_piece(model: Any, config: Any, dtype: torch.dtype, g: torch.Generato
     layers = len(first["past_key_values"].layers)
     # a layer of a sliding window keeps fewer positions than the others once the prompt is longer (Gemma 3)
     shapes["past_key_values"] = cache_dynamic_shapes(text, layers)
-    if module is None and deepstack:
-        from .qwen_vl import DeepstackDecoderPiece
-
-        module = DeepstackDecoderPiece(model)
-    elif module is None:
+    if module is None:
         module = ImageTextDecoderPiece(model)
     decoder = Piece("decoder", "decoder.onnx", module, first, second, shapes, [], [], {})
     decoder.layers = layers  # type: ignore[attr-defined]
     return decoder
 
 
-def has_own_pieces(model_type: str) -> bool:
-    """Whether the pieces of ``model_type`` are written for its family (LLaVA, Gemma 3, Idefics 3, Qwen-VL,
-    Mistral 3), not by :mod:`fx2onnx.deploy.image_text_generic`."""
-    from .pixtral import PIXTRAL_MODEL_TYPES
-    from .qwen_vl import QWEN_VL_MODEL_TYPES
+def __getattr__(name: str) -> Any:
+    """The dispatch of an image-text folder moved to :mod:`fx2onnx.deploy.image_text` (kept here for one release)."""
+    if name in ("has_own_pieces", "vision_pieces", "export_vision_pieces"):
+        import importlib
+        import warnings
 
-    return model_type in OWN_PIECES_MODEL_TYPES + QWEN_VL_MODEL_TYPES + PIXTRAL_MODEL_TYPES
-
-
-def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
-    """The vision and decoder pieces of a LLaVA, Gemma 3, Idefics 3, Qwen-VL or Mistral 3 model
-    (:func:`fx2onnx.deploy.qwen_vl.qwen_vl_pieces`), with example inputs of two shapes."""
-    from .pixtral import PIXTRAL_MODEL_TYPES, pixtral_pieces
-    from .qwen_vl import QWEN_VL_MODEL_TYPES, qwen_vl_pieces
-
-    if config.model_type in QWEN_VL_MODEL_TYPES:
-        return qwen_vl_pieces(model, config, dtype, seed)
-    if config.model_type in PIXTRAL_MODEL_TYPES:
-        return pixtral_pieces(model, config, dtype, seed)
-    if not has_own_pieces(config.model_type):
-        from .image_text_generic import generic_vision_pieces
-
-        return generic_vision_pieces(model, config, dtype, seed)
-    vision = config.vision_config
-    g = torch.Generator().manual_seed(seed)
-
-    def pixels(images):
-        return {"pixel_values": torch.randn(images, 3, vision.image_size, vision.image_size, generator=g).to(dtype)}
-
-    decoder = decoder_piece(model, config, dtype, g, image_tokens(config))
-    encoder = Piece("vision", "vision.onnx", VisionPiece(model), pixels(2), pixels(3),
-                    {"pixel_values": {0: "images"}}, ["pixel_values"], ["image_features"])
-    return [encoder, decoder]
-
-
-def export_vision_pieces(
-    folder: str, out_dir: str, config: Any, dtype: torch.dtype, *, optimize: str, quantize: str | None,
-    block_size: int, opset: int | None, progress: bool, say: Any, symmetric: bool = True,
-    cache_in_place: bool = True, make_pieces: Any = None,
-) -> list[Piece]:
-    """Exports the pieces of an image-text folder (:func:`vision_pieces`, or ``make_pieces(model, config,
-    dtype)``: a speech language model's, :mod:`fx2onnx.deploy.audio_text_generic`) into ``out_dir``; the decoder's cache
-    outputs are named after their inputs (:func:`fx2onnx.deploy.export.name_presents`). At
-    ``optimize="onnxruntime"`` the decoder updates its cache in place when the rule applies
-    (:func:`fx2onnx.deploy.export.update_cache_in_place`: not for a mask read from the image tokens
-    as Gemma 3's, nor for a sliding window), the image features fed unchanged at every step."""
-    import os
-    import warnings
-
-    from ..patches import torch_export_patches
-    from ..weights import to_onnx_from_checkpoint
-    import transformers
-
-    from ..weights.empty import parameters_on_meta
-    from ..weights.save import load_without_weights
-    from .export import name_presents, update_cache_in_place
-    from .speech import rename_values
-
-    # the parameters on the meta device, the buffers computed (CLIP's integer position ids)
-    with parameters_on_meta():
-        model = getattr(transformers, config.architectures[0])._from_config(config, dtype=dtype).eval()
-    pieces = (make_pieces or vision_pieces)(model, config, dtype)
-    for piece in pieces:
-        say(f"exporting the {piece.name} of {config.architectures[0]} ({str(dtype).replace('torch.', '')}, "
-            f"optimize={optimize}{', ' + quantize if quantize else ''})")
-        path = os.path.join(out_dir, piece.filename)
-        with torch_export_patches(patch_transformers=True) as modificator, warnings.catch_warnings():
-            # Qwen3-VL: the list of deepstack features becomes one input per feature, as intended
-            warnings.filterwarnings("ignore", message=".*froze the length of input 'deepstack_features'.*")
-            to_onnx_from_checkpoint(
-                folder, (), modificator(copy.deepcopy(piece.inputs)), filename=path, model=piece.module, dtype=dtype,
-                progress=progress, dynamic_shapes=piece.dynamic_shapes, target_opset=opset,
-                optimize=False if optimize == "none" else optimize, quantize=quantize,
-                quantize_block_size=block_size, quantize_symmetric=symmetric,
-            )
-        if piece is pieces[0]:  # the features piece (vision, audio)
-            rename_values(path, piece.input_names, piece.output_names, {})
-            continue
-        if cache_in_place and optimize == "onnxruntime":
-            # the vision piece's outputs are the decoder's inputs fed unchanged at every step
-            piece.in_place = update_cache_in_place(path, constant_inputs=pieces[0].output_names)
-        inputs, pairs = name_presents(path)
-        proto = load_without_weights(path)
-        piece.input_names, piece.output_names = inputs, [o.name for o in proto.graph.output]
-        piece.cache = pairs
-    return pieces
+        warnings.warn(f"fx2onnx.deploy.vision.{name} moved to fx2onnx.deploy.image_text: import it from there "
+                      "(the old path goes in the next release).", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module("fx2onnx.deploy.image_text"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,6 +30,8 @@ from typing import Any, Sequence
 import torch
 from torch.utils import _pytree as pytree
 
+from ..patches import caches
+
 #: the values ``style`` accepts
 STYLES = ("dynamic", "string", "dim")
 
@@ -89,8 +91,6 @@ def _children(value: Any) -> list[tuple[str, Any]] | None:
     if node is not None:
         return [(str(i), c) for i, c in enumerate(node.flatten_fn(value)[0])]
     if type(value).__module__.startswith("transformers.cache_utils"):
-        from ..patches import caches
-
         if hasattr(value, "self_attention_cache"):
             pairs, _ = caches._flatten_encoder_decoder_with_keys(value)
         elif hasattr(value, "layers"):

@@ -30,6 +30,11 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from ..convert.api import convert_exported_program, optimize_model
+from ..convert.capture import capture
+from ..patches import torch_export_patches
+from ..validation import compare_outputs, flatten_outputs, run_onnx
+
 #: the exporters :func:`export_report` knows
 EXPORTERS = ("to_onnx", "torch.export")
 
@@ -128,7 +133,6 @@ def _patched(patches: bool | dict[str, Any]) -> Iterator[None]:
     if not patches:
         yield
         return
-    from ..patches import torch_export_patches
 
     options = dict(patch_transformers=True) if patches is True else dict(patches)
     with torch_export_patches(**options):
@@ -147,9 +151,6 @@ def _export_one(
     rtol: float,
 ) -> dict[str, Any]:
     """Captures, converts and validates one submodule; fills the status columns of its row."""
-    from ..convert.api import convert_exported_program, optimize_model
-    from ..convert.capture import capture
-    from ..validation import compare_outputs, flatten_outputs, run_onnx
 
     row: dict[str, Any] = dict(capture="-", conversion="-", validation="-", status="OK", error="")
     step = "capture"

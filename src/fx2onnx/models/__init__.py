@@ -2,7 +2,7 @@
 
 * :mod:`~fx2onnx.models.tiny`: a few hand-tuned tiny models with their inputs and
   dynamic shapes (:func:`get_tiny_model`, :func:`list_tiny_models`),
-* :mod:`~fx2onnx.models.discover`: a tiny configuration for every text architecture
+* :mod:`~fx2onnx.inputs.discover`: a tiny configuration for every text architecture
   of transformers' auto mappings (:func:`discover_architectures`),
 * :mod:`~fx2onnx.models.zoo`: runs them through the exporters, one row per
   architecture x exporter x cache (``python -m fx2onnx models``).

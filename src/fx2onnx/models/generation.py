@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from ..runtime.generate import OnnxGenerator, generate
+
 #: new tokens compared per prompt
 NEW_TOKENS = 20
 #: (batch, prompt length) of the prompts
@@ -44,7 +46,6 @@ def compare_generation(model: torch.nn.Module, onx: Any, new_tokens: int = NEW_T
     the first new token that differs, None when equal) and ``error`` (why the
     comparison could not run: the ONNX loop refused the model or transformers failed).
     """
-    from ..runtime.generate import generate
 
     result: dict[str, Any] = dict(new_tokens=new_tokens, matched=0, equal=False, first_difference=None, error=None)
     config = model.config
@@ -90,8 +91,6 @@ PROCESSORS = {"forced_eos_token_id": None, "forced_bos_token_id": None, "no_repe
 def _explain(model: torch.nn.Module, onx: Any, ids: torch.Tensor, new_tokens: int, got: torch.Tensor) -> dict[str, Any]:
     """``eager_loop_equal`` and ``cause`` of a difference (see the module's docstring)."""
     import inspect
-
-    from ..runtime.generate import OnnxGenerator
 
     with_positions = OnnxGenerator(onx, next_token=False).signature.has_position_ids
     try:

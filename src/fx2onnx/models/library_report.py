@@ -7,12 +7,11 @@ and shapes, the failures first, one sortable table, each failing cell linked to 
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 from typing import Any, Sequence
 
 from ..scenarios.report import grid_table
-from .report import STEP_LETTERS, error_text
+from .report import STEP_LETTERS, capture_check_sentence, error_text  # noqa: F401 (importable from here)
 from .task_generate import GENERATE_TASKS
 from .zoo import EXPORTERS
 
@@ -210,26 +209,9 @@ def _spread_sentence(rows: list[dict[str, Any]]) -> str:
                    "of models never built have nothing to spread).")
 
 
-def capture_check_sentence(rows: Sequence[dict[str, Any]]) -> str:
-    """How many ``to_onnx`` rows ran with the capture check and which ones it flagged."""
-    mine = [r for r in rows if r["exporter"] == "to_onnx"]
-    checked = [r for r in mine if r.get("capture_check")]
-    flagged = sorted({r["architecture"] for r in checked if (r.get("error") or "").startswith("CaptureMismatch")})
-    # the check runs once torch.export returned a program: on the rows which got past the capture, and the flagged
-    reached = [r for r in checked if r["step"] in ("conversion", "validation", None) or r["architecture"] in flagged]
-    text = ("*Capture check*: before converting, ``to_onnx`` runs the program ``torch.export`` returned on the "
-            "example inputs and compares it with eager (:class:`fx2onnx.CaptureMismatchError`: a wrong capture "
-            f"is no silent wrong model). {len(checked)} of the {len(mine)} ``to_onnx`` rows ran with it")
-    text += "" if len(checked) == len(mine) else f" ({len(mine) - len(checked)} ran before it existed)"
-    if not checked:
-        return text + "."
-    text += f"; it checked the {len(reached)} captured by torch.export and flagged {len(flagged)}"
-    return text + (": " + ", ".join(f"``{n}``" for n in flagged) + "." if flagged else ".")
-
-
 #: what the page of the transformers tasks says of its rows
 TASKS_INTRO = (
-    "Every task of :epkg:`transformers` beyond the text models (:mod:`fx2onnx.models.tasks`): the architectures "
+    "Every task of :epkg:`transformers` beyond the text models (:mod:`fx2onnx.inputs.tasks`): the architectures "
     "of the auto mappings of each task (``MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES``...), an architecture "
     "listed by two tasks gets a row in each. Each one is built from a tiny configuration (the sizes of the text "
     "zoo and small images and spectrograms, applied to every sub-configuration: text, vision, audio, backbone), "

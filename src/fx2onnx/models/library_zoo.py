@@ -29,8 +29,24 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..runner import dynamo_export, first_line, label_export_step, run_tasks, sources_hash
+from ..convert.api import to_onnx
+from ..frozen import check_frozen_inputs, read_frozen_inputs
+from ..patches import torch_export_patches
+from ..runner import (
+    dynamo_export,
+    first_line,
+    label_export_step,
+    run_tasks,
+    sources_hash,
+)
+from ..ties import describe_ties, record_ties
+from ..validation import compare_outputs, flatten_outputs, make_session, run_onnx
 from .checkable import spread_degenerate_weights
+from .diffusers_models import TINY, build_diffusers_model, diffusers_classes
+from .library_report import is_stale
+from .task_cases import build_task_case, task_entries
+from .task_generate import GENERATE_TASKS, compare_folder_generation
+from .timm_models import build_timm_model, timm_families
 from .zoo import ATOL, EXPORTERS, RTOL, load_rows, save_rows
 
 #: the sizes a row makes dynamic
@@ -43,9 +59,6 @@ NOT_KEYED = ("models/report.py", "models/library_report.py", "__main__.py")
 
 def _libraries() -> dict[str, tuple[Callable[[], dict[str, str]], Callable[..., Any]]]:
     """library -> (discovery: {architecture: model}, builder(model, shapes) -> a case)."""
-    from .diffusers_models import build_diffusers_model, diffusers_classes
-    from .task_inputs import build_task_case, task_entries
-    from .timm_models import build_timm_model, timm_families
 
     return {"timm": (timm_families, build_timm_model), "diffusers": (diffusers_classes, build_diffusers_model),
             "tasks": (task_entries, build_task_case)}
@@ -77,8 +90,6 @@ def _export(exporter: str, case, folder: str) -> Any:
     transformers zoo exports."""
     import onnx
 
-    from ..patches import torch_export_patches
-
     large = case.parameters > LARGE_MODEL
     path = os.path.join(folder, "model.onnx")
     patches = getattr(case, "patch_transformers", False)
@@ -89,8 +100,6 @@ def _export(exporter: str, case, folder: str) -> Any:
             if large:
                 onnx.save(onx, path, save_as_external_data=True, location="model.onnx.data")
         else:
-            from ..convert.api import to_onnx
-
             onx = to_onnx(case.model, _args(case.export_input), case.export_kwargs,
                           dynamic_shapes=case.dynamic_shapes, filename=path if large else None,
                           external_data=True if large else None)
@@ -99,9 +108,6 @@ def _export(exporter: str, case, folder: str) -> Any:
 
 def run_row(library: str, architecture: str, model_name: str, exporter: str, shapes: str) -> dict[str, Any]:
     """Builds, exports and checks one model: one row."""
-    from ..frozen import check_frozen_inputs, read_frozen_inputs
-    from ..ties import describe_ties, record_ties
-    from ..validation import compare_outputs, flatten_outputs, make_session, run_onnx
 
     row = _empty_row(library, architecture, model_name, exporter, shapes)
     begin = time.perf_counter()
@@ -167,8 +173,6 @@ def _judged_in_float64(case, expected: list, got: list) -> dict[str, Any] | None
     import numpy as np
     from torch.utils import _pytree as pytree
 
-    from ..validation import compare_outputs, flatten_outputs
-
     def double(value: Any) -> Any:
         return value.double() if isinstance(value, torch.Tensor) and value.is_floating_point() else value
 
@@ -191,7 +195,6 @@ def _judged_in_float64(case, expected: list, got: list) -> dict[str, Any] | None
 def _generates(row: dict[str, Any]) -> bool:
     """Whether a matched row gets a ``generate`` entry (:mod:`fx2onnx.models.task_generate`): a to_onnx
     row of the batch shapes of a task of :data:`~fx2onnx.models.task_generate.GENERATE_TASKS`."""
-    from .task_generate import GENERATE_TASKS
 
     return (row.get("task") in GENERATE_TASKS and row["exporter"] == "to_onnx" and row["shapes"] == "batch"
             and bool(row["success"]))
@@ -200,7 +203,6 @@ def _generates(row: dict[str, Any]) -> bool:
 def generate_row(row: dict[str, Any]) -> dict[str, Any]:
     """``row`` with its ``generate`` entry computed (the model built again, its weights spread as
     :func:`run_row` spreads them)."""
-    from .task_generate import compare_folder_generation
 
     case = _libraries()[row["library"]][1](row["architecture"], shapes=row["shapes"])
     spread_degenerate_weights(case.model, seed=0)
@@ -238,8 +240,6 @@ def discover(library: str) -> dict[str, str]:
 def buildable(library: str, architecture: str) -> bool:
     """False for an entry the zoo cannot build yet (a diffusers class without a tiny configuration)."""
     if library == "diffusers":
-        from .diffusers_models import TINY
-
         return architecture in TINY
     return True
 
@@ -320,7 +320,6 @@ def build_library_rows(
         todo = [(r,) for r in old_rows if _generates(r) and (regenerate or "generate" not in r)
                 and (not only or re.search(only, r["architecture"]))]
     elif stale_only:  # rows of the file: no discovery (timm's creates ~1500 models on meta, minutes)
-        from .library_report import is_stale
 
         todo = [(library, r["architecture"], r["model"], r["exporter"], r["shapes"]) for r in old_rows
                 if is_stale(r) and (not only or re.search(only, r["architecture"]))

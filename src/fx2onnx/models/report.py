@@ -159,7 +159,7 @@ def page_text(rows: Sequence[dict[str, Any]], meta: dict[str, Any], skipped: Seq
     kinds = collections.Counter({r["architecture"]: r["kind"] for r in rows}.values())
     lines += [
         f"Every text architecture listed by :epkg:`transformers`' auto mappings for causal LM, "
-        f"masked LM and seq2seq is discovered by :mod:`fx2onnx.models.discover` "
+        f"masked LM and seq2seq is discovered by :mod:`fx2onnx.inputs.discover` "
         f"({len(set(text_architectures) | set(names)) + len(skipped)} architectures, "
         f"{len(skipped)} of them skipped; {len(names)} text models have rows here "
         f"({kinds.get('causal', 0)} causal LM, {kinds.get('masked', 0)} masked LM, "
@@ -194,8 +194,6 @@ def page_text(rows: Sequence[dict[str, Any]], meta: dict[str, Any], skipped: Seq
     lines += ["", "*captured*: :func:`torch.export.export` produced a graph; *exported*: the ONNX model "
               "was produced; *matched*: it runs on :epkg:`onnxruntime` and matches eager on the second "
               "input set.", ""]
-    from .library_report import capture_check_sentence
-
     lines += [capture_check_sentence(rows), ""]
     lines += _gaps(rows)
     lines += _generation_lines(rows)
@@ -350,3 +348,20 @@ def write_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any], out_dir: st
 
 __all__ = ["STEPS", "STEP_LETTERS", "error_text", "not_applicable", "page_text", "plot_summary", "summary",
            "write_page"]
+
+
+def capture_check_sentence(rows: Sequence[dict[str, Any]]) -> str:
+    """How many ``to_onnx`` rows ran with the capture check and which ones it flagged."""
+    mine = [r for r in rows if r["exporter"] == "to_onnx"]
+    checked = [r for r in mine if r.get("capture_check")]
+    flagged = sorted({r["architecture"] for r in checked if (r.get("error") or "").startswith("CaptureMismatch")})
+    # the check runs once torch.export returned a program: on the rows which got past the capture, and the flagged
+    reached = [r for r in checked if r["step"] in ("conversion", "validation", None) or r["architecture"] in flagged]
+    text = ("*Capture check*: before converting, ``to_onnx`` runs the program ``torch.export`` returned on the "
+            "example inputs and compares it with eager (:class:`fx2onnx.CaptureMismatchError`: a wrong capture "
+            f"is no silent wrong model). {len(checked)} of the {len(mine)} ``to_onnx`` rows ran with it")
+    text += "" if len(checked) == len(mine) else f" ({len(mine) - len(checked)} ran before it existed)"
+    if not checked:
+        return text + "."
+    text += f"; it checked the {len(reached)} captured by torch.export and flagged {len(flagged)}"
+    return text + (": " + ", ".join(f"``{n}``" for n in flagged) + "." if flagged else ".")

@@ -10,13 +10,13 @@ compared with ``model.generate(**features, do_sample=False)``.
 :func:`compare_folder_generation` writes the tiny model as a ``save_pretrained`` folder, exports
 it with :func:`fx2onnx.deploy.export_folder` (the vision piece and the decoder with its cache,
 each checked against eager), runs :class:`fx2onnx.runtime.vision.VisionGenerator` greedily on the
-task zoo's inputs of one prompt (:func:`fx2onnx.models.vlm_inputs.image_text_inputs`) and compares
+task zoo's inputs of one prompt (:func:`fx2onnx.inputs.vlm_inputs.image_text_inputs`) and compares
 its tokens with ``model.generate(..., do_sample=False)`` on the same inputs.
 
 .. code-block:: python
 
     from fx2onnx.models.task_generate import compare_folder_generation
-    from fx2onnx.models.tasks import get_task_architecture, tiny_task_model
+    from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
 
     model, config = tiny_task_model(get_task_architecture("image-text-to-text", "llava"))
     print(compare_folder_generation(model, config))  # {'equal': True, 'new_tokens': 8, ...}
@@ -32,6 +32,28 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ..deploy import export_folder
+from ..deploy.audio_text_generic import UnsplittableAudioModel, audio_split_reason
+from ..deploy.captioner import as_encoder_decoder, is_cross_attention_captioner
+from ..deploy.image_prefix import is_image_prefix_model
+from ..deploy.image_text import has_own_pieces
+from ..deploy.image_text_generic import UnsplittableModel, split_reason
+from ..deploy.speech_generic import (
+    FEATURE_INPUTS,
+    UnsplittableEncoderDecoder,
+    generic_split_reason,
+    reads_pixels,
+    start_token,
+)
+from ..inputs.image_inputs import _image_inputs
+from ..inputs.task_inputs import build_task_inputs
+from ..inputs.vlm_inputs import image_text_inputs
+from ..runtime.audio_text import AudioTextGenerator
+from ..runtime.image_prefix import ImagePrefixGenerator
+from ..runtime.image_seq2seq import Seq2SeqImageGenerator
+from ..runtime.speech import open_speech_generator
+from ..runtime.vision import VisionGenerator
+
 #: the tokens generated after the prompt
 NEW_TOKENS = 8
 #: the tasks whose rows get a ``generate`` entry
@@ -40,7 +62,9 @@ GENERATE_TASKS = ("image-text-to-text", "speech-seq2seq")
 
 def is_speech_seq2seq(model: Any) -> bool:
     """Whether ``model``'s class is one of transformers' speech-seq2seq mapping."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES,
+    )
 
     names = {c for v in MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES.values() for c in ((v,) if isinstance(v, str) else v)}
     return type(model).__name__ in names
@@ -59,7 +83,6 @@ def _export_and_generate(model: Any, generate: Callable[[str], Any], unsplittabl
     returns ``generate(onnx_folder)``. On an error, returns None and ``result`` says the step
     (``split`` for an ``unsplittable`` exception, ``export``, ``generate``), the error's first line
     and the ``time`` since ``begin``."""
-    from ..deploy import export_folder
 
     with tempfile.TemporaryDirectory(prefix="fx2onnx-generate-") as tmp:
         folder, out = os.path.join(tmp, "checkpoint"), os.path.join(tmp, "onnx")
@@ -82,7 +105,6 @@ def _zoo_start_token(model: Any, config: Any) -> int | None:
     """A tiny encoder-decoder of the zoo whose configuration names no decoder start token (its published
     checkpoints do: TrOCR's 2) gets its decoder's ``bos_token_id``, else its pad token, else 0, in its
     configuration and generation config, as a checkpoint would: the value set, None when it had one."""
-    from ..deploy.speech_generic import start_token
 
     if start_token(model, config) is not None:
         return None
@@ -98,10 +120,6 @@ def compare_seq2seq_generation(model: Any, config: Any, max_new_tokens: int = NE
     pixels (an image encoder-decoder: TrOCR, Donut): the task zoo's features of one input, the folder
     exported then generating greedily, against transformers' greedy ``generate``. A model whose
     configuration names no decoder start token gets one (:func:`_zoo_start_token`, said in ``start_token``)."""
-    from ..deploy.captioner import as_encoder_decoder
-    from ..deploy.speech_generic import (FEATURE_INPUTS, UnsplittableEncoderDecoder, generic_split_reason,
-                                         reads_pixels)
-    from .task_inputs import build_task_inputs
 
     begin = time.perf_counter()
     seq2seq = as_encoder_decoder(model)  # a captioner (BLIP, Florence-2) seen as an encoder-decoder
@@ -132,12 +150,8 @@ def compare_seq2seq_generation(model: Any, config: Any, max_new_tokens: int = NE
 
     def generate(out: str) -> Any:
         if pixels:
-            from ..runtime.image_seq2seq import Seq2SeqImageGenerator
-
             generator: Any = Seq2SeqImageGenerator(out)
         else:
-            from ..runtime.speech import open_speech_generator
-
             generator = open_speech_generator(out)
         arrays = {k: v.numpy() for k, v in features.items()}
         return generator.generate_ids(arrays if not whisper else arrays["input_features"], max_new_tokens)
@@ -170,9 +184,6 @@ def compare_audio_text_generation(model: Any, config: Any, max_new_tokens: int =
     placeholders of a prompt, :mod:`fx2onnx.deploy.audio_text_generic`): the task zoo's prompt and audio
     of one input, the folder exported then generating greedily with
     :class:`fx2onnx.runtime.audio_text.AudioTextGenerator`, against transformers' greedy ``generate``."""
-    from ..deploy.audio_text_generic import UnsplittableAudioModel
-    from ..runtime.audio_text import AudioTextGenerator
-    from .task_inputs import build_task_inputs
 
     begin = time.perf_counter()
     inputs, _ = build_task_inputs("speech-seq2seq", model, config, batch=1)
@@ -192,9 +203,6 @@ def compare_prefix_generation(model: Any, config: Any, max_new_tokens: int = NEW
     :mod:`fx2onnx.deploy.image_prefix`): the task zoo's image of one input and the start token, the folder
     exported then generating greedily with :class:`fx2onnx.runtime.image_prefix.ImagePrefixGenerator`, against
     transformers' greedy ``generate(pixel_values=..., input_ids=...)``."""
-    from ..deploy.image_text_generic import UnsplittableModel
-    from ..runtime.image_prefix import ImagePrefixGenerator
-    from .task_inputs import _image_inputs
 
     begin = time.perf_counter()
     pixels = _image_inputs(model, config, 1, 0)[0]["pixel_values"]
@@ -215,21 +223,13 @@ def compare_folder_generation(model: Any, config: Any, max_new_tokens: int = NEW
     transformers' greedy ``generate`` on one prompt with one image (an encoder-decoder, speech-seq2seq or
     reading an image: on one input, :func:`compare_seq2seq_generation`)."""
     if is_speech_seq2seq(model) and not getattr(config, "is_encoder_decoder", False):
-        from ..deploy.audio_text_generic import audio_split_reason
-
         if audio_split_reason(model, config) is None:
             return compare_audio_text_generation(model, config, max_new_tokens)
-    from ..deploy.captioner import is_cross_attention_captioner
-    from ..deploy.image_prefix import is_image_prefix_model
 
     if is_image_prefix_model(model):
         return compare_prefix_generation(model, config, max_new_tokens)
     if is_speech_seq2seq(model) or getattr(config, "is_encoder_decoder", False) or is_cross_attention_captioner(model):
         return compare_seq2seq_generation(model, config, max_new_tokens)
-    from ..deploy.image_text_generic import UnsplittableModel, split_reason
-    from ..deploy.vision import has_own_pieces
-    from ..runtime.vision import VisionGenerator
-    from .vlm_inputs import image_text_inputs
 
     begin = time.perf_counter()
     # a model the split refuses: said before anything runs (the families with pieces of their own pass)

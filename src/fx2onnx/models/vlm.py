@@ -37,6 +37,14 @@ from typing import Any
 
 import torch
 
+from ..convert.api import to_onnx
+from ..inputs.vision_features import (  # noqa: F401
+    _select_features,
+    cache_dynamic_shapes,
+    image_features,
+)
+from ..patches import torch_export_patches
+
 #: token id of the image placeholder in the tiny models (the last of the vocabulary)
 IMAGE_TOKEN_ID = 127
 
@@ -77,7 +85,12 @@ def tiny_llava(seed: int = 0, num_layers: int = 1) -> TinyVLM:
     """A tiny ``LlavaForConditionalGeneration``: a Llama text model (hidden size 32,
     vocabulary 128) and a CLIP vision tower on 16x16 images in 4x4 patches
     (16 features per image once the class token is dropped)."""
-    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+    from transformers import (
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+    )
 
     text = LlamaConfig(
         vocab_size=128,
@@ -121,7 +134,12 @@ def tiny_gemma3(seed: int = 0, num_layers: int = 2, sliding_window: int | None =
     does; a sliding layer keeps at most ``sliding_window - 1`` positions, so its cache
     length has its own name in :func:`decoder_dynamic_shapes` (``sliding_seq``).
     """
-    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3TextConfig, SiglipVisionConfig
+    from transformers import (
+        Gemma3Config,
+        Gemma3ForConditionalGeneration,
+        Gemma3TextConfig,
+        SiglipVisionConfig,
+    )
 
     if sliding_window is None:
         layer_types = ["full_attention"] * num_layers
@@ -195,18 +213,6 @@ def image_token_types(vlm: TinyVLM, input_ids: torch.Tensor) -> torch.Tensor:
     return (input_ids == vlm.image_token_id).to(torch.int64)
 
 
-def _select_features(model: torch.nn.Module, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
-    """The vision hidden states LLaVA projects: the configured layer(s), the class token
-    dropped with the ``default`` strategy, several layers concatenated on the last axis."""
-    config = model.config
-    layers = config.vision_feature_layer
-    default = config.vision_feature_select_strategy == "default"
-    pool = [hidden_states[layer] for layer in ([layers] if isinstance(layers, int) else layers)]
-    if default:
-        pool = [h[:, 1:] for h in pool]
-    return pool[0] if len(pool) == 1 else torch.cat(pool, dim=-1)
-
-
 class VisionEncoder(torch.nn.Module):
     """The vision tower and the projector of a vision-language model:
     ``pixel_values [images, 3, H, W] -> image features [images, tokens, hidden]``.
@@ -222,26 +228,6 @@ class VisionEncoder(torch.nn.Module):
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         return image_features(self.model.model, pixel_values)
-
-
-def image_features(base: torch.nn.Module, pixel_values: torch.Tensor) -> torch.Tensor:
-    """The projected features ``[images, tokens, hidden]`` of the images, ``base`` the model
-    holding ``vision_tower`` and ``multi_modal_projector`` (``model.model``): LLaVA's selection
-    of layers, ``get_image_features`` for the others (Gemma 3), Idefics 3's vision model and
-    connector on every image or tile (none of them padding: its ``get_image_features`` drops
-    the images made of zeros, a number of rows read from the values)."""
-    if hasattr(base, "connector"):
-        return base.connector(base.vision_model(pixel_values=pixel_values).last_hidden_state)
-    if not hasattr(base.config, "vision_feature_select_strategy"):
-        features = base.get_image_features(pixel_values, return_dict=True).pooler_output
-        if not isinstance(features, torch.Tensor):
-            raise TypeError(
-                f"{type(base).__name__}.get_image_features returns {type(features).__name__}, "
-                f"VisionEncoder needs one tensor [images, tokens, hidden]"
-            )
-        return features
-    outputs = base.vision_tower(pixel_values, output_hidden_states=True, return_dict=True)
-    return base.multi_modal_projector(_select_features(base, outputs.hidden_states))
 
 
 class TextDecoder(torch.nn.Module):
@@ -345,17 +331,6 @@ def decoder_dynamic_shapes(vlm: TinyVLM) -> dict[str, Any]:
     return shapes
 
 
-def cache_dynamic_shapes(text_config: Any, num_layers: int) -> list[dict[int, str]]:
-    """The dynamic shapes of a flattened cache ``[key_0, value_0, ...]``: ``past_seq``, or
-    ``sliding_seq`` for a layer of a sliding window (see :func:`decoder_dynamic_shapes`)."""
-    kinds = getattr(text_config, "layer_types", None) or ["full_attention"] * num_layers
-    return [
-        {0: "batch", 2: "sliding_seq" if kind == "sliding_attention" else "past_seq"}
-        for kind in kinds[:num_layers]
-        for _ in range(2)
-    ]
-
-
 def decoder_output_names(vlm: TinyVLM) -> list[str]:
     """``logits`` then ``present_key_i``, ``present_value_i`` for every layer."""
     names = ["logits"]
@@ -367,7 +342,6 @@ def decoder_output_names(vlm: TinyVLM) -> list[str]:
 def export_vision_encoder(vlm: TinyVLM, images: int = 2, **kwargs: Any) -> Any:
     """Exports :class:`VisionEncoder` with :func:`fx2onnx.to_onnx`, the number of
     images dynamic (``images``); ``kwargs`` go to ``to_onnx``."""
-    from ..convert.api import to_onnx
 
     return to_onnx(
         VisionEncoder(vlm.model),
@@ -384,8 +358,6 @@ def export_text_decoder(vlm: TinyVLM, batch: int = 2, seq: int = 3, past: int = 
     :func:`fx2onnx.torch_export_patches`, batch, sequence and cache length dynamic;
     the example cache is not empty (a cache of length 0 would be specialized) but the
     model takes one of length 0 for the prefill."""
-    from ..convert.api import to_onnx
-    from ..patches import torch_export_patches
 
     with torch_export_patches(patch_transformers=True) as modificator:
         return to_onnx(

@@ -33,7 +33,20 @@ from typing import Any, Sequence
 
 import torch
 
-from ..runner import dynamo_export, first_line, label_export_step, run_tasks, sources_hash
+from ..convert.api import to_onnx
+from ..frozen import check_frozen_inputs, read_frozen_inputs
+from ..inputs.discover import discover_architectures, get_architecture
+from ..patches import torch_export_patches
+from ..runner import (
+    dynamo_export,
+    first_line,
+    label_export_step,
+    run_tasks,
+    sources_hash,
+)
+from ..ties import describe_ties, record_ties
+from ..validation import compare_outputs, flatten_outputs, make_session, run_onnx
+from .zoo_inputs import CacheFlatteningError, build_zoo_model
 
 #: exporter name -> what it runs
 EXPORTERS: dict[str, str] = {
@@ -63,19 +76,12 @@ def _export(exporter: str, model, kwargs: dict[str, Any], dynamic_shapes: Any):
     with label_export_step("capture"):
         if exporter == "dynamo":
             return dynamo_export(model, (), kwargs, dynamic_shapes)
-        from ..convert.api import to_onnx
 
         return to_onnx(model, (), kwargs, dynamic_shapes=dynamic_shapes)
 
 
 def run_row(name: str, exporter: str, cache: bool) -> dict[str, Any]:
     """Exports one architecture with one exporter, without or with a cache: one row."""
-    from ..frozen import check_frozen_inputs, read_frozen_inputs
-    from ..patches import torch_export_patches
-    from ..ties import describe_ties, record_ties
-    from ..validation import compare_outputs, flatten_outputs, make_session, run_onnx
-    from .discover import get_architecture
-    from .zoo_inputs import CacheFlatteningError, build_zoo_model
 
     if exporter not in EXPORTERS:
         raise ValueError(f"Unknown exporter {exporter!r}, expected one of {list(EXPORTERS)}.")
@@ -86,7 +92,7 @@ def run_row(name: str, exporter: str, cache: bool) -> dict[str, Any]:
     try:
         if arch.skip:
             raise ValueError(f"skipped: {arch.skip}")
-        from .discover import tiny_config
+        from ..inputs.discover import tiny_config
 
         tiny_config(arch)
         step = "model"
@@ -137,8 +143,6 @@ def _run_row(task: tuple[str, str, bool]) -> dict[str, Any]:
 
 
 def _failed_row(task: tuple[str, str, bool], step: str, error: str, elapsed: float) -> dict[str, Any]:
-    from .discover import get_architecture
-
     row = _empty_row(task[0], get_architecture(task[0]).kind, task[1], task[2])
     row.update(step=step, error=error, time=elapsed)
     return row
@@ -156,7 +160,6 @@ PRIORITY = (
 def select_architectures(only: str | None = None, include_skipped: bool = False) -> list[str]:
     """Names of the discovered architectures matching the regular expression ``only``
     (:data:`PRIORITY` first, then in name order)."""
-    from .discover import discover_architectures
 
     names = [a.name for a in discover_architectures() if include_skipped or not a.skip]
     if only:
@@ -167,14 +170,12 @@ def select_architectures(only: str | None = None, include_skipped: bool = False)
 
 def skipped_architectures() -> list[tuple[str, str, str]]:
     """``(architecture, kind, reason)`` of the discovered architectures the zoo does not run."""
-    from .discover import discover_architectures
 
     return [(a.name, a.kind, a.skip) for a in discover_architectures() if a.skip]
 
 
 def make_tasks(names: Sequence[str], exporters: Sequence[str]) -> list[tuple[str, str, bool]]:
     """``(architecture, exporter, cache)`` for every name: with a cache only for decoders and seq2seq."""
-    from .discover import get_architecture
 
     tasks = []
     for name in names:

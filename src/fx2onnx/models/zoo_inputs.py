@@ -17,7 +17,9 @@ from typing import Any
 
 import torch
 
-from .discover import Architecture, tiny_model
+from ..inputs.discover import Architecture, tiny_model
+from ..patches.cache_check import CacheStateLostError, check_cache_round_trip
+from ..validation import cache_flattening
 
 #: (batch, seq, past_seq) of the two input sets; the second cache is longer than
 #: any sliding window of the tiny configurations (8)
@@ -131,8 +133,6 @@ def infer_dynamic_shapes(inputs: Any, inputs2: Any, names: dict[tuple[int, int],
     """
     from torch.utils import _pytree as pytree
 
-    from ..validation import cache_flattening
-
     def walk(a: Any, b: Any) -> Any:
         if isinstance(a, torch.Tensor):
             if a.shape == b.shape:
@@ -184,8 +184,6 @@ def build_zoo_model(arch: Architecture, with_cache: bool, seed: int = 0) -> ZooM
 def _check_cache_round_trip(arch: Architecture, inputs: dict[str, Any]) -> None:
     """A cache losing tensors when flattened fails the capture step with their names
     (instead of a size mismatch inside torch.export or a wrong model)."""
-    from ..patches.cache_check import CacheStateLostError, check_cache_round_trip
-    from ..validation import cache_flattening
 
     try:
         with cache_flattening(inputs):

@@ -4,6 +4,11 @@ The package is ``fx2onnx.optimizer`` (not ``optimize``) so that ``fx2onnx.optimi
 stays the function, as ``fx2onnx.validate`` and the module ``fx2onnx.validation``.
 """
 
-from .api import LEVEL_NAMES, OptimizationReport, optimize
+from .._lazy import lazy_module_names
 
-__all__ = ["LEVEL_NAMES", "OptimizationReport", "optimize"]
+# public name -> its module, loaded on first use: importing one module of the package loads no other
+__getattr__, __dir__, __all__ = lazy_module_names(__name__, {
+    "LEVEL_NAMES": ".api",
+    "OptimizationReport": ".api",
+    "optimize": ".api",
+})

@@ -58,6 +58,7 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
+from .indexed_cache import indexer_context, indexer_count, indexer_names, indexer_tensors, set_indexer_tensors
 from .linear_cache import (
     as_hashable,
     linear_context,
@@ -66,8 +67,6 @@ from .linear_cache import (
     linear_tensors,
     set_linear_tensors,
 )
-
-from .indexed_cache import indexer_context, indexer_count, indexer_names, indexer_tensors, set_indexer_tensors
 
 _CACHE_MODULE = "transformers.cache_utils"
 

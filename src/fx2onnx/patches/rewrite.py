@@ -43,6 +43,8 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from .registry import Patch
+
 TENSOR_METHODS = frozenset(
     "sum any all max min mean prod item norm abs argmax argmin numel_nonzero count_nonzero "
     "eq ne gt ge lt le".split()
@@ -597,7 +599,6 @@ def _safe_find(function: Callable[..., Any]) -> bool:
 
 def rewrite_patches(rewrite: Any, dump_rewriting: str | os.PathLike | None = None) -> list[Any]:
     """Builds one :class:`~fx2onnx.patches.registry.Patch` per function to rewrite."""
-    from .registry import Patch
 
     patches = []
     for function in collect_functions(rewrite):

@@ -56,9 +56,21 @@ from typing import Any
 
 import torch
 
-from .registry import Patch, patch_if_imported, source_guard
-from .detr_batch import DETR_BATCH_FORWARDS, guard_symbolic_len_forward, make_symbolic_len_forward
-from .idefics3 import IMAGE_FEATURES, guard_image_features, _make_image_features
+from .detr_batch import (
+    DETR_BATCH_FORWARDS,
+    guard_symbolic_len_forward,
+    make_symbolic_len_forward,
+)
+from .funnel import _make_get_position_embeds
+from .idefics3 import IMAGE_FEATURES, _make_image_features, guard_image_features
+from .llava import _guard_llava_image_features as guard
+from .llava import _make_llava_image_features as make
+from .longformer import (
+    _make_chunk_by_unfold,
+    _make_dense_global_forward,
+    _make_pad_to_window_size,
+    _make_unpadded_encoder,
+)
 from .qwen_vl import (
     SPLIT_ATTENTIONS,
     SPLIT_FEATURES,
@@ -67,6 +79,8 @@ from .qwen_vl import (
     make_block_diagonal_attention,
     make_unsplit_image_features,
 )
+from .reformer import _make_axial_position_forward
+from .registry import Patch, patch_if_imported, source_guard
 from .sdpa_skip import MASK_FUNCTIONS, guard_mask_function, make_mask_with_eager_skip
 
 
@@ -201,50 +215,34 @@ def _make_cpmant_attention_mask(original: Any) -> Any:
 
 
 def _make_funnel_position_embeds(original: Any) -> Any:
-    from .funnel import _make_get_position_embeds
-
     return _make_get_position_embeds(original)
 
 
 def _make_reformer_axial_positions(original: Any) -> Any:
-    from .reformer import _make_axial_position_forward
-
     return _make_axial_position_forward(original)
 
 
 def _make_longformer_attention(original: Any) -> Any:
-    from .longformer import _make_dense_global_forward
-
     return _make_dense_global_forward(original)
 
 
 def _make_longformer_chunk(original: Any) -> Any:
-    from .longformer import _make_chunk_by_unfold
-
     return _make_chunk_by_unfold(original)
 
 
 def _make_longformer_padding(original: Any) -> Any:
-    from .longformer import _make_pad_to_window_size
-
     return _make_pad_to_window_size(original)
 
 
 def _make_longformer_encoder(original: Any) -> Any:
-    from .longformer import _make_unpadded_encoder
-
     return _make_unpadded_encoder(original)
 
 
 def _make_llava_image_features(original: Any) -> Any:
-    from .llava import _make_llava_image_features as make
-
     return make(original)
 
 
 def _guard_llava_image_features(original: Any) -> str | None:
-    from .llava import _guard_llava_image_features as guard
-
     return guard(original)
 
 

@@ -26,6 +26,7 @@ import threading
 import uuid
 from typing import Any, Callable, Iterator, Sequence
 
+from .export import first_line, sources_hash
 from .sandbox import FailedRow, RunOne, Sandbox
 
 #: the environment variable giving the address of the cluster (``local``, ``pool`` or ``tcp://host:port``)
@@ -91,7 +92,6 @@ def close_sandboxes(kill: bool = False) -> int:
 def check_sources(client: Any) -> None:
     """Raises when a worker of the cluster runs other sources of fx2onnx or other versions than
     this process (its rows would be cached under a key they do not match)."""
-    from .export import sources_hash
 
     mine = sources_hash()
     theirs = client.run(sources_hash)
@@ -157,8 +157,6 @@ def run_on_cluster(
     becomes a failed row (step ``crash``) too.
     """
     from distributed import as_completed
-
-    from .export import first_line
 
     with _quiet_logs(), connect(address, max(1, min(workers, len(tasks)))) as client:
         sweep = uuid.uuid4().hex[:8]

@@ -14,6 +14,7 @@ import functools
 import importlib
 
 from .case import Case, collect_cases
+from .exportdb import exportdb_cases
 
 #: family name -> module defining the zoo cases of that family
 ZOO_FAMILIES: dict[str, str] = {
@@ -29,8 +30,6 @@ FAMILIES = [*ZOO_FAMILIES, EXPORTDB]
 @functools.lru_cache(maxsize=None)
 def _family_cases(family: str) -> tuple[Case, ...]:
     if family == EXPORTDB:
-        from .exportdb import exportdb_cases
-
         return tuple(exportdb_cases())
     if family not in ZOO_FAMILIES:
         raise ValueError(f"Unknown family {family!r}, expected one of {FAMILIES}.")

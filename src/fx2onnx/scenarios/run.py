@@ -22,10 +22,18 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
+from ..convert.api import to_onnx
+from ..convert.dispatcher import Dispatcher
 from ..runner import dynamo_export, first_line, label_export_step, run_tasks
-from ..validation import compare_outputs, flatten_outputs, make_session, run_onnx, to_numpy
-from .cases import get_case, get_cases
 from ..scenario_exporters import EXPORTERS
+from ..validation import (
+    compare_outputs,
+    flatten_outputs,
+    make_session,
+    run_onnx,
+    to_numpy,
+)
+from .cases import get_case, get_cases
 from .text import fx_short_text, onnx_short_text
 
 #: exporters producing an ExportedProgram (the others produce ONNX)
@@ -67,8 +75,6 @@ def _export_onnx(case, exporter: str, dynamic: bool):
                 model, args, kwargs, case.torch_dynamic_shapes() if dynamic else None,
                 translations=case.translations,
             )
-        from ..convert.api import to_onnx
-        from ..convert.dispatcher import Dispatcher
 
         return to_onnx(
             model,

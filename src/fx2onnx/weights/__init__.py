@@ -9,25 +9,21 @@ the tensors of a safetensors checkpoint for a model built on the meta device.
 * :func:`write_random_checkpoint`: a random checkpoint of any size, the model never built.
 """
 
-from .checkpoint import checkpoint_files, checkpoint_weights, lazy_checkpoint_tensor
-from .empty import empty_weights, meta_tensor_names, parameters_on_meta
-from .export import model_from_checkpoint_config, to_onnx_from_checkpoint
-from .random_checkpoint import write_random_checkpoint
-from .save import load_without_weights, save_model
-from .tensors import initializer_tensor, weights_nbytes
+from .._lazy import lazy_module_names
 
-__all__ = [
-    "checkpoint_files",
-    "checkpoint_weights",
-    "empty_weights",
-    "initializer_tensor",
-    "lazy_checkpoint_tensor",
-    "load_without_weights",
-    "meta_tensor_names",
-    "model_from_checkpoint_config",
-    "parameters_on_meta",
-    "save_model",
-    "to_onnx_from_checkpoint",
-    "weights_nbytes",
-    "write_random_checkpoint",
-]
+# public name -> its module, loaded on first use: importing one module of the package loads no other
+__getattr__, __dir__, __all__ = lazy_module_names(__name__, {
+    "checkpoint_files": ".checkpoint",
+    "checkpoint_weights": ".checkpoint",
+    "lazy_checkpoint_tensor": ".checkpoint",
+    "empty_weights": ".empty",
+    "meta_tensor_names": ".empty",
+    "parameters_on_meta": ".empty",
+    "model_from_checkpoint_config": ".export",
+    "to_onnx_from_checkpoint": ".export",
+    "write_random_checkpoint": ".random_checkpoint",
+    "load_without_weights": ".save",
+    "save_model": ".save",
+    "initializer_tensor": ".tensors",
+    "weights_nbytes": ".tensors",
+})

@@ -8,9 +8,11 @@ from typing import Any, Sequence
 import onnx
 import torch
 
-from .checkpoint import checkpoint_weights
+from ..convert.api import to_onnx
+from .checkpoint import _READS, checkpoint_weights, relazify_views
 from .empty import empty_weights, meta_tensor_names
 from .model_config import _torch_dtype, model_from_checkpoint_config, model_from_config  # noqa: F401 (kept here)
+from .save import load_without_weights, save_model
 
 
 def to_onnx_from_checkpoint(
@@ -50,9 +52,6 @@ def to_onnx_from_checkpoint(
         to_onnx_from_checkpoint("llama_dir", (), inputs, filename="llama.onnx",
                                 dynamic_shapes={"input_ids": {0: "batch", 1: "seq"}})
     """
-    from ..convert.api import to_onnx
-    from .checkpoint import _READS, relazify_views
-    from .save import load_without_weights, save_model
 
     for key in ("weights", "return_ir", "external_data"):
         if key in to_onnx_kwargs:

@@ -23,6 +23,11 @@ import numpy as np
 import onnx
 import torch
 
+from ..validation import flatten_inputs, flatten_outputs, to_numpy
+from .checkpoint import _aliases, _candidates, checkpoint_files
+from .empty import empty_weights
+from .export import _torch_dtype, model_from_checkpoint_config
+
 
 @dataclasses.dataclass
 class LayerReport:
@@ -116,8 +121,6 @@ class _LazyLayers:
     """Reads the tensors of a layer from the checkpoint before it runs, drops them after."""
 
     def __init__(self, model: torch.nn.Module, checkpoint: str, prefix: str, dtype: torch.dtype | None):
-        from .checkpoint import _aliases, _candidates, checkpoint_files
-
         self.model, self.dtype = model, dtype
         files = checkpoint_files(checkpoint)
         aliases = _aliases(model)
@@ -192,8 +195,6 @@ class _LazyLayers:
 def _eager_by_layers(model, checkpoint, prefix, dtype, args, kwargs):
     """The outputs of ``model`` (on the meta device) and of each of its layers, with about one
     layer's weights in memory at a time."""
-    from ..validation import flatten_outputs
-    from .empty import empty_weights
 
     lazy = _LazyLayers(model, checkpoint, prefix, dtype)
     with empty_weights(model):
@@ -235,9 +236,6 @@ def validate_by_layers(
     :return: one :class:`LayerReport` per layer (``model.layers.<i>``) and one for the outputs
     """
     import onnxruntime
-
-    from ..validation import flatten_inputs, to_numpy
-    from .export import _torch_dtype, model_from_checkpoint_config
 
     filename, checkpoint = os.fspath(filename), os.fspath(checkpoint)
     kwargs = dict(kwargs or {})

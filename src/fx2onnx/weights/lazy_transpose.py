@@ -16,10 +16,11 @@ from typing import Sequence
 import onnx_ir as ir
 import torch
 
+from .save import _StridedTorchTensor
+
 
 def _transposed(source: ir.LazyTensor, perm: tuple[int, ...], name: str) -> ir.TensorProtocol:
     """The values of ``source`` transposed by ``perm``: a strided view of the tensor read."""
-    from .save import _StridedTorchTensor
 
     tensor = source.raw()  # the function reading the checkpoint, not a cached value
     raw = getattr(tensor, "raw", None)

@@ -17,6 +17,8 @@ from typing import Any, Iterator
 
 import torch
 
+from .model_config import _torch_dtype
+
 #: safetensors' names of the torch types
 SAFETENSORS_NAMES = {
     torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -117,8 +119,6 @@ def write_random_checkpoint(
     :return: ``{"files": [...], "nbytes": total, "tensors": count}``
     """
     import transformers
-
-    from .model_config import _torch_dtype
 
     folder = os.fspath(folder)
     os.makedirs(folder, exist_ok=True)

@@ -41,6 +41,9 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
+from ..formats import CACHE_METADATA_KEY
+from .tensors import initializer_tensor
+
 __all__ = ["LayerStack", "LayersNotRepeatable", "layer_stack", "short_config", "stamp_layers"]
 
 #: the layers captured when they are all alike (:attr:`LayerStack.captured` in general): layer 1 is the
@@ -356,7 +359,6 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
     anchor = layer1[-1]
     new_inputs: list[list[ir.Value]] = []
     new_outputs: list[list[ir.Value]] = []
-    from .tensors import initializer_tensor
 
     input_position = {value: i for i, value in enumerate(graph.inputs)}
     for k in range(2, stack.blocks):
@@ -499,8 +501,6 @@ def _extend_cache_pairs(model: ir.Model, per_layer_inputs: dict, per_layer_outpu
                         shifted: dict[str, str]) -> None:
     """The metadata pairing each cache input with its output (``fx2onnx.cache``) for every layer."""
     import json
-
-    from ..formats import CACHE_METADATA_KEY
 
     if CACHE_METADATA_KEY not in model.metadata_props:
         return

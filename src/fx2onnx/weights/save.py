@@ -9,7 +9,6 @@ from typing import Any, Callable
 import numpy as np
 import onnx
 import onnx_ir as ir
-
 import torch
 
 from .tensors import onnx_dtype, weights_nbytes

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 import numpy as np
 import onnx
 
+from .checkpoint import checkpoint_files
 from .random_checkpoint import SAFETENSORS_NAMES
 
 _CHUNK = 2**24
@@ -141,7 +142,6 @@ def compare_with_checkpoint(
     which equals no tensor is hashed again transposed, in blocks of ``block_bytes`` (each block
     reads the tensor once more): the memory in use stays below ``block_bytes`` plus 64 MB.
     """
-    from .checkpoint import checkpoint_files
 
     stored: dict[tuple[int, int, str], str] = {}  # (onnx type, numel, hash) -> checkpoint name
     nbytes = 0

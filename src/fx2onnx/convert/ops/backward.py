@@ -13,8 +13,9 @@ import torch
 
 from ..builder import onnx_dtype
 from ..registry import converter
-from ._math import erf_value
 from ._common import fake_of, input_rank, normalize_axis
+from ._math import erf_value
+from .vision import _batch_norm_eval
 
 aten = torch.ops.aten
 
@@ -331,8 +332,6 @@ def convert_native_batch_norm_functional(ctx, node, x, weight, bias, running_mea
     In eval mode (``training=False``): the running statistics, returned unchanged.
     """
     if not training:
-        from .vision import _batch_norm_eval
-
         empty = ctx.const(np.zeros((0,), dtype=np.float32), ctx.out_dtype(1))
         y = _batch_norm_eval(ctx, x, weight, bias, running_mean, running_var, eps)
         return y, empty, empty, ctx.op.Identity(running_mean), ctx.op.Identity(running_var)

@@ -18,6 +18,13 @@ from ..complex_values import pair_dtype
 from ..registry import complex_converter, converter
 from ._common import fake_of
 from ._math import atan2_value
+from .shape import (
+    convert_narrow,
+    convert_select,
+    convert_slice,
+    convert_squeeze,
+    convert_unsqueeze,
+)
 
 aten = torch.ops.aten
 
@@ -268,8 +275,6 @@ __all__ = ["as_pair", "make_pair", "real_part", "imag_part", "complex_mul", "con
 
 # structural operators: they normalize their axis with the complex rank, which leaves the pair axis last
 def _register_structural() -> None:
-    from .shape import convert_narrow, convert_select, convert_slice, convert_squeeze, convert_unsqueeze
-
     complex_converter(aten.slice.Tensor)(convert_slice)
     complex_converter(aten.narrow.default)(convert_narrow)
     complex_converter(aten.select.int)(convert_select)

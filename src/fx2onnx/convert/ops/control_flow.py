@@ -25,8 +25,8 @@ from typing import Any, Sequence
 import onnx_ir as ir
 import torch
 
-from ..errors import ConversionError
-from ..interpreter import _value_type
+from ..complex_values import _value_type
+from ..errors import ConversionError, UnsupportedOpError
 from ..registry import converter
 
 hop = torch.ops.higher_order
@@ -190,7 +190,6 @@ def _mutated_op_call(ctx, node, op, kwargs: dict, bases: list | None):
     The converter of an op with ``mutates_args`` returns the op's outputs followed
     by the new values of the mutated arguments (schema order).
     """
-    from ..errors import UnsupportedOpError
 
     fn = ctx.interpreter.find_converter(op)
     if fn is None:

@@ -43,9 +43,9 @@ from ._linalg_common import (
     squeeze,
     sum_last,
     triangle,
+    typed,
     unsqueeze,
     zeros,
-    typed,
     zeros_like,
 )
 

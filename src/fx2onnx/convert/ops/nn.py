@@ -12,7 +12,15 @@ import torch
 
 from ..builder import onnx_dtype
 from ..registry import converter
-from ._common import as_rank_1, back_to_rank, fake_of, input_rank, normalize_axis, result_dtype
+from ._common import (
+    as_rank_1,
+    back_to_rank,
+    fake_of,
+    input_rank,
+    normalize_axis,
+    result_dtype,
+)
+from .linalg import determinant  # onnxruntime's Det has no float64 kernel
 
 aten = torch.ops.aten
 
@@ -441,8 +449,6 @@ def convert_kron(ctx, node, a, b):
 @converter(aten.linalg_det.default, aten.det.default)
 def convert_det(ctx, node, x):
     if fake_of(node.args[0]).dtype == torch.float64:
-        from .linalg import determinant  # onnxruntime's Det has no float64 kernel
-
         return determinant(ctx, node, x)
     return ctx.op.Det(x)
 

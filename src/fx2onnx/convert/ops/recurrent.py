@@ -15,9 +15,9 @@ from __future__ import annotations
 import onnx_ir as ir
 import torch
 
+from .. import packed_sequences  # noqa: F401  (defines torch.ops.fx2onnx.packed_lstm / packed_rnn)
 from ..builder import onnx_dtype
 from ..registry import converter
-from .. import packed_sequences  # noqa: F401  (defines torch.ops.fx2onnx.packed_lstm / packed_rnn)
 from ._common import fake_of
 
 aten = torch.ops.aten

@@ -20,8 +20,7 @@ import functools
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import _DEFAULT_REWRITE_RULES, RewriteRule
-from onnxscript.rewriter import _basics, _matcher
+from onnxscript.rewriter import _DEFAULT_REWRITE_RULES, RewriteRule, _basics, _matcher
 from onnxscript.rewriter.rules.common import _basic_rules, _no_op
 
 

@@ -15,7 +15,18 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from ._graph import attr, const_array, const_ints, const_scalar, initializer, other_input, producer, rank, replace, users
+from ._graph import (
+    attr,
+    const_array,
+    const_ints,
+    const_scalar,
+    initializer,
+    other_input,
+    producer,
+    rank,
+    replace,
+    users,
+)
 
 
 def _match(recip: ir.Node):

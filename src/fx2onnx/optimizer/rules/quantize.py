@@ -26,6 +26,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ._graph import _names, attr, ensure_opset, initializer, replace, users
+from .quantize_lazy import lazy_parts
 
 #: the ``quantize=`` values and their number of bits
 QUANTIZE_BITS = {"int4": 4, "int8": 8}
@@ -254,7 +255,6 @@ def _quantized_initializers(
     initializers named ``names``: computed now, or, for a lazy weight (a checkpoint read on
     demand), lazy initializers computing them when saved, one weight at a time
     (:mod:`fx2onnx.optimizer.rules.quantize_lazy`)."""
-    from .quantize_lazy import lazy_parts
 
     np_type = dtype.numpy()
     parts = ("codes", "scales", "zero_points")[: len(names)]

@@ -29,7 +29,17 @@ import numpy as np
 import onnx_ir as ir
 
 from ._graph import (
-    attr, const_ints, const_scalar, ensure_opset, initializer, other_input, producer, rank, replace, static_dim, users,
+    attr,
+    const_ints,
+    const_scalar,
+    ensure_opset,
+    initializer,
+    other_input,
+    producer,
+    rank,
+    replace,
+    static_dim,
+    users,
 )
 
 

@@ -1,0 +1,140 @@
+"""torchvision's detection and segmentation models through both exporters: capture, convert, match,
+export time, and onnxruntime's latency at 1 and 2 threads beside eager's.
+
+For each model of :mod:`fx2onnx.models.torchvision_models` (small images, checkable random weights)
+and each exporter (``to_onnx``, ``torch.onnx.export(dynamo=True)``), one row: the step reached
+(``capture``, ``convert``, ``match``), the first line of the error, the export time, the largest
+difference with eager over the case's other images (detections paired up to the order of
+near-equal scores), then the median latency of onnxruntime with 1 and 2 intra-op threads and of
+eager on the export's images. Rows go to ``_doc/bench/torchvision_detection.json`` (the models
+page renders them).
+
+    python bench/bench_torchvision_detection.py --only 'fasterrcnn_mobilenet_v3_large_fpn$|lraspp'
+
+The timings are noisy when the machine is shared: each latency is a median of a few runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch.utils import _pytree as pytree
+
+import fx2onnx
+from fx2onnx.models.torchvision_models import DETECTION, SEGMENTATION, build_torchvision_model, match_detections
+
+OUTPUT = Path(__file__).resolve().parents[1] / "_doc" / "bench" / "torchvision_detection.json"
+EXPORTERS = ("to_onnx", "dynamo")
+
+
+def _export(exporter: str, case, path: str) -> None:
+    if exporter == "to_onnx":
+        fx2onnx.to_onnx(case.model, case.export_args, dynamic_shapes=case.dynamic_shapes, filename=path)
+        return
+    dims = pytree.tree_map(lambda name: torch.export.Dim.DYNAMIC, case.dynamic_shapes)
+    program = torch.onnx.export(case.model, case.export_args, dynamic_shapes=dims, dynamo=True, verbose=False)
+    program.save(path)
+
+
+def _session(path: str, threads: int):
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def _feeds(session, args) -> dict:
+    return dict(zip([i.name for i in session.get_inputs()], [x.numpy() for x in pytree.tree_leaves(args)]))
+
+
+def _difference(case, session) -> float:
+    worst = 0.0
+    for args in [case.export_args] + case.check_args:
+        with torch.no_grad():
+            want = case.model(*args)
+        got = pytree.tree_unflatten(session.run(None, _feeds(session, args)), pytree.tree_structure(want))
+        if case.task == "segmentation":
+            worst = max(worst, *(float((torch.from_numpy(got[k]) - want[k]).abs().max()) for k in want))
+        else:
+            worst = max(worst, *(match_detections(w, o) for w, o in zip(want, got)))
+    return worst
+
+
+def _median_ms(call, repeat: int) -> float:
+    call()
+    times = []
+    for _ in range(repeat):
+        begin = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - begin)
+    return round(1000 * statistics.median(times), 2)
+
+
+def run_row(name: str, exporter: str, repeat: int = 5, atol: float = 1e-2) -> dict:
+    """One row: the steps reached by ``exporter`` on model ``name`` and the timings."""
+    row: dict = dict(model=name, exporter=exporter, step="build", success=False, error=None)
+    try:
+        case = build_torchvision_model(name)
+        row["task"] = case.task
+        with tempfile.TemporaryDirectory() as folder:
+            path = str(Path(folder) / "model.onnx")
+            row["step"] = "capture"
+            begin = time.perf_counter()
+            _export(exporter, case, path)
+            row["export_s"] = round(time.perf_counter() - begin, 1)
+            row["step"] = "convert"
+            session = _session(path, 1)
+            row["step"] = "match"
+            diff = _difference(case, session)
+            row["max_diff"] = diff if math.isfinite(diff) else None
+            if not diff < atol:
+                row["error"] = f"outputs differ from eager: {diff:.3g}"
+                return row
+            row["success"] = True
+            with torch.no_grad():
+                row["eager_ms"] = _median_ms(lambda: case.model(*case.export_args), repeat)
+            for threads in (1, 2):
+                session = _session(path, threads)
+                feeds = _feeds(session, case.export_args)
+                row[f"ort{threads}_ms"] = _median_ms(lambda: session.run(None, feeds), repeat)
+    except Exception as e:  # noqa: BLE001 - the row records the failure
+        text = str(e).strip().splitlines()
+        row["error"] = f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", default=".", help="regular expression on the model names")
+    parser.add_argument("--exporters", default=",".join(EXPORTERS))
+    parser.add_argument("--output", default=str(OUTPUT))
+    args = parser.parse_args(argv)
+    output = Path(args.output)
+    rows = json.loads(output.read_text()) if output.exists() else []
+    for name in DETECTION + SEGMENTATION:
+        if not re.search(args.only, name):
+            continue
+        for exporter in args.exporters.split(","):
+            row = run_row(name, exporter)
+            row.update(date=datetime.date.today().isoformat(), command=" ".join(["python"] + sys.argv))
+            print(json.dumps(row), flush=True)
+            rows = [r for r in rows if (r["model"], r["exporter"]) != (name, exporter)] + [row]
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""Edits of a saved piece's graph, its weights' file untouched: values renamed (a piece's input and output
+names, the cache outputs named after their inputs), the cache updated in place.
+
+.. code-block:: python
+
+    from fx2onnx.deploy.saved_model import name_presents
+
+    inputs, pairs = name_presents("model.onnx")  # {"past_key_values.0.key": "present.0.key", ...}
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+import onnx
+import onnx_ir as ir
+
+from ..formats import CACHE_METADATA_KEY
+from ..optimizer.rules.cache_in_place import cache_in_place
+from ..weights.save import load_without_weights
+from .genai_config import present_name
+
+
+def _rename_outputs(proto: onnx.ModelProto, names: dict[str, str]) -> None:
+    """Renames values of the main graph (graph outputs, the nodes producing and reading them)."""
+    def rename(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            for i, name in enumerate(node.input):
+                if name in names:
+                    node.input[i] = names[name]
+            for i, name in enumerate(node.output):
+                if name in names:
+                    node.output[i] = names[name]
+            for attr in node.attribute:
+                for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    rename(sub)
+        for value in list(graph.output) + list(graph.value_info):
+            if value.name in names:
+                value.name = names[value.name]
+
+    rename(proto.graph)
+
+
+def update_cache_in_place(filename: str, constant_inputs: Sequence[str] = ()) -> bool:
+    """Rewrites the saved model ``filename`` so that it updates its cache in place
+    (:func:`fx2onnx.optimizer.rules.cache_in_place.cache_in_place`; the weights' file is
+    untouched); False when the rule does not apply (the model is left as it is).
+    ``constant_inputs``: inputs fed the same value at every step (an image-text decoder's features)."""
+    model = ir.from_proto(load_without_weights(filename))
+    if not cache_in_place(model, constant_inputs):
+        return False
+    onnx.save(ir.to_proto(model), filename)
+    return True
+
+
+def name_presents(filename: str) -> tuple[list[str], dict[str, str]]:
+    """Renames the cache outputs of the saved model ``filename`` after their inputs
+    (:func:`fx2onnx.deploy.genai_config.present_name`), rewrites the graph (the weights' file
+    is untouched) and returns ``(input names, cache pairs)``."""
+    proto = load_without_weights(filename)
+    metadata = {p.key: p for p in proto.metadata_props}
+    inputs = [i.name for i in proto.graph.input]
+    if CACHE_METADATA_KEY not in metadata:
+        return inputs, {}
+    pairs: dict[str, str] = json.loads(metadata[CACHE_METADATA_KEY].value)
+    taken = {o.name for o in proto.graph.output} | set(inputs)
+    renames = {out: present_name(past) for past, out in pairs.items() if present_name(past) not in taken}
+    if len(renames) == len(pairs):
+        _rename_outputs(proto, renames)
+        pairs = {past: renames[out] for past, out in pairs.items()}
+        metadata[CACHE_METADATA_KEY].value = json.dumps(pairs)
+        onnx.save(proto, filename)
+    return inputs, pairs
+
+
+def rename_values(filename: str, inputs: list[str], outputs: list[str], cache: dict[str, str]) -> None:
+    """Gives the inputs and outputs of the saved model ``filename`` the names of a piece (in
+    order) and writes its cache pairs as the ``fx2onnx.cache`` metadata (the weights' file is
+    untouched)."""
+    proto = load_without_weights(filename)
+    old_inputs, old_outputs = [i.name for i in proto.graph.input], [o.name for o in proto.graph.output]
+    if len(old_inputs) != len(inputs) or len(old_outputs) != len(outputs):
+        raise ValueError(f"{filename}: inputs {old_inputs} and outputs {old_outputs}, expected {inputs} and {outputs}.")
+    names = {a: b for a, b in zip(old_inputs + old_outputs, inputs + outputs) if a != b}
+    taken = set(old_inputs + old_outputs) - set(names)
+    if taken & set(names.values()):
+        raise ValueError(f"{filename}: cannot rename {names}, the names {taken & set(names.values())} are taken.")
+    for value in proto.graph.input:
+        value.name = names.get(value.name, value.name)
+    _rename_outputs(proto, names)
+    # the wrapper's metadata replaced by the piece's names, but for the dimensions the export narrowed
+    # (fx2onnx.frozen_inputs: by input position, which the names do not change; the runtime checks them)
+    kept = [(p.key, p.value) for p in proto.metadata_props if p.key == "fx2onnx.frozen_inputs"]
+    del proto.metadata_props[:]
+    for key, value in kept:
+        proto.metadata_props.add(key=key, value=value)
+    if cache:
+        proto.metadata_props.add(key=CACHE_METADATA_KEY, value=json.dumps(cache))
+    onnx.save(proto, filename)

@@ -1,0 +1,45 @@
+"""Example inputs of a checkpoint's model, from its config and task (the command line's export of a folder)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .decoder import _decoder_inputs, _dynamic_shapes
+
+#: the tasks an export from a checkpoint supports, and the class name endings implying them
+TASK_SUFFIXES = {"text-generation": ("ForCausalLM", "LMHeadModel")}
+
+
+def infer_task(config: Any) -> str:
+    """The task of a config, from the class names in its ``architectures``."""
+    architectures = getattr(config, "architectures", None) or []
+    for task, suffixes in TASK_SUFFIXES.items():
+        if any(a.endswith(suffixes) for a in architectures):
+            return task
+    raise ValueError(
+        f"Cannot infer the task of architectures {architectures}: give --task, one of {sorted(TASK_SUFFIXES)}."
+    )
+
+
+def task_inputs(
+    config: Any, task: str, with_cache: bool = False, dtype: torch.dtype = torch.float32, seed: int = 0
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Two input sets of other shapes and the dynamic shapes (named dimensions) for ``task``.
+
+    ``text-generation``: ``input_ids``, ``attention_mask``, ``position_ids`` and, with a
+    cache, ``past_key_values`` (a DynamicCache in ``dtype``), batch and lengths dynamic.
+    """
+    if task not in TASK_SUFFIXES:
+        raise ValueError(f"Task {task!r} is not supported from a checkpoint: use one of {sorted(TASK_SUFFIXES)}.")
+    generator = torch.Generator().manual_seed(seed)
+    sets = []
+    for batch, seq, past in ((2, 3, 5), (3, 4, 7)):
+        inputs = _decoder_inputs(config, batch, seq, past, with_cache=with_cache, position_ids=True, generator=generator)
+        cache = inputs.get("past_key_values")
+        if cache is not None and dtype != torch.float32:
+            for layer in cache.layers:
+                layer.keys, layer.values = layer.keys.to(dtype), layer.values.to(dtype)
+        sets.append(inputs)
+    return sets[0], sets[1], _dynamic_shapes(sets[0], config)
