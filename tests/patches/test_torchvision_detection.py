@@ -77,3 +77,20 @@ def test_faster_rcnn_mobilenet(tmp_path):
 @pytest.mark.slow  # about half a minute
 def test_lraspp_segmentation(tmp_path):
     check_torchvision_model("lraspp_mobilenet_v3_large", tmp_path)
+
+
+def test_paste_masks_as_products(monkeypatch):
+    from torchvision.models.detection import transform
+
+    import fx2onnx.patches.torchvision_detection as patches
+
+    pasted = patches.make_paste_masks(transform.paste_masks_in_image)
+    monkeypatch.setattr(patches, "_exporting", lambda: True)
+    g = torch.Generator().manual_seed(0)
+    masks = torch.rand(7, 1, 28, 28, generator=g)
+    xy = torch.rand(7, 2, generator=g) * 80 - 10
+    boxes = torch.cat([xy, xy + torch.rand(7, 2, generator=g) * 60], 1)
+    boxes[3] = torch.tensor([5.0, 5, 5.2, 5.3])  # one pixel
+    want = transform.paste_masks_in_image(masks, boxes, (90, 70))
+    torch.testing.assert_close(pasted(masks, boxes, (90, 70)), want, atol=1e-5, rtol=1e-5)
+    assert pasted(masks[:0], boxes[:0], (90, 70)).shape == (0, 1, 90, 70)

@@ -18,6 +18,8 @@ torch.export cannot follow them; each patch below changes one function while exp
   of a branch on the number of boxes and a loop over the classes present;
 * ``BoxCoder.decode``: no ``if box_sum > 0`` (the number of boxes is unknown after a
   suppression), the decoded rows reshaped with explicit sizes;
+* ``paste_masks_in_image`` (Mask R-CNN): each mask stretched over its box and written into the
+  image by two batched products with bilinear weights (a Python loop over the boxes otherwise);
 * ``_multiscale_roi_align``: the boxes counted with ``rois.shape[0]`` (``len`` froze it), each
   level's pooled boxes written with a functional ``index_put``.
 
@@ -163,6 +165,42 @@ def make_box_decode(original: Any) -> Any:
     return decode
 
 
+def _paste_weights(positions: torch.Tensor, start: torch.Tensor, end: torch.Tensor, size: int) -> torch.Tensor:
+    """``(K, P, size)``: the bilinear weights (``align_corners=False``) of pixel ``p`` of the image
+    on the ``size`` rows of a mask stretched over ``[start, end]`` (integers), zero outside it."""
+    length = (end - start + 1).clamp_min(1).to(torch.float32)
+    offset = positions[None, :] - start[:, None]
+    source = ((offset.to(torch.float32) + 0.5) * (size / length)[:, None] - 0.5).clamp_min(0)
+    low = source.floor().clamp_max(size - 1).to(torch.int64)  # beyond the box: masked below
+    high = torch.where(low < size - 1, low + 1, low)
+    frac = (source - low.to(torch.float32))[..., None]
+    weights = (1 - frac) * torch.nn.functional.one_hot(low, size) + frac * torch.nn.functional.one_hot(high, size)
+    inside = (offset >= 0) & (offset <= (end - start)[:, None])
+    return weights * inside[..., None]
+
+
+def make_paste_masks(original: Any) -> Any:
+    """``paste_masks_in_image`` as two batched products while exporting: each mask stretched over
+    its box (bilinear, as ``F.interpolate``) and written into a blank image; the original loops
+    over the boxes in Python (their number is unknown after a suppression)."""
+    namespace = original.__globals__
+    expand_masks, expand_boxes = namespace["expand_masks"], namespace["expand_boxes"]
+
+    def paste_masks_in_image(masks, boxes, img_shape, padding=1):
+        if not _exporting():
+            return original(masks, boxes, img_shape, padding)
+        masks, scale = expand_masks(masks, padding=padding)
+        boxes = expand_boxes(boxes, scale).to(dtype=torch.int64)
+        height, width = img_shape
+        size = masks.shape[-1]
+        x0, y0, x1, y1 = boxes.unbind(1)
+        rows = _paste_weights(torch.arange(height, device=masks.device), y0, y1, size).to(masks.dtype)
+        cols = _paste_weights(torch.arange(width, device=masks.device), x0, x1, size).to(masks.dtype)
+        return torch.bmm(torch.bmm(rows, masks[:, 0]), cols.transpose(1, 2))[:, None]
+
+    return paste_masks_in_image
+
+
 def torchvision_patches() -> list[Patch]:
     """The patches of this module (targets missing from the installed torchvision are skipped)."""
     return [
@@ -186,6 +224,10 @@ def torchvision_patches() -> list[Patch]:
               target="torchvision.models.detection._utils.BoxCoder.decode", make=make_box_decode,
               expected_args=("self", "rel_codes", "boxes"),
               doc="no branch on the number of boxes (unknown after a non-maximum suppression)"),
+        Patch(name="torchvision_paste_masks", kind="torchvision",
+              target="torchvision.models.detection.transform.paste_masks_in_image", make=make_paste_masks,
+              expected_args=("masks", "boxes", "img_shape", "padding"),
+              doc="the masks pasted by two batched products instead of a loop over the boxes (Mask R-CNN)"),
         Patch(name="torchvision_multiscale_roi_align", kind="torchvision",
               target="torchvision.ops.poolers._multiscale_roi_align", make=make_multiscale_roi_align,
               expected_args=("x_filtered", "boxes", "output_size", "sampling_ratio", "scales", "mapper"),
