@@ -33,6 +33,8 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch.utils import _pytree as pytree
 
+from ..validation import cache_flattening, flatten_outputs
+from .capture import without_views
 from .errors import ExportError
 
 #: (atol, rtol) by dtype; the program runs the same kernels as eager, decompositions aside
@@ -141,8 +143,6 @@ def _tolerance(tensor: torch.Tensor) -> tuple[float, float]:
 
 
 def _leaves_with_names(outputs: Any) -> list[tuple[str, Any]]:
-    from ..validation import cache_flattening
-
     with cache_flattening(outputs):
         leaves, _ = pytree.tree_flatten_with_path(outputs)
     return [(pytree.keystr(path) or "output", leaf) for path, leaf in leaves
@@ -241,9 +241,6 @@ def check_capture(
     args, kwargs = tuple(args), dict(kwargs or {})
     if why_skipped(model, args, kwargs, ep) is not None:
         return None
-    from ..validation import cache_flattening
-
-    from .capture import without_views
 
     mutated = _MutatedBuffers(model, ep)
     # the program gets the inputs the capture got (views copied)
@@ -282,7 +279,6 @@ def check_capture(
 
 def _record_eager(model: torch.nn.Module, args: tuple, kwargs: dict) -> list[tuple[str, str, list[torch.Tensor]]]:
     """The floating-point tensors each submodule returns at its first call, in the order the calls end."""
-    from ..validation import flatten_outputs
 
     done: list[tuple[str, str, list[torch.Tensor]]] = []
     seen: set[str] = set()
@@ -317,8 +313,6 @@ def _record_program(module: torch.fx.GraphModule, args: tuple, kwargs: dict) -> 
     """The floating-point tensors leaving each submodule in the program: the values of the nodes of its
     ``nn_module_stack`` which a node outside it (or the output) uses."""
     from torch.fx import _pytree as fx_pytree
-
-    from ..validation import cache_flattening
 
     leaving: dict[torch.fx.Node, set[str]] = {}
     for node in module.graph.nodes:

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..validation import compare_outputs, flatten_outputs, run_onnx
+
 #: how much further from the float32 reference than eager in the same dtype an export may be
 REDUCED_PRECISION_FACTOR = 2.0
 
@@ -72,8 +74,6 @@ def _as_dtype(inputs: dict[str, Any], dtype: torch.dtype) -> dict[str, Any]:
 
 
 def _eager(model: torch.nn.Module, inputs: dict[str, Any]) -> list[np.ndarray]:
-    from ..validation import flatten_outputs
-
     with torch.no_grad():
         return [t.detach().float().numpy() for t in flatten_outputs(model(**copy.deepcopy(inputs)))]
 
@@ -137,7 +137,6 @@ def check_against_eager(
     ``model32`` cast to ``dtype`` once every reference is computed (one copy of the weights
     in memory: ``model32`` is left in ``dtype``).
     """
-    from ..validation import compare_outputs, run_onnx
 
     got = [run_onnx(onnx_path, (), _as_dtype(inputs, dtype)) for inputs in input_sets]
     references = [_eager(model32, _as_dtype(inputs, torch.float32)) for inputs in input_sets]

@@ -23,26 +23,36 @@ import json
 import os
 import resource
 import time
-from typing import Any, Sequence
+from typing import Any
 
-import onnx
 import torch
 
+from ..inputs.audio_inputs import audio_token
+from ..inputs.folder_inputs import task_inputs
+from ..inputs.vlm_inputs import image_token
 from ..runtime.folder import FOLDER_METADATA
-from ..runtime.speculative import VERIFY_TOKENS
-from ..formats import CACHE_METADATA_KEY
 from ..runtime.integrity import folder_manifest
+from ..runtime.speculative import VERIFY_TOKENS
+from ..weights import checkpoint_weights, to_onnx_from_checkpoint
 from ..weights.checkpoint import CheckpointFileError
+from ..weights.export import _torch_dtype, model_from_checkpoint_config, model_from_config
+from ..weights.repeat_layers import LayersNotRepeatable, layer_stack, short_config, stamp_layers
+from .audio_text_generic import generic_audio_pieces
+from .captioner import captioner_generation, is_cross_attention_captioner
 from .check import FolderCheck, check_against_eager, in_place_input_sets
 from .disk import NotEnoughSpaceError, check_free_space
-from .memory import check_memory
 from .files import copy_folder_files
 from .genai_config import present_name, write_genai_config  # noqa: F401
-from .saved_model import _rename_outputs, name_presents, update_cache_in_place  # noqa: F401 (importable from here)
-from .verify_logits import split_verify_logits
+from .image_prefix import image_prefix_pieces, is_image_prefix_model
+from .image_text import export_vision_pieces, vision_pieces
 from .inputs_check import check_checkpoint_folder, check_weights
+from .memory import check_memory
 from .output_folder import OutputFolder, OutputFolderError, refuse_overlap, replaceable
+from .saved_model import _rename_outputs, name_presents, update_cache_in_place  # noqa: F401 (importable from here)
+from .speech import check_speech_pieces, export_speech_pieces
+from .speech_generic import eager_pieces, export_generic_speech_pieces, meta_model_with_buffers
 from .tasks import folder_task
+from .verify_logits import split_verify_logits
 
 #: the optimization levels of the command line, ``none`` for no optimization
 OPTIMIZE_CHOICES = ("default", "onnxruntime", "opset23", "none")
@@ -170,7 +180,6 @@ def export_folder(
     a failed check leaves ``out`` as it was (``written`` is False), so does an error or an interruption. See
     the design page on folder safety.
     """
-    from ..weights.export import _torch_dtype
 
     begin = time.perf_counter()
     say = log or (lambda _line: None)
@@ -251,10 +260,6 @@ def _write_folder(folder: str, out_dir: str, filename: str, config: Any, task: s
     and checks it when ``validate``."""
     import transformers
 
-    from ..weights import to_onnx_from_checkpoint
-    from ..weights.export import model_from_checkpoint_config
-    from ..inputs.folder_inputs import task_inputs
-
     model_path = os.path.join(out_dir, filename)
     if task in ("speech-seq2seq", "image-text-to-text"):
         return _export_pieces_folder(task, folder, out_dir, config, dtype, begin, optimize=optimize, quantize=quantize,
@@ -326,10 +331,6 @@ def _export_two_layers(folder: str, model: torch.nn.Module, config: Any, task: s
                        options: dict[str, Any], say: Any) -> bool:
     """Exports ``model`` captured with two decoder layers, the others stamped in ONNX
     (:mod:`fx2onnx.weights.repeat_layers`); False when its layers differ or their graphs do."""
-    from ..weights import checkpoint_weights, to_onnx_from_checkpoint
-    from ..weights.export import model_from_config
-    from ..weights.repeat_layers import LayersNotRepeatable, layer_stack, short_config, stamp_layers
-    from ..inputs.folder_inputs import task_inputs
 
     stack = layer_stack(model, config)
     if stack is None:
@@ -404,11 +405,6 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
     (Whisper) or :mod:`fx2onnx.deploy.speech_generic` (the other encoder-decoder speech models), or the
     vision encoder and decoder of :mod:`fx2onnx.deploy.vision` (LLaVA, Gemma 3), their signatures in
     ``fx2onnx.json``, the processor and tokenizer files copied."""
-    from ..inputs.audio_inputs import audio_token
-    from .audio_text_generic import generic_audio_pieces
-    from .speech import check_speech_pieces, export_speech_pieces
-    from .speech_generic import eager_pieces, export_generic_speech_pieces
-    from .image_text import export_vision_pieces, vision_pieces
 
     model_types, supported = PIECES_MODEL_TYPES[task]
     model_type = getattr(config, "model_type", None)
@@ -420,13 +416,8 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
     vision_options = dict(options, cache_in_place=cache_in_place)
     split, make_pieces, extra, prefix = None, None, {}, False
     encoder_decoder = getattr(config, "is_encoder_decoder", False)
-    from ..inputs.vlm_inputs import image_token
 
     if task == "image-text-to-text" and not encoder_decoder and image_token(config) is None:
-        from .captioner import captioner_generation, is_cross_attention_captioner
-        from .image_prefix import is_image_prefix_model
-        from .speech_generic import meta_model_with_buffers
-
         meta = meta_model_with_buffers(config, dtype)
         if is_cross_attention_captioner(meta):  # BLIP: a vision model and a text decoder attending to it
             encoder_decoder, extra = True, captioner_generation(meta)
@@ -439,8 +430,6 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
                                       **vision_options)
         split, make_pieces = "placeholders", generic_audio_pieces
     elif prefix:
-        from .image_prefix import image_prefix_pieces
-
         pieces = export_vision_pieces(folder, out_dir, config, dtype, make_pieces=image_prefix_pieces, **vision_options)
         split, make_pieces = "prefix", image_prefix_pieces
     elif (task == "speech-seq2seq" and model_type != "whisper") or (task == "image-text-to-text" and encoder_decoder):

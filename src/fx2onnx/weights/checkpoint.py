@@ -15,10 +15,10 @@ import os
 from typing import Any
 
 import numpy as np
-
 import onnx_ir as ir
 import torch
 
+from .model_config import model_from_checkpoint_config
 from .tensors import onnx_dtype
 
 _INDEX = "model.safetensors.index.json"
@@ -340,7 +340,6 @@ def checkpoint_weights(
 
 def _folder_model(folder: str | os.PathLike) -> torch.nn.Module | None:
     """The model of the folder's config.json on the meta device, None without one or its class."""
-    from .model_config import model_from_checkpoint_config
 
     if not os.path.isfile(os.path.join(os.fspath(folder), "config.json")):
         return None
