@@ -54,7 +54,7 @@ SHAPES = ("batch", "image")
 #: the sizes a library's rows make dynamic when they are not all of :data:`SHAPES`
 LIBRARY_SHAPES = {"tasks": ("batch",)}
 #: files which do not change the rows
-NOT_KEYED = ("models/report.py", "models/library_report.py", "__main__.py")
+NOT_KEYED = ("models/report.py", "models/library_report.py", "__main__.py", "cli/main.py", "cli/models.py", "cli/common.py")
 
 
 def _libraries() -> dict[str, tuple[Callable[[], dict[str, str]], Callable[..., Any]]]:

@@ -23,7 +23,8 @@ ROWS_FILE = "rows.json"
 #: files which only render the results or belong to the models zoo: changing them
 #: does not invalidate the rows
 RENDERING_FILES = (
-    "scenarios/report.py", "scenarios/build.py", "__main__.py", "runner.py",
+    "scenarios/report.py", "scenarios/build.py", "__main__.py", "runner.py", "cli/main.py", "cli/scenarios.py",
+    "cli/common.py",
     "models/discover.py", "models/zoo.py", "models/zoo_inputs.py", "models/report.py",
 )
 
