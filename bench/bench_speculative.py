@@ -16,8 +16,9 @@ Two texts, one prompt each, 128 new tokens, greedy, batch 1:
 * **non-repeating**: a corpus text the continuation of which is not in the prompt.
 
 For each thread count (1, 2), each loop and mode: decode tokens/s (the new tokens after the first over their
-time), the mean acceptance length (new tokens per run of the model after the prompt), whether the tokens are
-plain greedy's; the best of ``--repeat`` interleaved runs. The floor beside it: the machine's memory
+time), the mean acceptance length (new tokens per run of the model after the prompt; genai's from its
+``target_forward_passes``), whether the tokens are plain greedy's; the best of ``--repeat`` rounds, every
+configuration once per round in a shuffled order, after a round of warm-up. The floor beside it: the machine's memory
 bandwidth (a numpy copy of 256 MB) over the weights' bytes, the tokens/s of one read of every weight per
 token. Also the prefill cost of keeping 16 positions' logits instead of 1 (a folder exported with 1).
 
@@ -249,25 +250,26 @@ def measure(folders: dict[str, str], texts: dict[str, list[int]], threads: int, 
     for text, prompt in texts.items():
         expected = None
         best: dict[tuple, dict] = {}
-        for _ in range(repeat):  # interleaved: every configuration once per round
-            for (folder, mode), gen in ours.items():
-                result = gen.generate_text(prompt, NEW)
-                t = result.times
-                row = dict(loop="fx2onnx", folder=folder, mode=mode, tokens=result.new_ids,
-                           decode_tok_s=t.decode_steps / t.decode_total,
-                           total_tok_s=(t.decode_steps + 1) / (t.prefill_total + t.decode_total),
-                           acceptance_length=getattr(t, "mean_acceptance_length", 1.0))
-                key = ("fx2onnx", folder, mode)
-                if key not in best or row["decode_tok_s"] > best[key]["decode_tok_s"]:
-                    best[key] = row
-            for (folder, mode), model in genai.items():
-                tokens, decode_s, total_s, stats = genai_run(model, prompt)
-                passes = stats.get("target_forward_passes", 0)
-                row = dict(loop="onnxruntime-genai", folder=folder, mode=mode, tokens=tokens,
-                           decode_tok_s=(len(tokens) - 1) / decode_s, total_tok_s=len(tokens) / total_s,
-                           acceptance_length=(len(tokens) - 1) / (passes - 1) if passes > 1 else 1.0)
-                key = ("onnxruntime-genai", folder, mode)
-                if key not in best or row["decode_tok_s"] > best[key]["decode_tok_s"]:
+        configurations = [("fx2onnx", key) for key in ours] + [("onnxruntime-genai", key) for key in genai]
+        rng = np.random.default_rng(0)
+        for round_ in range(repeat + 1):  # interleaved, in a shuffled order; the first round warms up
+            for i in rng.permutation(len(configurations)):
+                loop, (folder, mode) = configurations[i]
+                if loop == "fx2onnx":
+                    result = ours[folder, mode].generate_text(prompt, NEW)
+                    t = result.times
+                    row = dict(loop=loop, folder=folder, mode=mode, tokens=result.new_ids,
+                               decode_tok_s=t.decode_steps / t.decode_total,
+                               total_tok_s=(t.decode_steps + 1) / (t.prefill_total + t.decode_total),
+                               acceptance_length=getattr(t, "mean_acceptance_length", 1.0))
+                else:
+                    tokens, decode_s, total_s, stats = genai_run(genai[folder, mode], prompt)
+                    passes = stats.get("target_forward_passes", 0)
+                    row = dict(loop=loop, folder=folder, mode=mode, tokens=tokens,
+                               decode_tok_s=(len(tokens) - 1) / decode_s, total_tok_s=len(tokens) / total_s,
+                               acceptance_length=(len(tokens) - 1) / (passes - 1) if passes > 1 else 1.0)
+                key = (loop, folder, mode)
+                if round_ and (key not in best or row["decode_tok_s"] > best[key]["decode_tok_s"]):
                     best[key] = row
         expected = best["fx2onnx", "default", "greedy"]["tokens"]
         for row in best.values():
