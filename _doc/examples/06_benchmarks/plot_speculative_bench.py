@@ -77,7 +77,7 @@ for r in rows:
 # the folder with every position's logits, fx2onnx's on the default folder). On this shared machine two
 # rows of one run differ by up to a fifth for no reason of theirs: the always-wrong candidates, with the
 # backoff, came out faster than plain decoding in several rows, which only says that their cost is
-# below the noise; without the backoff they cost 1.4 to 4 times plain decoding. The draft, 2 layers of
+# below the noise; without the backoff they cost 1.4 to 4.5 times plain decoding. The draft, 2 layers of
 # 4 but the same 32000-token head (most of this small model's weights), costs most of a target step per
 # candidate: it gains little here, as a draft would on a model whose head dominates.
 
