@@ -8,16 +8,12 @@ import os
 import sys
 from typing import Any
 
-from ..runtime.audio_text import AudioTextGenerator
+from ..runtime.families import generator_class
 from ..runtime.folder import FOLDER_METADATA, FolderGenerator, _read_json
-from ..runtime.image_prefix import ImagePrefixGenerator
-from ..runtime.image_seq2seq import Seq2SeqImageGenerator
 from ..runtime.integrity import check_folder_files
 from ..runtime.media_check import check_media
 from ..runtime.sampling import Sampling
 from ..runtime.speculative import DraftModel, PromptLookup, same_vocabulary
-from ..runtime.speech import open_speech_generator
-from ..runtime.vision import VisionGenerator
 
 
 def _generate_speech(args: argparse.Namespace) -> int:
@@ -34,7 +30,7 @@ def _generate_speech(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"Audio file {args.audio!r} does not exist.")
     if _asks_sampling(args) or args.repetition_penalty != 1.0:
         raise ValueError("A speech folder generates greedily: remove the sampling options.")
-    generator = open_speech_generator(args.folder, threads=args.threads)
+    generator = generator_class("speech-seq2seq", args.split)(args.folder, threads=args.threads)
     result = generator.transcribe(args.audio, args.max_new_tokens, language=args.language, task=args.task,
                                   on_text=lambda text: print(text, end="", flush=True), as_text=not args.print_ids)
     if result.texts is None:
@@ -59,7 +55,7 @@ def _generate_audio_text(args: argparse.Namespace) -> int:
     missing = [a for a in audios if not os.path.isfile(a)]
     if missing:  # before the models are loaded
         raise FileNotFoundError(f"Audio file {missing[0]!r} does not exist.")
-    generator = AudioTextGenerator(args.folder, threads=args.threads)
+    generator = generator_class("speech-seq2seq", args.split)(args.folder, threads=args.threads)
     result = generator.generate_text(args.prompt, audios, args.max_new_tokens, sampling=_sampling(args),
                                      chat=args.chat, on_text=None if args.print_ids else
                                      (lambda text: print(text, end="", flush=True)))
@@ -120,11 +116,8 @@ def _generate_image_seq2seq(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"Image file {missing[0]!r} does not exist.")
     if _asks_sampling(args) or args.repetition_penalty != 1.0:
         raise ValueError("An image encoder-decoder folder generates greedily: remove the sampling options.")
-    if args.split == "prefix":  # GIT: the image features in front of the prompt (fx2onnx.runtime.image_prefix)
-
-        generator: Any = ImagePrefixGenerator(args.folder, threads=args.threads)
-    else:
-        generator = Seq2SeqImageGenerator(args.folder, threads=args.threads)
+    # an encoder-decoder (fx2onnx.runtime.image_seq2seq), or GIT's image features in front of the prompt
+    generator = generator_class("image-text-to-text", args.split)(args.folder, threads=args.threads)
     one = len(images) == 1
     result = generator.describe(images, args.max_new_tokens, as_text=not args.print_ids, prompt=args.prompt,
                                 on_text=(lambda text: print(text, end="", flush=True)) if one else None)
@@ -157,7 +150,7 @@ def _generate_image_text(args: argparse.Namespace) -> int:
     if missing:  # before the models are loaded
         raise FileNotFoundError(f"{'Video' if missing[0] in videos else 'Image'} file {missing[0]!r} does not exist.")
     sampling = _sampling(args)
-    generator = VisionGenerator(args.folder, threads=args.threads)
+    generator = generator_class("image-text-to-text", args.split)(args.folder, threads=args.threads)
     if len(args.prompts) > 1:
         _print_batch(generator.generate_texts(args.prompts, images, args.max_new_tokens, sampling, chat=args.chat))
         return 0

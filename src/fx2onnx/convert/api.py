@@ -390,6 +390,5 @@ def to_onnx(
     if return_ir:
         return onnx_model
     if external:  # the weights are in the file: the graph and references to them, no second copy
-
         return stages.run("reload without weights", load_without_weights, filename)
     return stages.run("serialization", ir.to_proto, onnx_model)

@@ -27,9 +27,7 @@ from typing import Any
 
 import torch
 
-from ..inputs.audio_inputs import audio_token
 from ..inputs.folder_inputs import task_inputs
-from ..inputs.vlm_inputs import image_token
 from ..runtime.folder import FOLDER_METADATA
 from ..runtime.integrity import folder_manifest
 from ..runtime.speculative import VERIFY_TOKENS
@@ -37,20 +35,16 @@ from ..weights import checkpoint_weights, to_onnx_from_checkpoint
 from ..weights.checkpoint import CheckpointFileError
 from ..weights.export import _torch_dtype, model_from_checkpoint_config, model_from_config
 from ..weights.repeat_layers import LayersNotRepeatable, layer_stack, short_config, stamp_layers
-from .audio_text_generic import generic_audio_pieces
-from .captioner import captioner_generation, is_cross_attention_captioner
 from .check import FolderCheck, check_against_eager, in_place_input_sets
 from .disk import NotEnoughSpaceError, check_free_space
+from .families import FolderFacts, choose_family
 from .files import copy_folder_files
 from .genai_config import present_name, write_genai_config  # noqa: F401
-from .image_prefix import image_prefix_pieces, is_image_prefix_model
-from .image_text import export_vision_pieces, vision_pieces
 from .inputs_check import check_checkpoint_folder, check_weights
 from .memory import check_memory
 from .output_folder import OutputFolder, OutputFolderError, refuse_overlap, replaceable
 from .saved_model import _rename_outputs, name_presents, update_cache_in_place  # noqa: F401 (importable from here)
-from .speech import check_speech_pieces, export_speech_pieces
-from .speech_generic import eager_pieces, export_generic_speech_pieces, meta_model_with_buffers
+from .speech import check_speech_pieces
 from .tasks import folder_task
 from .verify_logits import split_verify_logits
 
@@ -401,10 +395,10 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
                           optimize: str, quantize: str | None, block_size: int, symmetric: bool,
                           opset: int | None, validate: bool, cache_in_place: bool,
                           atol: float, rtol: float, progress: bool, say: Any) -> FolderExport:
-    """A folder exported as several pieces: the encoder and decoder of :mod:`fx2onnx.deploy.speech`
-    (Whisper) or :mod:`fx2onnx.deploy.speech_generic` (the other encoder-decoder speech models), or the
-    vision encoder and decoder of :mod:`fx2onnx.deploy.vision` (LLaVA, Gemma 3), their signatures in
-    ``fx2onnx.json``, the processor and tokenizer files copied."""
+    """A folder exported as several pieces by the first family of its task that applies
+    (:data:`fx2onnx.deploy.families.FAMILIES`: Whisper, the other speech encoder-decoders, the speech language
+    models, the image-text models...), their signatures in ``fx2onnx.json``, the processor and tokenizer files
+    copied."""
 
     model_types, supported = PIECES_MODEL_TYPES[task]
     model_type = getattr(config, "model_type", None)
@@ -412,35 +406,11 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
         raise ValueError(f"{config.architectures[0]} is a model of task {task!r}: exporting such a folder supports "
                          f"{supported}.")
     options = dict(optimize=optimize, quantize=quantize, block_size=block_size, symmetric=symmetric, opset=opset,
-                   progress=progress, say=say)
-    vision_options = dict(options, cache_in_place=cache_in_place)
-    split, make_pieces, extra, prefix = None, None, {}, False
-    encoder_decoder = getattr(config, "is_encoder_decoder", False)
-
-    if task == "image-text-to-text" and not encoder_decoder and image_token(config) is None:
-        meta = meta_model_with_buffers(config, dtype)
-        if is_cross_attention_captioner(meta):  # BLIP: a vision model and a text decoder attending to it
-            encoder_decoder, extra = True, captioner_generation(meta)
-        prefix = is_image_prefix_model(meta)  # GIT: the image features in front of the prompt
-        del meta
-    if task == "speech-seq2seq" and model_type != "whisper" and not encoder_decoder and \
-            audio_token(config) is not None:
-        # a speech language model: its audio features written over the placeholders of its prompt
-        pieces = export_vision_pieces(folder, out_dir, config, dtype, make_pieces=generic_audio_pieces,
-                                      **vision_options)
-        split, make_pieces = "placeholders", generic_audio_pieces
-    elif prefix:
-        pieces = export_vision_pieces(folder, out_dir, config, dtype, make_pieces=image_prefix_pieces, **vision_options)
-        split, make_pieces = "prefix", image_prefix_pieces
-    elif (task == "speech-seq2seq" and model_type != "whisper") or (task == "image-text-to-text" and encoder_decoder):
-        pieces, layout = export_generic_speech_pieces(folder, out_dir, config, dtype, **options)
-        split, make_pieces = "generic", eager_pieces(layout)
-    else:
-        if task == "speech-seq2seq":
-            pieces = export_speech_pieces(folder, out_dir, config, dtype, **options)
-        else:
-            pieces = export_vision_pieces(folder, out_dir, config, dtype, **vision_options)
-            make_pieces = vision_pieces
+                   progress=progress, say=say, cache_in_place=cache_in_place)
+    facts = FolderFacts.of(task, config, dtype)
+    family = choose_family(facts)
+    pieces, make_pieces = family.export(folder, out_dir, config, dtype, options)
+    split, extra, prefix = family.split, facts.generation, family.split == "prefix"
     copy_folder_files(folder, out_dir)
     with open(os.path.join(out_dir, FOLDER_METADATA), "w", encoding="utf-8") as f:
         json.dump({"task": task, **({"split": split} if split else {}), **extra,

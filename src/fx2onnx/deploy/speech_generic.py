@@ -341,7 +341,6 @@ def example_features(folder: str | None, model: Any, config: Any, dtype: torch.d
     a model reading an image: :func:`example_images`."""
     sets = []
     if getattr(model, "merges_prompt", False):  # Florence-2: the prompt and the image (fx2onnx.deploy.captioner)
-
         sets = example_prompts(folder, model, config, seed)
     elif reads_pixels(model):
         sets = example_images(folder, model, config, seed)

@@ -320,7 +320,6 @@ def build_library_rows(
         todo = [(r,) for r in old_rows if _generates(r) and (regenerate or "generate" not in r)
                 and (not only or re.search(only, r["architecture"]))]
     elif stale_only:  # rows of the file: no discovery (timm's creates ~1500 models on meta, minutes)
-
         todo = [(library, r["architecture"], r["model"], r["exporter"], r["shapes"]) for r in old_rows
                 if is_stale(r) and (not only or re.search(only, r["architecture"]))
                 and r["exporter"] in (exporters or EXPORTERS) and r["shapes"] in shapes]

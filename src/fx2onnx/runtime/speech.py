@@ -35,12 +35,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .audio_text import AudioTextGenerator
+from .families import generator_class
 from .folder import _read_json, open_pieces
 from .speech_base import (  # noqa: F401 (kept importable from here)
     NOT_SPEECH, SpeechFolder, SpeechResult, _Suppress, cut_after_eos, read_audios, read_wav, suppress_logits, write_wav,
 )
-from .speech_seq2seq import Seq2SeqSpeechGenerator
 
 
 class SpeechGenerator(SpeechFolder):
@@ -176,10 +175,7 @@ def open_speech_generator(folder: str | os.PathLike, providers: Sequence[str] | 
                           threads: int | None = None) -> Any:
     """The generator of an exported speech folder: :class:`SpeechGenerator` for Whisper,
     :class:`fx2onnx.runtime.speech_seq2seq.Seq2SeqSpeechGenerator` for the other encoder-decoders (the generic
-    split), :class:`fx2onnx.runtime.audio_text.AudioTextGenerator` for a speech language model."""
+    split), :class:`fx2onnx.runtime.audio_text.AudioTextGenerator` for a speech language model (the registry of
+    :mod:`fx2onnx.runtime.families`)."""
     metadata = _read_json(os.path.join(os.fspath(folder), "fx2onnx.json"))
-    if metadata.get("split") == "placeholders":
-        return AudioTextGenerator(folder, providers, threads)
-    if metadata.get("split") == "generic":
-        return Seq2SeqSpeechGenerator(folder, providers, threads)
-    return SpeechGenerator(folder, providers, threads)
+    return generator_class("speech-seq2seq", metadata.get("split"))(folder, providers, threads)

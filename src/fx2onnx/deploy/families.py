@@ -1,0 +1,155 @@
+"""The families a checkpoint folder is exported as: how a task's model is cut into pieces.
+
+A family says which models it takes (a test on the checkpoint's configuration and on its model built on the
+meta device), how it exports their pieces, what ``fx2onnx.json`` records (its ``split``, which the runtime's
+registry :mod:`fx2onnx.runtime.families` reads back to open the folder's loop) and what each piece is checked against. The folder export
+(:mod:`fx2onnx.deploy.export`) takes the first family of its task that applies; the pages list them from
+:data:`FAMILIES`. A new family is one module with its pieces and one entry here.
+
+.. code-block:: python
+
+    from fx2onnx.deploy.families import FAMILIES
+
+    for family in FAMILIES:
+        print(family.task, family.name, family.split)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+
+from ..inputs.audio_inputs import audio_token
+from ..inputs.vlm_inputs import image_token
+from ..runtime.families import GENERATORS
+from .audio_text_generic import generic_audio_pieces
+from .captioner import captioner_generation, is_cross_attention_captioner
+from .image_prefix import image_prefix_pieces, is_image_prefix_model
+from .image_text import export_vision_pieces, vision_pieces
+from .speech import Piece, export_speech_pieces
+from .speech_generic import eager_pieces, export_generic_speech_pieces, meta_model_with_buffers
+
+
+@dataclasses.dataclass
+class FolderFacts:
+    """What the families of a task test, read once from a checkpoint's configuration (and, for an image-text
+    model without an image token, from its model on the meta device)."""
+
+    task: str
+    model_type: str | None
+    encoder_decoder: bool
+    audio_token: int | None
+    image_token: int | None
+    #: a vision model and a text decoder attending to it (BLIP)
+    cross_attention_captioner: bool = False
+    #: the image features in front of the prompt, no placeholder (GIT)
+    image_prefix: bool = False
+    #: what the export records beside the pieces (a captioner's start and end tokens)
+    generation: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def of(cls, task: str, config: Any, dtype: torch.dtype) -> FolderFacts:
+        facts = cls(task, getattr(config, "model_type", None), bool(getattr(config, "is_encoder_decoder", False)),
+                    audio_token(config), image_token(config))
+        if task == "image-text-to-text" and not facts.encoder_decoder and facts.image_token is None:
+            meta = meta_model_with_buffers(config, dtype)
+            if is_cross_attention_captioner(meta):  # BLIP: shown to the encoder-decoder split
+                facts.encoder_decoder, facts.cross_attention_captioner = True, True
+                facts.generation = captioner_generation(meta)
+            facts.image_prefix = is_image_prefix_model(meta)
+            del meta
+        return facts
+
+
+#: ``export(folder, out_dir, config, dtype, options)`` -> the pieces written and the function rebuilding their eager
+#: wrappers for the check (``make_pieces(model, config, dtype)``, None: the family's own check)
+Exporter = Callable[[str, str, Any, torch.dtype, dict[str, Any]], tuple[list[Piece], Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A way to cut the models of a task into pieces."""
+
+    #: a short name (the pages, the errors)
+    name: str
+    task: str
+    #: what ``fx2onnx.json`` records as ``split`` (None: the task's first family, no ``split`` written)
+    split: str | None
+    #: the models it takes, in words (the pages)
+    takes: str
+    applies: Callable[[FolderFacts], bool]
+    export: Exporter
+    #: what each piece is checked against when exported
+    reference: str
+
+    @property
+    def runtime(self) -> str:
+        """The class running the folder, from the runtime's registry (:data:`fx2onnx.runtime.families.GENERATORS`)."""
+        return GENERATORS[self.task, self.split]
+
+
+def _speech_language_model(folder: str, out_dir: str, config: Any, dtype: torch.dtype,
+                           options: dict[str, Any]) -> tuple[list[Piece], Any]:
+    pieces = export_vision_pieces(folder, out_dir, config, dtype, make_pieces=generic_audio_pieces, **options)
+    return pieces, generic_audio_pieces
+
+
+def _image_prefix(folder: str, out_dir: str, config: Any, dtype: torch.dtype,
+                  options: dict[str, Any]) -> tuple[list[Piece], Any]:
+    pieces = export_vision_pieces(folder, out_dir, config, dtype, make_pieces=image_prefix_pieces, **options)
+    return pieces, image_prefix_pieces
+
+
+def _encoder_decoder(folder: str, out_dir: str, config: Any, dtype: torch.dtype,
+                     options: dict[str, Any]) -> tuple[list[Piece], Any]:
+    options = {k: v for k, v in options.items() if k != "cache_in_place"}
+    pieces, layout = export_generic_speech_pieces(folder, out_dir, config, dtype, **options)
+    return pieces, eager_pieces(layout)
+
+
+def _whisper(folder: str, out_dir: str, config: Any, dtype: torch.dtype,
+             options: dict[str, Any]) -> tuple[list[Piece], Any]:
+    options = {k: v for k, v in options.items() if k != "cache_in_place"}
+    return export_speech_pieces(folder, out_dir, config, dtype, **options), None
+
+
+def _image_text(folder: str, out_dir: str, config: Any, dtype: torch.dtype,
+                options: dict[str, Any]) -> tuple[list[Piece], Any]:
+    return export_vision_pieces(folder, out_dir, config, dtype, **options), vision_pieces
+
+
+#: the families of the tasks exported as several pieces, in the order they are tried (the first that applies)
+FAMILIES: tuple[Family, ...] = (
+    Family("speech language model", "speech-seq2seq", "placeholders",
+           "a decoder-only model naming an audio placeholder (Granite Speech, VibeVoice-ASR, Voxtral)",
+           lambda f: f.model_type != "whisper" and not f.encoder_decoder and f.audio_token is not None,
+           _speech_language_model,
+           "the audio piece and the decoder, each against the same wrapper in eager float32"),
+    Family("Whisper", "speech-seq2seq", None, "Whisper", lambda f: f.model_type == "whisper", _whisper,
+           "the encoder (with every layer's cross keys and values) and the decoder against eager float32"),
+    Family("speech encoder-decoder", "speech-seq2seq", "generic", "any other encoder-decoder speech model",
+           lambda f: True, _encoder_decoder,
+           "the encoder and the decoder with its cache against the same wrappers in eager float32"),
+    Family("image prefix", "image-text-to-text", "prefix", "the image features in front of the prompt (GIT)",
+           lambda f: f.image_prefix, _image_prefix,
+           "the vision piece and the decoder against the same wrappers in eager float32"),
+    Family("image encoder-decoder", "image-text-to-text", "generic",
+           "an encoder reading pixels and a decoder (TrOCR, Donut, Florence-2, BLIP's captioner)",
+           lambda f: f.encoder_decoder, _encoder_decoder,
+           "the encoder and the decoder with its cache against the same wrappers in eager float32"),
+    Family("image-text", "image-text-to-text", None,
+           "a decoder writing image features over its placeholders (LLaVA, Gemma 3, Qwen-VL, Mistral 3, any "
+           "other the generic split takes)", lambda f: True, _image_text,
+           "the vision piece and the decoder against the same wrappers in eager float32"),
+)
+
+
+def choose_family(facts: FolderFacts) -> Family:
+    """The first family of the task of ``facts`` that applies."""
+    for family in FAMILIES:
+        if family.task == facts.task and family.applies(facts):
+            return family
+    raise ValueError(f"A model of task {facts.task!r} is exported as one model or not at all: no family of "
+                     f"pieces takes it.")

@@ -1,0 +1,45 @@
+"""The registry of the families a folder is exported as, and the runtime's registry of their loops."""
+
+import json
+
+import pytest
+
+from fx2onnx.deploy.families import FAMILIES, FolderFacts, choose_family
+from fx2onnx.runtime.families import GENERATORS, generator_class, open_generator
+
+
+def _facts(task, model_type="m", encoder_decoder=False, audio=None, image=None, prefix=False):
+    return FolderFacts(task, model_type, encoder_decoder, audio, image, image_prefix=prefix)
+
+
+@pytest.mark.parametrize("facts, name", [
+    (_facts("speech-seq2seq", "whisper", encoder_decoder=True), "Whisper"),
+    (_facts("speech-seq2seq", "speech_to_text", encoder_decoder=True), "speech encoder-decoder"),
+    (_facts("speech-seq2seq", "granite_speech", audio=5), "speech language model"),
+    (_facts("image-text-to-text", "git", prefix=True), "image prefix"),
+    (_facts("image-text-to-text", "vision-encoder-decoder", encoder_decoder=True), "image encoder-decoder"),
+    (_facts("image-text-to-text", "llava", image=32000), "image-text"),
+])
+def test_the_first_family_that_applies(facts, name):
+    assert choose_family(facts).name == name
+
+
+def test_a_task_without_family_is_refused_in_one_line():
+    with pytest.raises(ValueError, match="no family of pieces takes it"):
+        choose_family(_facts("fill-mask"))
+
+
+def test_every_family_has_a_loop_and_every_loop_a_family():
+    for family in FAMILIES:
+        cls = generator_class(family.task, family.split)
+        assert f"{cls.__module__}.{cls.__name__}" == family.runtime
+    split_tasks = {(f.task, f.split) for f in FAMILIES}
+    assert set(GENERATORS) - split_tasks == {("text-generation", None)}  # one model.onnx, no pieces
+
+
+def test_a_folder_of_an_unknown_split_is_refused(tmp_path):
+    (tmp_path / "fx2onnx.json").write_text(json.dumps({"task": "image-text-to-text", "split": "mosaic"}))
+    with pytest.raises(ValueError, match="No loop runs a folder of task 'image-text-to-text' split 'mosaic'"):
+        open_generator(tmp_path)
+    with pytest.raises(ValueError, match="not 'speech-seq2seq'"):
+        open_generator(tmp_path, task="speech-seq2seq")
