@@ -31,6 +31,7 @@ import copy
 import logging
 import os
 import tempfile
+import textwrap
 import warnings
 
 import matplotlib.pyplot as plt
@@ -96,14 +97,21 @@ for name in raw:
 
 warnings.filterwarnings("ignore")
 logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+
+
+def wrapped(text: str) -> str:
+    """The lines of a comparison's text wider than the page wrapped (the table's rows are narrower)."""
+    return "\n".join(textwrap.fill(line, 110, subsequent_indent="    ") if len(line) > 120 else line
+                     for line in text.splitlines())
+
 forward_onnx = onnx.load(next(p for p in dumped if p.endswith("g0_forward_0.onnx")))
 fw_feeds = raw_backend.feeds["g0_forward"]
 fw_args = tuple(torch.from_numpy(fw_feeds[n]) for n in raw["g0_forward"].model.meta["input_names"])
 other = torch.onnx.export(raw["g0_forward"].gm, fw_args, dynamo=True, verbose=False).model_proto
 fw_diff = fx2onnx.compare_onnx_execution(forward_onnx, other, fw_feeds, atol=1e-4)
-print(fw_diff.summary())
+print(wrapped(fw_diff.summary()))
 start = next(k for k, r in enumerate(fw_diff.rows) if r.op_type1 == "Softmax")
-print(fw_diff.to_text(start=start - 4, max_rows=8, show_values=False))
+print(wrapped(fw_diff.to_text(start=start - 4, max_rows=8, show_values=False)))
 assert fw_diff.first_divergence is None and fw_diff.count("diff") == 0
 # the weights the forward graph returns as they are (saved for the backward pass) are handed
 # back by the backend without any node; torch.onnx.export copies each with an Identity
@@ -126,8 +134,8 @@ assert loss_row.status == "same" and loss_row.max_abs_diff < 1e-5
 
 bw_models = [ir.to_proto(backend["g1_backward"].model) for backend in (raw, optimized)]
 bw_diff = fx2onnx.compare_onnx_execution(*bw_models, raw_backend.feeds["g1_backward"], atol=1e-4)
-print(bw_diff.summary())
-print(bw_diff.to_text(start=len(bw_diff.rows) - 6, show_values=False))
+print(wrapped(bw_diff.summary()))
+print(wrapped(bw_diff.to_text(start=len(bw_diff.rows) - 6, show_values=False)))
 assert bw_diff.first_divergence is None and bw_diff.count("diff") == bw_diff.count("only2") == 0
 paired = bw_diff.to_frame().query("status == 'same'")
 print(f"max abs diff over {len(paired)} paired results: {paired.max_abs_diff.max():.1e}")
