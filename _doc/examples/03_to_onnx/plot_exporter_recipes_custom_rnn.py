@@ -103,13 +103,14 @@ for label, (variant, dtype, atol) in variants.items():
 # The differences from eager by sequence length (float32 within 1e-5; float64 near
 # the machine's precision).
 
-fig, axes = plt.subplots(1, 3, figsize=(12, 3.5), sharex=True)
+fig, axes = plt.subplots(3, 1, figsize=(7.4, 7), sharex=True)  # stacked: the page's width
 for ax, (label, values) in zip(axes, differences.items()):
     ax.bar([str(n) for n in lengths], values, color="#4c72b0")
     ax.set_title(label, fontsize=10)
     ax.set_xlabel("sequence length")
     ax.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
-axes[0].set_ylabel("max |onnxruntime - eager|")
+for ax in axes:
+    ax.set_ylabel("max |onnxruntime - eager|", fontsize=8)
 fig.suptitle("One exported model for every sequence length")
 fig.tight_layout()
 
