@@ -45,7 +45,9 @@ def test_cli_exports_with_cache_by_default(checkpoint, tmp_path, capsys):
     assert "with its cache" in captured.err and captured.out.count("OK:") == 6 and "MISMATCH" not in captured.out
     model = onnx.load(str(out), load_external_data=False)
     assert any("past" in i.name or "key" in i.name for i in model.graph.input)
-    assert len(model.graph.output) == 1 + 2 * 2  # logits, then keys and values of 2 layers
+    outputs = [o.name for o in model.graph.output]
+    # the last position's logits, keys and values of 2 layers, the last positions' logits a speculative loop verifies
+    assert outputs[0] == "logits" and outputs[-1] == "verify_logits" and len(outputs) == 2 + 2 * 2, outputs
     assert (tmp_path / "genai_config.json").exists() and (tmp_path / "config.json").exists()
 
 
