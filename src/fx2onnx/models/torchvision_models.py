@@ -56,6 +56,9 @@ SEGMENTATION = (
 )
 #: the number of images of a detection model's list (fixed by the export)
 IMAGES = 2
+#: the detections kept per image: the best ones, apart enough in score that the order rarely
+#: depends on rounding (a model exported with 100 keeps near-equal scores at the cut)
+DETECTIONS = 20
 #: the standard deviation given to the classification logits
 LOGIT_STD = 1.0
 _CLASSIFIERS = ("cls_logits", "cls_score", "classification_head.module_list")
@@ -114,6 +117,10 @@ def build_torchvision_model(name: str, seed: int = 0) -> TorchvisionCase:
         kwargs: dict[str, Any] = dict(weights=None, weights_backbone=None, num_classes=5)
         if not name.startswith("ssd"):
             kwargs.update(min_size=160, max_size=224)
+        if name.startswith(("fasterrcnn", "maskrcnn", "keypointrcnn")):
+            kwargs.update(box_detections_per_img=DETECTIONS)
+        else:
+            kwargs.update(detections_per_img=DETECTIONS)
         if name.startswith("keypoint"):
             kwargs.update(num_classes=2, num_keypoints=5)
         model = getattr(detection, name)(**kwargs).eval()
@@ -141,7 +148,12 @@ def match_detections(want: dict[str, torch.Tensor], got: dict[str, Any]) -> floa
     """The largest difference between two detections of one image (dicts of ``boxes``, ``labels``,
     ``scores``...), rows paired up to their order: a row of ``want`` with the row of ``got`` of the
     same label whose box is the nearest (boxes of scores within rounding of each other may come
-    in either order). ``inf`` when the numbers of rows differ or a label has no partner."""
+    in either order). ``inf`` when the numbers of rows differ or a label has no partner. Boxes are
+    compared relatively to their largest coordinate (a box of 200 pixels computed by another
+    runtime moves by a few hundredths of a pixel through a deep random network). Masks are
+    compared as the fraction of pixels on a different side of 0.5: Mask R-CNN pastes each mask
+    into a box rounded to integers, and a box a thousandth of a pixel away moves a mask's edge
+    by one pixel."""
     got = {k: torch.as_tensor(v) for k, v in got.items()}
     count = want["boxes"].shape[0]
     if got["boxes"].shape[0] != count:
@@ -159,5 +171,14 @@ def match_detections(want: dict[str, torch.Tensor], got: dict[str, Any]) -> floa
         order.append(best)
         free[best] = False
     index = torch.tensor(order)
-    return max(float((w.double() - got[k][index].double()).abs().max()) if w.numel() else 0.0
-               for k, w in want.items())
+
+    def difference(key: str, value: torch.Tensor) -> float:
+        other = got[key][index]
+        if key == "masks":
+            return float(((value > 0.5) != (other > 0.5)).double().mean())
+        difference = float((value.double() - other.double()).abs().max())
+        if key in ("boxes", "keypoints"):
+            return difference / max(1.0, float(value.abs().max()))
+        return difference
+
+    return max(difference(k, w) if w.numel() else 0.0 for k, w in want.items())
