@@ -43,3 +43,15 @@ def test_a_folder_of_an_unknown_split_is_refused(tmp_path):
         open_generator(tmp_path)
     with pytest.raises(ValueError, match="not 'speech-seq2seq'"):
         open_generator(tmp_path, task="speech-seq2seq")
+
+
+def test_the_summary_names_the_family_and_the_quantized_matrices():
+    import torch
+
+    from fx2onnx.deploy.export import FolderExport
+
+    folder = FolderExport("out", "image-text-to-text", torch.float32, [], 0, 1.0, 0, [], None,
+                          family="image encoder-decoder", quantize="int4")
+    assert "(image-text-to-text: image encoder-decoder, int4 matrices, float32 elsewhere)" in str(folder)
+    assert FolderExport("out", "text-generation", torch.bfloat16, [], 0, 1.0, 0, [], None).kind() == \
+        "text-generation, bfloat16"

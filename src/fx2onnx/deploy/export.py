@@ -70,6 +70,16 @@ class FolderExport:
     check_names: list[str] | None = None
     #: False: the check failed, nothing was written at ``out`` (a previous folder there is kept)
     written: bool = True
+    #: the family of pieces (:data:`fx2onnx.deploy.families.FAMILIES`; None: one model)
+    family: str | None = None
+    #: the weight-only quantization of the matrices (``int4``, ``int8``; None: ``dtype`` everywhere)
+    quantize: str | None = None
+
+    def kind(self) -> str:
+        """The task, the family of pieces and the weights' types, as the summary says them."""
+        dtype = str(self.dtype).replace("torch.", "")
+        weights = f"{self.quantize} matrices, {dtype} elsewhere" if self.quantize else dtype
+        return f"{self.task}{': ' + self.family if self.family else ''}, {weights}"
 
     @property
     def ok(self) -> bool:
@@ -81,11 +91,10 @@ class FolderExport:
         return [f"{name}: {check}" for name, check in zip(names, self.checks)]
 
     def __str__(self) -> str:
-        dtype = str(self.dtype).replace("torch.", "")
         if not self.written:
-            return (f"nothing written at {self.out}: the check against eager failed ({self.task}, {dtype}, "
+            return (f"nothing written at {self.out}: the check against eager failed ({self.kind()}, "
                     f"{self.seconds:.1f} s); a previous folder there is kept")
-        return (f"wrote {self.out}: {len(self.files)} files, {self.nbytes / 2**20:.1f} MiB ({self.task}, {dtype}) "
+        return (f"wrote {self.out}: {len(self.files)} files, {self.nbytes / 2**20:.1f} MiB ({self.kind()}) "
                 f"in {self.seconds:.1f} s, peak memory {self.peak_rss / 2**30:.2f} GiB")
 
 
@@ -318,7 +327,7 @@ def _write_folder(folder: str, out_dir: str, filename: str, config: Any, task: s
     files = sorted(os.listdir(out_dir))
     nbytes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in files if os.path.isfile(os.path.join(out_dir, f)))
     return FolderExport(out_dir, task, dtype, files, nbytes, time.perf_counter() - begin, peak_rss(), checks, genai,
-                        check_names if validate else None)
+                        check_names if validate else None, quantize=quantize)
 
 
 def _export_two_layers(folder: str, model: torch.nn.Module, config: Any, task: str, with_cache: bool, logits: str,
@@ -441,7 +450,7 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
     nbytes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in files if os.path.isfile(os.path.join(out_dir, f)))
     return FolderExport(out_dir, task, dtype, files, nbytes, time.perf_counter() - begin, peak_rss(),
                         checks, f"onnxruntime-genai's configuration of a {model_type} folder is not written yet",
-                        check_names)
+                        check_names, family=family.name, quantize=quantize)
 
 
 def _generation_config(folder: str) -> Any:
