@@ -110,7 +110,7 @@ def run_row(name: str, exporter: str, repeat: int = 5, atol: float = 1e-2) -> di
                 feeds = _feeds(session, case.export_args)
                 row[f"ort{threads}_ms"] = _median_ms(lambda: session.run(None, feeds), repeat)
     except Exception as e:  # noqa: BLE001 - the row records the failure
-        text = str(e).strip().splitlines()
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines()  # no terminal colours
         row["error"] = f"{type(e).__name__}: {text[0] if text else ''}"[:300]
     return row
 

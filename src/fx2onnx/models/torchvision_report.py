@@ -16,6 +16,7 @@ and 2 threads beside eager's). :func:`write_torchvision_page` renders ``torchvis
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ def _cell(row: dict[str, Any] | None) -> str:
         return "not run"
     if row.get("success"):
         return f"OK ({row.get('max_diff', 0):.1g})"
-    error = (row.get("error") or "").replace("|", "/").replace("`", "'")
+    error = re.sub(r"\x1b\[[0-9;]*m", "", row.get("error") or "").replace("|", "/").replace("`", "'")
     return f"fails at {row.get('step')}: {error[:120]}"
 
 
