@@ -94,3 +94,8 @@ def test_paste_masks_as_products(monkeypatch):
     want = transform.paste_masks_in_image(masks, boxes, (90, 70))
     torch.testing.assert_close(pasted(masks, boxes, (90, 70)), want, atol=1e-5, rtol=1e-5)
     assert pasted(masks[:0], boxes[:0], (90, 70)).shape == (0, 1, 90, 70)
+
+
+@pytest.mark.slow  # about four minutes on 2 cores
+def test_mask_rcnn(tmp_path):
+    check_torchvision_model("maskrcnn_resnet50_fpn", tmp_path)
