@@ -61,6 +61,8 @@ COLUMN_PX = 736
 BUDGETS: list[tuple[str, float]] = [
     # three to four checkpoint folders exported and generating from the command line
     (r"_folders?_(generate_)?10\d", 480.0),
+    # two torchvision detection models exported (most of each export is symbolic reasoning on the resize)
+    (r"plot_torchvision_detection", 480.0),
     (r"06_benchmarks/|bench", 420.0),
     (r".*", 240.0),
 ]
