@@ -16,7 +16,8 @@ import graph has no circle. ``tests/test_layers.py`` checks both on every change
 Every import statement counts, at the top of a module or inside a function (a function-level import
 only defers a heavy third-party package: it is no way around the layers), except those under
 ``if TYPE_CHECKING:`` and the old import paths kept for one release: a module left at an old path
-(:func:`fx2onnx._moved.moved_to`) and a module's ``__getattr__`` giving the names that moved.
+(:func:`fx2onnx._moved.moved_to`; the names that moved are forwarded by :func:`fx2onnx._moved.moved_names`,
+which imports their new module by name).
 Only the standard library is used here.
 """
 
@@ -100,14 +101,15 @@ def _lazy_names(package: str, path: Path) -> dict[str, str]:
     return {}
 
 
-def _parse(path: Path) -> ast.Module:
+def _parse(path: Path, text: str | None = None) -> ast.Module:
     with warnings.catch_warnings():  # a source's own warnings (an invalid escape) are not this check's
         warnings.simplefilter("ignore")
-        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        return ast.parse(path.read_text(encoding="utf-8") if text is None else text, filename=str(path))
 
 
 def _imports(module: str, path: Path, names: dict[str, Path], lazy: dict[str, dict[str, str]]) -> list[Import]:
-    tree = _parse(path)
+    text = path.read_text(encoding="utf-8")
+    tree = _parse(path, text)
     is_package = path.name == "__init__.py"
     found: list[Import] = []
 
@@ -141,11 +143,9 @@ def _imports(module: str, path: Path, names: dict[str, Path], lazy: dict[str, di
                 for name in [resolved, *parents]:
                     if name and name != module and not module.startswith(name + "."):
                         found.append(Import(module, name, child.lineno, not in_function))
-            if isinstance(child, ast.FunctionDef) and child.name == "__getattr__" and in_function is False:
-                continue  # the names that moved, kept for one release
             visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
 
-    if "moved_to(__name__" in path.read_text(encoding="utf-8"):
+    if "moved_to(__name__" in text:
         return []  # a module left at an old path
     visit(tree, False)
     return found

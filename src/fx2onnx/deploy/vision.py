@@ -30,6 +30,7 @@ import torch
 from ..inputs.decoder import _decoder_inputs, _dynamic_shapes
 from ..inputs.vision_features import cache_dynamic_shapes, image_features
 from ..inputs.vlm_inputs import image_token, text_token_range
+from .._moved import moved_names
 from .speech import Piece
 
 #: the model types whose vision piece is :class:`VisionPiece` (the others but Qwen-VL and Mistral 3:
@@ -161,13 +162,5 @@ def decoder_piece(model: Any, config: Any, dtype: torch.dtype, g: torch.Generato
     return decoder
 
 
-def __getattr__(name: str) -> Any:
-    """The dispatch of an image-text folder moved to :mod:`fx2onnx.deploy.image_text` (kept here for one release)."""
-    if name in ("has_own_pieces", "vision_pieces", "export_vision_pieces"):
-        import importlib
-        import warnings
-
-        warnings.warn(f"fx2onnx.deploy.vision.{name} moved to fx2onnx.deploy.image_text: import it from there "
-                      "(the old path goes in the next release).", DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module("fx2onnx.deploy.image_text"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: the dispatch of an image-text folder moved to :mod:`fx2onnx.deploy.image_text` (kept here for one release)
+__getattr__ = moved_names(__name__, "fx2onnx.deploy.image_text", ("has_own_pieces", "vision_pieces", "export_vision_pieces"))

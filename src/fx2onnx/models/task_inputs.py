@@ -16,10 +16,9 @@ tasks``); :func:`check_task_architecture` runs one such row.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
-from ..inputs import task_inputs as _inputs
+from .._moved import moved_names
 from ..inputs.task_inputs import build_task_inputs  # noqa: F401 (the zoo's tests import it from here)
 from .library_zoo import run_row
 from .task_cases import (  # noqa: F401 (importable from here)
@@ -33,13 +32,8 @@ from .task_cases import (  # noqa: F401 (importable from here)
 )
 
 
-def __getattr__(name: str) -> Any:
-    """The builders moved to :mod:`fx2onnx.inputs.task_inputs` stay importable from here for one release."""
-    if hasattr(_inputs, name):
-        warnings.warn(f"fx2onnx.models.task_inputs.{name} moved to fx2onnx.inputs.task_inputs: import it from there "
-                      "(the old path goes in the next release).", DeprecationWarning, stacklevel=2)
-        return getattr(_inputs, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: the builders moved to :mod:`fx2onnx.inputs.task_inputs` stay importable from here for one release
+__getattr__ = moved_names(__name__, "fx2onnx.inputs.task_inputs")
 
 
 def check_task_architecture(arch: Any, exporter: str = "to_onnx") -> dict[str, Any]:
