@@ -17,17 +17,13 @@ import transformers
 
 from fx2onnx.__main__ import main
 from fx2onnx.deploy.output_folder import partial_folders
-from fx2onnx.testing.tokenizer import write_checkpoint_folder
+from fx2onnx.testing.tokenizer import tiny_qwen3_config, write_checkpoint_folder
 from fx2onnx.runtime.media_check import check_media
 from fx2onnx.weights.checkpoint import CheckpointFileError, safetensors_header
 
 
 def _config(**kwargs):
-    values = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=8, vocab_size=384, max_position_embeddings=64,
-                  architectures=["Qwen3ForCausalLM"], tie_word_embeddings=True)
-    values.update(kwargs)
-    return transformers.Qwen3Config(**values)
+    return tiny_qwen3_config(**{**dict(hidden_size=32, intermediate_size=64, head_dim=8, max_position_embeddings=64), **kwargs})
 
 
 @pytest.fixture(scope="module")

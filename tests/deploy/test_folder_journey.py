@@ -14,17 +14,9 @@ import torch
 import transformers
 
 from fx2onnx.__main__ import main
-from fx2onnx.testing.tokenizer import write_checkpoint_folder
+from fx2onnx.testing.tokenizer import tiny_qwen3_config, write_checkpoint_folder
 
 PROMPT = "hello world, the exporter"
-
-
-def _config(**kwargs):
-    values = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=16, vocab_size=384, max_position_embeddings=256,
-                  architectures=["Qwen3ForCausalLM"], tie_word_embeddings=True)
-    values.update(kwargs)
-    return transformers.Qwen3Config(**values)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +24,7 @@ def folders(tmp_path_factory):
     """A bf16 folder with a tokenizer, and the folder ``export`` (no flag) wrote from it."""
     root = tmp_path_factory.mktemp("journey")
     checkpoint, out = str(root / "qwen3"), str(root / "qwen3_onnx")
-    write_checkpoint_folder(_config(), checkpoint, dtype="bfloat16", std=0.3)
+    write_checkpoint_folder(tiny_qwen3_config(), checkpoint, dtype="bfloat16", std=0.3)
     assert main(["export", checkpoint, "--out", out, "--quiet"]) == 0
     return checkpoint, out
 
@@ -296,7 +288,7 @@ def test_real_width_projections_are_packed(tmp_path, capsys):
     float32 folder still generates transformers' greedy tokens, the int4 one onnxruntime-genai's."""
     og = pytest.importorskip("onnxruntime_genai")
     checkpoint = str(tmp_path / "wide")
-    write_checkpoint_folder(_config(hidden_size=1024, intermediate_size=3072, num_hidden_layers=1,
+    write_checkpoint_folder(tiny_qwen3_config(hidden_size=1024, intermediate_size=3072, num_hidden_layers=1,
                                     num_attention_heads=8, num_key_value_heads=4, head_dim=128),
                             checkpoint, dtype="bfloat16", std=0.05)
     prompt = [5, 60, 7, 200, 31]

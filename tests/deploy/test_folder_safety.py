@@ -22,19 +22,16 @@ import threading
 import time
 
 import pytest
-import transformers
 
 from fx2onnx.__main__ import main
 from fx2onnx.deploy import disk, export_folder
 from fx2onnx.deploy.output_folder import LOCK, OutputFolder, partial_folders
-from fx2onnx.testing.tokenizer import write_checkpoint_folder
+from fx2onnx.testing.tokenizer import tiny_qwen3_config, write_checkpoint_folder
 from fx2onnx.runtime.integrity import SAMPLE_BYTES, WHOLE_BYTES, file_checksum
 
 
 def _config():
-    return transformers.Qwen3Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                    num_key_value_heads=2, head_dim=8, vocab_size=384, max_position_embeddings=64,
-                                    architectures=["Qwen3ForCausalLM"], tie_word_embeddings=True)
+    return tiny_qwen3_config(hidden_size=32, intermediate_size=64, head_dim=8, max_position_embeddings=64)
 
 
 def snapshot(folder: str) -> dict[str, tuple]:

@@ -18,7 +18,7 @@ transformers = pytest.importorskip("transformers")
 import fx2onnx  # noqa: E402
 from fx2onnx.__main__ import main  # noqa: E402
 from fx2onnx.models import get_tiny_model  # noqa: E402
-from fx2onnx.testing.tokenizer import write_checkpoint_folder  # noqa: E402
+from fx2onnx.testing.tokenizer import tiny_qwen3_config, write_checkpoint_folder  # noqa: E402
 from fx2onnx.runtime import OnnxGenerator  # noqa: E402
 from fx2onnx.runtime.folder import FolderGenerator  # noqa: E402
 from fx2onnx.runtime.speculative import (  # noqa: E402
@@ -120,21 +120,13 @@ def test_refusals():
         PromptLookup(0)
 
 
-def _config(**kwargs):
-    values = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, head_dim=16, vocab_size=384, max_position_embeddings=256,
-                  architectures=["Qwen3ForCausalLM"], tie_word_embeddings=True)
-    values.update(kwargs)
-    return transformers.Qwen3Config(**values)
-
-
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     """A bf16 checkpoint folder with a tokenizer, its export (no flag), and a one-layer draft's."""
     root = tmp_path_factory.mktemp("speculative")
     paths = {name: str(root / name) for name in ("model", "model_onnx", "draft", "draft_onnx")}
-    write_checkpoint_folder(_config(), paths["model"], dtype="bfloat16", std=0.3)
-    write_checkpoint_folder(_config(num_hidden_layers=1), paths["draft"], dtype="bfloat16", std=0.3, seed=1)
+    write_checkpoint_folder(tiny_qwen3_config(), paths["model"], dtype="bfloat16", std=0.3)
+    write_checkpoint_folder(tiny_qwen3_config(num_hidden_layers=1), paths["draft"], dtype="bfloat16", std=0.3, seed=1)
     for name in ("model", "draft"):
         assert main(["export", paths[name], "--out", paths[name + "_onnx"], "--quiet"]) == 0
     return paths

@@ -70,6 +70,18 @@ def tiny_tokenizer(vocab_size: int = 384) -> Any:
     )
 
 
+def tiny_qwen3_config(**overrides: Any) -> Any:
+    """A Qwen3 decoder of 2 layers and 64 hidden units over :func:`tiny_tokenizer`'s 384 tokens (grouped-query
+    attention, tied embeddings), the tests' checkpoint; ``overrides`` change any field."""
+    import transformers  # deferred: heavy
+
+    values = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, vocab_size=384, max_position_embeddings=256,
+                  architectures=["Qwen3ForCausalLM"], tie_word_embeddings=True)
+    values.update(overrides)
+    return transformers.Qwen3Config(**values)
+
+
 def write_checkpoint_folder(
     config: Any, folder: str | os.PathLike, dtype: str = "bfloat16", *, seed: int = 0, tokenizer: bool = True,
     std: float | None = None,
