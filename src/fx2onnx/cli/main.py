@@ -52,6 +52,16 @@ def _quiet_imports() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
+def _what_was_written(command: str) -> str:
+    """What an interrupted export leaves: nothing, or (Ctrl-C after the swap) the complete folder."""
+    if command != "export":
+        return ""
+    from ..deploy.output_folder import committed_folders
+
+    written = committed_folders()
+    return f" after the folder was written: {written[-1]} is complete" if written else ": nothing was written"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parses ``argv`` and runs the command; returns the exit code (2 and one line on stderr
     for an input the command refuses: a folder of an unsupported task, a missing file...; 1 and the
@@ -71,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM during an export: its temporary folder is already removed
         if os.environ.get("FX2ONNX_TRACEBACK"):
             raise
-        print("error: interrupted" + (": nothing was written" if args.command == "export" else ""), file=sys.stderr)
+        print(f"error: interrupted{_what_was_written(args.command)}", file=sys.stderr)
         return 130
     except (ExportError, ConversionError) as e:
         # the model could not be captured or converted: its first line, then where the model's code does what

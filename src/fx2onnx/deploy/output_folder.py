@@ -38,6 +38,13 @@ METADATA = "fx2onnx.json"
 PARTIAL = ".fx2onnx-partial-"
 #: the name of the lock file: ``.{output name}{LOCK}``, beside the output
 LOCK = ".fx2onnx-lock"
+_COMMITTED: list[str] = []  # the folders this process swapped in, for a Ctrl-C that comes after
+
+
+def committed_folders() -> list[str]:
+    """The output folders this process has swapped in, complete and checked (the command line says so
+    when an interruption comes after the swap, instead of "nothing was written")."""
+    return list(_COMMITTED)
 
 
 class OutputFolderError(ValueError):
@@ -213,6 +220,7 @@ class OutputFolder:
         if os.path.isdir(self.out) and os.listdir(self.out):
             if _exchange(self.path, self.out):  # self.path now holds the previous folder, removed on exit
                 self.committed = True
+                _COMMITTED.append(self.out)
                 return
             previous = self._new_partial()
             os.rmdir(previous)
@@ -225,6 +233,7 @@ class OutputFolder:
             os.rename(self.path, self.out)
             self.path = ""
         self.committed = True
+        _COMMITTED.append(self.out)
 
     def _release(self) -> None:
         if self._signals is not None:
