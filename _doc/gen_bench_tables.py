@@ -114,19 +114,62 @@ def multimodal_table(stored: dict) -> str:
 
 
 TABLES = {"llm_deploy": llm_deploy_table, "multimodal": multimodal_table}
+#: the measurements the design pages cite, one JSON per page: its ``tables`` (a measured table with its date,
+#: machine, versions, command and notes) and its ``findings`` (one measured sentence each)
+MEASURED_PAGES = ("optimizer", "runner", "deploy", "folder_safety")
+
+
+def _measured_by(entry: dict) -> list[str]:
+    """The lines saying when, where and how a table or a finding was measured."""
+    versions = ", ".join(f"{k} {v}" for k, v in entry.get("versions", {}).items())
+    command = f"``{entry['command']}``" if entry.get("command") else "command not recorded"
+    return [f"*Measured {entry.get('date', '(date not recorded)')} on {entry.get('machine', 'the project machine')}"
+            f"{' (' + versions + ')' if versions else ''}: {command}.*"]
+
+
+def measured_table(entry: dict) -> str:
+    """The rst of one measured table: its title, conditions, the table, its notes, how it was measured."""
+    columns = entry["columns"]
+    lines = [f"**{entry['title']}.** {entry.get('conditions', '')}".rstrip(), ""]
+    lines += _list_table(columns, [[cell or "" for cell in row] for row in entry["rows"]],
+                         [max(8, min(40, max(len(str(r[i])) for r in [columns, *entry["rows"]])))
+                          for i in range(len(columns))])
+    lines.append("")
+    for note in entry.get("notes", []):
+        lines += [f"* {note}"]
+    if entry.get("notes"):
+        lines.append("")
+    return "\n".join(lines + _measured_by(entry)) + "\n"
+
+
+def measured_finding(entry: dict) -> str:
+    """The rst of one measured sentence, with how it was measured."""
+    how = f" ({entry['how']})" if entry.get("how") else ""
+    return f"*Measured {entry.get('date', '(date not recorded)')}{how}:* {entry['text']}\n"
+
+
+def _write(path: Path, text: str) -> Path:
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+    return path
 
 
 def generate(app=None) -> list[Path]:
-    """Writes ``design/_generated/bench_<name>.inc`` for every table of :data:`TABLES`."""
+    """Writes ``design/_generated/bench_<name>.inc`` for every table of :data:`TABLES`, and
+    ``design/_generated/measured_<page>_<name>.inc`` for every table and finding of :data:`MEASURED_PAGES`."""
     OUTPUT.mkdir(parents=True, exist_ok=True)
     written = []
     for name, render in TABLES.items():
         with open(BENCH / f"{name}.json", encoding="utf-8") as f:
             text = render(json.load(f))
-        path = OUTPUT / f"bench_{name}.inc"
-        if not path.exists() or path.read_text(encoding="utf-8") != text:
-            path.write_text(text, encoding="utf-8")
-        written.append(path)
+        written.append(_write(OUTPUT / f"bench_{name}.inc", text))
+    for page in MEASURED_PAGES:
+        with open(BENCH / f"{page}.json", encoding="utf-8") as f:
+            stored = json.load(f)
+        for name, entry in stored["tables"].items():
+            written.append(_write(OUTPUT / f"measured_{page}_{name}.inc", measured_table(entry)))
+        for name, entry in stored["findings"].items():
+            written.append(_write(OUTPUT / f"measured_{page}_{name}.inc", measured_finding(entry)))
     return written
 
 
