@@ -43,7 +43,7 @@ test: $(STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) -m "not slow"
 
 test-all: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --durations=30
 
 clean:
 	rm -rf _build _generated auto_examples gen_modules sg_execution_times.rst \
