@@ -37,7 +37,7 @@ from ..weights.export import _torch_dtype, model_from_checkpoint_config, model_f
 from ..weights.repeat_layers import LayersNotRepeatable, layer_stack, short_config, stamp_layers
 from .check import FolderCheck, check_against_eager, in_place_input_sets
 from .disk import NotEnoughSpaceError, check_free_space
-from .families import FolderFacts, choose_family
+from .families import FAMILIES, FolderFacts, choose_family
 from .files import copy_folder_files
 from .genai_config import present_name, write_genai_config  # noqa: F401
 from .inputs_check import check_checkpoint_folder, check_weights
@@ -264,7 +264,7 @@ def _write_folder(folder: str, out_dir: str, filename: str, config: Any, task: s
     import transformers
 
     model_path = os.path.join(out_dir, filename)
-    if task in ("speech-seq2seq", "image-text-to-text"):
+    if any(f.task == task for f in FAMILIES):  # exported by a family of pieces (an encoder: one piece)
         return _export_pieces_folder(task, folder, out_dir, config, dtype, begin, optimize=optimize, quantize=quantize,
                                      block_size=block_size, symmetric=symmetric, opset=opset, validate=validate,
                                      cache_in_place=cache_in_place, atol=atol, rtol=rtol,
@@ -409,7 +409,7 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
     models, the image-text models...), their signatures in ``fx2onnx.json``, the processor and tokenizer files
     copied."""
 
-    model_types, supported = PIECES_MODEL_TYPES[task]
+    model_types, supported = PIECES_MODEL_TYPES.get(task, (None, None))
     model_type = getattr(config, "model_type", None)
     if model_types is not None and model_type not in model_types:
         raise ValueError(f"{config.architectures[0]} is a model of task {task!r}: exporting such a folder supports "

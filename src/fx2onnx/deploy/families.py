@@ -17,6 +17,7 @@ registry :mod:`fx2onnx.runtime.families` reads back to open the folder's loop) a
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import torch
@@ -25,7 +26,9 @@ from ..inputs.audio_inputs import audio_token
 from ..inputs.vlm_inputs import image_token
 from ..runtime.families import GENERATORS
 from .audio_text_generic import generic_audio_pieces
+from ..runtime.pipelines import PIPELINE_TASKS
 from .captioner import captioner_generation, is_cross_attention_captioner
+from .encoder import export_encoder_pieces
 from .image_prefix import image_prefix_pieces, is_image_prefix_model
 from .image_text import export_vision_pieces, vision_pieces
 from .speech import Piece, export_speech_pieces
@@ -143,6 +146,11 @@ FAMILIES: tuple[Family, ...] = (
            "a decoder writing image features over its placeholders (LLaVA, Gemma 3, Qwen-VL, Mistral 3, any "
            "other the generic split takes)", lambda f: True, _image_text,
            "the vision piece and the decoder against the same wrappers in eager float32"),
+    # the single-pass encoders: one model, onnx/model.onnx (fx2onnx.deploy.encoder), one entry per pipeline task
+    *(Family("encoder", task, None, f"any model of the {task} auto mapping reading a {modality}", lambda f: True,
+             functools.partial(export_encoder_pieces, task),
+             f"the model's {output} on two input sets of its processor against eager float32")
+      for task, (modality, output) in PIPELINE_TASKS.items()),
 )
 
 

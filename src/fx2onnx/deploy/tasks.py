@@ -18,11 +18,23 @@ import functools
 from typing import Any
 
 from ..inputs.tasks import TASKS
+from ..runtime.pipelines import PIPELINE_TASKS
 
-#: the tasks ``python -m fx2onnx export FOLDER`` exports today
-EXPORTABLE_TASKS = ("text-generation", "speech-seq2seq", "image-text-to-text")
-#: the auto mappings of the tasks named otherwise than their mapping
-_NAMED_MAPPINGS = {"MODEL_FOR_CAUSAL_LM_MAPPING_NAMES": "text-generation"}
+#: the tasks ``python -m fx2onnx export FOLDER`` exports today (the generation tasks, then the single-pass encoders
+#: of :data:`fx2onnx.runtime.pipelines.PIPELINE_TASKS`)
+EXPORTABLE_TASKS = ("text-generation", "speech-seq2seq", "image-text-to-text", *PIPELINE_TASKS)
+#: the auto mappings of the tasks named otherwise than their mapping: transformers' pipeline task names
+_NAMED_MAPPINGS = {
+    "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES": "text-generation",
+    "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES": "text-classification",
+    "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES": "token-classification",
+    "MODEL_FOR_MASKED_LM_MAPPING_NAMES": "fill-mask",
+    "MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES": "feature-extraction",
+    "MODEL_FOR_IMAGE_MAPPING_NAMES": "image-feature-extraction",
+    "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES": "image-classification",
+    "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES": "audio-classification",
+    "MODEL_FOR_CTC_MAPPING_NAMES": "automatic-speech-recognition",
+}
 
 
 @functools.cache
@@ -71,8 +83,12 @@ def folder_task(config: Any, task: str | None = None) -> str:
         what = f"task {found[0]!r}" if found else "a task none of transformers' auto mappings names"
         raise ValueError(
             f"{architectures[0]} is a model of {what}: exporting a folder supports {list(EXPORTABLE_TASKS)} today; "
-            "export such a model from Python with fx2onnx.to_onnx (see the gallery's vision-language split)."
+            "export such a model from Python with fx2onnx.to_onnx (see the gallery's tasks page)."
         )
     if task not in EXPORTABLE_TASKS:
         raise ValueError(f"--task {task!r} is not supported from a folder: use one of {list(EXPORTABLE_TASKS)}.")
+    found = [t for a in architectures for t in tasks_of_class(a)]
+    if task in PIPELINE_TASKS and task not in found:  # the model's head is the task's: --task picks among its tasks
+        raise ValueError(f"--task {task!r}: {architectures[0] if architectures else 'the model'} is a model of "
+                         f"{found or 'no task of transformers auto mappings'}; give one of those.")
     return task

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from ..formats import FOLDER_METADATA
 from .folder import _read_json
+from .pipelines import PIPELINE_TASKS
 
 #: (task, split) -> the class running such a folder (``split`` None: the task's first family)
 GENERATORS: dict[tuple[str, str | None], str] = {
@@ -28,6 +29,8 @@ GENERATORS: dict[tuple[str, str | None], str] = {
     ("image-text-to-text", None): "fx2onnx.runtime.vision.VisionGenerator",
     ("image-text-to-text", "generic"): "fx2onnx.runtime.image_seq2seq.Seq2SeqImageGenerator",
     ("image-text-to-text", "prefix"): "fx2onnx.runtime.image_prefix.ImagePrefixGenerator",
+    # the single-pass encoders: transformers' pipelines of their tasks
+    **{(task, None): "fx2onnx.runtime.pipelines.Pipeline" for task in PIPELINE_TASKS},
 }
 
 

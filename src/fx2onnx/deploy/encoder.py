@@ -1,0 +1,143 @@
+"""The single-pass encoders of transformers' pipelines: one model, no cache, one run per input.
+
+A classifier (text, image, audio), a token tagger, a masked language model, a text or image embedder and a CTC
+speech recognizer are each exported as one model, ``onnx/model.onnx``, as optimum and transformers.js lay such a
+folder out: its inputs named as the processor names them (``input_ids``, ``attention_mask``, ``token_type_ids``,
+``pixel_values``, ``input_values``), its output as transformers' pipeline reads it (``logits``, or
+``last_hidden_state`` for an embedder). The tasks and what they keep are listed by the runtime
+(:data:`fx2onnx.runtime.pipelines.PIPELINE_TASKS`), which runs such a folder.
+
+The example inputs come from the folder's own processor: its tokenizer on sentences, its image processor on
+images, its feature extractor on sounds, two sets of other batch sizes and lengths. The batch and the length of a
+text or a sound are dynamic; an image's height and width are the processor's. Each set is checked against the same
+wrapper around the eager float32 model (:func:`fx2onnx.deploy.speech.check_speech_pieces`).
+
+.. code-block:: python
+
+    from fx2onnx.deploy import export_folder
+
+    print(export_folder("bert_classifier", "bert_onnx"))  # task text-classification, onnx/model.onnx
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..patches import torch_export_patches
+from ..runtime.pipelines import MODEL_FILE, PIPELINE_TASKS
+from ..weights import to_onnx_from_checkpoint
+from ..weights.empty import parameters_on_meta
+from ..weights.save import load_without_weights
+from .saved_model import rename_values
+from .speech import Piece
+
+#: the sentences of the two text input sets (batch 2, then batch 3, other lengths)
+SENTENCES = (("the cat sat on the mat", "paris is the capital of france, a city by the sea"),
+             ("a quick brown fox", "the model was exported to onnx and runs in a folder", "good night"))
+#: the dimensions of each input left dynamic, by modality
+DYNAMIC_DIMS = {"text": {0: "batch", 1: "sequence"}, "image": {0: "batch"}, "audio": {0: "batch", 1: "samples"}}
+
+
+class EncoderPiece(torch.nn.Module):
+    """The model of a folder returning the outputs its task keeps, by name (``logits``...).
+
+    ``base_model_prefix`` makes the checkpoint's names (``bert.encoder...``) match the wrapper's
+    (``model.bert.encoder...``) when the weights are read (:func:`fx2onnx.weights.checkpoint_weights`)."""
+
+    base_model_prefix = "model"
+
+    def __init__(self, model: torch.nn.Module, outputs: tuple[str, ...]):
+        super().__init__()
+        self.model, self.outputs = model, outputs
+
+    def forward(self, input_ids: Any = None, attention_mask: Any = None, token_type_ids: Any = None,
+                pixel_values: Any = None, input_values: Any = None) -> tuple[torch.Tensor, ...]:
+        given = dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                     pixel_values=pixel_values, input_values=input_values)
+        result = self.model(**{k: v for k, v in given.items() if v is not None})
+        return tuple(result[name] for name in self.outputs)
+
+
+def _processor(folder: str, modality: str) -> Any:
+    """The folder's tokenizer, image processor or feature extractor (transformers, offline); one line when the
+    folder has none."""
+    import transformers
+
+    loader = {"text": transformers.AutoTokenizer, "image": transformers.AutoImageProcessor,
+              "audio": transformers.AutoFeatureExtractor}[modality]
+    what = {"text": "tokenizer", "image": "image processor", "audio": "feature extractor"}[modality]
+    try:
+        return loader.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"{folder!r} has no {what} transformers can load ({type(e).__name__}): save the model's "
+                         f"{what} in the folder (save_pretrained) before exporting it.") from None
+
+
+def example_inputs(folder: str, modality: str, accepted: set[str], seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    """Two input sets made by the folder's processor (batch 2 then 3, other lengths), keeping the inputs the model
+    takes (``accepted``)."""
+    processor = _processor(folder, modality)
+    rng = np.random.default_rng(seed)
+    sets = []
+    for batch, sentences in ((2, SENTENCES[0]), (3, SENTENCES[1])):
+        if modality == "text":
+            out = processor(list(sentences), padding=True, return_tensors="pt")
+        elif modality == "image":
+            images = [rng.integers(0, 256, (24 + 8 * i, 40 - 4 * i, 3), dtype=np.uint8) for i in range(batch)]
+            out = processor(images=images, return_tensors="pt")
+        else:
+            rate = int(getattr(processor, "sampling_rate", 16000))
+            sounds = [rng.standard_normal(rate // 4 + 800 * (i + batch)).astype(np.float32) for i in range(batch)]
+            out = processor(sounds, sampling_rate=rate, padding=True, return_tensors="pt")
+        sets.append({k: v for k, v in dict(out).items() if k in accepted and isinstance(v, torch.Tensor)})
+    return sets
+
+
+def encoder_pieces(model: torch.nn.Module, task: str, folder: str) -> list[Piece]:
+    """The one piece of a folder of ``task``: the wrapper around ``model`` (the meta device for the export, the
+    CPU for the check), its two input sets and their dynamic dimensions."""
+    modality, output = PIPELINE_TASKS[task]
+    accepted = set(inspect.signature(model.forward).parameters) & set(inspect.signature(EncoderPiece.forward).parameters)
+    inputs, inputs2 = example_inputs(folder, modality, accepted)
+    names = [n for n in inspect.signature(EncoderPiece.forward).parameters if n in inputs]
+    dims = DYNAMIC_DIMS[modality]
+    dynamic_shapes = {n: {d: name for d, name in dims.items() if d < inputs[n].dim()} for n in names}
+    return [Piece("model", MODEL_FILE, EncoderPiece(model, (output,)), {n: inputs[n] for n in names},
+                  {n: inputs2[n] for n in names}, dynamic_shapes, names, [output])]
+
+
+def export_encoder_pieces(task: str, folder: str, out_dir: str, config: Any, dtype: torch.dtype,
+                          options: dict[str, Any]) -> tuple[list[Piece], Any]:
+    """Exports the model of a folder of ``task`` into ``out_dir/onnx/model.onnx`` (the weights streamed from the
+    checkpoint, the model built with its parameters on the meta device); returns the piece and the function
+    rebuilding it around the eager model for the check."""
+    import transformers  # deferred: heavy
+
+    with parameters_on_meta():  # the buffers computed (BERT's position and token type ids)
+        model = getattr(transformers, config.architectures[0])._from_config(config, dtype=dtype).eval()
+    pieces = encoder_pieces(model, task, folder)
+    optimize, quantize = options["optimize"], options["quantize"]
+    for piece in pieces:
+        options["say"](f"exporting {config.architectures[0]} ({task}, {str(dtype).replace('torch.', '')}, "
+                       f"optimize={optimize}{', ' + quantize if quantize else ''})")
+        path = os.path.join(out_dir, piece.filename)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with torch_export_patches(patch_transformers=True) as modificator:
+            to_onnx_from_checkpoint(
+                folder, (), modificator(copy.deepcopy(piece.inputs)), filename=path, model=piece.module,
+                dtype=dtype, progress=options["progress"], dynamic_shapes=piece.dynamic_shapes,
+                target_opset=options["opset"], optimize=False if optimize == "none" else optimize, quantize=quantize,
+                quantize_block_size=options["block_size"], quantize_symmetric=options["symmetric"])
+        proto = load_without_weights(path)
+        given = [i.name for i in proto.graph.input]
+        if len(given) != len(piece.input_names):
+            raise ValueError(f"{config.architectures[0]}: the export kept the inputs {given}, the processor gives "
+                             f"{piece.input_names}.")
+        rename_values(path, piece.input_names, piece.output_names, {})
+    return pieces, lambda eager, _config: encoder_pieces(eager, task, folder)

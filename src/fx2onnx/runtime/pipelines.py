@@ -1,0 +1,281 @@
+"""Texts, images and sounds to what transformers' ``pipeline`` returns, with a folder of a single-pass encoder
+(``python -m fx2onnx run OUT ...``, ``fx2onnx.pipeline(OUT)``).
+
+:class:`Pipeline` opens ``onnx/model.onnx`` of a folder ``export`` wrote for one of :data:`PIPELINE_TASKS` with
+onnxruntime, prepares the inputs with the folder's own tokenizer, image processor or feature extractor
+(transformers, offline), runs the model and post-processes its output as transformers' pipeline of the task does:
+labels and scores (softmax, or sigmoid for one label or several labels at once, from ``config.json``), a tagger's
+entities (no aggregation), the ``top_k`` tokens of a mask, a CTC transcription (greedy, the tokenizer's decoding),
+an embedding (``last_hidden_state``, nested lists). One input gives one result, a list gives a list.
+
+.. code-block:: python
+
+    import fx2onnx
+
+    classify = fx2onnx.pipeline("bert_onnx")
+    print(classify("the movie was great"))  # [{'label': 'positive', 'score': 0.91}]
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..formats import FOLDER_METADATA
+from .folder import _read_json, session_options
+from .integrity import check_folder_files
+from .speech_base import read_wav
+from .vision import read_image
+
+#: the model of a single-pass folder, where transformers.js and optimum look for it
+MODEL_FILE = "onnx/model.onnx"
+#: task -> (what it reads: text, image or audio; the model's output it keeps)
+PIPELINE_TASKS: dict[str, tuple[str, str]] = {
+    "feature-extraction": ("text", "last_hidden_state"),
+    "fill-mask": ("text", "logits"),
+    "text-classification": ("text", "logits"),
+    "token-classification": ("text", "logits"),
+    "image-classification": ("image", "logits"),
+    "image-feature-extraction": ("image", "last_hidden_state"),
+    "audio-classification": ("audio", "logits"),
+    "automatic-speech-recognition": ("audio", "logits"),
+}
+#: the option of the command line giving each modality
+MODALITY_OPTION = {"text": "texts", "image": "--image PATH", "audio": "--audio PATH"}
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _decoded_image(path: str) -> Any:
+    """The RGB image of ``path``; one line naming the file when it does not decode (Pillow raises many types)."""
+    try:
+        return read_image(path)
+    except Exception as e:  # noqa: BLE001 - a cut or renamed file fails in many ways
+        raise ValueError(f"{path!r} does not decode as an image (PNG, JPEG...) ({type(e).__name__}): give a whole "
+                         "image file (a download cut short, or another format renamed, fails here).") from None
+
+
+class Pipeline:
+    """A folder of a single-pass encoder, called as transformers' pipeline of its task.
+
+    :param folder: a folder written by ``python -m fx2onnx export`` for one of :data:`PIPELINE_TASKS`
+    :param providers: onnxruntime providers (default: CPU)
+    :param threads: onnxruntime's intra-op threads (default: onnxruntime's choice)
+    """
+
+    def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None):
+        import onnxruntime
+
+        self.folder = os.fspath(folder)
+        metadata = _read_json(os.path.join(self.folder, FOLDER_METADATA))
+        self.task = metadata.get("task")
+        piece = metadata.get("pieces", {}).get("model")
+        if self.task not in PIPELINE_TASKS or piece is None:
+            raise ValueError(f"{self.folder!r} is a folder of task {self.task!r}, which run does not serve: run takes "
+                             f"a folder of {sorted(PIPELINE_TASKS)} (generate runs the generation tasks).")
+        check_folder_files(self.folder, metadata)
+        self.modality, self.output = PIPELINE_TASKS[self.task]
+        self.input_names = list(piece["inputs"])
+        self.session = onnxruntime.InferenceSession(os.path.join(self.folder, piece["file"]),
+                                                    session_options(threads),
+                                                    providers=list(providers or ["CPUExecutionProvider"]))
+        self.config = _read_json(os.path.join(self.folder, "config.json"))
+        self.id2label = {int(k): v for k, v in (self.config.get("id2label") or {}).items()}
+        self._processor: Any = None
+        self._tokenizer: Any = None
+
+    @property
+    def processor(self) -> Any:
+        """The folder's tokenizer, image processor or feature extractor (loaded on first use, offline)."""
+        if self._processor is None:
+            import transformers
+
+            loader, what = {"text": (transformers.AutoTokenizer, "tokenizer"),
+                            "image": (transformers.AutoImageProcessor, "image processor"),
+                            "audio": (transformers.AutoFeatureExtractor, "feature extractor")}[self.modality]
+            try:
+                self._processor = loader.from_pretrained(self.folder, local_files_only=True)
+            except (OSError, ValueError, TypeError, KeyError) as e:
+                raise ValueError(f"{self.folder!r} has no {what} transformers can load ({type(e).__name__}): copy "
+                                 "the processor files of the checkpoint into the folder.") from None
+        return self._processor
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer decoding a transcription (a CTC folder's own, offline)."""
+        if self._tokenizer is None:
+            import transformers
+
+            self._tokenizer = self.processor if self.modality == "text" else \
+                transformers.AutoTokenizer.from_pretrained(self.folder, local_files_only=True)
+        return self._tokenizer
+
+    def _run(self, feeds: dict[str, Any]) -> np.ndarray:
+        missing = [n for n in self.input_names if n not in feeds]
+        if missing:
+            raise ValueError(f"the {self.modality} processor of {self.folder!r} gives no {missing}: the folder's "
+                             "processor files are not those it was exported with; export it again.")
+        return self.session.run([self.output], {n: np.asarray(feeds[n]) for n in self.input_names})[0]
+
+    # -- inputs
+
+    def _refuse(self, value: Any) -> None:
+        kind = {"text": "a text", "image": "an image", "audio": "an audio"}[self.modality]
+        raise ValueError(f"{self.folder!r} is a {self.task} folder: it takes {kind} "
+                         f"({MODALITY_OPTION[self.modality]}), not {value!r:.60}.")
+
+    def _images(self, items: list[Any]) -> list[Any]:
+        images = []
+        for item in items:
+            if isinstance(item, (str, os.PathLike)):
+                if not os.path.isfile(item):
+                    self._refuse(item)
+                item = _decoded_image(os.fspath(item))
+            elif isinstance(item, np.ndarray) and item.ndim != 3 or not hasattr(item, "__array_interface__") \
+                    and not hasattr(item, "convert"):
+                self._refuse(item)
+            images.append(item)
+        return images
+
+    def _audios(self, items: list[Any]) -> list[np.ndarray]:
+        rate = int(getattr(self.processor, "sampling_rate", 16000))
+        audios = []
+        for item in items:
+            if isinstance(item, (str, os.PathLike)):
+                if not os.fspath(item).lower().endswith(".wav") and not os.path.isfile(item):
+                    self._refuse(item)
+                audios.append(read_wav(item, rate))
+            elif isinstance(item, np.ndarray) and item.ndim == 1:
+                audios.append(item.astype(np.float32))
+            else:
+                self._refuse(item)
+        return audios
+
+    def _texts(self, items: list[Any]) -> list[str]:
+        if not all(isinstance(t, str) for t in items):
+            self._refuse(next(t for t in items if not isinstance(t, str)))
+        return items
+
+    # -- the tasks
+
+    def __call__(self, inputs: Any, top_k: int | None = None) -> Any:
+        """What transformers' ``pipeline(task, model=folder)(inputs)`` returns (``top_k``: the labels or tokens kept;
+        default: the pipeline's)."""
+        single = not isinstance(inputs, (list, tuple))
+        items = [inputs] if single else list(inputs)
+        if not items:
+            raise ValueError("nothing to run: give at least one input.")
+        if self.modality == "text":
+            results = self._text_task(self._texts(items), top_k)
+        elif self.modality == "image":
+            results = self._image_task(self._images(items), top_k)
+        else:
+            results = [self._audio_task(audio, top_k) for audio in self._audios(items)]
+        if self.task == "text-classification" and top_k is None:  # transformers: a list for one text too
+            return [r[0] for r in results] if not single else [results[0][0]]
+        return results[0] if single else results
+
+    def _scores(self, logits: np.ndarray, sigmoid_for_one: bool = True) -> np.ndarray:
+        problem = self.config.get("problem_type")
+        if problem == "regression":
+            return logits
+        if problem == "multi_label_classification" or (sigmoid_for_one and len(self.id2label) == 1):
+            return _sigmoid(logits)
+        return _softmax(logits)
+
+    def _labels(self, scores: np.ndarray, top_k: int | None) -> list[dict[str, Any]]:
+        order = np.argsort(-scores, kind="stable")[:top_k]
+        return [{"label": self.id2label.get(int(i), f"LABEL_{int(i)}"), "score": float(scores[i])} for i in order]
+
+    def _text_task(self, texts: list[str], top_k: int | None) -> list[Any]:
+        tokenizer = self.processor
+        encoded = tokenizer(texts, padding=True, return_tensors="np", return_special_tokens_mask=True,
+                            return_offsets_mapping=self.task == "token-classification")
+        output = self._run(encoded)
+        lengths = encoded["attention_mask"].sum(axis=1) if "attention_mask" in encoded else \
+            [encoded["input_ids"].shape[1]] * len(texts)
+        results = []
+        for row, (text, length) in enumerate(zip(texts, lengths)):
+            if self.task == "text-classification":  # (batch, labels)
+                results.append(self._labels(self._scores(output[row]), 1 if top_k is None else top_k))
+                continue
+            ids, out = encoded["input_ids"][row][:length], output[row][:length]  # (batch, sequence, ...)
+            if self.task == "feature-extraction":
+                results.append(out[None].tolist())
+            elif self.task == "fill-mask":
+                results.append(self._fill_mask(ids, out, 5 if top_k is None else top_k))
+            else:
+                special = encoded["special_tokens_mask"][row][:length]
+                offsets = encoded["offset_mapping"][row][:length]
+                results.append(self._entities(text, ids, _softmax(out), special, offsets))
+        return results
+
+    def _fill_mask(self, ids: np.ndarray, logits: np.ndarray, top_k: int) -> list[Any]:
+        tokenizer = self.processor
+        masked = np.nonzero(ids == tokenizer.mask_token_id)[0]
+        if masked.size == 0:
+            raise ValueError(f"no mask token {tokenizer.mask_token!r} in the text: put one where a word is to be "
+                             "filled in.")
+        probs = _softmax(logits[masked])
+        rows = []
+        for i, p in enumerate(probs):
+            best = np.argsort(-p, kind="stable")[:top_k]
+            row = []
+            for token in best:
+                filled = ids.copy()
+                filled[masked[i]] = token
+                filled = filled[filled != tokenizer.pad_token_id]
+                row.append({"score": float(p[token]), "token": int(token), "token_str": tokenizer.decode([int(token)]),
+                            "sequence": tokenizer.decode(filled, skip_special_tokens=masked.size == 1)})
+            rows.append(row)
+        return rows[0] if masked.size == 1 else rows
+
+    def _entities(self, text: str, ids: np.ndarray, scores: np.ndarray, special: np.ndarray,
+                  offsets: np.ndarray) -> list[dict[str, Any]]:
+        tokenizer = self.processor
+        entities = []
+        for index, token_scores in enumerate(scores):
+            if special[index]:
+                continue
+            start, end = (int(v) for v in offsets[index])
+            word = text[start:end] if int(ids[index]) == tokenizer.unk_token_id else \
+                tokenizer.convert_ids_to_tokens(int(ids[index]))
+            best = int(token_scores.argmax())
+            label = self.id2label.get(best, f"LABEL_{best}")
+            if label == "O":  # transformers' ignore_labels
+                continue
+            entities.append({"entity": label, "score": float(token_scores[best]), "index": index, "word": word,
+                             "start": start, "end": end})
+        return entities
+
+    def _image_task(self, images: list[Any], top_k: int | None) -> list[Any]:
+        pixels = self.processor(images=images, return_tensors="np")
+        output = self._run(pixels)
+        if self.task == "image-feature-extraction":
+            return [row[None].tolist() for row in output]
+        top_k = min(5 if top_k is None else top_k, len(self.id2label))
+        return [self._labels(self._scores(row), top_k) for row in output]
+
+    def _audio_task(self, audio: np.ndarray, top_k: int | None) -> Any:
+        extractor = self.processor
+        features = extractor(audio, sampling_rate=int(extractor.sampling_rate), return_tensors="np")
+        output = self._run(features)[0]
+        if self.task == "automatic-speech-recognition":
+            return {"text": self.tokenizer.decode(output.argmax(axis=-1), skip_special_tokens=False)}
+        top_k = min(5 if top_k is None else top_k, len(self.id2label))
+        return self._labels(self._scores(output, sigmoid_for_one=False), top_k)
+
+
+def pipeline(folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None) -> Pipeline:
+    """The pipeline of a folder ``export`` wrote for a single-pass encoder task (:data:`PIPELINE_TASKS`): call it
+    on a text, an image or an audio (a path or an array), or a list of them."""
+    return Pipeline(folder, providers, threads)

@@ -1,0 +1,109 @@
+"""Checkpoint folders of tiny encoders made in code: a BERT with a WordPiece tokenizer, a ViT with its image
+processor, a wav2vec2 with its feature extractor and a CTC tokenizer; what a published folder of a classifier,
+a tagger, an embedder or a CTC speech recognizer holds, without a download.
+
+.. code-block:: python
+
+    from fx2onnx.testing.encoder_folder import write_encoder_folder
+
+    write_encoder_folder("BertForSequenceClassification", "bert_folder")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+#: the words the WordPiece tokenizer knows (the sentences of the tests and examples are made of them)
+WORDS = ("the a an of to in on is was and or but not with for at by from this that it he she they we you "
+         "cat dog sat mat paris france capital city model export graph onnx runtime folder image sound "
+         "good bad great movie film love hate day night sea robot paints quick brown fox jumps over lazy").split()
+#: the special tokens of BERT's tokenizer
+SPECIAL = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+#: the characters of the CTC tokenizer (``|`` separates words)
+CTC_CHARACTERS = "<pad> <s> </s> <unk> | a b c d e f g h i j k l m n o p q r s t u v w x y z '".split()
+
+
+def bert_tokenizer() -> Any:
+    """A WordPiece :class:`transformers.BertTokenizerFast` over :data:`WORDS`, their letters and ``##`` letters."""
+    import tokenizers
+    import transformers
+
+    letters = sorted({c for w in WORDS for c in w} | set("0123456789.,!?'"))
+    vocab = list(SPECIAL) + list(WORDS) + letters + [f"##{c}" for c in letters]
+    model = tokenizers.Tokenizer(tokenizers.models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
+    model.normalizer = tokenizers.normalizers.BertNormalizer(lowercase=True)
+    model.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
+    model.post_processor = tokenizers.processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab.index("[CLS]")), ("[SEP]", vocab.index("[SEP]"))])
+    model.decoder = tokenizers.decoders.WordPiece()
+    return transformers.BertTokenizerFast(tokenizer_object=model, unk_token="[UNK]", sep_token="[SEP]",
+                                          pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
+
+
+def ctc_processor(folder: str | os.PathLike) -> Any:
+    """A :class:`transformers.Wav2Vec2Processor`: a character CTC tokenizer (its ``vocab.json`` written in
+    ``folder``) and a 16 kHz feature extractor."""
+    import transformers
+
+    os.makedirs(folder, exist_ok=True)
+    vocab = os.path.join(folder, "vocab.json")
+    with open(vocab, "w", encoding="utf-8") as f:
+        json.dump({c: i for i, c in enumerate(CTC_CHARACTERS)}, f)
+    tokenizer = transformers.Wav2Vec2CTCTokenizer(vocab, unk_token="<unk>", pad_token="<pad>",
+                                                  word_delimiter_token="|")
+    extractor = transformers.Wav2Vec2FeatureExtractor(feature_size=1, sampling_rate=16000, padding_value=0.0,
+                                                      do_normalize=True, return_attention_mask=True)
+    return transformers.Wav2Vec2Processor(feature_extractor=extractor, tokenizer=tokenizer)
+
+
+def _labels(count: int, names: tuple[str, ...]) -> dict[str, Any]:
+    id2label = {i: names[i] if i < len(names) else f"LABEL_{i}" for i in range(count)}
+    return dict(id2label=id2label, label2id={v: k for k, v in id2label.items()})
+
+
+def encoder_config(architecture: str) -> Any:
+    """The tiny configuration (2 layers, 32 hidden units) of a BERT, ViT or wav2vec2 class."""
+    import transformers
+
+    if architecture.startswith("Bert"):
+        return transformers.BertConfig(
+            vocab_size=len(bert_tokenizer()), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=64, max_position_embeddings=128, architectures=[architecture],
+            **_labels(3 if "Sequence" in architecture else 5,
+                      ("negative", "neutral", "positive") if "Sequence" in architecture else
+                      ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")))
+    if architecture.startswith("ViT"):
+        return transformers.ViTConfig(
+            image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=64, architectures=[architecture], **_labels(4, ("cat", "dog", "bird", "fish")))
+    if architecture.startswith("Wav2Vec2"):
+        return transformers.Wav2Vec2Config(
+            vocab_size=len(CTC_CHARACTERS), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=64, conv_dim=(32, 32), conv_stride=(5, 4), conv_kernel=(10, 8),
+            num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, classifier_proj_size=16,
+            pad_token_id=0, do_stable_layer_norm=True, feat_extract_norm="layer", architectures=[architecture],
+            **_labels(3, ("speech", "music", "noise")))
+    raise ValueError(f"No tiny configuration for {architecture}: give a Bert*, ViT* or Wav2Vec2* class.")
+
+
+def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int = 0) -> str:
+    """Writes a ``save_pretrained`` folder of the tiny model of ``architecture`` (random weights, seeded) with its
+    tokenizer, image processor or feature extractor; returns the folder."""
+    import torch
+    import transformers
+
+    folder = os.fspath(folder)
+    config = encoder_config(architecture)
+    torch.manual_seed(seed)
+    model = getattr(transformers, architecture)(config).eval()
+    model.save_pretrained(folder)
+    if architecture.startswith("Bert"):
+        bert_tokenizer().save_pretrained(folder)
+    elif architecture.startswith("ViT"):
+        transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    else:
+        ctc_processor(folder).save_pretrained(folder)
+    return folder
