@@ -47,6 +47,7 @@ _PUBLIC_API: dict[str, str] = {
     "to_dot": ".inspect.dot",
     # running an exported model
     "generate": ".runtime.generate",
+    "pipeline": ".runtime.pipelines",
 }
 
 __all__ = sorted(_PUBLIC_API) + ["__version__"]

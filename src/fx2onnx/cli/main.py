@@ -12,6 +12,7 @@ without torch, ``export`` loads it.
     python -m fx2onnx generate whisper_dir --audio talk.wav
     python -m fx2onnx generate granite_speech_dir "summarize the talk" --audio talk.wav
     python -m fx2onnx generate llava_dir "describe the image" --image cat.png
+    python -m fx2onnx run bert_classifier_dir "the movie was great" --json
     python -m fx2onnx validate llama.onnx llama
     python -m fx2onnx compare llama.onnx llama_dynamo.onnx --model llama
 
@@ -28,10 +29,10 @@ import sys
 from typing import Sequence
 
 from ..convert.errors import ConversionError, ExportError
-from . import compare, export, generate, models, report, scenarios, validate
+from . import compare, export, generate, models, report, run, scenarios, validate
 
 #: the commands in the order of the help
-COMMANDS = (scenarios, export, generate, validate, compare, report, models)
+COMMANDS = (scenarios, export, generate, run, validate, compare, report, models)
 
 
 def make_parser() -> argparse.ArgumentParser:

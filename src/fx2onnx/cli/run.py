@@ -1,0 +1,82 @@
+"""``python -m fx2onnx run FOLDER INPUT...``: a folder of a single-pass encoder (a classifier, a tagger, a masked
+language model, an embedder, a CTC speech recognizer) on texts, ``--image`` or ``--audio`` files, printing what
+transformers' pipeline of its task returns (``--json``: as JSON). Imports the runtime only: no torch at start."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import numpy as np
+
+from ..runtime.pipelines import MODALITY_OPTION, Pipeline
+
+
+def _features(value: Any) -> dict[str, Any]:
+    """An embedding (nested lists) as its shape and norm."""
+    array = np.asarray(value, dtype=np.float32)
+    return {"shape": list(array.shape), "norm": round(float(np.linalg.norm(array)), 6)}
+
+
+def _lines(task: str, result: Any) -> list[str]:
+    """The result of one input, readable."""
+    if task in ("feature-extraction", "image-feature-extraction"):
+        features = _features(result)
+        return [f"embedding: shape {features['shape']}, norm {features['norm']:.6g}"]
+    if task == "automatic-speech-recognition":
+        return [result["text"]]
+    if task == "fill-mask":
+        rows = result if result and isinstance(result[0], list) else [result]
+        return [f"{p['score']:.4f}  {p['token_str']!r:>12}  {p['sequence']}" for row in rows for p in row]
+    if task == "token-classification":
+        if not result:
+            return ["(no entity)"]
+        return [f"{e['word']!r:>14}  {e['entity']:<10} {e['score']:.4f}  [{e['start']}:{e['end']}]" for e in result]
+    labels = result if isinstance(result, list) else [result]
+    return [f"{r['label']:<20} {r['score']:.4f}" for r in labels]
+
+
+def run(args: argparse.Namespace) -> int:
+    pipe = Pipeline(args.folder, threads=args.threads)
+    given = {"text": args.inputs, "image": args.image or [], "audio": args.audio or []}
+    others = [m for m, values in given.items() if values and m != pipe.modality]
+    if others:
+        raise ValueError(f"{args.folder!r} is a {pipe.task} folder: it takes {MODALITY_OPTION[pipe.modality]}, "
+                         f"not {MODALITY_OPTION[others[0]]}.")
+    inputs = given[pipe.modality]
+    if not inputs:
+        raise ValueError(f"{args.folder!r} is a {pipe.task} folder: give {MODALITY_OPTION[pipe.modality]}.")
+    results = pipe(list(inputs), top_k=args.top_k)
+    if pipe.task == "text-classification" and args.top_k is None:
+        results = [[r] for r in results]
+    if args.json:
+        if pipe.task in ("feature-extraction", "image-feature-extraction"):
+            results = [_features(r) for r in results]
+        print(json.dumps(results if len(results) > 1 else results[0], indent=1))
+        return 0
+    for number, (value, result) in enumerate(zip(inputs, results), 1):
+        if len(inputs) > 1:
+            print(f"[{number}] {value}")
+        for line in _lines(pipe.task, result):
+            print(("  " if len(inputs) > 1 else "") + line)
+    return 0
+
+
+def add_parser(commands: Any) -> None:
+    """Adds the command to the subparsers ``commands``."""
+    cmd = commands.add_parser(
+        "run", help="run a classifier, tagger, embedder or CTC folder written by export",
+        description="Runs a folder written by 'export FOLDER --out OUT' for a single-pass task (text, token, image "
+        "or audio classification, fill-mask, feature extraction, CTC speech recognition) on onnxruntime, the inputs "
+        "prepared by the folder's own tokenizer, image processor or feature extractor (offline), and prints what "
+        "transformers' pipeline of the task returns. Several inputs make a batch.")
+    cmd.add_argument("folder", help="the folder written by export")
+    cmd.add_argument("inputs", nargs="*", default=[], metavar="INPUT", help="the texts of a text folder")
+    cmd.add_argument("--image", action="append", default=None, help="an image file (once per image)")
+    cmd.add_argument("--audio", action="append", default=None,
+                     help="a PCM WAV file at the feature extractor's rate (once per file)")
+    cmd.add_argument("--top-k", type=int, default=None, help="the labels or tokens kept (default: the pipeline's)")
+    cmd.add_argument("--json", action="store_true", help="print the result as JSON")
+    cmd.add_argument("--threads", type=int, default=None, help="onnxruntime's intra-op threads")
+    cmd.set_defaults(func=run)

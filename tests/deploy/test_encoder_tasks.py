@@ -1,0 +1,187 @@
+"""Folders of single-pass encoders (classifiers, tagger, masked LM, embedders, CTC) exported with no flag and run
+by ``fx2onnx.pipeline`` / ``python -m fx2onnx run``: what transformers' pipeline returns on the same inputs (scores
+within 1e-4, labels and texts equal); bad inputs end in one ``error:`` line."""
+
+import json
+import os
+import wave
+
+import numpy as np
+import pytest
+
+import fx2onnx
+from fx2onnx.__main__ import main
+from fx2onnx.deploy import export_folder
+from fx2onnx.runtime.speech_base import read_wav
+from fx2onnx.testing.encoder_folder import write_encoder_folder
+
+TEXTS = ["the movie was great", "paris is the capital of france, a city by the sea"]
+MASKED = ["the cat [MASK] on the mat", "paris is the [MASK] of france"]
+
+
+def _same(got, expected, path="result"):
+    """Equal structures: floats within 1e-4, the rest equal."""
+    if isinstance(expected, dict):
+        assert set(got) == set(expected), (path, got, expected)
+        for key in expected:
+            _same(got[key], expected[key], f"{path}.{key}")
+    elif isinstance(expected, (list, tuple)):
+        assert len(got) == len(expected), (path, len(got), len(expected))
+        for i, (g, e) in enumerate(zip(got, expected)):
+            _same(g, e, f"{path}[{i}]")
+    elif isinstance(expected, (float, np.floating)):
+        assert abs(float(got) - float(expected)) <= 1e-4, (path, got, expected)
+    else:
+        assert got == expected, (path, got, expected)
+
+
+def _exported(tmp_path_factory, architecture):
+    root = tmp_path_factory.mktemp(architecture)
+    checkpoint = write_encoder_folder(architecture, root / "checkpoint")
+    result = export_folder(checkpoint, root / "out")
+    assert result.ok and result.written, result.check_lines()
+    return str(checkpoint), str(root / "out"), result
+
+
+def _reference(task, checkpoint):
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    return transformers.pipeline(task, model=checkpoint)
+
+
+def _image_files(folder, count=2):
+    import PIL.Image
+
+    rng = np.random.default_rng(1)
+    paths = []
+    for i in range(count):
+        path = os.path.join(folder, f"image_{i}.png")
+        PIL.Image.fromarray(rng.integers(0, 256, (30 + 10 * i, 44 - 6 * i, 3), dtype=np.uint8)).save(path)
+        paths.append(path)
+    return paths
+
+
+def _wav(path, rate=16000, seconds=0.4, seed=0):
+    samples = (np.random.default_rng(seed).standard_normal(int(rate * seconds)) * 6000).astype("<i2")
+    with wave.open(str(path), "wb") as f:
+        f.setnchannels(1)
+        f.setsampwidth(2)
+        f.setframerate(rate)
+        f.writeframes(samples.tobytes())
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    return _exported(tmp_path_factory, "BertForSequenceClassification")
+
+
+@pytest.fixture(scope="module")
+def image_classifier(tmp_path_factory):
+    return _exported(tmp_path_factory, "ViTForImageClassification")
+
+
+def test_text_classification_folder_equals_transformers(classifier, capsys):
+    checkpoint, out, result = classifier
+    assert result.task == "text-classification" and result.family == "encoder"
+    assert os.path.isfile(os.path.join(out, "onnx", "model.onnx"))
+    assert {"config.json", "tokenizer.json"} <= set(os.listdir(out))
+    metadata = json.load(open(os.path.join(out, "fx2onnx.json")))
+    assert metadata["task"] == "text-classification" and "onnx/model.onnx" in metadata["files"]
+    assert metadata["pieces"]["model"]["inputs"] == ["input_ids", "attention_mask", "token_type_ids"]
+    assert metadata["pieces"]["model"]["outputs"] == ["logits"]
+    ours, reference = fx2onnx.pipeline(out), _reference("text-classification", checkpoint)
+    assert ours.task == "text-classification"
+    _same(ours(TEXTS[0]), reference(TEXTS[0]))
+    _same(ours(TEXTS), reference(TEXTS))
+    _same(ours(TEXTS, top_k=2), reference(TEXTS, top_k=2))
+    assert main(["run", out, *TEXTS, "--json", "--top-k", "3"]) == 0
+    _same(json.loads(capsys.readouterr().out), reference(TEXTS, top_k=3))
+    # a text folder given an image
+    assert main(["run", out, "--image", "cat.png"]) == 2
+    assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+def test_image_classification_folder_equals_transformers_and_refuses_bad_inputs(image_classifier, tmp_path, capsys):
+    checkpoint, out, result = image_classifier
+    assert result.task == "image-classification"
+    images = _image_files(str(tmp_path))
+    ours, reference = fx2onnx.pipeline(out), _reference("image-classification", checkpoint)
+    _same(ours(images[0]), reference(images[0]))
+    _same(ours(images), reference(images))
+    _same(ours(images, top_k=2), reference(images, top_k=2))
+    assert main(["run", out, "--image", images[0], "--image", images[1]]) == 0
+    printed = capsys.readouterr().out
+    assert f"[2] {images[1]}" in printed and reference(images[1])[0]["label"] in printed
+    # a text to an image model, an image that does not decode
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(open(images[0], "rb").read()[:60])
+    for argv, words in ([[out, "a cat on a mat"], "takes --image PATH, not texts"],
+                        [[out, "--image", str(broken)], "does not decode as an image"]):
+        assert main(["run", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and words in err and err.count("\n") == 1, err
+
+
+@pytest.mark.slow
+def test_fill_mask_token_classification_and_features_equal_transformers(tmp_path_factory):
+    checkpoint, out, _ = _exported(tmp_path_factory, "BertForMaskedLM")
+    ours, reference = fx2onnx.pipeline(out), _reference("fill-mask", checkpoint)
+    _same(ours(MASKED[0]), reference(MASKED[0]))
+    _same(ours(MASKED, top_k=3), reference(MASKED, top_k=3))
+    with pytest.raises(ValueError, match="no mask token"):
+        ours("no mask here")
+
+    checkpoint, out, result = _exported(tmp_path_factory, "BertForTokenClassification")
+    assert result.task == "token-classification"
+    ours, reference = fx2onnx.pipeline(out), _reference("token-classification", checkpoint)
+    texts = TEXTS + ["zebras run in qatar"]  # unknown words: the text under the token
+    expected = reference(texts)
+    assert sum(len(e) for e in expected) > 5
+    _same(ours(texts), expected)
+
+    checkpoint, out, result = _exported(tmp_path_factory, "BertModel")
+    assert result.task == "feature-extraction"
+    ours, reference = fx2onnx.pipeline(out), _reference("feature-extraction", checkpoint)
+    got, expected = ours(TEXTS), reference(TEXTS)
+    for g, e in zip(got, expected):
+        assert np.asarray(g).shape == np.asarray(e).shape
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), atol=1e-4)
+
+
+@pytest.mark.slow
+def test_image_features_equal_transformers(tmp_path_factory, tmp_path, capsys):
+    checkpoint, out, result = _exported(tmp_path_factory, "ViTModel")
+    assert result.task == "image-feature-extraction"
+    images = _image_files(str(tmp_path))
+    got, expected = fx2onnx.pipeline(out)(images), _reference("image-feature-extraction", checkpoint)(images)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), atol=1e-4)
+    assert main(["run", out, "--image", images[0], "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["shape"] == list(np.asarray(expected[0]).shape)
+    assert abs(printed["norm"] - np.linalg.norm(np.asarray(expected[0]))) < 1e-3
+
+
+@pytest.mark.slow
+def test_ctc_and_audio_classification_equal_transformers(tmp_path_factory, tmp_path, capsys):
+    checkpoint, out, result = _exported(tmp_path_factory, "Wav2Vec2ForCTC")
+    assert result.task == "automatic-speech-recognition"
+    wavs = [_wav(tmp_path / "a.wav", seed=0), _wav(tmp_path / "b.wav", seconds=0.6, seed=1)]
+    ours, reference = fx2onnx.pipeline(out), _reference("automatic-speech-recognition", checkpoint)
+    for path in wavs:
+        expected = reference(read_wav(path))
+        assert expected["text"]
+        _same(ours(path), expected)
+    assert main(["run", out, "--audio", wavs[0]]) == 0
+    assert capsys.readouterr().out.strip() == reference(read_wav(wavs[0]))["text"]
+    # a WAV at another rate than the feature extractor's
+    assert main(["run", out, "--audio", _wav(tmp_path / "c.wav", rate=48000)]) == 2
+    err = capsys.readouterr().err
+    assert "48000 Hz" in err and "16000 Hz" in err and err.count("\n") == 1, err
+
+    checkpoint, out, result = _exported(tmp_path_factory, "Wav2Vec2ForSequenceClassification")
+    assert result.task == "audio-classification"
+    ours, reference = fx2onnx.pipeline(out), _reference("audio-classification", checkpoint)
+    _same(ours(wavs), [reference(read_wav(path)) for path in wavs])
+    _same(ours(wavs[1], top_k=1), reference(read_wav(wavs[1]), top_k=1))
