@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from .decoder import _decoder_inputs, _dynamic_shapes
+from .model_cache import PrefillError, model_cache_inputs
 
 #: the tasks an export from a checkpoint supports, and the class name endings implying them
 TASK_SUFFIXES = {"text-generation": ("ForCausalLM", "LMHeadModel")}
@@ -29,10 +30,17 @@ def task_inputs(
     """Two input sets of other shapes and the dynamic shapes (named dimensions) for ``task``.
 
     ``text-generation``: ``input_ids``, ``attention_mask``, ``position_ids`` and, with a
-    cache, ``past_key_values`` (a DynamicCache in ``dtype``), batch and lengths dynamic.
+    cache, ``past_key_values`` in ``dtype``, batch and lengths dynamic: the cache the model returns after a
+    prefill (:mod:`fx2onnx.inputs.model_cache`: latent keys, convolution and recurrent states included), or,
+    when the model cannot run one, a cache of keys and values read from the configuration.
     """
     if task not in TASK_SUFFIXES:
         raise ValueError(f"Task {task!r} is not supported from a checkpoint: use one of {sorted(TASK_SUFFIXES)}.")
+    if with_cache:
+        try:
+            return model_cache_inputs(config, dtype=dtype, seed=seed)
+        except PrefillError:
+            pass  # the cache of keys and values the configuration describes
     generator = torch.Generator().manual_seed(seed)
     sets = []
     for batch, seq, past in ((2, 3, 5), (3, 4, 7)):

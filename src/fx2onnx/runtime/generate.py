@@ -59,8 +59,8 @@ from ..ort_values import ort_value_to_numpy
 from .sampling import Sampling
 
 #: the names of the states of transformers' linear caches (:mod:`fx2onnx.patches.linear_cache`),
-#: which start at zero
-_RECURRENT = re.compile(r"(^|_)(conv|recurrent|ssm)_\d")
+#: which start at zero: ``past_key_values_conv_3`` as to_onnx names them, ``past_conv.3`` as transformers.js does
+_RECURRENT = re.compile(r"(^|[_.])(conv|recurrent|ssm)[_.]\d")
 #: the output :func:`add_next_token` adds
 NEXT_TOKEN = "fx2onnx_next_token"
 #: inputs the loop computes itself, beside the cache
