@@ -72,6 +72,22 @@ def _wav(path, rate=16000, seconds=0.4, seed=0):
     return str(path)
 
 
+def test_the_task_of_a_folder_is_the_pipeline_task_of_its_class():
+    import transformers
+
+    from fx2onnx.deploy.tasks import folder_task, tasks_of_class
+
+    assert tasks_of_class("BertForSequenceClassification") == ["text-classification"]
+    assert tasks_of_class("Wav2Vec2ForCTC") == ["automatic-speech-recognition"]
+    assert tasks_of_class("MPNetModel") == ["feature-extraction"]  # a base model: AutoModel's mapping
+    assert folder_task(transformers.BertConfig(architectures=["BertForMaskedLM"])) == "fill-mask"
+    vit = transformers.ViTConfig(architectures=["ViTModel"])
+    assert folder_task(vit) == "image-feature-extraction"
+    assert folder_task(vit, "feature-extraction") == "feature-extraction"  # --task chooses among its tasks
+    with pytest.raises(ValueError, match="not supported from a folder of ViTModel: its head is one of"):
+        folder_task(vit, "image-classification")
+
+
 @pytest.fixture(scope="module")
 def classifier(tmp_path_factory):
     return _exported(tmp_path_factory, "BertForSequenceClassification")
@@ -85,6 +101,7 @@ def image_classifier(tmp_path_factory):
 def test_text_classification_folder_equals_transformers(classifier, capsys):
     checkpoint, out, result = classifier
     assert result.task == "text-classification" and result.family == "encoder"
+    assert result.nbytes > os.path.getsize(os.path.join(out, "onnx", "model.onnx"))  # the sub-folder counted
     assert os.path.isfile(os.path.join(out, "onnx", "model.onnx"))
     assert {"config.json", "tokenizer.json"} <= set(os.listdir(out))
     metadata = json.load(open(os.path.join(out, "fx2onnx.json")))

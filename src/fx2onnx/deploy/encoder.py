@@ -119,6 +119,9 @@ def export_encoder_pieces(task: str, folder: str, out_dir: str, config: Any, dty
     rebuilding it around the eager model for the check."""
     import transformers  # deferred: heavy
 
+    if getattr(config, "is_encoder_decoder", False):
+        raise ValueError(f"{config.architectures[0]} is an encoder-decoder: a {task} folder holds a single-pass "
+                         "encoder; export its encoder class (T5EncoderModel...) or use the seq2seq tasks.")
     with parameters_on_meta():  # the buffers computed (BERT's position and token type ids)
         model = getattr(transformers, config.architectures[0])._from_config(config, dtype=dtype).eval()
     pieces = encoder_pieces(model, task, folder)

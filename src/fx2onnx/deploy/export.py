@@ -447,10 +447,11 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
         if quantize:
             checks = [dataclasses.replace(c, ok=True, held=False) for c in checks]
     files = sorted(os.listdir(out_dir))
-    nbytes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in files if os.path.isfile(os.path.join(out_dir, f)))
+    nbytes = sum(os.path.getsize(os.path.join(root, f)) for root, _, names in os.walk(out_dir) for f in names)
+    genai = "onnxruntime-genai runs generation models" if family.name == "encoder" else \
+        f"onnxruntime-genai's configuration of a {model_type} folder is not written yet"
     return FolderExport(out_dir, task, dtype, files, nbytes, time.perf_counter() - begin, peak_rss(),
-                        checks, f"onnxruntime-genai's configuration of a {model_type} folder is not written yet",
-                        check_names, family=family.name, quantize=quantize)
+                        checks, genai, check_names, family=family.name, quantize=quantize)
 
 
 def _generation_config(folder: str) -> Any:

@@ -36,6 +36,9 @@ _NAMED_MAPPINGS = {
     "MODEL_FOR_CTC_MAPPING_NAMES": "automatic-speech-recognition",
 }
 
+#: the base models (AutoModel), read after every other mapping: transformers' feature-extraction pipeline runs them
+_BASE_MAPPING = "MODEL_MAPPING_NAMES"
+
 
 @functools.cache
 def _class_tasks() -> dict[str, tuple[str, ...]]:
@@ -49,9 +52,10 @@ def _class_tasks() -> dict[str, tuple[str, ...]]:
     result: dict[str, list[str]] = {}
     ordered = list(names) + sorted(a for a in dir(modeling_auto) if a.endswith("_MAPPING_NAMES") and a not in names)
     for attr in ordered:
-        if not attr.startswith("MODEL_FOR_"):
+        if not attr.startswith("MODEL_FOR_") and attr != _BASE_MAPPING:
             continue
-        task = names.get(attr) or attr[len("MODEL_FOR_"): -len("_MAPPING_NAMES")].lower().replace("_", "-")
+        task = names.get(attr) or ("feature-extraction" if attr == _BASE_MAPPING else
+                                   attr[len("MODEL_FOR_"): -len("_MAPPING_NAMES")].lower().replace("_", "-"))
         for classes in getattr(modeling_auto, attr, {}).values():
             for name in (classes,) if isinstance(classes, str) else classes:
                 if task not in result.setdefault(name, []):
@@ -89,6 +93,7 @@ def folder_task(config: Any, task: str | None = None) -> str:
         raise ValueError(f"--task {task!r} is not supported from a folder: use one of {list(EXPORTABLE_TASKS)}.")
     found = [t for a in architectures for t in tasks_of_class(a)]
     if task in PIPELINE_TASKS and task not in found:  # the model's head is the task's: --task picks among its tasks
-        raise ValueError(f"--task {task!r}: {architectures[0] if architectures else 'the model'} is a model of "
+        raise ValueError(f"--task {task!r} is not supported from a folder of "
+                         f"{architectures[0] if architectures else 'a model naming no class'}: its head is one of "
                          f"{found or 'no task of transformers auto mappings'}; give one of those.")
     return task
