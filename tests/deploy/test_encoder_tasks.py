@@ -202,3 +202,28 @@ def test_ctc_and_audio_classification_equal_transformers(tmp_path_factory, tmp_p
     ours, reference = fx2onnx.pipeline(out), _reference("audio-classification", checkpoint)
     _same(ours(wavs), [reference(read_wav(path)) for path in wavs])
     _same(ours(wavs[1], top_k=1), reference(read_wav(wavs[1]), top_k=1))
+
+
+@pytest.mark.slow
+def test_zero_shot_classification_equals_transformers(tmp_path_factory, capsys):
+    root = tmp_path_factory.mktemp("nli")
+    checkpoint = write_encoder_folder("BertForSequenceClassification", root / "checkpoint",
+                                      labels=("contradiction", "neutral", "entailment"))
+    result = export_folder(checkpoint, root / "out", task="zero-shot-classification")
+    assert result.ok and result.task == "zero-shot-classification"
+    out, checkpoint = str(root / "out"), str(checkpoint)
+    ours, reference = fx2onnx.pipeline(out), _reference("zero-shot-classification", checkpoint)
+    labels = ["cinema", "travel", "the sea"]
+    _same(ours(TEXTS[0], candidate_labels=labels), reference(TEXTS[0], candidate_labels=labels))
+    _same(ours(TEXTS, candidate_labels="cinema, travel", multi_label=True),
+          reference(TEXTS, candidate_labels="cinema, travel", multi_label=True))
+    _same(ours(TEXTS[1], candidate_labels=["travel"], hypothesis_template="It is about {}."),
+          reference(TEXTS[1], candidate_labels=["travel"], hypothesis_template="It is about {}."))
+    assert main(["run", out, TEXTS[0], "--labels", "cinema,travel", "--json"]) == 0
+    _same(json.loads(capsys.readouterr().out), reference(TEXTS[0], candidate_labels=["cinema", "travel"]))
+    assert main(["run", out, TEXTS[0]]) == 2
+    assert "needs candidate labels" in capsys.readouterr().err
+    # a classifier without an entailment label is not a zero-shot classifier
+    other = write_encoder_folder("BertForSequenceClassification", root / "sentiment")
+    with pytest.raises(ValueError, match="no 'entailment' label"):
+        export_folder(other, root / "out2", task="zero-shot-classification")

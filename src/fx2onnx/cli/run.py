@@ -29,6 +29,8 @@ def _lines(task: str, result: Any) -> list[str]:
     if task == "fill-mask":
         rows = result if result and isinstance(result[0], list) else [result]
         return [f"{p['score']:.4f}  {p['token_str']!r:>12}  {p['sequence']}" for row in rows for p in row]
+    if task == "zero-shot-classification":
+        return [f"{label:<20} {score:.4f}" for label, score in zip(result["labels"], result["scores"])]
     if task == "token-classification":
         if not result:
             return ["(no entity)"]
@@ -47,7 +49,13 @@ def run(args: argparse.Namespace) -> int:
     inputs = given[pipe.modality]
     if not inputs:
         raise ValueError(f"{args.folder!r} is a {pipe.task} folder: give {MODALITY_OPTION[pipe.modality]}.")
-    results = pipe(list(inputs), top_k=args.top_k)
+    options = dict(top_k=args.top_k)
+    if pipe.task == "zero-shot-classification":
+        options = dict(candidate_labels=args.labels, hypothesis_template=args.template, multi_label=args.multi_label)
+    elif args.labels or args.multi_label:
+        raise ValueError(f"--labels and --multi-label are options of a zero-shot-classification folder, not of a "
+                         f"{pipe.task} one.")
+    results = pipe(list(inputs), **options)
     if pipe.task == "text-classification" and args.top_k is None:
         results = [[r] for r in results]
     if args.json:
@@ -68,8 +76,8 @@ def add_parser(commands: Any) -> None:
     cmd = commands.add_parser(
         "run", help="run a classifier, tagger, embedder or CTC folder written by export",
         description="Runs a folder written by 'export FOLDER --out OUT' for a single-pass task (text, token, image "
-        "or audio classification, fill-mask, feature extraction, CTC speech recognition) on onnxruntime, the inputs "
-        "prepared by the folder's own tokenizer, image processor or feature extractor (offline), and prints what "
+        "or audio classification, zero-shot classification, fill-mask, feature extraction, CTC speech recognition) "
+        "on onnxruntime, the inputs prepared by the folder's own tokenizer, image processor or feature extractor (offline), and prints what "
         "transformers' pipeline of the task returns. Several inputs make a batch.")
     cmd.add_argument("folder", help="the folder written by export")
     cmd.add_argument("inputs", nargs="*", default=[], metavar="INPUT", help="the texts of a text folder")
@@ -77,6 +85,12 @@ def add_parser(commands: Any) -> None:
     cmd.add_argument("--audio", action="append", default=None,
                      help="a PCM WAV file at the feature extractor's rate (once per file)")
     cmd.add_argument("--top-k", type=int, default=None, help="the labels or tokens kept (default: the pipeline's)")
+    cmd.add_argument("--labels", default=None,
+                     help="a zero-shot-classification folder: the candidate labels, comma-separated")
+    cmd.add_argument("--template", default="This example is {}.",
+                     help="a zero-shot-classification folder: the hypothesis, {} the label")
+    cmd.add_argument("--multi-label", action="store_true",
+                     help="a zero-shot-classification folder: score each label on its own (several may hold)")
     cmd.add_argument("--json", action="store_true", help="print the result as JSON")
     cmd.add_argument("--threads", type=int, default=None, help="onnxruntime's intra-op threads")
     cmd.set_defaults(func=run)

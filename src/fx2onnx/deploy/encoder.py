@@ -122,6 +122,11 @@ def export_encoder_pieces(task: str, folder: str, out_dir: str, config: Any, dty
     if getattr(config, "is_encoder_decoder", False):
         raise ValueError(f"{config.architectures[0]} is an encoder-decoder: a {task} folder holds a single-pass "
                          "encoder; export its encoder class (T5EncoderModel...) or use the seq2seq tasks.")
+    if task == "zero-shot-classification" and not any(str(k).lower().startswith("entail")
+                                                      for k in (getattr(config, "label2id", None) or {})):
+        raise ValueError(f"{config.architectures[0]} has no 'entailment' label (config.json's label2id: "
+                         f"{sorted(getattr(config, 'label2id', {}) or {})}): zero-shot-classification takes a natural "
+                         "language inference classifier.")
     with parameters_on_meta():  # the buffers computed (BERT's position and token type ids)
         model = getattr(transformers, config.architectures[0])._from_config(config, dtype=dtype).eval()
     pieces = encoder_pieces(model, task, folder)

@@ -36,6 +36,8 @@ _NAMED_MAPPINGS = {
     "MODEL_FOR_CTC_MAPPING_NAMES": "automatic-speech-recognition",
 }
 
+#: the tasks a model of another task's mapping serves: a natural language inference classifier scores candidate labels
+_SERVED_BY = {"zero-shot-classification": "text-classification"}
 #: the base models (AutoModel), read after every other mapping: transformers' feature-extraction pipeline runs them
 _BASE_MAPPING = "MODEL_MAPPING_NAMES"
 
@@ -92,7 +94,7 @@ def folder_task(config: Any, task: str | None = None) -> str:
     if task not in EXPORTABLE_TASKS:
         raise ValueError(f"--task {task!r} is not supported from a folder: use one of {list(EXPORTABLE_TASKS)}.")
     found = [t for a in architectures for t in tasks_of_class(a)]
-    if task in PIPELINE_TASKS and task not in found:  # the model's head is the task's: --task picks among its tasks
+    if task in PIPELINE_TASKS and task not in found and _SERVED_BY.get(task) not in found:  # the model's head is the task's: --task picks among its tasks
         raise ValueError(f"--task {task!r} is not supported from a folder of "
                          f"{architectures[0] if architectures else 'a model naming no class'}: its head is one of "
                          f"{found or 'no task of transformers auto mappings'}; give one of those.")

@@ -36,6 +36,8 @@ PIPELINE_TASKS: dict[str, tuple[str, str]] = {
     "feature-extraction": ("text", "last_hidden_state"),
     "fill-mask": ("text", "logits"),
     "text-classification": ("text", "logits"),
+    # a natural language inference classifier (an "entailment" label) scoring a text against candidate labels
+    "zero-shot-classification": ("text", "logits"),
     "token-classification": ("text", "logits"),
     "image-classification": ("image", "logits"),
     "image-feature-extraction": ("image", "last_hidden_state"),
@@ -167,14 +169,19 @@ class Pipeline:
 
     # -- the tasks
 
-    def __call__(self, inputs: Any, top_k: int | None = None) -> Any:
+    def __call__(self, inputs: Any, top_k: int | None = None, candidate_labels: str | Sequence[str] | None = None,
+                 hypothesis_template: str = "This example is {}.", multi_label: bool = False) -> Any:
         """What transformers' ``pipeline(task, model=folder)(inputs)`` returns (``top_k``: the labels or tokens kept;
-        default: the pipeline's)."""
+        default: the pipeline's; ``candidate_labels``, ``hypothesis_template``, ``multi_label``: those of
+        zero-shot-classification)."""
         single = not isinstance(inputs, (list, tuple))
         items = [inputs] if single else list(inputs)
         if not items:
             raise ValueError("nothing to run: give at least one input.")
-        if self.modality == "text":
+        if self.task == "zero-shot-classification":
+            results = [self._zero_shot(text, candidate_labels, hypothesis_template, multi_label)
+                       for text in self._texts(items)]
+        elif self.modality == "text":
             results = self._text_task(self._texts(items), top_k)
         elif self.modality == "image":
             results = self._image_task(self._images(items), top_k)
@@ -218,6 +225,25 @@ class Pipeline:
                 offsets = encoded["offset_mapping"][row][:length]
                 results.append(self._entities(text, ids, _softmax(out), special, offsets))
         return results
+
+    def _zero_shot(self, text: str, labels: str | Sequence[str] | None, template: str, multi_label: bool) -> Any:
+        """The candidate labels sorted by how much the classifier finds the text entails "This example is {label}"."""
+        labels = [x.strip() for x in labels.split(",") if x.strip()] if isinstance(labels, str) else list(labels or [])
+        if not labels:
+            raise ValueError("a zero-shot-classification folder needs candidate labels (--labels sports,politics).")
+        if template.format(labels[0]) == template:
+            raise ValueError(f"the hypothesis template {template!r} has no {{}} where the label goes.")
+        entail = next((i for i, name in self.id2label.items() if name.lower().startswith("entail")), -1)
+        encoded = self.processor([text] * len(labels), [template.format(x) for x in labels], padding=True,
+                                 truncation="only_first", return_tensors="np")
+        logits = self._run(encoded).astype(np.float32)
+        if multi_label or len(labels) == 1:
+            pair = logits[:, [-1 if entail == 0 else 0, entail]]
+            scores = _softmax(pair)[:, 1]
+        else:
+            scores = _softmax(logits[:, entail])
+        order = list(reversed(scores.argsort()))
+        return {"sequence": text, "labels": [labels[i] for i in order], "scores": [float(scores[i]) for i in order]}
 
     def _fill_mask(self, ids: np.ndarray, logits: np.ndarray, top_k: int) -> list[Any]:
         tokenizer = self.processor

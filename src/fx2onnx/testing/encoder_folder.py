@@ -64,17 +64,18 @@ def _labels(count: int, names: tuple[str, ...]) -> dict[str, Any]:
     return dict(id2label=id2label, label2id={v: k for k, v in id2label.items()})
 
 
-def encoder_config(architecture: str) -> Any:
-    """The tiny configuration (2 layers, 32 hidden units) of a BERT, ViT or wav2vec2 class."""
+def encoder_config(architecture: str, labels: tuple[str, ...] | None = None) -> Any:
+    """The tiny configuration (2 layers, 32 hidden units) of a BERT, ViT or wav2vec2 class (``labels``: the names
+    of a classifier's labels, ``("entailment", "neutral", "contradiction")`` for a zero-shot classifier)."""
     import transformers
 
     if architecture.startswith("Bert"):
+        names = labels or (("negative", "neutral", "positive") if "Sequence" in architecture else
+                           ("O", "B-PER", "I-PER", "B-LOC", "I-LOC"))
         return transformers.BertConfig(
             vocab_size=len(bert_tokenizer()), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=64, max_position_embeddings=128, architectures=[architecture],
-            **_labels(3 if "Sequence" in architecture else 5,
-                      ("negative", "neutral", "positive") if "Sequence" in architecture else
-                      ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")))
+            **_labels(len(names), names))
     if architecture.startswith("ViT"):
         return transformers.ViTConfig(
             image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -89,14 +90,15 @@ def encoder_config(architecture: str) -> Any:
     raise ValueError(f"No tiny configuration for {architecture}: give a Bert*, ViT* or Wav2Vec2* class.")
 
 
-def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int = 0) -> str:
+def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int = 0,
+                         labels: tuple[str, ...] | None = None) -> str:
     """Writes a ``save_pretrained`` folder of the tiny model of ``architecture`` (random weights, seeded) with its
     tokenizer, image processor or feature extractor; returns the folder."""
     import torch
     import transformers
 
     folder = os.fspath(folder)
-    config = encoder_config(architecture)
+    config = encoder_config(architecture, labels)
     torch.manual_seed(seed)
     model = getattr(transformers, architecture)(config).eval()
     model.save_pretrained(folder)
