@@ -107,3 +107,15 @@ def test_every_state_is_an_input_output_pair(folders):
     if name == "gpt_neox":
         key = next(p for p in pairs if "key" in p)
         assert inputs[key].type.tensor_type.shape.dim[1].dim_value == 4
+
+
+def test_left_padded_batch_generates_as_transformers(folders):
+    # the shorter prompt padded on the left: the convolution and recurrent states see the pads as transformers' do
+    name, checkpoint, out = folders
+    model, tokenizer = _eager(checkpoint)
+    tokenizer.padding_side = "left"
+    encoded = tokenizer(PROMPTS, return_tensors="pt", padding=True)
+    assert (encoded["attention_mask"] == 0).any()
+    expected = model.generate(**encoded, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+    got = [r.new_ids for r in FolderGenerator(out).generate_texts(PROMPTS, max_new_tokens=NEW_TOKENS)]
+    assert got == expected[:, encoded["input_ids"].shape[1]:].tolist(), name
