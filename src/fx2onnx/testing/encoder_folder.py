@@ -75,11 +75,12 @@ def encoder_config(architecture: str, labels: tuple[str, ...] | None = None) -> 
         return transformers.BertConfig(
             vocab_size=len(bert_tokenizer()), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=64, max_position_embeddings=128, architectures=[architecture],
-            **_labels(len(names), names))
+            initializer_range=0.2, **_labels(len(names), names))  # weights large enough to give distinct scores
     if architecture.startswith("ViT"):
         return transformers.ViTConfig(
             image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-            intermediate_size=64, architectures=[architecture], **_labels(4, ("cat", "dog", "bird", "fish")))
+            intermediate_size=64, initializer_range=0.2, architectures=[architecture],
+            **_labels(4, ("cat", "dog", "bird", "fish")))
     if architecture.startswith("Wav2Vec2"):
         return transformers.Wav2Vec2Config(
             vocab_size=len(CTC_CHARACTERS), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -101,7 +102,11 @@ def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int
     config = encoder_config(architecture, labels)
     torch.manual_seed(seed)
     model = getattr(transformers, architecture)(config).eval()
-    model.save_pretrained(folder)
+    transformers.utils.logging.disable_progress_bar()  # no bar on the pages showing it
+    try:
+        model.save_pretrained(folder)
+    finally:
+        transformers.utils.logging.enable_progress_bar()
     if architecture.startswith("Bert"):
         bert_tokenizer().save_pretrained(folder)
     elif architecture.startswith("ViT"):
