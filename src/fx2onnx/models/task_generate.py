@@ -9,7 +9,7 @@ compared with ``model.generate(**features, do_sample=False)``.
 
 :func:`compare_folder_generation` writes the tiny model as a ``save_pretrained`` folder, exports
 it with :func:`fx2onnx.deploy.export_folder` (the vision piece and the decoder with its cache,
-each checked against eager), runs :class:`fx2onnx.runtime.vision.VisionGenerator` greedily on the
+each checked against eager), runs the loop :func:`fx2onnx.runtime.families.open_generator` opens greedily on the
 task zoo's inputs of one prompt (:func:`fx2onnx.inputs.vlm_inputs.image_text_inputs`) and compares
 its tokens with ``model.generate(..., do_sample=False)`` on the same inputs.
 
@@ -33,9 +33,9 @@ import numpy as np
 import torch
 
 from ..deploy import export_folder
-from ..deploy.audio_text_generic import UnsplittableAudioModel, audio_split_reason
-from ..deploy.captioner import as_encoder_decoder, is_cross_attention_captioner
-from ..deploy.image_prefix import is_image_prefix_model
+from ..deploy.audio_text_generic import UnsplittableAudioModel
+from ..deploy.captioner import as_encoder_decoder
+from ..deploy.families import FolderFacts, choose_family
 from ..deploy.image_text import has_own_pieces
 from ..deploy.image_text_generic import UnsplittableModel, split_reason
 from ..deploy.speech_generic import (
@@ -48,11 +48,7 @@ from ..deploy.speech_generic import (
 from ..inputs.image_inputs import _image_inputs
 from ..inputs.task_inputs import build_task_inputs
 from ..inputs.vlm_inputs import image_text_inputs
-from ..runtime.audio_text import AudioTextGenerator
-from ..runtime.image_prefix import ImagePrefixGenerator
-from ..runtime.image_seq2seq import Seq2SeqImageGenerator
-from ..runtime.speech import open_speech_generator
-from ..runtime.vision import VisionGenerator
+from ..runtime.families import open_generator
 
 #: the tokens generated after the prompt
 NEW_TOKENS = 8
@@ -149,12 +145,8 @@ def compare_seq2seq_generation(model: Any, config: Any, max_new_tokens: int = NE
     result["new_tokens"] = int(expected.shape[1] - (0 if whisper else 1))
 
     def generate(out: str) -> Any:
-        if pixels:
-            generator: Any = Seq2SeqImageGenerator(out)
-        else:
-            generator = open_speech_generator(out)
         arrays = {k: v.numpy() for k, v in features.items()}
-        return generator.generate_ids(arrays if not whisper else arrays["input_features"], max_new_tokens)
+        return open_generator(out).generate_ids(arrays if not whisper else arrays["input_features"], max_new_tokens)
 
     got_result = _export_and_generate(model, generate, UnsplittableEncoderDecoder, result, begin)
     if got_result is None:
@@ -193,7 +185,7 @@ def compare_audio_text_generation(model: Any, config: Any, max_new_tokens: int =
     prompt = inputs["input_ids"].shape[1]
     result: dict[str, Any] = {"new_tokens": int(expected.shape[1] - prompt)}
     tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
-    got = _export_and_generate(model, lambda out: AudioTextGenerator(out).generate_ids(tensors, max_new_tokens),
+    got = _export_and_generate(model, lambda out: open_generator(out).generate_ids(tensors, max_new_tokens),
                                UnsplittableAudioModel, result, begin)
     return result if got is None else _compare_tokens(got, expected, prompt, result, begin)
 
@@ -212,7 +204,7 @@ def compare_prefix_generation(model: Any, config: Any, max_new_tokens: int = NEW
     with torch.no_grad():
         expected = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False).numpy()
     result: dict[str, Any] = {"new_tokens": int(expected.shape[1] - 1)}
-    got = _export_and_generate(model, lambda out: ImagePrefixGenerator(out).generate_ids(inputs, max_new_tokens),
+    got = _export_and_generate(model, lambda out: open_generator(out).generate_ids(inputs, max_new_tokens),
                                UnsplittableModel, result, begin)
     return result if got is None else _compare_tokens(got, expected, 1, result, begin)
 
@@ -220,17 +212,21 @@ def compare_prefix_generation(model: Any, config: Any, max_new_tokens: int = NEW
 def compare_folder_generation(model: Any, config: Any, max_new_tokens: int = NEW_TOKENS) -> dict[str, Any]:
     """``{"equal", "new_tokens", "time"}`` (and ``"error"`` with the step where it failed: ``split``,
     ``export``, ``generate``) of the folder of ``model`` exported then generating, against
-    transformers' greedy ``generate`` on one prompt with one image (an encoder-decoder, speech-seq2seq or
-    reading an image: on one input, :func:`compare_seq2seq_generation`)."""
-    if is_speech_seq2seq(model) and not getattr(config, "is_encoder_decoder", False):
-        if audio_split_reason(model, config) is None:
-            return compare_audio_text_generation(model, config, max_new_tokens)
+    transformers' greedy ``generate`` on one input. The comparison is the one of the family the folder
+    export chooses (:func:`fx2onnx.deploy.families.choose_family`) and the folder is run by the loop the
+    runtime's registry opens for it (:func:`fx2onnx.runtime.families.open_generator`), as ``generate`` does."""
+    task = "speech-seq2seq" if is_speech_seq2seq(model) else "image-text-to-text"
+    family = choose_family(FolderFacts.of(task, config, torch.float32))
+    compare = _FAMILY_COMPARISONS.get((task, family.split))
+    if compare is not None:
+        return compare(model, config, max_new_tokens)
+    return compare_image_text_generation(model, config, max_new_tokens)
 
-    if is_image_prefix_model(model):
-        return compare_prefix_generation(model, config, max_new_tokens)
-    if is_speech_seq2seq(model) or getattr(config, "is_encoder_decoder", False) or is_cross_attention_captioner(model):
-        return compare_seq2seq_generation(model, config, max_new_tokens)
 
+def compare_image_text_generation(model: Any, config: Any, max_new_tokens: int = NEW_TOKENS) -> dict[str, Any]:
+    """:func:`compare_folder_generation` for a decoder writing image features over its placeholders (the
+    family ``image-text``): the task zoo's prompt with one image, the folder exported then generating greedily,
+    against transformers' greedy ``generate``."""
     begin = time.perf_counter()
     # a model the split refuses: said before anything runs (the families with pieces of their own pass)
     reason = None if has_own_pieces(config.model_type) else split_reason(model, config)
@@ -243,7 +239,7 @@ def compare_folder_generation(model: Any, config: Any, max_new_tokens: int = NEW
     with torch.no_grad():
         expected = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False).numpy()
     result: dict[str, Any] = {"new_tokens": int(expected.shape[1] - inputs["input_ids"].shape[1])}
-    got = _export_and_generate(model, lambda out: VisionGenerator(out).generate_ids(inputs, max_new_tokens),
+    got = _export_and_generate(model, lambda out: open_generator(out).generate_ids(inputs, max_new_tokens),
                                UnsplittableModel, result, begin)
     if got is None:
         return result
@@ -253,3 +249,13 @@ def compare_folder_generation(model: Any, config: Any, max_new_tokens: int = NEW
         result["error"] = _first_difference(got, expected, inputs["input_ids"].shape[1])
     result["time"] = time.perf_counter() - begin
     return result
+
+
+#: (task, split of the family the export chooses) -> the comparison of its folders (the others: image-text)
+_FAMILY_COMPARISONS: dict[tuple[str, str | None], Callable[..., dict[str, Any]]] = {
+    ("speech-seq2seq", "placeholders"): compare_audio_text_generation,
+    ("speech-seq2seq", None): compare_seq2seq_generation,
+    ("speech-seq2seq", "generic"): compare_seq2seq_generation,
+    ("image-text-to-text", "prefix"): compare_prefix_generation,
+    ("image-text-to-text", "generic"): compare_seq2seq_generation,
+}
