@@ -227,3 +227,28 @@ def test_zero_shot_classification_equals_transformers(tmp_path_factory, capsys):
     other = write_encoder_folder("BertForSequenceClassification", root / "sentiment")
     with pytest.raises(ValueError, match="no 'entailment' label"):
         export_folder(other, root / "out2", task="zero-shot-classification")
+
+
+def _same_detections(got, expected):
+    """The same objects: labels equal, scores within 1e-4, box corners within a pixel (the pipeline truncates them
+    to integers)."""
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g["label"] == e["label"] and abs(g["score"] - e["score"]) <= 1e-4, (g, e)
+        assert all(abs(g["box"][k] - e["box"][k]) <= 1 for k in e["box"]), (g, e)
+
+
+@pytest.mark.slow
+def test_object_detection_equals_transformers(tmp_path_factory, tmp_path, capsys):
+    checkpoint, out, result = _exported(tmp_path_factory, "DetrForObjectDetection")
+    assert result.task == "object-detection"
+    metadata = json.load(open(os.path.join(out, "fx2onnx.json")))["pieces"]["model"]
+    assert metadata["inputs"] == ["pixel_values", "pixel_mask"] and metadata["outputs"] == ["logits", "pred_boxes"]
+    images = _image_files(str(tmp_path), 3)  # three sizes: the height and width are dynamic
+    ours, reference = fx2onnx.pipeline(out), _reference("object-detection", checkpoint)
+    for got, expected in zip(ours(images, threshold=0.0), reference(images, threshold=0.0)):
+        assert len(expected) == 10  # every query
+        _same_detections(got, expected)
+    _same_detections(ours(images[0], threshold=0.5), reference(images[0], threshold=0.5))
+    assert main(["run", out, "--image", images[1], "--threshold", "0.3", "--json"]) == 0
+    _same_detections(json.loads(capsys.readouterr().out), reference(images[1], threshold=0.3))

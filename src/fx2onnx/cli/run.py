@@ -29,6 +29,11 @@ def _lines(task: str, result: Any) -> list[str]:
     if task == "fill-mask":
         rows = result if result and isinstance(result[0], list) else [result]
         return [f"{p['score']:.4f}  {p['token_str']!r:>12}  {p['sequence']}" for row in rows for p in row]
+    if task == "object-detection":
+        if not result:
+            return ["(no object above the threshold)"]
+        return [f"{o['label']:<12} {o['score']:.4f}  box {[o['box'][k] for k in ('xmin', 'ymin', 'xmax', 'ymax')]}"
+                for o in result]
     if task == "zero-shot-classification":
         return [f"{label:<20} {score:.4f}" for label, score in zip(result["labels"], result["scores"])]
     if task == "token-classification":
@@ -52,7 +57,11 @@ def run(args: argparse.Namespace) -> int:
     options = dict(top_k=args.top_k)
     if pipe.task == "zero-shot-classification":
         options = dict(candidate_labels=args.labels, hypothesis_template=args.template, multi_label=args.multi_label)
-    elif args.labels or args.multi_label:
+    elif pipe.task == "object-detection":
+        options = dict(threshold=0.5 if args.threshold is None else args.threshold)
+    if args.threshold is not None and pipe.task != "object-detection":
+        raise ValueError(f"--threshold is an option of an object-detection folder, not of a {pipe.task} one.")
+    if pipe.task != "zero-shot-classification" and (args.labels or args.multi_label):
         raise ValueError(f"--labels and --multi-label are options of a zero-shot-classification folder, not of a "
                          f"{pipe.task} one.")
     results = pipe(list(inputs), **options)
@@ -76,7 +85,7 @@ def add_parser(commands: Any) -> None:
     cmd = commands.add_parser(
         "run", help="run a classifier, tagger, embedder or CTC folder written by export",
         description="Runs a folder written by 'export FOLDER --out OUT' for a single-pass task (text, token, image "
-        "or audio classification, zero-shot classification, fill-mask, feature extraction, CTC speech recognition) "
+        "or audio classification, zero-shot classification, object detection, fill-mask, feature extraction, CTC speech recognition) "
         "on onnxruntime, the inputs prepared by the folder's own tokenizer, image processor or feature extractor (offline), and prints what "
         "transformers' pipeline of the task returns. Several inputs make a batch.")
     cmd.add_argument("folder", help="the folder written by export")
@@ -91,6 +100,8 @@ def add_parser(commands: Any) -> None:
                      help="a zero-shot-classification folder: the hypothesis, {} the label")
     cmd.add_argument("--multi-label", action="store_true",
                      help="a zero-shot-classification folder: score each label on its own (several may hold)")
+    cmd.add_argument("--threshold", type=float, default=None,
+                     help="an object-detection folder: the lowest score of an object shown (default 0.5)")
     cmd.add_argument("--json", action="store_true", help="print the result as JSON")
     cmd.add_argument("--threads", type=int, default=None, help="onnxruntime's intra-op threads")
     cmd.set_defaults(func=run)

@@ -40,8 +40,9 @@ from .speech import Piece
 #: the sentences of the two text input sets (batch 2, then batch 3, other lengths)
 SENTENCES = (("the cat sat on the mat", "paris is the capital of france, a city by the sea"),
              ("a quick brown fox", "the model was exported to onnx and runs in a folder", "good night"))
-#: the dimensions of each input left dynamic, by modality
-DYNAMIC_DIMS = {"text": {0: "batch", 1: "sequence"}, "image": {0: "batch"}, "audio": {0: "batch", 1: "samples"}}
+#: the dimensions of each input left dynamic, by modality (a detector's images keep their sizes: their last two)
+DYNAMIC_DIMS = {"text": {0: "batch", 1: "sequence"}, "image": {0: "batch"}, "audio": {0: "batch", 1: "samples"},
+                "sized image": {0: "batch", -2: "height", -1: "width"}}
 
 
 class EncoderPiece(torch.nn.Module):
@@ -57,9 +58,9 @@ class EncoderPiece(torch.nn.Module):
         self.model, self.outputs = model, outputs
 
     def forward(self, input_ids: Any = None, attention_mask: Any = None, token_type_ids: Any = None,
-                pixel_values: Any = None, input_values: Any = None) -> tuple[torch.Tensor, ...]:
+                pixel_values: Any = None, pixel_mask: Any = None, input_values: Any = None) -> tuple[torch.Tensor, ...]:
         given = dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                     pixel_values=pixel_values, input_values=input_values)
+                     pixel_values=pixel_values, pixel_mask=pixel_mask, input_values=input_values)
         result = self.model(**{k: v for k, v in given.items() if v is not None})
         return tuple(result[name] for name in self.outputs)
 
@@ -102,14 +103,15 @@ def example_inputs(folder: str, modality: str, accepted: set[str], seed: int = 0
 def encoder_pieces(model: torch.nn.Module, task: str, folder: str) -> list[Piece]:
     """The one piece of a folder of ``task``: the wrapper around ``model`` (the meta device for the export, the
     CPU for the check), its two input sets and their dynamic dimensions."""
-    modality, output = PIPELINE_TASKS[task]
+    modality, outputs = PIPELINE_TASKS[task]
     accepted = set(inspect.signature(model.forward).parameters) & set(inspect.signature(EncoderPiece.forward).parameters)
     inputs, inputs2 = example_inputs(folder, modality, accepted)
     names = [n for n in inspect.signature(EncoderPiece.forward).parameters if n in inputs]
-    dims = DYNAMIC_DIMS[modality]
-    dynamic_shapes = {n: {d: name for d, name in dims.items() if d < inputs[n].dim()} for n in names}
-    return [Piece("model", MODEL_FILE, EncoderPiece(model, (output,)), {n: inputs[n] for n in names},
-                  {n: inputs2[n] for n in names}, dynamic_shapes, names, [output])]
+    dims = DYNAMIC_DIMS["sized image" if task == "object-detection" else modality]
+    dynamic_shapes = {n: {d % rank: name for d, name in dims.items() if -rank <= d < rank}
+                      for n, rank in ((n, inputs[n].dim()) for n in names)}
+    return [Piece("model", MODEL_FILE, EncoderPiece(model, outputs), {n: inputs[n] for n in names},
+                  {n: inputs2[n] for n in names}, dynamic_shapes, names, list(outputs))]
 
 
 def export_encoder_pieces(task: str, folder: str, out_dir: str, config: Any, dtype: torch.dtype,
@@ -119,9 +121,6 @@ def export_encoder_pieces(task: str, folder: str, out_dir: str, config: Any, dty
     rebuilding it around the eager model for the check."""
     import transformers  # deferred: heavy
 
-    if getattr(config, "is_encoder_decoder", False):
-        raise ValueError(f"{config.architectures[0]} is an encoder-decoder: a {task} folder holds a single-pass "
-                         "encoder; export its encoder class (T5EncoderModel...) or use the seq2seq tasks.")
     if task == "zero-shot-classification" and not any(str(k).lower().startswith("entail")
                                                       for k in (getattr(config, "label2id", None) or {})):
         raise ValueError(f"{config.architectures[0]} has no 'entailment' label (config.json's label2id: "
@@ -129,6 +128,9 @@ def export_encoder_pieces(task: str, folder: str, out_dir: str, config: Any, dty
                          "language inference classifier.")
     with parameters_on_meta():  # the buffers computed (BERT's position and token type ids)
         model = getattr(transformers, config.architectures[0])._from_config(config, dtype=dtype).eval()
+    if "decoder_input_ids" in inspect.signature(model.forward).parameters:
+        raise ValueError(f"{config.architectures[0]} is an encoder-decoder generating tokens: a {task} folder holds "
+                         "a single-pass model; export its encoder class (T5EncoderModel...) or a seq2seq task.")
     pieces = encoder_pieces(model, task, folder)
     optimize, quantize = options["optimize"], options["quantize"]
     for piece in pieces:

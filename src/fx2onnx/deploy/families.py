@@ -149,8 +149,8 @@ FAMILIES: tuple[Family, ...] = (
     # the single-pass encoders: one model, onnx/model.onnx (fx2onnx.deploy.encoder), one entry per pipeline task
     *(Family("encoder", task, None, f"any model of the {task} auto mapping reading a {modality}", lambda f: True,
              functools.partial(export_encoder_pieces, task),
-             f"the model's {output} on two input sets of its processor against eager float32")
-      for task, (modality, output) in PIPELINE_TASKS.items()),
+             f"the model's {' and '.join(outputs)} on two input sets of its processor against eager float32")
+      for task, (modality, outputs) in PIPELINE_TASKS.items()),
 )
 
 

@@ -31,18 +31,20 @@ from .vision import read_image
 
 #: the model of a single-pass folder, where transformers.js and optimum look for it
 MODEL_FILE = "onnx/model.onnx"
-#: task -> (what it reads: text, image or audio; the model's output it keeps)
-PIPELINE_TASKS: dict[str, tuple[str, str]] = {
-    "feature-extraction": ("text", "last_hidden_state"),
-    "fill-mask": ("text", "logits"),
-    "text-classification": ("text", "logits"),
+#: task -> (what it reads: text, image or audio; the model's outputs it keeps)
+PIPELINE_TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "feature-extraction": ("text", ("last_hidden_state",)),
+    "fill-mask": ("text", ("logits",)),
+    "text-classification": ("text", ("logits",)),
     # a natural language inference classifier (an "entailment" label) scoring a text against candidate labels
-    "zero-shot-classification": ("text", "logits"),
-    "token-classification": ("text", "logits"),
-    "image-classification": ("image", "logits"),
-    "image-feature-extraction": ("image", "last_hidden_state"),
-    "audio-classification": ("audio", "logits"),
-    "automatic-speech-recognition": ("audio", "logits"),
+    "zero-shot-classification": ("text", ("logits",)),
+    "token-classification": ("text", ("logits",)),
+    "image-classification": ("image", ("logits",)),
+    "image-feature-extraction": ("image", ("last_hidden_state",)),
+    # boxes from the image processor's post_process_object_detection (DETR, YOLOS...)
+    "object-detection": ("image", ("logits", "pred_boxes")),
+    "audio-classification": ("audio", ("logits",)),
+    "automatic-speech-recognition": ("audio", ("logits",)),
 }
 #: the option of the command line giving each modality
 MODALITY_OPTION = {"text": "texts", "image": "--image PATH", "audio": "--audio PATH"}
@@ -85,7 +87,7 @@ class Pipeline:
             raise ValueError(f"{self.folder!r} is a folder of task {self.task!r}, which run does not serve: run takes "
                              f"a folder of {sorted(PIPELINE_TASKS)} (generate runs the generation tasks).")
         check_folder_files(self.folder, metadata)
-        self.modality, self.output = PIPELINE_TASKS[self.task]
+        self.modality, self.outputs = PIPELINE_TASKS[self.task]
         self.input_names = list(piece["inputs"])
         self.session = onnxruntime.InferenceSession(os.path.join(self.folder, piece["file"]),
                                                     session_options(threads),
@@ -121,12 +123,14 @@ class Pipeline:
                 transformers.AutoTokenizer.from_pretrained(self.folder, local_files_only=True)
         return self._tokenizer
 
-    def _run(self, feeds: dict[str, Any]) -> np.ndarray:
+    def _run(self, feeds: dict[str, Any], all_outputs: bool = False) -> Any:
+        """The model's first output on ``feeds`` (the processor's outputs), or all of them."""
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
             raise ValueError(f"the {self.modality} processor of {self.folder!r} gives no {missing}: the folder's "
                              "processor files are not those it was exported with; export it again.")
-        return self.session.run([self.output], {n: np.asarray(feeds[n]) for n in self.input_names})[0]
+        outputs = self.session.run(list(self.outputs), {n: np.asarray(feeds[n]) for n in self.input_names})
+        return outputs if all_outputs else outputs[0]
 
     # -- inputs
 
@@ -170,10 +174,11 @@ class Pipeline:
     # -- the tasks
 
     def __call__(self, inputs: Any, top_k: int | None = None, candidate_labels: str | Sequence[str] | None = None,
-                 hypothesis_template: str = "This example is {}.", multi_label: bool = False) -> Any:
+                 hypothesis_template: str = "This example is {}.", multi_label: bool = False,
+                 threshold: float = 0.5) -> Any:
         """What transformers' ``pipeline(task, model=folder)(inputs)`` returns (``top_k``: the labels or tokens kept;
         default: the pipeline's; ``candidate_labels``, ``hypothesis_template``, ``multi_label``: those of
-        zero-shot-classification)."""
+        zero-shot-classification; ``threshold``: the lowest score of a detected object)."""
         single = not isinstance(inputs, (list, tuple))
         items = [inputs] if single else list(inputs)
         if not items:
@@ -183,6 +188,8 @@ class Pipeline:
                        for text in self._texts(items)]
         elif self.modality == "text":
             results = self._text_task(self._texts(items), top_k)
+        elif self.task == "object-detection":  # one image at a time, as the pipeline (no padding to the largest)
+            results = [self._detect(image, threshold) for image in self._images(items)]
         elif self.modality == "image":
             results = self._image_task(self._images(items), top_k)
         else:
@@ -290,6 +297,22 @@ class Pipeline:
             return [row[None].tolist() for row in output]
         top_k = min(5 if top_k is None else top_k, len(self.id2label))
         return [self._labels(self._scores(row), top_k) for row in output]
+
+    def _detect(self, image: Any, threshold: float) -> list[dict[str, Any]]:
+        """The objects of one image: the folder's image processor's ``post_process_object_detection``."""
+        import types
+
+        import torch  # deferred: transformers' post-processing takes torch tensors
+
+        processor = self.processor
+        logits, boxes = self._run(processor(images=[image], return_tensors="np"), all_outputs=True)
+        size = np.asarray(image).shape[:2]  # (height, width) of the original image
+        found = processor.post_process_object_detection(
+            types.SimpleNamespace(logits=torch.from_numpy(logits), pred_boxes=torch.from_numpy(boxes)),
+            threshold=threshold, target_sizes=[tuple(int(v) for v in size)])[0]
+        return [{"score": float(score), "label": self.id2label.get(int(label), f"LABEL_{int(label)}"),
+                 "box": dict(zip(("xmin", "ymin", "xmax", "ymax"), (int(v) for v in box.int().tolist())))}
+                for score, label, box in zip(found["scores"], found["labels"], found["boxes"])]
 
     def _audio_task(self, audio: np.ndarray, top_k: int | None) -> Any:
         extractor = self.processor

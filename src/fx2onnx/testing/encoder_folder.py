@@ -65,7 +65,7 @@ def _labels(count: int, names: tuple[str, ...]) -> dict[str, Any]:
 
 
 def encoder_config(architecture: str, labels: tuple[str, ...] | None = None) -> Any:
-    """The tiny configuration (2 layers, 32 hidden units) of a BERT, ViT or wav2vec2 class (``labels``: the names
+    """The tiny configuration (2 layers, 32 hidden units) of a BERT, ViT, wav2vec2 or DETR class (``labels``: the names
     of a classifier's labels, ``("entailment", "neutral", "contradiction")`` for a zero-shot classifier)."""
     import transformers
 
@@ -88,7 +88,15 @@ def encoder_config(architecture: str, labels: tuple[str, ...] | None = None) -> 
             num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, classifier_proj_size=16,
             pad_token_id=0, do_stable_layer_norm=True, feat_extract_norm="layer", architectures=[architecture],
             **_labels(3, ("speech", "music", "noise")))
-    raise ValueError(f"No tiny configuration for {architecture}: give a Bert*, ViT* or Wav2Vec2* class.")
+    if architecture.startswith("Detr"):
+        backbone = transformers.ResNetConfig(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic",
+                                             out_features=["stage2"])
+        return transformers.DetrConfig(
+            use_timm_backbone=False, use_pretrained_backbone=False, backbone_config=backbone, d_model=32,
+            encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
+            encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=10, init_std=0.2, architectures=[architecture],
+            **_labels(3, ("cat", "dog", "bird")))
+    raise ValueError(f"No tiny configuration for {architecture}: give a Bert*, ViT*, Wav2Vec2* or Detr* class.")
 
 
 def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int = 0,
@@ -111,6 +119,8 @@ def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int
         bert_tokenizer().save_pretrained(folder)
     elif architecture.startswith("ViT"):
         transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    elif architecture.startswith("Detr"):  # images resized to 64 pixels on their shorter side, 96 at most
+        transformers.DetrImageProcessor(size={"shortest_edge": 64, "longest_edge": 96}).save_pretrained(folder)
     else:
         ctc_processor(folder).save_pretrained(folder)
     return folder
