@@ -155,7 +155,19 @@ def model_cache_inputs(
     """Two input sets of a causal LM (``input_ids``, ``attention_mask``, ``position_ids``,
     ``past_key_values``: the cache the model of ``config`` returns, random states in ``dtype``) of the sizes
     :data:`SIZES`, and their dynamic shapes. Raises :class:`PrefillError` when the model cannot run the
-    prefill (a model too large for the CPU whose forward reads values on the meta device)."""
+    prefill (a model too large for the CPU whose forward reads values on the meta device), when the
+    configuration does not build its model, or when the cache it returns cannot be flattened and rebuilt
+    (the caller's error then comes from the export itself)."""
+    try:
+        return _model_cache_inputs(config, dtype, seed, position_ids)
+    except PrefillError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the model's constructor and the cache classes raise what their code raises
+        reason = str(e).splitlines()[0][:200] if str(e) else ""
+        raise PrefillError(f"no cache read from the model ({type(e).__name__}: {reason})") from e
+
+
+def _model_cache_inputs(config: Any, dtype: torch.dtype, seed: int, position_ids: bool) -> tuple[dict, dict, dict]:
     model, device = _probe_model(config)
     caches = [prefill_cache(model, batch, past, device) for batch, _, past in SIZES]
     del model
