@@ -14,6 +14,7 @@ import torch
 import transformers
 
 from fx2onnx.__main__ import main
+from fx2onnx.deploy.cache_names import is_mamba_config, state_names
 from fx2onnx.formats import CACHE_METADATA_KEY
 from fx2onnx.runtime.folder import FolderGenerator
 from fx2onnx.testing.tokenizer import write_checkpoint_folder
@@ -119,3 +120,12 @@ def test_left_padded_batch_generates_as_transformers(folders):
     expected = model.generate(**encoded, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
     got = [r.new_ids for r in FolderGenerator(out).generate_texts(PROMPTS, max_new_tokens=NEW_TOKENS)]
     assert got == expected[:, encoded["input_ids"].shape[1]:].tolist(), name
+
+
+def test_state_names_as_transformers_js_reads_them():
+    assert state_names("past_key_values_conv_0") == ("past_conv.0", "present_conv.0")
+    assert state_names("past_key_values_recurrent_3") == ("past_recurrent.3", "present_recurrent.3")
+    assert state_names("past_key_values_recurrent_3", mamba=True) == ("past_ssm.3", "present_ssm.3")
+    assert state_names("past_key_values_conv_2_1") == ("past_conv.2.1", "present_conv.2.1")
+    assert state_names("past_key_values.1.key") is None and state_names("past_key_values_key_1") is None
+    assert is_mamba_config(_jamba()) and not is_mamba_config(_lfm2())
