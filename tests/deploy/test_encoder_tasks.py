@@ -115,9 +115,11 @@ def test_text_classification_folder_equals_transformers(classifier, capsys):
     _same(ours(TEXTS, top_k=2), reference(TEXTS, top_k=2))
     assert main(["run", out, *TEXTS, "--json", "--top-k", "3"]) == 0
     _same(json.loads(capsys.readouterr().out), reference(TEXTS, top_k=3))
-    # a text folder given an image
+    # a text folder given an image; generate on a folder that generates nothing
     assert main(["run", out, "--image", "cat.png"]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
+    assert main(["generate", out, "hello"]) == 2
+    assert "is a text-classification folder: run it with python -m fx2onnx run" in capsys.readouterr().err
 
 
 def test_image_classification_folder_equals_transformers_and_refuses_bad_inputs(image_classifier, tmp_path, capsys):

@@ -12,6 +12,7 @@ from ..runtime.families import generator_class
 from ..runtime.folder import FOLDER_METADATA, FolderGenerator, _read_json
 from ..runtime.integrity import check_folder_files
 from ..runtime.media_check import check_media
+from ..runtime.pipelines import PIPELINE_TASKS
 from ..runtime.sampling import Sampling
 from ..runtime.speculative import DraftModel, PromptLookup, same_vocabulary
 
@@ -169,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
     check_folder_files(args.folder, metadata)
     # which loop of the task's: the generic encoder-decoder split, a speech language model's placeholders
     task, args.split = metadata.get("task"), metadata.get("split")
+    if task in PIPELINE_TASKS:  # one pass, nothing generated
+        raise ValueError(f"{args.folder!r} is a {task} folder: run it with python -m fx2onnx run FOLDER INPUT...")
     if task == "speech-seq2seq" and args.audio:
         check_media(audios=[args.audio])
     if task == "image-text-to-text":
