@@ -137,7 +137,8 @@ def test_image_classification_folder_equals_transformers_and_refuses_bad_inputs(
     broken = tmp_path / "broken.png"
     broken.write_bytes(open(images[0], "rb").read()[:60])
     for argv, words in ([[out, "a cat on a mat"], "takes --image PATH, not texts"],
-                        [[out, "--image", str(broken)], "does not decode as an image"]):
+                        [[out, "--image", str(broken)], "does not decode as an image"],
+                        [[out, "--image", str(tmp_path / "missing.png")], "does not exist"]):
         assert main(["run", *argv]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and words in err and err.count("\n") == 1, err

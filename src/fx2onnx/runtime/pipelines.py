@@ -46,6 +46,8 @@ PIPELINE_TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "audio-classification": ("audio", ("logits",)),
     "automatic-speech-recognition": ("audio", ("logits",)),
 }
+#: the endings of a path meant as an image (a missing one is a missing file, not a text)
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff")
 #: the option of the command line giving each modality
 MODALITY_OPTION = {"text": "texts", "image": "--image PATH", "audio": "--audio PATH"}
 
@@ -144,11 +146,12 @@ class Pipeline:
         for item in items:
             if isinstance(item, (str, os.PathLike)):
                 if not os.path.isfile(item):
-                    self._refuse(item)
+                    if os.path.splitext(os.fspath(item))[1].lower() in IMAGE_SUFFIXES:
+                        raise FileNotFoundError(f"Image file {os.fspath(item)!r} does not exist.")
+                    self._refuse(item)  # a text
                 item = _decoded_image(os.fspath(item))
-            elif isinstance(item, np.ndarray) and item.ndim != 3 or not hasattr(item, "__array_interface__") \
-                    and not hasattr(item, "convert"):
-                self._refuse(item)
+            elif not (hasattr(item, "convert") or isinstance(item, np.ndarray) and item.ndim == 3):
+                self._refuse(item)  # a PIL image or an array (height, width, channels)
             images.append(item)
         return images
 
