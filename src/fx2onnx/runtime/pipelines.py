@@ -215,6 +215,8 @@ class Pipeline:
 
     def _text_task(self, texts: list[str], top_k: int | None) -> list[Any]:
         tokenizer = self.processor
+        if tokenizer.pad_token is None and len(texts) > 1:  # no padding: one text at a time, as the pipeline
+            return [r for text in texts for r in self._text_task([text], top_k)]
         encoded = tokenizer(texts, padding=True, return_tensors="np", return_special_tokens_mask=True,
                             return_offsets_mapping=self.task == "token-classification")
         output = self._run(encoded)
