@@ -9,6 +9,7 @@ import pytest
 import torch
 import transformers
 
+from fx2onnx.inputs import model_cache
 from fx2onnx.inputs.decoder import _kv_shape
 from fx2onnx.inputs.folder_inputs import task_inputs
 from fx2onnx.inputs.model_cache import PrefillError, cache_summary, model_cache_inputs
@@ -84,3 +85,13 @@ def test_no_transformers_class_keeps_the_config_cache():
         model_cache_inputs(config)
     inputs, _, shapes = task_inputs(config, "text-generation", with_cache=True)
     assert _states(inputs)["key_0"][0] == (2, 2, 5, 16) and shapes["past_key_values"] == [KV, KV]
+
+
+def test_meta_prefill_reads_the_same_cache(monkeypatch):
+    # a model too large for a CPU prefill runs it on the meta device (bfloat16, no mask): the same states
+    cpu = model_cache_inputs(_lfm2())
+    monkeypatch.setattr(model_cache, "CPU_PREFILL_PARAMETERS", 0)
+    meta = model_cache_inputs(_lfm2())
+    assert _states(meta[0]) == _states(cpu[0]) and _states(meta[1]) == _states(cpu[1])
+    assert meta[2] == cpu[2]
+    assert all(not t.is_meta for t in torch.utils._pytree.tree_leaves(meta[0]["past_key_values"].layers[1].keys))

@@ -9,9 +9,10 @@ built from the configuration runs a prefill with ``use_cache=True`` and the cach
 classes of its layers and every state's shape and dtype. The prefill runs
 
 * on the CPU with random weights when the model is small (:data:`CPU_PREFILL_PARAMETERS`),
-* on the meta device otherwise (shapes only; a model whose forward reads values, such as a mixture of experts'
-  routing or a hybrid's mask check, cannot run there: :func:`model_cache_inputs` then returns None and the
-  caller keeps the cache read from the configuration).
+* on the meta device otherwise, in bfloat16 (the meta kernel of the experts' grouped products takes no other
+  type) and without a mask (a mask of ones is checked by value): shapes only, no weight in memory. A model whose
+  forward still reads a value there raises :class:`PrefillError` and the caller keeps the cache read from the
+  configuration.
 
 Every floating point state is then replaced by seeded random values in the export's dtype (the structure is
 rebuilt through the pytree flattening of :mod:`fx2onnx.patches.caches`, as ``torch.export`` rebuilds it). The
@@ -62,12 +63,14 @@ def _model_class(config: Any) -> type:
 
 
 def _probe_model(config: Any) -> tuple[torch.nn.Module, torch.device]:
-    """The model of ``config`` in float32, on the CPU with random weights when small, else on meta."""
+    """The model of ``config``: in float32 on the CPU with random weights when small, else in bfloat16 on meta
+    (the states are given the export's dtype afterwards)."""
     cls = _model_class(config)
     config = copy.deepcopy(config)
     config.use_cache = True
     with torch.device("meta"):
-        meta = cls._from_config(config, dtype=torch.float32)
+        # bfloat16: the meta kernel of the experts' grouped matrix products takes no other type
+        meta = cls._from_config(config, dtype=torch.bfloat16)
     if sum(p.numel() for p in meta.parameters()) > CPU_PREFILL_PARAMETERS:
         return meta.eval(), torch.device("meta")
     del meta
@@ -81,7 +84,8 @@ def prefill_cache(model: torch.nn.Module, batch: int, past: int, device: torch.d
     """The cache ``model`` returns after a prefill of ``past`` tokens on a batch of ``batch`` sequences."""
     vocab = int(getattr(model.config, "vocab_size", 0) or 16)
     ids = (torch.arange(batch * past, dtype=torch.int64).reshape(batch, past) % max(vocab - 3, 1) + 3).to(device)
-    mask = torch.ones((batch, past), dtype=torch.int64, device=device)
+    # no padding: no mask (a mask of ones is checked by value, which the meta device cannot read)
+    mask = None if torch.device(device).type == "meta" else torch.ones((batch, past), dtype=torch.int64, device=device)
     try:
         with torch.no_grad():
             out = model(input_ids=ids, attention_mask=mask, use_cache=True)
