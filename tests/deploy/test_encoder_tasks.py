@@ -255,3 +255,23 @@ def test_object_detection_equals_transformers(tmp_path_factory, tmp_path, capsys
     _same_detections(ours(images[0], threshold=0.5), reference(images[0], threshold=0.5))
     assert main(["run", out, "--image", images[1], "--threshold", "0.3", "--json"]) == 0
     _same_detections(json.loads(capsys.readouterr().out), reference(images[1], threshold=0.3))
+
+
+@pytest.mark.slow
+def test_depth_estimation_equals_transformers(tmp_path_factory, tmp_path, capsys):
+    import PIL.Image
+
+    checkpoint, out, result = _exported(tmp_path_factory, "DPTForDepthEstimation")
+    assert result.task == "depth-estimation"
+    images = _image_files(str(tmp_path))
+    ours, reference = fx2onnx.pipeline(out), _reference("depth-estimation", checkpoint)
+    for got, expected in zip(ours(images), reference(images)):
+        depth = expected["predicted_depth"].numpy()
+        assert got["predicted_depth"].shape == depth.shape and np.abs(depth).max() > 0.01
+        np.testing.assert_allclose(got["predicted_depth"], depth, atol=1e-4 * np.abs(depth).max())
+        assert got["depth"].size == expected["depth"].size  # the grey image at the image's size, 0-255
+        assert np.abs(np.asarray(got["depth"], dtype=int) - np.asarray(expected["depth"], dtype=int)).max() <= 1
+    assert main(["run", out, "--image", images[0], "--save-dir", str(tmp_path / "depth"), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    saved = tmp_path / "depth" / "image_0_depth.png"
+    assert printed["saved"] == str(saved) and PIL.Image.open(saved).size == PIL.Image.open(images[0]).size

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 import numpy as np
@@ -19,8 +20,31 @@ def _features(value: Any) -> dict[str, Any]:
     return {"shape": list(array.shape), "norm": round(float(np.linalg.norm(array)), 6)}
 
 
+def _depth(result: dict[str, Any]) -> dict[str, Any]:
+    """A depth map as its shape and range (and the PNG written, if any)."""
+    depth = np.asarray(result["predicted_depth"])
+    return {"shape": list(depth.shape), "min": round(float(depth.min()), 6), "max": round(float(depth.max()), 6),
+            **({"saved": result["saved"]} if "saved" in result else {})}
+
+
+def _save(task: str, results: list[Any], inputs: list[str], folder: str) -> None:
+    """Writes each depth map as a PNG (``<image>_depth.png``), each embedding as a ``.npy`` file, into ``folder``."""
+    os.makedirs(folder, exist_ok=True)
+    for number, (value, result) in enumerate(zip(inputs, results), 1):
+        stem = os.path.splitext(os.path.basename(value))[0] if task != "feature-extraction" else f"text_{number}"
+        if task == "depth-estimation":
+            result["saved"] = os.path.join(folder, f"{stem}_depth.png")
+            result["depth"].save(result["saved"])
+        else:
+            np.save(os.path.join(folder, f"{stem}.npy"), np.asarray(result, dtype=np.float32))
+
+
 def _lines(task: str, result: Any) -> list[str]:
     """The result of one input, readable."""
+    if task == "depth-estimation":
+        depth = _depth(result)
+        saved = f", saved as {depth['saved']}" if "saved" in depth else ""
+        return [f"depth: shape {depth['shape']}, from {depth['min']:.4g} to {depth['max']:.4g}{saved}"]
     if task in ("feature-extraction", "image-feature-extraction"):
         features = _features(result)
         return [f"embedding: shape {features['shape']}, norm {features['norm']:.6g}"]
@@ -67,9 +91,15 @@ def run(args: argparse.Namespace) -> int:
     results = pipe(list(inputs), **options)
     if pipe.task == "text-classification" and args.top_k is None:
         results = [[r] for r in results]
+    if args.save_dir:
+        if pipe.task not in ("depth-estimation", "feature-extraction", "image-feature-extraction"):
+            raise ValueError(f"--save-dir writes depth maps and embeddings, not the results of a {pipe.task} folder.")
+        _save(pipe.task, results, inputs, args.save_dir)
     if args.json:
         if pipe.task in ("feature-extraction", "image-feature-extraction"):
             results = [_features(r) for r in results]
+        elif pipe.task == "depth-estimation":
+            results = [_depth(r) for r in results]
         print(json.dumps(results if len(results) > 1 else results[0], indent=1))
         return 0
     for number, (value, result) in enumerate(zip(inputs, results), 1):
@@ -85,9 +115,10 @@ def add_parser(commands: Any) -> None:
     cmd = commands.add_parser(
         "run", help="run a classifier, tagger, embedder or CTC folder written by export",
         description="Runs a folder written by 'export FOLDER --out OUT' for a single-pass task (text, token, image "
-        "or audio classification, zero-shot classification, object detection, fill-mask, feature extraction, CTC speech recognition) "
-        "on onnxruntime, the inputs prepared by the folder's own tokenizer, image processor or feature extractor (offline), and prints what "
-        "transformers' pipeline of the task returns. Several inputs make a batch.")
+        "or audio classification, zero-shot classification, object detection, depth estimation, fill-mask, feature "
+        "extraction, CTC speech recognition) on onnxruntime, the inputs prepared by the folder's own tokenizer, image "
+        "processor or feature extractor (offline), and prints what transformers' pipeline of the task returns. "
+        "Several inputs make a batch.")
     cmd.add_argument("folder", help="the folder written by export")
     cmd.add_argument("inputs", nargs="*", default=[], metavar="INPUT", help="the texts of a text folder")
     cmd.add_argument("--image", action="append", default=None, help="an image file (once per image)")
@@ -102,6 +133,9 @@ def add_parser(commands: Any) -> None:
                      help="a zero-shot-classification folder: score each label on its own (several may hold)")
     cmd.add_argument("--threshold", type=float, default=None,
                      help="an object-detection folder: the lowest score of an object shown (default 0.5)")
+    cmd.add_argument("--save-dir", default=None,
+                     help="a depth-estimation folder: write each depth map as IMAGE_depth.png there; an embedder's: "
+                     "each embedding as a .npy file")
     cmd.add_argument("--json", action="store_true", help="print the result as JSON")
     cmd.add_argument("--threads", type=int, default=None, help="onnxruntime's intra-op threads")
     cmd.set_defaults(func=run)

@@ -43,6 +43,8 @@ PIPELINE_TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "image-feature-extraction": ("image", ("last_hidden_state",)),
     # boxes from the image processor's post_process_object_detection (DETR, YOLOS...)
     "object-detection": ("image", ("logits", "pred_boxes")),
+    # a depth map per image, at the image's size (the image processor's post_process_depth_estimation)
+    "depth-estimation": ("image", ("predicted_depth",)),
     "audio-classification": ("audio", ("logits",)),
     "automatic-speech-recognition": ("audio", ("logits",)),
 }
@@ -193,6 +195,8 @@ class Pipeline:
             results = self._text_task(self._texts(items), top_k)
         elif self.task == "object-detection":  # one image at a time, as the pipeline (no padding to the largest)
             results = [self._detect(image, threshold) for image in self._images(items)]
+        elif self.task == "depth-estimation":
+            results = [self._depth(image) for image in self._images(items)]
         elif self.modality == "image":
             results = self._image_task(self._images(items), top_k)
         else:
@@ -318,6 +322,22 @@ class Pipeline:
         return [{"score": float(score), "label": self.id2label.get(int(label), f"LABEL_{int(label)}"),
                  "box": dict(zip(("xmin", "ymin", "xmax", "ymax"), (int(v) for v in box.int().tolist())))}
                 for score, label, box in zip(found["scores"], found["labels"], found["boxes"])]
+
+    def _depth(self, image: Any) -> dict[str, Any]:
+        """The depth map of one image at its size (``predicted_depth``) and as a grey image scaled to 0-255 (``depth``)."""
+        import types
+
+        import PIL.Image
+        import torch  # deferred: transformers' post-processing takes torch tensors
+
+        processor = self.processor
+        predicted = self._run(processor(images=[image], return_tensors="np"))
+        size = tuple(int(v) for v in np.asarray(image).shape[:2])
+        depth = processor.post_process_depth_estimation(
+            types.SimpleNamespace(predicted_depth=torch.from_numpy(predicted)), [size])[0]["predicted_depth"]
+        depth = depth.detach().numpy()
+        scaled = (depth - depth.min()) / (depth.max() - depth.min())
+        return {"predicted_depth": depth, "depth": PIL.Image.fromarray((scaled * 255).astype("uint8"))}
 
     def _audio_task(self, audio: np.ndarray, top_k: int | None) -> Any:
         extractor = self.processor

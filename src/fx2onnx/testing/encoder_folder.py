@@ -15,6 +15,8 @@ import json
 import os
 from typing import Any
 
+from ..inputs.tasks import get_task_architecture, tiny_task_config
+
 #: the words the WordPiece tokenizer knows (the sentences of the tests and examples are made of them)
 WORDS = ("the a an of to in on is was and or but not with for at by from this that it he she they we you "
          "cat dog sat mat paris france capital city model export graph onnx runtime folder image sound "
@@ -65,7 +67,7 @@ def _labels(count: int, names: tuple[str, ...]) -> dict[str, Any]:
 
 
 def encoder_config(architecture: str, labels: tuple[str, ...] | None = None) -> Any:
-    """The tiny configuration (2 layers, 32 hidden units) of a BERT, ViT, wav2vec2 or DETR class (``labels``: the names
+    """The tiny configuration (2 layers, 32 hidden units) of a BERT, ViT, wav2vec2, DETR or DPT class (``labels``: the names
     of a classifier's labels, ``("entailment", "neutral", "contradiction")`` for a zero-shot classifier)."""
     import transformers
 
@@ -96,7 +98,11 @@ def encoder_config(architecture: str, labels: tuple[str, ...] | None = None) -> 
             encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
             encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=10, init_std=0.2, architectures=[architecture],
             **_labels(3, ("cat", "dog", "bird")))
-    raise ValueError(f"No tiny configuration for {architecture}: give a Bert*, ViT*, Wav2Vec2* or Detr* class.")
+    if architecture.startswith("DPT"):  # the task zoo's tiny DPT (4 layers of 64, 32x32 images)
+        config = tiny_task_config(get_task_architecture("depth-estimation", "dpt"), initializer_range=0.075)
+        config.architectures = [architecture]
+        return config
+    raise ValueError(f"No tiny configuration for {architecture}: give a Bert*, ViT*, Wav2Vec2*, Detr* or DPT* class.")
 
 
 def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int = 0,
@@ -119,6 +125,8 @@ def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int
         bert_tokenizer().save_pretrained(folder)
     elif architecture.startswith("ViT"):
         transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    elif architecture.startswith("DPT"):
+        transformers.DPTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
     elif architecture.startswith("Detr"):  # images resized to 64 pixels on their shorter side, 96 at most
         transformers.DetrImageProcessor(size={"shortest_edge": 64, "longest_edge": 96}).save_pretrained(folder)
     else:
