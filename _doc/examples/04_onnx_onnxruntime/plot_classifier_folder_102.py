@@ -124,8 +124,9 @@ run("run", out, "--image", "cat.png", code=2)
 # ---------------
 # The same two commands serve fill-mask, token-classification, feature-extraction
 # (``BertModel``), zero-shot-classification (an NLI classifier exported with
-# ``--task zero-shot-classification``, run with ``--labels``), image-classification and
-# image-feature-extraction (``--image``), audio-classification and CTC speech recognition
-# (``--audio``, a WAV file at the feature extractor's rate).
+# ``--task zero-shot-classification``, run with ``--labels``), image-classification,
+# image-feature-extraction, object-detection (``--threshold``) and depth-estimation
+# (``--save-dir`` writes the depth PNGs) with ``--image``, audio-classification and CTC speech
+# recognition with ``--audio`` (a WAV file at the feature extractor's rate).
 
 work.cleanup()

@@ -1,5 +1,5 @@
-"""``python -m fx2onnx run FOLDER INPUT...``: a folder of a single-pass encoder (a classifier, a tagger, a masked
-language model, an embedder, a CTC speech recognizer) on texts, ``--image`` or ``--audio`` files, printing what
+"""``python -m fx2onnx run FOLDER INPUT...``: a folder of a single-pass model (a classifier, a tagger, a masked
+language model, an embedder, a detector, a depth estimator, a CTC speech recognizer) on texts, ``--image`` or ``--audio`` files, printing what
 transformers' pipeline of its task returns (``--json``: as JSON). Imports the runtime only: no torch at start."""
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(commands: Any) -> None:
     """Adds the command to the subparsers ``commands``."""
     cmd = commands.add_parser(
-        "run", help="run a classifier, tagger, embedder or CTC folder written by export",
+        "run", help="run a classifier, tagger, embedder, detector, depth or CTC folder written by export",
         description="Runs a folder written by 'export FOLDER --out OUT' for a single-pass task (text, token, image "
         "or audio classification, zero-shot classification, object detection, depth estimation, fill-mask, feature "
         "extraction, CTC speech recognition) on onnxruntime, the inputs prepared by the folder's own tokenizer, image "

@@ -1,7 +1,7 @@
 """The single-pass encoders of transformers' pipelines: one model, no cache, one run per input.
 
-A classifier (text, image, audio), a token tagger, a masked language model, a text or image embedder and a CTC
-speech recognizer are each exported as one model, ``onnx/model.onnx``, as optimum and transformers.js lay such a
+A classifier (text, image, audio), a token tagger, a masked language model, a text or image embedder, a detector,
+a depth estimator and a CTC speech recognizer are each exported as one model, ``onnx/model.onnx``, as optimum and transformers.js lay such a
 folder out: its inputs named as the processor names them (``input_ids``, ``attention_mask``, ``token_type_ids``,
 ``pixel_values``, ``input_values``), its output as transformers' pipeline reads it (``logits``, or
 ``last_hidden_state`` for an embedder). The tasks and what they keep are listed by the runtime
@@ -9,7 +9,8 @@ folder out: its inputs named as the processor names them (``input_ids``, ``atten
 
 The example inputs come from the folder's own processor: its tokenizer on sentences, its image processor on
 images, its feature extractor on sounds, two sets of other batch sizes and lengths. The batch and the length of a
-text or a sound are dynamic; an image's height and width are the processor's. Each set is checked against the same
+text or a sound are dynamic; an image's height and width are the processor's, but a detector's (DETR resizes
+each image keeping its aspect ratio). Each set is checked against the same
 wrapper around the eager float32 model (:func:`fx2onnx.deploy.speech.check_speech_pieces`).
 
 .. code-block:: python

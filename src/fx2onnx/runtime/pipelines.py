@@ -5,8 +5,10 @@
 onnxruntime, prepares the inputs with the folder's own tokenizer, image processor or feature extractor
 (transformers, offline), runs the model and post-processes its output as transformers' pipeline of the task does:
 labels and scores (softmax, or sigmoid for one label or several labels at once, from ``config.json``), a tagger's
-entities (no aggregation), the ``top_k`` tokens of a mask, a CTC transcription (greedy, the tokenizer's decoding),
-an embedding (``last_hidden_state``, nested lists). One input gives one result, a list gives a list.
+entities (no aggregation), the ``top_k`` tokens of a mask, candidate labels scored by an NLI classifier, a CTC
+transcription (greedy, the tokenizer's decoding), an embedding (``last_hidden_state``, nested lists), and, through
+the image processor's own post-processing, a detector's boxes and a depth map. One input gives one result, a list
+gives a list.
 
 .. code-block:: python
 
