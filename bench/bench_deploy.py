@@ -110,7 +110,7 @@ def measured(module: str, *argv: str) -> dict:
 
 
 def folder_size(folder: str) -> int:
-    return sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(folder) for f in files)
 
 
 def export_both(checkpoint: str, work: str, precision: str, exporters=EXPORTERS,

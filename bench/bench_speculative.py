@@ -94,9 +94,8 @@ def write_checkpoint(model: torch.nn.Module, folder: str) -> None:
 def genai_copy(folder: str, out: str, threads: int, **speculative) -> str:
     """A copy of ``folder`` (weights hard-linked) whose genai_config runs ``threads`` intra-op threads and,
     given ``speculative``, genai's speculative decoding."""
-    os.makedirs(out)
-    for name in os.listdir(folder):
-        (os.link if name.endswith(".data") else shutil.copyfile)(os.path.join(folder, name), os.path.join(out, name))
+    shutil.copytree(folder, out, copy_function=lambda src, dst: (os.link if src.endswith("data") else
+                                                                 shutil.copyfile)(src, dst))
     if speculative:
         why = write_genai_speculative(out, **speculative)
         assert why is None, why
@@ -185,7 +184,7 @@ def main() -> None:
                                           ("draft", "draft", {})):
                 folders[name] = os.path.join(root, f"{name}_{precision}")
                 export_folder(os.path.join(root, source), folders[name], quantize=quantize, validate=False, **options)
-            weights_mb = os.path.getsize(os.path.join(folders["default"], "model.onnx.data")) / 2**20
+            weights_mb = os.path.getsize(os.path.join(folders["default"], "onnx", "model.onnx_data")) / 2**20
             greedy = FolderGenerator(folders["default"]).generate_text(seed_text, NEW).new_ids
             texts = {"repeating": seed_text + greedy + seed_text, "non-repeating": other}
             for threads in [int(t) for t in args.threads.split(",")]:

@@ -50,15 +50,17 @@ def _genai_greedy(og, genai_model, prompt: list[int], new: int) -> list[int]:
 def test_export_writes_a_folder_that_generates(folders):
     checkpoint, out = folders
     files = set(os.listdir(out))
-    assert {"model.onnx", "model.onnx.data", "tokenizer.json", "tokenizer_config.json", "config.json",
-            "generation_config.json", "genai_config.json", "fx2onnx.json"} <= files
+    # the layout transformers.js and optimum read: the decoder and its weights under onnx/, the rest at the root
+    assert {"tokenizer.json", "tokenizer_config.json", "config.json", "generation_config.json", "genai_config.json",
+            "fx2onnx.json"} <= files and sorted(os.listdir(os.path.join(out, "onnx"))) == ["model.onnx",
+                                                                                          "model.onnx_data"]
     assert not any(f.endswith(".safetensors") for f in files)
-    proto = onnx.load(os.path.join(out, "model.onnx"), load_external_data=False)
+    proto = onnx.load(os.path.join(out, "onnx", "model.onnx"), load_external_data=False)
     inputs = [i.name for i in proto.graph.input]
     outputs = [o.name for o in proto.graph.output]
-    assert "past_key_values_key_0" in inputs and "present_value_1" in outputs  # the model takes its cache
+    assert "past_key_values.0.key" in inputs and "present.1.value" in outputs  # the model takes its cache
     # float32 by default (onnxruntime's CPU kernels), from a bf16 checkpoint
-    assert proto.graph.input[inputs.index("past_key_values_key_0")].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert proto.graph.input[inputs.index("past_key_values.0.key")].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
     assert json.load(open(os.path.join(out, "fx2onnx.json")))["task"] == "text-generation"
     # the logits of the last position only: the head runs once per prompt (generation reads nothing else)
     logits = proto.graph.output[outputs.index("logits")].type.tensor_type.shape.dim
@@ -101,17 +103,18 @@ def test_all_logits_keeps_every_position(folders, tmp_path):
     metadata = json.load(open(os.path.join(out, "fx2onnx.json")))
     assert metadata["logits"] == "all" and metadata["cache"] == "concatenated"
     assert json.load(open(os.path.join(out, "genai_config.json")))["search"]["past_present_share_buffer"] is False
-    ops = [n.op_type for n in onnx.load(os.path.join(out, "model.onnx"), load_external_data=False).graph.node]
+    decoder = os.path.join(out, "onnx", "model.onnx")
+    ops = [n.op_type for n in onnx.load(decoder, load_external_data=False).graph.node]
     assert ops.count("Attention") == 2 and "GroupQueryAttention" not in ops
     model, _ = _eager(checkpoint)
     ids = torch.tensor([[5, 60, 7, 200, 31, 8]])
     with torch.no_grad():
         expected = model(input_ids=ids).logits
-    session_inputs = {i.name for i in onnx.load(os.path.join(out, "model.onnx"), load_external_data=False).graph.input}
+    session_inputs = {i.name for i in onnx.load(decoder, load_external_data=False).graph.input}
     feeds = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
              "position_ids": torch.arange(ids.shape[1])[None]}
     feeds.update({name: torch.zeros((1, 2, 0, 16)) for name in session_inputs if name.startswith("past_key_values")})
-    got = run_onnx(os.path.join(out, "model.onnx"), (), feeds)[0]
+    got = run_onnx(decoder, (), feeds)[0]
     assert got.shape == (1, 6, 384)
     np.testing.assert_allclose(got, expected.numpy(), atol=1e-4, rtol=1e-3)
 
@@ -248,11 +251,11 @@ def test_bfloat16_export_is_held_to_eager_bfloat16(folders, tmp_path):
     inputs, _, _ = task_inputs(config, "text-generation", with_cache=True, dtype=torch.bfloat16)
     # the decoder as plain generation reads it: the logits of the last position and the cache (verify_logits, the
     # last positions' logits a speculative loop verifies, dropped; the weights' file is shared)
-    proto = onnx.load(str(tmp_path / "bf16" / "model.onnx"), load_external_data=False)
+    proto = onnx.load(str(tmp_path / "bf16" / "onnx" / "model.onnx"), load_external_data=False)
     assert proto.graph.output[-1].name == "verify_logits"
     proto.graph.output.pop()
-    onnx.save(proto, str(tmp_path / "bf16" / "model_plain.onnx"))
-    [wrong] = check_against_eager(str(tmp_path / "bf16" / "model_plain.onnx"), model, [inputs], torch.bfloat16)
+    onnx.save(proto, str(tmp_path / "bf16" / "onnx" / "model_plain.onnx"))
+    [wrong] = check_against_eager(str(tmp_path / "bf16" / "onnx" / "model_plain.onnx"), model, [inputs], torch.bfloat16)
     assert not wrong.ok and "MISMATCH" in str(wrong)
 
 
@@ -266,7 +269,7 @@ def test_quantized_folder_generates_as_onnxruntime_genai(folders, tmp_path, caps
     out = str(tmp_path / "int4")
     argv = ["export", checkpoint, "--out", out, "--quiet", "--quantize", "int4"] + (["--asymmetric"] if asymmetric else [])
     assert main(argv) == 0
-    proto = onnx.load(os.path.join(out, "model.onnx"), load_external_data=False)
+    proto = onnx.load(os.path.join(out, "onnx", "model.onnx"), load_external_data=False)
     matmuls = [n for n in proto.graph.node if n.op_type == "MatMulNBits"]
     assert len(matmuls) == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer, the head
     assert {len(n.input) for n in matmuls} == ({4} if asymmetric else {3})  # zero points or none
@@ -297,10 +300,47 @@ def test_real_width_projections_are_packed(tmp_path, capsys):
     for quant in ([], ["--quantize", "int4"]):
         out = str(tmp_path / ("int4" if quant else "float32"))
         assert main(["export", checkpoint, "--out", out, "--quiet", *quant]) == 0
-        proto = onnx.load(os.path.join(out, "model.onnx"), load_external_data=False)
+        proto = onnx.load(os.path.join(out, "onnx", "model.onnx"), load_external_data=False)
         ops = [n.op_type for n in proto.graph.node]
         assert ops.count("Split") == 1 and ops.count("MatMulNBits" if quant else "MatMul") == 6  # qkv, o, gate, up, down, head
         capsys.readouterr()
         assert main(["generate", out, "--ids", ",".join(map(str, prompt)), "--max-new-tokens", "8"]) == 0
         ours = [int(t) for t in capsys.readouterr().out.strip().split(",")]
         assert ours == (_genai_greedy(og, og.Model(out), prompt, 8) if quant else expected)
+
+
+def test_a_folder_of_the_previous_layout_still_generates(folders, tmp_path):
+    """A folder written before the layout of transformers.js and optimum (``model.onnx`` at the root, the cache named
+    ``past_key_values_key_<i>`` / ``present_key_<i>``) opens with a one-line warning and gives the same tokens."""
+    from fx2onnx.deploy.saved_model import rename_values
+    from fx2onnx.runtime.folder import FolderGenerator, OldLayoutWarning
+
+    _, out = folders
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    os.replace(old / "onnx" / "model.onnx_data", old / "model.onnx.data")
+    proto = onnx.load(str(old / "onnx" / "model.onnx"), load_external_data=False)
+    for tensor in proto.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = "model.onnx.data"
+    onnx.save(proto, str(old / "model.onnx"))
+    shutil.rmtree(old / "onnx")
+
+    inputs = [i.name for i in proto.graph.input]
+    outputs = [o.name for o in proto.graph.output]
+    # past_key_values.0.key -> past_key_values_key_0, present.0.key -> present_key_0
+    renamed = {n: (f"{n.split('.')[0]}_{n.split('.')[2]}_{n.split('.')[1]}" if n.count(".") == 2 else n)
+               for n in inputs + outputs}
+    pairs = {renamed[f"past_key_values.{i}.{kv}"]: renamed[f"present.{i}.{kv}"]
+             for i in range(2) for kv in ("key", "value")}
+    rename_values(str(old / "model.onnx"), [renamed[n] for n in inputs], [renamed[n] for n in outputs], pairs)
+    metadata = json.load(open(old / "fx2onnx.json"))
+    metadata["decoder"] = "model.onnx"
+    del metadata["files"]
+    json.dump(metadata, open(old / "fx2onnx.json", "w"))
+    with pytest.warns(OldLayoutWarning, match="older fx2onnx"):
+        gen = FolderGenerator(old)
+    assert "past_key_values_key_0" in {name for name, *_ in gen.generator.signature.cache}
+    prompt = [5, 60, 7, 200, 31]
+    assert gen.generate_text(prompt, 10).new_ids == FolderGenerator(out).generate_text(prompt, 10).new_ids

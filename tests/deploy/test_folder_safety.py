@@ -215,12 +215,12 @@ def test_a_disk_filling_during_the_export_leaves_nothing(exported, tmp_path):
 def test_generate_refuses_a_folder_changed_after_export(exported, tmp_path, capsys):
     _, out = exported
     metadata = json.load(open(os.path.join(out, "fx2onnx.json")))
-    assert {"model.onnx", "model.onnx.data", "tokenizer.json"} <= set(metadata["files"])
+    assert {"onnx/model.onnx", "onnx/model.onnx_data", "tokenizer.json"} <= set(metadata["files"])
     changed = str(tmp_path / "changed")
     for what in ("truncated", "missing", "rewritten", "tokenizer missing"):
         shutil.rmtree(changed, ignore_errors=True)
         shutil.copytree(out, changed)
-        data = os.path.join(changed, "model.onnx.data")
+        data = os.path.join(changed, "onnx", "model.onnx_data")
         if what == "truncated":
             with open(data, "r+b") as f:
                 f.truncate(os.path.getsize(data) // 2)
@@ -237,7 +237,7 @@ def test_generate_refuses_a_folder_changed_after_export(exported, tmp_path, caps
             assert code == 0
             continue
         assert code == 2
-        _one_error_line(capsys, "model.onnx.data", "export it again")
+        _one_error_line(capsys, "model.onnx_data", "export it again")
 
 
 def test_an_interruption_after_the_swap_says_the_folder_is_complete(tmp_path):

@@ -140,7 +140,7 @@ def test_folder_verifies_with_its_last_logits(folders, capsys):
     from fx2onnx.validation import run_onnx
 
     out = folders["model_onnx"]
-    proto = onnx.load(os.path.join(out, "model.onnx"), load_external_data=False)
+    proto = onnx.load(os.path.join(out, "onnx", "model.onnx"), load_external_data=False)
     outputs = {o.name: [d.dim_value or d.dim_param for d in o.type.tensor_type.shape.dim] for o in proto.graph.output}
     assert outputs["logits"][1:] == [1, 384] and [o.name for o in proto.graph.output][-1] == VERIFY_LOGITS
     assert {p.key: p.value for p in proto.metadata_props}[VERIFY_METADATA_KEY] == str(VERIFY_TOKENS)
@@ -148,7 +148,7 @@ def test_folder_verifies_with_its_last_logits(folders, capsys):
     ids = torch.arange(5, 25)[None]  # 20 tokens: the last 16 positions
     feeds = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.arange(20)[None]}
     feeds.update({i.name: torch.zeros((1, 2, 0, 16)) for i in proto.graph.input if i.name.startswith("past")})
-    got = dict(zip([o.name for o in proto.graph.output], run_onnx(os.path.join(out, "model.onnx"), (), feeds)))
+    got = dict(zip([o.name for o in proto.graph.output], run_onnx(os.path.join(out, "onnx", "model.onnx"), (), feeds)))
     with torch.no_grad():
         expected = model(input_ids=ids).logits.numpy()
     np.testing.assert_allclose(got[VERIFY_LOGITS], expected[:, -VERIFY_TOKENS:], atol=1e-4, rtol=1e-3)

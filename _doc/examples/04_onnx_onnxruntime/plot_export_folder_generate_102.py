@@ -62,10 +62,11 @@ def run(*argv: str) -> subprocess.CompletedProcess:
 # Without a flag the command exports what generates: the model with its cache, float32
 # (the type of onnxruntime's CPU kernels), optimized for onnxruntime. It copies the
 # tokenizer, config and generation config, writes ``genai_config.json`` (the same folder
-# runs in :epkg:`onnxruntime-genai`) and checks two input sets against eager float32.
+# runs in :epkg:`onnxruntime-genai`) and checks two input sets against eager float32. The
+# model and its weights go under ``onnx/``, where transformers.js and optimum look for them.
 
 run("export", checkpoint, "--out", out, "--quiet")
-print(sorted(os.listdir(out)))
+print(sorted(os.listdir(out)), sorted(os.listdir(os.path.join(out, "onnx"))))
 
 # %%
 # Generate
@@ -116,7 +117,7 @@ run("generate", out4, prompt, "--max-new-tokens", "24")
 
 
 def size(folder: str) -> float:
-    return sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder)) / 2**20
+    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(folder) for f in files) / 2**20
 
 
 sizes = {"checkpoint (bf16)": size(checkpoint), "export float32": size(out), "export int4": size(out4)}

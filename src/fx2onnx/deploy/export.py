@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from ..inputs.folder_inputs import task_inputs
-from ..runtime.folder import FOLDER_METADATA
+from ..runtime.folder import DECODER_FILE, FOLDER_METADATA
 from ..runtime.integrity import folder_manifest
 from ..runtime.speculative import VERIFY_TOKENS
 from ..weights import checkpoint_weights, to_onnx_from_checkpoint
@@ -44,8 +44,10 @@ from .inputs_check import check_checkpoint_folder, check_weights
 from .memory import check_memory
 from .output_folder import OutputFolder, OutputFolderError, refuse_overlap, replaceable
 from .saved_model import _rename_outputs, name_presents, update_cache_in_place  # noqa: F401 (importable from here)
+from .saved_model import rename_external_data
 from .speech import check_speech_pieces
 from .tasks import folder_task
+from .transformersjs import data_file_name, write_transformersjs_config
 from .verify_logits import split_verify_logits
 
 #: the optimization levels of the command line, ``none`` for no optimization
@@ -117,7 +119,7 @@ def _output_path(out: str) -> tuple[str, str]:
     if out.endswith(".onnx"):
         folder = os.path.dirname(os.path.abspath(out))
         return folder, os.path.basename(out)
-    return out, "model.onnx"
+    return out, DECODER_FILE
 
 
 def export_folder(
@@ -218,7 +220,7 @@ def export_folder(
                 raise
             raise NotEnoughSpaceError(f"writing the export beside {out_dir!r} failed ({os.strerror(e.errno)}): free "
                                       "some space or give an --out on another disk; nothing was written.") from None
-    files = sorted(os.listdir(out_dir)) if staging.committed else result.files
+    files = folder_files(out_dir) if staging.committed else result.files
     return dataclasses.replace(result, out=out_dir, files=files, written=staging.committed)
 
 
@@ -242,6 +244,12 @@ def _config_error(folder: str, what: str, error: BaseException) -> CheckpointFil
     reason = str(error).splitlines()[0] if str(error) else ""
     return CheckpointFileError(f"{os.path.join(folder, 'config.json')!r} {what} ({type(error).__name__}: "
                                f"{reason[:200]}): restore it from the model's repository.")
+
+
+def folder_files(out_dir: str) -> list[str]:
+    """The files of ``out_dir``, its sub-folders' included (``onnx/model.onnx``), relative paths, sorted."""
+    return sorted(os.path.relpath(os.path.join(root, name), out_dir).replace(os.sep, "/")
+                  for root, _, names in os.walk(out_dir) for name in names)
 
 
 def record_files(out_dir: str) -> None:
@@ -271,6 +279,7 @@ def _write_folder(folder: str, out_dir: str, filename: str, config: Any, task: s
                                      progress=progress, say=say)
 
     config.use_cache = with_cache
+    os.makedirs(os.path.dirname(model_path), exist_ok=True)
     try:  # a value of config.json (a size of 0, a negative count) may not build a model
         inputs, inputs2, dynamic_shapes = task_inputs(config, task, with_cache=with_cache, dtype=dtype)
         model = model_from_checkpoint_config(folder, dtype)
@@ -292,7 +301,7 @@ def _write_folder(folder: str, out_dir: str, filename: str, config: Any, task: s
     del model
     cache = "in_place" if with_cache and cache_in_place and optimize == "onnxruntime" and \
         update_cache_in_place(model_path) else "concatenated"
-    input_names, pairs = name_presents(model_path)
+    input_names, pairs = name_presents(model_path, optimum_names=True)
     copied = copy_folder_files(folder, out_dir)
     generation = _generation_config(folder)
     genai = write_genai_config(out_dir, filename, config, generation, input_names, pairs,
@@ -301,7 +310,9 @@ def _write_folder(folder: str, out_dir: str, filename: str, config: Any, task: s
         json.dump({"task": task, "decoder": filename, "dtype": str(dtype).replace("torch.", ""),
                    "optimize": optimize, "quantize": quantize, "block_size": block_size if quantize else None,
                    "symmetric": symmetric if quantize else None, "logits": logits,
-                   "cache": cache if pairs else None, "source": os.path.basename(os.path.abspath(folder))}, f, indent=2)
+                   "cache": cache if pairs else None, "source": os.path.basename(os.path.abspath(folder)),
+                   # why onnxruntime-genai cannot run the folder (no genai_config.json), None when it can
+                   "genai": genai}, f, indent=2)
 
     checks: list[FolderCheck] = []
     if validate:
@@ -324,8 +335,10 @@ def _write_folder(folder: str, out_dir: str, filename: str, config: Any, task: s
             checks = [dataclasses.replace(c, ok=True, held=False) for c in checks]
     if logits == "last":  # checked with the logits of the last positions, then their last one apart
         split_verify_logits(model_path, VERIFY_TOKENS)
-    files = sorted(os.listdir(out_dir))
-    nbytes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in files if os.path.isfile(os.path.join(out_dir, f)))
+    # the weights' file as transformers.js names it (model.onnx_data), said in config.json
+    write_transformersjs_config(out_dir, filename, rename_external_data(model_path, data_file_name(filename)))
+    files = folder_files(out_dir)
+    nbytes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in files)
     return FolderExport(out_dir, task, dtype, files, nbytes, time.perf_counter() - begin, peak_rss(), checks, genai,
                         check_names if validate else None, quantize=quantize)
 

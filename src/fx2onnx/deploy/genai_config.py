@@ -5,8 +5,7 @@ onnxruntime-genai (``onnxruntime_genai.Model(folder)``) feeds a decoder ``input_
 layer, ``(batch, kv_heads, past, head_dim)``, found by name patterns with ``%d`` for the
 layer; it reads ``logits`` and the present keys and values. The names of a model
 :func:`fx2onnx.to_onnx` exported are written in those patterns; a cache it cannot describe
-(a sliding window's token count, the states of a recurrent layer) gives no config and the
-reason.
+(a sliding window, the states of a recurrent layer) gives no config and the reason.
 """
 
 from __future__ import annotations
@@ -19,27 +18,39 @@ from typing import Any
 from ..formats import FOLDER_METADATA
 from ..runtime.integrity import folder_manifest
 
-#: the names of a DynamicCache's inputs as to_onnx names them, and the present outputs'
+#: the names of a DynamicCache's inputs as to_onnx names them (the folders of the previous layout kept them)
 _PAST = re.compile(r"^past_key_values_(key|value)_(\d+)$")
+#: the names of the folders' cache inputs, as optimum and transformers.js name them
+_OPTIMUM_PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 PRESENT_PREFIX = "present"
 
 
+def optimum_name(past: str) -> str:
+    """The name optimum and transformers.js give a cache input: ``past_key_values_key_3`` ->
+    ``past_key_values.3.key``; another name is returned as it is."""
+    match = _PAST.match(past)
+    return f"past_key_values.{match.group(2)}.{match.group(1)}" if match else past
+
+
 def present_name(past: str) -> str:
-    """The name of the output paired with the cache input ``past``: ``past_key_values_key_3``
-    -> ``present_key_3``."""
+    """The name of the output paired with the cache input ``past``: ``past_key_values.3.key``
+    -> ``present.3.key`` (optimum's names), ``past_key_values_key_3`` -> ``present_key_3``."""
     return PRESENT_PREFIX + past[len("past_key_values"):] if past.startswith("past_key_values") else "present_" + past
 
 
 def genai_decoder_names(inputs: list[str], pairs: dict[str, str], num_layers: int) -> tuple[dict, dict] | str:
     """The ``inputs`` and ``outputs`` sections of the decoder, or why onnxruntime-genai cannot
-    run it (a string)."""
+    run it (a string). The cache is named as optimum names it (``past_key_values.%d.key``) or as
+    :func:`fx2onnx.to_onnx` does (``past_key_values_key_%d``)."""
     layers: dict[str, set[int]] = {"key": set(), "value": set()}
+    optimum = all(_OPTIMUM_PAST.match(name) for name in pairs)
     for name in pairs:
-        match = _PAST.match(name)
+        match = _OPTIMUM_PAST.match(name) if optimum else _PAST.match(name)
         if match is None:
             return (f"the cache input {name!r} is neither a key nor a value of a layer (onnxruntime-genai reads "
                     "one key and one value per layer)")
-        layers[match.group(1)].add(int(match.group(2)))
+        layer, kind = (match.group(1), match.group(2)) if optimum else (match.group(2), match.group(1))
+        layers[kind].add(int(layer))
     expected = set(range(num_layers))
     if layers["key"] != expected or layers["value"] != expected:
         return f"the cache has keys of layers {sorted(layers['key'])}, onnxruntime-genai expects 0 to {num_layers - 1}"
@@ -50,10 +61,24 @@ def genai_decoder_names(inputs: list[str], pairs: dict[str, str], num_layers: in
     for name in ("attention_mask", "position_ids"):
         if name in inputs:
             section_in[name] = name
-    section_in.update(past_key_names="past_key_values_key_%d", past_value_names="past_key_values_value_%d")
-    section_out = {"logits": "logits", "present_key_names": present_name("past_key_values_key_%d"),
-                   "present_value_names": present_name("past_key_values_value_%d")}
+    key, value = ("past_key_values.%d.key", "past_key_values.%d.value") if optimum else \
+        ("past_key_values_key_%d", "past_key_values_value_%d")
+    section_in.update(past_key_names=key, past_value_names=value)
+    section_out = {"logits": "logits", "present_key_names": present_name(key),
+                   "present_value_names": present_name(value)}
     return section_in, section_out
+
+
+def sliding_window(text: Any) -> int | None:
+    """The window of the sliding-window layers of a decoder's config (Gemma 2 and 3's ``layer_types``, Mistral's
+    ``sliding_window``, Qwen's when ``use_sliding_window``), None when every layer sees the whole context."""
+    window = getattr(text, "sliding_window", None)
+    if not window:
+        return None
+    types = getattr(text, "layer_types", None)
+    if types:
+        return int(window) if any("sliding" in str(t) for t in types) else None
+    return int(window) if getattr(text, "use_sliding_window", True) else None
 
 
 def _token(value: Any) -> Any:
@@ -78,6 +103,11 @@ def write_genai_config(
         present to one buffer
     """
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    window = sliding_window(text)
+    if window is not None:
+        # the graph keeps the last tokens of the window in the cache: its present is shorter than genai's buffer
+        return (f"the decoder has sliding-window layers (a window of {window} tokens, the cache cut to it in the "
+                "graph): onnxruntime-genai fails once the text is longer")
     layers = int(text.num_hidden_layers)
     names = genai_decoder_names(inputs, pairs, layers)
     if isinstance(names, str):
@@ -182,7 +212,8 @@ def write_genai_speculative(
         draft_folder = os.fspath(draft_folder)
         with open(os.path.join(draft_folder, "genai_config.json"), encoding="utf-8") as f:
             section = json.load(f)["model"]["decoder"]
-        model = onnx.load(os.path.join(draft_folder, section["filename"]), load_external_data=False)
+        draft_path = os.path.join(draft_folder, section["filename"])  # onnx/model.onnx: its data beside it
+        model = onnx.load(draft_path, load_external_data=False)
         data = set()
         for tensor in model.graph.initializer:
             for entry in tensor.external_data:
@@ -192,7 +223,8 @@ def write_genai_speculative(
         if len(data) > 1:
             return f"the draft's weights are in {len(data)} files, not one"
         for name in data:
-            shutil.copyfile(os.path.join(draft_folder, name), os.path.join(out, DRAFT_FILENAME + ".data"))
+            data = os.path.join(os.path.dirname(draft_path), name)
+            shutil.copyfile(data, os.path.join(out, DRAFT_FILENAME + ".data"))
         onnx.save(model, os.path.join(out, DRAFT_FILENAME))
         genai["model"]["draft"] = dict(section, filename=DRAFT_FILENAME)
     with open(path, "w", encoding="utf-8") as f:

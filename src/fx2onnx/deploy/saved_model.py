@@ -11,7 +11,8 @@ names, the cache outputs named after their inputs), the cache updated in place.
 from __future__ import annotations
 
 import json
-from typing import Sequence
+import os
+from typing import Iterator, Sequence
 
 import onnx
 import onnx_ir as ir
@@ -19,7 +20,7 @@ import onnx_ir as ir
 from ..formats import CACHE_METADATA_KEY
 from ..optimizer.rules.cache_in_place import cache_in_place
 from ..weights.save import load_without_weights
-from .genai_config import present_name
+from .genai_config import optimum_name, present_name
 
 
 def _rename_outputs(proto: onnx.ModelProto, names: dict[str, str]) -> None:
@@ -42,6 +43,20 @@ def _rename_outputs(proto: onnx.ModelProto, names: dict[str, str]) -> None:
     rename(proto.graph)
 
 
+def _rename_dim(graph: onnx.GraphProto, old: str, new: str) -> bool:
+    """Renames the dimension ``old`` into ``new`` in the types of ``graph`` (transformers.js sizes the empty cache
+    it feeds from the names of its dimensions: ``batch_size``, the others 0); False when ``new`` is taken or
+    ``old`` is absent."""
+    values = list(graph.input) + list(graph.output) + list(graph.value_info)
+    dims = [d for v in values for d in v.type.tensor_type.shape.dim if d.HasField("dim_param")]
+    if any(d.dim_param == new for d in dims) or not any(d.dim_param == old for d in dims):
+        return False
+    for d in dims:
+        if d.dim_param == old:
+            d.dim_param = new
+    return True
+
+
 def update_cache_in_place(filename: str, constant_inputs: Sequence[str] = ()) -> bool:
     """Rewrites the saved model ``filename`` so that it updates its cache in place
     (:func:`fx2onnx.optimizer.rules.cache_in_place.cache_in_place`; the weights' file is
@@ -54,10 +69,13 @@ def update_cache_in_place(filename: str, constant_inputs: Sequence[str] = ()) ->
     return True
 
 
-def name_presents(filename: str) -> tuple[list[str], dict[str, str]]:
+def name_presents(filename: str, optimum_names: bool = False) -> tuple[list[str], dict[str, str]]:
     """Renames the cache outputs of the saved model ``filename`` after their inputs
     (:func:`fx2onnx.deploy.genai_config.present_name`), rewrites the graph (the weights' file
-    is untouched) and returns ``(input names, cache pairs)``."""
+    is untouched) and returns ``(input names, cache pairs)``. With ``optimum_names``, the keys and
+    values of the cache are first named as optimum and transformers.js name them
+    (``past_key_values_key_3`` -> ``past_key_values.3.key``, the output ``present.3.key``); the other
+    states of a cache keep their names."""
     proto = load_without_weights(filename)
     metadata = {p.key: p for p in proto.metadata_props}
     inputs = [i.name for i in proto.graph.input]
@@ -65,10 +83,24 @@ def name_presents(filename: str) -> tuple[list[str], dict[str, str]]:
         return inputs, {}
     pairs: dict[str, str] = json.loads(metadata[CACHE_METADATA_KEY].value)
     taken = {o.name for o in proto.graph.output} | set(inputs)
+    changed = False
+    if optimum_names:
+        changed = _rename_dim(proto.graph, "batch", "batch_size")
+        new_inputs = {past: optimum_name(past) for past in pairs if optimum_name(past) != past}
+        if new_inputs and not set(new_inputs.values()) & taken:
+            for value in proto.graph.input:
+                value.name = new_inputs.get(value.name, value.name)
+            _rename_outputs(proto, new_inputs)  # the nodes reading them
+            pairs = {new_inputs.get(past, past): out for past, out in pairs.items()}
+            inputs = [new_inputs.get(name, name) for name in inputs]
+            taken = {o.name for o in proto.graph.output} | set(inputs)
+            changed = True
     renames = {out: present_name(past) for past, out in pairs.items() if present_name(past) not in taken}
     if len(renames) == len(pairs):
         _rename_outputs(proto, renames)
         pairs = {past: renames[out] for past, out in pairs.items()}
+        changed = True
+    if changed:
         metadata[CACHE_METADATA_KEY].value = json.dumps(pairs)
         onnx.save(proto, filename)
     return inputs, pairs
@@ -98,3 +130,37 @@ def rename_values(filename: str, inputs: list[str], outputs: list[str], cache: d
     if cache:
         proto.metadata_props.add(key=CACHE_METADATA_KEY, value=json.dumps(cache))
     onnx.save(proto, filename)
+
+
+def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """The initializers and the tensors of the attributes of ``graph`` and its subgraphs."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from _tensors(sub)
+
+
+def rename_external_data(filename: str, location: str) -> bool:
+    """Moves the weights' file of the saved model ``filename`` to ``location`` (a name beside it: transformers.js
+    loads ``model.onnx_data`` beside ``model.onnx``) and points the graph at it; False when the weights are in the
+    model (nothing changed). One weights' file only (a ValueError otherwise)."""
+    proto = load_without_weights(filename)
+    entries = [entry for tensor in _tensors(proto.graph) if tensor.data_location == onnx.TensorProto.EXTERNAL
+               for entry in tensor.external_data if entry.key == "location"]
+    old = {entry.value for entry in entries}
+    if not old:
+        return False
+    if len(old) > 1:
+        raise ValueError(f"{filename}: the weights are in {len(old)} files {sorted(old)}, one expected.")
+    (previous,) = old
+    if previous != location:
+        folder = os.path.dirname(os.path.abspath(filename))
+        os.replace(os.path.join(folder, previous), os.path.join(folder, location))
+        for entry in entries:
+            entry.value = location
+        onnx.save(proto, filename)
+    return True

@@ -1,7 +1,9 @@
 """Text in, text out from a folder ``python -m fx2onnx export`` wrote (``generate OUTDIR "prompt"``).
 
 :class:`FolderGenerator` opens the decoder the folder's ``fx2onnx.json`` names (or
-``model.onnx``) in onnxruntime, its tokenizer with :epkg:`transformers` (offline: the files
+``onnx/model.onnx``, the layout transformers.js and optimum read; ``model.onnx`` for a folder of
+the previous layout, opened with a :class:`OldLayoutWarning`) in onnxruntime, its tokenizer with
+:epkg:`transformers` (offline: the files
 of the folder), reads the end-of-sequence tokens of its ``generation_config.json``, and
 generates with :class:`fx2onnx.runtime.OnnxGenerator`, greedy or sampled
 (:class:`fx2onnx.runtime.sampling.Sampling`), the text given to a callback as it is decoded.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import warnings
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -27,6 +30,16 @@ from ..formats import FOLDER_METADATA  # noqa: F401 (the file fx2onnx.deploy.exp
 from .generate import GenerationTimes, OnnxGenerator
 from .integrity import check_folder_files
 from .sampling import Sampling
+
+#: where a folder holds its decoder: where transformers.js and optimum look for it
+DECODER_FILE = "onnx/model.onnx"
+#: where the folders of the previous layout held it (the cache named ``past_key_values_key_<i>``)
+OLD_DECODER_FILE = "model.onnx"
+
+
+class OldLayoutWarning(UserWarning):
+    """A folder written by the previous layout: our loop runs it, transformers.js and optimum do not."""
+
 
 @dataclasses.dataclass
 class TextResult:
@@ -119,6 +132,17 @@ def open_pieces(
     return pieces, session, names, decoder
 
 
+def warn_old_layout(folder: str, generator: OnnxGenerator) -> None:
+    """One line (an :class:`OldLayoutWarning`) when the decoder of ``folder`` names its cache as the folders of the
+    previous layout did (``past_key_values_key_<i>``, ``model.onnx`` at the root): it runs here, not in
+    transformers.js nor optimum."""
+    old = ("past_key_values_key_", "past_key_values_value_")
+    if any(name.startswith(old) for name, *_ in generator.signature.cache):
+        warnings.warn(f"{folder!r} was written by an older fx2onnx (its cache named past_key_values_key_<i>): it runs "
+                      "here; export it again for transformers.js and optimum to load it.", OldLayoutWarning,
+                      stacklevel=3)
+
+
 class FolderGenerator:
     """The decoder, tokenizer and generation config of an exported folder.
 
@@ -131,11 +155,14 @@ class FolderGenerator:
         self.folder = os.fspath(folder)
         metadata = _read_json(os.path.join(self.folder, FOLDER_METADATA))
         check_folder_files(self.folder, metadata)
-        path = os.path.join(self.folder, metadata.get("decoder", "model.onnx"))
+        path = os.path.join(self.folder, metadata.get("decoder", DECODER_FILE))
+        if "decoder" not in metadata and not os.path.isfile(path):
+            path = os.path.join(self.folder, OLD_DECODER_FILE)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"{self.folder!r} holds no {os.path.basename(path)}: export a folder first with "
+            raise FileNotFoundError(f"{self.folder!r} holds no {DECODER_FILE}: export a folder first with "
                                     "python -m fx2onnx export CHECKPOINT --out FOLDER.")
         self.generator = OnnxGenerator(path, providers, session_options(threads))
+        warn_old_layout(self.folder, self.generator)
         generation = _read_json(os.path.join(self.folder, "generation_config.json"))
         config = _read_json(os.path.join(self.folder, "config.json"))
         self.eos_token_id = generation.get("eos_token_id", config.get("eos_token_id"))

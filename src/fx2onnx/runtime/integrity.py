@@ -26,7 +26,7 @@ SAMPLES = 64
 #: of this size
 SAMPLE_BYTES = 64 * 2**10
 #: the files whose absence is refused (what onnxruntime loads)
-MODEL_SUFFIXES = (".onnx", ".onnx.data", ".data")
+MODEL_SUFFIXES = (".onnx", ".onnx.data", ".data", ".onnx_data")
 
 
 class FolderChangedError(ValueError):
