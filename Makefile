@@ -6,7 +6,8 @@
 #               converters, patches and one model per family, under 5 minutes; it leaves out the
 #               tests marked slow (model sweeps, long end-to-end tests)
 #   make test-all  runs every test, the slow ones included (what .ci/run calls)
-# Both create .venv on first use and install requirements-docs.txt and the package (editable).
+# Both create .venv on first use and install requirements-docs.txt and the package (editable), and
+# node_modules (package.json: transformers.js, which the tests run exported folders in) where npm is.
 # FX2ONNX_GALLERY_PATTERN=linreg make html   runs only the gallery examples matching a regex,
 # FX2ONNX_SCENARIOS_CASES='^OneTensor$'       restricts the scenario zoo (a quick build).
 
@@ -15,6 +16,8 @@ PY := $(VENV)/bin/python
 BOOT_PYTHON ?= $(shell command -v python3.11 || command -v python3)
 # reinstalled when the pins or the package metadata change
 STAMP := $(VENV)/.fx2onnx-installed
+# the JavaScript clients: --ignore-scripts, onnxruntime-node's install script downloads what its package ships
+NODE_STAMP := node_modules/.fx2onnx-installed
 SPHINXOPTS ?= -W --keep-going
 # pytest-xdist workers of `make test` and `make test-all` (TEST_WORKERS=0 runs in one process)
 TEST_WORKERS ?= 2
@@ -22,7 +25,11 @@ export PYTHONHASHSEED := 0
 
 .PHONY: html test test-all clean venv
 
-venv: $(STAMP)
+venv: $(STAMP) $(NODE_STAMP)
+
+$(NODE_STAMP): package.json package-lock.json
+	@if command -v npm >/dev/null; then npm ci --ignore-scripts --no-audit --no-fund && touch $(NODE_STAMP); \
+	else echo "npm not found: node_modules not installed (the transformers.js tests need it)"; fi
 
 $(PY):
 	@test -n "$(BOOT_PYTHON)" || { echo "python3.11 or python3 is needed to create $(VENV)"; exit 1; }
@@ -39,10 +46,10 @@ html: $(STAMP)
 	$(PY) _doc/site_check.py _build/html
 	@echo "The site is in _build/html/index.html"
 
-test: $(STAMP)
+test: $(STAMP) $(NODE_STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) -m "not slow"
 
-test-all: $(STAMP)
+test-all: $(STAMP) $(NODE_STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --durations=30
 
 clean:

@@ -1,0 +1,95 @@
+"""The folder ``python -m fx2onnx export`` writes runs as it is in transformers.js (``@huggingface/transformers``
+in Node, on onnxruntime-node): its greedy tokens are transformers'. The package is installed by ``make venv``
+(``package.json`` at the root, ``npm ci --ignore-scripts``); the test is skipped only where ``node`` is absent."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+import torch
+import transformers
+
+from fx2onnx.__main__ import main
+from fx2onnx.testing.tokenizer import tiny_qwen3_config, write_checkpoint_folder
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "tests", "clients", "transformersjs_generate.mjs")
+PROMPT = "hello world, the exporter"
+
+pytestmark = pytest.mark.skipif(shutil.which("node") is None,
+                                reason="node is not installed: transformers.js runs in Node")
+
+
+def transformersjs_generate(folder: str, prompt: str | list[int], new_tokens: int) -> dict:
+    """What the Node script prints: transformers.js' greedy tokens after ``prompt`` (a text or token ids)."""
+    if not os.path.isdir(os.path.join(ROOT, "node_modules", "@huggingface", "transformers")):
+        pytest.fail("transformers.js is not installed: run make venv (npm ci --ignore-scripts at the root)")
+    argument = prompt if isinstance(prompt, str) else json.dumps(prompt)
+    done = subprocess.run(["node", SCRIPT, folder, argument, str(new_tokens)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """A bf16 Qwen3 checkpoint with a tokenizer, and the folder ``export`` (no flag) wrote from it."""
+    root = tmp_path_factory.mktemp("transformersjs")
+    checkpoint, out = str(root / "qwen3"), str(root / "qwen3_onnx")
+    write_checkpoint_folder(tiny_qwen3_config(), checkpoint, dtype="bfloat16", std=0.3)
+    assert main(["export", checkpoint, "--out", out, "--quiet"]) == 0
+    return checkpoint, out
+
+
+def test_transformersjs_generates_transformers_tokens(folders):
+    """The default folder (the cache in place through GroupQueryAttention, which concatenates when the caller does
+    not bind buffers) in transformers.js: its tokenizer encodes the prompt as transformers' does, its greedy
+    tokens and text are transformers' ``generate``."""
+    checkpoint, out = folders
+    config = json.load(open(os.path.join(out, "config.json")))
+    assert config["transformers.js_config"]["use_external_data_format"] == {"model.onnx": 1}
+    got = transformersjs_generate(out, PROMPT, 16)
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    ids = tok(PROMPT, return_tensors="pt")
+    assert got["prompt_ids"] == ids["input_ids"][0].tolist()
+    expected = model.generate(**ids, max_new_tokens=16, min_new_tokens=16, do_sample=False)
+    new = expected[0, ids["input_ids"].shape[1]:].tolist()
+    assert len(set(new)) > 3  # the tokens vary: a real check
+    assert got["new_ids"] == new
+    assert got["text"] == tok.decode(new, skip_special_tokens=True)
+
+
+@pytest.mark.slow  # the fast tier runs the float32 folder
+def test_transformersjs_runs_the_int4_folder_as_our_loop(folders, tmp_path):
+    """``--quantize int4`` (onnxruntime's MatMulNBits and GatherBlockQuantized): transformers.js gives the tokens our
+    loop gives on the same folder (not eager's: the weights are quantized)."""
+    from fx2onnx.runtime.folder import FolderGenerator
+
+    checkpoint, _ = folders
+    out = str(tmp_path / "int4")
+    assert main(["export", checkpoint, "--out", out, "--quiet", "--quantize", "int4"]) == 0
+    prompt = [5, 60, 7, 200, 31]
+    got = transformersjs_generate(out, prompt, 12)
+    ours = FolderGenerator(out).generate_text(prompt, 12).new_ids
+    assert got["new_ids"] == ours and len(set(ours)) > 3
+
+
+@pytest.mark.slow
+def test_transformersjs_generates_llama_tokens(tmp_path):
+    """A Llama folder (another class of transformers.js) gives transformers' greedy tokens."""
+    checkpoint, out = str(tmp_path / "llama"), str(tmp_path / "llama_onnx")
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, head_dim=16, vocab_size=384, max_position_embeddings=256,
+                                      architectures=["LlamaForCausalLM"])
+    write_checkpoint_folder(config, checkpoint, dtype="bfloat16", std=0.3)
+    assert main(["export", checkpoint, "--out", out, "--quiet"]) == 0
+    prompt = [5, 60, 7, 200, 31]
+    got = transformersjs_generate(out, prompt, 12)
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    expected = model.generate(torch.tensor([prompt]), max_new_tokens=12, min_new_tokens=12, do_sample=False)
+    assert got["new_ids"] == expected[0, len(prompt):].tolist() and len(set(got["new_ids"])) > 3
