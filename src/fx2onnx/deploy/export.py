@@ -335,8 +335,8 @@ def _write_folder(folder: str, out_dir: str, filename: str, config: Any, task: s
             checks = [dataclasses.replace(c, ok=True, held=False) for c in checks]
     if logits == "last":  # checked with the logits of the last positions, then their last one apart
         split_verify_logits(model_path, VERIFY_TOKENS)
-    # the weights' file as transformers.js names it (model.onnx_data), said in config.json
-    write_transformersjs_config(out_dir, filename, rename_external_data(model_path, data_file_name(filename)))
+    if filename == DECODER_FILE:  # the weights' file as transformers.js names it (model.onnx_data), said in config.json
+        write_transformersjs_config(out_dir, filename, rename_external_data(model_path, data_file_name(filename)))
     files = folder_files(out_dir)
     nbytes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in files)
     return FolderExport(out_dir, task, dtype, files, nbytes, time.perf_counter() - begin, peak_rss(), checks, genai,
