@@ -1,6 +1,7 @@
-"""The folder ``python -m fx2onnx export`` writes runs as it is in transformers.js (``@huggingface/transformers``
-in Node, on onnxruntime-node): its greedy tokens are transformers'. The package is installed by ``make venv``
-(``package.json`` at the root, ``npm ci --ignore-scripts``); the test is skipped only where ``node`` is absent."""
+"""The folder ``python -m fx2onnx export`` writes runs as it is in transformers.js (``@huggingface/transformers``)
+in Node (onnxruntime-node) and in headless Chromium (onnxruntime-web): its greedy tokens are transformers'. The
+packages are installed by ``make venv`` (``package.json`` at the root, ``npm ci --ignore-scripts``); the tests are
+skipped only where ``node`` is absent, the browser's where Debian's ``chromium`` is."""
 
 from __future__ import annotations
 
@@ -18,18 +19,19 @@ from fx2onnx.testing.tokenizer import tiny_qwen3_config, write_checkpoint_folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "tests", "clients", "transformersjs_generate.mjs")
+BROWSER_SCRIPT = os.path.join(ROOT, "tests", "clients", "transformersjs_browser.mjs")
 PROMPT = "hello world, the exporter"
 
 pytestmark = pytest.mark.skipif(shutil.which("node") is None,
                                 reason="node is not installed: transformers.js runs in Node")
 
 
-def transformersjs_generate(folder: str, prompt: str | list[int], new_tokens: int) -> dict:
+def transformersjs_generate(folder: str, prompt: str | list[int], new_tokens: int, script: str = SCRIPT) -> dict:
     """What the Node script prints: transformers.js' greedy tokens after ``prompt`` (a text or token ids)."""
     if not os.path.isdir(os.path.join(ROOT, "node_modules", "@huggingface", "transformers")):
         pytest.fail("transformers.js is not installed: run make venv (npm ci --ignore-scripts at the root)")
     argument = prompt if isinstance(prompt, str) else json.dumps(prompt)
-    done = subprocess.run(["node", SCRIPT, folder, argument, str(new_tokens)], capture_output=True, text=True,
+    done = subprocess.run(["node", script, folder, argument, str(new_tokens)], capture_output=True, text=True,
                           cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -62,6 +64,19 @@ def test_transformersjs_generates_transformers_tokens(folders):
     assert len(set(new)) > 3  # the tokens vary: a real check
     assert got["new_ids"] == new
     assert got["text"] == tok.decode(new, skip_special_tokens=True)
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None,
+                    reason="chromium is not installed (Debian's package: apt-get install chromium; .ci/run does)")
+def test_transformersjs_in_headless_chromium_generates_transformers_tokens(folders):
+    """The same folder in a browser: transformers.js' web build on onnxruntime-web (WASM) in headless Chromium, the
+    page and the folder served on 127.0.0.1; transformers' greedy tokens."""
+    checkpoint, out = folders
+    prompt = [5, 60, 7, 200, 31]
+    got = transformersjs_generate(out, prompt, 12, script=BROWSER_SCRIPT)
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    expected = model.generate(torch.tensor([prompt]), max_new_tokens=12, min_new_tokens=12, do_sample=False)
+    assert got["new_ids"] == expected[0, len(prompt):].tolist() and len(set(got["new_ids"])) > 3
 
 
 @pytest.mark.slow  # the fast tier runs the float32 folder
