@@ -119,7 +119,7 @@ def test_text_classification_folder_equals_transformers(classifier, capsys):
     assert main(["run", out, "--image", "cat.png"]) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
     assert main(["generate", out, "hello"]) == 2
-    assert "is a text-classification folder: run it with python -m fx2onnx run" in capsys.readouterr().err
+    assert "is a folder of task 'text-classification': run it with python -m fx2onnx run" in capsys.readouterr().err
 
 
 def test_image_classification_folder_equals_transformers_and_refuses_bad_inputs(image_classifier, tmp_path, capsys):
@@ -275,3 +275,19 @@ def test_depth_estimation_equals_transformers(tmp_path_factory, tmp_path, capsys
     printed = json.loads(capsys.readouterr().out)
     saved = tmp_path / "depth" / "image_0_depth.png"
     assert printed["saved"] == str(saved) and PIL.Image.open(saved).size == PIL.Image.open(images[0]).size
+
+
+@pytest.mark.slow
+def test_semantic_segmentation_equals_transformers(tmp_path_factory, tmp_path, capsys):
+    checkpoint, out, result = _exported(tmp_path_factory, "SegformerForSemanticSegmentation")
+    assert result.task == "image-segmentation"
+    images = _image_files(str(tmp_path))
+    ours, reference = fx2onnx.pipeline(out), _reference("image-segmentation", checkpoint)
+    for got, expected in zip(ours(images), reference(images)):
+        assert [(m["label"], m["score"]) for m in got] == [(m["label"], m["score"]) for m in expected]
+        for g, e in zip(got, expected):
+            assert g["mask"].size == e["mask"].size and (np.asarray(g["mask"]) == np.asarray(e["mask"])).mean() > 0.99
+    assert main(["run", out, "--image", images[1], "--save-dir", str(tmp_path / "masks"), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [m["label"] for m in printed] == [m["label"] for m in reference(images[1])]
+    assert abs(sum(m["share"] for m in printed) - 1) < 1e-5 and all(os.path.isfile(m["saved"]) for m in printed)

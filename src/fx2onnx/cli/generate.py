@@ -171,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
     # which loop of the task's: the generic encoder-decoder split, a speech language model's placeholders
     task, args.split = metadata.get("task"), metadata.get("split")
     if task in PIPELINE_TASKS:  # one pass, nothing generated
-        raise ValueError(f"{args.folder!r} is a {task} folder: run it with python -m fx2onnx run FOLDER INPUT...")
+        raise ValueError(f"{args.folder!r} is a folder of task {task!r}: run it with python -m fx2onnx run FOLDER "
+                         "INPUT...")
     if task == "speech-seq2seq" and args.audio:
         check_media(audios=[args.audio])
     if task == "image-text-to-text":

@@ -1,6 +1,7 @@
 """``python -m fx2onnx run FOLDER INPUT...``: a folder of a single-pass model (a classifier, a tagger, a masked
-language model, an embedder, a detector, a depth estimator, a CTC speech recognizer) on texts, ``--image`` or ``--audio`` files, printing what
-transformers' pipeline of its task returns (``--json``: as JSON). Imports the runtime only: no torch at start."""
+language model, an embedder, a detector, a segmenter, a depth estimator, a CTC speech recognizer) on texts,
+``--image`` or ``--audio`` files, printing what transformers' pipeline of its task returns (``--json``: as JSON).
+Imports the runtime only: no torch at start."""
 
 from __future__ import annotations
 
@@ -27,20 +28,35 @@ def _depth(result: dict[str, Any]) -> dict[str, Any]:
             **({"saved": result["saved"]} if "saved" in result else {})}
 
 
+def _masks(result: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A segmentation's masks as their labels and the share of the image each covers (and the PNGs written)."""
+    return [{"label": m["label"], "score": m["score"],
+             "share": round(float((np.asarray(m["mask"]) > 0).mean()), 6),
+             **({"saved": m["saved"]} if "saved" in m else {})} for m in result]
+
+
 def _save(task: str, results: list[Any], inputs: list[str], folder: str) -> None:
-    """Writes each depth map as a PNG (``<image>_depth.png``), each embedding as a ``.npy`` file, into ``folder``."""
+    """Writes each depth map as a PNG (``<image>_depth.png``), each mask (``<image>_<label>.png``), each embedding
+    as a ``.npy`` file, into ``folder``."""
     os.makedirs(folder, exist_ok=True)
     for number, (value, result) in enumerate(zip(inputs, results), 1):
         stem = os.path.splitext(os.path.basename(value))[0] if task != "feature-extraction" else f"text_{number}"
         if task == "depth-estimation":
             result["saved"] = os.path.join(folder, f"{stem}_depth.png")
             result["depth"].save(result["saved"])
+        elif task == "image-segmentation":
+            for mask in result:
+                mask["saved"] = os.path.join(folder, f"{stem}_{mask['label'].replace(os.sep, '_')}.png")
+                mask["mask"].save(mask["saved"])
         else:
             np.save(os.path.join(folder, f"{stem}.npy"), np.asarray(result, dtype=np.float32))
 
 
 def _lines(task: str, result: Any) -> list[str]:
     """The result of one input, readable."""
+    if task == "image-segmentation":
+        return [f"{m['label']:<20} {100 * m['share']:5.1f} % of the image" + (f", saved as {m['saved']}" if "saved" in m
+                                                                             else "") for m in _masks(result)]
     if task == "depth-estimation":
         depth = _depth(result)
         saved = f", saved as {depth['saved']}" if "saved" in depth else ""
@@ -73,11 +89,11 @@ def run(args: argparse.Namespace) -> int:
     given = {"text": args.inputs, "image": args.image or [], "audio": args.audio or []}
     others = [m for m, values in given.items() if values and m != pipe.modality]
     if others:
-        raise ValueError(f"{args.folder!r} is a {pipe.task} folder: it takes {MODALITY_OPTION[pipe.modality]}, "
-                         f"not {MODALITY_OPTION[others[0]]}.")
+        raise ValueError(f"{args.folder!r} is a folder of task {pipe.task!r}: it takes "
+                         f"{MODALITY_OPTION[pipe.modality]}, not {MODALITY_OPTION[others[0]]}.")
     inputs = given[pipe.modality]
     if not inputs:
-        raise ValueError(f"{args.folder!r} is a {pipe.task} folder: give {MODALITY_OPTION[pipe.modality]}.")
+        raise ValueError(f"{args.folder!r} is a folder of task {pipe.task!r}: give {MODALITY_OPTION[pipe.modality]}.")
     options = dict(top_k=args.top_k)
     if pipe.task == "zero-shot-classification":
         options = dict(candidate_labels=args.labels, hypothesis_template=args.template, multi_label=args.multi_label)
@@ -92,14 +108,18 @@ def run(args: argparse.Namespace) -> int:
     if pipe.task == "text-classification" and args.top_k is None:
         results = [[r] for r in results]
     if args.save_dir:
-        if pipe.task not in ("depth-estimation", "feature-extraction", "image-feature-extraction"):
-            raise ValueError(f"--save-dir writes depth maps and embeddings, not the results of a {pipe.task} folder.")
+        if pipe.task not in ("depth-estimation", "image-segmentation", "feature-extraction",
+                             "image-feature-extraction"):
+            raise ValueError(f"--save-dir writes depth maps, masks and embeddings, not the results of a {pipe.task} "
+                             "folder.")
         _save(pipe.task, results, inputs, args.save_dir)
     if args.json:
         if pipe.task in ("feature-extraction", "image-feature-extraction"):
             results = [_features(r) for r in results]
         elif pipe.task == "depth-estimation":
             results = [_depth(r) for r in results]
+        elif pipe.task == "image-segmentation":
+            results = [_masks(r) for r in results]
         print(json.dumps(results if len(results) > 1 else results[0], indent=1))
         return 0
     for number, (value, result) in enumerate(zip(inputs, results), 1):
@@ -115,9 +135,10 @@ def add_parser(commands: Any) -> None:
     cmd = commands.add_parser(
         "run", help="run a classifier, tagger, embedder, detector, depth or CTC folder written by export",
         description="Runs a folder written by 'export FOLDER --out OUT' for a single-pass task (text, token, image "
-        "or audio classification, zero-shot classification, object detection, depth estimation, fill-mask, feature "
-        "extraction, CTC speech recognition) on onnxruntime, the inputs prepared by the folder's own tokenizer, image "
-        "processor or feature extractor (offline), and prints what transformers' pipeline of the task returns. "
+        "or audio classification, zero-shot classification, object detection, segmentation, depth estimation, "
+        "fill-mask, feature extraction, CTC speech recognition) on onnxruntime, the inputs prepared by the folder's "
+        "own tokenizer, image processor or feature extractor (offline), and prints what transformers' pipeline of "
+        "the task returns. "
         "Several inputs make a batch.")
     cmd.add_argument("folder", help="the folder written by export")
     cmd.add_argument("inputs", nargs="*", default=[], metavar="INPUT", help="the texts of a text folder")
@@ -134,8 +155,8 @@ def add_parser(commands: Any) -> None:
     cmd.add_argument("--threshold", type=float, default=None,
                      help="an object-detection folder: the lowest score of an object shown (default 0.5)")
     cmd.add_argument("--save-dir", default=None,
-                     help="a depth-estimation folder: write each depth map as IMAGE_depth.png there; an embedder's: "
-                     "each embedding as a .npy file")
+                     help="a depth-estimation folder: write each depth map as IMAGE_depth.png there; a segmenter's: "
+                     "each mask as IMAGE_LABEL.png; an embedder's: each embedding as a .npy file")
     cmd.add_argument("--json", action="store_true", help="print the result as JSON")
     cmd.add_argument("--threads", type=int, default=None, help="onnxruntime's intra-op threads")
     cmd.set_defaults(func=run)

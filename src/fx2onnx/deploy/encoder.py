@@ -1,10 +1,11 @@
 """The single-pass encoders of transformers' pipelines: one model, no cache, one run per input.
 
 A classifier (text, image, audio), a token tagger, a masked language model, a text or image embedder, a detector,
-a depth estimator and a CTC speech recognizer are each exported as one model, ``onnx/model.onnx``, as optimum and transformers.js lay such a
-folder out: its inputs named as the processor names them (``input_ids``, ``attention_mask``, ``token_type_ids``,
-``pixel_values``, ``input_values``), its output as transformers' pipeline reads it (``logits``, or
-``last_hidden_state`` for an embedder). The tasks and what they keep are listed by the runtime
+a semantic segmenter, a depth estimator and a CTC speech recognizer are each exported as one model,
+``onnx/model.onnx``, as optimum and transformers.js lay such a folder out: its inputs named as the processor
+names them (``input_ids``, ``attention_mask``, ``token_type_ids``, ``pixel_values``, ``pixel_mask``,
+``input_values``), its outputs as transformers' pipeline reads them (``logits``, ``pred_boxes``,
+``predicted_depth``, or ``last_hidden_state`` for an embedder). The tasks and what they keep are listed by the runtime
 (:data:`fx2onnx.runtime.pipelines.PIPELINE_TASKS`), which runs such a folder.
 
 The example inputs come from the folder's own processor: its tokenizer on sentences, its image processor on
@@ -105,9 +106,10 @@ def encoder_pieces(model: torch.nn.Module, task: str, folder: str) -> list[Piece
     """The one piece of a folder of ``task``: the wrapper around ``model`` (the meta device for the export, the
     CPU for the check), its two input sets and their dynamic dimensions."""
     modality, outputs = PIPELINE_TASKS[task]
-    accepted = set(inspect.signature(model.forward).parameters) & set(inspect.signature(EncoderPiece.forward).parameters)
+    wrapped = inspect.signature(EncoderPiece.forward).parameters
+    accepted = set(inspect.signature(model.forward).parameters) & set(wrapped)
     inputs, inputs2 = example_inputs(folder, modality, accepted)
-    names = [n for n in inspect.signature(EncoderPiece.forward).parameters if n in inputs]
+    names = [n for n in wrapped if n in inputs]
     dims = DYNAMIC_DIMS["sized image" if task == "object-detection" else modality]
     dynamic_shapes = {n: {d % rank: name for d, name in dims.items() if -rank <= d < rank}
                       for n, rank in ((n, inputs[n].dim()) for n in names)}

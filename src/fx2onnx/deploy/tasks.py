@@ -34,6 +34,7 @@ _NAMED_MAPPINGS = {
     "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES": "image-classification",
     "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES": "audio-classification",
     "MODEL_FOR_CTC_MAPPING_NAMES": "automatic-speech-recognition",
+    "MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES": "image-segmentation",
 }
 
 #: the tasks a model of another task's mapping serves: a natural language inference classifier scores candidate labels

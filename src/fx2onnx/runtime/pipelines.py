@@ -45,6 +45,8 @@ PIPELINE_TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "image-feature-extraction": ("image", ("last_hidden_state",)),
     # boxes from the image processor's post_process_object_detection (DETR, YOLOS...)
     "object-detection": ("image", ("logits", "pred_boxes")),
+    # a semantic segmenter's masks, one per label found (the image processor's post_process_semantic_segmentation)
+    "image-segmentation": ("image", ("logits",)),
     # a depth map per image, at the image's size (the image processor's post_process_depth_estimation)
     "depth-estimation": ("image", ("predicted_depth",)),
     "audio-classification": ("audio", ("logits",)),
@@ -142,7 +144,7 @@ class Pipeline:
 
     def _refuse(self, value: Any) -> None:
         kind = {"text": "a text", "image": "an image", "audio": "an audio"}[self.modality]
-        raise ValueError(f"{self.folder!r} is a {self.task} folder: it takes {kind} "
+        raise ValueError(f"{self.folder!r} is a folder of task {self.task!r}: it takes {kind} "
                          f"({MODALITY_OPTION[self.modality]}), not {value!r:.60}.")
 
     def _images(self, items: list[Any]) -> list[Any]:
@@ -199,6 +201,8 @@ class Pipeline:
             results = [self._detect(image, threshold) for image in self._images(items)]
         elif self.task == "depth-estimation":
             results = [self._depth(image) for image in self._images(items)]
+        elif self.task == "image-segmentation":
+            results = [self._segment(image) for image in self._images(items)]
         elif self.modality == "image":
             results = self._image_task(self._images(items), top_k)
         else:
@@ -211,7 +215,7 @@ class Pipeline:
         problem = self.config.get("problem_type")
         if problem == "regression":
             return logits
-        if problem == "multi_label_classification" or (sigmoid_for_one and len(self.id2label) == 1):
+        if problem == "multi_label_classification" or (sigmoid_for_one and logits.shape[-1] == 1):
             return _sigmoid(logits)
         return _softmax(logits)
 
@@ -306,7 +310,7 @@ class Pipeline:
         output = self._run(pixels)
         if self.task == "image-feature-extraction":
             return [row[None].tolist() for row in output]
-        top_k = min(5 if top_k is None else top_k, len(self.id2label))
+        top_k = min(5 if top_k is None else top_k, output.shape[-1])  # config.json may name no label
         return [self._labels(self._scores(row), top_k) for row in output]
 
     def _detect(self, image: Any, threshold: float) -> list[dict[str, Any]]:
@@ -326,7 +330,8 @@ class Pipeline:
                 for score, label, box in zip(found["scores"], found["labels"], found["boxes"])]
 
     def _depth(self, image: Any) -> dict[str, Any]:
-        """The depth map of one image at its size (``predicted_depth``) and as a grey image scaled to 0-255 (``depth``)."""
+        """The depth map of one image at its size (``predicted_depth``), and as a grey image from 0 to 255
+        (``depth``)."""
         import types
 
         import PIL.Image
@@ -341,13 +346,29 @@ class Pipeline:
         scaled = (depth - depth.min()) / (depth.max() - depth.min())
         return {"predicted_depth": depth, "depth": PIL.Image.fromarray((scaled * 255).astype("uint8"))}
 
+    def _segment(self, image: Any) -> list[dict[str, Any]]:
+        """One mask per label the segmentation of the image holds, at its size (255 where the label is)."""
+        import types
+
+        import PIL.Image
+        import torch  # deferred: transformers' post-processing takes torch tensors
+
+        processor = self.processor
+        logits = self._run(processor(images=[image], return_tensors="np"))
+        size = tuple(int(v) for v in np.asarray(image).shape[:2])
+        segmentation = processor.post_process_semantic_segmentation(
+            types.SimpleNamespace(logits=torch.from_numpy(logits)), target_sizes=[size])[0].numpy()
+        return [{"score": None, "label": self.id2label.get(int(label), f"LABEL_{int(label)}"),
+                 "mask": PIL.Image.fromarray(((segmentation == label) * 255).astype(np.uint8), mode="L")}
+                for label in np.unique(segmentation)]
+
     def _audio_task(self, audio: np.ndarray, top_k: int | None) -> Any:
         extractor = self.processor
         features = extractor(audio, sampling_rate=int(extractor.sampling_rate), return_tensors="np")
         output = self._run(features)[0]
         if self.task == "automatic-speech-recognition":
             return {"text": self.tokenizer.decode(output.argmax(axis=-1), skip_special_tokens=False)}
-        top_k = min(5 if top_k is None else top_k, len(self.id2label))
+        top_k = min(5 if top_k is None else top_k, output.shape[-1])
         return self._labels(self._scores(output, sigmoid_for_one=False), top_k)
 
 

@@ -67,8 +67,9 @@ def _labels(count: int, names: tuple[str, ...]) -> dict[str, Any]:
 
 
 def encoder_config(architecture: str, labels: tuple[str, ...] | None = None) -> Any:
-    """The tiny configuration (2 layers, 32 hidden units) of a BERT, ViT, wav2vec2, DETR or DPT class (``labels``: the names
-    of a classifier's labels, ``("entailment", "neutral", "contradiction")`` for a zero-shot classifier)."""
+    """The tiny configuration (2 layers, 32 hidden units) of a BERT, ViT, wav2vec2, DETR, DPT or SegFormer class
+    (``labels``: the names of a classifier's labels, ``("entailment", "neutral", "contradiction")`` for a zero-shot
+    classifier)."""
     import transformers
 
     if architecture.startswith("Bert"):
@@ -91,8 +92,8 @@ def encoder_config(architecture: str, labels: tuple[str, ...] | None = None) -> 
             pad_token_id=0, do_stable_layer_norm=True, feat_extract_norm="layer", architectures=[architecture],
             **_labels(3, ("speech", "music", "noise")))
     if architecture.startswith("Detr"):
-        backbone = transformers.ResNetConfig(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic",
-                                             out_features=["stage2"])
+        backbone = transformers.ResNetConfig(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
+                                             layer_type="basic", out_features=["stage2"])
         return transformers.DetrConfig(
             use_timm_backbone=False, use_pretrained_backbone=False, backbone_config=backbone, d_model=32,
             encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
@@ -102,7 +103,14 @@ def encoder_config(architecture: str, labels: tuple[str, ...] | None = None) -> 
         config = tiny_task_config(get_task_architecture("depth-estimation", "dpt"), initializer_range=0.075)
         config.architectures = [architecture]
         return config
-    raise ValueError(f"No tiny configuration for {architecture}: give a Bert*, ViT*, Wav2Vec2*, Detr* or DPT* class.")
+    if architecture.startswith("Segformer"):  # the task zoo's tiny SegFormer, narrower
+        config = tiny_task_config(get_task_architecture("semantic-segmentation", "segformer"),
+                                  hidden_sizes=[16, 32, 32, 32], num_attention_heads=[1, 2, 2, 4],
+                                  decoder_hidden_size=32, initializer_range=0.2, **_labels(3, ("sky", "sea", "sand")))
+        config.architectures = [architecture]
+        return config
+    raise ValueError(f"No tiny configuration for {architecture}: give a Bert*, ViT*, Wav2Vec2*, Detr*, DPT* or "
+                     "Segformer* class.")
 
 
 def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int = 0,
@@ -127,6 +135,8 @@ def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int
         transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
     elif architecture.startswith("DPT"):
         transformers.DPTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    elif architecture.startswith("Segformer"):
+        transformers.SegformerImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
     elif architecture.startswith("Detr"):  # images resized to 64 pixels on their shorter side, 96 at most
         transformers.DetrImageProcessor(size={"shortest_edge": 64, "longest_edge": 96}).save_pretrained(folder)
     else:
