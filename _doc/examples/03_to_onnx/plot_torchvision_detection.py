@@ -2,7 +2,7 @@
 .. _l-plot-torchvision-detection:
 
 to_onnx and torchvision's detection models: Mask R-CNN with dynamic image sizes
-==============================================================================
+===============================================================================
 
 torchvision's detection models take a list of images of any sizes, resize and pad them into
 one batch, then keep a data-dependent number of boxes with non-maximum suppressions.
