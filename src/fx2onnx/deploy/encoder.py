@@ -36,8 +36,9 @@ from ..runtime.pipelines import MODEL_FILE, PIPELINE_TASKS
 from ..weights import to_onnx_from_checkpoint
 from ..weights.empty import parameters_on_meta
 from ..weights.save import load_without_weights
-from .saved_model import rename_values
+from .saved_model import rename_external_data, rename_values
 from .speech import Piece
+from .transformersjs import data_file_name
 
 #: the sentences of the two text input sets (batch 2, then batch 3, other lengths)
 SENTENCES = (("the cat sat on the mat", "paris is the capital of france, a city by the sea"),
@@ -153,4 +154,5 @@ def export_encoder_pieces(task: str, folder: str, out_dir: str, config: Any, dty
             raise ValueError(f"{config.architectures[0]}: the export kept the inputs {given}, the processor gives "
                              f"{piece.input_names}.")
         rename_values(path, piece.input_names, piece.output_names, {})
+        rename_external_data(path, data_file_name(piece.filename))  # model.onnx_data, as transformers.js names it
     return pieces, lambda eager, _config: encoder_pieces(eager, task, folder)
