@@ -1,0 +1,74 @@
+"""The folder ``python -m fx2onnx export`` writes runs as it is in optimum's ``ORTModelForCausalLM`` (optimum-onnx),
+in its own environment: optimum pins transformers 4.57. The environment is made once under the temporary folder
+(the pinned packages of :data:`OPTIMUM_PINS` without their dependency on torch: the torch of this environment is
+linked into it, no other torch is downloaded); the test is skipped, with pip's reason, where they do not install."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import torch
+import transformers
+
+from fx2onnx.__main__ import main
+from fx2onnx.testing.tokenizer import tiny_qwen3_config, write_checkpoint_folder
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "tests", "clients", "optimum_generate.py")
+#: optimum's stack (its transformers is older than ours), installed without dependencies
+OPTIMUM_PINS = ["optimum-onnx==0.1.0", "optimum==2.1.0", "transformers==4.57.6", "huggingface-hub==0.36.2",
+                "tokenizers==0.22.2"]
+#: their other dependencies but torch
+OPTIMUM_DEPENDENCIES = ["onnxruntime==1.31.1", "onnx", "numpy", "sympy", "networkx", "jinja2", "fsspec", "filelock",
+                        "typing_extensions", "packaging", "pyyaml", "regex", "requests", "safetensors", "tqdm"]
+
+
+def _run(*argv: str) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    if done.returncode:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        pytest.skip(f"optimum's environment does not install here: {lines[-1] if lines else done.returncode}")
+
+
+@pytest.fixture(scope="module")
+def optimum_python() -> str:
+    """The Python of optimum's environment (made on first use)."""
+    venv = os.path.join(tempfile.gettempdir(), "fx2onnx-optimum-" + "-".join(p.split("==")[1] for p in OPTIMUM_PINS[:3]))
+    python = os.path.join(venv, "bin", "python")
+    marker = os.path.join(venv, ".complete")
+    if not os.path.isfile(marker):
+        _run(sys.executable, "-m", "venv", "--clear", venv)
+        _run(python, "-m", "pip", "install", "-q", "--no-deps", *OPTIMUM_PINS)
+        _run(python, "-m", "pip", "install", "-q", *OPTIMUM_DEPENDENCIES)
+        site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        ours = os.path.dirname(os.path.dirname(torch.__file__))
+        for name in ("torch", "torchgen", "functorch", *map(os.path.basename,
+                                                            glob.glob(os.path.join(ours, "torch-*.dist-info")))):
+            if os.path.exists(os.path.join(ours, name)):
+                os.symlink(os.path.join(ours, name), os.path.join(site, name))
+        open(marker, "w").close()
+    return python
+
+
+@pytest.mark.slow
+def test_optimum_generates_transformers_tokens(optimum_python, tmp_path):
+    """The default folder (GroupQueryAttention, the present fed back by optimum) in ORTModelForCausalLM: transformers'
+    greedy tokens."""
+    checkpoint, out = str(tmp_path / "qwen3"), str(tmp_path / "qwen3_onnx")
+    write_checkpoint_folder(tiny_qwen3_config(), checkpoint, dtype="bfloat16", std=0.3)
+    assert main(["export", checkpoint, "--out", out, "--quiet"]) == 0
+    prompt = [5, 60, 7, 200, 31]
+    done = subprocess.run([optimum_python, SCRIPT, out, json.dumps(prompt), "12"], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])["new_ids"]
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    expected = model.generate(torch.tensor([prompt]), max_new_tokens=12, min_new_tokens=12, do_sample=False)
+    assert got == expected[0, len(prompt):].tolist() and len(set(got)) > 3
