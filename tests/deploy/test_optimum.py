@@ -39,7 +39,8 @@ def _run(*argv: str) -> None:
 @pytest.fixture(scope="module")
 def optimum_python() -> str:
     """The Python of optimum's environment (made on first use)."""
-    venv = os.path.join(tempfile.gettempdir(), "fx2onnx-optimum-" + "-".join(p.split("==")[1] for p in OPTIMUM_PINS[:3]))
+    versions = "-".join(p.split("==")[1] for p in OPTIMUM_PINS[:3])
+    venv = os.path.join(tempfile.gettempdir(), f"fx2onnx-optimum-{versions}")
     python = os.path.join(venv, "bin", "python")
     marker = os.path.join(venv, ".complete")
     if not os.path.isfile(marker):
