@@ -55,7 +55,8 @@ tiny = get_tiny_model(
 )
 model = tiny.model
 model.model.layers[1].mlp.activation_fn = FastSiLU()
-print(type(model.config).__name__, {k: getattr(model.config, k) for k in ["hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"]})
+sizes = ["hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"]
+print(type(model.config).__name__, {k: getattr(model.config, k) for k in sizes})
 print({k: tuple(getattr(v, "shape", ())) or type(v).__name__ for k, v in tiny.inputs.items()})
 
 # %%
