@@ -147,7 +147,10 @@ FAMILIES: tuple[Family, ...] = (
            "other the generic split takes)", lambda f: True, _image_text,
            "the vision piece and the decoder against the same wrappers in eager float32"),
     # the single-pass encoders: one model, onnx/model.onnx (fx2onnx.deploy.encoder), one entry per pipeline task
-    *(Family("encoder", task, None, f"any model of the {task} auto mapping reading a {modality}", lambda f: True,
+    *(Family("encoder", task, None, "a natural language inference classifier (an entailment label) reading texts"
+             if task == "zero-shot-classification" else
+             f"the classes of the {task} auto mapping, reading {dict(audio='sounds').get(modality, modality + 's')}",
+             lambda f: True,
              functools.partial(export_encoder_pieces, task),
              f"the model's {' and '.join(outputs)} on two input sets of its processor against eager float32")
       for task, (modality, outputs) in PIPELINE_TASKS.items()),
