@@ -66,6 +66,8 @@ CASES = [
     ("select_scatter", lambda x, y: x.select_scatter(y, 1, 0), (r(3, 4), r(3)), ({0: "batch"}, {0: "batch"}), (r(5, 4), r(5))),
     ("slice_scatter", lambda x, y: x.slice_scatter(y, 1, 1, 3), (r(3, 4), r(3, 2)), (B, B), (r(5, 4), r(5, 2))),
     ("nonzero", lambda x: torch.nonzero(x > 0), (r(4, 3),), (B,), (r(6, 3),)),
+    ("where_indices", lambda x: torch.where(x > 0), (r(4, 3),), (B,), (r(6, 3),)),
+    ("where_indices_1d", lambda x: torch.where(x > 0)[0] * 2, (r(7),), (B,), (r(9),)),
     ("index_copy", lambda x, y: x.index_copy(0, torch.tensor([0, 2]), y), (r(4, 3), r(2, 3)), None, None),
     ("index_add", lambda x, y: x.index_add(0, torch.tensor([0, 2, 0]), y), (r(4, 3), r(3, 3)), None, None),
 ]

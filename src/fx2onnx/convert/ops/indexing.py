@@ -338,6 +338,22 @@ def convert_nonzero(ctx, node, x):
     return ctx.op.Transpose(_nonzero(ctx, x), perm=[1, 0])
 
 
+@converter(aten.where.default)
+def convert_where_indices(ctx, node, condition):
+    """``torch.where(condition)``: one index tensor per dimension (``nonzero(as_tuple=True)``), a scalar
+    seen as one element. Converted as it is: decomposing it re-traces the whole program (minutes on a
+    detection model)."""
+    rank = input_rank(ctx)
+    if rank == 0:
+        condition, rank = ctx.op.Reshape(condition, ctx.const([1], torch.int64)), 1
+    indices = _nonzero(ctx, condition)  # [rank, count]
+    axis = ctx.const([0], torch.int64)
+    if rank == 1:
+        return [ctx.op.Squeeze(indices, axis)]
+    parts = ctx.op.Split(indices, ctx.const([1] * rank, torch.int64), axis=0, _outputs=rank)
+    return [ctx.op.Squeeze(part, axis) for part in parts]
+
+
 @converter(aten.take.default)
 def convert_take(ctx, node, x, index):
     """x.flatten()[index] (Gather takes the negative indices torch takes)."""
