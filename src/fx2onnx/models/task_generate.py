@@ -216,6 +216,8 @@ def compare_folder_generation(model: Any, config: Any, max_new_tokens: int = NEW
     export chooses (:func:`fx2onnx.deploy.families.choose_family`) and the folder is run by the loop the
     runtime's registry opens for it (:func:`fx2onnx.runtime.families.open_generator`), as ``generate`` does."""
     task = "speech-seq2seq" if is_speech_seq2seq(model) else "image-text-to-text"
+    if not getattr(config, "architectures", None):  # what save_pretrained writes in the folder's config.json
+        config.architectures = [type(model).__name__]
     family = choose_family(FolderFacts.of(task, config, torch.float32))
     compare = _FAMILY_COMPARISONS.get((task, family.split))
     if compare is not None:
