@@ -78,9 +78,9 @@ for name, prompt in [("blip", "a picture of"), ("git", None), ("florence2", "<MO
     checkpoint, out = folders[name]
     args = [out, *([prompt] if prompt else []), "--image", image, "--max-new-tokens", "8"]
     ours = [int(t) for t in run("generate", *args, "--print-ids").strip().split(",")]
-    text = run("generate", *args).strip()
     model = transformers.AutoModelForImageTextToText.from_pretrained(checkpoint, dtype=torch.float32).eval()
     processor = transformers.AutoProcessor.from_pretrained(checkpoint)
+    text = processor.tokenizer.decode(ours, skip_special_tokens=True)  # the tokens as text, for the figure
     if name == "git":  # GIT's documentation: [CLS] then the prompt
         inputs = {"pixel_values": processor(images=picture, return_tensors="pt").pixel_values,
                   "input_ids": torch.tensor([[processor.tokenizer.cls_token_id]])}
