@@ -67,7 +67,7 @@ WRAPPED_BLOCKS = ("sphx-glr-script-out", "highlight-text", "highlight-default", 
 BUDGETS: list[tuple[str, float]] = [
     # three to four checkpoint folders exported and generating from the command line
     (r"_folders?_(generate_)?10\d", 480.0),
-    # two torchvision detection models exported (most of each export is symbolic reasoning on the resize)
+    # Mask R-CNN exported (most of the export is torch.export's symbolic reasoning on the resize and the kept boxes)
     (r"plot_torchvision_detection", 480.0),
     (r"06_benchmarks/|bench", 420.0),
     (r".*", 240.0),
