@@ -108,6 +108,13 @@ def test_every_state_is_an_input_output_pair(folders):
     if name == "gpt_neox":
         key = next(p for p in pairs if "key" in p)
         assert inputs[key].type.tensor_type.shape.dim[1].dim_value == 4
+    # the names transformers.js reads (getCacheNames: past_conv.N for LFM2's conv layers, past_ssm.N for Mamba's)
+    expected_names = {"lfm2": {"past_conv.0": "present_conv.0", "past_key_values.1.key": "present.1.key",
+                               "past_key_values.1.value": "present.1.value"},
+                      "jamba": {"past_conv.0": "present_conv.0", "past_ssm.0": "present_ssm.0",
+                                "past_key_values.1.key": "present.1.key", "past_key_values.1.value": "present.1.value"}}
+    if name in expected_names:
+        assert pairs == expected_names[name]
 
 
 def test_left_padded_batch_generates_as_transformers(folders):

@@ -40,3 +40,9 @@ def state_names(past: str, mamba: bool = False) -> tuple[str, str] | None:
         kind = "ssm" if mamba else "recurrent"
     suffix = f"{layer}.{state}" if state else layer
     return f"past_{kind}.{suffix}", f"present_{kind}.{suffix}"
+
+
+def state_present_name(past: str) -> str | None:
+    """The output paired with a state input named as transformers.js names it: ``past_conv.3`` ->
+    ``present_conv.3``; None for another input."""
+    return "present_" + past[len("past_"):] if re.match(r"^past_(conv|ssm|recurrent)\.\d", past) else None

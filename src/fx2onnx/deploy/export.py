@@ -35,6 +35,7 @@ from ..weights import checkpoint_weights, to_onnx_from_checkpoint
 from ..weights.checkpoint import CheckpointFileError
 from ..weights.export import _torch_dtype, model_from_checkpoint_config, model_from_config
 from ..weights.repeat_layers import LayersNotRepeatable, layer_stack, short_config, stamp_layers
+from .cache_names import is_mamba_config
 from .check import FolderCheck, check_against_eager, in_place_input_sets
 from .disk import NotEnoughSpaceError, check_free_space
 from .families import FAMILIES, FolderFacts, choose_family
@@ -301,7 +302,7 @@ def _write_folder(folder: str, out_dir: str, filename: str, config: Any, task: s
     del model
     cache = "in_place" if with_cache and cache_in_place and optimize == "onnxruntime" and \
         update_cache_in_place(model_path) else "concatenated"
-    input_names, pairs = name_presents(model_path, optimum_names=True)
+    input_names, pairs = name_presents(model_path, optimum_names=True, mamba=is_mamba_config(config))
     copied = copy_folder_files(folder, out_dir)
     generation = _generation_config(folder)
     genai = write_genai_config(out_dir, filename, config, generation, input_names, pairs,

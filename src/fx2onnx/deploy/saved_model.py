@@ -20,6 +20,7 @@ import onnx_ir as ir
 from ..formats import CACHE_METADATA_KEY
 from ..optimizer.rules.cache_in_place import cache_in_place
 from ..weights.save import load_without_weights
+from .cache_names import state_names, state_present_name
 from .genai_config import optimum_name, present_name
 
 
@@ -69,13 +70,14 @@ def update_cache_in_place(filename: str, constant_inputs: Sequence[str] = ()) ->
     return True
 
 
-def name_presents(filename: str, optimum_names: bool = False) -> tuple[list[str], dict[str, str]]:
+def name_presents(filename: str, optimum_names: bool = False, mamba: bool = False) -> tuple[list[str], dict[str, str]]:
     """Renames the cache outputs of the saved model ``filename`` after their inputs
     (:func:`fx2onnx.deploy.genai_config.present_name`), rewrites the graph (the weights' file
     is untouched) and returns ``(input names, cache pairs)``. With ``optimum_names``, the keys and
     values of the cache are first named as optimum and transformers.js name them
     (``past_key_values_key_3`` -> ``past_key_values.3.key``, the output ``present.3.key``); the other
-    states of a cache keep their names."""
+    states of a cache take transformers.js' names (``past_conv.3``, ``past_recurrent.3``, ``past_ssm.3`` for the
+    Mamba layers of a config where ``mamba``: :mod:`fx2onnx.deploy.cache_names`)."""
     proto = load_without_weights(filename)
     metadata = {p.key: p for p in proto.metadata_props}
     inputs = [i.name for i in proto.graph.input]
@@ -86,7 +88,8 @@ def name_presents(filename: str, optimum_names: bool = False) -> tuple[list[str]
     changed = False
     if optimum_names:
         changed = _rename_dim(proto.graph, "batch", "batch_size")
-        new_inputs = {past: optimum_name(past) for past in pairs if optimum_name(past) != past}
+        folder_name = {past: (state_names(past, mamba) or (optimum_name(past),))[0] for past in pairs}
+        new_inputs = {past: name for past, name in folder_name.items() if name != past}
         if new_inputs and not set(new_inputs.values()) & taken:
             for value in proto.graph.input:
                 value.name = new_inputs.get(value.name, value.name)
@@ -95,7 +98,8 @@ def name_presents(filename: str, optimum_names: bool = False) -> tuple[list[str]
             inputs = [new_inputs.get(name, name) for name in inputs]
             taken = {o.name for o in proto.graph.output} | set(inputs)
             changed = True
-    renames = {out: present_name(past) for past, out in pairs.items() if present_name(past) not in taken}
+    present = {past: state_present_name(past) or present_name(past) for past in pairs}
+    renames = {out: present[past] for past, out in pairs.items() if present[past] not in taken}
     if len(renames) == len(pairs):
         _rename_outputs(proto, renames)
         pairs = {past: renames[out] for past, out in pairs.items()}
