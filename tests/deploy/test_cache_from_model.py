@@ -115,6 +115,8 @@ def test_every_state_is_an_input_output_pair(folders):
                                 "past_key_values.1.key": "present.1.key", "past_key_values.1.value": "present.1.value"}}
     if name in expected_names:
         assert pairs == expected_names[name]
+    with open(os.path.join(out, "fx2onnx.json"), encoding="utf-8") as f:
+        assert json.load(f)["cache_pairs"] == pairs
 
 
 def test_left_padded_batch_generates_as_transformers(folders):

@@ -312,6 +312,8 @@ def _write_folder(folder: str, out_dir: str, filename: str, config: Any, task: s
                    "optimize": optimize, "quantize": quantize, "block_size": block_size if quantize else None,
                    "symmetric": symmetric if quantize else None, "logits": logits,
                    "cache": cache if pairs else None, "source": os.path.basename(os.path.abspath(folder)),
+                   # every state of the cache, input -> output (keys, values, convolution and recurrent states)
+                   "cache_pairs": pairs,
                    # why onnxruntime-genai cannot run the folder (no genai_config.json), None when it can
                    "genai": genai}, f, indent=2)
 
