@@ -206,14 +206,14 @@ def test_a_batch_of_prompts_equals_transformers_greedy(folders, capsys):
 def test_bad_inputs_end_in_one_line(folders, tmp_path, capsys):
     checkpoint, out = folders
     # a folder of a task the command does not export yet
-    config = transformers.AutoConfig.for_model("dpt")  # depth estimation: no folder export yet
-    config.architectures = ["DPTForDepthEstimation"]
-    other = tmp_path / "dpt"
+    config = transformers.AutoConfig.for_model("sam")  # mask generation: no folder export yet
+    config.architectures = ["SamModel"]
+    other = tmp_path / "sam"
     config.save_pretrained(other)
     capsys.readouterr()
     assert main(["export", str(other), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "depth-estimation" in err and "DPTForDepthEstimation" in err
+    assert err.count("\n") == 0 and "mask-generation" in err and "SamModel" in err
     # a folder without a tokenizer: a prompt is refused with the fix, token ids work
     bare = tmp_path / "bare"
     shutil.copytree(out, bare)
