@@ -43,6 +43,13 @@ def test_sliding_window_decoders_get_no_genai_config(tmp_path, config, window):
         assert not written and f"a window of {window} tokens" in why and "\n" not in why
 
 
+def test_an_end_token_of_zero_is_a_token(tmp_path):
+    config = transformers.Qwen3Config(eos_token_id=5, **SMALL)
+    generation = transformers.GenerationConfig(eos_token_id=0)
+    assert write_genai_config(str(tmp_path), "onnx/model.onnx", config, generation, *_pairs(2)) is None
+    assert json.load(open(tmp_path / "genai_config.json"))["model"]["eos_token_id"] == 0
+
+
 @pytest.mark.slow  # a folder exported: the configs above are the fast tier's check
 def test_a_mistral_folder_with_a_window_says_why(tmp_path, capsys):
     checkpoint, out = str(tmp_path / "mistral"), str(tmp_path / "mistral_onnx")

@@ -112,7 +112,8 @@ def write_genai_config(
     names = genai_decoder_names(inputs, pairs, layers)
     if isinstance(names, str):
         return names
-    eos = _token(getattr(generation, "eos_token_id", None) or getattr(text, "eos_token_id", None))
+    eos = getattr(generation, "eos_token_id", None)
+    eos = _token(eos if eos is not None else getattr(text, "eos_token_id", None))  # 0 is a token
     pad = getattr(generation, "pad_token_id", None)
     if eos is None:  # onnxruntime-genai refuses a null or a token outside the vocabulary
         return ("the model has no end-of-sequence token (onnxruntime-genai needs one of its vocabulary): set "
