@@ -25,6 +25,7 @@ The model and its export
 """
 
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -141,3 +142,4 @@ ax.bar(list(latency), list(latency.values()), color=["tab:gray", "tab:purple"])
 ax.set_ylabel("median latency (ms)")
 ax.set_title("small CNN, 2x3x16x16")
 fig.tight_layout()
+shutil.rmtree(folder)  # the temporary folder

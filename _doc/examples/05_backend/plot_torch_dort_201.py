@@ -22,6 +22,7 @@ inside the model when ``labels`` is given, so it is part of the compiled graph.
 
 import copy
 import os
+import shutil
 import tempfile
 
 import matplotlib.pyplot as plt
@@ -129,3 +130,4 @@ ax.set_ylabel("loss")
 ax.set_title("tiny Llama, AdamW, same initial weights")
 ax.legend()
 fig.tight_layout()
+shutil.rmtree(dump_folder)  # the temporary folder
