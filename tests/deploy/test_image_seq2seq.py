@@ -147,6 +147,7 @@ def florence2(tmp_path_factory):
     return checkpoint, out, images
 
 
+@pytest.mark.slow  # 20 s of export; the fast tier keeps TrOCR's and BLIP's folders of the same family
 def test_florence2_tasks_equal_transformers(florence2, capsys):
     """A task prompt is the encoder's (with the image's placeholders): the command line on one image, a batch
     from Python, tokens equal to transformers' generate on the processor's outputs; no prompt is refused."""
