@@ -303,7 +303,7 @@ def _write_folder(folder: str, out_dir: str, filename: str, config: Any, task: s
     cache = "in_place" if with_cache and cache_in_place and optimize == "onnxruntime" and \
         update_cache_in_place(model_path) else "concatenated"
     input_names, pairs = name_presents(model_path, optimum_names=True, mamba=is_mamba_config(config))
-    copied = copy_folder_files(folder, out_dir)
+    copy_folder_files(folder, out_dir)
     generation = _generation_config(folder)
     genai = write_genai_config(out_dir, filename, config, generation, input_names, pairs,
                                share_buffer=cache == "in_place") if pairs else "the model has no cache"
