@@ -19,16 +19,6 @@ from fx2onnx.testing.tokenizer import tiny_qwen3_config, write_checkpoint_folder
 PROMPT = "hello world, the exporter"
 
 
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    """A bf16 folder with a tokenizer, and the folder ``export`` (no flag) wrote from it."""
-    root = tmp_path_factory.mktemp("journey")
-    checkpoint, out = str(root / "qwen3"), str(root / "qwen3_onnx")
-    write_checkpoint_folder(tiny_qwen3_config(), checkpoint, dtype="bfloat16", std=0.3)
-    assert main(["export", checkpoint, "--out", out, "--quiet"]) == 0
-    return checkpoint, out
-
-
 def _eager(checkpoint):
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
     return model, transformers.AutoTokenizer.from_pretrained(checkpoint)
@@ -47,8 +37,8 @@ def _genai_greedy(og, genai_model, prompt: list[int], new: int) -> list[int]:
     return tokens
 
 
-def test_export_writes_a_folder_that_generates(folders):
-    checkpoint, out = folders
+def test_export_writes_a_folder_that_generates(qwen3_export):
+    checkpoint, out = qwen3_export
     files = set(os.listdir(out))
     # the layout transformers.js and optimum read: the decoder and its weights under onnx/, the rest at the root
     assert {"tokenizer.json", "tokenizer_config.json", "config.json", "generation_config.json", "genai_config.json",
@@ -73,12 +63,12 @@ def test_export_writes_a_folder_that_generates(folders):
     assert json.load(open(os.path.join(out, "genai_config.json")))["search"]["past_present_share_buffer"] is True
 
 
-def test_left_padded_batch_with_the_cache_in_place(folders):
+def test_left_padded_batch_with_the_cache_in_place(qwen3_export):
     """Two prompts of different lengths (left padded) in one call: the tokens of transformers'
     generate on the same batch, the cache bound in place (positions and pads from the mask)."""
     from fx2onnx.runtime.folder import FolderGenerator
 
-    checkpoint, out = folders
+    checkpoint, out = qwen3_export
     gen = FolderGenerator(out)
     assert gen.generator.in_place
     ids = torch.tensor([[0, 0, 0, 5, 60, 7], [9, 12, 200, 31, 8, 77]])
@@ -91,12 +81,12 @@ def test_left_padded_batch_with_the_cache_in_place(folders):
 
 
 @pytest.mark.slow  # make test exports the default (last position) folder; this one in make test-all
-def test_all_logits_keeps_every_position(folders, tmp_path):
+def test_all_logits_keeps_every_position(qwen3_export, tmp_path):
     """``--all-logits``: the logits of every prompt position, equal to eager's (to score a text);
     with ``--concatenated-cache``, the standard Attention concatenating the past."""
     from fx2onnx.validation import run_onnx
 
-    checkpoint, _ = folders
+    checkpoint, _ = qwen3_export
     out = str(tmp_path / "all")
     assert main(["export", checkpoint, "--out", out, "--quiet", "--all-logits", "--no-validate",
                  "--concatenated-cache"]) == 0
@@ -119,8 +109,8 @@ def test_all_logits_keeps_every_position(folders, tmp_path):
     np.testing.assert_allclose(got, expected.numpy(), atol=1e-4, rtol=1e-3)
 
 
-def test_generate_text_equals_transformers_greedy(folders, capsys):
-    checkpoint, out = folders
+def test_generate_text_equals_transformers_greedy(qwen3_export, capsys):
+    checkpoint, out = qwen3_export
     capsys.readouterr()
     assert main(["generate", out, PROMPT, "--max-new-tokens", "16"]) == 0
     captured = capsys.readouterr()
@@ -133,9 +123,9 @@ def test_generate_text_equals_transformers_greedy(folders, capsys):
     assert "prefill:" in captured.err and "tokens/s" in captured.err
 
 
-def test_generate_ids_and_onnxruntime_genai_agree(folders, capsys):
+def test_generate_ids_and_onnxruntime_genai_agree(qwen3_export, capsys):
     og = pytest.importorskip("onnxruntime_genai")
-    checkpoint, out = folders
+    checkpoint, out = qwen3_export
     prompt = [5, 60, 7, 200, 31]
     capsys.readouterr()
     assert main(["generate", out, "--ids", ",".join(map(str, prompt)), "--max-new-tokens", "12"]) == 0
@@ -155,11 +145,11 @@ def test_generate_ids_and_onnxruntime_genai_agree(folders, capsys):
     dict(temperature=0.8, top_k=20, top_p=0.9),
     dict(temperature=1.3, top_k=0, repetition_penalty=1.2),
 ])
-def test_sampling_with_a_seed_reproduces_transformers(folders, options):
+def test_sampling_with_a_seed_reproduces_transformers(qwen3_export, options):
     from fx2onnx.runtime.folder import FolderGenerator
     from fx2onnx.runtime.sampling import Sampling
 
-    checkpoint, out = folders
+    checkpoint, out = qwen3_export
     model, tok = _eager(checkpoint)
     ids = tok(PROMPT, return_tensors="pt")
     torch.manual_seed(7)
@@ -172,22 +162,22 @@ def test_sampling_with_a_seed_reproduces_transformers(folders, options):
         result.new_ids
 
 
-def test_chat_template_is_applied(folders, capsys):
+def test_chat_template_is_applied(qwen3_export, capsys):
     from fx2onnx.runtime.folder import FolderGenerator
 
-    _, out = folders
+    _, out = qwen3_export
     gen = FolderGenerator(out)
     ids = gen.encode("hi", chat=True)
     assert gen.tokenizer.decode(ids) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert main(["generate", out, "hi", "--chat", "--max-new-tokens", "4"]) == 0
 
 
-def test_a_batch_of_prompts_equals_transformers_greedy(folders, capsys):
+def test_a_batch_of_prompts_equals_transformers_greedy(qwen3_export, capsys):
     """Two prompts of different lengths, padded on the left: every result is transformers' greedy
     ``generate`` on the same batch; the command line prints one numbered block per prompt."""
     from fx2onnx.runtime.folder import FolderGenerator
 
-    checkpoint, out = folders
+    checkpoint, out = qwen3_export
     model, tok = _eager(checkpoint)
     prompts = [PROMPT, "the quick brown fox jumps over the lazy dog, again and again"]
     tok.padding_side = "left"
@@ -203,8 +193,8 @@ def test_a_batch_of_prompts_equals_transformers_greedy(folders, capsys):
     assert capsys.readouterr().out == "".join(f"[{i}] {t}\n" for i, t in enumerate(texts, 1))
 
 
-def test_bad_inputs_end_in_one_line(folders, tmp_path, capsys):
-    checkpoint, out = folders
+def test_bad_inputs_end_in_one_line(qwen3_export, tmp_path, capsys):
+    checkpoint, out = qwen3_export
     # a folder of a task the command does not export yet
     config = transformers.AutoConfig.for_model("sam")  # mask generation: no folder export yet
     config.architectures = ["SamModel"]
@@ -229,13 +219,13 @@ def test_bad_inputs_end_in_one_line(folders, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_bfloat16_export_is_held_to_eager_bfloat16(folders, tmp_path):
+def test_bfloat16_export_is_held_to_eager_bfloat16(qwen3_export, tmp_path):
     """A bf16 export is compared with eager float32 and accepted when as close as eager bf16 is;
     a wrong model is still refused."""
     from fx2onnx.deploy import export_folder
     from fx2onnx.deploy.check import check_against_eager
 
-    checkpoint, _ = folders
+    checkpoint, _ = qwen3_export
     result = export_folder(checkpoint, tmp_path / "bf16", dtype="bfloat16")
     assert result.ok, [str(c) for c in result.checks]
     first = result.checks[0]
@@ -260,12 +250,12 @@ def test_bfloat16_export_is_held_to_eager_bfloat16(folders, tmp_path):
 
 
 @pytest.mark.parametrize("asymmetric", [False, pytest.param(True, marks=pytest.mark.slow)])
-def test_quantized_folder_generates_as_onnxruntime_genai(folders, tmp_path, capsys, asymmetric):
+def test_quantized_folder_generates_as_onnxruntime_genai(qwen3_export, tmp_path, capsys, asymmetric):
     """``--quantize int4``: symmetric blocks by default (no zero point, as onnxruntime-genai's builder
     writes them), ``--asymmetric`` stores zero points; the tied embedding shares the head's blocks;
     our loop and onnxruntime-genai's give the same tokens on the same quantized model."""
     og = pytest.importorskip("onnxruntime_genai")
-    checkpoint, _ = folders
+    checkpoint, _ = qwen3_export
     out = str(tmp_path / "int4")
     argv = ["export", checkpoint, "--out", out, "--quiet", "--quantize", "int4"] + (["--asymmetric"] if asymmetric else [])
     assert main(argv) == 0
@@ -309,13 +299,13 @@ def test_real_width_projections_are_packed(tmp_path, capsys):
         assert ours == (_genai_greedy(og, og.Model(out), prompt, 8) if quant else expected)
 
 
-def test_a_folder_of_the_previous_layout_still_generates(folders, tmp_path):
+def test_a_folder_of_the_previous_layout_still_generates(qwen3_export, tmp_path):
     """A folder written before the layout of transformers.js and optimum (``model.onnx`` at the root, the cache named
     ``past_key_values_key_<i>`` / ``present_key_<i>``) opens with a one-line warning and gives the same tokens."""
     from fx2onnx.deploy.saved_model import rename_values
     from fx2onnx.runtime.folder import FolderGenerator, OldLayoutWarning
 
-    _, out = folders
+    _, out = qwen3_export
     old = tmp_path / "old"
     shutil.copytree(out, old)
     os.replace(old / "onnx" / "model.onnx_data", old / "model.onnx.data")

@@ -15,7 +15,7 @@ import torch
 import transformers
 
 from fx2onnx.__main__ import main
-from fx2onnx.testing.tokenizer import tiny_qwen3_config, write_checkpoint_folder
+from fx2onnx.testing.tokenizer import write_checkpoint_folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "tests", "clients", "transformersjs_generate.mjs")
@@ -37,21 +37,11 @@ def transformersjs_generate(folder: str, prompt: str | list[int], new_tokens: in
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture(scope="module")
-def folders(tmp_path_factory):
-    """A bf16 Qwen3 checkpoint with a tokenizer, and the folder ``export`` (no flag) wrote from it."""
-    root = tmp_path_factory.mktemp("transformersjs")
-    checkpoint, out = str(root / "qwen3"), str(root / "qwen3_onnx")
-    write_checkpoint_folder(tiny_qwen3_config(), checkpoint, dtype="bfloat16", std=0.3)
-    assert main(["export", checkpoint, "--out", out, "--quiet"]) == 0
-    return checkpoint, out
-
-
-def test_transformersjs_generates_transformers_tokens(folders):
+def test_transformersjs_generates_transformers_tokens(qwen3_export):
     """The default folder (the cache in place through GroupQueryAttention, which concatenates when the caller does
     not bind buffers) in transformers.js: its tokenizer encodes the prompt as transformers' does, its greedy
     tokens and text are transformers' ``generate``."""
-    checkpoint, out = folders
+    checkpoint, out = qwen3_export
     config = json.load(open(os.path.join(out, "config.json")))
     assert config["transformers.js_config"]["use_external_data_format"] == {"model.onnx": 1}
     got = transformersjs_generate(out, PROMPT, 16)
@@ -68,10 +58,10 @@ def test_transformersjs_generates_transformers_tokens(folders):
 
 @pytest.mark.skipif(shutil.which("chromium") is None,
                     reason="chromium is not installed (Debian's package: apt-get install chromium; .ci/run does)")
-def test_transformersjs_in_headless_chromium_generates_transformers_tokens(folders):
+def test_transformersjs_in_headless_chromium_generates_transformers_tokens(qwen3_export):
     """The same folder in a browser: transformers.js' web build on onnxruntime-web (WASM) in headless Chromium, the
     page and the folder served on 127.0.0.1; transformers' greedy tokens."""
-    checkpoint, out = folders
+    checkpoint, out = qwen3_export
     prompt = [5, 60, 7, 200, 31]
     got = transformersjs_generate(out, prompt, 12, script=BROWSER_SCRIPT)
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
@@ -80,12 +70,12 @@ def test_transformersjs_in_headless_chromium_generates_transformers_tokens(folde
 
 
 @pytest.mark.slow  # the fast tier runs the float32 folder
-def test_transformersjs_runs_the_int4_folder_as_our_loop(folders, tmp_path):
+def test_transformersjs_runs_the_int4_folder_as_our_loop(qwen3_export, tmp_path):
     """``--quantize int4`` (onnxruntime's MatMulNBits and GatherBlockQuantized): transformers.js gives the tokens our
     loop gives on the same folder (not eager's: the weights are quantized)."""
     from fx2onnx.runtime.folder import FolderGenerator
 
-    checkpoint, _ = folders
+    checkpoint, _ = qwen3_export
     out = str(tmp_path / "int4")
     assert main(["export", checkpoint, "--out", out, "--quiet", "--quantize", "int4"]) == 0
     prompt = [5, 60, 7, 200, 31]
