@@ -19,20 +19,20 @@ OUTPUT = ROOT / "models"
 
 def generate(app=None, rows_path: Path | None = None, out_dir: Path | None = None) -> dict:
     """Renders the page from the committed rows; returns their metadata."""
-    from fx2onnx.models.report import write_page
-    from fx2onnx.models.zoo import load_rows, select_architectures, skipped_architectures
+    from fx2onnx.zoo.report import write_page
+    from fx2onnx.zoo.architectures import load_rows, select_architectures, skipped_architectures
 
     begin = time.perf_counter()
     path = rows_path or ROWS
     rows, meta = load_rows(path)
     if not rows:
         raise FileNotFoundError(f"No rows in {path}: run `python -m fx2onnx models` to produce them.")
-    from fx2onnx.models.library_report import write_library_pages
-    from fx2onnx.models.library_zoo import load_library_rows
+    from fx2onnx.zoo.library_report import write_library_pages
+    from fx2onnx.zoo.library_zoo import load_library_rows
 
     libraries = {name: load_library_rows(ROWS.parent / f"rows_{name}.json") for name in ("timm", "diffusers", "tasks")}
     subpages = write_library_pages(libraries, out_dir or OUTPUT)
-    from fx2onnx.models.torchvision_report import write_torchvision_page
+    from fx2onnx.zoo.torchvision_report import write_torchvision_page
 
     subpages += write_torchvision_page(ROOT / "_doc" / "bench" / "torchvision_detection.json", out_dir or OUTPUT)
     write_page(rows, meta, out_dir or OUTPUT, skipped_architectures(), select_architectures(), subpages)

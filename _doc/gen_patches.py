@@ -20,7 +20,7 @@ def _import_modeling_modules() -> None:
     """Imports the modeling modules of the tiny models: their rotary embeddings get patches."""
     import transformers
 
-    from fx2onnx.models import _SPECS, list_tiny_models
+    from fx2onnx.zoo import _SPECS, list_tiny_models
 
     for name in list_tiny_models():
         cls = getattr(transformers, _SPECS[name].model_class)

@@ -25,7 +25,7 @@ def measure(name: str, cache: bool) -> dict:
     import fx2onnx
     from fx2onnx.convert import capture_check
     from fx2onnx.inputs.discover import get_architecture
-    from fx2onnx.models.zoo_inputs import build_zoo_model
+    from fx2onnx.zoo.zoo_inputs import build_zoo_model
     from fx2onnx.patches import torch_export_patches
 
     spent = []
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--only", default=None, help="a regular expression on the architecture names")
     parser.add_argument("--cache", action="store_true", help="the decoders with their cache")
     args = parser.parse_args(argv)
-    from fx2onnx.models.zoo import select_architectures
+    from fx2onnx.zoo.architectures import select_architectures
 
     names = select_architectures()
     if args.only:

@@ -30,8 +30,8 @@ import warnings
 import torch
 
 import fx2onnx
-from fx2onnx.models import export_dynamic_shapes, get_tiny_model
-from fx2onnx.models.vision import small_cnn
+from fx2onnx.zoo import export_dynamic_shapes, get_tiny_model
+from fx2onnx.zoo.vision import small_cnn
 
 
 def mlp():

@@ -22,7 +22,7 @@ import warnings
 import torch
 
 import fx2onnx
-from fx2onnx.models import export_dynamic_shapes, get_tiny_model
+from fx2onnx.zoo import export_dynamic_shapes, get_tiny_model
 
 #: name -> ``export(model, args, kwargs, dynamic_shapes)``
 EXPORTERS = {

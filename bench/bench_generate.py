@@ -23,7 +23,7 @@ import onnxruntime
 import torch
 
 import fx2onnx
-from fx2onnx.models import get_tiny_model
+from fx2onnx.zoo import get_tiny_model
 from fx2onnx.runtime import OnnxGenerator
 
 

@@ -240,7 +240,7 @@ def child(size: str, exporter: str, out: str, verbose: int, checkpoint: str | No
     base = _reset_peak()  # the built model's resident memory; the peak starts from there
     begin = time.perf_counter()
     if exporter == "torch.export":
-        from fx2onnx.models import export_dynamic_shapes
+        from fx2onnx.zoo import export_dynamic_shapes
 
         ep = torch.export.export(model, (), inputs, dynamic_shapes=export_dynamic_shapes(dynamic_shapes))
         row["fx_nodes"] = len(ep.graph.nodes)
@@ -252,7 +252,7 @@ def child(size: str, exporter: str, out: str, verbose: int, checkpoint: str | No
                                   verbose=1)
         row.update(onnx_nodes=len(onx.graph.node), stages=_stage_times(log.getvalue()))
     elif exporter == "dynamo":
-        from fx2onnx.models import export_dynamic_shapes
+        from fx2onnx.zoo import export_dynamic_shapes
 
         program = torch.onnx.export(model, (), kwargs=inputs, dynamic_shapes=export_dynamic_shapes(dynamic_shapes),
                                     dynamo=True, verbose=False)

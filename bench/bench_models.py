@@ -49,8 +49,8 @@ import onnx
 import torch
 
 import fx2onnx
-from fx2onnx.models import export_dynamic_shapes, get_tiny_model
-from fx2onnx.models.vision import small_cnn
+from fx2onnx.zoo import export_dynamic_shapes, get_tiny_model
+from fx2onnx.zoo.vision import small_cnn
 
 LEVELS = ("default", "onnxruntime", "opset23")
 #: weight-only quantization on top of the onnxruntime level (MatMulNBits, blocks of 32)
@@ -92,7 +92,7 @@ def _phi_config(quick: bool) -> dict[str, Any]:
 
 def _decoder(name: str, arch: str, config: dict[str, Any], quick: bool, decode: bool) -> Scenario:
     """Prefill (batch 1, 128 tokens, vocab 1024) or decode (1 token after 255 cached, vocab 32000)."""
-    from fx2onnx.models.tiny import _decoder_inputs
+    from fx2onnx.zoo.tiny import _decoder_inputs
 
     vocab = 32000 if decode and not quick else 1024
     tiny = get_tiny_model(arch, with_cache=decode, attn_implementation="sdpa", vocab_size=vocab, **config)

@@ -66,7 +66,7 @@ class WrongLookup(PromptLookup):
 
 def draft_llama(steps: int, verbose: bool = False):
     """The 2-layer draft: the benchmark Llama's config with 2 layers, trained as trained_llama trains."""
-    from fx2onnx.models import get_tiny_model
+    from fx2onnx.zoo import get_tiny_model
 
     config = dict(CONFIG, num_hidden_layers=2)
     tiny = get_tiny_model("llama", with_cache=True, attn_implementation="sdpa", max_position_embeddings=512, **config)

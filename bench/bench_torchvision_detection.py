@@ -1,7 +1,7 @@
 """torchvision's detection and segmentation models through both exporters: capture, convert, match,
 export time, and onnxruntime's latency at 1 and 2 threads beside eager's.
 
-For each model of :mod:`fx2onnx.models.torchvision_models` (small images, checkable random weights)
+For each model of :mod:`fx2onnx.zoo.torchvision_models` (small images, checkable random weights)
 and each exporter (``to_onnx``, ``torch.onnx.export(dynamo=True)``), one row: the step reached
 (``capture``, ``convert``, ``match``), the first line of the error, the export time, the largest
 difference with eager over the case's other images (detections paired up to the order of
@@ -31,7 +31,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 import fx2onnx
-from fx2onnx.models.torchvision_models import DETECTION, SEGMENTATION, build_torchvision_model, match_detections
+from fx2onnx.zoo.torchvision_models import DETECTION, SEGMENTATION, build_torchvision_model, match_detections
 
 OUTPUT = Path(__file__).resolve().parents[1] / "_doc" / "bench" / "torchvision_detection.json"
 EXPORTERS = ("to_onnx", "dynamo")

@@ -116,9 +116,9 @@ def train(model: torch.nn.Module, corpus: Corpus, steps: int, batch: int, length
 
 
 def trained_llama(quick: bool = False, steps: int | None = None, verbose: bool = False) -> Any:
-    """The :class:`fx2onnx.models.TinyModel` of the benchmark Llama (sdpa, with a cache, the
+    """The :class:`fx2onnx.zoo.TinyModel` of the benchmark Llama (sdpa, with a cache, the
     model's eos disabled), its weights trained (loaded from the cache when there)."""
-    from fx2onnx.models import get_tiny_model
+    from fx2onnx.zoo import get_tiny_model
 
     steps = steps or (150 if quick else 200)
     config = QUICK_CONFIG if quick else CONFIG

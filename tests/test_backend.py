@@ -45,7 +45,7 @@ def _assert_same_grads(model: torch.nn.Module, ref: torch.nn.Module, atol: float
 
 def _tiny_llama_in_training(**kwargs):
     """A tiny llama in training mode with its inputs and an untouched copy: (tiny, model, ref)."""
-    from fx2onnx.models import get_tiny_model
+    from fx2onnx.zoo import get_tiny_model
 
     tiny = get_tiny_model("llama", **kwargs)
     model = tiny.model.train()

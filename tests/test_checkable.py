@@ -2,7 +2,7 @@
 
 import torch
 
-from fx2onnx.models.checkable import spread_degenerate_weights
+from fx2onnx.zoo.checkable import spread_degenerate_weights
 
 
 class ScaledBranch(torch.nn.Module):

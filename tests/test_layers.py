@@ -61,6 +61,17 @@ def test_an_old_path_and_type_checking_are_not_dependencies(tmp_path):
     assert graph["fx2onnx.models.tasks"] == [] and graph["fx2onnx.inputs.tasks"] == []
 
 
+def test_an_old_package_attribute_warns_and_gives_the_new_name():
+    import fx2onnx.models
+    import fx2onnx.zoo
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        found = fx2onnx.models.get_tiny_model
+    assert found is fx2onnx.zoo.get_tiny_model
+    assert any(issubclass(w.category, DeprecationWarning) for w in caught)
+
+
 def test_the_picture_names_every_layer():
     dot = layers_dot(GRAPH)
     assert dot.startswith("digraph layers {") and all(f'"{name}"' in dot for name, _, _ in LAYERS)
@@ -70,6 +81,8 @@ def test_the_picture_names_every_layer():
     ("fx2onnx.models.tasks", "fx2onnx.inputs.tasks"),
     ("fx2onnx.models.vlm_folder", "fx2onnx.testing.vlm_folder"),
     ("fx2onnx.weights.task_inputs", "fx2onnx.inputs.folder_inputs"),
+    ("fx2onnx.models.zoo", "fx2onnx.zoo.architectures"),
+    ("fx2onnx.models.library_zoo", "fx2onnx.zoo.library_zoo"),
 ])
 def test_an_old_import_path_warns_and_gives_the_new_module(old, new):
     sys.modules.pop(old, None)
@@ -81,7 +94,7 @@ def test_an_old_import_path_warns_and_gives_the_new_module(old, new):
 
 
 def test_a_moved_builder_warns_from_its_old_module():
-    old = importlib.import_module("fx2onnx.models.task_inputs")
+    old = importlib.import_module("fx2onnx.zoo.task_inputs")
     with pytest.warns(DeprecationWarning, match="fx2onnx.inputs.task_inputs"):
         builder = old.image_shape
     assert builder is importlib.import_module("fx2onnx.inputs.task_inputs").image_shape

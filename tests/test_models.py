@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from fx2onnx.models import TinyModel, export_dynamic_shapes, get_tiny_model, list_tiny_models
+from fx2onnx.zoo import TinyModel, export_dynamic_shapes, get_tiny_model, list_tiny_models
 from fx2onnx.patches.caches import carries_token_count
 
 REQUIRED = {"llama", "mistral", "qwen2", "phi", "phi3", "gemma", "gpt2", "bert", "bart"}

@@ -234,7 +234,7 @@ def _export_sliding(tiny, exporter: str, position_ids: bool):
 )
 def test_hybrid_sliding_cache_at_any_length(name, exporter, position_ids):
     """Sliding window 4, exported with a cache of 10: right for caches shorter and longer than the window."""
-    from fx2onnx.models import get_tiny_model
+    from fx2onnx.zoo import get_tiny_model
 
     types = ["sliding_attention", "full_attention"]
     tiny = get_tiny_model(name, with_cache=True, num_hidden_layers=2, sliding_window=4, layer_types=types)
@@ -260,7 +260,7 @@ def test_all_sliding_cache_at_any_length(name, exporter, past):
     from its keys: the flattening carries the count (an empty tensor (0, tokens seen)), so the
     model is right on both sides of the window, exported below or above it. Before, the count was
     rebuilt from the keys' length: dynamo's model was off by 0.8 past the window."""
-    from fx2onnx.models import get_tiny_model
+    from fx2onnx.zoo import get_tiny_model
     from fx2onnx.patches.caches import carries_token_count
 
     tiny = get_tiny_model(name, with_cache=True, num_hidden_layers=1, sliding_window=4)
@@ -289,7 +289,7 @@ def test_all_sliding_cache_at_any_length(name, exporter, past):
 def test_sliding_cache_dynamic_shapes_wrong_length():
     """A dynamic_shapes list fitting neither the keys and values (the count's spec derived, see
     tests/patches/test_sliding_cache_spec.py) nor all the tensors names the missing count."""
-    from fx2onnx.models import get_tiny_model
+    from fx2onnx.zoo import get_tiny_model
 
     tiny = get_tiny_model("mistral", with_cache=True, num_hidden_layers=1, sliding_window=4)
     inputs = _sliding_inputs(tiny, 2, 3, 6, seed=1, position_ids=False)

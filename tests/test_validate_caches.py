@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers")
 from transformers.cache_utils import DynamicCache  # noqa: E402
 
 import fx2onnx  # noqa: E402
-from fx2onnx.models import get_tiny_model  # noqa: E402
+from fx2onnx.zoo import get_tiny_model  # noqa: E402
 from fx2onnx.patches.caches import (  # noqa: E402
     _registered_here,
     is_registered,

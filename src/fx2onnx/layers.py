@@ -47,7 +47,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "folder in, folder out: the pieces of a checkpoint exported, checked and written"),
     ("testing", ("fx2onnx.testing",),
      "helpers writing folders made in code (tiny models, tokenizers, processors) for tests and examples"),
-    ("zoo", ("fx2onnx.models", "fx2onnx.scenarios", "fx2onnx.scenario_exporters", "fx2onnx.model_spec"),
+    ("zoo", ("fx2onnx.zoo", "fx2onnx.models", "fx2onnx.scenarios", "fx2onnx.scenario_exporters", "fx2onnx.model_spec"),
      "the sweeps over models and scenarios, their reports and generated pages"),
     ("command line", ("fx2onnx.cli", "fx2onnx.__main__", "fx2onnx"),
      "the commands, and the package's public names"),

@@ -11,7 +11,7 @@
     attribute or method ``example_inputs`` (same forms) and optionally ``dynamic_shapes``;
 
 * or the name of a tiny :epkg:`transformers` architecture of
-  :func:`fx2onnx.models.list_tiny_models` (``llama``, ``phi3``...), built with random weights.
+  :func:`fx2onnx.zoo.list_tiny_models` (``llama``, ``phi3``...), built with random weights.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 import torch
 
-from .models import get_tiny_model, list_tiny_models
+from .zoo import get_tiny_model, list_tiny_models
 
 
 @dataclasses.dataclass

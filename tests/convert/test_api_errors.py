@@ -167,7 +167,7 @@ def test_node_metadata():
 
 @pytest.mark.slow
 def test_deterministic():
-    from fx2onnx.models import get_tiny_model
+    from fx2onnx.zoo import get_tiny_model
 
     tiny = get_tiny_model("llama")
     tiny.model.config.use_cache = False

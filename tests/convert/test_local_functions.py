@@ -167,7 +167,7 @@ def test_function_with_dynamic_reshape_and_two_outputs():
 @pytest.mark.parametrize("selection", ["layer", pytest.param(True, marks=pytest.mark.slow)])
 @pytest.mark.slow
 def test_tiny_llama_decoder_layers_as_functions(selection):
-    from fx2onnx.models import get_tiny_model
+    from fx2onnx.zoo import get_tiny_model
 
     tiny = get_tiny_model("llama", num_hidden_layers=2)
     tiny.model.config.use_cache = False

@@ -56,7 +56,7 @@ def test_gemma3_for_conditional_generation():
     import pytest
 
     pytest.importorskip("transformers")
-    from fx2onnx.models.vlm import one_pass_inputs, tiny_gemma3
+    from fx2onnx.zoo.vlm import one_pass_inputs, tiny_gemma3
 
     vlm = tiny_gemma3(num_layers=1)
     ds = {

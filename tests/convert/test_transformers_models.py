@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import fx2onnx
-from fx2onnx.models import get_tiny_model, list_tiny_models
+from fx2onnx.zoo import get_tiny_model, list_tiny_models
 
 #: the models of the issue, exported with both attention implementations
 MAIN_MODELS = ["llama", "mistral", "qwen2", "phi", "phi3", "gemma", "gpt2", "bert"]

@@ -15,7 +15,7 @@ import torch
 
 
 def _zoo(name: str):
-    from fx2onnx.models.checkable import spread_degenerate_weights
+    from fx2onnx.zoo.checkable import spread_degenerate_weights
     from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
 
     model, config = tiny_task_model(get_task_architecture("speech-seq2seq", name))
@@ -28,7 +28,7 @@ def _zoo(name: str):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["fun_asr_nano", "granite_speech", "vibevoice_asr", "voxtral"])
 def test_the_zoo_models_generate_transformers_tokens(name):
-    from fx2onnx.models.task_generate import compare_folder_generation
+    from fx2onnx.zoo.task_generate import compare_folder_generation
 
     model, config = _zoo(name)
     result = compare_folder_generation(model, config)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fx2onnx.deploy.image_text_generic import UnsplittableModel, generic_vision_pieces, split_reason
-from fx2onnx.models.task_generate import compare_folder_generation
+from fx2onnx.zoo.task_generate import compare_folder_generation
 from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
 from fx2onnx.weights.checkpoint import checkpoint_files, checkpoint_weights
 

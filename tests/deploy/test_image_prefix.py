@@ -79,7 +79,7 @@ def test_git_captions_equal_transformers(git, capsys, prompt):
 
 @pytest.mark.slow
 def test_the_zoo_git_generates_transformers_tokens():
-    from fx2onnx.models.task_generate import compare_folder_generation
+    from fx2onnx.zoo.task_generate import compare_folder_generation
     from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
 
     model, config = tiny_task_model(get_task_architecture("image-text-to-text", "git"))

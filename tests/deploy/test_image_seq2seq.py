@@ -188,7 +188,7 @@ def test_florence2_tasks_equal_transformers(florence2, capsys):
 @pytest.mark.slow
 def test_the_zoo_florence2_generates_transformers_tokens():
     from fx2onnx.deploy.speech_generic import generic_split_reason
-    from fx2onnx.models.task_generate import compare_folder_generation
+    from fx2onnx.zoo.task_generate import compare_folder_generation
     from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
 
     model, config = tiny_task_model(get_task_architecture("image-text-to-text", "florence2"))
@@ -273,7 +273,7 @@ def test_blip_captions_equal_transformers(blip, capsys):
 
 @pytest.mark.slow
 def test_the_zoo_blip_generates_transformers_tokens():
-    from fx2onnx.models.task_generate import compare_folder_generation
+    from fx2onnx.zoo.task_generate import compare_folder_generation
     from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
 
     model, config = tiny_task_model(get_task_architecture("image-text-to-text", "blip"))

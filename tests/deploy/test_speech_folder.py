@@ -216,7 +216,7 @@ def test_suppressed_ids_outside_the_vocabulary_are_ignored():
 def test_task_zoo_whisper_generates_transformers_tokens():
     """The task zoo's tiny Whisper (vocabulary 1024, the configuration's default begin_suppress_tokens
     ``[220, 50256]``): its folder exported then generating gives transformers' greedy tokens."""
-    from fx2onnx.models.task_generate import compare_folder_generation
+    from fx2onnx.zoo.task_generate import compare_folder_generation
     from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
 
     model, config = tiny_task_model(get_task_architecture("speech-seq2seq", "whisper"))

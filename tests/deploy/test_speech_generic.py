@@ -204,7 +204,7 @@ def test_what_cannot_be_split_is_refused_in_one_line(name, reason, tmp_path):
 
 
 def test_the_tasks_page_says_why_a_speech_row_is_not_split():
-    from fx2onnx.models.task_generate import GENERATE_TASKS, compare_folder_generation
+    from fx2onnx.zoo.task_generate import GENERATE_TASKS, compare_folder_generation
 
     assert "speech-seq2seq" in GENERATE_TASKS
     model, config = _zoo("voxtral_realtime")
@@ -220,7 +220,7 @@ def test_the_tasks_page_rows_generate_transformers_tokens(name):
     """The zoo's tiny model, its folder without a feature extractor: exported on the zoo's features.
     (Speech2Text's cross-attention, without an encoder mask, carries transformers' one-column mask
     ``[1, 1, q, 1]``: the onnxruntime-level attention fusion expands it to the encoder's length.)"""
-    from fx2onnx.models.task_generate import compare_folder_generation
+    from fx2onnx.zoo.task_generate import compare_folder_generation
 
     model, config = _zoo(name)
     result = compare_folder_generation(model, config)

@@ -7,7 +7,7 @@ import torch
 from torch.export import Dim
 
 import fx2onnx
-from fx2onnx.models import get_tiny_model
+from fx2onnx.zoo import get_tiny_model
 
 DYN = Dim.DYNAMIC
 
@@ -115,7 +115,7 @@ def test_dynamic_cache_tiny_llama_end_to_end():
     }
     # the same structure as the hand-written dynamic shapes of the tiny model
     assert fx2onnx.infer_dynamic_shapes(tiny.model, [tiny.inputs, tiny.inputs2]) == (
-        fx2onnx.models.export_dynamic_shapes(tiny.dynamic_shapes)
+        fx2onnx.zoo.export_dynamic_shapes(tiny.dynamic_shapes)
     )
     with fx2onnx.torch_export_patches(patch_transformers=True) as modificator:
         onx = fx2onnx.to_onnx(tiny.model, (), modificator(tiny.inputs), dynamic_shapes=ds)

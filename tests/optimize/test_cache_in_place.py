@@ -14,7 +14,7 @@ import torch
 
 import fx2onnx
 from fx2onnx.deploy.check import in_place_input_sets
-from fx2onnx.models import get_tiny_model
+from fx2onnx.zoo import get_tiny_model
 from fx2onnx.optimizer.rules.cache_in_place import IN_PLACE_METADATA_KEY, cache_in_place
 from fx2onnx.runtime.generate import OnnxGenerator
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import fx2onnx
-from fx2onnx.models import get_tiny_model
+from fx2onnx.zoo import get_tiny_model
 from fx2onnx.optimizer.api import LEVEL_NAMES
 
 FUSED = {

@@ -184,7 +184,7 @@ def test_optimize_report():
 
 @pytest.fixture(scope="module")
 def tiny_llama():
-    from fx2onnx.models import get_tiny_model
+    from fx2onnx.zoo import get_tiny_model
 
     # hidden 64 (two blocks of 32), vocab 256, two layers
     return get_tiny_model("llama", with_cache=True, attn_implementation="sdpa", num_hidden_layers=2, hidden_size=64,
@@ -282,7 +282,7 @@ def test_tiny_llama_quantized_embeddings(tiny_llama, llama_onnx):
 def test_tied_head_and_embedding_quantized(quantize, symmetric):
     """Tied embeddings: the head reads Transpose(table), the table shared with the embedding's
     Gather; both are quantized, no float table is left, the logits stay within the bound."""
-    from fx2onnx.models import get_tiny_model
+    from fx2onnx.zoo import get_tiny_model
 
     tiny = get_tiny_model("llama", with_cache=True, attn_implementation="sdpa", num_hidden_layers=2, hidden_size=64,
                           intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,

@@ -14,7 +14,7 @@ from transformers.cache_utils import (
 )
 
 import fx2onnx
-from fx2onnx.models import get_tiny_model
+from fx2onnx.zoo import get_tiny_model
 from fx2onnx.patches.caches import supported_cache_classes
 
 

@@ -15,7 +15,7 @@ import fx2onnx
 transformers = pytest.importorskip("transformers")
 
 from fx2onnx.inputs.discover import get_architecture  # noqa: E402
-from fx2onnx.models.zoo_inputs import build_zoo_model  # noqa: E402
+from fx2onnx.zoo.zoo_inputs import build_zoo_model  # noqa: E402
 from fx2onnx.patches.longformer import banded_context, banded_key_bias, banded_scores  # noqa: E402
 
 

@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 
 import fx2onnx  # noqa: E402
 from fx2onnx.deploy.qwen_vl import grid_positions, interpolation_positions, window_positions  # noqa: E402
-from fx2onnx.models import vlm_folder  # noqa: E402
+from fx2onnx.zoo import vlm_folder  # noqa: E402
 from fx2onnx.patches.qwen_vl import block_diagonal_bias, segment_ids  # noqa: E402
 
 #: images of different sizes (rows, columns of patches, even: 2x2 patches merge into one feature)
@@ -116,7 +116,7 @@ def test_patched_image_features_are_the_original_ones_in_one_entry(family):
 def test_task_row_matches_with_a_dynamic_number_of_images(family):
     """The task zoo's row (one image per prompt, dynamic batch 2, checked on a batch of 3): the number of images
     stayed dynamic (it was fixed to 2 by tolist()), the multimodal positions an input computed by get_rope_index."""
-    from fx2onnx.models.library_zoo import run_row
+    from fx2onnx.zoo.library_zoo import run_row
 
     row = run_row("tasks", f"image-text-to-text/{family}", family, "to_onnx", "batch")
     assert row["success"], row

@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 from fx2onnx import to_onnx, torch_export_patches  # noqa: E402
 from fx2onnx.inputs.discover import get_architecture, tiny_model  # noqa: E402
-from fx2onnx.models.zoo_inputs import build_zoo_model  # noqa: E402
+from fx2onnx.zoo.zoo_inputs import build_zoo_model  # noqa: E402
 from fx2onnx.patches.recurrences import wkv_scan  # noqa: E402
 from fx2onnx.validation import validate  # noqa: E402
 

@@ -10,7 +10,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 import fx2onnx
-from fx2onnx.models import get_tiny_model
+from fx2onnx.zoo import get_tiny_model
 from fx2onnx.patches import Patch, list_patches, torch_export_patches
 from fx2onnx.patches.context import collect_patches
 from fx2onnx.patches.registry import PatchSet, resolve_target

@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 
 from fx2onnx import to_onnx, torch_export_patches  # noqa: E402
 from fx2onnx.inputs.discover import get_architecture  # noqa: E402
-from fx2onnx.models.zoo_inputs import build_zoo_model  # noqa: E402
+from fx2onnx.zoo.zoo_inputs import build_zoo_model  # noqa: E402
 from fx2onnx.patches import register_cache_serialization, unregister_cache_serialization  # noqa: E402
 from fx2onnx.patches.state_space import selective_scan_recurrence  # noqa: E402
 from fx2onnx.validation import compare_outputs, flatten_outputs, make_session, run_onnx  # noqa: E402

@@ -9,7 +9,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 import fx2onnx
-from fx2onnx.models import export_dynamic_shapes, get_tiny_model
+from fx2onnx.zoo import export_dynamic_shapes, get_tiny_model
 
 
 def _onnx_export(tiny, patch_transformers=True, exporter="torch.onnx"):

@@ -85,7 +85,7 @@ def test_zero_router_is_randomized_in_tiny_models():
 @pytest.mark.parametrize("cache", [False, True])
 @pytest.mark.slow
 def test_afmoe_row_matches_on_second_input_set(cache):
-    from fx2onnx.models.zoo import run_row
+    from fx2onnx.zoo.architectures import run_row
 
     row = run_row("afmoe", "to_onnx", cache)
     assert row["success"], row["error"]
@@ -173,7 +173,7 @@ def test_cache_check_names_dict_states_and_layers_it_cannot_rebuild():
 def test_axk2_cache_row_exports_or_names_the_lost_indexer_keys():
     """Right on the second input set once fx2onnx.patches.caches flattens the indexer keys,
     and until then a capture failure naming them (never a size mismatch or a wrong model)."""
-    from fx2onnx.models.zoo import run_row
+    from fx2onnx.zoo.architectures import run_row
     from fx2onnx.patches.cache_check import dropped_cache_state
     from fx2onnx.validation import cache_flattening
 
@@ -232,7 +232,7 @@ def test_narrowed_dimension_recorded_warned_and_refused():
 def test_fsmt_exports_and_matches_with_and_without_padding():
     """FSMT's padding mask was None when no token is padding (a branch on the data)."""
     from fx2onnx.inputs.discover import get_architecture
-    from fx2onnx.models.zoo_inputs import build_zoo_model
+    from fx2onnx.zoo.zoo_inputs import build_zoo_model
 
     zoo = build_zoo_model(get_architecture("fsmt"), with_cache=False)
     with fx2onnx.torch_export_patches(patch_transformers=True), torch.no_grad():
@@ -283,7 +283,7 @@ class _Wrap(torch.nn.Module):
 def test_cpmant_mask_without_a_python_list_matches_and_exports():
     """CPM-Ant built its padding positions from a Python list of the sequence length (frozen)."""
     from fx2onnx.inputs.discover import get_architecture
-    from fx2onnx.models.zoo_inputs import build_zoo_model
+    from fx2onnx.zoo.zoo_inputs import build_zoo_model
 
     zoo = build_zoo_model(get_architecture("cpmant"), with_cache=False)
     base = zoo.model.cpmant
@@ -327,7 +327,7 @@ def test_reformer_axial_positions_for_the_whole_batch():
     from transformers.models.reformer.modeling_reformer import AxialPositionEmbeddings
 
     from fx2onnx.inputs.discover import get_architecture
-    from fx2onnx.models.zoo_inputs import build_zoo_model
+    from fx2onnx.zoo.zoo_inputs import build_zoo_model
 
     config = ReformerConfig(hidden_size=64, axial_pos_embds_dim=[24, 40], axial_pos_shape=[4, 8])
     torch.manual_seed(0)

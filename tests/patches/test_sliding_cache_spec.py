@@ -9,7 +9,7 @@ import torch
 pytest.importorskip("transformers")
 
 import fx2onnx  # noqa: E402
-from fx2onnx.models import get_tiny_model  # noqa: E402
+from fx2onnx.zoo import get_tiny_model  # noqa: E402
 from fx2onnx.patches.caches import carries_token_count  # noqa: E402
 
 WINDOW = 4

@@ -17,7 +17,7 @@ from fx2onnx.patches.torchvision_detection import torchvision_patches
 
 torchvision = pytest.importorskip("torchvision")
 
-from fx2onnx.models.torchvision_models import build_torchvision_model, match_detections  # noqa: E402
+from fx2onnx.zoo.torchvision_models import build_torchvision_model, match_detections  # noqa: E402
 
 
 def test_every_patch_applies():

@@ -13,7 +13,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import fx2onnx  # noqa: E402
-from fx2onnx.models import get_tiny_model  # noqa: E402
+from fx2onnx.zoo import get_tiny_model  # noqa: E402
 from fx2onnx.runtime import OnnxGenerator  # noqa: E402
 from fx2onnx.runtime.generate import CACHE_METADATA_KEY, NEXT_TOKEN, add_next_token  # noqa: E402
 

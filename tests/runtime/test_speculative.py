@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 
 import fx2onnx  # noqa: E402
 from fx2onnx.__main__ import main  # noqa: E402
-from fx2onnx.models import get_tiny_model  # noqa: E402
+from fx2onnx.zoo import get_tiny_model  # noqa: E402
 from fx2onnx.testing.tokenizer import tiny_qwen3_config, write_checkpoint_folder  # noqa: E402
 from fx2onnx.runtime import OnnxGenerator  # noqa: E402
 from fx2onnx.runtime.folder import FolderGenerator  # noqa: E402

@@ -26,7 +26,7 @@ from torch.utils import _pytree as pytree
 from transformers.cache_utils import DynamicCache
 
 import fx2onnx
-from fx2onnx.models import get_tiny_model
+from fx2onnx.zoo import get_tiny_model
 
 tiny = get_tiny_model("gemma2", with_cache=True, num_hidden_layers=2)
 cache = tiny.inputs["past_key_values"]

@@ -21,7 +21,7 @@ from torch.utils import _pytree as pytree
 from transformers.cache_utils import DynamicCache
 
 import fx2onnx
-from fx2onnx.models import get_tiny_model
+from fx2onnx.zoo import get_tiny_model
 
 generator = torch.Generator().manual_seed(0)
 mistral = get_tiny_model("mistral", with_cache=True, num_hidden_layers=1, sliding_window=4)

@@ -16,7 +16,7 @@ The model
 ---------
 
 A tiny Llama built from a configuration in code, with random weights:
-one layer, a hidden size of 32. :func:`fx2onnx.models.get_tiny_model` also
+one layer, a hidden size of 32. :func:`fx2onnx.zoo.get_tiny_model` also
 returns two sets of inputs and the dynamic shapes.
 """
 
@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import fx2onnx
-from fx2onnx.models import export_dynamic_shapes, get_tiny_model
+from fx2onnx.zoo import export_dynamic_shapes, get_tiny_model
 
 tiny = get_tiny_model("llama", with_cache=True)
 print(tiny)

@@ -18,7 +18,7 @@ an ONNX model of its own:
 
 The model is a tiny ``LlavaForConditionalGeneration`` (a Llama text model, a
 CLIP vision tower on 16x16 images, random weights) built by
-:func:`fx2onnx.models.vlm.tiny_llava`.
+:func:`fx2onnx.zoo.vlm.tiny_llava`.
 """
 
 import time
@@ -27,7 +27,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import fx2onnx
-from fx2onnx.models.vlm import (
+from fx2onnx.zoo.vlm import (
     TextDecoder,
     VisionEncoder,
     decoder_inputs,
@@ -48,8 +48,8 @@ print(type(vlm.model).__name__, "-", vlm.tokens_per_image, "features per image")
 # Export the two parts
 # --------------------
 #
-# :func:`~fx2onnx.models.vlm.export_vision_encoder` and
-# :func:`~fx2onnx.models.vlm.export_text_decoder` call :func:`fx2onnx.to_onnx`;
+# :func:`~fx2onnx.zoo.vlm.export_vision_encoder` and
+# :func:`~fx2onnx.zoo.vlm.export_text_decoder` call :func:`fx2onnx.to_onnx`;
 # the decoder is exported inside :func:`fx2onnx.torch_export_patches` which
 # knows how to flatten its ``DynamicCache``.
 
@@ -93,12 +93,12 @@ with fx2onnx.torch_export_patches(patch_torch=False):
 # Greedy decoding on onnxruntime
 # ------------------------------
 #
-# :func:`~fx2onnx.models.vlm.greedy_onnx` runs the vision encoder once, writes
+# :func:`~fx2onnx.zoo.vlm.greedy_onnx` runs the vision encoder once, writes
 # the image features over the placeholder tokens of the embedded prompt
-# (:func:`~fx2onnx.models.vlm.merge_image_features`, what the model does in its
+# (:func:`~fx2onnx.zoo.vlm.merge_image_features`, what the model does in its
 # forward), runs the prefill with an empty cache, then feeds every present
 # cache back with the embedding of the chosen token.
-# :func:`~fx2onnx.models.vlm.greedy_eager` does the same with the model's own
+# :func:`~fx2onnx.zoo.vlm.greedy_eager` does the same with the model's own
 # forward on ``input_ids`` and ``pixel_values``. Two prompts with one image each.
 
 input_ids = prompt_ids(vlm, batch=2, images_per_prompt=1, text_tokens=4, seed=3)

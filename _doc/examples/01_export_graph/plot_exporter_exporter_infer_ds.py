@@ -21,7 +21,7 @@ from torch.export import Dim
 
 import fx2onnx
 from fx2onnx.inspect.dot import GraphPicture
-from fx2onnx.models import export_dynamic_shapes, get_tiny_model
+from fx2onnx.zoo import export_dynamic_shapes, get_tiny_model
 
 
 class Mix(torch.nn.Module):

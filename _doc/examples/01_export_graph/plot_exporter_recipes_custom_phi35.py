@@ -24,7 +24,7 @@ import torch
 
 import fx2onnx
 from fx2onnx.inspect.report import deepest_failures
-from fx2onnx.models import get_tiny_model
+from fx2onnx.zoo import get_tiny_model
 
 
 @torch.library.custom_op("phi35demo::fast_silu", mutates_args=())

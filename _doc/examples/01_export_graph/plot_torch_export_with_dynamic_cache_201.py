@@ -28,7 +28,7 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 import fx2onnx
-from fx2onnx.models import export_dynamic_shapes, get_tiny_model
+from fx2onnx.zoo import export_dynamic_shapes, get_tiny_model
 from fx2onnx.validation import run_onnx
 
 tiny = get_tiny_model("llama", with_cache=True, num_hidden_layers=2)

@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import fx2onnx
-from fx2onnx.models import get_tiny_model
+from fx2onnx.zoo import get_tiny_model
 
 tiny = get_tiny_model("llama", num_hidden_layers=2)
 print(tiny)

@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import fx2onnx
-from fx2onnx.models import get_tiny_model, list_tiny_models
+from fx2onnx.zoo import get_tiny_model, list_tiny_models
 
 print(list_tiny_models())
 tiny = get_tiny_model("phi", with_cache=True, num_hidden_layers=2)

@@ -90,7 +90,7 @@ assert report.ok, report
 # The same option on a :epkg:`transformers` model (random weights, two layers):
 # each decoder layer becomes a call of the function ``LlamaDecoderLayer``.
 
-from fx2onnx.models import get_tiny_model  # noqa: E402
+from fx2onnx.zoo import get_tiny_model  # noqa: E402
 
 tiny = get_tiny_model("llama", num_hidden_layers=2)
 tiny.model.config.use_cache = False

@@ -14,7 +14,7 @@ count becomes an unbacked size, and torchvision's operators become ONNX's
 Mask R-CNN holds Faster R-CNN (the boxes) and adds a mask per box; Faster R-CNN itself and the
 other models are exported by the tests and by the benchmark of :doc:`/models/torchvision`.
 The models are built with random weights (no download) by
-:func:`fx2onnx.models.torchvision_models.build_torchvision_model`: batch norms calibrated
+:func:`fx2onnx.zoo.torchvision_models.build_torchvision_model`: batch norms calibrated
 and scores spread, so that the boxes are distinct and the comparison with eager is meaningful.
 """
 
@@ -29,7 +29,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 import fx2onnx
-from fx2onnx.models.torchvision_models import build_torchvision_model, match_detections
+from fx2onnx.zoo.torchvision_models import build_torchvision_model, match_detections
 
 folder = tempfile.TemporaryDirectory()
 

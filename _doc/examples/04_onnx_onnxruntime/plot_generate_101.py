@@ -26,7 +26,7 @@ import onnxruntime
 import torch
 
 import fx2onnx
-from fx2onnx.models import get_tiny_model
+from fx2onnx.zoo import get_tiny_model
 from fx2onnx.runtime import OnnxGenerator
 
 tiny = get_tiny_model("llama", with_cache=True, num_hidden_layers=2)

@@ -25,7 +25,7 @@ import onnx
 import torch
 
 import fx2onnx
-from fx2onnx.models import get_tiny_model
+from fx2onnx.zoo import get_tiny_model
 
 tiny = get_tiny_model("llama", num_hidden_layers=1)
 print(tiny)

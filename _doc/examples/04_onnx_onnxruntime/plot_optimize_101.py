@@ -33,7 +33,7 @@ import pandas
 import torch
 
 import fx2onnx
-from fx2onnx.models import get_tiny_model
+from fx2onnx.zoo import get_tiny_model
 from fx2onnx.validation import run_onnx
 
 tiny = get_tiny_model("llama", num_hidden_layers=2)

@@ -27,7 +27,7 @@ import onnx
 import torch
 
 import fx2onnx
-from fx2onnx.models.vision import small_cnn
+from fx2onnx.zoo.vision import small_cnn
 from fx2onnx.profiling import aggregate_by_op_type, plot_profile, profile
 
 # a small CNN: two convolutions, a batch norm, pooling and a linear classifier

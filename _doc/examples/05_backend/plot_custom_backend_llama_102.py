@@ -32,7 +32,7 @@ import torch
 
 import fx2onnx
 from fx2onnx.backend import OrtBackend, make_onnxruntime_backend
-from fx2onnx.models import get_tiny_model
+from fx2onnx.zoo import get_tiny_model
 
 
 class FusingBackend(OrtBackend):

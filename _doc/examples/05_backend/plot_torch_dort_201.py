@@ -31,7 +31,7 @@ import torch
 
 import fx2onnx
 from fx2onnx.backend import make_onnxruntime_backend
-from fx2onnx.models import get_tiny_model
+from fx2onnx.zoo import get_tiny_model
 
 tiny = get_tiny_model("llama")
 eager_model = tiny.model.train()

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
                 else:
                     model = spec.model
                     if args.strict:  # torch.onnx.export has no strict option: capture first
-                        from ..models import export_dynamic_shapes
+                        from ..zoo import export_dynamic_shapes
 
                         model = torch.export.export(
                             model, spec.args, spec.kwargs, strict=True,

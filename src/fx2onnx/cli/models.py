@@ -11,8 +11,8 @@ from .common import add_zoo_arguments
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..models.report import summary, write_page
-    from ..models.zoo import ROWS_FILE, build_rows, select_architectures, skipped_architectures
+    from ..zoo.report import summary, write_page
+    from ..zoo.architectures import ROWS_FILE, build_rows, select_architectures, skipped_architectures
 
     rows_path = Path(args.out) / ROWS_FILE
     rows, meta = build_rows(

@@ -5,7 +5,7 @@ encoder and a decoder with its cache.
 * ``vision.onnx``: ``pixel_values (images, 3, H, W)`` -> ``image_features (rows, hidden)``, the
   vision tower and the projector, the features of every image one after the other (LLaVA's
   selection of layers and of the class token, Gemma 3's pooling, Idefics 3's connector on every
-  tile: :func:`fx2onnx.models.vlm.image_features`);
+  tile: :func:`fx2onnx.zoo.vlm.image_features`);
 * ``decoder.onnx``: ``input_ids``, ``attention_mask``, ``position_ids``, the cache and
   ``image_features`` -> ``logits`` and the new cache. The merge is **in the graph**: the token
   embeddings, then the image features written over the ``<image>`` placeholders in order (the

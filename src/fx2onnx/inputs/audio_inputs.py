@@ -1,4 +1,4 @@
-"""Inputs of the speech models :mod:`fx2onnx.models.task_inputs` does not build from the configuration alone.
+"""Inputs of the speech models :mod:`fx2onnx.zoo.task_inputs` does not build from the configuration alone.
 
 Two kinds:
 
@@ -15,7 +15,7 @@ Two kinds:
 .. code-block:: python
 
     from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
-    from fx2onnx.models.task_inputs import build_task_inputs
+    from fx2onnx.zoo.task_inputs import build_task_inputs
 
     arch = get_task_architecture("speech-seq2seq", "qwen3_asr")
     model, config = tiny_task_model(arch)

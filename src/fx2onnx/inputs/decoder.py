@@ -3,7 +3,7 @@ positions and a cache of random keys and values, with their dynamic shapes.
 
 The dimension names are ``batch``, ``seq`` (new tokens), ``past_seq`` (length of the cache), ``total_seq``
 (``past_seq + seq``, the attention mask) and, for encoder-decoder models, ``encoder_seq``. Used by the tiny
-models of :mod:`fx2onnx.models.tiny` and by the export of a folder.
+models of :mod:`fx2onnx.zoo.tiny` and by the export of a folder.
 
 .. code-block:: python
 

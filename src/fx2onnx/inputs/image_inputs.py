@@ -1,6 +1,6 @@
 """Image inputs of the models whose forward does not take ``pixel_values [batch, channels, size, size]``.
 
-:func:`fx2onnx.models.task_inputs.build_task_inputs` gives a batch of images to the image tasks;
+:func:`fx2onnx.zoo.task_inputs.build_task_inputs` gives a batch of images to the image tasks;
 a few models take them in another form, read from their forward's signature:
 
 * ``spatial_shapes`` (SigLIP 2, NaFlex): the images cut into patches ``[batch, patches,
@@ -13,7 +13,7 @@ a few models take them in another form, read from their forward's signature:
 .. code-block:: python
 
     from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
-    from fx2onnx.models.task_inputs import build_task_inputs
+    from fx2onnx.zoo.task_inputs import build_task_inputs
 
     arch = get_task_architecture("image-classification", "siglip2")
     model, config = tiny_task_model(arch)

@@ -8,7 +8,7 @@ configuration for each architecture: the generic overrides of the text zoo
 (:data:`fx2onnx.inputs.discover.GENERIC_OVERRIDES`) and small image and audio sizes
 (:data:`MEDIA_OVERRIDES`), applied to the configuration and, recursively, to each of
 its sub-configurations (``text_config``, ``vision_config``, ``audio_config``,
-``backbone_config``...). The inputs per task are built by :mod:`fx2onnx.models.task_inputs`.
+``backbone_config``...). The inputs per task are built by :mod:`fx2onnx.zoo.task_inputs`.
 
 .. code-block:: python
 

@@ -49,7 +49,7 @@ def image_features(base: torch.nn.Module, pixel_values: torch.Tensor) -> torch.T
 
 def cache_dynamic_shapes(text_config: Any, num_layers: int) -> list[dict[int, str]]:
     """The dynamic shapes of a flattened cache ``[key_0, value_0, ...]``: ``past_seq``, or
-    ``sliding_seq`` for a layer of a sliding window (see :func:`fx2onnx.models.vlm.decoder_dynamic_shapes`)."""
+    ``sliding_seq`` for a layer of a sliding window (see :func:`fx2onnx.zoo.vlm.decoder_dynamic_shapes`)."""
     kinds = getattr(text_config, "layer_types", None) or ["full_attention"] * num_layers
     return [
         {0: "batch", 2: "sliding_seq" if kind == "sliding_attention" else "past_seq"}

@@ -235,7 +235,7 @@ def infer_dynamic_shapes(
         relations between dimensions, the names are not kept; ``"string"``: the
         names, accepted by :func:`fx2onnx.to_onnx` and :func:`torch.onnx.export`,
         which keep them in the ONNX model (turn them into ``Dim.DYNAMIC`` for
-        torch.export with :func:`fx2onnx.models.export_dynamic_shapes`);
+        torch.export with :func:`fx2onnx.zoo.export_dynamic_shapes`);
         ``"dim"``: named :class:`torch.export.Dim`, accepted by both, the names
         are kept but torch.export refuses any relation or bound the model puts
         on them (``Constraints violated``)

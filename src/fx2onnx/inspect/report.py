@@ -11,7 +11,7 @@ outputs). The rows say which pieces work and where it starts failing.
 
     import pandas
     from fx2onnx import export_report
-    from fx2onnx.models import get_tiny_model
+    from fx2onnx.zoo import get_tiny_model
 
     tiny = get_tiny_model("phi3", num_hidden_layers=1)
     rows = export_report(tiny.model, (), tiny.inputs, patches=True)

@@ -1,15 +1,5 @@
-"""Tiny transformers models: hand-tuned builders, discovered architectures, the model zoo.
+"""Moved to :mod:`fx2onnx.zoo` (this path is kept for one release; its modules too)."""
 
-* :mod:`~fx2onnx.models.tiny`: a few hand-tuned tiny models with their inputs and
-  dynamic shapes (:func:`get_tiny_model`, :func:`list_tiny_models`),
-* :mod:`~fx2onnx.inputs.discover`: a tiny configuration for every text architecture
-  of transformers' auto mappings (:func:`discover_architectures`),
-* :mod:`~fx2onnx.models.zoo`: runs them through the exporters, one row per
-  architecture x exporter x cache (``python -m fx2onnx models``).
-"""
+from .._moved import moved_names
 
-from __future__ import annotations
-
-from .tiny import _SPECS, TinyModel, export_dynamic_shapes, get_tiny_model, list_tiny_models
-
-__all__ = ["TinyModel", "export_dynamic_shapes", "get_tiny_model", "list_tiny_models"]
+__getattr__ = moved_names(__name__, "fx2onnx.zoo")

@@ -3,7 +3,7 @@
 :func:`torch.export.export` only accepts inputs it can flatten into tensors.
 With transformers 5, ``DynamicCache`` is not a pytree node; once registered,
 ``dynamic_shapes`` can be given for its tensors. The flattening order is the
-one of :mod:`fx2onnx.models`:
+one of :mod:`fx2onnx.zoo`:
 
 * ``DynamicCache``: ``[key_0, value_0, key_1, value_1, ...]`` (layers without
   tensors, such as KV-sharing ``DummyLayer``, contribute nothing; the

@@ -238,7 +238,7 @@ def torch_export_patches(
 
         import torch
         from fx2onnx import torch_export_patches
-        from fx2onnx.models import export_dynamic_shapes, get_tiny_model
+        from fx2onnx.zoo import export_dynamic_shapes, get_tiny_model
 
         tiny = get_tiny_model("llama", with_cache=True)
         with torch_export_patches(patch_transformers=True) as modificator:

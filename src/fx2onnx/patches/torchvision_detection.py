@@ -31,7 +31,7 @@ exported for that many), the model's ``min_size`` / ``max_size`` and thresholds.
 .. code-block:: python
 
     import fx2onnx
-    from fx2onnx.models.torchvision_models import build_torchvision_model
+    from fx2onnx.zoo.torchvision_models import build_torchvision_model
 
     case = build_torchvision_model("fasterrcnn_mobilenet_v3_large_fpn")
     # to_onnx(patches="auto") applies these patches to a detection model of torchvision

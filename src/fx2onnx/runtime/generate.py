@@ -33,7 +33,7 @@ stops when every sequence is finished.
 .. code-block:: python
 
     import copy, fx2onnx, torch
-    from fx2onnx.models import get_tiny_model
+    from fx2onnx.zoo import get_tiny_model
 
     tiny = get_tiny_model("llama", with_cache=True)
     with fx2onnx.torch_export_patches(patch_transformers=True):

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..models import export_dynamic_shapes
+from ..zoo import export_dynamic_shapes
 
 _GENERATOR = torch.Generator().manual_seed(0)
 

@@ -3,7 +3,7 @@
 import torch
 
 import fx2onnx
-from fx2onnx.models.vision import small_cnn
+from fx2onnx.zoo.vision import small_cnn
 
 
 def test_small_cnn_is_seeded_and_exports_with_a_dynamic_batch():

@@ -9,7 +9,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from fx2onnx.models.task_inputs import build_task_inputs, check_task_architecture  # noqa: E402
+from fx2onnx.zoo.task_inputs import build_task_inputs, check_task_architecture  # noqa: E402
 from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_config, tiny_task_model  # noqa: E402
 
 

@@ -9,7 +9,7 @@ import fx2onnx
 
 pytest.importorskip("transformers")
 
-from fx2onnx.models.vlm import (  # noqa: E402
+from fx2onnx.zoo.vlm import (  # noqa: E402
     TextDecoder,
     VisionEncoder,
     decoder_inputs,
@@ -137,7 +137,7 @@ def test_one_pass_without_the_llava_patch_freezes_the_number_of_images(llava, mo
     vlm = llava
     from transformers.models.llava.modeling_llava import LlavaModel
 
-    from fx2onnx.models import export_dynamic_shapes
+    from fx2onnx.zoo import export_dynamic_shapes
 
     original = LlavaModel.get_image_features
     with fx2onnx.torch_export_patches(patch_transformers=True):

@@ -7,9 +7,9 @@ import pytest
 pytest.importorskip("diffusers")
 pytest.importorskip("timm")
 
-from fx2onnx.models.diffusers_models import TINY, build_diffusers_model, diffusers_classes  # noqa: E402
-from fx2onnx.models.library_report import library_page, library_summary  # noqa: E402
-from fx2onnx.models.library_zoo import run_row  # noqa: E402
+from fx2onnx.zoo.diffusers_models import TINY, build_diffusers_model, diffusers_classes  # noqa: E402
+from fx2onnx.zoo.library_report import library_page, library_summary  # noqa: E402
+from fx2onnx.zoo.library_zoo import run_row  # noqa: E402
 
 
 def test_diffusers_discovery_covers_the_tiny_configurations():
@@ -53,7 +53,7 @@ def test_library_page():
              success=False, step="conversion", error="UnsupportedOpError: aten::foo. More text...", max_abs=None,
              time=1.0, parameters=2000),
     ]
-    text = library_page("timm", rows, {"command": "python -m fx2onnx.models.library_zoo timm", "date": "2026-11-25"})
+    text = library_page("timm", rows, {"command": "python -m fx2onnx.zoo.library_zoo timm", "date": "2026-11-25"})
     assert "lib-timm-vit-to_onnx-batch" in text and "✔ 1e-06" in text
     table = library_summary(rows)
     assert table[0]["run"] == 2 and table[0]["matched"] == 1 and table[0]["exported"] == 1
@@ -62,7 +62,7 @@ def test_library_page():
 @pytest.mark.slow
 def test_large_model_runs_from_a_file(monkeypatch):
     """Above LARGE_MODEL parameters the model is saved with external data and run from the file."""
-    import fx2onnx.models.library_zoo as zoo
+    import fx2onnx.zoo.library_zoo as zoo
 
     monkeypatch.setattr(zoo, "LARGE_MODEL", 0)
     for exporter in ("to_onnx", "dynamo"):
@@ -73,7 +73,7 @@ def test_large_model_runs_from_a_file(monkeypatch):
 def test_two_runs_writing_one_rows_file_keep_each_others_rows(monkeypatch, tmp_path):
     """Two sweeps of different models write the same rows file: a row of the other run, written
     while this one runs, is kept (each row is merged into the file as it is now)."""
-    import fx2onnx.models.library_zoo as zoo
+    import fx2onnx.zoo.library_zoo as zoo
 
     path = tmp_path / "rows_tasks.json"
 
@@ -106,7 +106,7 @@ def test_a_mismatch_is_judged_against_float64():
 
     import torch
 
-    from fx2onnx.models.library_zoo import _judged_in_float64
+    from fx2onnx.zoo.library_zoo import _judged_in_float64
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Sigmoid())
@@ -126,8 +126,8 @@ def test_a_mismatch_is_judged_against_float64():
 def test_stale_rows_rerun_quickest_first_and_merged_in_order(monkeypatch, tmp_path):
     """``--stale`` reruns only the rows run before the weights were spread (no ``spread``), the quickest
     first; the other rows are kept and the file stays sorted."""
-    import fx2onnx.models.library_zoo as zoo
-    from fx2onnx.models.library_report import is_stale
+    import fx2onnx.zoo.library_zoo as zoo
+    from fx2onnx.zoo.library_report import is_stale
 
     path = tmp_path / "rows_timm.json"
 
@@ -159,7 +159,7 @@ def test_stale_rows_rerun_quickest_first_and_merged_in_order(monkeypatch, tmp_pa
 
 
 def test_capture_check_sentence_counts_checked_and_flagged_rows():
-    from fx2onnx.models.library_report import capture_check_sentence
+    from fx2onnx.zoo.library_report import capture_check_sentence
 
     def row(name, exporter="to_onnx", step=None, error=None, checked=True):
         r = dict(architecture=name, exporter=exporter, step=step, error=error)
@@ -179,7 +179,7 @@ def test_capture_check_sentence_counts_checked_and_flagged_rows():
 def test_generate_missing_and_regenerate_select_the_generating_rows(monkeypatch, tmp_path):
     """``--generate-missing`` computes the ``generate`` entry of the matched to_onnx rows of both generating
     tasks (image-text-to-text, speech-seq2seq) which have none; ``--regenerate`` those which have one too."""
-    import fx2onnx.models.library_zoo as zoo
+    import fx2onnx.zoo.library_zoo as zoo
 
     path = tmp_path / "rows_tasks.json"
 

@@ -15,7 +15,7 @@ pytest.importorskip("timm")
 def test_cpubone_dynamic_image_size():
     """CPUBone pads by ``(-H) % 2`` after a stride of 16: sympy cannot solve the guard on the height
     (``NotImplementedError: The inequality ... cannot be solved``); to_onnx captures it size-oblivious."""
-    from fx2onnx.models.timm_models import build_timm_model
+    from fx2onnx.zoo.timm_models import build_timm_model
 
     case = build_timm_model("cpubone_nano", shapes="image")
     assert case.dynamic_shapes == ({0: "batch", 2: "height", 3: "width"},)

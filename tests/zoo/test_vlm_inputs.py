@@ -7,7 +7,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from fx2onnx.models.task_inputs import build_task_case  # noqa: E402
+from fx2onnx.zoo.task_inputs import build_task_case  # noqa: E402
 from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_config, tiny_task_model  # noqa: E402
 from fx2onnx.inputs.vlm_inputs import features_per_image, image_kind, image_text_inputs  # noqa: E402
 
@@ -87,7 +87,7 @@ def test_paddleocr_vl_patches_take_the_layout_its_tower_accepts():
 @pytest.mark.parametrize("name", [pytest.param("aria", marks=pytest.mark.slow)])
 def test_vision_language_pair_exports_with_a_dynamic_batch_and_matches_eager(name):
     # Aria: images with their pixel mask; exported with a batch of 2 and checked on a batch of 3
-    from fx2onnx.models.task_inputs import check_task_architecture
+    from fx2onnx.zoo.task_inputs import check_task_architecture
 
     row = check_task_architecture(get_task_architecture("image-text-to-text", name))
     assert row["success"], row

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fx2onnx.models.library_report import computed_by
-from fx2onnx.models.report import STORED_ERROR, error_text, page_text
+from fx2onnx.zoo.library_report import computed_by
+from fx2onnx.zoo.report import STORED_ERROR, error_text, page_text
 
 
 def _row(name, exporter, cache, success, step=None, error=None, generate=None):
@@ -42,9 +42,9 @@ def test_error_text_hides_temporary_folders():
 
 def test_computed_by_a_restricted_run():
     rows = [dict(architecture=f"image-classification/{n}") for n in ("vit", "deit", "resnet", "beit")]
-    meta = {"command": "python -m fx2onnx.models.library_zoo tasks --only '/(vit|deit)$'", "date": "2026-01-02"}
+    meta = {"command": "python -m fx2onnx.zoo.library_zoo tasks --only '/(vit|deit)$'", "date": "2026-01-02"}
     text = computed_by(meta, rows, "torch 2")
     assert "restricted by ``--only`` to 2 of the 4 architectures" in text
-    assert text.startswith("Computed by runs of ``python -m fx2onnx.models.library_zoo tasks``")
-    whole = computed_by({"command": "python -m fx2onnx.models.library_zoo timm", "date": "d"}, rows, "v")
-    assert whole == "Computed by ``python -m fx2onnx.models.library_zoo timm`` on d (v)."
+    assert text.startswith("Computed by runs of ``python -m fx2onnx.zoo.library_zoo tasks``")
+    whole = computed_by({"command": "python -m fx2onnx.zoo.library_zoo timm", "date": "d"}, rows, "v")
+    assert whole == "Computed by ``python -m fx2onnx.zoo.library_zoo timm`` on d (v)."

@@ -59,7 +59,7 @@ def test_pth_file_installs_the_hook(tmp_path):
 @pytest.mark.parametrize("shapes", ["batch", "image"])
 @pytest.mark.slow  # the fast tier exports a timm model in test_timm_image_sizes.py
 def test_timm_model_exports(shapes):
-    from fx2onnx.models.timm_models import build_timm_model
+    from fx2onnx.zoo.timm_models import build_timm_model
 
     case = build_timm_model("test_resnet", shapes=shapes)
     assert case.family == "resnet"

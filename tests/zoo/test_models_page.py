@@ -5,8 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from fx2onnx.models.report import error_text, page_text, summary, write_page
-from fx2onnx.models.zoo import save_rows
+from fx2onnx.zoo.report import error_text, page_text, summary, write_page
+from fx2onnx.zoo.architectures import save_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fx2onnx.models.zoo import build_rows, load_rows, make_tasks, run, run_row, select_architectures
-from fx2onnx.models.zoo_inputs import build_zoo_model, infer_dynamic_shapes
+from fx2onnx.zoo.architectures import build_rows, load_rows, make_tasks, run, run_row, select_architectures
+from fx2onnx.zoo.zoo_inputs import build_zoo_model, infer_dynamic_shapes
 from fx2onnx.inputs.discover import get_architecture
 
 
@@ -57,7 +57,7 @@ def test_run_in_workers(rows):
 def test_build_rows_merges(tmp_path, rows):
     path = tmp_path / "rows.json"
     # a row of another architecture already in the file is kept
-    from fx2onnx.models.zoo import save_rows
+    from fx2onnx.zoo.architectures import save_rows
 
     other = dict(rows[2], architecture="other", hash="x")
     save_rows([other], path, {})
@@ -75,7 +75,7 @@ def test_build_rows_merges(tmp_path, rows):
 @pytest.mark.slow
 def test_build_rows_generate_missing(tmp_path, rows):
     # the gpt2 cache row without its generate column runs again, the others do not
-    from fx2onnx.models.zoo import lacks_generation, save_rows
+    from fx2onnx.zoo.architectures import lacks_generation, save_rows
 
     path = tmp_path / "rows.json"
     old = [dict(r) for r in rows]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from fx2onnx.models.torchvision_report import torchvision_page, write_torchvision_page
+from fx2onnx.zoo.torchvision_report import torchvision_page, write_torchvision_page
 
 
 def test_page_shows_both_exporters(tmp_path):

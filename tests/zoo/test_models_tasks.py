@@ -7,7 +7,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from fx2onnx.models.task_inputs import build_task_inputs, check_task_architecture  # noqa: E402
+from fx2onnx.zoo.task_inputs import build_task_inputs, check_task_architecture  # noqa: E402
 from fx2onnx.inputs.tasks import (  # noqa: E402
     TASKS,
     count_by_task,
@@ -106,7 +106,7 @@ def test_task_architecture_exports_with_a_dynamic_batch_and_matches_eager(task, 
 
 @pytest.mark.slow
 def test_tasks_library_runs_time_series_rows_with_each_exporter():
-    from fx2onnx.models.library_zoo import make_tasks, run_row
+    from fx2onnx.zoo.library_zoo import make_tasks, run_row
 
     tasks = make_tasks("tasks", only="^time-series/patchts")
     assert sorted({t[1] for t in tasks}) == ["time-series/patchtsmixer", "time-series/patchtst"]
@@ -120,7 +120,7 @@ def test_tasks_library_runs_time_series_rows_with_each_exporter():
 
 
 def test_a_model_random_in_eval_mode_is_not_compared():
-    from fx2onnx.models.task_inputs import RandomEagerError, _check_deterministic
+    from fx2onnx.zoo.task_inputs import RandomEagerError, _check_deterministic
 
     with pytest.raises(RandomEagerError, match="another result on the same inputs"):
         _check_deterministic(torch.nn.Dropout(0.5).train(), {"input": torch.ones(4, 8)})
@@ -128,8 +128,8 @@ def test_a_model_random_in_eval_mode_is_not_compared():
 
 
 def test_tasks_page_has_a_section_and_counts_per_task():
-    from fx2onnx.models.library_report import task_summary, tasks_page
-    from fx2onnx.models.library_zoo import _empty_row
+    from fx2onnx.zoo.library_report import task_summary, tasks_page
+    from fx2onnx.zoo.library_zoo import _empty_row
 
     def row(key, exporter, step=None, max_abs=None, error=None):
         r = _empty_row("tasks", key, key.split("/")[1].upper(), exporter, "batch")
@@ -144,7 +144,7 @@ def test_tasks_page_has_a_section_and_counts_per_task():
         row("text-to-audio/vits", "to_onnx", "model", error="RandomEagerError: eager gives another result"),
     ]
     discovered = {r["architecture"]: r["model"] for r in rows} | {"time-series/patchtst": "PatchTST"}
-    meta = {"command": "python -m fx2onnx.models.library_zoo tasks", "date": "2026-11-26", "discovered": discovered}
+    meta = {"command": "python -m fx2onnx.zoo.library_zoo tasks", "date": "2026-11-26", "discovered": discovered}
     summary = {t["task"]: t for t in task_summary(rows, discovered)}
     vision = summary["image-classification"]
     assert (vision["discovered"], vision["built"], vision["captured"]) == (2, 2, 2)
@@ -159,8 +159,8 @@ def test_tasks_page_has_a_section_and_counts_per_task():
 
 
 def test_tasks_page_has_a_generate_column_for_image_text_rows():
-    from fx2onnx.models.library_report import tasks_page
-    from fx2onnx.models.library_zoo import _empty_row, _generates
+    from fx2onnx.zoo.library_report import tasks_page
+    from fx2onnx.zoo.library_zoo import _empty_row, _generates
 
     def row(key, generate=None):
         r = _empty_row("tasks", key, key.split("/")[1].upper(), "to_onnx", "batch")
@@ -173,7 +173,7 @@ def test_tasks_page_has_a_generate_column_for_image_text_rows():
             row("image-text-to-text/blip-2", {"equal": False, "error": "split: its image is a Q-Former's queries"}),
             row("image-classification/vit")]
     assert _generates(rows[0]) and not _generates(rows[2])
-    meta = {"command": "python -m fx2onnx.models.library_zoo tasks", "date": "2026-11-28",
+    meta = {"command": "python -m fx2onnx.zoo.library_zoo tasks", "date": "2026-11-28",
             "discovered": {r["architecture"]: r["model"] for r in rows}}
     text = tasks_page(rows, meta)
     assert "= 8" in text and "1 of 2 equal" in text

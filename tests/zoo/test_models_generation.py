@@ -6,8 +6,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from fx2onnx.models.report import page_text  # noqa: E402
-from fx2onnx.models.zoo import run_row  # noqa: E402
+from fx2onnx.zoo.report import page_text  # noqa: E402
+from fx2onnx.zoo.architectures import run_row  # noqa: E402
 
 
 def _row(name, generate):

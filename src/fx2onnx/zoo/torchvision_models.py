@@ -1,0 +1,184 @@
+"""torchvision's detection and segmentation models, small and checkable, with their inputs.
+
+:func:`build_torchvision_model` builds a model of ``torchvision.models.detection`` or
+``torchvision.models.segmentation`` with ``weights=None`` (no download), small images
+(``min_size=160``), and random weights a comparison with eager can see through:
+
+* the batch norms are calibrated on the example images (a fresh backbone's features vanish
+  to 1e-7 after a few blocks: every box then gets the same score);
+* the classification layers (``cls_logits``, ``cls_score``, SSD's classification head) are
+  scaled to logits of standard deviation 1, so that scores spread over (0, 1) and rarely tie:
+  the order of boxes of equal scores is unspecified (torchvision says so of its ``nms``), and a
+  comparison with eager needs distinct scores.
+
+A detection model takes a list of images (:data:`IMAGES`: the number of images is fixed by the
+export, each image's height and width are dynamic); a segmentation model a batch
+``(N, 3, H, W)`` (batch, height and width dynamic).
+
+.. code-block:: python
+
+    from fx2onnx.zoo.torchvision_models import build_torchvision_model
+
+    case = build_torchvision_model("fasterrcnn_mobilenet_v3_large_fpn")
+    outputs = case.model(*case.export_args)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+#: the detection builders of torchvision.models.detection, cheapest first
+DETECTION = (
+    "fasterrcnn_mobilenet_v3_large_fpn",
+    "fasterrcnn_mobilenet_v3_large_320_fpn",
+    "fasterrcnn_resnet50_fpn",
+    "fasterrcnn_resnet50_fpn_v2",
+    "retinanet_resnet50_fpn",
+    "retinanet_resnet50_fpn_v2",
+    "fcos_resnet50_fpn",
+    "ssd300_vgg16",
+    "ssdlite320_mobilenet_v3_large",
+    "maskrcnn_resnet50_fpn",
+    "maskrcnn_resnet50_fpn_v2",
+    "keypointrcnn_resnet50_fpn",
+)
+#: the segmentation builders of torchvision.models.segmentation
+SEGMENTATION = (
+    "lraspp_mobilenet_v3_large",
+    "fcn_resnet50",
+    "fcn_resnet101",
+    "deeplabv3_mobilenet_v3_large",
+    "deeplabv3_resnet50",
+    "deeplabv3_resnet101",
+)
+#: the number of images of a detection model's list (fixed by the export)
+IMAGES = 2
+#: the detections kept per image: the best ones, apart enough in score that the order rarely
+#: depends on rounding (a model exported with 100 keeps near-equal scores at the cut)
+DETECTIONS = 20
+#: the standard deviation given to the classification logits
+LOGIT_STD = 1.0
+_CLASSIFIERS = ("cls_logits", "cls_score", "classification_head.module_list")
+
+
+@dataclasses.dataclass
+class TorchvisionCase:
+    """A model, the inputs it is exported with, other inputs to check it on, its dynamic shapes."""
+
+    name: str
+    task: str  # "detection" or "segmentation"
+    model: torch.nn.Module
+    export_args: tuple
+    check_args: list[tuple]
+    dynamic_shapes: tuple
+
+
+def _images(sizes, seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.rand(3, h, w, generator=g) for h, w in sizes]
+
+
+def _calibrate(model: torch.nn.Module, args: tuple) -> None:
+    """Batch norms calibrated on ``args``, classification logits scaled to :data:`LOGIT_STD`."""
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None
+        norm.train()
+    with torch.no_grad():
+        model(*args)
+    for norm in norms:
+        norm.eval()
+    layers = {name: m for name, m in model.named_modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))
+              and any(key in name for key in _CLASSIFIERS)}
+    spread: dict[str, list[float]] = {}
+    hooks = [m.register_forward_hook(lambda m, i, o, name=name: spread.setdefault(name, []).append(float(o.std())))
+             for name, m in layers.items()]
+    with torch.no_grad():
+        model(*args)
+    for hook in hooks:
+        hook.remove()
+    with torch.no_grad():
+        for name, values in spread.items():
+            std = max(values)
+            if std > 0:
+                layers[name].weight.mul_(LOGIT_STD / std)
+
+
+def build_torchvision_model(name: str, seed: int = 0) -> TorchvisionCase:
+    """The model ``name`` of :data:`DETECTION` or :data:`SEGMENTATION`, calibrated (see the module)."""
+    from torchvision.models import detection, segmentation
+
+    torch.manual_seed(seed)
+    if name in DETECTION:
+        kwargs: dict[str, Any] = dict(weights=None, weights_backbone=None, num_classes=5)
+        if not name.startswith("ssd"):
+            kwargs.update(min_size=160, max_size=224)
+        if name.startswith(("fasterrcnn", "maskrcnn", "keypointrcnn")):
+            kwargs.update(box_detections_per_img=DETECTIONS)
+        else:
+            kwargs.update(detections_per_img=DETECTIONS)
+        if name.startswith("keypoint"):
+            kwargs.update(num_classes=2, num_keypoints=5)
+        model = getattr(detection, name)(**kwargs).eval()
+        export_args = (_images([(200, 160), (180, 220)], seed),)
+        check_args = [(_images([(150, 230), (240, 170)], seed + 1),), (_images([(160, 160), (120, 200)], seed + 2),)]
+        dynamic_shapes = ([{1: f"height{i}", 2: f"width{i}"} for i in range(IMAGES)],)
+        task = "detection"
+    elif name in SEGMENTATION:
+        kwargs = dict(weights=None, weights_backbone=None, num_classes=4)
+        if not name.startswith("lraspp"):
+            kwargs.update(aux_loss=False)
+        model = getattr(segmentation, name)(**kwargs).eval()
+        g = torch.Generator().manual_seed(seed)
+        export_args = (torch.rand(2, 3, 96, 128, generator=g),)
+        check_args = [(torch.rand(1, 3, 120, 88, generator=g),)]
+        dynamic_shapes = ({0: "batch", 2: "height", 3: "width"},)
+        task = "segmentation"
+    else:
+        raise ValueError(f"unknown torchvision model {name!r}: choose one of {DETECTION + SEGMENTATION}")
+    _calibrate(model, export_args)
+    return TorchvisionCase(name, task, model, export_args, check_args, dynamic_shapes)
+
+
+def match_detections(want: dict[str, torch.Tensor], got: dict[str, Any]) -> float:
+    """The largest difference between two detections of one image (dicts of ``boxes``, ``labels``,
+    ``scores``...), rows paired up to their order: a row of ``want`` with the row of ``got`` of the
+    same label whose box is the nearest (boxes of scores within rounding of each other may come
+    in either order). ``inf`` when the numbers of rows differ or a label has no partner. Boxes are
+    compared relatively to their largest coordinate (a box of 200 pixels computed by another
+    runtime moves by a few hundredths of a pixel through a deep random network). Masks are
+    compared as the fraction of pixels on a different side of 0.5: Mask R-CNN pastes each mask
+    into a box rounded to integers, and a box a thousandth of a pixel away moves a mask's edge
+    by one pixel."""
+    got = {k: torch.as_tensor(v) for k, v in got.items()}
+    count = want["boxes"].shape[0]
+    if got["boxes"].shape[0] != count:
+        return float("inf")
+    if count == 0:
+        return 0.0
+    distance = torch.cdist(want["boxes"].double(), got["boxes"].double(), p=float("inf"))
+    distance = distance.masked_fill(want["labels"][:, None] != got["labels"][None, :], float("inf"))
+    order, free = [], torch.ones(count, dtype=torch.bool)
+    for row in range(count):
+        candidate = distance[row].masked_fill(~free, float("inf"))
+        best = int(candidate.argmin())
+        if not bool(torch.isfinite(candidate[best])):
+            return float("inf")
+        order.append(best)
+        free[best] = False
+    index = torch.tensor(order)
+
+    def difference(key: str, value: torch.Tensor) -> float:
+        other = got[key][index]
+        if key == "masks":
+            return float(((value > 0.5) != (other > 0.5)).double().mean())
+        difference = float((value.double() - other.double()).abs().max())
+        if key in ("boxes", "keypoints"):
+            return difference / max(1.0, float(value.abs().max()))
+        return difference
+
+    return max(difference(k, w) if w.numel() else 0.0 for k, w in want.items())

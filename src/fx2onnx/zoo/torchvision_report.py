@@ -1,0 +1,90 @@
+"""The torchvision page of the supported models: detection and segmentation models, both exporters.
+
+The rows come from ``_doc/bench/torchvision_detection.json``, written by
+``bench/bench_torchvision_detection.py`` (one row per model and exporter: the step reached,
+the difference with eager on images of other sizes, the export time, onnxruntime's latency at 1
+and 2 threads beside eager's). :func:`write_torchvision_page` renders ``torchvision.rst``.
+
+.. code-block:: python
+
+    from fx2onnx.zoo.torchvision_report import torchvision_page
+
+    print(torchvision_page([dict(model="fcn_resnet50", exporter="to_onnx", task="segmentation",
+                                 success=True, step="match", max_diff=1e-5, export_s=20.0)]))
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+EXPORTERS = {"to_onnx": "to_onnx", "dynamo": "torch.onnx.export(dynamo=True)"}
+
+
+def _cell(row: dict[str, Any] | None) -> str:
+    if row is None:
+        return "not run"
+    if row.get("success"):
+        return f"OK ({row.get('max_diff', 0):.1g})"
+    error = re.sub(r"\x1b\[[0-9;]*m", "", row.get("error") or "").replace("|", "/").replace("`", "'")
+    return f"fails at {row.get('step')}: {error[:120]}"
+
+
+def _number(row: dict[str, Any] | None, key: str) -> str:
+    value = None if row is None else row.get(key)
+    return "" if value is None else f"{value:g}"
+
+
+def torchvision_page(rows: list[dict[str, Any]]) -> str:
+    """The page: a table per task, one line per model, both exporters side by side."""
+    by = {(r["model"], r["exporter"]): r for r in rows}
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    dates = sorted({r.get("date", "") for r in rows} - {""})
+    lines = [
+        "torchvision: detection and segmentation",
+        "=======================================",
+        "",
+        "torchvision's detection models (a list of images of any sizes, a data-dependent number of",
+        "detections) and segmentation models (a batch of any size), built with random weights by",
+        ":func:`fx2onnx.zoo.torchvision_models.build_torchvision_model`, exported by both exporters",
+        "with every image's height and width dynamic (the number of images of a detection model's list",
+        "is fixed by the export), then run by onnxruntime on images of other sizes and compared with",
+        "eager (detections paired up to the order of near-equal scores). ``to_onnx`` applies the patches",
+        "of :mod:`fx2onnx.patches.torchvision_detection`; ``torch.onnx.export`` runs as a user would call it.",
+        "The cell gives the largest difference, or the step which failed and the first line of the error;",
+        "the times are those of ``to_onnx`` (seconds for the export, milliseconds for one call on the",
+        "export's images, medians of a few runs on a shared machine: noisy).",
+        "",
+        f"Rows written by ``bench/bench_torchvision_detection.py`` ({', '.join(dates) or 'no date'}).",
+        "",
+    ]
+    for task in ("detection", "segmentation"):
+        names = [m for m in models if any(by.get((m, e), {}).get("task") == task for e in EXPORTERS)]
+        if not names:
+            continue
+        lines += [task.capitalize(), "-" * len(task), "", ".. list-table::", "    :header-rows: 1", "",
+                  "    * - model", *(f"      - {label}" for label in EXPORTERS.values()),
+                  "      - export (s)", "      - ort 1 thread (ms)", "      - ort 2 threads (ms)", "      - eager (ms)"]
+        for name in names:
+            ours = by.get((name, "to_onnx"))
+            lines += [f"    * - {name}", *(f"      - {_cell(by.get((name, e)))}" for e in EXPORTERS)]
+            lines += [f"      - {_number(ours, k)}" for k in ("export_s", "ort1_ms", "ort2_ms", "eager_ms")]
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def write_torchvision_page(rows_path: str | Path, out_dir: str | Path) -> list[str]:
+    """Writes ``torchvision.rst`` into ``out_dir`` when ``rows_path`` holds rows; returns the page
+    names written (``["torchvision"]`` or none)."""
+    path = Path(rows_path)
+    rows = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+    if not rows:
+        return []
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    target, text = out / "torchvision.rst", torchvision_page(rows)
+    if not target.exists() or target.read_text(encoding="utf-8") != text:
+        target.write_text(text, encoding="utf-8")
+    return ["torchvision"]
