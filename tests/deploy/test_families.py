@@ -19,6 +19,7 @@ def _facts(task, model_type="m", encoder_decoder=False, audio=None, image=None, 
     (_facts("image-text-to-text", "git", prefix=True), "image prefix"),
     (_facts("image-text-to-text", "vision-encoder-decoder", encoder_decoder=True), "image encoder-decoder"),
     (_facts("image-text-to-text", "llava", image=32000), "image-text"),
+    (_facts("text-generation", "llama"), "decoder"),
 ])
 def test_the_first_family_that_applies(facts, name):
     assert choose_family(facts).name == name
@@ -33,8 +34,12 @@ def test_every_family_has_a_loop_and_every_loop_a_family():
     for family in FAMILIES:
         cls = generator_class(family.task, family.split)
         assert f"{cls.__module__}.{cls.__name__}" == family.runtime
-    split_tasks = {(f.task, f.split) for f in FAMILIES}
-    assert set(GENERATORS) - split_tasks == {("text-generation", None)}  # one model.onnx, no pieces
+    assert set(GENERATORS) == {(f.task, f.split) for f in FAMILIES}
+
+
+def test_text_generation_is_a_family_writing_its_folder():
+    (family,) = [f for f in FAMILIES if f.task == "text-generation"]
+    assert family.export is None and family.write_folder.__module__ == "fx2onnx.deploy.text_generation"
 
 
 def test_a_folder_of_an_unknown_split_is_refused(tmp_path):

@@ -4,7 +4,8 @@ A family says which models it takes (a test on the checkpoint's configuration an
 meta device), how it exports their pieces, what ``fx2onnx.json`` records (its ``split``, which the runtime's
 registry :mod:`fx2onnx.runtime.families` reads back to open the folder's loop) and what each piece is checked against. The folder export
 (:mod:`fx2onnx.deploy.export`) takes the first family of its task that applies; the pages list them from
-:data:`FAMILIES`. A new family is one module with its pieces and one entry here.
+:data:`FAMILIES`. A new family is one module with its pieces and one entry here; a family may write its whole folder itself
+(text generation: one decoder, :mod:`fx2onnx.deploy.text_generation`).
 
 .. code-block:: python
 
@@ -27,12 +28,15 @@ from ..inputs.vlm_inputs import image_token
 from ..runtime.families import GENERATORS
 from .audio_text_generic import generic_audio_pieces
 from ..runtime.pipelines import PIPELINE_TASKS
+from ..runtime.seq2seq import TEXT2TEXT_TASKS
 from .captioner import captioner_generation, is_cross_attention_captioner
 from .encoder import export_encoder_pieces
 from .image_prefix import image_prefix_pieces, is_image_prefix_model
 from .image_text import export_vision_pieces, vision_pieces
-from .speech import Piece, export_speech_pieces
+from .speech import Piece
 from .speech_generic import eager_pieces, export_generic_speech_pieces, meta_model_with_buffers
+from .seq2seq import write_seq2seq_folder
+from .text_generation import write_text_generation_folder
 
 
 @dataclasses.dataclass
@@ -83,9 +87,13 @@ class Family:
     #: the models it takes, in words (the pages)
     takes: str
     applies: Callable[[FolderFacts], bool]
-    export: Exporter
+    #: exports the pieces (None: the family writes its whole folder, ``write_folder``)
+    export: Exporter | None
     #: what each piece is checked against when exported
     reference: str
+    #: ``write_folder(folder, out_dir, filename, config, task, dtype, begin, say, **options)`` -> the
+    #: :class:`~fx2onnx.deploy.result.FolderExport` of a family writing its folder itself (text generation)
+    write_folder: Callable[..., Any] | None = None
 
     @property
     def runtime(self) -> str:
@@ -112,26 +120,32 @@ def _encoder_decoder(folder: str, out_dir: str, config: Any, dtype: torch.dtype,
     return pieces, eager_pieces(layout)
 
 
-def _whisper(folder: str, out_dir: str, config: Any, dtype: torch.dtype,
-             options: dict[str, Any]) -> tuple[list[Piece], Any]:
-    options = {k: v for k, v in options.items() if k != "cache_in_place"}
-    return export_speech_pieces(folder, out_dir, config, dtype, **options), None
-
-
 def _image_text(folder: str, out_dir: str, config: Any, dtype: torch.dtype,
                 options: dict[str, Any]) -> tuple[list[Piece], Any]:
     return export_vision_pieces(folder, out_dir, config, dtype, **options), vision_pieces
 
 
-#: the families of the tasks exported as several pieces, in the order they are tried (the first that applies)
+#: the families of every task a folder is exported for, in the order they are tried (the first that applies)
 FAMILIES: tuple[Family, ...] = (
+    Family("decoder", "text-generation", None,
+           "every causal LM of transformers' causal-LM auto mapping: one decoder with its cache (keys and values, "
+           "latent, convolution and recurrent states, read from the model)", lambda f: True, None,
+           "the decoder with its cache on two input sets (other batch, prompt and cache lengths) against eager "
+           "float32", write_folder=write_text_generation_folder),
     Family("speech language model", "speech-seq2seq", "placeholders",
            "a decoder-only model naming an audio placeholder (Granite Speech, VibeVoice-ASR, Voxtral)",
            lambda f: f.model_type != "whisper" and not f.encoder_decoder and f.audio_token is not None,
            _speech_language_model,
            "the audio piece and the decoder, each against the same wrapper in eager float32"),
-    Family("Whisper", "speech-seq2seq", None, "Whisper", lambda f: f.model_type == "whisper", _whisper,
-           "the encoder (with every layer's cross keys and values) and the decoder against eager float32"),
+    # Whisper and the text encoder-decoders: onnx/encoder_model.onnx + onnx/decoder_model_merged.onnx, the files and
+    # names transformers.js and optimum load (fx2onnx.deploy.seq2seq)
+    Family("Whisper", "speech-seq2seq", None, "Whisper", lambda f: f.model_type == "whisper", None,
+           "the encoder and the merged decoder (its two branches: cross keys and values computed or given) against "
+           "eager float32", write_folder=write_seq2seq_folder),
+    *(Family("encoder-decoder", task, None, "transformers' seq2seq LM classes (T5, BART, Marian, M2M100...)",
+             lambda f: True, None,
+             "the encoder and the merged decoder (its two branches: cross keys and values computed or given) against "
+             "eager float32", write_folder=write_seq2seq_folder) for task in TEXT2TEXT_TASKS),
     Family("speech encoder-decoder", "speech-seq2seq", "generic", "any other encoder-decoder speech model",
            lambda f: True, _encoder_decoder,
            "the encoder and the decoder with its cache against the same wrappers in eager float32"),

@@ -1,6 +1,6 @@
 """The logits of the last positions in a second output, for a loop verifying several tokens per run.
 
-A folder's decoder is exported with ``logits_to_keep=16`` (:func:`fx2onnx.deploy.export.last_logits_only`):
+A folder's decoder is exported with ``logits_to_keep=16`` (:func:`fx2onnx.deploy.text_generation.last_logits_only`):
 its head runs on the last 16 positions of a run at most (one for a decoding step, 16 for a prompt
 instead of every position). :func:`split_verify_logits` then renames that output
 :data:`~fx2onnx.runtime.speculative.VERIFY_LOGITS` and adds ``logits``, its last position,

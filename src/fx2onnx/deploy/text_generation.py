@@ -1,0 +1,182 @@
+"""The text-generation family: a causal LM of a checkpoint folder exported as one decoder with its cache.
+
+The decoder is captured with two of its layers and the others copied in ONNX when its layers are all the same module
+(:mod:`fx2onnx.weights.repeat_layers`), computes the logits of the last positions only (:func:`last_logits_only`),
+names its states as optimum and transformers.js name them and, at ``optimize="onnxruntime"``, updates its cache in
+place. The folder export (:mod:`fx2onnx.deploy.export`) calls :func:`write_text_generation_folder` through the
+family's entry in :data:`fx2onnx.deploy.families.FAMILIES`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import os
+import time
+from typing import Any
+
+import torch
+
+from ..inputs.folder_inputs import task_inputs
+from ..runtime.folder import DECODER_FILE, FOLDER_METADATA
+from ..runtime.speculative import VERIFY_TOKENS
+from ..weights import checkpoint_weights, to_onnx_from_checkpoint
+from ..weights.export import model_from_checkpoint_config, model_from_config
+from ..weights.repeat_layers import (
+    LayersNotRepeatable,
+    layer_stack,
+    short_config,
+    stamp_layers,
+)
+from .cache_names import is_mamba_config
+from .check import FolderCheck, check_against_eager, in_place_input_sets
+from .files import copy_folder_files
+from .genai_config import write_genai_config
+from .result import FolderExport, config_error, folder_files, peak_rss
+from .saved_model import name_presents, rename_external_data, update_cache_in_place
+from .transformersjs import data_file_name, write_transformersjs_config
+from .verify_logits import split_verify_logits
+
+
+def write_text_generation_folder(folder: str, out_dir: str, filename: str, config: Any, task: str, dtype: torch.dtype, begin: float,
+                  say: Any, *, with_cache: bool, optimize: str, quantize: str | None, block_size: int, symmetric: bool,
+                  opset: int | None, all_logits: bool, cache_in_place: bool, capture_all_layers: bool, validate: bool,
+                  atol: float, rtol: float, progress: bool) -> FolderExport:
+    """Writes the export of the causal LM of ``folder`` into the folder ``out_dir`` (the temporary folder of
+    :func:`fx2onnx.deploy.export.export_folder`): one decoder with its cache at ``filename``, its states named as
+    optimum names them, the folder's files copied, ``genai_config.json`` where onnxruntime-genai runs it and
+    ``fx2onnx.json``; checked against eager float32 when ``validate``."""
+    import transformers
+
+    model_path = os.path.join(out_dir, filename)
+    config.use_cache = with_cache
+    os.makedirs(os.path.dirname(model_path), exist_ok=True)
+    try:  # a value of config.json (a size of 0, a negative count) may not build a model
+        inputs, inputs2, dynamic_shapes = task_inputs(config, task, with_cache=with_cache, dtype=dtype)
+        model = model_from_checkpoint_config(folder, dtype)
+    except (ValueError, FileNotFoundError):
+        raise
+    except Exception as e:  # noqa: BLE001 - the model's constructor raises what its code raises
+        raise config_error(folder, "does not build its model", e) from None
+    model.config.use_cache = with_cache
+    logits = "all"
+    if with_cache and not all_logits and last_logits_only(model, [inputs, inputs2], dynamic_shapes, VERIFY_TOKENS):
+        logits = "last"
+    say(f"exporting {config.architectures[0]} ({task}{', with its cache' if with_cache else ''}, "
+        f"{str(dtype).replace('torch.', '')}, optimize={optimize}{', ' + quantize if quantize else ''})")
+    options = dict(filename=model_path, dtype=dtype, progress=progress, target_opset=opset,
+                   optimize=False if optimize == "none" else optimize, quantize=quantize,
+                   quantize_block_size=block_size, quantize_symmetric=symmetric)
+    if capture_all_layers or not _export_two_layers(folder, model, config, task, with_cache, logits, options, say):
+        to_onnx_from_checkpoint(folder, (), inputs, model=model, dynamic_shapes=dynamic_shapes, **options)
+    del model
+    cache = "in_place" if with_cache and cache_in_place and optimize == "onnxruntime" and \
+        update_cache_in_place(model_path) else "concatenated"
+    input_names, pairs = name_presents(model_path, optimum_names=True, mamba=is_mamba_config(config))
+    copy_folder_files(folder, out_dir)
+    generation = generation_config(folder)
+    genai = write_genai_config(out_dir, filename, config, generation, input_names, pairs,
+                               share_buffer=cache == "in_place") if pairs else "the model has no cache"
+    with open(os.path.join(out_dir, FOLDER_METADATA), "w", encoding="utf-8") as f:
+        json.dump({"task": task, "decoder": filename, "dtype": str(dtype).replace("torch.", ""),
+                   "optimize": optimize, "quantize": quantize, "block_size": block_size if quantize else None,
+                   "symmetric": symmetric if quantize else None, "logits": logits,
+                   "cache": cache if pairs else None, "source": os.path.basename(os.path.abspath(folder)),
+                   # every state of the cache, input -> output (keys, values, convolution and recurrent states)
+                   "cache_pairs": pairs,
+                   # why onnxruntime-genai cannot run the folder (no genai_config.json), None when it can
+                   "genai": genai}, f, indent=2)
+
+    checks: list[FolderCheck] = []
+    if validate:
+        say("checking against eager float32" + (" (quantized: the differences are reported, not held to a "
+                                                "tolerance)" if quantize else ""))
+        if not progress:
+            transformers.utils.logging.disable_progress_bar()
+        try:
+            eager = getattr(transformers, config.architectures[0]).from_pretrained(folder, dtype=torch.float32)
+        finally:
+            transformers.utils.logging.enable_progress_bar()
+        eager.eval()
+        eager.config.use_cache = with_cache
+        input_sets, check_names = [inputs, inputs2], ["first input set", "second input set"]
+        if cache == "in_place":
+            input_sets, check_names = in_place_input_sets(input_sets, check_names)
+        checks = check_against_eager(model_path, eager, input_sets, dtype, atol=atol, rtol=rtol)
+        del eager
+        if quantize:
+            checks = [dataclasses.replace(c, ok=True, held=False) for c in checks]
+    if logits == "last":  # checked with the logits of the last positions, then their last one apart
+        split_verify_logits(model_path, VERIFY_TOKENS)
+    if filename == DECODER_FILE:  # the weights' file as transformers.js names it (model.onnx_data), said in config.json
+        write_transformersjs_config(out_dir, filename, rename_external_data(model_path, data_file_name(filename)))
+    files = folder_files(out_dir)
+    nbytes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in files)
+    return FolderExport(out_dir, task, dtype, files, nbytes, time.perf_counter() - begin, peak_rss(), checks, genai,
+                        check_names if validate else None, quantize=quantize)
+
+
+def _export_two_layers(folder: str, model: torch.nn.Module, config: Any, task: str, with_cache: bool, logits: str,
+                       options: dict[str, Any], say: Any) -> bool:
+    """Exports ``model`` captured with two decoder layers, the others stamped in ONNX
+    (:mod:`fx2onnx.weights.repeat_layers`); False when its layers differ or their graphs do."""
+
+    stack = layer_stack(model, config)
+    if stack is None:
+        return False
+    short = short_config(config, stack.captured)
+    short.use_cache = with_cache
+    inputs, _, dynamic_shapes = task_inputs(short, task, with_cache=with_cache, dtype=options["dtype"])
+    if logits == "last":
+        last_logits_only(model, [inputs], dynamic_shapes, VERIFY_TOKENS)
+    names = [n for n, _ in model.named_parameters(remove_duplicate=False) if n.startswith(stack.path + ".")]
+
+    def weight(name: str) -> Any:
+        if name not in weights:
+            raise LayersNotRepeatable(f"{name} is not a parameter of the model read from the checkpoint")
+        return weights[name]
+
+    try:
+        try:
+            weights = checkpoint_weights(folder, model, options["dtype"], names=names)
+        except KeyError as e:  # a parameter the checkpoint does not hold: the full capture says what to do
+            raise LayersNotRepeatable(str(e)) from e
+        to_onnx_from_checkpoint(folder, (), inputs, model=model_from_config(short, options["dtype"], folder),
+                                dynamic_shapes=dynamic_shapes,
+                                after_conversion=lambda onnx_model: stamp_layers(onnx_model, stack, weight),
+                                **options)
+    except LayersNotRepeatable as e:
+        say(f"the layers were not copied from two captured ones ({e}): capturing all {stack.count}")
+        return False
+    say(f"captured {stack.captured} of the {stack.count} layers of {stack.path}, the others copied in ONNX")
+    return True
+
+
+def last_logits_only(model: torch.nn.Module, input_sets: list[dict[str, Any]], dynamic_shapes: dict[str, Any],
+                     keep: int = 1) -> bool:
+    """Makes the export of a causal LM compute the logits of the last ``keep`` positions only (all of
+    a shorter input), when its ``forward`` takes transformers' ``logits_to_keep``: ``logits_to_keep=keep``
+    is added to every input set (the export and the check against eager) and recorded as a constant in
+    ``dynamic_shapes``. Generation reads nothing else; the head (a ``vocabulary x hidden`` product, a
+    fifth of a Llama-3.2-1B's weights) then runs on ``keep`` positions of a prompt instead of every one,
+    and on one of a decoding step. A folder keeps :data:`~fx2onnx.runtime.speculative.VERIFY_TOKENS`
+    (16), then gives their last one apart as ``logits`` (:func:`fx2onnx.deploy.verify_logits.split_verify_logits`):
+    onnxruntime-genai reads a ``logits`` output of static length 1 as last-token logits, a speculative
+    loop verifies up to 15 candidates with the 16.
+    Returns whether it applies (False: the model has no such argument, every position is kept)."""
+    if "logits_to_keep" not in inspect.signature(model.forward).parameters:
+        return False
+    for inputs in input_sets:
+        inputs["logits_to_keep"] = keep
+    dynamic_shapes["logits_to_keep"] = torch.export.Dim.STATIC
+    return True
+
+
+def generation_config(folder: str) -> Any:
+    """The folder's generation config, or one made from its config."""
+    import transformers
+
+    if os.path.isfile(os.path.join(folder, "generation_config.json")):
+        return transformers.GenerationConfig.from_pretrained(folder)
+    return transformers.GenerationConfig.from_model_config(transformers.AutoConfig.from_pretrained(folder))
