@@ -55,8 +55,15 @@ legacy = [(layer.keys, layer.values) for layer in cache.layers]
 with fx2onnx.torch_export_patches(patch_transformers=True) as modificator:
     converted = modificator(dict(tiny.inputs, past_key_values=legacy))
     print(type(converted["past_key_values"]).__name__)
-    onx = fx2onnx.to_onnx(tiny.model, (), kwargs=copy.deepcopy(converted), dynamic_shapes=tiny.dynamic_shapes)
-print([(i.name, [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]) for i in onx.graph.input])
+    onx = fx2onnx.to_onnx(
+        tiny.model, (), kwargs=copy.deepcopy(converted), dynamic_shapes=tiny.dynamic_shapes
+    )
+print(
+    [
+        (i.name, [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim])
+        for i in onx.graph.input
+    ]
+)
 
 # %%
 # Many cache lengths
@@ -83,7 +90,8 @@ lengths, onnx_times, eager_times, max_diffs = [], [], [], []
 for past in [2, 4, 8, 12, 16, 20, 24, 28]:
     shape = (batch, 2, past, 8)
     pairs = [
-        (torch.randn(shape, generator=generator), torch.randn(shape, generator=generator)) for _ in range(2)
+        (torch.randn(shape, generator=generator), torch.randn(shape, generator=generator))
+        for _ in range(2)
     ]
     inputs = {
         "input_ids": torch.randint(3, 128, (batch, seq), generator=generator),

@@ -43,12 +43,22 @@ def sliding_inputs(past, seq=2, batch=2):
 
 with fx2onnx.torch_export_patches(patch_transformers=True):
     inputs = sliding_inputs(10)
-    print([(pytree.keystr(p), tuple(t.shape)) for p, t in pytree.tree_flatten_with_path(inputs["past_key_values"])[0]])
+    print(
+        [
+            (pytree.keystr(p), tuple(t.shape))
+            for p, t in pytree.tree_flatten_with_path(inputs["past_key_values"])[0]
+        ]
+    )
     shapes = {k: v for k, v in mistral.dynamic_shapes.items() if k in inputs}
     shapes["past_key_values"] = [{0: "batch", 2: "past_seq"}] * 2  # one spec per key and value
 
     onx = fx2onnx.to_onnx(mistral.model, (), kwargs=inputs, dynamic_shapes=shapes)
-print([(i.name, [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]) for i in onx.graph.input])
+print(
+    [
+        (i.name, [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim])
+        for i in onx.graph.input
+    ]
+)
 
 # %%
 # Shorter and longer than the window
@@ -85,8 +95,9 @@ fig.tight_layout()
 
 mistral.model.generation_config.eos_token_id = None  # no early stop
 prompt = torch.randint(3, 128, (1, 5), generator=generator)
-expected = mistral.model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=12,
-                                  pad_token_id=0)
+expected = mistral.model.generate(
+    prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=12, pad_token_id=0
+)
 got = fx2onnx.generate(onx, prompt, max_new_tokens=12)
 print("transformers:  ", expected[0, 5:].tolist())
 print("fx2onnx.generate:", got[0, 5:].tolist())

@@ -63,8 +63,12 @@ assert error is not None and "DynamicCache" in str(error), error
 
 begin = time.perf_counter()
 with fx2onnx.torch_export_patches(patch_transformers=True) as modificator:
-    onx = fx2onnx.to_onnx(tiny.model, (), kwargs=modificator(copy.deepcopy(tiny.inputs)),
-                          dynamic_shapes=tiny.dynamic_shapes)
+    onx = fx2onnx.to_onnx(
+        tiny.model,
+        (),
+        kwargs=modificator(copy.deepcopy(tiny.inputs)),
+        dynamic_shapes=tiny.dynamic_shapes,
+    )
     for report in modificator.reports:
         print(f"{report.kind:13s} {report.name:35s} {report.status}")
 print(f"export: {time.perf_counter() - begin:.1f}s")
@@ -108,8 +112,13 @@ prompt = torch.randint(3, tiny.config.vocab_size, (1, 6), generator=torch.Genera
 
 def greedy(model):  # transformers, 12 new tokens (the eos is disabled: no early stop)
     model.generation_config.eos_token_id = None
-    return model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=12,
-                          pad_token_id=0)
+    return model.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        do_sample=False,
+        max_new_tokens=12,
+        pad_token_id=0,
+    )
 
 
 expected, tokens = greedy(tiny.model), fx2onnx.generate(onx, prompt, max_new_tokens=12)
@@ -129,13 +138,19 @@ for name in ["mistral", "qwen2", "phi", "phi3", "gemma"]:
     other = get_tiny_model(name, with_cache=True)
     begin = time.perf_counter()
     with fx2onnx.torch_export_patches(patch_transformers=True) as modificator:
-        model_proto = fx2onnx.to_onnx(other.model, (), kwargs=modificator(copy.deepcopy(other.inputs)),
-                                      dynamic_shapes=other.dynamic_shapes)
+        model_proto = fx2onnx.to_onnx(
+            other.model,
+            (),
+            kwargs=modificator(copy.deepcopy(other.inputs)),
+            dynamic_shapes=other.dynamic_shapes,
+        )
     durations.append(time.perf_counter() - begin)
     with fx2onnx.torch_export_patches(patch_torch=False):
         rep = fx2onnx.validate(model_proto, other.model, (), copy.deepcopy(other.inputs2), atol=1e-4)
     assert rep.ok, (name, rep)
-    assert torch.equal(fx2onnx.generate(model_proto, prompt, max_new_tokens=12), greedy(other.model)), name
+    assert torch.equal(fx2onnx.generate(model_proto, prompt, max_new_tokens=12), greedy(other.model)), (
+        name
+    )
     names.append(name)
     diffs.append(rep.max_abs)
     print(f"{name:8s} export {durations[-1]:.1f}s  {rep}")

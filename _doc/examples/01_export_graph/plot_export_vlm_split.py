@@ -78,7 +78,9 @@ for name, dims in signature(vision_onnx) + signature(decoder_onnx):
 # sizes than the export's.
 
 for images in (1, 3):
-    report = fx2onnx.validate(vision_onnx, VisionEncoder(vlm.model), (vision_inputs(vlm, images, seed=images),))
+    report = fx2onnx.validate(
+        vision_onnx, VisionEncoder(vlm.model), (vision_inputs(vlm, images, seed=images),)
+    )
     print(f"vision encoder, {images} image(s): {report}")
     assert report.ok, report
 

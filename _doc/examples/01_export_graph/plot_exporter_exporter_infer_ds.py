@@ -119,8 +119,9 @@ print("second input set:", report)
 assert report.ok, report
 tiny.model.generation_config.eos_token_id = None  # and it generates transformers' greedy tokens
 prompt = torch.tensor([[7, 21, 99, 4]])
-expected = tiny.model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=10,
-                               pad_token_id=0)
+expected = tiny.model.generate(
+    prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=10, pad_token_id=0
+)
 assert torch.equal(fx2onnx.generate(onx, prompt, max_new_tokens=10), expected)
 
 # %%

@@ -130,8 +130,10 @@ for other in [torch.randint(0, 50, (3, 11)), torch.randint(0, 50, (1, 4))]:
 # Time spent per submodule
 # ------------------------
 
-ax = report.set_index("path")[["capture_s", "conversion_s", "validation_s"]].rename(index={"": "(model)"}).plot.barh(
-    stacked=True, figsize=(7, 4)
+ax = (
+    report.set_index("path")[["capture_s", "conversion_s", "validation_s"]]
+    .rename(index={"": "(model)"})
+    .plot.barh(stacked=True, figsize=(7, 4))
 )
 ax.set_xlabel("seconds")
 ax.set_title("export_report: time per submodule")

@@ -90,8 +90,14 @@ except ValueError as e:
     print(e)
     assert "expects 3 inputs ['x', 'layer_weight', 'layer_bias']" in str(e)
 session = onnxruntime.InferenceSession(onx.SerializeToString(), providers=["CPUExecutionProvider"])
-feeds = {"x": x.numpy(), "layer_weight": layer.weight.detach().numpy(), "layer_bias": layer.bias.detach().numpy()}
-torch.testing.assert_close(torch.from_numpy(session.run(None, feeds)[0]), ApplyLayer()(x, layer).detach())
+feeds = {
+    "x": x.numpy(),
+    "layer_weight": layer.weight.detach().numpy(),
+    "layer_bias": layer.bias.detach().numpy(),
+}
+torch.testing.assert_close(
+    torch.from_numpy(session.run(None, feeds)[0]), ApplyLayer()(x, layer).detach()
+)
 
 # %%
 # Fix 1: the module becomes a submodule
@@ -114,7 +120,10 @@ fixed = ApplyOwnLayer(layer)
 for strict in (True, False):
     onx = fx2onnx.to_onnx(fixed, (x,), dynamic_shapes=({0: "batch"},), strict=strict)
     report = fx2onnx.validate(onx, fixed, (torch.randn(5, 4),), atol=1e-5)
-    print(f"strict={strict}: inputs {[i.name for i in onx.graph.input]}, {len(onx.graph.initializer)} initializers, {report}")
+    print(
+        f"strict={strict}: inputs {[i.name for i in onx.graph.input]}, {len(onx.graph.initializer)} "
+        f"initializers, {report}"
+    )
     assert report.ok and [i.name for i in onx.graph.input] == ["x"] and len(onx.graph.initializer) == 2
 picture = GraphPicture(onx, title="ApplyOwnLayer: the layer's weights are initializers")
 assert "Gemm" in picture.svg or "MatMul" in picture.svg
@@ -133,7 +142,9 @@ class ApplyWeights(torch.nn.Module):
 
 
 weights = (layer.weight.detach(), layer.bias.detach())
-onx = fx2onnx.to_onnx(ApplyWeights(), (x, *weights), dynamic_shapes=({0: "batch"}, None, None), strict=True)
+onx = fx2onnx.to_onnx(
+    ApplyWeights(), (x, *weights), dynamic_shapes=({0: "batch"}, None, None), strict=True
+)
 report = fx2onnx.validate(onx, ApplyWeights(), (torch.randn(7, 4), *weights), atol=1e-5)
 print("tensors as inputs:", [i.name for i in onx.graph.input], report)
 assert report.ok, report

@@ -80,7 +80,9 @@ report = fx2onnx.export_report(
 pandas.set_option("display.width", 200)
 pandas.set_option("display.max_columns", 20)
 # the model itself is the row "<model>"; "-": nothing measured
-shown = report.replace({"path": {"": "<model>"}})[["path", "class", "status", "capture", "conversion", "validation", "max_abs"]]
+shown = report.replace({"path": {"": "<model>"}})[
+    ["path", "class", "status", "capture", "conversion", "validation", "max_abs"]
+]
 print(shown.to_string(index=False, na_rep="-"))
 
 # %%
@@ -93,7 +95,11 @@ print("culprit:", culprits, "\nerror:", error)
 assert culprits == ["model.layers.1.mlp.activation_fn"]
 assert "phi35demo" in error and "fast_silu" in error
 assert set(report.loc[report["status"] != "OK", "path"]) == {
-    "", "model", "model.layers.1", "model.layers.1.mlp", "model.layers.1.mlp.activation_fn"
+    "",
+    "model",
+    "model.layers.1",
+    "model.layers.1.mlp",
+    "model.layers.1.mlp.activation_fn",
 }
 assert (report.loc[report["status"] != "OK", "status"] == "FAIL conversion").all()
 ok = report[report["status"] == "OK"]
@@ -106,7 +112,9 @@ print(f"{len(ok)}/{len(report)} submodules export and match eager")
 
 depth = report["path"].map(lambda p: 0 if p == "" else p.count(".") + 1)
 counts = pandas.crosstab(depth, report["status"])
-ax = counts.plot.barh(stacked=True, figsize=(7, 3.5), color={"OK": "#55a868", "FAIL conversion": "#c44e52"})
+ax = counts.plot.barh(
+    stacked=True, figsize=(7, 3.5), color={"OK": "#55a868", "FAIL conversion": "#c44e52"}
+)
 ax.set_xlabel("submodules")
 ax.set_ylabel("depth (0: the whole model)")
 ax.set_title("export_report of a tiny Phi-3.5 with one unknown operator")
@@ -128,7 +136,9 @@ def convert_fast_silu(ctx, node, x):
 
 dispatcher = fx2onnx.Dispatcher({"phi35demo::fast_silu": convert_fast_silu})
 with fx2onnx.torch_export_patches(patch_transformers=True):
-    onx = fx2onnx.to_onnx(model, (), tiny.inputs, dynamic_shapes=tiny.dynamic_shapes, dispatcher=dispatcher)
+    onx = fx2onnx.to_onnx(
+        model, (), tiny.inputs, dynamic_shapes=tiny.dynamic_shapes, dispatcher=dispatcher
+    )
 for name, inputs in [("first", tiny.inputs), ("second", tiny.inputs2)]:
     check = fx2onnx.validate(onx, model, (), inputs)
     print(f"{name} input set: {check}")
@@ -140,6 +150,7 @@ for name, inputs in [("first", tiny.inputs), ("second", tiny.inputs2)]:
 
 model.generation_config.eos_token_id = None  # 10 new tokens, no early stop
 prompt = torch.tensor([[11, 42, 7, 64]])
-expected = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=10,
-                          pad_token_id=0)
+expected = model.generate(
+    prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=10, pad_token_id=0
+)
 assert torch.equal(fx2onnx.generate(onx, prompt, max_new_tokens=10), expected), expected

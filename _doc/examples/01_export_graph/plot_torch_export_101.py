@@ -108,7 +108,9 @@ print(ep.graph_module.code)
 assert [n.name for n in ep.graph.nodes if n.op == "placeholder"] == ["x", "bias", "scale"]
 assert len(ep.graph.find_nodes(op="placeholder", target="scale")[0].users) == 0
 assert ep.graph.find_nodes(op="call_function", target=torch.ops.aten.mul.Tensor)[0].args[1] == 2.0
-torch.testing.assert_close(ep.module()(x, bias=torch.ones(4), scale=2.0), Scaled()(x, torch.ones(4), 2.0))
+torch.testing.assert_close(
+    ep.module()(x, bias=torch.ones(4), scale=2.0), Scaled()(x, torch.ones(4), 2.0)
+)
 
 # %%
 # A list of tensors

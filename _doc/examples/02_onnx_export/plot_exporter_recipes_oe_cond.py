@@ -29,7 +29,9 @@ class PythonIf(torch.nn.Module):
 
 x = torch.randn(3, 4)
 try:
-    torch.onnx.export(PythonIf().eval(), (x,), dynamic_shapes=({0: "batch"},), dynamo=True, verbose=False)
+    torch.onnx.export(
+        PythonIf().eval(), (x,), dynamic_shapes=({0: "batch"},), dynamo=True, verbose=False
+    )
     raise AssertionError("a Python test on the data should not be exportable")
 except torch.onnx.OnnxExporterError as e:
     cause = e.__cause__
@@ -67,7 +69,9 @@ class ConditionalLayer(torch.nn.Module):
 
 torch.manual_seed(0)
 model = ConditionalLayer().eval()
-onnx_program = torch.onnx.export(model, (x.abs(),), dynamic_shapes=({0: "batch"},), dynamo=True, verbose=False)
+onnx_program = torch.onnx.export(
+    model, (x.abs(),), dynamic_shapes=({0: "batch"},), dynamo=True, verbose=False
+)
 onx = onnx_program.model_proto
 onnx.checker.check_model(onx)
 print("main graph:", [n.op_type for n in onx.graph.node])
@@ -113,7 +117,11 @@ class ShapeCondition(torch.nn.Module):
 
 
 onx_shape = torch.onnx.export(
-    ShapeCondition().eval(), (torch.randn(3, 4),), dynamic_shapes=({0: "n"},), dynamo=True, verbose=False
+    ShapeCondition().eval(),
+    (torch.randn(3, 4),),
+    dynamic_shapes=({0: "n"},),
+    dynamo=True,
+    verbose=False,
 ).model_proto
 print("main graph:", [n.op_type for n in onx_shape.graph.node])
 assert "If" in [n.op_type for n in onx_shape.graph.node]

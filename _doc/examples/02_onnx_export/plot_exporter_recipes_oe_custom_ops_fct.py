@@ -54,7 +54,12 @@ x2 = torch.randn(9, 4) * 4  # another batch size to check the dynamic dimension
 
 def export(table):
     return torch.onnx.export(
-        model, (x,), dynamic_shapes=({0: "batch"},), dynamo=True, custom_translation_table=table, verbose=False
+        model,
+        (x,),
+        dynamic_shapes=({0: "batch"},),
+        dynamo=True,
+        custom_translation_table=table,
+        verbose=False,
     ).model_proto
 
 
@@ -111,7 +116,9 @@ try:
     export({torch.ops.recipes_oe.soft_clip.default: soft_clip_no_annotation})
     raise AssertionError("the export should fail without the output annotation")
 except onnx_ir.passes.PassError as e:
-    print(f"{type(e).__name__}: {re.sub(r' at 0x[0-9a-f]+', '', str(e).splitlines()[0])}")  # no memory address
+    print(
+        f"{type(e).__name__}: {re.sub(r' at 0x[0-9a-f]+', '', str(e).splitlines()[0])}"
+    )  # no memory address
     print(f"caused by {type(e.__cause__).__name__}: {e.__cause__}")
     assert "InlinePass" in str(e)
     assert "The number of values and replacements must match" in str(e.__cause__)

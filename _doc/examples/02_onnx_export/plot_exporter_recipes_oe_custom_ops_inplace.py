@@ -76,7 +76,12 @@ def accumulate_onnx(total: FLOAT, x: FLOAT) -> tuple[FLOAT, FLOAT]:
 for table in (None, {torch.ops.recipes_oe.accumulate_.default: accumulate_onnx}):
     try:
         torch.onnx.export(
-            model, (x, total), dynamic_shapes=dynamic_shapes, dynamo=True, custom_translation_table=table, verbose=False
+            model,
+            (x, total),
+            dynamic_shapes=dynamic_shapes,
+            dynamo=True,
+            custom_translation_table=table,
+            verbose=False,
         )
         raise AssertionError("torch.onnx.export converted auto_functionalized_v2: update this example")
     except torch.onnx.OnnxExporterError as e:

@@ -64,7 +64,9 @@ x = torch.randn(2, 5, 8)
 # reads them from ``x.shape``: they stay symbolic in the ONNX graph.
 
 dynamic_shapes = ({0: "batch", 1: "seq"},)
-onx = torch.onnx.export(model, (x,), dynamic_shapes=dynamic_shapes, dynamo=True, verbose=False).model_proto
+onx = torch.onnx.export(
+    model, (x,), dynamic_shapes=dynamic_shapes, dynamo=True, verbose=False
+).model_proto
 
 
 def dims(value):
@@ -90,7 +92,12 @@ for shape in [(2, 5), (3, 11), (1, 1)]:
 print(len(onx.graph.node), "nodes:", [n.op_type for n in onx.graph.node])
 assert len(onx.functions) == 0
 onx_functions = torch.onnx.export(
-    model, (x,), dynamic_shapes=dynamic_shapes, dynamo=True, export_modules_as_functions={Block}, verbose=False
+    model,
+    (x,),
+    dynamic_shapes=dynamic_shapes,
+    dynamo=True,
+    export_modules_as_functions={Block},
+    verbose=False,
 ).model_proto
 assert len(onx_functions.functions) == 0
 assert [n.op_type for n in onx_functions.graph.node] == [n.op_type for n in onx.graph.node]

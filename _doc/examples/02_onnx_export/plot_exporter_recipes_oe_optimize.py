@@ -100,8 +100,12 @@ print(f"removed: {dict((counts_before - counts_after).most_common(8))}")
 
 y = range(len(op_types))
 fig, ax = plt.subplots(figsize=(7, 0.25 * len(op_types) + 1))
-ax.barh([i - 0.2 for i in y], [counts_before[op] for op in op_types], height=0.4, label="optimize=False")
-ax.barh([i + 0.2 for i in y], [counts_after[op] for op in op_types], height=0.4, label="after optimize()")
+ax.barh(
+    [i - 0.2 for i in y], [counts_before[op] for op in op_types], height=0.4, label="optimize=False"
+)
+ax.barh(
+    [i + 0.2 for i in y], [counts_after[op] for op in op_types], height=0.4, label="after optimize()"
+)
 ax.set_yticks(list(y))
 ax.set_yticklabels(op_types)
 ax.invert_yaxis()

@@ -28,7 +28,13 @@ from fx2onnx.zoo import get_tiny_model, list_tiny_models
 
 print(list_tiny_models())
 tiny = get_tiny_model("phi", with_cache=True, num_hidden_layers=2)
-print(type(tiny.model).__name__, "hidden size:", tiny.config.hidden_size, "layers:", tiny.config.num_hidden_layers)
+print(
+    type(tiny.model).__name__,
+    "hidden size:",
+    tiny.config.hidden_size,
+    "layers:",
+    tiny.config.num_hidden_layers,
+)
 print(tiny)
 print("dynamic shapes:", tiny.dynamic_shapes)
 

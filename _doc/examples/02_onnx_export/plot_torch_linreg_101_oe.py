@@ -30,7 +30,10 @@ for epoch in range(30):
     loss = torch.nn.functional.mse_loss(model(X), y)
     loss.backward()
     optimizer.step()
-print(f"loss={loss.item():.4f} weight={model.weight.detach().numpy().round(2)} bias={model.bias.item():.2f}")
+print(
+    f"loss={loss.item():.4f} weight={model.weight.detach().numpy().round(2)} "
+    f"bias={model.bias.item():.2f}"
+)
 assert loss.item() < 0.1, loss
 
 # %%
@@ -42,7 +45,9 @@ assert loss.item() < 0.1, loss
 # the ONNX model keeps the name. ``torch.export.Dim("batch")`` works too.
 
 model.eval()
-onnx_program = torch.onnx.export(model, (X[:4],), dynamic_shapes=({0: "batch"},), dynamo=True, verbose=False)
+onnx_program = torch.onnx.export(
+    model, (X[:4],), dynamic_shapes=({0: "batch"},), dynamo=True, verbose=False
+)
 onx = onnx_program.model_proto
 
 
@@ -92,7 +97,9 @@ for batch in (1, 7, 100):
 
 static = torch.onnx.export(model, (X[:4],), dynamo=True, verbose=False).model_proto
 assert dims(static.graph.input[0]) == [4, 3]
-static_session = onnxruntime.InferenceSession(static.SerializeToString(), providers=["CPUExecutionProvider"])
+static_session = onnxruntime.InferenceSession(
+    static.SerializeToString(), providers=["CPUExecutionProvider"]
+)
 try:
     static_session.run(None, {static_session.get_inputs()[0].name: np.zeros((7, 3), dtype=np.float32)})
     raise AssertionError("a static model should refuse a batch of 7 rows")

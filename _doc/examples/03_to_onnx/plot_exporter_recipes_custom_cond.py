@@ -118,7 +118,9 @@ class Nested(torch.nn.Module):
 
 
 onx_nested = fx2onnx.to_onnx(Nested(), (torch.rand(4, 2),), dynamic_shapes=({0: "n"},))
-assert all(validate(onx_nested, Nested(), (torch.rand(6, 2) * s,), atol=1e-5).ok for s in (3.0, 0.1, -1.0))
+assert all(
+    validate(onx_nested, Nested(), (torch.rand(6, 2) * s,), atol=1e-5).ok for s in (3.0, 0.1, -1.0)
+)
 print("nested conditions: ok for the three paths")
 
 # %%
@@ -132,7 +134,9 @@ for name, m, args_list, ds in [
     ("ConditionalLayer", model, [(x, y), (-x, y)], dynamic_shapes),
     ("Nested", Nested().eval(), [(torch.rand(4, 2) * s,) for s in (3.0, 0.1, -1.0)], ({0: "n"},)),
 ]:
-    official = torch.onnx.export(m, args_list[0], dynamic_shapes=ds, dynamo=True, verbose=False).model_proto
+    official = torch.onnx.export(
+        m, args_list[0], dynamic_shapes=ds, dynamo=True, verbose=False
+    ).model_proto
     onnx.checker.check_model(official)
     assert "If" in [n.op_type for n in official.graph.node]
     for args in args_list:

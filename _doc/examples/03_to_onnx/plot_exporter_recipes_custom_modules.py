@@ -96,7 +96,11 @@ tiny = get_tiny_model("llama", num_hidden_layers=2)
 tiny.model.config.use_cache = False
 layer_class = type(tiny.model.model.layers[0])
 onx_llama = fx2onnx.to_onnx(
-    tiny.model, (), tiny.inputs, dynamic_shapes=tiny.dynamic_shapes, export_modules_as_functions={layer_class}
+    tiny.model,
+    (),
+    tiny.inputs,
+    dynamic_shapes=tiny.dynamic_shapes,
+    export_modules_as_functions={layer_class},
 )
 calls = [n.op_type for n in onx_llama.graph.node if n.domain == "fx2onnx.modules"]
 print(f"main graph: {len(onx_llama.graph.node)} nodes (mask, embeddings, head), function calls {calls}")
@@ -113,9 +117,17 @@ assert report.ok, report
 # see :ref:`l-plot-exporter-recipes-onnx-exporter-modules`.
 
 official = torch.onnx.export(
-    model, (x,), dynamic_shapes=dynamic_shapes, dynamo=True, export_modules_as_functions={Block}, verbose=False
+    model,
+    (x,),
+    dynamic_shapes=dynamic_shapes,
+    dynamo=True,
+    export_modules_as_functions={Block},
+    verbose=False,
 ).model_proto
-print(f"torch.onnx.export: {len(official.graph.node)} nodes, functions {[f.name for f in official.functions]}")
+print(
+    f"torch.onnx.export: {len(official.graph.node)} nodes, functions "
+    f"{[f.name for f in official.functions]}"
+)
 assert len(official.functions) == 0
 report = validate(official, model, (torch.randn(9, 8),), atol=1e-5)
 print(report)

@@ -97,11 +97,15 @@ def soft_clip_script(x: FLOAT, limit: float) -> FLOAT:
 
 dispatcher2 = fx2onnx.Dispatcher({torch.ops.recipes.soft_clip.default: soft_clip_script})
 for optimize in (False, True):
-    onx2 = fx2onnx.to_onnx(model, (x,), dynamic_shapes=({0: "batch"},), dispatcher=dispatcher2, optimize=optimize)
+    onx2 = fx2onnx.to_onnx(
+        model, (x,), dynamic_shapes=({0: "batch"},), dispatcher=dispatcher2, optimize=optimize
+    )
     onnx.checker.check_model(onx2)
     report = validate(onx2, model, (torch.randn(7, 4) * 4,), atol=1e-5)
-    print(f"onnxscript, optimize={optimize}: {[n.op_type for n in onx2.graph.node]}, functions "
-          f"{[f.name for f in onx2.functions]}: {report}")
+    print(
+        f"onnxscript, optimize={optimize}: {[n.op_type for n in onx2.graph.node]}, functions "
+        f"{[f.name for f in onx2.functions]}: {report}"
+    )
     assert report.ok, report
 
 # %%
@@ -115,7 +119,12 @@ for optimize in (False, True):
 
 def official_export(table):
     return torch.onnx.export(
-        model, (x,), dynamic_shapes=({0: "batch"},), dynamo=True, custom_translation_table=table, verbose=False
+        model,
+        (x,),
+        dynamic_shapes=({0: "batch"},),
+        dynamo=True,
+        custom_translation_table=table,
+        verbose=False,
     ).model_proto
 
 
@@ -140,7 +149,9 @@ inner = Model()
 with torch.no_grad():
     inner.linear.weight.copy_(torch.eye(4))
     inner.linear.bias.zero_()
-onx_plot = fx2onnx.to_onnx(inner, (xs.reshape(-1, 4),), dynamic_shapes=({0: "batch"},), dispatcher=dispatcher)
+onx_plot = fx2onnx.to_onnx(
+    inner, (xs.reshape(-1, 4),), dynamic_shapes=({0: "batch"},), dispatcher=dispatcher
+)
 got = run_onnx(onx_plot, (xs.reshape(-1, 4),))[0].reshape(-1) - 1
 fig, ax = plt.subplots(figsize=(5, 3))
 ax.plot(xs, soft_clip(xs, 2.0), label="eager custom op")

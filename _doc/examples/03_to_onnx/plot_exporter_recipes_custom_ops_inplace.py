@@ -87,7 +87,9 @@ def convert_accumulate(ctx, node, total, x):
     return mean, new_total
 
 
-dispatcher = fx2onnx.Dispatcher({"recipes::leaky_": leaky_script, "recipes::accumulate_": convert_accumulate})
+dispatcher = fx2onnx.Dispatcher(
+    {"recipes::leaky_": leaky_script, "recipes::accumulate_": convert_accumulate}
+)
 onx = fx2onnx.to_onnx(model, (x, total), dynamic_shapes=({0: "rows"}, None), dispatcher=dispatcher)
 print([n.op_type for n in onx.graph.node])
 for rows in (6, 2, 40):
@@ -109,7 +111,10 @@ try:
     raise AssertionError("a converter forgetting the mutated value should be refused")
 except fx2onnx.ConversionError as e:
     print(str(e).splitlines()[0])
-    assert "must return the 1 output(s) of the op followed by the new value of each mutated argument" in str(e)
+    assert (
+        "must return the 1 output(s) of the op followed by the new value of each mutated argument"
+        in str(e)
+    )
 
 # %%
 # The official exporter
@@ -127,7 +132,10 @@ def accumulate_official(total, x):  # the official exporter's style: onnxscript 
     return op.ReduceMean(x, axes, keepdims=0), total + op.ReduceSum(x, axes, keepdims=0)
 
 
-table = {torch.ops.recipes.leaky_.default: leaky_script, torch.ops.recipes.accumulate_.default: accumulate_official}
+table = {
+    torch.ops.recipes.leaky_.default: leaky_script,
+    torch.ops.recipes.accumulate_.default: accumulate_official,
+}
 try:
     torch.onnx.export(model, (x, total), dynamo=True, custom_translation_table=table, verbose=False)
     raise AssertionError("torch.onnx.export converted auto_functionalized_v2: update this example")

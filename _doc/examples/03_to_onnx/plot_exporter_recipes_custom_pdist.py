@@ -51,7 +51,10 @@ onx = fx2onnx.to_onnx(model, (x, y), dynamic_shapes=dynamic_shapes)
 print("main graph:", [n.op_type for n in onx.graph.node])
 body = next(n for n in onx.graph.node if n.op_type == "Scan").attribute[0].g
 print("Scan body:", [n.op_type for n in body.node])
-print("output shape:", [d.dim_param or d.dim_value for d in onx.graph.output[0].type.tensor_type.shape.dim])
+print(
+    "output shape:",
+    [d.dim_param or d.dim_value for d in onx.graph.output[0].type.tensor_type.shape.dim],
+)
 
 for n, m in [(5, 4), (30, 7), (1, 100)]:
     report = validate(onx, model, (torch.randn(n, 3), torch.randn(m, 3)), atol=1e-5)
@@ -62,7 +65,9 @@ for n, m in [(5, 4), (30, 7), (1, 100)]:
 # The official exporter
 # ---------------------
 
-official = torch.onnx.export(model, (x, y), dynamic_shapes=dynamic_shapes, dynamo=True, verbose=False).model_proto
+official = torch.onnx.export(
+    model, (x, y), dynamic_shapes=dynamic_shapes, dynamo=True, verbose=False
+).model_proto
 onnx.checker.check_model(official)
 report = validate(official, model, (torch.randn(30, 3), torch.randn(7, 3)), atol=1e-5)
 print(f"torch.onnx.export: {[n.op_type for n in official.graph.node]}: {report}")

@@ -28,7 +28,9 @@ from fx2onnx.zoo import get_tiny_model
 
 tiny = get_tiny_model("phi", with_cache=True, num_hidden_layers=2)
 config = tiny.config
-print(type(tiny.model).__name__, "layers:", config.num_hidden_layers, "hidden size:", config.hidden_size)
+print(
+    type(tiny.model).__name__, "layers:", config.num_hidden_layers, "hidden size:", config.hidden_size
+)
 print("rope:", config.rope_parameters, "head_dim:", config.hidden_size // config.num_attention_heads)
 print(tiny)
 
@@ -84,7 +86,10 @@ print("inputs2:", tiny.inputs2["input_ids"].shape, tiny.inputs2["past_key_values
 report = fx2onnx.validate(onx, tiny.model, (), copy.deepcopy(tiny.inputs2), atol=1e-4)
 print(report)
 for detail in report.details:
-    print(f"  {output_names[detail['index']]:15s} shape={detail['shape']} max abs diff={detail['abs']:.2g}")
+    print(
+        f"  {output_names[detail['index']]:15s} shape={detail['shape']} max abs "
+        f"diff={detail['abs']:.2g}"
+    )
 assert report.ok, report
 
 # %%
@@ -94,8 +99,9 @@ assert report.ok, report
 
 tiny.model.generation_config.eos_token_id = None  # 16 new tokens, no early stop
 prompt = torch.randint(3, config.vocab_size, (1, 5), generator=torch.Generator().manual_seed(0))
-expected = tiny.model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=16,
-                               pad_token_id=0)
+expected = tiny.model.generate(
+    prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=16, pad_token_id=0
+)
 tokens = fx2onnx.generate(onx, prompt, max_new_tokens=16)
 print("generated:", tokens[0, 5:].tolist())
 assert torch.equal(tokens, expected)
@@ -126,7 +132,9 @@ assert counts["LayerNormalization"] == n_layers + 1  # one per layer and the fin
 op_types = sorted(set(counts_raw) | set(counts), key=lambda op: -counts_raw.get(op, 0))
 y = range(len(op_types))
 fig, ax = plt.subplots(figsize=(7, 0.25 * len(op_types) + 1))
-ax.barh([i + 0.2 for i in y], [counts_raw.get(op, 0) for op in op_types], height=0.4, label="optimize=False")
+ax.barh(
+    [i + 0.2 for i in y], [counts_raw.get(op, 0) for op in op_types], height=0.4, label="optimize=False"
+)
 ax.barh([i - 0.2 for i in y], [counts.get(op, 0) for op in op_types], height=0.4, label="optimize=True")
 ax.set_yticks(list(y))
 ax.set_yticklabels(op_types)

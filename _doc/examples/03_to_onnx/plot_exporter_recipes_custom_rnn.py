@@ -35,7 +35,9 @@ class Tagger(torch.nn.Module):
 
     def __init__(self, proj_size: int = 0):
         super().__init__()
-        self.lstm = torch.nn.LSTM(8, 16, num_layers=2, batch_first=True, bidirectional=True, proj_size=proj_size)
+        self.lstm = torch.nn.LSTM(
+            8, 16, num_layers=2, batch_first=True, bidirectional=True, proj_size=proj_size
+        )
         self.gru = torch.nn.GRU(2 * (proj_size or 16), 12, batch_first=True)
         self.head = torch.nn.Linear(12, 3)
 
@@ -55,7 +57,9 @@ dynamic_shapes = ({0: "batch", 1: "seq"},)
 # -----------------------------------------------
 
 try:
-    torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")},))
+    torch.export.export(
+        model, (x,), dynamic_shapes=({0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")},)
+    )
 except Exception as e:  # the loop over time made the length a constant
     print(type(e).__name__, ":", str(e).strip().splitlines()[1].strip())
 
@@ -127,7 +131,9 @@ fig.tight_layout()
 
 class PackedTagger(Tagger):
     def forward(self, x, lengths):
-        packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        packed = torch.nn.utils.rnn.pack_padded_sequence(
+            x, lengths, batch_first=True, enforce_sorted=False
+        )
         y, (h, _) = self.lstm(packed)
         z, _ = self.gru(y)
         z, _ = torch.nn.utils.rnn.pad_packed_sequence(z, batch_first=True)
@@ -140,9 +146,14 @@ try:
 except Exception as e:
     print(type(e).__name__, ":", str(e).strip().splitlines()[0][:90])
 
-packed_onx = fx2onnx.to_onnx(packed_model, example, dynamic_shapes=({0: "batch", 1: "seq"}, {0: "batch"}))
+packed_onx = fx2onnx.to_onnx(
+    packed_model, example, dynamic_shapes=({0: "batch", 1: "seq"}, {0: "batch"})
+)
 for lens in ([4, 9, 2], [1, 1, 1], [12, 5, 8]):
     inputs = (torch.randn(3, 12, 8), torch.tensor(lens))
     report = validate(packed_onx, packed_model, inputs, atol=1e-5)
     assert report.ok, report
-    print(f"lengths {lens}: output {tuple(packed_model(*inputs)[0].shape)}, max difference {report.max_abs:.1e}")
+    print(
+        f"lengths {lens}: output {tuple(packed_model(*inputs)[0].shape)}, max difference "
+        f"{report.max_abs:.1e}"
+    )

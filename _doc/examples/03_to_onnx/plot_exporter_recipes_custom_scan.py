@@ -28,7 +28,6 @@ from fx2onnx.inspect.dot import GraphPicture
 from fx2onnx.validation import run_onnx, validate
 
 
-
 class MovingAverage(torch.nn.Module):
     """Exponential moving average and running maximum of a sequence, read backwards or not."""
 
@@ -61,7 +60,13 @@ onx = fx2onnx.to_onnx(model, (init, xs), dynamic_shapes=dynamic_shapes)
 print("main graph:", [n.op_type for n in onx.graph.node])
 scan_node = next(n for n in onx.graph.node if n.op_type == "Scan")
 print("Scan body:", [n.op_type for n in scan_node.attribute[0].g.node])
-print("outputs:", [(o.name, [d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim]) for o in onx.graph.output])
+print(
+    "outputs:",
+    [
+        (o.name, [d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim])
+        for o in onx.graph.output
+    ],
+)
 
 # %%
 # The ONNX graph as a picture (:func:`fx2onnx.to_dot`): the body of ``Scan`` is a
@@ -95,7 +100,9 @@ assert report.ok, report
 # ---------------------
 
 for name, m in [("forward", model), ("reverse", reverse_model)]:
-    official = torch.onnx.export(m, (init, xs), dynamic_shapes=dynamic_shapes, dynamo=True, verbose=False).model_proto
+    official = torch.onnx.export(
+        m, (init, xs), dynamic_shapes=dynamic_shapes, dynamo=True, verbose=False
+    ).model_proto
     onnx.checker.check_model(official)
     report = validate(official, m, (init, torch.randn(9, 3)), atol=1e-5)
     print(f"torch.onnx.export({name}): {[n.op_type for n in official.graph.node]}: {report}")
@@ -123,7 +130,9 @@ report = validate(onx_map, RowNorm().eval(), (torch.randn(11, 3), map_args[1]), 
 print("map:", report)
 assert report.ok, report
 try:
-    torch.onnx.export(RowNorm().eval(), map_args, dynamic_shapes=({0: "rows"}, None), dynamo=True, verbose=False)
+    torch.onnx.export(
+        RowNorm().eval(), map_args, dynamic_shapes=({0: "rows"}, None), dynamo=True, verbose=False
+    )
     raise AssertionError("torch.onnx.export converted map: update this example")
 except torch.onnx.OnnxExporterError as e:
     cause = e  # the root cause says more than the first line

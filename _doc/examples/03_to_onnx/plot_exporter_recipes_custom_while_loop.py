@@ -69,7 +69,9 @@ for values, t in [([2.0, 9.0, 100.0], 1e-4), ([1e6, 0.5], 1e-2), ([4.0], 1e-6), 
 # The official exporter
 # ---------------------
 
-official = torch.onnx.export(model, (a, tol), dynamic_shapes=({0: "n"}, None), dynamo=True, verbose=False).model_proto
+official = torch.onnx.export(
+    model, (a, tol), dynamic_shapes=({0: "n"}, None), dynamo=True, verbose=False
+).model_proto
 onnx.checker.check_model(official)
 report = validate(official, model, (torch.tensor([1e6, 0.5]), torch.tensor(1e-2)), atol=1e-4)
 print(f"torch.onnx.export: {[n.op_type for n in official.graph.node]}: {report}")

@@ -116,7 +116,9 @@ assert report.ok, report
 # The official exporter, ``torch.onnx.export(..., dynamo=True)``, takes the same
 # arguments (:ref:`l-plot-torch-linreg-101-oe` follows it step by step) and gives the
 # same predictions.
-official = torch.onnx.export(model, (X[:8],), dynamic_shapes=({0: "batch"},), dynamo=True, verbose=False)
+official = torch.onnx.export(
+    model, (X[:8],), dynamic_shapes=({0: "batch"},), dynamo=True, verbose=False
+)
 report2 = fx2onnx.validate(official.model_proto, model, (x_new,), atol=1e-5)
 print("torch.onnx.export:", report2)
 assert report2.ok, report2

@@ -39,7 +39,9 @@ transformers.utils.logging.disable_progress_bar()  # save_pretrained's and from_
 work = tempfile.TemporaryDirectory()
 image = os.path.join(work.name, "cat.png")
 y, x = np.mgrid[0:48, 0:64]
-PIL.Image.fromarray(np.stack([(x * 4) % 256, (y * 5) % 256, (x * y) % 256], axis=-1).astype(np.uint8)).save(image)
+PIL.Image.fromarray(
+    np.stack([(x * 4) % 256, (y * 5) % 256, (x * y) % 256], axis=-1).astype(np.uint8)
+).save(image)
 
 
 def run(*argv: str) -> str:
@@ -58,7 +60,11 @@ def run(*argv: str) -> str:
 # folder was split.
 
 folders = {}
-for name, write in [("blip", write_blip_folder), ("git", write_git_folder), ("florence2", write_florence2_folder)]:
+for name, write in [
+    ("blip", write_blip_folder),
+    ("git", write_git_folder),
+    ("florence2", write_florence2_folder),
+]:
     checkpoint, out = os.path.join(work.name, name), os.path.join(work.name, f"{name}_onnx")
     write(checkpoint)
     run("export", checkpoint, "--out", out, "--quiet")
@@ -78,19 +84,29 @@ for name, prompt in [("blip", "a picture of"), ("git", None), ("florence2", "<MO
     checkpoint, out = folders[name]
     args = [out, *([prompt] if prompt else []), "--image", image, "--max-new-tokens", "8"]
     ours = [int(t) for t in run("generate", *args, "--print-ids").strip().split(",")]
-    model = transformers.AutoModelForImageTextToText.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    model = transformers.AutoModelForImageTextToText.from_pretrained(
+        checkpoint, dtype=torch.float32
+    ).eval()
     processor = transformers.AutoProcessor.from_pretrained(checkpoint)
-    text = processor.tokenizer.decode(ours, skip_special_tokens=True)  # the tokens as text, for the figure
+    text = processor.tokenizer.decode(
+        ours, skip_special_tokens=True
+    )  # the tokens as text, for the figure
     if name == "git":  # GIT's documentation: [CLS] then the prompt
-        inputs = {"pixel_values": processor(images=picture, return_tensors="pt").pixel_values,
-                  "input_ids": torch.tensor([[processor.tokenizer.cls_token_id]])}
+        inputs = {
+            "pixel_values": processor(images=picture, return_tensors="pt").pixel_values,
+            "input_ids": torch.tensor([[processor.tokenizer.cls_token_id]]),
+        }
     else:
         inputs = processor(images=picture, text=prompt, return_tensors="pt")
     with torch.no_grad():
         tokens = model.generate(**inputs, max_new_tokens=8, do_sample=False)[0].tolist()
     start = {"blip": inputs["input_ids"].shape[1] - 1, "git": 1, "florence2": 1}[name]
     expected = tokens[start:]
-    end = model.generation_config.eos_token_id if name != "blip" else model.config.text_config.sep_token_id
+    end = (
+        model.generation_config.eos_token_id
+        if name != "blip"
+        else model.config.text_config.sep_token_id
+    )
     expected = expected[: expected.index(end) + 1] if end in expected else expected
     print(f"{name}: ours {ours}\n{' ' * len(name)}  transformers {expected}")
     assert ours == expected

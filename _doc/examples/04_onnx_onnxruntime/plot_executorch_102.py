@@ -76,7 +76,10 @@ pte = os.path.join(folder, "cnn.pte")
 with open(pte, "wb") as f:
     f.write(program.buffer)
 n_weights = sum(p.numel() for p in model.parameters())
-print(f"{os.path.basename(pte)}: {os.path.getsize(pte)} bytes for {n_weights} float weights ({n_weights * 4} bytes)")
+print(
+    f"{os.path.basename(pte)}: {os.path.getsize(pte)} bytes for {n_weights} float weights "
+    f"({n_weights * 4} bytes)"
+)
 assert os.path.getsize(pte) > n_weights * 4
 
 # %%
@@ -131,7 +134,10 @@ def median_ms(fn, repeat=20):
 threads = torch.get_num_threads()
 torch.set_num_threads(1)
 with torch.no_grad():
-    latency = {"eager": median_ms(lambda: model(x)), "ExecuTorch (portable)": median_ms(lambda: method.execute([x]))}
+    latency = {
+        "eager": median_ms(lambda: model(x)),
+        "ExecuTorch (portable)": median_ms(lambda: method.execute([x])),
+    }
 torch.set_num_threads(threads)
 for name, value in latency.items():
     print(f"{name:>22}: {value:.3f} ms")

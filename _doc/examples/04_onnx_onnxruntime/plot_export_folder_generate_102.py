@@ -34,9 +34,18 @@ import transformers
 from fx2onnx.testing.tokenizer import write_checkpoint_folder
 
 config = transformers.Qwen3Config(
-    hidden_size=1024, intermediate_size=3072, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
-    num_hidden_layers=2, vocab_size=384, tie_word_embeddings=True, rope_theta=1_000_000.0,
-    max_position_embeddings=40960, rms_norm_eps=1e-6, architectures=["Qwen3ForCausalLM"],
+    hidden_size=1024,
+    intermediate_size=3072,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    num_hidden_layers=2,
+    vocab_size=384,
+    tie_word_embeddings=True,
+    rope_theta=1_000_000.0,
+    max_position_embeddings=40960,
+    rms_norm_eps=1e-6,
+    architectures=["Qwen3ForCausalLM"],
 )
 work = tempfile.TemporaryDirectory()
 checkpoint, out = os.path.join(work.name, "qwen3"), os.path.join(work.name, "qwen3_onnx")
@@ -48,7 +57,11 @@ def run(*argv: str) -> subprocess.CompletedProcess:
     """Runs ``python -m fx2onnx ...`` as a user would, prints what it prints."""
     done = subprocess.run([sys.executable, "-m", "fx2onnx", *argv], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
-    err = [line for line in done.stderr.splitlines() if line.startswith(("exporting", "checking", "prefill"))]
+    err = [
+        line
+        for line in done.stderr.splitlines()
+        if line.startswith(("exporting", "checking", "prefill"))
+    ]
     lines = [f"$ python -m fx2onnx {' '.join(a if ' ' not in a else repr(a) for a in argv)}"]
     lines += [line for line in err if not line.startswith("prefill")] + [done.stdout.rstrip()]
     lines += [line for line in err if line.startswith("prefill")]
@@ -85,7 +98,7 @@ model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torc
 tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
 ids = tokenizer(prompt, return_tensors="pt")
 expected = model.generate(**ids, max_new_tokens=24, do_sample=False)
-text = tokenizer.decode(expected[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+text = tokenizer.decode(expected[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
 print(repr(text))
 assert greedy.stdout == text + "\n"
 
@@ -96,13 +109,32 @@ assert greedy.stdout == text + "\n"
 # token whose probability differs by 1e-6 between the two runtimes may fall on the other
 # side of it, so the comparison below samples from the whole distribution (``--top-k 0``).
 
-sampled = run("generate", out, "Write a short story", "--chat", "--temperature", "0.8", "--top-k", "0",
-              "--seed", "0", "--max-new-tokens", "24")
+sampled = run(
+    "generate",
+    out,
+    "Write a short story",
+    "--chat",
+    "--temperature",
+    "0.8",
+    "--top-k",
+    "0",
+    "--seed",
+    "0",
+    "--max-new-tokens",
+    "24",
+)
 torch.manual_seed(0)
-chat = tokenizer.apply_chat_template([{"role": "user", "content": "Write a short story"}],
-                                     add_generation_prompt=True, return_tensors="pt", return_dict=True)
+chat = tokenizer.apply_chat_template(
+    [{"role": "user", "content": "Write a short story"}],
+    add_generation_prompt=True,
+    return_tensors="pt",
+    return_dict=True,
+)
 expected = model.generate(**chat, max_new_tokens=24, do_sample=True, temperature=0.8, top_k=0)
-assert sampled.stdout == tokenizer.decode(expected[0, chat["input_ids"].shape[1]:], skip_special_tokens=True) + "\n"
+assert (
+    sampled.stdout
+    == tokenizer.decode(expected[0, chat["input_ids"].shape[1] :], skip_special_tokens=True) + "\n"
+)
 
 # %%
 # Smaller: int4
@@ -117,7 +149,10 @@ run("generate", out4, prompt, "--max-new-tokens", "24")
 
 
 def size(folder: str) -> float:
-    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(folder) for f in files) / 2**20
+    return (
+        sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(folder) for f in files)
+        / 2**20
+    )
 
 
 sizes = {"checkpoint (bf16)": size(checkpoint), "export float32": size(out), "export int4": size(out4)}

@@ -33,7 +33,9 @@ tiny = get_tiny_model("llama", with_cache=True, num_hidden_layers=2)
 model = tiny.model
 model.generation_config.eos_token_id = None  # 20 tokens, no early stop
 with fx2onnx.torch_export_patches(patch_transformers=True):
-    onx = fx2onnx.to_onnx(model, (), kwargs=copy.deepcopy(tiny.inputs), dynamic_shapes=tiny.dynamic_shapes)
+    onx = fx2onnx.to_onnx(
+        model, (), kwargs=copy.deepcopy(tiny.inputs), dynamic_shapes=tiny.dynamic_shapes
+    )
 
 # %%
 # :func:`fx2onnx.to_onnx` writes which output holds the next value of each cache
@@ -125,8 +127,10 @@ for name, speed in speeds.items():
 times = min(runs, key=lambda t: t.decode_total)
 per_step = times.decode_total / times.decode_steps
 per_model = times.decode_model / times.decode_steps
-print(f"decode step: {per_step * 1e6:.0f} us, model {per_model * 1e6:.0f} us, "
-      f"loop overhead {times.overhead_per_token * 1e6:.0f} us per token ({times.overhead_share:.1%})")
+print(
+    f"decode step: {per_step * 1e6:.0f} us, model {per_model * 1e6:.0f} us, "
+    f"loop overhead {times.overhead_per_token * 1e6:.0f} us per token ({times.overhead_share:.1%})"
+)
 assert 0 < times.overhead_share < 1
 assert onnx.checker.check_model(onx) is None
 
@@ -140,7 +144,13 @@ ax[0].bar(list(speeds), list(speeds.values()), color=["#8172b2", "#55a868"])
 ax[0].set_ylabel("new tokens per second")
 ax[0].set_title("greedy generation, 20 tokens, batch 2")
 ax[1].bar(["decode step"], [per_model * 1e6], label="onnxruntime run", color="#4c72b0")
-ax[1].bar(["decode step"], [(per_step - per_model) * 1e6], bottom=[per_model * 1e6], label="loop", color="#dd8452")
+ax[1].bar(
+    ["decode step"],
+    [(per_step - per_model) * 1e6],
+    bottom=[per_model * 1e6],
+    label="loop",
+    color="#dd8452",
+)
 ax[1].set_ylabel("microseconds per step")
 ax[1].set_title("one decode step: onnxruntime and the loop")
 ax[1].legend()

@@ -48,7 +48,9 @@ rng = np.random.default_rng(0)
 images = []
 for i, (height, width) in enumerate([(40, 120), (64, 64)]):
     y, x = np.mgrid[0:height, 0:width]
-    pixels = np.stack([(x * (3 + i)) % 256, (y * 7) % 256, rng.integers(0, 256, (height, width))], axis=-1)
+    pixels = np.stack(
+        [(x * (3 + i)) % 256, (y * 7) % 256, rng.integers(0, 256, (height, width))], axis=-1
+    )
     images.append(os.path.join(work.name, f"image{i}.png"))
     PIL.Image.fromarray(pixels.astype(np.uint8)).save(images[-1])
 
@@ -60,8 +62,11 @@ def run(*argv: str) -> str:
     err = [line for line in done.stderr.splitlines() if line.strip()]
     shown = [line for line in err if line.startswith(("exporting", "checking", "  "))]
     speed = [line for line in err if line.startswith("encoder:")]
-    print("\n".join([f"$ python -m fx2onnx {' '.join(argv)}", *shown, done.stdout.rstrip(), *speed])
-          .replace(work.name + os.sep, ""))
+    print(
+        "\n".join(
+            [f"$ python -m fx2onnx {' '.join(argv)}", *shown, done.stdout.rstrip(), *speed]
+        ).replace(work.name + os.sep, "")
+    )
     return done.stdout
 
 
@@ -93,7 +98,9 @@ ours = [[int(t) for t in line.split("] ")[1].split(",")] for line in ids.splitli
 
 model = transformers.VisionEncoderDecoderModel.from_pretrained(checkpoint, dtype=torch.float32).eval()
 processor = transformers.AutoImageProcessor.from_pretrained(checkpoint)
-pixels = processor([PIL.Image.open(i).convert("RGB") for i in images], return_tensors="pt")["pixel_values"]
+pixels = processor([PIL.Image.open(i).convert("RGB") for i in images], return_tensors="pt")[
+    "pixel_values"
+]
 with torch.no_grad():
     expected = model.generate(pixel_values=pixels, max_new_tokens=12, do_sample=False)[:, 1:].tolist()
 eos = model.generation_config.eos_token_id

@@ -34,13 +34,20 @@ print(tiny)
 def dynamo_export(optimize: bool = True) -> onnx.ModelProto:
     inputs = copy.deepcopy(tiny.inputs)
     return torch.onnx.export(
-        tiny.model, (), kwargs=inputs, dynamic_shapes=tiny.dynamic_shapes,
-        dynamo=True, optimize=optimize, verbose=False,
+        tiny.model,
+        (),
+        kwargs=inputs,
+        dynamic_shapes=tiny.dynamic_shapes,
+        dynamo=True,
+        optimize=optimize,
+        verbose=False,
     ).model_proto
 
 
 dynamo = dynamo_export()
-ours = fx2onnx.to_onnx(tiny.model, (), kwargs=copy.deepcopy(tiny.inputs), dynamic_shapes=tiny.dynamic_shapes)
+ours = fx2onnx.to_onnx(
+    tiny.model, (), kwargs=copy.deepcopy(tiny.inputs), dynamic_shapes=tiny.dynamic_shapes
+)
 for name, onx in [("torch.onnx.export", dynamo), ("fx2onnx.to_onnx", ours)]:
     report = fx2onnx.validate(onx, tiny.model, (), tiny.inputs2, atol=1e-4)
     print(f"{name:>17}: {len(onx.graph.node):3d} nodes, {report}")
@@ -71,7 +78,11 @@ print(result.to_text(show_values=False, max_rows=45))
 frame = result.to_frame()
 paired = frame[frame.status != "only2"]
 renamed = paired[(paired.name1 != paired.name2) | (paired.op_type1 != paired.op_type2)]
-print(renamed[["index1", "op_type1", "name1", "index2", "op_type2", "name2", "status"]].head(15).to_string())
+print(
+    renamed[["index1", "op_type1", "name1", "index2", "op_type2", "name2", "status"]]
+    .head(15)
+    .to_string()
+)
 
 # %%
 # The attention and the logits give the same values.

@@ -116,16 +116,25 @@ np.testing.assert_allclose(rms_norm(x, scale, epsilon=1e-5), rms_norm_numpy(x, s
 
 DOUBLE = onnx.TensorProto.DOUBLE
 graph = oh.make_graph(
-    [oh.make_node("rms_norm", ["x", "s1"], ["h"], domain="tutorial.local", epsilon=1e-5),
-     oh.make_node("rms_norm", ["h", "s2"], ["y"], domain="tutorial.local", epsilon=1e-2)],
+    [
+        oh.make_node("rms_norm", ["x", "s1"], ["h"], domain="tutorial.local", epsilon=1e-5),
+        oh.make_node("rms_norm", ["h", "s2"], ["y"], domain="tutorial.local", epsilon=1e-2),
+    ],
     "two_norms",
-    [oh.make_tensor_value_info("x", DOUBLE, ["batch", 8]), oh.make_tensor_value_info("s1", DOUBLE, [8]),
-     oh.make_tensor_value_info("s2", DOUBLE, [8])],
+    [
+        oh.make_tensor_value_info("x", DOUBLE, ["batch", 8]),
+        oh.make_tensor_value_info("s1", DOUBLE, [8]),
+        oh.make_tensor_value_info("s2", DOUBLE, [8]),
+    ],
     [oh.make_tensor_value_info("y", DOUBLE, ["batch", 8])],
 )
 # ir_version: onnx writes its latest IR version by default, newer than onnxruntime may read
-two_norms = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 18), oh.make_opsetid("tutorial.local", 1)],
-                          functions=[function_proto], ir_version=10)
+two_norms = oh.make_model(
+    graph,
+    opset_imports=[oh.make_opsetid("", 18), oh.make_opsetid("tutorial.local", 1)],
+    functions=[function_proto],
+    ir_version=10,
+)
 onnx.checker.check_model(two_norms, full_check=True)
 x64, s1, s2 = (rng.standard_normal(shape) for shape in [(4, 8), (8,), (8,)])
 sess2 = onnxruntime.InferenceSession(two_norms.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -145,8 +154,16 @@ np.testing.assert_allclose(got2, expected2, atol=1e-12)
 # replaces every call by the body of the function; the results do not change.
 
 inlined = onnx.inliner.inline_local_functions(two_norms)
-print(len(two_norms.graph.node), "nodes and", len(two_norms.functions), "function ->",
-      len(inlined.graph.node), "nodes and", len(inlined.functions), "function")
+print(
+    len(two_norms.graph.node),
+    "nodes and",
+    len(two_norms.functions),
+    "function ->",
+    len(inlined.graph.node),
+    "nodes and",
+    len(inlined.functions),
+    "function",
+)
 assert len(inlined.functions) == 0 and len(inlined.graph.node) == 2 * len(function_proto.node)
 sess3 = onnxruntime.InferenceSession(inlined.SerializeToString(), providers=["CPUExecutionProvider"])
 np.testing.assert_allclose(sess3.run(None, {"x": x64, "s1": s1, "s2": s2})[0], got2, atol=1e-12)

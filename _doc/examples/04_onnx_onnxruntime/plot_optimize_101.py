@@ -39,7 +39,12 @@ from fx2onnx.validation import run_onnx
 tiny = get_tiny_model("llama", num_hidden_layers=2)
 print(tiny)
 raw = fx2onnx.to_onnx(
-    tiny.model, (), copy.deepcopy(tiny.inputs), dynamic_shapes=tiny.dynamic_shapes, optimize=False, target_opset=23
+    tiny.model,
+    (),
+    copy.deepcopy(tiny.inputs),
+    dynamic_shapes=tiny.dynamic_shapes,
+    optimize=False,
+    target_opset=23,
 )
 print(f"{len(raw.graph.node)} nodes without optimization")
 
@@ -70,9 +75,16 @@ assert not ({"Attention", "RotaryEmbedding"} & ops["default"])
 # Nodes per operator type
 # -----------------------
 
-table = pandas.DataFrame(
-    {name: pandas.Series([n.op_type for n in onx.graph.node]).value_counts() for name, onx in models.items()}
-).fillna(0).astype(int)
+table = (
+    pandas.DataFrame(
+        {
+            name: pandas.Series([n.op_type for n in onx.graph.node]).value_counts()
+            for name, onx in models.items()
+        }
+    )
+    .fillna(0)
+    .astype(int)
+)
 table = table.sort_values("optimize=False", ascending=False)
 table.loc["total"] = table.sum()
 print(table.to_string())

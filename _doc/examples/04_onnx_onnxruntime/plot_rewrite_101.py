@@ -91,7 +91,9 @@ def identity(op, x, **_):
 rules = pattern.RewriteRuleSet(
     [
         pattern.RewriteRule(silu_pattern, silu_replacement, name="silu"),
-        pattern.RewriteRule(transpose_pair_pattern, identity, permutations_cancel_out, name="transpose_pair"),
+        pattern.RewriteRule(
+            transpose_pair_pattern, identity, permutations_cancel_out, name="transpose_pair"
+        ),
     ],
     commute=True,  # Mul(x, Sigmoid(x)) also matches Mul(Sigmoid(x), x)
 )
@@ -131,7 +133,10 @@ assert any(o.domain == "com.microsoft" for o in rewritten.opset_import)  # the r
 for shape in [(2, 5, 8), (3, 11, 8)]:
     inputs = torch.randn(*shape)
     report = fx2onnx.validate(rewritten, model, (inputs,), atol=1e-5)
-    diff = max(float(np.abs(a - b).max()) for a, b in zip(run_onnx(raw, (inputs,)), run_onnx(rewritten, (inputs,))))
+    diff = max(
+        float(np.abs(a - b).max())
+        for a, b in zip(run_onnx(raw, (inputs,)), run_onnx(rewritten, (inputs,)))
+    )
     print(f"shape={shape}: vs eager {report}; vs the original ONNX model: {diff:.2g}")
     assert report.ok, report
     assert diff < 1e-5, diff

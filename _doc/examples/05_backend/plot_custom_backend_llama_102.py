@@ -44,8 +44,12 @@ class FusingBackend(OrtBackend):
         runner = super().compile_graph(gm, example_inputs, kind)
         # a copy with the default level, to compare, then the model which runs
         copy_of_model = ir.from_proto(ir.to_proto(runner.model))
-        _, self.default_reports[runner.name] = fx2onnx.optimize(copy_of_model, level="default", report=True)
-        runner.model, self.reports[runner.name] = fx2onnx.optimize(runner.model, level=self.level, report=True)
+        _, self.default_reports[runner.name] = fx2onnx.optimize(
+            copy_of_model, level="default", report=True
+        )
+        runner.model, self.reports[runner.name] = fx2onnx.optimize(
+            runner.model, level=self.level, report=True
+        )
         return runner
 
 
@@ -57,7 +61,9 @@ def one_step(model):
     model.zero_grad()
     loss = model(input_ids=input_ids, labels=input_ids).loss
     loss.backward()
-    return loss.item(), {n.removeprefix("_orig_mod."): p.grad.clone() for n, p in model.named_parameters()}
+    return loss.item(), {
+        n.removeprefix("_orig_mod."): p.grad.clone() for n, p in model.named_parameters()
+    }
 
 
 eager_loss, eager_grads = one_step(copy.deepcopy(tiny.model).train())
@@ -69,7 +75,10 @@ fused_loss, fused_grads = one_step(torch.compile(copy.deepcopy(tiny.model).train
 # The loss and the gradients match eager PyTorch.
 
 grad_diff = max((fused_grads[n] - g).abs().max().item() for n, g in eager_grads.items())
-print(f"loss: eager {eager_loss:.6f}, fused models {fused_loss:.6f}; max gradient difference {grad_diff:.1e}")
+print(
+    f"loss: eager {eager_loss:.6f}, fused models {fused_loss:.6f}; max gradient difference "
+    f"{grad_diff:.1e}"
+)
 assert abs(eager_loss - fused_loss) < 1e-4
 for name, grad in eager_grads.items():
     torch.testing.assert_close(fused_grads[name], grad, atol=1e-4, rtol=1e-3)
@@ -102,7 +111,10 @@ counts = {
 }
 for name, values in counts.items():
     print(f"{name}: converted {values[0]}, default {values[1]}, onnxruntime {values[2]}")
-assert counts["g0_forward"][1] < counts["g0_forward"][0] and abs(counts["g0_forward"][2] - counts["g0_forward"][1]) <= 3
+assert (
+    counts["g0_forward"][1] < counts["g0_forward"][0]
+    and abs(counts["g0_forward"][2] - counts["g0_forward"][1]) <= 3
+)
 
 # %%
 # The fusions barely change the number of nodes of the forward graph: in training,
@@ -113,7 +125,10 @@ assert counts["g0_forward"][1] < counts["g0_forward"][0] and abs(counts["g0_forw
 
 before = collections.Counter(backend.default_reports["g0_forward"].op_types)
 after = collections.Counter(forward.op_types)
-changed = sorted((op for op in set(before) | set(after) if before[op] != after[op]), key=lambda o: after[o] - before[o])
+changed = sorted(
+    (op for op in set(before) | set(after) if before[op] != after[op]),
+    key=lambda o: after[o] - before[o],
+)
 for op in changed:
     print(f"{op:>36}: {before[op]:3d} -> {after[op]:3d}")
 assert after["SimplifiedLayerNormalization"] == 3
@@ -131,8 +146,12 @@ ax1.set_xticks(range(2), list(counts))
 ax1.set_ylabel("ONNX nodes")
 ax1.set_title("tiny Llama, forward and backward graphs")
 ax1.legend()
-ax2.barh([k + 0.2 for k in range(len(changed))], [before[o] for o in changed], 0.4, label="level=default")
-ax2.barh([k - 0.2 for k in range(len(changed))], [after[o] for o in changed], 0.4, label="level=onnxruntime")
+ax2.barh(
+    [k + 0.2 for k in range(len(changed))], [before[o] for o in changed], 0.4, label="level=default"
+)
+ax2.barh(
+    [k - 0.2 for k in range(len(changed))], [after[o] for o in changed], 0.4, label="level=onnxruntime"
+)
 ax2.set_yticks(range(len(changed)), changed)
 ax2.set_xlabel("nodes")
 ax2.set_title("forward graph: operators the fusions changed")

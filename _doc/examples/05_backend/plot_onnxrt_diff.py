@@ -56,8 +56,10 @@ class RecordingBackend(OrtBackend):
             meta = runner.model.meta
             # a tensor saved transposed for the backward is fed as stored: the model takes it permuted
             perms = dict(meta.get("input_perms", {}))
-            feeds = {n: (args[i].permute(perms[i]) if i in perms else args[i]).detach().numpy().copy()
-                     for n, i in zip(meta["input_names"], meta["input_indices"])}
+            feeds = {
+                n: (args[i].permute(perms[i]) if i in perms else args[i]).detach().numpy().copy()
+                for n, i in zip(meta["input_names"], meta["input_indices"])
+            }
             self.feeds.setdefault(runner.name, feeds)
             return runner(args)
 
@@ -70,7 +72,10 @@ tiny = get_tiny_model("llama")
 
 def one_step(backend):
     torch._dynamo.reset()  # forget what dynamo compiled before (other examples, other backends)
-    compiled, ids = torch.compile(copy.deepcopy(tiny.model).train(), backend=backend), tiny.inputs["input_ids"]
+    compiled, ids = (
+        torch.compile(copy.deepcopy(tiny.model).train(), backend=backend),
+        tiny.inputs["input_ids"],
+    )
     compiled(input_ids=ids, labels=ids).loss.backward()
     return {r.name: r for r in backend.runners}
 
@@ -101,8 +106,11 @@ logging.getLogger("torch.onnx").setLevel(logging.ERROR)
 
 def wrapped(text: str) -> str:
     """The lines of a comparison's text wider than the page wrapped (the table's rows are narrower)."""
-    return "\n".join(textwrap.fill(line, 110, subsequent_indent="    ") if len(line) > 120 else line
-                     for line in text.splitlines())
+    return "\n".join(
+        textwrap.fill(line, 110, subsequent_indent="    ") if len(line) > 120 else line
+        for line in text.splitlines()
+    )
+
 
 forward_onnx = onnx.load(next(p for p in dumped if p.endswith("g0_forward_0.onnx")))
 fw_feeds = raw_backend.feeds["g0_forward"]
@@ -154,7 +162,13 @@ for ax, title, diff in zip(axes, titles, [fw_diff, bw_diff]):
     frame = diff.to_frame()
     both, alone = frame[frame.status == "same"], frame[frame.status == "only1"]
     ax.plot(both.index1, both.index2, ".", label="same values")
-    ax.plot(alone.index1, [frame.index2.max() + 5] * len(alone), "|", color="red", label="only in the first model")
+    ax.plot(
+        alone.index1,
+        [frame.index2.max() + 5] * len(alone),
+        "|",
+        color="red",
+        label="only in the first model",
+    )
     ax.set_xlabel("result index, first model")
     ax.set_ylabel("result index, second model")
     ax.set_title(title)

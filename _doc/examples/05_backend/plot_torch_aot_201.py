@@ -38,7 +38,9 @@ from fx2onnx.backend import make_onnxruntime_backend
 class Regression(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1)
+        )
 
     def forward(self, x, y):
         return torch.nn.functional.mse_loss(self.net(x), y)
@@ -59,7 +61,9 @@ def keep(kind):
 
 
 torch._dynamo.reset()  # forget what dynamo compiled before (other examples, other backends)
-recording = torch.compile(copy.deepcopy(model), backend=aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw")))
+recording = torch.compile(
+    copy.deepcopy(model), backend=aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw"))
+)
 recording(x, y).backward()
 print(graphs["fw"].code.strip())
 
@@ -73,7 +77,9 @@ print(graphs["fw"].code.strip())
 print(graphs["bw"].code.strip())
 
 
-fw_inputs, bw_inputs = [[n.name for n in graphs[k].graph.find_nodes(op="placeholder")] for k in ("fw", "bw")]
+fw_inputs, bw_inputs = [
+    [n.name for n in graphs[k].graph.find_nodes(op="placeholder")] for k in ("fw", "bw")
+]
 print("forward inputs: ", fw_inputs, "\nbackward inputs:", bw_inputs)
 assert fw_inputs == [f"primals_{i}" for i in range(1, 7)] and bw_inputs[-1] == "tangents_1", bw_inputs
 fw_outputs, bw_outputs = [graphs[k].graph.find_nodes(op="output")[0].args[0] for k in ("fw", "bw")]
@@ -111,7 +117,10 @@ def train(name, module, steps=8):
         optimizer.step()
         times.append(time.perf_counter() - begin)
     peak, step = (rss_kb("VmHWM") - before) / 1024, statistics.median(times[1:])
-    print(f"{name:>11}: first step {times[0] * 1e3:.1f} ms, median step {step * 1e3:.2f} ms, peak +{peak:.1f} MiB")
+    print(
+        f"{name:>11}: first step {times[0] * 1e3:.1f} ms, median step {step * 1e3:.2f} ms, peak "
+        f"+{peak:.1f} MiB"
+    )
     return dict(first=times[0], step=step, peak=peak, grads=grads)
 
 
@@ -126,7 +135,10 @@ results["onnxruntime"] = train("onnxruntime", torch.compile(copy.deepcopy(model)
 
 for name in ("inductor", "onnxruntime"):
     pairs = list(zip(results[name]["grads"], results["eager"]["grads"]))
-    print(f"{name}: max gradient difference with eager {max((a - b).abs().max().item() for a, b in pairs):.1e}")
+    print(
+        f"{name}: max gradient difference with eager "
+        f"{max((a - b).abs().max().item() for a, b in pairs):.1e}"
+    )
     assert all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in pairs), name
 print(ort_backend.stats())
 assert [r.name for r in ort_backend.runners] == ["g0_forward", "g1_backward"]
@@ -141,7 +153,11 @@ assert [r.name for r in ort_backend.runners] == ["g0_forward", "g1_backward"]
 # tensors are small: its peak memory barely moves.
 
 fig, axes = plt.subplots(3, 1, figsize=(7.4, 8))  # stacked: the page's width
-titles = {"first": "first step, with compilation (ms)", "step": "median step (ms)", "peak": "peak memory above (MiB)"}
+titles = {
+    "first": "first step, with compilation (ms)",
+    "step": "median step (ms)",
+    "peak": "peak memory above (MiB)",
+}
 for ax, (key, title) in zip(axes, titles.items()):
     values = [r[key] * (1 if key == "peak" else 1000) for r in results.values()]
     bars = ax.bar(list(results), values, color=["gray", "green", "blue"])

@@ -30,7 +30,9 @@ from fx2onnx.backend import make_onnxruntime_backend
 class TwoParts(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.encoder = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32))
+        self.encoder = torch.nn.Sequential(
+            torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32)
+        )
         self.head = torch.nn.Linear(32, 4)
 
     def forward(self, x):

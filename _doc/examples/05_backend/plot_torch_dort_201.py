@@ -61,7 +61,9 @@ def train(model, steps, record_grads=None):
         loss.backward()
         if i == 0 and record_grads is not None:
             # a compiled model prefixes the names with "_orig_mod."
-            record_grads.update({n.removeprefix("_orig_mod."): p.grad.clone() for n, p in model.named_parameters()})
+            record_grads.update(
+                {n.removeprefix("_orig_mod."): p.grad.clone() for n, p in model.named_parameters()}
+            )
         optimizer.step()
         losses.append(loss.item())
     return losses
@@ -95,7 +97,10 @@ print(f"max loss difference {max_loss_diff:.1e}, max gradient difference (step 0
 
 print(backend.stats())
 for runner in backend.runners:
-    print(f"{runner.name}: {len(runner.gm.graph.nodes)} FX nodes -> {runner.node_count} ONNX nodes, calls={runner.n_calls}")
+    print(
+        f"{runner.name}: {len(runner.gm.graph.nodes)} FX nodes -> {runner.node_count} ONNX nodes, "
+        f"calls={runner.n_calls}"
+    )
 assert backend.stats()["graphs"] == 2 and backend.stats()["sessions"] == 2
 
 # %%
@@ -110,7 +115,10 @@ for path in sorted(dumped):
         for node in onx.graph.node:
             ops[node.op_type] = ops.get(node.op_type, 0) + 1
         top = sorted(ops.items(), key=lambda kv: -kv[1])[:6]
-        print(f"{os.path.basename(path)}: {len(onx.graph.node)} nodes, {len(onx.graph.input)} inputs, top ops {top}")
+        print(
+            f"{os.path.basename(path)}: {len(onx.graph.node)} nodes, {len(onx.graph.input)} inputs, "
+            f"top ops {top}"
+        )
     else:
         with open(path) as f:
             print(f"{os.path.basename(path)}: FX graph, {len(f.read().splitlines())} lines")

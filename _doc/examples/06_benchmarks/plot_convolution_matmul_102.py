@@ -69,7 +69,9 @@ for name, model in [("Conv", conv), ("im2col+MatMul", im2col)]:
     print(f"{name}: {len(ops)} nodes, {sorted(set(ops))}")
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 1
-    sessions[name] = onnxruntime.InferenceSession(onx.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    sessions[name] = onnxruntime.InferenceSession(
+        onx.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
 assert [n.op_type for n in fx2onnx.to_onnx(conv, (x,)).graph.node] == ["Conv"]
 assert "MatMul" in ops and "Conv" not in ops
 

@@ -46,13 +46,25 @@ import matplotlib.pyplot as plt
 
 here = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() else os.getcwd()
 root = os.path.join(here, "..", "..", "..")
-spec = importlib.util.spec_from_file_location("bench_large", os.path.join(root, "bench", "bench_large_export.py"))
+spec = importlib.util.spec_from_file_location(
+    "bench_large", os.path.join(root, "bench", "bench_large_export.py")
+)
 bench_large = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench_large)
 
 with tempfile.TemporaryDirectory() as folder:
-    live = bench_large.main(["--sizes", "tiny", "--exporters", "torch.export,to_onnx", "--bandwidth-mb", "16",
-                             "--json", os.path.join(folder, "tiny.json")])
+    live = bench_large.main(
+        [
+            "--sizes",
+            "tiny",
+            "--exporters",
+            "torch.export,to_onnx",
+            "--bandwidth-mb",
+            "16",
+            "--json",
+            os.path.join(folder, "tiny.json"),
+        ]
+    )
 assert [r["exporter"] for r in live] == ["torch.export", "to_onnx"]
 assert live[1]["fx_nodes"] > 100 and live[1]["onnx_nodes"] > 0
 
@@ -76,11 +88,15 @@ def floor_of(r):
 
 
 for r in sorted(rows, key=lambda r: (r["nbytes"], r["exporter"])):
-    floor = f"floor {floor_of(r):6.1f} s" if r["exporter"] != "torch.export" else " " * 14  # nothing written
-    print(f"{r['size']:>5} {r['exporter']:<13} {r['nbytes'] / 2**30:5.1f} GiB {r['time']:7.1f} s "
-          f"{floor} {bench_large.memory_text(r):>19}"
-          + (f"  {r['time'] / floor_of(r):.2f}x the floor" if r["exporter"] != "torch.export" else "")
-          + ("  flushed" if r.get("flushed") else ""))
+    floor = (
+        f"floor {floor_of(r):6.1f} s" if r["exporter"] != "torch.export" else " " * 14
+    )  # nothing written
+    print(
+        f"{r['size']:>5} {r['exporter']:<13} {r['nbytes'] / 2**30:5.1f} GiB {r['time']:7.1f} s "
+        f"{floor} {bench_large.memory_text(r):>19}"
+        + (f"  {r['time'] / floor_of(r):.2f}x the floor" if r["exporter"] != "torch.export" else "")
+        + ("  flushed" if r.get("flushed") else "")
+    )
 
 # %%
 # What they show: ``to_onnx`` adds little memory to the model (the target is 0.5 GiB) and
@@ -109,7 +125,12 @@ assert by[("1.1B", "checkpoint")]["layers_ok"] and by[("1.1B", "checkpoint")]["h
 # memory above the built model (the whole peak for the checkpoint exports, where no
 # model is built); right, the conversion time of ``to_onnx`` per node of the FX graph.
 
-colors = {"torch.export": "tab:gray", "to_onnx": "tab:blue", "dynamo": "tab:orange", "checkpoint": "tab:green"}
+colors = {
+    "torch.export": "tab:gray",
+    "to_onnx": "tab:blue",
+    "dynamo": "tab:orange",
+    "checkpoint": "tab:green",
+}
 fig, (ax1, ax2, ax3) = plt.subplots(3, 1, figsize=(7.4, 10))  # stacked: the page's width
 for exporter, color in colors.items():
     points = sorted((r["nbytes"] / 2**30, r) for r in rows if r["exporter"] == exporter)
@@ -119,18 +140,32 @@ for exporter, color in colors.items():
     ax1.plot(gb, [p[1]["time"] for p in points], "o-", color=color, label=exporter)
     measured = [p for p in points if p[1].get("above_gb") is not None]
     memory = [p[1]["peak_gb"] if exporter == "checkpoint" else p[1]["above_gb"] for p in measured]
-    ax2.plot([p[0] for p in measured], memory, "o-", color=color,
-             label=exporter + (" (whole peak)" if exporter == "checkpoint" else ""))
+    ax2.plot(
+        [p[0] for p in measured],
+        memory,
+        "o-",
+        color=color,
+        label=exporter + (" (whole peak)" if exporter == "checkpoint" else ""),
+    )
     if exporter in ("to_onnx", "checkpoint"):
         per_node = [p[1]["stages"]["conversion (FX -> ONNX)"] / p[1]["fx_nodes"] * 1e3 for p in points]
         ax3.plot(gb, per_node, "o-", color=color, label=exporter)
-floor = sorted((r["nbytes"] / 2**30, floor_of(r)) for r in rows
-               if r["exporter"] == "to_onnx" or (r["exporter"] == "checkpoint" and (r["size"], "to_onnx") not in by))
-ax1.plot([f[0] for f in floor], [f[1] for f in floor], "k--", label="floor: capture + bytes / bandwidth")
+floor = sorted(
+    (r["nbytes"] / 2**30, floor_of(r))
+    for r in rows
+    if r["exporter"] == "to_onnx"
+    or (r["exporter"] == "checkpoint" and (r["size"], "to_onnx") not in by)
+)
+ax1.plot(
+    [f[0] for f in floor], [f[1] for f in floor], "k--", label="floor: capture + bytes / bandwidth"
+)
 ax2.axhline(0.5, color="tab:blue", linestyle=":", label="target above the model (0.5 GiB)")
 ax2.axhline(4, color="tab:green", linestyle=":", label="target of the 8B checkpoint (4 GiB)")
-for ax, title, ylabel in [(ax1, "export time", "time (s)"), (ax2, "peak memory above the built model", "GiB"),
-                          (ax3, "conversion time per FX node", "ms / node")]:
+for ax, title, ylabel in [
+    (ax1, "export time", "time (s)"),
+    (ax2, "peak memory above the built model", "GiB"),
+    (ax3, "conversion time per FX node", "ms / node"),
+]:
     ax.set_xscale("log")
     ax.set_xlabel("weights (GiB)")
     ax.set_ylabel(ylabel)

@@ -49,13 +49,29 @@ spec.loader.exec_module(bench_models)
 warnings.filterwarnings("ignore")
 logging.getLogger("torch.onnx").setLevel(logging.ERROR)
 exporters = ["to_onnx[default]", "to_onnx[onnxruntime]", "to_onnx[opset23]", "dynamo", "eager"]
-with contextlib.redirect_stdout(io.StringIO()):  # the script prints its own table, shown below with a caption
+with contextlib.redirect_stdout(
+    io.StringIO()
+):  # the script prints its own table, shown below with a caption
     rows = bench_models.main(
-        ["--quick", "--threads", "1", "--repeat", "10", "--warmup", "3", "--profile",
-         "--scenarios", "llama-decode,phi-decode", "--exporters", ",".join(exporters)]
+        [
+            "--quick",
+            "--threads",
+            "1",
+            "--repeat",
+            "10",
+            "--warmup",
+            "3",
+            "--profile",
+            "--scenarios",
+            "llama-decode,phi-decode",
+            "--exporters",
+            ",".join(exporters),
+        ]
     )
 df = pandas.DataFrame(rows)
-shown = df.drop(columns="threads").assign(nodes=df["nodes"].map(lambda v: "-" if pandas.isna(v) else str(int(v))))
+shown = df.drop(columns="threads").assign(
+    nodes=df["nodes"].map(lambda v: "-" if pandas.isna(v) else str(int(v)))
+)
 print("the benchmark's rows (eager has no ONNX model: no node count, no export time):")
 print(shown.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.3f}"))
 
@@ -66,7 +82,11 @@ print(shown.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.3f}"
 # The fused levels replace each attention (with its cache concatenation and the
 # repeated key-value heads), each rotary embedding and each RMS normalization by one node.
 
-nodes = df[df.exporter != "eager"].pivot(index="exporter", columns="scenario", values="nodes").astype("Int64")
+nodes = (
+    df[df.exporter != "eager"]
+    .pivot(index="exporter", columns="scenario", values="nodes")
+    .astype("Int64")
+)
 print("number of nodes of each ONNX model:")
 print(nodes.to_string(na_rep="-"))
 decode = nodes["llama-decode"]
@@ -87,7 +107,9 @@ assert nodes["phi-decode"]["to_onnx[onnxruntime]"] < 0.7 * nodes["phi-decode"]["
 latency = df.pivot(index="exporter", columns="scenario", values="latency_ms")
 print("latency (ms, median, one thread):")
 print(latency.round(3).to_string(na_rep="-"))
-outside = df[df.exporter != "eager"].pivot(index="exporter", columns="scenario", values="outside_matmul")
+outside = df[df.exporter != "eager"].pivot(
+    index="exporter", columns="scenario", values="outside_matmul"
+)
 print("\nshare of the node time outside MatMul and Gemm:")
 print(outside.round(3).to_string(na_rep="-"))
 assert (latency > 0).all().all()
@@ -114,10 +136,28 @@ fig.tight_layout()
 
 quantized = ["to_onnx[onnxruntime]", "to_onnx[onnxruntime,int8]", "to_onnx[onnxruntime,int4]"]
 with contextlib.redirect_stdout(io.StringIO()):
-    gen = pandas.DataFrame(bench_models.main(["--quick", "--scenarios", "llama-generate", "--gen-repeat", "5",
-                                              "--exporters", ",".join(quantized)]))
-columns = ["exporter", "tokens_per_s", "tokens_per_s_min", "tokens_per_s_max", "vs_transformers",
-           "loop_overhead", "tokens_equal_float32"]
+    gen = pandas.DataFrame(
+        bench_models.main(
+            [
+                "--quick",
+                "--scenarios",
+                "llama-generate",
+                "--gen-repeat",
+                "5",
+                "--exporters",
+                ",".join(quantized),
+            ]
+        )
+    )
+columns = [
+    "exporter",
+    "tokens_per_s",
+    "tokens_per_s_min",
+    "tokens_per_s_max",
+    "vs_transformers",
+    "loop_overhead",
+    "tokens_equal_float32",
+]
 print(gen[columns].to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.2f}"))
 # the script asserts fx2onnx.generate at float32 gives transformers' tokens
 assert gen.set_index("exporter").loc["to_onnx[onnxruntime]", "tokens_equal_float32"] == "16/16"
@@ -142,8 +182,14 @@ import fx2onnx  # noqa: E402
 
 sc = bench_models.llama_decode(quick=True)
 with fx2onnx.torch_export_patches(patch_transformers=True):
-    onx = fx2onnx.to_onnx(sc.model, (), copy.deepcopy(sc.export_kwargs), dynamic_shapes=sc.dynamic_shapes,
-                          optimize=False, target_opset=23)
+    onx = fx2onnx.to_onnx(
+        sc.model,
+        (),
+        copy.deepcopy(sc.export_kwargs),
+        dynamic_shapes=sc.dynamic_shapes,
+        optimize=False,
+        target_opset=23,
+    )
 onx, report = fx2onnx.optimize(onx, level="onnxruntime", report=True)
 print(report)
 counts = collections.Counter(n.op_type for n in onx.graph.node)

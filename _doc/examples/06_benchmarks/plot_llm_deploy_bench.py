@@ -44,12 +44,19 @@ for r in rows:
 # the same model and must agree; quantized folders round the bf16 weights into blocks their own
 # way, and on random weights (nearly uniform logits) the tokens part after a few steps.
 
-print(f"{'model':<14} {'precision':<9} {'prompt':>6} {'exporter':<18} {'export s':>8} {'peak GB':>7} {'MB':>6} "
-      f"{'prefill tok/s':>13} {'decode tok/s':>12}  same")
+print(
+    f"{'model':<14} {'precision':<9} {'prompt':>6} {'exporter':<18} {'export s':>8} {'peak GB':>7} "
+    f"{'MB':>6} "
+    f"{'prefill tok/s':>13} {'decode tok/s':>12}  same"
+)
 for r in rows:
-    print(f"{r['model']:<14} {r['precision']:<9} {r['prompt']:>6} {r['exporter']:<18} {r['export_s']:>8.1f} "
-          f"{r['peak_rss_gb']:>7.2f} {r['size_mb']:>6} {r['prefill_tok_s']:>13.1f} {r['decode_tok_s']:>12.2f}  "
-          f"{r['same_tokens']}")
+    print(
+        f"{r['model']:<14} {r['precision']:<9} {r['prompt']:>6} {r['exporter']:<18} "
+        f"{r['export_s']:>8.1f} "
+        f"{r['peak_rss_gb']:>7.2f} {r['size_mb']:>6} {r['prefill_tok_s']:>13.1f} "
+        f"{r['decode_tok_s']:>12.2f}  "
+        f"{r['same_tokens']}"
+    )
 
 print()
 for date, command in dict.fromkeys((r.get("date", "?"), r.get("command", "?")) for r in rows):
@@ -74,7 +81,10 @@ for model, precision, prompt in keys:
     ours = by.get((model, precision, prompt, "fx2onnx"))
     theirs = by.get((model, precision, prompt, "onnxruntime-genai"))
     if ours and theirs:
-        print(f"{model:<14} {precision:<9} {prompt:>6} " + " ".join(f"{ours[f] / theirs[f]:>13.2f}" for f in fields))
+        print(
+            f"{model:<14} {precision:<9} {prompt:>6} "
+            + " ".join(f"{ours[f] / theirs[f]:>13.2f}" for f in fields)
+        )
 
 # %%
 # Plot
@@ -84,13 +94,21 @@ for model, precision, prompt in keys:
 # as horizontal bars: one panel per measure, its unit on the axis.
 
 labels = [f"{m} {p}" + (f", {n} tokens" if n != 24 else "") for m, p, n in keys]
-panels = [("prefill_tok_s", "prefill (tokens/s, higher is better)"), ("decode_tok_s", "decode (tokens/s, higher is better)"),
-          ("size_mb", "files (MB, lower is better)"), ("export_s", "export time (s, lower is better)")]
+panels = [
+    ("prefill_tok_s", "prefill (tokens/s, higher is better)"),
+    ("decode_tok_s", "decode (tokens/s, higher is better)"),
+    ("size_mb", "files (MB, lower is better)"),
+    ("export_s", "export time (s, lower is better)"),
+]
 fig, axes = plt.subplots(2, 2, figsize=(7.4, 6.4), sharey=True)
 for ax, (field, title) in zip(axes.ravel(), panels):
-    for shift, (exporter, color) in enumerate([("fx2onnx", "tab:blue"), ("onnxruntime-genai", "tab:orange")]):
+    for shift, (exporter, color) in enumerate(
+        [("fx2onnx", "tab:blue"), ("onnxruntime-genai", "tab:orange")]
+    ):
         values = [by.get((m, p, n, exporter), {}).get(field, 0) for m, p, n in keys]
-        ax.barh([i + 0.4 * shift for i in range(len(keys))], values, height=0.4, color=color, label=exporter)
+        ax.barh(
+            [i + 0.4 * shift for i in range(len(keys))], values, height=0.4, color=color, label=exporter
+        )
     ax.set_yticks([i + 0.2 for i in range(len(keys))])
     ax.set_yticklabels(labels, fontsize=8)
     ax.set_xlabel(title, fontsize=8)

@@ -50,14 +50,23 @@ rows = stored["rows"]
 # (Whisper: on the chirp; Qwen2.5-VL: on a text prompt), on our Whisper rows whether they are
 # transformers' ``generate``.
 
-print(f"{'model':<34} {'precision':<8} {'exporter':<18} {'export s':>8} {'peak GB':>7} {'MB':>6} {'text MB':>7} "
-      f"{'first ms':>8} {'text ms':>7} {'tok/s':>6}  same")
+print(
+    f"{'model':<34} {'precision':<8} {'exporter':<18} {'export s':>8} {'peak GB':>7} {'MB':>6} "
+    f"{'text MB':>7} "
+    f"{'first ms':>8} {'text ms':>7} {'tok/s':>6}  same"
+)
 for r in rows:
-    same = r.get("same_as_transformers", "-") if r["exporter"] == "fx2onnx" else \
-        r.get("same_as_ours", r.get("same_tokens_text"))
-    print(f"{r['model']:<34} {r['precision']:<8} {r['exporter']:<18} {r['export_s']:>8.1f} {r['peak_rss_gb']:>7.2f} "
-          f"{r['size_mb']:>6.0f} {r.get('text_mb', r['size_mb']):>7.0f} {r['first_token_ms']:>8} "
-          f"{r.get('text_first_token_ms', r['first_token_ms']):>7} {r['decode_tok_s']:>6.1f}  {same}")
+    same = (
+        r.get("same_as_transformers", "-")
+        if r["exporter"] == "fx2onnx"
+        else r.get("same_as_ours", r.get("same_tokens_text"))
+    )
+    print(
+        f"{r['model']:<34} {r['precision']:<8} {r['exporter']:<18} {r['export_s']:>8.1f} "
+        f"{r['peak_rss_gb']:>7.2f} "
+        f"{r['size_mb']:>6.0f} {r.get('text_mb', r['size_mb']):>7.0f} {r['first_token_ms']:>8} "
+        f"{r.get('text_first_token_ms', r['first_token_ms']):>7} {r['decode_tok_s']:>6.1f}  {same}"
+    )
 
 # %%
 # What the rows hold: in float32 both folders compute the same model (equal greedy tokens) and
@@ -84,7 +93,6 @@ for (model, precision, exporter), r in by.items():
 # time, peak memory of the export.
 
 
-
 def value(row, field):
     """A row's field; Whisper's rows have no text_mb: their whole folder is the model."""
     return row.get(field, row.get("size_mb", 0))
@@ -92,13 +100,21 @@ def value(row, field):
 
 keys = sorted({(r["model"], r["precision"]) for r in rows}, key=lambda k: (k[0], k[1] != "float32"))
 labels = [f"{m.split(',')[0]} {p}" for m, p in keys]
-panels = [("decode_tok_s", "decode (tokens/s, higher is better)"), ("text_mb", "text decoder's files (MB, log scale)"),
-          ("export_s", "export time (s)"), ("peak_rss_gb", "peak memory of the export (GB)")]
+panels = [
+    ("decode_tok_s", "decode (tokens/s, higher is better)"),
+    ("text_mb", "text decoder's files (MB, log scale)"),
+    ("export_s", "export time (s)"),
+    ("peak_rss_gb", "peak memory of the export (GB)"),
+]
 fig, axes = plt.subplots(2, 2, figsize=(7.4, 6.0), sharey=True)
 for ax, (field, title) in zip(axes.ravel(), panels):
-    for shift, (exporter, color) in enumerate([("fx2onnx", "tab:blue"), ("onnxruntime-genai", "tab:orange")]):
+    for shift, (exporter, color) in enumerate(
+        [("fx2onnx", "tab:blue"), ("onnxruntime-genai", "tab:orange")]
+    ):
         values = [value(by.get((m, p, exporter), {}), field) for m, p in keys]
-        ax.barh([i + 0.4 * shift for i in range(len(keys))], values, height=0.4, color=color, label=exporter)
+        ax.barh(
+            [i + 0.4 * shift for i in range(len(keys))], values, height=0.4, color=color, label=exporter
+        )
     ax.set_yticks([i + 0.2 for i in range(len(keys))])
     ax.set_yticklabels(labels, fontsize=8)
     ax.set_xlabel(title, fontsize=8)

@@ -90,7 +90,9 @@ for model_name, (model, args, kwargs, ds, args2, kwargs2) in MODELS.items():
         row = dict(model=model_name, exporter=name, export_s=duration, memory_mb=memory)
         if name == "torch.export":
             runner = exported.module()
-            pairs = zip(flatten_outputs(runner(*args2, **kwargs2)), flatten_outputs(model(*args2, **kwargs2)))
+            pairs = zip(
+                flatten_outputs(runner(*args2, **kwargs2)), flatten_outputs(model(*args2, **kwargs2))
+            )
             diff = max((a - b).abs().max().item() for a, b in pairs)
             row["call"] = lambda r=runner, a=args2, k=kwargs2: r(*a, **k)
         else:
@@ -101,7 +103,10 @@ for model_name, (model, args, kwargs, ds, args2, kwargs2) in MODELS.items():
             row["call"] = lambda s=sess, f=feeds: s.run(None, f)
         assert diff < 1e-4, (model_name, name, diff)
         assert row["memory_mb"] > 0, row  # an export allocates
-        print(f"{model_name:>10} {name:>17}: {duration:.2f} s, +{row['memory_mb']:.1f} MB, max diff {diff:.1e}")
+        print(
+            f"{model_name:>10} {name:>17}: {duration:.2f} s, +{row['memory_mb']:.1f} MB, max diff "
+            f"{diff:.1e}"
+        )
         rows.append(row)
 
 # %%
@@ -113,7 +118,9 @@ for model_name, (model, args, kwargs, ds, args2, kwargs2) in MODELS.items():
 # Every runtime uses one thread (torch's setting is restored after).
 
 for model_name, (model, args, kwargs, ds, args2, kwargs2) in MODELS.items():
-    rows.append(dict(model=model_name, exporter="eager", call=lambda m=model, a=args2, k=kwargs2: m(*a, **k)))
+    rows.append(
+        dict(model=model_name, exporter="eager", call=lambda m=model, a=args2, k=kwargs2: m(*a, **k))
+    )
 x2 = MODELS["mlp"][4][0]
 with torch._inductor.config.patch(compile_threads=1), torch.no_grad():
     compiled = torch.compile(copy.deepcopy(mlp))
@@ -135,12 +142,20 @@ assert len(rows) == 9 and all(r["latency_ms"] > 0 for r in rows)
 # -----
 
 fig, axes = plt.subplots(3, 1, figsize=(7.4, 10))  # stacked: the page's width
-panels = [("export_s", list(EXPORTERS), "export time (s)"), ("memory_mb", list(EXPORTERS), "peak memory (MB)"),
-          ("latency_ms", ["eager", "torch.compile", *EXPORTERS], "latency (ms, one thread, log scale)")]
+panels = [
+    ("export_s", list(EXPORTERS), "export time (s)"),
+    ("memory_mb", list(EXPORTERS), "peak memory (MB)"),
+    ("latency_ms", ["eager", "torch.compile", *EXPORTERS], "latency (ms, one thread, log scale)"),
+]
 for ax, (key, names, title) in zip(axes, panels):
     for k, model_name in enumerate(MODELS):
         by_name = {r["exporter"]: r[key] for r in rows if r["model"] == model_name and key in r}
-        ax.bar(np.arange(len(names)) + (k - 0.5) * 0.4, [by_name.get(n, np.nan) for n in names], 0.4, label=model_name)
+        ax.bar(
+            np.arange(len(names)) + (k - 0.5) * 0.4,
+            [by_name.get(n, np.nan) for n in names],
+            0.4,
+            label=model_name,
+        )
     ax.set_xticks(range(len(names)), [n.replace(".", ".\n", 1) for n in names])
     ax.set_yscale("log" if key == "latency_ms" else "linear")
     ax.set_title(title)

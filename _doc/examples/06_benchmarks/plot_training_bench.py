@@ -87,12 +87,30 @@ spec.loader.exec_module(bench_training)
 engines = ["eager", "ort", "ort_fused"]
 with contextlib.redirect_stdout(io.StringIO()):  # the script prints its own table
     rows = bench_training.main(
-        ["--hidden", "256", "--threads", "1", "--layers", "2", "--seq", "64", "--engines", ",".join(engines),
-         "--warmup", "1", "--repeat", "3"]
+        [
+            "--hidden",
+            "256",
+            "--threads",
+            "1",
+            "--layers",
+            "2",
+            "--seq",
+            "64",
+            "--engines",
+            ",".join(engines),
+            "--warmup",
+            "1",
+            "--repeat",
+            "3",
+        ]
     )
 df = pandas.DataFrame(rows).set_index("engine")
 assert "error" not in df.columns, df.get("error")
-print(df[["step_ms", "vs_eager", "cpu_ms", "first_step_s", "peak_mb", "grad_diff"]].to_string(float_format=lambda v: f"{v:.3g}"))
+print(
+    df[["step_ms", "vs_eager", "cpu_ms", "first_step_s", "peak_mb", "grad_diff"]].to_string(
+        float_format=lambda v: f"{v:.3g}"
+    )
+)
 
 # %%
 # The gradients match eager's
@@ -114,7 +132,9 @@ for engine in engines[1:]:
 # ``optimize="onnxruntime"`` the optimizer folds constants, removes dead code and
 # fuses the RMS normalizations and the rotary embeddings.
 
-counts = df.loc[["ort", "ort_fused"], ["fx_forward", "onnx_forward", "fx_backward", "onnx_backward", "fallbacks"]].astype(int)
+counts = df.loc[
+    ["ort", "ort_fused"], ["fx_forward", "onnx_forward", "fx_backward", "onnx_backward", "fallbacks"]
+].astype(int)
 print(counts.to_string())
 assert (counts["fallbacks"] == 0).all()
 assert counts.loc["ort_fused", "onnx_forward"] < counts.loc["ort", "onnx_forward"]
