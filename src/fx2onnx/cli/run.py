@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime.pipelines import MODALITY_OPTION, Pipeline
+from ..runtime.pipelines import MODALITY_OPTION, TWO_TOWER_TASKS, Pipeline
 
 
 def _features(value: Any) -> dict[str, Any]:
@@ -97,13 +97,16 @@ def run(args: argparse.Namespace) -> int:
     options = dict(top_k=args.top_k)
     if pipe.task == "zero-shot-classification":
         options = dict(candidate_labels=args.labels, hypothesis_template=args.template, multi_label=args.multi_label)
+    elif pipe.task in TWO_TOWER_TASKS:
+        options = dict(candidate_labels=args.labels, hypothesis_template=args.template)
     elif pipe.task == "object-detection":
         options = dict(threshold=0.5 if args.threshold is None else args.threshold)
     if args.threshold is not None and pipe.task != "object-detection":
         raise ValueError(f"--threshold is an option of an object-detection folder, not of a {pipe.task} one.")
-    if pipe.task != "zero-shot-classification" and (args.labels or args.multi_label):
-        raise ValueError(f"--labels and --multi-label are options of a zero-shot-classification folder, not of a "
-                         f"{pipe.task} one.")
+    if pipe.task != "zero-shot-classification" and args.multi_label:
+        raise ValueError(f"--multi-label is an option of a zero-shot-classification folder, not of a {pipe.task} one.")
+    if not pipe.task.startswith("zero-shot") and (args.labels or args.template):
+        raise ValueError(f"--labels and --template are options of a zero-shot folder, not of a {pipe.task} one.")
     results = pipe(list(inputs), **options)
     if pipe.task == "text-classification" and args.top_k is None:
         results = [[r] for r in results]
@@ -135,7 +138,7 @@ def add_parser(commands: Any) -> None:
     cmd = commands.add_parser(
         "run", help="run a classifier, tagger, embedder, detector, depth or CTC folder written by export",
         description="Runs a folder written by 'export FOLDER --out OUT' for a single-pass task (text, token, image "
-        "or audio classification, zero-shot classification, object detection, segmentation, depth estimation, "
+        "or audio classification, zero-shot classification of texts, images (--labels) or sounds, object detection, segmentation, depth estimation, "
         "fill-mask, feature extraction, CTC speech recognition) on onnxruntime, the inputs prepared by the folder's "
         "own tokenizer, image processor or feature extractor (offline), and prints what transformers' pipeline of "
         "the task returns. "
@@ -147,9 +150,10 @@ def add_parser(commands: Any) -> None:
                      help="a PCM WAV file at the feature extractor's rate (once per file)")
     cmd.add_argument("--top-k", type=int, default=None, help="the labels or tokens kept (default: the pipeline's)")
     cmd.add_argument("--labels", default=None,
-                     help="a zero-shot-classification folder: the candidate labels, comma-separated")
-    cmd.add_argument("--template", default="This example is {}.",
-                     help="a zero-shot-classification folder: the hypothesis, {} the label")
+                     help="a zero-shot folder (text, image, audio): the candidate labels, comma-separated")
+    cmd.add_argument("--template", default=None,
+                     help="a zero-shot folder: the hypothesis, {} the label (default: the pipeline's, 'This example "
+                     "is {}.', 'This is a photo of {}.', 'This is a sound of {}.')")
     cmd.add_argument("--multi-label", action="store_true",
                      help="a zero-shot-classification folder: score each label on its own (several may hold)")
     cmd.add_argument("--threshold", type=float, default=None,

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from ..patches import torch_export_patches
-from ..runtime.pipelines import MODEL_FILE, PIPELINE_TASKS
+from ..runtime.pipelines import MODEL_FILE, PIPELINE_TASKS, TWO_TOWER_TASKS
 from ..weights import to_onnx_from_checkpoint
 from ..weights.empty import parameters_on_meta
 from ..weights.save import load_without_weights
@@ -46,6 +46,13 @@ SENTENCES = (("the cat sat on the mat", "paris is the capital of france, a city 
 #: the dimensions of each input left dynamic, by modality (a detector's images keep their sizes: their last two)
 DYNAMIC_DIMS = {"text": {0: "batch", 1: "sequence"}, "image": {0: "batch"}, "audio": {0: "batch", 1: "samples"},
                 "sized image": {0: "batch", -2: "height", -1: "width"}}
+#: the dimensions left dynamic of a model with two towers (CLIP, SigLIP, CLAP): the texts (the candidate labels) and
+#: the images or sounds make two batches of their own
+TOWER_DIMS = {"text": {0: "text_batch", 1: "sequence"}, "image": {0: "image_batch"}, "audio": {0: "audio_batch"}}
+#: the inputs a tokenizer gives
+TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+#: the hypotheses of the example inputs of a two-tower model (3 labels, then 2)
+LABEL_SENTENCES = (("a photo of a cat", "a photo of a dog", "the sea"), ("a robot", "a night in paris"))
 
 
 class EncoderPiece(torch.nn.Module):
@@ -61,9 +68,11 @@ class EncoderPiece(torch.nn.Module):
         self.model, self.outputs = model, outputs
 
     def forward(self, input_ids: Any = None, attention_mask: Any = None, token_type_ids: Any = None,
-                pixel_values: Any = None, pixel_mask: Any = None, input_values: Any = None) -> tuple[torch.Tensor, ...]:
+                pixel_values: Any = None, pixel_mask: Any = None, input_values: Any = None,
+                input_features: Any = None, is_longer: Any = None) -> tuple[torch.Tensor, ...]:
         given = dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                     pixel_values=pixel_values, pixel_mask=pixel_mask, input_values=input_values)
+                     pixel_values=pixel_values, pixel_mask=pixel_mask, input_values=input_values,
+                     input_features=input_features, is_longer=is_longer)
         result = self.model(**{k: v for k, v in given.items() if v is not None})
         return tuple(result[name] for name in self.outputs)
 
@@ -83,9 +92,10 @@ def _processor(folder: str, modality: str) -> Any:
                          f"{what} in the folder (save_pretrained) before exporting it.") from None
 
 
-def example_inputs(folder: str, modality: str, accepted: set[str], seed: int = 0) -> list[dict[str, torch.Tensor]]:
+def example_inputs(folder: str, modality: str, accepted: set[str], seed: int = 0,
+                   two_towers: bool = False) -> list[dict[str, torch.Tensor]]:
     """Two input sets made by the folder's processor (batch 2 then 3, other lengths), keeping the inputs the model
-    takes (``accepted``)."""
+    takes (``accepted``); ``two_towers``: the tokenizer's inputs too, on hypotheses (3 then 2)."""
     processor = _processor(folder, modality)
     rng = np.random.default_rng(seed)
     sets = []
@@ -98,7 +108,11 @@ def example_inputs(folder: str, modality: str, accepted: set[str], seed: int = 0
         else:
             rate = int(getattr(processor, "sampling_rate", 16000))
             sounds = [rng.standard_normal(rate // 4 + 800 * (i + batch)).astype(np.float32) for i in range(batch)]
-            out = processor(sounds, sampling_rate=rate, padding=True, return_tensors="pt")
+            padding = {} if two_towers else dict(padding=True)  # CLAP pads each sound to its length itself
+            out = processor(sounds, sampling_rate=rate, return_tensors="pt", **padding)
+        if two_towers:  # the candidate labels: another batch (3 then 2)
+            out = dict(out, **_processor(folder, "text")(list(LABEL_SENTENCES[batch - 2]), padding=True,
+                                                        return_tensors="pt"))
         sets.append({k: v for k, v in dict(out).items() if k in accepted and isinstance(v, torch.Tensor)})
     return sets
 
@@ -109,10 +123,18 @@ def encoder_pieces(model: torch.nn.Module, task: str, folder: str) -> list[Piece
     modality, outputs = PIPELINE_TASKS[task]
     wrapped = inspect.signature(EncoderPiece.forward).parameters
     accepted = set(inspect.signature(model.forward).parameters) & set(wrapped)
-    inputs, inputs2 = example_inputs(folder, modality, accepted)
+    if not getattr(getattr(model.config, "audio_config", None), "enable_fusion", True):
+        accepted.discard("is_longer")  # CLAP without fusion reads no is_longer: the graph would drop it
+    two_towers = task in TWO_TOWER_TASKS
+    inputs, inputs2 = example_inputs(folder, modality, accepted, two_towers=two_towers)
     names = [n for n in wrapped if n in inputs]
-    dims = DYNAMIC_DIMS["sized image" if task == "object-detection" else modality]
-    dynamic_shapes = {n: {d % rank: name for d, name in dims.items() if -rank <= d < rank}
+
+    def dims(name: str) -> dict[int, str]:
+        if two_towers:
+            return TOWER_DIMS["text" if name in TEXT_INPUTS else modality]
+        return DYNAMIC_DIMS["sized image" if task == "object-detection" else modality]
+
+    dynamic_shapes = {n: {d % rank: name for d, name in dims(n).items() if -rank <= d < rank}
                       for n, rank in ((n, inputs[n].dim()) for n in names)}
     return [Piece("model", MODEL_FILE, EncoderPiece(model, outputs), {n: inputs[n] for n in names},
                   {n: inputs2[n] for n in names}, dynamic_shapes, names, list(outputs))]

@@ -67,8 +67,16 @@ def _class_tasks() -> dict[str, tuple[str, ...]]:
 
 
 def tasks_of_class(class_name: str) -> list[str]:
-    """The tasks whose auto mapping lists ``class_name``, the preferred first (may be empty)."""
-    return list(_class_tasks().get(class_name, ()))
+    """The tasks whose auto mapping lists ``class_name``, the preferred first (may be empty); a base model of a
+    text and an audio tower (CLAP: no auto mapping names the task) serves zero-shot-audio-classification first."""
+    tasks = list(_class_tasks().get(class_name, ()))
+    if tasks == ["feature-extraction"]:
+        import transformers  # deferred: heavy
+
+        cls = getattr(transformers, class_name, None)
+        if hasattr(cls, "get_audio_features") and hasattr(cls, "get_text_features"):
+            tasks.insert(0, "zero-shot-audio-classification")
+    return tasks
 
 
 def folder_task(config: Any, task: str | None = None) -> str:

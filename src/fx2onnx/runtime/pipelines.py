@@ -49,9 +49,19 @@ PIPELINE_TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "image-segmentation": ("image", ("logits",)),
     # a depth map per image, at the image's size (the image processor's post_process_depth_estimation)
     "depth-estimation": ("image", ("predicted_depth",)),
+    # candidate labels scored against an image by a model of two towers (CLIP: softmax, SigLIP: sigmoid), the
+    # embeddings of both beside the logits as optimum exports CLIP
+    "zero-shot-image-classification": ("image", ("logits_per_image", "text_embeds", "image_embeds")),
     "audio-classification": ("audio", ("logits",)),
+    # candidate labels scored against a sound by a model of two towers (CLAP: softmax over the labels)
+    "zero-shot-audio-classification": ("audio", ("logits_per_audio", "text_embeds", "audio_embeds")),
     "automatic-speech-recognition": ("audio", ("logits",)),
 }
+#: the tasks of a model of two towers: the texts (candidate labels) and the images or sounds, each its own batch
+TWO_TOWER_TASKS = ("zero-shot-image-classification", "zero-shot-audio-classification")
+#: the hypothesis template of the candidate labels, by task (transformers' pipelines' defaults)
+TEMPLATES = {"zero-shot-classification": "This example is {}.", "zero-shot-image-classification": "This is a photo of {}.",
+             "zero-shot-audio-classification": "This is a sound of {}."}
 #: the endings of a path meant as an image (a missing one is a missing file, not a text)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff")
 #: the option of the command line giving each modality
@@ -123,7 +133,8 @@ class Pipeline:
 
     @property
     def tokenizer(self) -> Any:
-        """The tokenizer decoding a transcription (a CTC folder's own, offline)."""
+        """The tokenizer decoding a transcription (a CTC folder's own), or of a two-tower model's candidate labels
+        (offline)."""
         if self._tokenizer is None:
             import transformers
 
@@ -183,7 +194,7 @@ class Pipeline:
     # -- the tasks
 
     def __call__(self, inputs: Any, top_k: int | None = None, candidate_labels: str | Sequence[str] | None = None,
-                 hypothesis_template: str = "This example is {}.", multi_label: bool = False,
+                 hypothesis_template: str | None = None, multi_label: bool = False,
                  threshold: float = 0.5) -> Any:
         """What transformers' ``pipeline(task, model=folder)(inputs)`` returns (``top_k``: the labels or tokens kept;
         default: the pipeline's; ``candidate_labels``, ``hypothesis_template``, ``multi_label``: those of
@@ -192,9 +203,15 @@ class Pipeline:
         items = [inputs] if single else list(inputs)
         if not items:
             raise ValueError("nothing to run: give at least one input.")
+        template = TEMPLATES.get(self.task, "") if hypothesis_template is None else hypothesis_template
         if self.task == "zero-shot-classification":
-            results = [self._zero_shot(text, candidate_labels, hypothesis_template, multi_label)
-                       for text in self._texts(items)]
+            results = [self._zero_shot(text, candidate_labels, template, multi_label) for text in self._texts(items)]
+        elif self.task == "zero-shot-image-classification":  # one image at a time, as the pipeline
+            labels = self._candidates(candidate_labels, template)
+            results = [self._zero_shot_image(image, labels, template) for image in self._images(items)]
+        elif self.task == "zero-shot-audio-classification":
+            labels = self._candidates(candidate_labels, template)
+            results = [self._zero_shot_audio(audio, labels, template) for audio in self._audios(items)]
         elif self.modality == "text":
             results = self._text_task(self._texts(items), top_k)
         elif self.task == "object-detection":  # one image at a time, as the pipeline (no padding to the largest)
@@ -248,13 +265,18 @@ class Pipeline:
                 results.append(self._entities(text, ids, _softmax(out), special, offsets))
         return results
 
-    def _zero_shot(self, text: str, labels: str | Sequence[str] | None, template: str, multi_label: bool) -> Any:
-        """The candidate labels sorted by how much the classifier finds the text entails "This example is {label}"."""
+    def _candidates(self, labels: str | Sequence[str] | None, template: str) -> list[str]:
+        """The candidate labels (a list, or comma-separated), checked with the hypothesis template."""
         labels = [x.strip() for x in labels.split(",") if x.strip()] if isinstance(labels, str) else list(labels or [])
         if not labels:
-            raise ValueError("a zero-shot-classification folder needs candidate labels (--labels sports,politics).")
+            raise ValueError(f"a {self.task} folder needs candidate labels (--labels sports,politics).")
         if template.format(labels[0]) == template:
             raise ValueError(f"the hypothesis template {template!r} has no {{}} where the label goes.")
+        return labels
+
+    def _zero_shot(self, text: str, labels: str | Sequence[str] | None, template: str, multi_label: bool) -> Any:
+        """The candidate labels sorted by how much the classifier finds the text entails "This example is {label}"."""
+        labels = self._candidates(labels, template)
         entail = next((i for i, name in self.id2label.items() if name.lower().startswith("entail")), -1)
         encoded = self.processor([text] * len(labels), [template.format(x) for x in labels], padding=True,
                                  truncation="only_first", return_tensors="np")
@@ -266,6 +288,29 @@ class Pipeline:
             scores = _softmax(logits[:, entail])
         order = list(reversed(scores.argsort()))
         return {"sequence": text, "labels": [labels[i] for i in order], "scores": [float(scores[i]) for i in order]}
+
+    def _zero_shot_image(self, image: Any, labels: list[str], template: str) -> list[dict[str, Any]]:
+        """The candidate labels sorted by the similarity of "This is a photo of {label}." to the image: a softmax
+        over the labels (CLIP), or each label's sigmoid (SigLIP, its texts padded to 64 tokens)."""
+        sigmoid = "siglip" in str(self.config.get("model_type", ""))
+        padding = dict(padding="max_length", max_length=64, truncation=True) if sigmoid else dict(padding=True)
+        feeds = dict(self.processor(images=[image], return_tensors="np"))
+        return self._two_towers(feeds, labels, template, padding, sigmoid)
+
+    def _zero_shot_audio(self, audio: np.ndarray, labels: list[str], template: str) -> list[dict[str, Any]]:
+        """The candidate labels sorted by the similarity of "This is a sound of {label}." to the sound (CLAP)."""
+        extractor = self.processor
+        feeds = dict(extractor([audio], sampling_rate=int(extractor.sampling_rate), return_tensors="np"))
+        return self._two_towers(feeds, labels, template, dict(padding=True), False)
+
+    def _two_towers(self, feeds: dict[str, Any], labels: list[str], template: str, padding: dict[str, Any],
+                    sigmoid: bool) -> list[dict[str, Any]]:
+        """The labels and scores of one image or sound (``feeds``) against the hypotheses of the labels."""
+        feeds.update(self.tokenizer([template.format(x) for x in labels], return_tensors="np", **padding))
+        logits = self._run(feeds)[0].astype(np.float32)
+        scores = _sigmoid(logits) if sigmoid else _softmax(logits)
+        return [{"score": float(score), "label": label}
+                for score, label in sorted(zip(scores.tolist(), labels), key=lambda pair: -pair[0])]
 
     def _fill_mask(self, ids: np.ndarray, logits: np.ndarray, top_k: int) -> list[Any]:
         tokenizer = self.processor

@@ -1,6 +1,7 @@
 """Checkpoint folders of tiny encoders made in code: a BERT with a WordPiece tokenizer, a ViT with its image
-processor, a wav2vec2 with its feature extractor and a CTC tokenizer; what a published folder of a classifier,
-a tagger, an embedder or a CTC speech recognizer holds, without a download.
+processor, a wav2vec2 with its feature extractor and a CTC tokenizer, a DETR, a DPT, a SegFormer, and the two towers
+of CLIP, SigLIP and CLAP (the WordPiece tokenizer beside their image processor or feature extractor); what a
+published folder of a classifier, a tagger, an embedder, a detector or a zero-shot model holds, without a download.
 
 .. code-block:: python
 
@@ -27,8 +28,9 @@ SPECIAL = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 CTC_CHARACTERS = "<pad> <s> </s> <unk> | a b c d e f g h i j k l m n o p q r s t u v w x y z '".split()
 
 
-def bert_tokenizer() -> Any:
-    """A WordPiece :class:`transformers.BertTokenizerFast` over :data:`WORDS`, their letters and ``##`` letters."""
+def bert_tokenizer(input_names: tuple[str, ...] | None = None) -> Any:
+    """A WordPiece :class:`transformers.BertTokenizerFast` over :data:`WORDS`, their letters and ``##`` letters
+    (``input_names``: the inputs it gives, when not BERT's three, saved in its configuration)."""
     import tokenizers
     import transformers
 
@@ -41,8 +43,9 @@ def bert_tokenizer() -> Any:
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", vocab.index("[CLS]")), ("[SEP]", vocab.index("[SEP]"))])
     model.decoder = tokenizers.decoders.WordPiece()
+    names = dict(model_input_names=list(input_names)) if input_names else {}
     return transformers.BertTokenizerFast(tokenizer_object=model, unk_token="[UNK]", sep_token="[SEP]",
-                                          pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]")
+                                          pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]", **names)
 
 
 def ctc_processor(folder: str | os.PathLike) -> Any:
@@ -109,8 +112,25 @@ def encoder_config(architecture: str, labels: tuple[str, ...] | None = None) -> 
                                   decoder_hidden_size=32, initializer_range=0.2, **_labels(3, ("sky", "sea", "sand")))
         config.architectures = [architecture]
         return config
-    raise ValueError(f"No tiny configuration for {architecture}: give a Bert*, ViT*, Wav2Vec2*, Detr*, DPT* or "
-                     "Segformer* class.")
+    if architecture in ("CLIPModel", "SiglipModel"):  # two towers of 2 layers of 32, the WordPiece vocabulary
+        towers = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+        text = dict(towers, vocab_size=len(bert_tokenizer()), max_position_embeddings=64, pad_token_id=0,
+                    bos_token_id=SPECIAL.index("[CLS]"), eos_token_id=SPECIAL.index("[SEP]"))  # CLIP pools the text at its end token
+        vision = dict(towers, image_size=32, patch_size=8)
+        config_class = transformers.CLIPConfig if architecture == "CLIPModel" else transformers.SiglipConfig
+        extra = dict(projection_dim=16) if architecture == "CLIPModel" else {}
+        return config_class(text_config=text, vision_config=vision, architectures=[architecture],
+                            initializer_factor=4.0, **extra)
+    if architecture == "ClapModel":  # a RoBERTa-like text tower, a 2-stage HTSAT audio tower on 16 mel bins
+        text = dict(vocab_size=len(bert_tokenizer()), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=64, max_position_embeddings=70, pad_token_id=0, projection_dim=16)
+        audio = dict(spec_size=64, num_mel_bins=16, window_size=4, patch_size=4, patch_stride=(4, 4), depths=[1, 1],
+                     num_attention_heads=[2, 2], patch_embeds_hidden_size=16, hidden_size=32, projection_dim=16,
+                     enable_fusion=False)
+        return transformers.ClapConfig(text_config=text, audio_config=audio, projection_dim=16,
+                                       architectures=[architecture])
+    raise ValueError(f"No tiny configuration for {architecture}: give a Bert*, ViT*, Wav2Vec2*, Detr*, DPT*, "
+                     "Segformer*, CLIPModel, SiglipModel or ClapModel class.")
 
 
 def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int = 0,
@@ -131,8 +151,20 @@ def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int
         transformers.utils.logging.enable_progress_bar()
     if architecture.startswith("Bert"):
         bert_tokenizer().save_pretrained(folder)
+    elif architecture == "CLIPModel":  # CLIP's tokenizer gives no token type
+        bert_tokenizer(("input_ids", "attention_mask")).save_pretrained(folder)
+        transformers.CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
+                                        ).save_pretrained(folder)
+    elif architecture == "SiglipModel":  # SigLIP's tokenizer gives the ids only (padded to 64 by the pipeline)
+        bert_tokenizer(("input_ids",)).save_pretrained(folder)
+        transformers.SiglipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
     elif architecture.startswith("ViT"):
         transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    elif architecture == "ClapModel":  # sounds of 1 s at most at 16 kHz, 16 mel bins (CLAP's: 10 s, 48 kHz, 64)
+        bert_tokenizer(("input_ids", "attention_mask")).save_pretrained(folder)
+        transformers.ClapFeatureExtractor(feature_size=16, sampling_rate=16000, hop_length=160, fft_window_size=1024,
+                                          frequency_max=8000, max_length_s=1, truncation="rand_trunc",
+                                          padding="repeatpad").save_pretrained(folder)
     elif architecture.startswith("DPT"):
         transformers.DPTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
     elif architecture.startswith("Segformer"):
