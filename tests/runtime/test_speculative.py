@@ -20,7 +20,7 @@ from fx2onnx.__main__ import main  # noqa: E402
 from fx2onnx.zoo import get_tiny_model  # noqa: E402
 from fx2onnx.testing.tokenizer import tiny_qwen3_config, write_checkpoint_folder  # noqa: E402
 from fx2onnx.runtime import OnnxGenerator  # noqa: E402
-from fx2onnx.runtime.folder import FolderGenerator  # noqa: E402
+from fx2onnx.runtime.folder import FolderGenerator, session_options  # noqa: E402
 from fx2onnx.runtime.speculative import (  # noqa: E402
     VERIFY_LOGITS, VERIFY_METADATA_KEY, VERIFY_TOKENS, Backoff, DraftModel, PromptLookup,
 )
@@ -256,3 +256,109 @@ def test_sampled_speculation():
                                        repetition_penalty=1.3, prompt_lookup_num_tokens=10)
     got = generator.generate(ids, NEW, sampling=Sampling(repetition_penalty=1.3), speculation=PromptLookup(10))
     assert got.tolist() == expected.tolist()
+
+
+#: the 0.999 quantiles of the chi-square distribution by degrees of freedom (scipy.stats.chi2.ppf(0.999, df))
+CHI2_999 = {3: 16.266, 4: 18.467, 5: 20.515, 8: 26.124, 15: 37.697}
+
+
+def _chi_square(counts: np.ndarray, probabilities: np.ndarray) -> tuple[float, int]:
+    """(Pearson's statistic, degrees of freedom) of ``counts`` against ``probabilities``, the cells of
+    probability 0 asserted empty."""
+    assert counts[probabilities == 0].sum() == 0, (counts, probabilities)
+    keep = probabilities > 0
+    expected = probabilities[keep] * counts.sum()
+    return float(((counts[keep] - expected) ** 2 / expected).sum()), int(keep.sum()) - 1
+
+
+def test_speculative_sampling_follows_the_model_distribution():
+    """transformers' acceptance rule (a draft's candidate kept with probability min(1, p / q), the token after a
+    rejected one drawn from max(p - q, 0) normalized): whatever the draft's q, the first token follows the model's
+    p at the first position and the second, after a kept candidate, p at the second (chi-square, 2000 draws of
+    fixed seeds: deterministic)."""
+    from fx2onnx.runtime.sampling import Sampling
+
+    rng = np.random.default_rng(0)
+    vocabulary = 6
+    p_logits = rng.normal(0, 1.5, size=(3, vocabulary)).astype(np.float32)
+    q_logits = rng.normal(0, 1.5, size=(2, vocabulary)).astype(np.float32)
+    p_logits[0, 5] = q_logits[1, 4] = -np.inf  # a token the model never gives, one the draft never proposes
+    p, q = (np.exp(x - x.max(-1, keepdims=True)).astype(np.float64) for x in (p_logits, q_logits))
+    p, q = p / p.sum(-1, keepdims=True), q / q.sum(-1, keepdims=True)
+    speculation = PromptLookup(2)
+    speculation.reset(set(), Sampling(do_sample=True, top_k=0, seed=0).chooser())
+    first, second, lengths = np.zeros(vocabulary), np.zeros(vocabulary), np.zeros(4)
+    draws = 2000
+    drafted = (rng.random((draws, 2, 1)) > q.cumsum(-1)).sum(-1).tolist()  # each row drawn from the draft's q
+    for candidates in drafted:
+        speculation.candidate_scores = torch.from_numpy(q_logits)
+        tokens = speculation._select(p_logits, [1], candidates)
+        assert tokens[:-1] == candidates[: len(tokens) - 1]
+        lengths[len(tokens)] += 1
+        first[tokens[0]] += 1
+        if len(tokens) > 1:
+            second[tokens[1]] += 1
+    for counts, probabilities in ((first, p[0]), (second, p[1])):
+        statistic, freedom = _chi_square(counts, probabilities)
+        assert statistic < CHI2_999[freedom], (counts, probabilities * counts.sum())
+    # the first candidate is kept with probability sum(min(p, q)), as the rule says
+    kept = np.minimum(p[0], q[0]).sum()
+    assert abs(lengths[2:].sum() / draws - kept) < 4 * np.sqrt(kept * (1 - kept) / draws)
+
+
+class _FixedCandidates(PromptLookup):
+    """Proposes the same candidates at every run (the model's two most likely next tokens): prompt lookup's
+    sampled rule (each position drawn from the model, candidates kept while equal) on candidates often kept."""
+
+    def __init__(self, candidates: list[int]):
+        super().__init__(len(candidates))
+        self.candidates = candidates
+
+    def propose(self, tokens: list[int], k: int) -> list[int]:
+        return self.candidates[:k]
+
+
+@pytest.mark.slow
+def test_sampled_speculation_distribution_and_zero_temperature():
+    """The first two tokens sampled with a draft (whose scores differ from the model's) or with candidates
+    follow the model's distribution (chi-square over 500 seeds against the eager model's softmax after top-k
+    and temperature); at a temperature near 0, sampling with either mode gives plain greedy's tokens."""
+    from fx2onnx.runtime.sampling import Sampling
+
+    tiny, onx = exported(2, 0)
+    generator = OnnxGenerator(onx, session_options=session_options(1))  # one thread: a tiny model, many runs
+    prompt = REPEATING[0]
+    top_k, temperature = 4, 1.5
+
+    def processed(ids: list[int]) -> np.ndarray:
+        with torch.no_grad():
+            logits = tiny.model(torch.tensor([ids])).logits[0, -1].double() / temperature
+        kept = logits >= torch.topk(logits, top_k).values[-1]
+        return torch.where(kept, logits, -float("inf")).softmax(-1).numpy()
+
+    first = processed(prompt)
+    support = np.flatnonzero(first)
+    joint = np.concatenate([first[t] * processed(prompt + [int(t)])[None] for t in support])  # (4, vocabulary)
+    second = {int(t): np.flatnonzero(row) for t, row in zip(support, joint)}
+    cells = np.array([joint[i, second[int(t)]] for i, t in enumerate(support)]).ravel()  # 16 cells
+    draft = DraftModel(OnnxGenerator(onx, session_options=session_options(1)), assistant_confidence_threshold=0.0)
+    delta = np.random.default_rng(1).normal(0, 1.0, size=tiny.model.config.vocab_size).astype(np.float32)
+    run = draft.decoder.run
+    draft.decoder.run = lambda tokens: run(tokens) + delta  # the draft's scores: the model's, perturbed
+    best = int(support[first[support].argmax()])
+    lookup = _FixedCandidates([best, int(second[best][joint[list(support).index(best), second[best]].argmax()])])
+    for speculation in (draft, lookup):
+        counts = np.zeros((len(support), top_k))
+        for seed in range(500):
+            got = generator.generate(np.array([prompt]), 2, speculation=speculation,
+                                     sampling=Sampling(do_sample=True, top_k=top_k, temperature=temperature, seed=seed))
+            t1, t2 = got[0, -2:].tolist()
+            i = list(support).index(t1)
+            counts[i, list(second[t1]).index(t2)] += 1
+        statistic, freedom = _chi_square(counts.ravel(), cells)
+        assert statistic < CHI2_999[freedom], (type(speculation).__name__, counts, cells * 500)
+    plain = generator.generate(np.array(REPEATING), NEW).tolist()
+    for speculation in (PromptLookup(10), DraftModel(OnnxGenerator(exported(1, 1)[1]))):
+        got = generator.generate(np.array(REPEATING), NEW, speculation=speculation,
+                                 sampling=Sampling(do_sample=True, top_k=0, temperature=1e-6, seed=0))
+        assert got.tolist() == plain

@@ -87,7 +87,7 @@ class TokenChooser:
         scores = self.scores(logits, sequences, mask)
         if not s.do_sample:
             return torch.argmax(scores, dim=-1).numpy().astype(np.int64)
-        probs = torch.nn.functional.softmax(scores, dim=-1)
+        probs = softmax_rows(scores)
         return torch.multinomial(probs, num_samples=1, generator=self.generator).squeeze(1).numpy().astype(np.int64)
 
     def scores(self, logits: np.ndarray, sequences: np.ndarray, mask: np.ndarray) -> Any:
@@ -112,6 +112,17 @@ class TokenChooser:
             remove[..., -1:] = False
             scores = scores.masked_fill(remove.scatter(1, order, remove), -float("inf"))
         return scores
+
+
+def softmax_rows(scores: Any) -> Any:
+    """The softmax of each row of a 2D :class:`torch.Tensor`, one row at a time: the same values as
+    ``scores.softmax(dim=-1)``, without torch's parallel loop over the rows, whose threads cost milliseconds
+    to wake on a busy machine (2.8 ms for 2 rows of 128 with 2 threads against 2 us with one)."""
+    if scores.shape[0] == 1:
+        return scores.softmax(dim=-1)
+    import torch
+
+    return torch.cat([row.softmax(dim=-1) for row in scores.split(1)])
 
 
 def _repetition_penalty(torch: Any, scores: Any, sequences: Any, mask: Any, penalty: float) -> Any:

@@ -19,9 +19,13 @@ Two sources of candidates, as :epkg:`transformers` defines them:
 
 Sampled (``do_sample``), each verified position's token is drawn from its processed scores and the
 candidates are kept up to the first which differs (prompt lookup), or by transformers' speculative
-sampling with a draft's scores: the tokens follow the model's distribution; they are transformers'
-own as long as the same runs verify candidates (without the backoff below,
-``speculation.backoff = False``) and the logits lead to the same draws.
+sampling with a draft's scores (a candidate kept with probability ``min(1, p / q)``, the token after a
+rejected one drawn from ``max(p - q, 0)`` normalized). What is identical then is the distribution: the
+tokens follow the model's own (tested with a chi-square over many seeds), and at a temperature near 0
+they are greedy's. The same seed does not give transformers' tokens: the draws are the same numbers in
+the same order only while both loops verify the same candidates from the same logits (the backoff below,
+float rounding, transformers' own draws for its draft), so the sequences agree over their first tokens
+at best, then part.
 
 When the candidates keep failing, the loop backs off to plain decoding (:class:`Backoff`): after a
 verifying run that kept none, it proposes nothing for 1, 2, 4... steps (at most 64), then half as many
@@ -52,6 +56,7 @@ import numpy as np
 from ..ort_values import ort_value_to_numpy
 from .folder import FOLDER_METADATA, _read_json, session_options
 from .generate import GenerationTimes, OnnxGenerator, _check_inputs, _empty_array, _ortvalue
+from .sampling import softmax_rows
 
 #: the output holding the logits of the last positions of a run (a folder's decoder)
 VERIFY_LOGITS = "verify_logits"
@@ -358,10 +363,10 @@ class Speculation:
         if not chooser.sampling.do_sample:
             selected = scores.argmax(dim=-1).tolist()
         elif self.candidate_scores is None or n == 0:
-            selected = torch.multinomial(scores.softmax(dim=-1), 1, generator=chooser.generator).squeeze(1).tolist()
+            selected = torch.multinomial(softmax_rows(scores), 1, generator=chooser.generator).squeeze(1).tolist()
         else:  # transformers' _speculative_sampling
-            q = self.candidate_scores[:n].softmax(dim=-1)
-            p = scores.softmax(dim=-1)
+            q = softmax_rows(self.candidate_scores[:n])
+            p = softmax_rows(scores)
             index = torch.tensor(candidates)
             ratio = p[torch.arange(n), index] / q[torch.arange(n), index]
             accepted = torch.rand(ratio.shape, generator=chooser.generator) <= ratio
