@@ -19,13 +19,15 @@ from typing import Any
 
 from ..inputs.tasks import TASKS
 from ..runtime.pipelines import PIPELINE_TASKS
+from ..runtime.seq2seq import TEXT2TEXT_TASKS
 
 #: the tasks ``python -m fx2onnx export FOLDER`` exports today (the generation tasks, then the single-pass encoders
 #: of :data:`fx2onnx.runtime.pipelines.PIPELINE_TASKS`)
-EXPORTABLE_TASKS = ("text-generation", "speech-seq2seq", "image-text-to-text", *PIPELINE_TASKS)
+EXPORTABLE_TASKS = ("text-generation", "speech-seq2seq", "image-text-to-text", *TEXT2TEXT_TASKS, *PIPELINE_TASKS)
 #: the auto mappings of the tasks named otherwise than their mapping: transformers' pipeline task names
 _NAMED_MAPPINGS = {
     "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES": "text-generation",
+    "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES": "text2text-generation",
     "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES": "text-classification",
     "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES": "token-classification",
     "MODEL_FOR_MASKED_LM_MAPPING_NAMES": "fill-mask",

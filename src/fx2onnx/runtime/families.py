@@ -29,6 +29,9 @@ GENERATORS: dict[tuple[str, str | None], str] = {
     ("image-text-to-text", None): "fx2onnx.runtime.vision.VisionGenerator",
     ("image-text-to-text", "generic"): "fx2onnx.runtime.image_seq2seq.Seq2SeqImageGenerator",
     ("image-text-to-text", "prefix"): "fx2onnx.runtime.image_prefix.ImagePrefixGenerator",
+    # the text encoder-decoders (T5, BART, Marian...), one loop for the three pipeline tasks of their classes
+    **{(task, None): "fx2onnx.runtime.seq2seq.Seq2SeqTextGenerator"
+       for task in ("text2text-generation", "summarization", "translation")},
     # the single-pass encoders: transformers' pipelines of their tasks
     **{(task, None): "fx2onnx.runtime.pipelines.Pipeline" for task in PIPELINE_TASKS},
 }

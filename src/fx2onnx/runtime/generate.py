@@ -65,6 +65,8 @@ _RECURRENT = re.compile(r"(^|[_.])(conv|recurrent|ssm)[_.]\d")
 NEXT_TOKEN = "fx2onnx_next_token"
 #: inputs the loop computes itself, beside the cache
 _TOKEN_INPUTS = ("input_ids", "attention_mask", "position_ids")
+#: optimum's input choosing a merged decoder's branch (false: no cache yet)
+CACHE_BRANCH = "use_cache_branch"
 _NUMPY_TYPES = {
     "tensor(float)": np.float32,
     "tensor(float16)": np.float16,
@@ -92,6 +94,8 @@ class CacheSignature:
     next_token: str | None = None
     #: inputs fed the same value at every step (a speech decoder's cross-attention keys and values)
     constants: tuple[str, ...] = ()
+    #: the model takes optimum's ``use_cache_branch`` (an encoder-decoder's merged decoder): false at the first step
+    has_cache_branch: bool = False
 
     @classmethod
     def from_session(cls, session: Any, constants: Sequence[str] = ()) -> "CacheSignature":
@@ -117,7 +121,8 @@ class CacheSignature:
         absent = [n for n in constants if n not in inputs]
         if absent:
             raise ValueError(f"The model has no inputs {absent} (inputs: {list(inputs)}).")
-        unknown = [n for n in inputs if n not in pairs and n not in _TOKEN_INPUTS and n not in constants]
+        unknown = [n for n in inputs if n not in pairs and n not in _TOKEN_INPUTS and n not in constants
+                   and n != CACHE_BRANCH]
         if unknown:
             raise ValueError(f"The generation loop cannot feed the inputs {unknown}: it feeds {list(_TOKEN_INPUTS)} "
                              "and the cache.")
@@ -127,7 +132,7 @@ class CacheSignature:
             (name, output, _initial_shape(inputs[name], batch), inputs[name].type) for name, output in pairs.items()
         )
         return cls(logits, "attention_mask" in inputs, "position_ids" in inputs, cache,
-                   NEXT_TOKEN if NEXT_TOKEN in outputs else None, tuple(constants))
+                   NEXT_TOKEN if NEXT_TOKEN in outputs else None, tuple(constants), CACHE_BRANCH in inputs)
 
 
 def _logits_name(outputs: Sequence[str], pairs: dict[str, str]) -> str:
@@ -395,7 +400,8 @@ class OnnxGenerator:
         feed_names = ["input_ids"] + [name for name, _, _, _ in sig.cache]
         feed_names += ["attention_mask"] * sig.has_attention_mask + ["position_ids"] * sig.has_position_ids
         fixed = self._constants(constants or {})
-        feed_names += list(sig.constants)
+        feed_names += list(sig.constants) + [CACHE_BRANCH] * sig.has_cache_branch
+        branches = [np.array([False]), np.array([True])]  # use_cache_branch: the first step computes the cross cache
         fused = sig.next_token is not None and chooser is None
         fetch_names = [sig.next_token if fused else sig.logits] + [out for _, out, _, _ in sig.cache]
         devices = [self._device] * len(fetch_names)
@@ -445,6 +451,8 @@ class OnnxGenerator:
                     feeds.push_back(from_numpy(step_positions, device))
                 for value in fixed:
                     feeds.push_back(value)
+                if sig.has_cache_branch:
+                    feeds.push_back(from_numpy(branches[step > 0], device))
                 fetches = vector()
                 model_begin = time.perf_counter()
                 run(run_options, feed_names, feeds, fetch_names, fetches, devices)

@@ -36,7 +36,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .families import generator_class
-from .folder import _read_json, open_pieces
+from .folder import _read_json, open_pieces, warn_old_layout
+from .seq2seq import is_merged_layout, open_merged
 from .speech_base import (  # noqa: F401 (kept importable from here)
     NOT_SPEECH, SpeechFolder, SpeechResult, _Suppress, cut_after_eos, read_audios, read_wav, suppress_logits, write_wav,
 )
@@ -53,8 +54,15 @@ class SpeechGenerator(SpeechFolder):
 
     def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None):
         super().__init__(folder)
-        self.pieces, self.encoder, self.cross_names, self.decoder = open_pieces(
-            self.folder, "speech-seq2seq", "encoder", NOT_SPEECH, providers, threads)
+        if is_merged_layout(self.metadata):  # the encoder's output, the merged decoder computing the cross cache
+            self.pieces, self.encoder, self.decoder = open_merged(self.folder, "speech-seq2seq", NOT_SPEECH,
+                                                                  providers, threads)
+            self.cross_names, self.fed_names = ["last_hidden_state"], ["encoder_hidden_states"]
+        else:  # the previous layout: the encoder returns the cross keys and values
+            self.pieces, self.encoder, self.cross_names, self.decoder = open_pieces(
+                self.folder, "speech-seq2seq", "encoder", NOT_SPEECH, providers, threads)
+            self.fed_names = self.cross_names
+            warn_old_layout(self.folder, self.decoder)
 
     def features(self, audio: Any) -> np.ndarray:
         """The input features of one audio or a list (paths to WAV files or float arrays)."""
@@ -86,7 +94,7 @@ class SpeechGenerator(SpeechFolder):
             value = onnxruntime.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(features.astype(dtype)))
         begin = time.perf_counter()
         outputs = self.encoder.run_with_ort_values(self.cross_names, {info.name: value})
-        return dict(zip(self.cross_names, outputs)), time.perf_counter() - begin
+        return dict(zip(self.fed_names, outputs)), time.perf_counter() - begin
 
     def _language_ids(self, language: str) -> int:
         lang_to_id = self.generation.get("lang_to_id") or {}

@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .folder import session_options
-from .generate import OnnxGenerator
+from .generate import CACHE_BRANCH, OnnxGenerator
 from .speech_base import NOT_SPEECH, SpeechFolder, SpeechResult, suppress_logits
 
 #: the decoder's input taking the feature extractor's attention mask (:mod:`fx2onnx.deploy.speech_generic`)
@@ -58,6 +58,17 @@ UNSUPPORTED_OPTIONS: dict[str, tuple[Any, ...]] = {
     "guidance_scale": (None, 1.0),
     "watermarking_config": (None,),
 }
+
+
+def encoder_constants(outputs: dict[str, Any], features: dict[str, np.ndarray]) -> dict[str, Any]:
+    """What the merged decoder takes from the encoder, by its names: ``last_hidden_state`` as
+    ``encoder_hidden_states``, the tokenizer's ``attention_mask`` as ``encoder_attention_mask``."""
+    constants = dict(outputs)
+    if "last_hidden_state" in constants:
+        constants["encoder_hidden_states"] = constants.pop("last_hidden_state")
+    if "attention_mask" in features:
+        constants["encoder_attention_mask"] = np.ascontiguousarray(features["attention_mask"], dtype=np.int64)
+    return constants
 
 
 def unsupported_options(generation: dict[str, Any]) -> list[str]:
@@ -162,7 +173,8 @@ class Seq2SeqSpeechGenerator(SpeechFolder):
         self.encoder_inputs = {i.name: i.type for i in self.encoder.get_inputs()}
         self.encoder_outputs = list(encoder["outputs"])
         cache = set(decoder.get("cache", {}))
-        self.constant_names = [n for n in decoder["inputs"] if n != "input_ids" and n not in cache]
+        # use_cache_branch: the merged decoder of the layout of transformers.js and optimum, fed by the loop
+        self.constant_names = [n for n in decoder["inputs"] if n not in ("input_ids", CACHE_BRANCH) and n not in cache]
         self.decoder = OnnxGenerator(os.path.join(self.folder, decoder["file"]), providers, options,
                                      constant_inputs=self.constant_names)
         self.decoder_inputs = {i.name: i.type for i in self.decoder.session.get_inputs()}
@@ -206,6 +218,8 @@ class Seq2SeqSpeechGenerator(SpeechFolder):
         outputs = self.encoder.run_with_ort_values(self.encoder_outputs, feeds)
         seconds = time.perf_counter() - begin
         constants: dict[str, Any] = dict(zip(self.encoder_outputs, outputs))
+        if "last_hidden_state" in constants:  # the layout of transformers.js and optimum (fx2onnx.deploy.seq2seq)
+            constants = encoder_constants(constants, features)
         if FEATURES_MASK in self.constant_names:
             if "attention_mask" not in features:
                 raise ValueError("The decoder takes the feature extractor's attention mask: the features have none.")
