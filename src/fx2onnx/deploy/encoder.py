@@ -5,7 +5,8 @@ a semantic segmenter, a depth estimator and a CTC speech recognizer are each exp
 ``onnx/model.onnx``, as optimum and transformers.js lay such a folder out: its inputs named as the processor
 names them (``input_ids``, ``attention_mask``, ``token_type_ids``, ``pixel_values``, ``pixel_mask``,
 ``input_values``), its outputs as transformers' pipeline reads them (``logits``, ``pred_boxes``,
-``predicted_depth``, or ``last_hidden_state`` for an embedder). The tasks and what they keep are listed by the runtime
+``predicted_depth``, or ``last_hidden_state`` for an embedder; ``token_embeddings`` and ``sentence_embedding`` for a
+sentence-transformers folder, its pooling in the graph: :mod:`fx2onnx.deploy.sentence`). The tasks and what they keep are listed by the runtime
 (:data:`fx2onnx.runtime.pipelines.PIPELINE_TASKS`), which runs such a folder.
 
 The example inputs come from the folder's own processor: its tokenizer on sentences, its image processor on
@@ -37,6 +38,7 @@ from ..weights import to_onnx_from_checkpoint
 from ..weights.empty import parameters_on_meta
 from ..weights.save import load_without_weights
 from .saved_model import rename_external_data, rename_values
+from .sentence import SentenceModules, SentencePooling, copy_sentence_modules, read_sentence_modules
 from .speech import Piece
 from .transformersjs import data_file_name
 
@@ -51,6 +53,8 @@ DYNAMIC_DIMS = {"text": {0: "batch", 1: "sequence"}, "image": {0: "batch"}, "aud
 TOWER_DIMS = {"text": {0: "text_batch", 1: "sequence"}, "image": {0: "image_batch"}, "audio": {0: "audio_batch"}}
 #: the inputs a tokenizer gives
 TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+#: the outputs of a sentence-transformers folder, as optimum names them
+SENTENCE_OUTPUTS = ("token_embeddings", "sentence_embedding")
 #: the hypotheses of the example inputs of a two-tower model (3 labels, then 2)
 LABEL_SENTENCES = (("a photo of a cat", "a photo of a dog", "the sea"), ("a robot", "a night in paris"))
 
@@ -63,9 +67,9 @@ class EncoderPiece(torch.nn.Module):
 
     base_model_prefix = "model"
 
-    def __init__(self, model: torch.nn.Module, outputs: tuple[str, ...]):
+    def __init__(self, model: torch.nn.Module, outputs: tuple[str, ...], pooling: SentencePooling | None = None):
         super().__init__()
-        self.model, self.outputs = model, outputs
+        self.model, self.outputs, self.pooling = model, outputs, pooling
 
     def forward(self, input_ids: Any = None, attention_mask: Any = None, token_type_ids: Any = None,
                 pixel_values: Any = None, pixel_mask: Any = None, input_values: Any = None,
@@ -74,6 +78,10 @@ class EncoderPiece(torch.nn.Module):
                      pixel_values=pixel_values, pixel_mask=pixel_mask, input_values=input_values,
                      input_features=input_features, is_longer=is_longer)
         result = self.model(**{k: v for k, v in given.items() if v is not None})
+        if self.pooling is not None:  # a sentence-transformers folder: its pooling (and normalization) too
+            tokens = result["last_hidden_state"]
+            mask = tokens.new_ones(tokens.shape[:2]) if attention_mask is None else attention_mask
+            return tokens, self.pooling(tokens, mask)
         return tuple(result[name] for name in self.outputs)
 
 
@@ -117,10 +125,14 @@ def example_inputs(folder: str, modality: str, accepted: set[str], seed: int = 0
     return sets
 
 
-def encoder_pieces(model: torch.nn.Module, task: str, folder: str) -> list[Piece]:
+def encoder_pieces(model: torch.nn.Module, task: str, folder: str,
+                   sentence: SentenceModules | None = None) -> list[Piece]:
     """The one piece of a folder of ``task``: the wrapper around ``model`` (the meta device for the export, the
-    CPU for the check), its two input sets and their dynamic dimensions."""
+    CPU for the check), its two input sets and their dynamic dimensions; ``sentence``: the pooling of a
+    sentence-transformers folder, computed after the model (outputs ``token_embeddings``, ``sentence_embedding``)."""
     modality, outputs = PIPELINE_TASKS[task]
+    pooling = None if sentence is None else SentencePooling(sentence.modes, sentence.normalize)
+    outputs = SENTENCE_OUTPUTS if sentence is not None else outputs
     wrapped = inspect.signature(EncoderPiece.forward).parameters
     accepted = set(inspect.signature(model.forward).parameters) & set(wrapped)
     if not getattr(getattr(model.config, "audio_config", None), "enable_fusion", True):
@@ -136,7 +148,7 @@ def encoder_pieces(model: torch.nn.Module, task: str, folder: str) -> list[Piece
 
     dynamic_shapes = {n: {d % rank: name for d, name in dims(n).items() if -rank <= d < rank}
                       for n, rank in ((n, inputs[n].dim()) for n in names)}
-    return [Piece("model", MODEL_FILE, EncoderPiece(model, outputs), {n: inputs[n] for n in names},
+    return [Piece("model", MODEL_FILE, EncoderPiece(model, outputs, pooling), {n: inputs[n] for n in names},
                   {n: inputs2[n] for n in names}, dynamic_shapes, names, list(outputs))]
 
 
@@ -157,7 +169,8 @@ def export_encoder_pieces(task: str, folder: str, out_dir: str, config: Any, dty
     if "decoder_input_ids" in inspect.signature(model.forward).parameters:
         raise ValueError(f"{config.architectures[0]} is an encoder-decoder generating tokens: a {task} folder holds "
                          "a single-pass model; export its encoder class (T5EncoderModel...) or a seq2seq task.")
-    pieces = encoder_pieces(model, task, folder)
+    sentence = read_sentence_modules(folder) if task == "feature-extraction" else None
+    pieces = encoder_pieces(model, task, folder, sentence)
     optimize, quantize = options["optimize"], options["quantize"]
     for piece in pieces:
         options["say"](f"exporting {config.architectures[0]} ({task}, {str(dtype).replace('torch.', '')}, "
@@ -177,4 +190,6 @@ def export_encoder_pieces(task: str, folder: str, out_dir: str, config: Any, dty
                              f"{piece.input_names}.")
         rename_values(path, piece.input_names, piece.output_names, {})
         rename_external_data(path, data_file_name(piece.filename))  # model.onnx_data, as transformers.js names it
-    return pieces, lambda eager, _config: encoder_pieces(eager, task, folder)
+    if sentence is not None:
+        copy_sentence_modules(folder, sentence, out_dir)
+    return pieces, lambda eager, _config: encoder_pieces(eager, task, folder, sentence)

@@ -6,7 +6,8 @@ onnxruntime, prepares the inputs with the folder's own tokenizer, image processo
 (transformers, offline), runs the model and post-processes its output as transformers' pipeline of the task does:
 labels and scores (softmax, or sigmoid for one label or several labels at once, from ``config.json``), a tagger's
 entities (no aggregation), the ``top_k`` tokens of a mask, candidate labels scored by an NLI classifier, a CTC
-transcription (greedy, the tokenizer's decoding), an embedding (``last_hidden_state``, nested lists), and, through
+transcription (greedy, the tokenizer's decoding), an embedding (``last_hidden_state``, nested lists; a
+sentence-transformers folder's ``sentence_embedding``, one vector per text), and, through
 the image processor's own post-processing, a detector's boxes and a depth map. One input gives one result, a list
 gives a list.
 
@@ -106,6 +107,9 @@ class Pipeline:
                              f"a folder of {sorted(PIPELINE_TASKS)} (generate runs the generation tasks).")
         check_folder_files(self.folder, metadata)
         self.modality, self.outputs = PIPELINE_TASKS[self.task]
+        self.outputs = tuple(piece.get("outputs") or self.outputs)  # a sentence-transformers folder's are its own
+        #: a sentence-transformers folder: the pooled (normalized) embedding of each text, as its ``encode``
+        self.sentence = "sentence_embedding" in self.outputs
         self.input_names = list(piece["inputs"])
         self.session = onnxruntime.InferenceSession(os.path.join(self.folder, piece["file"]),
                                                     session_options(threads),
@@ -246,6 +250,9 @@ class Pipeline:
             return [r for text in texts for r in self._text_task([text], top_k)]
         encoded = tokenizer(texts, padding=True, return_tensors="np", return_special_tokens_mask=True,
                             return_offsets_mapping=self.task == "token-classification")
+        if self.sentence:  # one vector per text (truncated to the tokenizer's length, as sentence-transformers)
+            encoded = tokenizer(texts, padding=True, truncation=True, return_tensors="np")
+            return [row.tolist() for row in self._run(encoded, all_outputs=True)[self.outputs.index("sentence_embedding")]]
         output = self._run(encoded)
         lengths = encoded["attention_mask"].sum(axis=1) if "attention_mask" in encoded else \
             [encoded["input_ids"].shape[1]] * len(texts)

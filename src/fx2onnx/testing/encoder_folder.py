@@ -174,3 +174,26 @@ def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int
     else:
         ctc_processor(folder).save_pretrained(folder)
     return folder
+
+
+def write_sentence_folder(folder: str | os.PathLike, modes: tuple[str, ...] = ("mean",), normalize: bool = True,
+                          seed: int = 0) -> str:
+    """Writes a sentence-transformers folder as the published ones are laid out: the tiny BERT of
+    :func:`write_encoder_folder` at the root, ``modules.json``, ``1_Pooling/config.json`` (the ``pooling_mode_*``
+    booleans of ``modes``) and, when ``normalize``, ``2_Normalize``; returns the folder."""
+    from ..deploy.sentence import LEGACY_MODES
+
+    folder = write_encoder_folder("BertModel", folder, seed=seed)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+        os.makedirs(os.path.join(folder, "2_Normalize"), exist_ok=True)
+    os.makedirs(os.path.join(folder, "1_Pooling"), exist_ok=True)
+    pooling = {"word_embedding_dimension": encoder_config("BertModel").hidden_size,
+               **{key: mode in modes for key, mode in LEGACY_MODES.items()}, "include_prompt": True}
+    for name, content in (("modules.json", modules), (os.path.join("1_Pooling", "config.json"), pooling),
+                          ("sentence_bert_config.json", {"max_seq_length": 128, "do_lower_case": False})):
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+            json.dump(content, f, indent=2)
+    return folder
