@@ -61,9 +61,13 @@ def test_long_line_of_code():
     html = page("<pre>short\n" + "x" * 450 + "\nshort</pre>")
     problems = site_check.check_page(html)
     assert len(problems) == 1 and problems[0].startswith("line of 450 characters"), problems
-    # under the limit, a code line past the window at 1400 px still fails: the reader scrolls
+    # under the limit, a code line wider than the content column at 1400 px still fails: the reader scrolls
     problems = site_check.check_page(html, max_line=500)
-    assert len(problems) == 1 and problems[0].startswith("line of code of 450 characters, past the window"), problems
+    assert len(problems) == 1 and problems[0].startswith("line of code of 450 characters, wider than the content"), \
+        problems
+    column = "x" * site_check.COLUMN_CHARS
+    assert site_check.check_page(page(f"<pre>{column}</pre>")) == []
+    assert len(site_check.check_page(page(f"<pre>{column}x</pre>"))) == 1
 
 
 def test_output_lines_wrap_code_lines_scroll():
@@ -74,7 +78,7 @@ def test_output_lines_wrap_code_lines_scroll():
     assert site_check.check_page(output) == [] and site_check.check_page(text) == []
     assert site_check.read_page(output).wrapped_lines == [line] and site_check.read_page(output).pre_lines == []
     problems = site_check.check_page(code)
-    assert len(problems) == 1 and "past the window" in problems[0], problems
+    assert len(problems) == 1 and "wider than the content column" in problems[0], problems
     # the site's CSS wraps the same blocks the check reads as wrapped
     css = (_PATH.parents[1] / "_static" / "fx2onnx.css").read_text(encoding="utf-8")
     rule = css[css.index(".sphx-glr-script-out pre"):]
@@ -121,7 +125,7 @@ def test_site(tmp_path):
     assert any("temporary path" in p and "plot_fast" in p for p in report.problems)
     text = site_check.format_report(report)
     assert "longest examples" in text and "2 problem(s)" in text
-    assert report.window_lines == {}  # an example's output wraps
+    assert report.wide_lines == {}  # an example's output wraps
     assert site_check.main([str(tmp_path)]) == 1
     assert site_check.main([str(tmp_path / "missing")]) == 2
 

@@ -12,7 +12,8 @@ models of :mod:`fx2onnx.zoo.tiny` and by the export of a folder.
 
     config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                       num_attention_heads=2, vocab_size=99)
-    inputs = _decoder_inputs(config, 2, 3, 5, with_cache=True, position_ids=True, generator=torch.Generator())
+    inputs = _decoder_inputs(config, 2, 3, 5, with_cache=True, position_ids=True,
+                             generator=torch.Generator())
     print(_dynamic_shapes(inputs, config)["attention_mask"])  # {0: 'batch', 1: 'total_seq'}
 """
 

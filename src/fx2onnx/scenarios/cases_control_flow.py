@@ -185,7 +185,8 @@ class ForLoopOnShape(torch.nn.Module):
 
 
 class RecurrentLayersOverSequence(torch.nn.Module):
-    """``nn.LSTM`` then ``nn.GRU`` over a dynamic sequence: a loop over time inside torch's operators."""
+    """``nn.LSTM`` then ``nn.GRU`` over a dynamic sequence: a loop over time inside torch's
+    operators."""
 
     _inputs = [I(T(2, 5, 4)), I(T(3, 8, 4))]
     _dynamic = ({0: B, 1: "seq"},)
@@ -202,7 +203,8 @@ class RecurrentLayersOverSequence(torch.nn.Module):
 
 
 class PackedSequenceThroughLSTM(torch.nn.Module):
-    """Padded sequences of different lengths packed, through ``nn.LSTM``, padded again: sizes from the lengths."""
+    """Padded sequences of different lengths packed, through ``nn.LSTM``, padded again: sizes from the
+    lengths."""
 
     # the second set's longest sequence is shorter than its padding: the output is cut at 5
     _inputs = [I(T(3, 6, 4), torch.tensor([6, 2, 4])), I(T(4, 7, 4), torch.tensor([1, 5, 3, 2]))]
@@ -213,7 +215,9 @@ class PackedSequenceThroughLSTM(torch.nn.Module):
         self.lstm = torch.nn.LSTM(4, 5, batch_first=True, bidirectional=True)
 
     def forward(self, x, lengths):
-        packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        packed = torch.nn.utils.rnn.pack_padded_sequence(
+            x, lengths, batch_first=True, enforce_sorted=False
+        )
         y, (h, _) = self.lstm(packed)
         padded, _ = torch.nn.utils.rnn.pad_packed_sequence(y, batch_first=True)
         return padded, h

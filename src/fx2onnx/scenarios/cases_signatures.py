@@ -86,7 +86,10 @@ class OptionalKwargMissing(torch.nn.Module):
 class KeywordTensors(torch.nn.Module):
     """Tensors given as keyword arguments, one of them a boolean mask."""
 
-    _inputs = [I(x=T(3, 4), mask=T(3, 4, dtype=torch.bool)), I(x=T(5, 4), mask=T(5, 4, dtype=torch.bool))]
+    _inputs = [
+        I(x=T(3, 4), mask=T(3, 4, dtype=torch.bool)),
+        I(x=T(5, 4), mask=T(5, 4, dtype=torch.bool)),
+    ]
     _dynamic = {"x": {0: B}, "mask": {0: B}}
 
     def forward(self, x, mask):

@@ -296,7 +296,10 @@ class EmbeddingIds(torch.nn.Module):
 class Attention(torch.nn.Module):
     """``scaled_dot_product_attention`` with a causal mask."""
 
-    _inputs = [I(T(2, 2, 3, 8), T(2, 2, 3, 8), T(2, 2, 3, 8)), I(T(3, 2, 5, 8), T(3, 2, 5, 8), T(3, 2, 5, 8))]
+    _inputs = [
+        I(T(2, 2, 3, 8), T(2, 2, 3, 8), T(2, 2, 3, 8)),
+        I(T(3, 2, 5, 8), T(3, 2, 5, 8), T(3, 2, 5, 8)),
+    ]
     _dynamic = ({0: B, 2: "seq"}, {0: B, 2: "seq"}, {0: B, 2: "seq"})
 
     def forward(self, q, k, v):
@@ -304,7 +307,8 @@ class Attention(torch.nn.Module):
 
 
 class CustomOp(torch.nn.Module):
-    """A custom op (``torch.library.custom_op``) with a fake implementation: exporters need a converter."""
+    """A custom op (``torch.library.custom_op``) with a fake implementation: exporters need a
+    converter."""
 
     _inputs = [I(T(3, 4), T(3, 4)), I(T(5, 4), T(5, 4))]
     _dynamic = ({0: B}, {0: B})
