@@ -147,7 +147,7 @@ def test_image_classification_folder_equals_transformers_and_refuses_bad_inputs(
 
 
 @pytest.mark.slow
-def test_fill_mask_token_classification_and_features_equal_transformers(tmp_path_factory):
+def test_fill_mask_token_classification_and_features_equal_transformers(tmp_path_factory, capsys):
     checkpoint, out, _ = _exported(tmp_path_factory, "BertForMaskedLM")
     ours, reference = fx2onnx.pipeline(out), _reference("fill-mask", checkpoint)
     _same(ours(MASKED[0]), reference(MASKED[0]))
@@ -162,6 +162,15 @@ def test_fill_mask_token_classification_and_features_equal_transformers(tmp_path
     expected = reference(texts)
     assert sum(len(e) for e in expected) > 5
     _same(ours(texts), expected)
+    for strategy in ("simple", "first", "average", "max"):  # tokens grouped into entities, words as a whole
+        expected = reference(texts, aggregation_strategy=strategy)
+        assert all("entity_group" in e for row in expected for e in row) and sum(map(len, expected)) > 3
+        _same(ours(texts, aggregation_strategy=strategy), expected)
+    assert main(["run", out, texts[1], "--aggregation", "first", "--json"]) == 0
+    _same(json.loads(capsys.readouterr().out), reference(texts[1], aggregation_strategy="first"))
+    assert main(["run", out, texts[1], "--aggregation", "longest"]) == 2
+    err = capsys.readouterr().err
+    assert "'longest' is not one of transformers' ['none', 'simple'" in err and err.count("\n") == 1, err
 
     checkpoint, out, result = _exported(tmp_path_factory, "BertModel")
     assert result.task == "feature-extraction"

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..runtime.entities import AGGREGATIONS
 from ..runtime.pipelines import MODALITY_OPTION, TWO_TOWER_TASKS, Pipeline
 
 
@@ -79,7 +80,8 @@ def _lines(task: str, result: Any) -> list[str]:
     if task == "token-classification":
         if not result:
             return ["(no entity)"]
-        return [f"{e['word']!r:>14}  {e['entity']:<10} {e['score']:.4f}  [{e['start']}:{e['end']}]" for e in result]
+        return [f"{e['word']!r:>14}  {e.get('entity', e.get('entity_group')):<10} {e['score']:.4f}  "
+                f"[{e['start']}:{e['end']}]" for e in result]
     labels = result if isinstance(result, list) else [result]
     return [f"{r['label']:<20} {r['score']:.4f}" for r in labels]
 
@@ -101,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
         options = dict(candidate_labels=args.labels, hypothesis_template=args.template)
     elif pipe.task == "object-detection":
         options = dict(threshold=0.5 if args.threshold is None else args.threshold)
+    if pipe.task == "token-classification":
+        options["aggregation_strategy"] = args.aggregation or "none"
+    elif args.aggregation:
+        raise ValueError(f"--aggregation is an option of a token-classification folder, not of a {pipe.task} one.")
     if args.threshold is not None and pipe.task != "object-detection":
         raise ValueError(f"--threshold is an option of an object-detection folder, not of a {pipe.task} one.")
     if pipe.task != "zero-shot-classification" and args.multi_label:
@@ -156,6 +162,9 @@ def add_parser(commands: Any) -> None:
                      "is {}.', 'This is a photo of {}.', 'This is a sound of {}.')")
     cmd.add_argument("--multi-label", action="store_true",
                      help="a zero-shot-classification folder: score each label on its own (several may hold)")
+    cmd.add_argument("--aggregation", default=None, metavar="|".join(AGGREGATIONS),
+                     help="a token-classification folder: how tokens are grouped into entities (transformers' "
+                     "aggregation_strategy; default none: one entity per token)")
     cmd.add_argument("--threshold", type=float, default=None,
                      help="an object-detection folder: the lowest score of an object shown (default 0.5)")
     cmd.add_argument("--save-dir", default=None,

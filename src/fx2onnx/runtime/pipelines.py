@@ -5,7 +5,8 @@
 onnxruntime, prepares the inputs with the folder's own tokenizer, image processor or feature extractor
 (transformers, offline), runs the model and post-processes its output as transformers' pipeline of the task does:
 labels and scores (softmax, or sigmoid for one label or several labels at once, from ``config.json``), a tagger's
-entities (no aggregation), the ``top_k`` tokens of a mask, candidate labels scored by an NLI classifier, a CTC
+entities (grouped by transformers' aggregation strategies), the ``top_k`` tokens of a mask, candidate labels scored
+by an NLI classifier or by a two-tower model (CLIP, SigLIP, CLAP) against an image or a sound, a CTC
 transcription (greedy, the tokenizer's decoding), an embedding (``last_hidden_state``, nested lists; a
 sentence-transformers folder's ``sentence_embedding``, one vector per text), and, through
 the image processor's own post-processing, a detector's boxes and a depth map. One input gives one result, a list
@@ -28,6 +29,7 @@ import numpy as np
 
 from ..formats import FOLDER_METADATA
 from .folder import _read_json, session_options
+from .entities import AGGREGATIONS, group_entities, tag_tokens
 from .integrity import check_folder_files
 from .speech_base import read_wav
 from .vision import read_image
@@ -199,10 +201,11 @@ class Pipeline:
 
     def __call__(self, inputs: Any, top_k: int | None = None, candidate_labels: str | Sequence[str] | None = None,
                  hypothesis_template: str | None = None, multi_label: bool = False,
-                 threshold: float = 0.5) -> Any:
+                 threshold: float = 0.5, aggregation_strategy: str = "none") -> Any:
         """What transformers' ``pipeline(task, model=folder)(inputs)`` returns (``top_k``: the labels or tokens kept;
         default: the pipeline's; ``candidate_labels``, ``hypothesis_template``, ``multi_label``: those of
-        zero-shot-classification; ``threshold``: the lowest score of a detected object)."""
+        zero-shot-classification; ``threshold``: the lowest score of a detected object; ``aggregation_strategy``: a
+        tagger's grouping of tokens into entities, one of :data:`fx2onnx.runtime.entities.AGGREGATIONS`)."""
         single = not isinstance(inputs, (list, tuple))
         items = [inputs] if single else list(inputs)
         if not items:
@@ -217,7 +220,10 @@ class Pipeline:
             labels = self._candidates(candidate_labels, template)
             results = [self._zero_shot_audio(audio, labels, template) for audio in self._audios(items)]
         elif self.modality == "text":
-            results = self._text_task(self._texts(items), top_k)
+            if aggregation_strategy not in AGGREGATIONS:
+                raise ValueError(f"the aggregation {aggregation_strategy!r} is not one of transformers' "
+                                 f"{list(AGGREGATIONS)}.")
+            results = self._text_task(self._texts(items), top_k, aggregation_strategy)
         elif self.task == "object-detection":  # one image at a time, as the pipeline (no padding to the largest)
             results = [self._detect(image, threshold) for image in self._images(items)]
         elif self.task == "depth-estimation":
@@ -244,10 +250,10 @@ class Pipeline:
         order = np.argsort(-scores, kind="stable")[:top_k]
         return [{"label": self.id2label.get(int(i), f"LABEL_{int(i)}"), "score": float(scores[i])} for i in order]
 
-    def _text_task(self, texts: list[str], top_k: int | None) -> list[Any]:
+    def _text_task(self, texts: list[str], top_k: int | None, aggregation: str = "none") -> list[Any]:
         tokenizer = self.processor
         if tokenizer.pad_token is None and len(texts) > 1:  # no padding: one text at a time, as the pipeline
-            return [r for text in texts for r in self._text_task([text], top_k)]
+            return [r for text in texts for r in self._text_task([text], top_k, aggregation)]
         encoded = tokenizer(texts, padding=True, return_tensors="np", return_special_tokens_mask=True,
                             return_offsets_mapping=self.task == "token-classification")
         if self.sentence:  # one vector per text (truncated to the tokenizer's length, as sentence-transformers)
@@ -269,7 +275,7 @@ class Pipeline:
             else:
                 special = encoded["special_tokens_mask"][row][:length]
                 offsets = encoded["offset_mapping"][row][:length]
-                results.append(self._entities(text, ids, _softmax(out), special, offsets))
+                results.append(self._entities(text, ids, _softmax(out), special, offsets, aggregation))
         return results
 
     def _candidates(self, labels: str | Sequence[str] | None, template: str) -> list[str]:
@@ -340,22 +346,14 @@ class Pipeline:
         return rows[0] if masked.size == 1 else rows
 
     def _entities(self, text: str, ids: np.ndarray, scores: np.ndarray, special: np.ndarray,
-                  offsets: np.ndarray) -> list[dict[str, Any]]:
+                  offsets: np.ndarray, aggregation: str) -> list[dict[str, Any]]:
+        """The entities of one text for transformers' ``aggregation_strategy`` (:mod:`fx2onnx.runtime.entities`)."""
         tokenizer = self.processor
-        entities = []
-        for index, token_scores in enumerate(scores):
-            if special[index]:
-                continue
-            start, end = (int(v) for v in offsets[index])
-            word = text[start:end] if int(ids[index]) == tokenizer.unk_token_id else \
-                tokenizer.convert_ids_to_tokens(int(ids[index]))
-            best = int(token_scores.argmax())
-            label = self.id2label.get(best, f"LABEL_{best}")
-            if label == "O":  # transformers' ignore_labels
-                continue
-            entities.append({"entity": label, "score": float(token_scores[best]), "index": index, "word": word,
-                             "start": start, "end": end})
-        return entities
+        backend = getattr(tokenizer, "_tokenizer", None)
+        word_pieces = bool(getattr(getattr(backend, "model", None), "continuing_subword_prefix", None))
+        tagged = tag_tokens(text, tokenizer.convert_ids_to_tokens([int(i) for i in ids]), ids, scores, special,
+                            offsets, tokenizer.unk_token_id, word_pieces)
+        return group_entities(tagged, aggregation, self.id2label, tokenizer.convert_tokens_to_string)
 
     def _image_task(self, images: list[Any], top_k: int | None) -> list[Any]:
         pixels = self.processor(images=images, return_tensors="np")
