@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import safetensors.torch
 import torch
 import transformers
 
@@ -16,7 +17,15 @@ import fx2onnx
 from fx2onnx.deploy import export_folder
 from fx2onnx.inputs.discover import get_architecture, tiny_config
 from fx2onnx.testing.tokenizer import write_checkpoint_folder
-from fx2onnx.weights.repeat_layers import LayersNotRepeatable, LayerStack, layer_stack, short_config, stamp_layers
+from fx2onnx.weights.random_checkpoint import padding_rows, write_random_checkpoint
+from fx2onnx.weights.repeat_layers import (
+    LayersNotRepeatable,
+    LayerStack,
+    adopt_layer_attributes,
+    layer_stack,
+    short_config,
+    stamp_layers,
+)
 
 
 class Block(torch.nn.Module):
@@ -99,6 +108,38 @@ def test_layer_stack_refuses_layers_of_several_kinds():
     assert short_config(gemma2, 4).layer_types == gemma2.layer_types[:4]
     assert short_config(llama).num_hidden_layers == 2 and llama.num_hidden_layers == 4
     assert short_config(config).layer_types == config.layer_types[:2]
+
+
+class ScaledStack(Stack):
+    """Each layer's residual scaled by a constant of the number of layers (MiniCPM3's scale_depth / sqrt(layers))."""
+
+    def __init__(self, n: int):
+        super().__init__(n)
+        for layer in self.layers:
+            layer.residual_scale = 1.4 / n**0.5
+
+
+def test_short_layers_adopt_constants_derived_from_the_layer_count():
+    # the two captured layers of a short model take the full model's constant, else every stamped layer computes
+    # with the short model's
+    full, short = ScaledStack(6), ScaledStack(2)
+    stack = LayerStack("layers", 6)
+    assert short.layers[1].residual_scale != full.layers[3].residual_scale
+    assert adopt_layer_attributes(short, full, stack) == [f"layers.{i}.residual_scale" for i in range(2)]
+    assert [layer.residual_scale for layer in short.layers] == [full.layers[3].residual_scale] * 2
+    assert adopt_layer_attributes(short, full, stack) == []
+
+
+def test_random_checkpoint_keeps_padding_rows_at_zero(tmp_path):
+    # the row an embedding keeps at zero (padding_idx), as Youtu's from_pretrained zeroes it again over a checkpoint
+    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                      num_attention_heads=2, vocab_size=128, pad_token_id=5,
+                                      architectures=["LlamaForCausalLM"])
+    with torch.device("meta"):
+        assert padding_rows(transformers.LlamaForCausalLM(config)) == {"model.embed_tokens.weight": 5}
+    write_random_checkpoint(config, tmp_path, "float32", std=0.3)
+    embed = safetensors.torch.load_file(str(tmp_path / "model.safetensors"))["model.embed_tokens.weight"]
+    assert (embed[5] == 0).all() and (embed[4] != 0).all() and (embed[6] != 0).all()
 
 
 def _tiny(model_type: str, layers: int):

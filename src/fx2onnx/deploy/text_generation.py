@@ -25,6 +25,7 @@ from ..weights import checkpoint_weights, to_onnx_from_checkpoint
 from ..weights.export import model_from_checkpoint_config, model_from_config
 from ..weights.repeat_layers import (
     LayersNotRepeatable,
+    adopt_layer_attributes,
     layer_stack,
     short_config,
     stamp_layers,
@@ -142,7 +143,9 @@ def _export_two_layers(folder: str, model: torch.nn.Module, config: Any, task: s
             weights = checkpoint_weights(folder, model, options["dtype"], names=names)
         except KeyError as e:  # a parameter the checkpoint does not hold: the full capture says what to do
             raise LayersNotRepeatable(str(e)) from e
-        to_onnx_from_checkpoint(folder, (), inputs, model=model_from_config(short, options["dtype"], folder),
+        short_model = model_from_config(short, options["dtype"], folder)
+        adopt_layer_attributes(short_model, model, stack)  # a constant derived from the number of layers
+        to_onnx_from_checkpoint(folder, (), inputs, model=short_model,
                                 dynamic_shapes=dynamic_shapes,
                                 after_conversion=lambda onnx_model: stamp_layers(onnx_model, stack, weight),
                                 **options)

@@ -44,9 +44,19 @@ def checkpoint_layout(model: torch.nn.Module) -> list[tuple[str, tuple[int, ...]
     return layout
 
 
-def _slices(name: str, shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator, std: float) -> Iterator[torch.Tensor]:
+def padding_rows(model: torch.nn.Module) -> dict[str, int]:
+    """The row of each embedding's weight which a model keeps at zero (``nn.Embedding(padding_idx=...)``: its
+    initialization zeroes it, training never updates it; Youtu's ``from_pretrained`` zeroes it again over the
+    checkpoint), by the weight's name."""
+    return {f"{name}.weight" if name else "weight": int(m.padding_idx) for name, m in model.named_modules()
+            if isinstance(m, torch.nn.Embedding) and m.padding_idx is not None}
+
+
+def _slices(name: str, shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator, std: float,
+            zero_row: int | None = None) -> Iterator[torch.Tensor]:
     """The values of one tensor, flattened, in slices of at most :data:`_SLICE` elements: a
-    normalization weight around 1, any other floating point tensor ``std * N(0, 1)``."""
+    normalization weight around 1, any other floating point tensor ``std * N(0, 1)``; the row ``zero_row``
+    (an embedding's padding row) zero."""
     numel = 1
     for d in shape:
         numel *= d
@@ -57,6 +67,10 @@ def _slices(name: str, shape: tuple[int, ...], dtype: torch.dtype, generator: to
             values = torch.randn(size, generator=generator) * std
             if norm:
                 values += 1
+            if zero_row is not None and len(shape) == 2:
+                start, stop = zero_row * shape[1] - begin, (zero_row + 1) * shape[1] - begin
+                if stop > 0 and start < size:
+                    values[max(start, 0):min(stop, size)] = 0
             yield values.to(dtype)
         elif dtype == torch.bool:
             yield torch.ones(size, dtype=torch.bool)
@@ -129,6 +143,7 @@ def write_random_checkpoint(
     with torch.device("meta"):
         model = model_class._from_config(config, dtype=dtype)
     layout = checkpoint_layout(model)
+    zero_rows = padding_rows(model)
     del model
     std = std if std is not None else float(getattr(config, "initializer_range", 0.02) or 0.02)
     shards = _shards(layout, max_shard_size)
@@ -153,7 +168,7 @@ def write_random_checkpoint(
                     # one generator per tensor: a tensor's values do not depend on the sharding
                     generator = torch.Generator().manual_seed(seed * 1_000_003 + index)
                     index += 1
-                    for piece in _slices(name, shape, tensor_dtype, generator, std):
+                    for piece in _slices(name, shape, tensor_dtype, generator, std, zero_rows.get(name)):
                         f.write(piece.view(torch.uint8).numpy().data)
                         if bar is not None:
                             bar.update(piece.numel() * piece.element_size())

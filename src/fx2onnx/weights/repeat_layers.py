@@ -44,7 +44,7 @@ import torch
 from ..formats import CACHE_METADATA_KEY
 from .tensors import initializer_tensor
 
-__all__ = ["LayerStack", "LayersNotRepeatable", "layer_stack", "short_config", "stamp_layers"]
+__all__ = ["LayerStack", "LayersNotRepeatable", "adopt_layer_attributes", "layer_stack", "short_config", "stamp_layers"]
 
 #: the layers captured when they are all alike (:attr:`LayerStack.captured` in general): layer 1 is the
 #: template, layer 0 proves it does not depend on its index
@@ -76,15 +76,18 @@ class LayerStack:
         return self.count // self.period
 
 
+def _plain_attributes(module: torch.nn.Module) -> dict[str, Any]:
+    """The attributes of a module which are plain values (the layer's index excepted)."""
+    return {k: v for k, v in vars(module).items()
+            if not k.startswith("_") and k != "layer_idx" and isinstance(v, (bool, int, float, str, type(None), tuple))}
+
+
 def _signature(module: torch.nn.Module) -> list:
     """What makes two layers compute the same thing: the classes of the submodules, their
     parameters' and buffers' shapes and types, their plain attributes (the index excepted)."""
     items = []
     for name, sub in module.named_modules():
-        attributes = {
-            k: v for k, v in vars(sub).items()
-            if not k.startswith("_") and k != "layer_idx" and isinstance(v, (bool, int, float, str, type(None), tuple))
-        }
+        attributes = _plain_attributes(sub)
         tensors = [(n, tuple(t.shape), t.dtype) for n, t in list(sub.named_parameters(recurse=False)) +
                    list(sub.named_buffers(recurse=False))]
         items.append((name, type(sub).__qualname__, sorted(attributes.items(), key=str), tensors))
@@ -124,6 +127,28 @@ def short_config(config: Any, layers: int = CAPTURED_LAYERS) -> Any:
             setattr(short, key, type(value)(value[:layers]))
     short.num_hidden_layers = layers
     return short
+
+
+def adopt_layer_attributes(short_model: torch.nn.Module, model: torch.nn.Module, stack: LayerStack) -> list[str]:
+    """Gives the captured layers of ``short_model`` (built from :func:`short_config`) the plain attributes of the
+    same layers of the full ``model`` where they differ: a constant a layer derives from the number of layers
+    (MiniCPM3 scales each residual branch by ``scale_depth / sqrt(num_hidden_layers)``) is then the full model's
+    in the captured graph, and in its copies. Returns the attributes set (``model.layers.0.residual_scale``)."""
+    short_layers = short_model.get_submodule(stack.path)
+    layers = model.get_submodule(stack.path)
+    adopted = []
+    for i in range(min(stack.captured, len(short_layers))):
+        full = dict(layers[i].named_modules())
+        for name, sub in short_layers[i].named_modules():
+            other = full.get(name)
+            if other is None or type(other) is not type(sub):
+                continue
+            mine = _plain_attributes(sub)
+            for key, value in _plain_attributes(other).items():
+                if key in mine and mine[key] != value:
+                    setattr(sub, key, value)
+                    adopted.append(".".join(p for p in (stack.path, str(i), name, key) if p))
+    return adopted
 
 
 def _blocks_name(period: int) -> str:
