@@ -88,7 +88,7 @@ def _lines(task: str, result: Any) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     pipe = Pipeline(args.folder, threads=args.threads)
-    given = {"text": args.inputs, "image": args.image or [], "audio": args.audio or []}
+    given = {"text": args.inputs, "image": args.image or [], "audio": args.audio or [], "video": args.video or []}
     others = [m for m, values in given.items() if values and m != pipe.modality]
     if others:
         raise ValueError(f"{args.folder!r} is a folder of task {pipe.task!r}: it takes "
@@ -145,7 +145,7 @@ def add_parser(commands: Any) -> None:
         "run", help="run a classifier, tagger, embedder, detector, depth or CTC folder written by export",
         description="Runs a folder written by 'export FOLDER --out OUT' for a single-pass task (text, token, image "
         "or audio classification, zero-shot classification of texts, images (--labels) or sounds, object detection, segmentation, depth estimation, "
-        "fill-mask, feature extraction, CTC speech recognition) on onnxruntime, the inputs prepared by the folder's "
+        "fill-mask, feature extraction, CTC speech recognition, video classification) on onnxruntime, the inputs prepared by the folder's "
         "own tokenizer, image processor or feature extractor (offline), and prints what transformers' pipeline of "
         "the task returns. "
         "Several inputs make a batch.")
@@ -154,6 +154,9 @@ def add_parser(commands: Any) -> None:
     cmd.add_argument("--image", action="append", default=None, help="an image file (once per image)")
     cmd.add_argument("--audio", action="append", default=None,
                      help="a PCM WAV file at the feature extractor's rate (once per file)")
+    cmd.add_argument("--video", action="append", default=None,
+                     help="a video: a file PyAV decodes, a folder of frames or a .npy array (frames, height, width, 3)"
+                     " (once per video)")
     cmd.add_argument("--top-k", type=int, default=None, help="the labels or tokens kept (default: the pipeline's)")
     cmd.add_argument("--labels", default=None,
                      help="a zero-shot folder (text, image, audio): the candidate labels, comma-separated")

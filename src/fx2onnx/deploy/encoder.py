@@ -47,6 +47,7 @@ SENTENCES = (("the cat sat on the mat", "paris is the capital of france, a city 
              ("a quick brown fox", "the model was exported to onnx and runs in a folder", "good night"))
 #: the dimensions of each input left dynamic, by modality (a detector's images keep their sizes: their last two)
 DYNAMIC_DIMS = {"text": {0: "batch", 1: "sequence"}, "image": {0: "batch"}, "audio": {0: "batch", 1: "samples"},
+                "video": {0: "batch"},
                 "sized image": {0: "batch", -2: "height", -1: "width"}}
 #: the dimensions left dynamic of a model with two towers (CLIP, SigLIP, CLAP): the texts (the candidate labels) and
 #: the images or sounds make two batches of their own
@@ -91,8 +92,9 @@ def _processor(folder: str, modality: str) -> Any:
     import transformers
 
     loader = {"text": transformers.AutoTokenizer, "image": transformers.AutoImageProcessor,
-              "audio": transformers.AutoFeatureExtractor}[modality]
-    what = {"text": "tokenizer", "image": "image processor", "audio": "feature extractor"}[modality]
+              "audio": transformers.AutoFeatureExtractor, "video": transformers.AutoVideoProcessor}[modality]
+    what = {"text": "tokenizer", "image": "image processor", "audio": "feature extractor",
+            "video": "video processor"}[modality]
     try:
         return loader.from_pretrained(folder, local_files_only=True)
     except (OSError, ValueError, TypeError, KeyError) as e:
@@ -101,15 +103,20 @@ def _processor(folder: str, modality: str) -> Any:
 
 
 def example_inputs(folder: str, modality: str, accepted: set[str], seed: int = 0,
-                   two_towers: bool = False) -> list[dict[str, torch.Tensor]]:
+                   two_towers: bool = False, frames: int = 8) -> list[dict[str, torch.Tensor]]:
     """Two input sets made by the folder's processor (batch 2 then 3, other lengths), keeping the inputs the model
-    takes (``accepted``); ``two_towers``: the tokenizer's inputs too, on hypotheses (3 then 2)."""
+    takes (``accepted``); ``two_towers``: the tokenizer's inputs too, on hypotheses (3 then 2); ``frames``: the
+    frames a video model reads."""
     processor = _processor(folder, modality)
     rng = np.random.default_rng(seed)
     sets = []
     for batch, sentences in ((2, SENTENCES[0]), (3, SENTENCES[1])):
         if modality == "text":
             out = processor(list(sentences), padding=True, return_tensors="pt")
+        elif modality == "video":  # the frames the model reads sampled from clips twice as long, as the pipeline
+            videos = [rng.integers(0, 256, (2 * frames, 24 + 8 * i, 40 - 4 * i, 3), dtype=np.uint8)
+                      for i in range(batch)]
+            out = processor(videos, num_frames=frames, do_sample_frames=True, return_tensors="pt")
         elif modality == "image":
             images = [rng.integers(0, 256, (24 + 8 * i, 40 - 4 * i, 3), dtype=np.uint8) for i in range(batch)]
             out = processor(images=images, return_tensors="pt")
@@ -138,7 +145,8 @@ def encoder_pieces(model: torch.nn.Module, task: str, folder: str,
     if not getattr(getattr(model.config, "audio_config", None), "enable_fusion", True):
         accepted.discard("is_longer")  # CLAP without fusion reads no is_longer: the graph would drop it
     two_towers = task in TWO_TOWER_TASKS
-    inputs, inputs2 = example_inputs(folder, modality, accepted, two_towers=two_towers)
+    inputs, inputs2 = example_inputs(folder, modality, accepted, two_towers=two_towers,
+                                     frames=int(getattr(model.config, "num_frames", 8) or 8))
     names = [n for n in wrapped if n in inputs]
 
     def dims(name: str) -> dict[int, str]:

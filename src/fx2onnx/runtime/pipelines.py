@@ -59,6 +59,8 @@ PIPELINE_TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     # candidate labels scored against a sound by a model of two towers (CLAP: softmax over the labels)
     "zero-shot-audio-classification": ("audio", ("logits_per_audio", "text_embeds", "audio_embeds")),
     "automatic-speech-recognition": ("audio", ("logits",)),
+    # a clip's labels: the frames the model reads sampled by the folder's video processor (VideoMAE...)
+    "video-classification": ("video", ("logits",)),
 }
 #: the tasks of a model of two towers: the texts (candidate labels) and the images or sounds, each its own batch
 TWO_TOWER_TASKS = ("zero-shot-image-classification", "zero-shot-audio-classification")
@@ -68,7 +70,7 @@ TEMPLATES = {"zero-shot-classification": "This example is {}.", "zero-shot-image
 #: the endings of a path meant as an image (a missing one is a missing file, not a text)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff")
 #: the option of the command line giving each modality
-MODALITY_OPTION = {"text": "texts", "image": "--image PATH", "audio": "--audio PATH"}
+MODALITY_OPTION = {"text": "texts", "image": "--image PATH", "audio": "--audio PATH", "video": "--video PATH"}
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -87,6 +89,25 @@ def _decoded_image(path: str) -> Any:
     except Exception as e:  # noqa: BLE001 - a cut or renamed file fails in many ways
         raise ValueError(f"{path!r} does not decode as an image (PNG, JPEG...) ({type(e).__name__}): give a whole "
                          "image file (a download cut short, or another format renamed, fails here).") from None
+
+
+def read_video(path: str) -> np.ndarray:
+    """The RGB frames (frames, height, width, 3) of a video file, decoded by PyAV; one line when PyAV is missing or
+    the file does not decode."""
+    try:
+        import av  # deferred: optional
+    except ImportError:
+        raise ValueError(f"decoding the video file {path!r} needs PyAV (pip install av): give a folder of frames or a "
+                         ".npy array (frames, height, width, 3) instead.") from None
+    try:
+        with av.open(path) as container:
+            frames = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+    except (av.FFmpegError, ValueError, IndexError) as e:
+        raise ValueError(f"{path!r} does not decode as a video ({type(e).__name__}): give a whole video file, a "
+                         "folder of frames or a .npy array (frames, height, width, 3).") from None
+    if not frames:
+        raise ValueError(f"{path!r} holds no video frame.")
+    return np.stack(frames)
 
 
 class Pipeline:
@@ -129,7 +150,8 @@ class Pipeline:
 
             loader, what = {"text": (transformers.AutoTokenizer, "tokenizer"),
                             "image": (transformers.AutoImageProcessor, "image processor"),
-                            "audio": (transformers.AutoFeatureExtractor, "feature extractor")}[self.modality]
+                            "audio": (transformers.AutoFeatureExtractor, "feature extractor"),
+                            "video": (transformers.AutoVideoProcessor, "video processor")}[self.modality]
             try:
                 self._processor = loader.from_pretrained(self.folder, local_files_only=True)
             except (OSError, ValueError, TypeError, KeyError) as e:
@@ -160,7 +182,7 @@ class Pipeline:
     # -- inputs
 
     def _refuse(self, value: Any) -> None:
-        kind = {"text": "a text", "image": "an image", "audio": "an audio"}[self.modality]
+        kind = {"text": "a text", "image": "an image", "audio": "an audio", "video": "a video"}[self.modality]
         raise ValueError(f"{self.folder!r} is a folder of task {self.task!r}: it takes {kind} "
                          f"({MODALITY_OPTION[self.modality]}), not {value!r:.60}.")
 
@@ -191,6 +213,35 @@ class Pipeline:
             else:
                 self._refuse(item)
         return audios
+
+    def _videos(self, items: list[Any]) -> list[Any]:
+        """Each video as its frames (an array (frames, height, width, channels)): given, a ``.npy`` file, a folder of
+        images in the order of their names or a video file (decoded by PyAV)."""
+        videos = []
+        for item in items:
+            if isinstance(item, np.ndarray) and item.ndim == 4:
+                videos.append(item)
+                continue
+            if not isinstance(item, (str, os.PathLike)):
+                self._refuse(item)
+            path = os.fspath(item)
+            if os.path.isdir(path):
+                names = sorted(n for n in os.listdir(path) if n.lower().endswith(IMAGE_SUFFIXES))
+                if not names:
+                    raise ValueError(f"the folder {path!r} holds no image: a video is a folder of frames (PNG, "
+                                     "JPEG...), a .npy array (frames, height, width, 3) or a video file.")
+                videos.append(np.stack([np.asarray(_decoded_image(os.path.join(path, n))) for n in names]))
+            elif not os.path.isfile(path):
+                raise FileNotFoundError(f"Video {path!r} does not exist.")
+            elif path.lower().endswith(".npy"):
+                frames = np.load(path)
+                if frames.ndim != 4 or frames.shape[-1] != 3:
+                    raise ValueError(f"{path!r} holds an array of shape {frames.shape}: a video is an array "
+                                     "(frames, height, width, 3).")
+                videos.append(frames)
+            else:
+                videos.append(read_video(path))
+        return videos
 
     def _texts(self, items: list[Any]) -> list[str]:
         if not all(isinstance(t, str) for t in items):
@@ -232,6 +283,8 @@ class Pipeline:
             results = [self._segment(image) for image in self._images(items)]
         elif self.modality == "image":
             results = self._image_task(self._images(items), top_k)
+        elif self.modality == "video":
+            results = [self._video_task(video, top_k) for video in self._videos(items)]
         else:
             results = [self._audio_task(audio, top_k) for audio in self._audios(items)]
         if self.task == "text-classification" and top_k is None:  # transformers: a list for one text too
@@ -411,6 +464,14 @@ class Pipeline:
         return [{"score": None, "label": self.id2label.get(int(label), f"LABEL_{int(label)}"),
                  "mask": PIL.Image.fromarray(((segmentation == label) * 255).astype(np.uint8), mode="L")}
                 for label in np.unique(segmentation)]
+
+    def _video_task(self, video: np.ndarray, top_k: int | None) -> list[dict[str, Any]]:
+        """The labels of one clip, its frames sampled as the pipeline does (the model's number, evenly spaced)."""
+        frames = int(self.config.get("num_frames") or 8)
+        pixels = self.processor(video, num_frames=frames, do_sample_frames=True, return_tensors="np")
+        output = self._run(pixels)[0]
+        top_k = min(5 if top_k is None else top_k, output.shape[-1])
+        return self._labels(self._scores(output, sigmoid_for_one=False), top_k)
 
     def _audio_task(self, audio: np.ndarray, top_k: int | None) -> Any:
         extractor = self.processor

@@ -112,6 +112,11 @@ def encoder_config(architecture: str, labels: tuple[str, ...] | None = None) -> 
                                   decoder_hidden_size=32, initializer_range=0.2, **_labels(3, ("sky", "sea", "sand")))
         config.architectures = [architecture]
         return config
+    if architecture.startswith("VideoMAE"):  # clips of 4 frames of 32x32, tubelets of 2 frames
+        return transformers.VideoMAEConfig(
+            image_size=32, patch_size=8, num_frames=4, tubelet_size=2, hidden_size=32, num_hidden_layers=2,
+            num_attention_heads=4, intermediate_size=64, initializer_range=0.2, architectures=[architecture],
+            **_labels(3, ("running", "swimming", "jumping")))
     if architecture in ("CLIPModel", "SiglipModel"):  # two towers of 2 layers of 32, the WordPiece vocabulary
         towers = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
         text = dict(towers, vocab_size=len(bert_tokenizer()), max_position_embeddings=64, pad_token_id=0,
@@ -130,7 +135,7 @@ def encoder_config(architecture: str, labels: tuple[str, ...] | None = None) -> 
         return transformers.ClapConfig(text_config=text, audio_config=audio, projection_dim=16,
                                        architectures=[architecture])
     raise ValueError(f"No tiny configuration for {architecture}: give a Bert*, ViT*, Wav2Vec2*, Detr*, DPT*, "
-                     "Segformer*, CLIPModel, SiglipModel or ClapModel class.")
+                     "Segformer*, VideoMAE*, CLIPModel, SiglipModel or ClapModel class.")
 
 
 def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int = 0,
@@ -165,6 +170,9 @@ def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int
         transformers.ClapFeatureExtractor(feature_size=16, sampling_rate=16000, hop_length=160, fft_window_size=1024,
                                           frequency_max=8000, max_length_s=1, truncation="rand_trunc",
                                           padding="repeatpad").save_pretrained(folder)
+    elif architecture.startswith("VideoMAE"):
+        transformers.VideoMAEVideoProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
+                                            ).save_pretrained(folder)
     elif architecture.startswith("DPT"):
         transformers.DPTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
     elif architecture.startswith("Segformer"):
