@@ -79,7 +79,8 @@ def test_clap_folder_equals_transformers(tmp_path_factory, tmp_path, capsys):
     ours, reference = fx2onnx.pipeline(out), _reference("zero-shot-audio-classification", checkpoint)
     labels = ["dog", "rain", "music"]
     _same(ours(wavs, candidate_labels=labels), [reference(read_wav(w), candidate_labels=labels) for w in wavs])
-    assert main(["run", out, "--audio", wavs[0], "--labels", "dog,rain", "--template", "the sound of {}", "--json"]) == 0
+    argv = ["run", out, "--audio", wavs[0], "--labels", "dog,rain", "--template", "the sound of {}", "--json"]
+    assert main(argv) == 0
     _same(json.loads(capsys.readouterr().out),
           reference(read_wav(wavs[0]), candidate_labels=["dog", "rain"], hypothesis_template="the sound of {}"))
     assert main(["run", out, "--audio", _wav(tmp_path / "c.wav", rate=48000), "--labels", "dog"]) == 2

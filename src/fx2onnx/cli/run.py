@@ -143,10 +143,10 @@ def add_parser(commands: Any) -> None:
     """Adds the command to the subparsers ``commands``."""
     cmd = commands.add_parser(
         "run", help="run a classifier, tagger, embedder, detector, depth or CTC folder written by export",
-        description="Runs a folder written by 'export FOLDER --out OUT' for a single-pass task (text, token, image "
-        "or audio classification, zero-shot classification of texts, images (--labels) or sounds, object detection, segmentation, depth estimation, "
-        "fill-mask, feature extraction, CTC speech recognition, video classification) on onnxruntime, the inputs prepared by the folder's "
-        "own tokenizer, image processor or feature extractor (offline), and prints what transformers' pipeline of "
+        description="Runs a folder written by 'export FOLDER --out OUT' for a single-pass task (text, token, image, "
+        "audio or video classification, zero-shot classification of texts, images or sounds (--labels), object "
+        "detection, segmentation, depth estimation, fill-mask, feature extraction, sentence embeddings, CTC speech "
+        "recognition) on onnxruntime, the inputs prepared by the folder's own tokenizer, image processor or feature extractor (offline), and prints what transformers' pipeline of "
         "the task returns. "
         "Several inputs make a batch.")
     cmd.add_argument("folder", help="the folder written by export")

@@ -6,8 +6,8 @@ a semantic segmenter, a depth estimator and a CTC speech recognizer are each exp
 names them (``input_ids``, ``attention_mask``, ``token_type_ids``, ``pixel_values``, ``pixel_mask``,
 ``input_values``), its outputs as transformers' pipeline reads them (``logits``, ``pred_boxes``,
 ``predicted_depth``, or ``last_hidden_state`` for an embedder; ``token_embeddings`` and ``sentence_embedding`` for a
-sentence-transformers folder, its pooling in the graph: :mod:`fx2onnx.deploy.sentence`). The tasks and what they keep are listed by the runtime
-(:data:`fx2onnx.runtime.pipelines.PIPELINE_TASKS`), which runs such a folder.
+sentence-transformers folder, its pooling in the graph: :mod:`fx2onnx.deploy.sentence`). The tasks and what they
+keep are listed by the runtime (:data:`fx2onnx.runtime.pipelines.PIPELINE_TASKS`), which runs such a folder.
 
 The example inputs come from the folder's own processor: its tokenizer on sentences, its image processor on
 images, its feature extractor on sounds, two sets of other batch sizes and lengths. The batch and the length of a

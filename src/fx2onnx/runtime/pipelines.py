@@ -65,7 +65,8 @@ PIPELINE_TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
 #: the tasks of a model of two towers: the texts (candidate labels) and the images or sounds, each its own batch
 TWO_TOWER_TASKS = ("zero-shot-image-classification", "zero-shot-audio-classification")
 #: the hypothesis template of the candidate labels, by task (transformers' pipelines' defaults)
-TEMPLATES = {"zero-shot-classification": "This example is {}.", "zero-shot-image-classification": "This is a photo of {}.",
+TEMPLATES = {"zero-shot-classification": "This example is {}.",
+             "zero-shot-image-classification": "This is a photo of {}.",
              "zero-shot-audio-classification": "This is a sound of {}."}
 #: the endings of a path meant as an image (a missing one is a missing file, not a text)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff")
@@ -311,7 +312,8 @@ class Pipeline:
                             return_offsets_mapping=self.task == "token-classification")
         if self.sentence:  # one vector per text (truncated to the tokenizer's length, as sentence-transformers)
             encoded = tokenizer(texts, padding=True, truncation=True, return_tensors="np")
-            return [row.tolist() for row in self._run(encoded, all_outputs=True)[self.outputs.index("sentence_embedding")]]
+            pooled = self._run(encoded, all_outputs=True)[self.outputs.index("sentence_embedding")]
+            return [row.tolist() for row in pooled]
         output = self._run(encoded)
         lengths = encoded["attention_mask"].sum(axis=1) if "attention_mask" in encoded else \
             [encoded["input_ids"].shape[1]] * len(texts)

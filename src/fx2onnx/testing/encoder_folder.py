@@ -120,7 +120,7 @@ def encoder_config(architecture: str, labels: tuple[str, ...] | None = None) -> 
     if architecture in ("CLIPModel", "SiglipModel"):  # two towers of 2 layers of 32, the WordPiece vocabulary
         towers = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
         text = dict(towers, vocab_size=len(bert_tokenizer()), max_position_embeddings=64, pad_token_id=0,
-                    bos_token_id=SPECIAL.index("[CLS]"), eos_token_id=SPECIAL.index("[SEP]"))  # CLIP pools the text at its end token
+                    bos_token_id=SPECIAL.index("[CLS]"), eos_token_id=SPECIAL.index("[SEP]"))  # CLIP pools at the end
         vision = dict(towers, image_size=32, patch_size=8)
         config_class = transformers.CLIPConfig if architecture == "CLIPModel" else transformers.SiglipConfig
         extra = dict(projection_dim=16) if architecture == "CLIPModel" else {}
