@@ -98,3 +98,22 @@ def test_paste_masks_as_products(monkeypatch):
 
 # Mask R-CNN is exported and checked against eager on images of other sizes by the gallery page
 # _doc/examples/03_to_onnx/plot_torchvision_detection.py (four minutes on 2 cores: once per CI run)
+
+
+def test_heatmaps_to_keypoints_as_products(monkeypatch):
+    from torchvision.models.detection import roi_heads
+
+    import fx2onnx.patches.torchvision_detection as patches
+
+    batched = patches.make_heatmaps_to_keypoints(roi_heads.heatmaps_to_keypoints)
+    monkeypatch.setattr(patches, "_exporting", lambda: True)
+    g = torch.Generator().manual_seed(0)
+    maps = torch.randn(9, 5, 56, 56, generator=g)
+    xy = torch.rand(9, 2, generator=g) * 80
+    rois = torch.cat([xy, xy + torch.rand(9, 2, generator=g) * 120], 1)
+    rois[3] = torch.tensor([5.0, 5, 5.2, 5.3])  # smaller than a pixel
+    want = roi_heads.heatmaps_to_keypoints(maps, rois)
+    got = batched(maps, rois)
+    torch.testing.assert_close(got[0], want[0], atol=1e-4, rtol=0)
+    torch.testing.assert_close(got[1], want[1], atol=1e-4, rtol=1e-4)
+    assert [t.shape for t in batched(maps[:0], rois[:0])] == [(0, 5, 3), (0, 5)]

@@ -22,6 +22,9 @@ torch.export cannot follow them; each patch below changes one function while exp
   image by two batched products with bilinear weights (a Python loop over the boxes otherwise);
 * ``_multiscale_roi_align``: the boxes counted with ``rois.shape[0]`` (``len`` froze it), each
   level's pooled boxes written with a functional ``index_put``.
+* ``heatmaps_to_keypoints`` (Keypoint R-CNN): each box's heatmaps stretched to the box's size
+  (bicubic, as ``F.interpolate``) by two batched products padded to the largest box, the argmax
+  taken inside each box; the original loops over the boxes, each its own size.
 
 The number of kept boxes of each ``nms`` is an unbacked size (between 0 and the number of
 boxes: :func:`fx2onnx.torchvision_cpu._fake_nms` replaces torchvision's fake kernel, which
@@ -201,6 +204,66 @@ def make_paste_masks(original: Any) -> Any:
     return paste_masks_in_image
 
 
+#: torch's bicubic kernel parameter (``upsample_bicubic2d``)
+_CUBIC = -0.75
+
+
+def _cubic_weights(size: Any, lengths: torch.Tensor, source: int) -> torch.Tensor:
+    """``(K, size, source)``: the bicubic weights (``align_corners=False``, as ``F.interpolate``)
+    of a map of ``source`` rows stretched to ``lengths[k]`` rows; rows from ``lengths[k]`` on are 0."""
+    rows = torch.arange(size, device=lengths.device)
+    real = (source / lengths.to(torch.float32))[:, None] * (rows.to(torch.float32)[None, :] + 0.5) - 0.5
+    low = real.floor()
+    t = real - low
+
+    def near(x):  # |x| <= 1
+        return ((_CUBIC + 2) * x - (_CUBIC + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((_CUBIC * x - 5 * _CUBIC) * x + 8 * _CUBIC) * x - 4 * _CUBIC
+
+    weights = torch.zeros((), dtype=torch.float32, device=lengths.device)
+    for tap, coefficient in enumerate((far(t + 1), near(t), near(1 - t), far(2 - t))):
+        index = (low.to(torch.int64) + tap - 1).clamp(0, source - 1)
+        weights = weights + coefficient[..., None] * torch.nn.functional.one_hot(index, source).to(torch.float32)
+    return weights * (rows[None, :] < lengths[:, None])[..., None]
+
+
+def make_heatmaps_to_keypoints(original: Any) -> Any:
+    """``heatmaps_to_keypoints`` as batched products while exporting: each box's heatmaps
+    stretched to the box's size (``ceil`` of its width and height, bicubic) inside a map as large
+    as the largest box, the argmax taken inside the box; the original loops over the boxes in
+    Python, reading each size with ``.item()``."""
+
+    def heatmaps_to_keypoints(maps: torch.Tensor, rois: torch.Tensor):
+        if not _exporting():
+            return original(maps, rois)
+        widths = (rois[:, 2] - rois[:, 0]).clamp(min=1)
+        heights = (rois[:, 3] - rois[:, 1]).clamp(min=1)
+        wide, high = widths.ceil().to(torch.int64), heights.ceil().to(torch.int64)
+        count, keypoints, source_h, source_w = maps.shape
+        # the largest box's size (1 without boxes): an unbacked size of the padded map
+        width = torch.cat([wide, wide.new_ones(1)]).max().item()
+        height = torch.cat([high, high.new_ones(1)]).max().item()
+        torch._check(width >= 1)
+        torch._check(height >= 1)
+        rows = _cubic_weights(height, high, source_h).to(maps.dtype)
+        cols = _cubic_weights(width, wide, source_w).to(maps.dtype)
+        stretched = rows[:, None] @ maps @ cols[:, None].transpose(-1, -2)
+        inside = ((torch.arange(height, device=maps.device)[None, :, None] < high[:, None, None])
+                  & (torch.arange(width, device=maps.device)[None, None, :] < wide[:, None, None]))
+        flat = stretched.masked_fill(~inside[:, None], float("-inf")).reshape(count, keypoints, height * width)
+        position = flat.argmax(dim=2)
+        x_int = position % width
+        y_int = torch.div(position - x_int, width, rounding_mode="floor")
+        x = (x_int.to(torch.float32) + 0.5) * (widths / wide.to(widths.dtype))[:, None] + rois[:, 0, None]
+        y = (y_int.to(torch.float32) + 0.5) * (heights / high.to(heights.dtype))[:, None] + rois[:, 1, None]
+        scores = flat.gather(2, position[..., None])[..., 0]
+        return torch.stack([x, y, torch.ones_like(x)], dim=2), scores
+
+    return heatmaps_to_keypoints
+
+
 def torchvision_patches() -> list[Patch]:
     """The patches of this module (targets missing from the installed torchvision are skipped)."""
     return [
@@ -228,6 +291,10 @@ def torchvision_patches() -> list[Patch]:
               target="torchvision.models.detection.transform.paste_masks_in_image", make=make_paste_masks,
               expected_args=("masks", "boxes", "img_shape", "padding"),
               doc="the masks pasted by two batched products instead of a loop over the boxes (Mask R-CNN)"),
+        Patch(name="torchvision_heatmaps_to_keypoints", kind="torchvision",
+              target="torchvision.models.detection.roi_heads.heatmaps_to_keypoints",
+              make=make_heatmaps_to_keypoints, expected_args=("maps", "rois"),
+              doc="the keypoints read from heatmaps stretched by batched products, not a loop over the boxes"),
         Patch(name="torchvision_multiscale_roi_align", kind="torchvision",
               target="torchvision.ops.poolers._multiscale_roi_align", make=make_multiscale_roi_align,
               expected_args=("x_filtered", "boxes", "output_size", "sampling_ratio", "scales", "mapper"),

@@ -94,18 +94,22 @@ def _calibrate(model: torch.nn.Module, args: tuple) -> None:
         norm.eval()
     layers = {name: m for name, m in model.named_modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))
               and any(key in name for key in _CLASSIFIERS)}
-    spread: dict[str, list[float]] = {}
-    hooks = [m.register_forward_hook(lambda m, i, o, name=name: spread.setdefault(name, []).append(float(o.std())))
-             for name, m in layers.items()]
-    with torch.no_grad():
-        model(*args)
-    for hook in hooks:
-        hook.remove()
-    with torch.no_grad():
-        for name, values in spread.items():
-            std = max(values)
-            if std > 0:
-                layers[name].weight.mul_(LOGIT_STD / std)
+    # a layer feeding another one (SSDlite's depthwise convolution before its classifier) scales
+    # the next one's output: measured again until every output has the wanted spread
+    for _ in range(3):
+        spread: dict[str, list[float]] = {}
+        hooks = [m.register_forward_hook(lambda m, i, o, name=name: spread.setdefault(name, []).append(float(o.std())))
+                 for name, m in layers.items()]
+        with torch.no_grad():
+            model(*args)
+        for hook in hooks:
+            hook.remove()
+        factors = {name: LOGIT_STD / max(values) for name, values in spread.items() if max(values) > 0}
+        if all(abs(f - 1) < 1e-2 for f in factors.values()):
+            break
+        with torch.no_grad():
+            for name, factor in factors.items():
+                layers[name].weight.mul_(factor)
 
 
 def build_torchvision_model(name: str, seed: int = 0) -> TorchvisionCase:
