@@ -145,6 +145,29 @@ def test_an_integer_meta_buffer_is_computed():
         assert ids.dtype == torch.int64 and ids.tolist() == [list(range(17))]
 
 
+def test_a_meta_buffer_set_by_an_enclosing_module_is_computed():
+    # Falcon-H1: the model's _init_weights sets each mixer's non-persistent mup_vector, the mixer's own does not
+    class Mixer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("mup_vector", torch.empty(3), persistent=False)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([Mixer(), Mixer()])
+
+        def _init_weights(self, module):
+            if module is self:
+                for layer in self.layers:
+                    layer.mup_vector.copy_(torch.tensor([1.0, 2.0, 3.0]))
+
+    with torch.device("meta"):
+        model = Model()
+    with empty_weights(model):
+        assert [layer.mup_vector.tolist() for layer in model.layers] == [[1.0, 2.0, 3.0]] * 2
+
+
 def test_folded_transposes_read_the_checkpoint_again(tmp_path):
     from fx2onnx.weights import model_from_checkpoint_config
     from fx2onnx.weights.checkpoint import _READS, relazify_views

@@ -119,11 +119,17 @@ def empty_weights(model: torch.nn.Module, buffers: dict[str, Any] | None = None)
                 else:
                     module._buffers[attr] = storage(buf)
                     empty.append(name)
+        init = getattr(model, "_init_weights", None)
         for name, module, attr in missing:
-            init = getattr(model, "_init_weights", None)
-            if init is not None:
+            # the module's own initialization, else an enclosing one's (Falcon-H1's model sets each mixer's
+            # mup_vector)
+            parts = name.split(".")[:-1]
+            owners = [module] + [model.get_submodule(".".join(parts[:i])) for i in range(len(parts) - 1, -1, -1)]
+            for owner in owners if init is not None else ():
                 with torch.no_grad():
-                    init(module)
+                    init(owner)
+                if not _still_unset(module._buffers[attr]):
+                    break
             if _still_unset(module._buffers[attr]):
                 raise ValueError(
                     f"The buffer {name!r} is on the meta device and no checkpoint holds it (it is computed "
