@@ -362,3 +362,43 @@ def test_sampled_speculation_distribution_and_zero_temperature():
         got = generator.generate(np.array(REPEATING), NEW, speculation=speculation,
                                  sampling=Sampling(do_sample=True, top_k=0, temperature=1e-6, seed=0))
         assert got.tolist() == plain
+
+
+class _Oracle(PromptLookup):
+    """Proposes the next tokens of a known sequence with the third one wrong: runs keep 2 of 3 candidates,
+    the cache goes back inside the run."""
+
+    def __init__(self, expected: list[int]):
+        super().__init__(3)
+        self.expected = expected
+
+    def propose(self, tokens: list[int], k: int) -> list[int]:
+        following = self.expected[len(tokens): len(tokens) + 3]
+        return (following[:2] + [following[2] + 1] if len(following) == 3 else following)[:k]
+
+
+@pytest.mark.slow
+def test_hybrid_decoder_rolls_back_its_recurrent_states(tmp_path):
+    """A hybrid decoder (LFM2: a short convolution's state beside keys and values) keeps a snapshot of its cache
+    before each run: prompt lookup, a draft and candidates kept in part give plain greedy's tokens, transformers'."""
+    checkpoint, out = str(tmp_path / "lfm2"), str(tmp_path / "lfm2_onnx")
+    config = transformers.Lfm2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                     num_key_value_heads=2, max_position_embeddings=128,
+                                     layer_types=["conv", "full_attention"], architectures=["Lfm2ForCausalLM"])
+    write_checkpoint_folder(config, checkpoint, dtype="float32", std=0.3)
+    assert main(["export", checkpoint, "--out", out, "--quiet", "--no-validate"]) == 0
+    gen = FolderGenerator(out)
+    prompt = list(range(5, 45)) * 2
+    plain = gen.generate_text(prompt, 30).new_ids
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    with torch.no_grad():
+        expected = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=30, min_new_tokens=30,
+                                  prompt_lookup_num_tokens=10)
+    assert plain == expected[0, len(prompt):].tolist()
+    oracle = _Oracle(prompt + plain)
+    for speculation in (PromptLookup(10), DraftModel(out), oracle):
+        gen.generator.speculation = speculation
+        result = gen.generate_text(prompt, 30)
+        assert result.new_ids == plain, type(speculation).__name__
+    times = result.times  # two of three kept at every run but the last (the sequence's end: one candidate)
+    assert times.accepted >= 2 * (times.verifying_runs - 1) >= 16

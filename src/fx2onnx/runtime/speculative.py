@@ -7,7 +7,9 @@ with the model's own token after them, so that one run produces from 1 to ``k + 
 exactly the tokens plain greedy decoding gives. The cache keeps the prefix that agrees: with the
 cache updated in place (:mod:`fx2onnx.optimizer.rules.cache_in_place`) its valid length is a counter
 (the positions after it are overwritten by the next run), a concatenated cache is cut. A recurrent
-state cannot go back and is refused.
+state (a hybrid decoder's convolution or SSM state: LFM2, Jamba) cannot be cut: the cache before each run is
+kept (a snapshot, no copy) and a rollback goes back to it, the next run feeding the kept tokens again with
+its candidates (no extra run).
 
 Two sources of candidates, as :epkg:`transformers` defines them:
 
@@ -55,7 +57,7 @@ import numpy as np
 
 from ..ort_values import ort_value_to_numpy
 from .folder import FOLDER_METADATA, _read_json, session_options
-from .generate import GenerationTimes, OnnxGenerator, _check_inputs, _empty_array, _ortvalue
+from .generate import _RECURRENT, GenerationTimes, OnnxGenerator, _check_inputs, _empty_array, _ortvalue
 from .sampling import softmax_rows
 
 #: the output holding the logits of the last positions of a run (a folder's decoder)
@@ -78,6 +80,8 @@ class SpeculativeTimes(GenerationTimes):
     accepted: int = 0
     #: seconds spent proposing (the draft model's runs included)
     propose_total: float = 0.0
+    #: the candidates each run after the prompt's verified (0: a plain step)
+    run_candidates: list[int] = dataclasses.field(default_factory=list)
 
     @property
     def mean_acceptance_length(self) -> float:
@@ -94,8 +98,14 @@ class SequenceDecoder:
     """The decoder of an :class:`OnnxGenerator` run on one sequence, several tokens per run, its
     cache rolled back to any shorter length (:meth:`rollback`).
 
+    A recurrent state (the convolution and SSM states of a hybrid decoder, LFM2, Jamba...) cannot be cut:
+    each run keeps a snapshot of the cache before it (the values onnxruntime returned, no copy) and a
+    rollback goes back to the last snapshot at or before the length asked; the caller feeds the tokens
+    after :attr:`length` again with its next run (one run verifies them with the new candidates).
+
     :param generator: the decoder; it must return the logits of several positions
-        (:data:`VERIFY_LOGITS`, or ``logits`` of every position) and hold keys and values only
+        (:data:`VERIFY_LOGITS`, or ``logits`` of every position) and hold keys and values, and recurrent
+        states when its cache is concatenated (not updated in place)
     """
 
     def __init__(self, generator: OnnxGenerator):
@@ -116,17 +126,29 @@ class SequenceDecoder:
             self.rows_output, self.max_rows = sig.logits, None
         if sig.constants:
             raise ValueError(f"Speculative decoding runs a text decoder: this one takes {list(sig.constants)} too.")
+        keys, states = set(), set()
         for name, _, shape, _ in sig.cache:
-            if len(shape) != 4 or shape.count(0) != 1 or shape.index(0) != 2:
+            if len(shape) == 4 and shape.count(0) == 1 and shape.index(0) == 2:
+                keys.add(name)
+            elif 0 not in shape and _RECURRENT.search(name):
+                states.add(name)
+            else:
                 raise ValueError(f"The cache input {name!r} (initial shape {shape}) cannot be rolled back to fewer "
-                                 "tokens (a recurrent state or a sliding window's count): speculative decoding needs "
-                                 "keys and values only.")
-        lengths = {i.shape[2] for i in session.get_inputs() if i.name in {c[0] for c in sig.cache}}
+                                 "tokens (a sliding window's count): speculative decoding needs keys and values, "
+                                 "and recurrent states.")
+        if states and generator.in_place:
+            raise ValueError(f"The decoder updates its keys in place and holds recurrent states ({sorted(states)}): "
+                             "their snapshots need the concatenated cache (export without the in-place rule).")
+        #: the cache holds recurrent states: a rollback goes back to a snapshot
+        self.recurrent = bool(states)
+        self._snapshots: list[tuple[int, list[Any], list[Any]]] = []
+        lengths = {i.shape[2] for i in session.get_inputs() if i.name in keys}
         if len(lengths) > 1:
             raise ValueError(f"The cache holds keys of several lengths ({sorted(map(str, lengths))}: sliding "
                              "windows), which cannot be rolled back: speculative decoding needs full-length caches.")
         self.length = 0
         self._ones = np.ones((1, 0), dtype=np.int64)
+        self._positions = np.zeros((1, 0), dtype=np.int64)
         self._binding: Any = None
         self._past: list[Any] = []
 
@@ -140,6 +162,7 @@ class SequenceDecoder:
         grow); returns the logits of its last positions, ``(rows, vocabulary)`` float32."""
         gen, sig = self.generator, self.generator.signature
         self.length = 0
+        self._snapshots = []
         empty = [_empty_array(shape, 1, type_) for _, _, shape, type_ in sig.cache]
         if gen.in_place:
             self._capacity = len(prompt) + room
@@ -157,28 +180,33 @@ class SequenceDecoder:
         gen, sig = self.generator, self.generator.signature
         n = len(tokens)
         total = self.length + n
-        if self._ones.shape[1] < total:
+        if self._ones.shape[1] < total:  # the mask and the positions of a run are views of these
             self._ones = np.ones((1, max(2 * total, 64)), dtype=np.int64)
+            self._positions = np.arange(self._ones.shape[1], dtype=np.int64)[None]
         ids = np.array([tokens], dtype=np.int64)
-        positions = np.arange(self.length, total, dtype=np.int64)[None]
         feeds = {"input_ids": ids}
         if sig.has_attention_mask:
             feeds["attention_mask"] = self._ones[:, :total]
         if sig.has_position_ids:
-            feeds["position_ids"] = positions
+            feeds["position_ids"] = self._positions[:, self.length:total]
         if self._binding is not None:
             binding = self._binding
             if total > self._capacity:
                 self._capacity = max(2 * self._capacity, total)
                 gen._grow_in_place(binding, self._capacity, [full for full, _ in gen._buffers])
+            # onnxruntime's C++ binding and session: their Python wrappers check options (graph capture) which
+            # cost more than the binding on a small draft's steps; the arrays stay alive until the run ends
+            native = binding._iobinding
             for name, value in feeds.items():
-                binding.bind_cpu_input(name, value)
+                native.bind_input(name, value)
             binding.bind_output(self.rows_output, "cpu")
-            gen.session.run_with_iobinding(binding, gen._run_options)
-            value = binding.get_outputs()[0]
+            gen.session._sess.run_with_iobinding(native, gen._run_options)
+            value = native.get_outputs()[0]
         else:
             from onnxruntime import OrtValue
 
+            if self.recurrent:  # the cache before the run (onnxruntime returns new values: nothing is copied)
+                self._snapshots.append((self.length, self._past, self._kept))
             ort_feeds = {name: OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)) for name, v in feeds.items()}
             ort_feeds.update({name: past for (name, _, _, _), past in zip(sig.cache, self._past)})
             fetched = gen.session.run_with_ort_values([self.rows_output] + [out for _, out, _, _ in sig.cache],
@@ -189,9 +217,16 @@ class SequenceDecoder:
         return rows if rows.dtype == np.float32 else rows.astype(np.float32)
 
     def rollback(self, length: int) -> None:
-        """Keeps the first ``length`` positions of the cache (the others are forgotten)."""
+        """Keeps the first ``length`` positions of the cache (the others are forgotten); with recurrent
+        states, the positions of the last snapshot at or before ``length`` (:attr:`length` tells which)."""
         if not 0 <= length <= self.length:
             raise ValueError(f"Cannot roll a cache of {self.length} positions back to {length}.")
+        if self.recurrent:
+            if length < self.length:
+                self.length, self._past, self._kept = max((s for s in self._snapshots if s[0] <= length),
+                                                          key=lambda s: s[0])
+            self._snapshots = []  # a rollback never goes before the length kept
+            return
         if length < self.length and self._binding is None:
             from onnxruntime import OrtValue
 
@@ -298,7 +333,8 @@ class Speculation:
             self.candidate_scores = None
             if backoff is not None and backoff.cap is not None:
                 k = min(k, backoff.cap)
-            if k > 0 and (backoff is None or backoff.allows()):
+            # a recurrent state's first snapshot is the empty cache: the prompt runs alone, not run twice
+            if k > 0 and not (target.recurrent and target.length == 0) and (backoff is None or backoff.allows()):
                 candidates = [int(c) for c in self.propose(tokens, k)][:k]
             proposed = time.perf_counter()
             feed = tokens[target.length:] + candidates
@@ -333,6 +369,7 @@ class Speculation:
                 first = new
             else:
                 times.target_runs += 1
+                times.run_candidates.append(len(candidates))
                 times.decode_total += elapsed
                 times.decode_model += model_time
                 times.step_overheads.append(elapsed - model_time)
