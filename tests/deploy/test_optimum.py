@@ -70,3 +70,39 @@ def test_optimum_generates_transformers_tokens(optimum_python, qwen3_export):
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
     expected = model.generate(torch.tensor([prompt]), max_new_tokens=12, min_new_tokens=12, do_sample=False)
     assert got == expected[0, len(prompt):].tolist() and len(set(got)) > 3
+
+
+SEQ2SEQ_SCRIPT = os.path.join(ROOT, "tests", "clients", "optimum_seq2seq.py")
+
+
+def _optimum_seq2seq(optimum_python: str, folder: str, inputs: dict, new_tokens: int, tmp_path) -> list:
+    path = tmp_path / "inputs.json"
+    path.write_text(json.dumps(inputs))
+    done = subprocess.run([optimum_python, SEQ2SEQ_SCRIPT, folder, str(path), str(new_tokens)], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])["sequences"]
+
+
+@pytest.mark.slow
+def test_optimum_seq2seq_lm_generates_transformers_tokens(optimum_python, t5_export, tmp_path):
+    """The T5 folder (encoder_model.onnx, decoder_model_merged.onnx and its use_cache_branch) in
+    ORTModelForSeq2SeqLM: transformers' greedy sequences on a padded batch."""
+    checkpoint, out = t5_export
+    tok = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    inputs = tok(["hello world, the exporter converts", "a robot learning to paint"], padding=True,
+                 return_tensors="pt")
+    model = transformers.AutoModelForSeq2SeqLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    expected = model.generate(**inputs, max_new_tokens=12, do_sample=False).tolist()
+    got = _optimum_seq2seq(optimum_python, out, {k: v.tolist() for k, v in inputs.items()}, 12, tmp_path)
+    assert got == expected and len({t for row in expected for t in row}) > 3
+
+
+@pytest.mark.slow
+def test_optimum_speech_seq2seq_generates_transformers_tokens(optimum_python, whisper_export, tmp_path):
+    """The Whisper folder in ORTModelForSpeechSeq2Seq: transformers' greedy tokens."""
+    checkpoint, out, features = whisper_export
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    expected = model.generate(torch.tensor(features), max_new_tokens=12, do_sample=False).tolist()
+    got = _optimum_seq2seq(optimum_python, out, {"input_features": features}, 12, tmp_path)
+    assert got[0][-12:] == expected[0][-12:] and len(set(expected[0])) > 2

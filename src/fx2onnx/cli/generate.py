@@ -14,6 +14,7 @@ from ..runtime.integrity import check_folder_files
 from ..runtime.media_check import check_media
 from ..runtime.pipelines import PIPELINE_TASKS
 from ..runtime.sampling import Sampling
+from ..runtime.seq2seq import TEXT2TEXT_TASKS
 from ..runtime.speculative import DraftModel, PromptLookup, same_vocabulary
 
 
@@ -38,6 +39,31 @@ def _generate_speech(args: argparse.Namespace) -> int:
         print(",".join(str(i) for i in result.new_ids[0]))
     else:
         print()
+    print(result.summary(), file=sys.stderr)
+    return 0
+
+
+def _generate_text2text(args: argparse.Namespace, task: str) -> int:
+    """Greedy generation after one or several prompts (or --ids) with a folder exported from a text encoder-decoder
+    (T5, BART, Marian: fx2onnx.runtime.seq2seq)."""
+    if args.image or args.video or args.audio is not None:
+        raise ValueError(f"{args.folder!r} holds a text encoder-decoder ({task}): it takes prompts or --ids only.")
+    if (not args.prompts) == (args.ids is None):
+        raise ValueError("Give a prompt (several make a batch) or --ids 1,2,3 (one of them).")
+    if _asks_sampling(args) or args.prompt_lookup is not None or args.draft:
+        raise ValueError("A text encoder-decoder folder generates greedily: remove the sampling and speculative "
+                         "options.")
+    generator = generator_class(task, None)(args.folder, threads=args.threads)
+    if args.ids is not None:
+        try:
+            prompt: Any = [[int(i) for i in args.ids.split(",") if i.strip()]]
+        except ValueError:
+            raise ValueError(f"--ids expects integers separated by commas, not {args.ids!r}.") from None
+    else:
+        prompt = list(args.prompts)
+    result = generator.generate_text(prompt, args.max_new_tokens, as_text=not args.print_ids)
+    for ids, text in zip(result.new_ids, result.texts or [None] * len(result.new_ids)):
+        print(",".join(str(i) for i in ids) if text is None else text)
     print(result.summary(), file=sys.stderr)
     return 0
 
@@ -173,6 +199,8 @@ def run(args: argparse.Namespace) -> int:
     if task in PIPELINE_TASKS:  # one pass, nothing generated
         raise ValueError(f"{args.folder!r} is a folder of task {task!r}: run it with python -m fx2onnx run FOLDER "
                          "INPUT...")
+    if task in TEXT2TEXT_TASKS:
+        return _generate_text2text(args, task)
     if task == "speech-seq2seq" and args.audio:
         check_media(audios=[args.audio])
     if task == "image-text-to-text":
