@@ -5,7 +5,7 @@ onnxruntime-genai (``onnxruntime_genai.Model(folder)``) feeds a decoder ``input_
 layer, ``(batch, kv_heads, past, head_dim)``, found by name patterns with ``%d`` for the
 layer; it reads ``logits`` and the present keys and values. The names of a model
 :func:`fx2onnx.to_onnx` exported are written in those patterns; a cache it cannot describe
-(a sliding window, the states of a recurrent layer) gives no config and the reason.
+(a sliding window cut in the graph, the states of a recurrent layer) gives no config and the reason.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def _token(value: Any) -> Any:
 
 def write_genai_config(
     out: str | os.PathLike, filename: str, config: Any, generation: Any, inputs: list[str], pairs: dict[str, str],
-    share_buffer: bool = False,
+    share_buffer: bool = False, cache_cut_to_window: bool = False,
 ) -> str | None:
     """Writes ``genai_config.json`` in ``out`` for the decoder ``filename``; returns None, or
     the reason no config was written.
@@ -101,10 +101,13 @@ def write_genai_config(
     :param share_buffer: the model updates its cache in place (``GroupQueryAttention``, see
         :mod:`fx2onnx.optimizer.rules.cache_in_place`): onnxruntime-genai binds each past and
         present to one buffer
+    :param cache_cut_to_window: the sliding-window layers keep only their window in the graph (their present is
+        shorter than genai's buffer: no config); a folder's decoder holds the whole past in every layer, the
+        window applied by the mask (:mod:`fx2onnx.inputs.full_cache`), which genai runs
     """
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     window = sliding_window(text)
-    if window is not None:
+    if window is not None and cache_cut_to_window:
         # the graph keeps the last tokens of the window in the cache: its present is shorter than genai's buffer
         return (f"the decoder has sliding-window layers (a window of {window} tokens, the cache cut to it in the "
                 "graph): onnxruntime-genai fails once the text is longer")

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ..inputs.folder_inputs import task_inputs
+from ..inputs.full_cache import whole_past
 from ..runtime.folder import DECODER_FILE, FOLDER_METADATA
 from ..runtime.speculative import VERIFY_TOKENS
 from ..weights import checkpoint_weights, to_onnx_from_checkpoint
@@ -55,6 +56,9 @@ def write_text_generation_folder(folder: str, out_dir: str, filename: str, confi
     os.makedirs(os.path.dirname(model_path), exist_ok=True)
     try:  # a value of config.json (a size of 0, a negative count) may not build a model
         inputs, inputs2, dynamic_shapes = task_inputs(config, task, with_cache=with_cache, dtype=dtype)
+        # sliding-window layers over the whole past, the window applied by the mask (False: no sliding layer, or
+        # states other than keys and values, kept as the model's cache has them)
+        whole = with_cache and whole_past([inputs, inputs2], dynamic_shapes, config)
         model = model_from_checkpoint_config(folder, dtype)
     except (ValueError, FileNotFoundError):
         raise
@@ -78,7 +82,8 @@ def write_text_generation_folder(folder: str, out_dir: str, filename: str, confi
     copy_folder_files(folder, out_dir)
     generation = generation_config(folder)
     genai = write_genai_config(out_dir, filename, config, generation, input_names, pairs,
-                               share_buffer=cache == "in_place") if pairs else "the model has no cache"
+                               share_buffer=cache == "in_place", cache_cut_to_window=not whole) \
+        if pairs else "the model has no cache"
     with open(os.path.join(out_dir, FOLDER_METADATA), "w", encoding="utf-8") as f:
         json.dump({"task": task, "decoder": filename, "dtype": str(dtype).replace("torch.", ""),
                    "optimize": optimize, "quantize": quantize, "block_size": block_size if quantize else None,
@@ -129,6 +134,8 @@ def _export_two_layers(folder: str, model: torch.nn.Module, config: Any, task: s
     short = short_config(config, stack.captured)
     short.use_cache = with_cache
     inputs, _, dynamic_shapes = task_inputs(short, task, with_cache=with_cache, dtype=options["dtype"])
+    if with_cache:
+        whole_past([inputs], dynamic_shapes, short)
     if logits == "last":
         last_logits_only(model, [inputs], dynamic_shapes, VERIFY_TOKENS)
     names = [n for n, _ in model.named_parameters(remove_duplicate=False) if n.startswith(stack.path + ".")]
