@@ -35,6 +35,9 @@ def generate(app=None, rows_path: Path | None = None, out_dir: Path | None = Non
     from fx2onnx.zoo.torchvision_report import write_torchvision_page
 
     subpages += write_torchvision_page(ROOT / "_doc" / "bench" / "torchvision_detection.json", out_dir or OUTPUT)
+    from fx2onnx.zoo.folders_report import write_folders_page
+
+    subpages += write_folders_page(ROWS.parent / "causal_folders.json", out_dir or OUTPUT)
     write_page(rows, meta, out_dir or OUTPUT, skipped_architectures(), select_architectures(), subpages)
     print(f"[gen_models] {len(rows)} model rows rendered in {time.perf_counter() - begin:.0f} s")
     return meta

@@ -1,0 +1,107 @@
+"""The causal-LM folders page of the supported models: every causal-LM class, from a tiny folder to generated tokens.
+
+The rows come from ``_doc/models/causal_folders.json``, written by ``bench/sweep_folders.py`` (one row per model type
+of transformers' ``MODEL_FOR_CAUSAL_LM_MAPPING``: a tiny float32 ``save_pretrained`` folder exported by
+``python -m fx2onnx export FOLDER`` with no flag, then generating greedily, the tokens compared with transformers'
+``generate``). :func:`write_folders_page` renders ``causal_folders.rst``: the counts, then one line per class, a
+failure with its one-line reason. Nothing runs at build time.
+
+.. code-block:: python
+
+    from fx2onnx.zoo.folders_report import folders_page
+
+    print(folders_page({"rows": [{"arch": "llama", "class": "LlamaForCausalLM", "step": "compare", "equal": True,
+                                  "stamped": True, "export_seconds": 6.2}]}))
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+#: the page's name in the models folder
+PAGE = "causal_folders"
+
+
+def status(row: dict[str, Any]) -> str:
+    """``equal``, ``differs``, ``fails at <step>``, ``timeout``: what a row says of its folder."""
+    if row.get("equal"):
+        return "equal"
+    if row.get("step") == "compare" and "equal" in row:
+        return "differs"
+    if row.get("step") in ("timeout", "crash"):
+        return str(row["step"])
+    return f"fails at {row.get('step', '?')}"
+
+
+def counts(document: dict[str, Any]) -> dict[str, int]:
+    """The classes run, the folders exported, those generating transformers' tokens, the stamped ones."""
+    rows = document.get("rows", [])
+    return {"run": len(rows), "exported": sum(r.get("step") in ("generate", "compare") for r in rows),
+            "equal": sum(bool(r.get("equal")) for r in rows), "stamped": sum(bool(r.get("stamped")) for r in rows)}
+
+
+def _reason(row: dict[str, Any]) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", row.get("error") or "").replace("|", "/").replace("`", "'")
+    return text.removeprefix("error: ")[:160]
+
+
+def folders_page(document: dict[str, Any], total: int | None = None) -> str:
+    """The page of a sweep's JSON document (``rows`` and its context): counts, then a table of every class."""
+    rows = sorted(document.get("rows", []), key=lambda r: r["arch"])
+    c = counts(document)
+    total = total if total is not None else int(document.get("classes", len(rows)))
+    versions = ", ".join(f"{k} {v}" for k, v in document.get("versions", {}).items())
+    lines = [
+        "Causal LMs from a folder",
+        "========================",
+        "",
+        "Every model type of transformers' ``MODEL_FOR_CAUSAL_LM_MAPPING``: a tiny configuration "
+        f"({document.get('layers', '?')} layers, hidden size 64) written as a float32 ``save_pretrained`` folder with a "
+        "tokenizer, exported by ``python -m fx2onnx export FOLDER`` with no flag (its check against eager included), "
+        f"then generating {document.get('new_tokens', '?')} tokens greedily; the tokens are compared with "
+        "``model.generate(..., do_sample=False)`` of transformers on the same folder. *stamped*: two layers (or two "
+        "periods of layers) captured, the others copied in ONNX.",
+        "",
+        f"**{c['equal']} of {total}** classes generate transformers' tokens; {c['exported']} exported, "
+        f"{c['stamped']} with stamped layers" + (f"; {total - c['run']} not run yet." if c["run"] < total else "."),
+        "",
+        f"Run on {document.get('date', 'an unknown date')}, {document.get('machine', '')}, {versions}: "
+        f"``{document.get('command', '')}``.",
+        "",
+        ".. list-table::",
+        "    :header-rows: 1",
+        "    :widths: 18 26 10 8 8 30",
+        "",
+        "    * - model type",
+        "      - class",
+        "      - folder",
+        "      - stamped",
+        "      - export (s)",
+        "      - why not",
+    ]
+    for row in rows:
+        export = row.get("export_seconds")
+        cells = [row.get("class", ""), status(row), "yes" if row.get("stamped") else "",
+                 "" if export is None else str(export), "" if row.get("equal") else _reason(row)]
+        lines += [f"    * - {row['arch']}", *(f"      - {cell}" if cell else "      -" for cell in cells)]
+    return "\n".join(lines) + "\n"
+
+
+def write_folders_page(rows_path: str | Path, out_dir: str | Path, total: int | None = None) -> list[str]:
+    """Writes ``causal_folders.rst`` into ``out_dir`` when ``rows_path`` holds a sweep; returns the page names
+    written (``["causal_folders"]`` or none)."""
+    path = Path(rows_path)
+    if not path.exists():
+        return []
+    document = json.loads(path.read_text(encoding="utf-8"))
+    if not document.get("rows"):
+        return []
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    target, text = out / f"{PAGE}.rst", folders_page(document, total)
+    if not target.exists() or target.read_text(encoding="utf-8") != text:
+        target.write_text(text, encoding="utf-8")
+    return [PAGE]
