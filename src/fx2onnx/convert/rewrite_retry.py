@@ -22,6 +22,7 @@ import torch
 
 from ..patches.rewrite import find_ifs_to_rewrite, find_scalar_reads, rewrite_function
 from .errors import ExportError
+from .specializations import data_dependent_cause, data_dependent_line
 
 
 class RewrittenControlFlowWarning(UserWarning):
@@ -72,8 +73,6 @@ def capture_rewriting_if_needed(run_capture: Callable[[], Any], model: Any, patc
     try:
         return run_capture()
     except ExportError as error:
-        from .specializations import data_dependent_cause, data_dependent_line
-
         forwards = _rewritable_forwards(model) if patches is not False and data_dependent_cause(error) else {}
         if not forwards:
             raise

@@ -25,6 +25,7 @@ import numpy as np
 
 from .speech import SpeechResult
 from .speech_seq2seq import Seq2SeqSpeechGenerator
+from .vision import load_images, load_processor
 
 #: ``fx2onnx.json``'s ``decoder_prompt`` of a captioner (BLIP): its prompt follows the start token
 PROMPT_AFTER_START = "after_start"
@@ -63,7 +64,6 @@ class Seq2SeqImageGenerator(Seq2SeqSpeechGenerator):
     def features(self, images: Any) -> dict[str, np.ndarray]:
         """The encoder's ``pixel_values`` for one image or a list (paths, or PIL images), made by the
         folder's image processor."""
-        from .vision import load_images
 
         pixels = self.image_processor(load_images(images), return_tensors="np")["pixel_values"]
         return {"pixel_values": np.asarray(pixels)}
@@ -76,7 +76,6 @@ class Seq2SeqImageGenerator(Seq2SeqSpeechGenerator):
     def prompt_features(self, images: Any, prompt: str) -> dict[str, np.ndarray]:
         """The encoder's inputs of an encoder reading a prompt: the folder's processor on the images and
         ``prompt`` (the same for every image; Florence-2's task, ``"<CAPTION>"``, becomes its question)."""
-        from .vision import load_images, load_processor
 
         loaded = load_images(images)
         if self._processor is None:

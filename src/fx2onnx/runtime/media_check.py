@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
+from .speech import read_wav
+
 
 def check_image(path: str, animated: bool = False) -> None:
     """Decodes the image (every frame when ``animated``) of ``path``; ValueError in one line when it cannot."""
@@ -31,7 +33,6 @@ def check_image(path: str, animated: bool = False) -> None:
 
 def check_wav(path: str) -> None:
     """Decodes the WAV file ``path`` (:func:`fx2onnx.runtime.speech.read_wav`); ValueError in one line when it cannot."""
-    from .speech import read_wav
 
     try:
         read_wav(path)

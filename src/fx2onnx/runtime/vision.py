@@ -39,8 +39,8 @@ import numpy as np
 
 from ..ort_values import ort_value_to_numpy
 from .folder import TextResult, TextStream, _read_json, open_pieces
+from .mrope import rope_index_of
 from .sampling import Sampling
-
 
 #: the tokens around an image's placeholders in a prompt, where the tokenizer has them (Qwen2-VL)
 VISION_MARKERS = ("<|vision_start|>", "<|vision_end|>")
@@ -313,8 +313,6 @@ class VisionGenerator:
         features = self._features(inputs, ids)
         positions = None
         if self.position_rows:
-            from .mrope import rope_index_of
-
             positions = rope_index_of(inputs, self.image_token_id, self.merge_size, self.video_token_id,
                                       self.tokens_per_second, self.frames_apart)
         return self.decoder.generate(ids, max_new_tokens, inputs.get("attention_mask"), eos_token_id=self.eos_token_id,

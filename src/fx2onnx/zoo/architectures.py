@@ -35,7 +35,7 @@ import torch
 
 from ..convert.api import to_onnx
 from ..frozen import check_frozen_inputs, read_frozen_inputs
-from ..inputs.discover import discover_architectures, get_architecture
+from ..inputs.discover import discover_architectures, get_architecture, tiny_config
 from ..patches import torch_export_patches
 from ..runner import (
     dynamo_export,
@@ -46,6 +46,7 @@ from ..runner import (
 )
 from ..ties import describe_ties, record_ties
 from ..validation import compare_outputs, flatten_outputs, make_session, run_onnx
+from .generation import compare_generation
 from .zoo_inputs import CacheFlatteningError, build_zoo_model
 
 #: exporter name -> what it runs
@@ -92,8 +93,6 @@ def run_row(name: str, exporter: str, cache: bool) -> dict[str, Any]:
     try:
         if arch.skip:
             raise ValueError(f"skipped: {arch.skip}")
-        from ..inputs.discover import tiny_config
-
         tiny_config(arch)
         step = "model"
         try:
@@ -122,8 +121,6 @@ def run_row(name: str, exporter: str, cache: bool) -> dict[str, Any]:
             row["success"] = True
             step = None
             if cache and exporter == "to_onnx" and arch.kind == "causal":
-                from .generation import compare_generation
-
                 # the "generate" column: greedy tokens of fx2onnx.generate vs transformers
                 row["generate"] = compare_generation(zoo.model, onx)
         else:

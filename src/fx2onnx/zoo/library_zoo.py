@@ -41,13 +41,13 @@ from ..runner import (
 )
 from ..ties import describe_ties, record_ties
 from ..validation import compare_outputs, flatten_outputs, make_session, run_onnx
+from .architectures import ATOL, EXPORTERS, RTOL, load_rows, save_rows
 from .checkable import spread_degenerate_weights
 from .diffusers_models import TINY, build_diffusers_model, diffusers_classes
 from .library_report import is_stale
 from .task_cases import build_task_case, task_entries
 from .task_generate import GENERATE_TASKS, compare_folder_generation
 from .timm_models import build_timm_model, timm_families
-from .architectures import ATOL, EXPORTERS, RTOL, load_rows, save_rows
 
 #: the sizes a row makes dynamic
 SHAPES = ("batch", "image")
@@ -146,8 +146,6 @@ def run_row(library: str, architecture: str, model_name: str, exporter: str, sha
         if report.ok:
             row["success"], step = True, None
             if _generates(row):  # the folder exported as a user deploys it, generating
-                from .task_generate import compare_folder_generation
-
                 row["generate"] = compare_folder_generation(case.model, case.model.config)
         else:
             row["error"] = f"discrepancy on the second input set: {report}"
