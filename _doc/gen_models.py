@@ -9,6 +9,7 @@ from the root ``index.rst``. ``design/models.rst`` explains how to refresh it.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -31,7 +32,9 @@ def generate(app=None, rows_path: Path | None = None, out_dir: Path | None = Non
     from fx2onnx.zoo.library_zoo import load_library_rows
 
     libraries = {name: load_library_rows(ROWS.parent / f"rows_{name}.json") for name in ("timm", "diffusers", "tasks")}
-    subpages = write_library_pages(libraries, out_dir or OUTPUT)
+    folder_rows = ROOT / "_doc" / "bench" / "folder_tasks.json"  # bench/sweep_folder_tasks.py, never run here
+    folder = json.loads(folder_rows.read_text(encoding="utf-8")) if folder_rows.exists() else None
+    subpages = write_library_pages(libraries, out_dir or OUTPUT, folder)
     from fx2onnx.zoo.torchvision_report import write_torchvision_page
 
     subpages += write_torchvision_page(ROOT / "_doc" / "bench" / "torchvision_detection.json", out_dir or OUTPUT)

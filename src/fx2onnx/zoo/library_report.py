@@ -297,15 +297,51 @@ def _generate_lines(rows: Sequence[dict[str, Any]], task: str = "image-text-to-t
     return lines
 
 
-def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
-    """The rst page of the transformers tasks: a summary, then one section per task."""
+def _folder_by_task(folder: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The rows of the folder sweep (``bench/sweep_folder_tasks.py``) by task of this page, and the pairs not run."""
+    by_task: dict[str, dict[str, Any]] = {}
+    for r in (folder or {}).get("rows", []):
+        by_task.setdefault(r["architecture"].split("/", 1)[0], {"rows": [], "not_run": []})["rows"].append(r)
+    for key in (folder or {}).get("not_run", []):
+        by_task.setdefault(key.split("/", 1)[0], {"rows": [], "not_run": []})["not_run"].append(key.split("/", 1)[1])
+    return by_task
+
+
+def _folder_cell(entry: dict[str, Any] | None) -> str:
+    """``equal / run`` of a task in the folder sweep, ``-`` for a task no folder exports."""
+    if entry is None:
+        return "-"
+    return f"{sum(bool(r.get('equal')) for r in entry['rows'])} / {len(entry['rows'])}"
+
+
+def _folder_lines(entry: dict[str, Any], folder: dict[str, Any]) -> list[str]:
+    """The folder sweep's count for one task, each failure with its reason, the pairs not run."""
+    rows = entry["rows"]
+    lines = [f"**Folder** (``export FOLDER`` with no flag, then ``run`` against ``transformers.pipeline`` on the same "
+             f"inputs): {sum(bool(r.get('equal')) for r in rows)} of {len(rows)} equal "
+             f"(``bench/sweep_folder_tasks.py``, {folder.get('date', '?')}).", ""]
+    for r in sorted((r for r in rows if not r.get("equal")), key=lambda r: r["architecture"]):
+        lines += [f"* ``{r['architecture'].split('/', 1)[1]}``, step *{r.get('step')}*: "
+                  f"{error_text(r.get('error') or 'not equal')}"]
+    if any(not r.get("equal") for r in rows):
+        lines.append("")
+    if entry["not_run"]:
+        lines += [f"Folder not run yet ({len(entry['not_run'])}): "
+                  + ", ".join(f"``{n}``" for n in sorted(entry["not_run"])) + ".", ""]
+    return lines
+
+
+def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any], folder: dict[str, Any] | None = None) -> str:
+    """The rst page of the transformers tasks: a summary, then one section per task; ``folder``: the rows of the
+    folder sweep (``_doc/bench/folder_tasks.json``), a *folder* column and a paragraph per task."""
+    folders = _folder_by_task(folder)
     title = "transformers tasks"
     lines = [title, "=" * len(title), "", TASKS_INTRO, ""]
     versions = ", ".join(f"{k} {meta[k]}" for k in ("torch", "transformers") if k in meta)
     lines += [computed_by(meta, rows, versions) + " The rows are committed (``_doc/models/rows_tasks.json``).", ""]
     summary = task_summary(rows, meta.get("discovered"))
     head = ["task", "discovered", "run", "built", "captured"] + [
-        f"{e} {what}" for e in EXPORTERS for what in ("exported", "matched")]
+        f"{e} {what}" for e in EXPORTERS for what in ("exported", "matched")] + (["folder"] if folder else [])
     lines += [".. list-table:: Architectures per task", "    :header-rows: 1", "    :class: fx-summary", ""]
     lines.append("    * - " + "\n      - ".join(head))
     totals = dict.fromkeys(head[1:], 0)
@@ -314,12 +350,19 @@ def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         cells += [t[f"{e}_{what}"] for e in EXPORTERS for what in ("exported", "matched")]
         for name, value in zip(head[1:], cells[1:]):
             totals[name] += value
+        cells += [_folder_cell(folders.get(t["task"]))] if folder else []
         lines.append("    * - " + "\n      - ".join(str(c) for c in cells))
+    if folder:
+        every = [r for entry in folders.values() for r in entry["rows"]]
+        totals["folder"] = f"{sum(bool(r.get('equal')) for r in every)} / {len(every)}"
     lines.append("    * - **all**\n      - " + "\n      - ".join(f"**{v}**" for v in totals.values()))
     lines += ["", "*run*: the architectures with rows (the others are not run yet); *built*: the tiny model was "
               "created, its inputs built and its eager forward ran; *captured*: ``torch.export`` captured it for "
               "one exporter at least (a row which timed out counts as run, neither built nor captured); *exported*: the exporter returned a model; *matched*: onnxruntime's results "
-              "on the other batch match eager's.", "", _spread_sentence(rows), "", capture_check_sentence(rows), ""]
+              "on the other batch match eager's." + (" *folder*: the tiny model saved as a checkpoint folder with a "
+              "processor made in code, exported with ``python -m fx2onnx export FOLDER`` and run by ``python -m fx2onnx run``, equal "
+              "to ``transformers.pipeline`` of the task on the same inputs (equal / run; ``-``: a task no folder "
+              "exports yet)." if folder else ""), "", _spread_sentence(rows), "", capture_check_sentence(rows), ""]
     index = {(r["architecture"], r["exporter"]): r for r in rows}
     lines += [_MARKS, ""]
     for t in summary:
@@ -348,6 +391,8 @@ def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
             for r in failing:
                 lines += [f".. _{_label(r)}:", "", f"**{r['architecture'].split('/', 1)[1]}**, {r['exporter']}, "
                           f"step *{r['step']}*: {error_text(r['error'])}", ""]
+        if task in folders:
+            lines += _folder_lines(folders[task], folder or {})
         not_run = sorted(k.split("/", 1)[1] for k in meta.get("discovered", {})
                          if k.startswith(task + "/") and k not in names)
         if not_run:
@@ -356,8 +401,10 @@ def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_library_pages(rows_by_library: dict[str, tuple[list, dict]], out_dir: str | Path) -> list[str]:
-    """Writes ``<library>.rst`` for every library with rows; returns the page names written."""
+def write_library_pages(rows_by_library: dict[str, tuple[list, dict]], out_dir: str | Path,
+                        folder: dict[str, Any] | None = None) -> list[str]:
+    """Writes ``<library>.rst`` for every library with rows (``folder``: the folder sweep's rows, on the tasks
+    page); returns the page names written."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -365,7 +412,7 @@ def write_library_pages(rows_by_library: dict[str, tuple[list, dict]], out_dir: 
         if not rows:
             continue
         path = out / f"{library}.rst"
-        text = tasks_page(rows, meta) if library == "tasks" else library_page(library, rows, meta)
+        text = tasks_page(rows, meta, folder) if library == "tasks" else library_page(library, rows, meta)
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             path.write_text(text, encoding="utf-8")
         written.append(library)

@@ -1,0 +1,348 @@
+"""The model type x task pairs of the tasks page, from a tiny folder to ``run``, against transformers' pipeline.
+
+For each pair of the tasks page (:func:`fx2onnx.inputs.tasks.discover_tasks`) whose task a folder exports as one model
+(:data:`fx2onnx.runtime.pipelines.PIPELINE_TASKS`: image, audio and video classification, CTC speech recognition,
+zero-shot image classification, semantic segmentation, depth estimation, object detection), the tiny model of the
+page is saved as a ``save_pretrained`` folder beside a processor made in code (the class transformers' auto
+mappings name for the model type, its size set to the tiny model's images; the WordPiece tokenizer of
+:mod:`fx2onnx.testing.encoder_folder` for the texts, its CTC tokenizer for the transcriptions), exported as a user
+does (``python -m fx2onnx export FOLDER --out OUT``, no flag), then ``fx2onnx.pipeline(OUT)`` and
+``transformers.pipeline(task, model=FOLDER)`` run on the same inputs: scores within 1e-4, labels and texts equal,
+boxes within a pixel, masks equal on 99 % of the pixels, depth maps within 1e-4 of their range. A row says the step
+reached (``folder``, ``export``, ``run``, ``compare``) and the one-line reason of a failure.
+
+The rows run with :func:`fx2onnx.runner.run_tasks` (one worker, one process per row, a timeout per row), the tasks
+interleaved so that a sweep cut short covers each task::
+
+    nice -n 10 python bench/sweep_folder_tasks.py --json _doc/bench/folder_tasks.json --resume
+
+The JSON keeps the date, the machine, the versions and the command beside the rows; the tasks page renders it
+(never computed while the site builds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import io
+import itertools
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+
+#: the task of the tasks page -> the pipeline task of its folder
+FOLDER_TASKS = {"image-classification": "image-classification", "object-detection": "object-detection",
+                "audio-classification": "audio-classification", "ctc": "automatic-speech-recognition",
+                "zero-shot-image-classification": "zero-shot-image-classification",
+                "semantic-segmentation": "image-segmentation", "depth-estimation": "depth-estimation",
+                "video-classification": "video-classification"}
+LABELS = ["cat", "dog", "the sea"]
+
+
+def _error(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}"[:240]
+
+
+def _one_line(text: str, limit: int = 240) -> str:
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return next((x for x in lines if x.startswith("error:")), lines[-1] if lines else "")[:limit]
+
+
+def _image_size(config) -> int:
+    for c in (config, getattr(config, "vision_config", None), getattr(config, "backbone_config", None)):
+        size = getattr(c, "image_size", None) if c is not None else None
+        if size:
+            return int(size[0] if isinstance(size, (list, tuple)) else size)
+    return 32
+
+
+def _as_dict(size) -> dict:
+    """A processor's size (a dict, transformers' SizeDict, an int) as a dict of its edges."""
+    if isinstance(size, dict):
+        return size
+    return {k: getattr(size, k, None) for k in ("height", "width", "shortest_edge", "longest_edge")} if size else {}
+
+
+def _sized(cls, side: int):
+    """The processor ``cls`` with its sizes set to ``side`` pixels, the kind of its sizes kept."""
+    default, sizes = cls(), {}
+    size = _as_dict(getattr(default, "size", None))
+    if size:
+        if size.get("height") and size.get("width"):
+            sizes["size"] = {"height": side, "width": side}
+        elif size.get("shortest_edge"):
+            sizes["size"] = {"shortest_edge": side, **({"longest_edge": 2 * side} if size.get("longest_edge") else {})}
+        elif size.get("longest_edge"):
+            sizes["size"] = {"longest_edge": side}
+    if _as_dict(getattr(default, "crop_size", None)).get("height"):
+        sizes["crop_size"] = {"height": side, "width": side}
+    return cls(**sizes)
+
+
+def _auto_class(mapping: dict, model_type: str):
+    import transformers
+
+    names = mapping.get(model_type)
+    if isinstance(names, dict):
+        names = [names.get("torchvision"), names.get("pil")]
+    elif isinstance(names, str):
+        names = [names]
+    for name in names or []:
+        if name and hasattr(transformers, name):
+            return getattr(transformers, name)
+    return None
+
+
+def write_processor(config, task: str, folder: str) -> None:
+    """Saves in ``folder`` the processor a pipeline of ``task`` reads for ``config``'s model type."""
+    from transformers.models.auto import feature_extraction_auto, image_processing_auto, video_processing_auto
+
+    from fx2onnx.testing.encoder_folder import bert_tokenizer, ctc_processor
+
+    model_type = config.model_type
+    if task in ("automatic-speech-recognition", "audio-classification"):
+        cls = _auto_class(feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES, model_type)
+        if cls is None:
+            raise ValueError(f"no feature extractor class for model type {model_type!r}")
+        cls().save_pretrained(folder)
+        if task == "automatic-speech-recognition":
+            ctc_processor(folder).tokenizer.save_pretrained(folder)
+        return
+    if task == "video-classification":
+        cls = _auto_class(video_processing_auto.VIDEO_PROCESSOR_MAPPING_NAMES, model_type)
+        if cls is None:
+            raise ValueError(f"no video processor class for model type {model_type!r}")
+    else:
+        cls = _auto_class(image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES, model_type)
+        if cls is None:
+            raise ValueError(f"no image processor class for model type {model_type!r}")
+    _sized(cls, _image_size(config)).save_pretrained(folder)
+    if task == "zero-shot-image-classification":
+        text = getattr(config, "text_config", config)
+        tokenizer = bert_tokenizer(("input_ids",) if "siglip" in model_type else ("input_ids", "attention_mask"))
+        if getattr(text, "vocab_size", 0) < len(tokenizer):
+            raise ValueError(f"the tiny text vocabulary ({text.vocab_size}) is smaller than the sweep's tokenizer "
+                             f"({len(tokenizer)})")
+        tokenizer.save_pretrained(folder)
+
+
+def _inputs(task: str):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    if task in ("automatic-speech-recognition", "audio-classification"):
+        return [rng.standard_normal(n).astype(np.float32) for n in (8000, 11200)]
+    if task == "video-classification":
+        return [rng.integers(0, 256, (16, 40, 48, 3), dtype=np.uint8)]
+    import PIL.Image
+
+    return [PIL.Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8)) for shape in ((30, 44, 3), (40, 38, 3))]
+
+
+def difference(got, expected, task: str, path: str = "result") -> str | None:
+    """None when ``got`` is what the pipeline returned (see the module), else where it differs."""
+    import numpy as np
+
+    if hasattr(expected, "size") and hasattr(expected, "mode"):  # a PIL image: a mask or a grey depth
+        a, b = np.asarray(got, dtype=int), np.asarray(expected, dtype=int)
+        if a.shape != b.shape:
+            return f"{path}: shape {a.shape} instead of {b.shape}"
+        share = (np.abs(a - b) <= (1 if task == "depth-estimation" else 0)).mean()
+        return None if share >= 0.99 else f"{path}: {100 * (1 - share):.1f} % of the pixels differ"
+    if hasattr(expected, "numpy") or isinstance(expected, np.ndarray):
+        a, b = np.asarray(got), np.asarray(expected)
+        if a.shape != b.shape:
+            return f"{path}: shape {a.shape} instead of {b.shape}"
+        scale = max(float(np.abs(b).max()), 1.0) if b.size else 1.0
+        err = float(np.abs(a - b).max()) if b.size else 0.0
+        return None if err <= 1e-4 * scale else f"{path}: max abs diff {err:.3g}"
+    if isinstance(expected, dict):
+        if set(got) != set(expected):
+            return f"{path}: keys {sorted(got)} instead of {sorted(expected)}"
+        for key in expected:
+            found = difference(got[key], expected[key], task, f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(expected, (list, tuple)):
+        if len(got) != len(expected):
+            return f"{path}: {len(got)} items instead of {len(expected)}"
+        if expected and all(isinstance(e, dict) and {"label", "score"} <= set(e) for e in list(got) + list(expected)):
+            # labels of equal scores (within 1e-4) come in either order
+            got, expected = (sorted(x, key=lambda e: (round(float(e["score"]), 4), str(e["label"])))
+                             for x in (got, expected))
+        for i, (g, e) in enumerate(zip(got, expected)):
+            found = difference(g, e, task, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    if isinstance(expected, float):
+        tolerance = 1.0 if path.split(".")[-1] in ("xmin", "ymin", "xmax", "ymax") else 1e-4
+        return None if abs(float(got) - expected) <= tolerance else f"{path}: {got} instead of {expected}"
+    if isinstance(expected, int) and path.split(".")[-1] in ("xmin", "ymin", "xmax", "ymax"):
+        return None if abs(int(got) - expected) <= 1 else f"{path}: {got} instead of {expected}"
+    return None if got == expected else f"{path}: {got!r:.60} instead of {expected!r:.60}"
+
+
+def run_one(key: str) -> dict:
+    """The row of one pair: its tiny folder exported, run, compared with transformers' pipeline."""
+    import torch
+    import transformers
+
+    import fx2onnx
+    from fx2onnx.__main__ import main as cli
+    from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
+
+    zoo_task, name = key.split("/", 1)
+    task = FOLDER_TASKS[zoo_task]
+    row: dict = {"architecture": key, "task": task, "step": "folder"}
+    begin = time.perf_counter()
+    work = tempfile.mkdtemp(prefix="fx2onnx-folder-tasks-")
+    try:
+        arch = get_task_architecture(zoo_task, name)
+        row["model"] = arch.model_class_name
+        model, config = tiny_task_model(arch)
+        config.architectures = [arch.model_class_name]
+        checkpoint, out = os.path.join(work, "checkpoint"), os.path.join(work, "exported")
+        transformers.utils.logging.disable_progress_bar()
+        model.save_pretrained(checkpoint)
+        write_processor(config, task, checkpoint)
+        row["step"] = "export"
+        stdout, stderr = io.StringIO(), io.StringIO()
+        t0 = time.perf_counter()
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                code = cli(["export", checkpoint, "--out", out])
+            except SystemExit as e:
+                code = e.code
+        row["export_seconds"] = round(time.perf_counter() - t0, 1)
+        if code != 0:
+            row["error"] = _one_line(stdout.getvalue() + "\n" + stderr.getvalue())
+            return row
+        row["step"] = "run"
+        inputs = _inputs(task)
+        options = {"candidate_labels": LABELS} if task == "zero-shot-image-classification" else \
+            {"threshold": 0.0} if task == "object-detection" else {}
+        got = fx2onnx.pipeline(out)(inputs, **options)
+        row["step"] = "compare"
+        try:
+            reference = transformers.pipeline(task, model=checkpoint, dtype=torch.float32)
+            expected = reference(inputs, **options)
+        except Exception as e:  # noqa: BLE001 - transformers' own pipeline fails: the reference is missing
+            row["error"] = f"transformers' pipeline fails: {_error(e)}"
+            return row
+        found = difference(got, expected, task)
+        row["equal"] = found is None
+        if found:
+            row["error"] = f"differs from transformers' pipeline at {found}"
+    except Exception as e:  # noqa: BLE001 - a row per pair
+        row["error"] = _error(e)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        row["seconds"] = round(time.perf_counter() - begin, 1)
+    return row
+
+
+def failed_row(key: str, step: str, error: str, elapsed: float) -> dict:
+    """The row of a pair whose process timed out or crashed."""
+    zoo_task = key.split("/", 1)[0]
+    return {"architecture": key, "task": FOLDER_TASKS[zoo_task], "step": step, "error": f"{step}: {error}"[:240],
+            "seconds": round(elapsed, 1)}
+
+
+def summary(rows: list[dict]) -> dict:
+    """Per pipeline task: pairs run, folders exported, folders equal to the pipeline."""
+    table: dict = {}
+    for r in rows:
+        entry = table.setdefault(r["task"], {"run": 0, "exported": 0, "equal": 0})
+        entry["run"] += 1
+        entry["exported"] += r.get("step") in ("run", "compare")
+        entry["equal"] += bool(r.get("equal"))
+    return dict(sorted(table.items()))
+
+
+def _versions() -> dict:
+    import onnxruntime
+    import torch
+    import transformers
+
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "onnxruntime": onnxruntime.__version__}
+
+
+def pairs(only: set[str] | None = None) -> list[str]:
+    """The pairs of the tasks page a folder exports, the tasks interleaved (one of each in turn)."""
+    from fx2onnx.inputs.tasks import discover_tasks
+
+    by_task: dict[str, list[str]] = {}
+    for arch in discover_tasks():
+        key = f"{arch.task}/{arch.name}"
+        if arch.task in FOLDER_TASKS and not arch.skip and (not only or key in only or arch.name in only):
+            by_task.setdefault(arch.task, []).append(key)
+    columns = [sorted(keys) for _, keys in sorted(by_task.items())]
+    return [k for group in itertools.zip_longest(*columns) for k in group if k]
+
+
+def main(argv=None) -> list[dict]:
+    from fx2onnx.runner import run_tasks
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--timeout", type=int, default=180, help="seconds per pair")
+    parser.add_argument("--only", default=None, help="comma-separated model types or task/model_type keys")
+    parser.add_argument("--limit", type=int, default=None, help="run that many pairs at most (the first ones)")
+    parser.add_argument("--json", default=None, help="the rows and their context written there")
+    parser.add_argument("--resume", action="store_true", help="keep the rows of an existing --json, run the others")
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args(argv)
+    keys = pairs(set(args.only.split(",")) if args.only else None)
+    every = list(keys)
+    previous: list[dict] = []
+    if args.resume and args.json and os.path.exists(args.json):
+        with open(args.json, encoding="utf-8") as f:
+            previous = json.load(f)["rows"]
+    kept = {r["architecture"]: r for r in previous}
+    keys = [k for k in keys if k not in kept][: args.limit]
+
+    def save(rows: list[dict]) -> None:
+        if not args.json:
+            return
+        merged = dict(kept)
+        merged.update({r["architecture"]: r for r in rows})
+        ordered = sorted(merged.values(), key=lambda r: (r["task"], r["architecture"]))
+        document = {
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared with other jobs)",
+            "versions": _versions(),
+            "command": "nice -n 10 python bench/sweep_folder_tasks.py " + " ".join(
+                argv if argv is not None else sys.argv[1:]),
+            "pairs": {FOLDER_TASKS[k.split("/", 1)[0]]: sum(x.split("/", 1)[0] == k.split("/", 1)[0] for x in every)
+                      for k in every},
+            "not_run": sorted(k for k in every if k not in merged),
+            "summary": summary(ordered), "rows": ordered,
+        }
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(document, f, indent=1)
+            f.write("\n")
+
+    done: list[dict] = []
+
+    def on_row(row: dict) -> None:
+        done.append(row)
+        print(json.dumps(row), flush=True)
+        save(done)
+
+    rows = run_tasks(keys, run_one, failed_row, workers=args.workers, timeout=args.timeout, on_row=on_row,
+                     description="folder tasks", memory_gb=6)
+    save(rows)
+    print(json.dumps(summary(rows)))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
