@@ -110,6 +110,42 @@ def test_layer_stack_refuses_layers_of_several_kinds():
     assert short_config(config).layer_types == config.layer_types[:2]
 
 
+class DenseBlock(Block):
+    def __init__(self, index: int):
+        super().__init__(index)
+        self.extra = torch.nn.Linear(8, 8)
+
+    def forward(self, x, scale):
+        y = super().forward(x, scale)
+        return y + self.extra(y)
+
+
+class DenseFirstStack(Stack):
+    """A first layer of another kind (DeepSeek's dense layers before its mixtures of experts), then alike ones."""
+
+    def __init__(self, n: int):
+        super().__init__(n)
+        self.layers[0] = DenseBlock(0)
+
+
+def test_layers_after_a_different_first_one_are_stamped():
+    torch.manual_seed(0)
+    full = DenseFirstStack(6).eval()
+    stack = layer_stack(full, type("Config", (), {"num_hidden_layers": 6})())
+    assert stack == LayerStack("layers", 6, 1, start=1) and stack.captured == 3 and stack.blocks == 5
+    short = DenseFirstStack(3).eval()
+    short.load_state_dict({k: v for k, v in full.state_dict().items() if not k.startswith(("layers.3", "layers.4",
+                                                                                            "layers.5"))})
+    x, scale = torch.randn(3, 5, 4), torch.rand(1, 1, 10)
+    weights = full.state_dict()
+    onx = fx2onnx.to_onnx(short, (x, scale), dynamic_shapes=({0: "batch", 1: "seq"}, None),
+                          after_conversion=lambda m: stamp_layers(m, stack, weights.__getitem__))
+    assert {f"layers.{k}.linear.bias" for k in range(6)} <= {i.name for i in onx.graph.initializer}
+    session = ort.InferenceSession(onx.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"x": x.numpy(), "scale": scale.numpy()})[0]
+    np.testing.assert_allclose(got, full(x, scale).detach().numpy(), atol=1e-5)
+
+
 class ScaledStack(Stack):
     """Each layer's residual scaled by a constant of the number of layers (MiniCPM3's scale_depth / sqrt(layers))."""
 

@@ -63,17 +63,20 @@ class LayerStack:
     path: str
     count: int
     period: int = 1
+    #: the layers before the repeated ones, captured as they are (DeepSeek's ``first_k_dense_replace`` dense
+    #: layers before the mixtures of experts)
+    start: int = 0
 
     @property
     def captured(self) -> int:
-        """The layers captured: two periods, the second one the template, the first one the proof
-        that the template does not depend on its place."""
-        return 2 * self.period
+        """The layers captured: the first ``start``, then two periods, the second one the template, the first one
+        the proof that the template does not depend on its place."""
+        return self.start + 2 * self.period
 
     @property
     def blocks(self) -> int:
-        """The number of periods in the stack."""
-        return self.count // self.period
+        """The number of periods in the repeated part of the stack."""
+        return (self.count - self.start) // self.period
 
 
 def _plain_attributes(module: torch.nn.Module) -> dict[str, Any]:
@@ -94,12 +97,13 @@ def _signature(module: torch.nn.Module) -> list:
     return items
 
 
-def layer_stack(model: torch.nn.Module, config: Any = None, max_period: int = 8) -> LayerStack | None:
+def layer_stack(model: torch.nn.Module, config: Any = None, max_period: int = 8, max_start: int = 4) -> LayerStack | None:
     """The stack of decoder layers of ``model`` (the ModuleList of ``num_hidden_layers`` modules)
     which repeat with the shortest period (1: all alike; 2: sliding and global layers alternating),
+    after the fewest first layers (at most ``max_start``: DeepSeek's dense layers before its mixtures of experts),
     or None when there is none: no such list, a pattern that does not divide the layers (Gemma 3's
-    five sliding layers for one global in 26), a mixture of experts after dense layers, a per-layer
-    list of the config that does not repeat, fewer than three periods."""
+    five sliding layers for one global in 26), a per-layer list of the config that does not repeat, fewer than
+    three periods."""
     config = config if config is not None else getattr(model, "config", None)
     count = getattr(config, "num_hidden_layers", None)
     if not isinstance(count, int) or count <= 2:
@@ -111,10 +115,13 @@ def layer_stack(model: torch.nn.Module, config: Any = None, max_period: int = 8)
     path, layers = stacks[0]
     lists = [v for v in vars(config).values() if isinstance(v, (list, tuple)) and len(v) == count]
     signatures = [_signature(layer) for layer in layers]
-    for period in range(1, min(max_period, count // 3) + 1):
-        if count % period == 0 and all(signatures[i] == signatures[i % period] for i in range(count)) and \
-                all(repr(v[i]) == repr(v[i % period]) for v in lists for i in range(count)):
-            return LayerStack(path, count, period)
+    for start in range(0, max_start + 1):
+        repeated = count - start
+        for period in range(1, min(max_period, repeated // 3) + 1):
+            same = [(i, start + (i - start) % period) for i in range(start, count)]
+            if repeated % period == 0 and all(signatures[i] == signatures[j] for i, j in same) and \
+                    all(repr(v[i]) == repr(v[j]) for v in lists for i, j in same):
+                return LayerStack(path, count, period, start)
     return None
 
 
@@ -260,7 +267,8 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
     """Copies layer 1 of ``model`` (captured with two layers of ``stack``) into layers 2 to
     ``stack.count - 1``, in place; returns the nodes added. With a period p (``stack.period``) the
     unit is a block of p layers: layers p to 2p-1 are copied into each following block, layers 0
-    to p-1 prove them independent of their place.
+    to p-1 prove them independent of their place. The first ``stack.start`` layers (dense layers before
+    mixtures of experts) are captured as they are, the blocks counted after them.
 
     Each copy reads its own weights (``weight(name)``: the tensor of ``model.layers.k...``,
     :func:`fx2onnx.weights.initializer_tensor` accepts it), its own graph inputs and outputs
@@ -278,9 +286,10 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
     pattern = re.compile(rf"^{re.escape(stack.path)}\.(\d+)(?:\.|$)")
     nodes = list(graph)
     period = stack.period
-    # the block of a node: 0 for layers 0 .. period-1, 1 for the next period (the template), None outside
+    # the block of a node: 0 for layers start .. start+period-1, 1 for the next period (the template), None outside
+    # (the first ``start`` layers included: captured as they are, before the repeated ones)
     index = {node: _layer_index(node, pattern) for node in nodes}
-    index = {node: None if i is None else i // period for node, i in index.items()}
+    index = {node: None if i is None or i < stack.start else (i - stack.start) // period for node, i in index.items()}
     layer0 = [n for n in nodes if index[n] == 0]
     layer1 = [n for n in nodes if index[n] == 1]
     in0, in1 = set(layer0), set(layer1)
