@@ -1,12 +1,14 @@
 // Greedy generation with transformers.js (@huggingface/transformers on onnxruntime-node) on a folder written by
 // `python -m fx2onnx export`, offline, as a user of transformers.js loads one:
-//   node transformersjs_generate.mjs FOLDER PROMPT [NEW_TOKENS] [THREADS]
+//   node transformersjs_generate.mjs FOLDER PROMPT [NEW_TOKENS] [THREADS] [DTYPE]
+// DTYPE: the file transformers.js selects (fp32: onnx/model.onnx, q4: onnx/model_q4.onnx...; default: the dtype
+// config.json's transformers.js_config names, else transformers.js' default).
 // PROMPT is a text (encoded by the folder's tokenizer in transformers.js) or token ids as JSON ('[5, 60, 7]').
 // Prints one JSON line: {"prompt_ids", "new_ids", "text", "seconds"} (seconds: the whole generate call).
 import path from "node:path";
 import { AutoModelForCausalLM, AutoTokenizer, Tensor, env } from "@huggingface/transformers";
 
-const [folder, prompt, newTokens = "8", threads = "0"] = process.argv.slice(2);
+const [folder, prompt, newTokens = "8", threads = "0", dtype = ""] = process.argv.slice(2);
 if (!folder || prompt === undefined) {
   console.error("usage: node transformersjs_generate.mjs FOLDER PROMPT|'[ids]' [NEW_TOKENS] [THREADS]");
   process.exit(2);
@@ -19,7 +21,8 @@ env.useFSCache = false;
 env.useBrowserCache = false;
 const name = path.basename(path.resolve(folder));
 
-const options = { local_files_only: true, dtype: "fp32", device: "cpu" };
+const options = { local_files_only: true, device: "cpu" };
+if (dtype) options.dtype = dtype;
 if (+threads > 0) options.session_options = { intraOpNumThreads: +threads, interOpNumThreads: 1 };
 const model = await AutoModelForCausalLM.from_pretrained(name, options);
 let tokenizer = null;

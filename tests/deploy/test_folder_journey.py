@@ -259,7 +259,7 @@ def test_quantized_folder_generates_as_onnxruntime_genai(qwen3_export, tmp_path,
     out = str(tmp_path / "int4")
     argv = ["export", checkpoint, "--out", out, "--quiet", "--quantize", "int4"] + (["--asymmetric"] if asymmetric else [])
     assert main(argv) == 0
-    proto = onnx.load(os.path.join(out, "onnx", "model.onnx"), load_external_data=False)
+    proto = onnx.load(os.path.join(out, "onnx", "model_q4.onnx"), load_external_data=False)  # transformers.js' q4
     matmuls = [n for n in proto.graph.node if n.op_type == "MatMulNBits"]
     assert len(matmuls) == 2 * 7 + 1  # q, k, v, o, gate, up, down per layer, the head
     assert {len(n.input) for n in matmuls} == ({4} if asymmetric else {3})  # zero points or none

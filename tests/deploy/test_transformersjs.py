@@ -26,12 +26,15 @@ pytestmark = pytest.mark.skipif(shutil.which("node") is None,
                                 reason="node is not installed: transformers.js runs in Node")
 
 
-def transformersjs_generate(folder: str, prompt: str | list[int], new_tokens: int, script: str = SCRIPT) -> dict:
-    """What the Node script prints: transformers.js' greedy tokens after ``prompt`` (a text or token ids)."""
+def transformersjs_generate(folder: str, prompt: str | list[int], new_tokens: int, script: str = SCRIPT,
+                            dtype: str = "") -> dict:
+    """What the Node script prints: transformers.js' greedy tokens after ``prompt`` (a text or token ids); ``dtype``:
+    the file transformers.js selects (default: the one config.json names)."""
     if not os.path.isdir(os.path.join(ROOT, "node_modules", "@huggingface", "transformers")):
         pytest.fail("transformers.js is not installed: run make venv (npm ci --ignore-scripts at the root)")
     argument = prompt if isinstance(prompt, str) else json.dumps(prompt)
-    done = subprocess.run(["node", script, folder, argument, str(new_tokens)], capture_output=True, text=True,
+    extra = ["0", dtype] if dtype else []
+    done = subprocess.run(["node", script, folder, argument, str(new_tokens), *extra], capture_output=True, text=True,
                           cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -43,7 +46,7 @@ def test_transformersjs_generates_transformers_tokens(qwen3_export):
     tokens and text are transformers' ``generate``."""
     checkpoint, out = qwen3_export
     config = json.load(open(os.path.join(out, "config.json")))
-    assert config["transformers.js_config"]["use_external_data_format"] == {"model.onnx": 1}
+    assert config["transformers.js_config"] == {"use_external_data_format": {"model.onnx": 1}, "dtype": "fp32"}
     got = transformersjs_generate(out, PROMPT, 16)
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
     tok = transformers.AutoTokenizer.from_pretrained(checkpoint)
@@ -71,17 +74,22 @@ def test_transformersjs_in_headless_chromium_generates_transformers_tokens(qwen3
 
 @pytest.mark.slow  # the fast tier runs the float32 folder
 def test_transformersjs_runs_the_int4_folder_as_our_loop(qwen3_export, tmp_path):
-    """``--quantize int4`` (onnxruntime's MatMulNBits and GatherBlockQuantized): transformers.js gives the tokens our
-    loop gives on the same folder (not eager's: the weights are quantized)."""
+    """``--quantize int4`` (onnxruntime's MatMulNBits and GatherBlockQuantized) writes ``onnx/model_q4.onnx``, the file
+    transformers.js selects for ``dtype: "q4"`` (config.json names it its default): transformers.js gives the tokens
+    our loop gives on the same folder (not eager's: the weights are quantized)."""
     from fx2onnx.runtime.folder import FolderGenerator
 
     checkpoint, _ = qwen3_export
     out = str(tmp_path / "int4")
     assert main(["export", checkpoint, "--out", out, "--quiet", "--quantize", "int4"]) == 0
+    assert {"model_q4.onnx", "model_q4.onnx_data"} == set(os.listdir(os.path.join(out, "onnx")))
+    block = json.load(open(os.path.join(out, "config.json")))["transformers.js_config"]
+    assert block == {"use_external_data_format": {"model_q4.onnx": 1}, "dtype": "q4"}
     prompt = [5, 60, 7, 200, 31]
-    got = transformersjs_generate(out, prompt, 12)
     ours = FolderGenerator(out).generate_text(prompt, 12).new_ids
-    assert got["new_ids"] == ours and len(set(ours)) > 3
+    assert len(set(ours)) > 3
+    assert transformersjs_generate(out, prompt, 12)["new_ids"] == ours  # config.json's dtype
+    assert transformersjs_generate(out, prompt, 12, dtype="q4")["new_ids"] == ours  # a user's dtype: "q4"
 
 
 @pytest.mark.slow

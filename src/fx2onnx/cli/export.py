@@ -14,6 +14,7 @@ def _export_checkpoint(args: argparse.Namespace) -> int:
     """Exports a save_pretrained folder into a folder that generates (fx2onnx.deploy.export_folder):
     the model on the meta device, the weights streamed from its safetensors files."""
     from ..deploy import export_folder
+    from ..deploy.transformersjs import transformersjs_refusal
 
     if args.exporter != "to_onnx":
         raise ValueError("A checkpoint folder is exported with --exporter to_onnx only.")
@@ -35,6 +36,9 @@ def _export_checkpoint(args: argparse.Namespace) -> int:
         print(f"  {line}")
     if result.genai:
         print(f"  onnxruntime-genai: no genai_config.json ({result.genai})")
+    why = transformersjs_refusal(result.quantize, str(result.dtype))
+    if why:
+        print(f"  transformers.js: {why}")
     print(result)
     return 0 if result.ok else 1
 

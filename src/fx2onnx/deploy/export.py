@@ -47,7 +47,7 @@ from .saved_model import (  # noqa: F401 (importable from here)
 from .speech import check_speech_pieces
 from .tasks import folder_task
 from .text_generation import last_logits_only  # noqa: F401 (importable from here)
-from .transformersjs import write_transformersjs_config
+from .transformersjs import variant_file, write_transformersjs_config
 
 #: the optimization levels of the command line, ``none`` for no optimization
 OPTIMIZE_CHOICES = ("default", "onnxruntime", "opset23", "none")
@@ -139,6 +139,8 @@ def export_folder(
     task = folder_task(config, task)
     check_weights(folder)
     dtype = _torch_dtype(dtype or torch.float32)
+    if filename == DECODER_FILE:  # the name transformers.js selects for these weights (onnx/model_q4.onnx for int4)
+        filename = variant_file(filename, quantize, str(dtype))
     why = replaceable(out_dir)
     if why:
         raise OutputFolderError(why)

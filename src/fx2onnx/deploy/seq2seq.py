@@ -43,7 +43,7 @@ from .result import FolderExport, peak_rss
 from .saved_model import rename_external_data, rename_values
 from .speech import Piece
 from .speech_generic import example_features, meta_model_with_buffers, start_token
-from .transformersjs import data_file_name, write_transformersjs_config
+from .transformersjs import data_file_name, transformersjs_dtype, variant_file, write_transformersjs_config
 
 #: the files transformers.js and optimum load for an encoder-decoder
 ENCODER_FILE, DECODER_FILE = "onnx/encoder_model.onnx", "onnx/decoder_model_merged.onnx"
@@ -372,6 +372,9 @@ def export_seq2seq_pieces(folder: str, out_dir: str, config: Any, dtype: torch.d
     the pieces (encoder, cross, decoder: their example inputs serve the check) and the facts of the merge."""
     model = computed_positions(meta_model_with_buffers(config, dtype), dtype)
     pieces, facts = seq2seq_pieces(model, config, folder, dtype)
+    # the names transformers.js selects for these weights (encoder_model_q4.onnx for int4 matrices)
+    pieces[0].filename = variant_file(ENCODER_FILE, quantize, str(dtype))
+    facts["decoder_file"] = variant_file(DECODER_FILE, quantize, str(dtype))
     os.makedirs(os.path.join(out_dir, "onnx"), exist_ok=True)
     for piece in pieces:
         say(f"exporting the {piece.name} of {config.architectures[0]} ({str(dtype).replace('torch.', '')}, "
@@ -386,9 +389,9 @@ def export_seq2seq_pieces(folder: str, out_dir: str, config: Any, dtype: torch.d
                 quantize_block_size=block_size, quantize_symmetric=symmetric)
         rename_values(path, piece.input_names, piece.output_names, {})
     encoder, cross, step = pieces
-    rename_external_data(os.path.join(out_dir, ENCODER_FILE), data_file_name(ENCODER_FILE))
+    rename_external_data(os.path.join(out_dir, encoder.filename), data_file_name(encoder.filename))
     merge_decoder(os.path.join(out_dir, step.filename), os.path.join(out_dir, cross.filename),
-                  os.path.join(out_dir, DECODER_FILE), facts)
+                  os.path.join(out_dir, facts["decoder_file"]), facts)
     _remove(os.path.join(out_dir, step.filename))
     _remove(os.path.join(out_dir, cross.filename))
     return pieces, facts
@@ -432,11 +435,12 @@ def check_seq2seq_pieces(folder: str, out_dir: str, pieces: list[Piece], facts: 
     finally:
         transformers.utils.logging.enable_progress_bar()
     encoder = pieces[0]
-    checks = check_against_eager(os.path.join(out_dir, ENCODER_FILE), EncoderPiece(eager),
+    checks = check_against_eager(os.path.join(out_dir, encoder.filename), EncoderPiece(eager),
                                  [encoder.inputs, encoder.inputs2], dtype, atol=atol, rtol=rtol)
     eager.to(torch.float32)
     reference = MergedReference(CrossPiece(eager, facts["start"]), DecoderPiece(eager), facts["layers"])
-    checks += check_against_eager(os.path.join(out_dir, DECODER_FILE), reference, merged_input_sets(pieces, facts),
+    checks += check_against_eager(os.path.join(out_dir, facts["decoder_file"]), reference,
+                                  merged_input_sets(pieces, facts),
                                   dtype, atol=atol, rtol=rtol)
     names = ["encoder, first input set", "encoder, second input set"]
     names += [f"decoder_model_merged, {s} input set, {b}" for s in ("first", "second")
@@ -456,17 +460,18 @@ def write_seq2seq_folder(folder: str, out_dir: str, filename: str, config: Any, 
                                           block_size=block_size, opset=opset, progress=progress, say=say,
                                           symmetric=symmetric)
     copy_folder_files(folder, out_dir)
-    for name in (ENCODER_FILE, DECODER_FILE):
-        write_transformersjs_config(out_dir, name, os.path.isfile(os.path.join(out_dir, name + "_data")))
-    merged = onnx.load(os.path.join(out_dir, DECODER_FILE), load_external_data=False)
+    encoder, decoder_file = pieces[0], facts["decoder_file"]
+    for name in (encoder.filename, decoder_file):
+        write_transformersjs_config(out_dir, name, os.path.isfile(os.path.join(out_dir, name + "_data")),
+                                    transformersjs_dtype(quantize, str(dtype)))
+    merged = onnx.load(os.path.join(out_dir, decoder_file), load_external_data=False)
     cache = json.loads({p.key: p.value for p in merged.metadata_props}[CACHE_METADATA_KEY])
-    encoder = pieces[0]
     genai = "onnxruntime-genai runs decoder-only models: an encoder-decoder folder has no genai_config.json"
     with open(os.path.join(out_dir, FOLDER_METADATA), "w", encoding="utf-8") as f:
         json.dump({"task": task, "layout": "encoder_model + decoder_model_merged",
-                   "pieces": {"encoder": {"file": ENCODER_FILE, "inputs": encoder.input_names,
+                   "pieces": {"encoder": {"file": encoder.filename, "inputs": encoder.input_names,
                                           "outputs": encoder.output_names},
-                              "decoder": {"file": DECODER_FILE, "inputs": [i.name for i in merged.graph.input],
+                              "decoder": {"file": decoder_file, "inputs": [i.name for i in merged.graph.input],
                                           "outputs": [o.name for o in merged.graph.output], "cache": cache,
                                           "cache_update": "concatenated"}},
                    "dtype": str(dtype).replace("torch.", ""), "optimize": optimize, "quantize": quantize,

@@ -37,7 +37,7 @@ from .files import copy_folder_files
 from .genai_config import write_genai_config
 from .result import FolderExport, config_error, folder_files, peak_rss
 from .saved_model import name_presents, rename_external_data, update_cache_in_place
-from .transformersjs import data_file_name, write_transformersjs_config
+from .transformersjs import data_file_name, transformersjs_dtype, variant_file, write_transformersjs_config
 from .verify_logits import split_verify_logits
 
 
@@ -115,8 +115,10 @@ def write_text_generation_folder(folder: str, out_dir: str, filename: str, confi
             checks = [dataclasses.replace(c, ok=True, held=False) for c in checks]
     if logits == "last":  # checked with the logits of the last positions, then their last one apart
         split_verify_logits(model_path, VERIFY_TOKENS)
-    if filename == DECODER_FILE:  # the weights' file as transformers.js names it (model.onnx_data), said in config.json
-        write_transformersjs_config(out_dir, filename, rename_external_data(model_path, data_file_name(filename)))
+    if filename == variant_file(DECODER_FILE, quantize, str(dtype)):  # onnx/model.onnx, model_q4.onnx...: the weights'
+        # file as transformers.js names it (model.onnx_data), said in config.json with the dtype selecting the file
+        write_transformersjs_config(out_dir, filename, rename_external_data(model_path, data_file_name(filename)),
+                                    transformersjs_dtype(quantize, str(dtype)))
     files = folder_files(out_dir)
     nbytes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in files)
     return FolderExport(out_dir, task, dtype, files, nbytes, time.perf_counter() - begin, peak_rss(), checks, genai,

@@ -32,7 +32,8 @@ from .speech_seq2seq import Seq2SeqSpeechGenerator, encoder_constants  # noqa: F
 
 #: the tasks of a text encoder-decoder folder (transformers' pipelines of the seq2seq LM classes)
 TEXT2TEXT_TASKS = ("text2text-generation", "summarization", "translation")
-#: the file of the merged decoder: a folder holding it is in the layout of transformers.js and optimum
+#: the file of the merged decoder (its dtype variants add a suffix): a folder holding it is in the layout of
+#: transformers.js and optimum
 MERGED_DECODER = "onnx/decoder_model_merged.onnx"
 #: the refusal of a folder of another task
 NOT_TEXT2TEXT = ("{folder} is not a text encoder-decoder folder (task {task}): export a T5, BART or Marian checkpoint "
@@ -41,7 +42,8 @@ NOT_TEXT2TEXT = ("{folder} is not a text encoder-decoder folder (task {task}): e
 
 def is_merged_layout(metadata: dict[str, Any]) -> bool:
     """Whether a folder's ``fx2onnx.json`` names the merged decoder transformers.js and optimum load."""
-    return metadata.get("pieces", {}).get("decoder", {}).get("file") == MERGED_DECODER
+    found = metadata.get("pieces", {}).get("decoder", {}).get("file", "")
+    return found.startswith(MERGED_DECODER[: -len(".onnx")])  # decoder_model_merged_q4.onnx too
 
 
 def open_merged(folder: str, task: str, refusal: str, providers: Sequence[str] | None,
