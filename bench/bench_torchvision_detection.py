@@ -82,11 +82,21 @@ def _median_ms(call, repeat: int) -> float:
     return round(1000 * statistics.median(times), 2)
 
 
-def run_row(name: str, exporter: str, repeat: int = 5, atol: float = 1e-2) -> dict:
-    """One row: the steps reached by ``exporter`` on model ``name`` and the timings."""
+def _first_line(error: BaseException) -> str:
+    """The innermost cause's type and first line (torch.onnx.export wraps the capture's error in a
+    TorchExportError saying only which step failed), without terminal colours."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
+
+
+def run_row(name: str, exporter: str, repeat: int = 5, atol: float = 1e-2, case=None) -> dict:
+    """One row: the steps reached by ``exporter`` on model ``name`` (built unless ``case`` is
+    given) and the timings."""
     row: dict = dict(model=name, exporter=exporter, step="build", success=False, error=None)
     try:
-        case = build_torchvision_model(name)
+        case = case or build_torchvision_model(name)
         row["task"] = case.task
         with tempfile.TemporaryDirectory() as folder:
             path = str(Path(folder) / "model.onnx")
@@ -110,8 +120,7 @@ def run_row(name: str, exporter: str, repeat: int = 5, atol: float = 1e-2) -> di
                 feeds = _feeds(session, case.export_args)
                 row[f"ort{threads}_ms"] = _median_ms(lambda: session.run(None, feeds), repeat)
     except Exception as e:  # noqa: BLE001 - the row records the failure
-        text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines()  # no terminal colours
-        row["error"] = f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+        row["error"] = _first_line(e)
     return row
 
 
@@ -120,14 +129,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=".", help="regular expression on the model names")
     parser.add_argument("--exporters", default=",".join(EXPORTERS))
     parser.add_argument("--output", default=str(OUTPUT))
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each latency (a median)")
     args = parser.parse_args(argv)
     output = Path(args.output)
     rows = json.loads(output.read_text()) if output.exists() else []
     for name in DETECTION + SEGMENTATION:
         if not re.search(args.only, name):
             continue
+        try:  # once for both exporters (calibrating takes a while)
+            case = build_torchvision_model(name)
+        except Exception:  # noqa: BLE001 - run_row builds it again and records the error
+            case = None
         for exporter in args.exporters.split(","):
-            row = run_row(name, exporter)
+            row = run_row(name, exporter, repeat=args.repeat, case=case)
             row.update(date=datetime.date.today().isoformat(), command=" ".join(["python"] + sys.argv))
             print(json.dumps(row), flush=True)
             rows = [r for r in rows if (r["model"], r["exporter"]) != (name, exporter)] + [row]

@@ -17,7 +17,7 @@ from fx2onnx.patches.torchvision_detection import torchvision_patches
 
 torchvision = pytest.importorskip("torchvision")
 
-from fx2onnx.zoo.torchvision_models import build_torchvision_model, match_detections  # noqa: E402
+from fx2onnx.zoo.torchvision_models import build_torchvision_model, detecting_nothing, match_detections  # noqa: E402
 
 
 def test_every_patch_applies():
@@ -72,6 +72,21 @@ def check_torchvision_model(name: str, tmp_path) -> None:
 @pytest.mark.slow  # about two minutes on 2 cores
 def test_faster_rcnn_mobilenet(tmp_path):
     check_torchvision_model("fasterrcnn_mobilenet_v3_large_fpn", tmp_path)
+
+
+@pytest.mark.slow  # about a minute on 2 cores
+def test_ssdlite_on_an_image_detecting_nothing(tmp_path):
+    case = detecting_nothing(build_torchvision_model("ssdlite320_mobilenet_v3_large"))
+    path = str(tmp_path / "ssdlite.onnx")
+    fx2onnx.to_onnx(case.model, case.export_args, dynamic_shapes=case.dynamic_shapes, filename=path)
+    for args in [case.export_args] + case.check_args:
+        with torch.no_grad():
+            want = case.model(*args)
+        got = pytree.tree_unflatten(_run(path, args), pytree.tree_structure(want))
+        assert [match_detections(w, o) < 1e-2 for w, o in zip(want, got)] == [True, True]
+        if args is case.check_args[0]:  # one image detects nothing, the other something
+            assert sorted(w["boxes"].shape[0] == 0 for w in want) == [False, True]
+            assert sorted(o["boxes"].shape[0] == 0 for o in got) == [False, True]
 
 
 @pytest.mark.slow  # about half a minute

@@ -148,6 +148,18 @@ def build_torchvision_model(name: str, seed: int = 0) -> TorchvisionCase:
     return TorchvisionCase(name, task, model, export_args, check_args, dynamic_shapes)
 
 
+def detecting_nothing(case: TorchvisionCase) -> TorchvisionCase:
+    """``case`` whose model's score threshold lies between the best scores of the two images of its
+    first check: one of them detects nothing, the other something (the model is changed in place)."""
+    if case.task != "detection":
+        raise ValueError(f"{case.name} is not a detection model")
+    with torch.no_grad():
+        best = [float(d["scores"].max()) for d in case.model(*case.check_args[0])]
+    owner = getattr(case.model, "roi_heads", case.model)  # the R-CNNs keep it in their box head
+    owner.score_thresh = sum(best) / 2
+    return case
+
+
 def match_detections(want: dict[str, torch.Tensor], got: dict[str, Any]) -> float:
     """The largest difference between two detections of one image (dicts of ``boxes``, ``labels``,
     ``scores``...), rows paired up to their order: a row of ``want`` with the row of ``got`` of the

@@ -54,8 +54,9 @@ def torchvision_page(rows: list[dict[str, Any]]) -> str:
         "eager (detections paired up to the order of near-equal scores). ``to_onnx`` applies the patches",
         "of :mod:`fx2onnx.patches.torchvision_detection`; ``torch.onnx.export`` runs as a user would call it.",
         "The cell gives the largest difference, or the step which failed and the first line of the error;",
-        "the times are those of ``to_onnx`` (seconds for the export, milliseconds for one call on the",
-        "export's images, medians of a few runs on a shared machine: noisy).",
+        "the export times are those of each exporter (seconds), the latencies those of the model",
+        "``to_onnx`` wrote (milliseconds for one call on the export's images, medians of a few runs on a",
+        "shared machine: noisy).",
         "",
         f"Rows written by ``bench/bench_torchvision_detection.py`` ({', '.join(dates) or 'no date'}).",
         "",
@@ -66,11 +67,13 @@ def torchvision_page(rows: list[dict[str, Any]]) -> str:
             continue
         lines += [task.capitalize(), "-" * len(task), "", ".. list-table::", "    :header-rows: 1", "",
                   "    * - model", *(f"      - {label}" for label in EXPORTERS.values()),
-                  "      - export (s)", "      - ort 1 thread (ms)", "      - ort 2 threads (ms)", "      - eager (ms)"]
+                  *(f"      - export {e} (s)" for e in EXPORTERS),
+                  "      - ort 1 thread (ms)", "      - ort 2 threads (ms)", "      - eager (ms)"]
         for name in names:
             ours = by.get((name, "to_onnx"))
             lines += [f"    * - {name}", *(f"      - {_cell(by.get((name, e)))}" for e in EXPORTERS)]
-            lines += [f"      - {_number(ours, k)}" for k in ("export_s", "ort1_ms", "ort2_ms", "eager_ms")]
+            lines += [f"      - {_number(by.get((name, e)), 'export_s')}" for e in EXPORTERS]
+            lines += [f"      - {_number(ours, k)}" for k in ("ort1_ms", "ort2_ms", "eager_ms")]
         lines.append("")
     return "\n".join(lines) + "\n"
 
