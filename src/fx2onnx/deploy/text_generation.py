@@ -140,7 +140,8 @@ def _export_two_layers(folder: str, model: torch.nn.Module, config: Any, task: s
         whole_past([inputs], dynamic_shapes, short)
     if logits == "last":
         last_logits_only(model, [inputs], dynamic_shapes, VERIFY_TOKENS)
-    names = [n for n, _ in model.named_parameters(remove_duplicate=False) if n.startswith(stack.path + ".")]
+    state = model.state_dict()  # parameters and persistent buffers (DeepSeek's e_score_correction_bias)
+    names = [n for n in state if n.startswith(stack.path + ".")]
 
     def weight(name: str) -> Any:
         if name not in weights:
