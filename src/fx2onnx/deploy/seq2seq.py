@@ -25,6 +25,7 @@ on two input sets, are checked against the same wrappers in eager float32.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -157,16 +158,8 @@ def _layers_heads(model: Any, hidden: torch.Tensor, mask: torch.Tensor | None, s
     from ..weights.empty import empty_weights
 
     meta = any(p.is_meta for p in model.parameters())
-    with torch.no_grad(), (empty_weights(model) if meta else _null()):
+    with torch.no_grad(), (empty_weights(model) if meta else contextlib.nullcontext()):
         return [tuple(t.shape) for t in CrossPiece(model, start)(hidden, mask)]
-
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *args: Any) -> None:
-        return None
 
 
 def seq2seq_pieces(model: Any, config: Any, folder: str | None, dtype: torch.dtype,
@@ -235,7 +228,8 @@ def seq2seq_pieces(model: Any, config: Any, folder: str | None, dtype: torch.dty
                       + [past_name(i, "decoder", "value") for i in range(layers)]
                       + [past_name(i, "encoder", "key", "present") for i in range(layers)]
                       + [past_name(i, "encoder", "value", "present") for i in range(layers)])
-    decoder_outputs = ["logits"] + [past_name(i, "decoder", k, "present") for i in range(layers) for k in ("key", "value")]
+    decoder_outputs = ["logits"] + [past_name(i, "decoder", k, "present") for i in range(layers)
+                                    for k in ("key", "value")]
     pieces = [
         Piece("encoder", ENCODER_FILE, EncoderPiece(model), encoder_sets[0], encoder_sets[1], encoder_dims,
               list(encoder_sets[0]), ["last_hidden_state"]),
