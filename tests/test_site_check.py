@@ -103,6 +103,21 @@ def test_tables_and_example_time():
     assert site_check.example_seconds(page("<p>no example</p>")) is None
 
 
+def test_literals_wrap_and_matrices_scroll_in_their_box():
+    literal = '<p><code class="docutils literal">' + "fx2onnx.scenario_exporters" * 3 + "</code></p>"
+    assert site_check.read_page(page(f"<table><tr><td>{literal}</td></tr></table>")).table_widths == [
+        int(12 * 7.5 + 16)]
+    wide = "<tr>" + "".join(f"<td>{'x' * 20}</td>" for _ in range(8)) + "</tr>"
+    assert site_check.read_page(page(f'<table class="docutils fx-matrix">{wide}</table>')).table_widths == []
+
+
+def test_a_table_wider_than_the_column_fails(tmp_path):
+    wide = "<tr>" + "".join(f"<td>{'x' * 20}</td>" for _ in range(8)) + "</tr>"
+    (tmp_path / "index.html").write_text(page(f"<table>{wide}</table>"), encoding="utf-8")
+    report = site_check.check_site(str(tmp_path))
+    assert len(report.problems) == 1 and "wider than the content column" in report.problems[0], report.problems
+
+
 def test_site(tmp_path):
     (tmp_path / "index.html").write_text(page("<p>Home</p>"), encoding="utf-8")
     gallery = tmp_path / "auto_examples" / "06_benchmarks"
