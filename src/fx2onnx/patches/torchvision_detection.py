@@ -26,6 +26,12 @@ torch.export cannot follow them; each patch below changes one function while exp
   (bicubic, as ``F.interpolate``) by two batched products padded to the largest box, the argmax
   taken inside each box; the original loops over the boxes, each its own size.
 
+The one-stage detectors (RetinaNet, FCOS, SSD, SSDlite) need the resize, batching and
+``batched_nms`` patches only: their ``topk`` over the boxes above a score threshold takes
+``min(k, count)`` of an unbacked count, which torch.export follows. Every builder of
+``torchvision.models.detection`` and ``torchvision.models.segmentation`` is exported and checked
+by ``bench/bench_torchvision_detection.py`` (the rows of the supported-models page).
+
 The number of kept boxes of each ``nms`` is an unbacked size (between 0 and the number of
 boxes: :func:`fx2onnx.torchvision_cpu._fake_nms` replaces torchvision's fake kernel, which
 claimed at least 2). What the export fixes: the number of images in the list (the model is
