@@ -1,4 +1,5 @@
-"""Folders of two-tower models scoring candidate labels (CLIP and SigLIP against an image, CLAP against a sound)
+"""Folders of two-tower models scoring candidate labels (CLIP and SigLIP against an image, CLAP against a sound,
+OWL-ViT's boxes in an image)
 exported with no flag as one model (optimum's inputs and outputs) and run by ``fx2onnx.pipeline`` / ``python -m
 fx2onnx run --labels``: what transformers' zero-shot pipelines return on the same inputs (scores within 1e-4, labels
 in the same order); bad inputs end in one ``error:`` line."""
@@ -86,3 +87,32 @@ def test_clap_folder_equals_transformers(tmp_path_factory, tmp_path, capsys):
     assert main(["run", out, "--audio", _wav(tmp_path / "c.wav", rate=48000), "--labels", "dog"]) == 2
     err = capsys.readouterr().err
     assert "48000 Hz" in err and err.count("\n") == 1, err
+
+
+def _by_label(found):
+    """The objects of a zero-shot detector in an order independent of near ties between labels."""
+    return sorted(found, key=lambda o: (o["label"], -round(o["score"], 4), o["box"]["xmin"], o["box"]["ymin"]))
+
+
+@pytest.mark.slow
+def test_owlvit_folder_equals_transformers(tmp_path_factory, tmp_path, capsys):
+    checkpoint, out, result = _exported(tmp_path_factory, "OwlViTForObjectDetection")
+    assert result.task == "zero-shot-object-detection"
+    piece = json.load(open(os.path.join(out, "fx2onnx.json")))["pieces"]["model"]
+    assert piece["inputs"] == ["input_ids", "attention_mask", "pixel_values"]
+    assert piece["outputs"] == ["logits", "pred_boxes", "text_embeds", "image_embeds"]
+    images = _image_files(str(tmp_path))
+    ours, reference = fx2onnx.pipeline(out), _reference("zero-shot-object-detection", checkpoint)
+    for threshold in (0.0, 0.8):
+        for image in images:
+            got, expected = ours(image, candidate_labels=["cat", "dog"], threshold=threshold), \
+                reference(image, candidate_labels=["cat", "dog"], threshold=threshold)
+            assert len(expected) > 0 if threshold == 0.0 else True
+            assert len(got) == len(expected)
+            for g, e in zip(_by_label(got), _by_label(expected)):
+                assert g["label"] == e["label"] and abs(g["score"] - e["score"]) <= 1e-4, (g, e)
+                assert all(abs(g["box"][k] - e["box"][k]) <= 1 for k in e["box"]), (g, e)
+    assert main(["run", out, "--image", images[0], "--labels", "cat,dog", "--top-k", "3", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    expected = reference(images[0], candidate_labels=["cat", "dog"], top_k=3)
+    assert len(printed) == 3 and all(abs(g["score"] - e["score"]) <= 1e-4 for g, e in zip(printed, expected))

@@ -70,7 +70,7 @@ def _lines(task: str, result: Any) -> list[str]:
     if task == "fill-mask":
         rows = result if result and isinstance(result[0], list) else [result]
         return [f"{p['score']:.4f}  {p['token_str']!r:>12}  {p['sequence']}" for row in rows for p in row]
-    if task == "object-detection":
+    if task.endswith("object-detection"):
         if not result:
             return ["(no object above the threshold)"]
         return [f"{o['label']:<12} {o['score']:.4f}  box {[o['box'][k] for k in ('xmin', 'ymin', 'xmax', 'ymax')]}"
@@ -99,6 +99,9 @@ def run(args: argparse.Namespace) -> int:
     options = dict(top_k=args.top_k)
     if pipe.task == "zero-shot-classification":
         options = dict(candidate_labels=args.labels, hypothesis_template=args.template, multi_label=args.multi_label)
+    elif pipe.task == "zero-shot-object-detection":
+        options = dict(candidate_labels=args.labels, hypothesis_template=args.template, threshold=args.threshold,
+                       top_k=args.top_k)
     elif pipe.task in TWO_TOWER_TASKS:
         options = dict(candidate_labels=args.labels, hypothesis_template=args.template)
     elif pipe.task == "object-detection":
@@ -107,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         options["aggregation_strategy"] = args.aggregation or "none"
     elif args.aggregation:
         raise ValueError(f"--aggregation is an option of a token-classification folder, not of a {pipe.task} one.")
-    if args.threshold is not None and pipe.task != "object-detection":
+    if args.threshold is not None and not pipe.task.endswith("object-detection"):
         raise ValueError(f"--threshold is an option of an object-detection folder, not of a {pipe.task} one.")
     if pipe.task != "zero-shot-classification" and args.multi_label:
         raise ValueError(f"--multi-label is an option of a zero-shot-classification folder, not of a {pipe.task} one.")
@@ -169,7 +172,8 @@ def add_parser(commands: Any) -> None:
                      help="a token-classification folder: how tokens are grouped into entities (transformers' "
                      "aggregation_strategy; default none: one entity per token)")
     cmd.add_argument("--threshold", type=float, default=None,
-                     help="an object-detection folder: the lowest score of an object shown (default 0.5)")
+                     help="an object-detection folder: the lowest score of an object shown (default 0.5; 0.1 for "
+                     "zero-shot-object-detection)")
     cmd.add_argument("--save-dir", default=None,
                      help="a depth-estimation folder: write each depth map as IMAGE_depth.png there; a segmenter's: "
                      "each mask as IMAGE_LABEL.png; an embedder's: each embedding as a .npy file")

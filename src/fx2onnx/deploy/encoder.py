@@ -1,7 +1,9 @@
 """The single-pass encoders of transformers' pipelines: one model, no cache, one run per input.
 
-A classifier (text, image, audio), a token tagger, a masked language model, a text or image embedder, a detector,
-a semantic segmenter, a depth estimator and a CTC speech recognizer are each exported as one model,
+A classifier (text, image, audio, video), a token tagger, a masked language model, a text or image embedder, a
+detector, a semantic segmenter, a depth estimator, a CTC speech recognizer and the two towers of a zero-shot model
+(CLIP, SigLIP, CLAP, OWL-ViT: the texts of the candidate labels beside the images or sounds) are each exported as
+one model,
 ``onnx/model.onnx``, as optimum and transformers.js lay such a folder out: its inputs named as the processor
 names them (``input_ids``, ``attention_mask``, ``token_type_ids``, ``pixel_values``, ``pixel_mask``,
 ``input_values``), its outputs as transformers' pipeline reads them (``logits``, ``pred_boxes``,
@@ -103,10 +105,10 @@ def _processor(folder: str, modality: str) -> Any:
 
 
 def example_inputs(folder: str, modality: str, accepted: set[str], seed: int = 0,
-                   two_towers: bool = False, frames: int = 8) -> list[dict[str, torch.Tensor]]:
+                   two_towers: bool = False, frames: int = 8, one_query: bool = False) -> list[dict[str, torch.Tensor]]:
     """Two input sets made by the folder's processor (batch 2 then 3, other lengths), keeping the inputs the model
     takes (``accepted``); ``two_towers``: the tokenizer's inputs too, on hypotheses (3 then 2); ``frames``: the
-    frames a video model reads."""
+    frames a video model reads; ``one_query``: one text per image (a zero-shot detector's)."""
     processor = _processor(folder, modality)
     rng = np.random.default_rng(seed)
     sets = []
@@ -125,9 +127,9 @@ def example_inputs(folder: str, modality: str, accepted: set[str], seed: int = 0
             sounds = [rng.standard_normal(rate // 4 + 800 * (i + batch)).astype(np.float32) for i in range(batch)]
             padding = {} if two_towers else dict(padding=True)  # CLAP pads each sound to its length itself
             out = processor(sounds, sampling_rate=rate, return_tensors="pt", **padding)
-        if two_towers:  # the candidate labels: another batch (3 then 2)
-            out = dict(out, **_processor(folder, "text")(list(LABEL_SENTENCES[batch - 2]), padding=True,
-                                                        return_tensors="pt"))
+        if two_towers:  # the candidate labels: another batch (3 then 2), or one per image (a detector's queries)
+            texts = SENTENCES[batch - 2] if one_query else LABEL_SENTENCES[batch - 2]
+            out = dict(out, **_processor(folder, "text")(list(texts), padding=True, return_tensors="pt"))
         sets.append({k: v for k, v in dict(out).items() if k in accepted and isinstance(v, torch.Tensor)})
     return sets
 
@@ -145,11 +147,14 @@ def encoder_pieces(model: torch.nn.Module, task: str, folder: str,
     if not getattr(getattr(model.config, "audio_config", None), "enable_fusion", True):
         accepted.discard("is_longer")  # CLAP without fusion reads no is_longer: the graph would drop it
     two_towers = task in TWO_TOWER_TASKS
+    one_query = task == "zero-shot-object-detection"  # a text per image: one batch
     inputs, inputs2 = example_inputs(folder, modality, accepted, two_towers=two_towers,
-                                     frames=int(getattr(model.config, "num_frames", 8) or 8))
+                                     frames=int(getattr(model.config, "num_frames", 8) or 8), one_query=one_query)
     names = [n for n in wrapped if n in inputs]
 
     def dims(name: str) -> dict[int, str]:
+        if one_query:
+            return DYNAMIC_DIMS["text" if name in TEXT_INPUTS else modality]
         if two_towers:
             return TOWER_DIMS["text" if name in TEXT_INPUTS else modality]
         return DYNAMIC_DIMS["sized image" if task == "object-detection" else modality]

@@ -55,6 +55,8 @@ PIPELINE_TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     # candidate labels scored against an image by a model of two towers (CLIP: softmax, SigLIP: sigmoid), the
     # embeddings of both beside the logits as optimum exports CLIP
     "zero-shot-image-classification": ("image", ("logits_per_image", "text_embeds", "image_embeds")),
+    # boxes of candidate labels (OWL-ViT: one label per run, as the pipeline), the post-processing of its processor
+    "zero-shot-object-detection": ("image", ("logits", "pred_boxes", "text_embeds", "image_embeds")),
     "audio-classification": ("audio", ("logits",)),
     # candidate labels scored against a sound by a model of two towers (CLAP: softmax over the labels)
     "zero-shot-audio-classification": ("audio", ("logits_per_audio", "text_embeds", "audio_embeds")),
@@ -63,11 +65,11 @@ PIPELINE_TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "video-classification": ("video", ("logits",)),
 }
 #: the tasks of a model of two towers: the texts (candidate labels) and the images or sounds, each its own batch
-TWO_TOWER_TASKS = ("zero-shot-image-classification", "zero-shot-audio-classification")
+TWO_TOWER_TASKS = ("zero-shot-image-classification", "zero-shot-audio-classification", "zero-shot-object-detection")
 #: the hypothesis template of the candidate labels, by task (transformers' pipelines' defaults)
 TEMPLATES = {"zero-shot-classification": "This example is {}.",
              "zero-shot-image-classification": "This is a photo of {}.",
-             "zero-shot-audio-classification": "This is a sound of {}."}
+             "zero-shot-audio-classification": "This is a sound of {}.", "zero-shot-object-detection": "{}"}
 #: the endings of a path meant as an image (a missing one is a missing file, not a text)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff")
 #: the option of the command line giving each modality
@@ -253,7 +255,7 @@ class Pipeline:
 
     def __call__(self, inputs: Any, top_k: int | None = None, candidate_labels: str | Sequence[str] | None = None,
                  hypothesis_template: str | None = None, multi_label: bool = False,
-                 threshold: float = 0.5, aggregation_strategy: str = "none") -> Any:
+                 threshold: float | None = None, aggregation_strategy: str = "none") -> Any:
         """What transformers' ``pipeline(task, model=folder)(inputs)`` returns (``top_k``: the labels or tokens kept;
         default: the pipeline's; ``candidate_labels``, ``hypothesis_template``, ``multi_label``: those of
         zero-shot-classification; ``threshold``: the lowest score of a detected object; ``aggregation_strategy``: a
@@ -263,11 +265,16 @@ class Pipeline:
         if not items:
             raise ValueError("nothing to run: give at least one input.")
         template = TEMPLATES.get(self.task, "") if hypothesis_template is None else hypothesis_template
+        if threshold is None:  # the pipelines' defaults
+            threshold = 0.1 if self.task == "zero-shot-object-detection" else 0.5
         if self.task == "zero-shot-classification":
             results = [self._zero_shot(text, candidate_labels, template, multi_label) for text in self._texts(items)]
         elif self.task == "zero-shot-image-classification":  # one image at a time, as the pipeline
             labels = self._candidates(candidate_labels, template)
             results = [self._zero_shot_image(image, labels, template) for image in self._images(items)]
+        elif self.task == "zero-shot-object-detection":  # one image and one label at a time, as the pipeline
+            labels = self._candidates(candidate_labels, template)
+            results = [self._zero_shot_detect(image, labels, threshold, top_k) for image in self._images(items)]
         elif self.task == "zero-shot-audio-classification":
             labels = self._candidates(candidate_labels, template)
             results = [self._zero_shot_audio(audio, labels, template) for audio in self._audios(items)]
@@ -364,6 +371,30 @@ class Pipeline:
         padding = dict(padding="max_length", max_length=64, truncation=True) if sigmoid else dict(padding=True)
         feeds = dict(self.processor(images=[image], return_tensors="np"))
         return self._two_towers(feeds, labels, template, padding, sigmoid)
+
+    def _zero_shot_detect(self, image: Any, labels: list[str], threshold: float,
+                          top_k: int | None) -> list[dict[str, Any]]:
+        """The boxes of each candidate label in one image (the image processor's ``post_process_object_detection``),
+        sorted by score."""
+        import types
+
+        import torch  # deferred: transformers' post-processing takes torch tensors
+
+        pixels = dict(self.processor(images=[image], return_tensors="np"))
+        size = tuple(int(v) for v in np.asarray(image).shape[:2])
+        found = []
+        for label in labels:
+            feeds = dict(pixels, **self.tokenizer(label, return_tensors="np"))
+            logits, boxes = self._run(feeds, all_outputs=True)[:2]
+            objects = self.processor.post_process_object_detection(
+                types.SimpleNamespace(logits=torch.from_numpy(logits), pred_boxes=torch.from_numpy(boxes)),
+                threshold=threshold, target_sizes=[size])[0]
+            for index in objects["scores"].nonzero():
+                box = objects["boxes"][index][0].int().tolist()
+                found.append({"score": objects["scores"][index].item(), "label": label,
+                              "box": dict(zip(("xmin", "ymin", "xmax", "ymax"), box))})
+        found = sorted(found, key=lambda x: x["score"], reverse=True)
+        return found[:top_k] if top_k else found
 
     def _zero_shot_audio(self, audio: np.ndarray, labels: list[str], template: str) -> list[dict[str, Any]]:
         """The candidate labels sorted by the similarity of "This is a sound of {label}." to the sound (CLAP)."""

@@ -117,6 +117,12 @@ def encoder_config(architecture: str, labels: tuple[str, ...] | None = None) -> 
             image_size=32, patch_size=8, num_frames=4, tubelet_size=2, hidden_size=32, num_hidden_layers=2,
             num_attention_heads=4, intermediate_size=64, initializer_range=0.2, architectures=[architecture],
             **_labels(3, ("running", "swimming", "jumping")))
+    if architecture == "OwlViTForObjectDetection":  # CLIP's towers, a box head on the 4x4 patches of 32x32 images
+        towers = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+        text = dict(towers, vocab_size=len(bert_tokenizer()), max_position_embeddings=32, pad_token_id=0,
+                    bos_token_id=SPECIAL.index("[CLS]"), eos_token_id=SPECIAL.index("[SEP]"))
+        return transformers.OwlViTConfig(text_config=text, vision_config=dict(towers, image_size=32, patch_size=8),
+                                         projection_dim=32, architectures=[architecture])
     if architecture in ("CLIPModel", "SiglipModel"):  # two towers of 2 layers of 32, the WordPiece vocabulary
         towers = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
         text = dict(towers, vocab_size=len(bert_tokenizer()), max_position_embeddings=64, pad_token_id=0,
@@ -156,6 +162,10 @@ def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int
         transformers.utils.logging.enable_progress_bar()
     if architecture.startswith("Bert"):
         bert_tokenizer().save_pretrained(folder)
+    elif architecture == "OwlViTForObjectDetection":
+        bert_tokenizer(("input_ids", "attention_mask")).save_pretrained(folder)
+        transformers.OwlViTImageProcessor(size={"height": 32, "width": 32}, crop_size={"height": 32, "width": 32}
+                                          ).save_pretrained(folder)
     elif architecture == "CLIPModel":  # CLIP's tokenizer gives no token type
         bert_tokenizer(("input_ids", "attention_mask")).save_pretrained(folder)
         transformers.CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
