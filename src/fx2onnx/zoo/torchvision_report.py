@@ -40,7 +40,7 @@ def _number(row: dict[str, Any] | None, key: str) -> str:
 def torchvision_page(rows: list[dict[str, Any]]) -> str:
     """The page: a table per task, one line per model, both exporters side by side."""
     by = {(r["model"], r["exporter"]): r for r in rows}
-    models = list(dict.fromkeys(r["model"] for r in rows))
+    models = sorted({r["model"] for r in rows})
     dates = sorted({r.get("date", "") for r in rows} - {""})
     lines = [
         "torchvision: detection and segmentation",
@@ -56,7 +56,7 @@ def torchvision_page(rows: list[dict[str, Any]]) -> str:
         "The cell gives the largest difference, or the step which failed and the first line of the error;",
         "the export times are those of each exporter (seconds), the latencies those of the model",
         "``to_onnx`` wrote (milliseconds for one call on the export's images, medians of a few runs on a",
-        "shared machine: noisy).",
+        "shared machine: noisy; eager runs with torch's default threads, slowed most by the sharing).",
         "",
         f"Rows written by ``bench/bench_torchvision_detection.py`` ({', '.join(dates) or 'no date'}).",
         "",
