@@ -146,6 +146,33 @@ def test_layers_after_a_different_first_one_are_stamped():
     np.testing.assert_allclose(got, full(x, scale).detach().numpy(), atol=1e-5)
 
 
+class AlternatingStack(Stack):
+    """Layers of two kinds alternating (Gemma 2's sliding and global layers), in any number."""
+
+    def __init__(self, n: int):
+        super().__init__(n)
+        for i, layer in enumerate(self.layers):
+            layer.first_differs, layer.layer_idx = i % 2 == 1, 0  # the odd layers double their output
+
+
+def test_layers_left_after_the_last_period_are_captured_and_renamed():
+    torch.manual_seed(0)
+    full = AlternatingStack(7).eval()
+    stack = layer_stack(full, type("Config", (), {"num_hidden_layers": 7})())
+    assert stack == LayerStack("layers", 7, 2) and (stack.blocks, stack.remainder, stack.captured) == (3, 1, 5)
+    short = AlternatingStack(5).eval()  # its last layer reads layer 4's weights, as a short model read from a folder
+    short.load_state_dict({k: v for k, v in full.state_dict().items() if not k.startswith(("layers.5", "layers.6"))})
+    x, scale = torch.randn(3, 5, 4), torch.rand(1, 1, 10)
+    weights = full.state_dict()
+    onx = fx2onnx.to_onnx(short, (x, scale), dynamic_shapes=({0: "batch", 1: "seq"}, None),
+                          after_conversion=lambda m: stamp_layers(m, stack, weights.__getitem__))
+    names = [i.name for i in onx.graph.initializer]
+    assert [n for n in names if n.endswith("linear.bias")] == [f"layers.{k}.linear.bias" for k in range(7)]
+    session = ort.InferenceSession(onx.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"x": x.numpy(), "scale": scale.numpy()})[0]
+    np.testing.assert_allclose(got, full(x, scale).detach().numpy(), atol=1e-5)
+
+
 class ScaledStack(Stack):
     """Each layer's residual scaled by a constant of the number of layers (MiniCPM3's scale_depth / sqrt(layers))."""
 
@@ -213,8 +240,17 @@ def _feeds(session):
     pytest.param("gemma2", marks=pytest.mark.slow),  # sliding and global layers alternating: a period of 2
 ])
 def test_folder_stamped_equals_full_capture(tmp_path, architecture):
+    _stamped_equals_full_capture(tmp_path, architecture, 6 if architecture == "gemma2" else 4)  # three periods
+
+
+@pytest.mark.slow
+def test_folder_stamped_with_a_remainder_equals_full_capture(tmp_path):
+    # seven layers alternating sliding and global: three periods stamped, the seventh layer captured after them
+    _stamped_equals_full_capture(tmp_path, "gemma2", 7)
+
+
+def _stamped_equals_full_capture(tmp_path, architecture: str, layers: int):
     checkpoint = str(tmp_path / "checkpoint")
-    layers = 6 if architecture == "gemma2" else 4  # three periods at least
     write_checkpoint_folder(_tiny(architecture, layers), checkpoint, dtype="bfloat16", std=0.3)
     lines = []
     stamped = export_folder(checkpoint, tmp_path / "stamped", log=lines.append)

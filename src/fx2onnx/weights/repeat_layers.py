@@ -70,13 +70,19 @@ class LayerStack:
     @property
     def captured(self) -> int:
         """The layers captured: the first ``start``, then two periods, the second one the template, the first one
-        the proof that the template does not depend on its place."""
-        return self.start + 2 * self.period
+        the proof that the template does not depend on its place, then the ``remainder``."""
+        return self.start + 2 * self.period + self.remainder
 
     @property
     def blocks(self) -> int:
-        """The number of periods in the repeated part of the stack."""
+        """The number of whole periods in the repeated part of the stack."""
         return (self.count - self.start) // self.period
+
+    @property
+    def remainder(self) -> int:
+        """The layers after the last whole period (Gemma 3's 26 layers in periods of 6 leave 2), captured after
+        the two periods, their weights and cache renamed as the last layers of the full stack."""
+        return (self.count - self.start) % self.period
 
 
 def _plain_attributes(module: torch.nn.Module) -> dict[str, Any]:
@@ -101,9 +107,9 @@ def layer_stack(model: torch.nn.Module, config: Any = None, max_period: int = 8,
     """The stack of decoder layers of ``model`` (the ModuleList of ``num_hidden_layers`` modules)
     which repeat with the shortest period (1: all alike; 2: sliding and global layers alternating),
     after the fewest first layers (at most ``max_start``: DeepSeek's dense layers before its mixtures of experts),
-    or None when there is none: no such list, a pattern that does not divide the layers (Gemma 3's
-    five sliding layers for one global in 26), a per-layer list of the config that does not repeat, fewer than
-    three periods."""
+    the layers after the last whole period the start of one (Gemma 3's five sliding layers for one global in 26:
+    four periods, two sliding layers left), or None when there is none: no such list, a per-layer list of the
+    config that does not repeat, fewer than three periods."""
     config = config if config is not None else getattr(model, "config", None)
     count = getattr(config, "num_hidden_layers", None)
     if not isinstance(count, int) or count <= 2:
@@ -119,7 +125,7 @@ def layer_stack(model: torch.nn.Module, config: Any = None, max_period: int = 8,
         repeated = count - start
         for period in range(1, min(max_period, repeated // 3) + 1):
             same = [(i, start + (i - start) % period) for i in range(start, count)]
-            if repeated % period == 0 and all(signatures[i] == signatures[j] for i, j in same) and \
+            if all(signatures[i] == signatures[j] for i, j in same) and \
                     all(repr(v[i]) == repr(v[j]) for v in lists for i, j in same):
                 return LayerStack(path, count, period, start)
     return None
@@ -289,7 +295,9 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
     # the block of a node: 0 for layers start .. start+period-1, 1 for the next period (the template), None outside
     # (the first ``start`` layers included: captured as they are, before the repeated ones)
     index = {node: _layer_index(node, pattern) for node in nodes}
-    index = {node: None if i is None or i < stack.start else (i - stack.start) // period for node, i in index.items()}
+    repeated = range(stack.start, stack.start + 2 * period)  # the captured layers of the two periods
+    index = {node: None if i is None or i not in repeated else (i - stack.start) // period
+             for node, i in index.items()}
     layer0 = [n for n in nodes if index[n] == 0]
     layer1 = [n for n in nodes if index[n] == 1]
     in0, in1 = set(layer0), set(layer1)
@@ -382,6 +390,8 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
                       default=len(nodes))
     if first_after < position[layer1[-1]] or position[layer1[0]] < position[layer0[-1]]:
         raise LayersNotRepeatable("a node outside the layers reads layer 1 before its end, or the layers interleave")
+
+    _rename_remainder(graph, stack, weight)
 
     # the copies
     def layer_name(text: str, k: int) -> str:
@@ -482,6 +492,41 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
     return added
 
 
+def _rename_remainder(graph: ir.Graph, stack: LayerStack, weight: Callable[[str], Any]) -> None:
+    """The layers captured after the two periods are the last ones of the full stack: their weights take the
+    names and values of those (``model.layers.4.*`` of a short model is ``model.layers.6.*`` of seven layers),
+    their nodes the module paths. Their cache inputs and outputs are renamed with the names following the
+    stack's (:func:`_shift_following_names`)."""
+    if not stack.remainder:
+        return
+    first = stack.start + 2 * stack.period
+    shift = (stack.blocks - 2) * stack.period
+    pattern = re.compile(rf"^{re.escape(stack.path)}\.(\d+)(?=\.|$)")
+
+    def renamed(text: str) -> str | None:
+        match = pattern.match(text)
+        if match is None or int(match.group(1)) < first:
+            return None
+        return f"{stack.path}.{int(match.group(1)) + shift}{text[match.end():]}"
+
+    for value in list(graph.initializers.values()):
+        name = renamed(value.name or "")
+        if name is None:
+            continue
+        tensor = initializer_tensor(name, weight(name))
+        if tuple(tensor.shape) != tuple(value.shape) or tensor.dtype != value.dtype:
+            raise LayersNotRepeatable(f"{name} is {tensor.dtype} {tuple(tensor.shape)}, "
+                                      f"{value.name} is {value.dtype} {tuple(value.shape)}")
+        graph.initializers.pop(value.name)
+        value.name = name
+        value.const_value = tensor
+        graph.register_initializer(value)
+    for node in graph:
+        module = renamed(node.metadata_props.get("module", ""))
+        if module is not None:
+            node.metadata_props["module"] = module
+
+
 def _shift_following_names(graph: ir.Graph, per_layer: dict[ir.Value, _Numbered], blocks: int) -> dict[str, str]:
     """Renames the inputs and outputs numbered after those of the layers as a full capture numbers them:
     the count of tokens a sliding cache has seen is ``past_key_values_4`` after two layers, ``..._8``
@@ -516,7 +561,7 @@ def _order_initializers(graph: ir.Graph, stack: LayerStack) -> None:
             layer = int(match.group(1))
             keys[name] = (layer, position)
         else:
-            keys[name] = (stack.count if layer == stack.captured - 1 else layer, position)
+            keys[name] = (stack.count if layer in (stack.captured - 1, stack.count - 1) else layer, position)
     values = sorted(graph.initializers.values(), key=lambda v: keys[v.name])
     graph.initializers.clear()
     for value in values:
