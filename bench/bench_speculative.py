@@ -17,12 +17,18 @@ Two texts, one prompt each, 128 new tokens, greedy, batch 1:
 
 For each thread count (1, 2), each loop and mode: decode tokens/s (the new tokens after the first over their
 time), the mean acceptance length (new tokens per run of the model after the prompt; genai's from its
-``target_forward_passes``), whether the tokens are plain greedy's; the best of ``--repeat`` rounds, every
-configuration once per round in a shuffled order, after a round of warm-up. The floor beside it: the machine's memory
+``target_forward_passes``) and the tokens per run counted the same way for both loops (the prompt's run
+included), whether the tokens are plain greedy's; the best of ``--repeat`` rounds, their median and every
+round's value (the noise), every configuration once per round in a shuffled order, after a round of warm-up.
+The draft runs in genai's setting (10 candidates a run) and with transformers' defaults (up to 20, here 15,
+fewer once the draft's probability falls under 0.4). The backoff is also priced from counts: the model's time
+of a run verifying k candidates over a plain step's (the fastest of 25, robust to the noise), summed over the
+runs of a row (``modeled_backoff_cost``). The floor beside it: the machine's memory
 bandwidth (a numpy copy of 256 MB) over the weights' bytes, the tokens/s of one read of every weight per
 token. Also the prefill cost of keeping 16 positions' logits instead of 1 (a folder exported with 1).
 
     python bench/bench_speculative.py [--json _doc/bench/speculative.json] [--precisions float32,int4] [--repeat 3]
+        [--threads 1] [--folders DIR (exported once, kept)]
 
 The machine is shared: numbers are noisy (the best of interleaved runs is kept).
 """
@@ -45,11 +51,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from trained_llama import CONFIG, QUICK_CONFIG, Corpus, cache_path, train, trained_llama  # noqa: E402
 
-import fx2onnx.deploy.export as deploy_export  # noqa: E402
+import fx2onnx.deploy.text_generation as deploy_text  # noqa: E402
 from fx2onnx.deploy import export_folder  # noqa: E402
 from fx2onnx.deploy.genai_config import write_genai_speculative  # noqa: E402
 from fx2onnx.runtime.folder import FolderGenerator  # noqa: E402
-from fx2onnx.runtime.speculative import DraftModel, PromptLookup  # noqa: E402
+from fx2onnx.runtime.speculative import DraftModel, PromptLookup, SequenceDecoder  # noqa: E402
 
 #: a token the corpus never holds: the end of sequence onnxruntime-genai's config needs, never generated
 EOS = 2
@@ -160,12 +166,17 @@ def main() -> None:
     parser.add_argument("--precisions", default="float32", help="float32, int4 or both (float32,int4)")
     parser.add_argument("--train-draft", action="store_true", help="train (and cache) the draft, then stop")
     parser.add_argument("--quick", action="store_true", help="a smoke test: the tiny trained Llama as model and draft")
+    parser.add_argument("--modes", default=None,
+                        help="measure these modes only, separated by ';' (the other rows of --json are kept)")
+    parser.add_argument("--folders", default=None,
+                        help="export the folders there when missing and keep them (default: a temporary folder)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.train_draft:
         draft_llama(args.draft_steps, verbose=True)
         return
-    rows, root = [], tempfile.mkdtemp(prefix="bench_speculative_")
+    rows, root = [], args.folders or tempfile.mkdtemp(prefix="bench_speculative_")
+    os.makedirs(root, exist_ok=True)
     try:
         if args.quick:
             target = draft = trained_llama(quick=True).model
@@ -183,21 +194,42 @@ def main() -> None:
             for name, source, options in (("default", "target", {}), ("all-logits", "target", {"all_logits": True}),
                                           ("draft", "draft", {})):
                 folders[name] = os.path.join(root, f"{name}_{precision}")
-                export_folder(os.path.join(root, source), folders[name], quantize=quantize, validate=False, **options)
-            weights_mb = os.path.getsize(os.path.join(folders["default"], "onnx", "model.onnx_data")) / 2**20
+                if not (args.folders and os.path.exists(os.path.join(folders[name], "genai_config.json"))):
+                    export_folder(os.path.join(root, source), folders[name], quantize=quantize, validate=False,
+                                  **options)
+            data = "model_q4.onnx_data" if quantize == "int4" else "model.onnx_data"  # transformers.js' names
+            weights_mb = os.path.getsize(os.path.join(folders["default"], "onnx", data)) / 2**20
             greedy = FolderGenerator(folders["default"]).generate_text(seed_text, NEW).new_ids
             texts = {"repeating": seed_text + greedy + seed_text, "non-repeating": other}
             for threads in [int(t) for t in args.threads.split(",")]:
-                rows += measure(folders, texts, threads, precision, weights_mb, floor_gbs, args.repeat, root)
-            if precision == "float32":  # the prefill cost of 16 positions' logits against 1
+                rows += measure(folders, texts, threads, precision, weights_mb, floor_gbs, args.repeat, root,
+                                args.modes.split(";") if args.modes else None)
+            costs = verify_cost(folders["default"], texts["non-repeating"], precision) if not args.modes else []
+            costs_before = []
+            if not costs and args.json and os.path.exists(args.json):  # the ratios measured before
+                with open(args.json, encoding="utf-8") as f:
+                    costs_before = [r for r in json.load(f)["rows"]
+                                    if r["mode"] == "verify cost" and r["precision"] == precision]
+            ratios = {r["candidates"]: r["ratio"] for r in (costs or costs_before)}
+            for r in rows:
+                if r.get("precision") == precision and r.get("run_candidates"):
+                    r["modeled_backoff_cost"] = backoff_cost(r, ratios)
+                r.pop("run_candidates", None)
+            rows += costs
+            if precision == "float32" and not args.modes:  # the prefill cost of 16 positions' logits against 1
                 rows += prefill_cost(root, folders["default"], texts["repeating"], args.repeat)
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if not args.folders:
+            shutil.rmtree(root, ignore_errors=True)
+        else:  # the copies genai runs are made again at each run
+            for name in os.listdir(root):
+                if name.startswith("g_"):
+                    shutil.rmtree(os.path.join(root, name), ignore_errors=True)
     for r in rows:
         print(json.dumps(r))
     if args.json:
         # the rows of an earlier run this one did not measure are kept (another precision, other threads)
-        key = ("text", "precision", "threads", "loop", "folder", "mode", "kept_logits")
+        key = ("text", "precision", "threads", "loop", "folder", "mode", "kept_logits", "candidates")
         kept = []
         if os.path.exists(args.json):
             with open(args.json, encoding="utf-8") as f:
@@ -220,22 +252,29 @@ def main() -> None:
 
 
 def measure(folders: dict[str, str], texts: dict[str, list[int]], threads: int, precision: str, weights_mb: float,
-            floor_gbs: float, repeat: int, root: str) -> list[dict]:
-    """The rows of one precision and thread count: each loop and mode on both texts."""
+            floor_gbs: float, repeat: int, root: str, modes: list[str] | None = None) -> list[dict]:
+    """The rows of one precision and thread count: each loop and mode (those of ``modes``) on both texts."""
     import onnxruntime_genai as og
 
     ours = {(folder, mode): FolderGenerator(folders[folder], threads=threads)
             for folder in ("default", "all-logits") for mode in ("greedy", "prompt lookup")}
     ours["default", "draft"] = FolderGenerator(folders["default"], threads=threads)
+    ours["default", "draft, transformers' defaults"] = FolderGenerator(folders["default"], threads=threads)
     ours["default", "wrong candidates"] = FolderGenerator(folders["default"], threads=threads)
     ours["default", "wrong candidates, no backoff"] = FolderGenerator(folders["default"], threads=threads)
     no_backoff = WrongLookup(10)
     no_backoff.backoff = False
     speculations = {"greedy": None, "prompt lookup": PromptLookup(10), "wrong candidates": WrongLookup(10),
                     "wrong candidates, no backoff": no_backoff}
+    # genai's draft mode: 10 candidates a run whatever the draft's confidence; transformers' defaults: up to 20
+    # (15: the folder's verify_logits), fewer once the draft's probability falls under 0.4
+    speculations["draft"] = DraftModel(folders["draft"], threads=threads, num_assistant_tokens=10,
+                                       assistant_confidence_threshold=0.0)
+    speculations["draft, transformers' defaults"] = DraftModel(folders["draft"], threads=threads)
     for (folder, mode), gen in ours.items():
-        gen.generator.speculation = speculations[mode] if mode != "draft" else DraftModel(folders["draft"],
-                                                                                          threads=threads)
+        gen.generator.speculation = speculations[mode]
+    if modes:
+        ours = {key: gen for key, gen in ours.items() if key[1] in modes or key == ("default", "greedy")}
     tag = f"{precision}_{threads}"
     genai = {
         ("default", "greedy"): og.Model(genai_copy(folders["default"], os.path.join(root, "g_plain_" + tag), threads)),
@@ -245,10 +284,13 @@ def measure(folders: dict[str, str], texts: dict[str, list[int]], threads: int, 
             folders["all-logits"], os.path.join(root, "g_draft_" + tag), threads, max_draft_tokens=10,
             draft_folder=folders["draft"])),
     }
+    if modes:
+        genai = {key: model for key, model in genai.items() if key[1] in modes}
     rows = []
     for text, prompt in texts.items():
         expected = None
         best: dict[tuple, dict] = {}
+        rounds: dict[tuple, list[float]] = {}
         configurations = [("fx2onnx", key) for key in ours] + [("onnxruntime-genai", key) for key in genai]
         rng = np.random.default_rng(0)
         for round_ in range(repeat + 1):  # interleaved, in a shuffled order; the first round warms up
@@ -257,38 +299,75 @@ def measure(folders: dict[str, str], texts: dict[str, list[int]], threads: int, 
                 if loop == "fx2onnx":
                     result = ours[folder, mode].generate_text(prompt, NEW)
                     t = result.times
+                    runs = getattr(t, "target_runs", t.decode_steps) + 1
                     row = dict(loop=loop, folder=folder, mode=mode, tokens=result.new_ids,
                                decode_tok_s=t.decode_steps / t.decode_total,
                                total_tok_s=(t.decode_steps + 1) / (t.prefill_total + t.decode_total),
-                               acceptance_length=getattr(t, "mean_acceptance_length", 1.0))
+                               acceptance_length=getattr(t, "mean_acceptance_length", 1.0),
+                               tokens_per_run=len(result.new_ids) / runs, runs=runs,
+                               proposed=getattr(t, "proposed", 0), verifying_runs=getattr(t, "verifying_runs", 0),
+                               run_candidates=list(getattr(t, "run_candidates", [])))
                 else:
                     tokens, decode_s, total_s, stats = genai_run(genai[folder, mode], prompt)
                     passes = stats.get("target_forward_passes", 0)
                     row = dict(loop=loop, folder=folder, mode=mode, tokens=tokens,
                                decode_tok_s=(len(tokens) - 1) / decode_s, total_tok_s=len(tokens) / total_s,
-                               acceptance_length=(len(tokens) - 1) / (passes - 1) if passes > 1 else 1.0)
+                               acceptance_length=(len(tokens) - 1) / (passes - 1) if passes > 1 else 1.0,
+                               tokens_per_run=len(tokens) / passes if passes else 1.0, runs=passes or len(tokens),
+                               proposed=int(stats.get("draft_tokens_proposed", 0)))
                 key = (loop, folder, mode)
+                if round_:
+                    rounds.setdefault(key, []).append(row["decode_tok_s"])
                 if round_ and (key not in best or row["decode_tok_s"] > best[key]["decode_tok_s"]):
                     best[key] = row
         expected = best["fx2onnx", "default", "greedy"]["tokens"]
-        for row in best.values():
+        for key, row in best.items():
             same = row.pop("tokens") == expected
-            rows.append(dict(row, text=text, threads=threads, precision=precision, same_tokens=same,
+            spread = rounds[key]  # every round's decode tokens/s: the noise of the shared machine
+            rows.append(dict(row, decode_tok_s_median=float(np.median(spread)),
+                             decode_tok_s_rounds=[round(v, 1) for v in spread], text=text, threads=threads, precision=precision, same_tokens=same,
                              weights_mb=round(weights_mb, 1),
                              floor_tok_s=floor_gbs * 1e9 / (weights_mb * 2**20)))
             print(rows[-1], flush=True)
     return rows
 
 
+def verify_cost(folder: str, prompt: list[int], precision: str, repeat: int = 25) -> list[dict]:
+    """The model's time of a run verifying ``k`` candidates (``k + 1`` tokens after a cache of the prompt) over a
+    plain step's (1 token), 1 thread: the fastest of ``repeat`` runs each, robust to the machine's noise. It
+    prices the backoff: a row's verifying runs cost the sum of these ratios minus one in plain steps."""
+    decoder = SequenceDecoder(FolderGenerator(folder, threads=1).generator)
+    decoder.start(prompt, 64)
+    length, best = decoder.length, {}
+    for _ in range(repeat):
+        for k in (0, 1, 2, 3, 5, 10, 15):
+            begin = time.perf_counter()
+            decoder.run(prompt[:k + 1])
+            elapsed = time.perf_counter() - begin
+            decoder.rollback(length)
+            best[k] = min(best.get(k, elapsed), elapsed)
+    return [dict(loop="fx2onnx", mode="verify cost", precision=precision, threads=1, candidates=k,
+                 run_ms=v * 1e3, ratio=v / best[0]) for k, v in best.items()]
+
+
+def backoff_cost(row: dict, ratios: dict[int, float]) -> float:
+    """The share a row's verifying runs add to plain decoding's model time, from :func:`verify_cost`'s ratios
+    (a count of candidates between two measured ones takes the larger's)."""
+    def ratio(k: int) -> float:
+        return ratios[min(c for c in ratios if c >= k)] if k else 1.0
+
+    return sum(ratio(k) - 1 for k in row["run_candidates"]) / len(row["run_candidates"])
+
+
 def prefill_cost(root: str, folder: str, prompt: list[int], repeat: int) -> list[dict]:
     """Prefill tokens/s of the default folder (the last 16 positions' logits) and of one keeping 1."""
     one = os.path.join(root, "keep1")
-    saved = deploy_export.VERIFY_TOKENS
-    deploy_export.VERIFY_TOKENS = 1
+    saved = deploy_text.VERIFY_TOKENS
+    deploy_text.VERIFY_TOKENS = 1
     try:
         export_folder(os.path.join(root, "target"), one, validate=False)
     finally:
-        deploy_export.VERIFY_TOKENS = saved
+        deploy_text.VERIFY_TOKENS = saved
     gens = {16: FolderGenerator(folder, threads=1), 1: FolderGenerator(one, threads=1)}
     best = {k: 0.0 for k in gens}
     for _ in range(max(repeat, 5)):

@@ -60,14 +60,15 @@ def test_prompt_lookup_and_draft_give_greedy_tokens():
     with torch.no_grad():
         expected = tiny.model.generate(ids, do_sample=False, max_new_tokens=NEW, assistant_model=draft.model)
     assert got.tolist() == plain.tolist() == expected.tolist()
-    # the backoff: plain decoding for 1, 2, 4... steps after runs which kept nothing, reset by one that kept one
+    # the backoff: plain decoding for 1, 2, 4... steps after runs which kept nothing, then one candidate a run,
+    # reset by a run that kept one
     backoff = Backoff(limit=4)
     waits, caps = [], []
     for accepted, proposed in ((0, 10), (0, 5), (0, 2), (0, 1), (2, 2)):
         backoff.record(accepted, proposed)
         waits.append(backoff.wait)
         caps.append(backoff.cap)
-    assert waits == [1, 2, 4, 4, 4] and caps == [5, 2, 1, 1, None] and backoff.failures == 0
+    assert waits == [1, 2, 4, 4, 4] and caps == [1, 1, 1, 1, None] and backoff.failures == 0
     assert [backoff.allows() for _ in range(5)] == [False] * 4 + [True]
 
 

@@ -16,7 +16,8 @@ draft model (``generate --draft DRAFT_DIR``, transformers' ``assistant_model``).
 ``bench/trained_llama.py`` (hidden 512, 4 layers, vocabulary 32000) and a 2-layer draft trained
 the same way, exported with ``export_folder`` in float32, beside plain greedy decoding and
 onnxruntime-genai in the same mode: its n-gram decoding (``ngram_size`` 2, 10 candidates) and its
-draft model, written into ``genai_config.json`` by
+draft model (10 candidates a run; ours in the same setting, and with transformers' defaults: up to 15
+here, fewer once the draft's probability of its token falls under 0.4), written into ``genai_config.json`` by
 :func:`fx2onnx.deploy.genai_config.write_genai_speculative` on a folder exported with every
 position's logits (genai verifies with ``logits``; the default folder returns the last position
 there and the last 16 in ``verify_logits``). Two prompts, 128 new tokens each:
@@ -30,8 +31,9 @@ there and the last 16 in ``verify_logits``). Two prompts, 128 new tokens each:
   plain steps, then half as many candidates) and without.
 
 The numbers come from ``_doc/bench/speculative.json`` (date and command printed below), measured
-on this project's 2-core machine while other jobs ran: they are noisy (the best of interleaved runs
-is kept), the ratios more telling than the values.
+on this project's 2-core machine while other jobs ran: they are noisy. Each configuration runs once per
+round, the rounds interleaved in a shuffled order; a row gives the best round, the median and the
+range of the rounds, the spread of which says what a difference between two rows means.
 """
 
 import json
@@ -43,8 +45,9 @@ here = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() els
 root = os.path.join(here, "..", "..", "..")
 with open(os.path.join(root, "_doc", "bench", "speculative.json"), encoding="utf-8") as f:
     stored = json.load(f)
-order = ["greedy", "prompt lookup", "draft", "wrong candidates", "wrong candidates, no backoff"]
-rows = sorted((r for r in stored["rows"] if r["mode"] != "prefill"),
+order = ["greedy", "prompt lookup", "draft", "draft, transformers' defaults", "wrong candidates",
+         "wrong candidates, no backoff"]
+rows = sorted((r for r in stored["rows"] if r["mode"] not in ("prefill", "verify cost")),
               key=lambda r: (r["precision"] != "float32", r["threads"], r["text"] != "repeating",
                              r["loop"] != "fx2onnx", r["folder"] != "default", order.index(r["mode"])))
 for command in stored.get("commands", [f"{stored['date']}: {stored['command']}"]):
@@ -56,16 +59,24 @@ print(", ".join(f"{k} {v}" for k, v in stored.get("versions", {}).items()))
 # The rows
 # --------
 #
-# ``decode``: new tokens after the first over their time; ``accept``: new tokens per run of the
-# model after the prompt (1.0: one token a run); ``floor``: the tokens/s of one read of every weight
-# per token at the measured bandwidth, which a run producing several tokens can pass; ``same``: the
-# tokens are plain greedy decoding's.
+# ``decode``: new tokens after the first over their time, the best round; ``median`` and ``range``: of
+# every round (rows measured before the rounds were kept show none); ``tok/run``: new tokens per run of
+# the model, the prompt's included, counted the same way for both loops (1.0: one token a run);
+# ``floor``: the tokens/s of one read of every weight per token at the measured bandwidth, which a run
+# producing several tokens can pass; ``same``: the tokens are plain greedy decoding's.
 
-print(f"{'text':<14} {'prec.':<7} {'thr':>3} {'loop':<17} {'folder':<10} {'mode':<29} {'decode':>8} "
-      f"{'accept':>6} {'floor':>7} same")
+
+def spread(r: dict) -> str:
+    values = r.get("decode_tok_s_rounds")
+    return f"{r['decode_tok_s_median']:>7.1f} {min(values):>6.0f}-{max(values):<5.0f}" if values else f"{'':>19}"
+
+
+print(f"{'text':<14} {'prec.':<7} {'thr':>3} {'loop':<17} {'folder':<10} {'mode':<30} {'decode':>7} "
+      f"{'median':>7} {'range':<12} {'tok/run':>7} {'floor':>6} same")
 for r in rows:
-    print(f"{r['text']:<14} {r['precision']:<7} {r['threads']:>3} {r['loop']:<17} {r['folder']:<10} {r['mode']:<29} "
-          f"{r['decode_tok_s']:>8.1f} {r['acceptance_length']:>6.2f} {r['floor_tok_s']:>7.0f} {r['same_tokens']}")
+    per_run = f"{r['tokens_per_run']:>7.2f}" if "tokens_per_run" in r else f"{'':>7}"
+    print(f"{r['text']:<14} {r['precision']:<7} {r['threads']:>3} {r['loop']:<17} {r['folder']:<10} {r['mode']:<30} "
+          f"{r['decode_tok_s']:>7.1f} {spread(r)} {per_run} {r['floor_tok_s']:>6.0f} {r['same_tokens']}")
     assert r["same_tokens"], r  # every mode gives greedy decoding's tokens
 
 # %%
@@ -74,32 +85,56 @@ for r in rows:
 #
 # Each mode's decode tokens/s over plain greedy decoding of the same loop on the same text and
 # threads, and fx2onnx's over onnxruntime-genai's in the same mode (genai's n-gram and draft run on
-# the folder with every position's logits, fx2onnx's on the default folder). On this shared machine two
-# rows of one run differ by up to a fifth for no reason of theirs: the always-wrong candidates, with the
-# backoff, came out faster than plain decoding in several rows, which only says that their cost is
-# below the noise; without the backoff they cost 1.4 to 4.5 times plain decoding. The draft, 2 layers of
-# 4 but the same 32000-token head (most of this small model's weights), costs most of a target step per
-# candidate: it gains little here, as a draft would on a model whose head dominates.
+# the folder with every position's logits, fx2onnx's on the default folder), from the best rounds. On
+# this shared machine the rounds of one configuration spread over a wide range (above): a ratio near 1
+# says the two are equal within the noise, not that one is faster; the always-wrong candidates with
+# the backoff may come out faster than plain decoding for that reason, the next section prices them
+# without the noise. The draft, 2 layers of 4 but the same 32000-token head (most of this small model's
+# weights), costs most of a target step per candidate: it gains little here, as a draft would on a
+# model whose head dominates. genai's own count of its runs (``target_forward_passes``) gives more
+# tokens per run than 10 candidates allow on the non-repeating text: its ``tok/run`` is not comparable
+# there.
 
 by = {(r["text"], r["precision"], r["threads"], r["loop"], r["folder"], r["mode"]): r for r in rows}
 keys = sorted({(r["text"], r["precision"], r["threads"]) for r in rows}, key=lambda k: (k[1], k[0], k[2]))
 modes = [("prompt lookup", "prompt lookup", "all-logits"), ("draft", "draft", "all-logits"),
-         ("wrong candidates", None, None), ("wrong candidates, no backoff", None, None)]
-print(f"{'text':<14} {'prec.':<7} {'thr':>3} {'mode':<29} {'vs greedy':>9} {'genai vs greedy':>15} {'ours/genai':>10}")
+         ("draft, transformers' defaults", "draft", "all-logits"), ("wrong candidates", None, None),
+         ("wrong candidates, no backoff", None, None)]
+print(f"{'text':<14} {'prec.':<7} {'thr':>3} {'mode':<30} {'vs greedy':>9} {'genai vs greedy':>15} {'ours/genai':>10}")
 for text, precision, threads in keys:
     plain = by[text, precision, threads, "fx2onnx", "default", "greedy"]["decode_tok_s"]
     genai_plain = by[text, precision, threads, "onnxruntime-genai", "default", "greedy"]["decode_tok_s"]
-    print(f"{text:<14} {precision:<7} {threads:>3} {'greedy':<29} {1:>9.2f} {1:>15.2f} {plain / genai_plain:>10.2f}")
+    print(f"{text:<14} {precision:<7} {threads:>3} {'greedy':<30} {1:>9.2f} {1:>15.2f} {plain / genai_plain:>10.2f}")
     for mode, genai_mode, genai_folder in modes:
         ours = by.get((text, precision, threads, "fx2onnx", "default", mode))
         theirs = by.get((text, precision, threads, "onnxruntime-genai", genai_folder, genai_mode))
         if ours is None:
             continue
-        line = f"{text:<14} {precision:<7} {threads:>3} {mode:<29} {ours['decode_tok_s'] / plain:>9.2f}"
+        line = f"{text:<14} {precision:<7} {threads:>3} {mode:<30} {ours['decode_tok_s'] / plain:>9.2f}"
         if theirs:
             ratio = ours["decode_tok_s"] / theirs["decode_tok_s"]
             line += f" {theirs['decode_tok_s'] / genai_plain:>15.2f} {ratio:>10.2f}"
         print(line)
+
+# %%
+# What the backoff costs
+# ----------------------
+#
+# On this machine a 3 % difference between two rows is below the noise (see the ranges above). The cost
+# of the backoff is therefore also priced from counts: the model's time of a run verifying ``k``
+# candidates over a plain step's (1 thread, the fastest of 25 runs of each, which the noise does not
+# reach), and the runs of each row (how many candidates each verified). The always-wrong candidates
+# verify 10, then 5, 2, 1 candidates after 1, 2, 4... plain steps: what they add to plain decoding's model
+# time is the ``modeled`` share below (the prompt's run apart, which verifies 10 in every mode).
+
+for r in stored["rows"]:
+    if r["mode"] == "verify cost":
+        print(f"{r['precision']:<7} {r['candidates']:>2} candidates: {r['run_ms']:6.2f} ms, "
+              f"{r['ratio']:.2f} x a plain step")
+for r in rows:
+    if "modeled_backoff_cost" in r and r["mode"].startswith("wrong"):
+        print(f"{r['text']:<14} {r['precision']:<7} {r['threads']:>3} {r['mode']:<30} verifying runs "
+              f"{r['verifying_runs']:>3}, candidates {r['proposed']:>4}: modeled +{100 * r['modeled_backoff_cost']:.1f} %")
 
 # %%
 # The prefill cost of the verifying logits
