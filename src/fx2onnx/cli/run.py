@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..runtime.entities import AGGREGATIONS
-from ..runtime.pipelines import MODALITY_OPTION, TWO_TOWER_TASKS, Pipeline
+from ..runtime.pipelines import MODALITY_OPTION, SEGMENTATION_TASKS, TWO_TOWER_TASKS, Pipeline
 
 
 def _features(value: Any) -> dict[str, Any]:
@@ -45,7 +45,7 @@ def _save(task: str, results: list[Any], inputs: list[str], folder: str) -> None
         if task == "depth-estimation":
             result["saved"] = os.path.join(folder, f"{stem}_depth.png")
             result["depth"].save(result["saved"])
-        elif task == "image-segmentation":
+        elif task in SEGMENTATION_TASKS:
             for mask in result:
                 mask["saved"] = os.path.join(folder, f"{stem}_{mask['label'].replace(os.sep, '_')}.png")
                 mask["mask"].save(mask["saved"])
@@ -55,7 +55,7 @@ def _save(task: str, results: list[Any], inputs: list[str], folder: str) -> None
 
 def _lines(task: str, result: Any) -> list[str]:
     """The result of one input, readable."""
-    if task == "image-segmentation":
+    if task in SEGMENTATION_TASKS:
         return [f"{m['label']:<20} {100 * m['share']:5.1f} % of the image" + (f", saved as {m['saved']}" if "saved" in m
                                                                              else "") for m in _masks(result)]
     if task == "depth-estimation":
@@ -110,8 +110,13 @@ def run(args: argparse.Namespace) -> int:
         options["aggregation_strategy"] = args.aggregation or "none"
     elif args.aggregation:
         raise ValueError(f"--aggregation is an option of a token-classification folder, not of a {pipe.task} one.")
-    if args.threshold is not None and not pipe.task.endswith("object-detection"):
-        raise ValueError(f"--threshold is an option of an object-detection folder, not of a {pipe.task} one.")
+    if pipe.task in SEGMENTATION_TASKS:
+        options = dict(subtask=args.subtask, threshold=args.threshold)
+    elif args.subtask:
+        raise ValueError(f"--subtask is an option of a segmentation folder, not of a {pipe.task} one.")
+    if args.threshold is not None and not pipe.task.endswith("object-detection") and \
+            pipe.task not in SEGMENTATION_TASKS:
+        raise ValueError(f"--threshold is an option of a detection or segmentation folder, not of a {pipe.task} one.")
     if pipe.task != "zero-shot-classification" and args.multi_label:
         raise ValueError(f"--multi-label is an option of a zero-shot-classification folder, not of a {pipe.task} one.")
     if not pipe.task.startswith("zero-shot") and (args.labels or args.template):
@@ -120,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     if pipe.task == "text-classification" and args.top_k is None:
         results = [[r] for r in results]
     if args.save_dir:
-        if pipe.task not in ("depth-estimation", "image-segmentation", "feature-extraction",
+        if pipe.task not in ("depth-estimation", *SEGMENTATION_TASKS, "feature-extraction",
                              "image-feature-extraction"):
             raise ValueError(f"--save-dir writes depth maps, masks and embeddings, not the results of a {pipe.task} "
                              "folder.")
@@ -130,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
             results = [_features(r) for r in results]
         elif pipe.task == "depth-estimation":
             results = [_depth(r) for r in results]
-        elif pipe.task == "image-segmentation":
+        elif pipe.task in SEGMENTATION_TASKS:
             results = [_masks(r) for r in results]
         print(json.dumps(results if len(results) > 1 else results[0], indent=1))
         return 0
@@ -149,8 +154,8 @@ def add_parser(commands: Any) -> None:
         description="Runs a folder written by 'export FOLDER --out OUT' for a single-pass task (text, token, image, "
         "audio or video classification, zero-shot classification of texts, images or sounds (--labels), object "
         "detection, segmentation, depth estimation, fill-mask, feature extraction, sentence embeddings, CTC speech "
-        "recognition) on onnxruntime, the inputs prepared by the folder's own tokenizer, image processor or feature extractor (offline), and prints what transformers' pipeline of "
-        "the task returns. "
+        "recognition) on onnxruntime, the inputs prepared by the folder's own tokenizer, image processor or "
+        "feature extractor (offline), and prints what transformers' pipeline of the task returns. "
         "Several inputs make a batch.")
     cmd.add_argument("folder", help="the folder written by export")
     cmd.add_argument("inputs", nargs="*", default=[], metavar="INPUT", help="the texts of a text folder")
@@ -174,6 +179,8 @@ def add_parser(commands: Any) -> None:
     cmd.add_argument("--threshold", type=float, default=None,
                      help="an object-detection folder: the lowest score of an object shown (default 0.5; 0.1 for "
                      "zero-shot-object-detection)")
+    cmd.add_argument("--subtask", default=None, metavar="panoptic|instance|semantic",
+                     help="a segmentation folder: the masks made (default: the first its image processor makes)")
     cmd.add_argument("--save-dir", default=None,
                      help="a depth-estimation folder: write each depth map as IMAGE_depth.png there; a segmenter's: "
                      "each mask as IMAGE_LABEL.png; an embedder's: each embedding as a .npy file")

@@ -50,6 +50,8 @@ PIPELINE_TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "object-detection": ("image", ("logits", "pred_boxes")),
     # a semantic segmenter's masks, one per label found (the image processor's post_process_semantic_segmentation)
     "image-segmentation": ("image", ("logits",)),
+    # a universal segmenter's (Mask2Former...) panoptic, instance or semantic masks: transformers' image-segmentation
+    "universal-segmentation": ("image", ("class_queries_logits", "masks_queries_logits")),
     # a depth map per image, at the image's size (the image processor's post_process_depth_estimation)
     "depth-estimation": ("image", ("predicted_depth",)),
     # candidate labels scored against an image by a model of two towers (CLIP: softmax, SigLIP: sigmoid), the
@@ -70,6 +72,8 @@ TWO_TOWER_TASKS = ("zero-shot-image-classification", "zero-shot-audio-classifica
 TEMPLATES = {"zero-shot-classification": "This example is {}.",
              "zero-shot-image-classification": "This is a photo of {}.",
              "zero-shot-audio-classification": "This is a sound of {}.", "zero-shot-object-detection": "{}"}
+#: the tasks of transformers' image-segmentation pipeline
+SEGMENTATION_TASKS = ("image-segmentation", "universal-segmentation")
 #: the endings of a path meant as an image (a missing one is a missing file, not a text)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".webp", ".tif", ".tiff")
 #: the option of the command line giving each modality
@@ -255,17 +259,18 @@ class Pipeline:
 
     def __call__(self, inputs: Any, top_k: int | None = None, candidate_labels: str | Sequence[str] | None = None,
                  hypothesis_template: str | None = None, multi_label: bool = False,
-                 threshold: float | None = None, aggregation_strategy: str = "none") -> Any:
+                 threshold: float | None = None, aggregation_strategy: str = "none", subtask: str | None = None) -> Any:
         """What transformers' ``pipeline(task, model=folder)(inputs)`` returns (``top_k``: the labels or tokens kept;
         default: the pipeline's; ``candidate_labels``, ``hypothesis_template``, ``multi_label``: those of
         zero-shot-classification; ``threshold``: the lowest score of a detected object; ``aggregation_strategy``: a
-        tagger's grouping of tokens into entities, one of :data:`fx2onnx.runtime.entities.AGGREGATIONS`)."""
+        tagger's grouping of tokens into entities, one of :data:`fx2onnx.runtime.entities.AGGREGATIONS`; ``subtask``:
+        a segmenter's ``panoptic``, ``instance`` or ``semantic`` masks, default the first its processor makes)."""
         single = not isinstance(inputs, (list, tuple))
         items = [inputs] if single else list(inputs)
         if not items:
             raise ValueError("nothing to run: give at least one input.")
         template = TEMPLATES.get(self.task, "") if hypothesis_template is None else hypothesis_template
-        if threshold is None:  # the pipelines' defaults
+        if threshold is None and self.task not in SEGMENTATION_TASKS:  # the pipelines' defaults
             threshold = 0.1 if self.task == "zero-shot-object-detection" else 0.5
         if self.task == "zero-shot-classification":
             results = [self._zero_shot(text, candidate_labels, template, multi_label) for text in self._texts(items)]
@@ -287,8 +292,9 @@ class Pipeline:
             results = [self._detect(image, threshold) for image in self._images(items)]
         elif self.task == "depth-estimation":
             results = [self._depth(image) for image in self._images(items)]
-        elif self.task == "image-segmentation":
-            results = [self._segment(image) for image in self._images(items)]
+        elif self.task in SEGMENTATION_TASKS:
+            results = [self._segment(image, subtask, 0.9 if threshold is None else threshold)
+                       for image in self._images(items)]
         elif self.modality == "image":
             results = self._image_task(self._images(items), top_k)
         elif self.modality == "video":
@@ -482,18 +488,33 @@ class Pipeline:
         scaled = (depth - depth.min()) / (depth.max() - depth.min())
         return {"predicted_depth": depth, "depth": PIL.Image.fromarray((scaled * 255).astype("uint8"))}
 
-    def _segment(self, image: Any) -> list[dict[str, Any]]:
-        """One mask per label the segmentation of the image holds, at its size (255 where the label is)."""
+    def _segment(self, image: Any, subtask: str | None, threshold: float) -> list[dict[str, Any]]:
+        """One mask per segment of the image at its size (255 where it is): the image processor's panoptic, instance
+        or semantic post-processing, the first it has which ``subtask`` allows, as transformers' pipeline."""
         import types
 
         import PIL.Image
         import torch  # deferred: transformers' post-processing takes torch tensors
 
+        if subtask not in (None, "panoptic", "instance", "semantic"):
+            raise ValueError(f"the subtask {subtask!r} is not one of panoptic, instance, semantic.")
         processor = self.processor
-        logits = self._run(processor(images=[image], return_tensors="np"))
+        outputs = self._run(processor(images=[image], return_tensors="np"), all_outputs=True)
+        outputs = types.SimpleNamespace(**{n: torch.from_numpy(o) for n, o in zip(self.outputs, outputs)})
         size = tuple(int(v) for v in np.asarray(image).shape[:2])
-        segmentation = processor.post_process_semantic_segmentation(
-            types.SimpleNamespace(logits=torch.from_numpy(logits)), target_sizes=[size])[0].numpy()
+        found = next((getattr(processor, f"post_process_{kind}_segmentation") for kind in ("panoptic", "instance")
+                      if subtask in (kind, None) and hasattr(processor, f"post_process_{kind}_segmentation")), None)
+        if found is not None:
+            result = found(outputs, threshold=threshold, mask_threshold=0.5, overlap_mask_area_threshold=0.5,
+                           target_sizes=[size])[0]
+            segmentation = result["segmentation"].numpy()
+            return [{"score": segment["score"], "label": self.id2label.get(int(segment["label_id"]),
+                                                                           f"LABEL_{segment['label_id']}"),
+                     "mask": PIL.Image.fromarray(((segmentation == segment["id"]) * 255).astype(np.uint8), mode="L")}
+                    for segment in result["segments_info"]]
+        if subtask not in ("semantic", None) or not hasattr(processor, "post_process_semantic_segmentation"):
+            raise ValueError(f"the image processor of {self.folder!r} makes no {subtask} segmentation.")
+        segmentation = processor.post_process_semantic_segmentation(outputs, target_sizes=[size])[0].numpy()
         return [{"score": None, "label": self.id2label.get(int(label), f"LABEL_{int(label)}"),
                  "mask": PIL.Image.fromarray(((segmentation == label) * 255).astype(np.uint8), mode="L")}
                 for label in np.unique(segmentation)]

@@ -106,6 +106,11 @@ def encoder_config(architecture: str, labels: tuple[str, ...] | None = None) -> 
         config = tiny_task_config(get_task_architecture("depth-estimation", "dpt"), initializer_range=0.075)
         config.architectures = [architecture]
         return config
+    if architecture.startswith("Mask2Former"):  # the task zoo's tiny Mask2Former (a Swin backbone, 10 queries)
+        config = tiny_task_config(get_task_architecture("universal-segmentation", "mask2former"),
+                                  **_labels(3, ("sky", "sea", "sand")))
+        config.architectures = [architecture]
+        return config
     if architecture.startswith("Segformer"):  # the task zoo's tiny SegFormer, narrower
         config = tiny_task_config(get_task_architecture("semantic-segmentation", "segformer"),
                                   hidden_sizes=[16, 32, 32, 32], num_attention_heads=[1, 2, 2, 4],
@@ -185,6 +190,8 @@ def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int
                                             ).save_pretrained(folder)
     elif architecture.startswith("DPT"):
         transformers.DPTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    elif architecture.startswith("Mask2Former"):
+        transformers.Mask2FormerImageProcessor(size={"height": 64, "width": 64}).save_pretrained(folder)
     elif architecture.startswith("Segformer"):
         transformers.SegformerImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
     elif architecture.startswith("Detr"):  # images resized to 64 pixels on their shorter side, 96 at most
