@@ -40,6 +40,7 @@ FOLDER_TASKS = {"image-classification": "image-classification", "object-detectio
                 "audio-classification": "audio-classification", "ctc": "automatic-speech-recognition",
                 "zero-shot-image-classification": "zero-shot-image-classification",
                 "semantic-segmentation": "image-segmentation", "depth-estimation": "depth-estimation",
+                "universal-segmentation": "image-segmentation", "instance-segmentation": "image-segmentation",
                 "video-classification": "video-classification"}
 LABELS = ["cat", "dog", "the sea"]
 
@@ -50,8 +51,11 @@ def _error(e: BaseException) -> str:
 
 
 def _one_line(text: str, limit: int = 240) -> str:
+    """The ``error:`` line of what export printed, else a line saying what failed, else the last one."""
     lines = [line.strip() for line in str(text).splitlines() if line.strip()]
-    return next((x for x in lines if x.startswith("error:")), lines[-1] if lines else "")[:limit]
+    failed = [x for x in lines if "FAIL" in x or "max abs diff" in x and "OK" not in x]
+    return next((x for x in lines if x.startswith("error:")), failed[0] if failed else lines[-1] if lines else "")[
+        :limit]
 
 
 def _image_size(config) -> int:
@@ -74,7 +78,7 @@ def _sized(cls, side: int):
     default, sizes = cls(), {}
     size = _as_dict(getattr(default, "size", None))
     if size:
-        if size.get("height") and size.get("width"):
+        if size.get("height") or size.get("width"):
             sizes["size"] = {"height": side, "width": side}
         elif size.get("shortest_edge"):
             sizes["size"] = {"shortest_edge": side, **({"longest_edge": 2 * side} if size.get("longest_edge") else {})}
@@ -175,7 +179,7 @@ def difference(got, expected, task: str, path: str = "result") -> str | None:
             return f"{path}: {len(got)} items instead of {len(expected)}"
         if expected and all(isinstance(e, dict) and {"label", "score"} <= set(e) for e in list(got) + list(expected)):
             # labels of equal scores (within 1e-4) come in either order
-            got, expected = (sorted(x, key=lambda e: (round(float(e["score"]), 4), str(e["label"])))
+            got, expected = (sorted(x, key=lambda e: (round(float(e["score"] or 0.0), 4), str(e["label"])))
                              for x in (got, expected))
         for i, (g, e) in enumerate(zip(got, expected)):
             found = difference(g, e, task, f"{path}[{i}]")
@@ -299,6 +303,8 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--json", default=None, help="the rows and their context written there")
     parser.add_argument("--resume", action="store_true", help="keep the rows of an existing --json, run the others")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--redo", default=None, help="with --resume: run again the kept rows of these comma-separated "
+                        "task/ prefixes or keys")
     args = parser.parse_args(argv)
     keys = pairs(set(args.only.split(",")) if args.only else None)
     every = list(keys)
@@ -306,7 +312,8 @@ def main(argv=None) -> list[dict]:
     if args.resume and args.json and os.path.exists(args.json):
         with open(args.json, encoding="utf-8") as f:
             previous = json.load(f)["rows"]
-    kept = {r["architecture"]: r for r in previous}
+    redo = tuple(args.redo.split(",")) if args.redo else ()
+    kept = {r["architecture"]: r for r in previous if not (redo and r["architecture"].startswith(redo))}
     keys = [k for k in keys if k not in kept][: args.limit]
 
     def save(rows: list[dict]) -> None:

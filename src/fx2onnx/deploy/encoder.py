@@ -3,9 +3,8 @@
 A classifier (text, image, audio, video), a token tagger, a masked language model, a text or image embedder, a
 detector, a semantic segmenter, a depth estimator, a CTC speech recognizer and the two towers of a zero-shot model
 (CLIP, SigLIP, CLAP, OWL-ViT: the texts of the candidate labels beside the images or sounds) are each exported as
-one model,
-``onnx/model.onnx``, as optimum and transformers.js lay such a folder out: its inputs named as the processor
-names them (``input_ids``, ``attention_mask``, ``token_type_ids``, ``pixel_values``, ``pixel_mask``,
+one model, ``onnx/model.onnx``, as optimum and transformers.js lay such a folder out: its inputs named as the
+processor names them (``input_ids``, ``attention_mask``, ``token_type_ids``, ``pixel_values``, ``pixel_mask``,
 ``input_values``), its outputs as transformers' pipeline reads them (``logits``, ``pred_boxes``,
 ``predicted_depth``, or ``last_hidden_state`` for an embedder; ``token_embeddings`` and ``sentence_embedding`` for a
 sentence-transformers folder, its pooling in the graph: :mod:`fx2onnx.deploy.sentence`). The tasks and what they
