@@ -95,3 +95,16 @@ def test_meta_prefill_reads_the_same_cache(monkeypatch):
     assert _states(meta[0]) == _states(cpu[0]) and _states(meta[1]) == _states(cpu[1])
     assert meta[2] == cpu[2]
     assert all(not t.is_meta for t in torch.utils._pytree.tree_leaves(meta[0]["past_key_values"].layers[1].keys))
+
+
+@pytest.mark.slow  # 4-20 s on a loaded machine: DeepSeek V4's first import and prefill
+def test_a_cache_that_cannot_be_rebuilt_is_refused_in_one_line():
+    # DeepSeek V4's cache layers need the config to be rebuilt from their tensors: the configuration's cache has the
+    # same classes, so the export is refused (a ValueError: one error line of the command) instead of a traceback
+    from fx2onnx.inputs.discover import get_architecture, tiny_config
+
+    arch = get_architecture("deepseek_v4")
+    config = tiny_config(arch)
+    config.architectures = [arch.model_class().__name__]
+    with pytest.raises(model_cache.UnrebuildableCache, match="DeepseekV4HCACache.* cannot be rebuilt"):
+        task_inputs(config, "text-generation", with_cache=True)

@@ -52,6 +52,11 @@ class PrefillError(RuntimeError):
     """The model could not run the prefill giving its cache (the caller keeps the configuration's)."""
 
 
+class UnrebuildableCache(ValueError):
+    """The model ran its prefill but its cache cannot be rebuilt from its tensors (as ``torch.export`` rebuilds it):
+    the configuration's cache has the same classes, the export with a cache is refused."""
+
+
 def _model_class(config: Any) -> type:
     import transformers  # deferred: heavy
 
@@ -164,7 +169,7 @@ def model_cache_inputs(
     (the caller's error then comes from the export itself)."""
     try:
         return _model_cache_inputs(config, dtype, seed, position_ids)
-    except PrefillError:
+    except (PrefillError, UnrebuildableCache):
         raise
     except Exception as e:  # noqa: BLE001 - the model's constructor and the cache classes raise what their code raises
         reason = str(e).splitlines()[0][:200] if str(e) else ""
@@ -174,7 +179,16 @@ def model_cache_inputs(
 def _model_cache_inputs(config: Any, dtype: torch.dtype, seed: int, position_ids: bool) -> tuple[dict, dict, dict]:
     model, device = _probe_model(config)
     caches = [prefill_cache(model, batch, past, device) for batch, _, past in SIZES]
+    name = type(model).__name__
     del model
+    try:
+        random_like_cache(caches[0], dtype, torch.Generator().manual_seed(seed))
+    except Exception as e:  # noqa: BLE001 - a cache class's constructor raises what its code raises
+        layers = sorted({type(layer).__name__ for layer in getattr(caches[0], "layers", [])})
+        reason = str(e).splitlines()[0][:160] if str(e) else ""
+        raise UnrebuildableCache(
+            f"{name} keeps a {type(caches[0]).__name__} (layers {', '.join(layers)}) that cannot be rebuilt from its "
+            f"tensors ({type(e).__name__}: {reason}): its folder cannot be exported with a cache yet") from e
     specs = cache_dynamic_shapes(caches[0], caches[1])
     generator = torch.Generator().manual_seed(seed)
     vocab = int(config.vocab_size)
