@@ -49,6 +49,13 @@ def test_a_decoder_gets_no_genai_config_when_its_cache_is_cut_to_the_window(tmp_
         assert not written and f"a window of {window} tokens" in why and "\n" not in why
 
 
+def test_layers_of_other_head_sizes_get_no_genai_config(tmp_path):
+    config = transformers.Gemma4TextConfig(**{**SMALL, "layer_types": ["sliding_attention", "full_attention"]})
+    why = write_genai_config(str(tmp_path), "onnx/model.onnx", config, transformers.GenerationConfig(eos_token_id=2),
+                             *_pairs(2))
+    assert "one head size" in why and not os.path.isfile(tmp_path / "genai_config.json")
+
+
 def test_an_end_token_of_zero_is_a_token(tmp_path):
     config = transformers.Qwen3Config(eos_token_id=5, **SMALL)
     generation = transformers.GenerationConfig(eos_token_id=0)

@@ -1,5 +1,6 @@
 """A folder's decoder is captured with its sliding-window layers over the whole past (fx2onnx.inputs.full_cache)."""
 
+import pytest
 import torch
 import transformers
 
@@ -36,3 +37,21 @@ def test_a_cache_without_sliding_layers_is_kept():
     before = [layer.keys for layer in inputs["past_key_values"].layers]
     assert not whole_past([inputs, inputs2], shapes, config)
     assert [layer.keys for layer in inputs["past_key_values"].layers] == before
+
+
+@pytest.mark.slow  # the discovery of the architectures: the Gemma 3 test above is the fast tier's
+def test_a_hybrid_sliding_layer_keeps_its_other_states():
+    from fx2onnx.inputs.discover import discover_architectures, tiny_config
+
+    (arch,) = [a for a in discover_architectures() if a.name == "inkling_text"]
+    config = tiny_config(arch, num_hidden_layers=2)
+    inputs, inputs2, shapes = task_inputs(config, "text-generation", with_cache=True)
+    before = [sorted(vars(layer)) for layer in inputs["past_key_values"].layers]
+    assert whole_past([inputs, inputs2], shapes, config)
+    layers = inputs2["past_key_values"].layers
+    assert [type(layer).__name__ for layer in layers] == ["LinearAttentionAndFullAttentionLayer"] * 2
+    assert all(layer.keys.shape[-2] > config.sliding_window for layer in layers)
+    # every state but the window's bookkeeping carried over
+    assert [sorted(vars(layer)) for layer in inputs["past_key_values"].layers] == [
+        [k for k in names if k not in ("sliding_window", "cumulative_length", "_sliding_window_tensor")]
+        for names in before]

@@ -125,6 +125,12 @@ def write_genai_config(
     context = int(getattr(text, "max_position_embeddings", 0) or 4096)
     sample = bool(getattr(generation, "do_sample", False))
     pad = _token(pad if pad is not None else getattr(text, "pad_token_id", None))
+    try:
+        head_size = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+        kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+    except Exception as e:  # noqa: BLE001 - a per-layer attribute raises its own error (Gemma 4's head sizes)
+        return (f"the decoder's layers differ in their attention sizes ({type(e).__name__}): onnxruntime-genai "
+                "describes one head size and one count of key/value heads for every layer")
     genai = {
         "model": {
             "bos_token_id": _token(getattr(generation, "bos_token_id", None)),
@@ -132,13 +138,13 @@ def write_genai_config(
             "decoder": {
                 "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
                 "filename": filename,
-                "head_size": int(getattr(text, "head_dim", None) or text.hidden_size // heads),
+                "head_size": head_size,
                 "hidden_size": int(text.hidden_size),
                 "inputs": names[0],
                 "outputs": names[1],
                 "num_attention_heads": heads,
                 "num_hidden_layers": layers,
-                "num_key_value_heads": int(getattr(text, "num_key_value_heads", None) or heads),
+                "num_key_value_heads": kv_heads,
             },
             "eos_token_id": eos,
             "pad_token_id": pad if pad is not None else (eos[0] if isinstance(eos, list) else eos),

@@ -26,6 +26,7 @@ memory of a full layer's cache for a sliding layer, as in optimum's and transfor
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -35,48 +36,66 @@ def _is_sliding(layer: Any) -> bool:
     return bool(getattr(layer, "is_sliding", False)) and getattr(layer, "sliding_window", None) is not None
 
 
-def _dynamic_layer(keys: torch.Tensor, values: torch.Tensor) -> Any:
-    from transformers.cache_utils import DynamicLayer
+#: what a sliding-window layer has that its whole-past counterpart does not
+_SLIDING_ATTRIBUTES = ("sliding_window", "cumulative_length", "_sliding_window_tensor")
 
-    layer = DynamicLayer()
-    layer.lazy_initialization(keys, values)
-    layer.keys, layer.values = keys, values
-    return layer
+
+def _whole_class(layer: Any) -> type | None:
+    """The whole-past counterpart of a sliding layer's class (``DynamicSlidingWindowLayer`` -> ``DynamicLayer``,
+    ``LinearAttentionAndSlidingWindowAttentionLayer`` -> ``LinearAttentionAndFullAttentionLayer``), None if none."""
+    from transformers import cache_utils
+
+    name = type(layer).__name__
+    whole = "DynamicLayer" if name == "DynamicSlidingWindowLayer" else name.replace("SlidingWindowAttention",
+                                                                                    "FullAttention")
+    cls = getattr(cache_utils, whole, None) if whole != name else None
+    return cls if isinstance(cls, type) and not getattr(cls, "is_sliding", False) else None
+
+
+def _has_keys(layer: Any) -> bool:
+    keys = getattr(layer, "keys", None)
+    return isinstance(keys, torch.Tensor) and keys.dim() == 4
 
 
 def sliding_window_of(cache: Any) -> int | None:
-    """The smallest window of the sliding layers of ``cache`` (None: none, or a layer of another kind than keys
-    and values)."""
-    from transformers.cache_utils import DynamicLayer
-
+    """The smallest window of the sliding layers of ``cache`` (None: none, or a sliding layer of a class without a
+    whole-past counterpart in transformers)."""
     layers = getattr(cache, "layers", None)
-    if not layers or any(type(layer) is not DynamicLayer and not _is_sliding(layer) for layer in layers):
+    if not layers:
         return None
-    windows = [layer.sliding_window for layer in layers if _is_sliding(layer)]
-    return min(windows) if windows else None
+    sliding = [layer for layer in layers if _is_sliding(layer)]
+    if not sliding or any(_whole_class(layer) is None or not _has_keys(layer) for layer in sliding):
+        return None
+    return min(layer.sliding_window for layer in sliding)
+
+
+def _whole_layer(layer: Any, past: int, generator: torch.Generator) -> Any:
+    """``layer`` holding ``past`` positions: a sliding layer becomes its whole-past counterpart (its other states
+    kept), keys and values shorter than ``past`` are drawn at random with their batch, heads and width."""
+    if _is_sliding(layer):
+        whole = _whole_class(layer).__new__(_whole_class(layer))
+        whole.__dict__.update({k: v for k, v in vars(layer).items() if k not in _SLIDING_ATTRIBUTES})
+        layer = whole
+    else:
+        layer = copy.copy(layer)
+    if _has_keys(layer) and layer.keys.shape[-2] != past:
+        keys, values = layer.keys, layer.values
+        shape = (*keys.shape[:-2], past, keys.shape[-1])
+        layer.keys = torch.randn(shape, generator=generator).to(keys.dtype)
+        layer.values = torch.randn((*shape[:-1], values.shape[-1]), generator=generator).to(values.dtype)
+    return layer
 
 
 def _whole_cache(cache: Any, past: int, generator: torch.Generator) -> Any:
-    """A ``DynamicCache`` of ``DynamicLayer`` of ``past`` positions: the tensors of a layer already that long are
-    kept, the others (a sliding layer cut to its window) drawn at random with their batch, heads and width."""
-    from transformers.cache_utils import DynamicCache
-
-    layers = []
-    for layer in cache.layers:
-        keys, values = layer.keys, layer.values
-        if keys.shape[-2] != past:
-            shape = (*keys.shape[:-2], past, keys.shape[-1])
-            keys = torch.randn(shape, generator=generator).to(keys.dtype)
-            values = torch.randn((*shape[:-1], values.shape[-1]), generator=generator).to(values.dtype)
-        layers.append(_dynamic_layer(keys, values))
-    whole = DynamicCache()
-    whole.layers = layers
+    """A copy of ``cache`` whose every layer holds ``past`` positions (:func:`_whole_layer`)."""
+    whole = copy.copy(cache)
+    whole.layers = [_whole_layer(layer, past, generator) for layer in cache.layers]
     return whole
 
 
 def _past_length(cache: Any) -> int:
     return max(int(layer.cumulative_length) if _is_sliding(layer) else int(layer.keys.shape[-2])
-               for layer in cache.layers)
+               for layer in cache.layers if _has_keys(layer))
 
 
 def _lengthen(inputs: dict[str, Any], past: int, generator: torch.Generator) -> None:
@@ -93,10 +112,10 @@ def _lengthen(inputs: dict[str, Any], past: int, generator: torch.Generator) -> 
 
 def whole_past(input_sets: list[dict[str, Any]], dynamic_shapes: dict[str, Any], config: Any, seed: int = 0) -> bool:
     """Rewrites, in place, input sets whose cache has sliding-window layers into caches of whole-past layers
-    (:func:`_whole_cache`), the last set's past made longer than the window so that the check against eager
-    runs past it; drops the count of tokens seen from ``dynamic_shapes`` (a cache without sliding layers does
-    not carry it). Returns False (nothing changed) for a cache without sliding layers or with states other than
-    keys and values."""
+    (:func:`_whole_cache`: their convolution and recurrent states kept), the last set's past made longer than the
+    window so that the check against eager runs past it; drops the count of tokens seen from ``dynamic_shapes``
+    (a cache without sliding layers does not carry it). Returns False (nothing changed) for a cache without
+    sliding layers or with a sliding layer transformers has no whole-past class for."""
     caches = [inputs.get("past_key_values") for inputs in input_sets]
     windows = [sliding_window_of(cache) for cache in caches]
     if any(window is None for window in windows):
@@ -108,12 +127,7 @@ def whole_past(input_sets: list[dict[str, Any]], dynamic_shapes: dict[str, Any],
             past = max(past, windows[i] + 3)  # past the window: the mask, not the cache, cuts it
         _lengthen(inputs, past, generator)
     specs = dynamic_shapes.get("past_key_values")
-    if isinstance(specs, list):
-        count = sum(len(layer_tensors(cache)) for cache in [input_sets[0]["past_key_values"]])
-        dynamic_shapes["past_key_values"] = specs[:count]
+    while isinstance(specs, list) and specs and "tokens_seen" in dict(specs[-1]).values():
+        specs.pop()  # the count of tokens seen a cache of sliding layers only carried
     return True
 
-
-def layer_tensors(cache: Any) -> list[torch.Tensor]:
-    """The keys and values of every layer of a cache of ``DynamicLayer``, as the cache flattens."""
-    return [t for layer in cache.layers for t in (layer.keys, layer.values)]
