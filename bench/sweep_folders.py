@@ -105,6 +105,8 @@ def run_one(task: tuple[str, int]) -> dict:
         row["error"] = _error(e)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if "error" in row:
+            row["error"] = row["error"].replace(work, "FOLDER")
         row["seconds"] = round(time.perf_counter() - begin, 1)
     return row
 

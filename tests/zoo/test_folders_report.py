@@ -15,7 +15,7 @@ DOCUMENT = {
         {"arch": "gemma3_text", "class": "Gemma3ForCausalLM", "step": "compare", "equal": False, "stamped": False,
          "export_seconds": 9.0, "error": "tokens differ from transformers' at new token 3"},
         {"arch": "cpmant", "class": "CpmAntForCausalLM", "step": "export",
-         "error": "error: CpmAnt's cache | is a tuple"},
+         "error": "error: CpmAnt's cache | is a tuple in /tmp/fx2onnx-sweep-ab12/checkpoint"},
     ],
 }
 
@@ -25,7 +25,7 @@ def test_counts_and_one_line_per_class(tmp_path):
     assert [status(r) for r in DOCUMENT["rows"]] == ["equal", "differs", "fails at export"]
     text = folders_page(DOCUMENT)
     assert "**1 of 4** classes generate transformers' tokens; 2 exported, 1 with stamped layers; 1 not run yet." in text
-    assert "      - CpmAnt's cache / is a tuple" in text  # the reason, without the prefix nor a table separator
+    assert "      - CpmAnt's cache / is a tuple in FOLDER/checkpoint" in text  # the reason, without the prefix nor a table separator
     assert text.index("* - cpmant") < text.index("* - gemma3_text") < text.index("* - llama")
     assert not any(line.endswith(" ") for line in text.splitlines())
     path = tmp_path / "rows.json"

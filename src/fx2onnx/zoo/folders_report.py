@@ -45,6 +45,7 @@ def counts(document: dict[str, Any]) -> dict[str, int]:
 
 def _reason(row: dict[str, Any]) -> str:
     text = re.sub(r"\x1b\[[0-9;]*m", "", row.get("error") or "").replace("|", "/").replace("`", "'")
+    text = re.sub(r"/\S*fx2onnx-sweep-[^/\s]*", "FOLDER", text)  # the sweep's temporary folder
     return text.removeprefix("error: ")[:160]
 
 
