@@ -7,7 +7,9 @@ same classes, attributes, parameter shapes, only the index differs, every layer 
 a few, Gemma 2's sliding and global layers alternating), the model is captured with two periods of
 layers (:func:`short_config`), converted, and the second period's nodes are copied for the other
 layers (:func:`stamp_layers`), each copy reading its own weights and cache inputs, before the graph
-is optimized as a whole.
+is optimized as a whole. First layers of another kind (DeepSeek's dense layers before its mixtures of
+experts, :attr:`LayerStack.start`) are captured before the two periods, the layers left after the last
+whole period (:attr:`LayerStack.remainder`) after them, renamed as the last layers of the full stack.
 
 The copy is exact only if the layer's graph does not depend on its index: :func:`stamp_layers`
 first checks that the graphs of layers 0 and 1 are the same, node for node (operators,
