@@ -114,7 +114,12 @@ def write_processor(config, task: str, folder: str) -> None:
         cls = _auto_class(feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES, model_type)
         if cls is None:
             raise ValueError(f"no feature extractor class for model type {model_type!r}")
-        cls().save_pretrained(folder)
+        import inspect
+
+        accepted = inspect.signature(cls.__init__).parameters  # the tiny model's sizes where both name them
+        sizes = {k: getattr(config, k) for k in ("num_mel_bins", "max_length", "feature_size")
+                 if k in accepted and isinstance(getattr(config, k, None), int)}
+        cls(**sizes).save_pretrained(folder)
         if task == "automatic-speech-recognition":
             ctc_processor(folder).tokenizer.save_pretrained(folder)
         return
