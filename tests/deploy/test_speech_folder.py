@@ -235,3 +235,29 @@ def test_task_zoo_whisper_generates_transformers_tokens():
     result = compare_folder_generation(model, config)
     assert result["equal"], result
     assert result["new_tokens"] == 8
+
+
+@pytest.mark.slow
+def test_previous_layout_still_transcribes_with_a_notice(folders, tmp_path):
+    """A folder of the previous layout (encoder.onnx returning every layer's cross keys and values, decoder.onnx with
+    the cache named past_key_values_key_<i>) still transcribes, the same tokens, with one OldLayoutWarning."""
+    from fx2onnx.deploy.files import copy_folder_files
+    from fx2onnx.deploy.speech import export_speech_pieces
+    from fx2onnx.runtime.folder import OldLayoutWarning
+    from fx2onnx.runtime.speech import SpeechGenerator
+
+    checkpoint, out, wav = folders
+    old = str(tmp_path / "old")
+    os.makedirs(old)
+    config = transformers.AutoConfig.from_pretrained(checkpoint)
+    pieces = export_speech_pieces(checkpoint, old, config, torch.float32, optimize="onnxruntime", quantize=None,
+                                  block_size=32, opset=None, progress=False, say=lambda _line: None)
+    copy_folder_files(checkpoint, old)
+    with open(os.path.join(old, "fx2onnx.json"), "w") as f:
+        json.dump({"task": "speech-seq2seq", "pieces": {p.name: {"file": p.filename, "inputs": p.input_names,
+                                                                 "outputs": p.output_names, "cache": p.cache}
+                                                        for p in pieces}}, f)
+    with pytest.warns(OldLayoutWarning, match="older fx2onnx"):
+        generator = SpeechGenerator(old)
+    assert generator.transcribe(wav, 12, language="en").new_ids == \
+        SpeechGenerator(out).transcribe(wav, 12, language="en").new_ids
