@@ -70,7 +70,7 @@ def folders_page(document: dict[str, Any], total: int | None = None) -> str:
         f"{c['stamped']} with stamped layers" + (f"; {total - c['run']} not run yet." if c["run"] < total else "."),
         "",
         f"Run on {document.get('date', 'an unknown date')}, {document.get('machine', '')}, {versions}: "
-        f"``{document.get('command', '')}``.",
+        f"``{document.get('command', '')}``." + (f" {document['notes']}" if document.get("notes") else ""),
         "",
         ".. list-table::",
         "    :header-rows: 1",
