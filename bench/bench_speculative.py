@@ -198,6 +198,8 @@ def main() -> None:
                     export_folder(os.path.join(root, source), folders[name], quantize=quantize, validate=False,
                                   **options)
             data = "model_q4.onnx_data" if quantize == "int4" else "model.onnx_data"  # transformers.js' names
+            if not os.path.exists(os.path.join(folders["default"], "onnx", data)):  # a folder of the former layout
+                data = "model.onnx_data"
             weights_mb = os.path.getsize(os.path.join(folders["default"], "onnx", data)) / 2**20
             greedy = FolderGenerator(folders["default"]).generate_text(seed_text, NEW).new_ids
             texts = {"repeating": seed_text + greedy + seed_text, "non-repeating": other}

@@ -28,12 +28,15 @@ there and the last 16 in ``verify_logits``). Two prompts, 128 new tokens each:
   words after a while, which prompt lookup then copies;
 * **wrong candidates**: a lookup whose candidates are always wrong, the cost of verifying runs which
   keep nothing, with the backoff to plain decoding (after ``n`` failed runs in a row, ``2 ** (n - 1)``
-  plain steps, then half as many candidates) and without.
+  plain steps, then one candidate a run until one is kept) and without.
 
 The numbers come from ``_doc/bench/speculative.json`` (date and command printed below), measured
 on this project's 2-core machine while other jobs ran: they are noisy. Each configuration runs once per
 round, the rounds interleaved in a shuffled order; a row gives the best round, the median and the
-range of the rounds, the spread of which says what a difference between two rows means.
+range of the rounds, the spread of which says what a difference between two rows means. The rows
+without a median come from the first command printed below, before the draft ran in genai's setting
+(its ``draft`` rows ran with transformers' defaults) and before the backoff went down to one candidate
+(it halved them).
 """
 
 import json

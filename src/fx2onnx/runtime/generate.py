@@ -435,18 +435,21 @@ class OnnxGenerator:
                 if length + step > capacity:
                     capacity = min(2 * capacity, length + max_new_tokens)
                     self._grow_in_place(binding, capacity, [full for full, _ in self._buffers])
-                binding.bind_cpu_input("input_ids", step_ids)
+                # onnxruntime's C++ binding and session: the Python wrappers wrap every output (the cache's too)
+                # in a Python object at each step; the arrays bound stay alive until the next step
+                native = binding._iobinding
+                native.bind_input("input_ids", step_ids)
                 if sig.has_attention_mask:
-                    binding.bind_cpu_input("attention_mask", step_mask)
+                    native.bind_input("attention_mask", step_mask)
                 if sig.has_position_ids:
-                    binding.bind_cpu_input("position_ids", step_positions)
+                    native.bind_input("position_ids", step_positions)
                 # bound again at each step (in its place, the first): onnxruntime allocates it, the logits
                 # change shape after the prompt
                 binding.bind_output(fetch_names[0], "cpu")
                 model_begin = time.perf_counter()
-                self.session.run_with_iobinding(binding, run_options)
+                self.session._sess.run_with_iobinding(native, run_options)
                 model_time = time.perf_counter() - model_begin
-                fetches = [binding.get_outputs()[0]._ortvalue]
+                fetches = [native.get_outputs()[0]]
             else:
                 if sig.has_attention_mask:
                     feeds.push_back(from_numpy(step_mask, device))
