@@ -23,6 +23,7 @@ The JSON keeps the date, the machine, the versions and the command beside the ro
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import datetime
 import io
@@ -333,8 +334,7 @@ def main(argv=None) -> list[dict]:
             "versions": _versions(),
             "command": "nice -n 10 python bench/sweep_folder_tasks.py " + " ".join(
                 argv if argv is not None else sys.argv[1:]),
-            "pairs": {FOLDER_TASKS[k.split("/", 1)[0]]: sum(x.split("/", 1)[0] == k.split("/", 1)[0] for x in every)
-                      for k in every},
+            "pairs": dict(sorted(collections.Counter(FOLDER_TASKS[k.split("/", 1)[0]] for k in every).items())),
             "not_run": sorted(k for k in every if k not in merged),
             "summary": summary(ordered), "rows": ordered,
         }
