@@ -7,7 +7,8 @@
 #               tests marked slow (model sweeps, long end-to-end tests)
 #   make test-all  runs every test, the slow ones included (what .ci/run calls)
 # Both create .venv on first use and install requirements-docs.txt and the package (editable), and
-# node_modules (package.json: transformers.js, which the tests run exported folders in) where npm is.
+# node_modules (package.json: transformers.js, which the tests and a gallery page run exported folders in)
+# where npm is.
 # FX2ONNX_GALLERY_PATTERN=linreg make html   runs only the gallery examples matching a regex,
 # FX2ONNX_SCENARIOS_CASES='^OneTensor$'       restricts the scenario zoo (a quick build).
 
@@ -41,7 +42,7 @@ $(STAMP): requirements-docs.txt pyproject.toml | $(PY)
 	$(PY) -c "from fx2onnx.torchvision_cpu import write_pth_file; print(write_pth_file())"
 	touch $(STAMP)
 
-html: $(STAMP)
+html: $(STAMP) $(NODE_STAMP)
 	$(PY) -m sphinx $(SPHINXOPTS) -b html -d _build/doctrees . _build/html
 	$(PY) _doc/site_check.py _build/html
 	@echo "The site is in _build/html/index.html"
