@@ -17,7 +17,8 @@ configuration is read in both layouts: ``pooling_mode`` (a name or a list, sente
 
     from fx2onnx.deploy.sentence import read_sentence_modules
 
-    print(read_sentence_modules("all-MiniLM-L6-v2"))  # SentenceModules(modes=('mean',), normalize=True, ...)
+    # SentenceModules(modes=('mean',), normalize=True, ...)
+    print(read_sentence_modules("all-MiniLM-L6-v2"))
 """
 
 from __future__ import annotations

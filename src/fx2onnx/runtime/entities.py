@@ -13,7 +13,8 @@ highest.
 
     from fx2onnx.runtime.entities import tag_tokens, group_entities
 
-    tagged = tag_tokens(text, tokens, ids, scores, special, offsets, tokenizer.unk_token_id, word_pieces=True)
+    tagged = tag_tokens(text, tokens, ids, scores, special, offsets, tokenizer.unk_token_id,
+                        word_pieces=True)
     print(group_entities(tagged, "first", id2label, tokenizer.convert_tokens_to_string))
 """
 
