@@ -46,16 +46,21 @@ print(sorted(os.listdir(checkpoint)))
 
 
 def run(*argv: str, code: int = 0) -> str:
-    """Runs ``python -m fx2onnx ...`` (its entry point, in this process), prints what it prints (the error line
-    too), returns its output."""
+    """Runs ``python -m fx2onnx ...`` (its entry point, in this process), prints what it prints
+    (the error line too), returns its output."""
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         returned = main(list(argv))
     assert returned == code, stderr.getvalue()[-2000:]
     errors = [line for line in stderr.getvalue().splitlines() if line.startswith("error:")]
-    shown = [f"$ python -m fx2onnx {' '.join(a if ' ' not in a else repr(a) for a in argv)}", *errors,
-             stdout.getvalue().rstrip()]
-    print("\n".join(shown).rstrip().replace(work.name + os.sep, ""))  # paths relative to the temporary folder
+    shown = [
+        f"$ python -m fx2onnx {' '.join(a if ' ' not in a else repr(a) for a in argv)}",
+        *errors,
+        stdout.getvalue().rstrip(),
+    ]
+    print(
+        "\n".join(shown).rstrip().replace(work.name + os.sep, "")
+    )  # paths relative to the temporary folder
     return stdout.getvalue()
 
 
@@ -68,7 +73,12 @@ def run(*argv: str, code: int = 0) -> str:
 run("export", checkpoint, "--out", out, "--quiet")
 print(sorted(os.listdir(out)), sorted(os.listdir(os.path.join(out, "onnx"))))
 metadata = json.load(open(os.path.join(out, "fx2onnx.json")))
-print(metadata["task"], metadata["pieces"]["model"]["inputs"], "->", metadata["pieces"]["model"]["outputs"])
+print(
+    metadata["task"],
+    metadata["pieces"]["model"]["inputs"],
+    "->",
+    metadata["pieces"]["model"]["outputs"],
+)
 
 # %%
 # Run
@@ -104,7 +114,12 @@ print(got[1])
 labels = [x["label"] for x in expected[1]]
 ours_scores = {x["label"]: x["score"] for x in got[1]}
 fig, ax = plt.subplots(figsize=(6, 2.5))
-ax.bar(np.arange(3) - 0.2, [ours_scores[label] for label in labels], width=0.4, label="fx2onnx run (onnxruntime)")
+ax.bar(
+    np.arange(3) - 0.2,
+    [ours_scores[label] for label in labels],
+    width=0.4,
+    label="fx2onnx run (onnxruntime)",
+)
 ax.bar(np.arange(3) + 0.2, [x["score"] for x in expected[1]], width=0.4, label="transformers pipeline")
 ax.set_xticks(np.arange(3), labels)
 ax.set_ylabel("score")

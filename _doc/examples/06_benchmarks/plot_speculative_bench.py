@@ -48,14 +48,30 @@ here = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() els
 root = os.path.join(here, "..", "..", "..")
 with open(os.path.join(root, "_doc", "bench", "speculative.json"), encoding="utf-8") as f:
     stored = json.load(f)
-order = ["greedy", "prompt lookup", "draft", "draft, transformers' defaults", "wrong candidates",
-         "wrong candidates, no backoff"]
-rows = sorted((r for r in stored["rows"] if r["mode"] not in ("prefill", "verify cost")),
-              key=lambda r: (r["precision"] != "float32", r["threads"], r["text"] != "repeating",
-                             r["loop"] != "fx2onnx", r["folder"] != "default", order.index(r["mode"])))
+order = [
+    "greedy",
+    "prompt lookup",
+    "draft",
+    "draft, transformers' defaults",
+    "wrong candidates",
+    "wrong candidates, no backoff",
+]
+rows = sorted(
+    (r for r in stored["rows"] if r["mode"] not in ("prefill", "verify cost")),
+    key=lambda r: (
+        r["precision"] != "float32",
+        r["threads"],
+        r["text"] != "repeating",
+        r["loop"] != "fx2onnx",
+        r["folder"] != "default",
+        order.index(r["mode"]),
+    ),
+)
 for command in stored.get("commands", [f"{stored['date']}: {stored['command']}"]):
     print(command)
-print(f"machine: {stored['machine']}; memory bandwidth {stored['bandwidth_gb_s']:.1f} GB/s (a numpy copy)")
+print(
+    f"machine: {stored['machine']}; memory bandwidth {stored['bandwidth_gb_s']:.1f} GB/s (a numpy copy)"
+)
 print(", ".join(f"{k} {v}" for k, v in stored.get("versions", {}).items()))
 
 # %%
@@ -71,15 +87,24 @@ print(", ".join(f"{k} {v}" for k, v in stored.get("versions", {}).items()))
 
 def spread(r: dict) -> str:
     values = r.get("decode_tok_s_rounds")
-    return f"{r['decode_tok_s_median']:>7.1f} {min(values):>6.0f}-{max(values):<5.0f}" if values else f"{'':>19}"
+    return (
+        f"{r['decode_tok_s_median']:>7.1f} {min(values):>6.0f}-{max(values):<5.0f}"
+        if values
+        else f"{'':>19}"
+    )
 
 
-print(f"{'text':<14} {'prec.':<7} {'thr':>3} {'loop':<17} {'folder':<10} {'mode':<30} {'decode':>7} "
-      f"{'median':>7} {'range':<12} {'tok/run':>7} {'floor':>6} same")
+print(
+    f"{'text':<14} {'prec.':<7} {'thr':>3} {'loop':<17} {'folder':<10} {'mode':<30} {'decode':>7} "
+    f"{'median':>7} {'range':<12} {'tok/run':>7} {'floor':>6} same"
+)
 for r in rows:
     per_run = f"{r['tokens_per_run']:>7.2f}" if "tokens_per_run" in r else f"{'':>7}"
-    print(f"{r['text']:<14} {r['precision']:<7} {r['threads']:>3} {r['loop']:<17} {r['folder']:<10} {r['mode']:<30} "
-          f"{r['decode_tok_s']:>7.1f} {spread(r)} {per_run} {r['floor_tok_s']:>6.0f} {r['same_tokens']}")
+    print(
+        f"{r['text']:<14} {r['precision']:<7} {r['threads']:>3} {r['loop']:<17} {r['folder']:<10} "
+        f"{r['mode']:<30} "
+        f"{r['decode_tok_s']:>7.1f} {spread(r)} {per_run} {r['floor_tok_s']:>6.0f} {r['same_tokens']}"
+    )
     assert r["same_tokens"], r  # every mode gives greedy decoding's tokens
 
 # %%
@@ -99,15 +124,27 @@ for r in rows:
 # there.
 
 by = {(r["text"], r["precision"], r["threads"], r["loop"], r["folder"], r["mode"]): r for r in rows}
-keys = sorted({(r["text"], r["precision"], r["threads"]) for r in rows}, key=lambda k: (k[1], k[0], k[2]))
-modes = [("prompt lookup", "prompt lookup", "all-logits"), ("draft", "draft", "all-logits"),
-         ("draft, transformers' defaults", "draft", "all-logits"), ("wrong candidates", None, None),
-         ("wrong candidates, no backoff", None, None)]
-print(f"{'text':<14} {'prec.':<7} {'thr':>3} {'mode':<30} {'vs greedy':>9} {'genai vs greedy':>15} {'ours/genai':>10}")
+keys = sorted(
+    {(r["text"], r["precision"], r["threads"]) for r in rows}, key=lambda k: (k[1], k[0], k[2])
+)
+modes = [
+    ("prompt lookup", "prompt lookup", "all-logits"),
+    ("draft", "draft", "all-logits"),
+    ("draft, transformers' defaults", "draft", "all-logits"),
+    ("wrong candidates", None, None),
+    ("wrong candidates, no backoff", None, None),
+]
+print(
+    f"{'text':<14} {'prec.':<7} {'thr':>3} {'mode':<30} {'vs greedy':>9} {'genai vs greedy':>15} "
+    f"{'ours/genai':>10}"
+)
 for text, precision, threads in keys:
     plain = by[text, precision, threads, "fx2onnx", "default", "greedy"]["decode_tok_s"]
     genai_plain = by[text, precision, threads, "onnxruntime-genai", "default", "greedy"]["decode_tok_s"]
-    print(f"{text:<14} {precision:<7} {threads:>3} {'greedy':<30} {1:>9.2f} {1:>15.2f} {plain / genai_plain:>10.2f}")
+    print(
+        f"{text:<14} {precision:<7} {threads:>3} {'greedy':<30} {1:>9.2f} {1:>15.2f} "
+        f"{plain / genai_plain:>10.2f}"
+    )
     for mode, genai_mode, genai_folder in modes:
         ours = by.get((text, precision, threads, "fx2onnx", "default", mode))
         theirs = by.get((text, precision, threads, "onnxruntime-genai", genai_folder, genai_mode))
@@ -132,12 +169,17 @@ for text, precision, threads in keys:
 
 for r in stored["rows"]:
     if r["mode"] == "verify cost":
-        print(f"{r['precision']:<7} {r['candidates']:>2} candidates: {r['run_ms']:6.2f} ms, "
-              f"{r['ratio']:.2f} x a plain step")
+        print(
+            f"{r['precision']:<7} {r['candidates']:>2} candidates: {r['run_ms']:6.2f} ms, "
+            f"{r['ratio']:.2f} x a plain step"
+        )
 for r in rows:
     if "modeled_backoff_cost" in r and r["mode"].startswith("wrong"):
-        print(f"{r['text']:<14} {r['precision']:<7} {r['threads']:>3} {r['mode']:<30} verifying runs "
-              f"{r['verifying_runs']:>3}, candidates {r['proposed']:>4}: modeled +{100 * r['modeled_backoff_cost']:.1f} %")
+        print(
+            f"{r['text']:<14} {r['precision']:<7} {r['threads']:>3} {r['mode']:<30} verifying runs "
+            f"{r['verifying_runs']:>3}, candidates {r['proposed']:>4}: modeled "
+            f"+{100 * r['modeled_backoff_cost']:.1f} %"
+        )
 
 # %%
 # The prefill cost of the verifying logits
@@ -148,8 +190,10 @@ for r in rows:
 
 for r in stored["rows"]:
     if r["mode"] == "prefill":
-        print(f"logits of the last {r['kept_logits']:>2} positions: prefill of {r['prompt']} tokens at "
-              f"{r['prefill_tok_s']:.0f} tokens/s (1 thread)")
+        print(
+            f"logits of the last {r['kept_logits']:>2} positions: prefill of {r['prompt']} tokens at "
+            f"{r['prefill_tok_s']:.0f} tokens/s (1 thread)"
+        )
 
 # %%
 # Plot
@@ -159,15 +203,23 @@ for r in stored["rows"]:
 # side by side, the floor of one read of the weights per token as a dashed line.
 
 texts = [t for t in ("repeating", "non-repeating") if any(k[0] == t for k in keys)]
-series = [("fx2onnx", "default", "greedy"), ("fx2onnx", "default", "prompt lookup"), ("fx2onnx", "default", "draft"),
-          ("fx2onnx", "default", "wrong candidates"), ("onnxruntime-genai", "default", "greedy"),
-          ("onnxruntime-genai", "all-logits", "prompt lookup"), ("onnxruntime-genai", "all-logits", "draft")]
+series = [
+    ("fx2onnx", "default", "greedy"),
+    ("fx2onnx", "default", "prompt lookup"),
+    ("fx2onnx", "default", "draft"),
+    ("fx2onnx", "default", "wrong candidates"),
+    ("onnxruntime-genai", "default", "greedy"),
+    ("onnxruntime-genai", "all-logits", "prompt lookup"),
+    ("onnxruntime-genai", "all-logits", "draft"),
+]
 threads = sorted({k[2] for k in keys})
 fig, axes = plt.subplots(1, len(texts), figsize=(7.4, 3.8), sharey=True, squeeze=False)
 for ax, text in zip(axes[0], texts):
     for j, thread in enumerate(threads):
         values = [by.get((text, "float32", thread, *s), {}).get("decode_tok_s", 0) for s in series]
-        ax.barh([i + 0.4 * j for i in range(len(series))], values, height=0.4, label=f"{thread} thread(s)")
+        ax.barh(
+            [i + 0.4 * j for i in range(len(series))], values, height=0.4, label=f"{thread} thread(s)"
+        )
         floor = by[text, "float32", thread, "fx2onnx", "default", "greedy"]["floor_tok_s"]
     ax.axvline(floor, color="gray", linestyle="--", linewidth=1)
     ax.set_yticks([i + 0.2 for i in range(len(series))])
@@ -178,5 +230,7 @@ for ax, text in zip(axes[0], texts):
     ax.tick_params(axis="x", labelsize=8)
 axes[0, 0].invert_yaxis()
 axes[0, 0].legend(fontsize=7, loc="lower right")
-fig.suptitle("Greedy decoding, several tokens per run (dashed: one read of the weights per token)", fontsize=9)
+fig.suptitle(
+    "Greedy decoding, several tokens per run (dashed: one read of the weights per token)", fontsize=9
+)
 fig.tight_layout()
