@@ -63,8 +63,10 @@ ops = collections.Counter(n.op_type for n in onnx.load(path, load_external_data=
 print({k: ops[k] for k in ("NonMaxSuppression", "RoiAlign", "Resize", "Conv")})
 for image, e, o in zip(images, eager, ort):
     diff = match_detections(e, o)
-    print(f"image {tuple(image.shape[1:])}: {e['boxes'].shape[0]} boxes, masks {tuple(e['masks'].shape)}, "
-          f"max difference with eager {diff:.2g}")
+    print(
+        f"image {tuple(image.shape[1:])}: {e['boxes'].shape[0]} boxes, "
+        f"masks {tuple(e['masks'].shape)}, max difference with eager {diff:.2g}"
+    )
     assert diff < 1e-2
 
 # %%
@@ -76,7 +78,9 @@ def draw(ax, image, result, title, masks=False):
     ax.imshow(image.permute(1, 2, 0).numpy() * 0.5)
     if masks and len(result["masks"]):
         ax.imshow(torch.as_tensor(result["masks"])[:5, 0].amax(0).numpy(), alpha=0.5, cmap="viridis")
-    for (x0, y0, x1, y1), label in zip(torch.as_tensor(result["boxes"])[:10].tolist(), result["labels"][:10]):
+    for (x0, y0, x1, y1), label in zip(
+        torch.as_tensor(result["boxes"])[:10].tolist(), result["labels"][:10]
+    ):
         ax.add_patch(plt.Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, color=f"C{int(label)}"))
     ax.set_title(title)
     ax.axis("off")
