@@ -20,7 +20,7 @@ def test_page_shows_both_exporters(tmp_path):
                  step="capture", error="GuardOnDataDependentSymNode: Could not guard | on u1")]
     text = torchvision_page(rows)
     assert "Detection\n---------" in text and "Segmentation" not in text
-    assert "OK (0.0002)" in text and "fails at capture: GuardOnDataDependentSymNode" in text
+    assert "OK (0.0002)" in text and "fails at capture: ``GuardOnDataDependentSymNode" in text
     assert "| on u1" not in text  # a bar would break the table
     path = tmp_path / "rows.json"
     assert write_torchvision_page(path, tmp_path) == []

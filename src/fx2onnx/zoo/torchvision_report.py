@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-EXPORTERS = {"to_onnx": "to_onnx", "dynamo": "torch.onnx.export(dynamo=True)"}
+EXPORTERS = {"to_onnx": "``to_onnx``", "dynamo": "``torch.onnx.export`` (dynamo)"}
 
 
 def _cell(row: dict[str, Any] | None) -> str:
@@ -29,7 +29,9 @@ def _cell(row: dict[str, Any] | None) -> str:
     if row.get("success"):
         return f"OK ({row.get('max_diff', 0):.1g})"
     error = re.sub(r"\x1b\[[0-9;]*m", "", row.get("error") or "").replace("|", "/").replace("`", "'")
-    return f"fails at {row.get('step')}: {error[:120]}"
+    error = error[:120].strip()
+    # a literal: the page's style sheet wraps it anywhere, a long error name does not widen the table
+    return f"fails at {row.get('step')}: ``{error}``" if error else f"fails at {row.get('step')}"
 
 
 def _number(row: dict[str, Any] | None, key: str) -> str:
@@ -71,7 +73,7 @@ def torchvision_page(rows: list[dict[str, Any]]) -> str:
                   "      - ort 1 thread (ms)", "      - ort 2 threads (ms)", "      - eager (ms)"]
         for name in names:
             ours = by.get((name, "to_onnx"))
-            lines += [f"    * - {name}", *(f"      - {_cell(by.get((name, e)))}" for e in EXPORTERS)]
+            lines += [f"    * - ``{name}``", *(f"      - {_cell(by.get((name, e)))}" for e in EXPORTERS)]
             lines += [f"      - {_number(by.get((name, e)), 'export_s')}" for e in EXPORTERS]
             lines += [f"      - {_number(ours, k)}" for k in ("ort1_ms", "ort2_ms", "eager_ms")]
         lines.append("")
