@@ -27,9 +27,11 @@ the others (a convolution state's kernel, a recurrent state's width) are static.
 
     config = transformers.Lfm2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=99,
-                                     layer_types=["conv", "full_attention"], architectures=["Lfm2ForCausalLM"])
+                                     layer_types=["conv", "full_attention"],
+                                     architectures=["Lfm2ForCausalLM"])
     inputs, inputs2, shapes = model_cache_inputs(config)
-    print(shapes["past_key_values"])  # [{0: 'batch'}, {0: 'batch', 2: 'past_seq'}, {0: 'batch', 2: 'past_seq'}]
+    # [{0: 'batch'}, {0: 'batch', 2: 'past_seq'}, {0: 'batch', 2: 'past_seq'}]
+    print(shapes["past_key_values"])
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ failure with its one-line reason. Nothing runs at build time.
 
     from fx2onnx.zoo.folders_report import folders_page
 
-    print(folders_page({"rows": [{"arch": "llama", "class": "LlamaForCausalLM", "step": "compare", "equal": True,
-                                  "stamped": True, "export_seconds": 6.2}]}))
+    row = {"arch": "llama", "class": "LlamaForCausalLM", "step": "compare", "equal": True,
+           "stamped": True, "export_seconds": 6.2}
+    print(folders_page({"rows": [row]}))
 """
 
 from __future__ import annotations
