@@ -47,7 +47,7 @@ FAMILIES = {"llava": ("<image>", 0.3), "gemma3": ("<start_of_image>", 0.02), "id
 def folders(tmp_path_factory, request):
     """A bf16 LLaVA, Gemma 3, Idefics 3, Qwen-VL or Mistral 3 folder with its processor, the folder ``export`` wrote
     from it, two PNG images."""
-    from fx2onnx.zoo import vlm_folder
+    from fx2onnx.testing import vlm_folder
 
     family = request.param
     root = tmp_path_factory.mktemp(family)

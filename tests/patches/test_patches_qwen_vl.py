@@ -11,7 +11,7 @@ transformers = pytest.importorskip("transformers")
 
 import fx2onnx  # noqa: E402
 from fx2onnx.deploy.qwen_vl import grid_positions, interpolation_positions, window_positions  # noqa: E402
-from fx2onnx.zoo import vlm_folder  # noqa: E402
+from fx2onnx.testing import vlm_folder  # noqa: E402
 from fx2onnx.patches.qwen_vl import block_diagonal_bias, segment_ids  # noqa: E402
 
 #: images of different sizes (rows, columns of patches, even: 2x2 patches merge into one feature)
