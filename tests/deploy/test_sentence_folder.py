@@ -63,6 +63,7 @@ def _check(tmp_path_factory, modes, normalize):
     return out, got
 
 
+@pytest.mark.slow  # sentence-transformers' import and an export: the fast tier holds its budget
 def test_sentence_transformers_folder_mean_normalized(tmp_path_factory, tmp_path, capsys):
     out, got = _check(tmp_path_factory, ("mean",), True)
     np.testing.assert_allclose(np.linalg.norm(got, axis=-1), 1.0, atol=1e-5)

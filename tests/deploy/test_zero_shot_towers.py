@@ -34,6 +34,7 @@ def clip(tmp_path_factory):
     return _exported(tmp_path_factory, "CLIPModel")
 
 
+@pytest.mark.slow  # an export of two towers: the fast tier keeps the single-tower encoder folders
 def test_clip_folder_equals_transformers(clip, tmp_path, capsys):
     checkpoint, out, result = clip
     assert result.task == "zero-shot-image-classification"
