@@ -59,7 +59,7 @@ COLUMN_CHARS = 104
 COLUMN_PX = 856
 #: the blocks whose lines wrap (``_static/fx2onnx.css``): a gallery example's output and the literal blocks of
 #: text (``::``, ``code-block:: text``, a command's output); the code blocks (python, bash) keep their lines
-WRAPPED_BLOCKS = ("sphx-glr-script-out", "highlight-text", "highlight-default", "highlight-none")
+WRAPPED_BLOCKS = ("sphx-glr-script-out", "highlight-text", "highlight-default", "highlight-none", "fx-wrap")
 
 #: seconds a gallery example may run (a regular expression on its page's path -> seconds);
 #: the first matching entry applies

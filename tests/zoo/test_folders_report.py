@@ -25,8 +25,8 @@ def test_counts_and_one_line_per_class(tmp_path):
     assert [status(r) for r in DOCUMENT["rows"]] == ["equal", "differs", "fails at export"]
     text = folders_page(DOCUMENT)
     assert "**1 of 4** classes generate transformers' tokens; 2 exported, 1 with stamped layers; 1 not run yet." in text
-    assert "      - CpmAnt's cache / is a tuple in FOLDER/checkpoint" in text  # the reason, without the prefix nor a table separator
-    assert text.index("* - cpmant") < text.index("* - gemma3_text") < text.index("* - llama")
+    assert "      - ``CpmAnt's cache / is a tuple in FOLDER/checkpoint" in text  # the reason, without the prefix nor a table separator
+    assert text.index("* - ``cpmant``") < text.index("* - ``gemma3_text``") < text.index("* - ``llama``")
     assert not any(line.endswith(" ") for line in text.splitlines())
     path = tmp_path / "rows.json"
     path.write_text(json.dumps(DOCUMENT), encoding="utf-8")

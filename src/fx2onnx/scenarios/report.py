@@ -117,9 +117,11 @@ def _heading(text: str, char: str) -> list[str]:
     return [text, char * max(len(text), 4), ""]
 
 
-def _code(text: str, language: str = "text") -> list[str]:
+def _code(text: str, language: str = "text", wrap: bool = False) -> list[str]:
+    """A code block; ``wrap``: its lines wrap in the content column (class ``fx-wrap``, the site's style sheet), for
+    code the project does not write (torch's exportdb examples)."""
     body = [("    " + line).rstrip() for line in (text or "").splitlines()] or ["    (empty)"]
-    return [f".. code-block:: {language}", "", *body, ""]
+    return [f".. code-block:: {language}", *(["    :class: fx-wrap"] if wrap else []), "", *body, ""]
 
 
 def grid_table(
@@ -224,7 +226,7 @@ def _details_page(rows, family: str, cases: list[str]) -> str:
         lines += [f".. _{_label(name)}:", ""] + _heading(name, "-")
         doc = case.doc if family in ZOO_FAMILIES else escape_rst(case.doc)
         lines += [doc, ""]
-        lines += _code(case.code, "python")
+        lines += _code(case.code, "python", wrap=family not in ZOO_FAMILIES)
         lines.append("**Input sets** (static runs check the first one, dynamic runs the second one):")
         lines.append("")
         for i, (args, kwargs) in enumerate(case.inputs[:2]):

@@ -86,10 +86,16 @@ def folders_page(document: dict[str, Any], total: int | None = None) -> str:
     ]
     for row in rows:
         export = row.get("export_seconds")
-        cells = [row.get("class", ""), status(row), "yes" if row.get("stamped") else "",
-                 "" if export is None else str(export), "" if row.get("equal") else _reason(row)]
-        lines += [f"    * - {row['arch']}", *(f"      - {cell}" if cell else "      -" for cell in cells)]
+        reason = "" if row.get("equal") else _reason(row).replace("`", "'").strip()
+        # names and reasons as literals: the site's style sheet wraps them anywhere, the table fits the column
+        cells = [_literal(row.get("class", "")), status(row), "yes" if row.get("stamped") else "",
+                 "" if export is None else str(export), _literal(reason)]
+        lines += [f"    * - {_literal(row['arch'])}", *(f"      - {cell}" if cell else "      -" for cell in cells)]
     return "\n".join(lines) + "\n"
+
+
+def _literal(text: str) -> str:
+    return f"``{text}``" if text else ""
 
 
 def write_folders_page(rows_path: str | Path, out_dir: str | Path, total: int | None = None) -> list[str]:
