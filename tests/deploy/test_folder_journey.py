@@ -290,7 +290,9 @@ def test_real_width_projections_are_packed(tmp_path, capsys):
     for quant in ([], ["--quantize", "int4"]):
         out = str(tmp_path / ("int4" if quant else "float32"))
         assert main(["export", checkpoint, "--out", out, "--quiet", *quant]) == 0
-        proto = onnx.load(os.path.join(out, "onnx", "model.onnx"), load_external_data=False)
+        decoder = json.load(open(os.path.join(out, "fx2onnx.json")))["decoder"]  # onnx/model_q4.onnx in int4
+        assert decoder == ("onnx/model_q4.onnx" if quant else "onnx/model.onnx")
+        proto = onnx.load(os.path.join(out, decoder), load_external_data=False)
         ops = [n.op_type for n in proto.graph.node]
         assert ops.count("Split") == 1 and ops.count("MatMulNBits" if quant else "MatMul") == 6  # qkv, o, gate, up, down, head
         capsys.readouterr()
