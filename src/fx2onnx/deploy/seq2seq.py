@@ -30,19 +30,17 @@ import dataclasses
 import json
 import os
 import time
-import warnings
 from typing import Any
 
 import onnx
 import torch
 
 from ..formats import CACHE_METADATA_KEY, FOLDER_METADATA
-from ..weights import to_onnx_from_checkpoint
 from .check import check_against_eager
 from .files import copy_folder_files
 from .result import FolderExport, peak_rss
-from .saved_model import rename_external_data, rename_values
-from .speech import Piece
+from .saved_model import rename_external_data
+from .speech import Piece, export_piece
 from .speech_generic import example_features, meta_model_with_buffers, start_token
 from .transformersjs import data_file_name, transformersjs_dtype, variant_file, write_transformersjs_config
 
@@ -371,17 +369,8 @@ def export_seq2seq_pieces(folder: str, out_dir: str, config: Any, dtype: torch.d
     facts["decoder_file"] = variant_file(DECODER_FILE, quantize, str(dtype))
     os.makedirs(os.path.join(out_dir, "onnx"), exist_ok=True)
     for piece in pieces:
-        say(f"exporting the {piece.name} of {config.architectures[0]} ({str(dtype).replace('torch.', '')}, "
-            f"optimize={optimize}{', ' + quantize if quantize else ''})")
-        path = os.path.join(out_dir, piece.filename)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*froze the length of input.*")
-            to_onnx_from_checkpoint(
-                folder, (), piece.inputs, filename=path, model=piece.module, dtype=dtype, progress=progress,
-                dynamic_shapes=piece.dynamic_shapes, target_opset=opset,
-                optimize=False if optimize == "none" else optimize, quantize=quantize,
-                quantize_block_size=block_size, quantize_symmetric=symmetric)
-        rename_values(path, piece.input_names, piece.output_names, {})
+        export_piece(folder, out_dir, piece, config, dtype, optimize=optimize, quantize=quantize,
+                     block_size=block_size, opset=opset, progress=progress, say=say, symmetric=symmetric, cache={})
     encoder, cross, step = pieces
     rename_external_data(os.path.join(out_dir, encoder.filename), data_file_name(encoder.filename))
     merge_decoder(os.path.join(out_dir, step.filename), os.path.join(out_dir, cross.filename),

@@ -184,26 +184,39 @@ def export_speech_pieces(
     :param model: the model with its parameters on the meta device (default: built from the folder's config)
     :return: the pieces (their example inputs serve the check against eager)
     """
-    import os
-    import warnings
 
     model = model if model is not None else model_from_checkpoint_config(folder, dtype)
     pieces = make_pieces(model) if make_pieces is not None else speech_pieces(model, config, dtype)
     for piece in pieces:
-        say(f"exporting the {piece.name} of {config.architectures[0]} ({str(dtype).replace('torch.', '')}, "
-            f"optimize={optimize}{', ' + quantize if quantize else ''})")
-        path = os.path.join(out_dir, piece.filename)
-        with warnings.catch_warnings():
-            # the lists of the wrapper's inputs become one input per layer, as intended
-            warnings.filterwarnings("ignore", message=".*froze the length of input.*")
-            to_onnx_from_checkpoint(
-                folder, (), piece.inputs, filename=path, model=piece.module, dtype=dtype, progress=progress,
-                dynamic_shapes=piece.dynamic_shapes, target_opset=opset,
-                optimize=False if optimize == "none" else optimize, quantize=quantize,
-                quantize_block_size=block_size, quantize_symmetric=symmetric,
-            )
-        rename_values(path, piece.input_names, piece.output_names, piece.cache)
+        export_piece(folder, out_dir, piece, config, dtype, optimize=optimize, quantize=quantize,
+                     block_size=block_size, opset=opset, progress=progress, say=say, symmetric=symmetric)
     return pieces
+
+
+def export_piece(
+    folder: str, out_dir: str, piece: Piece, config: Any, dtype: torch.dtype, *, optimize: str, quantize: str | None,
+    block_size: int, opset: int | None, progress: bool, say: Any, symmetric: bool = True,
+    cache: dict[str, str] | None = None,
+) -> str:
+    """Exports one piece of a folder to ``out_dir/piece.filename`` (weights streamed from the checkpoint) and names
+    its inputs and outputs; ``cache``: its past -> present pairs (default ``piece.cache``). Returns the path."""
+    import os
+    import warnings
+
+    say(f"exporting the {piece.name} of {config.architectures[0]} ({str(dtype).replace('torch.', '')}, "
+        f"optimize={optimize}{', ' + quantize if quantize else ''})")
+    path = os.path.join(out_dir, piece.filename)
+    with warnings.catch_warnings():
+        # the lists of the wrapper's inputs become one input per layer, as intended
+        warnings.filterwarnings("ignore", message=".*froze the length of input.*")
+        to_onnx_from_checkpoint(
+            folder, (), piece.inputs, filename=path, model=piece.module, dtype=dtype, progress=progress,
+            dynamic_shapes=piece.dynamic_shapes, target_opset=opset,
+            optimize=False if optimize == "none" else optimize, quantize=quantize,
+            quantize_block_size=block_size, quantize_symmetric=symmetric,
+        )
+    rename_values(path, piece.input_names, piece.output_names, piece.cache if cache is None else cache)
+    return path
 
 
 def check_speech_pieces(folder: str, out_dir: str, pieces: list[Piece], dtype: torch.dtype, atol: float,
