@@ -25,12 +25,10 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import datetime
 import io
 import itertools
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -277,14 +275,6 @@ def summary(rows: list[dict]) -> dict:
     return dict(sorted(table.items()))
 
 
-def _versions() -> dict:
-    import onnxruntime
-    import torch
-    import transformers
-
-    return {"python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "onnxruntime": onnxruntime.__version__}
-
 
 def pairs(only: set[str] | None = None) -> list[str]:
     """The pairs of the tasks page a folder exports, the tasks interleaved (one of each in turn)."""
@@ -300,7 +290,7 @@ def pairs(only: set[str] | None = None) -> list[str]:
 
 
 def main(argv=None) -> list[dict]:
-    from fx2onnx.runner import run_tasks
+    from fx2onnx.runner import run_tasks, sweep_context
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--timeout", type=int, default=180, help="seconds per pair")
@@ -329,11 +319,8 @@ def main(argv=None) -> list[dict]:
         merged.update({r["architecture"]: r for r in rows})
         ordered = sorted(merged.values(), key=lambda r: (r["task"], r["architecture"]))
         document = {
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared with other jobs)",
-            "versions": _versions(),
-            "command": "nice -n 10 python bench/sweep_folder_tasks.py " + " ".join(
-                argv if argv is not None else sys.argv[1:]),
+            **sweep_context("nice -n 10 python bench/sweep_folder_tasks.py " + " ".join(
+                argv if argv is not None else sys.argv[1:])),
             "pairs": dict(sorted(collections.Counter(FOLDER_TASKS[k.split("/", 1)[0]] for k in every).items())),
             "not_run": sorted(k for k in every if k not in merged),
             "summary": summary(ordered), "rows": ordered,

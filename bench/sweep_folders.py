@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import io
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -123,18 +121,10 @@ def summary(rows: list[dict]) -> dict:
             "stamped": sum(bool(r.get("stamped")) for r in rows)}
 
 
-def _versions() -> dict:
-    import onnxruntime
-    import torch
-    import transformers
-
-    return {"python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "onnxruntime": onnxruntime.__version__}
-
 
 def main(argv=None) -> list[dict]:
     from fx2onnx.inputs.discover import discover_architectures
-    from fx2onnx.runner import run_tasks
+    from fx2onnx.runner import run_tasks, sweep_context
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--layers", type=int, default=6, help="layers of each tiny model (three periods of 2)")
@@ -163,10 +153,8 @@ def main(argv=None) -> list[dict]:
         merged.update({r["arch"]: r for r in rows})
         ordered = sorted(merged.values(), key=lambda r: r["arch"])
         document = {
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared with other jobs)",
-            "versions": _versions(),
-            "command": "nice -n 10 python bench/sweep_folders.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            **sweep_context("nice -n 10 python bench/sweep_folders.py " + " ".join(
+                argv if argv is not None else sys.argv[1:])),
             "layers": args.layers, "new_tokens": NEW_TOKENS, "classes": len(every),
             "summary": summary(ordered), "rows": ordered,
         }

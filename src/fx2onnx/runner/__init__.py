@@ -39,8 +39,26 @@ from .sandbox import OUT_OF_MEMORY, Sandbox, out_of_memory
 __all__ = [
     "CAPTURE_ERRORS", "CLUSTER_ENV", "KEY_PACKAGES", "OUT_OF_MEMORY", "Progress", "Sandbox", "cluster_address",
     "dynamo_export", "first_line", "label_export_step", "out_of_memory", "reuse_torchlib_registry", "run_tasks",
-    "sources_hash",
+    "sources_hash", "sweep_context",
 ]
+
+
+def sweep_context(command: str) -> dict[str, Any]:
+    """What a sweep's stored JSON says of its run: ``date`` (UTC), ``machine``, ``versions`` (python, torch,
+    transformers, onnxruntime) and the ``command`` which ran it."""
+    import datetime
+    import os
+    import platform
+
+    import onnxruntime
+    import torch
+    import transformers
+
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared with other jobs)",
+            "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                         "transformers": transformers.__version__, "onnxruntime": onnxruntime.__version__},
+            "command": command}
 
 
 def failed(row: Any) -> bool:
