@@ -73,7 +73,8 @@ def _whole_layer(layer: Any, past: int, generator: torch.Generator) -> Any:
     """``layer`` holding ``past`` positions: a sliding layer becomes its whole-past counterpart (its other states
     kept), keys and values shorter than ``past`` are drawn at random with their batch, heads and width."""
     if _is_sliding(layer):
-        whole = _whole_class(layer).__new__(_whole_class(layer))
+        cls = _whole_class(layer)
+        whole = cls.__new__(cls)
         whole.__dict__.update({k: v for k, v in vars(layer).items() if k not in _SLIDING_ATTRIBUTES})
         layer = whole
     else:
