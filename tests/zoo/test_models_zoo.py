@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import tempfile
+
 import pytest
 import torch
 
-from fx2onnx.zoo.architectures import build_rows, load_rows, make_tasks, run, run_row, select_architectures
+from fx2onnx.zoo.architectures import (
+    build_rows, load_rows, make_tasks, run, run_row, save_rows, select_architectures,
+)
 from fx2onnx.zoo.zoo_inputs import build_zoo_model, infer_dynamic_shapes
 from fx2onnx.inputs.discover import get_architecture
 
@@ -88,3 +92,13 @@ def test_build_rows_generate_missing(tmp_path, rows):
     gpt2 = next(r for r in merged if r["architecture"] == "gpt2" and r["cache"])
     assert gpt2["generate"]["equal"] and gpt2["generate"]["matched"] == 40, gpt2
     assert not any(lacks_generation(r) for r in merged)
+
+
+def test_saved_rows_name_no_temporary_folder(tmp_path):
+    # an error naming the checkpoint the run read is stored without the run's temporary folder
+    checkpoint = f"{tempfile.gettempdir()}/fx2onnx-generate-abc123/checkpoint"
+    row = {"architecture": "a", "exporter": "to_onnx", "cache": True,
+           "error": f"export: KeyError: \"2 tensor(s) are not in the checkpoint '{checkpoint}': 'x'\""}
+    save_rows([row], tmp_path / "rows.json", {})
+    (stored,), _ = load_rows(tmp_path / "rows.json")
+    assert stored["error"] == "export: KeyError: \"2 tensor(s) are not in the checkpoint '<temporary folder>': 'x'\""

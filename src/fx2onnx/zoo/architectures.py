@@ -27,6 +27,7 @@ import contextlib
 import datetime
 import json
 import re
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -220,10 +221,16 @@ def load_rows(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return data["rows"], data.get("meta", {})
 
 
+def _without_temporary_paths(text: str) -> str:
+    """``text`` with every path under the temporary directory (a row's error naming the checkpoint
+    it read) written ``<temporary folder>``: a stored row must not depend on the run's folders."""
+    return re.sub(re.escape(tempfile.gettempdir()) + r"/[^'\"\s\\]+", "<temporary folder>", text)
+
+
 def save_rows(rows: list[dict[str, Any]], path: str | Path, meta: dict[str, Any], key=None) -> None:
     """Writes rows sorted by ``key`` (architecture, exporter and cache by default), one row a line."""
     rows = sorted(rows, key=key or (lambda r: (r["architecture"], r["exporter"], r["cache"])))
-    body = ",\n".join(json.dumps(r, sort_keys=True) for r in rows)
+    body = _without_temporary_paths(",\n".join(json.dumps(r, sort_keys=True) for r in rows))
     Path(path).write_text('{"meta": ' + json.dumps(meta, indent=1, sort_keys=True) + ',\n"rows": [\n'
                           + body + "\n]}\n", encoding="utf-8")
 
