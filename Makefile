@@ -37,6 +37,8 @@ $(PY):
 	$(BOOT_PYTHON) -m venv $(VENV)
 
 $(STAMP): requirements-docs.txt pyproject.toml | $(PY)
+	@if [ -L "$(VENV)" ]; then echo "error: $(VENV) links to another checkout's environment: installing would move its\
+	 package here; touch $(STAMP) to use it as it is, or remove the link"; exit 2; fi
 	$(PY) -m pip install -r requirements-docs.txt
 	$(PY) -m pip install --no-deps -e .
 	$(PY) -c "from fx2onnx.torchvision_cpu import write_pth_file; print(write_pth_file())"
