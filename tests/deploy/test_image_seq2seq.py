@@ -63,9 +63,12 @@ def test_the_pieces_take_pixels(folders):
     metadata = json.load(open(os.path.join(out, "fx2onnx.json")))
     assert metadata["task"] == "image-text-to-text" and metadata["split"] == "generic"
     encoder, decoder = metadata["pieces"]["encoder"], metadata["pieces"]["decoder"]
-    assert encoder["inputs"] == ["pixel_values"]
-    assert encoder["outputs"][:2] == ["encoder_hidden_states", "cross_key_0"]
-    assert decoder["outputs"][0] == "logits" and "past_key_values_key_0" in decoder["cache"]
+    # the files and names transformers.js and optimum load (fx2onnx.deploy.seq2seq_generic)
+    assert encoder["file"] == "onnx/encoder_model.onnx" and decoder["file"] == "onnx/decoder_model_merged.onnx"
+    assert encoder["inputs"] == ["pixel_values"] and encoder["outputs"] == ["last_hidden_state"]
+    assert decoder["inputs"][:3] == ["input_ids", "encoder_hidden_states", "use_cache_branch"]
+    assert decoder["outputs"][0] == "logits" and decoder["cache"]["past_key_values.0.encoder.key"] == \
+        "present.0.encoder.key"
     assert os.path.isfile(os.path.join(out, "preprocessor_config.json"))
 
 

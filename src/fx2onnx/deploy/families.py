@@ -33,9 +33,11 @@ from .captioner import captioner_generation, is_cross_attention_captioner
 from .encoder import export_encoder_pieces
 from .image_prefix import image_prefix_pieces, is_image_prefix_model
 from .image_text import export_vision_pieces, vision_pieces
+from .mask_generation import export_mask_generation_pieces
 from .speech import Piece
 from .speech_generic import eager_pieces, export_generic_speech_pieces, meta_model_with_buffers
 from .seq2seq import write_seq2seq_folder
+from .seq2seq_generic import write_generic_seq2seq_folder
 from .text_generation import write_text_generation_folder
 
 
@@ -148,14 +150,16 @@ FAMILIES: tuple[Family, ...] = (
              "eager float32", write_folder=write_seq2seq_folder) for task in TEXT2TEXT_TASKS),
     Family("speech encoder-decoder", "speech-seq2seq", "generic", "any other encoder-decoder speech model",
            lambda f: True, _encoder_decoder,
-           "the encoder and the decoder with its cache against the same wrappers in eager float32"),
+           "the encoder and the merged decoder (onnx/encoder_model.onnx, onnx/decoder_model_merged.onnx: its two "
+           "branches) against the same wrappers in eager float32", write_folder=write_generic_seq2seq_folder),
     Family("image prefix", "image-text-to-text", "prefix", "the image features in front of the prompt (GIT)",
            lambda f: f.image_prefix, _image_prefix,
            "the vision piece and the decoder against the same wrappers in eager float32"),
     Family("image encoder-decoder", "image-text-to-text", "generic",
            "an encoder reading pixels and a decoder (TrOCR, Donut, Florence-2, BLIP's captioner)",
            lambda f: f.encoder_decoder, _encoder_decoder,
-           "the encoder and the decoder with its cache against the same wrappers in eager float32"),
+           "the encoder and the merged decoder (onnx/encoder_model.onnx, onnx/decoder_model_merged.onnx: its two "
+           "branches) against the same wrappers in eager float32", write_folder=write_generic_seq2seq_folder),
     Family("image-text", "image-text-to-text", None,
            "a decoder writing image features over its placeholders (LLaVA, Gemma 3, Qwen-VL, Mistral 3, any "
            "other the generic split takes)", lambda f: True, _image_text,
@@ -168,6 +172,11 @@ FAMILIES: tuple[Family, ...] = (
              functools.partial(export_encoder_pieces, task),
              f"the model's {' and '.join(outputs)} on two input sets of its processor against eager float32")
       for task, (modality, outputs) in PIPELINE_TASKS.items()),
+    # the tasks of several pieces run by a pipeline of their own (fx2onnx.runtime.pipelines.OWN_PIPELINES)
+    Family("SAM", "mask-generation", None,
+           "SAM: the image encoder, then the prompt encoder and mask decoder on points (optimum's two files)",
+           lambda f: True, export_mask_generation_pieces,
+           "the image encoder and the prompt encoder and mask decoder on two input sets against eager float32"),
 )
 
 

@@ -359,11 +359,14 @@ def _remove(path: str) -> None:
 
 def export_seq2seq_pieces(folder: str, out_dir: str, config: Any, dtype: torch.dtype, *, optimize: str,
                           quantize: str | None, block_size: int, opset: int | None, progress: bool, say: Any,
-                          symmetric: bool = True, **_: Any) -> tuple[list[Piece], dict[str, Any]]:
+                          symmetric: bool = True, make: Any = None,
+                          **_: Any) -> tuple[list[Piece], dict[str, Any]]:
     """Exports the encoder and the merged decoder of an encoder-decoder folder into ``out_dir/onnx`` and returns
-    the pieces (encoder, cross, decoder: their example inputs serve the check) and the facts of the merge."""
+    the pieces (encoder, cross, decoder: their example inputs serve the check) and the facts of the merge;
+    ``make(model)``: the pieces and facts of the meta model (default :func:`seq2seq_pieces`; the generic split's:
+    :mod:`fx2onnx.deploy.seq2seq_generic`)."""
     model = computed_positions(meta_model_with_buffers(config, dtype), dtype)
-    pieces, facts = seq2seq_pieces(model, config, folder, dtype)
+    pieces, facts = make(model) if make is not None else seq2seq_pieces(model, config, folder, dtype)
     # the names transformers.js selects for these weights (encoder_model_q4.onnx for int4 matrices)
     pieces[0].filename = variant_file(ENCODER_FILE, quantize, str(dtype))
     facts["decoder_file"] = variant_file(DECODER_FILE, quantize, str(dtype))
@@ -432,16 +435,23 @@ def check_seq2seq_pieces(folder: str, out_dir: str, pieces: list[Piece], facts: 
 
 
 def write_seq2seq_folder(folder: str, out_dir: str, filename: str, config: Any, task: str, dtype: torch.dtype,
-                         begin: float, say: Any, *, optimize: str, quantize: str | None, block_size: int,
-                         symmetric: bool, opset: int | None, validate: bool, atol: float, rtol: float, progress: bool,
-                         **_: Any) -> FolderExport:
+                         begin: float, say: Any, **options: Any) -> FolderExport:
     """Writes the export of the encoder-decoder of ``folder`` into ``out_dir`` (the temporary folder of
     :func:`fx2onnx.deploy.export.export_folder`; ``filename`` is not used: the files are those transformers.js and
     optimum load), the folder's files copied, ``config.json``'s ``transformers.js_config`` and ``fx2onnx.json``
     written; checked against eager float32 when ``validate``."""
-    pieces, facts = export_seq2seq_pieces(folder, out_dir, config, dtype, optimize=optimize, quantize=quantize,
-                                          block_size=block_size, opset=opset, progress=progress, say=say,
-                                          symmetric=symmetric)
+    pieces, facts = export_seq2seq_pieces(folder, out_dir, config, dtype, say=say, **options)
+    return finish_merged_folder(folder, out_dir, config, task, dtype, begin, say, pieces, facts, {},
+                                check_seq2seq_pieces, family="encoder-decoder", **options)
+
+
+def finish_merged_folder(folder: str, out_dir: str, config: Any, task: str, dtype: torch.dtype, begin: float,
+                         say: Any, pieces: list[Piece], facts: dict[str, Any], extra: dict[str, Any], check: Any, *,
+                         family: str, optimize: str, quantize: str | None, block_size: int, symmetric: bool,
+                         validate: bool, atol: float, rtol: float, **_: Any) -> FolderExport:
+    """The rest of a folder whose encoder and merged decoder are written: the folder's files copied,
+    ``config.json``'s ``transformers.js_config``, ``fx2onnx.json`` (``extra`` in it), the check
+    (``check(folder, out_dir, pieces, facts, dtype, atol, rtol)``) when ``validate``."""
     copy_folder_files(folder, out_dir)
     encoder, decoder_file = pieces[0], facts["decoder_file"]
     for name in (encoder.filename, decoder_file):
@@ -451,7 +461,7 @@ def write_seq2seq_folder(folder: str, out_dir: str, filename: str, config: Any, 
     cache = json.loads({p.key: p.value for p in merged.metadata_props}[CACHE_METADATA_KEY])
     genai = "onnxruntime-genai runs decoder-only models: an encoder-decoder folder has no genai_config.json"
     with open(os.path.join(out_dir, FOLDER_METADATA), "w", encoding="utf-8") as f:
-        json.dump({"task": task, "layout": "encoder_model + decoder_model_merged",
+        json.dump({"task": task, **extra, "layout": "encoder_model + decoder_model_merged",
                    "pieces": {"encoder": {"file": encoder.filename, "inputs": encoder.input_names,
                                           "outputs": encoder.output_names},
                               "decoder": {"file": decoder_file, "inputs": [i.name for i in merged.graph.input],
@@ -463,11 +473,11 @@ def write_seq2seq_folder(folder: str, out_dir: str, filename: str, config: Any, 
     checks, names = [], None
     if validate:
         say("checking the encoder and the merged decoder (both branches) against eager float32")
-        checks, names = check_seq2seq_pieces(folder, out_dir, pieces, facts, dtype, atol, rtol)
+        checks, names = check(folder, out_dir, pieces, facts, dtype, atol, rtol)
         if quantize:
             checks = [dataclasses.replace(c, ok=True, held=False) for c in checks]
     files = sorted(os.path.relpath(os.path.join(root, n), out_dir).replace(os.sep, "/")
                    for root, _, found in os.walk(out_dir) for n in found)
     nbytes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in files)
     return FolderExport(out_dir, task, dtype, files, nbytes, time.perf_counter() - begin, peak_rss(), checks, genai,
-                        names, family="encoder-decoder", quantize=quantize)
+                        names, family=family, quantize=quantize)

@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .folder import session_options
+from .folder import session_options, warn_old_layout
 from .generate import CACHE_BRANCH, OnnxGenerator
 from .speech_base import NOT_SPEECH, SpeechFolder, SpeechResult, suppress_logits
 
@@ -178,6 +178,7 @@ class Seq2SeqSpeechGenerator(SpeechFolder):
         self.decoder = OnnxGenerator(os.path.join(self.folder, decoder["file"]), providers, options,
                                      constant_inputs=self.constant_names)
         self.decoder_inputs = {i.name: i.type for i in self.decoder.session.get_inputs()}
+        warn_old_layout(self.folder, self.decoder)  # encoder.onnx / decoder.onnx: runs here, not in the clients
 
     def features(self, audio: Any) -> dict[str, np.ndarray]:
         """The encoder's inputs for one audio or a list (paths to WAV files or float arrays): the
