@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..runtime.entities import AGGREGATIONS
-from ..runtime.pipelines import MODALITY_OPTION, SEGMENTATION_TASKS, TWO_TOWER_TASKS, Pipeline
+from ..runtime.pipelines import MODALITY_OPTION, SEGMENTATION_TASKS, TWO_TOWER_TASKS, pipeline
 
 
 def _features(value: Any) -> dict[str, Any]:
@@ -36,13 +36,27 @@ def _masks(result: list[dict[str, Any]]) -> list[dict[str, Any]]:
              **({"saved": m["saved"]} if "saved" in m else {})} for m in result]
 
 
+def _generated(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Generated masks (mask-generation) as their scores and the share of the image each covers (and the PNGs)."""
+    saved = result.get("saved", [])
+    return [{"score": round(float(score), 6), "share": round(float(np.asarray(mask).mean()), 6),
+             **({"saved": saved[i]} if saved else {})}
+            for i, (mask, score) in enumerate(zip(result["masks"], result["scores"]))]
+
+
 def _save(task: str, results: list[Any], inputs: list[str], folder: str) -> None:
     """Writes each depth map as a PNG (``<image>_depth.png``), each mask (``<image>_<label>.png``), each embedding
     as a ``.npy`` file, into ``folder``."""
     os.makedirs(folder, exist_ok=True)
     for number, (value, result) in enumerate(zip(inputs, results), 1):
         stem = os.path.splitext(os.path.basename(value))[0] if task != "feature-extraction" else f"text_{number}"
-        if task == "depth-estimation":
+        if task == "mask-generation":
+            import PIL.Image  # deferred: the command starts without the imaging library
+
+            result["saved"] = [os.path.join(folder, f"{stem}_mask_{i}.png") for i in range(len(result["masks"]))]
+            for mask, path in zip(result["masks"], result["saved"]):
+                PIL.Image.fromarray(np.asarray(mask, dtype=np.uint8) * 255, mode="L").save(path)
+        elif task == "depth-estimation":
             result["saved"] = os.path.join(folder, f"{stem}_depth.png")
             result["depth"].save(result["saved"])
         elif task in SEGMENTATION_TASKS:
@@ -55,6 +69,11 @@ def _save(task: str, results: list[Any], inputs: list[str], folder: str) -> None
 
 def _lines(task: str, result: Any) -> list[str]:
     """The result of one input, readable."""
+    if task == "mask-generation":
+        if not result["masks"]:
+            return ["(no mask above the thresholds)"]
+        return [f"mask {i:<3} score {m['score']:.4f}  {100 * m['share']:5.1f} % of the image" +
+                (f", saved as {m['saved']}" if "saved" in m else "") for i, m in enumerate(_generated(result))]
     if task in SEGMENTATION_TASKS:
         return [f"{m['label']:<20} {100 * m['share']:5.1f} % of the image" + (f", saved as {m['saved']}" if "saved" in m
                                                                              else "") for m in _masks(result)]
@@ -87,7 +106,7 @@ def _lines(task: str, result: Any) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    pipe = Pipeline(args.folder, threads=args.threads)
+    pipe = pipeline(args.folder, threads=args.threads)
     given = {"text": args.inputs, "image": args.image or [], "audio": args.audio or [], "video": args.video or []}
     others = [m for m, values in given.items() if values and m != pipe.modality]
     if others:
@@ -110,6 +129,13 @@ def run(args: argparse.Namespace) -> int:
         options["aggregation_strategy"] = args.aggregation or "none"
     elif args.aggregation:
         raise ValueError(f"--aggregation is an option of a token-classification folder, not of a {pipe.task} one.")
+    sam = {k: getattr(args, k) for k in ("points_per_batch", "points_per_crop", "pred_iou_thresh",
+                                         "stability_score_thresh") if getattr(args, k) is not None}
+    if pipe.task == "mask-generation":
+        options = sam
+    elif sam:
+        raise ValueError(f"--{next(iter(sam)).replace('_', '-')} is an option of a mask-generation folder, not of a "
+                         f"{pipe.task} one.")
     if pipe.task in SEGMENTATION_TASKS:
         options = dict(subtask=args.subtask, threshold=args.threshold)
     elif args.subtask:
@@ -125,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     if pipe.task == "text-classification" and args.top_k is None:
         results = [[r] for r in results]
     if args.save_dir:
-        if pipe.task not in ("depth-estimation", *SEGMENTATION_TASKS, "feature-extraction",
+        if pipe.task not in ("depth-estimation", *SEGMENTATION_TASKS, "feature-extraction", "mask-generation",
                              "image-feature-extraction"):
             raise ValueError(f"--save-dir writes depth maps, masks and embeddings, not the results of a {pipe.task} "
                              "folder.")
@@ -135,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
             results = [_features(r) for r in results]
         elif pipe.task == "depth-estimation":
             results = [_depth(r) for r in results]
+        elif pipe.task == "mask-generation":
+            results = [_generated(r) for r in results]
         elif pipe.task in SEGMENTATION_TASKS:
             results = [_masks(r) for r in results]
         print(json.dumps(results if len(results) > 1 else results[0], indent=1))
@@ -153,9 +181,9 @@ def add_parser(commands: Any) -> None:
         "run", help="run a classifier, tagger, embedder, detector, depth or CTC folder written by export",
         description="Runs a folder written by 'export FOLDER --out OUT' for a single-pass task (text, token, image, "
         "audio or video classification, zero-shot classification of texts, images or sounds (--labels), object "
-        "detection, segmentation, depth estimation, fill-mask, feature extraction, sentence embeddings, CTC speech "
-        "recognition) on onnxruntime, the inputs prepared by the folder's own tokenizer, image processor or "
-        "feature extractor (offline), and prints what transformers' pipeline of the task returns. "
+        "detection, segmentation, mask generation (SAM), depth estimation, fill-mask, feature extraction, sentence "
+        "embeddings, CTC speech recognition) on onnxruntime, the inputs prepared by the folder's own tokenizer, "
+        "image processor or feature extractor (offline), and prints what transformers' pipeline of the task returns. "
         "Several inputs make a batch.")
     cmd.add_argument("folder", help="the folder written by export")
     cmd.add_argument("inputs", nargs="*", default=[], metavar="INPUT", help="the texts of a text folder")
@@ -181,6 +209,14 @@ def add_parser(commands: Any) -> None:
                      "zero-shot-object-detection)")
     cmd.add_argument("--subtask", default=None, metavar="panoptic|instance|semantic",
                      help="a segmentation folder: the masks made (default: the first its image processor makes)")
+    cmd.add_argument("--points-per-crop", type=int, default=None,
+                     help="a mask-generation folder: the points of the grid on each side (default 32)")
+    cmd.add_argument("--points-per-batch", type=int, default=None,
+                     help="a mask-generation folder: the points the mask decoder reads at once (default 64)")
+    cmd.add_argument("--pred-iou-thresh", type=float, default=None,
+                     help="a mask-generation folder: the lowest predicted quality of a mask kept (default 0.88)")
+    cmd.add_argument("--stability-score-thresh", type=float, default=None,
+                     help="a mask-generation folder: the lowest stability of a mask kept (default 0.95)")
     cmd.add_argument("--save-dir", default=None,
                      help="a depth-estimation folder: write each depth map as IMAGE_depth.png there; a segmenter's: "
                      "each mask as IMAGE_LABEL.png; an embedder's: each embedding as a .npy file")

@@ -18,12 +18,13 @@ import functools
 from typing import Any
 
 from ..inputs.tasks import TASKS
-from ..runtime.pipelines import PIPELINE_TASKS
+from ..runtime.pipelines import OWN_PIPELINES, PIPELINE_TASKS
 from ..runtime.seq2seq import TEXT2TEXT_TASKS
 
 #: the tasks ``python -m fx2onnx export FOLDER`` exports today (the generation tasks, then the single-pass encoders
 #: of :data:`fx2onnx.runtime.pipelines.PIPELINE_TASKS`)
-EXPORTABLE_TASKS = ("text-generation", "speech-seq2seq", "image-text-to-text", *TEXT2TEXT_TASKS, *PIPELINE_TASKS)
+EXPORTABLE_TASKS = ("text-generation", "speech-seq2seq", "image-text-to-text", *TEXT2TEXT_TASKS, *PIPELINE_TASKS,
+                    *OWN_PIPELINES)
 #: the auto mappings of the tasks named otherwise than their mapping: transformers' pipeline task names
 _NAMED_MAPPINGS = {
     "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES": "text-generation",

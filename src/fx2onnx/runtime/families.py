@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from ..formats import FOLDER_METADATA
 from .folder import _read_json
-from .pipelines import PIPELINE_TASKS
+from .pipelines import OWN_PIPELINES, PIPELINE_TASKS
 
 #: (task, split) -> the class running such a folder (``split`` None: the task's first family)
 GENERATORS: dict[tuple[str, str | None], str] = {
@@ -34,6 +34,8 @@ GENERATORS: dict[tuple[str, str | None], str] = {
        for task in ("text2text-generation", "summarization", "translation")},
     # the single-pass encoders: transformers' pipelines of their tasks
     **{(task, None): "fx2onnx.runtime.pipelines.Pipeline" for task in PIPELINE_TASKS},
+    # the tasks of several pieces, each run by its own pipeline class
+    **{(task, None): path for task, (_, path) in OWN_PIPELINES.items()},
 }
 
 

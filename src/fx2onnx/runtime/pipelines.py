@@ -22,6 +22,7 @@ gives a list.
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Any, Sequence
 
@@ -65,6 +66,12 @@ PIPELINE_TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "automatic-speech-recognition": ("audio", ("logits",)),
     # a clip's labels: the frames the model reads sampled by the folder's video processor (VideoMAE...)
     "video-classification": ("video", ("logits",)),
+}
+#: the tasks whose folder holds several pieces, run by a pipeline class of their own module (named, not imported):
+#: task -> (what it reads, the class)
+OWN_PIPELINES: dict[str, tuple[str, str]] = {
+    # SAM's image encoder, then its prompt encoder and mask decoder on a grid of points
+    "mask-generation": ("image", "fx2onnx.runtime.mask_generation.MaskGenerationPipeline"),
 }
 #: the tasks of a model of two towers: the texts (candidate labels) and the images or sounds, each its own batch
 TWO_TOWER_TASKS = ("zero-shot-image-classification", "zero-shot-audio-classification", "zero-shot-object-detection")
@@ -537,7 +544,12 @@ class Pipeline:
         return self._labels(self._scores(output, sigmoid_for_one=False), top_k)
 
 
-def pipeline(folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None) -> Pipeline:
+def pipeline(folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None) -> Any:
     """The pipeline of a folder ``export`` wrote for a single-pass encoder task (:data:`PIPELINE_TASKS`): call it
-    on a text, an image or an audio (a path or an array), or a list of them."""
+    on a text, an image or an audio (a path or an array), or a list of them; a folder of
+    :data:`OWN_PIPELINES` opens its own class."""
+    task = _read_json(os.path.join(os.fspath(folder), FOLDER_METADATA)).get("task")
+    if task in OWN_PIPELINES:
+        module, _, name = OWN_PIPELINES[task][1].rpartition(".")
+        return getattr(importlib.import_module(module), name)(folder, providers, threads)
     return Pipeline(folder, providers, threads)
