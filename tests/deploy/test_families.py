@@ -27,7 +27,7 @@ def test_the_first_family_that_applies(facts, name):
 
 def test_a_task_without_family_is_refused_in_one_line():
     with pytest.raises(ValueError, match="no family of pieces takes it"):
-        choose_family(_facts("mask-generation"))
+        choose_family(_facts("visual-question-answering"))
 
 
 def test_every_family_has_a_loop_and_every_loop_a_family():
