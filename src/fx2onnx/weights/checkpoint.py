@@ -281,7 +281,8 @@ def _candidates(name: str, prefix: str) -> list[str]:
 
 
 def checkpoint_weights(
-    folder: str | os.PathLike, model: torch.nn.Module, dtype: torch.dtype | None = None, names: list[str] | None = None
+    folder: str | os.PathLike, model: torch.nn.Module, dtype: torch.dtype | None = None, names: list[str] | None = None,
+    missing_ok: bool = False,
 ) -> dict[str, ir.LazyTensor]:
     """Maps the tensor names of ``model`` to lazy tensors reading the checkpoint in ``folder``.
 
@@ -292,6 +293,7 @@ def checkpoint_weights(
     :param names: the names which must be found (default: every parameter); a name found
         nowhere raises a KeyError naming it
     :param dtype: cast the floating point tensors to this type while reading
+    :param missing_ok: the names found only, none raised (buffers a checkpoint may hold)
     """
     files = checkpoint_files(folder)
     aliases = _aliases(model)
@@ -326,7 +328,7 @@ def checkpoint_weights(
             if key is not None:
                 result[name] = converted[key]
                 del missing[name]
-    if missing:
+    if missing and not missing_ok:
         missing_names = list(missing)
         shown = ", ".join(repr(m) for m in missing_names[:5]) + \
             (f" and {len(missing) - 5} more" if len(missing) > 5 else "")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
+import numpy as np
 import onnx
 import torch
 
@@ -13,6 +14,27 @@ from .checkpoint import _READS, checkpoint_weights, relazify_views
 from .empty import empty_weights, meta_tensor_names
 from .model_config import _torch_dtype, model_from_checkpoint_config, model_from_config  # noqa: F401 (kept here)
 from .save import load_without_weights, save_model
+
+
+def read_checkpoint_buffers(checkpoint: str | os.PathLike, model: torch.nn.Module, meta_names: list[str]) -> list[str]:
+    """Copies into the persistent buffers of ``model`` built outside the meta device the values the checkpoint
+    holds for them, as transformers' ``from_pretrained`` does: a frozen batch norm's weight and statistics are
+    buffers (DETR's backbone), which the initialization of the model sets otherwise (timm zeroes the last norm
+    of each block). Returns the names read."""
+    parameters = {n for n, _ in model.named_parameters(remove_duplicate=False)}
+    names = [n for n, t in model.state_dict(keep_vars=True).items()
+             if n not in parameters and n not in meta_names and isinstance(t, torch.Tensor) and not t.is_meta]
+    if not names:
+        return []
+    held = checkpoint_weights(checkpoint, model, None, names=names, missing_ok=True)
+    with torch.no_grad():
+        for name, tensor in held.items():
+            buffer = model.get_buffer(name)
+            value = np.asarray(tensor.numpy())
+            if value.dtype.kind not in "biufc":  # bfloat16, float8 (ml_dtypes): through float32
+                value = value.astype(np.float32)
+            buffer.copy_(torch.from_numpy(np.array(value, copy=True)).to(buffer.dtype))
+    return sorted(held)
 
 
 def to_onnx_from_checkpoint(
@@ -60,6 +82,7 @@ def to_onnx_from_checkpoint(
         model = model_from_checkpoint_config(checkpoint, dtype)
     meta_names = meta_tensor_names(model)
     target = _torch_dtype(dtype) if dtype is not None else None
+    read_checkpoint_buffers(checkpoint, model, meta_names)
     _READS.clear()
     with empty_weights(model) as empty:
         weights = checkpoint_weights(checkpoint, model, target, names=sorted(set(meta_names) & set(empty)))
