@@ -522,7 +522,7 @@ def _last_logits(value: Any) -> np.ndarray:
 
 def _make_session(model: Any, providers: Sequence[str] | None, options: Any, next_token: bool) -> Any:
     """The session of a ModelProto or a path, :data:`NEXT_TOKEN` added when ``next_token`` and
-    the weights are in the model."""
+    the weights are in the model; ``options`` (changed: no memory pattern) or the default ones."""
     import onnxruntime
 
     if isinstance(model, (str, os.PathLike)):
@@ -543,6 +543,10 @@ def _make_session(model: Any, providers: Sequence[str] | None, options: Any, nex
     if options is None:
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3
+    # onnxruntime plans a run's memory for the shapes of its inputs and keeps the plan for the next run of the
+    # same shapes: a decoder's mask grows at every step, no shape comes again, and each step paid for a plan
+    # (on the benchmark Llama float32, 10 % of a step's CPU time, the gap to onnxruntime-genai's loop)
+    options.enable_mem_pattern = False
     return onnxruntime.InferenceSession(source, options, providers=list(providers or ["CPUExecutionProvider"]))
 
 
