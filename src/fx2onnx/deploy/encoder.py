@@ -120,7 +120,11 @@ def example_inputs(folder: str, modality: str, accepted: set[str], seed: int = 0
             out = processor(videos, num_frames=frames, do_sample_frames=True, return_tensors="pt")
         elif modality == "image":
             images = [rng.integers(0, 256, (24 + 8 * i, 40 - 4 * i, 3), dtype=np.uint8) for i in range(batch)]
-            out = processor(images=images, return_tensors="pt")
+            try:
+                out = processor(images=images, return_tensors="pt")
+            except ValueError:  # a processor keeping each image's aspect ratio (ZoeDepth, EoMT): one size a batch
+                same = [rng.integers(0, 256, (32, 40, 3), dtype=np.uint8) for _ in range(batch)]
+                out = processor(images=same, return_tensors="pt")
         else:
             rate = int(getattr(processor, "sampling_rate", 16000))
             sounds = [rng.standard_normal(rate // 4 + 800 * (i + batch)).astype(np.float32) for i in range(batch)]
@@ -158,7 +162,10 @@ def encoder_pieces(model: torch.nn.Module, task: str, folder: str,
             return TOWER_DIMS["text" if name in TEXT_INPUTS else modality]
         return DYNAMIC_DIMS["sized image" if task == "object-detection" else modality]
 
-    dynamic_shapes = {n: {d % rank: name for d, name in dims(n).items() if -rank <= d < rank}
+    def varies(n: str, d: int) -> bool:  # a feature extractor padding every sound to one length (AST, Whisper)
+        return modality != "audio" or d % inputs[n].dim() == 0 or inputs[n].shape[d] != inputs2[n].shape[d]
+
+    dynamic_shapes = {n: {d % rank: name for d, name in dims(n).items() if -rank <= d < rank and varies(n, d)}
                       for n, rank in ((n, inputs[n].dim()) for n in names)}
     return [Piece("model", MODEL_FILE, EncoderPiece(model, outputs, pooling), {n: inputs[n] for n in names},
                   {n: inputs2[n] for n in names}, dynamic_shapes, names, list(outputs))]

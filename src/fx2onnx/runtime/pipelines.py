@@ -33,7 +33,7 @@ from .folder import _read_json, session_options
 from .entities import AGGREGATIONS, group_entities, tag_tokens
 from .integrity import check_folder_files
 from .speech_base import read_wav
-from .vision import read_image
+from .vision import image_batches, read_image
 
 #: the model of a single-pass folder, where transformers.js and optimum look for it
 MODEL_FILE = "onnx/model.onnx"
@@ -455,11 +455,11 @@ class Pipeline:
         return group_entities(tagged, aggregation, self.id2label, tokenizer.convert_tokens_to_string)
 
     def _image_task(self, images: list[Any], top_k: int | None) -> list[Any]:
-        pixels = self.processor(images=images, return_tensors="np")
-        output = self._run(pixels)
+        # one batch, or one run per image where the processor keeps each image's own size
+        output = [row for pixels in image_batches(self.processor, images) for row in self._run(pixels)]
         if self.task == "image-feature-extraction":
             return [row[None].tolist() for row in output]
-        top_k = min(5 if top_k is None else top_k, output.shape[-1])  # config.json may name no label
+        top_k = min(5 if top_k is None else top_k, output[0].shape[-1])  # config.json may name no label
         return [self._labels(self._scores(row), top_k) for row in output]
 
     def _detect(self, image: Any, threshold: float) -> list[dict[str, Any]]:

@@ -89,6 +89,15 @@ def load_images(images: Any) -> list[Any]:
     return [read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in images]
 
 
+def image_batches(processor: Any, images: list[Any]) -> list[dict[str, Any]]:
+    """The arrays an image processor gives for ``images``, in order: one batch, or one per image when the processor
+    keeps each image's aspect ratio and its arrays do not stack (ZoeDepth, TextNet, EoMT)."""
+    try:
+        return [dict(processor(images=images, return_tensors="np"))]
+    except ValueError:  # "Unable to convert output 'pixel_values' (type: list) to tensor"
+        return [dict(processor(images=[image], return_tensors="np")) for image in images]
+
+
 def load_processor(folder: str) -> Any:
     """The processor of ``folder`` (``AutoProcessor``, offline); a ValueError naming the fix when it has none."""
     import transformers

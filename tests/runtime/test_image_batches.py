@@ -1,0 +1,21 @@
+"""Images an image processor gives their own sizes (keeping each one's aspect ratio: ZoeDepth, TextNet, EoMT) run one
+at a time: :func:`fx2onnx.runtime.vision.image_batches` gives one batch when the arrays stack, one per image else."""
+
+from __future__ import annotations
+
+import numpy as np
+import transformers
+
+from fx2onnx.runtime.vision import image_batches
+
+
+def test_image_batches_split_images_of_other_sizes():
+    processor = transformers.ZoeDepthImageProcessor(size={"height": 32, "width": 32}, ensure_multiple_of=8,
+                                                    keep_aspect_ratio=True, do_pad=False)
+    rng = np.random.default_rng(0)
+    wide, tall = (rng.integers(0, 256, s, dtype=np.uint8) for s in ((30, 60, 3), (60, 30, 3)))
+    batches = image_batches(processor, [wide, tall])
+    assert [b["pixel_values"].shape for b in batches] == [(1, 3, 32, 64), (1, 3, 64, 32)]
+    np.testing.assert_array_equal(batches[0]["pixel_values"], image_batches(processor, [wide])[0]["pixel_values"])
+    same = image_batches(processor, [wide, wide])
+    assert [b["pixel_values"].shape for b in same] == [(2, 3, 32, 64)]
