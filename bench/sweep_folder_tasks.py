@@ -41,7 +41,23 @@ FOLDER_TASKS = {"image-classification": "image-classification", "object-detectio
                 "semantic-segmentation": "image-segmentation", "depth-estimation": "depth-estimation",
                 "universal-segmentation": "image-segmentation", "instance-segmentation": "image-segmentation",
                 "video-classification": "video-classification"}
+#: the text tasks, swept over every model type of transformers' auto mapping of each (no tasks page row)
+TEXT_MAPPINGS = {"fill-mask": "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+                 "text-classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+                 "token-classification": "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",
+                 "feature-extraction": "MODEL_MAPPING_NAMES"}
+FOLDER_TASKS.update({task: task for task in TEXT_MAPPINGS})
+#: optimum's tasks counted for each pipeline task (its semantic segmentation is transformers' image-segmentation)
+OPTIMUM_TASKS = {"image-segmentation": ("image-segmentation", "semantic-segmentation")}
 LABELS = ["cat", "dog", "the sea"]
+#: the model type whose processor class a model type without one in transformers' auto mappings uses (the class its
+#: published checkpoints name: D-FINE and RT-DETRv2 RT-DETR's, DAB-DETR Conditional DETR's...)
+PROCESSOR_OF = {"dinov2_with_registers": "dinov2", "rt_detr_v2": "rt_detr", "d_fine": "rt_detr", "deimv2": "rt_detr",
+                "dab-detr": "conditional_detr", "hgnet_v2": "resnet", "videomt": "eomt", "videoprism": "siglip",
+                "videoprism_vision_model": "vivit"}
+#: the sentences of the text tasks (fill-mask: one mask each)
+SENTENCES = ["the cat sat on the mat", "paris is the capital of france, a city by the sea"]
+MASKED = ["the cat sat on the [MASK] .", "paris is the [MASK] of france"]
 
 
 def _error(e: BaseException) -> str:
@@ -91,7 +107,7 @@ def _sized(cls, side: int):
 def _auto_class(mapping: dict, model_type: str):
     import transformers
 
-    names = mapping.get(model_type)
+    names = mapping.get(model_type) or mapping.get(PROCESSOR_OF.get(model_type, ""))
     if isinstance(names, dict):
         names = [names.get("torchvision"), names.get("pil")]
     elif isinstance(names, str):
@@ -102,19 +118,25 @@ def _auto_class(mapping: dict, model_type: str):
     return None
 
 
-def write_processor(config, task: str, folder: str) -> None:
-    """Saves in ``folder`` the processor a pipeline of ``task`` reads for ``config``'s model type."""
+def write_processor(config, task: str, folder: str, model=None) -> None:
+    """Saves in ``folder`` the processor a pipeline of ``task`` reads for ``config``'s model type (a text task: the
+    WordPiece tokenizer giving the inputs ``model`` takes)."""
+    import inspect
+
     from transformers.models.auto import feature_extraction_auto, image_processing_auto, video_processing_auto
 
     from fx2onnx.testing.encoder_folder import bert_tokenizer, ctc_processor
 
     model_type = config.model_type
+    if task in TEXT_MAPPINGS:
+        accepted = inspect.signature(model.forward).parameters
+        bert_tokenizer(tuple(n for n in ("input_ids", "attention_mask", "token_type_ids") if n in accepted)
+                       ).save_pretrained(folder)
+        return
     if task in ("automatic-speech-recognition", "audio-classification"):
         cls = _auto_class(feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES, model_type)
         if cls is None:
             raise ValueError(f"no feature extractor class for model type {model_type!r}")
-        import inspect
-
         accepted = inspect.signature(cls.__init__).parameters  # the tiny model's sizes where both name them
         sizes = {k: getattr(config, k) for k in ("num_mel_bins", "max_length", "feature_size")
                  if k in accepted and isinstance(getattr(config, k, None), int)}
@@ -142,6 +164,9 @@ def write_processor(config, task: str, folder: str) -> None:
 
 def _inputs(task: str):
     import numpy as np
+
+    if task in TEXT_MAPPINGS:
+        return list(MASKED if task == "fill-mask" else SENTENCES)
 
     rng = np.random.default_rng(0)
     if task in ("automatic-speech-recognition", "audio-classification"):
@@ -190,12 +215,39 @@ def difference(got, expected, task: str, path: str = "result") -> str | None:
             if found:
                 return found
         return None
-    if isinstance(expected, float):
+    if isinstance(expected, (float, np.floating)):  # a tagger's scores are numpy's float32
         tolerance = 1.0 if path.split(".")[-1] in ("xmin", "ymin", "xmax", "ymax") else 1e-4
         return None if abs(float(got) - expected) <= tolerance else f"{path}: {got} instead of {expected}"
     if isinstance(expected, int) and path.split(".")[-1] in ("xmin", "ymin", "xmax", "ymax"):
         return None if abs(int(got) - expected) <= 1 else f"{path}: {got} instead of {expected}"
     return None if got == expected else f"{path}: {got!r:.60} instead of {expected!r:.60}"
+
+
+def text_pairs(task: str) -> dict[str, str]:
+    """model type -> class of the auto mapping of a text task (:data:`TEXT_MAPPINGS`); feature-extraction: the base
+    model of each model type a text task's mapping lists."""
+    from transformers.models.auto import modeling_auto
+
+    def classes(mapping: str) -> dict[str, str]:
+        return {k: v if isinstance(v, str) else v[0] for k, v in getattr(modeling_auto, mapping).items()}
+
+    if task != "feature-extraction":
+        return classes(TEXT_MAPPINGS[task])
+    texts = {k for t in TEXT_MAPPINGS if t != task for k in classes(TEXT_MAPPINGS[t])}
+    return {k: v for k, v in classes(TEXT_MAPPINGS[task]).items() if k in texts}
+
+
+def architecture(zoo_task: str, name: str):
+    """The architecture of a pair: a row of the tasks page, or a model type of a text task's auto mapping."""
+    from fx2onnx.inputs.tasks import TaskArchitecture, _skip_reason, get_task_architecture
+
+    if zoo_task not in TEXT_MAPPINGS:
+        return get_task_architecture(zoo_task, name)
+    class_name = text_pairs(zoo_task)[name]
+    arch = TaskArchitecture(zoo_task, name, class_name, _skip_reason(name, class_name))
+    if arch.skip:
+        raise ValueError(arch.skip)
+    return arch
 
 
 def run_one(key: str) -> dict:
@@ -205,7 +257,7 @@ def run_one(key: str) -> dict:
 
     import fx2onnx
     from fx2onnx.__main__ import main as cli
-    from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
+    from fx2onnx.inputs.tasks import tiny_task_model
 
     zoo_task, name = key.split("/", 1)
     task = FOLDER_TASKS[zoo_task]
@@ -213,14 +265,15 @@ def run_one(key: str) -> dict:
     begin = time.perf_counter()
     work = tempfile.mkdtemp(prefix="fx2onnx-folder-tasks-")
     try:
-        arch = get_task_architecture(zoo_task, name)
+        arch = architecture(zoo_task, name)
         row["model"] = arch.model_class_name
-        model, config = tiny_task_model(arch)
+        # a text model pads with the tokenizer's [PAD] (id 0): a decoder's classifier finds its last token so
+        model, config = tiny_task_model(arch, **({"pad_token_id": 0} if task in TEXT_MAPPINGS else {}))
         config.architectures = [arch.model_class_name]
         checkpoint, out = os.path.join(work, "checkpoint"), os.path.join(work, "exported")
         transformers.utils.logging.disable_progress_bar()
         model.save_pretrained(checkpoint)
-        write_processor(config, task, checkpoint)
+        write_processor(config, task, checkpoint, model)
         row["step"] = "export"
         stdout, stderr = io.StringIO(), io.StringIO()
         t0 = time.perf_counter()
@@ -276,17 +329,41 @@ def summary(rows: list[dict]) -> dict:
 
 
 
-def pairs(only: set[str] | None = None) -> list[str]:
-    """The pairs of the tasks page a folder exports, the tasks interleaved (one of each in turn)."""
+def pairs(only: set[str] | None = None, first: dict[str, list[str]] | None = None) -> list[str]:
+    """The pairs of the tasks page a folder exports and of the text tasks' auto mappings, the tasks interleaved
+    (one of each in turn); ``first``: pipeline task -> model types run before the others (optimum's)."""
     from fx2onnx.inputs.tasks import discover_tasks
 
     by_task: dict[str, list[str]] = {}
-    for arch in discover_tasks():
-        key = f"{arch.task}/{arch.name}"
-        if arch.task in FOLDER_TASKS and not arch.skip and (not only or key in only or arch.name in only):
-            by_task.setdefault(arch.task, []).append(key)
-    columns = [sorted(keys) for _, keys in sorted(by_task.items())]
+    found = [(arch.task, arch.name) for arch in discover_tasks() if arch.task in FOLDER_TASKS and not arch.skip]
+    found += [(task, name) for task in TEXT_MAPPINGS for name in text_pairs(task)]
+    for task, name in found:
+        key = f"{task}/{name}"
+        if not only or key in only or name in only or task in only:
+            by_task.setdefault(task, []).append(key)
+
+    def order(key: str) -> tuple[bool, str]:
+        task, name = key.split("/", 1)
+        return name.replace("_", "-") not in set((first or {}).get(FOLDER_TASKS[task], ())), key
+
+    columns = [sorted(keys, key=order) for _, keys in sorted(by_task.items())]
     return [k for group in itertools.zip_longest(*columns) for k in group if k]
+
+
+def optimum_counts(stored: dict | None = None) -> dict:
+    """What optimum's ONNX exporter registers (its TasksManager, in its own environment) per pipeline task of the
+    sweep: ``{"version", "model_types": {task: [...]}, "counts": {task: n}}``; ``stored`` when its environment does
+    not install here."""
+    from fx2onnx.testing.optimum_env import OPTIMUM_PINS, optimum_registered
+
+    try:
+        registered = optimum_registered()
+    except (RuntimeError, OSError, ValueError) as e:
+        print(f"optimum's registry not read ({e}): the stored counts kept", file=sys.stderr)
+        return stored or {}
+    types = {task: sorted({t.replace("_", "-") for o in OPTIMUM_TASKS.get(task, (task,))
+                           for t in registered.get(o, [])}) for task in sorted(set(FOLDER_TASKS.values()))}
+    return {"version": OPTIMUM_PINS[0], "model_types": types, "counts": {k: len(v) for k, v in types.items()}}
 
 
 def main(argv=None) -> list[dict]:
@@ -301,15 +378,20 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--redo", default=None, help="with --resume: run again the kept rows of these comma-separated "
                         "task/ prefixes or keys")
+    parser.add_argument("--redo-failed", action="store_true", help="with --resume: run again the kept rows not equal")
     args = parser.parse_args(argv)
-    keys = pairs(set(args.only.split(",")) if args.only else None)
-    every = list(keys)
     previous: list[dict] = []
-    if args.resume and args.json and os.path.exists(args.json):
+    stored: dict = {}
+    if args.json and os.path.exists(args.json):
         with open(args.json, encoding="utf-8") as f:
-            previous = json.load(f)["rows"]
+            stored = json.load(f)
+        previous = stored["rows"] if args.resume else []
+    optimum = optimum_counts(stored.get("optimum"))
+    keys = pairs(set(args.only.split(",")) if args.only else None, optimum.get("model_types"))
+    every = list(keys)
     redo = tuple(args.redo.split(",")) if args.redo else ()
-    kept = {r["architecture"]: r for r in previous if not (redo and r["architecture"].startswith(redo))}
+    kept = {r["architecture"]: r for r in previous if not (redo and r["architecture"].startswith(redo))
+            and not (args.redo_failed and not r.get("equal"))}
     keys = [k for k in keys if k not in kept][: args.limit]
 
     def save(rows: list[dict]) -> None:
@@ -323,7 +405,7 @@ def main(argv=None) -> list[dict]:
                 argv if argv is not None else sys.argv[1:])),
             "pairs": dict(sorted(collections.Counter(FOLDER_TASKS[k.split("/", 1)[0]] for k in every).items())),
             "not_run": sorted(k for k in every if k not in merged),
-            "summary": summary(ordered), "rows": ordered,
+            "summary": summary(ordered), "optimum": optimum, "tasks_of": FOLDER_TASKS, "rows": ordered,
         }
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(document, f, indent=1)

@@ -331,6 +331,36 @@ def _folder_lines(entry: dict[str, Any], folder: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _folder_table(folder: dict[str, Any]) -> list[str]:
+    """Per pipeline task: the model types whose folder equals transformers' pipeline, exported, run, beside the
+    model types optimum's ONNX exporter registers for the task (and how many of those are equal here)."""
+    optimum = folder.get("optimum") or {}
+    types = optimum.get("model_types", {})
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for r in folder.get("rows", []):
+        rows.setdefault(r["task"], []).append(r)
+    head = ["pipeline task", "equal", "exported", "run", "not run", "optimum registers", "of which equal"]
+    lines = [".. list-table:: Folders per pipeline task, beside optimum", "    :header-rows: 1",
+             "    :class: fx-summary", "", "    * - " + "\n      - ".join(head)]
+    not_run: dict[str, int] = {}
+    for key in folder.get("not_run", []):
+        task = folder.get("tasks_of", {}).get(key.split("/", 1)[0], key.split("/", 1)[0])
+        not_run[task] = not_run.get(task, 0) + 1
+    for task in sorted(set(rows) | set(not_run)):
+        mine = rows.get(task, [])
+        equal = {r["architecture"].split("/", 1)[1].replace("_", "-") for r in mine if r.get("equal")}
+        theirs = set(types.get(task, []))
+        cells = [task, len(equal), sum(r.get("step") in ("run", "compare") for r in mine), len(mine),
+                 not_run.get(task, 0), len(theirs) if task in types else "?",
+                 len(equal & theirs) if task in types else "?"]
+        lines.append("    * - " + "\n      - ".join(str(c) for c in cells))
+    lines += ["", f"*equal*: model types whose tiny folder, exported with no flag, gives what ``transformers.pipeline`` "
+              f"gives; *optimum registers*: the model types ``{optimum.get('version', 'optimum-onnx')}``'s "
+              "``TasksManager`` lists for the task's ONNX export (its own environment; a registered model type is "
+              "not a checked one), its image-segmentation counting its semantic-segmentation.", ""]
+    return lines
+
+
 def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any], folder: dict[str, Any] | None = None) -> str:
     """The rst page of the transformers tasks: a summary, then one section per task; ``folder``: the rows of the
     folder sweep (``_doc/bench/folder_tasks.json``), a *folder* column and a paragraph per task."""
@@ -363,6 +393,8 @@ def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any], folder: dic
               "processor made in code, exported with ``python -m fx2onnx export FOLDER`` and run by ``python -m fx2onnx run``, equal "
               "to ``transformers.pipeline`` of the task on the same inputs (equal / run; ``-``: a task no folder "
               "exports yet)." if folder else ""), "", _spread_sentence(rows), "", capture_check_sentence(rows), ""]
+    if folder:
+        lines += _folder_table(folder)
     index = {(r["architecture"], r["exporter"]): r for r in rows}
     lines += [_MARKS, ""]
     for t in summary:
@@ -397,6 +429,9 @@ def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any], folder: dic
                          if k.startswith(task + "/") and k not in names)
         if not_run:
             lines += [f"Not run yet ({len(not_run)}): " + ", ".join(f"``{n}``" for n in not_run) + ".", ""]
+    for task in sorted(set(folders) - {t["task"] for t in summary}):  # the text tasks: folders only
+        lines += [f".. _lib-tasks-{task}:", "", task, "-" * len(task), ""]
+        lines += _folder_lines(folders[task], folder or {})
     lines += _stale_lines(rows, lambda r: r["architecture"])
     return "\n".join(lines)
 
