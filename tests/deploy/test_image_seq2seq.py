@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -17,6 +18,8 @@ import torch
 import transformers
 
 from fx2onnx.__main__ import main
+from test_optimum import _optimum_seq2seq, optimum_python  # noqa: F401 (optimum's environment: a fixture)
+from test_speech_generic import transformersjs_seq2seq
 
 NEW_TOKENS = 12
 # one family in make test, the others in the slow tier (make test-all, which CI runs); Donut's generation
@@ -124,6 +127,27 @@ def test_a_decoder_prompt_equals_transformers_decoder_input_ids(folders, capsys)
     assert main(["generate", out, "ab cd", "--image", images[0], "--max-new-tokens", str(NEW_TOKENS),
                  "--print-ids"]) == 0
     assert [int(t) for t in capsys.readouterr().out.strip().split(",")] == expected[0]
+
+
+@pytest.mark.slow
+def test_transformersjs_and_optimum_give_transformers_tokens(folders, optimum_python, tmp_path):
+    """The folder as it is in transformers.js (Node: a vision-encoder-decoder, AutoModelForVision2Seq) and in
+    optimum's ORTModelForVision2Seq (its own environment), and in headless Chromium where Debian's chromium is
+    installed: transformers' greedy sequences."""
+    import PIL.Image
+
+    checkpoint, out, images = folders
+    model = transformers.VisionEncoderDecoderModel.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    processor = transformers.AutoImageProcessor.from_pretrained(checkpoint, local_files_only=True)
+    pixels = processor([PIL.Image.open(i).convert("RGB") for i in images[:1]], return_tensors="pt")["pixel_values"]
+    with torch.no_grad():
+        expected = model.generate(pixel_values=pixels, max_new_tokens=NEW_TOKENS, do_sample=False).tolist()
+    inputs = {"pixel_values": pixels.tolist()}
+    assert len(set(expected[0])) > 2
+    assert transformersjs_seq2seq(out, inputs, NEW_TOKENS, tmp_path) == expected
+    assert _optimum_seq2seq(optimum_python, out, inputs, NEW_TOKENS, tmp_path) == expected
+    if shutil.which("chromium"):  # headless Chromium: transformers.js' web build on onnxruntime-web (WASM)
+        assert transformersjs_seq2seq(out, inputs, NEW_TOKENS, tmp_path, browser=True) == expected
 
 
 def test_what_the_folder_does_not_take_is_refused(folders, capsys):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -17,6 +18,9 @@ import transformers
 
 from fx2onnx.__main__ import main
 from fx2onnx.runtime.speech import read_wav, write_wav
+from test_optimum import _optimum_seq2seq, optimum_python  # noqa: F401 (optimum's environment: a fixture)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 RATE = 16000
 NEW_TOKENS = 12
@@ -91,16 +95,42 @@ def folders(request, tmp_path_factory):
     return request.param, checkpoint, out, wavs
 
 
-def _expected(checkpoint: str, wavs: list[str], max_new_tokens: int) -> list[list[int]]:
-    """transformers' greedy tokens on the folder's features (several audios padded to the longest)."""
-    config = transformers.AutoConfig.from_pretrained(checkpoint)
-    model = getattr(transformers, config.architectures[0]).from_pretrained(checkpoint, dtype=torch.float32).eval()
+def _features(checkpoint: str, wavs: list[str]) -> dict:
+    """The folder's features (several audios padded to the longest); Moonshine's without the mask, as
+    transformers.js and optimum run it (its exported encoder takes none)."""
     extractor = transformers.AutoFeatureExtractor.from_pretrained(checkpoint, local_files_only=True)
     extra = {"padding": "longest"} if len(wavs) > 1 else {}
     features = extractor([read_wav(w) for w in wavs], sampling_rate=RATE, return_tensors="pt", **extra)
+    if "input_values" in features:
+        features.pop("attention_mask", None)
+    return dict(features)
+
+
+def _expected(checkpoint: str, wavs: list[str], max_new_tokens: int) -> list[list[int]]:
+    """transformers' greedy tokens on the folder's features (:func:`_features`)."""
+    config = transformers.AutoConfig.from_pretrained(checkpoint)
+    model = getattr(transformers, config.architectures[0]).from_pretrained(checkpoint, dtype=torch.float32).eval()
+    features = _features(checkpoint, wavs)
     with torch.no_grad():
         tokens = model.generate(**features, max_new_tokens=max_new_tokens, do_sample=False)
     return tokens[:, 1:].tolist()  # the start token is the prompt
+
+
+def transformersjs_seq2seq(folder: str, inputs: dict, new_tokens: int, tmp_path,
+                           browser: bool = False) -> list[list[int]]:
+    """transformers.js' greedy sequences (Node, tests/clients/transformersjs_seq2seq.mjs; ``browser``: headless
+    Chromium, transformersjs_browser_seq2seq.mjs) on ``inputs`` (the encoder's, as nested lists); skipped where node
+    is absent."""
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed: transformers.js runs in Node")
+    path = tmp_path / "transformersjs_inputs.json"
+    path.write_text(json.dumps(inputs))
+    script = os.path.join(ROOT, "tests", "clients",
+                          "transformersjs_browser_seq2seq.mjs" if browser else "transformersjs_seq2seq.mjs")
+    done = subprocess.run(["node", script, folder, str(path), str(new_tokens)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])["sequences"]
 
 
 def _until_eos(tokens: list[int], eos: int) -> list[int]:
@@ -108,19 +138,22 @@ def _until_eos(tokens: list[int], eos: int) -> list[int]:
 
 
 def test_the_pieces_of_the_generic_split(folders):
+    """The files and names transformers.js and optimum load (fx2onnx.deploy.seq2seq_generic)."""
     name, _, out, _ = folders
     metadata = json.load(open(os.path.join(out, "fx2onnx.json")))
     assert metadata["task"] == "speech-seq2seq" and metadata["split"] == "generic"
     encoder, decoder = metadata["pieces"]["encoder"], metadata["pieces"]["decoder"]
-    assert encoder["outputs"][0] == "encoder_hidden_states"
-    assert "cross_key_0" in encoder["outputs"] and "cross_value_1" in encoder["outputs"]
-    assert decoder["outputs"][0] == "logits" and "past_key_values_key_0" in decoder["cache"]
-    constants = [n for n in decoder["inputs"] if n != "input_ids" and n not in decoder["cache"]]
-    assert constants[0] == "encoder_hidden_states" and set(encoder["outputs"]) <= set(constants)
-    if name == "moonshine":  # the encoder's subsampled mask, read by the decoder
-        assert "attention_mask" in encoder["inputs"] and "encoder_attention_mask" in encoder["outputs"]
-    else:  # Speech2Text derives the encoder's mask from the feature extractor's at every step
-        assert "features_attention_mask" in constants
+    assert encoder["file"] == "onnx/encoder_model.onnx" and decoder["file"] == "onnx/decoder_model_merged.onnx"
+    assert encoder["outputs"] == ["last_hidden_state"]
+    assert decoder["outputs"][0] == "logits" and decoder["cache"]["past_key_values.1.encoder.value"] == \
+        "present.1.encoder.value"
+    constants = [n for n in decoder["inputs"] if n not in ("input_ids", "use_cache_branch") and n not in
+                 decoder["cache"]]
+    if name == "moonshine":  # its encoder's mask is subsampled from the audio's: run as the clients do, without one
+        assert encoder["inputs"] == ["input_values"] and constants == ["encoder_hidden_states"]
+    else:  # Speech2Text derives the encoder's mask from the feature extractor's, fed as encoder_attention_mask
+        assert encoder["inputs"] == ["input_features", "attention_mask"]
+        assert constants == ["encoder_attention_mask", "encoder_hidden_states"]
 
 
 def test_generate_audio_equals_transformers_greedy(folders, capsys):
@@ -179,6 +212,23 @@ def test_a_generation_config_the_loop_does_not_follow_is_refused(folders, tmp_pa
     # an audio longer than the encoder's table of positions (200 positions, 804 frames): refused, not wrong
     with pytest.raises(ValueError, match="input_features of 8.. along axis 1.*holds sizes 0 to 804"):
         open_speech_generator(out).transcribe(_chirp(8.5), 4)
+
+
+@pytest.mark.slow
+def test_transformersjs_and_optimum_give_transformers_tokens(folders, optimum_python, tmp_path):
+    """The folder as it is in transformers.js (Node, where it lists the model type: Moonshine) and in optimum's
+    ORTModelForSpeechSeq2Seq (its own environment): transformers' greedy sequences (two audios for optimum)."""
+    name, checkpoint, out, wavs = folders
+    config = transformers.AutoConfig.from_pretrained(checkpoint)
+    model = getattr(transformers, config.architectures[0]).from_pretrained(checkpoint, dtype=torch.float32).eval()
+    for batch in (wavs[:1], wavs):
+        features = _features(checkpoint, batch)
+        with torch.no_grad():
+            expected = model.generate(**features, max_new_tokens=NEW_TOKENS, do_sample=False).tolist()
+        inputs = {k: v.tolist() for k, v in features.items()}
+        assert _optimum_seq2seq(optimum_python, out, inputs, NEW_TOKENS, tmp_path) == expected
+        if name == "moonshine" and len(batch) == 1:  # transformers.js' Moonshine reads one audio
+            assert transformersjs_seq2seq(out, inputs, NEW_TOKENS, tmp_path) == expected
 
 
 def _zoo(name: str):
