@@ -14,6 +14,7 @@ import numpy as np
 
 from ..runtime.entities import AGGREGATIONS
 from ..runtime.pipelines import MODALITY_OPTION, SEGMENTATION_TASKS, TWO_TOWER_TASKS, pipeline
+from ..runtime.text_to_audio import write_wav
 
 
 def _features(value: Any) -> dict[str, Any]:
@@ -44,13 +45,23 @@ def _generated(result: dict[str, Any]) -> list[dict[str, Any]]:
             for i, (mask, score) in enumerate(zip(result["masks"], result["scores"]))]
 
 
+def _speech(result: dict[str, Any]) -> dict[str, Any]:
+    """A waveform (text-to-audio) as its length, rate and duration (and the WAV written)."""
+    samples, rate = int(np.asarray(result["audio"]).shape[-1]), int(result["sampling_rate"])
+    return {"samples": samples, "sampling_rate": rate, "seconds": round(samples / rate, 3),
+            **({"saved": result["saved"]} if "saved" in result else {})}
+
+
 def _save(task: str, results: list[Any], inputs: list[str], folder: str) -> None:
     """Writes each depth map as a PNG (``<image>_depth.png``), each mask (``<image>_<label>.png``), each embedding
     as a ``.npy`` file, into ``folder``."""
     os.makedirs(folder, exist_ok=True)
     for number, (value, result) in enumerate(zip(inputs, results), 1):
         stem = os.path.splitext(os.path.basename(value))[0] if task != "feature-extraction" else f"text_{number}"
-        if task == "mask-generation":
+        if task == "text-to-audio":
+            result["saved"] = write_wav(os.path.join(folder, f"speech_{number}.wav"), result["audio"],
+                                        result["sampling_rate"])
+        elif task == "mask-generation":
             import PIL.Image  # deferred: the command starts without the imaging library
 
             result["saved"] = [os.path.join(folder, f"{stem}_mask_{i}.png") for i in range(len(result["masks"]))]
@@ -69,6 +80,10 @@ def _save(task: str, results: list[Any], inputs: list[str], folder: str) -> None
 
 def _lines(task: str, result: Any) -> list[str]:
     """The result of one input, readable."""
+    if task == "text-to-audio":
+        speech = _speech(result)
+        return [f"audio: {speech['samples']} samples at {speech['sampling_rate']} Hz ({speech['seconds']:.2f} s)" +
+                (f", saved as {speech['saved']}" if "saved" in speech else "")]
     if task == "mask-generation":
         if not result["masks"]:
             return ["(no mask above the thresholds)"]
@@ -150,8 +165,11 @@ def run(args: argparse.Namespace) -> int:
     results = pipe(list(inputs), **options)
     if pipe.task == "text-classification" and args.top_k is None:
         results = [[r] for r in results]
+    if pipe.task == "text-to-audio":  # a WAV file per text, in the current folder by default
+        args.save_dir = args.save_dir or "."
     if args.save_dir:
         if pipe.task not in ("depth-estimation", *SEGMENTATION_TASKS, "feature-extraction", "mask-generation",
+                             "text-to-audio",
                              "image-feature-extraction"):
             raise ValueError(f"--save-dir writes depth maps, masks and embeddings, not the results of a {pipe.task} "
                              "folder.")
@@ -163,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
             results = [_depth(r) for r in results]
         elif pipe.task == "mask-generation":
             results = [_generated(r) for r in results]
+        elif pipe.task == "text-to-audio":
+            results = [_speech(r) for r in results]
         elif pipe.task in SEGMENTATION_TASKS:
             results = [_masks(r) for r in results]
         print(json.dumps(results if len(results) > 1 else results[0], indent=1))
@@ -182,8 +202,8 @@ def add_parser(commands: Any) -> None:
         description="Runs a folder written by 'export FOLDER --out OUT' for a single-pass task (text, token, image, "
         "audio or video classification, zero-shot classification of texts, images or sounds (--labels), object "
         "detection, segmentation, mask generation (SAM), depth estimation, fill-mask, feature extraction, sentence "
-        "embeddings, CTC speech recognition) on onnxruntime, the inputs prepared by the folder's own tokenizer, "
-        "image processor or feature extractor (offline), and prints what transformers' pipeline of the task returns. "
+        "embeddings, CTC speech recognition, text to speech: a WAV file) on onnxruntime, the inputs prepared by "
+        "the folder's own tokenizer, image processor or feature extractor (offline), and prints what transformers' pipeline of the task returns. "
         "Several inputs make a batch.")
     cmd.add_argument("folder", help="the folder written by export")
     cmd.add_argument("inputs", nargs="*", default=[], metavar="INPUT", help="the texts of a text folder")
@@ -219,7 +239,9 @@ def add_parser(commands: Any) -> None:
                      help="a mask-generation folder: the lowest stability of a mask kept (default 0.95)")
     cmd.add_argument("--save-dir", default=None,
                      help="a depth-estimation folder: write each depth map as IMAGE_depth.png there; a segmenter's: "
-                     "each mask as IMAGE_LABEL.png; an embedder's: each embedding as a .npy file")
+                     "each mask as IMAGE_LABEL.png (a mask generator's: IMAGE_mask_N.png); an embedder's: each "
+                     "embedding as a .npy file; a text-to-audio folder's: each waveform as speech_N.wav (default: the "
+                     "current folder)")
     cmd.add_argument("--json", action="store_true", help="print the result as JSON")
     cmd.add_argument("--threads", type=int, default=None, help="onnxruntime's intra-op threads")
     cmd.set_defaults(func=run)

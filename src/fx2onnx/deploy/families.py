@@ -39,6 +39,7 @@ from .speech_generic import eager_pieces, export_generic_speech_pieces, meta_mod
 from .seq2seq import write_seq2seq_folder
 from .seq2seq_generic import write_generic_seq2seq_folder
 from .text_generation import write_text_generation_folder
+from .text_to_audio import export_text_to_audio_pieces
 
 
 @dataclasses.dataclass
@@ -177,6 +178,10 @@ FAMILIES: tuple[Family, ...] = (
            "SAM: the image encoder, then the prompt encoder and mask decoder on points (optimum's two files)",
            lambda f: True, export_mask_generation_pieces,
            "the image encoder and the prompt encoder and mask decoder on two input sets against eager float32"),
+    Family("waveform", "text-to-audio", None, "VITS and MMS-TTS: one pass from the text to the waveform",
+           lambda f: True, export_text_to_audio_pieces,
+           "the waveform and spectrogram of two input sets of its tokenizer (two and three texts, padded) "
+           "against eager float32"),
 )
 
 

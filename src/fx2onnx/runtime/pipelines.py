@@ -72,6 +72,8 @@ PIPELINE_TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
 OWN_PIPELINES: dict[str, tuple[str, str]] = {
     # SAM's image encoder, then its prompt encoder and mask decoder on a grid of points
     "mask-generation": ("image", "fx2onnx.runtime.mask_generation.MaskGenerationPipeline"),
+    # VITS: the waveform of a text in one pass
+    "text-to-audio": ("text", "fx2onnx.runtime.text_to_audio.TextToAudioPipeline"),
 }
 #: the tasks of a model of two towers: the texts (candidate labels) and the images or sounds, each its own batch
 TWO_TOWER_TASKS = ("zero-shot-image-classification", "zero-shot-audio-classification", "zero-shot-object-detection")

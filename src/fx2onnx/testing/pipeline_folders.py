@@ -1,5 +1,5 @@
 """Checkpoint folders made in code for the pipeline tasks of several pieces or of their own post-processing: a tiny
-SAM with its image processor (mask-generation); what a published folder holds, without a download.
+SAM with its image processor (mask-generation), a tiny VITS with its character tokenizer (text-to-audio); what a published folder holds, without a download.
 
 .. code-block:: python
 
@@ -44,4 +44,46 @@ def write_sam_folder(folder: str | os.PathLike, seed: int = 0) -> str:
     transformers.SamImageProcessor(size={"longest_edge": 64}, pad_size={"height": 64, "width": 64},
                                    mask_size={"longest_edge": 16}, mask_pad_size={"height": 16, "width": 16}
                                    ).save_pretrained(folder)
+    return folder
+
+
+#: the characters of the VITS tokenizer (``<pad>`` first: the blank put between characters)
+VITS_CHARACTERS = ["<pad>", "<unk>", " ", *"abcdefghijklmnopqrstuvwxyz'.,!?"]
+
+
+def vits_config(noise: bool = False) -> Any:
+    """A VITS of 2 layers of 32 units, a vocoder upsampling 16 times, 16 kHz; no noise unless ``noise`` (its
+    waveform is then the same at each run)."""
+    import transformers
+
+    scales = {} if noise else dict(noise_scale=0.0, noise_scale_duration=0.0)
+    return transformers.VitsConfig(
+        vocab_size=len(VITS_CHARACTERS), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, ffn_dim=64,
+        flow_size=16, spectrogram_bins=33, upsample_initial_channel=32, upsample_rates=[4, 4],
+        upsample_kernel_sizes=[8, 8], resblock_kernel_sizes=[3], resblock_dilation_sizes=[[1, 3]],
+        prior_encoder_num_flows=2, prior_encoder_num_wavenet_layers=2, posterior_encoder_num_wavenet_layers=2,
+        duration_predictor_num_flows=2, duration_predictor_filter_channels=32, depth_separable_num_layers=2,
+        sampling_rate=16000, architectures=["VitsModel"], **scales)
+
+
+def write_vits_folder(folder: str | os.PathLike, seed: int = 0, noise: bool = False) -> str:
+    """Writes a ``save_pretrained`` folder of the tiny VITS of :func:`vits_config` with an MMS-TTS-like character
+    tokenizer (a blank between characters, no phonemizer); returns the folder."""
+    import json
+
+    import torch
+    import transformers
+
+    folder = os.fspath(folder)
+    torch.manual_seed(seed)
+    model = transformers.VitsModel(vits_config(noise)).eval()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        model.save_pretrained(folder)
+    finally:
+        transformers.utils.logging.enable_progress_bar()
+    vocab = os.path.join(folder, "vocab.json")
+    with open(vocab, "w", encoding="utf-8") as f:
+        json.dump({c: i for i, c in enumerate(VITS_CHARACTERS)}, f)
+    transformers.VitsTokenizer(vocab, add_blank=True, normalize=True, phonemize=False).save_pretrained(folder)
     return folder
