@@ -80,6 +80,8 @@ def _save(task: str, results: list[Any], inputs: list[str], folder: str) -> None
 
 def _lines(task: str, result: Any) -> list[str]:
     """The result of one input, readable."""
+    if task == "table-question-answering":
+        return [f"{result['answer']!r}  cells {result['coordinates']}"]
     if task == "text-to-audio":
         speech = _speech(result)
         return [f"audio: {speech['samples']} samples at {speech['sampling_rate']} Hz ({speech['seconds']:.2f} s)" +
@@ -151,6 +153,10 @@ def run(args: argparse.Namespace) -> int:
     elif sam:
         raise ValueError(f"--{next(iter(sam)).replace('_', '-')} is an option of a mask-generation folder, not of a "
                          f"{pipe.task} one.")
+    if pipe.task == "table-question-answering":
+        options = dict(table=args.table)
+    elif args.table:
+        raise ValueError(f"--table is an option of a table-question-answering folder, not of a {pipe.task} one.")
     if pipe.task in SEGMENTATION_TASKS:
         options = dict(subtask=args.subtask, threshold=args.threshold)
     elif args.subtask:
@@ -163,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
     if not pipe.task.startswith("zero-shot") and (args.labels or args.template):
         raise ValueError(f"--labels and --template are options of a zero-shot folder, not of a {pipe.task} one.")
     results = pipe(list(inputs), **options)
+    if pipe.task == "table-question-answering" and len(inputs) == 1:  # the pipeline's answer to one question
+        results = [results]
     if pipe.task == "text-classification" and args.top_k is None:
         results = [[r] for r in results]
     if pipe.task == "text-to-audio":  # a WAV file per text, in the current folder by default
@@ -202,8 +210,9 @@ def add_parser(commands: Any) -> None:
         description="Runs a folder written by 'export FOLDER --out OUT' for a single-pass task (text, token, image, "
         "audio or video classification, zero-shot classification of texts, images or sounds (--labels), object "
         "detection, segmentation, mask generation (SAM), depth estimation, fill-mask, feature extraction, sentence "
-        "embeddings, CTC speech recognition, text to speech: a WAV file) on onnxruntime, the inputs prepared by "
-        "the folder's own tokenizer, image processor or feature extractor (offline), and prints what transformers' pipeline of the task returns. "
+        "embeddings, CTC speech recognition, text to speech: a WAV file, table question answering: --table) on "
+        "onnxruntime, the inputs prepared by the folder's own tokenizer, image processor or feature extractor "
+        "(offline), and prints what transformers' pipeline of the task returns. "
         "Several inputs make a batch.")
     cmd.add_argument("folder", help="the folder written by export")
     cmd.add_argument("inputs", nargs="*", default=[], metavar="INPUT", help="the texts of a text folder")
@@ -229,6 +238,9 @@ def add_parser(commands: Any) -> None:
                      "zero-shot-object-detection)")
     cmd.add_argument("--subtask", default=None, metavar="panoptic|instance|semantic",
                      help="a segmentation folder: the masks made (default: the first its image processor makes)")
+    cmd.add_argument("--table", default=None,
+                     help="a table-question-answering folder: the table (a CSV file, its first line naming the "
+                     "columns); the texts are the questions")
     cmd.add_argument("--points-per-crop", type=int, default=None,
                      help="a mask-generation folder: the points of the grid on each side (default 32)")
     cmd.add_argument("--points-per-batch", type=int, default=None,

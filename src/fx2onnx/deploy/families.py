@@ -39,6 +39,7 @@ from .speech_generic import eager_pieces, export_generic_speech_pieces, meta_mod
 from .seq2seq import write_seq2seq_folder
 from .seq2seq_generic import write_generic_seq2seq_folder
 from .text_generation import write_text_generation_folder
+from .table_qa import export_table_qa_pieces
 from .text_to_audio import export_text_to_audio_pieces
 
 
@@ -182,6 +183,10 @@ FAMILIES: tuple[Family, ...] = (
            lambda f: True, export_text_to_audio_pieces,
            "the waveform and spectrogram of two input sets of its tokenizer (two and three texts, padded) "
            "against eager float32"),
+    Family("table", "table-question-answering", None, "TAPAS: the cells of the answer and their aggregation",
+           lambda f: True, export_table_qa_pieces,
+           "the cell and aggregation logits of two input sets of its tokenizer (a table, 2 and 3 questions) against "
+           "eager float32"),
 )
 
 

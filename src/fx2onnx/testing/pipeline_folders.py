@@ -1,5 +1,6 @@
 """Checkpoint folders made in code for the pipeline tasks of several pieces or of their own post-processing: a tiny
-SAM with its image processor (mask-generation), a tiny VITS with its character tokenizer (text-to-audio); what a published folder holds, without a download.
+SAM with its image processor (mask-generation), a tiny VITS with its character tokenizer (text-to-audio), a tiny TAPAS with its
+WordPiece table tokenizer (table-question-answering); what a published folder holds, without a download.
 
 .. code-block:: python
 
@@ -86,4 +87,47 @@ def write_vits_folder(folder: str | os.PathLike, seed: int = 0, noise: bool = Fa
     with open(vocab, "w", encoding="utf-8") as f:
         json.dump({c: i for i, c in enumerate(VITS_CHARACTERS)}, f)
     transformers.VitsTokenizer(vocab, add_blank=True, normalize=True, phonemize=False).save_pretrained(folder)
+    return folder
+
+
+#: the words the TAPAS tokenizer knows beyond those of :data:`fx2onnx.testing.encoder_folder.WORDS`
+TABLE_WORDS = ("how many people london rome which yes no sum what has city count average").split()
+
+
+def tapas_config(vocab_size: int) -> Any:
+    """A TAPAS of 2 layers of 32 units, its cell selection head and 4 aggregations (WTQ's: none, sum, average,
+    count)."""
+    import transformers
+
+    return transformers.TapasConfig(
+        vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=128, num_aggregation_labels=4, use_answer_as_supervision=True,
+        aggregation_labels={0: "NONE", 1: "SUM", 2: "AVERAGE", 3: "COUNT"}, no_aggregation_label_index=0,
+        initializer_range=0.2, architectures=["TapasForQuestionAnswering"])
+
+
+def write_tapas_folder(folder: str | os.PathLike, seed: int = 0) -> str:
+    """Writes a ``save_pretrained`` folder of the tiny TAPAS of :func:`tapas_config` with a
+    :class:`transformers.TapasTokenizer` over a WordPiece vocabulary of words, letters and digits; returns the
+    folder."""
+    import torch
+    import transformers
+
+    from .encoder_folder import SPECIAL, WORDS
+
+    folder = os.fspath(folder)
+    os.makedirs(folder, exist_ok=True)
+    letters = sorted({c for w in WORDS + TABLE_WORDS for c in w} | set("0123456789.,!?'"))
+    vocab = list(dict.fromkeys([*SPECIAL, "[EMPTY]", *WORDS, *TABLE_WORDS, *letters, *(f"##{c}" for c in letters)]))
+    path = os.path.join(folder, "vocab.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(vocab) + "\n")
+    torch.manual_seed(seed)
+    model = transformers.TapasForQuestionAnswering(tapas_config(len(vocab))).eval()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        model.save_pretrained(folder)
+    finally:
+        transformers.utils.logging.enable_progress_bar()
+    transformers.TapasTokenizer(path).save_pretrained(folder)
     return folder
