@@ -75,10 +75,12 @@ class EncoderPiece(torch.nn.Module):
 
     def forward(self, input_ids: Any = None, attention_mask: Any = None, token_type_ids: Any = None,
                 pixel_values: Any = None, pixel_mask: Any = None, input_values: Any = None,
-                input_features: Any = None, is_longer: Any = None) -> tuple[torch.Tensor, ...]:
+                input_features: Any = None, is_longer: Any = None,
+                pixel_values_videos: Any = None) -> tuple[torch.Tensor, ...]:
         given = dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                      pixel_values=pixel_values, pixel_mask=pixel_mask, input_values=input_values,
-                     input_features=input_features, is_longer=is_longer)
+                     input_features=input_features, is_longer=is_longer,
+                     pixel_values_videos=pixel_values_videos)  # V-JEPA 2's clips
         result = self.model(**{k: v for k, v in given.items() if v is not None})
         if self.pooling is not None:  # a sentence-transformers folder: its pooling (and normalization) too
             tokens = result["last_hidden_state"]
@@ -123,7 +125,8 @@ def example_inputs(folder: str, modality: str, accepted: set[str], seed: int = 0
             try:
                 out = processor(images=images, return_tensors="pt")
             except ValueError:  # a processor keeping each image's aspect ratio (ZoeDepth, EoMT): one size a batch
-                same = [rng.integers(0, 256, (32, 40, 3), dtype=np.uint8) for _ in range(batch)]
+                shape = (32, 40, 3) if batch == 2 else (48, 32, 3)  # each set its own size: both dynamic
+                same = [rng.integers(0, 256, shape, dtype=np.uint8) for _ in range(batch)]
                 out = processor(images=same, return_tensors="pt")
         else:
             rate = int(getattr(processor, "sampling_rate", 16000))
@@ -154,13 +157,16 @@ def encoder_pieces(model: torch.nn.Module, task: str, folder: str,
     inputs, inputs2 = example_inputs(folder, modality, accepted, two_towers=two_towers,
                                      frames=int(getattr(model.config, "num_frames", 8) or 8), one_query=one_query)
     names = [n for n in wrapped if n in inputs]
+    # a processor keeping each image's aspect ratio (ZoeDepth, EoMT) gives the two sets other heights or widths
+    sized = modality == "image" and "pixel_values" in inputs and \
+        inputs["pixel_values"].shape[-2:] != inputs2["pixel_values"].shape[-2:]
 
     def dims(name: str) -> dict[int, str]:
         if one_query:
             return DYNAMIC_DIMS["text" if name in TEXT_INPUTS else modality]
         if two_towers:
             return TOWER_DIMS["text" if name in TEXT_INPUTS else modality]
-        return DYNAMIC_DIMS["sized image" if task == "object-detection" else modality]
+        return DYNAMIC_DIMS["sized image" if task == "object-detection" or sized else modality]
 
     def varies(n: str, d: int) -> bool:  # a feature extractor padding every sound to one length (AST, Whisper)
         return modality != "audio" or d % inputs[n].dim() == 0 or inputs[n].shape[d] != inputs2[n].shape[d]
