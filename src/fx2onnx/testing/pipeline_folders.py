@@ -1,6 +1,6 @@
 """Checkpoint folders made in code for the pipeline tasks of several pieces or of their own post-processing: a tiny
 SAM with its image processor (mask-generation), a tiny VITS with its character tokenizer (text-to-audio), a tiny TAPAS with its
-WordPiece table tokenizer (table-question-answering); what a published folder holds, without a download.
+WordPiece table tokenizer (table-question-answering), a tiny OWLv2 (zero-shot-object-detection); what a published folder holds, without a download.
 
 .. code-block:: python
 
@@ -130,4 +130,32 @@ def write_tapas_folder(folder: str | os.PathLike, seed: int = 0) -> str:
     finally:
         transformers.utils.logging.enable_progress_bar()
     transformers.TapasTokenizer(path).save_pretrained(folder)
+    return folder
+
+
+def write_owlv2_folder(folder: str | os.PathLike, seed: int = 0) -> str:
+    """Writes a ``save_pretrained`` folder of a tiny OWLv2 (CLIP's towers of 2 layers of 32 units, its box, class and
+    objectness heads on the 4x4 patches of 32x32 images; weights small enough for scores below 1) with the WordPiece
+    tokenizer and OWLv2's image processor (padding each image to a square); returns the folder."""
+    import torch
+    import transformers
+
+    from .encoder_folder import SPECIAL, bert_tokenizer
+
+    folder = os.fspath(folder)
+    towers = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+    text = dict(towers, vocab_size=len(bert_tokenizer()), max_position_embeddings=32, pad_token_id=0,
+                bos_token_id=SPECIAL.index("[CLS]"), eos_token_id=SPECIAL.index("[SEP]"))
+    config = transformers.Owlv2Config(text_config=text, vision_config=dict(towers, image_size=32, patch_size=8),
+                                      projection_dim=32, initializer_factor=0.1,
+                                      architectures=["Owlv2ForObjectDetection"])
+    torch.manual_seed(seed)
+    model = transformers.Owlv2ForObjectDetection(config).eval()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        model.save_pretrained(folder)
+    finally:
+        transformers.utils.logging.enable_progress_bar()
+    bert_tokenizer(("input_ids", "attention_mask")).save_pretrained(folder)
+    transformers.Owlv2ImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
     return folder
