@@ -35,7 +35,7 @@ import torch
 import transformers
 
 from fx2onnx.deploy import export_folder
-from fx2onnx.testing.tokenizer import write_checkpoint_folder
+from fx2onnx.testing.tokenizer import tiny_tokenizer, write_checkpoint_folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPEED = os.path.join(ROOT, "bench", "transformersjs_speed.mjs")
@@ -114,10 +114,12 @@ def main() -> None:
     parser.add_argument("--new", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--vocab", type=int, default=384,
+                        help="the vocabulary (384: the tokenizer's; Qwen3-0.6B's is 151936, the tokenizer kept)")
     parser.add_argument("--std", type=float, default=0.1, help="the std of the random weights")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    config = transformers.Qwen3Config(num_hidden_layers=args.layers, vocab_size=384, tie_word_embeddings=True,
+    config = transformers.Qwen3Config(num_hidden_layers=args.layers, vocab_size=args.vocab, tie_word_embeddings=True,
                                       rope_theta=1_000_000.0, max_position_embeddings=40960,
                                       architectures=["Qwen3ForCausalLM"], **WIDTHS[args.widths])
     prompt = [5, 60, 7, 200, 31, 17, 90, 11, 4, 150, 33, 8, 71, 2, 99, 45]
@@ -125,7 +127,13 @@ def main() -> None:
     reference: list[int] = []
     with tempfile.TemporaryDirectory() as work:
         checkpoint = os.path.join(work, "qwen3")
-        write_checkpoint_folder(config, checkpoint, dtype="bfloat16", std=args.std)
+        if args.vocab <= 384:  # the vocabulary of the tokenizer made in code
+            write_checkpoint_folder(config, checkpoint, dtype="bfloat16", std=args.std)
+        else:  # the published vocabulary, the tokenizer made in code beside it (the speed reads token ids)
+            tok = tiny_tokenizer(384)
+            config.eos_token_id = config.pad_token_id = tok.eos_token_id
+            write_checkpoint_folder(config, checkpoint, dtype="bfloat16", std=args.std, tokenizer=False)
+            tok.save_pretrained(checkpoint)
         model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
         reference = model.generate(torch.tensor([prompt]), max_new_tokens=args.new, min_new_tokens=args.new,
                                    do_sample=False)[0, len(prompt):].tolist()
@@ -157,7 +165,7 @@ def main() -> None:
         row["transformers_tokens"] = row["new_ids"] == reference
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"widths": args.widths, "layers": args.layers, "vocab": 384, "new": args.new, "std": args.std,
+            json.dump({"widths": args.widths, "layers": args.layers, "vocab": config.vocab_size, "new": args.new, "std": args.std,
                        "prompt": len(prompt), "rounds": args.rounds,
                        "date": datetime.date.today().isoformat(),
                        "command": "python bench/bench_transformersjs.py " + " ".join(

@@ -231,6 +231,35 @@ def test_transformersjs_and_optimum_give_transformers_tokens(folders, optimum_py
             assert transformersjs_seq2seq(out, inputs, NEW_TOKENS, tmp_path) == expected
 
 
+@pytest.mark.slow
+def test_previous_layout_still_transcribes_with_a_notice(folders, tmp_path):
+    """A folder of the previous layout (encoder.onnx returning the cross keys and values, decoder.onnx with the cache
+    named past_key_values_key_<i>) still transcribes, the same tokens, with one OldLayoutWarning."""
+    from fx2onnx.deploy.files import copy_folder_files
+    from fx2onnx.deploy.speech_generic import export_generic_speech_pieces
+    from fx2onnx.runtime.folder import OldLayoutWarning
+    from fx2onnx.runtime.speech import open_speech_generator
+
+    name, checkpoint, out, wavs = folders
+    if name != "speech_to_text":
+        pytest.skip("one family is enough")
+    old = str(tmp_path / "old")
+    os.makedirs(old)
+    config = transformers.AutoConfig.from_pretrained(checkpoint)
+    pieces, _ = export_generic_speech_pieces(checkpoint, old, config, torch.float32, optimize="onnxruntime",
+                                             quantize=None, block_size=32, opset=None, progress=False,
+                                             say=lambda _line: None)
+    copy_folder_files(checkpoint, old)
+    with open(os.path.join(old, "fx2onnx.json"), "w") as f:
+        json.dump({"task": "speech-seq2seq", "split": "generic",
+                   "pieces": {p.name: {"file": p.filename, "inputs": p.input_names, "outputs": p.output_names,
+                                       "cache": p.cache} for p in pieces}}, f)
+    with pytest.warns(OldLayoutWarning, match="older fx2onnx"):
+        generator = open_speech_generator(old)
+    assert generator.transcribe(wavs, NEW_TOKENS, as_text=False).new_ids == \
+        open_speech_generator(out).transcribe(wavs, NEW_TOKENS, as_text=False).new_ids
+
+
 def _zoo(name: str):
     from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
 

@@ -13,9 +13,11 @@ checkpoint folder exports and generates with the same two commands as a text mod
     python -m fx2onnx export FOLDER --out OUTDIR
     python -m fx2onnx generate OUTDIR --image line.png
 
-The export finds the encoder's input in the model's signature (``pixel_values``) and writes two
-pieces: the encoder, which also returns the keys and values of every cross-attention (computed once
-per image), and the decoder with its self-attention cache. This example writes a tiny folder of
+The export finds the encoder's input in the model's signature (``pixel_values``) and writes the two
+files transformers.js and optimum load: ``onnx/encoder_model.onnx`` and
+``onnx/decoder_model_merged.onnx``, the decoder with its self-attention cache whose first step
+computes the keys and values of every cross-attention (once per image, ``use_cache_branch``
+false) and whose later steps reuse them. This example writes a tiny folder of
 TrOCR's architecture (a ViT encoder, a TrOCR decoder, random weights, its image processor and a
 tokenizer made in code: no download), runs both commands and checks the tokens against
 :epkg:`transformers`.

@@ -1,7 +1,9 @@
 """The pieces of any encoder-decoder model reading audio features or pixels and writing text
 (Speech2Text, Moonshine...; the image encoder-decoders, TrOCR, Donut, any ``VisionEncoderDecoderModel``),
 read from the model instead of the names of its attention modules (Whisper keeps its own:
-:mod:`fx2onnx.deploy.speech`).
+:mod:`fx2onnx.deploy.speech`). The folder export writes these models in the layout transformers.js and
+optimum load (:mod:`fx2onnx.deploy.seq2seq_generic`, from the same probe and wrappers); the two pieces
+below are the previous layout, which the runtime still opens (with a one-line notice).
 
 * ``encoder.onnx``: the feature extractor's inputs (``input_features``, ``input_values`` or
   ``pixel_values``, with ``attention_mask`` when the feature extractor gives one and the model takes
