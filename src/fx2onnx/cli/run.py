@@ -80,6 +80,10 @@ def _save(task: str, results: list[Any], inputs: list[str], folder: str) -> None
 
 def _lines(task: str, result: Any) -> list[str]:
     """The result of one input, readable."""
+    if task == "document-question-answering":
+        if not result:
+            return ["(no answer)"]
+        return [f"{a['answer']!r:<30} {a['score']:.4f}  words [{a['start']}:{a['end']}]" for a in result]
     if task == "table-question-answering":
         return [f"{result['answer']!r}  cells {result['coordinates']}"]
     if task == "text-to-audio":
@@ -157,6 +161,11 @@ def run(args: argparse.Namespace) -> int:
         options = dict(table=args.table)
     elif args.table:
         raise ValueError(f"--table is an option of a table-question-answering folder, not of a {pipe.task} one.")
+    if pipe.task == "document-question-answering":
+        options = dict(word_boxes=args.word_boxes, top_k=args.top_k)
+    elif args.word_boxes:
+        raise ValueError(f"--word-boxes is an option of a document-question-answering folder, not of a {pipe.task} "
+                         "one.")
     if pipe.task in SEGMENTATION_TASKS:
         options = dict(subtask=args.subtask, threshold=args.threshold)
     elif args.subtask:
@@ -168,7 +177,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--multi-label is an option of a zero-shot-classification folder, not of a {pipe.task} one.")
     if not pipe.task.startswith("zero-shot") and (args.labels or args.template):
         raise ValueError(f"--labels and --template are options of a zero-shot folder, not of a {pipe.task} one.")
-    results = pipe(list(inputs), **options)
+    if pipe.task == "document-question-answering":  # one question at a time, as the pipeline
+        results = [pipe(question=question, **options) for question in inputs]
+    else:
+        results = pipe(list(inputs), **options)
     if pipe.task == "table-question-answering" and len(inputs) == 1:  # the pipeline's answer to one question
         results = [results]
     if pipe.task == "text-classification" and args.top_k is None:
@@ -210,7 +222,8 @@ def add_parser(commands: Any) -> None:
         description="Runs a folder written by 'export FOLDER --out OUT' for a single-pass task (text, token, image, "
         "audio or video classification, zero-shot classification of texts, images or sounds (--labels), object "
         "detection, segmentation, mask generation (SAM), depth estimation, fill-mask, feature extraction, sentence "
-        "embeddings, CTC speech recognition, text to speech: a WAV file, table question answering: --table) on "
+        "embeddings, CTC speech recognition, text to speech: a WAV file, table question answering: --table, document question answering: "
+        "--word-boxes) on "
         "onnxruntime, the inputs prepared by the folder's own tokenizer, image processor or feature extractor "
         "(offline), and prints what transformers' pipeline of the task returns. "
         "Several inputs make a batch.")
@@ -241,6 +254,9 @@ def add_parser(commands: Any) -> None:
     cmd.add_argument("--table", default=None,
                      help="a table-question-answering folder: the table (a CSV file, its first line naming the "
                      "columns); the texts are the questions")
+    cmd.add_argument("--word-boxes", default=None,
+                     help="a document-question-answering folder: a JSON file of the page's words and their boxes, "
+                     "[[word, [x0, y0, x1, y1]], ...] from 0 to 1000; the texts are the questions")
     cmd.add_argument("--points-per-crop", type=int, default=None,
                      help="a mask-generation folder: the points of the grid on each side (default 32)")
     cmd.add_argument("--points-per-batch", type=int, default=None,

@@ -32,6 +32,7 @@ from ..runtime.seq2seq import TEXT2TEXT_TASKS
 from .captioner import captioner_generation, is_cross_attention_captioner
 from .encoder import export_encoder_pieces
 from .image_prefix import image_prefix_pieces, is_image_prefix_model
+from .document_qa import export_document_qa_pieces
 from .image_text import export_vision_pieces, vision_pieces
 from .mask_generation import export_mask_generation_pieces
 from .speech import Piece
@@ -187,6 +188,11 @@ FAMILIES: tuple[Family, ...] = (
            lambda f: True, export_table_qa_pieces,
            "the cell and aggregation logits of two input sets of its tokenizer (a table, 2 and 3 questions) against "
            "eager float32"),
+    Family("words and boxes", "document-question-answering", None,
+           "LayoutLM: the answer's words among the page's words and their boxes",
+           lambda f: True, export_document_qa_pieces,
+           "the start and end logits of two input sets of its tokenizer (a page, 1 and 2 questions) against eager "
+           "float32"),
 )
 
 

@@ -76,6 +76,8 @@ OWN_PIPELINES: dict[str, tuple[str, str]] = {
     "text-to-audio": ("text", "fx2onnx.runtime.text_to_audio.TextToAudioPipeline"),
     # TAPAS: the cells answering questions about a table (the tokenizer's own post-processing)
     "table-question-answering": ("text", "fx2onnx.runtime.table_qa.TableQuestionAnsweringPipeline"),
+    # LayoutLM: the answer's words among the words of a page and their boxes
+    "document-question-answering": ("text", "fx2onnx.runtime.document_qa.DocumentQuestionAnsweringPipeline"),
 }
 #: the tasks of a model of two towers: the texts (candidate labels) and the images or sounds, each its own batch
 TWO_TOWER_TASKS = ("zero-shot-image-classification", "zero-shot-audio-classification", "zero-shot-object-detection")

@@ -1,6 +1,7 @@
 """Checkpoint folders made in code for the pipeline tasks of several pieces or of their own post-processing: a tiny
 SAM with its image processor (mask-generation), a tiny VITS with its character tokenizer (text-to-audio), a tiny TAPAS with its
-WordPiece table tokenizer (table-question-answering), a tiny OWLv2 (zero-shot-object-detection); what a published folder holds, without a download.
+WordPiece table tokenizer (table-question-answering), a tiny OWLv2 (zero-shot-object-detection), a tiny LayoutLM with the WordPiece
+tokenizer (document-question-answering); what a published folder holds, without a download.
 
 .. code-block:: python
 
@@ -158,4 +159,30 @@ def write_owlv2_folder(folder: str | os.PathLike, seed: int = 0) -> str:
         transformers.utils.logging.enable_progress_bar()
     bert_tokenizer(("input_ids", "attention_mask")).save_pretrained(folder)
     transformers.Owlv2ImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    return folder
+
+
+def write_layoutlm_folder(folder: str | os.PathLike, seed: int = 0) -> str:
+    """Writes a ``save_pretrained`` folder of a tiny LayoutLM question answerer (2 layers of 32 units, boxes from 0 to
+    1000) with the WordPiece tokenizer (128 tokens at most); returns the folder."""
+    import torch
+    import transformers
+
+    from .encoder_folder import bert_tokenizer
+
+    folder = os.fspath(folder)
+    tokenizer = bert_tokenizer()
+    tokenizer.model_max_length = 128
+    config = transformers.LayoutLMConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=128, max_2d_position_embeddings=1024, initializer_range=0.2,
+        architectures=["LayoutLMForQuestionAnswering"])
+    torch.manual_seed(seed)
+    model = transformers.LayoutLMForQuestionAnswering(config).eval()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        model.save_pretrained(folder)
+    finally:
+        transformers.utils.logging.enable_progress_bar()
+    tokenizer.save_pretrained(folder)
     return folder

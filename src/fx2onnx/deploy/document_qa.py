@@ -1,0 +1,101 @@
+"""The model of a document-question-answering folder (LayoutLM): ``onnx/model.onnx``, ``input_ids``, ``bbox``
+(each token's box on the page, 0-1000), ``attention_mask`` and ``token_type_ids`` -> ``start_logits`` and
+``end_logits``, the outputs transformers' pipeline reads to pick the answer's words.
+
+The example inputs come from the folder's own tokenizer: a question and the words of a page split into words as the
+pipeline splits them, each token given its word's box (the separator ``[1000] * 4``, the question ``[0] * 4``); the
+batch and the length are dynamic. Checked against the same wrapper around the eager float32 model. LayoutLMv2 and
+v3, which also read the page's pixels, are not exported yet.
+
+.. code-block:: python
+
+    from fx2onnx.deploy import export_folder
+
+    print(export_folder("layoutlm_folder", "layoutlm_onnx"))  # task document-question-answering
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import torch
+
+from ..patches import torch_export_patches
+from ..runtime.document_qa import token_boxes
+from ..runtime.pipelines import MODEL_FILE
+from ..weights import to_onnx_from_checkpoint
+from ..weights.empty import parameters_on_meta
+from .encoder import _processor
+from .saved_model import rename_external_data, rename_values
+from .speech import Piece
+from .transformersjs import data_file_name
+
+#: the model types exported (LayoutLM reads the words and their boxes; v2 and v3 read the pixels too)
+DOCUMENT_QA_MODEL_TYPES = ("layoutlm",)
+#: the inputs of the model, in the wrapper's order
+INPUTS = ("input_ids", "bbox", "attention_mask", "token_type_ids")
+#: the words and boxes of the example page and the questions of the two input sets (one, then two)
+PAGE = (("paris", (10, 10, 100, 40)), ("is", (110, 10, 150, 40)), ("the", (160, 10, 220, 40)),
+        ("capital", (230, 10, 400, 40)), ("of", (10, 60, 50, 90)), ("france", (60, 60, 200, 90)))
+QUESTIONS = (("what is the capital of france?",), ("what is the capital?", "is paris a city by the sea?"))
+
+
+class DocumentQuestionAnsweringPiece(torch.nn.Module):
+    """LayoutLM returning the start and end logits of the answer."""
+
+    base_model_prefix = "model"
+
+    def __init__(self, model: Any):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, bbox: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.model(input_ids=input_ids, bbox=bbox, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        return out.start_logits, out.end_logits
+
+
+def document_piece(model: Any, folder: str) -> Piece:
+    """The piece of a LayoutLM folder with two input sets of its tokenizer (1 then 2 questions on one page)."""
+    tokenizer = _processor(folder, "text")
+    words, boxes = [w for w, _ in PAGE], [b for _, b in PAGE]
+    sets = []
+    for questions in QUESTIONS:
+        encoding = tokenizer([q.split() for q in questions], [words] * len(questions), is_split_into_words=True,
+                             padding=True, return_token_type_ids=True)
+        tensors = {k: torch.tensor(encoding[k]) for k in ("input_ids", "attention_mask", "token_type_ids")}
+        tensors["bbox"] = torch.tensor([token_boxes(tokenizer, encoding, i, boxes) for i in range(len(questions))])
+        sets.append({k: tensors[k] for k in INPUTS})
+    return Piece("model", MODEL_FILE, DocumentQuestionAnsweringPiece(model), sets[0], sets[1],
+                 {n: {0: "batch", 1: "sequence"} for n in INPUTS}, list(INPUTS), ["start_logits", "end_logits"])
+
+
+def export_document_qa_pieces(folder: str, out_dir: str, config: Any, dtype: torch.dtype,
+                              options: dict[str, Any]) -> tuple[list[Piece], Any]:
+    """Exports the model of a LayoutLM folder into ``out_dir/onnx/model.onnx`` (the weights streamed from the
+    checkpoint); returns the piece and the function rebuilding it around the eager model for the check."""
+    import transformers  # deferred: heavy
+
+    if config.model_type not in DOCUMENT_QA_MODEL_TYPES:
+        raise ValueError(f"{config.architectures[0]} is a document-question-answering model of type "
+                         f"{config.model_type!r}: exporting such a folder supports {list(DOCUMENT_QA_MODEL_TYPES)} "
+                         "(the words and their boxes, no pixels) today.")
+    with parameters_on_meta():
+        model = getattr(transformers, config.architectures[0])._from_config(config, dtype=dtype).eval()
+    piece = document_piece(model, folder)
+    optimize, quantize = options["optimize"], options["quantize"]
+    options["say"](f"exporting {config.architectures[0]} (document-question-answering, "
+                   f"{str(dtype).replace('torch.', '')}, optimize={optimize}{', ' + quantize if quantize else ''})")
+    path = os.path.join(out_dir, piece.filename)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with torch_export_patches(patch_transformers=True) as modificator:
+        to_onnx_from_checkpoint(
+            folder, (), modificator(copy.deepcopy(piece.inputs)), filename=path, model=piece.module, dtype=dtype,
+            progress=options["progress"], dynamic_shapes=piece.dynamic_shapes, target_opset=options["opset"],
+            optimize=False if optimize == "none" else optimize, quantize=quantize,
+            quantize_block_size=options["block_size"], quantize_symmetric=options["symmetric"])
+    rename_values(path, piece.input_names, piece.output_names, {})
+    rename_external_data(path, data_file_name(piece.filename))
+    return [piece], lambda eager, _config: [document_piece(eager, folder)]
