@@ -116,7 +116,7 @@ def multimodal_table(stored: dict) -> str:
 TABLES = {"llm_deploy": llm_deploy_table, "multimodal": multimodal_table}
 #: the measurements the design pages cite, one JSON per page: its ``tables`` (a measured table with its date,
 #: machine, versions, command and notes) and its ``findings`` (one measured sentence each)
-MEASURED_PAGES = ("optimizer", "runner", "deploy", "folder_safety", "site")
+MEASURED_PAGES = ("optimizer", "runner", "deploy", "folder_safety", "site", "real_size_families")
 
 
 def _measured_by(entry: dict) -> list[str]:

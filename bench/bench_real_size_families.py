@@ -145,17 +145,31 @@ def table(rows: list[dict]) -> dict:
     for r in rows:
         label = f"{TITLES[r['model']]}, {r['layers']} layers"
         if "error" in r:
-            notes.append(f"{r['exporter']} refuses {label}: ``{r['error']}``")
+            notes.append(f"{r['exporter']} refuses {label} (every precision): ``{r['error']}``")
             continue
-        agree = (f"all {r['new']}" if r["agree"] == r["new"] else f"first {r['agree']} of {r['new']}")
+        agree = (f"all {r['new']} equal" if r["agree"] == r["new"] else f"first {r['agree']} of {r['new']} equal"
+                 if r["agree"] else "the first differs")
         body.append([label, r["precision"], r["exporter"], f"{r['export_s']:.1f}", f"{r['peak_rss_gb']:.2f}",
                      str(r["size_mb"]), f"{r['first_token_ms']:.0f}", f"{r['decode_tok_s']:.2f}",
                      f"{r['load'][0]:.1f}", agree])
-    notes += ["Random weights: their logits are nearly uniform, so an int4 folder's tokens part from "
-              "transformers' float32 ones after a few steps; float32 folders must give the same tokens.",
+    tokens = {(r["model"], r["layers"], r["precision"], r["exporter"]): r["tokens"] for r in rows if "tokens" in r}
+    for (model, layers, precision, exporter), ours in tokens.items():
+        theirs = tokens.get((model, layers, precision, "onnxruntime-genai"))
+        if exporter == "fx2onnx" and precision != "float32" and theirs:
+            same = agreement(ours, theirs)
+            notes.append(f"{TITLES[model]} {precision}: fx2onnx's folder and the builder's give "
+                         + (f"the same {same} tokens." if same == len(ours) else f"the same first {same} tokens."))
+    if any(r["model"] == "deepseek-v2-lite" and r["precision"] == "int4" and "error" not in r for r in rows):
+        notes.append("DeepSeek-V2-Lite int4: the routed experts' weights (a 3-D tensor per layer and projection, "
+                     "the chosen experts gathered from it before their product) stay float32, as does the untied "
+                     "embedding table (``quantize_embeddings`` is off by default): int4 rounds the 2-D matrices "
+                     "only, hence the folder's size.")
+    notes = list(dict.fromkeys(notes))
+    notes += ["Random weights: their logits are nearly uniform, so an int4 folder's greedy tokens part early from "
+              "transformers' float32 ones (both tools' int4 folders alike); float32 folders must give the same tokens.",
               "The machine is shared with other jobs (load: its 1-minute load average when the row was "
               "measured): timings are noisy, decode speeds are the best of interleaved rounds."]
-    commands = " and ".join(dict.fromkeys(r["command"] for r in rows))
+    commands = "; ".join(dict.fromkeys(r["command"] for r in rows))
     return dict(title="Real widths of the new families", conditions=(
         f"bf16 folders with random weights, {rows[0]['prompt']} prompt tokens, {rows[0]['new']} new ones, greedy, "
         "one intra-op thread; peak: the export's resident memory."), date=max(r["date"] for r in rows),

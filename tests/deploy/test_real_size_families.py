@@ -1,7 +1,7 @@
-"""The two configurations of ``bench/bench_real_size_families.py`` at tiny widths, their layer patterns kept: LFM2-1.2B's
-first four layers (conv, conv, attention, conv) and DeepSeek-V2-Lite's structure (latent attention without a query
-low rank, YaRN rotary, a dense first layer then mixture-of-experts layers). ``export FOLDER`` (no flag) then our loop
-gives transformers' greedy tokens; the benchmark measures the same at the published widths."""
+"""The two configurations of ``bench/bench_real_size_families.py`` at tiny widths, their layer patterns kept:
+LFM2-1.2B's first four layers (conv, conv, attention, conv) and DeepSeek-V2-Lite's structure (latent attention
+without a query low rank, YaRN rotary, a dense first layer then mixture-of-experts layers). ``export FOLDER`` (no
+flag) then our loop gives transformers' greedy tokens; the benchmark measures the same at the published widths."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _deepseek_v2_lite():
                                          n_routed_experts=8, n_shared_experts=2, num_experts_per_tok=3,
                                          first_k_dense_replace=1, n_group=1, topk_group=1, topk_method="greedy",
                                          q_lora_rank=None, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8,
-                                         v_head_dim=16, head_dim=8, max_position_embeddings=256,
+                                         v_head_dim=16, head_dim=8, max_position_embeddings=2560,
                                          rope_parameters=rope, architectures=["DeepseekV2ForCausalLM"])
 
 
