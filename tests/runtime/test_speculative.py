@@ -193,7 +193,8 @@ def test_command_line_refusals(folders, tmp_path, capsys):
     tok["model"]["vocab"] = {k + "x": v for k, v in tok["model"]["vocab"].items()}
     with open(other / "tokenizer.json", "w") as f:
         json.dump(tok, f)
-    for args, message in ((["--prompt-lookup", "3", "--draft", folders["draft_onnx"]], "not both"),
+    for args, message in ((["--prompt-lookup", "3", "--draft", folders["draft_onnx"]], "one of"),
+                          (["--mtp"], "no multi-token-prediction head"),
                           (["--draft", str(tmp_path / "none")], "is not a folder"),
                           (["--draft", str(other)], "tokenizers"),
                           (["--prompt-lookup", "0"], ">= 1")):

@@ -15,6 +15,7 @@ from ..runtime.media_check import check_media
 from ..runtime.pipelines import PIPELINE_TASKS
 from ..runtime.sampling import Sampling
 from ..runtime.seq2seq import TEXT2TEXT_TASKS
+from ..runtime.mtp import MultiTokenPrediction
 from ..runtime.speculative import DraftModel, PromptLookup, same_vocabulary
 
 
@@ -50,7 +51,7 @@ def _generate_text2text(args: argparse.Namespace, task: str) -> int:
         raise ValueError(f"{args.folder!r} holds a text encoder-decoder ({task}): it takes prompts or --ids only.")
     if (not args.prompts) == (args.ids is None):
         raise ValueError("Give a prompt (several make a batch) or --ids 1,2,3 (one of them).")
-    if _asks_sampling(args) or args.prompt_lookup is not None or args.draft:
+    if _asks_sampling(args) or args.prompt_lookup is not None or args.draft or args.mtp:
         raise ValueError("A text encoder-decoder folder generates greedily: remove the sampling and speculative "
                          "options.")
     generator = generator_class(task, None)(args.folder, threads=args.threads)
@@ -205,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
         check_media(audios=[args.audio])
     if task == "image-text-to-text":
         check_media(images=args.image or [], videos=args.video or [])
-    if (args.prompt_lookup is not None or args.draft) and task in ("speech-seq2seq", "image-text-to-text"):
+    if (args.prompt_lookup is not None or args.draft or args.mtp) and task in ("speech-seq2seq", "image-text-to-text"):
         raise ValueError(f"--prompt-lookup and --draft run a text decoder's folder, not a {task} one.")
     if task == "speech-seq2seq":
         return _generate_speech(args)
@@ -249,11 +250,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _speculation(args: argparse.Namespace) -> Any:
     """The candidates of --prompt-lookup N or --draft FOLDER (fx2onnx.runtime.speculative), or None."""
-    if args.prompt_lookup is None and not args.draft:
+    if args.prompt_lookup is None and not args.draft and not args.mtp:
         return None
 
-    if args.prompt_lookup is not None and args.draft:
-        raise ValueError("Give --prompt-lookup or --draft, not both (as transformers).")
+    if (args.prompt_lookup is not None) + bool(args.draft) + bool(args.mtp) > 1:
+        raise ValueError("Give one of --prompt-lookup, --draft and --mtp (as transformers: one source of candidates).")
+    if args.mtp:
+        if len(args.prompts) > 1:
+            raise ValueError("--mtp generates one prompt at a time: give one prompt.")
+        return MultiTokenPrediction(args.folder, threads=args.threads)
     if len(args.prompts) > 1:
         raise ValueError("--prompt-lookup and --draft generate one prompt at a time: give one prompt.")
     if args.prompt_lookup is not None:
@@ -302,6 +307,9 @@ def add_parser(commands: Any) -> None:
                      help="prompt lookup decoding (transformers' prompt_lookup_num_tokens): each run of the model "
                      "verifies up to N candidate tokens copied from the text so far (greedy: the same tokens; sampled: "
                      "transformers' rule)")
+    gen.add_argument("--mtp", action="store_true",
+                     help="multi-token prediction (transformers' use_mtp): the head exported with the folder from "
+                     "a checkpoint holding one (DeepSeek V3, GLM-4-MoE) proposes a token each run verifies")
     gen.add_argument("--draft", default=None, metavar="DRAFT_FOLDER",
                      help="speculative decoding (transformers' assistant_model): a folder exported from a smaller "
                      "model of the same tokenizer proposes tokens, each run of the model verifies them (greedy: the "

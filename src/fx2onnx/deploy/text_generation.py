@@ -35,6 +35,7 @@ from .cache_names import is_mamba_config
 from .check import FolderCheck, check_against_eager, in_place_input_sets
 from .files import copy_folder_files
 from .genai_config import write_genai_config
+from .mtp import export_mtp, mtp_layers
 from .result import FolderExport, config_error, folder_files, peak_rss
 from .saved_model import name_presents, rename_external_data, update_cache_in_place
 from .transformersjs import data_file_name, transformersjs_dtype, variant_file, write_transformersjs_config
@@ -115,6 +116,9 @@ def write_text_generation_folder(folder: str, out_dir: str, filename: str, confi
             checks = [dataclasses.replace(c, ok=True, held=False) for c in checks]
     if logits == "last":  # checked with the logits of the last positions, then their last one apart
         split_verify_logits(model_path, VERIFY_TOKENS)
+    if with_cache and mtp_layers(folder, config):  # the checkpoint's multi-token-prediction head
+        say("exporting its multi-token-prediction head (onnx/mtp.onnx)")
+        export_mtp(folder, out_dir, model_path)
     if filename == variant_file(DECODER_FILE, quantize, str(dtype)):  # onnx/model.onnx, model_q4.onnx...: the weights'
         # file as transformers.js names it (model.onnx_data), said in config.json with the dtype selecting the file
         write_transformersjs_config(out_dir, filename, rename_external_data(model_path, data_file_name(filename)),

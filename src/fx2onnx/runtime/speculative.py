@@ -66,6 +66,11 @@ VERIFY_LOGITS = "verify_logits"
 VERIFY_METADATA_KEY = "fx2onnx.verify_logits"
 #: the positions a folder's decoder returns the logits of (a verifying run checks 15 candidates)
 VERIFY_TOKENS = 16
+#: the decoder's output of its last hidden states, every position of a run (a folder exported with a
+#: multi-token-prediction head, :mod:`fx2onnx.deploy.mtp`)
+HIDDEN_OUTPUT = "hidden_states"
+#: the multi-token-prediction head of a folder
+MTP_FILE = "onnx/mtp.onnx"
 
 
 @dataclasses.dataclass
@@ -108,9 +113,15 @@ class SequenceDecoder:
         states when its cache is concatenated (not updated in place)
     """
 
-    def __init__(self, generator: OnnxGenerator):
+    def __init__(self, generator: OnnxGenerator, extra_outputs: Sequence[str] = ()):
         sig = generator.signature
         self.generator = generator
+        #: other outputs read at each run (:data:`HIDDEN_OUTPUT`), their values after the last run in :attr:`extras`
+        self.extra_outputs = tuple(extra_outputs)
+        self.extras: list[np.ndarray] = []
+        absent = [n for n in self.extra_outputs if n not in {o.name for o in generator.session.get_outputs()}]
+        if absent:
+            raise ValueError(f"The decoder has no outputs {absent}: export the folder again with its head.")
         session = generator.session
         outputs = {o.name: o for o in session.get_outputs()}
         metadata = session.get_modelmeta().custom_metadata_map
@@ -167,6 +178,8 @@ class SequenceDecoder:
         if gen.in_place:
             self._capacity = len(prompt) + room
             self._binding = gen._bind_in_place(empty, self._capacity, [], self.rows_output)
+            for name in self.extra_outputs:  # after the cache's outputs: their places in get_outputs()
+                self._binding.bind_output(name, "cpu")
         else:
             from onnxruntime import OrtValue
 
@@ -200,8 +213,12 @@ class SequenceDecoder:
             for name, value in feeds.items():
                 native.bind_input(name, value)
             binding.bind_output(self.rows_output, "cpu")
+            for name in self.extra_outputs:
+                binding.bind_output(name, "cpu")
             gen.session._sess.run_with_iobinding(native, gen._run_options)
-            value = native.get_outputs()[0]
+            values = native.get_outputs()
+            value = values[0]
+            extras = [values[1 + len(sig.cache) + i] for i in range(len(self.extra_outputs))]
         else:
             from onnxruntime import OrtValue
 
@@ -209,10 +226,12 @@ class SequenceDecoder:
                 self._snapshots.append((self.length, self._past, self._kept))
             ort_feeds = {name: OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)) for name, v in feeds.items()}
             ort_feeds.update({name: past for (name, _, _, _), past in zip(sig.cache, self._past)})
-            fetched = gen.session.run_with_ort_values([self.rows_output] + [out for _, out, _, _ in sig.cache],
-                                                      ort_feeds)
-            value, self._past = fetched[0], list(fetched[1:])
+            fetched = gen.session.run_with_ort_values(
+                [self.rows_output] + [out for _, out, _, _ in sig.cache] + list(self.extra_outputs), ort_feeds)
+            value, self._past = fetched[0], list(fetched[1: 1 + len(sig.cache)])
+            extras = list(fetched[1 + len(sig.cache):])
         self.length = total
+        self.extras = [ort_value_to_numpy(v) for v in extras]
         rows = ort_value_to_numpy(value)[0]
         return rows if rows.dtype == np.float32 else rows.astype(np.float32)
 
@@ -277,6 +296,8 @@ class Speculation:
 
     #: back off to plain decoding when candidates keep failing (see :class:`Backoff`)
     backoff: bool = True
+    #: outputs of the decoder :meth:`observe` reads beside the logits
+    target_outputs: tuple[str, ...] = ()
 
     def reset(self, eos: set[int], chooser: Any = None) -> None:
         """Called at the start of a generation (``chooser``: the :class:`fx2onnx.runtime.sampling.TokenChooser`
@@ -291,6 +312,10 @@ class Speculation:
 
     def update(self, proposed: int, accepted: int) -> None:
         """Told how many of the ``proposed`` candidates the decoder kept."""
+
+    def observe(self, target: "SequenceDecoder", start: int, valid: int, tokens: list[int]) -> None:
+        """Told after each run of the decoder: it fed the positions from ``start``, the first ``valid`` of which
+        hold (``target.extras``: the run's :attr:`target_outputs`); ``tokens`` is the sequence after the run."""
 
     def generate(
         self,
@@ -319,7 +344,7 @@ class Speculation:
                              "DraftModel(folder) or DraftModel(OnnxGenerator(path)).")
         chooser = sampling.chooser() if sampling is not None and sampling.needs_logits else None
         eos = set() if eos_token_id is None else {int(e) for e in np.atleast_1d(eos_token_id)}
-        target = SequenceDecoder(generator)
+        target = SequenceDecoder(generator, self.target_outputs)
         self.reset(eos, chooser)
         backoff = Backoff() if self.backoff else None
         times = SpeculativeTimes()
@@ -349,7 +374,9 @@ class Speculation:
                 if t in eos:
                     accepted = accepted[: i + 1]
                     break
+            start = target.length - len(feed)
             target.rollback(len(tokens) + m)
+            self.observe(target, start, len(feed) - len(candidates) + m, tokens + accepted)
             if candidates:
                 self.update(len(candidates), m)
                 if backoff is not None:
