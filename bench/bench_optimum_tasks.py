@@ -1,0 +1,245 @@
+"""Our folder export beside optimum's on the same checkpoint folders: export time, files size, latency.
+
+Each model is a published configuration written in code (BERT-base, all-MiniLM-L6, ViT-base, wav2vec2-base,
+DETR-ResNet-50, T5-small widths), saved with random weights and a processor made in code as a ``save_pretrained``
+folder. The same folder is exported by ``python -m fx2onnx export FOLDER --out OUT`` (no flag) and by
+``optimum-cli export onnx --model FOLDER --task TASK OUT`` in optimum's own environment
+(:mod:`fx2onnx.testing.optimum_env`: optimum-onnx pins transformers 4.57). Both results are then run here by
+onnxruntime on the same inputs: the first output of each against the eager model (transformers, float32), and the
+latency (median of the runs, warm) at 1 and 2 intra-op threads for a batch of 1 and of 8 (texts of 128 tokens,
+224x224 images, 1 s of 16 kHz audio, 800x800 images for DETR; T5: its encoder). Export times are wall-clock seconds
+of each command (each includes its own check against PyTorch); the files size counts every ``.onnx`` and external
+data file written::
+
+    nice -n 10 python bench/bench_optimum_tasks.py --json _doc/bench/optimum_tasks.json
+
+The JSON keeps the date, the machine, the versions and the command beside the rows; a page renders it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+#: name -> (model class, optimum's task, what the processor reads, the ONNX file measured in our folder, optimum's)
+MODELS = {
+    "bert-base": ("BertForSequenceClassification", "text-classification", "text", "onnx/model.onnx", "model.onnx"),
+    "minilm-l6": ("BertModel", "feature-extraction", "text", "onnx/model.onnx", "model.onnx"),
+    "vit-base": ("ViTForImageClassification", "image-classification", "image", "onnx/model.onnx", "model.onnx"),
+    "wav2vec2-base": ("Wav2Vec2ForCTC", "automatic-speech-recognition", "audio", "onnx/model.onnx", "model.onnx"),
+    "detr-resnet-50": ("DetrForObjectDetection", "object-detection", "detection", "onnx/model.onnx", "model.onnx"),
+    "t5-small": ("T5ForConditionalGeneration", "text2text-generation-with-past", "t5", "onnx/encoder_model.onnx",
+                 "encoder_model.onnx"),
+}
+#: the measured settings
+THREADS, BATCHES = (1, 2), (1, 8)
+
+
+def config_of(name: str):
+    """The published configuration of ``name``, written here (no download)."""
+    import transformers
+
+    if name == "bert-base":
+        return transformers.BertConfig(num_labels=2)
+    if name == "minilm-l6":
+        return transformers.BertConfig(hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+                                       intermediate_size=1536)
+    if name == "vit-base":
+        return transformers.ViTConfig(num_labels=1000)
+    if name == "wav2vec2-base":
+        return transformers.Wav2Vec2Config(vocab_size=32, pad_token_id=0)
+    if name == "detr-resnet-50":  # transformers' ResNet-50 as the backbone (optimum's environment has no timm)
+        backbone = transformers.ResNetConfig(out_features=["stage4"])
+        return transformers.DetrConfig(use_timm_backbone=False, use_pretrained_backbone=False,
+                                       backbone_config=backbone, num_labels=91)
+    if name == "t5-small":
+        return transformers.T5Config(d_model=512, d_ff=2048, num_layers=6, num_heads=8, vocab_size=32128)
+    raise ValueError(name)
+
+
+def write_folder(name: str, folder: str) -> None:
+    """The model of ``name`` (random weights, seeded) and its processor, saved in ``folder``."""
+    import torch
+    import transformers
+
+    from fx2onnx.testing.encoder_folder import bert_tokenizer, ctc_processor
+    from fx2onnx.testing.tokenizer import tiny_tokenizer
+
+    class_name, _, kind, _, _ = MODELS[name]
+    config = config_of(name)
+    config.architectures = [class_name]
+    torch.manual_seed(0)
+    model = getattr(transformers, class_name)(config).eval()
+    transformers.utils.logging.disable_progress_bar()
+    model.save_pretrained(folder)
+    if kind == "text":
+        bert_tokenizer().save_pretrained(folder)
+    elif kind == "image":
+        transformers.ViTImageProcessor(size={"height": 224, "width": 224}).save_pretrained(folder)
+    elif kind == "detection":
+        transformers.DetrImageProcessor(size={"shortest_edge": 800, "longest_edge": 1333}).save_pretrained(folder)
+    elif kind == "audio":
+        ctc_processor(folder).save_pretrained(folder)
+    else:
+        tiny_tokenizer().save_pretrained(folder)
+        model.generation_config.save_pretrained(folder)
+
+
+def feeds_of(kind: str, batch: int) -> dict[str, np.ndarray]:
+    """Every input either model may ask, for a batch of ``batch``."""
+    rng = np.random.default_rng(0)
+    if kind in ("text", "t5"):
+        ids = rng.integers(5, 100, (batch, 128)).astype(np.int64)
+        return {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+    if kind == "audio":
+        values = rng.standard_normal((batch, 16000)).astype(np.float32)
+        return {"input_values": values, "attention_mask": np.ones(values.shape, dtype=np.int64)}
+    side = 800 if kind == "detection" else 224
+    pixels = rng.standard_normal((batch, 3, side, side)).astype(np.float32)
+    return {"pixel_values": pixels, "pixel_mask": np.ones((batch, side, side), dtype=np.int64)}
+
+
+def session(path: str, threads: int):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def run(sess, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    return sess.run(None, {i.name: feeds[i.name] for i in sess.get_inputs()})
+
+
+def latency(path: str, kind: str, threads: int, batch: int, budget: float) -> float:
+    """The median seconds of a run (one warm-up run, then up to 10 runs within ``budget`` seconds)."""
+    sess, feeds = session(path, threads), feeds_of(kind, batch)
+    run(sess, feeds)
+    times: list[float] = []
+    begin = time.perf_counter()
+    while len(times) < 10 and (len(times) < 3 or time.perf_counter() - begin < budget):
+        t0 = time.perf_counter()
+        run(sess, feeds)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def eager_difference(folder: str, name: str, paths: dict[str, str]) -> dict[str, float]:
+    """The max abs difference of each tool's first output to the eager model's on a batch of 1."""
+    import torch
+    import transformers
+
+    class_name, _, kind, _, _ = MODELS[name]
+    model = getattr(transformers, class_name).from_pretrained(folder, dtype=torch.float32).eval()
+    feeds = feeds_of(kind, 1)
+    with torch.no_grad():
+        if kind == "t5":
+            expected = model.encoder(input_ids=torch.from_numpy(feeds["input_ids"]),
+                                     attention_mask=torch.from_numpy(feeds["attention_mask"]))[0]
+        else:
+            accepted = set(inspect.signature(model.forward).parameters)
+            expected = model(**{k: torch.from_numpy(v) for k, v in feeds.items() if k in accepted})[0]
+    result = {}
+    for tool, path in paths.items():
+        got = run(session(path, 2), feeds)[0]
+        result[tool] = float(np.abs(got - expected.numpy()).max()) if got.shape == expected.shape else float("nan")
+    return result
+
+
+def files_size(folder: str) -> int:
+    return sum(os.path.getsize(p) for p in glob.glob(os.path.join(folder, "**", "*"), recursive=True)
+               if p.endswith((".onnx", ".onnx_data", ".onnx.data", ".data")) and os.path.isfile(p))
+
+
+def export(command: list[str], env: dict | None, timeout: float) -> tuple[float, str | None]:
+    """The wall seconds of ``command``, and the last line of its output when it fails."""
+    t0 = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return time.perf_counter() - t0, f"timeout after {timeout:.0f} s"
+    seconds = time.perf_counter() - t0
+    if done.returncode:
+        lines = [x for x in (done.stderr + "\n" + done.stdout).splitlines() if x.strip()]
+        error = next((x for x in lines if x.startswith("error:")), lines[-1] if lines else str(done.returncode))
+        return seconds, error[:300]
+    return seconds, None
+
+
+def bench_one(name: str, budget: float, timeout: float) -> dict:
+    """The row of one model: both exports, their sizes, their difference to eager, their latencies."""
+    from fx2onnx.testing.optimum_env import optimum_environment
+
+    _, task, kind, ours_file, theirs_file = MODELS[name]
+    row: dict = {"model": name, "task": task}
+    work = tempfile.mkdtemp(prefix="fx2onnx-optimum-bench-")
+    try:
+        folder, ours, theirs = (os.path.join(work, n) for n in ("checkpoint", "ours", "optimum"))
+        write_folder(name, folder)
+        python, env = optimum_environment()
+        seconds, error = export([sys.executable, "-m", "fx2onnx", "export", folder, "--out", ours], None, timeout)
+        row["ours"] = {"export_seconds": round(seconds, 1), "error": error}
+        cli = os.path.join(os.path.dirname(python), "optimum-cli")
+        seconds, error = export([python, cli, "export", "onnx", "--model", folder, "--task", task, theirs], env,
+                                timeout)
+        row["optimum"] = {"export_seconds": round(seconds, 1), "error": error}
+        paths = {tool: os.path.join(out, file) for tool, out, file in (("ours", ours, ours_file),
+                                                                       ("optimum", theirs, theirs_file))
+                 if not row[tool]["error"] and os.path.exists(os.path.join(out, file))}
+        for tool, out in (("ours", ours), ("optimum", theirs)):
+            row[tool]["files_mb"] = round(files_size(out) / 2**20, 1) if tool in paths else None
+        for tool, diff in eager_difference(folder, name, paths).items():
+            row[tool]["eager_max_abs_diff"] = diff
+        for tool, path in paths.items():
+            row[tool]["latency_ms"] = {f"t{t}_b{b}": round(1000 * latency(path, kind, t, b, budget), 2)
+                                       for t in THREADS for b in BATCHES}
+    except Exception as e:  # noqa: BLE001 - a row per model
+        row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return row
+
+
+def main(argv=None) -> list[dict]:
+    from fx2onnx.runner import sweep_context
+    from fx2onnx.testing.optimum_env import OPTIMUM_PINS
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", default=None, help="comma-separated names of " + ", ".join(MODELS))
+    parser.add_argument("--json", default=None, help="the rows and their context written there")
+    parser.add_argument("--budget", type=float, default=20.0, help="seconds of runs per latency (3 runs at least)")
+    parser.add_argument("--timeout", type=float, default=1500.0, help="seconds per export")
+    args = parser.parse_args(argv)
+    names = args.only.split(",") if args.only else list(MODELS)
+    kept: dict[str, dict] = {}
+    if args.json and os.path.exists(args.json):
+        with open(args.json, encoding="utf-8") as f:
+            kept = {r["model"]: r for r in json.load(f)["rows"]}
+    rows = []
+    for name in names:
+        row = bench_one(name, args.budget, args.timeout)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+        kept[name] = row
+        if args.json:
+            document = {**sweep_context("nice -n 10 python bench/bench_optimum_tasks.py " + " ".join(
+                argv if argv is not None else sys.argv[1:])), "optimum": OPTIMUM_PINS,
+                "rows": [kept[n] for n in MODELS if n in kept]}
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump(document, f, indent=1)
+                f.write("\n")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
