@@ -23,13 +23,44 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 
 PROMPT = "hello world, the exporter"
 NEW_TOKENS = 8
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: the Node client generating greedily with transformers.js on an exported folder
+TRANSFORMERSJS = os.path.join(ROOT, "tests", "clients", "transformersjs_generate.mjs")
+REGISTRY = os.path.join(ROOT, "node_modules", "@huggingface", "transformers", "src", "models", "registry.js")
+
+
+def transformersjs_types(registry: str = REGISTRY) -> set[str]:
+    """The model types transformers.js loads with ``AutoModelForCausalLM`` (its ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``
+    in the installed package); empty where the package or Node is missing."""
+    if not os.path.exists(registry) or shutil.which("node") is None:
+        return set()
+    with open(registry, encoding="utf-8") as f:
+        text = f.read()
+    block = re.search(r"MODEL_FOR_CAUSAL_LM_MAPPING_NAMES = new Map\(\[(.*?)\]\);", text, re.S)
+    return set(re.findall(r"\[\s*'([^']+)'\s*,", block.group(1))) if block else set()
+
+
+def transformersjs_tokens(folder: str, ids: list[int], timeout: int = 240) -> list[int] | str:
+    """transformers.js' greedy new tokens after ``ids`` on the exported folder, or the line saying why it failed."""
+    try:
+        done = subprocess.run(["node", TRANSFORMERSJS, folder, json.dumps(ids), str(NEW_TOKENS)], capture_output=True,
+                              text=True, cwd=ROOT, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"transformers.js: no result after {timeout} s"
+    if done.returncode != 0:
+        lines = [x.strip() for x in done.stderr.splitlines() if x.strip() and not x.strip().startswith("at ")]
+        error = next((x for x in lines if "Error" in x), lines[-1] if lines else f"exit {done.returncode}")
+        return f"transformers.js: {error}"[:240]
+    return json.loads(done.stdout.strip().splitlines()[-1])["new_ids"]
 
 
 def _one_line(text: str, limit: int = 240) -> str:
@@ -99,6 +130,14 @@ def run_one(task: tuple[str, int]) -> dict:
             first = next((i for i, (a, b) in enumerate(zip(got.new_ids, expected_new)) if a != b), None)
             row["error"] = (f"tokens differ from transformers' at new token {first}" if first is not None
                             else f"{len(got.new_ids)} new tokens instead of {len(expected_new)}")
+        if config.model_type in transformersjs_types():
+            js = transformersjs_tokens(out, ids[0].tolist())
+            row["transformersjs"] = js == expected_new
+            if isinstance(js, str):
+                row["transformersjs_error"] = js
+            elif js != expected_new:
+                first = next((i for i, (a, b) in enumerate(zip(js, expected_new)) if a != b), len(js))
+                row["transformersjs_error"] = f"transformers.js' tokens differ from transformers' at new token {first}"
     except Exception as e:  # noqa: BLE001 - a row per architecture
         row["error"] = _error(e)
     finally:
@@ -118,7 +157,9 @@ def summary(rows: list[dict]) -> dict:
     """The counts: rows, folders exported, folders generating transformers' tokens."""
     return {"architectures": len(rows), "exported": sum(r.get("step") in ("generate", "compare") for r in rows),
             "equal": sum(bool(r.get("equal")) for r in rows),
-            "stamped": sum(bool(r.get("stamped")) for r in rows)}
+            "stamped": sum(bool(r.get("stamped")) for r in rows),
+            "transformersjs_run": sum("transformersjs" in r for r in rows),
+            "transformersjs_equal": sum(bool(r.get("transformersjs")) for r in rows)}
 
 
 
@@ -170,7 +211,7 @@ def main(argv=None) -> list[dict]:
         save(done)
 
     rows = run_tasks([(a.name, args.layers) for a in archs], run_one, failed_row, workers=args.workers,
-                     timeout=args.timeout, on_row=on_row, description="causal folders", memory_gb=8)
+                     timeout=args.timeout, on_row=on_row, description="causal folders", memory_gb=48)
     save(rows)
     print(json.dumps(summary(rows)))
     return rows

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_STATE = re.compile(r"^past_key_values_(conv|recurrent)_(\d+)(?:_(\d+))?$")
+_STATE = re.compile(r"^(?:past_key_values|cache_params)_(conv|recurrent)_(\d+)(?:_(\d+))?$")
 
 
 def is_mamba_config(config: Any) -> bool:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..convert.errors import ConversionError, ExportError
 from ..inputs.folder_inputs import task_inputs
 from ..inputs.full_cache import whole_past
 from ..runtime.folder import DECODER_FILE, FOLDER_METADATA
@@ -74,8 +75,14 @@ def write_text_generation_folder(folder: str, out_dir: str, filename: str, confi
     options = dict(filename=model_path, dtype=dtype, progress=progress, target_opset=opset,
                    optimize=False if optimize == "none" else optimize, quantize=quantize,
                    quantize_block_size=block_size, quantize_symmetric=symmetric)
-    if capture_all_layers or not _export_two_layers(folder, model, config, task, with_cache, logits, options, say):
-        to_onnx_from_checkpoint(folder, (), inputs, model=model, dynamic_shapes=dynamic_shapes, **options)
+    try:
+        if capture_all_layers or not _export_two_layers(folder, model, config, task, with_cache, logits, options,
+                                                        say):
+            to_onnx_from_checkpoint(folder, (), inputs, model=model, dynamic_shapes=dynamic_shapes, **options)
+    except (ValueError, FileNotFoundError, ExportError, ConversionError, KeyboardInterrupt, MemoryError):
+        raise
+    except Exception as e:  # noqa: BLE001 - the model's or a library's code raises what it raises: one line
+        raise unexpected_error(config.architectures[0], e) from e
     del model
     cache = "in_place" if with_cache and cache_in_place and optimize == "onnxruntime" and \
         update_cache_in_place(model_path) else "concatenated"
@@ -127,6 +134,14 @@ def write_text_generation_folder(folder: str, out_dir: str, filename: str, confi
     nbytes = sum(os.path.getsize(os.path.join(out_dir, f)) for f in files)
     return FolderExport(out_dir, task, dtype, files, nbytes, time.perf_counter() - begin, peak_rss(), checks, genai,
                         check_names if validate else None, quantize=quantize)
+
+
+def unexpected_error(name: str, error: BaseException) -> ValueError:
+    """The one line saying that the export of the model ``name`` stopped on an error nothing expected (a bug of the
+    model's code or of fx2onnx): its type and first line (``FX2ONNX_TRACEBACK=1`` shows where)."""
+    reason = str(error).splitlines()[0][:200] if str(error) else ""
+    return ValueError(f"the export of {name} stopped on {type(error).__name__}: {reason} (a bug: "
+                      "FX2ONNX_TRACEBACK=1 shows where)")
 
 
 def _export_two_layers(folder: str, model: torch.nn.Module, config: Any, task: str, with_cache: bool, logits: str,

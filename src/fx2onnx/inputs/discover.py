@@ -293,6 +293,25 @@ def _small_layer_types(types: list[str], n: int) -> list[str]:
     return out
 
 
+#: per-layer lists an override may give for two layers: repeated periodically to the number of layers asked
+_PER_LAYER_LISTS = ("layer_types", "block_types", "attn_layers")
+
+
+def _repeat_layer_lists(values: dict[str, Any], n_layers: int | None) -> None:
+    """Repeats the per-layer lists of ``values`` (``layer_types``, GPT-Neo's ``attention_types`` periods) to
+    ``n_layers`` layers: an override written for two layers then holds for six (three periods)."""
+    if not n_layers:
+        return
+    for key in _PER_LAYER_LISTS:
+        kinds = values.get(key)
+        if isinstance(kinds, (list, tuple)) and kinds and len(kinds) != n_layers:
+            values[key] = [kinds[i % len(kinds)] for i in range(n_layers)]
+    periods = values.get("attention_types")  # GPT-Neo: [[pattern, repeats], ...]
+    if (isinstance(periods, list) and len(periods) == 1 and isinstance(periods[0], list)
+            and n_layers % len(periods[0][0]) == 0):
+        values["attention_types"] = [[periods[0][0], n_layers // len(periods[0][0])]]
+
+
 def tiny_config(arch: Architecture, **overrides: Any) -> Any:
     """The configuration of ``arch`` with the generic overrides, the architecture's ones, then ``overrides``."""
     config_class = arch.config_class()
@@ -312,6 +331,12 @@ def tiny_config(arch: Architecture, **overrides: Any) -> Any:
         values["is_decoder"] = True  # encoders listed as causal LM (BERT...) are decoders then
     values.update(ARCHITECTURE_OVERRIDES.get(arch.name, {}))
     values.update(overrides)
+    if "num_hidden_layers" in overrides and not _has(default, "num_hidden_layers"):
+        # a read-only num_hidden_layers (ProphetNet's sums its encoder's and decoder's): the decoder's count
+        layers = values.pop("num_hidden_layers")
+        for key in ("num_decoder_layers", "decoder_layers"):
+            if _has(default, key):
+                values[key] = layers
     values = {k: v for k, v in values.items() if v is not ...}  # ... removes a generic override
     for token in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
         value = getattr(default, token, None)
@@ -319,6 +344,7 @@ def tiny_config(arch: Architecture, **overrides: Any) -> Any:
             values[token] = {"pad_token_id": 0, "bos_token_id": 1}.get(token, 2)
     layer_types = getattr(default, "layer_types", None)
     n_layers = next((values[k] for k in ("num_hidden_layers", "num_layers", "n_layer") if k in values), None)
+    _repeat_layer_lists(values, n_layers)
     if (
         isinstance(layer_types, (list, tuple)) and layer_types and n_layers
         and "layer_types" not in values and _has(default, "layer_types")

@@ -37,6 +37,7 @@ the others (a convolution state's kernel, a recurrent state's width) are static.
 from __future__ import annotations
 
 import copy
+import inspect
 from typing import Any
 
 import torch
@@ -101,6 +102,8 @@ def prefill_cache(model: torch.nn.Module, batch: int, past: int, device: torch.d
         raise PrefillError(f"{type(model).__name__} cannot run a prefill on {device} "
                            f"({type(e).__name__}: {reason})") from e
     cache = getattr(out, "past_key_values", None)
+    if cache is None:  # state-space models (Mamba, Mamba2) return theirs as cache_params
+        cache = getattr(out, "cache_params", None)
     if cache is None:
         raise PrefillError(f"{type(model).__name__} returned no past_key_values after a prefill with use_cache=True")
     return cache
@@ -151,7 +154,21 @@ def cache_dynamic_shapes(first: Any, second: Any, sizes: tuple[tuple[int, int, i
                 label = known.get((x, y), f"dim_{x}_{y}")
                 spec[axis] = "tokens_seen" if name == "tokens_seen" and label == "past_seq" else label
         specs.append(spec or None)
-    return specs
+    return _nested_like(specs, _leaves(first)[2])
+
+
+def _nested_like(flat: list[Any], treespec: Any) -> list[Any]:
+    """``flat`` (one spec per tensor) nested as the cache's flattening nests its children: a list of the tensors'
+    specs for a ``DynamicCache``, ``[[self-attention specs], [cross-attention specs]]`` for an
+    ``EncoderDecoderCache`` (``torch.export`` matches ``dynamic_shapes`` to the tree, level by level)."""
+    if all(child.is_leaf() for child in treespec.children()):
+        return flat
+    leaves = iter(flat)
+
+    def walk(spec: Any) -> Any:
+        return next(leaves) if spec.is_leaf() else [walk(child) for child in spec.children()]
+
+    return walk(treespec)
 
 
 def cache_summary(cache: Any) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
@@ -178,10 +195,22 @@ def model_cache_inputs(
         raise PrefillError(f"no cache read from the model ({type(e).__name__}: {reason})") from e
 
 
+def cache_argument(model_class: type) -> str:
+    """The argument of ``model_class.forward`` taking the cache: ``past_key_values``, or ``cache_params`` for the
+    state-space models (Mamba, Mamba2, FalconMamba)."""
+    parameters = inspect.signature(model_class.forward).parameters
+    return "cache_params" if "cache_params" in parameters and "past_key_values" not in parameters \
+        else "past_key_values"
+
+
 def _model_cache_inputs(config: Any, dtype: torch.dtype, seed: int, position_ids: bool) -> tuple[dict, dict, dict]:
     model, device = _probe_model(config)
     caches = [prefill_cache(model, batch, past, device) for batch, _, past in SIZES]
     name = type(model).__name__
+    argument = cache_argument(type(model))
+    if argument == "cache_params":
+        # a state-space model decodes without positions nor a mask over the past (as generate calls it)
+        position_ids = False
     del model
     try:
         random_like_cache(caches[0], dtype, torch.Generator().manual_seed(seed))
@@ -196,19 +225,18 @@ def _model_cache_inputs(config: Any, dtype: torch.dtype, seed: int, position_ids
     vocab = int(config.vocab_size)
     sets = []
     for (batch, seq, past), cache in zip(SIZES, caches):
-        inputs: dict[str, Any] = {
-            "input_ids": torch.randint(3, vocab, (batch, seq), generator=generator),
-            "attention_mask": torch.ones((batch, past + seq), dtype=torch.int64),
-        }
+        inputs: dict[str, Any] = {"input_ids": torch.randint(3, vocab, (batch, seq), generator=generator)}
+        if argument == "past_key_values":
+            inputs["attention_mask"] = torch.ones((batch, past + seq), dtype=torch.int64)
         if position_ids:
             inputs["position_ids"] = torch.arange(past, past + seq, dtype=torch.int64).expand(batch, -1).contiguous()
-        inputs["past_key_values"] = random_like_cache(cache, dtype, generator)
+        inputs[argument] = random_like_cache(cache, dtype, generator)
         sets.append(inputs)
     shapes: dict[str, Any] = {}
     for key in sets[0]:
         if key == "attention_mask":
             shapes[key] = {0: "batch", 1: "total_seq"}
-        elif key == "past_key_values":
+        elif key == argument:
             shapes[key] = specs
         else:
             shapes[key] = {0: "batch", 1: "seq"}

@@ -102,7 +102,10 @@ def write_checkpoint_folder(
     if tok is not None:
         config.vocab_size = len(tok)  # the model generates the tokens the tokenizer has
         config.eos_token_id = config.pad_token_id = tok.eos_token_id
-        config.bos_token_id = None
+        try:
+            config.bos_token_id = None
+        except Exception:  # noqa: BLE001 - a configuration whose bos_token_id must be a token: the tokenizer's
+            config.bos_token_id = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
     written = write_random_checkpoint(config, folder, dtype, seed=seed, std=std)
     if tok is not None:
         tok.save_pretrained(os.fspath(folder))

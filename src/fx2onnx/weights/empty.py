@@ -119,15 +119,19 @@ def empty_weights(model: torch.nn.Module, buffers: dict[str, Any] | None = None)
                 else:
                     module._buffers[attr] = storage(buf)
                     empty.append(name)
-        init = getattr(model, "_init_weights", None)
         for name, module, attr in missing:
             # the module's own initialization, else an enclosing one's (Falcon-H1's model sets each mixer's
-            # mup_vector)
+            # mup_vector), by the innermost pretrained model first, as transformers does (Gemma 3n's reads the
+            # text model's hidden_size, which its causal LM does not have)
             parts = name.split(".")[:-1]
             owners = [module] + [model.get_submodule(".".join(parts[:i])) for i in range(len(parts) - 1, -1, -1)]
-            for owner in owners if init is not None else ():
-                with torch.no_grad():
-                    init(owner)
+            inits = [o._init_weights for o in owners if callable(getattr(o, "_init_weights", None))]
+            for owner, init in ((o, i) for o in owners for i in inits):
+                try:
+                    with torch.no_grad():
+                        init(owner)
+                except Exception:  # noqa: BLE001 - an initialization reading what its own model has only
+                    continue
                 if not _still_unset(module._buffers[attr]):
                     break
             if _still_unset(module._buffers[attr]):

@@ -3,8 +3,9 @@
 The rows come from ``_doc/models/causal_folders.json``, written by ``bench/sweep_folders.py`` (one row per model type
 of transformers' ``MODEL_FOR_CAUSAL_LM_MAPPING``: a tiny float32 ``save_pretrained`` folder exported by
 ``python -m fx2onnx export FOLDER`` with no flag, then generating greedily, the tokens compared with transformers'
-``generate``). :func:`write_folders_page` renders ``causal_folders.rst``: the counts, then one line per class, a
-failure with its one-line reason. Nothing runs at build time.
+``generate`` and, where transformers.js lists the model type, with transformers.js' on the same folder).
+:func:`write_folders_page` renders ``causal_folders.rst``: the counts, then one line per class, a failure with its
+one-line reason. Nothing runs at build time.
 
 .. code-block:: python
 
@@ -41,7 +42,19 @@ def counts(document: dict[str, Any]) -> dict[str, int]:
     """The classes run, the folders exported, those generating transformers' tokens, the stamped ones."""
     rows = document.get("rows", [])
     return {"run": len(rows), "exported": sum(r.get("step") in ("generate", "compare") for r in rows),
-            "equal": sum(bool(r.get("equal")) for r in rows), "stamped": sum(bool(r.get("stamped")) for r in rows)}
+            "equal": sum(bool(r.get("equal")) for r in rows), "stamped": sum(bool(r.get("stamped")) for r in rows),
+            "transformersjs_run": sum("transformersjs" in r for r in rows),
+            "transformersjs_equal": sum(bool(r.get("transformersjs")) for r in rows)}
+
+
+def transformersjs_cell(row: dict[str, Any]) -> str:
+    """``equal``, ``differs`` or ``fails`` for a folder transformers.js ran, empty where it did not (a model type
+    transformers.js does not list, or a folder that was not exported)."""
+    if "transformersjs" not in row:
+        return ""
+    if row["transformersjs"]:
+        return "equal"
+    return "differs" if "differ" in row.get("transformersjs_error", "") else "fails"
 
 
 def _reason(row: dict[str, Any]) -> str:
@@ -70,26 +83,33 @@ def folders_page(document: dict[str, Any], total: int | None = None) -> str:
         f"**{c['equal']} of {total}** classes generate transformers' tokens; {c['exported']} exported, "
         f"{c['stamped']} with stamped layers" + (f"; {total - c['run']} not run yet." if c["run"] < total else "."),
         "",
+        f"**transformers.js** (``@huggingface/transformers`` in Node, where its ``AutoModelForCausalLM`` lists the "
+        f"model type) generates transformers' tokens on **{c['transformersjs_equal']} of "
+        f"{c['transformersjs_run']}** exported folders it ran.",
+        "",
         f"Run on {document.get('date', 'an unknown date')}, {document.get('machine', '')}, {versions}: "
         f"``{document.get('command', '')}``." + (f" {document['notes']}" if document.get("notes") else ""),
         "",
         ".. list-table::",
         "    :header-rows: 1",
-        "    :widths: 18 26 10 8 8 30",
+        "    :widths: 17 24 9 8 8 9 25",
         "",
         "    * - model type",
         "      - class",
         "      - folder",
         "      - stamped",
         "      - export (s)",
+        "      - transformers.js",
         "      - why not",
     ]
     for row in rows:
         export = row.get("export_seconds")
         reason = "" if row.get("equal") else _reason(row).replace("`", "'").strip()
+        if row.get("transformersjs_error"):
+            reason = "; ".join(x for x in (reason, _reason({"error": row["transformersjs_error"]})) if x)
         # names and reasons as literals: the site's style sheet wraps them anywhere, the table fits the column
         cells = [_literal(row.get("class", "")), status(row), "yes" if row.get("stamped") else "",
-                 "" if export is None else str(export), _literal(reason)]
+                 "" if export is None else str(export), transformersjs_cell(row), _literal(reason)]
         lines += [f"    * - {_literal(row['arch'])}", *(f"      - {cell}" if cell else "      -" for cell in cells)]
     return "\n".join(lines) + "\n"
 

@@ -1,0 +1,54 @@
+"""The cache read from the model for the decoders whose cache is not a plain ``DynamicCache``: an encoder used as
+a decoder (its ``EncoderDecoderCache``: dynamic shapes nested as ``torch.export`` matches them) and a state-space
+model (Mamba: the cache is its ``cache_params``, no mask nor positions), as the folder export builds them."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import transformers
+from torch.utils import _pytree as pytree
+
+from fx2onnx.flatten import cache_flattening
+from fx2onnx.inputs.model_cache import cache_argument, model_cache_inputs
+
+KV = {0: "batch", 2: "past_seq"}
+
+
+def _megatron():
+    return transformers.MegatronBertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                           num_attention_heads=2, vocab_size=99, is_decoder=True,
+                                           max_position_embeddings=64, architectures=["MegatronBertForCausalLM"])
+
+
+@pytest.mark.slow
+def test_an_encoder_decoder_cache_nests_its_dynamic_shapes():
+    inputs, _, shapes = model_cache_inputs(_megatron())
+    assert type(inputs["past_key_values"]).__name__ == "EncoderDecoderCache"
+    # [self-attention cache's tensors, cross-attention cache's tensors (none: no encoder)]: torch.export takes them
+    assert shapes["past_key_values"] == [[KV] * 4, []]
+    dynamic = pytree.tree_map(lambda x: torch.export.Dim.DYNAMIC if isinstance(x, str) else x, shapes)
+    model = transformers.MegatronBertForCausalLM(_megatron()).eval()
+    with cache_flattening(inputs["past_key_values"]):
+        exported = torch.export.export(model, (), kwargs=copy.deepcopy(inputs), dynamic_shapes=dynamic,
+                                       strict=False)
+    # input_ids, attention_mask, position_ids and the self-attention cache's 4 tensors
+    assert len(exported.graph_signature.user_inputs) == 3 + 4
+
+
+def test_a_state_space_cache_is_its_cache_params():
+    config = transformers.MambaConfig(hidden_size=32, state_size=8, num_hidden_layers=2, vocab_size=99,
+                                      conv_kernel=4, expand=2, time_step_rank=8,
+                                      architectures=["MambaForCausalLM"])
+    assert cache_argument(transformers.MambaForCausalLM) == "cache_params"
+    assert cache_argument(transformers.LlamaForCausalLM) == "past_key_values"
+    inputs, inputs2, shapes = model_cache_inputs(config)
+    assert sorted(inputs) == ["cache_params", "input_ids"]  # decoded without a mask nor positions
+    assert shapes["input_ids"] == {0: "batch", 1: "seq"}
+    assert all(spec == {0: "batch"} for spec in shapes["cache_params"])  # fixed-size states, batch dynamic
+    model = transformers.MambaForCausalLM(config).eval()
+    with torch.no_grad():
+        logits = model(**copy.deepcopy(inputs2)).logits
+    assert logits.shape == (3, 4, 99) and torch.isfinite(logits).all()

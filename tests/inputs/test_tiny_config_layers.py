@@ -1,0 +1,30 @@
+"""The tiny configurations of the folder sweep hold for any number of layers: the per-layer lists an override
+writes for two layers repeat periodically, a read-only ``num_hidden_layers`` sets the decoder's count, and the
+test folder writer keeps a ``bos_token_id`` a configuration requires."""
+
+from __future__ import annotations
+
+from fx2onnx.inputs.discover import Architecture, tiny_config
+from fx2onnx.testing.tokenizer import write_checkpoint_folder
+
+
+def _arch(name: str, config: str, model: str) -> Architecture:
+    return Architecture(name=name, kind="causal", config_class_name=config, model_class_name=model)
+
+
+def test_layer_lists_repeat_to_the_number_of_layers():
+    lfm2_moe = tiny_config(_arch("lfm2_moe", "Lfm2MoeConfig", "Lfm2MoeForCausalLM"), num_hidden_layers=6)
+    assert lfm2_moe.layer_types == ["conv", "full_attention"] * 3
+    neo = tiny_config(_arch("gpt_neo", "GPTNeoConfig", "GPTNeoForCausalLM"), num_hidden_layers=6)
+    assert neo.attention_layers == ["global", "local"] * 3
+    # read-only: the sum of the encoder's and the decoder's counts
+    prophetnet = tiny_config(_arch("prophetnet", "ProphetNetConfig", "ProphetNetForCausalLM"), num_hidden_layers=6)
+    assert prophetnet.num_decoder_layers == 6
+
+
+def test_a_required_bos_token_id_is_the_tokenizer_s(tmp_path):
+    config = tiny_config(_arch("modernbert-decoder", "ModernBertDecoderConfig", "ModernBertDecoderForCausalLM"),
+                         num_hidden_layers=1)
+    config.architectures = ["ModernBertDecoderForCausalLM"]
+    write_checkpoint_folder(config, tmp_path, dtype="float32")
+    assert isinstance(config.bos_token_id, int) and config.bos_token_id < config.vocab_size
