@@ -322,7 +322,8 @@ def _folder_lines(entry: dict[str, Any], folder: dict[str, Any]) -> list[str]:
              f"(``bench/sweep_folder_tasks.py``, {folder.get('date', '?')}).", ""]
     for r in sorted((r for r in rows if not r.get("equal")), key=lambda r: r["architecture"]):
         lines += [f"* ``{r['architecture'].split('/', 1)[1]}``, step *{r.get('step')}*: "
-                  f"{error_text(r.get('error') or 'not equal')}"]
+                  f"{error_text(r.get('error') or 'not equal')}" + (f" (an older run: {r['run_on']})"
+                                                                    if r.get("run_on") else "")]
     if any(not r.get("equal") for r in rows):
         lines.append("")
     if entry["not_run"]:
