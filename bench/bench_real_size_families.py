@@ -29,7 +29,7 @@ deployment design page renders (``_doc/gen_bench_tables.py``). Everything is wri
 temporary folder removed at the end.
 
     python bench/bench_real_size_families.py --model lfm2-1.2b --json _doc/bench/real_size_families.json
-    python bench/bench_real_size_families.py --model deepseek-v2-lite --json _doc/bench/real_size_families.json
+    python bench/bench_real_size_families.py --model deepseek-v2-lite --rounds 2 --json _doc/bench/real_size_families.json
     python bench/bench_real_size_families.py --model lfm2-1.2b --layers 2 --new 4 --rounds 1   # a quick run
 """
 
