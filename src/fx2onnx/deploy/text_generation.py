@@ -76,9 +76,12 @@ def write_text_generation_folder(folder: str, out_dir: str, filename: str, confi
                    optimize=False if optimize == "none" else optimize, quantize=quantize,
                    quantize_block_size=block_size, quantize_symmetric=symmetric)
     try:
-        if capture_all_layers or not _export_two_layers(folder, model, config, task, with_cache, logits, options,
-                                                        say):
-            to_onnx_from_checkpoint(folder, (), inputs, model=model, dynamic_shapes=dynamic_shapes, **options)
+        # without gradients, as a user runs it: a region toggling them (Llama 4's complex rotary embedding under
+        # no_grad) is then no higher-order operator holding complex values
+        with torch.no_grad():
+            if capture_all_layers or not _export_two_layers(folder, model, config, task, with_cache, logits,
+                                                            options, say):
+                to_onnx_from_checkpoint(folder, (), inputs, model=model, dynamic_shapes=dynamic_shapes, **options)
     except (ValueError, FileNotFoundError, ExportError, ConversionError, KeyboardInterrupt, MemoryError):
         raise
     except Exception as e:  # noqa: BLE001 - the model's or a library's code raises what it raises: one line
