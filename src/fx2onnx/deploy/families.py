@@ -32,6 +32,7 @@ from ..runtime.seq2seq import TEXT2TEXT_TASKS
 from .captioner import captioner_generation, is_cross_attention_captioner
 from .encoder import export_encoder_pieces
 from .image_prefix import image_prefix_pieces, is_image_prefix_model
+from .detr_segmentation import export_detr_segmentation_pieces, is_detr_segmenter
 from .document_qa import export_document_qa_pieces
 from .image_text import export_vision_pieces, vision_pieces
 from .mask_generation import export_mask_generation_pieces
@@ -167,6 +168,10 @@ FAMILIES: tuple[Family, ...] = (
            "a decoder writing image features over its placeholders (LLaVA, Gemma 3, Qwen-VL, Mistral 3, any "
            "other the generic split takes)", lambda f: True, _image_text,
            "the vision piece and the decoder against the same wrappers in eager float32"),
+    # DETR's panoptic segmenter: its outputs named as DETR names them (the encoder family's are Mask2Former's)
+    Family("DETR segmenter", "universal-segmentation", "detr", "DETR with its mask head (DetrForSegmentation)",
+           lambda f: is_detr_segmenter(f.model_type, f.task), export_detr_segmentation_pieces,
+           "the logits, boxes and masks of two input sets of its image processor against eager float32"),
     # the single-pass encoders: one model, onnx/model.onnx (fx2onnx.deploy.encoder), one entry per pipeline task
     *(Family("encoder", task, None, "a natural language inference classifier (an entailment label) reading texts"
              if task == "zero-shot-classification" else

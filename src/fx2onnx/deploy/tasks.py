@@ -38,6 +38,8 @@ _NAMED_MAPPINGS = {
     "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES": "audio-classification",
     "MODEL_FOR_CTC_MAPPING_NAMES": "automatic-speech-recognition",
     "MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES": "image-segmentation",
+    # MaskFormer's instance segmenter: class and mask logits per query, transformers' image-segmentation pipeline
+    "MODEL_FOR_INSTANCE_SEGMENTATION_MAPPING_NAMES": "universal-segmentation",
 }
 
 #: the tasks a model of another task's mapping serves: a natural language inference classifier scores candidate labels

@@ -36,6 +36,8 @@ GENERATORS: dict[tuple[str, str | None], str] = {
     **{(task, None): "fx2onnx.runtime.pipelines.Pipeline" for task in PIPELINE_TASKS},
     # the tasks of several pieces, each run by its own pipeline class
     **{(task, None): path for task, (_, path) in OWN_PIPELINES.items()},
+    # DETR's panoptic segmenter: the pipeline reads the outputs fx2onnx.json names (logits, pred_masks)
+    ("universal-segmentation", "detr"): "fx2onnx.runtime.pipelines.Pipeline",
 }
 
 

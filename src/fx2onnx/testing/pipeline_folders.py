@@ -1,7 +1,8 @@
 """Checkpoint folders made in code for the pipeline tasks of several pieces or of their own post-processing: a tiny
 SAM with its image processor (mask-generation), a tiny VITS with its character tokenizer (text-to-audio), a tiny TAPAS with its
 WordPiece table tokenizer (table-question-answering), a tiny OWLv2 (zero-shot-object-detection), a tiny LayoutLM with the WordPiece
-tokenizer (document-question-answering); what a published folder holds, without a download.
+tokenizer (document-question-answering), a tiny DETR panoptic segmenter and a tiny MaskFormer
+(image-segmentation); what a published folder holds, without a download.
 
 .. code-block:: python
 
@@ -186,3 +187,56 @@ def write_layoutlm_folder(folder: str | os.PathLike, seed: int = 0) -> str:
         transformers.utils.logging.enable_progress_bar()
     tokenizer.save_pretrained(folder)
     return folder
+
+
+#: the labels of the tiny segmenters
+SEGMENT_LABELS = ("sky", "sea", "sand", "road", "tree", "wall")
+
+
+def _labels() -> dict[str, Any]:
+    return dict(id2label=dict(enumerate(SEGMENT_LABELS)), label2id={n: i for i, n in enumerate(SEGMENT_LABELS)})
+
+
+def _save(model: Any, processor: Any, folder: str) -> str:
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        model.save_pretrained(folder)
+    finally:
+        transformers.utils.logging.enable_progress_bar()
+    processor.save_pretrained(folder)
+    return folder
+
+
+def write_detr_panoptic_folder(folder: str | os.PathLike, seed: int = 0) -> str:
+    """Writes a ``save_pretrained`` folder of a tiny ``DetrForSegmentation`` (a 4-stage ResNet of 8 to 32 channels,
+    one encoder and one decoder layer of 32 units and 8 heads, 10 queries; weights large enough for the queries to
+    find segments) with DETR's image processor (64 pixels on the shorter side, 96 at most); returns the folder."""
+    import torch
+    import transformers
+
+    backbone = transformers.ResNetConfig(embedding_size=8, hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 1, 1],
+                                         layer_type="basic", out_features=["stage1", "stage2", "stage3", "stage4"])
+    config = transformers.DetrConfig(
+        use_timm_backbone=False, use_pretrained_backbone=False, backbone_config=backbone, d_model=32,
+        encoder_layers=1, decoder_layers=1, encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=64,
+        decoder_ffn_dim=64, num_queries=10, init_std=0.5, architectures=["DetrForSegmentation"], **_labels())
+    torch.manual_seed(seed)
+    return _save(transformers.DetrForSegmentation(config).eval(),
+                 transformers.DetrImageProcessor(size={"shortest_edge": 64, "longest_edge": 96}), os.fspath(folder))
+
+
+def write_maskformer_folder(folder: str | os.PathLike, seed: int = 0) -> str:
+    """Writes a ``save_pretrained`` folder of the task zoo's tiny ``MaskFormerForInstanceSegmentation`` (a Swin
+    backbone) with MaskFormer's image processor (64x64); returns the folder."""
+    import torch
+    import transformers
+
+    from ..inputs.tasks import get_task_architecture, tiny_task_config
+
+    config = tiny_task_config(get_task_architecture("universal-segmentation", "maskformer"), **_labels())
+    config.architectures = ["MaskFormerForInstanceSegmentation"]
+    torch.manual_seed(seed)
+    return _save(transformers.MaskFormerForInstanceSegmentation(config).eval(),
+                 transformers.MaskFormerImageProcessor(size={"height": 64, "width": 64}), os.fspath(folder))
