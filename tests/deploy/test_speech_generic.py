@@ -217,17 +217,18 @@ def test_a_generation_config_the_loop_does_not_follow_is_refused(folders, tmp_pa
 @pytest.mark.slow
 def test_transformersjs_and_optimum_give_transformers_tokens(folders, optimum_python, tmp_path):
     """The folder as it is in transformers.js (Node, where it lists the model type: Moonshine) and in optimum's
-    ORTModelForSpeechSeq2Seq (its own environment): transformers' greedy sequences (two audios for optimum)."""
+    ORTModelForSpeechSeq2Seq (its own environment, two audios): transformers' greedy sequences."""
     name, checkpoint, out, wavs = folders
     config = transformers.AutoConfig.from_pretrained(checkpoint)
     model = getattr(transformers, config.architectures[0]).from_pretrained(checkpoint, dtype=torch.float32).eval()
-    for batch in (wavs[:1], wavs):
+    for batch in (wavs[:1], wavs):  # one client call each (optimum's environment starts slowly)
         features = _features(checkpoint, batch)
         with torch.no_grad():
             expected = model.generate(**features, max_new_tokens=NEW_TOKENS, do_sample=False).tolist()
         inputs = {k: v.tolist() for k, v in features.items()}
-        assert _optimum_seq2seq(optimum_python, out, inputs, NEW_TOKENS, tmp_path) == expected
-        if name == "moonshine" and len(batch) == 1:  # transformers.js' Moonshine reads one audio
+        if len(batch) > 1:
+            assert _optimum_seq2seq(optimum_python, out, inputs, NEW_TOKENS, tmp_path) == expected
+        elif name == "moonshine":  # transformers.js' Moonshine reads one audio
             assert transformersjs_seq2seq(out, inputs, NEW_TOKENS, tmp_path) == expected
 
 
