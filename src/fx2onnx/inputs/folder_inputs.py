@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from .decoder import _decoder_inputs, _dynamic_shapes
-from .model_cache import PrefillError, model_cache_inputs
+from .model_cache import NoCacheReturned, PrefillError, model_cache_inputs
 
 #: the tasks an export from a checkpoint supports, and the class name endings implying them
 TASK_SUFFIXES = {"text-generation": ("ForCausalLM", "LMHeadModel")}
@@ -39,6 +39,8 @@ def task_inputs(
     if with_cache:
         try:
             return model_cache_inputs(config, dtype=dtype, seed=seed)
+        except NoCacheReturned as e:  # the model ran, its states are not a cache it returns (RWKV, RecurrentGemma)
+            raise ValueError(str(e)) from None
         except PrefillError:
             pass  # the cache of keys and values the configuration describes
     generator = torch.Generator().manual_seed(seed)

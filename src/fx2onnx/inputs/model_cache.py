@@ -55,6 +55,11 @@ class PrefillError(RuntimeError):
     """The model could not run the prefill giving its cache (the caller keeps the configuration's)."""
 
 
+class NoCacheReturned(PrefillError):
+    """The model ran its prefill with ``use_cache=True`` and returned no cache (RWKV's ``state``, RecurrentGemma's
+    states kept inside its modules): a cache read from the configuration would not be its own."""
+
+
 class UnrebuildableCache(ValueError):
     """The model ran its prefill but its cache cannot be rebuilt from its tensors (as ``torch.export`` rebuilds it):
     the configuration's cache has the same classes, the export with a cache is refused."""
@@ -105,7 +110,8 @@ def prefill_cache(model: torch.nn.Module, batch: int, past: int, device: torch.d
     if cache is None:  # state-space models (Mamba, Mamba2) return theirs as cache_params
         cache = getattr(out, "cache_params", None)
     if cache is None:
-        raise PrefillError(f"{type(model).__name__} returned no past_key_values after a prefill with use_cache=True")
+        raise NoCacheReturned(f"{type(model).__name__} returns no past_key_values nor cache_params after a prefill "
+                              "with use_cache=True: its folder cannot be exported with a cache")
     return cache
 
 
