@@ -67,7 +67,8 @@ def transformersjs_tokens(folder: str, ids: list[int], timeout: int = 240) -> li
 def _one_line(text: str, limit: int = 240) -> str:
     """The line saying why an export failed: its ``error:`` line, else a check's mismatch, else the last line
     which is not a progress bar."""
-    lines = [line.strip() for line in str(text).splitlines() if line.strip() and "it/s]" not in line]
+    lines = [line.strip() for line in str(text).splitlines()
+             if line.strip() and "it/s]" not in line and not re.search(r"\d%\|", line)]
     line = next((x for x in lines if x.startswith("error:")), None) or \
         next((x for x in lines if "MISMATCH" in x), lines[-1] if lines else "")
     return line[:limit]

@@ -12,6 +12,7 @@ import transformers
 from torch.utils import _pytree as pytree
 
 from fx2onnx.flatten import cache_flattening
+from fx2onnx.inputs.folder_inputs import task_inputs
 from fx2onnx.inputs.model_cache import cache_argument, model_cache_inputs
 
 KV = {0: "batch", 2: "past_seq"}
@@ -52,3 +53,12 @@ def test_a_state_space_cache_is_its_cache_params():
     with torch.no_grad():
         logits = model(**copy.deepcopy(inputs2)).logits
     assert logits.shape == (3, 4, 99) and torch.isfinite(logits).all()
+
+
+def test_a_model_without_a_cache_argument_is_refused_in_one_line():
+    config = transformers.XLNetConfig(d_model=32, n_layer=1, n_head=2, d_inner=64, vocab_size=99,
+                                      architectures=["XLNetLMHeadModel"])
+    with pytest.raises(ValueError, match=r"^XLNetLMHeadModel.forward takes its states as 'mems', not a transformers "
+                                         r"cache .*--no-cache") as refused:
+        task_inputs(config, "text-generation", with_cache=True)
+    assert "\n" not in str(refused.value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -24,6 +25,28 @@ def infer_task(config: Any) -> str:
     )
 
 
+#: the arguments of older models carrying their states in their own structures
+_OTHER_STATES = ("mems", "cache", "state", "past_buckets_states")
+
+
+def refuse_without_cache_argument(config: Any) -> None:
+    """Raises ``ValueError`` (one line) when the class ``config.architectures`` names takes no cache argument
+    (OpenAI GPT, CPM-Ant's tuple of past states...): such a folder exports with ``--no-cache`` only."""
+    import transformers  # deferred: heavy
+
+    architectures = getattr(config, "architectures", None) or []
+    cls = getattr(transformers, architectures[0], None) if architectures else None
+    forward = getattr(cls, "forward", None)
+    if forward is None:
+        return
+    parameters = inspect.signature(forward).parameters
+    if not {"past_key_values", "cache_params"} & set(parameters):
+        own = next((f"its states as {name!r}, not a transformers cache" for name in _OTHER_STATES
+                    if name in parameters), "no cache")
+        raise ValueError(f"{cls.__name__}.forward takes {own} (no past_key_values argument): its folder cannot "
+                         "generate with a cache; export it with --no-cache (one pass, no generation)")
+
+
 def task_inputs(
     config: Any, task: str, with_cache: bool = False, dtype: torch.dtype = torch.float32, seed: int = 0
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -37,6 +60,7 @@ def task_inputs(
     if task not in TASK_SUFFIXES:
         raise ValueError(f"Task {task!r} is not supported from a checkpoint: use one of {sorted(TASK_SUFFIXES)}.")
     if with_cache:
+        refuse_without_cache_argument(config)
         try:
             return model_cache_inputs(config, dtype=dtype, seed=seed)
         except NoCacheReturned as e:  # the model ran, its states are not a cache it returns (RWKV, RecurrentGemma)
