@@ -6,7 +6,10 @@ import json
 
 from pathlib import Path
 
-from fx2onnx.zoo.torchvision_models import DETECTION, SEGMENTATION
+import pytest
+import torch
+
+from fx2onnx.zoo.torchvision_models import DETECTION, SEGMENTATION, match_detections
 from fx2onnx.zoo.torchvision_report import torchvision_page, write_torchvision_page
 
 ROWS = Path(__file__).resolve().parents[2] / "_doc" / "bench" / "torchvision_detection.json"
@@ -41,3 +44,27 @@ def test_stored_rows_are_builders_and_matches_are_close():
             assert row["step"] == "match" and row["max_diff"] < 1e-2 and row["export_s"] > 0, row
         else:
             assert row["step"] in ("build", "capture", "convert", "match") and row["error"], row
+
+
+def _detections(boxes, scores, keypoints=None):
+    out = dict(boxes=torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4), labels=torch.ones(len(boxes), dtype=torch.int64),
+               scores=torch.tensor(scores))
+    if keypoints is not None:
+        out["keypoints"] = torch.tensor(keypoints, dtype=torch.float32)
+    return out
+
+
+def test_match_detections_allows_a_different_box_only_at_the_cut():
+    """Which of two near-equal scores makes the cut depends on rounding: a box kept by one runtime
+    only is allowed there, nowhere else; paired rows are compared (keypoints included)."""
+    boxes = [[0.0, 0, 50, 50], [60, 60, 120, 100], [10, 80, 40, 150], [100, 0, 180, 40]]
+    want = _detections(boxes[:3], [0.9, 0.6, 0.5003], [[[5.0, 5, 1]], [[70, 70, 1]], [[20, 90, 1]]])
+    at_cut = _detections(boxes[:2] + boxes[3:], [0.9, 0.6, 0.5001], [[[5.0, 5, 1]], [[70, 70, 1]], [[150, 20, 1]]])
+    assert match_detections(want, at_cut) == 0.0
+    assert match_detections(want, at_cut, tie=0.0) == float("inf")
+    above_cut = _detections([boxes[0], boxes[3], boxes[2]], [0.9, 0.6, 0.5003], [[[5.0, 5, 1]], [[150, 20, 1]],
+                                                                                [[20, 90, 1]]])
+    assert match_detections(want, above_cut) == float("inf")  # the box of 0.6 is missing
+    moved = _detections(boxes[:3], [0.9, 0.6, 0.5003], [[[5.0, 5, 1]], [[70, 90, 1]], [[20, 90, 1]]])
+    assert match_detections(want, moved) == pytest.approx(20 / 90)  # 20 pixels, relative to the largest coordinate
+    assert match_detections(want, _detections(boxes[:0], [])) == float("inf")
