@@ -7,8 +7,9 @@ Decoder folders in transformers.js: fx2onnx beside optimum
 transformers.js (``@huggingface/transformers`` in Node, on onnxruntime-node) runs the folder
 ``python -m fx2onnx export FOLDER --out OUT`` writes as it is, and the folder optimum's exporter
 writes (``onnx/model.onnx``). ``bench/bench_transformersjs.py`` exports the same checkpoint with both
-(a Qwen3 config with the published widths of Qwen3-0.6B but 4 layers and a vocabulary of 384,
-random bfloat16 weights), float32 and int4: ours with
+(a Qwen3 config with the published widths of Qwen3-0.6B, its depth and vocabulary printed below:
+the stored run has Qwen3-0.6B's 28 layers and 151,936 tokens, random bfloat16 weights, a tokenizer
+made in code beside them), float32 and int4: ours with
 ``--quantize int4`` (``onnx/model_q4.onnx``), optimum's quantized as transformers.js' conversion
 scripts do (onnxruntime's ``MatMulNBitsQuantizer``, blocks of 32, symmetric). Each folder then runs in
 ``bench/transformersjs_speed.mjs``: greedy, a prompt of 16 tokens, a warm-up, then rounds of one new
