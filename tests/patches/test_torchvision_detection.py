@@ -132,3 +132,32 @@ def test_heatmaps_to_keypoints_as_products(monkeypatch):
     torch.testing.assert_close(got[0], want[0], atol=1e-4, rtol=0)
     torch.testing.assert_close(got[1], want[1], atol=1e-4, rtol=1e-4)
     assert [t.shape for t in batched(maps[:0], rois[:0])] == [(0, 5, 3), (0, 5)]
+
+
+@pytest.mark.slow  # a few seconds, ten on a loaded machine
+def test_heatmaps_to_keypoints_through_onnx(tmp_path):
+    """Keypoint R-CNN's keypoints read from heatmaps, exported with a dynamic number of boxes: the
+    ONNX model equals eager on other boxes (none included)."""
+    from torchvision.models.detection import roi_heads
+
+    class Keypoints(torch.nn.Module):
+        def forward(self, maps, rois):
+            return roi_heads.heatmaps_to_keypoints(maps, rois)
+
+    g = torch.Generator().manual_seed(0)
+
+    def boxes(count):
+        xy = torch.rand(count, 2, generator=g) * 80
+        rois = torch.cat([xy, xy + torch.rand(count, 2, generator=g) * 120], 1)
+        return torch.randn(count, 5, 56, 56, generator=g), rois
+
+    path = str(tmp_path / "keypoints.onnx")
+    with PatchSet(torchvision_patches()):
+        fx2onnx.to_onnx(Keypoints(), boxes(6), dynamic_shapes=({0: "boxes"}, {0: "boxes"}), filename=path,
+                        patches=False)
+    for count in (9, 1, 0):
+        maps, rois = boxes(count)
+        want = roi_heads.heatmaps_to_keypoints(maps, rois)
+        got = _run(path, (maps, rois))
+        torch.testing.assert_close(torch.from_numpy(got[0]), want[0], atol=1e-4, rtol=0)
+        torch.testing.assert_close(torch.from_numpy(got[1]), want[1], atol=1e-4, rtol=1e-4)

@@ -25,6 +25,10 @@ def test_page_shows_both_exporters(tmp_path):
     assert "Detection\n---------" in text and "Segmentation" not in text
     assert "OK (0.0002)" in text and "fails at capture: ``GuardOnDataDependentSymNode" in text
     assert "| on u1" not in text  # a bar would break the table
+    assert "Keypoint R-CNN" not in text  # a note only below a table listing its model
+    keypoints = dict(model="keypointrcnn_resnet50_fpn", exporter="to_onnx", task="detection", success=False,
+                     step="match", error="outputs differ from eager: 0.3 (keypoints)")
+    assert "* ``keypointrcnn_resnet50_fpn``: Keypoint R-CNN's boxes" in torchvision_page(rows + [keypoints])
     path = tmp_path / "rows.json"
     assert write_torchvision_page(path, tmp_path) == []
     path.write_text(json.dumps(rows))
@@ -59,7 +63,8 @@ def test_match_detections_allows_a_different_box_only_at_the_cut():
     only is allowed there, nowhere else; paired rows are compared (keypoints included)."""
     boxes = [[0.0, 0, 50, 50], [60, 60, 120, 100], [10, 80, 40, 150], [100, 0, 180, 40]]
     want = _detections(boxes[:3], [0.9, 0.6, 0.5003], [[[5.0, 5, 1]], [[70, 70, 1]], [[20, 90, 1]]])
-    at_cut = _detections(boxes[:2] + boxes[3:], [0.9, 0.6, 0.5001], [[[5.0, 5, 1]], [[70, 70, 1]], [[150, 20, 1]]])
+    at_cut = _detections(boxes[:2] + boxes[3:], [0.9, 0.6, 0.5001],
+                         [[[5.0, 5, 1]], [[70, 70, 1]], [[150, 20, 1]]])
     assert match_detections(want, at_cut) == 0.0
     assert match_detections(want, at_cut, tie=0.0) == float("inf")
     above_cut = _detections([boxes[0], boxes[3], boxes[2]], [0.9, 0.6, 0.5003], [[[5.0, 5, 1]], [[150, 20, 1]],
