@@ -51,8 +51,8 @@ def test_stored_rows_are_builders_and_matches_are_close():
 
 
 def _detections(boxes, scores, keypoints=None):
-    out = dict(boxes=torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4), labels=torch.ones(len(boxes), dtype=torch.int64),
-               scores=torch.tensor(scores))
+    out = dict(boxes=torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4),
+               labels=torch.ones(len(boxes), dtype=torch.int64), scores=torch.tensor(scores))
     if keypoints is not None:
         out["keypoints"] = torch.tensor(keypoints, dtype=torch.float32)
     return out
