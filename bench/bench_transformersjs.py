@@ -165,7 +165,8 @@ def main() -> None:
         row["transformers_tokens"] = row["new_ids"] == reference
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"widths": args.widths, "layers": args.layers, "vocab": config.vocab_size, "new": args.new, "std": args.std,
+            json.dump({"widths": args.widths, "layers": args.layers, "vocab": config.vocab_size, "new": args.new,
+                       "std": args.std,
                        "prompt": len(prompt), "rounds": args.rounds,
                        "date": datetime.date.today().isoformat(),
                        "command": "python bench/bench_transformersjs.py " + " ".join(
