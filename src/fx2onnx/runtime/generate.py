@@ -316,6 +316,21 @@ class OnnxGenerator:
             binding.bind_ortvalue_input(name, value)
             binding.bind_ortvalue_output(output, value)
 
+    def _bind_step_output(self, binding: Any, name: str, first: Any) -> np.ndarray | None:
+        """Binds an array to the output ``name`` for the steps after the prompt, shaped as ``first`` (the
+        prompt's value) with one position: the array, or None where its type is read otherwise (bfloat16) or
+        its shape is not ``(batch, positions, ...)``."""
+        from onnxruntime import OrtValue
+
+        shape = first.shape()
+        types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}
+        if first.data_type() not in types or len(shape) < 2:
+            return None
+        array = np.empty((shape[0], 1, *shape[2:]), dtype=types[first.data_type()])
+        self._step_output = OrtValue(_ortvalue(self._C, array, first.data_type(), self._device))
+        binding.bind_ortvalue_output(name, self._step_output)
+        return array
+
     def _constants(self, constants: dict[str, Any]) -> list[Any]:
         """The C++ values of the constant inputs, in the order of the signature."""
         sig = self.signature
@@ -429,6 +444,9 @@ class OnnxGenerator:
         capacity = length + min(max_new_tokens, self.cache_chunk)
         binding = self._bind_in_place(empty, capacity, fixed, fetch_names[0]) if self.in_place else None
         step_ids = ids
+        # with the cache in place, the steps after the prompt write their first output (the logits of one position,
+        # or the next token) into one array bound once: no value is wrapped nor copied to be read
+        step_output: np.ndarray | None = None
         for step in range(max_new_tokens):
             begin = time.perf_counter()
             if binding is not None:  # the cache stays where it is bound: the token inputs alone change
@@ -445,11 +463,14 @@ class OnnxGenerator:
                     native.bind_input("position_ids", step_positions)
                 # bound again at each step (in its place, the first): onnxruntime allocates it, the logits
                 # change shape after the prompt
-                binding.bind_output(fetch_names[0], "cpu")
+                if step_output is None:
+                    binding.bind_output(fetch_names[0], "cpu")
                 model_begin = time.perf_counter()
                 self.session._sess.run_with_iobinding(native, run_options)
                 model_time = time.perf_counter() - model_begin
-                fetches = [native.get_outputs()[0]]
+                fetches = [native.get_outputs()[0]] if step_output is None else [None]
+                if step == 0:
+                    step_output = self._bind_step_output(binding, fetch_names[0], fetches[0])
             else:
                 if sig.has_attention_mask:
                     feeds.push_back(from_numpy(step_mask, device))
@@ -463,7 +484,14 @@ class OnnxGenerator:
                 model_begin = time.perf_counter()
                 run(run_options, feed_names, feeds, fetch_names, fetches, devices)
                 model_time = time.perf_counter() - model_begin
-            if fused:
+            if fetches[0] is None and fused:  # the array bound to the output: the next token
+                next_tokens = step_output[:, 0].copy()
+            elif fetches[0] is None and chooser is None:  # the logits of the last position
+                next_tokens = step_output[:, -1, :].argmax(axis=-1).astype(np.int64, copy=False)
+            elif fetches[0] is None:
+                sequences = np.concatenate([ids, *(t[:, None] for t in new_tokens)], axis=1)
+                next_tokens = chooser(step_output[:, -1, :], sequences, full_mask[:, : length + step])
+            elif fused:
                 next_tokens = fetches[0].numpy()[:, 0].copy()  # not a view of a buffer the next step reuses
             elif chooser is None:
                 next_tokens = _last_logits(fetches[0]).argmax(axis=-1).astype(np.int64, copy=False)
