@@ -1,6 +1,8 @@
 """Weight-only quantization: ``MatMul`` / ``Gemm`` by a constant weight into
 onnxruntime's ``com.microsoft.MatMulNBits``, the embedding ``Gather`` into
-``com.microsoft.GatherBlockQuantized`` (optional: it saves bytes, not time).
+``com.microsoft.GatherBlockQuantized`` (optional: it saves bytes, not time), the 3D tables of
+the routed experts of a mixture of experts (gathered by expert, then multiplied) into
+``GatherBlockQuantized`` too.
 
 A weight ``W [K, N]`` is cut into blocks of ``block_size`` values along ``K`` (``K`` padded
 with zeros to a multiple of the block), one scale (and one zero point) per block and
@@ -297,7 +299,10 @@ def quantize_gathers(
     """Replaces every ``Gather`` of rows of a constant 2D float table (an embedding) by a
     ``com.microsoft.GatherBlockQuantized``: blocks along the rows (``quantize_axis=1``), codes
     stored as uint4 (int4) or uint8 (int8), zero points always stored (also when symmetric).
-    ``tables``: only the tables of these names. Returns the number of nodes replaced.
+    ``tables``: only the 2D tables of these names. Returns the number of nodes replaced.
+
+    A 3D table ``[experts, ., .]`` gathered by expert index and multiplied (the routed experts of
+    a mixture of experts) is always replaced (:func:`_quantize_experts`): it is a MatMul's weight.
 
     ``heads``: the blocks :func:`quantize_matmuls` made for tied heads (by table name). A table
     found there is not quantized twice: the head's ``MatMulNBits`` codes ``[N, n_blocks, bytes]``
@@ -315,6 +320,10 @@ def quantize_gathers(
             continue
         table = node.inputs[0]
         tensor = table.const_value if table is not None else None
+        if tensor is not None and len(tensor.shape) == 3 and tensor.dtype in _FLOATS:
+            if _quantize_experts(graph, node, bits, block_size, symmetric, taken, report):
+                count += 1
+            continue
         if tensor is None or len(tensor.shape) != 2 or tensor.dtype not in _FLOATS:
             continue
         if tables is not None and table.name not in tables:
@@ -352,6 +361,103 @@ def quantize_gathers(
     if count:
         ensure_opset(model, "com.microsoft", 1)
     return count
+
+
+def _quantize_experts(
+    graph: ir.Graph, node: ir.Node, bits: int, block_size: int, symmetric: bool, taken: set[str],
+    report: list[QuantizedWeight] | None,
+) -> bool:
+    """Replaces ``Gather(table [E, A, B], experts, axis=0)`` whose result is only multiplied
+    (``MatMul``) by a ``GatherBlockQuantized`` of the same 3D shape (onnxruntime dequantizes
+    the experts it gathers): 4-bit blocks along the axis the MatMul reduces (``A`` when the
+    experts are its second input, ``B`` when the first), 8-bit blocks along ``B`` (onnxruntime
+    reads uint8 codes by blocks of the last axis only), codes and zero points uint4 / uint8 of the
+    table's shape, scales ``[E, ., .]`` with the blocked axis cut to ``ceil(len / block_size)``.
+    A lazy table (a checkpoint) is quantized when saved, one table at a time, one expert at a
+    time. False when the Gather is not such a node."""
+    import ml_dtypes
+
+    table, indices = node.inputs[0], node.inputs[1] if len(node.inputs) > 1 else None
+    tensor = table.const_value
+    if attr(node, "axis", 0) not in (0, -3) or indices is None or indices.const_value is not None:
+        return False
+    out = node.outputs[0]
+    following = users(out)
+    if not following or out in graph.outputs or any(n.op_type != "MatMul" or n.domain not in ("", "ai.onnx")
+                                                    for n in following):
+        return False
+    as_b = {n.inputs[1] is out for n in following}
+    if len(as_b) != 1:
+        return False
+    # onnxruntime 1.31 blocks uint8 codes along the last axis only
+    axis = 1 if as_b.pop() and bits == 4 else 2
+    experts, a, b = tensor.shape
+    n_blocks = -(-(a if axis == 1 else b) // block_size)
+    scale_shape = (experts, n_blocks, b) if axis == 1 else (experts, a, n_blocks)
+    code_type = ml_dtypes.uint4 if bits == 4 else np.uint8
+    scale_type = ir.DataType(tensor.dtype)
+    mid = 1 << (bits - 1)
+
+    def compute() -> dict[str, np.ndarray]:
+        codes = np.empty((experts, a, b), code_type)
+        scales = np.empty(scale_shape, scale_type.numpy())
+        zeros = np.empty(scale_shape, code_type)
+        array = table_array[0] if table_array else tensor.numpy()
+        for e in range(experts):  # an expert at a time: the temporaries of one matrix
+            matrix = np.array(array[e], np.float32)  # a copy: torch reads it, not the read-only table
+            c, s, z = quantize_blocks(matrix, bits, block_size, symmetric, axis=0 if axis == 1 else 1)
+            z = np.full(s.shape, mid, np.uint8) if z is None else z
+            if axis == 1:  # [B, n_blocks, block] -> [A, B]; scales [B, n_blocks] -> [n_blocks, B]
+                codes[e] = c.reshape(b, -1)[:, :a].T.astype(code_type)
+                scales[e], zeros[e] = s.T.astype(scales.dtype), z.T.astype(code_type)
+            else:
+                codes[e] = c.reshape(a, -1)[:, :b].astype(code_type)
+                scales[e], zeros[e] = s.astype(scales.dtype), z.astype(code_type)
+        return {"codes": codes, "scales": scales, "zero_points": zeros}
+
+    table_array: list[np.ndarray] = []
+    base = table.name or "experts"
+    names = []
+    for suffix in (f"q{bits}", "scales", "zero_points"):
+        i, name = 0, f"{base}_{suffix}"
+        while name in taken:
+            i += 1
+            name = f"{base}_{suffix}_{i}"
+        taken.add(name)
+        names.append(name)
+    code_dtype = ir.DataType.UINT4 if bits == 4 else ir.DataType.UINT8
+    shapes = {"codes": ((experts, a, b), code_dtype), "scales": (scale_shape, scale_type),
+              "zero_points": (scale_shape, code_dtype)}
+    if isinstance(tensor, ir.LazyTensor):
+
+        def compute_lazy() -> dict[str, np.ndarray]:
+            table_array.append(tensor.numpy())  # the table read once, dropped when quantized
+            try:
+                return compute()
+            finally:
+                table_array.clear()
+
+        lazy = lazy_parts(compute_lazy, shapes, dict(zip(shapes, names)))
+        made = []
+        for part, name in zip(shapes, names):
+            value = ir.Value(name=name, shape=lazy[part].shape, type=ir.TensorType(lazy[part].dtype),
+                             const_value=lazy[part])
+            graph.register_initializer(value)
+            made.append(value)
+    else:
+        values = compute()
+        made = [initializer(graph, name, values[part]) for part, name in zip(shapes, names)]
+    attributes = {"gather_axis": 0, "quantize_axis": axis, "block_size": block_size, "bits": bits}
+    new = ir.node("GatherBlockQuantized", [made[0], indices, made[1], made[2]], attributes,
+                  domain="com.microsoft", name=f"{node.name or base}_Q{bits}")
+    replace(graph, node, [new], [out], list(new.outputs), metadata_from=node)
+    if report is not None:
+        per_value = int(scale_type.itemsize)
+        after = (experts * a * b * bits + 7) // 8 + int(np.prod(scale_shape)) * per_value
+        after += (int(np.prod(scale_shape)) * bits + 7) // 8
+        report.append(QuantizedWeight(node.name or "", "GatherBlockQuantized", base, (experts, a, b), bits,
+                                      block_size, tensor.nbytes, after))
+    return True
 
 
 def _share_head_blocks(
