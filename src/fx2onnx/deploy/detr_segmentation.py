@@ -12,7 +12,7 @@ image's aspect ratio), checked against the same wrapper around the eager float32
 
     from fx2onnx.deploy import export_folder
 
-    print(export_folder("detr_panoptic_folder", "detr_onnx"))  # task universal-segmentation, split detr
+    print(export_folder("detr_panoptic_folder", "detr_onnx"))  # universal-segmentation, split detr
 """
 
 from __future__ import annotations

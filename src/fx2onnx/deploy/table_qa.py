@@ -10,7 +10,7 @@ then 3); the batch and the length are dynamic. Checked against the same wrapper 
 
     from fx2onnx.deploy import export_folder
 
-    print(export_folder("tapas_folder", "tapas_onnx"))  # task table-question-answering, onnx/model.onnx
+    print(export_folder("tapas_folder", "tapas_onnx"))  # task table-question-answering
 """
 
 from __future__ import annotations
