@@ -22,10 +22,13 @@ def test_page_shows_both_exporters(tmp_path):
             dict(model="fasterrcnn_mobilenet_v3_large_fpn", exporter="dynamo", task="detection", success=False,
                  step="capture", error="GuardOnDataDependentSymNode: Could not guard | on u1")]
     text = torchvision_page(rows)
-    assert "Detection\n---------" in text and "Segmentation" not in text
+    assert "Detection\n---------" in text and "Segmentation\n------------" in text
+    # every builder of both modules has a line, "not run" without rows
+    assert all(f"    * - ``{name}``" in text for name in DETECTION + SEGMENTATION)
+    assert "    * - ``fcn_resnet50``\n      - not run\n      - not run" in text
     assert "OK (0.0002)" in text and "fails at capture: ``GuardOnDataDependentSymNode" in text
     assert "| on u1" not in text  # a bar would break the table
-    assert "Keypoint R-CNN" not in text  # a note only below a table listing its model
+    assert "Keypoint R-CNN" not in text  # a note only where its model has a row
     keypoints = dict(model="keypointrcnn_resnet50_fpn", exporter="to_onnx", task="detection", success=False,
                      step="match", error="outputs differ from eager: 0.3 (keypoints)")
     assert "* ``keypointrcnn_resnet50_fpn``: Keypoint R-CNN's boxes" in torchvision_page(rows + [keypoints])

@@ -20,6 +20,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from .torchvision_models import DETECTION, SEGMENTATION
+
 EXPORTERS = {"to_onnx": "``to_onnx``", "dynamo": "``torch.onnx.export`` (dynamo)"}
 #: what a row's numbers do not say, rendered below its table
 NOTES = {
@@ -74,8 +76,10 @@ def torchvision_page(rows: list[dict[str, Any]]) -> str:
         f"Rows written by ``bench/bench_torchvision_detection.py`` ({', '.join(dates) or 'no date'}).",
         "",
     ]
-    for task in ("detection", "segmentation"):
-        names = [m for m in models if any(by.get((m, e), {}).get("task") == task for e in EXPORTERS)]
+    for task, builders in (("detection", DETECTION), ("segmentation", SEGMENTATION)):
+        # every builder of the module, run or not, then any other model of the rows
+        names = list(builders) + [m for m in models if m not in builders
+                                  and any(by.get((m, e), {}).get("task") == task for e in EXPORTERS)]
         if not names:
             continue
         lines += [task.capitalize(), "-" * len(task), "", ".. list-table::", "    :header-rows: 1", "",
@@ -88,8 +92,8 @@ def torchvision_page(rows: list[dict[str, Any]]) -> str:
             lines += [f"      - {_number(by.get((name, e)), 'export_s')}" for e in EXPORTERS]
             lines += [f"      - {_number(ours, k)}" for k in ("ort1_ms", "ort2_ms", "eager_ms")]
         lines.append("")
-        lines += [f"* ``{name}``: {NOTES[name]}" for name in names if name in NOTES]
-        lines += [""] if any(name in NOTES for name in names) else []
+        noted = [name for name in names if name in NOTES and any((name, e) in by for e in EXPORTERS)]
+        lines += [f"* ``{name}``: {NOTES[name]}" for name in noted] + ([""] if noted else [])
     return "\n".join(lines) + "\n"
 
 
