@@ -23,7 +23,9 @@ round's value (the noise), every configuration once per round in a shuffled orde
 The draft runs in genai's setting (10 candidates a run) and with transformers' defaults (up to 20, here 15,
 fewer once the draft's probability falls under 0.4). The backoff is also priced from counts: the model's time
 of a run verifying k candidates over a plain step's (the fastest of 25, robust to the noise), summed over the
-runs of a row (``modeled_backoff_cost``). The floor beside it: the machine's memory
+runs of a row (``modeled_backoff_cost``). A plain decoding step is also timed beside genai's in paired short
+rounds, wall and CPU time (``--modes "greedy, paired steps"``, :func:`paired_steps`), which the machine's load
+reaches less. Each row says the load average when it was measured. The floor beside it: the machine's memory
 bandwidth (a numpy copy of 256 MB) over the weights' bytes, the tokens/s of one read of every weight per
 token. Also the prefill cost of keeping 16 positions' logits instead of 1 (a folder exported with 1).
 
@@ -60,6 +62,8 @@ from fx2onnx.runtime.speculative import DraftModel, PromptLookup, SequenceDecode
 #: a token the corpus never holds: the end of sequence onnxruntime-genai's config needs, never generated
 EOS = 2
 NEW = 128
+#: the mode of the rows of :func:`paired_steps`
+PAIRED = "greedy, paired steps"
 
 
 class WrongLookup(PromptLookup):
@@ -203,10 +207,14 @@ def main() -> None:
             weights_mb = os.path.getsize(os.path.join(folders["default"], "onnx", data)) / 2**20
             greedy = FolderGenerator(folders["default"]).generate_text(seed_text, NEW).new_ids
             texts = {"repeating": seed_text + greedy + seed_text, "non-repeating": other}
+            modes = args.modes.split(";") if args.modes else None
             for threads in [int(t) for t in args.threads.split(",")]:
-                rows += measure(folders, texts, threads, precision, weights_mb, floor_gbs, args.repeat, root,
-                                args.modes.split(";") if args.modes else None)
-            costs = verify_cost(folders["default"], texts["non-repeating"], precision) if not args.modes else []
+                if modes != [PAIRED]:
+                    rows += measure(folders, texts, threads, precision, weights_mb, floor_gbs, args.repeat, root,
+                                    modes)
+                if not modes or PAIRED in modes:
+                    rows += paired_steps(folders["default"], texts["non-repeating"], threads, precision, root)
+            costs = verify_cost(folders["default"], texts["non-repeating"], precision) if not modes else []
             costs_before = []
             if not costs and args.json and os.path.exists(args.json):  # the ratios measured before
                 with open(args.json, encoding="utf-8") as f:
@@ -328,10 +336,73 @@ def measure(folders: dict[str, str], texts: dict[str, list[int]], threads: int, 
             spread = rounds[key]  # every round's decode tokens/s: the noise of the shared machine
             rows.append(dict(row, decode_tok_s_median=float(np.median(spread)),
                              decode_tok_s_rounds=[round(v, 1) for v in spread], text=text, threads=threads, precision=precision, same_tokens=same,
-                             weights_mb=round(weights_mb, 1),
+                             weights_mb=round(weights_mb, 1), load=os.getloadavg()[0],
                              floor_tok_s=floor_gbs * 1e9 / (weights_mb * 2**20)))
             print(rows[-1], flush=True)
     return rows
+
+
+def paired_steps(folder: str, prompt: list[int], threads: int, precision: str, root: str, rounds: int = 12,
+                 new: int = 48) -> list[dict]:
+    """A decoding step of plain greedy decoding, fx2onnx's loop beside onnxruntime-genai's on the same folder, robust
+    to the machine's load: ``rounds`` short generations of each (``new`` tokens), interleaved in a shuffled order,
+    each giving the median wall time of its steps and (1 thread, where the model runs on the calling thread) their
+    CPU time; a row gives the median over the rounds and the median of the per-round ratios to genai's (rounds
+    run back to back see the same load). Also fx2onnx's loop on a session planning its memory per input shape
+    (onnxruntime's default, which the loop turns off): what it cost."""
+    import onnxruntime
+    import onnxruntime_genai as og
+
+    from fx2onnx.runtime.generate import OnnxGenerator
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level, options.intra_op_num_threads = 3, threads
+    with open(os.path.join(folder, "fx2onnx.json"), encoding="utf-8") as f:
+        decoder = os.path.join(folder, json.load(f)["decoder"])
+    pattern = OnnxGenerator(onnxruntime.InferenceSession(decoder, options, providers=["CPUExecutionProvider"]))
+    gens = {"fx2onnx": FolderGenerator(folder, threads=threads).generator, "fx2onnx, memory pattern": pattern}
+    model = og.Model(genai_copy(folder, os.path.join(root, f"g_paired_{precision}_{threads}"), threads))
+    clock = time.thread_time if threads == 1 else None
+
+    def stamp(stamps: list) -> None:
+        stamps.append((time.perf_counter(), clock() if clock else 0.0))
+
+    def ours(gen) -> list:
+        stamps: list = []
+        gen.generate(np.array([prompt]), new, streamer=lambda _: stamp(stamps))
+        return stamps
+
+    def genai() -> list:
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=len(prompt) + new, do_sample=False)
+        generator, stamps = og.Generator(model, params), []
+        generator.append_tokens(np.array([prompt], dtype=np.int32))
+        while not generator.is_done():
+            generator.generate_next_token()
+            generator.get_next_tokens()
+            stamp(stamps)
+        return stamps
+
+    runs = {name: (lambda gen=gen: ours(gen)) for name, gen in gens.items()}
+    runs["onnxruntime-genai"] = genai
+    wall: dict[str, list[float]] = {k: [] for k in runs}
+    cpu: dict[str, list[float]] = {k: [] for k in runs}
+    rng = np.random.default_rng(1)
+    for round_ in range(rounds + 1):  # the first round warms up
+        for i in rng.permutation(len(runs)):
+            name = list(runs)[i]
+            steps = np.diff(np.array(runs[name]()), axis=0)[1:]
+            if round_:
+                wall[name].append(float(np.median(steps[:, 0])) * 1e3)
+                cpu[name].append(float(np.median(steps[:, 1])) * 1e3)
+    base = "onnxruntime-genai"
+    return [dict(loop=name, folder="default", mode=PAIRED, text="non-repeating", threads=threads, precision=precision,
+                 rounds=rounds, step_ms=float(np.median(wall[name])),
+                 speed_vs_genai=float(np.median(np.array(wall[base]) / np.array(wall[name]))),
+                 step_cpu_ms=float(np.median(cpu[name])) if clock else None,
+                 cpu_speed_vs_genai=float(np.median(np.array(cpu[base]) / np.array(cpu[name]))) if clock else None,
+                 load=os.getloadavg()[0])
+            for name in runs]
 
 
 def verify_cost(folder: str, prompt: list[int], precision: str, repeat: int = 25) -> list[dict]:

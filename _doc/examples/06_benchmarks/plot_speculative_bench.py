@@ -36,7 +36,10 @@ round, the rounds interleaved in a shuffled order; a row gives the best round, t
 range of the rounds, the spread of which says what a difference between two rows means. The rows
 without a median come from the first command printed below, before the draft ran in genai's setting
 (its ``draft`` rows ran with transformers' defaults) and before the backoff went down to one candidate
-(it halved them).
+(it halved them). The last full run (the third command from the end) ran on a machine loaded 15 to
+27 times its 2 cores: its rounds spread widely; the rows of the always-wrong candidates and the prices of
+the backoff below are kept from an earlier, quieter run. A checkpoint's own multi-token-prediction
+head (``generate --mtp``, :mod:`fx2onnx.runtime.mtp`) is not measured: the benchmark Llama has none.
 """
 
 import json
@@ -48,6 +51,7 @@ here = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() els
 root = os.path.join(here, "..", "..", "..")
 with open(os.path.join(root, "_doc", "bench", "speculative.json"), encoding="utf-8") as f:
     stored = json.load(f)
+PAIRED = "greedy, paired steps"
 order = [
     "greedy",
     "prompt lookup",
@@ -57,7 +61,7 @@ order = [
     "wrong candidates, no backoff",
 ]
 rows = sorted(
-    (r for r in stored["rows"] if r["mode"] not in ("prefill", "verify cost")),
+    (r for r in stored["rows"] if r["mode"] not in ("prefill", "verify cost", PAIRED)),
     key=lambda r: (
         r["precision"] != "float32",
         r["threads"],
@@ -73,6 +77,9 @@ print(
     f"machine: {stored['machine']}; memory bandwidth {stored['bandwidth_gb_s']:.1f} GB/s (a numpy copy)"
 )
 print(", ".join(f"{k} {v}" for k, v in stored.get("versions", {}).items()))
+loads = [r["load"] for r in stored["rows"] if "load" in r]
+if loads:
+    print(f"load average of the 2 cores while the rows ran: {min(loads):.1f} to {max(loads):.1f}")
 
 # %%
 # The rows
@@ -155,6 +162,35 @@ for text, precision, threads in keys:
             ratio = ours["decode_tok_s"] / theirs["decode_tok_s"]
             line += f" {theirs['decode_tok_s'] / genai_plain:>15.2f} {ratio:>10.2f}"
         print(line)
+
+# %%
+# A decoding step beside genai's, paired
+# --------------------------------------
+#
+# The rounds above spread widely when the machine is loaded. A plain greedy step is also timed in
+# short rounds of 48 tokens, the three loops back to back in a shuffled order: each round gives the
+# median wall time of its steps and, with one thread (the model runs on the calling thread), their CPU
+# time, which the other jobs reach less; ``vs genai`` is the median of the per-round ratios of genai's
+# step time to the row's (above 1: faster). ``memory pattern``: our loop on a session left with
+# onnxruntime's default, which plans a run's memory per input shape: a decoder's mask grows at every
+# step, no shape comes twice, and each step paid for a plan (the loop turns it off). ``load``: the
+# load average of the 2-core machine when the row was measured.
+
+print(
+    f"{'prec.':<7} {'thr':>3} {'loop':<25} {'step ms':>8} {'vs genai':>8} {'CPU ms':>7} "
+    f"{'vs genai':>8} {'load':>5}"
+)
+for r in stored["rows"]:
+    if r["mode"] == PAIRED:
+        cpu = (
+            f"{r['step_cpu_ms']:>7.2f} {r['cpu_speed_vs_genai']:>8.2f}"
+            if r["step_cpu_ms"] is not None
+            else f"{'':>16}"
+        )
+        print(
+            f"{r['precision']:<7} {r['threads']:>3} {r['loop']:<25} {r['step_ms']:>8.2f} "
+            f"{r['speed_vs_genai']:>8.2f} {cpu} {r['load']:>5.1f}"
+        )
 
 # %%
 # What the backoff costs
