@@ -12,10 +12,10 @@ from ..runtime.families import generator_class
 from ..runtime.folder import FOLDER_METADATA, FolderGenerator, _read_json
 from ..runtime.integrity import check_folder_files
 from ..runtime.media_check import check_media
+from ..runtime.mtp import MultiTokenPrediction
 from ..runtime.pipelines import PIPELINE_TASKS
 from ..runtime.sampling import Sampling
 from ..runtime.seq2seq import TEXT2TEXT_TASKS
-from ..runtime.mtp import MultiTokenPrediction
 from ..runtime.speculative import DraftModel, PromptLookup, same_vocabulary
 
 

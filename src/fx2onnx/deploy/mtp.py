@@ -26,6 +26,7 @@ from typing import Any
 import onnx
 import torch
 
+from ..convert.api import to_onnx
 from ..runtime.folder import FOLDER_METADATA
 from ..runtime.speculative import HIDDEN_OUTPUT, MTP_FILE, VERIFY_LOGITS
 
@@ -101,7 +102,6 @@ def export_mtp(folder: str, out_dir: str, decoder_path: str, dtype: torch.dtype 
     """Exports the first multi-token-prediction head of the checkpoint of ``folder`` to ``out_dir``/
     :data:`MTP_FILE`, adds :data:`HIDDEN_OUTPUT` to the decoder at ``decoder_path`` and records both in
     ``fx2onnx.json``; returns the record."""
-    import fx2onnx
     from transformers import DynamicCache
 
     step, main = mtp_module(folder, dtype)
@@ -117,13 +117,13 @@ def export_mtp(folder: str, out_dir: str, decoder_path: str, dtype: torch.dtype 
                   last_hidden_states=torch.randn(1, new, config.hidden_size, dtype=dtype),
                   attention_mask=torch.ones(1, past + new, dtype=torch.int64),
                   position_ids=torch.arange(past + 1, past + 1 + new)[None], past_key_values=cache)
-    dyn = torch.export.Dim.DYNAMIC
-    shapes = dict(input_ids={1: dyn}, last_hidden_states={1: dyn}, attention_mask={1: dyn}, position_ids={1: dyn},
+    dyn, seq = torch.export.Dim.DYNAMIC, torch.export.Dim("sequence_length", min=1)  # tokens and states: one length
+    shapes = dict(input_ids={1: seq}, last_hidden_states={1: seq}, attention_mask={1: dyn}, position_ids={1: seq},
                   past_key_values=[{2: dyn}, {2: dyn}])
     path = os.path.join(out_dir, MTP_FILE)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with torch.no_grad():
-        fx2onnx.to_onnx(step, (), kwargs=copy.deepcopy(kwargs), dynamic_shapes=shapes, filename=path)
+        to_onnx(step, (), kwargs=copy.deepcopy(kwargs), dynamic_shapes=shapes, filename=path)
     add_hidden_output(decoder_path)
     record = {"file": MTP_FILE, "layers": 1, "checkpoint_layers": int(getattr(config, "num_hidden_layers", 1)),
               "hidden": HIDDEN_OUTPUT}
