@@ -21,7 +21,7 @@ from fx2onnx.optimizer.rules import quantize_lazy
 from fx2onnx.optimizer.rules.quantize import quantize_blocks, quantize_gathers
 
 RNG = np.random.default_rng(0)
-E, K, N = 4, 80, 48  # K is not a multiple of the block: padded to 96
+E, K, N = 4, 80, 48  # N is not a multiple of the block: padded to 64
 
 
 def _experts_model(table: np.ndarray, as_b: bool) -> onnx.ModelProto:
@@ -34,35 +34,37 @@ def _experts_model(table: np.ndarray, as_b: bool) -> onnx.ModelProto:
                       [("table", table)], opset=21)
 
 
-def _dequantized(table: np.ndarray, bits: int, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """The table as the blocks give it back and the bound of each value's error (half a step)."""
+def _dequantized(table: np.ndarray, bits: int, symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The table as the blocks (along the last axis) give it back and the bound of each value's
+    error: half a step, a step when symmetric (the side opposite the largest magnitude is clipped)."""
     out, bound = np.empty_like(table), np.empty_like(table)
     for e in range(table.shape[0]):
-        rows = table[e].T if axis == 1 else table[e]  # blocks along the rows
-        codes, scales, zero = quantize_blocks(rows, bits, 32, axis=1)
-        width = rows.shape[1]
-        values = ((codes - zero[..., None].astype(np.float32)) * scales[..., None]).reshape(len(rows), -1)[:, :width]
-        half = np.repeat(scales / 2, 32, axis=1)[:, :width]
-        out[e], bound[e] = (values.T, half.T) if axis == 1 else (values, half)
+        codes, scales, zero = quantize_blocks(table[e], bits, 32, symmetric, axis=1)
+        zero = np.full(scales.shape, 1 << (bits - 1)) if zero is None else zero
+        values = (codes - zero[..., None].astype(np.float32)) * scales[..., None]
+        out[e] = values.reshape(len(codes), -1)[:, :N]
+        bound[e] = np.repeat(np.abs(scales) * (1.0 if symmetric else 0.5), 32, axis=1)[:, :N]
     return out, bound
 
 
-@pytest.mark.parametrize("as_b", [True, False])
+@pytest.mark.parametrize(("as_b", "symmetric"), [(True, False), (False, False), (True, True)])
 @pytest.mark.parametrize("bits", [4, 8])
-def test_expert_table_quantized(bits, as_b):
+def test_expert_table_quantized(bits, as_b, symmetric):
     table = RNG.standard_normal((E, K, N)).astype(np.float32)
     model = _experts_model(table, as_b)
     report = []
     # the 3D tables are quantized whatever ``tables`` (the 2D tables to quantize) says
-    quantized, count = apply_rule(model, lambda m: quantize_gathers(m, bits=bits, report=report, tables=set()))
+    quantized, count = apply_rule(model, lambda m: quantize_gathers(m, bits=bits, report=report, tables=set(),
+                                                                    symmetric=symmetric))
     assert count == 1 and op_types(quantized) == {"GatherBlockQuantized": 1, "MatMul": 1}, op_types(quantized)
     (node,) = (n for n in quantized.graph.node if n.op_type == "GatherBlockQuantized")
-    axis = 1 if as_b and bits == 4 else 2  # the axis the MatMul reduces (uint8 codes: the last one)
-    assert {a.name: a.i for a in node.attribute}["quantize_axis"] == axis
+    # blocks along the last axis (onnxruntime reads uint8 codes so), codes packed two a byte in int4
+    assert {a.name: a.i for a in node.attribute}["quantize_axis"] == 2
+    assert len(node.input) == (3 if symmetric else 4)  # symmetric: the default zero point 2**(bits-1)
     inits = {i.name: i for i in quantized.graph.initializer}
-    assert "table" not in inits and list(inits[node.input[0]].dims) == [E, K, N]
-    assert list(inits[node.input[2]].dims) == ([E, 3, N] if axis == 1 else [E, K, 2])
-    dequantized, bound = _dequantized(table, bits, axis)
+    assert "table" not in inits and list(inits[node.input[0]].dims) == [E, K, N * bits // 8]
+    assert list(inits[node.input[2]].dims) == [E, K, 2]
+    dequantized, bound = _dequantized(table, bits, symmetric)
     assert np.all(np.abs(dequantized - table) <= bound * (1 + 1e-5) + 1e-7)
     ids = np.array([3, 0, 2, 2, 1], np.int64)
     x = RNG.standard_normal((5, 1, K) if as_b else (5, N, 1)).astype(np.float32)
@@ -72,6 +74,8 @@ def test_expert_table_quantized(bits, as_b):
     np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-4)
     (entry,) = report
     assert entry.op_type == "GatherBlockQuantized" and entry.shape == (E, K, N) and entry.bytes_before == table.nbytes
+    stored = [onnx.numpy_helper.to_array(inits[name]) for name in node.input if name in inits]
+    assert entry.bytes_after == sum(array.nbytes for array in stored)
     assert entry.bytes_after < table.nbytes * (bits + 2) / 32  # codes, scales and zero points
 
 
