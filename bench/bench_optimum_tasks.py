@@ -63,7 +63,8 @@ def config_of(name: str):
         return transformers.DetrConfig(use_timm_backbone=False, use_pretrained_backbone=False,
                                        backbone_config=backbone, num_labels=91)
     if name == "t5-small":
-        return transformers.T5Config(d_model=512, d_ff=2048, num_layers=6, num_heads=8, vocab_size=32128)
+        return transformers.T5Config(d_model=512, d_ff=2048, num_layers=6, num_heads=8, vocab_size=32128,
+                                     decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
     raise ValueError(name)
 
 
@@ -117,8 +118,14 @@ def session(path: str, threads: int):
     return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
+#: onnxruntime's input types
+TYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32, "tensor(bool)": np.bool_}
+
+
 def run(sess, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    return sess.run(None, {i.name: feeds[i.name] for i in sess.get_inputs()})
+    """The outputs of ``sess`` on the inputs it asks, each in the type it takes (a mask in int32 or int64)."""
+    return sess.run(None, {i.name: feeds[i.name].astype(TYPES.get(i.type, feeds[i.name].dtype))
+                           for i in sess.get_inputs()})
 
 
 def latency(path: str, kind: str, threads: int, batch: int, budget: float) -> float:

@@ -17,8 +17,9 @@ the eager model (transformers, float32, one input) and onnxruntime's latency (me
 2 intra-op threads for a batch of 1 and of 8: texts of 128 tokens, 224x224 images, 1 s of 16 kHz
 audio, 800x800 images for DETR; T5's encoder for T5. The numbers come from
 ``_doc/bench/optimum_tasks.json``, measured on this project's 2-core machine while other jobs ran:
-they are noisy (a ratio within 10 % says little). The model types each tool exports per task are
-counted on the :doc:`tasks page </models/tasks>`.
+they are noisy: the stored rows ran with a load average of 20 to 25 on its 2 cores (a ratio within
+30 % says little there; a quiet machine measures again). The model types each tool exports per task
+are counted on the :doc:`tasks page </models/tasks>`.
 """
 
 import json
