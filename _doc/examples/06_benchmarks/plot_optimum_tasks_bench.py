@@ -74,7 +74,7 @@ for r in rows:
     for s in settings:
         if s in ours and s in theirs:
             ratios[r["model"], s] = ours[s] / theirs[s]
-            cells.append(f"{ours[s]:.1f}/{theirs[s]:.1f} {ours[s] / theirs[s]:.2f}x")
+            cells.append(f"{ours[s]:.0f}/{theirs[s]:.0f} {ours[s] / theirs[s]:.2f}x")
         else:
             cells.append("-")
     print(f"{r['model']:<15}" + "".join(f"{c:>21}" for c in cells))
