@@ -138,9 +138,14 @@ def write_processor(config, task: str, folder: str, model=None) -> None:
         if cls is None:
             raise ValueError(f"no feature extractor class for model type {model_type!r}")
         accepted = inspect.signature(cls.__init__).parameters  # the tiny model's sizes where both name them
-        sizes = {k: getattr(config, k) for k in ("num_mel_bins", "max_length", "feature_size")
-                 if k in accepted and isinstance(getattr(config, k, None), int)}
-        cls(**sizes).save_pretrained(folder)
+        sizes = {}
+        for c in [config] + [getattr(config, k) for k in getattr(type(config), "sub_configs", None) or {}
+                             if getattr(config, k, None) is not None]:  # Parakeet's encoder_config...
+            sizes.update({k: getattr(c, k) for k in ("num_mel_bins", "max_length", "feature_size")
+                          if k not in sizes and isinstance(getattr(c, k, None), int)})
+        if "num_mel_bins" not in accepted and "num_mel_bins" in sizes:  # the extractor's name of the mel bins
+            sizes["feature_size"] = sizes.pop("num_mel_bins")
+        cls(**{k: v for k, v in sizes.items() if k in accepted}).save_pretrained(folder)
         if task == "automatic-speech-recognition":
             ctc_processor(folder).tokenizer.save_pretrained(folder)
         return
