@@ -8,7 +8,6 @@ import pytest
 import torch
 from helpers import Fn, Fn2, check_export
 
-import fx2onnx
 from fx2onnx.convert.ort_kernels import cast_to_kernel_types, positive_reduction_axes
 from fx2onnx.validation import make_session
 

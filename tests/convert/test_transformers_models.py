@@ -7,7 +7,6 @@ against eager on a second input set of other sizes whose attention mask has padd
 from __future__ import annotations
 
 import pytest
-import torch
 
 import fx2onnx
 from fx2onnx.zoo import get_tiny_model, list_tiny_models

@@ -3,7 +3,6 @@ run --video``: what transformers' video-classification pipeline returns on the s
 folder's video processor), the clip given as frames, a ``.npy`` array, a folder of images or a video file (PyAV)."""
 
 import json
-import os
 
 import numpy as np
 import pytest

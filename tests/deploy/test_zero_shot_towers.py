@@ -7,7 +7,6 @@ in the same order); bad inputs end in one ``error:`` line."""
 import json
 import os
 
-import numpy as np
 import pytest
 
 import fx2onnx

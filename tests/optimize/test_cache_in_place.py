@@ -8,7 +8,6 @@ from __future__ import annotations
 import collections
 import copy
 
-import onnx
 import pytest
 import torch
 

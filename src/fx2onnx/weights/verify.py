@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import struct
-from typing import Any, Iterator
+from typing import Iterator
 
 import numpy as np
 import onnx

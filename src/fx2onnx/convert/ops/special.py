@@ -14,7 +14,7 @@ import torch
 
 from .. import registry
 from ..registry import converter
-from ._math import M, erfc_nonneg, erfcx, horner, power_series, where
+from ._math import M, erfcx, horner, power_series, where
 
 aten = torch.ops.aten
 EULER_GAMMA = 0.5772156649015329

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from ._graph import attr, const_ints, const_scalar, initializer, other_input, producer, rank, replace, static_dim, users
+from ._graph import attr, const_ints, const_scalar, initializer, producer, rank, replace, static_dim, users
 
 
 def _unrepeat(value: ir.Value, heads: int) -> ir.Value | None:

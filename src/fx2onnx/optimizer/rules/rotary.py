@@ -34,7 +34,6 @@ from ._graph import (
     const_scalar,
     ensure_opset,
     initializer,
-    other_input,
     producer,
     rank,
     replace,
