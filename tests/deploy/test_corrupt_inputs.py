@@ -251,5 +251,5 @@ def test_random_corruptions_never_crash_nor_write(pristine, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_random_corruptions_many(pristine, tmp_path, capsys):
-    codes = _fuzz(pristine, tmp_path, capsys, cases=200, seed=1)
-    assert codes.get(2, 0) >= 100, codes
+    codes = _fuzz(pristine, tmp_path, capsys, cases=100, seed=1)  # 200 took 5 minutes of the CI's 2 cores
+    assert codes.get(2, 0) >= 50, codes

@@ -196,14 +196,14 @@ def test_a_batch_of_prompts_equals_transformers_greedy(qwen3_export, capsys):
 def test_bad_inputs_end_in_one_line(qwen3_export, tmp_path, capsys):
     checkpoint, out = qwen3_export
     # a folder of a task the command does not export yet
-    config = transformers.AutoConfig.for_model("sam")  # mask generation: no folder export yet
-    config.architectures = ["SamModel"]
-    other = tmp_path / "sam"
+    config = transformers.AutoConfig.for_model("superglue")  # keypoint matching: no folder export yet
+    config.architectures = ["SuperGlueForKeypointMatching"]
+    other = tmp_path / "superglue"
     config.save_pretrained(other)
     capsys.readouterr()
     assert main(["export", str(other), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "mask-generation" in err and "SamModel" in err
+    assert err.count("\n") == 0 and "keypoint-matching" in err and "SuperGlueForKeypointMatching" in err, err
     # a folder without a tokenizer: a prompt is refused with the fix, token ids work
     bare = tmp_path / "bare"
     shutil.copytree(out, bare)

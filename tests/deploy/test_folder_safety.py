@@ -276,11 +276,17 @@ def _wait_for(predicate, process, timeout=240.0):
     return False
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """SIGINT raises KeyboardInterrupt in the export process, as in a terminal: a suite started in the
+    background (``make test-all &``) runs with SIGINT ignored, and its processes inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _kill_export(checkpoint: str, out: str, sig: int, moment: str) -> subprocess.Popen:
     """Starts an export to ``out`` and sends ``sig`` at ``moment``: ``writing`` (its temporary folder exists),
     ``checking`` (its fx2onnx.json written: the check against eager runs)."""
     process = subprocess.Popen(_export_command(checkpoint, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
+                               text=True, preexec_fn=_sigint_as_in_a_terminal)
     if moment == "writing":
         reached = _wait_for(lambda: partial_folders(out), process)
     else:
@@ -364,7 +370,7 @@ def test_kills_at_random_moments_leave_the_previous_folder_or_a_complete_one(exp
         before = snapshot(target)
         sig = rng.choice([signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
         process = subprocess.Popen(_export_command(checkpoint, target), stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
+                                   stderr=subprocess.DEVNULL, preexec_fn=_sigint_as_in_a_terminal)
         time.sleep(rng.uniform(0.5, 20.0))  # an export of the tiny folder takes 10 to 40 s here
         process.send_signal(sig)
         process.wait(timeout=300)

@@ -82,8 +82,8 @@ def write_text_generation_folder(folder: str, out_dir: str, filename: str, confi
             if capture_all_layers or not _export_two_layers(folder, model, config, task, with_cache, logits,
                                                             options, say):
                 to_onnx_from_checkpoint(folder, (), inputs, model=model, dynamic_shapes=dynamic_shapes, **options)
-    except (ValueError, FileNotFoundError, ExportError, ConversionError, KeyboardInterrupt, MemoryError):
-        raise
+    except (ValueError, OSError, ExportError, ConversionError, KeyboardInterrupt, MemoryError):
+        raise  # OSError: a full disk or a file size limit is said by the folder's writer, not a bug
     except Exception as e:  # noqa: BLE001 - the model's or a library's code raises what it raises: one line
         raise unexpected_error(config.architectures[0], e) from e
     del model
