@@ -45,7 +45,8 @@ CREATIONS = {
         torch.linspace(-2.0, 3.0, 7),
         torch.linspace(0, 10, 3, dtype=torch.int64),
     ),
-    "eye": lambda x: (torch.eye(3), torch.eye(2, 4, dtype=torch.int64), torch.eye(x.shape[0])),
+    "eye": lambda x: (torch.eye(3), torch.eye(2, 4, dtype=torch.int64), torch.eye(x.shape[0]),
+                      torch.eye(x.shape[0], dtype=torch.bool), torch.eye(2, 3, dtype=torch.float16)),
     "tril_triu": lambda x: (
         x.tril(),
         x.triu(1),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..builder import onnx_dtype
 from ..registry import converter
 from ._common import input_rank
 
@@ -113,8 +114,15 @@ def convert_tril_triu(ctx, node, x, diagonal=0):
 @converter(aten.eye.default, aten.eye.m)
 def convert_eye(ctx, node, n, m=None, **kwargs):
     m = n if m is None else m
-    zeros = _full(ctx, [n, m], 0, ctx.out_dtype())
-    return ctx.op.EyeLike(zeros, dtype=None)
+    dtype = ctx.out_dtype()
+    if dtype in _EYE_LIKE_TYPES:
+        return ctx.op.EyeLike(_full(ctx, [n, m], 0, dtype), dtype=None)
+    # onnxruntime has EyeLike kernels for these types only (a boolean identity, Grounding-DINO's, has none)
+    return ctx.op.Cast(ctx.op.EyeLike(_full(ctx, [n, m], 0, torch.float32), dtype=None), to=onnx_dtype(dtype))
+
+
+#: the output types onnxruntime's EyeLike kernel takes
+_EYE_LIKE_TYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
 
 
 @converter(aten.one_hot.default)
