@@ -37,6 +37,8 @@ def test_tapas_folder_equals_transformers(tapas, tmp_path, capsys):
     piece = json.load(open(os.path.join(out, "fx2onnx.json")))["pieces"]["model"]
     assert piece["inputs"] == ["input_ids", "attention_mask", "token_type_ids"]
     assert piece["outputs"] == ["logits", "logits_aggregation"]
+    # the block transformers.js reads (its weights' files), as for every folder whose pieces are under onnx/
+    assert "use_external_data_format" in json.load(open(os.path.join(out, "config.json")))["transformers.js_config"]
     ours, reference = fx2onnx.pipeline(out), _reference("table-question-answering", checkpoint)
     expected = reference(table=TABLE, query=QUESTIONS)
     assert ours(table=TABLE, query=QUESTIONS) == expected

@@ -236,9 +236,10 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
     pieces, make_pieces = family.export(folder, out_dir, config, dtype, options)
     split, extra, prefix = family.split, facts.generation, family.split == "prefix"
     copy_folder_files(folder, out_dir)
-    if family.name == "encoder":  # one model under onnx/: transformers.js reads the weights' file config.json names
-        write_transformersjs_config(out_dir, pieces[0].filename,
-                                    os.path.isfile(os.path.join(out_dir, pieces[0].filename + "_data")))
+    if all(p.filename.startswith("onnx/") for p in pieces):  # transformers.js reads the weights' files config.json names
+        for piece in pieces:  # (SAM's two pieces, one model for the others)
+            write_transformersjs_config(out_dir, piece.filename,
+                                        os.path.isfile(os.path.join(out_dir, piece.filename + "_data")))
     with open(os.path.join(out_dir, FOLDER_METADATA), "w", encoding="utf-8") as f:
         json.dump({"task": task, **({"split": split} if split else {}), **extra,
                    "pieces": {p.name: {"file": p.filename, "inputs": p.input_names, "outputs": p.output_names,
