@@ -17,20 +17,15 @@ image's aspect ratio), checked against the same wrapper around the eager float32
 
 from __future__ import annotations
 
-import copy
-import os
 from typing import Any
 
 import torch
 
-from ..patches import torch_export_patches
 from ..runtime.pipelines import MODEL_FILE
-from ..weights import to_onnx_from_checkpoint
 from ..weights.empty import parameters_on_meta
 from .encoder import DYNAMIC_DIMS, example_inputs
-from .saved_model import rename_external_data, rename_values
+from .onnx_pieces import export_onnx_pieces
 from .speech import Piece
-from .transformersjs import data_file_name
 
 #: the outputs DETR's post-processing reads
 OUTPUTS = ("logits", "pred_boxes", "pred_masks")
@@ -76,17 +71,5 @@ def export_detr_segmentation_pieces(folder: str, out_dir: str, config: Any, dtyp
     with parameters_on_meta():
         model = getattr(transformers, config.architectures[0])._from_config(config, dtype=dtype).eval()
     piece = detr_piece(model, folder)
-    optimize, quantize = options["optimize"], options["quantize"]
-    options["say"](f"exporting {config.architectures[0]} (universal-segmentation, {str(dtype).replace('torch.', '')}, "
-                   f"optimize={optimize}{', ' + quantize if quantize else ''})")
-    path = os.path.join(out_dir, piece.filename)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with torch_export_patches(patch_transformers=True) as modificator:
-        to_onnx_from_checkpoint(
-            folder, (), modificator(copy.deepcopy(piece.inputs)), filename=path, model=piece.module, dtype=dtype,
-            progress=options["progress"], dynamic_shapes=piece.dynamic_shapes, target_opset=options["opset"],
-            optimize=False if optimize == "none" else optimize, quantize=quantize,
-            quantize_block_size=options["block_size"], quantize_symmetric=options["symmetric"])
-    rename_values(path, piece.input_names, piece.output_names, {})
-    rename_external_data(path, data_file_name(piece.filename))
+    export_onnx_pieces(folder, out_dir, [piece], config, dtype, options, task="universal-segmentation")
     return [piece], lambda eager, _config: [detr_piece(eager, folder)]

@@ -21,20 +21,15 @@ model on two input sets.
 
 from __future__ import annotations
 
-import copy
-import os
 from typing import Any
 
 import numpy as np
 import torch
 
-from ..patches import torch_export_patches
-from ..weights import to_onnx_from_checkpoint
 from ..weights.empty import parameters_on_meta
 from .encoder import _processor
-from .saved_model import rename_external_data, rename_values
+from .onnx_pieces import export_onnx_pieces
 from .speech import Piece
-from .transformersjs import data_file_name
 
 #: the model types whose pieces this module cuts (SAM's prompt encoder and mask decoder)
 MASK_GENERATION_MODEL_TYPES = ("sam",)
@@ -129,18 +124,5 @@ def export_mask_generation_pieces(folder: str, out_dir: str, config: Any, dtype:
     with parameters_on_meta():
         model = getattr(transformers, config.architectures[0])._from_config(config, dtype=dtype).eval()
     pieces = sam_pieces(model, folder)
-    optimize, quantize = options["optimize"], options["quantize"]
-    for piece in pieces:
-        options["say"](f"exporting the {piece.name} of {config.architectures[0]} ({str(dtype).replace('torch.', '')},"
-                       f" optimize={optimize}{', ' + quantize if quantize else ''})")
-        path = os.path.join(out_dir, piece.filename)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with torch_export_patches(patch_transformers=True) as modificator:
-            to_onnx_from_checkpoint(
-                folder, (), modificator(copy.deepcopy(piece.inputs)), filename=path, model=piece.module, dtype=dtype,
-                progress=options["progress"], dynamic_shapes=piece.dynamic_shapes, target_opset=options["opset"],
-                optimize=False if optimize == "none" else optimize, quantize=quantize,
-                quantize_block_size=options["block_size"], quantize_symmetric=options["symmetric"])
-        rename_values(path, piece.input_names, piece.output_names, {})
-        rename_external_data(path, data_file_name(piece.filename))
+    export_onnx_pieces(folder, out_dir, pieces, config, dtype, options)
     return pieces, lambda eager, _config: sam_pieces(eager, folder)

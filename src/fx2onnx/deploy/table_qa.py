@@ -15,20 +15,15 @@ then 3); the batch and the length are dynamic. Checked against the same wrapper 
 
 from __future__ import annotations
 
-import copy
-import os
 from typing import Any
 
 import torch
 
-from ..patches import torch_export_patches
 from ..runtime.pipelines import MODEL_FILE
-from ..weights import to_onnx_from_checkpoint
 from ..weights.empty import parameters_on_meta
 from .encoder import _processor
-from .saved_model import rename_external_data, rename_values
+from .onnx_pieces import export_onnx_pieces
 from .speech import Piece
-from .transformersjs import data_file_name
 
 #: the table and the questions of the example inputs
 TABLE = {"city": ["paris", "london", "rome"], "people": ["2", "9", "3"], "sea": ["no", "no", "yes"]}
@@ -81,17 +76,5 @@ def export_table_qa_pieces(folder: str, out_dir: str, config: Any, dtype: torch.
     with parameters_on_meta():
         model = getattr(transformers, config.architectures[0])._from_config(config, dtype=dtype).eval()
     piece = table_piece(model, folder)
-    optimize, quantize = options["optimize"], options["quantize"]
-    options["say"](f"exporting {config.architectures[0]} (table-question-answering, "
-                   f"{str(dtype).replace('torch.', '')}, optimize={optimize}{', ' + quantize if quantize else ''})")
-    path = os.path.join(out_dir, piece.filename)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with torch_export_patches(patch_transformers=True) as modificator:
-        to_onnx_from_checkpoint(
-            folder, (), modificator(copy.deepcopy(piece.inputs)), filename=path, model=piece.module, dtype=dtype,
-            progress=options["progress"], dynamic_shapes=piece.dynamic_shapes, target_opset=options["opset"],
-            optimize=False if optimize == "none" else optimize, quantize=quantize,
-            quantize_block_size=options["block_size"], quantize_symmetric=options["symmetric"])
-    rename_values(path, piece.input_names, piece.output_names, {})
-    rename_external_data(path, data_file_name(piece.filename))
+    export_onnx_pieces(folder, out_dir, [piece], config, dtype, options, task="table-question-answering")
     return [piece], lambda eager, _config: [table_piece(eager, folder)]

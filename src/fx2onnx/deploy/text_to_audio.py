@@ -19,21 +19,16 @@ eager: with a noise, each run gives another waveform, as transformers' pipeline 
 from __future__ import annotations
 
 import contextlib
-import copy
-import os
 from typing import Any, Iterator
 
 import numpy as np
 import torch
 
-from ..patches import torch_export_patches
 from ..runtime.pipelines import MODEL_FILE
-from ..weights import to_onnx_from_checkpoint
 from ..weights.empty import parameters_on_meta
 from .encoder import SENTENCES, _processor
-from .saved_model import rename_external_data, rename_values
+from .onnx_pieces import export_onnx_pieces
 from .speech import Piece
-from .transformersjs import data_file_name
 
 #: the model types exported as one pass from the text to the waveform
 TEXT_TO_AUDIO_MODEL_TYPES = ("vits",)
@@ -118,17 +113,6 @@ def export_text_to_audio_pieces(folder: str, out_dir: str, config: Any, dtype: t
     with parameters_on_meta():
         model = getattr(transformers, config.architectures[0])._from_config(config, dtype=dtype).eval()
     piece = waveform_piece(model, folder)
-    optimize, quantize = options["optimize"], options["quantize"]
-    options["say"](f"exporting {config.architectures[0]} (text-to-audio, {str(dtype).replace('torch.', '')}, "
-                   f"optimize={optimize}{', ' + quantize if quantize else ''})")
-    path = os.path.join(out_dir, piece.filename)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with torch_export_patches(patch_transformers=True) as modificator, spline_without_masks():
-        to_onnx_from_checkpoint(
-            folder, (), modificator(copy.deepcopy(piece.inputs)), filename=path, model=piece.module, dtype=dtype,
-            progress=options["progress"], dynamic_shapes=piece.dynamic_shapes, target_opset=opset,
-            optimize=False if optimize == "none" else optimize, quantize=quantize,
-            quantize_block_size=options["block_size"], quantize_symmetric=options["symmetric"])
-    rename_values(path, piece.input_names, piece.output_names, {})
-    rename_external_data(path, data_file_name(piece.filename))
+    export_onnx_pieces(folder, out_dir, [piece], config, dtype, options, task="text-to-audio", opset=opset,
+                       context=spline_without_masks)
     return [piece], lambda eager, _config: [waveform_piece(eager, folder)]
