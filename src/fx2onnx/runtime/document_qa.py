@@ -23,10 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..formats import FOLDER_METADATA
-from .folder import _read_json, session_options
-from .integrity import check_folder_files
-from .pipelines import Pipeline
+from .pipelines import Pipeline, open_task_folder
 
 
 def read_word_boxes(value: Any) -> list[tuple[str, list[int]]]:
@@ -74,23 +71,7 @@ class DocumentQuestionAnsweringPipeline(Pipeline):
 
     def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None,  # noqa: D107
                  threads: int | None = None):
-        import onnxruntime
-
-        self.folder = os.fspath(folder)
-        metadata = _read_json(os.path.join(self.folder, FOLDER_METADATA))
-        self.task, piece = metadata.get("task"), metadata.get("pieces", {}).get("model")
-        if self.task != "document-question-answering" or piece is None:
-            raise ValueError(f"{self.folder!r} is a folder of task {self.task!r}, not a document-question-answering "
-                             "folder.")
-        check_folder_files(self.folder, metadata)
-        self.modality, self.outputs, self.sentence = "text", tuple(piece["outputs"]), False
-        self.input_names = list(piece["inputs"])
-        self.session = onnxruntime.InferenceSession(os.path.join(self.folder, piece["file"]), session_options(threads),
-                                                    providers=list(providers or ["CPUExecutionProvider"]))
-        self.config = _read_json(os.path.join(self.folder, "config.json"))
-        self.id2label: dict[int, str] = {}
-        self._processor: Any = None
-        self._tokenizer: Any = None
+        open_task_folder(self, folder, "document-question-answering", providers, threads)
 
     def __call__(self, image: Any = None, question: str | None = None, word_boxes: Any = None, top_k: int | None = 1,
                  doc_stride: int | None = None, max_seq_len: int | None = None, max_answer_len: int = 15,

@@ -130,6 +130,29 @@ def read_video(path: str) -> np.ndarray:
     return np.stack(frames)
 
 
+def open_task_folder(pipeline: Any, folder: str | os.PathLike, task: str, providers: Sequence[str] | None,
+                     threads: int | None) -> None:
+    """Sets ``pipeline`` on a folder of one model written for ``task``, a task with a pipeline class of its own
+    (table and document question answering, text to audio): text first, no labels."""
+    import onnxruntime
+
+    pipeline.folder = os.fspath(folder)
+    metadata = _read_json(os.path.join(pipeline.folder, FOLDER_METADATA))
+    pipeline.task, piece = metadata.get("task"), metadata.get("pieces", {}).get("model")
+    if pipeline.task != task or piece is None:
+        raise ValueError(f"{pipeline.folder!r} is a folder of task {pipeline.task!r}, not a {task} folder.")
+    check_folder_files(pipeline.folder, metadata)
+    pipeline.modality, pipeline.outputs, pipeline.sentence = "text", tuple(piece["outputs"]), False
+    pipeline.input_names = list(piece["inputs"])
+    pipeline.session = onnxruntime.InferenceSession(os.path.join(pipeline.folder, piece["file"]),
+                                                    session_options(threads),
+                                                    providers=list(providers or ["CPUExecutionProvider"]))
+    pipeline.config = _read_json(os.path.join(pipeline.folder, "config.json"))
+    pipeline.id2label = {}
+    pipeline._processor = None
+    pipeline._tokenizer = None
+
+
 class Pipeline:
     """A folder of a single-pass encoder, called as transformers' pipeline of its task.
 

@@ -22,10 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..formats import FOLDER_METADATA
-from .folder import _read_json, session_options
-from .integrity import check_folder_files
-from .pipelines import Pipeline
+from .pipelines import Pipeline, open_task_folder
 
 
 def read_table(table: Any) -> Any:
@@ -60,23 +57,7 @@ class TableQuestionAnsweringPipeline(Pipeline):
 
     def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None,  # noqa: D107
                  threads: int | None = None):
-        import onnxruntime
-
-        self.folder = os.fspath(folder)
-        metadata = _read_json(os.path.join(self.folder, FOLDER_METADATA))
-        self.task, piece = metadata.get("task"), metadata.get("pieces", {}).get("model")
-        if self.task != "table-question-answering" or piece is None:
-            raise ValueError(f"{self.folder!r} is a folder of task {self.task!r}, not a table-question-answering "
-                             "folder.")
-        check_folder_files(self.folder, metadata)
-        self.modality, self.outputs, self.sentence = "text", tuple(piece["outputs"]), False
-        self.input_names = list(piece["inputs"])
-        self.session = onnxruntime.InferenceSession(os.path.join(self.folder, piece["file"]), session_options(threads),
-                                                    providers=list(providers or ["CPUExecutionProvider"]))
-        self.config = _read_json(os.path.join(self.folder, "config.json"))
-        self.id2label: dict[int, str] = {}
-        self._processor: Any = None
-        self._tokenizer: Any = None
+        open_task_folder(self, folder, "table-question-answering", providers, threads)
 
     def __call__(self, inputs: Any = None, table: Any = None, query: str | Sequence[str] | None = None,
                  sequential: bool = False, **unused: Any) -> Any:

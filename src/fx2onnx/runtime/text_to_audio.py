@@ -20,10 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..formats import FOLDER_METADATA
-from .folder import _read_json, session_options
-from .integrity import check_folder_files
-from .pipelines import Pipeline
+from .pipelines import Pipeline, open_task_folder
 
 
 def write_wav(path: str | os.PathLike, audio: np.ndarray, rate: int) -> str:
@@ -47,24 +44,9 @@ class TextToAudioPipeline(Pipeline):
 
     def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None,  # noqa: D107
                  threads: int | None = None):
-        import onnxruntime
-
-        self.folder = os.fspath(folder)
-        metadata = _read_json(os.path.join(self.folder, FOLDER_METADATA))
-        self.task, piece = metadata.get("task"), metadata.get("pieces", {}).get("model")
-        if self.task != "text-to-audio" or piece is None:
-            raise ValueError(f"{self.folder!r} is a folder of task {self.task!r}, not a text-to-audio folder.")
-        check_folder_files(self.folder, metadata)
-        self.modality, self.outputs, self.sentence = "text", tuple(piece["outputs"]), False
-        self.input_names = list(piece["inputs"])
-        self.session = onnxruntime.InferenceSession(os.path.join(self.folder, piece["file"]), session_options(threads),
-                                                    providers=list(providers or ["CPUExecutionProvider"]))
-        self.config = _read_json(os.path.join(self.folder, "config.json"))
-        self.id2label: dict[int, str] = {}
+        open_task_folder(self, folder, "text-to-audio", providers, threads)
         #: the rate of the waveform (``config.json``'s ``sampling_rate``)
         self.sampling_rate = int(self.config.get("sampling_rate") or self.config.get("sample_rate") or 16000)
-        self._processor: Any = None
-        self._tokenizer: Any = None
 
     def __call__(self, inputs: Any, **unused: Any) -> Any:
         """What transformers' ``pipeline("text-to-audio", model=folder)(inputs)`` returns: ``{"audio": samples,
