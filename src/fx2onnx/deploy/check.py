@@ -154,3 +154,15 @@ def check_against_eager(
         ok = all(o <= REDUCED_PRECISION_FACTOR * e + atol for o, e in zip(onnx_diff, eager_diff))
         checks.append(FolderCheck(ok, dtype, onnx_diff, eager_diff, atol, rtol))
     return checks
+
+
+def eager_float32(folder: str) -> torch.nn.Module:
+    """The folder's model in float32 as transformers loads it (no progress bar), the reference of the checks."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        architecture = transformers.AutoConfig.from_pretrained(folder).architectures[0]
+        return getattr(transformers, architecture).from_pretrained(folder, dtype=torch.float32).eval()
+    finally:
+        transformers.utils.logging.enable_progress_bar()

@@ -36,7 +36,7 @@ import onnx
 import torch
 
 from ..formats import CACHE_METADATA_KEY, FOLDER_METADATA
-from .check import check_against_eager
+from .check import check_against_eager, eager_float32
 from .files import copy_folder_files
 from .result import FolderExport, peak_rss
 from .saved_model import rename_external_data
@@ -412,14 +412,7 @@ def check_seq2seq_pieces(folder: str, out_dir: str, pieces: list[Piece], facts: 
                          dtype: torch.dtype, atol: float, rtol: float) -> tuple[list[Any], list[str]]:
     """The encoder on its two input sets and the merged decoder on four (two sets, each branch) against the same
     wrappers around the eager float32 model."""
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
-    try:
-        eager = getattr(transformers, transformers.AutoConfig.from_pretrained(folder).architectures[0]) \
-            .from_pretrained(folder, dtype=torch.float32).eval()
-    finally:
-        transformers.utils.logging.enable_progress_bar()
+    eager = eager_float32(folder)
     encoder = pieces[0]
     checks = check_against_eager(os.path.join(out_dir, encoder.filename), EncoderPiece(eager),
                                  [encoder.inputs, encoder.inputs2], dtype, atol=atol, rtol=rtol)

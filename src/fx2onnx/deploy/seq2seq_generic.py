@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from .captioner import as_encoder_decoder, captioner_generation, is_cross_attention_captioner
-from .check import check_against_eager
+from .check import check_against_eager, eager_float32
 from .seq2seq import (
     BATCH,
     DECODER_SEQ,
@@ -219,14 +219,7 @@ def check_generic_merged(folder: str, out_dir: str, pieces: list[Piece], facts: 
                          dtype: torch.dtype, atol: float, rtol: float) -> tuple[list[Any], list[str]]:
     """The encoder on its two input sets and the merged decoder on four (two sets, each branch) against the same
     wrappers around the eager float32 model."""
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
-    try:
-        eager = getattr(transformers, transformers.AutoConfig.from_pretrained(folder).architectures[0]) \
-            .from_pretrained(folder, dtype=torch.float32).eval()
-    finally:
-        transformers.utils.logging.enable_progress_bar()
+    eager = eager_float32(folder)
     layout = facts["layout"]
     seen = as_encoder_decoder(eager)
     encoder = pieces[0]
