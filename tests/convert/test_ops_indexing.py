@@ -29,6 +29,14 @@ def setitem_mask(x):
     return x
 
 
+def setitem_mask_values(x):
+    """``x[mask] = values`` with as many values as the mask selects: a data-dependent count."""
+    x = x.clone()
+    mask = x > 0
+    x[mask] = x[mask] * 2
+    return x
+
+
 def setitem_select(x):
     x = x.clone()
     x[:, 0] = x[:, 1] * 2
@@ -61,6 +69,7 @@ CASES = [
     ("setitem_slice", setitem_slice, (r(3, 5), r(3, 2)), (B, B), (r(4, 5), r(4, 2))),
     ("setitem_index", setitem_index, (r(5, 3), torch.tensor([0, 3])), (None, N), (r(5, 3), torch.tensor([1, 2, 4]))),
     ("setitem_mask", setitem_mask, (r(4, 3),), (B,), (r(6, 3),)),
+    ("setitem_mask_values", setitem_mask_values, (r(4, 3),), (B,), (r(6, 3),)),
     ("setitem_select", setitem_select, (r(3, 4),), (B,), (r(5, 4),)),
     ("index_put_acc", accumulate, (r(6, 3), torch.tensor([0, 1, 1, 4, 4, 4])), None, None),
     ("select_scatter", lambda x, y: x.select_scatter(y, 1, 0), (r(3, 4), r(3)), ({0: "batch"}, {0: "batch"}), (r(5, 4), r(5))),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 import torch
+from torch.fx.experimental.symbolic_shapes import guard_or_false
 
 from ..registry import converter
 from ._common import as_rank_1, back_to_rank, fake_of, input_rank, normalize_axis
@@ -110,7 +111,7 @@ def convert_index_put(ctx, node, x, indices, values, accumulate=False):
         and isinstance(fakes[0], torch.Tensor)
         and fakes[0].dtype == torch.bool
         and fakes[0].dim() == rank
-        and fake_of(node.args[2]).numel() == 1
+        and guard_or_false(fake_of(node.args[2]).numel() == 1)
         and not accumulate
     ):
         v = ctx.op.Reshape(values, ctx.const([], torch.int64))
