@@ -322,3 +322,22 @@ COMPOSITE_OPS = {
 def test_composite_ops(name):
     a, b = _x(2, 3, 4), _x(2, 3, 4, seed=1)
     check_export(Fn2(COMPOSITE_OPS[name]), (a, b))
+
+
+def _integer_divisions(a, b):
+    out = []
+    for dtype in (torch.int64, torch.int32, torch.int16, torch.int8):
+        x, y = a.to(dtype), b.to(dtype)
+        out += [torch.div(x, y, rounding_mode="floor"), torch.div(x, y, rounding_mode="trunc"), x // -3]
+    return tuple(out)
+
+
+def test_integer_division_stays_in_integers():
+    # floor and trunc division of integers of every sign, in each integer type, with no float64
+    # anywhere in the graph (onnxruntime-web has no Cast to double)
+    a = torch.tensor([-7, -6, -5, -1, 0, 1, 5, 6, 7, 100, -100, 9])
+    b = torch.tensor([2, -2, 3, -3, 4, -4, 5, -5, 7, -7, 3, -1])
+    onx = check_export(Fn2(_integer_divisions), (a, b), inputs2=((a.flip(0), b), None))
+    casts = {att.i for n in onx.graph.node if n.op_type == "Cast" for att in n.attribute}
+    assert 11 not in casts  # onnx.TensorProto.DOUBLE
+    assert {n.op_type for n in onx.graph.node} >= {"Mod", "Div"}

@@ -77,3 +77,12 @@ def as_rank_1(ctx, x, rank: int):
 def back_to_rank(ctx, y, rank: int):
     """The inverse of :func:`as_rank_1`: a result back to 0-d when the input was."""
     return ctx.op.Reshape(y, ctx.const([], torch.int64)) if rank == 0 else y
+
+
+def integer_floor_div(ctx, x, y):
+    """Floor division of integers without leaving their type (onnxruntime-web has no float64 Cast).
+
+    ``x - (x mod y)`` (Python's modulo, the sign of ``y``) is a multiple of ``y``: the integer
+    ``Div``, which truncates, divides it exactly, so the quotient is the floor of ``x / y``.
+    """
+    return ctx.op.Div(ctx.op.Sub(x, ctx.op.Mod(x, y, fmod=0)), y)

@@ -7,7 +7,7 @@ import math
 import torch
 
 from ..registry import converter
-from ._common import cast_all, input_rank, result_dtype
+from ._common import cast_all, input_rank, integer_floor_div, result_dtype
 from ._math import atan2_value, erf_value, erfc_value
 
 aten = torch.ops.aten
@@ -62,11 +62,12 @@ def convert_div(ctx, node, a, b, rounding_mode=None):
     if dtype.is_floating_point:
         q = _binary(ctx, "Div", a, b)
         return ctx.op.Floor(q) if rounding_mode == "floor" else _trunc(ctx, q)
-    # integer division: compute in float64 then round
-    x, y = cast_all(ctx, [a, b], torch.float64)
-    q = ctx.op.Div(x, y)
-    q = ctx.op.Floor(q) if rounding_mode == "floor" else _trunc(ctx, q)
+    # onnxruntime's integer Div and Mod run on int32 and int64: narrower types go through int32
+    wide = dtype if dtype in (torch.int32, torch.int64) else torch.int32
+    x, y = cast_all(ctx, [a, b], wide)
+    q = integer_floor_div(ctx, x, y) if rounding_mode == "floor" else ctx.op.Div(x, y)
     return ctx.cast(q, dtype)
+
 
 
 def _trunc(ctx, x):

@@ -11,7 +11,7 @@ import operator
 import torch
 
 from ..registry import converter
-from ._common import input_rank, normalize_axis
+from ._common import input_rank, integer_floor_div, normalize_axis
 
 aten = torch.ops.aten
 
@@ -55,9 +55,7 @@ def _sym_binary(op_type: str):
         x, y = ctx.as_value(a, dtype), ctx.as_value(b, dtype)
         if op_type == "FloorDiv":
             if dtype == torch.int64:
-                # floor division for possibly negative ints
-                q = ctx.op.Floor(ctx.op.Div(ctx.cast(x, torch.float64), ctx.cast(y, torch.float64)))
-                return ctx.cast(q, torch.int64)
+                return integer_floor_div(ctx, x, y)
             return ctx.op.Floor(ctx.op.Div(x, y))
         if op_type == "Mod":
             return ctx.op.Mod(x, y, fmod=0)
