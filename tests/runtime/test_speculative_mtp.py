@@ -123,3 +123,94 @@ def test_mtp_command_line(mtp_folders, capsys):
     assert main(["generate", out, "--ids", ids, "--max-new-tokens", "12", "--mtp"]) == 0
     captured = capsys.readouterr()
     assert captured.out == plain and "mean acceptance length" in captured.err
+
+
+def float16_logits_copy(folder: str, out: str) -> str:
+    """A copy of ``folder`` whose decoder casts its logits to float16 (the weights hard-linked): what
+    onnxruntime-genai 0.18's MtpGenerator runs on CPU (it stops on float32 logits, see write_genai_mtp)."""
+    import shutil
+
+    import onnx
+
+    shutil.copytree(folder, out, copy_function=lambda src, dst: (os.link if src.endswith("data") else
+                                                                 shutil.copyfile)(src, dst))
+    path = os.path.join(out, "onnx", "model.onnx")
+    model = onnx.load(path, load_external_data=False)
+    for node in model.graph.node:
+        node.output[:] = ["logits_float32" if o == "logits" else o for o in node.output]
+    model.graph.node.append(onnx.helper.make_node("Cast", ["logits_float32"], ["logits"], to=onnx.TensorProto.FLOAT16))
+    next(o for o in model.graph.output if o.name == "logits").type.tensor_type.elem_type = onnx.TensorProto.FLOAT16
+    onnx.save(model, path)
+    return out
+
+
+@pytest.fixture(scope="module")
+def genai_mtp_folder(mtp_folders, tmp_path_factory):
+    """The checkpoint with an end of sequence (genai needs one), exported as genai's MtpGenerator needs it:
+    every position's logits, the cache concatenated."""
+    import shutil
+
+    checkpoint, _ = mtp_folders
+    root = tmp_path_factory.mktemp("mtp_genai")
+    copy, out = str(root / "ckpt"), str(root / "onnx")
+    shutil.copytree(checkpoint, copy)
+    transformers.GenerationConfig(eos_token_id=2, pad_token_id=2).save_pretrained(copy)
+    saved = transformers.Glm4MoeForCausalLM._keys_to_ignore_on_load_unexpected
+    transformers.Glm4MoeForCausalLM._keys_to_ignore_on_load_unexpected = [r"model\.layers\.2\..*"]
+    try:
+        export_folder(copy, out, validate=False, all_logits=True, cache_in_place=False)
+    finally:
+        transformers.Glm4MoeForCausalLM._keys_to_ignore_on_load_unexpected = saved
+    return out
+
+
+def genai_tokens(folder: str, head_overlay: str | None = None) -> list[int]:
+    """onnxruntime-genai's greedy tokens on PROMPT: plain, or with the folder's MTP head (og.MtpGenerator)."""
+    import onnxruntime_genai as og
+
+    model = og.Model(folder)
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(PROMPT) + NEW, do_sample=False)
+    if head_overlay is None:
+        gen = og.Generator(model, params)
+        gen.append_tokens(np.array([PROMPT], dtype=np.int32))
+        while not gen.is_done():
+            gen.generate_next_token()
+        return gen.get_sequence(0).tolist()
+    config = og.Config(folder)
+    config.overlay(head_overlay)
+    params.set_speculative_options(max_draft_tokens=1)
+    gen = og.MtpGenerator(model, og.Model(config), params)
+    gen.append_tokens(np.array(PROMPT, dtype=np.int32))
+    while not gen.is_done():
+        gen.generate_next_token()
+    assert gen.get_stats()["draft_tokens_proposed"] > 0  # the head ran
+    return gen.get_sequence().tolist()
+
+
+@pytest.mark.slow
+def test_mtp_in_genai(genai_mtp_folder, tmp_path):
+    """genai_config.json's model.mtp section runs the folder's head in onnxruntime-genai's MtpGenerator: plain
+    greedy's tokens, ours with --mtp; on float32 logits genai 0.18 stops on CPU (the folder records why)."""
+    pytest.importorskip("onnxruntime_genai")
+    from fx2onnx.deploy.mtp import genai_head_overlay
+
+    out = genai_mtp_folder
+    with open(os.path.join(out, "genai_config.json"), encoding="utf-8") as f:
+        genai = json.load(f)["model"]
+    assert genai["mtp"]["filename"] == "onnx/mtp.onnx" and genai["decoder"]["outputs"]["hidden_states"]
+    with open(os.path.join(out, "fx2onnx.json"), encoding="utf-8") as f:
+        assert "float32" in json.load(f)["mtp"]["genai"]
+    gen = FolderGenerator(out)
+    ours = gen.generator.generate(np.array([PROMPT]), NEW).tolist()[0]
+    ours_mtp = gen.generator.generate(np.array([PROMPT]), NEW, speculation=MultiTokenPrediction(out)).tolist()[0]
+    assert ours_mtp == ours
+    n = len(ours)
+    assert genai_tokens(out)[:n] == ours  # the folder with the section: genai's plain generator
+    overlay = genai_head_overlay(out)
+    with pytest.raises(RuntimeError, match="Cast"):
+        genai_tokens(out, overlay)
+    half = float16_logits_copy(out, str(tmp_path / "half"))
+    plain_half = genai_tokens(half)
+    assert genai_tokens(half, overlay) == plain_half
+    assert plain_half[:n] == ours

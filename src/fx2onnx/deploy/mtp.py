@@ -8,6 +8,11 @@ state (after its final norm) at ``p``, normalizes both (``enorm``, ``hnorm``), p
 (``eh_proj``), runs one decoder layer of the model's kind with its own cache, normalizes (``post_norm``) and
 applies the model's head: the logits of the token at ``p + 2``, one candidate a run the model verifies.
 
+onnxruntime-genai 0.18 runs the same mode (``og.MtpGenerator``) from a ``model.mtp`` section of
+``genai_config.json`` and the decoder's ``hidden_states`` output: :func:`write_genai_mtp` writes both, the head's
+cache named as the decoder's (``past_key_values.0.key`` -> ``present.0.key``); genai loads the head as a second
+``og.Model`` of the same folder through :func:`genai_head_overlay`.
+
 :func:`export_mtp` writes that head as ``onnx/mtp.onnx`` (inputs ``input_ids``, ``last_hidden_states``,
 ``attention_mask``, ``position_ids`` and its cache; outputs the logits of the last position and the cache,
 float32 even when the decoder is quantized) and adds the decoder's last hidden states of every position of a
@@ -28,7 +33,9 @@ import torch
 
 from ..convert.api import to_onnx
 from ..runtime.folder import FOLDER_METADATA
+from ..runtime.mtp import HIDDEN_INPUT
 from ..runtime.speculative import HIDDEN_OUTPUT, MTP_FILE, VERIFY_LOGITS
+from .saved_model import name_presents
 
 
 def mtp_layers(folder: str, config: Any) -> int:
@@ -124,16 +131,77 @@ def export_mtp(folder: str, out_dir: str, decoder_path: str, dtype: torch.dtype 
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with torch.no_grad():
         to_onnx(step, (), kwargs=copy.deepcopy(kwargs), dynamic_shapes=shapes, filename=path)
+    name_presents(path, optimum_names=True)  # past_key_values.0.key -> present.0.key, as the decoder's
     add_hidden_output(decoder_path)
     record = {"file": MTP_FILE, "layers": 1, "checkpoint_layers": int(getattr(config, "num_hidden_layers", 1)),
               "hidden": HIDDEN_OUTPUT}
     metadata_path = os.path.join(out_dir, FOLDER_METADATA)
     with open(metadata_path, encoding="utf-8") as f:
         metadata = json.load(f)
+    record["genai"] = write_genai_mtp(out_dir, metadata)
     metadata["mtp"] = record
     with open(metadata_path, "w", encoding="utf-8") as f:
         json.dump(metadata, f, indent=2)
     return record
+
+
+def write_genai_mtp(out_dir: str, metadata: dict[str, Any]) -> str | None:
+    """Adds onnxruntime-genai's ``model.mtp`` section (the head, its inputs and outputs) and the decoder's
+    ``hidden_states`` output to ``genai_config.json`` in ``out_dir`` (its plain generator ignores both); returns
+    None, or why genai's ``MtpGenerator`` cannot run this folder (the section is written all the same when
+    the file exists):
+
+    * it verifies the candidate with the logits of two positions: a folder exported with ``--all-logits``;
+    * it runs the head with the decoder's search options, a buffer shared by past and present when the
+      decoder updates its cache in place, which the head (a concatenated cache) cannot: ``--concatenated-cache``;
+    * on CPU (0.18), it casts the decoder's logits to float32 before their argmax, and its CPU cast refuses
+      a cast to the same type: float32 logits stop it (``Cast - input and output types are the same``).
+    """
+    path = os.path.join(out_dir, "genai_config.json")
+    if not os.path.isfile(path):
+        return f"no genai_config.json: {metadata.get('genai')}"
+    with open(path, encoding="utf-8") as f:
+        genai = json.load(f)
+    decoder = genai["model"]["decoder"]
+    decoder["outputs"]["hidden_states"] = HIDDEN_OUTPUT
+    genai["model"]["mtp"] = {
+        "filename": MTP_FILE,
+        "num_hidden_layers": 1,
+        "num_key_value_heads": decoder["num_key_value_heads"],
+        "head_size": decoder["head_size"],
+        "main_hidden_states": HIDDEN_OUTPUT,
+        "inputs": {"input_ids": "input_ids", "hidden_states": HIDDEN_INPUT, "attention_mask": "attention_mask",
+                   "position_ids": "position_ids", "past_key_names": "past_key_values.%d.key",
+                   "past_value_names": "past_key_values.%d.value"},
+        "outputs": {"logits": "logits", "present_key_names": "present.%d.key",
+                    "present_value_names": "present.%d.value"},
+    }
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(genai, f, indent=2)
+    if metadata.get("logits") != "all":
+        return ("onnxruntime-genai verifies the candidate with the logits of every position: export the folder "
+                "with --all-logits")
+    if metadata.get("cache") == "in_place":
+        return ("onnxruntime-genai runs the head with the decoder's buffer shared by past and present (the "
+                "decoder updates its cache in place), the head concatenates its cache: export the folder with "
+                "--concatenated-cache")
+    if metadata.get("dtype") == "float32":
+        return ("onnxruntime-genai 0.18's MtpGenerator casts the decoder's float32 logits to float32 on CPU, "
+                "which its CPU cast refuses ('Cast - input and output types are the same')")
+    return None
+
+
+def genai_head_overlay(folder: str | os.PathLike) -> str:
+    """The overlay (``og.Config(folder).overlay(...)``) making the folder's ``model.mtp`` head a model of its
+    own for ``og.MtpGenerator(main, head, params)``: genai refuses a ``..`` in a path, the head's own
+    ``genai_config.json`` could not sit beside the folder's."""
+    with open(os.path.join(os.fspath(folder), "genai_config.json"), encoding="utf-8") as f:
+        mtp = json.load(f)["model"]["mtp"]
+    inputs = {k: v for k, v in mtp["inputs"].items()}
+    return json.dumps({"model": {"decoder": {
+        "filename": mtp["filename"], "num_hidden_layers": mtp["num_hidden_layers"],
+        "num_key_value_heads": mtp["num_key_value_heads"], "head_size": mtp["head_size"],
+        "inputs": inputs, "outputs": dict(mtp["outputs"], hidden_states="")}}})
 
 
 def _one_layer(config: Any) -> Any:
