@@ -58,6 +58,20 @@ def past_name(i: int, part: str, kind: str, prefix: str = "past_key_values") -> 
     return f"{prefix}.{i}.{part}.{kind}"
 
 
+def merged_decoder_names(layers: int, encoder_mask: bool) -> tuple[list[str], list[str], list[str]]:
+    """The merged decoder's input and output names and the cross branch's outputs, as optimum names them:
+    the decoder reads ``input_ids``, the encoder's states (and mask) and both caches, returns the logits and
+    its self-attention cache."""
+    cross_names = [past_name(i, "encoder", k, "present") for i in range(layers) for k in ("key", "value")]
+    inputs = (["input_ids", "encoder_hidden_states"] + ["encoder_attention_mask"] * encoder_mask
+              + [past_name(i, "decoder", "key") for i in range(layers)]
+              + [past_name(i, "decoder", "value") for i in range(layers)]
+              + [past_name(i, "encoder", "key", "present") for i in range(layers)]
+              + [past_name(i, "encoder", "value", "present") for i in range(layers)])
+    outputs = ["logits"] + [past_name(i, "decoder", k, "present") for i in range(layers) for k in ("key", "value")]
+    return inputs, outputs, cross_names
+
+
 def is_text_seq2seq(config: Any) -> bool:
     """Whether ``config`` is an encoder-decoder reading token ids (T5, BART, Marian...)."""
     return bool(getattr(config, "is_encoder_decoder", False)) and not any(
@@ -220,14 +234,7 @@ def seq2seq_pieces(model: Any, config: Any, folder: str | None, dtype: torch.dty
     decoder_dims = {"input_ids": {0: BATCH, 1: DECODER_SEQ}, **cross_dims,
                     "past_keys": [{0: BATCH, 2: PAST}] * layers, "past_values": [{0: BATCH, 2: PAST}] * layers,
                     "cross_keys": [cross_axis] * layers, "cross_values": [cross_axis] * layers}
-    cross_names = [past_name(i, "encoder", k, "present") for i in range(layers) for k in ("key", "value")]
-    decoder_inputs = (["input_ids", "encoder_hidden_states"] + ["encoder_attention_mask"] * text
-                      + [past_name(i, "decoder", "key") for i in range(layers)]
-                      + [past_name(i, "decoder", "value") for i in range(layers)]
-                      + [past_name(i, "encoder", "key", "present") for i in range(layers)]
-                      + [past_name(i, "encoder", "value", "present") for i in range(layers)])
-    decoder_outputs = ["logits"] + [past_name(i, "decoder", k, "present") for i in range(layers)
-                                    for k in ("key", "value")]
+    decoder_inputs, decoder_outputs, cross_names = merged_decoder_names(layers, bool(text))
     pieces = [
         Piece("encoder", ENCODER_FILE, EncoderPiece(model), encoder_sets[0], encoder_sets[1], encoder_dims,
               list(encoder_sets[0]), ["last_hidden_state"]),

@@ -42,8 +42,8 @@ from .seq2seq import (
     MergedReference,
     export_seq2seq_pieces,
     finish_merged_folder,
+    merged_decoder_names,
     merged_input_sets,
-    past_name,
 )
 from .speech import Piece
 from .speech_generic import (
@@ -179,14 +179,7 @@ def generic_merged_pieces(model: Any, config: Any, features: list[dict[str, torc
     decoder_dims = {"input_ids": {0: BATCH, 1: DECODER_SEQ}, **cross_dims, "past_keys": past_axes,
                     "past_values": past_axes, "cross_keys": [cross_axis] * layers,
                     "cross_values": [cross_axis] * layers}
-    cross_names = [past_name(i, "encoder", k, "present") for i in range(layers) for k in ("key", "value")]
-    decoder_inputs = (["input_ids", "encoder_hidden_states"] + ["encoder_attention_mask"] * mask
-                      + [past_name(i, "decoder", "key") for i in range(layers)]
-                      + [past_name(i, "decoder", "value") for i in range(layers)]
-                      + [past_name(i, "encoder", "key", "present") for i in range(layers)]
-                      + [past_name(i, "encoder", "value", "present") for i in range(layers)])
-    decoder_outputs = ["logits"] + [past_name(i, "decoder", k, "present") for i in range(layers)
-                                    for k in ("key", "value")]
+    decoder_inputs, decoder_outputs, cross_names = merged_decoder_names(layers, bool(mask))
     cross_sets = [hidden_and_mask(0), hidden_and_mask(1)]
     pieces = [
         Piece("encoder", "onnx/encoder_model.onnx", MergedEncoderPiece(model, layout), encoder_sets[0],
