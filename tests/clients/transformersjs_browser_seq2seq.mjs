@@ -3,7 +3,8 @@
 // 127.0.0.1 loads the folder as a browser user would, offline.
 //   node transformersjs_browser_seq2seq.mjs FOLDER INPUTS.json [NEW_TOKENS] [CHROMIUM]
 // INPUTS.json as tests/clients/transformersjs_seq2seq.mjs reads it (input_ids + attention_mask, input_features,
-// input_values or pixel_values). Prints one JSON line: {"sequences": [[...]], "seconds": ...}.
+// input_values or pixel_values; pixel_values with input_ids: an image-text folder, onnx/embed_tokens.onnx +
+// onnx/vision_encoder.onnx + onnx/decoder_model_merged.onnx). Prints one JSON line: {"sequences": [[...]], "seconds": ...}.
 import fs from "node:fs";
 import http from "node:http";
 import path from "node:path";
@@ -27,8 +28,8 @@ const types = { ".js": "text/javascript", ".mjs": "text/javascript", ".json": "a
                 ".wasm": "application/wasm", ".html": "text/html" };
 
 const page = `<!doctype html><html><body><script type="module">
-import { AutoModelForSeq2SeqLM, AutoModelForSpeechSeq2Seq, AutoModelForVision2Seq, Tensor, env }
-  from "/transformers/transformers.js";
+import { AutoModelForImageTextToText, AutoModelForSeq2SeqLM, AutoModelForSpeechSeq2Seq, AutoModelForVision2Seq,
+         Tensor, env } from "/transformers/transformers.js";
 env.allowRemoteModels = false;
 env.allowLocalModels = true;
 env.localModelPath = "/models/";
@@ -47,11 +48,15 @@ try {
   const inputs = ${inputs};
   const audio = ["input_features", "input_values"].find((k) => k in inputs);
   const image = "pixel_values" in inputs;
-  const auto = audio ? AutoModelForSpeechSeq2Seq : image ? AutoModelForVision2Seq : AutoModelForSeq2SeqLM;
+  const text = "input_ids" in inputs;  // with pixel_values: an image-text model (LLaVA's split)
+  const auto = audio ? AutoModelForSpeechSeq2Seq : image && text ? AutoModelForImageTextToText
+             : image ? AutoModelForVision2Seq : AutoModelForSeq2SeqLM;
   const model = await auto.from_pretrained("model", { dtype: "fp32", device: "wasm" });
+  const ids = text ? { input_ids: tensor("int64", inputs.input_ids),
+                       attention_mask: tensor("int64", inputs.attention_mask) } : {};
+  if ("image_grid_thw" in inputs) ids.image_grid_thw = tensor("int64", inputs.image_grid_thw);  // Qwen2.5-VL
   const feeds = audio ? { [audio]: tensor("float32", inputs[audio]) }
-              : image ? { pixel_values: tensor("float32", inputs.pixel_values) }
-              : { input_ids: tensor("int64", inputs.input_ids), attention_mask: tensor("int64", inputs.attention_mask) };
+              : image ? { pixel_values: tensor("float32", inputs.pixel_values), ...ids } : ids;
   const begin = performance.now();
   const output = await model.generate({ ...feeds, max_new_tokens: ${+newTokens}, do_sample: false });
   const seconds = (performance.now() - begin) / 1000;

@@ -24,6 +24,7 @@ import torch
 import transformers
 
 from fx2onnx.__main__ import main
+from fx2onnx.deploy.transformersjs_split import SPLIT_MODEL_TYPES
 
 
 def _image(path, size, flip=False):
@@ -76,9 +77,15 @@ def _expected(checkpoint, prompt, images, max_new_tokens):
 def test_export_writes_the_pieces(folders):
     _, out, _ = folders
     files = set(os.listdir(out))
-    assert {"vision.onnx", "vision.onnx.data", "decoder.onnx", "decoder.onnx.data", "processor_config.json",
-            "tokenizer.json", "config.json", "fx2onnx.json"} <= files
+    assert {"decoder.onnx", "decoder.onnx.data", "processor_config.json", "tokenizer.json", "config.json",
+            "fx2onnx.json"} <= files
     pieces = json.load(open(os.path.join(out, "fx2onnx.json")))["pieces"]
+    # LLaVA's and Qwen2.5-VL's vision piece where transformers.js reads it (fx2onnx.deploy.transformersjs_split)
+    model_type = json.load(open(os.path.join(out, "config.json")))["model_type"]
+    split = model_type in SPLIT_MODEL_TYPES
+    assert pieces["vision"]["file"] == ("onnx/vision_encoder.onnx" if split else "vision.onnx")
+    assert ("decoder_model_merged" in pieces) == split
+    assert os.path.isfile(os.path.join(out, pieces["vision"]["file"]))
     assert pieces["vision"]["outputs"][0] == "image_features"
     assert set(pieces["vision"]["outputs"]) <= set(pieces["decoder"]["inputs"])  # Qwen3-VL: deepstack features
     decoder = onnx.load(os.path.join(out, "decoder.onnx"), load_external_data=False)
@@ -87,7 +94,6 @@ def test_export_writes_the_pieces(folders):
     assert pieces["decoder"]["cache"]["past_key_values_key_0"] == "present_key_0"
     # the cache updated in place, the image features fed unchanged at every step; not Gemma 3's: its image tokens
     # attend to each other in both directions (a mask read from the token ids) and its sliding layers crop their cache
-    model_type = json.load(open(os.path.join(out, "config.json")))["model_type"]
     in_place = {p.key: p.value for p in decoder.metadata_props}.get("fx2onnx.cache_in_place") == "1"
     assert in_place == (model_type != "gemma3")
     assert pieces["decoder"]["cache_update"] == ("in_place" if in_place else "concatenated")
@@ -173,7 +179,8 @@ def test_qwen_vl_vision_piece_on_images_of_other_sizes(folders):
     checkpoint, out, _ = folders
     model = transformers.AutoModelForImageTextToText.from_pretrained(checkpoint, dtype=torch.float32).eval()
     processor = transformers.AutoProcessor.from_pretrained(checkpoint, local_files_only=True)
-    session = onnxruntime.InferenceSession(os.path.join(out, "vision.onnx"), providers=["CPUExecutionProvider"])
+    vision = json.load(open(os.path.join(out, "fx2onnx.json")))["pieces"]["vision"]["file"]
+    session = onnxruntime.InferenceSession(os.path.join(out, vision), providers=["CPUExecutionProvider"])
     root = os.path.dirname(out)
     for sizes in ([(16, 48)], [(48, 16), (24, 32)]):
         images = [read_image(_image_of(os.path.join(root, f"{h}x{w}.png"), h, w)) for h, w in sizes]

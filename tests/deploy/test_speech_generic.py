@@ -117,16 +117,16 @@ def _expected(checkpoint: str, wavs: list[str], max_new_tokens: int) -> list[lis
 
 
 def transformersjs_seq2seq(folder: str, inputs: dict, new_tokens: int, tmp_path,
-                           browser: bool = False) -> list[list[int]]:
-    """transformers.js' greedy sequences (Node, tests/clients/transformersjs_seq2seq.mjs; ``browser``: headless
-    Chromium, transformersjs_browser_seq2seq.mjs) on ``inputs`` (the encoder's, as nested lists); skipped where node
-    is absent."""
+                           browser: bool = False, client: str = "transformersjs_seq2seq.mjs") -> list[list[int]]:
+    """transformers.js' greedy sequences (Node, tests/clients/transformersjs_seq2seq.mjs or ``client``; ``browser``:
+    headless Chromium, transformersjs_browser_seq2seq.mjs) on ``inputs`` (the encoder's, as nested lists; an
+    image-text model's ids and pixels); skipped where node is absent."""
     if shutil.which("node") is None:
         pytest.skip("node is not installed: transformers.js runs in Node")
     path = tmp_path / "transformersjs_inputs.json"
     path.write_text(json.dumps(inputs))
     script = os.path.join(ROOT, "tests", "clients",
-                          "transformersjs_browser_seq2seq.mjs" if browser else "transformersjs_seq2seq.mjs")
+                          "transformersjs_browser_seq2seq.mjs" if browser else client)
     done = subprocess.run(["node", script, folder, str(path), str(new_tokens)], capture_output=True, text=True,
                           cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -216,8 +216,8 @@ def test_a_generation_config_the_loop_does_not_follow_is_refused(folders, tmp_pa
 
 @pytest.mark.slow
 def test_transformersjs_and_optimum_give_transformers_tokens(folders, optimum_python, tmp_path):
-    """The folder as it is in transformers.js (Node, where it lists the model type: Moonshine) and in optimum's
-    ORTModelForSpeechSeq2Seq (its own environment, two audios): transformers' greedy sequences."""
+    """The folder as it is in transformers.js (Node and headless Chromium, where it lists the model type: Moonshine)
+    and in optimum's ORTModelForSpeechSeq2Seq (its own environment, two audios): transformers' greedy sequences."""
     name, checkpoint, out, wavs = folders
     config = transformers.AutoConfig.from_pretrained(checkpoint)
     model = getattr(transformers, config.architectures[0]).from_pretrained(checkpoint, dtype=torch.float32).eval()
@@ -230,6 +230,8 @@ def test_transformersjs_and_optimum_give_transformers_tokens(folders, optimum_py
             assert _optimum_seq2seq(optimum_python, out, inputs, NEW_TOKENS, tmp_path) == expected
         elif name == "moonshine":  # transformers.js' Moonshine reads one audio
             assert transformersjs_seq2seq(out, inputs, NEW_TOKENS, tmp_path) == expected
+            if shutil.which("chromium"):  # headless Chromium: onnxruntime-web (WASM), which has no float64 Cast
+                assert transformersjs_seq2seq(out, inputs, NEW_TOKENS, tmp_path, browser=True) == expected
 
 
 @pytest.mark.slow

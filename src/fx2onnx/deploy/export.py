@@ -236,8 +236,10 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
     pieces, make_pieces = family.export(folder, out_dir, config, dtype, options)
     split, extra, prefix = family.split, facts.generation, family.split == "prefix"
     copy_folder_files(folder, out_dir)
-    if all(p.filename.startswith("onnx/") for p in pieces):  # transformers.js reads the weights' files config.json names
-        for piece in pieces:  # (SAM's two pieces, one model for the others)
+    # transformers.js reads the weights' files config.json names (SAM's two pieces, one model for the others, the
+    # image-text split of fx2onnx.deploy.transformersjs_split beside our decoder)
+    for piece in pieces:
+        if piece.filename.startswith("onnx/"):
             write_transformersjs_config(out_dir, piece.filename,
                                         os.path.isfile(os.path.join(out_dir, piece.filename + "_data")))
     with open(os.path.join(out_dir, FOLDER_METADATA), "w", encoding="utf-8") as f:

@@ -26,8 +26,10 @@ from ..weights.save import load_without_weights
 from .image_text_generic import generic_vision_pieces
 from .pixtral import PIXTRAL_MODEL_TYPES, pixtral_pieces
 from .qwen_vl import QWEN_VL_MODEL_TYPES, qwen_vl_pieces
-from .saved_model import name_presents, rename_values, update_cache_in_place
+from .saved_model import name_presents, rename_external_data, rename_values, update_cache_in_place
 from .speech import Piece
+from .transformersjs import data_file_name
+from .transformersjs_split import with_transformersjs_split
 from .vision import OWN_PIECES_MODEL_TYPES, VisionPiece, decoder_piece, image_tokens
 
 
@@ -41,7 +43,7 @@ def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, s
     """The vision and decoder pieces of a LLaVA, Gemma 3, Idefics 3, Qwen-VL or Mistral 3 model
     (:func:`fx2onnx.deploy.qwen_vl.qwen_vl_pieces`), with example inputs of two shapes."""
     if config.model_type in QWEN_VL_MODEL_TYPES:
-        return qwen_vl_pieces(model, config, dtype, seed)
+        return with_transformersjs_split(qwen_vl_pieces(model, config, dtype, seed), model, config, seed)
     if config.model_type in PIXTRAL_MODEL_TYPES:
         return pixtral_pieces(model, config, dtype, seed)
     if not has_own_pieces(config.model_type):
@@ -55,7 +57,7 @@ def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, s
     decoder = decoder_piece(model, config, dtype, g, image_tokens(config))
     encoder = Piece("vision", "vision.onnx", VisionPiece(model), pixels(2), pixels(3),
                     {"pixel_values": {0: "images"}}, ["pixel_values"], ["image_features"])
-    return [encoder, decoder]
+    return with_transformersjs_split([encoder, decoder], model, config, seed)
 
 
 def export_vision_pieces(
@@ -79,6 +81,7 @@ def export_vision_pieces(
         say(f"exporting the {piece.name} of {config.architectures[0]} ({str(dtype).replace('torch.', '')}, "
             f"optimize={optimize}{', ' + quantize if quantize else ''})")
         path = os.path.join(out_dir, piece.filename)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         with torch_export_patches(patch_transformers=True) as modificator, warnings.catch_warnings():
             # Qwen3-VL: the list of deepstack features becomes one input per feature, as intended
             warnings.filterwarnings("ignore", message=".*froze the length of input 'deepstack_features'.*")
@@ -88,8 +91,14 @@ def export_vision_pieces(
                 optimize=False if optimize == "none" else optimize, quantize=quantize,
                 quantize_block_size=block_size, quantize_symmetric=symmetric,
             )
-        if piece is pieces[0]:  # the features piece (vision, audio)
+        if piece.filename.startswith("onnx/"):  # transformers.js loads the weights' file as it names it
+            rename_external_data(path, data_file_name(piece.filename))
+        if piece is pieces[0] or piece.name == "embed_tokens":  # the features piece (vision, audio), the embeddings
             rename_values(path, piece.input_names, piece.output_names, {})
+            continue
+        if piece.name == "decoder_model_merged":  # transformers.js' decoder: optimum's names, the present fed back
+            piece.input_names, piece.cache = name_presents(path, optimum_names=True)
+            piece.output_names = [o.name for o in load_without_weights(path).graph.output]
             continue
         if cache_in_place and optimize == "onnxruntime":
             # the vision piece's outputs are the decoder's inputs fed unchanged at every step

@@ -1,0 +1,108 @@
+"""The split of an image-text-to-text folder transformers.js loads (its ``ImageTextToText`` sessions).
+
+transformers.js runs a model of its image-text-to-text list as three files under ``onnx/``, the image written over
+the placeholders in JavaScript between them:
+
+* ``vision_encoder.onnx``: ``pixel_values`` -> ``image_features (rows, hidden)``; the vision piece of the folder
+  (:class:`fx2onnx.deploy.vision.VisionPiece`), one file our loop reads too;
+* ``embed_tokens.onnx``: ``input_ids`` -> ``inputs_embeds``, the token embeddings;
+* ``decoder_model_merged.onnx``: ``inputs_embeds``, ``attention_mask``, ``position_ids`` and the cache named as
+  optimum names it (``past_key_values.N.key``) -> ``logits`` of the last position and ``present.N.key``, the
+  present fed back at the next step (never updated in place: transformers.js binds no buffer).
+
+Our loop keeps its decoder (``decoder.onnx``: the merge in the graph, the cache in place), so the text weights are
+written twice; :data:`SPLIT_MODEL_TYPES` lists the families written so (LLaVA: transformers.js' merge is the model's,
+the features over every ``<image>`` placeholder in order; Qwen2.5-VL: its vision piece takes ``image_grid_thw`` as
+transformers.js names it, the decoder's three rows of positions computed by transformers.js). Gemma 3 is left out:
+its image tokens attend to each other in both directions, which a decoder on ``inputs_embeds`` alone cannot know;
+Qwen2-VL's vision encoder is fed ``grid_thw`` by transformers.js, Qwen3-VL's decoder the deepstack features.
+
+.. code-block:: python
+
+    from fx2onnx.deploy.transformersjs_split import with_transformersjs_split
+
+    vision, decoder, embed, merged = with_transformersjs_split([vision, decoder], model, config)
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from .speech import Piece
+from .vision import last_logits
+
+#: the model types whose folder gets transformers.js' split beside our decoder
+SPLIT_MODEL_TYPES = ("llava", "qwen2_5_vl")
+#: the file of the vision piece where transformers.js reads it
+VISION_ENCODER_FILE = "onnx/vision_encoder.onnx"
+
+
+def has_transformersjs_split(config: Any) -> bool:
+    """Whether a folder of ``config`` gets transformers.js' image-text split."""
+    return getattr(config, "model_type", None) in SPLIT_MODEL_TYPES
+
+
+def with_transformersjs_split(pieces: list[Piece], model: Any, config: Any, seed: int = 0) -> list[Piece]:
+    """``pieces`` (our vision piece and decoder), the vision piece moved where transformers.js reads it and its
+    ``embed_tokens`` and ``decoder_model_merged`` added, for a model of :data:`SPLIT_MODEL_TYPES`; unchanged
+    otherwise."""
+    if not has_transformersjs_split(config):
+        return pieces
+    vision, decoder = pieces
+    vision.filename = VISION_ENCODER_FILE
+    return [vision, decoder, *transformersjs_pieces(model, config, decoder, seed)]
+
+
+class EmbedTokensPiece(torch.nn.Module):
+    """The token embeddings: ``input_ids -> inputs_embeds``."""
+
+    def __init__(self, model: Any):
+        super().__init__()
+        self.model = model.model
+        self.base_model_prefix = "model"
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model.get_input_embeddings()(input_ids)
+
+
+class EmbedsDecoderPiece(torch.nn.Module):
+    """The language model and its head on embeddings the caller merged: the logits of the last position and the
+    new cache."""
+
+    def __init__(self, model: Any):
+        super().__init__()
+        self.model = model.model
+        self.lm_head = model.lm_head
+        self.base_model_prefix = "model"
+
+    def forward(self, inputs_embeds, attention_mask, position_ids, past_key_values):
+        text = getattr(self.model, "language_model", None) or self.model.text_model
+        out = text(inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids,
+                   past_key_values=past_key_values, use_cache=True)
+        return {"logits": last_logits(self.lm_head, out.last_hidden_state), "past_key_values": out.past_key_values}
+
+
+def transformersjs_pieces(model: Any, config: Any, decoder: Piece, seed: int = 0) -> list[Piece]:
+    """The ``embed_tokens`` and ``decoder_model_merged`` pieces of ``model``, with the input sets of our ``decoder``
+    piece (:func:`fx2onnx.deploy.vision.decoder_piece`): its token ids for the embeddings, embeddings of their shape
+    for the decoder (the image features are the caller's)."""
+    hidden = config.get_text_config().hidden_size
+    g = torch.Generator().manual_seed(seed)
+    dtype = decoder.inputs["image_features"].dtype
+
+    def embeds(inputs: dict[str, Any]) -> dict[str, Any]:
+        ids = inputs["input_ids"]
+        out = copy.deepcopy({k: v for k, v in inputs.items() if k not in ("input_ids", "image_features")})
+        return {"inputs_embeds": torch.randn(*ids.shape, hidden, generator=g).to(dtype), **out}
+
+    shapes = {k: v for k, v in decoder.dynamic_shapes.items() if k not in ("input_ids", "image_features")}
+    embed = Piece("embed_tokens", "onnx/embed_tokens.onnx", EmbedTokensPiece(model),
+                  {"input_ids": decoder.inputs["input_ids"]}, {"input_ids": decoder.inputs2["input_ids"]},
+                  {"input_ids": decoder.dynamic_shapes["input_ids"]}, ["input_ids"], ["inputs_embeds"])
+    merged = Piece("decoder_model_merged", "onnx/decoder_model_merged.onnx", EmbedsDecoderPiece(model),
+                   embeds(decoder.inputs), embeds(decoder.inputs2),
+                   {"inputs_embeds": decoder.dynamic_shapes["input_ids"], **shapes}, [], [], {})
+    return [embed, merged]
