@@ -16,6 +16,7 @@ it again.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -59,14 +60,16 @@ def optimum_environment() -> tuple[str, dict[str, str]]:
     venv = os.path.join(tempfile.gettempdir(), f"fx2onnx-optimum-{versions}")
     python = os.path.join(venv, "bin", "python")
     site = os.path.join(venv, "lib", f"python{sys.version_info.major}.{sys.version_info.minor}", "site-packages")
-    if os.path.isdir(venv) and not os.path.isfile(os.path.join(venv, ".complete")):
-        raise RuntimeError(f"optimum's environment {venv} is being made (no .complete yet): try again later")
-    if not os.path.isdir(os.path.join(site, "optimum", "exporters", "onnx")):
-        _run(sys.executable, "-m", "venv", "--clear", venv)
-        _run(python, "-m", "pip", "install", "-q", "--no-deps", *OPTIMUM_PINS)
-        _run(python, "-m", "pip", "install", "-q", *OPTIMUM_DEPENDENCIES)
-        with open(os.path.join(venv, ".complete"), "w") as f:  # the marker tests/deploy/test_optimum.py reads
-            f.write(ours)
+    complete = os.path.join(venv, ".complete")
+    # one process makes it (test workers, sweeps and benchmarks share it); the others wait for it
+    with open(f"{venv}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (os.path.isfile(complete) and os.path.isdir(os.path.join(site, "optimum", "exporters", "onnx"))):
+            _run(sys.executable, "-m", "venv", "--clear", venv)
+            _run(python, "-m", "pip", "install", "-q", "--no-deps", *OPTIMUM_PINS)
+            _run(python, "-m", "pip", "install", "-q", *OPTIMUM_DEPENDENCIES)
+            with open(complete, "w") as f:
+                f.write(ours)
     key = hashlib.sha1(ours.encode()).hexdigest()[:12]
     overlay = os.path.join(tempfile.gettempdir(), f"fx2onnx-optimum-torch-{key}")
     os.makedirs(overlay, exist_ok=True)
