@@ -57,6 +57,7 @@ import fx2onnx.deploy.text_generation as deploy_text  # noqa: E402
 from fx2onnx.deploy import export_folder  # noqa: E402
 from fx2onnx.deploy.genai_config import write_genai_speculative  # noqa: E402
 from fx2onnx.runtime.folder import FolderGenerator  # noqa: E402
+from fx2onnx.runtime.mtp import MultiTokenPrediction  # noqa: E402
 from fx2onnx.runtime.speculative import DraftModel, PromptLookup, SequenceDecoder  # noqa: E402
 
 #: a token the corpus never holds: the end of sequence onnxruntime-genai's config needs, never generated
@@ -64,6 +65,8 @@ EOS = 2
 NEW = 128
 #: the mode of the rows of :func:`paired_steps`
 PAIRED = "greedy, paired steps"
+#: the modes of the rows of :func:`mtp_rows` (their ``section`` is "mtp")
+MTP = "multi-token prediction"
 
 
 class WrongLookup(PromptLookup):
@@ -192,7 +195,10 @@ def main() -> None:
         seed_text = corpus.sample(1, 64, seed=7)[0].tolist()
         other = corpus.sample(1, 96, seed=8)[0].tolist()
         floor_gbs = bandwidth()
-        for precision in args.precisions.split(","):
+        if args.modes and MTP in args.modes.split(";"):
+            rows += mtp_rows(root, {"repeating": seed_text, "non-repeating": other}, args.threads, args.repeat,
+                             floor_gbs, args.quick)
+        for precision in ([] if args.modes == MTP else args.precisions.split(",")):
             quantize = None if precision == "float32" else "int4"
             folders = {}
             for name, source, options in (("default", "target", {}), ("all-logits", "target", {"all_logits": True}),
@@ -239,7 +245,7 @@ def main() -> None:
         print(json.dumps(r))
     if args.json:
         # the rows of an earlier run this one did not measure are kept (another precision, other threads)
-        key = ("text", "precision", "threads", "loop", "folder", "mode", "kept_logits", "candidates")
+        key = ("text", "precision", "threads", "loop", "folder", "mode", "kept_logits", "candidates", "section")
         kept = []
         if os.path.exists(args.json):
             with open(args.json, encoding="utf-8") as f:
@@ -339,6 +345,137 @@ def measure(folders: dict[str, str], texts: dict[str, list[int]], threads: int, 
                              weights_mb=round(weights_mb, 1), load=os.getloadavg()[0],
                              floor_tok_s=floor_gbs * 1e9 / (weights_mb * 2**20)))
             print(rows[-1], flush=True)
+    return rows
+
+
+def float16_logits_copy(folder: str, out: str) -> str:
+    """A copy of ``folder`` whose decoder casts its logits to float16 (weights hard-linked): onnxruntime-genai
+    0.18's MtpGenerator stops on float32 logits on CPU (:func:`fx2onnx.deploy.mtp.write_genai_mtp`)."""
+    import onnx
+
+    shutil.copytree(folder, out, copy_function=lambda src, dst: (os.link if src.endswith("data") else
+                                                                 shutil.copyfile)(src, dst))
+    path = os.path.join(out, "onnx", "model.onnx")
+    model = onnx.load(path, load_external_data=False)
+    for node in model.graph.node:
+        node.output[:] = ["logits_float32" if o == "logits" else o for o in node.output]
+    model.graph.node.append(onnx.helper.make_node("Cast", ["logits_float32"], ["logits"], to=onnx.TensorProto.FLOAT16))
+    next(o for o in model.graph.output if o.name == "logits").type.tensor_type.elem_type = onnx.TensorProto.FLOAT16
+    onnx.save(model, path)
+    return out
+
+
+def genai_mtp_run(model, head, prompt: list[int]) -> tuple[list[int], float, float, dict]:
+    """onnxruntime-genai's MtpGenerator (one candidate a run): (new tokens, decode seconds after the first
+    token, total seconds, its stats)."""
+    import onnxruntime_genai as og
+
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + NEW, do_sample=False)
+    params.set_speculative_options(max_draft_tokens=1)
+    begin = time.perf_counter()
+    generator = og.MtpGenerator(model, head, params)
+    generator.append_tokens(np.array(prompt, dtype=np.int32))
+    first = None
+    while not generator.is_done():
+        generator.generate_next_token()
+        if first is None:
+            first = time.perf_counter()
+    end = time.perf_counter()
+    return generator.get_sequence().tolist()[len(prompt):], end - first, end - begin, generator.get_stats()
+
+
+def mtp_rows(root: str, texts: dict[str, list[int]], threads_list: str, repeat: int, floor_gbs: float,
+             quick: bool) -> list[dict]:
+    """Multi-token prediction on the trained benchmark Llama written as a GLM-4-MoE checkpoint with a trained
+    head (``bench/trained_mtp.py``): our loop greedy and with ``--mtp`` on the default folder, genai's plain
+    generator on it; genai's MtpGenerator (and its plain generator, the baseline) on the folder exported as
+    it needs (every position's logits, the cache concatenated) whose logits are cast to float16, which its
+    CPU path needs. Float32, 1 candidate a run, interleaved rounds as :func:`measure`'s."""
+    import onnxruntime_genai as og
+
+    from fx2onnx.deploy.mtp import genai_head_overlay
+    from trained_mtp import write_mtp_checkpoint
+
+    checkpoint = os.path.join(root, "mtp_target")
+    record = write_mtp_checkpoint(checkpoint, quick=quick)
+    folders = {"default": os.path.join(root, "mtp_default"), "genai": os.path.join(root, "mtp_genai")}
+    import transformers
+
+    cls = transformers.Glm4MoeForCausalLM
+    saved = cls._keys_to_ignore_on_load_unexpected
+    n = transformers.AutoConfig.from_pretrained(checkpoint).num_hidden_layers
+    cls._keys_to_ignore_on_load_unexpected = [rf"model\.layers\.{n}\..*"]  # the head's layer: MtpModel reads it
+    try:
+        for name, options in (("default", {}), ("genai", {"all_logits": True, "cache_in_place": False})):
+            if not os.path.exists(os.path.join(folders[name], "fx2onnx.json")):
+                export_folder(checkpoint, folders[name], validate=False, **options)
+    finally:
+        cls._keys_to_ignore_on_load_unexpected = saved
+    half = os.path.join(root, "g_mtp_half")
+    shutil.rmtree(half, ignore_errors=True)
+    float16_logits_copy(folders["genai"], half)
+    weights_mb = os.path.getsize(os.path.join(folders["default"], "onnx", "model.onnx_data")) / 2**20
+    head_mb = os.path.getsize(os.path.join(folders["default"], "onnx", "mtp.onnx")) / 2**20
+    greedy = FolderGenerator(folders["default"]).generate_text(texts["repeating"], NEW).new_ids
+    texts = dict(texts, repeating=texts["repeating"] + greedy + texts["repeating"])
+    rows = []
+    for threads in [int(t) for t in threads_list.split(",")]:
+        ours = {"greedy": FolderGenerator(folders["default"], threads=threads),
+                MTP: FolderGenerator(folders["default"], threads=threads)}
+        ours[MTP].generator.speculation = MultiTokenPrediction(folders["default"], threads=threads)
+        plain_model = og.Model(genai_copy(folders["default"], os.path.join(root, f"g_mtp_plain_{threads}"), threads))
+        half_copy = genai_copy(half, os.path.join(root, f"g_mtp_half_{threads}"), threads)
+        half_model = og.Model(half_copy)
+        config = og.Config(half_copy)
+        config.overlay(genai_head_overlay(half_copy))
+        head = og.Model(config)
+        configurations = [("fx2onnx", "default", "greedy"), ("fx2onnx", "default", MTP),
+                          ("onnxruntime-genai", "default", "greedy"),
+                          ("onnxruntime-genai", "float16 logits", "greedy"),
+                          ("onnxruntime-genai", "float16 logits", MTP)]
+        for text, prompt in texts.items():
+            best: dict[tuple, dict] = {}
+            rounds: dict[tuple, list[float]] = {}
+            rng = np.random.default_rng(2)
+            for round_ in range(repeat + 1):  # the first round warms up
+                for i in rng.permutation(len(configurations)):
+                    loop, folder, mode = key = configurations[i]
+                    if loop == "fx2onnx":
+                        result = ours[mode].generate_text(prompt, NEW)
+                        t = result.times
+                        runs = getattr(t, "target_runs", t.decode_steps) + 1
+                        row = dict(tokens=result.new_ids, decode_tok_s=t.decode_steps / t.decode_total,
+                                   acceptance_length=getattr(t, "mean_acceptance_length", 1.0),
+                                   tokens_per_run=len(result.new_ids) / runs, runs=runs,
+                                   proposed=getattr(t, "proposed", 0), accepted=getattr(t, "accepted", 0))
+                    else:
+                        if mode == MTP:
+                            tokens, decode_s, _, stats = genai_mtp_run(half_model, head, prompt)
+                        else:
+                            tokens, decode_s, _, stats = genai_run(
+                                plain_model if folder == "default" else half_model, prompt)
+                        passes = stats.get("target_forward_passes", 0) or len(tokens)
+                        row = dict(tokens=tokens, decode_tok_s=(len(tokens) - 1) / decode_s,
+                                   tokens_per_run=len(tokens) / passes, runs=passes,
+                                   proposed=int(stats.get("draft_tokens_proposed", 0)),
+                                   accepted=int(stats.get("draft_tokens_accepted", 0)))
+                    if round_:
+                        rounds.setdefault(key, []).append(row["decode_tok_s"])
+                        if key not in best or row["decode_tok_s"] > best[key]["decode_tok_s"]:
+                            best[key] = row
+            expected = best["fx2onnx", "default", "greedy"]["tokens"]
+            for (loop, folder, mode), row in best.items():
+                same = row.pop("tokens") == expected
+                spread = rounds[loop, folder, mode]
+                rows.append(dict(row, section="mtp", loop=loop, folder=folder, mode=mode, text=text,
+                                 threads=threads, precision="float32", same_tokens=same,
+                                 decode_tok_s_median=float(np.median(spread)),
+                                 decode_tok_s_rounds=[round(v, 1) for v in spread],
+                                 weights_mb=round(weights_mb, 1), head_mb=round(head_mb, 1),
+                                 floor_tok_s=floor_gbs * 1e9 / (weights_mb * 2**20), head_training=record,
+                                 load=os.getloadavg()[0]))
+                print(rows[-1], flush=True)
     return rows
 
 

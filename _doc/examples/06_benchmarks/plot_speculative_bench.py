@@ -39,7 +39,8 @@ without a median come from the first command printed below, before the draft ran
 (it halved them). The last full run (the third command from the end) ran on a machine loaded 15 to
 27 times its 2 cores: its rounds spread widely; the rows of the always-wrong candidates and the prices of
 the backoff below are kept from an earlier, quieter run. A checkpoint's own multi-token-prediction
-head (``generate --mtp``, :mod:`fx2onnx.runtime.mtp`) is not measured: the benchmark Llama has none.
+head (``generate --mtp``, :mod:`fx2onnx.runtime.mtp`) has its own section below: the benchmark
+Llama written as the GLM-4-MoE it is, with a head trained on the same corpus.
 """
 
 import json
@@ -61,7 +62,11 @@ order = [
     "wrong candidates, no backoff",
 ]
 rows = sorted(
-    (r for r in stored["rows"] if r["mode"] not in ("prefill", "verify cost", PAIRED)),
+    (
+        r
+        for r in stored["rows"]
+        if r["mode"] not in ("prefill", "verify cost", PAIRED) and r.get("section") != "mtp"
+    ),
     key=lambda r: (
         r["precision"] != "float32",
         r["threads"],
@@ -229,6 +234,61 @@ for r in stored["rows"]:
         print(
             f"logits of the last {r['kept_logits']:>2} positions: prefill of {r['prompt']} tokens at "
             f"{r['prefill_tok_s']:.0f} tokens/s (1 thread)"
+        )
+
+# %%
+# Multi-token prediction
+# ----------------------
+#
+# A checkpoint of DeepSeek V3, GLM-4-MoE or Step-3.7 may hold a head predicting the token after the next one
+# from the model's last hidden state (transformers' ``generate(use_mtp=True)``): one candidate a run, verified
+# with the pending token. The benchmark Llama is a GLM-4-MoE whose layers are all dense (the same logits from
+# the same weights); ``bench/trained_mtp.py`` gives it a head (one mixture-of-experts layer, as transformers
+# builds it) trained on the corpus with the model frozen. The folder exports it as ``onnx/mtp.onnx``
+# and writes onnxruntime-genai's ``model.mtp`` section into ``genai_config.json``
+# (:func:`fx2onnx.deploy.mtp.write_genai_mtp`). genai's ``MtpGenerator`` needs every position's logits and
+# a concatenated cache (``--all-logits --concatenated-cache``), and on CPU (0.18) it stops on float32
+# logits (its host fallback casts them to float32, which its CPU cast refuses): its rows run on such a
+# folder whose logits are cast to float16 (``float16 logits``), its plain generator on the same copy
+# beside them. The head reads the 32000-token vocabulary projection again (most of this small model's
+# bytes): a run with its candidate costs nearly two plain steps, where a large model's head is a
+# small share of its weights. ``acc/prop``: candidates kept over proposed.
+
+mtp = sorted(
+    (r for r in stored["rows"] if r.get("section") == "mtp"),
+    key=lambda r: (r["threads"], r["text"] != "repeating", r["loop"], r["folder"], r["mode"]),
+)
+if mtp:
+    head = mtp[0]["head_training"]
+    print(
+        f"head: {head['steps']} training steps, loss {head['loss']:.2f}, accuracy of the "
+        f"token after the next {head['accuracy_p2']:.2f}; decoder {mtp[0]['weights_mb']:.0f} MB, "
+        f"head {mtp[0]['head_mb']:.0f} MB"
+    )
+    print(
+        f"{'text':<14} {'thr':>3} {'loop':<17} {'folder':<15} {'mode':<22} {'decode':>7} "
+        f"{'median':>7} {'tok/run':>7} {'acc/prop':>9} same"
+    )
+    for r in mtp:
+        print(
+            f"{r['text']:<14} {r['threads']:>3} {r['loop']:<17} {r['folder']:<15} {r['mode']:<22} "
+            f"{r['decode_tok_s']:>7.1f} {r['decode_tok_s_median']:>7.1f} "
+            f"{r['tokens_per_run']:>7.2f} {r['accepted']:>4}/{r['proposed']:<4} {r['same_tokens']}"
+        )
+        assert r["same_tokens"], r  # the head's candidates never change greedy decoding's tokens
+    mtp_by = {
+        (r["text"], r["threads"], r["loop"], r["folder"], r["mode"]): r["decode_tok_s"] for r in mtp
+    }
+    MTP = "multi-token prediction"
+    for text, threads in sorted({(r["text"], r["threads"]) for r in mtp}):
+        ours = mtp_by[text, threads, "fx2onnx", "default", MTP]
+        ours_plain = mtp_by[text, threads, "fx2onnx", "default", "greedy"]
+        theirs = mtp_by[text, threads, "onnxruntime-genai", "float16 logits", MTP]
+        theirs_plain = mtp_by[text, threads, "onnxruntime-genai", "float16 logits", "greedy"]
+        print(
+            f"{text:<14} {threads} thread(s): ours --mtp / ours greedy {ours / ours_plain:.2f}, "
+            f"genai MTP / genai greedy {theirs / theirs_plain:.2f}, "
+            f"ours / genai with MTP {ours / theirs:.2f}"
         )
 
 # %%
