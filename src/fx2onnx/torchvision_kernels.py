@@ -59,15 +59,19 @@ def nms(dets: Tensor, scores: Tensor, iou_threshold: float) -> Tensor:
     return order[torch.tensor(keep, dtype=torch.int64, device=order.device)]
 
 
-def _axis_samples(start: Tensor, bin_size: Tensor, grid: Tensor, pooled: int, index: int):
-    """The coordinate of sample ``index`` of every bin along one axis: ``(K, pooled)``."""
-    steps = torch.arange(pooled, dtype=start.dtype, device=start.device)
-    return start[:, None] + steps[None, :] * bin_size[:, None] + (index + 0.5) * bin_size[:, None] / grid[:, None]
+def _axis_samples(start: Tensor, bin_size: Tensor, grid: Tensor, pooled: int, samples: int) -> Tensor:
+    """The coordinates of the samples of every bin along one axis: ``(K, pooled, samples)``, in
+    torchvision's order of operations (``start + p * bin + (i + 0.5) * bin / grid``)."""
+    steps = torch.arange(pooled, dtype=start.dtype, device=start.device)[None, :, None]
+    index = torch.arange(samples, dtype=start.dtype, device=start.device)[None, None, :] + 0.5
+    bin_size = bin_size[:, None, None]
+    return start[:, None, None] + steps * bin_size + index * bin_size / grid[:, None, None]
 
 
-def _bilinear_axis(coord: Tensor, size: int):
-    """torchvision's roi_align interpolation along one axis: (low, high, weight low, weight high,
-    inside) with the coordinate clipped at 0 and at ``size - 1``."""
+def _bilinear_axis(coord: Tensor, size: int) -> tuple[Tensor, Tensor]:
+    """torchvision's roi_align interpolation along one axis, the coordinate clipped at 0 and at
+    ``size - 1``, zero more than a pixel outside: the two neighbours' indices and weights, stacked
+    on a last axis of 2."""
     inside = (coord >= -1.0) & (coord <= size)
     coord = coord.clamp_min(0)
     low = coord.floor().to(torch.int64)
@@ -76,35 +80,29 @@ def _bilinear_axis(coord: Tensor, size: int):
     high = torch.where(last, low, low + 1)
     coord = torch.where(last, low.to(coord.dtype), coord)
     frac = coord - low.to(coord.dtype)
-    return low, high, 1.0 - frac, frac, inside
+    weights = torch.stack([1.0 - frac, frac], -1) * inside[..., None].to(coord.dtype)
+    return torch.stack([low, high], -1), weights
 
 
-def _sample_bins(input: Tensor, batch: Tensor, ys: Tensor, xs: Tensor) -> Tensor:
-    """Bilinear values at the grid ``ys`` (K, PH) x ``xs`` (K, PW) of each box: ``(K, PH, PW, C)``."""
-    height, width = input.shape[-2:]
-    planes = input.permute(0, 2, 3, 1)
-    y_low, y_high, hy, ly, y_in = _bilinear_axis(ys, height)
-    x_low, x_high, hx, lx, x_in = _bilinear_axis(xs, width)
-    b = batch[:, None, None]
-
-    def at(y, x):
-        return planes[b, y[:, :, None], x[:, None, :]]
-
-    value = (
-        (hy[:, :, None] * hx[:, None, :])[..., None] * at(y_low, x_low)
-        + (hy[:, :, None] * lx[:, None, :])[..., None] * at(y_low, x_high)
-        + (ly[:, :, None] * hx[:, None, :])[..., None] * at(y_high, x_low)
-        + (ly[:, :, None] * lx[:, None, :])[..., None] * at(y_high, x_high)
-    )
-    inside = (y_in[:, :, None] & x_in[:, None, :])[..., None]
-    return torch.where(inside, value, torch.zeros((), dtype=value.dtype))
+#: the (bin, sample) pairs :func:`_align` reads in one call of ``embedding_bag`` (bounds its memory)
+_CHUNK = 1 << 22
 
 
 def _align(input: Tensor, rois: Tensor, spatial_scale: float, pooled_height: int, pooled_width: int,
            sampling_ratio: int, offset: float, min_size: float | None, min_count: int) -> Tensor:
-    """The averaged bilinear samples of each bin of each box: ``(K, PH, PW, C)``."""
+    """The averaged bilinear samples of each bin of each box: ``(K, PH, PW, C)``.
+
+    Each bin is a weighted sum of rows of the feature map seen as a table ``(N * H * W, C)``: four
+    neighbours per sample, the bilinear weights (zero for a sample beyond the box's grid or more
+    than a pixel outside), summed by one ``embedding_bag`` per chunk of boxes, then divided by the
+    number of samples as torchvision does."""
     dtype = input.dtype
+    batch_size, channels, height, width = input.shape
+    k = rois.shape[0]
+    if k == 0:
+        return input.new_zeros((0, pooled_height, pooled_width, channels))
     scale = torch.tensor(spatial_scale, dtype=dtype)
+    rois = rois.to(dtype)
     batch = rois[:, 0].to(torch.int64)
     x1, y1 = rois[:, 1] * scale - offset, rois[:, 2] * scale - offset
     roi_w, roi_h = rois[:, 3] * scale - offset - x1, rois[:, 4] * scale - offset - y1
@@ -118,13 +116,28 @@ def _align(input: Tensor, rois: Tensor, spatial_scale: float, pooled_height: int
         grid_h = torch.ceil(roi_h / pooled_height).to(torch.int64)
         grid_w = torch.ceil(roi_w / pooled_width).to(torch.int64)
     count = (grid_h * grid_w).clamp_min(min_count).to(dtype)
-    total = input.new_zeros((rois.shape[0], pooled_height, pooled_width, input.shape[1]))
-    for iy in range(int(grid_h.max()) if grid_h.numel() else 0):
-        ys = _axis_samples(y1, bin_h, grid_h.to(dtype), pooled_height, iy)
-        for ix in range(int(grid_w.max()) if grid_w.numel() else 0):
-            xs = _axis_samples(x1, bin_w, grid_w.to(dtype), pooled_width, ix)
-            used = ((iy < grid_h) & (ix < grid_w))[:, None, None, None]
-            total = total + torch.where(used, _sample_bins(input, batch, ys, xs), torch.zeros((), dtype=dtype))
+    samples_h, samples_w = max(int(grid_h.max()), 1), max(int(grid_w.max()), 1)
+    table = input.permute(0, 2, 3, 1).reshape(batch_size * height * width, channels)
+    per_box = pooled_height * pooled_width * samples_h * samples_w * 4
+    step = max(1, _CHUNK // per_box)
+    parts = []
+    for first in range(0, k, step):
+        part = slice(first, first + step)
+        ys = _axis_samples(y1[part], bin_h[part], grid_h[part].to(dtype), pooled_height, samples_h)
+        xs = _axis_samples(x1[part], bin_w[part], grid_w[part].to(dtype), pooled_width, samples_w)
+        y_at, y_weight = _bilinear_axis(ys, height)  # (k, PH, SH, 2)
+        x_at, x_weight = _bilinear_axis(xs, width)  # (k, PW, SW, 2)
+        y_weight = y_weight * (torch.arange(samples_h) < grid_h[part][:, None])[:, None, :, None]
+        x_weight = x_weight * (torch.arange(samples_w) < grid_w[part][:, None])[:, None, :, None]
+        rows = (batch[part][:, None, None, None] * height + y_at) * width  # (k, PH, SH, 2)
+        # (k, PH, PW, SH, SW, 2, 2): bins first, then every sample's four neighbours
+        index = rows[:, :, None, :, None, :, None] + x_at[:, None, :, None, :, None, :]
+        weight = y_weight[:, :, None, :, None, :, None] * x_weight[:, None, :, None, :, None, :]
+        bins = index.shape[0] * pooled_height * pooled_width
+        summed = torch.nn.functional.embedding_bag(
+            index.reshape(bins, -1), table, mode="sum", per_sample_weights=weight.reshape(bins, -1))
+        parts.append(summed.reshape(-1, pooled_height, pooled_width, channels))
+    total = parts[0] if len(parts) == 1 else torch.cat(parts)
     return total / count[:, None, None, None]
 
 
