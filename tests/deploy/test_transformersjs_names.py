@@ -33,3 +33,16 @@ def test_config_names_the_dtype_and_the_weights(tmp_path):
     block = json.loads((tmp_path / "config.json").read_text())["transformers.js_config"]
     assert block == {"use_external_data_format": {"encoder_model_q4.onnx": 1, "decoder_model_merged_q4.onnx": 1},
                      "dtype": "q4"}
+
+
+def test_qwen2_vl_text_sizes_where_transformersjs_reads_them(tmp_path):
+    # transformers.js sizes Qwen2-VL's cache from the top of config.json (transformers 4's layout); transformers 5
+    # writes them in text_config only: they are copied up, and transformers reads the same configuration
+    text = {"num_hidden_layers": 2, "num_key_value_heads": 2, "num_attention_heads": 4, "hidden_size": 64}
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2_vl", "text_config": text}))
+    write_transformersjs_config(tmp_path, "onnx/decoder_model_merged.onnx", True)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert {k: config[k] for k in text} == text
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llava", "text_config": text}))
+    write_transformersjs_config(tmp_path, "onnx/decoder_model_merged.onnx", True)
+    assert "hidden_size" not in json.loads((tmp_path / "config.json").read_text())

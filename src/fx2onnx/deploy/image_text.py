@@ -28,8 +28,8 @@ from .pixtral import PIXTRAL_MODEL_TYPES, pixtral_pieces
 from .qwen_vl import QWEN_VL_MODEL_TYPES, qwen_vl_pieces
 from .saved_model import name_presents, rename_external_data, rename_values, update_cache_in_place
 from .speech import Piece
-from .transformersjs import data_file_name
-from .transformersjs_split import with_transformersjs_split
+from .transformersjs import data_file_name, transformersjs_refusal
+from .transformersjs_split import SPLIT_PIECES, with_transformersjs_split
 from .vision import OWN_PIECES_MODEL_TYPES, VisionPiece, decoder_piece, image_tokens
 
 
@@ -77,6 +77,8 @@ def export_vision_pieces(
     with parameters_on_meta():
         model = getattr(transformers, config.architectures[0])._from_config(config, dtype=dtype).eval()
     pieces = (make_pieces or vision_pieces)(model, config, dtype)
+    if transformersjs_refusal(quantize, str(dtype)):  # transformers.js runs none of these weights (bfloat16)
+        pieces = [p for p in pieces if p.name not in SPLIT_PIECES]
     for piece in pieces:
         say(f"exporting the {piece.name} of {config.architectures[0]} ({str(dtype).replace('torch.', '')}, "
             f"optimize={optimize}{', ' + quantize if quantize else ''})")

@@ -30,6 +30,12 @@ _DTYPES = {(None, "float32"): "fp32", (None, "float16"): "fp16", ("int8", "float
            ("int4", "float16"): "q4f16"}
 
 
+#: the model types whose text sizes transformers.js reads at the top of config.json (transformers 4's Qwen2-VL
+#: configuration), where transformers 5 writes them in ``text_config`` only: the cache it creates has their sizes
+FLAT_TEXT_MODEL_TYPES = ("qwen2_vl",)
+FLAT_TEXT_KEYS = ("num_hidden_layers", "num_key_value_heads", "num_attention_heads", "hidden_size", "head_dim")
+
+
 def transformersjs_dtype(quantize: str | None, dtype: str) -> str | None:
     """The ``dtype`` transformers.js loads a folder of these weights with (``q4`` for int4 matrices and float32
     elsewhere), None where it has none: bfloat16 (onnxruntime-node and onnxruntime-web run no bfloat16 model),
@@ -90,6 +96,8 @@ def write_transformersjs_config(out_dir: str | os.PathLike, model_file: str, ext
     if dtype:
         block["dtype"] = dtype
     config[BLOCK] = block
+    if config.get("model_type") in FLAT_TEXT_MODEL_TYPES:  # the text sizes where transformers.js reads them
+        config.update({k: config["text_config"][k] for k in FLAT_TEXT_KEYS if k in config.get("text_config", {})})
     with open(path, "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2)
         f.write("\n")

@@ -12,10 +12,10 @@ the placeholders in JavaScript between them:
 
 Our loop keeps its decoder (``decoder.onnx``: the merge in the graph, the cache in place), so the text weights are
 written twice; :data:`SPLIT_MODEL_TYPES` lists the families written so (LLaVA: transformers.js' merge is the model's,
-the features over every ``<image>`` placeholder in order; Qwen2.5-VL: its vision piece takes ``image_grid_thw`` as
-transformers.js names it, the decoder's three rows of positions computed by transformers.js). Gemma 3 is left out:
-its image tokens attend to each other in both directions, which a decoder on ``inputs_embeds`` alone cannot know;
-Qwen2-VL's vision encoder is fed ``grid_thw`` by transformers.js, Qwen3-VL's decoder the deepstack features.
+the features over every ``<image>`` placeholder in order; Qwen2-VL and Qwen2.5-VL: the decoder's three rows of
+positions computed by transformers.js, Qwen2-VL's grid named ``grid_thw`` as transformers.js feeds it). Gemma 3 is
+left out: its image tokens attend to each other in both directions, which a decoder on ``inputs_embeds`` alone cannot
+know; Qwen3-VL too: transformers.js feeds its decoder the deepstack features.
 
 .. code-block:: python
 
@@ -35,7 +35,11 @@ from .speech import Piece
 from .vision import last_logits
 
 #: the model types whose folder gets transformers.js' split beside our decoder
-SPLIT_MODEL_TYPES = ("llava", "qwen2_5_vl")
+SPLIT_MODEL_TYPES = ("llava", "qwen2_vl", "qwen2_5_vl")
+#: the inputs of the vision piece transformers.js names otherwise (Qwen2-VL's grid; our loop feeds either name)
+VISION_INPUT_NAMES = {"qwen2_vl": {"image_grid_thw": "grid_thw"}}
+#: the pieces written for transformers.js only (not for weights it cannot run: bfloat16)
+SPLIT_PIECES = ("embed_tokens", "decoder_model_merged")
 #: the file of the vision piece where transformers.js reads it
 VISION_ENCODER_FILE = "onnx/vision_encoder.onnx"
 
@@ -53,6 +57,8 @@ def with_transformersjs_split(pieces: list[Piece], model: Any, config: Any, seed
         return pieces
     vision, decoder = pieces
     vision.filename = VISION_ENCODER_FILE
+    renames = VISION_INPUT_NAMES.get(config.model_type, {})
+    vision.input_names = [renames.get(name, name) for name in vision.input_names]
     return [vision, decoder, *transformersjs_pieces(model, config, decoder, seed)]
 
 

@@ -44,6 +44,8 @@ from .sampling import Sampling
 
 #: the tokens around an image's placeholders in a prompt, where the tokenizer has them (Qwen2-VL)
 VISION_MARKERS = ("<|vision_start|>", "<|vision_end|>")
+#: an input of the vision piece named as transformers.js feeds it -> the processor's output it is (Qwen2-VL's grid)
+VISION_INPUT_ALIASES = {"grid_thw": "image_grid_thw"}
 
 
 def _as_constant(array: np.ndarray) -> np.ndarray:
@@ -257,10 +259,11 @@ class VisionGenerator:
             return self._one_image_at_a_time(inputs)
         feeds = {}
         for info in self.vision.get_inputs():
-            if info.name not in inputs:
+            key = info.name if info.name in inputs else VISION_INPUT_ALIASES.get(info.name, info.name)
+            if key not in inputs:
                 raise ValueError(f"The vision piece takes {info.name!r}, which the processor does not give "
                                  f"({sorted(inputs)}).")
-            array = np.asarray(inputs[info.name])
+            array = np.asarray(inputs[key])
             rank = len(info.shape)
             if info.name == "pixel_values" and array.ndim > rank:  # (prompts, images, 3, H, W): one after the other
                 array = array.reshape(-1, *array.shape[array.ndim - rank + 1:])
