@@ -216,6 +216,12 @@ def test_bad_inputs_end_in_one_line(qwen3_export, tmp_path, capsys):
     # not an exported folder
     assert main(["generate", str(tmp_path), "--ids", "1"]) == 2
     assert "export" in capsys.readouterr().err
+    # a folder that does not exist, one that holds no config.json: named, not a model-name lookup
+    assert main(["export", str(tmp_path / "missing"), "--out", str(tmp_path / "o2")]) == 2
+    assert capsys.readouterr().err.strip().endswith("missing: no such folder")
+    assert main(["export", str(tmp_path), "--out", str(tmp_path / "o2")]) == 2
+    assert "has no config.json" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "o2")
 
 
 @pytest.mark.slow

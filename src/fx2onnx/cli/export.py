@@ -49,6 +49,11 @@ def run(args: argparse.Namespace) -> int:
 
     if os.path.isdir(args.model) and os.path.exists(os.path.join(args.model, "config.json")):
         return _export_checkpoint(args)
+    if os.path.isdir(args.model):
+        raise ValueError(f"{args.model} has no config.json: export takes a folder written by save_pretrained "
+                         "(its config.json and weights)")
+    if os.sep in args.model and ":" not in args.model:  # a path ('module:attribute' names a Python file's model)
+        raise ValueError(f"{args.model}: no such folder")
 
     import torch
 
