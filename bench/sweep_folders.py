@@ -182,9 +182,11 @@ def main(argv=None) -> list[dict]:
     every = [a for a in discover_architectures(("causal",)) if not a.skip]
     archs = [a for a in every if not only or a.name in only]
     previous: list[dict] = []
+    notes = None  # what the JSON says about how its rows were run, kept by a merge
     if (args.merge or args.resume) and args.json and os.path.exists(args.json):
         with open(args.json, encoding="utf-8") as f:
-            previous = json.load(f)["rows"]
+            document = json.load(f)
+        previous, notes = document["rows"], document.get("notes")
     kept = {r["arch"]: r for r in previous}
     if args.resume:
         archs = [a for a in archs if a.name not in kept]
@@ -199,7 +201,7 @@ def main(argv=None) -> list[dict]:
             **sweep_context("nice -n 10 python bench/sweep_folders.py " + " ".join(
                 argv if argv is not None else sys.argv[1:])),
             "layers": args.layers, "new_tokens": NEW_TOKENS, "classes": len(every),
-            "summary": summary(ordered), "rows": ordered,
+            "summary": summary(ordered), "rows": ordered, **({"notes": notes} if notes else {}),
         }
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(document, f, indent=1)

@@ -41,6 +41,25 @@ def parameters_on_meta() -> Iterator[None]:
         torch.nn.Module.register_parameter = register
 
 
+def stray_parameters_to_meta(model: torch.nn.Module) -> list[str]:
+    """Moves to the meta device the parameters of ``model`` its constructor made elsewhere although it was built
+    under ``torch.device("meta")``: a factory ignoring the device context (``torch.normal(mean, std, size=...)``,
+    DiffLlama's lambdas) gives CPU values an export from a checkpoint would keep instead of the checkpoint's.
+    On the meta device they are read from the checkpoint as every other weight. Tied parameters stay tied.
+    Returns their names."""
+    moved: dict[int, torch.nn.Parameter] = {}
+    names = []
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for name, param in list(module._parameters.items()):
+            if param is None or param.is_meta:
+                continue
+            if id(param) not in moved:
+                moved[id(param)] = type(param)(param.to("meta"), requires_grad=param.requires_grad)
+            module._parameters[name] = moved[id(param)]
+            names.append(f"{prefix}.{name}" if prefix else name)
+    return names
+
+
 def meta_tensor_names(model: torch.nn.Module) -> list[str]:
     """The names (as in ``state_dict``, buffers included, every alias of a tied weight) of the
     tensors on the meta device."""

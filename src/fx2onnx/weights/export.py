@@ -11,7 +11,7 @@ import torch
 
 from ..convert.api import to_onnx
 from .checkpoint import _READS, checkpoint_weights, relazify_views
-from .empty import empty_weights, meta_tensor_names
+from .empty import empty_weights, meta_tensor_names, stray_parameters_to_meta
 from .model_config import _torch_dtype, model_from_checkpoint_config, model_from_config  # noqa: F401 (kept here)
 from .save import load_without_weights, save_model
 
@@ -80,6 +80,8 @@ def to_onnx_from_checkpoint(
             raise TypeError(f"to_onnx_from_checkpoint sets {key!r} itself.")
     if model is None:
         model = model_from_checkpoint_config(checkpoint, dtype)
+    if any(p.is_meta for p in model.parameters()):  # built on the meta device: every parameter from the checkpoint
+        stray_parameters_to_meta(model)
     meta_names = meta_tensor_names(model)
     target = _torch_dtype(dtype) if dtype is not None else None
     read_checkpoint_buffers(checkpoint, model, meta_names)

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from .empty import stray_parameters_to_meta
+
 
 def model_from_checkpoint_config(folder: str | os.PathLike, dtype: torch.dtype | str | None = None) -> torch.nn.Module:
     """The transformers model of a ``save_pretrained`` folder, built on the meta device from its
@@ -42,6 +44,7 @@ def model_from_config(config: Any, dtype: torch.dtype | str | None = None, folde
     dtype = _torch_dtype(dtype if dtype is not None else getattr(config, "dtype", None) or torch.float32)
     with torch.device("meta"):
         model = model_class._from_config(config, dtype=dtype)
+    stray_parameters_to_meta(model)  # every parameter read from the checkpoint, none from the constructor
     return model.eval()
 
 
