@@ -177,6 +177,32 @@ def encoder_pieces(model: torch.nn.Module, task: str, folder: str,
                   {n: inputs2[n] for n in names}, dynamic_shapes, names, list(outputs))]
 
 
+def padding_changes_outputs(path: str, inputs: dict[str, torch.Tensor], output_names: list[str]) -> bool:
+    """Whether the exported text model at ``path`` gives a padded text other outputs than the text alone (ConvBERT's
+    convolutions and FNet's Fourier transform read the pads): the padded batch ``inputs`` against each text run alone,
+    on its tokens (``attention_mask``), within 1e-5 of each output's largest value."""
+    import onnxruntime
+
+    from ..runtime.folder import session_options
+
+    mask = inputs.get("attention_mask")
+    if mask is None or bool(mask.all()):
+        return False
+    session = onnxruntime.InferenceSession(path, session_options(), providers=["CPUExecutionProvider"])
+    feeds = {k: v.numpy() for k, v in inputs.items()}
+    batch = session.run(output_names, feeds)
+    for row, keep in enumerate(mask.numpy().astype(bool)):
+        alone = session.run(output_names, {k: v[row:row + 1, keep] if v.ndim > 1 and v.shape[1] == keep.size
+                                           else v[row:row + 1] for k, v in feeds.items()})
+        for padded, single in zip(batch, alone):
+            padded = padded[row:row + 1, keep] if padded.ndim > 2 and padded.shape[1] == keep.size else \
+                padded[row:row + 1]
+            scale = float(np.abs(single).max()) if single.size else 0.0  # a tiny model's logits are tiny too
+            if padded.shape != single.shape or float(np.abs(padded - single).max()) > 1e-5 * scale:
+                return True
+    return False
+
+
 def export_encoder_pieces(task: str, folder: str, out_dir: str, config: Any, dtype: torch.dtype,
                           options: dict[str, Any]) -> tuple[list[Piece], Any]:
     """Exports the model of a folder of ``task`` into ``out_dir/onnx/model.onnx`` (the weights streamed from the
@@ -216,6 +242,8 @@ def export_encoder_pieces(task: str, folder: str, out_dir: str, config: Any, dty
                              f"{piece.input_names}.")
         rename_values(path, piece.input_names, piece.output_names, {})
         rename_external_data(path, data_file_name(piece.filename))  # model.onnx_data, as transformers.js names it
+        if PIPELINE_TASKS[task][0] == "text" and padding_changes_outputs(path, piece.inputs, piece.output_names):
+            piece.module.padding = "per_text"  # fx2onnx.json: run gives the model one text at a time
     if sentence is not None:
         copy_sentence_modules(folder, sentence, out_dir)
     return pieces, lambda eager, _config: encoder_pieces(eager, task, folder, sentence)

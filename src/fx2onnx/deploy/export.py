@@ -246,6 +246,8 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
         json.dump({"task": task, **({"split": split} if split else {}), **extra,
                    "pieces": {p.name: {"file": p.filename, "inputs": p.input_names, "outputs": p.output_names,
                                        "cache": p.cache,
+                                       # a text encoder whose outputs change with padding (ConvBERT): one text a run
+                                       **({"padding": p.module.padding} if getattr(p.module, "padding", None) else {}),
                                        # the decoder writes video features too (Qwen-VL)
                                        **({"video_token_id": p.module.video_token_id}
                                           if getattr(p.module, "video_token_id", None) is not None else {}),

@@ -177,6 +177,8 @@ class Pipeline:
         #: a sentence-transformers folder: the pooled (normalized) embedding of each text, as its ``encode``
         self.sentence = "sentence_embedding" in self.outputs
         self.input_names = list(piece["inputs"])
+        #: a text model whose outputs change with padding (ConvBERT, FNet): each text run alone, as the pipeline
+        self.per_text = piece.get("padding") == "per_text"
         self.session = onnxruntime.InferenceSession(os.path.join(self.folder, piece["file"]),
                                                     session_options(threads),
                                                     providers=list(providers or ["CPUExecutionProvider"]))
@@ -219,8 +221,32 @@ class Pipeline:
         if missing:
             raise ValueError(f"the {self.modality} processor of {self.folder!r} gives no {missing}: the folder's "
                              "processor files are not those it was exported with; export it again.")
-        outputs = self.session.run(list(self.outputs), {n: np.asarray(feeds[n]) for n in self.input_names})
+        mask = np.asarray(feeds["attention_mask"]) if "attention_mask" in feeds else None
+        if self.per_text and mask is not None and not mask.all():
+            outputs = self._run_unpadded(feeds, mask.astype(bool))
+        else:
+            outputs = self.session.run(list(self.outputs), {n: np.asarray(feeds[n]) for n in self.input_names})
         return outputs if all_outputs else outputs[0]
+
+    def _run_unpadded(self, feeds: dict[str, Any], mask: np.ndarray) -> list[np.ndarray]:
+        """The outputs of a padded batch, each text run alone on its tokens (``mask``): a token's output back at its
+        place, zeros at the pads."""
+        length = mask.shape[1]
+        rows = []
+        for row, keep in enumerate(mask):
+            alone = {n: np.asarray(feeds[n])[row:row + 1] for n in self.input_names}
+            alone = {n: v[:, keep] if v.ndim > 1 and v.shape[1] == length else v for n, v in alone.items()}
+            rows.append(self.session.run(list(self.outputs), alone))
+        outputs = []
+        for index, first in enumerate(rows[0]):
+            if first.ndim > 2 and first.shape[1] == int(mask[0].sum()):  # (batch, sequence, ...)
+                out = np.zeros((len(rows), length, *first.shape[2:]), dtype=first.dtype)
+                for row, (keep, result) in enumerate(zip(mask, rows)):
+                    out[row, keep] = result[index][0]
+                outputs.append(out)
+            else:
+                outputs.append(np.concatenate([result[index] for result in rows]))
+        return outputs
 
     # -- inputs
 
