@@ -54,7 +54,7 @@ def is_detr_segmenter(model_type: str | None, task: str) -> bool:
 
 def detr_piece(model: Any, folder: str) -> Piece:
     """The piece of a DETR segmenter's folder with two input sets of its image processor (2 then 3 images)."""
-    first, second = example_inputs(folder, "image", set(INPUTS))
+    first, second = example_inputs(folder, "image", set(INPUTS), any_size=True)
     dims = DYNAMIC_DIMS["sized image"]
     shapes = {n: {d % first[n].dim(): name for d, name in dims.items() if -first[n].dim() <= d < first[n].dim()}
               for n in INPUTS}

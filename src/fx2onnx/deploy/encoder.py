@@ -105,12 +105,31 @@ def _processor(folder: str, modality: str) -> Any:
                          f"{what} in the folder (save_pretrained) before exporting it.") from None
 
 
+#: a detector's check images: the processor's sizes divided by this (DETR's 800x1333 made the check five times as
+#: long as the capture and the conversion together; the graph reads any size, the check gives it two others)
+CHECK_IMAGE_SCALE = 3
+
+
+def smaller_sizes(processor: Any, scale: int = CHECK_IMAGE_SCALE) -> dict[str, Any]:
+    """``size=`` for the processor's call giving images ``scale`` times smaller than it makes (multiples of 32,
+    at least 64, never larger); ``{}`` when it has no sizes to scale."""
+    size = getattr(processor, "size", None)
+    fields = dict(size) if isinstance(size, dict) else dict(getattr(size, "__dict__", {}))
+    scaled = {k: min(v, max(64, v // scale // 32 * 32)) for k, v in fields.items()
+              if isinstance(v, int) and k in ("height", "width", "shortest_edge", "longest_edge", "max_height",
+                                              "max_width")}
+    return {"size": scaled} if scaled else {}
+
+
 def example_inputs(folder: str, modality: str, accepted: set[str], seed: int = 0,
-                   two_towers: bool = False, frames: int = 8, one_query: bool = False) -> list[dict[str, torch.Tensor]]:
+                   two_towers: bool = False, frames: int = 8, one_query: bool = False,
+                   any_size: bool = False) -> list[dict[str, torch.Tensor]]:
     """Two input sets made by the folder's processor (batch 2 then 3, other lengths), keeping the inputs the model
     takes (``accepted``); ``two_towers``: the tokenizer's inputs too, on hypotheses (3 then 2); ``frames``: the
-    frames a video model reads; ``one_query``: one text per image (a zero-shot detector's)."""
+    frames a video model reads; ``one_query``: one text per image (a zero-shot detector's); ``any_size``: the model
+    reads images of any size (a detector): the processor makes them smaller (:func:`smaller_sizes`)."""
     processor = _processor(folder, modality)
+    resize = smaller_sizes(processor) if any_size and modality == "image" else {}
     rng = np.random.default_rng(seed)
     sets = []
     for batch, sentences in ((2, SENTENCES[0]), (3, SENTENCES[1])):
@@ -123,7 +142,7 @@ def example_inputs(folder: str, modality: str, accepted: set[str], seed: int = 0
         elif modality == "image":
             images = [rng.integers(0, 256, (24 + 8 * i, 40 - 4 * i, 3), dtype=np.uint8) for i in range(batch)]
             try:
-                out = processor(images=images, return_tensors="pt")
+                out = processor(images=images, return_tensors="pt", **resize)
             except ValueError:  # a processor keeping each image's aspect ratio (ZoeDepth, EoMT): one size a batch
                 shape = (32, 40, 3) if batch == 2 else (48, 32, 3)  # each set its own size: both dynamic
                 same = [rng.integers(0, 256, shape, dtype=np.uint8) for _ in range(batch)]
@@ -155,7 +174,8 @@ def encoder_pieces(model: torch.nn.Module, task: str, folder: str,
     two_towers = task in TWO_TOWER_TASKS
     one_query = task == "zero-shot-object-detection"  # a text per image: one batch
     inputs, inputs2 = example_inputs(folder, modality, accepted, two_towers=two_towers,
-                                     frames=int(getattr(model.config, "num_frames", 8) or 8), one_query=one_query)
+                                     frames=int(getattr(model.config, "num_frames", 8) or 8), one_query=one_query,
+                                     any_size=task == "object-detection")
     names = [n for n in wrapped if n in inputs]
     # a processor keeping each image's aspect ratio (ZoeDepth, EoMT) gives the two sets other heights or widths
     sized = modality == "image" and "pixel_values" in inputs and \
@@ -177,15 +197,19 @@ def encoder_pieces(model: torch.nn.Module, task: str, folder: str,
                   {n: inputs2[n] for n in names}, dynamic_shapes, names, list(outputs))]
 
 
-def padding_changes_outputs(path: str, inputs: dict[str, torch.Tensor], output_names: list[str]) -> bool:
+def padding_changes_outputs(path: str, inputs: dict[str, torch.Tensor], output_names: list[str],
+                            pad_token_id: int | None = None) -> bool:
     """Whether the exported text model at ``path`` gives a padded text other outputs than the text alone (ConvBERT's
     convolutions and FNet's Fourier transform read the pads): the padded batch ``inputs`` against each text run alone,
-    on its tokens (``attention_mask``), within 1e-5 of each output's largest value."""
+    on its tokens (``attention_mask``, else the ids other than ``pad_token_id``: FNet takes no mask), within 1e-5 of
+    each output's largest value."""
     import onnxruntime
 
     from ..runtime.folder import session_options
 
     mask = inputs.get("attention_mask")
+    if mask is None and pad_token_id is not None and "input_ids" in inputs:
+        mask = inputs["input_ids"] != pad_token_id
     if mask is None or bool(mask.all()):
         return False
     session = onnxruntime.InferenceSession(path, session_options(), providers=["CPUExecutionProvider"])
@@ -242,7 +266,8 @@ def export_encoder_pieces(task: str, folder: str, out_dir: str, config: Any, dty
                              f"{piece.input_names}.")
         rename_values(path, piece.input_names, piece.output_names, {})
         rename_external_data(path, data_file_name(piece.filename))  # model.onnx_data, as transformers.js names it
-        if PIPELINE_TASKS[task][0] == "text" and padding_changes_outputs(path, piece.inputs, piece.output_names):
+        if PIPELINE_TASKS[task][0] == "text" and padding_changes_outputs(
+                path, piece.inputs, piece.output_names, _processor(folder, "text").pad_token_id):
             piece.module.padding = "per_text"  # fx2onnx.json: run gives the model one text at a time
     if sentence is not None:
         copy_sentence_modules(folder, sentence, out_dir)
