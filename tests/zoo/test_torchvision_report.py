@@ -32,6 +32,11 @@ def test_page_shows_both_exporters(tmp_path):
     keypoints = dict(model="keypointrcnn_resnet50_fpn", exporter="to_onnx", task="detection", success=False,
                      step="match", error="outputs differ from eager: 0.3 (keypoints)")
     assert "* ``keypointrcnn_resnet50_fpn``: Keypoint R-CNN's boxes" in torchvision_page(rows + [keypoints])
+    # eager against itself on images moved by noise (bench --noise): a line under the table
+    noisy = dict(rows[0], noise_eps=1e-5, noise_diff=None)
+    assert ("* ``fasterrcnn_mobilenet_v3_large_fpn``: eager against eager on the same images moved by Gaussian "
+            "noise of 1e-05: a detection kept by one side only") in torchvision_page([noisy] + rows[1:])
+    assert "the largest difference is 3e-05" in torchvision_page([dict(noisy, noise_diff=3e-5)])
     path = tmp_path / "rows.json"
     assert write_torchvision_page(path, tmp_path) == []
     path.write_text(json.dumps(rows))

@@ -9,7 +9,13 @@
 * the classification layers (``cls_logits``, ``cls_score``, SSD's classification head) are
   scaled to logits of standard deviation 1, so that scores spread over (0, 1) and rarely tie:
   the order of boxes of equal scores is unspecified (torchvision says so of its ``nms``), and a
-  comparison with eager needs distinct scores.
+  comparison with eager needs distinct scores;
+* Keypoint R-CNN's heatmaps peak at a corner of each box (:func:`_peak_keypoints`): with random
+  weights a heatmap is flat, its argmax jumps between near-equal maxima at the slightest
+  difference of rounding or of box size (the keypoints then differ by a box's width);
+* the v2 R-CNNs keep :data:`V2_PROPOSALS` proposals per image (1000 by default): their box head's
+  four convolutions over every proposal cost twenty times the rest of the model, and the check
+  runs the model a dozen times.
 
 A detection model takes a list of images (:data:`IMAGES`: the number of images is fixed by the
 export, each image's height and width are dynamic); a segmentation model a batch
@@ -61,6 +67,11 @@ IMAGES = 2
 DETECTIONS = 20
 #: the standard deviation given to the classification logits
 LOGIT_STD = 1.0
+#: the proposals kept per image by the v2 R-CNNs (their box head convolves each one)
+V2_PROPOSALS = 200
+#: Keypoint R-CNN's heatmaps: the height of each one's peak, and how far above the rest of the
+#: features it stands (in standard deviations of the random features)
+PEAK, PEAK_CONTRAST = 5.0, 100.0
 _CLASSIFIERS = ("cls_logits", "cls_score", "classification_head.module_list")
 
 
@@ -112,6 +123,34 @@ def _calibrate(model: torch.nn.Module, args: tuple) -> None:
                 layers[name].weight.mul_(factor)
 
 
+def _peak_keypoints(model: torch.nn.Module, args: tuple) -> None:
+    """Keypoint R-CNN's heatmaps peaked at a corner of the box, a different corner per keypoint.
+
+    The last convolution of the keypoint head gets a bias far above its random output (the
+    features become a constant plus a small random part); the predictor's transposed convolution
+    (kernel 4, stride 2, padding 1) reads a single tap at each corner of its output: the weights
+    of that tap are positive, the others negative, so that a constant input peaks at that corner
+    (by ``PEAK``) and the random part moves it by a few hundredths."""
+    heads = model.roi_heads
+    last = [m for m in heads.keypoint_head.modules() if isinstance(m, torch.nn.Conv2d)][-1]
+    spread: list[float] = []
+    hook = last.register_forward_hook(lambda m, i, o: spread.append(float(o.std())))
+    with torch.no_grad():
+        model(*args)
+    hook.remove()
+    lowres = heads.keypoint_predictor.kps_score_lowres
+    channels, keypoints = lowres.weight.shape[:2]
+    level = PEAK_CONTRAST * max(spread + [1e-6])
+    corners = ((1, 1), (1, 2), (2, 1), (2, 2))  # the one tap reaching output (0, 0), (0, -1), (-1, 0), (-1, -1)
+    with torch.no_grad():
+        last.bias.add_(level)
+        weight = -torch.ones(keypoints, 4, 4)
+        for k in range(keypoints):
+            weight[k][corners[k % len(corners)]] = 1.0
+        lowres.weight.copy_((weight * PEAK / (channels * level))[None].expand(channels, -1, -1, -1))
+        lowres.bias.zero_()
+
+
 def build_torchvision_model(name: str, seed: int = 0) -> TorchvisionCase:
     """The model ``name`` of :data:`DETECTION` or :data:`SEGMENTATION`, calibrated (see the module)."""
     from torchvision.models import detection, segmentation
@@ -127,6 +166,8 @@ def build_torchvision_model(name: str, seed: int = 0) -> TorchvisionCase:
             kwargs.update(detections_per_img=DETECTIONS)
         if name.startswith("keypoint"):
             kwargs.update(num_classes=2, num_keypoints=5)
+        if name.startswith(("fasterrcnn", "maskrcnn")) and name.endswith("_v2"):
+            kwargs.update(rpn_post_nms_top_n_test=V2_PROPOSALS)
         model = getattr(detection, name)(**kwargs).eval()
         export_args = (_images([(200, 160), (180, 220)], seed),)
         check_args = [(_images([(150, 230), (240, 170)], seed + 1),), (_images([(160, 160), (120, 200)], seed + 2),)]
@@ -145,6 +186,8 @@ def build_torchvision_model(name: str, seed: int = 0) -> TorchvisionCase:
     else:
         raise ValueError(f"unknown torchvision model {name!r}: choose one of {DETECTION + SEGMENTATION}")
     _calibrate(model, export_args)
+    if name.startswith("keypoint"):
+        _peak_keypoints(model, export_args)
     return TorchvisionCase(name, task, model, export_args, check_args, dynamic_shapes)
 
 
