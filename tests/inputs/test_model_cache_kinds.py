@@ -5,6 +5,7 @@ model (Mamba: the cache is its ``cache_params``, no mask nor positions), as the 
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from torch.utils import _pytree as pytree
 
 from fx2onnx.flatten import cache_flattening
 from fx2onnx.inputs.folder_inputs import task_inputs
-from fx2onnx.inputs.model_cache import cache_argument, model_cache_inputs
+from fx2onnx.inputs.model_cache import cache_argument, decode_step_refusal, model_cache_inputs
 
 KV = {0: "batch", 2: "past_seq"}
 
@@ -62,3 +63,22 @@ def test_a_model_without_a_cache_argument_is_refused_in_one_line():
                                          r"cache .*--no-cache") as refused:
         task_inputs(config, "text-generation", with_cache=True)
     assert "\n" not in str(refused.value)
+
+
+@pytest.mark.slow  # three models' first imports and prefills
+def test_a_model_not_decoding_new_tokens_from_its_cache_is_named_in_one_line():
+    # ProphetNet's decoder takes one token at a time once it has a cache, CPM-Ant reads the whole sequence again at
+    # every step: neither can be a folder's decoder (prompt then steps after a cache); a plain decoder can
+    prophetnet = transformers.ProphetNetConfig(hidden_size=32, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                                               num_encoder_layers=1, num_decoder_layers=1, num_encoder_attention_heads=2,
+                                               num_decoder_attention_heads=2, vocab_size=99, ngram=2,
+                                               architectures=["ProphetNetForCausalLM"])
+    assert re.match(r"^ProphetNetForCausalLM cannot run 3 new token\(s\) after its cache \(AssertionError: .*"
+                    r"--no-cache$", decode_step_refusal(prophetnet))
+    cpmant = transformers.CpmAntConfig(hidden_size=32, dim_ff=64, dim_head=16, num_attention_heads=2,
+                                       num_hidden_layers=1, vocab_size=99, prompt_length=4,
+                                       architectures=["CpmAntForCausalLM"])
+    assert decode_step_refusal(cpmant).startswith("CpmAntForCausalLM reads the whole sequence at every step")
+    llama = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                     vocab_size=99, architectures=["LlamaForCausalLM"])
+    assert decode_step_refusal(llama) is None

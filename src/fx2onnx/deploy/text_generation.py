@@ -21,6 +21,7 @@ import torch
 from ..convert.errors import ConversionError, ExportError
 from ..inputs.folder_inputs import task_inputs
 from ..inputs.full_cache import whole_past
+from ..inputs.model_cache import decode_step_refusal
 from ..runtime.folder import DECODER_FILE, FOLDER_METADATA
 from ..runtime.speculative import VERIFY_TOKENS
 from ..weights import checkpoint_weights, to_onnx_from_checkpoint
@@ -82,7 +83,13 @@ def write_text_generation_folder(folder: str, out_dir: str, filename: str, confi
             if capture_all_layers or not _export_two_layers(folder, model, config, task, with_cache, logits,
                                                             options, say):
                 to_onnx_from_checkpoint(folder, (), inputs, model=model, dynamic_shapes=dynamic_shapes, **options)
-    except (ValueError, OSError, ExportError, ConversionError, KeyboardInterrupt, MemoryError):
+    except ExportError:
+        # a model whose forward does not decode new tokens from its cache (CPM-Ant, ProphetNet): that line
+        refusal = decode_step_refusal(config) if with_cache else None
+        if refusal:
+            raise ValueError(refusal) from None
+        raise
+    except (ValueError, OSError, ConversionError, KeyboardInterrupt, MemoryError):
         raise  # OSError: a full disk or a file size limit is said by the folder's writer, not a bug
     except Exception as e:  # noqa: BLE001 - the model's or a library's code raises what it raises: one line
         raise unexpected_error(config.architectures[0], e) from e
@@ -166,9 +173,7 @@ def _export_two_layers(folder: str, model: torch.nn.Module, config: Any, task: s
     names = [n for n in state if n.startswith(stack.path + ".")]
 
     def weight(name: str) -> Any:
-        if name not in weights:
-            raise LayersNotRepeatable(f"{name} is not a parameter of the model read from the checkpoint")
-        return weights[name]
+        return weights[name]  # KeyError: a buffer the constructor computes (stamp_layers shares it if it can)
 
     try:
         try:

@@ -146,7 +146,9 @@ ARCHITECTURE_OVERRIDES: dict[str, dict[str, Any]] = {
     # the shared transformer is tied between hybrid layers: two of them at least
     "zamba": dict(attn_layer_period=1, attn_layer_offset=0, num_hidden_layers=3),
     "zamba2": dict(hybrid_layer_ids=[1]),
-    "xlstm": dict(num_blocks=2),
+    # its cache sizes the query/key states with the hidden size times qk_dim_factor rounded up to 64, its layers
+    # without rounding: the two agree where that product is a multiple of 64 (hidden 64: a factor of 1)
+    "xlstm": dict(num_blocks=2, qk_dim_factor=1.0),
     # two blocks of one layer (one pooling): three poolings leave too few positions for its class mask
     "funnel": dict(block_sizes=[1, 1]),
     "reformer": dict(axial_pos_embds_dim=[32, 32], axial_pos_shape=[8, 16], attn_layers=["local", "lsh"]),

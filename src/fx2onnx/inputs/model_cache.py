@@ -115,6 +115,58 @@ def prefill_cache(model: torch.nn.Module, batch: int, past: int, device: torch.d
     return cache
 
 
+def decode_step_refusal(config: Any, sizes: tuple[int, int, int] = SIZES[0]) -> str | None:
+    """Why the causal LM of ``config`` cannot serve a folder's decoder, where it cannot: the line saying that
+    its forward does not decode new tokens from a cache (CPM-Ant reads the whole sequence again at every step,
+    ProphetNet's decoder takes one token at a time once it has a cache), None where a step runs. The model runs
+    on the CPU with random weights (None for a model too large for it): a prefill of ``past`` tokens, then a
+    step of ``seq`` new tokens with the cache it returned, as a folder's decoder runs it."""
+    try:
+        model, device = _probe_model(config)
+    except Exception:  # noqa: BLE001 - the configuration does not build its model: the export says so
+        return None
+    if device.type != "cpu" or cache_argument(type(model)) != "past_key_values":
+        return None
+    batch, seq, past = sizes
+    name = type(model).__name__
+    vocab = int(getattr(model.config, "vocab_size", 0) or 16)
+    positions = "position_ids" in inspect.signature(type(model).forward).parameters
+    for new in (1, seq):  # one token (a step of generate), then several (a prompt after a cache)
+        try:
+            cache = prefill_cache(model, batch, past)
+        except PrefillError:
+            return None
+        ids = torch.arange(batch * new, dtype=torch.int64).reshape(batch, new) % max(vocab - 3, 1) + 3
+        kwargs: dict[str, Any] = {"attention_mask": torch.ones((batch, past + new), dtype=torch.int64)}
+        if positions:
+            kwargs["position_ids"] = torch.arange(past, past + new, dtype=torch.int64).expand(batch, -1)
+        try:
+            with torch.no_grad():
+                logits = model(input_ids=ids, past_key_values=cache, use_cache=True, **kwargs).logits
+        except Exception as e:  # noqa: BLE001 - the model's forward raises what its code raises
+            if new == 1 and _reads_whole_sequence(model, batch, past, vocab):
+                return (f"{name} reads the whole sequence at every step, not the new tokens after its cache: a "
+                        "folder's decoder cannot run it; export with --no-cache")
+            reason = str(e).splitlines()[0][:70] if str(e) else ""
+            return (f"{name} cannot run {new} new token(s) after its cache ({type(e).__name__}: {reason}): a "
+                    "folder's decoder needs it; export with --no-cache")
+        if logits.shape[1] != new:
+            return (f"{name} returns {logits.shape[1]} positions for {new} new token(s) after its cache (its forward "
+                    "reads the whole sequence at every step): a folder's decoder needs it; export with --no-cache")
+    return None
+
+
+def _reads_whole_sequence(model: torch.nn.Module, batch: int, past: int, vocab: int) -> bool:
+    """True when ``model`` decodes one token from its cache given the whole sequence again (CPM-Ant)."""
+    try:
+        cache = prefill_cache(model, batch, past)
+        ids = torch.arange(batch * (past + 1), dtype=torch.int64).reshape(batch, past + 1) % max(vocab - 3, 1) + 3
+        with torch.no_grad():
+            return model(input_ids=ids, past_key_values=cache, use_cache=True).logits.shape[1] == 1
+    except Exception:  # noqa: BLE001 - the model's forward raises what its code raises
+        return False
+
+
 def _leaves(cache: Any) -> tuple[list[str], list[torch.Tensor], Any]:
     """The names (``key_0``, ``conv_1``, ``tokens_seen``...), tensors and spec of a cache's flattening."""
     with cache_flattening(cache):
