@@ -10,12 +10,15 @@ Qwen2-VL's and Qwen2.5-VL's processor gives the patches of every image (a grid o
 other sizes than the vision piece's export), their decoder takes 3 rows of positions computed from the grid in the
 loop; Qwen2.5-VL's first vision block attends within windows of 2x2 merged features; Qwen3-VL's vision piece also
 gives the features its decoder adds to its first layer (deepstack). Mistral 3's processor pads the second image to
-the first one's size: the loop crops each one to its size and runs the vision piece once per image."""
+the first one's size: the loop crops each one to its size and runs the vision piece once per image. The folders of
+LLaVA, Qwen2-VL, Qwen2.5-VL and Mistral 3 (exported in float32) also hold the split transformers.js loads: it gives
+transformers' tokens in Node and in headless Chromium."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import numpy as np
 import onnx
@@ -25,6 +28,7 @@ import transformers
 
 from fx2onnx.__main__ import main
 from fx2onnx.deploy.transformersjs_split import SPLIT_MODEL_TYPES
+from test_speech_generic import transformersjs_seq2seq
 
 
 def _image(path, size, flip=False):
@@ -80,11 +84,11 @@ def test_export_writes_the_pieces(folders):
     assert {"decoder.onnx", "decoder.onnx.data", "processor_config.json", "tokenizer.json", "config.json",
             "fx2onnx.json"} <= files
     pieces = json.load(open(os.path.join(out, "fx2onnx.json")))["pieces"]
-    # the vision piece where transformers.js reads it (LLaVA, Qwen2-VL, Qwen2.5-VL: fx2onnx.deploy.transformersjs_split)
+    # the vision piece where transformers.js reads it (fx2onnx.deploy.transformersjs_split)
     model_type = json.load(open(os.path.join(out, "config.json")))["model_type"]
     split = model_type in SPLIT_MODEL_TYPES
     assert pieces["vision"]["file"] == ("onnx/vision_encoder.onnx" if split else "vision.onnx")
-    assert "decoder_model_merged" not in pieces  # bfloat16: transformers.js runs no such weights, no split for it
+    assert ("decoder_model_merged" in pieces) == split  # exported in float32: transformers.js runs it
     assert os.path.isfile(os.path.join(out, pieces["vision"]["file"]))
     assert pieces["vision"]["outputs"][0] == "image_features"
     assert set(pieces["vision"]["outputs"]) <= set(pieces["decoder"]["inputs"])  # Qwen3-VL: deepstack features
@@ -295,6 +299,28 @@ def test_qwen_vl_video_prompt_equals_transformers_greedy(folders, capsys, tmp_pa
     assert main(["generate", out, "what happens in the video?", "--video", clip, "--image", images[0],
                  "--max-new-tokens", "12"]) == 0
     assert capsys.readouterr().out == processor.tokenizer.decode(expected, skip_special_tokens=True) + "\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folders", list(SPLIT_MODEL_TYPES), indirect=True)
+def test_transformersjs_gives_transformers_tokens(folders, tmp_path):
+    """The split transformers.js loads (onnx/embed_tokens.onnx, onnx/vision_encoder.onnx, onnx/decoder_model_merged.onnx)
+    in its AutoModelForImageTextToText, Node (tests/clients/transformersjs_image_text.mjs) and headless Chromium
+    (onnxruntime-web, WASM), on the processor's outputs: transformers' greedy sequence."""
+    from fx2onnx.runtime.vision import read_image
+
+    checkpoint, out, images = folders
+    token = FAMILIES[json.load(open(os.path.join(out, "config.json")))["model_type"]][0]
+    processor = transformers.AutoProcessor.from_pretrained(checkpoint, local_files_only=True)
+    inputs = processor(images=[read_image(images[0])], text=token + "\ndescribe the image", return_tensors="pt")
+    model = transformers.AutoModelForImageTextToText.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    with torch.no_grad():
+        expected = model.generate(**inputs, max_new_tokens=10, do_sample=False).tolist()
+    assert len(set(expected[0][inputs["input_ids"].shape[1]:])) > 3  # the tokens vary: a real check
+    inputs = {k: v.tolist() for k, v in inputs.items()}
+    assert transformersjs_seq2seq(out, inputs, 10, tmp_path, client="transformersjs_image_text.mjs") == expected
+    if shutil.which("chromium"):
+        assert transformersjs_seq2seq(out, inputs, 10, tmp_path, browser=True) == expected
 
 
 @pytest.mark.slow

@@ -35,7 +35,7 @@ from .speech import Piece
 from .vision import last_logits
 
 #: the model types whose folder gets transformers.js' split beside our decoder
-SPLIT_MODEL_TYPES = ("llava", "qwen2_vl", "qwen2_5_vl")
+SPLIT_MODEL_TYPES = ("llava", "qwen2_vl", "qwen2_5_vl", "mistral3")
 #: the inputs of the vision piece transformers.js names otherwise (Qwen2-VL's grid; our loop feeds either name)
 VISION_INPUT_NAMES = {"qwen2_vl": {"image_grid_thw": "grid_thw"}}
 #: the pieces written for transformers.js only (not for weights it cannot run: bfloat16)
