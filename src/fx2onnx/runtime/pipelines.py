@@ -222,6 +222,9 @@ class Pipeline:
             raise ValueError(f"the {self.modality} processor of {self.folder!r} gives no {missing}: the folder's "
                              "processor files are not those it was exported with; export it again.")
         mask = np.asarray(feeds["attention_mask"]) if "attention_mask" in feeds else None
+        pad = getattr(self.tokenizer, "pad_token_id", None) if self.per_text and mask is None else None
+        if pad is not None and "input_ids" in feeds:  # a tokenizer giving no mask (FNet's): the ids but the pads
+            mask = np.asarray(feeds["input_ids"]) != pad
         if self.per_text and mask is not None and not mask.all():
             outputs = self._run_unpadded(feeds, mask.astype(bool))
         else:
