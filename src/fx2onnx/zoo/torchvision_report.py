@@ -20,11 +20,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .torchvision_models import DETECTION, SEGMENTATION
+from .torchvision_models import DETECTION, SEGMENTATION, V2_PROPOSALS
 
 EXPORTERS = {"to_onnx": "``to_onnx``", "dynamo": "``torch.onnx.export`` (dynamo)"}
+_V2 = (f"built with {V2_PROPOSALS} proposals per image (1000 by default): its box head convolves every "
+       "proposal four times, twenty times the cost of the rest of the model at 1000.")
 #: what a row's numbers do not say, rendered below its table
 NOTES = {
+    "fasterrcnn_resnet50_fpn_v2": _V2,
+    "maskrcnn_resnet50_fpn_v2": _V2,
     "keypointrcnn_resnet50_fpn": (
         "Keypoint R-CNN's boxes, labels and scores match eager; its keypoints do not, and the cause is the "
         "check, not the conversion: given the same inputs, every stage of the ONNX model's keypoint path "
