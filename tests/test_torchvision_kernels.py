@@ -191,3 +191,14 @@ def test_roi_pool_backward_through_torchvision():
     torchvision.ops.roi_pool(x, rois, 2, 1.0).sum().backward()
     # each bin's maximum receives a gradient of one
     assert x.grad.sum().item() == 8.0 and set(x.grad.unique().tolist()) <= {0.0, 1.0, 2.0}
+
+
+def test_roi_align_in_chunks_of_boxes(monkeypatch):
+    """The boxes are summed a chunk at a time (memory bounded): several chunks give the same result."""
+    import fx2onnx.torchvision_kernels as kernels
+
+    x = torch.rand(2, 3, 12, 15)
+    rois = _rois(9, 14.0)
+    whole = roi_align(x, rois, 0.5, 3, 4, -1, False)
+    monkeypatch.setattr(kernels, "_CHUNK", 200)  # a few boxes a chunk
+    torch.testing.assert_close(roi_align(x, rois, 0.5, 3, 4, -1, False), whole, atol=0, rtol=0)
