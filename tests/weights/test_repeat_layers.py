@@ -173,6 +173,73 @@ def test_layers_left_after_the_last_period_are_captured_and_renamed():
     np.testing.assert_allclose(got, full(x, scale).detach().numpy(), atol=1e-5)
 
 
+def _swap_an_add_of_layer_1(model) -> None:
+    """Exchanges the inputs of layer 1's residual sum, as torch.export may order a sum's terms differently per layer."""
+    node = next(n for n in model.graph if n.op_type == "Add" and n.metadata_props.get("module") == "layers.1"
+                and all(v.const_value is None for v in n.inputs))
+    a, b = node.inputs
+    node.replace_input_with(0, b)
+    node.replace_input_with(1, a)
+
+
+def test_a_sum_read_in_the_other_order_is_stamped():
+    # Gemma 3's sliding layers add their past length and the new tokens' count in either order (torch.export orders
+    # the terms by their symbols' names)
+    torch.manual_seed(0)
+    full = Stack(4).eval()
+    x, scale = torch.randn(3, 5, 4), torch.rand(1, 1, 10)
+    weights = full.state_dict()
+
+    def swap_then_stamp(model):
+        _swap_an_add_of_layer_1(model)
+        return stamp_layers(model, LayerStack("layers", 4), weights.__getitem__)
+
+    onx = fx2onnx.to_onnx(_short_of(full), (x, scale), dynamic_shapes=({0: "batch", 1: "seq"}, None),
+                          after_conversion=swap_then_stamp)
+    session = ort.InferenceSession(onx.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"x": x.numpy(), "scale": scale.numpy()})[0]
+    np.testing.assert_allclose(got, full(x, scale).detach().numpy(), atol=1e-5)
+
+
+class BufferBlock(Block):
+    """A layer with a buffer its constructor computes, not saved (GPT-J's sinusoidal positions, Falcon-H1's
+    mup_vector): the same in every layer, or depending on the index when ``by_index``."""
+
+    def __init__(self, index: int, by_index: bool = False):
+        super().__init__(index)
+        self.register_buffer("table", torch.arange(8.0) / (index + 1 if by_index else 1), persistent=False)
+
+    def forward(self, x, scale):
+        return super().forward(x, scale) + self.table
+
+
+class BufferStack(Stack):
+    def __init__(self, n: int, by_index: bool = False):
+        super().__init__(n)
+        self.layers = torch.nn.ModuleList(BufferBlock(i, by_index) for i in range(n))
+
+
+def test_buffers_the_checkpoint_lacks_are_shared_when_alike():
+    torch.manual_seed(0)
+    x, scale = torch.randn(3, 5, 4), torch.rand(1, 1, 10)
+    for by_index in (False, True):
+        full = BufferStack(4, by_index).eval()
+        weights = full.state_dict()  # no table: the checkpoint has no non-persistent buffer
+        short = BufferStack(2, by_index).eval()
+        short.load_state_dict({k: v for k, v in weights.items() if not k.startswith(("layers.2", "layers.3"))})
+        stamp = lambda m: stamp_layers(m, LayerStack("layers", 4), weights.__getitem__)  # noqa: E731
+        if by_index:  # a buffer depending on the layer's index: the copies would be wrong
+            with pytest.raises(LayersNotRepeatable, match="layers.2.table is not in the checkpoint"):
+                fx2onnx.to_onnx(short, (x, scale), after_conversion=stamp)
+            continue
+        onx = fx2onnx.to_onnx(short, (x, scale), after_conversion=stamp)
+        assert not any(i.name.startswith(("layers.2.", "layers.3.")) and "table" in i.name
+                       for i in onx.graph.initializer)
+        session = ort.InferenceSession(onx.SerializeToString(), providers=["CPUExecutionProvider"])
+        got = session.run(None, {"x": x.numpy(), "scale": scale.numpy()})[0]
+        np.testing.assert_allclose(got, full(x, scale).detach().numpy(), atol=1e-5)
+
+
 class ScaledStack(Stack):
     """Each layer's residual scaled by a constant of the number of layers (MiniCPM3's scale_depth / sqrt(layers))."""
 

@@ -212,6 +212,10 @@ _SIZE_OPERATORS = {"Shape", "Size", "Constant", "Gather", "Concat", "Squeeze", "
                    "Range", "ConstantOfShape"}
 
 
+#: operators whose two inputs can be exchanged (a layer's sum of sizes may be traced in the other order)
+_COMMUTATIVE = {"Add", "Mul", "Max", "Min", "Equal", "And", "Or", "Xor"}
+
+
 def _shared_sizes(layer0: list[ir.Node], in0: set, in1: set) -> set[ir.Node]:
     """The nodes of layer 0 computing a size read after it as it is (by layer 1, or by what follows the
     layers: the count of tokens a sliding cache has seen): each of them a size operator whose inputs are
@@ -254,6 +258,15 @@ def _same_constant(a: ir.Value, b: ir.Value) -> bool:
     return bool(np.array_equal(ta.numpy(), tb.numpy()))
 
 
+def _built_alike(a: ir.Value, b: ir.Value) -> bool:
+    """Whether the initializers ``a`` and ``b`` of two captured layers hold the same values (a buffer computed by
+    the layer's constructor, not read from the checkpoint: GPT-J's sinusoidal positions, Falcon-H1's mup_vector)."""
+    ta, tb = a.const_value, b.const_value
+    if ta is None or tb is None or ta.dtype != tb.dtype or tuple(ta.shape) != tuple(tb.shape):
+        return False
+    return bool(np.array_equal(ta.numpy(), tb.numpy()))
+
+
 def _same_attributes(n0: ir.Node, n1: ir.Node) -> bool:
     if set(n0.attributes) != set(n1.attributes):
         return False
@@ -279,7 +292,8 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
     mixtures of experts) are captured as they are, the blocks counted after them.
 
     Each copy reads its own weights (``weight(name)``: the tensor of ``model.layers.k...``,
-    :func:`fx2onnx.weights.initializer_tensor` accepts it), its own graph inputs and outputs
+    :func:`fx2onnx.weights.initializer_tensor` accepts it; a KeyError for a buffer the checkpoint does not hold, which
+    the layer's constructor computes: the copies share layer 1's when layer 0's is equal), its own graph inputs and outputs
     (``past_key_values_key_k``, ``present_key_k``, added in order beside those of layer 1, the
     cache pairs in the metadata extended) and what the previous copy computed; what layer 1 gave
     the rest of the graph (the last hidden state) now comes from the last copy.
@@ -325,6 +339,7 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
             return numbered is not None
         if a.is_initializer() and b.is_initializer() and (numbered := _renamer(a.name, b.name)):
             weights[b.name] = numbered
+            weights0[b.name] = a
             return True
         pa, pb = a.producer(), b.producer()
         if pa is None or pb is None:
@@ -342,26 +357,47 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
     same: dict[ir.Value, ir.Value] = {}
     carried: dict[ir.Value, ir.Value] = {}  # value of layer 0 read by layer 1 -> what layer 0 read instead
     weights: dict[str, _Numbered] = {}  # name of a weight of layer 1 -> the names of its copies
+    weights0: dict[str, ir.Value] = {}  # name of a weight of layer 1 -> the same weight of layer 0
     per_layer_inputs: dict[ir.Value, _Numbered] = {}  # input of layer 1 -> the names of its copies
+    def read_alike(n0: ir.Node, inputs1: list[ir.Value | None]) -> str | None:
+        """None when node ``n0`` of layer 0 and the node of layer 1 reading ``inputs1`` read the same values
+        (the correspondences recorded), else the reason they do not."""
+        for a, b in zip(n0.inputs, inputs1):
+            if a is b:
+                if a is not None and a.producer() in in0 and a.producer() not in sizes:
+                    return f"layer 1 reads {a.name} as layer 0 does"
+                continue
+            if a is None or b is None:
+                return "an input is missing in one layer only"
+            if a.producer() in in0:
+                if same.get(a) is not b:
+                    return f"it reads {b.name}, not the copy of {a.name}"
+            elif b.producer() in in0:
+                if carried.setdefault(b, a) is not a:
+                    return f"{b.name} of layer 0 stands for two inputs of layer 0"
+            elif not match_outside(a, b):
+                return f"layer 1 reads {b.name} where layer 0 reads {a.name}"
+        return None
+
     for n0, n1 in zip(layer0, layer1):
         if (n0.domain, n0.op_type, n0.overload, len(n0.inputs), len(n0.outputs)) != \
                 (n1.domain, n1.op_type, n1.overload, len(n1.inputs), len(n1.outputs)) or not _same_attributes(n0, n1):
             raise LayersNotRepeatable(f"node {n1.name} ({n1.op_type}) of layer 1 differs from {n0.name} of layer 0")
-        for a, b in zip(n0.inputs, n1.inputs):
-            if a is b:
-                if a is not None and a.producer() in in0 and a.producer() not in sizes:
-                    raise LayersNotRepeatable(f"{n1.name} of layer 1 reads {a.name} as layer 0 does")
-                continue
-            if a is None or b is None:
-                raise LayersNotRepeatable(f"{n1.name}: an input is missing in one layer only")
-            if a.producer() in in0:
-                if same.get(a) is not b:
-                    raise LayersNotRepeatable(f"{n1.name} reads {b.name}, not the copy of {a.name}")
-            elif b.producer() in in0:
-                if carried.setdefault(b, a) is not a:
-                    raise LayersNotRepeatable(f"{b.name} of layer 0 stands for two inputs of layer 0")
-            elif not match_outside(a, b):
-                raise LayersNotRepeatable(f"{n1.name} of layer 1 reads {b.name} where layer 0 reads {a.name}")
+        recorded = (dict(carried), dict(weights), dict(per_layer_inputs), set(before))
+        reason = read_alike(n0, list(n1.inputs))
+        if reason and n1.domain == "" and n1.op_type in _COMMUTATIVE and len(n1.inputs) == 2:
+            # a sum of two sizes traced in either order (torch.export orders a sum's terms by their symbols'
+            # names, which differ from layer to layer: Gemma 3's past + seq, seq + past): read the other way
+            for kept, saved in zip((carried, weights, per_layer_inputs, before), recorded):
+                kept.clear()
+                kept.update(saved)
+            swapped = [n1.inputs[1], n1.inputs[0]]
+            if read_alike(n0, swapped) is None:
+                n1.replace_input_with(0, swapped[0])
+                n1.replace_input_with(1, swapped[1])
+                reason = None
+        if reason:
+            raise LayersNotRepeatable(f"{n1.name} ({n1.op_type}) of layer 1: {reason}")
         same.update(zip(n0.outputs, n1.outputs))
     # a dimension named apart in each layer (a size read from data, torch.export's unbacked u0, u1...) is
     # left unnamed in the copies: one name for all of them would say they are equal, and an optimizer
@@ -422,7 +458,13 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
             if b.name in weights and b.is_initializer():
                 name = weights[b.name](k)
                 if name not in graph.initializers:
-                    tensor = initializer_tensor(name, weight(name))
+                    try:
+                        tensor = initializer_tensor(name, weight(name))
+                    except KeyError:
+                        if _built_alike(weights0[b.name], b):
+                            return b  # a buffer the layer's constructor computes, the same in every layer: shared
+                        raise LayersNotRepeatable(f"{name} is not in the checkpoint and {b.name} differs from "
+                                                  f"{weights0[b.name].name}") from None
                     if tuple(tensor.shape) != tuple(b.shape) or tensor.dtype != b.dtype:
                         raise LayersNotRepeatable(f"{name} is {tensor.dtype} {tuple(tensor.shape)}, "
                                                   f"{b.name} is {b.dtype} {tuple(b.shape)}")
@@ -515,13 +557,17 @@ def _rename_remainder(graph: ir.Graph, stack: LayerStack, weight: Callable[[str]
         name = renamed(value.name or "")
         if name is None:
             continue
-        tensor = initializer_tensor(name, weight(name))
-        if tuple(tensor.shape) != tuple(value.shape) or tensor.dtype != value.dtype:
+        try:
+            tensor = initializer_tensor(name, weight(name))
+        except KeyError:  # a buffer the layer's constructor computes, not in the checkpoint: the captured one
+            tensor = None
+        if tensor is not None and (tuple(tensor.shape) != tuple(value.shape) or tensor.dtype != value.dtype):
             raise LayersNotRepeatable(f"{name} is {tensor.dtype} {tuple(tensor.shape)}, "
                                       f"{value.name} is {value.dtype} {tuple(value.shape)}")
         graph.initializers.pop(value.name)
         value.name = name
-        value.const_value = tensor
+        if tensor is not None:
+            value.const_value = tensor
         graph.register_initializer(value)
     for node in graph:
         module = renamed(node.metadata_props.get("module", ""))
