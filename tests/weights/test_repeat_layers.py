@@ -16,6 +16,7 @@ import transformers
 import fx2onnx
 from fx2onnx.deploy import export_folder
 from fx2onnx.inputs.discover import get_architecture, tiny_config
+from fx2onnx.runtime.folder import FolderGenerator
 from fx2onnx.testing.tokenizer import write_checkpoint_folder
 from fx2onnx.weights.random_checkpoint import padding_rows, write_random_checkpoint
 from fx2onnx.weights.repeat_layers import (
@@ -314,6 +315,25 @@ def test_folder_stamped_equals_full_capture(tmp_path, architecture):
 def test_folder_stamped_with_a_remainder_equals_full_capture(tmp_path):
     # seven layers alternating sliding and global: three periods stamped, the seventh layer captured after them
     _stamped_equals_full_capture(tmp_path, "gemma2", 7)
+
+
+@pytest.mark.slow
+def test_gemma3_pattern_with_a_remainder_generates_as_transformers(tmp_path):
+    # Gemma 3's sliding layers before a global one (three here, six in the published models), ten layers: three
+    # periods stamped from two captured, the tenth layer captured after them; greedy tokens equal transformers'
+    config = _tiny("gemma3_text", 10)
+    config.layer_types = (["sliding_attention"] * 2 + ["full_attention"]) * 3 + ["sliding_attention"]
+    checkpoint = str(tmp_path / "checkpoint")
+    write_checkpoint_folder(config, checkpoint, dtype="float32", std=0.3)
+    lines = []
+    result = export_folder(checkpoint, tmp_path / "stamped", log=lines.append)
+    assert any("captured 7 of the 10 layers" in line for line in lines), lines
+    assert all(c.ok for c in result.checks), result.check_lines()
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    ids = transformers.AutoTokenizer.from_pretrained(checkpoint)("hello world", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        expected = model.generate(ids, max_new_tokens=6, min_new_tokens=6, do_sample=False)[0, ids.shape[1]:]
+    assert FolderGenerator(str(tmp_path / "stamped")).generate_text("hello world", 6).new_ids == expected.tolist()
 
 
 def _stamped_equals_full_capture(tmp_path, architecture: str, layers: int):
