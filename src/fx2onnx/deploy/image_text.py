@@ -95,7 +95,7 @@ def export_vision_pieces(
             )
         if piece.filename.startswith("onnx/"):  # transformers.js loads the weights' file as it names it
             rename_external_data(path, data_file_name(piece.filename))
-        if piece is pieces[0] or piece.name == "embed_tokens":  # the features piece (vision, audio), the embeddings
+        if piece is pieces[0] or piece.name in ("embed_tokens", "vision_encoder"):  # features (vision, audio), embeddings
             rename_values(path, piece.input_names, piece.output_names, {})
             continue
         if piece.name == "decoder_model_merged":  # transformers.js' decoder: optimum's names, the present fed back

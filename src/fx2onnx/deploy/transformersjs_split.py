@@ -4,7 +4,8 @@ transformers.js runs a model of its image-text-to-text list as three files under
 the placeholders in JavaScript between them:
 
 * ``vision_encoder.onnx``: ``pixel_values`` -> ``image_features (rows, hidden)``; the vision piece of the folder
-  (:class:`fx2onnx.deploy.vision.VisionPiece`), one file our loop reads too;
+  (:class:`fx2onnx.deploy.vision.VisionPiece`), one file our loop reads too, but for Idefics 3
+  (:class:`TiledVisionPiece` on the processor's ``(prompts, tiles, 3, H, W)``, our loop's on the tiles);
 * ``embed_tokens.onnx``: ``input_ids`` -> ``inputs_embeds``, the token embeddings;
 * ``decoder_model_merged.onnx``: ``inputs_embeds``, ``attention_mask``, ``position_ids`` and the cache named as
   optimum names it (``past_key_values.N.key``) -> ``logits`` of the last position and ``present.N.key``, the
@@ -13,8 +14,8 @@ the placeholders in JavaScript between them:
 Our loop keeps its decoder (``decoder.onnx``: the merge in the graph, the cache in place), so the text weights are
 written twice; :data:`SPLIT_MODEL_TYPES` lists the families written so (LLaVA: transformers.js' merge is the model's,
 the features over every ``<image>`` placeholder in order; Qwen2-VL and Qwen2.5-VL: the decoder's three rows of
-positions computed by transformers.js, Qwen2-VL's grid named ``grid_thw`` as transformers.js feeds it). Gemma 3 is
-left out: its image tokens attend to each other in both directions, which a decoder on ``inputs_embeds`` alone cannot
+positions computed by transformers.js, Qwen2-VL's grid named ``grid_thw`` as transformers.js feeds it; Mistral 3;
+Idefics 3). Gemma 3 is left out: its image tokens attend to each other in both directions, which a decoder on ``inputs_embeds`` alone cannot
 know; Qwen3-VL too: transformers.js feeds its decoder the deepstack features.
 
 .. code-block:: python
@@ -32,14 +33,17 @@ from typing import Any
 import torch
 
 from .speech import Piece
-from .vision import last_logits
+from .vision import VisionPiece, last_logits
 
 #: the model types whose folder gets transformers.js' split beside our decoder
-SPLIT_MODEL_TYPES = ("llava", "qwen2_vl", "qwen2_5_vl", "mistral3")
+SPLIT_MODEL_TYPES = ("llava", "qwen2_vl", "qwen2_5_vl", "mistral3", "idefics3")
+#: the model types whose vision encoder for transformers.js is its own piece (:class:`TiledVisionPiece`): Idefics 3,
+#: fed the processor's ``pixel_values (prompts, tiles, 3, H, W)`` by transformers.js, our loop the tiles only
+TILED_MODEL_TYPES = ("idefics3",)
 #: the inputs of the vision piece transformers.js names otherwise (Qwen2-VL's grid; our loop feeds either name)
 VISION_INPUT_NAMES = {"qwen2_vl": {"image_grid_thw": "grid_thw"}}
 #: the pieces written for transformers.js only (not for weights it cannot run: bfloat16)
-SPLIT_PIECES = ("embed_tokens", "decoder_model_merged")
+SPLIT_PIECES = ("embed_tokens", "decoder_model_merged", "vision_encoder")
 #: the file of the vision piece where transformers.js reads it
 VISION_ENCODER_FILE = "onnx/vision_encoder.onnx"
 
@@ -56,10 +60,27 @@ def with_transformersjs_split(pieces: list[Piece], model: Any, config: Any, seed
     if not has_transformersjs_split(config):
         return pieces
     vision, decoder = pieces
+    split = transformersjs_pieces(model, config, decoder, seed)
+    if config.model_type in TILED_MODEL_TYPES:
+        def tiles(inputs: dict[str, Any], prompts: int) -> dict[str, Any]:
+            pixels = inputs["pixel_values"]
+            return {"pixel_values": pixels[None].expand(prompts, *pixels.shape).contiguous()}
+
+        return [vision, decoder, *split,
+                Piece("vision_encoder", VISION_ENCODER_FILE, TiledVisionPiece(model), tiles(vision.inputs, 1),
+                      tiles(vision.inputs2, 2), {"pixel_values": {0: "prompts", 1: "tiles"}}, ["pixel_values"],
+                      ["image_features"])]
     vision.filename = VISION_ENCODER_FILE
     renames = VISION_INPUT_NAMES.get(config.model_type, {})
     vision.input_names = [renames.get(name, name) for name in vision.input_names]
-    return [vision, decoder, *transformersjs_pieces(model, config, decoder, seed)]
+    return [vision, decoder, *split]
+
+
+class TiledVisionPiece(VisionPiece):
+    """:class:`fx2onnx.deploy.vision.VisionPiece` on the tiles of every prompt, ``(prompts, tiles, 3, H, W)``."""
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return super().forward(pixel_values.flatten(0, 1))
 
 
 class EmbedTokensPiece(torch.nn.Module):
