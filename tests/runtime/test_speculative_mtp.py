@@ -214,3 +214,26 @@ def test_mtp_in_genai(genai_mtp_folder, tmp_path):
     plain_half = genai_tokens(half)
     assert genai_tokens(half, overlay) == plain_half
     assert plain_half[:n] == ours
+
+
+@pytest.mark.slow
+def test_mtp_int4(mtp_folders, tmp_path):
+    """An int4 folder quantizes the head as its decoder (the head's vocabulary projection would otherwise read
+    more bytes than the whole decoder); --mtp keeps plain greedy's tokens."""
+    import onnx
+
+    checkpoint, _ = mtp_folders
+    out = str(tmp_path / "int4")
+    saved = transformers.Glm4MoeForCausalLM._keys_to_ignore_on_load_unexpected
+    transformers.Glm4MoeForCausalLM._keys_to_ignore_on_load_unexpected = [r"model\.layers\.2\..*"]
+    try:
+        export_folder(checkpoint, out, validate=False, quantize="int4")
+    finally:
+        transformers.Glm4MoeForCausalLM._keys_to_ignore_on_load_unexpected = saved
+    head = onnx.load(os.path.join(out, "onnx", "mtp.onnx"), load_external_data=False)
+    assert any(n.op_type == "MatMulNBits" for n in head.graph.node)
+    gen = FolderGenerator(out)
+    plain = gen.generator.generate(np.array([PROMPT]), NEW)
+    got = gen.generator.generate(np.array([PROMPT]), NEW, speculation=MultiTokenPrediction(out))
+    assert got.tolist() == plain.tolist()
+    assert gen.generator.last_times.verifying_runs > 0

@@ -14,8 +14,8 @@ cache named as the decoder's (``past_key_values.0.key`` -> ``present.0.key``); g
 ``og.Model`` of the same folder through :func:`genai_head_overlay`.
 
 :func:`export_mtp` writes that head as ``onnx/mtp.onnx`` (inputs ``input_ids``, ``last_hidden_states``,
-``attention_mask``, ``position_ids`` and its cache; outputs the logits of the last position and the cache,
-float32 even when the decoder is quantized) and adds the decoder's last hidden states of every position of a
+``attention_mask``, ``position_ids`` and its cache; outputs the logits of the last position and the cache;
+its weights quantized as the decoder's) and adds the decoder's last hidden states of every position of a
 run as an output, :data:`HIDDEN_OUTPUT` (:func:`add_hidden_output`); ``fx2onnx.json`` records it under
 ``"mtp"``. Only the first head is exported (Step-3.7 has 3): one candidate a run.
 :class:`fx2onnx.runtime.speculative.MultiTokenPrediction` runs it.
@@ -129,15 +129,19 @@ def export_mtp(folder: str, out_dir: str, decoder_path: str, dtype: torch.dtype 
                   past_key_values=[{2: dyn}, {2: dyn}])
     path = os.path.join(out_dir, MTP_FILE)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with torch.no_grad():
-        to_onnx(step, (), kwargs=copy.deepcopy(kwargs), dynamic_shapes=shapes, filename=path)
-    name_presents(path, optimum_names=True)  # past_key_values.0.key -> present.0.key, as the decoder's
-    add_hidden_output(decoder_path)
-    record = {"file": MTP_FILE, "layers": 1, "checkpoint_layers": int(getattr(config, "num_hidden_layers", 1)),
-              "hidden": HIDDEN_OUTPUT}
     metadata_path = os.path.join(out_dir, FOLDER_METADATA)
     with open(metadata_path, encoding="utf-8") as f:
         metadata = json.load(f)
+    quantize = metadata.get("quantize")  # the head quantized as the decoder (its vocabulary projection)
+    with torch.no_grad():
+        to_onnx(step, (), kwargs=copy.deepcopy(kwargs), dynamic_shapes=shapes, filename=path, quantize=quantize,
+                optimize="onnxruntime" if quantize else True,
+                quantize_block_size=metadata.get("block_size") or 32,
+                quantize_symmetric=bool(metadata.get("symmetric")))
+    name_presents(path, optimum_names=True)  # past_key_values.0.key -> present.0.key, as the decoder's
+    add_hidden_output(decoder_path)
+    record = {"file": MTP_FILE, "layers": 1, "checkpoint_layers": int(getattr(config, "num_hidden_layers", 1)),
+              "hidden": HIDDEN_OUTPUT, "quantize": quantize}
     record["genai"] = write_genai_mtp(out_dir, metadata)
     metadata["mtp"] = record
     with open(metadata_path, "w", encoding="utf-8") as f:
