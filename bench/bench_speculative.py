@@ -41,6 +41,7 @@ import argparse
 import datetime
 import json
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -251,14 +252,16 @@ def main() -> None:
             with open(args.json, encoding="utf-8") as f:
                 measured = {tuple(r.get(k) for k in key) for r in rows}
                 kept = [r for r in json.load(f)["rows"] if tuple(r.get(k) for k in key) not in measured]
-        command = f"{datetime.date.today().isoformat()}: python " + " ".join(sys.argv)
+        # the command as typed, the folders' path (a temporary one) named FOLDERS
+        argv = shlex.join("FOLDERS" if args.folders and a == args.folders else a for a in sys.argv)
+        command = f"{datetime.date.today().isoformat()}: python " + argv
         for r in rows:  # each row says when and how it was measured
-            r.update(date=datetime.date.today().isoformat(), command="python " + " ".join(sys.argv))
+            r.update(date=datetime.date.today().isoformat(), command="python " + argv)
         commands = [command]
         if kept:
             with open(args.json, encoding="utf-8") as f:
                 commands = json.load(f).get("commands", []) + commands
-        stored = {"date": datetime.date.today().isoformat(), "command": "python " + " ".join(sys.argv),
+        stored = {"date": datetime.date.today().isoformat(), "command": "python " + argv,
                   "commands": commands,
                   "machine": f"{os.cpu_count()} cores, shared with other jobs (noisy)", "bandwidth_gb_s": floor_gbs,
                   "new_tokens": NEW, "versions": versions(), "rows": kept + rows}
