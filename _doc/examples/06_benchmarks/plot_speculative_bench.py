@@ -252,9 +252,9 @@ for r in stored["rows"]:
 # folder whose logits are cast to float16 (``float16 logits``), its plain generator on the same copy
 # beside them. ``acc/prop``: candidates kept over proposed. The head's candidate is nearly always
 # kept, and still neither loop gains: the head reads the 32000-token vocabulary projection again and
-# two experts (about 86 MB a run, against about 100 MB for a step of the decoder, whose embedding
-# table is read one row at a time), so a run giving two tokens reads about 186 MB where two plain
-# steps read 200: at most 7 % less, below this loaded machine's noise. A large model's head is a
+# its experts (about 90 MB a run, against about 110 MB for a step of the decoder, whose embedding
+# table is read one row at a time), so a run giving two tokens reads about 200 MB where two plain
+# steps read 220: at most 10 % less, below this loaded machine's noise. A large model's head is a
 # small share of its weights, where the same runs approach twice plain decoding's speed.
 
 mtp = sorted(
