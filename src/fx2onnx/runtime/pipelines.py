@@ -144,6 +144,7 @@ def open_task_folder(pipeline: Any, folder: str | os.PathLike, task: str, provid
     check_folder_files(pipeline.folder, metadata)
     pipeline.modality, pipeline.outputs, pipeline.sentence = "text", tuple(piece["outputs"]), False
     pipeline.input_names = list(piece["inputs"])
+    pipeline.per_text = piece.get("padding") == "per_text"
     pipeline.session = onnxruntime.InferenceSession(os.path.join(pipeline.folder, piece["file"]),
                                                     session_options(threads),
                                                     providers=list(providers or ["CPUExecutionProvider"]))
