@@ -55,3 +55,23 @@ def test_a_hybrid_sliding_layer_keeps_its_other_states():
     assert [sorted(vars(layer)) for layer in inputs["past_key_values"].layers] == [
         [k for k in names if k not in ("sliding_window", "cumulative_length", "_sliding_window_tensor")]
         for names in before]
+
+
+def test_an_indexer_cache_follows_the_longer_past():
+    # a sparse-attention indexer keeps its keys along the past ([batch, past, width]) beside the layer's keys: the
+    # longer past of the check's second set lengthens them too (onnxruntime refused the mask of another length)
+    config = transformers.Dots3NoteTextConfig(
+        hidden_size=32, intermediate_size=64, moe_intermediate_size=16, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=2, vocab_size=99, q_lora_rank=16, kv_lora_rank=8, qk_nope_head_dim=8,
+        qk_rope_head_dim=8, v_head_dim=8, head_dim=16, index_n_heads=2, index_head_dim=16, index_topk=4,
+        n_routed_experts=2, num_experts_per_tok=1, sliding_window=6, per_layer_config={},
+        layer_types=["indexed_attention", "sliding_attention"], mlp_layer_types=["dense", "dense"],
+        architectures=["Dots3NoteForCausalLM"], pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    inputs, inputs2, shapes = task_inputs(config, "text-generation", with_cache=True)
+    assert whole_past([inputs, inputs2], shapes, config)
+    indexed = inputs2["past_key_values"].layers[0]
+    past = indexed.keys.shape[-2]
+    assert past == config.sliding_window + 3 and indexed.indexer_keys.shape[1] == past  # 7 after the prefill
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        assert model(**inputs2).logits.shape[:2] == inputs2["input_ids"].shape

@@ -30,6 +30,9 @@ import copy
 from typing import Any
 
 import torch
+from torch.utils import _pytree as pytree
+
+from ..flatten import cache_flattening
 
 
 def _is_sliding(layer: Any) -> bool:
@@ -99,11 +102,36 @@ def _past_length(cache: Any) -> int:
                for layer in cache.layers if _has_keys(layer))
 
 
-def _lengthen(inputs: dict[str, Any], past: int, generator: torch.Generator) -> None:
-    """Gives the input set ``inputs`` a past of ``past`` positions (its mask and positions follow)."""
+def _lengthen_states(cache: Any, past: int, specs: Any, generator: torch.Generator) -> Any:
+    """``cache`` whose other floating point states along the past (a sparse-attention indexer's keys, ``[batch,
+    past, width]``: DeepSeek V3.2, dots3) hold ``past`` positions too, drawn at random; they are found by the
+    axes ``specs`` (the cache's dynamic shapes, read from two prefills) names ``past_seq``. ``cache`` itself
+    when nothing else runs along the past or the specs do not match its flattening."""
+    with cache_flattening(cache):
+        leaves, treespec = pytree.tree_flatten(cache)
+    flat = [spec for spec in specs if not (isinstance(spec, dict) and "tokens_seen" in spec.values())] \
+        if isinstance(specs, list) else []
+    if len(flat) != len(leaves) or any(spec is not None and not isinstance(spec, dict) for spec in flat):
+        return cache
+    fresh, changed = [], False
+    for leaf, spec in zip(leaves, flat):
+        axes = [axis for axis, label in (spec or {}).items() if label == "past_seq"]
+        if axes and leaf.is_floating_point() and any(leaf.shape[axis] != past for axis in axes):
+            shape = [past if axis in axes else size for axis, size in enumerate(leaf.shape)]
+            leaf, changed = torch.randn(shape, generator=generator).to(leaf.dtype), True
+        fresh.append(leaf)
+    if not changed:
+        return cache
+    with cache_flattening(cache):
+        return pytree.tree_unflatten(fresh, treespec)
+
+
+def _lengthen(inputs: dict[str, Any], past: int, generator: torch.Generator, specs: Any = None) -> None:
+    """Gives the input set ``inputs`` a past of ``past`` positions (its mask and positions follow); ``specs``: the
+    cache's dynamic shapes, naming the other states along the past (:func:`_lengthen_states`)."""
     cache = inputs["past_key_values"]
     batch, seq = inputs["input_ids"].shape
-    inputs["past_key_values"] = _whole_cache(cache, past, generator)
+    inputs["past_key_values"] = _lengthen_states(_whole_cache(cache, past, generator), past, specs, generator)
     if "attention_mask" in inputs:
         mask = inputs["attention_mask"]
         inputs["attention_mask"] = torch.ones((batch, past + seq), dtype=mask.dtype)
@@ -126,7 +154,7 @@ def whole_past(input_sets: list[dict[str, Any]], dynamic_shapes: dict[str, Any],
         past = _past_length(cache)
         if i == len(input_sets) - 1:
             past = max(past, windows[i] + 3)  # past the window: the mask, not the cache, cuts it
-        _lengthen(inputs, past, generator)
+        _lengthen(inputs, past, generator, dynamic_shapes.get("past_key_values"))
     specs = dynamic_shapes.get("past_key_values")
     while isinstance(specs, list) and specs and "tokens_seen" in dict(specs[-1]).values():
         specs.pop()  # the count of tokens seen a cache of sliding layers only carried
