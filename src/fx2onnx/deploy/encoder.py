@@ -241,8 +241,10 @@ def export_encoder_pieces(task: str, folder: str, out_dir: str, config: Any, dty
                          "language inference classifier.")
     with parameters_on_meta():  # the buffers computed (BERT's position and token type ids)
         model = getattr(transformers, config.architectures[0])._from_config(config, dtype=dtype).eval()
-    # BART's classifier, tagger and base model start their decoder from the input ids: one pass, not a generator
-    if "decoder_input_ids" in inspect.signature(model.forward).parameters and model.can_generate():
+    # BART's classifier, tagger and base model start their decoder from the input ids: one pass, not a generator;
+    # so does its generator filling a mask (transformers' fill-mask pipeline: one pass, the logits at the mask)
+    if "decoder_input_ids" in inspect.signature(model.forward).parameters and model.can_generate() and \
+            task != "fill-mask":
         raise ValueError(f"{config.architectures[0]} is an encoder-decoder generating tokens: a {task} folder holds "
                          "a single-pass model; export its encoder class (T5EncoderModel...) or a seq2seq task.")
     sentence = read_sentence_modules(folder) if task == "feature-extraction" else None
