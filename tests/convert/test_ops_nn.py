@@ -104,6 +104,15 @@ def test_native_layer_norm_outputs():
     check_export(model, (_x(2, 5, 6),), dynamic_shapes=({0: "batch"},), inputs2=((_x(3, 5, 6, seed=1),), None))
 
 
+@pytest.mark.parametrize(("dim", "g_shape"), [(0, (6, 1, 1)), (2, (1, 1, 5)), (-1, ())])
+def test_weight_norm_converts_without_retracing(dim, g_shape):
+    """``weight_norm``'s weight (wav2vec2's positional convolution) has a converter: nothing is decomposed."""
+    model = Fn2(lambda v, g: torch._weight_norm(v, g, dim))
+    g = _x(*g_shape, seed=1) if g_shape else torch.tensor(1.5)
+    onx = check_export(model, (_x(6, 4, 5), g))
+    assert "ReduceL2" in {n.op_type for n in onx.graph.node}
+
+
 EMBEDDINGS = {
     "embedding": nn.Embedding(10, 4),
     "embedding_padding_idx": nn.Embedding(10, 4, padding_idx=0),

@@ -144,6 +144,20 @@ def convert_rms_norm(ctx, node, x, normalized_shape, weight=None, eps=None):
     return y if weight is None else ctx.op.Mul(y, weight)
 
 
+@converter(aten._weight_norm.default)
+def convert_weight_norm(ctx, node, v, g, dim=0):
+    """``v * (g / ||v||)``, the norm over every dimension but ``dim`` (over all of them for -1), as
+    ``torch.nn.utils.weight_norm`` computes a weight (wav2vec2's positional convolution); a converter spares the
+    capture two re-tracings (``_weight_norm``, then the ``_weight_norm_interface`` it decomposes into)."""
+    rank = input_rank(ctx)
+    dtype = ctx.out_dtype()
+    keep = None if dim == -1 else normalize_axis(dim, rank)
+    axes = ctx.const([a for a in range(rank) if a != keep], torch.int64)
+    work = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype  # squares overflow float16
+    norm = ctx.op.ReduceL2(ctx.cast(v, work), axes, keepdims=1)
+    return ctx.op.Mul(v, ctx.cast(ctx.op.Div(ctx.cast(g, work), norm), dtype))
+
+
 @converter(aten.softmax.int, aten._softmax.default, aten._safe_softmax.default, aten.special_softmax.default)
 def convert_softmax(ctx, node, x, dim, half_to_float_or_dtype=None):
     dtype = ctx.out_dtype()
