@@ -19,7 +19,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch.utils import _pytree as pytree
 
-from .patches.caches import register_cache_serialization, unregister_cache_serialization
+from .patches.caches import register_cache_serialization, standalone_cache_classes, unregister_cache_serialization
 
 
 def _unflattened_caches(value: Any) -> list[Any]:
@@ -28,7 +28,8 @@ def _unflattened_caches(value: Any) -> list[Any]:
     if cache_utils is None or not hasattr(cache_utils, "Cache"):
         # transformers not imported: no cache object can exist
         return []
-    return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, cache_utils.Cache)]
+    classes = (cache_utils.Cache, *standalone_cache_classes())
+    return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, classes)]
 
 
 @contextlib.contextmanager

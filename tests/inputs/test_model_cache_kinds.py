@@ -82,3 +82,19 @@ def test_a_model_not_decoding_new_tokens_from_its_cache_is_named_in_one_line():
     llama = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
                                      vocab_size=99, architectures=["LlamaForCausalLM"])
     assert decode_step_refusal(llama) is None
+
+
+@pytest.mark.slow
+def test_xlstm_cache_flattens_into_its_recurrent_states():
+    # xLSTMCache is no transformers Cache: per layer a matrix, a normalizer and a stabilizer state
+    config = transformers.xLSTMConfig(hidden_size=64, num_heads=4, num_blocks=2, num_hidden_layers=2, vocab_size=99,
+                                      qk_dim_factor=1.0, chunk_size=16, architectures=["xLSTMForCausalLM"])
+    inputs, inputs2, shapes = model_cache_inputs(config)
+    assert sorted(inputs) == ["cache_params", "input_ids"]
+    with cache_flattening(inputs["cache_params"]):
+        keyed, _ = pytree.tree_flatten_with_path(inputs["cache_params"])
+    assert [str(path[-1].key) for path, _ in keyed] == [f"recurrent_{l}_{i}" for l in range(2) for i in range(3)]
+    model = transformers.xLSTMForCausalLM(config).eval()
+    with torch.no_grad():
+        logits = model(**copy.deepcopy(inputs2)).logits
+    assert logits.shape == (3, 4, 99) and torch.isfinite(logits).all()

@@ -381,13 +381,55 @@ def _serializers() -> dict[str, tuple[Callable, Callable, Callable]]:
     return found
 
 
+# xLSTMCache: a standalone class, per layer a tuple of recurrent states (matrix, normalizer, stabilizer)
+
+_XLSTM_MODULE = "transformers.models.xlstm.modeling_xlstm"
+
+
+def _flatten_xlstm_with_keys(cache: Any) -> tuple[list[tuple[Any, torch.Tensor]], Any]:
+    layers = sorted(cache.rnn_state)
+    keyed = [(pytree.MappingKey(f"recurrent_{layer}_{i}"), state)
+             for layer in layers for i, state in enumerate(cache.rnn_state[layer])]
+    return keyed, tuple((layer, len(cache.rnn_state[layer])) for layer in layers)
+
+
+def _flatten_xlstm(cache: Any) -> tuple[list[torch.Tensor], Any]:
+    keyed, context = _flatten_xlstm_with_keys(cache)
+    return [state for _, state in keyed], context
+
+
+def _unflatten_xlstm(cls: type) -> Callable[[list[torch.Tensor], Any], Any]:
+    def unflatten(children: list[torch.Tensor], context: Any) -> Any:
+        cache = cls.__new__(cls)  # its constructor needs the configuration; only the states are read
+        states = iter(children)
+        cache.rnn_state = {layer: tuple(next(states) for _ in range(count)) for layer, count in context}
+        # the count of tokens seen, only incremented by the forward: a Python number, no input of the graph
+        cache.seqlen_offset = 0
+        cache.dtype = children[0].dtype if children else torch.float32
+        cache.config = None
+        return cache
+
+    return unflatten
+
+
+def standalone_cache_classes() -> tuple[type, ...]:
+    """The cache classes of the modeling files imported so far which are no ``Cache`` (xLSTM's)."""
+    xlstm = getattr(sys.modules.get(_XLSTM_MODULE), "xLSTMCache", None)
+    return (xlstm,) if xlstm is not None else ()
+
+
 def _all_serializers(module: Any) -> dict[str, tuple[type, Callable, Callable, Callable]]:
     """name -> (class, flatten, unflatten, flatten_with_keys): the classes of transformers.cache_utils,
-    then the subclasses of DynamicCache of the modeling files (named with their module)."""
+    then the subclasses of DynamicCache of the modeling files (named with their module), then xLSTM's cache
+    where its modeling file is imported."""
     found = {name: (getattr(module, name), *functions) for name, functions in _serializers().items()}
     for cls in model_cache_classes():
         found[f"{cls.__module__}.{cls.__qualname__}"] = (
             cls, _flatten_subclass, _unflatten_subclass(cls), _flatten_subclass_with_keys)
+    xlstm = getattr(sys.modules.get(_XLSTM_MODULE), "xLSTMCache", None)
+    if xlstm is not None:
+        found[f"{_XLSTM_MODULE}.xLSTMCache"] = (xlstm, _flatten_xlstm, _unflatten_xlstm(xlstm),
+                                                _flatten_xlstm_with_keys)
     return found
 
 
