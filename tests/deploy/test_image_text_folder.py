@@ -307,21 +307,24 @@ def test_qwen_vl_video_prompt_equals_transformers_greedy(folders, capsys, tmp_pa
 @pytest.mark.parametrize("folders", list(SPLIT_MODEL_TYPES), indirect=True)
 def test_transformersjs_gives_transformers_tokens(folders, tmp_path):
     """The split transformers.js loads (onnx/embed_tokens.onnx, onnx/vision_encoder.onnx, onnx/decoder_model_merged.onnx)
-    in its AutoModelForImageTextToText, Node (tests/clients/transformersjs_image_text.mjs) and headless Chromium
+    in its AutoModelForImageTextToText, in Node (tests/clients/transformersjs_image_text.mjs) and headless Chromium
     (onnxruntime-web, WASM), on the processor's outputs: transformers' greedy sequence."""
     from fx2onnx.runtime.vision import read_image
 
     checkpoint, out, images = folders
-    token = FAMILIES[json.load(open(os.path.join(out, "config.json")))["model_type"]][0]
+    model_type = json.load(open(os.path.join(out, "config.json")))["model_type"]
     processor = transformers.AutoProcessor.from_pretrained(checkpoint, local_files_only=True)
-    inputs = processor(images=[read_image(images[0])], text=token + "\ndescribe the image", return_tensors="pt")
+    inputs = processor(images=[read_image(images[0])], text=FAMILIES[model_type][0] + "\ndescribe the image",
+                       return_tensors="pt")
     model = transformers.AutoModelForImageTextToText.from_pretrained(checkpoint, dtype=torch.float32).eval()
     with torch.no_grad():
         expected = model.generate(**inputs, max_new_tokens=10, do_sample=False).tolist()
     assert len(set(expected[0][inputs["input_ids"].shape[1]:])) > 3  # the tokens vary: a real check
     inputs = {k: v.tolist() for k, v in inputs.items()}
     assert transformersjs_seq2seq(out, inputs, 10, tmp_path, client="transformersjs_image_text.mjs") == expected
-    if shutil.which("chromium"):
+    # the same in the browser for two families (LLaVA's merge, Qwen2-VL's positions; each run is about 12 s; the
+    # others were run by hand: Qwen2.5-VL, Mistral 3, Idefics 3 give the same tokens)
+    if shutil.which("chromium") and model_type in ("llava", "qwen2_vl"):
         assert transformersjs_seq2seq(out, inputs, 10, tmp_path, browser=True) == expected
 
 
