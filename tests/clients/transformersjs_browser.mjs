@@ -2,37 +2,14 @@
 // `python -m fx2onnx export`: a page served on 127.0.0.1 loads the folder as a browser user would, offline.
 //   node transformersjs_browser.mjs FOLDER '[token ids]' [NEW_TOKENS] [CHROMIUM]
 // Prints one JSON line: {"new_ids": [...], "seconds": ...}. CHROMIUM defaults to Debian's /usr/bin/chromium.
-import fs from "node:fs";
-import http from "node:http";
-import path from "node:path";
-import { fileURLToPath } from "node:url";
-import puppeteer from "puppeteer-core";
+import { printResult, runInChromium } from "./chromium_page.mjs";
 
 const [folder, idsJson, newTokens = "8", chromium = "/usr/bin/chromium"] = process.argv.slice(2);
 if (!folder || !idsJson) {
   console.error("usage: node transformersjs_browser.mjs FOLDER '[token ids]' [NEW_TOKENS] [CHROMIUM]");
   process.exit(2);
 }
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..", "node_modules");
-// URL prefix -> folder served
-const routes = {
-  "/transformers/": path.join(root, "@huggingface", "transformers", "dist"),
-  "/ort/": path.join(root, "onnxruntime-web", "dist"),
-  "/models/model/": path.resolve(folder),
-};
-const types = { ".js": "text/javascript", ".mjs": "text/javascript", ".json": "application/json",
-                ".wasm": "application/wasm", ".html": "text/html" };
-
-const page = `<!doctype html><html><body><script type="module">
-import { AutoModelForCausalLM, Tensor, env } from "/transformers/transformers.js";
-env.allowRemoteModels = false;
-env.allowLocalModels = true;
-env.localModelPath = "/models/";
-env.useBrowserCache = false;
-env.backends.onnx.wasm.wasmPaths = { mjs: "/ort/ort-wasm-simd-threaded.asyncify.mjs",
-                                     wasm: "/ort/ort-wasm-simd-threaded.asyncify.wasm" };
-env.backends.onnx.wasm.numThreads = 1;
-try {
+const body = `
   const ids = ${JSON.stringify(JSON.parse(idsJson))};
   const model = await AutoModelForCausalLM.from_pretrained("model", { dtype: "fp32", device: "wasm" });
   const input_ids = new Tensor("int64", BigInt64Array.from(ids.map(BigInt)), [1, ids.length]);
@@ -41,43 +18,5 @@ try {
   const output = await model.generate({ input_ids, attention_mask, max_new_tokens: ${+newTokens},
                                         min_new_tokens: ${+newTokens}, do_sample: false });
   const seconds = (performance.now() - begin) / 1000;
-  window.result = { new_ids: Array.from(output.data, Number).slice(ids.length), seconds };
-} catch (e) {
-  window.result = { error: String(e && e.stack || e) };
-}
-</script></body></html>`;
-
-const server = http.createServer((request, response) => {
-  const url = decodeURIComponent(new URL(request.url, "http://127.0.0.1").pathname);
-  if (url === "/") {
-    response.writeHead(200, { "Content-Type": "text/html" });
-    return response.end(page);
-  }
-  for (const [prefix, dir] of Object.entries(routes)) {
-    if (!url.startsWith(prefix)) continue;
-    const file = path.join(dir, url.slice(prefix.length));
-    if (!file.startsWith(dir) || !fs.existsSync(file) || !fs.statSync(file).isFile()) break;
-    response.writeHead(200, { "Content-Type": types[path.extname(file)] ?? "application/octet-stream" });
-    return fs.createReadStream(file).pipe(response);
-  }
-  response.writeHead(404);
-  response.end();
-});
-await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-const browser = await puppeteer.launch({ executablePath: chromium, headless: true,
-                                         args: ["--no-sandbox", "--disable-gpu", "--no-first-run"] });
-let result;
-try {
-  const tab = await browser.newPage();
-  await tab.goto(`http://127.0.0.1:${server.address().port}/`);
-  await tab.waitForFunction(() => window.result !== undefined, { timeout: 240000, polling: 200 });
-  result = await tab.evaluate(() => window.result);
-} finally {
-  await browser.close();
-  server.close();
-}
-if (result.error) {
-  console.error(result.error);
-  process.exit(1);
-}
-console.log(JSON.stringify(result));
+  window.result = { new_ids: Array.from(output.data, Number).slice(ids.length), seconds };`;
+printResult(await runInChromium(folder, ["AutoModelForCausalLM", "Tensor"], body, chromium));

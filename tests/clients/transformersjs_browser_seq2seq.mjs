@@ -6,10 +6,7 @@
 // input_values or pixel_values; pixel_values with input_ids: an image-text folder, onnx/embed_tokens.onnx +
 // onnx/vision_encoder.onnx + onnx/decoder_model_merged.onnx). Prints one JSON line: {"sequences": [[...]], "seconds": ...}.
 import fs from "node:fs";
-import http from "node:http";
-import path from "node:path";
-import { fileURLToPath } from "node:url";
-import puppeteer from "puppeteer-core";
+import { printResult, runInChromium } from "./chromium_page.mjs";
 
 const [folder, inputsFile, newTokens = "8", chromium = "/usr/bin/chromium"] = process.argv.slice(2);
 if (!folder || !inputsFile) {
@@ -17,34 +14,14 @@ if (!folder || !inputsFile) {
   process.exit(2);
 }
 const inputs = fs.readFileSync(inputsFile, "utf8");
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..", "node_modules");
-// URL prefix -> folder served
-const routes = {
-  "/transformers/": path.join(root, "@huggingface", "transformers", "dist"),
-  "/ort/": path.join(root, "onnxruntime-web", "dist"),
-  "/models/model/": path.resolve(folder),
-};
-const types = { ".js": "text/javascript", ".mjs": "text/javascript", ".json": "application/json",
-                ".wasm": "application/wasm", ".html": "text/html" };
-
-const page = `<!doctype html><html><body><script type="module">
-import { AutoModelForImageTextToText, AutoModelForSeq2SeqLM, AutoModelForSpeechSeq2Seq, AutoModelForVision2Seq,
-         Tensor, env } from "/transformers/transformers.js";
-env.allowRemoteModels = false;
-env.allowLocalModels = true;
-env.localModelPath = "/models/";
-env.useBrowserCache = false;
-env.backends.onnx.wasm.wasmPaths = { mjs: "/ort/ort-wasm-simd-threaded.asyncify.mjs",
-                                     wasm: "/ort/ort-wasm-simd-threaded.asyncify.wasm" };
-env.backends.onnx.wasm.numThreads = 1;
-function tensor(type, nested) {
-  const dims = [];
-  for (let level = nested; Array.isArray(level); level = level[0]) dims.push(level.length);
-  const flat = nested.flat(Infinity);
-  const data = type === "int64" ? BigInt64Array.from(flat.map(BigInt)) : Float32Array.from(flat);
-  return new Tensor(type, data, dims);
-}
-try {
+const body = `
+  function tensor(type, nested) {
+    const dims = [];
+    for (let level = nested; Array.isArray(level); level = level[0]) dims.push(level.length);
+    const flat = nested.flat(Infinity);
+    const data = type === "int64" ? BigInt64Array.from(flat.map(BigInt)) : Float32Array.from(flat);
+    return new Tensor(type, data, dims);
+  }
   const inputs = ${inputs};
   const audio = ["input_features", "input_values"].find((k) => k in inputs);
   const image = "pixel_values" in inputs;
@@ -61,42 +38,7 @@ try {
   const output = await model.generate({ ...feeds, max_new_tokens: ${+newTokens}, do_sample: false });
   const seconds = (performance.now() - begin) / 1000;
   window.result = { sequences: output.tolist().map((row) => row.map(Number)), seconds };
-} catch (e) {
-  window.result = { error: String(e && e.stack || e) };
-}
-</script></body></html>`;
-
-const server = http.createServer((request, response) => {
-  const url = decodeURIComponent(new URL(request.url, "http://127.0.0.1").pathname);
-  if (url === "/") {
-    response.writeHead(200, { "Content-Type": "text/html" });
-    return response.end(page);
-  }
-  for (const [prefix, dir] of Object.entries(routes)) {
-    if (!url.startsWith(prefix)) continue;
-    const file = path.join(dir, url.slice(prefix.length));
-    if (!file.startsWith(dir) || !fs.existsSync(file) || !fs.statSync(file).isFile()) break;
-    response.writeHead(200, { "Content-Type": types[path.extname(file)] ?? "application/octet-stream" });
-    return fs.createReadStream(file).pipe(response);
-  }
-  response.writeHead(404);
-  response.end();
-});
-await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-const browser = await puppeteer.launch({ executablePath: chromium, headless: true,
-                                         args: ["--no-sandbox", "--disable-gpu", "--no-first-run"] });
-let result;
-try {
-  const tab = await browser.newPage();
-  await tab.goto(`http://127.0.0.1:${server.address().port}/`);
-  await tab.waitForFunction(() => window.result !== undefined, { timeout: 240000, polling: 200 });
-  result = await tab.evaluate(() => window.result);
-} finally {
-  await browser.close();
-  server.close();
-}
-if (result.error) {
-  console.error(result.error);
-  process.exit(1);
-}
-console.log(JSON.stringify(result));
+`;
+printResult(await runInChromium(folder, ["AutoModelForImageTextToText", "AutoModelForSeq2SeqLM",
+                                         "AutoModelForSpeechSeq2Seq", "AutoModelForVision2Seq", "Tensor"],
+                                body, chromium));
