@@ -241,6 +241,46 @@ def test_buffers_the_checkpoint_lacks_are_shared_when_alike():
         np.testing.assert_allclose(got, full(x, scale).detach().numpy(), atol=1e-5)
 
 
+class PresentBlock(Block):
+    def forward(self, x, scale):
+        y = super().forward(x, scale)
+        value = y * 2  # computed before the key, returned after it (CodeGen's order)
+        return y, torch.relu(y), value
+
+
+class PresentStack(Stack):
+    """Each layer also returns two states, its key and value."""
+
+    def __init__(self, n: int):
+        super().__init__(n)
+        self.layers = torch.nn.ModuleList(PresentBlock(i) for i in range(n))
+
+    def forward(self, x, scale):
+        x, states = self.embed(x), []
+        for layer in self.layers:
+            x, key, value = layer(x, scale)
+            states += [key, value]
+        return (self.head(x), *states)
+
+
+def test_stamped_states_keep_the_order_of_layer_1_outputs():
+    torch.manual_seed(0)
+    full = PresentStack(4).eval()
+    short = PresentStack(2).eval()
+    short.load_state_dict({k: v for k, v in full.state_dict().items() if not k.startswith(("layers.2", "layers.3"))})
+    x, scale = torch.randn(3, 5, 4), torch.rand(1, 1, 10)
+    weights = full.state_dict()
+    names = ["out", "present_key_0", "present_value_0", "present_key_1", "present_value_1"]
+    onx = fx2onnx.to_onnx(short, (x, scale), output_names=names,
+                          after_conversion=lambda m: stamp_layers(m, LayerStack("layers", 4), weights.__getitem__))
+    expected = [t.detach().numpy() for t in full(x, scale)]
+    assert [o.name for o in onx.graph.output] == ["out"] + [f"present_{s}_{k}" for k in range(4)
+                                                             for s in ("key", "value")]
+    session = ort.InferenceSession(onx.SerializeToString(), providers=["CPUExecutionProvider"])
+    for got, want in zip(session.run(None, {"x": x.numpy(), "scale": scale.numpy()}), expected):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+
+
 class ScaledStack(Stack):
     """Each layer's residual scaled by a constant of the number of layers (MiniCPM3's scale_depth / sqrt(layers))."""
 

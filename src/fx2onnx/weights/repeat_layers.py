@@ -443,6 +443,7 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
     new_outputs: list[list[ir.Value]] = []
 
     input_position = {value: i for i, value in enumerate(graph.inputs)}
+    output_position = {value: i for i, value in enumerate(graph.outputs)}
     for k in range(2, stack.blocks):
         current: dict[ir.Value, ir.Value] = {}
         inputs_k: dict[ir.Value, ir.Value] = {}
@@ -503,7 +504,8 @@ def stamp_layers(model: ir.Model, stack: LayerStack, weight: Callable[[str], Any
         added += len(copies)
         new_inputs.append([inputs_k[b] for b in sorted(inputs_k, key=input_position.__getitem__)])
         outs_k = []
-        for v1, numbered in per_layer_outputs.items():
+        # in the order of layer 1's outputs, not of the nodes computing them (CodeGen's value before its key)
+        for v1, numbered in sorted(per_layer_outputs.items(), key=lambda item: output_position[item[0]]):
             out = current[v1]
             out.name = numbered(k)
             outs_k.append(out)
