@@ -1,6 +1,6 @@
 """An encoder-decoder classifier (BART's: its decoder starts from the input ids, one pass) exports from a folder as a
 single-pass model and runs as transformers' text-classification pipeline does; a generator (BART's conditional
-generation class) is still refused for a single-pass task."""
+generation class) fills a mask in one pass as transformers' fill-mask pipeline."""
 
 from __future__ import annotations
 
@@ -36,7 +36,14 @@ def test_bart_classifier_folder_equals_transformers(tmp_path):
     expected = transformers.pipeline("text-classification", model=folder, dtype=torch.float32)(SENTENCES)
     assert [g["label"] for g in got] == [e["label"] for e in expected]
     assert all(abs(g["score"] - e["score"]) < 1e-4 for g, e in zip(got, expected))
+    # the generator filling a mask: one pass too (transformers' fill-mask pipeline reads the logits at the mask)
     generator = str(tmp_path / "generator")
     _bart(generator, "BartForConditionalGeneration")
-    with pytest.raises(ValueError, match="encoder-decoder generating tokens"):
-        export_folder(generator, str(tmp_path / "out2"), task="fill-mask")
+    export_folder(generator, str(tmp_path / "out2"), task="fill-mask")
+    masked = ["the cat sat on the [MASK] .", "paris is the [MASK] of france"]
+    got = fx2onnx.pipeline(str(tmp_path / "out2"))(masked)
+    expected = transformers.pipeline("fill-mask", model=generator, dtype=torch.float32)(masked)
+    assert [[g["token_str"] for g in row] for row in got] == [[e["token_str"] for e in row] for row in expected]
+    assert all(abs(g["score"] - e["score"]) < 1e-4 for gs, es in zip(got, expected) for g, e in zip(gs, es))
+    with pytest.raises(ValueError, match="its head is one of"):  # not an embedder
+        export_folder(generator, str(tmp_path / "out3"), task="feature-extraction")
