@@ -36,7 +36,9 @@ NOTES = {
         "them to 1e-5). A keypoint is the argmax of a heatmap resampled to ``ceil`` of its box's size: with random "
         "weights the heatmaps are flat, a box 0.025 pixel away (rounding through a random ResNet-50) crosses "
         "an integer width and the argmax jumps by 20 pixels, and heatmaps 1e-2 apart pick another of two "
-        "near-equal maxima."),
+        "near-equal maxima. The row was measured on those flat heatmaps: the case now peaks each heatmap at a "
+        "corner of its box (``_peak_keypoints``; the keypoints then stay put when a box moves by 0.03 pixel), "
+        "and the row was not measured again on it."),
     "fasterrcnn_resnet50_fpn": (
         "Faster R-CNN R50's difference is a near-tie, not a conversion bug. Five images of six match to 2e-4; "
         "on the sixth, onnxruntime keeps a detection (ranked 15th of 20) eager does not. Its region proposal "
