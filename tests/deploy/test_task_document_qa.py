@@ -11,7 +11,7 @@ import pytest
 import fx2onnx
 from fx2onnx.__main__ import main
 from fx2onnx.deploy import export_folder
-from fx2onnx.testing.pipeline_folders import write_layoutlm_folder
+from fx2onnx.testing.pipeline_folders import write_layoutlm_folder, write_layoutlmv3_folder
 
 from test_encoder_tasks import _reference, _same
 
@@ -50,3 +50,19 @@ def test_layoutlm_folder_equals_transformers(tmp_path_factory, tmp_path, capsys)
         assert main(["run", out, *args]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and words in err and err.count("\n") == 1, err
+
+
+@pytest.mark.slow  # an export
+def test_layoutlmv3_folder_equals_transformers(tmp_path_factory):
+    """LayoutLMv3 given the words: its tokenizer gives each token's box, no pixels (as the pipeline runs it)."""
+    root = tmp_path_factory.mktemp("layoutlmv3")
+    checkpoint = write_layoutlmv3_folder(root / "checkpoint")
+    result = export_folder(checkpoint, root / "out")
+    assert result.ok and result.written, result.check_lines()
+    assert result.task == "document-question-answering"
+    ours, reference = fx2onnx.pipeline(str(root / "out")), _reference("document-question-answering", checkpoint)
+    for question, options in (("what is the capital of france?", dict(top_k=3)),
+                              ("what is the capital?", dict(top_k=2, max_seq_len=24, doc_stride=4))):
+        expected = reference(image=None, question=question, word_boxes=WORDS, **options)
+        assert expected and expected[0]["answer"], expected
+        _same(ours(question=question, word_boxes=WORDS, **options), expected)

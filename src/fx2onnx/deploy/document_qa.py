@@ -4,8 +4,9 @@
 
 The example inputs come from the folder's own tokenizer: a question and the words of a page split into words as the
 pipeline splits them, each token given its word's box (the separator ``[1000] * 4``, the question ``[0] * 4``); the
-batch and the length are dynamic. Checked against the same wrapper around the eager float32 model. LayoutLMv2 and
-v3, which also read the page's pixels, are not exported yet.
+batch and the length are dynamic. Checked against the same wrapper around the eager float32 model. LayoutLMv3 is
+exported the same way (its tokenizer gives each token's box), without the page's pixels: transformers' pipeline given
+the words runs it so. LayoutLMv2, whose visual backbone is detectron2's, is not exported.
 
 .. code-block:: python
 
@@ -20,15 +21,16 @@ from typing import Any
 
 import torch
 
-from ..runtime.document_qa import token_boxes
+from ..runtime.document_qa import encode_page
 from ..runtime.pipelines import MODEL_FILE
 from ..weights.empty import parameters_on_meta
 from .encoder import _processor
 from .onnx_pieces import export_onnx_pieces
 from .speech import Piece
 
-#: the model types exported (LayoutLM reads the words and their boxes; v2 and v3 read the pixels too)
-DOCUMENT_QA_MODEL_TYPES = ("layoutlm",)
+#: the model types exported (LayoutLM reads the words and their boxes; LayoutLMv3 too, the page's pixels left out
+#: as the pipeline leaves them out given the words; v2 reads the pixels through detectron2)
+DOCUMENT_QA_MODEL_TYPES = ("layoutlm", "layoutlmv3")
 #: the inputs of the model, in the wrapper's order
 INPUTS = ("input_ids", "bbox", "attention_mask", "token_type_ids")
 #: the words and boxes of the example page and the questions of the two input sets (one, then two)
@@ -38,7 +40,7 @@ QUESTIONS = (("what is the capital of france?",), ("what is the capital?", "is p
 
 
 class DocumentQuestionAnsweringPiece(torch.nn.Module):
-    """LayoutLM returning the start and end logits of the answer."""
+    """LayoutLM (or LayoutLMv3) returning the start and end logits of the answer."""
 
     base_model_prefix = "model"
 
@@ -53,15 +55,14 @@ class DocumentQuestionAnsweringPiece(torch.nn.Module):
 
 
 def document_piece(model: Any, folder: str) -> Piece:
-    """The piece of a LayoutLM folder with two input sets of its tokenizer (1 then 2 questions on one page)."""
+    """The piece of a LayoutLM(v3) folder with two input sets of its tokenizer (1 then 2 questions on one page)."""
     tokenizer = _processor(folder, "text")
     words, boxes = [w for w, _ in PAGE], [b for _, b in PAGE]
     sets = []
     for questions in QUESTIONS:
-        encoding = tokenizer([q.split() for q in questions], [words] * len(questions), is_split_into_words=True,
-                             padding=True, return_token_type_ids=True)
+        encoding, spans_boxes = encode_page(tokenizer, model.config.model_type, questions, words, boxes, padding=True)
         tensors = {k: torch.tensor(encoding[k]) for k in ("input_ids", "attention_mask", "token_type_ids")}
-        tensors["bbox"] = torch.tensor([token_boxes(tokenizer, encoding, i, boxes) for i in range(len(questions))])
+        tensors["bbox"] = torch.tensor(spans_boxes)
         sets.append({k: tensors[k] for k in INPUTS})
     return Piece("model", MODEL_FILE, DocumentQuestionAnsweringPiece(model), sets[0], sets[1],
                  {n: {0: "batch", 1: "sequence"} for n in INPUTS}, list(INPUTS), ["start_logits", "end_logits"])

@@ -1,5 +1,5 @@
 """A question about a page and its words to the answers transformers' document-question-answering pipeline returns,
-with a LayoutLM folder written by ``export`` (``onnx/model.onnx``: :mod:`fx2onnx.deploy.document_qa`).
+with a LayoutLM or LayoutLMv3 folder written by ``export`` (``onnx/model.onnx``: :mod:`fx2onnx.deploy.document_qa`).
 
 As the pipeline: the question and the page's words (with their boxes, 0-1000, as an OCR gives them) through the
 folder's tokenizer in spans of its length (``doc_stride`` overlapping tokens), the model on each span, then
@@ -61,8 +61,21 @@ def token_boxes(tokenizer: Any, encoding: Any, span: int, boxes: list[Any]) -> l
     return result
 
 
+def encode_page(tokenizer: Any, model_type: str, questions: Sequence[str], words: list[str], boxes: list[Any],
+                **options: Any) -> tuple[Any, list[list[list[int]]]]:
+    """The tokenizer's encoding of questions about a page, as transformers' pipeline makes it, and the box of each token
+    of each span: LayoutLM's tokenizer reads the words (:func:`token_boxes`), LayoutLMv3's the words and their boxes."""
+    if model_type == "layoutlm":
+        encoding = tokenizer([q.split() for q in questions], [words] * len(questions), is_split_into_words=True,
+                             return_token_type_ids=True, **options)
+        return encoding, [token_boxes(tokenizer, encoding, i, boxes) for i in range(len(encoding["input_ids"]))]
+    encoding = tokenizer(list(questions), [words] * len(questions), boxes=[boxes] * len(questions),
+                         return_token_type_ids=True, **options)
+    return encoding, [[list(box) for box in span] for span in encoding["bbox"]]
+
+
 class DocumentQuestionAnsweringPipeline(Pipeline):
-    """A LayoutLM folder, called as transformers' document-question-answering pipeline.
+    """A LayoutLM or LayoutLMv3 folder, called as transformers' document-question-answering pipeline.
 
     :param folder: a folder written by ``python -m fx2onnx export`` for task ``document-question-answering``
     :param providers: onnxruntime providers (default: CPU)
@@ -101,9 +114,9 @@ class DocumentQuestionAnsweringPipeline(Pipeline):
         max_seq_len = tokenizer.model_max_length if max_seq_len is None else max_seq_len
         doc_stride = min(max_seq_len // 2, 256) if doc_stride is None else doc_stride
         words, boxes = [w for w, _ in pairs], [b for _, b in pairs]
-        encoding = tokenizer(question.split(), words, is_split_into_words=True, padding="do_not_pad",
-                             max_length=max_seq_len, stride=doc_stride, return_token_type_ids=True,
-                             truncation="only_second", return_overflowing_tokens=True)
+        encoding, spans_boxes = encode_page(
+            tokenizer, str(self.config.get("model_type")), [question], words, boxes, padding="do_not_pad",
+            max_length=max_seq_len, stride=doc_stride, truncation="only_second", return_overflowing_tokens=True)
         min_null_score, answers = 1000000.0, []
         for span in range(len(encoding["input_ids"])):
             ids = np.array(encoding["input_ids"][span])
@@ -111,7 +124,7 @@ class DocumentQuestionAnsweringPipeline(Pipeline):
             if tokenizer.cls_token_id is not None:
                 p_mask[ids == tokenizer.cls_token_id] = False
             feeds = {k: np.array(encoding[k][span:span + 1]) for k in ("input_ids", "attention_mask", "token_type_ids")}
-            feeds["bbox"] = np.array([token_boxes(tokenizer, encoding, span, boxes)], dtype=np.int64)
+            feeds["bbox"] = np.array([spans_boxes[span]], dtype=np.int64)
             start, end = self._run(feeds, all_outputs=True)
             starts, ends, scores, min_null_score = select_starts_ends(
                 start=start, end=end, p_mask=p_mask, attention_mask=feeds["attention_mask"],

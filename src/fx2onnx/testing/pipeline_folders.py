@@ -1,7 +1,7 @@
 """Checkpoint folders made in code for the pipeline tasks of several pieces or of their own post-processing: a tiny
 SAM with its image processor (mask-generation), a tiny VITS with its character tokenizer (text-to-audio), a tiny TAPAS with its
 WordPiece table tokenizer (table-question-answering), a tiny OWLv2 (zero-shot-object-detection), a tiny LayoutLM with the WordPiece
-tokenizer (document-question-answering), a tiny DETR panoptic segmenter and a tiny MaskFormer
+tokenizer and a tiny LayoutLMv3 with a byte-level BPE one (document-question-answering), a tiny DETR panoptic segmenter and a tiny MaskFormer
 (image-segmentation); what a published folder holds, without a download.
 
 .. code-block:: python
@@ -13,6 +13,7 @@ tokenizer (document-question-answering), a tiny DETR panoptic segmenter and a ti
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -180,6 +181,47 @@ def write_layoutlm_folder(folder: str | os.PathLike, seed: int = 0) -> str:
         architectures=["LayoutLMForQuestionAnswering"])
     torch.manual_seed(seed)
     model = transformers.LayoutLMForQuestionAnswering(config).eval()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        model.save_pretrained(folder)
+    finally:
+        transformers.utils.logging.enable_progress_bar()
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def layoutlmv3_tokenizer() -> Any:
+    """A byte-level BPE :class:`transformers.LayoutLMv3Tokenizer` over the vocabulary and merges of
+    :func:`fx2onnx.testing.tokenizer.tiny_tokenizer`, RoBERTa's special tokens first (the padding id 1 its positions
+    skip)."""
+    import transformers
+
+    from .tokenizer import tiny_tokenizer
+
+    state = json.loads(tiny_tokenizer().backend_tokenizer.to_str())["model"]
+    specials = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+    rest = [t for t, _ in sorted(state["vocab"].items(), key=lambda x: x[1]) if t not in specials]
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in state["merges"]]
+    tokenizer = transformers.LayoutLMv3Tokenizer(vocab={t: i for i, t in enumerate((*specials, *rest))}, merges=merges)
+    tokenizer.model_max_length = 128
+    return tokenizer
+
+
+def write_layoutlmv3_folder(folder: str | os.PathLike, seed: int = 0) -> str:
+    """Writes a ``save_pretrained`` folder of a tiny LayoutLMv3 question answerer (2 layers of 32 units, no visual
+    embedding: the words and their boxes only) with :func:`layoutlmv3_tokenizer`; returns the folder."""
+    import torch
+    import transformers
+
+    folder = os.fspath(folder)
+    tokenizer = layoutlmv3_tokenizer()
+    config = transformers.LayoutLMv3Config(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=130, max_2d_position_embeddings=1024, coordinate_size=6, shape_size=4,
+        visual_embed=False, pad_token_id=tokenizer.pad_token_id, initializer_range=0.2,
+        architectures=["LayoutLMv3ForQuestionAnswering"])
+    torch.manual_seed(seed)
+    model = transformers.LayoutLMv3ForQuestionAnswering(config).eval()
     transformers.utils.logging.disable_progress_bar()
     try:
         model.save_pretrained(folder)
