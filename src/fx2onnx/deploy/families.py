@@ -194,7 +194,7 @@ FAMILIES: tuple[Family, ...] = (
            "the cell and aggregation logits of two input sets of its tokenizer (a table, 2 and 3 questions) against "
            "eager float32"),
     Family("words and boxes", "document-question-answering", None,
-           "LayoutLM: the answer's words among the page's words and their boxes",
+           "LayoutLM and LayoutLMv3 (no pixels): the answer's words among the page's words and their boxes",
            lambda f: True, export_document_qa_pieces,
            "the start and end logits of two input sets of its tokenizer (a page, 1 and 2 questions) against eager "
            "float32"),
