@@ -195,12 +195,12 @@ def test_the_text_printed_is_the_tokenizers(folders, capsys):
     assert "no language or task" in capsys.readouterr().err
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("folders", ["speech_to_text"], indirect=True)  # one family
 def test_a_generation_config_the_loop_does_not_follow_is_refused(folders, tmp_path):
     from fx2onnx.runtime.speech import open_speech_generator
 
-    name, _, out, wavs = folders
-    if name != FAMILIES[0]:
-        pytest.skip("one family is enough")
+    _, _, out, wavs = folders
     copy = str(tmp_path / "copy")
     shutil.copytree(out, copy)
     path = os.path.join(copy, "generation_config.json")
@@ -235,6 +235,7 @@ def test_transformersjs_and_optimum_give_transformers_tokens(folders, optimum_py
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("folders", ["speech_to_text"], indirect=True)  # one family
 def test_previous_layout_still_transcribes_with_a_notice(folders, tmp_path):
     """A folder of the previous layout (encoder.onnx returning the cross keys and values, decoder.onnx with the cache
     named past_key_values_key_<i>) still transcribes, the same tokens, with one OldLayoutWarning."""
@@ -244,8 +245,6 @@ def test_previous_layout_still_transcribes_with_a_notice(folders, tmp_path):
     from fx2onnx.runtime.speech import open_speech_generator
 
     name, checkpoint, out, wavs = folders
-    if name != "speech_to_text":
-        pytest.skip("one family is enough")
     old = str(tmp_path / "old")
     os.makedirs(old)
     config = transformers.AutoConfig.from_pretrained(checkpoint)
