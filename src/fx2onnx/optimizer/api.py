@@ -163,7 +163,11 @@ def optimize(
     begin = time.perf_counter()
     optimize_model(ir_model, inline=inline)
     rep.rules.append(RuleResult("onnxscript", 0, time.perf_counter() - begin, "fold, rewrite, fold, dead code"))
+    later = []
     for rule in LEVELS[name]:
+        if rule.after_quantize and bits is not None and rule.name in chosen:
+            later.append(rule)  # on the quantized nodes
+            continue
         if rule.name not in chosen:
             why = "disabled" if rule.name in disable else f"off by default: enable=[{rule.name!r}] runs it"
             rep.rules.append(RuleResult(rule.name, 0, 0.0, f"skipped: {why}"))
@@ -191,6 +195,12 @@ def optimize(
                                     heads=heads)
         _remove_unused(ir_model)
         rep.rules.append(RuleResult(f"quantize_{quantize}", matches, time.perf_counter() - begin, f"block {block_size}"))
+    for rule in later:
+        begin = time.perf_counter()
+        matches = rule.fn(ir_model)
+        if matches:
+            _remove_unused(ir_model)
+        rep.rules.append(RuleResult(rule.name, int(matches), time.perf_counter() - begin))
     _finalize(ir_model)
     rep.nodes_after = _count(ir_model.graph)
     rep.op_types = dict(collections.Counter(n.op_type for n in ir_model.graph))
