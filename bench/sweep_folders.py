@@ -57,7 +57,9 @@ def transformersjs_tokens(folder: str, ids: list[int], timeout: int = 240) -> li
     except subprocess.TimeoutExpired:
         return f"transformers.js: no result after {timeout} s"
     if done.returncode != 0:
-        lines = [x.strip() for x in done.stderr.splitlines() if x.strip() and not x.strip().startswith("at ")]
+        # not the stack nor the source line Node quotes above the message (``throw new Error(``, ``^``)
+        lines = [x.strip() for x in done.stderr.splitlines()
+                 if x.strip() and not x.strip().startswith(("at ", "throw ", "^", "file://"))]
         error = next((x for x in lines if re.match(r"^[A-Za-z]*Error:", x)), None) or \
             next((x for x in lines if "Error" in x), lines[-1] if lines else f"exit {done.returncode}")
         return f"transformers.js: {error}"[:240]
