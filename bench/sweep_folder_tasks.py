@@ -405,8 +405,8 @@ def main(argv=None) -> list[dict]:
             stored = json.load(f)
         previous = stored["rows"] if args.resume else []
     optimum = optimum_counts(stored.get("optimum"))
+    every = pairs(None, optimum.get("model_types"))  # the document counts every pair, --only runs some
     keys = pairs(set(args.only.split(",")) if args.only else None, optimum.get("model_types"))
-    every = list(keys)
     redo = tuple(args.redo.split(",")) if args.redo else ()
     kept = {r["architecture"]: r for r in previous if not (redo and r["architecture"].startswith(redo))
             and not (args.redo_failed and not r.get("equal"))}
