@@ -107,6 +107,13 @@ def test_layer_stack_refuses_layers_of_several_kinds():
         model = transformers.Gemma2ForCausalLM(gemma2)
     assert layer_stack(model) == LayerStack("model.layers", 6, 2)
     assert short_config(gemma2, 4).layer_types == gemma2.layer_types[:4]
+    llama4 = transformers.Llama4TextConfig(hidden_size=32, intermediate_size=64, intermediate_size_mlp=64,
+                                           num_hidden_layers=12, num_attention_heads=2, num_key_value_heads=1,
+                                           head_dim=16, vocab_size=128, num_local_experts=2)
+    with torch.device("meta"):
+        model = transformers.Llama4ForCausalLM(llama4)
+    # three chunked-attention layers for one global without rotary; moe_layers lists every layer's index
+    assert llama4.moe_layers == list(range(12)) and layer_stack(model) == LayerStack("model.layers", 12, 4)
     assert short_config(llama).num_hidden_layers == 2 and llama.num_hidden_layers == 4
     assert short_config(config).layer_types == config.layer_types[:2]
 

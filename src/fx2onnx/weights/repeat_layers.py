@@ -121,7 +121,10 @@ def layer_stack(model: torch.nn.Module, config: Any = None, max_period: int = 8,
     if len(stacks) != 1:
         return None
     path, layers = stacks[0]
-    lists = [v for v in vars(config).values() if isinstance(v, (list, tuple)) and len(v) == count]
+    # per-layer lists of the config (layer types...); a list of every layer's index (Llama 4's moe_layers when all
+    # are mixtures of experts) names layers, it is no per-layer value
+    lists = [v for v in vars(config).values() if isinstance(v, (list, tuple)) and len(v) == count
+             and list(v) != list(range(count))]
     signatures = [_signature(layer) for layer in layers]
     for start in range(0, max_start + 1):
         repeated = count - start
