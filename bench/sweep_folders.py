@@ -194,9 +194,15 @@ def main(argv=None) -> list[dict]:
         archs = [a for a in archs if a.name not in kept]
 
     def save(rows: list[dict]) -> None:
+        nonlocal notes
         if not args.json:
             return
         merged = dict(kept)
+        if (args.merge or args.resume) and os.path.exists(args.json):  # the rows another run wrote meanwhile kept
+            with open(args.json, encoding="utf-8") as f:
+                current = json.load(f)
+            merged = {r["arch"]: r for r in current["rows"]}
+            notes = current.get("notes", notes)
         merged.update({r["arch"]: r for r in rows})
         ordered = sorted(merged.values(), key=lambda r: r["arch"])
         document = {
