@@ -408,7 +408,8 @@ def main(argv=None) -> list[dict]:
     every = pairs(None, optimum.get("model_types"))  # the document counts every pair, --only runs some
     keys = pairs(set(args.only.split(",")) if args.only else None, optimum.get("model_types"))
     redo = tuple(args.redo.split(",")) if args.redo else ()
-    kept = {r["architecture"]: r for r in previous if not (redo and r["architecture"].startswith(redo))
+    kept = {r["architecture"]: r for r in previous if not any(  # a key, or a task's rows ("fill-mask/")
+        r["architecture"] == k or k.endswith("/") and r["architecture"].startswith(k) for k in redo)
             and not (args.redo_failed and not r.get("equal"))}
     keys = [k for k in keys if k not in kept][: args.limit]
 
