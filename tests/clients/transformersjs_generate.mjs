@@ -5,21 +5,15 @@
 // config.json's transformers.js_config names, else transformers.js' default).
 // PROMPT is a text (encoded by the folder's tokenizer in transformers.js) or token ids as JSON ('[5, 60, 7]').
 // Prints one JSON line: {"prompt_ids", "new_ids", "text", "seconds"} (seconds: the whole generate call).
-import path from "node:path";
-import { AutoModelForCausalLM, AutoTokenizer, Tensor, env } from "@huggingface/transformers";
+import { AutoModelForCausalLM, AutoTokenizer, Tensor } from "@huggingface/transformers";
+import { offline } from "./node_offline.mjs";
 
 const [folder, prompt, newTokens = "8", threads = "0", dtype = ""] = process.argv.slice(2);
 if (!folder || prompt === undefined) {
   console.error("usage: node transformersjs_generate.mjs FOLDER PROMPT|'[ids]' [NEW_TOKENS] [THREADS]");
   process.exit(2);
 }
-// the folder only: no download, no cache
-env.allowRemoteModels = false;
-env.allowLocalModels = true;
-env.localModelPath = path.dirname(path.resolve(folder));
-env.useFSCache = false;
-env.useBrowserCache = false;
-const name = path.basename(path.resolve(folder));
+const name = offline(folder);  // the folder only: no download, no cache
 
 const options = { local_files_only: true, device: "cpu" };
 if (dtype) options.dtype = dtype;
