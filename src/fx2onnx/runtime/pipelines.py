@@ -134,22 +134,30 @@ def open_task_folder(pipeline: Any, folder: str | os.PathLike, task: str, provid
                      threads: int | None) -> None:
     """Sets ``pipeline`` on a folder of one model written for ``task``, a task with a pipeline class of its own
     (table and document question answering, text to audio): text first, no labels."""
-    import onnxruntime
-
     pipeline.folder = os.fspath(folder)
     metadata = _read_json(os.path.join(pipeline.folder, FOLDER_METADATA))
     pipeline.task, piece = metadata.get("task"), metadata.get("pieces", {}).get("model")
     if pipeline.task != task or piece is None:
         raise ValueError(f"{pipeline.folder!r} is a folder of task {pipeline.task!r}, not a {task} folder.")
-    check_folder_files(pipeline.folder, metadata)
     pipeline.modality, pipeline.outputs, pipeline.sentence = "text", tuple(piece["outputs"]), False
+    _open_model(pipeline, metadata, piece, providers, threads)
+    pipeline.id2label = {}
+
+
+def _open_model(pipeline: Any, metadata: dict, piece: dict, providers: Sequence[str] | None,
+                threads: int | None) -> None:
+    """What every pipeline reads of its folder's model piece: the files checked, the inputs, the padding rule,
+    the session, ``config.json``; the processors loaded on first use."""
+    import onnxruntime
+
+    check_folder_files(pipeline.folder, metadata)
     pipeline.input_names = list(piece["inputs"])
+    #: a text model whose outputs change with padding (ConvBERT, FNet): each text run alone, as the pipeline
     pipeline.per_text = piece.get("padding") == "per_text"
     pipeline.session = onnxruntime.InferenceSession(os.path.join(pipeline.folder, piece["file"]),
                                                     session_options(threads),
                                                     providers=list(providers or ["CPUExecutionProvider"]))
     pipeline.config = _read_json(os.path.join(pipeline.folder, "config.json"))
-    pipeline.id2label = {}
     pipeline._processor = None
     pipeline._tokenizer = None
 
@@ -163,8 +171,6 @@ class Pipeline:
     """
 
     def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None):
-        import onnxruntime
-
         self.folder = os.fspath(folder)
         metadata = _read_json(os.path.join(self.folder, FOLDER_METADATA))
         self.task = metadata.get("task")
@@ -172,21 +178,14 @@ class Pipeline:
         if self.task not in PIPELINE_TASKS or piece is None:
             raise ValueError(f"{self.folder!r} is a folder of task {self.task!r}, which run does not serve: run takes "
                              f"a folder of {sorted(PIPELINE_TASKS)} (generate runs the generation tasks).")
-        check_folder_files(self.folder, metadata)
         self.modality, self.outputs = PIPELINE_TASKS[self.task]
         self.outputs = tuple(piece.get("outputs") or self.outputs)  # a sentence-transformers folder's are its own
         #: a sentence-transformers folder: the pooled (normalized) embedding of each text, as its ``encode``
         self.sentence = "sentence_embedding" in self.outputs
-        self.input_names = list(piece["inputs"])
-        #: a text model whose outputs change with padding (ConvBERT, FNet): each text run alone, as the pipeline
-        self.per_text = piece.get("padding") == "per_text"
-        self.session = onnxruntime.InferenceSession(os.path.join(self.folder, piece["file"]),
-                                                    session_options(threads),
-                                                    providers=list(providers or ["CPUExecutionProvider"]))
-        self.config = _read_json(os.path.join(self.folder, "config.json"))
-        self.id2label = {int(k): v for k, v in (self.config.get("id2label") or {}).items()}
         self._processor: Any = None
         self._tokenizer: Any = None
+        _open_model(self, metadata, piece, providers, threads)
+        self.id2label = {int(k): v for k, v in (self.config.get("id2label") or {}).items()}
 
     @property
     def processor(self) -> Any:
