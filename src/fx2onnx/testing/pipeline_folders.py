@@ -40,15 +40,9 @@ def write_sam_folder(folder: str | os.PathLike, seed: int = 0) -> str:
     folder = os.fspath(folder)
     torch.manual_seed(seed)
     model = transformers.SamModel(sam_config()).eval()
-    transformers.utils.logging.disable_progress_bar()
-    try:
-        model.save_pretrained(folder)
-    finally:
-        transformers.utils.logging.enable_progress_bar()
-    transformers.SamImageProcessor(size={"longest_edge": 64}, pad_size={"height": 64, "width": 64},
-                                   mask_size={"longest_edge": 16}, mask_pad_size={"height": 16, "width": 16}
-                                   ).save_pretrained(folder)
-    return folder
+    return _save(model, transformers.SamImageProcessor(
+        size={"longest_edge": 64}, pad_size={"height": 64, "width": 64}, mask_size={"longest_edge": 16},
+        mask_pad_size={"height": 16, "width": 16}), folder)
 
 
 #: the characters of the VITS tokenizer (``<pad>`` first: the blank put between characters)
@@ -127,13 +121,7 @@ def write_tapas_folder(folder: str | os.PathLike, seed: int = 0) -> str:
         f.write("\n".join(vocab) + "\n")
     torch.manual_seed(seed)
     model = transformers.TapasForQuestionAnswering(tapas_config(len(vocab))).eval()
-    transformers.utils.logging.disable_progress_bar()
-    try:
-        model.save_pretrained(folder)
-    finally:
-        transformers.utils.logging.enable_progress_bar()
-    transformers.TapasTokenizer(path).save_pretrained(folder)
-    return folder
+    return _save(model, transformers.TapasTokenizer(path), folder)
 
 
 def write_owlv2_folder(folder: str | os.PathLike, seed: int = 0) -> str:
@@ -154,12 +142,7 @@ def write_owlv2_folder(folder: str | os.PathLike, seed: int = 0) -> str:
                                       architectures=["Owlv2ForObjectDetection"])
     torch.manual_seed(seed)
     model = transformers.Owlv2ForObjectDetection(config).eval()
-    transformers.utils.logging.disable_progress_bar()
-    try:
-        model.save_pretrained(folder)
-    finally:
-        transformers.utils.logging.enable_progress_bar()
-    bert_tokenizer(("input_ids", "attention_mask")).save_pretrained(folder)
+    _save(model, bert_tokenizer(("input_ids", "attention_mask")), folder)
     transformers.Owlv2ImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
     return folder
 
@@ -181,13 +164,7 @@ def write_layoutlm_folder(folder: str | os.PathLike, seed: int = 0) -> str:
         architectures=["LayoutLMForQuestionAnswering"])
     torch.manual_seed(seed)
     model = transformers.LayoutLMForQuestionAnswering(config).eval()
-    transformers.utils.logging.disable_progress_bar()
-    try:
-        model.save_pretrained(folder)
-    finally:
-        transformers.utils.logging.enable_progress_bar()
-    tokenizer.save_pretrained(folder)
-    return folder
+    return _save(model, tokenizer, folder)
 
 
 def layoutlmv3_tokenizer() -> Any:
@@ -222,13 +199,7 @@ def write_layoutlmv3_folder(folder: str | os.PathLike, seed: int = 0) -> str:
         architectures=["LayoutLMv3ForQuestionAnswering"])
     torch.manual_seed(seed)
     model = transformers.LayoutLMv3ForQuestionAnswering(config).eval()
-    transformers.utils.logging.disable_progress_bar()
-    try:
-        model.save_pretrained(folder)
-    finally:
-        transformers.utils.logging.enable_progress_bar()
-    tokenizer.save_pretrained(folder)
-    return folder
+    return _save(model, tokenizer, folder)
 
 
 #: the labels of the tiny segmenters
