@@ -113,7 +113,32 @@ def multimodal_table(stored: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-TABLES = {"llm_deploy": llm_deploy_table, "multimodal": multimodal_table}
+def stamped_patterns_table(stored: dict) -> str:
+    """The rst of ``stamped_patterns.json``: deep tiny folders exported stamped and captured whole."""
+    rows = stored["rows"]
+    body = []
+    for row in rows:
+        layers = f"{row['layers']}"
+        if row.get("first_k_dense_replace"):
+            layers += f" ({row['first_k_dense_replace']} dense first)"
+        captured = "all" if row["capture"] == "whole" else f"{row['captured_layers']}"
+        tokens = {True: "yes", False: "no"}.get(row.get("greedy_equal"), "-")
+        body.append([row["case"], layers, row["capture"], captured, f"{row['export_seconds']:.1f}",
+                     f"{row['check_seconds']:.1f}", f"{row['peak_rss_mb']}",
+                     "yes" if row["checks_ok"] else "no", tokens])
+    header = ["model type", "layers", "capture", "layers captured", "export (s)", "check (s)",
+              "peak memory (MB)", "equal to eager", "transformers' tokens"]
+    load = ", ".join(f"{x:g}" for x in stored.get("load_average", []))
+    lines = [f"Tiny float32 folders, each export in its own process. Load average {load or 'not recorded'} "
+             f"when measured: the seconds rank, they do not settle a target.", ""]
+    lines += _list_table(header, body, [14, 10, 9, 9, 8, 8, 9, 8, 10]) + [""]
+    if stored.get("notes"):
+        lines += [stored["notes"], ""]
+    lines += [f"Measured by: {stored.get('date', 'date not recorded')}, ``{stored.get('command', '')}``"]
+    return "\n".join(lines) + "\n"
+
+
+TABLES = {"llm_deploy": llm_deploy_table, "multimodal": multimodal_table, "stamped_patterns": stamped_patterns_table}
 #: the measurements the design pages cite, one JSON per page: its ``tables`` (a measured table with its date,
 #: machine, versions, command and notes) and its ``findings`` (one measured sentence each)
 MEASURED_PAGES = ("optimizer", "runner", "deploy", "folder_safety", "site", "real_size_families")
