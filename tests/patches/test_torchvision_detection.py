@@ -161,3 +161,46 @@ def test_heatmaps_to_keypoints_through_onnx(tmp_path):
         got = _run(path, (maps, rois))
         torch.testing.assert_close(torch.from_numpy(got[0]), want[0], atol=1e-4, rtol=0)
         torch.testing.assert_close(torch.from_numpy(got[1]), want[1], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow  # 5-25 s each on a loaded machine
+@pytest.mark.parametrize("head", ["box", "mask"])
+def test_v2_heads_with_batch_norms_capture_any_number_of_boxes(head, tmp_path):
+    """The v2 R-CNNs' convolutional heads over the pooled boxes hold batch norms (aten's batch_norm
+    guards on the number of boxes being zero): exported over the boxes scoring above a threshold
+    (an unbacked count), the ONNX model equals eager on other scores, none above included."""
+    from torchvision.models.detection.faster_rcnn import FastRCNNConvFCHead
+    from torchvision.models.detection.mask_rcnn import MaskRCNNHeads
+
+    torch.manual_seed(0)
+    if head == "box":
+        layers = FastRCNNConvFCHead((8, 7, 7), [16, 16], [32], norm_layer=torch.nn.BatchNorm2d)
+    else:
+        layers = MaskRCNNHeads(8, [16, 16], 1, norm_layer=torch.nn.BatchNorm2d)
+    for norm in (m for m in layers.modules() if isinstance(m, torch.nn.BatchNorm2d)):
+        norm.running_mean.uniform_(-1, 1)
+        norm.running_var.uniform_(0.5, 2)
+        torch.nn.init.uniform_(norm.weight, 0.5, 1.5)
+        torch.nn.init.uniform_(norm.bias, -1, 1)
+
+    class Head(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = layers.eval()
+
+        def forward(self, pooled, scores):
+            return self.layers(pooled[scores > 0.5])
+
+    g = torch.Generator().manual_seed(0)
+    pooled, scores = torch.randn(12, 8, 7, 7, generator=g), torch.rand(12, generator=g)
+    path = str(tmp_path / f"{head}.onnx")
+    with PatchSet(torchvision_patches()):
+        fx2onnx.to_onnx(Head(), (pooled, scores), dynamic_shapes=({0: "boxes"}, {0: "boxes"}), filename=path,
+                        patches=False)
+    for count, low in ((12, 0.0), (5, 0.0), (12, -1.0)):  # -1: no score above the threshold
+        args = (torch.randn(count, 8, 7, 7, generator=g), torch.rand(count, generator=g) + low)
+        with torch.no_grad():
+            want = Head()(*args)
+        got = torch.from_numpy(_run(path, args)[0])
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)

@@ -210,6 +210,40 @@ def make_paste_masks(original: Any) -> Any:
     return paste_masks_in_image
 
 
+def _sequential_without_batch_norm(sequence: torch.nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """``sequence(x)`` with every batch norm in evaluation mode written as its affine map: aten's
+    ``batch_norm`` branches on ``input.numel() == 0`` (a guard on the number of boxes)."""
+    for layer in sequence:
+        if isinstance(layer, torch.nn.Sequential):
+            x = _sequential_without_batch_norm(layer, x)
+        elif (isinstance(layer, torch.nn.modules.batchnorm._BatchNorm) and not layer.training
+              and layer.running_mean is not None):
+            scale = torch.rsqrt(layer.running_var + layer.eps)
+            if layer.weight is not None:
+                scale = scale * layer.weight
+            shift = -layer.running_mean * scale
+            if layer.bias is not None:
+                shift = shift + layer.bias
+            shape = (1, -1) + (1,) * (x.dim() - 2)
+            x = x * scale.reshape(shape) + shift.reshape(shape)
+        else:
+            x = layer(x)
+    return x
+
+
+def make_box_head_forward(original: Any) -> Any:
+    """The forward of a convolutional head over the pooled boxes (``FastRCNNConvFCHead``,
+    ``MaskRCNNHeads``: the v2 R-CNNs) with its batch norms as affine maps while exporting: aten's
+    ``batch_norm`` guards on the number of boxes being zero, unknown after a suppression."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not _exporting():
+            return original(self, x)
+        return _sequential_without_batch_norm(self, x)
+
+    return forward
+
+
 #: torch's bicubic kernel parameter (``upsample_bicubic2d``)
 _CUBIC = -0.75
 
@@ -301,6 +335,11 @@ def torchvision_patches() -> list[Patch]:
               target="torchvision.models.detection.roi_heads.heatmaps_to_keypoints",
               make=make_heatmaps_to_keypoints, expected_args=("maps", "rois"),
               doc="the keypoints read from heatmaps stretched by batched products, not a loop over the boxes"),
+        *(Patch(name=f"torchvision_{name}_forward", kind="torchvision", target=target,
+                make=make_box_head_forward, expected_args=("self", "input"),
+                doc="the box head's batch norms as affine maps (batch_norm guarded on the number of boxes)")
+          for name, target in (("box_head", "torchvision.models.detection.faster_rcnn.FastRCNNConvFCHead.forward"),
+                               ("mask_head", "torchvision.models.detection.mask_rcnn.MaskRCNNHeads.forward"))),
         Patch(name="torchvision_multiscale_roi_align", kind="torchvision",
               target="torchvision.ops.poolers._multiscale_roi_align", make=make_multiscale_roi_align,
               expected_args=("x_filtered", "boxes", "output_size", "sampling_ratio", "scales", "mapper"),
