@@ -16,6 +16,10 @@ Gaussian noise of that size and adds the largest difference to the model's ``to_
 (``noise_diff``): a detection model whose own outputs part at that noise (a box kept or
 suppressed by an IoU a few 1e-5 from the threshold) cannot match another runtime exactly.
 
+``--timeout`` bounds each row (default 1200 s): a row running over it records ``timeout`` and the
+step it was at, and the table goes on with the next one. Each row is merged into the JSON as it
+ends (the file is read again first): two runs on different models may share the file.
+
 The timings are noisy when the machine is shared: each latency is a median of a few runs.
 """
 
@@ -26,6 +30,7 @@ import datetime
 import json
 import math
 import re
+import signal
 import statistics
 import sys
 import tempfile
@@ -40,6 +45,14 @@ from fx2onnx.zoo.torchvision_models import DETECTION, SEGMENTATION, build_torchv
 
 OUTPUT = Path(__file__).resolve().parents[1] / "_doc" / "bench" / "torchvision_detection.json"
 EXPORTERS = ("to_onnx", "dynamo")
+
+
+class RowTimeout(BaseException):
+    """A row ran over its time (a BaseException: the exporters' own ``except Exception`` lets it through)."""
+
+
+def _on_alarm(signum, frame) -> None:
+    raise RowTimeout()
 
 
 def _export(exporter: str, case, path: str) -> None:
@@ -120,10 +133,12 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
 
 
-def run_row(name: str, exporter: str, repeat: int = 5, atol: float = 1e-2, case=None) -> dict:
+def run_row(name: str, exporter: str, repeat: int = 5, atol: float = 1e-2, case=None, timeout: int = 0) -> dict:
     """One row: the steps reached by ``exporter`` on model ``name`` (built unless ``case`` is
-    given) and the timings."""
+    given) and the timings, stopped after ``timeout`` seconds (0: no limit)."""
     row: dict = dict(model=name, exporter=exporter, step="build", success=False, error=None)
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.alarm(timeout)
     try:
         case = case or build_torchvision_model(name)
         row["task"] = case.task
@@ -148,9 +163,23 @@ def run_row(name: str, exporter: str, repeat: int = 5, atol: float = 1e-2, case=
                 session = _session(path, threads)
                 feeds = _feeds(session, case.export_args)
                 row[f"ort{threads}_ms"] = _median_ms(lambda: session.run(None, feeds), repeat)
+    except RowTimeout:
+        row["error"] = f"timeout: over {timeout} s (at {row['step']})"
     except Exception as e:  # noqa: BLE001 - the row records the failure
         row["error"] = _first_line(e)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
     return row
+
+
+def _save(output: Path, row: dict) -> None:
+    """``row`` replaces the row of its model and exporter in ``output`` (read again: another run
+    may have written it since)."""
+    rows = json.loads(output.read_text()) if output.exists() else []
+    rows = [r for r in rows if (r["model"], r["exporter"]) != (row["model"], row["exporter"])] + [row]
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(rows, indent=1) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exporters", default=",".join(EXPORTERS))
     parser.add_argument("--output", default=str(OUTPUT))
     parser.add_argument("--repeat", type=int, default=3, help="runs of each latency (a median)")
+    parser.add_argument("--timeout", type=int, default=1200, help="seconds per row (0: no limit)")
     parser.add_argument("--noise", type=float, default=0.0,
                         help="no export: eager against itself on images moved by this noise, into the to_onnx row")
     args = parser.parse_args(argv)
@@ -180,12 +210,10 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:  # noqa: BLE001 - run_row builds it again and records the error
             case = None
         for exporter in args.exporters.split(","):
-            row = run_row(name, exporter, repeat=args.repeat, case=case)
+            row = run_row(name, exporter, repeat=args.repeat, case=case, timeout=args.timeout)
             row.update(date=datetime.date.today().isoformat(), command=" ".join(["python"] + sys.argv))
             print(json.dumps(row), flush=True)
-            rows = [r for r in rows if (r["model"], r["exporter"]) != (name, exporter)] + [row]
-            output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(json.dumps(rows, indent=1) + "\n")
+            _save(output, row)
     return 0
 
 
