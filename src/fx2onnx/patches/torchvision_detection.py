@@ -25,6 +25,9 @@ torch.export cannot follow them; each patch below changes one function while exp
 * ``heatmaps_to_keypoints`` (Keypoint R-CNN): each box's heatmaps stretched to the box's size
   (bicubic, as ``F.interpolate``) by two batched products padded to the largest box, the argmax
   taken inside each box; the original loops over the boxes, each its own size.
+* ``FastRCNNConvFCHead`` / ``MaskRCNNHeads`` (the v2 R-CNNs): the convolutional heads over the
+  pooled boxes run their batch norms as affine maps; aten's ``batch_norm`` branches on an empty
+  input, a guard on the number of boxes (zero after a suppression keeping nothing).
 
 The one-stage detectors (RetinaNet, FCOS, SSD, SSDlite) need the resize, batching and
 ``batched_nms`` patches only: their ``topk`` over the boxes above a score threshold takes
