@@ -15,8 +15,14 @@ Our loop keeps its decoder (``decoder.onnx``: the merge in the graph, the cache 
 written twice; :data:`SPLIT_MODEL_TYPES` lists the families written so (LLaVA: transformers.js' merge is the model's,
 the features over every ``<image>`` placeholder in order; Qwen2-VL and Qwen2.5-VL: the decoder's three rows of
 positions computed by transformers.js, Qwen2-VL's grid named ``grid_thw`` as transformers.js feeds it; Mistral 3;
-Idefics 3). Gemma 3 is left out: its image tokens attend to each other in both directions, which a decoder on ``inputs_embeds`` alone cannot
-know; Qwen3-VL too: transformers.js feeds its decoder the deepstack features.
+Idefics 3; Gemma 3). Gemma 3's image tokens attend to each other in both directions, which a decoder fed
+``inputs_embeds`` alone cannot know: its embeddings for transformers.js carry one more column
+(:data:`FLAGGED_MODEL_TYPES`), 0 on the tokens' rows (``embed_tokens.onnx``) and 1 on the image features' rows (its own
+``vision_encoder.onnx``), which transformers.js' merge copies with the row; the decoder reads the image tokens from it
+(``token_type_ids``) and drops it. transformers.js counts Gemma 3's positions from 1: its decoder subtracts 1
+(:data:`POSITION_START`). Its sliding layers keep their whole cache there (the window in the mask): transformers.js
+reads the length of the cache from the first layer's. Qwen3-VL is left out: transformers.js feeds its decoder the
+deepstack features.
 
 .. code-block:: python
 
@@ -32,14 +38,21 @@ from typing import Any
 
 import torch
 
+from ..inputs.vlm_inputs import image_token
 from .speech import Piece
 from .vision import VisionPiece, last_logits
 
 #: the model types whose folder gets transformers.js' split beside our decoder
-SPLIT_MODEL_TYPES = ("llava", "qwen2_vl", "qwen2_5_vl", "mistral3", "idefics3")
+SPLIT_MODEL_TYPES = ("llava", "qwen2_vl", "qwen2_5_vl", "mistral3", "idefics3", "gemma3")
 #: the model types whose vision encoder for transformers.js is its own piece (:class:`TiledVisionPiece`): Idefics 3,
 #: fed the processor's ``pixel_values (prompts, tiles, 3, H, W)`` by transformers.js, our loop the tiles only
 TILED_MODEL_TYPES = ("idefics3",)
+#: the model types whose embeddings for transformers.js carry a last column marking the image features' rows (1) from
+#: the tokens' (0), the vision encoder its own piece (:class:`FlaggedVisionPiece`): Gemma 3, whose image tokens attend
+#: to each other in both directions (``token_type_ids``)
+FLAGGED_MODEL_TYPES = ("gemma3",)
+#: where transformers.js starts the positions it computes for a model type (0 elsewhere, as transformers)
+POSITION_START = {"gemma3": 1}
 #: the inputs of the vision piece transformers.js names otherwise (Qwen2-VL's grid; our loop feeds either name)
 VISION_INPUT_NAMES = {"qwen2_vl": {"image_grid_thw": "grid_thw"}}
 #: the pieces written for transformers.js only (not for weights it cannot run: bfloat16)
@@ -61,6 +74,10 @@ def with_transformersjs_split(pieces: list[Piece], model: Any, config: Any, seed
         return pieces
     vision, decoder = pieces
     split = transformersjs_pieces(model, config, decoder, seed)
+    if config.model_type in FLAGGED_MODEL_TYPES:
+        return [vision, decoder, *split,
+                Piece("vision_encoder", VISION_ENCODER_FILE, FlaggedVisionPiece(model), vision.inputs, vision.inputs2,
+                      vision.dynamic_shapes, list(vision.input_names), ["image_features"])]
     if config.model_type in TILED_MODEL_TYPES:
         def tiles(inputs: dict[str, Any], prompts: int) -> dict[str, Any]:
             pixels = inputs["pixel_values"]
@@ -83,49 +100,85 @@ class TiledVisionPiece(VisionPiece):
         return super().forward(pixel_values.flatten(0, 1))
 
 
+class FlaggedVisionPiece(VisionPiece):
+    """:class:`fx2onnx.deploy.vision.VisionPiece` with a last column of ones: the rows of the image features."""
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return with_flag(super().forward(pixel_values), 1.0)
+
+
+def with_flag(embeds: torch.Tensor, value: float) -> torch.Tensor:
+    """``embeds (..., hidden)`` with one more column of ``value``."""
+    return torch.cat([embeds, torch.full_like(embeds[..., :1], value)], dim=-1)
+
+
 class EmbedTokensPiece(torch.nn.Module):
-    """The token embeddings: ``input_ids -> inputs_embeds``."""
+    """The token embeddings: ``input_ids -> inputs_embeds`` (:data:`FLAGGED_MODEL_TYPES`: a last column of zeros)."""
 
     def __init__(self, model: Any):
         super().__init__()
         self.model = model.model
         self.base_model_prefix = "model"
+        self.flagged = model.config.model_type in FLAGGED_MODEL_TYPES
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.model.get_input_embeddings()(input_ids)
+        embeds = self.model.get_input_embeddings()(input_ids)
+        return with_flag(embeds, 0.0) if self.flagged else embeds
 
 
 class EmbedsDecoderPiece(torch.nn.Module):
     """The language model and its head on embeddings the caller merged: the logits of the last position and the
-    new cache."""
+    new cache. :data:`FLAGGED_MODEL_TYPES`: the image tokens read from the embeddings' last column
+    (``token_type_ids`` of the model's own mask); the positions as transformers.js counts them
+    (:data:`POSITION_START`)."""
 
     def __init__(self, model: Any):
         super().__init__()
         self.model = model.model
         self.lm_head = model.lm_head
         self.base_model_prefix = "model"
+        self.flagged = model.config.model_type in FLAGGED_MODEL_TYPES
+        self.position_start = POSITION_START.get(model.config.model_type, 0)
 
     def forward(self, inputs_embeds, attention_mask, position_ids, past_key_values):
-        text = getattr(self.model, "language_model", None) or self.model.text_model
-        out = text(inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids,
-                   past_key_values=past_key_values, use_cache=True)
+        if self.position_start:
+            position_ids = position_ids - self.position_start
+        if self.flagged:
+            token_types = (inputs_embeds[..., -1] > 0.5).to(torch.int64)
+            out = self.model(inputs_embeds=inputs_embeds[..., :-1], attention_mask=attention_mask,
+                             position_ids=position_ids, past_key_values=past_key_values, use_cache=True,
+                             token_type_ids=token_types)
+        else:
+            text = getattr(self.model, "language_model", None) or self.model.text_model
+            out = text(inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids,
+                       past_key_values=past_key_values, use_cache=True)
         return {"logits": last_logits(self.lm_head, out.last_hidden_state), "past_key_values": out.past_key_values}
 
 
 def transformersjs_pieces(model: Any, config: Any, decoder: Piece, seed: int = 0) -> list[Piece]:
     """The ``embed_tokens`` and ``decoder_model_merged`` pieces of ``model``, with the input sets of our ``decoder``
     piece (:func:`fx2onnx.deploy.vision.decoder_piece`): its token ids for the embeddings, embeddings of their shape
-    for the decoder (the image features are the caller's)."""
+    for the decoder (the image features are the caller's; :data:`FLAGGED_MODEL_TYPES`: the column marking the
+    placeholders' rows, every layer's cache whole)."""
     hidden = config.get_text_config().hidden_size
     g = torch.Generator().manual_seed(seed)
     dtype = decoder.inputs["image_features"].dtype
+    flagged = config.model_type in FLAGGED_MODEL_TYPES
+    start = POSITION_START.get(config.model_type, 0)
 
     def embeds(inputs: dict[str, Any]) -> dict[str, Any]:
         ids = inputs["input_ids"]
         out = copy.deepcopy({k: v for k, v in inputs.items() if k not in ("input_ids", "image_features")})
-        return {"inputs_embeds": torch.randn(*ids.shape, hidden, generator=g).to(dtype), **out}
+        out["position_ids"] = out["position_ids"] + start
+        embeds = torch.randn(*ids.shape, hidden, generator=g)
+        if flagged:
+            embeds = torch.cat([embeds, (ids == image_token(config)).to(embeds.dtype)[..., None]], dim=-1)
+            out["past_key_values"] = whole_cache(out["past_key_values"])
+        return {"inputs_embeds": embeds.to(dtype), **out}
 
     shapes = {k: v for k, v in decoder.dynamic_shapes.items() if k not in ("input_ids", "image_features")}
+    if flagged:  # a layer of a sliding window keeps its whole cache
+        shapes["past_key_values"] = [{0: "batch", 2: "past_seq"} for _ in shapes["past_key_values"]]
     embed = Piece("embed_tokens", "onnx/embed_tokens.onnx", EmbedTokensPiece(model),
                   {"input_ids": decoder.inputs["input_ids"]}, {"input_ids": decoder.inputs2["input_ids"]},
                   {"input_ids": decoder.dynamic_shapes["input_ids"]}, ["input_ids"], ["inputs_embeds"])
@@ -133,3 +186,11 @@ def transformersjs_pieces(model: Any, config: Any, decoder: Piece, seed: int = 0
                    embeds(decoder.inputs), embeds(decoder.inputs2),
                    {"inputs_embeds": decoder.dynamic_shapes["input_ids"], **shapes}, [], [], {})
     return [embed, merged]
+
+
+def whole_cache(cache: Any) -> Any:
+    """``cache`` (a ``DynamicCache``) with every layer keeping all its positions, a sliding window's too (the window
+    applied by the mask)."""
+    from transformers.cache_utils import DynamicCache  # deferred: transformers is heavy
+
+    return DynamicCache([(layer.keys, layer.values) for layer in cache.layers])
