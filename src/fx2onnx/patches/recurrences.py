@@ -25,6 +25,8 @@ ones of eager.
   linear-attention state ``S = ratio * S + k^T v`` updated token by token in a
   Python loop. The patch runs that loop as one scan; without a cache (the
   prefill, by blocks) the original runs.
+* The chunked gated delta rules (Gated DeltaNet, Kimi delta attention): one scan of the
+  recurrent step, see :mod:`fx2onnx.patches.delta_rule`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 
 import torch
 
+from .delta_rule import delta_rule_patches
 from .registry import Patch, patch_if_imported
 
 
@@ -312,4 +315,5 @@ def recurrence_patches() -> list[Patch]:
             doc="with a filled cache, the lightning attention's Python loop over the tokens as one torch "
             "scan (ONNX Scan), so that the sequence length stays dynamic",
         ),
+        *delta_rule_patches(),
     ]
