@@ -66,6 +66,13 @@ def transformersjs_tokens(folder: str, ids: list[int], timeout: int = 240) -> li
     return json.loads(done.stdout.strip().splitlines()[-1])["new_ids"]
 
 
+def transformersjs_folder_refusal(folder: str) -> str | None:
+    """Why the exported folder says transformers.js cannot run it (``transformersjs`` in its ``fx2onnx.json``: a
+    cache transformers.js feeds under other names), None where it does not say so."""
+    with open(os.path.join(folder, "fx2onnx.json"), encoding="utf-8") as f:
+        return json.load(f).get("transformersjs")
+
+
 def _one_line(text: str, limit: int = 240) -> str:
     """The line saying why an export failed: its ``error:`` line, else a check's mismatch, else the last line
     which is not a progress bar."""
@@ -134,7 +141,10 @@ def run_one(task: tuple[str, int]) -> dict:
             first = next((i for i, (a, b) in enumerate(zip(got.new_ids, expected_new)) if a != b), None)
             row["error"] = (f"tokens differ from transformers' at new token {first}" if first is not None
                             else f"{len(got.new_ids)} new tokens instead of {len(expected_new)}")
-        if config.model_type in transformersjs_types():
+        refused = transformersjs_folder_refusal(out)
+        if config.model_type in transformersjs_types() and refused:  # the folder does not promise it to it
+            row["transformersjs_refused"] = refused
+        elif config.model_type in transformersjs_types():
             js = transformersjs_tokens(out, ids[0].tolist())
             row["transformersjs"] = js == expected_new
             if isinstance(js, str):
@@ -163,7 +173,8 @@ def summary(rows: list[dict]) -> dict:
             "equal": sum(bool(r.get("equal")) for r in rows),
             "stamped": sum(bool(r.get("stamped")) for r in rows),
             "transformersjs_run": sum("transformersjs" in r for r in rows),
-            "transformersjs_equal": sum(bool(r.get("transformersjs")) for r in rows)}
+            "transformersjs_equal": sum(bool(r.get("transformersjs")) for r in rows),
+            "transformersjs_refused": sum("transformersjs_refused" in r for r in rows)}
 
 
 

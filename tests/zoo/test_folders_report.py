@@ -19,11 +19,14 @@ DOCUMENT = {
          "error": "error: CpmAnt's cache | is a tuple in /tmp/fx2onnx-sweep-ab12/checkpoint"},
     ],
 }
+#: a folder that refuses transformers.js says why instead of running it
+REFUSED = {"arch": "mbart", "class": "MBartForCausalLM", "step": "compare", "equal": True,
+           "transformersjs_refused": "transformers.js feeds a decoder-only mbart no cache"}
 
 
 def test_counts_and_one_line_per_class(tmp_path):
     assert counts(DOCUMENT) == {"run": 3, "exported": 2, "equal": 1, "stamped": 1, "transformersjs_run": 2,
-                                "transformersjs_equal": 1}
+                                "transformersjs_equal": 1, "transformersjs_refused": 0}
     assert [status(r) for r in DOCUMENT["rows"]] == ["equal", "differs", "fails at export"]
     assert [transformersjs_cell(r) for r in DOCUMENT["rows"]] == ["equal", "fails", ""]
     text = folders_page(DOCUMENT)
@@ -38,3 +41,12 @@ def test_counts_and_one_line_per_class(tmp_path):
     assert write_folders_page(path, tmp_path / "out") == ["causal_folders"]
     assert (tmp_path / "out" / "causal_folders.rst").read_text(encoding="utf-8") == text
     assert write_folders_page(tmp_path / "missing.json", tmp_path / "out") == []
+
+
+def test_a_refused_folder_shows_its_reason():
+    document = {**DOCUMENT, "rows": [*DOCUMENT["rows"], REFUSED]}
+    assert counts(document)["transformersjs_refused"] == 1 and counts(document)["transformersjs_run"] == 2
+    assert transformersjs_cell(REFUSED) == "refused"
+    text = folders_page(document)
+    assert "refused by the folder itself (a cache transformers.js does not feed, each saying why): 1." in text
+    assert "      - ``transformers.js feeds a decoder-only mbart no cache``" in text

@@ -7,6 +7,15 @@ shapes of the cache from the session, so nothing else is needed for a decoder ru
 ``clean_up_tokenization_spaces`` as true when ``tokenizer_config.json`` does not say it, transformers 5 as false
 (``" ,"`` decoded ``","``): :func:`write_transformersjs_config` writes transformers' value.
 
+transformers.js names a decoder's cache inputs from ``config.json`` (``getCacheNames`` of its ``configs.js``), not
+from the session, so the config is written as it reads it where transformers reads the same configuration from it
+(:func:`transformersjs_config_json`): the Mamba layers of Granite 4 hybrids and Nemotron-H under their transformers 4
+names (``mamba``, ``attention``), and no ``multi_query`` where it is the default of the configuration class (GPTBigCode,
+Falcon: transformers.js would feed the fused ``key_value`` cache of optimum's exports for transformers < 4.54, ours
+and optimum's since keep keys and values apart). A cache it feeds under no name the folder has is refused
+(:func:`transformersjs_cache_refusal`): the reason is written in ``fx2onnx.json`` (``transformersjs``) and no
+``transformers.js_config`` block promises the folder to it.
+
 .. code-block:: python
 
     from fx2onnx.deploy.transformersjs import write_transformersjs_config
@@ -18,6 +27,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from typing import Any, Iterable
 
 #: the key transformers.js reads in config.json
 BLOCK = "transformers.js_config"
@@ -34,6 +45,17 @@ _DTYPES = {(None, "float32"): "fp32", (None, "float16"): "fp16", ("int8", "float
 #: configuration), where transformers 5 writes them in ``text_config`` only: the cache it creates has their sizes
 FLAT_TEXT_MODEL_TYPES = ("qwen2_vl",)
 FLAT_TEXT_KEYS = ("num_hidden_layers", "num_key_value_heads", "num_attention_heads", "hidden_size", "head_dim")
+
+#: the model types whose layer kinds transformers.js reads under transformers 4's names (``mamba``, ``attention``),
+#: which transformers 5 reads back as its own (``linear_attention``, ``full_attention``: its
+#: ``remap_legacy_layer_types``)
+LEGACY_LAYER_TYPE_MODELS = ("granitemoehybrid", "falcon_h1", "nemotron_h")
+_LEGACY_LAYER_TYPES = {"linear_attention": "mamba", "full_attention": "attention"}
+#: the decoder-only model types transformers.js counts the layers of only as encoder-decoders (its normalized config
+#: has ``num_decoder_layers`` and no ``num_layers``): it feeds their cache nothing
+DECODER_LAYERS_ONLY_MODELS = ("mbart", "trocr")
+#: the names of the cache inputs transformers.js feeds (``getCacheNames``; keys and values, the states of hybrids)
+_FED_NAME = re.compile(r"^(past_key_values\.\d+\.(key|value)|past_(conv|ssm|recurrent|compressor|indexer)\.\d+.*)$")
 
 
 def transformersjs_dtype(quantize: str | None, dtype: str) -> str | None:
@@ -71,19 +93,78 @@ def data_file_name(model_file: str) -> str:
     return os.path.basename(model_file) + "_data"
 
 
+def _class_default(model_type: str | None, key: str) -> Any:
+    """The value transformers' configuration class of ``model_type`` takes when ``key`` is missing (None: unknown)."""
+    try:
+        import transformers
+
+        return getattr(transformers.CONFIG_MAPPING[model_type](), key, None)
+    except Exception:  # noqa: BLE001 - a type transformers does not list, a class that needs arguments
+        return None
+
+
+def transformersjs_config_json(config: dict[str, Any]) -> dict[str, Any]:
+    """``config.json`` as transformers.js reads it, the same configuration for transformers: the text sizes of
+    :data:`FLAT_TEXT_MODEL_TYPES` at the top, the layer kinds of :data:`LEGACY_LAYER_TYPE_MODELS` under transformers
+    4's names, and ``multi_query`` left out where it is the default of its configuration class (transformers.js
+    reads it as the fused ``key_value`` cache, which our folders do not have)."""
+    config = dict(config)
+    model_type = config.get("model_type")
+    if model_type in FLAT_TEXT_MODEL_TYPES:  # the text sizes where transformers.js reads them
+        config.update({k: config["text_config"][k] for k in FLAT_TEXT_KEYS if k in config.get("text_config", {})})
+    if model_type in LEGACY_LAYER_TYPE_MODELS:
+        for key in ("layer_types", "layers_block_type"):
+            if isinstance(config.get(key), list):
+                config[key] = [_LEGACY_LAYER_TYPES.get(t, t) for t in config[key]]
+    if config.get("multi_query") and _class_default(model_type, "multi_query") is True:
+        del config["multi_query"]
+    return config
+
+
+def transformersjs_cache_refusal(config: dict[str, Any], cache_inputs: Iterable[str]) -> str | None:
+    """Why transformers.js (4.3) cannot feed the cache inputs ``cache_inputs`` of a decoder of ``config`` (the
+    ``config.json`` it reads, :func:`transformersjs_config_json`), in one line; None where it feeds them."""
+    names = list(cache_inputs)
+    model_type = config.get("model_type")
+    if not names:
+        return None
+    if model_type in DECODER_LAYERS_ONLY_MODELS and not config.get("is_encoder_decoder"):
+        return (f"transformers.js feeds a decoder-only {model_type} no cache (it counts this type's layers for an "
+                "encoder-decoder only)")
+    if config.get("multi_query"):
+        return ("transformers.js reads multi_query as one fused key_value cache input per layer; this folder keeps "
+                "keys and values apart")
+    if model_type == "zaya":
+        return ("transformers.js feeds zaya's caches as past_key_values.N.conv_state / .shift_state of every "
+                f"cca_time1-th layer only; transformers caches every layer ({names[0]}...)")
+    unfed = [n for n in names if not _FED_NAME.match(n)]
+    if unfed:
+        return (f"transformers.js feeds no cache input named {unfed[0]} ({len(unfed)} of {len(names)} inputs of "
+                f"{model_type}'s cache: it feeds keys and values, convolution and recurrent states)")
+    return None
+
+
 def write_transformersjs_config(out_dir: str | os.PathLike, model_file: str, external_data: bool,
-                                dtype: str | None = "fp32") -> None:
+                                dtype: str | None = "fp32") -> str | None:
     """Adds the ``transformers.js_config`` block to ``config.json`` in ``out_dir`` (nothing when it has none) for the
     decoder ``model_file`` (relative to ``out_dir``); a block already there keeps its other keys. ``dtype`` (of
     :func:`transformersjs_dtype`) is the one transformers.js loads by default (its own default is ``q8`` in the
     browser, a file we do not write for float32); None leaves it out. A ``tokenizer_config.json`` without
-    ``clean_up_tokenization_spaces`` gets transformers' default (false)."""
+    ``clean_up_tokenization_spaces`` gets transformers' default (false). ``config.json`` is written as
+    transformers.js reads it (:func:`transformersjs_config_json`); a decoder whose cache transformers.js cannot feed
+    (the ``cache_pairs`` of ``fx2onnx.json``, :func:`transformersjs_cache_refusal`) gets no block and the reason in
+    ``fx2onnx.json`` (``transformersjs``), which this returns (None: the block is written)."""
     _tokenizer_defaults(os.path.join(os.fspath(out_dir), "tokenizer_config.json"))
     path = os.path.join(os.fspath(out_dir), "config.json")
     if not os.path.isfile(path):
-        return
+        return None
     with open(path, encoding="utf-8") as f:
-        config = json.load(f)
+        config = transformersjs_config_json(json.load(f))
+    refusal = _record_refusal(out_dir, config)
+    if refusal:
+        config.pop(BLOCK, None)
+        _write_json(path, config)
+        return refusal
     block = dict(config.get(BLOCK) or {})
     files = dict(block.get("use_external_data_format") or {}) if isinstance(block.get("use_external_data_format"),
                                                                             dict) else {}
@@ -96,10 +177,30 @@ def write_transformersjs_config(out_dir: str | os.PathLike, model_file: str, ext
     if dtype:
         block["dtype"] = dtype
     config[BLOCK] = block
-    if config.get("model_type") in FLAT_TEXT_MODEL_TYPES:  # the text sizes where transformers.js reads them
-        config.update({k: config["text_config"][k] for k in FLAT_TEXT_KEYS if k in config.get("text_config", {})})
+    _write_json(path, config)
+    return None
+
+
+def _record_refusal(out_dir: str | os.PathLike, config: dict[str, Any]) -> str | None:
+    """Why transformers.js cannot feed the cache of the decoder described by the folder's ``fx2onnx.json``,
+    written there as ``transformersjs`` (None: it can, or the folder has no such decoder)."""
+    path = os.path.join(os.fspath(out_dir), "fx2onnx.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        metadata = json.load(f)
+    if metadata.get("task") != "text-generation" or not metadata.get("cache_pairs"):
+        return None
+    refusal = transformersjs_cache_refusal(config, metadata["cache_pairs"])
+    if refusal:
+        metadata["transformersjs"] = refusal
+        _write_json(path, metadata)
+    return refusal
+
+
+def _write_json(path: str, content: dict[str, Any]) -> None:
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(config, f, indent=2)
+        json.dump(content, f, indent=2)
         f.write("\n")
 
 

@@ -44,12 +44,16 @@ def counts(document: dict[str, Any]) -> dict[str, int]:
     return {"run": len(rows), "exported": sum(r.get("step") in ("generate", "compare") for r in rows),
             "equal": sum(bool(r.get("equal")) for r in rows), "stamped": sum(bool(r.get("stamped")) for r in rows),
             "transformersjs_run": sum("transformersjs" in r for r in rows),
-            "transformersjs_equal": sum(bool(r.get("transformersjs")) for r in rows)}
+            "transformersjs_equal": sum(bool(r.get("transformersjs")) for r in rows),
+            "transformersjs_refused": sum("transformersjs_refused" in r for r in rows)}
 
 
 def transformersjs_cell(row: dict[str, Any]) -> str:
-    """``equal``, ``differs`` or ``fails`` for a folder transformers.js ran, empty where it did not (a model type
-    transformers.js does not list, or a folder that was not exported)."""
+    """``equal``, ``differs`` or ``fails`` for a folder transformers.js ran, ``refused`` for a folder that says it
+    cannot (its cache fed under other names), empty where it did not run (a model type transformers.js does not list,
+    or a folder that was not exported)."""
+    if "transformersjs_refused" in row:
+        return "refused"
     if "transformersjs" not in row:
         return ""
     if row["transformersjs"]:
@@ -85,7 +89,9 @@ def folders_page(document: dict[str, Any], total: int | None = None) -> str:
         "",
         f"**transformers.js** (``@huggingface/transformers`` in Node, where its ``AutoModelForCausalLM`` lists the "
         f"model type) generates transformers' tokens on **{c['transformersjs_equal']} of "
-        f"{c['transformersjs_run']}** exported folders it ran.",
+        f"{c['transformersjs_run']}** exported folders it ran" + (
+            f"; refused by the folder itself (a cache transformers.js does not feed, each saying why): "
+            f"{c['transformersjs_refused']}." if c["transformersjs_refused"] else "."),
         "",
         f"Run on {document.get('date', 'an unknown date')}, {document.get('machine', '')}, {versions}: "
         f"``{document.get('command', '')}``." + (f" {document['notes']}" if document.get("notes") else ""),
@@ -105,8 +111,9 @@ def folders_page(document: dict[str, Any], total: int | None = None) -> str:
     for row in rows:
         export = row.get("export_seconds")
         reason = "" if row.get("equal") else _reason(row).replace("`", "'").strip()
-        if row.get("transformersjs_error"):
-            reason = "; ".join(x for x in (reason, _reason({"error": row["transformersjs_error"]})) if x)
+        js_reason = row.get("transformersjs_error") or row.get("transformersjs_refused")
+        if js_reason:
+            reason = "; ".join(x for x in (reason, _reason({"error": js_reason})) if x)
         # names and reasons as literals: the site's style sheet wraps them anywhere, the table fits the column
         cells = [_literal(row.get("class", "")), status(row), "yes" if row.get("stamped") else "",
                  "" if export is None else str(export), transformersjs_cell(row), _literal(reason)]
