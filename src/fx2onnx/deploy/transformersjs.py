@@ -134,9 +134,12 @@ def transformersjs_cache_refusal(config: dict[str, Any], cache_inputs: Iterable[
     if config.get("multi_query"):
         return ("transformers.js reads multi_query as one fused key_value cache input per layer; this folder keeps "
                 "keys and values apart")
-    if model_type == "zaya":
-        return ("transformers.js feeds zaya's caches as past_key_values.N.conv_state / .shift_state of every "
-                f"cca_time1-th layer only; transformers caches every layer ({names[0]}...)")
+    if model_type == "zaya":  # its getCacheNames: layers 0, cca_time1, 2 * cca_time1... with two states each
+        stride = config.get("cca_time1") or 1
+        states = next((n for n in names if not n.endswith((".key", ".value"))), names[0])
+        return ("transformers.js feeds zaya's cache as past_key_values.N.key/value/conv_state/shift_state of "
+                f"layers 0, {stride}, {2 * stride}... (cca_time1 = {stride} apart); this folder caches every layer, "
+                f"its states named as {states}")
     unfed = [n for n in names if not _FED_NAME.match(n)]
     if unfed:
         return (f"transformers.js feeds no cache input named {unfed[0]} ({len(unfed)} of {len(names)} inputs of "
