@@ -113,3 +113,17 @@ def test_arange_indices_are_not_wrapped(fn, inputs, inputs2, wrapped):
     ds = tuple({i: f"d{k}_{i}" for i in range(t.dim())} for k, t in enumerate(inputs))
     onx = check_export(make(fn, inputs), inputs, dynamic_shapes=ds, inputs2=(inputs2, None))
     assert ("Less" in {n.op_type for n in onx.graph.node}) is wrapped
+
+
+@pytest.mark.parametrize("include_self", [True, False])
+def test_integer_scatter_mean_floors_without_float64(include_self):
+    # torch floors an integer mean (negative sums included); the graph stays in integers (onnxruntime-web has no
+    # Cast to double)
+    x = torch.tensor([[-7, 5, -1, 9, -4], [3, -8, 2, -5, 6]])
+    index = torch.tensor([[0, 0, 1, 1, 3], [2, 2, 2, 4, 4]])
+    fn = lambda base, src: base.scatter_reduce(1, index, src, "mean", include_self=include_self)
+    inputs = (torch.tensor([[1, -2, 0, 4, -3], [0, 5, -6, 2, 1]]), x)
+    assert (fn(*inputs) < 0).any()  # negative means, floored
+    onx = check_export(make(fn, inputs), inputs)
+    casts = {a.i for n in onx.graph.node if n.op_type == "Cast" for a in n.attribute}
+    assert 11 not in casts  # onnx.TensorProto.DOUBLE

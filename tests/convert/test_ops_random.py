@@ -78,6 +78,27 @@ def test_randint_range(dtype):
     assert set(np.unique(got).tolist()) == set(range(5))
 
 
+def _doubles(fn, x):
+    """The ops of ``fn``'s graph computing in float64 (a Cast to it or a draw of it)."""
+    graph = fx2onnx.to_onnx(Fn(fn), (x,)).graph
+    return [n.op_type for n in graph.node for a in n.attribute
+            if a.name in ("to", "dtype") and a.i == onnx.TensorProto.DOUBLE]
+
+
+def test_randint_and_integer_bernoulli_draw_in_float32():
+    # onnxruntime-web has no float64 kernels: integers of bounds within 2**24 are drawn in float32 (exact there)
+    ints = lambda t: torch.randint(-3, 4, t.shape) + torch.bernoulli(torch.full(t.shape, 0.5)).to(torch.int64)
+    assert _doubles(ints, seeded_randn(4, 4)) == []
+    (got,) = run(lambda t: torch.bernoulli(torch.full(t.shape, 0.3)).to(torch.int32) + 0 * t.int(),
+                 seeded_randn(100, 100))
+    assert set(np.unique(got).tolist()) == {0, 1} and abs(got.mean() - 0.3) < 0.02
+    # wider bounds are drawn in float64: every value reachable
+    wide = lambda t: torch.randint(-2**40, 2**40, t.shape)
+    assert _doubles(wide, seeded_randn(4, 4)) != []
+    (got,) = run(wide, seeded_randn(60, 60))
+    assert got.min() >= -2**40 and got.max() < 2**40 and len(np.unique(got)) == got.size
+
+
 def test_bernoulli_uniform_normal():
     (b,) = run(lambda t: torch.bernoulli(torch.full_like(t, 0.3)), seeded_randn(100, 100))
     assert set(np.unique(b).tolist()) <= {0.0, 1.0} and abs(b.mean() - 0.3) < 0.02

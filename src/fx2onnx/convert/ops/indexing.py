@@ -258,9 +258,11 @@ def _scatter_reduce(ctx, data, axis, idx, src, reduce, include_self):
     else:
         counts = ctx.op.Max(counts, ctx.const(1, dtype))
     mean = ctx.op.Div(out, counts)
-    if not dtype.is_floating_point:  # torch floors the integer mean
-        exact = ctx.op.Div(ctx.cast(out, torch.float64), ctx.cast(counts, torch.float64))
-        mean = ctx.cast(ctx.op.Floor(exact), dtype)
+    if not dtype.is_floating_point:
+        # torch floors the integer mean, ONNX's Div truncates: one less where a negative sum leaves a remainder
+        # (counts > 0); in integers, no float64 (onnxruntime-web has no Cast to double)
+        below = ctx.op.Less(ctx.op.Sub(out, ctx.op.Mul(mean, counts)), ctx.const(0, dtype))
+        mean = ctx.op.Sub(mean, ctx.cast(below, dtype))
     return mean if include_self else ctx.op.Where(touched, mean, data)
 
 

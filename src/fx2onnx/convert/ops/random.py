@@ -16,7 +16,7 @@ from ..registry import converter
 
 aten = torch.ops.aten
 _I64 = torch.int64
-# the dtypes onnxruntime draws in; the others are drawn in float32 (float64 for ints) and cast
+# the dtypes onnxruntime draws in; the others are drawn in float32 and cast (an integer Bernoulli draw too: 0 or 1)
 _RANDOM_DTYPES = {torch.float32, torch.float64}  # onnxruntime has no float16 kernel
 
 
@@ -29,7 +29,7 @@ def _zeros(ctx, shape, dtype: torch.dtype):
 def _draw_dtype(dtype: torch.dtype) -> torch.dtype:
     if dtype in _RANDOM_DTYPES:
         return dtype
-    return torch.float32 if dtype.is_floating_point else torch.float64
+    return torch.float32
 
 
 def _uniform(ctx, template, dtype: torch.dtype, low: float = 0.0, high: float = 1.0):
@@ -71,14 +71,20 @@ def convert_randn_like(ctx, node, x, **kwargs):
     return ctx.cast(n, dtype)
 
 
+#: the bound of the integers a float32 draw reaches exactly (its 24 bits of mantissa)
+_FLOAT32_EXACT = 2 ** 24
+
+
 def _randint(ctx, template, low, high):
-    """Integers uniform in [low, high): floor(low + u * (high - low)) drawn in float64."""
+    """Integers uniform in [low, high): floor(low + u * (high - low)), drawn in float32 when both bounds are
+    integers known at export within 2**24 (exact there; onnxruntime-web has no float64), in float64 otherwise."""
     dtype = ctx.out_dtype()
-    f64 = torch.float64
-    u = ctx.op.RandomUniformLike(template, dtype=onnx_dtype(f64), low=0.0, high=1.0)
-    lo, hi = ctx.as_value(low, f64), ctx.as_value(high, f64)
+    small = all(isinstance(b, int) and abs(b) <= _FLOAT32_EXACT for b in (low, high))
+    draw = torch.float32 if small else torch.float64
+    u = ctx.op.RandomUniformLike(template, dtype=onnx_dtype(draw), low=0.0, high=1.0)
+    lo, hi = ctx.as_value(low, draw), ctx.as_value(high, draw)
     drawn = ctx.op.Floor(ctx.op.Add(lo, ctx.op.Mul(u, ctx.op.Sub(hi, lo))))
-    drawn = ctx.op.Min(drawn, ctx.op.Sub(hi, ctx.const(1.0, f64)))  # u close to 1 must not reach high
+    drawn = ctx.op.Min(drawn, ctx.op.Sub(hi, ctx.const(1.0, draw)))  # u close to 1 must not reach high
     return ctx.cast(drawn, dtype)
 
 
