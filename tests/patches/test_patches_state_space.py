@@ -143,3 +143,20 @@ def test_granitemoehybrid_with_cache():
     names, dims = _export_and_check(_zoo("granitemoehybrid", with_cache=True), decoding_step=True)
     assert any("conv_0" in n for n in names) and any("key_1" in n for n in names)
     assert {"batch", "seq", "past_seq"} <= set(dims)
+
+
+@pytest.mark.slow
+def test_patched_zamba_equals_eager_and_exports():
+    """Zamba's mixer of independent Mamba heads: with a filled cache, several new tokens start
+    from zeros and one token continues from the cached state, in one graph."""
+    zoo = _zoo("zamba", with_cache=True)
+    for inputs in (zoo.copy_inputs(1), _one_token(zoo)):
+        with torch.no_grad():
+            expected = flatten_outputs(zoo.model(**copy.deepcopy(inputs)))
+            with torch_export_patches(patch_transformers=True) as context:
+                got = flatten_outputs(zoo.model(**copy.deepcopy(inputs)))
+        assert "ZambaMambaMixer.forward" in {r.name for r in context.reports if r.status == "applied"}
+        assert compare_outputs(expected, got, atol=0, rtol=0).ok
+    names, dims = _export_and_check(zoo, decoding_step=True)
+    assert [n for n in names if "conv" in n] and [n for n in names if "recurrent" in n]
+    assert {"batch", "seq"} <= set(dims)

@@ -31,7 +31,8 @@ patched ``MambaMixer.forward`` computes both cases in one graph: the
 convolution always reads the cached state followed by the new tokens (for one
 token, the values of ``causal_conv1d_update``) and the scan starts from
 ``where(seq_len == 1, cached state, zeros)``, so that one exported model
-matches eager for every length.
+matches eager for every length. Zamba's mixer, whose independent Mamba heads each
+have their own projections, runs the same per head.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def selective_scan_recurrence(
             (batch_size, intermediate_size, state_size), dtype=deltaB_u.dtype, device=deltaB_u.device
         )
     else:
-        init = initial_state.to(deltaB_u.dtype)
+        init = initial_state.to(deltaB_u.dtype).contiguous()
     xs = (discrete_A.permute(2, 0, 1, 3), deltaB_u.permute(2, 0, 1, 3), C.transpose(0, 1))
     last_state, outputs = scan(_scan_step(input_dtype), init, xs)
     return outputs.permute(1, 2, 0), last_state
@@ -235,7 +236,77 @@ def _cached_mixer_forward(
     return self.out_proj(scan_output.transpose(1, 2).to(dtype))
 
 
-def _make_mixer_forward(module_name: str) -> Any:
+def _cached_multihead_mixer_forward(
+    module_name: str,
+    original: Any,
+    self: Any,
+    hidden_states: torch.Tensor,
+    cache_params: Any = None,
+    attention_mask: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> torch.Tensor:
+    """The forward of a mixer of independent Mamba heads (each with its own ``x_proj`` and
+    ``dt_proj``: Zamba) with one graph for every length once the cache is filled."""
+    recurrent_state = None
+    recording = cache_params is not None and cache_params.is_recording_past(self.layer_idx)
+    if cache_params is not None and not self.training and not recording:
+        recurrent_state = cache_params.get_recurrent_state(self.layer_idx, state_idx=0)
+    if recurrent_state is None:
+        return original(
+            self, hidden_states, cache_params=cache_params, attention_mask=attention_mask, **kwargs
+        )
+    mamba = importlib.import_module(module_name)
+    batch_size, seq_len, _ = hidden_states.shape
+    dtype = hidden_states.dtype
+    heads, head_dim = self.n_mamba_heads, self.mamba_head_dim
+    hidden_states = mamba.apply_mask_to_padding_states(hidden_states, attention_mask)
+    projected_states = self.in_proj(hidden_states).transpose(1, 2)
+    hidden_states_B_C, gate = projected_states.view(batch_size, -1, 2, seq_len).chunk(2, dim=2)
+    hidden_states_B_C = hidden_states_B_C.squeeze(2).contiguous()
+    gate = gate.reshape(batch_size, heads, head_dim, seq_len).transpose(0, 1)
+    # the cached convolution state followed by the new tokens: with one token, the
+    # same values as causal_conv1d_update
+    hidden_states_B_C = cache_params.update_conv_state(
+        hidden_states_B_C, self.layer_idx, conv_kernel_size=self.conv_kernel_size
+    )
+    hidden_states_B_C = mamba.causal_conv1d_fn(
+        hidden_states_B_C, self.conv1d.weight.squeeze(1), self.conv1d.bias, activation=self.activation
+    )[:, :, -seq_len:]
+    hidden_states_B_C = mamba.apply_mask_to_padding_states(hidden_states_B_C.transpose(1, 2), attention_mask)
+    x = hidden_states_B_C.transpose(1, 2).reshape(batch_size, heads, head_dim, seq_len).transpose(0, 1)
+    ssm_parameters = (self.x_proj_weight[:, None] @ x).transpose(-1, -2)
+    time_step, B, C = torch.split(
+        ssm_parameters, [self.time_step_rank, self.ssm_state_size, self.ssm_state_size], dim=-1
+    )
+    time_step = self.dt_proj_weight[:, None] @ time_step.transpose(-1, -2)
+    time_proj_bias = self.dt_proj_bias.float() if self.dt_proj_bias is not None else None
+    A = -torch.exp(self.A_log.float())
+    # eager: one token continues from the cached state (selective_state_update),
+    # several tokens start from zeros (the kernel's full-sequence path)
+    initial_state = torch.where(
+        _one_token(seq_len, x.device), recurrent_state, torch.zeros_like(recurrent_state)
+    )
+    outputs, final_states = [], []
+    for head in range(heads):
+        discrete_A, deltaB_u = discretize(
+            x[head], time_step[head], A[head], B[head],
+            time_proj_bias[head] if time_proj_bias is not None else None, True,
+        )
+        output, final_state = selective_scan_recurrence(
+            discrete_A, deltaB_u, C[head], x.dtype, initial_state[:, head]
+        )
+        output = (output + x[head] * self.D[head].float()[None, :, None]) * F.silu(gate[head])
+        outputs.append(output)
+        final_states.append(final_state)
+    cache_params.update_recurrent_state(torch.stack(final_states, dim=1), self.layer_idx)
+    return self.out_proj(torch.cat(outputs, dim=1).transpose(1, 2).to(dtype))
+
+
+#: (module, mixer class) of independent Mamba heads, whose forward branches on ``seq_len == 1``
+MULTIHEAD_MIXERS = (("transformers.models.zamba.modeling_zamba", "ZambaMambaMixer"),)
+
+
+def _make_mixer_forward(module_name: str, cached_forward: Any = _cached_mixer_forward) -> Any:
     def make(original: Any) -> Any:
         def forward(
             self: Any,
@@ -244,7 +315,7 @@ def _make_mixer_forward(module_name: str) -> Any:
             attention_mask: torch.Tensor | None = None,
             **kwargs: Any,
         ) -> torch.Tensor:
-            return _cached_mixer_forward(
+            return cached_forward(
                 module_name, original, self, hidden_states, cache_params, attention_mask, **kwargs
             )
 
@@ -278,4 +349,16 @@ def state_space_patches() -> list[Patch]:
             "state) and several tokens (from zeros, like eager): no branch on the sequence length",
         )
         for module, class_name in MIXERS
+    ] + [
+        Patch(
+            name=f"{class_name}.forward",
+            kind="transformers",
+            target=f"{module}.{class_name}.forward",
+            make=_make_mixer_forward(module, _cached_multihead_mixer_forward),
+            expected_args=("self", "hidden_states", "cache_params", "attention_mask"),
+            doc="with a filled cache, one graph for one token (decoding, from the cached recurrent "
+            "state of each head) and several tokens (from zeros, like eager): no branch on the "
+            "sequence length",
+        )
+        for module, class_name in MULTIHEAD_MIXERS
     ]
