@@ -106,3 +106,33 @@ def test_transformersjs_generates_llama_tokens(tmp_path):
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
     expected = model.generate(torch.tensor([prompt]), max_new_tokens=12, min_new_tokens=12, do_sample=False)
     assert got["new_ids"] == expected[0, len(prompt):].tolist() and len(set(got["new_ids"])) > 3
+
+
+@pytest.mark.slow
+def test_transformersjs_multi_query_folder_and_a_refused_one(tmp_path, capsys):
+    """GPTBigCode's multi-query folder: config.json leaves out multi_query (transformers' default, which
+    transformers.js would read as one fused key_value cache per layer), transformers.js feeds its keys and values and
+    gives transformers' tokens. A decoder-only MBart, whose cache transformers.js does not feed, says so in one line
+    and gets no transformers.js_config block."""
+    checkpoint, out = str(tmp_path / "bigcode"), str(tmp_path / "bigcode_onnx")
+    config = transformers.GPTBigCodeConfig(n_embd=64, n_layer=2, n_head=4, n_inner=128, vocab_size=384,
+                                           n_positions=256, multi_query=True, architectures=["GPTBigCodeForCausalLM"])
+    write_checkpoint_folder(config, checkpoint, dtype="float32", std=0.3)
+    assert main(["export", checkpoint, "--out", out, "--quiet"]) == 0
+    assert "multi_query" not in json.load(open(os.path.join(out, "config.json"), encoding="utf-8"))
+    assert transformers.AutoConfig.from_pretrained(out).multi_query is True
+    prompt = [5, 60, 7, 200, 31]
+    got = transformersjs_generate(out, prompt, 8)
+    model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    expected = model.generate(torch.tensor([prompt]), max_new_tokens=8, min_new_tokens=8, do_sample=False)
+    assert got["new_ids"] == expected[0, len(prompt):].tolist()
+
+    checkpoint, out = str(tmp_path / "mbart"), str(tmp_path / "mbart_onnx")
+    config = transformers.MBartConfig(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                                      decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                                      vocab_size=384, max_position_embeddings=256, architectures=["MBartForCausalLM"])
+    write_checkpoint_folder(config, checkpoint, dtype="float32", std=0.3)
+    capsys.readouterr()
+    assert main(["export", checkpoint, "--out", out, "--quiet", "--no-validate"]) == 0  # the names only
+    assert "  transformers.js: transformers.js feeds a decoder-only mbart no cache" in capsys.readouterr().out
+    assert "transformers.js_config" not in json.load(open(os.path.join(out, "config.json"), encoding="utf-8"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from fx2onnx.deploy.transformersjs import (
+    folder_refusal,
     transformersjs_cache_refusal,
     transformersjs_config_json,
     transformersjs_dtype,
@@ -86,5 +87,5 @@ def test_caches_transformersjs_does_not_feed_are_refused(tmp_path):
                                                                        for k in kv}}))
     why = write_transformersjs_config(tmp_path, "onnx/model.onnx", True)
     assert "decoder-only trocr" in why
-    assert json.loads((tmp_path / "fx2onnx.json").read_text())["transformersjs"] == why
+    assert folder_refusal(tmp_path) == why
     assert "transformers.js_config" not in json.loads((tmp_path / "config.json").read_text())

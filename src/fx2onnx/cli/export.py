@@ -14,7 +14,7 @@ def _export_checkpoint(args: argparse.Namespace) -> int:
     """Exports a save_pretrained folder into a folder that generates (fx2onnx.deploy.export_folder):
     the model on the meta device, the weights streamed from its safetensors files."""
     from ..deploy import export_folder
-    from ..deploy.transformersjs import transformersjs_refusal
+    from ..deploy.transformersjs import folder_refusal, transformersjs_refusal
 
     if args.exporter != "to_onnx":
         raise ValueError("A checkpoint folder is exported with --exporter to_onnx only.")
@@ -36,7 +36,8 @@ def _export_checkpoint(args: argparse.Namespace) -> int:
         print(f"  {line}")
     if result.genai:
         print(f"  onnxruntime-genai: no genai_config.json ({result.genai})")
-    why = transformersjs_refusal(result.quantize, str(result.dtype))
+    why = transformersjs_refusal(result.quantize, str(result.dtype)) or (folder_refusal(result.out) if result.written
+                                                                        else None)
     if why:
         print(f"  transformers.js: {why}")
     print(result)

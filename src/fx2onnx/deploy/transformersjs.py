@@ -184,6 +184,16 @@ def write_transformersjs_config(out_dir: str | os.PathLike, model_file: str, ext
     return None
 
 
+def folder_refusal(folder: str | os.PathLike) -> str | None:
+    """Why an exported folder says transformers.js cannot run it (``transformersjs`` in its ``fx2onnx.json``, written
+    by :func:`write_transformersjs_config`), None where it does not say so."""
+    path = os.path.join(os.fspath(folder), "fx2onnx.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f).get("transformersjs")
+
+
 def _record_refusal(out_dir: str | os.PathLike, config: dict[str, Any]) -> str | None:
     """Why transformers.js cannot feed the cache of the decoder described by the folder's ``fx2onnx.json``,
     written there as ``transformersjs`` (None: it can, or the folder has no such decoder)."""
