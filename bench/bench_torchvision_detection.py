@@ -16,6 +16,11 @@ Gaussian noise of that size and adds the largest difference to the model's ``to_
 (``noise_diff``): a detection model whose own outputs part at that noise (a box kept or
 suppressed by an IoU a few 1e-5 from the threshold) cannot match another runtime exactly.
 
+``--nothing`` exports each detection model again with its score threshold between the best scores
+of the two images of its first check (one image then detects nothing: every head after the last
+suppression runs on no box) and adds to the model's ``to_onnx`` row the largest difference with
+eager on those images (``nothing_diff``) and the number of detections of each (``nothing_counts``).
+
 ``--timeout`` bounds each row (default 1200 s): a row running over it records ``timeout`` and the
 step it was at, and the table goes on with the next one. Each row is merged into the JSON as it
 ends (the file is read again first): two runs on different models may share the file.
@@ -41,7 +46,13 @@ import torch
 from torch.utils import _pytree as pytree
 
 import fx2onnx
-from fx2onnx.zoo.torchvision_models import DETECTION, SEGMENTATION, build_torchvision_model, detection_differences
+from fx2onnx.zoo.torchvision_models import (
+    DETECTION,
+    SEGMENTATION,
+    build_torchvision_model,
+    detecting_nothing,
+    detection_differences,
+)
 
 OUTPUT = Path(__file__).resolve().parents[1] / "_doc" / "bench" / "torchvision_detection.json"
 EXPORTERS = ("to_onnx", "dynamo")
@@ -112,6 +123,36 @@ def eager_noise(case, eps: float, seed: int = 0) -> float:
             found = [max(detection_differences(w, o).values(), default=0.0) for w, o in zip(want, got)]
         worst = max([worst] + found)
     return worst
+
+
+def nothing_row(name: str, timeout: int = 0) -> dict:
+    """The model exported by ``to_onnx`` with a score threshold making one image of its first check
+    detect nothing: the largest difference with eager on those images and each one's detections."""
+    found: dict = {}
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.alarm(timeout)
+    try:
+        case = detecting_nothing(build_torchvision_model(name))
+        with tempfile.TemporaryDirectory() as folder:
+            path = str(Path(folder) / "model.onnx")
+            _export("to_onnx", case, path)
+            session = _session(path, 1)
+            args = case.check_args[0]
+            with torch.no_grad():
+                want = case.model(*args)
+            got = pytree.tree_unflatten(session.run(None, _feeds(session, args)), pytree.tree_structure(want))
+            diff = max(max(detection_differences(w, o).values(), default=0.0) for w, o in zip(want, got))
+            found = dict(nothing_diff=diff if math.isfinite(diff) else None,
+                         nothing_counts=[[int(w["boxes"].shape[0]) for w in want],
+                                         [int(o["boxes"].shape[0]) for o in got]])
+    except RowTimeout:
+        found = dict(nothing_error=f"timeout: over {timeout} s")
+    except Exception as e:  # noqa: BLE001 - the row records the failure
+        found = dict(nothing_error=_first_line(e))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    return found
 
 
 def _median_ms(call, repeat: int) -> float:
@@ -191,9 +232,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per row (0: no limit)")
     parser.add_argument("--noise", type=float, default=0.0,
                         help="no export: eager against itself on images moved by this noise, into the to_onnx row")
+    parser.add_argument("--nothing", action="store_true",
+                        help="export again with one image detecting nothing, into the to_onnx row")
     args = parser.parse_args(argv)
     output = Path(args.output)
     rows = json.loads(output.read_text()) if output.exists() else []
+    if args.nothing:
+        for name in DETECTION:
+            row = next((r for r in rows if (r["model"], r["exporter"]) == (name, "to_onnx")), None)
+            if row is None or not re.search(args.only, name):
+                continue
+            found = nothing_row(name, args.timeout)
+            print(name, found, flush=True)
+            rows = json.loads(output.read_text())  # read again: another run may have written since
+            row = next(r for r in rows if (r["model"], r["exporter"]) == (name, "to_onnx"))
+            for key in ("nothing_diff", "nothing_counts", "nothing_error"):
+                row.pop(key, None)
+            _save(output, dict(row, **found))
+        return 0
     if args.noise:
         for row in rows:
             if row["exporter"] == "to_onnx" and re.search(args.only, row["model"]):

@@ -81,3 +81,15 @@ def test_match_detections_allows_a_different_box_only_at_the_cut():
     moved = _detections(boxes[:3], [0.9, 0.6, 0.5003], [[[5.0, 5, 1]], [[70, 90, 1]], [[20, 90, 1]]])
     assert match_detections(want, moved) == pytest.approx(20 / 90)  # 20 pixels, relative to the largest coordinate
     assert match_detections(want, _detections(boxes[:0], [])) == float("inf")
+
+
+def test_page_says_what_an_export_detecting_nothing_gave():
+    """bench --nothing: the model exported again with one image detecting nothing, a line under the table."""
+    row = dict(model="maskrcnn_resnet50_fpn_v2", exporter="to_onnx", task="detection", success=True,
+               step="match", max_diff=1e-3, export_s=900.0, nothing_diff=2e-4, nothing_counts=[[0, 6], [0, 6]])
+    text = torchvision_page([row])
+    assert ("* ``maskrcnn_resnet50_fpn_v2``: exported again with a score threshold making one image detect "
+            "nothing (detections per image: eager [0, 6], onnxruntime [0, 6]") in text
+    assert "the largest difference is 0.0002." in text
+    failed = torchvision_page([dict(row, nothing_error="timeout: over 900 s")])
+    assert "it fails: ``timeout: over 900 s``." in failed

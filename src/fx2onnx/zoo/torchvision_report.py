@@ -71,6 +71,16 @@ def _noise(row: dict[str, Any]) -> str:
             "(an exported model cannot be closer to eager than eager is to itself at its own rounding).")
 
 
+def _nothing(row: dict[str, Any]) -> str:
+    """The model exported again with one image of its check detecting nothing (``--nothing``)."""
+    if "nothing_error" in row:
+        return f"exported with one image detecting nothing, it fails: ``{row['nothing_error'][:120]}``."
+    (want, got), diff = row["nothing_counts"], row.get("nothing_diff")
+    found = "a detection kept by one side only" if diff is None else f"the largest difference is {diff:.2g}"
+    return (f"exported again with a score threshold making one image detect nothing (detections per image: "
+            f"eager {want}, onnxruntime {got}; the heads after the last suppression run on no box): {found}.")
+
+
 def _number(row: dict[str, Any] | None, key: str) -> str:
     value = None if row is None else row.get(key)
     return "" if value is None else f"{value:g}"
@@ -121,7 +131,10 @@ def torchvision_page(rows: list[dict[str, Any]]) -> str:
         lines += [f"* ``{name}``: {NOTES[name]}" for name in noted]
         noisy = [by[(name, "to_onnx")] for name in names if "noise_eps" in by.get((name, "to_onnx"), {})]
         lines += [f"* ``{row['model']}``: {_noise(row)}" for row in noisy]
-        lines += [""] if noted or noisy else []
+        empty = [by[(name, "to_onnx")] for name in names
+                 if {"nothing_counts", "nothing_error"} & set(by.get((name, "to_onnx"), {}))]
+        lines += [f"* ``{row['model']}``: {_nothing(row)}" for row in empty]
+        lines += [""] if noted or noisy or empty else []
     return "\n".join(lines) + "\n"
 
 
