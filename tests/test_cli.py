@@ -38,6 +38,9 @@ MODELS = textwrap.dedent(
 
     def make_other_weights():
         return Model(seed=1), {"x": torch.randn(4, 3)}
+
+    def make_broken():
+        raise RuntimeError("the weights server is down")
     """
 )
 
@@ -118,6 +121,15 @@ def test_errors_name_the_fix(models, tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: ") and expected in err and err.count("\n") == 1, err
+
+
+def test_an_error_nothing_expected_is_one_line(models, tmp_path, capsys):
+    # a library's or the user's code raising what no refusal names: one line with its type, exit code 1
+    out = str(tmp_path / "x.onnx")
+    assert main(["export", f"{models}:make_broken", "--out", out, "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: export stopped on RuntimeError: the weights server is down") and \
+        "FX2ONNX_TRACEBACK=1" in err and err.count("\n") == 1, err
 
 
 def test_the_parser_imports_no_torch():

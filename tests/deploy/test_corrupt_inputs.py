@@ -100,6 +100,8 @@ CASES = {
     "config without hidden_size": ("config.json", lambda d: json.dumps(
         {k: v for k, v in json.loads(d).items() if k != "hidden_size"}).encode(), ["config.json", "shape"]),
     "tokenizer cut": ("tokenizer.json", lambda d: d[: len(d) // 3], ["tokenizer.json", "tokenizer"]),
+    "tokenizer of a larger vocabulary": ("config.json", lambda d: json.dumps(
+        {**json.loads(d), "vocab_size": 100}).encode(), ["tokenizer.json", "vocab_size is 100"]),
     "generation config not JSON": ("generation_config.json", lambda d: b"{eos", ["generation_config.json"]),
 }
 

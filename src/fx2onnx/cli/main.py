@@ -66,7 +66,8 @@ def _what_was_written(command: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parses ``argv`` and runs the command; returns the exit code (2 and one line on stderr
     for an input the command refuses: a folder of an unsupported task, a missing file...; 1 and the
-    error's first line with the source line to change when the model cannot be captured or converted)."""
+    error's first line with the source line to change when the model cannot be captured or converted; 1 and one
+    line naming the error for anything else)."""
     args = make_parser().parse_args(argv)
     _quiet_imports()
     if getattr(args, "address", None):  # the sweeps' runner reads it (fx2onnx.runner.run_tasks)
@@ -93,4 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         hints = [line for line in lines[1:] if line.startswith(("The model reads", "Where the code", "  "))]
         print("\n".join([f"error: {lines[0]}", *hints[:6],
                          "(FX2ONNX_TRACEBACK=1 shows the whole error)"]), file=sys.stderr)
+        return 1
+    except Exception as e:  # a library's or the model's code raises what it raises: one line
+        if os.environ.get("FX2ONNX_TRACEBACK"):
+            raise
+        reason = str(e).strip().splitlines()[0][:240] if str(e).strip() else ""
+        print(f"error: {args.command} stopped on {type(e).__name__}: {reason} (nothing expected it: "
+              f"FX2ONNX_TRACEBACK=1 shows where){_what_was_written(args.command)}", file=sys.stderr)
         return 1

@@ -54,18 +54,26 @@ def check_config(folder: str) -> dict[str, Any]:
     return config
 
 
-def check_tokenizer(folder: str) -> None:
-    """``tokenizer.json``, when the folder has one, loads in ``tokenizers`` (what every runtime reads)."""
+def check_tokenizer(folder: str, config: dict[str, Any] | None = None) -> None:
+    """``tokenizer.json``, when the folder has one, loads in ``tokenizers`` (what every runtime reads), and its
+    vocabulary (without the added tokens) fits in the embedding ``config`` gives the model (``vocab_size``): a
+    tokenizer of another checkpoint gives ids the model cannot embed."""
     path = os.path.join(folder, "tokenizer.json")
     if not os.path.isfile(path):
         return
     import tokenizers
 
     try:
-        tokenizers.Tokenizer.from_file(path)
+        tokenizer = tokenizers.Tokenizer.from_file(path)
     except Exception as e:  # noqa: BLE001 - tokenizers raises its own Exception type for every parse error
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise CheckpointFileError(f"{path!r} does not load as a tokenizer ({reason[:200]}): {RESTORE}.") from None
+    rows = (config or {}).get("vocab_size")
+    tokens = tokenizer.get_vocab_size(with_added_tokens=False)
+    if isinstance(rows, int) and 0 < rows < tokens:
+        raise CheckpointFileError(f"{path!r} has {tokens} tokens but config.json's vocab_size is {rows}: the model "
+                                  "cannot embed the ids from its row count up; put the tokenizer of this checkpoint "
+                                  "in the folder.")
 
 
 def check_checkpoint_folder(folder: str | os.PathLike, weights: bool = True) -> dict[str, Any]:
@@ -84,7 +92,7 @@ def check_checkpoint_folder(folder: str | os.PathLike, weights: bool = True) -> 
         path = os.path.join(folder, name)
         if os.path.isfile(path):
             read_json_file(path)
-    check_tokenizer(folder)
+    check_tokenizer(folder, config)
     if weights:
         check_weights(folder)
     return config
