@@ -15,6 +15,7 @@ from .activation import fuse_bias_gelu, fuse_gelu
 from .attention import attention_3d_layout, fuse_attention
 from .cache_in_place import cache_in_place
 from .cleanup import broadcast_expands, fold_reshapes, fold_transposes, remove_identities
+from .encoder import residual_sums, split_key_transposes
 from .matmul_packing import pack_matmuls, pack_projections
 from .nbits_packing import pack_matmul_nbits
 from .normalization import fuse_rms_normalization, fuse_skip_rms_normalization
@@ -47,6 +48,8 @@ CLEANUP = [
 ]
 
 ONNXRUNTIME = [
+    # an encoder's key transposed once ([0, 2, 3, 1]) split back for the fusion (the clean-ups refold the others)
+    Rule("attention_key_transposes", split_key_transposes, min_opset=23),
     Rule("attention", fuse_attention, min_opset=23),
     Rule("rotary_embedding", fuse_rotary_embedding),
     Rule("attention_3d_layout", attention_3d_layout, min_opset=23),
@@ -59,6 +62,9 @@ ONNXRUNTIME = [
     Rule("skip_rms_normalization", fuse_skip_rms_normalization, default=False),
     Rule("gelu", fuse_gelu),
     Rule("bias_gelu", fuse_bias_gelu),
+    # a post-norm residual Add written as Sum: onnxruntime fuses Add + LayerNormalization into its
+    # SkipLayerNormalization, 3x slower on CPU (1.31): MiniLM-L6 7 % slower with it (encoder.py)
+    Rule("residual_sums", residual_sums),
     # q, k, v of an input of width >= 1024 in one MatMul and a Split: one token of Qwen3-0.6B (1024),
     # 1 thread, int4: MatMulNBits 58.9 -> 51.6 ms a step (onnxruntime-genai's builder packs them too);
     # float32 not slower. At width 512 (float32) the separate MatMuls were faster: 1.60 ms against
@@ -78,11 +84,13 @@ ONNXRUNTIME = [
 ]
 
 OPSET23 = [
+    Rule("attention_key_transposes", split_key_transposes, min_opset=23),
     Rule("attention", fuse_attention, min_opset=23),
     Rule("rotary_embedding", lambda m: fuse_rotary_embedding(m, standard=True), min_opset=23),
     Rule("attention_3d_layout", attention_3d_layout, min_opset=23),
     Rule("rms_normalization", lambda m: fuse_rms_normalization(m, op_type="RMSNormalization"), min_opset=23),
     Rule("gelu", lambda m: fuse_gelu(m, standard=True), min_opset=20),
+    Rule("residual_sums", residual_sums),
     Rule("matmul_packing", pack_matmuls, default=False),
 ]
 

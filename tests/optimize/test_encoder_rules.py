@@ -1,0 +1,116 @@
+"""The encoders' rules: a bidirectional attention whose key was transposed once becomes one ``Attention``, a
+post-norm residual ``Add`` a ``Sum`` which onnxruntime does not fuse into ``SkipLayerNormalization``."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+
+import numpy as np
+import onnx
+import onnxruntime
+from onnx import TensorProto
+from onnx import helper as oh
+from optimize_helpers import FLOAT, apply_rule, check_rule, make_model, op_types, run
+
+import fx2onnx
+from fx2onnx.optimizer.rules.encoder import residual_sums, split_key_transposes
+
+RNG = np.random.default_rng(0)
+HEADS, SIZE = 2, 8
+
+
+def randn(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _encoder_attention(mask_keys: str = "s"):
+    """sdpa of a BERT layer as fx2onnx writes it once cleaned up: the key's two transposes folded in one."""
+    nodes = [oh.make_node("Reshape", [f"{x}3", "heads_shape"], [f"{x}4"]) for x in "qkv"]
+    nodes += [oh.make_node("Transpose", ["q4"], ["q"], perm=[0, 2, 1, 3]),
+              oh.make_node("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1]),
+              oh.make_node("Transpose", ["v4"], ["v"], perm=[0, 2, 1, 3]),
+              oh.make_node("MatMul", ["q", "kt"], ["qk"]), oh.make_node("Mul", ["qk", "scale"], ["scores0"]),
+              oh.make_node("Where", ["mask", "zero", "neginf"], ["bias"]),
+              oh.make_node("Add", ["scores0", "bias"], ["scores"]),
+              oh.make_node("Softmax", ["scores"], ["p0"], axis=-1),
+              oh.make_node("IsNaN", ["p0"], ["nan"]), oh.make_node("Where", ["nan", "zero", "p0"], ["p"]),
+              oh.make_node("MatMul", ["p", "v"], ["y4"]),
+              oh.make_node("Transpose", ["y4"], ["yt"], perm=[0, 2, 1, 3]),
+              oh.make_node("Reshape", ["yt", "merged_shape"], ["y"])]
+    width = HEADS * SIZE
+    inputs = [(f"{x}3", FLOAT, ["b", "s", width]) for x in "qkv"]
+    inputs.append(("mask", TensorProto.BOOL, ["b", 1, "s", mask_keys]))
+    inits = [("heads_shape", np.array([0, 0, HEADS, SIZE], np.int64)),
+             ("merged_shape", np.array([0, 0, width], np.int64)),
+             ("scale", np.array(1 / math.sqrt(SIZE), np.float32)), ("zero", np.array(0.0, np.float32)),
+             ("neginf", np.array(-np.inf, np.float32))]
+    return make_model(nodes, inputs, [("y", FLOAT, ["b", "s", width])], inits, opset=23)
+
+
+def _attention_feeds(b: int, s: int) -> dict:
+    feeds = {f"{x}3": randn(b, s, HEADS * SIZE) for x in "qkv"}
+    lengths = [s - i for i in range(b)]
+    lengths[-1] = 0  # a sequence of padding only: every row hides every key, zeros (torch's answer)
+    keys = np.arange(s)[None, :] < np.array(lengths)[:, None]
+    feeds["mask"] = np.broadcast_to(keys[:, None, None, :], (b, 1, s, s)).copy()
+    return feeds
+
+
+def test_encoder_attention_becomes_one_attention():
+    model = _encoder_attention()
+    feeds = [_attention_feeds(3, 5), _attention_feeds(2, 7)]
+    split = check_rule(model, split_key_transposes, feeds, 1)
+    assert [list(n.attribute[0].ints) for n in split.graph.node if n.op_type == "Transpose"].count([0, 1, 3, 2]) == 1
+    fused = fx2onnx.optimize(model, level="onnxruntime")
+    ops = op_types(fused)
+    assert ops["Attention"] == 1 and not {"Softmax", "Transpose", "IsNaN"} & set(ops), ops
+    for f in feeds:
+        expected, got = run(model, f)[0], run(fused, f)[0]
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+        assert np.abs(got[-1]).max() == 0
+
+
+def test_encoder_attention_left_unfused_keeps_one_transpose():
+    """A mask of another length than the keys: no fusion, the two transposes folded back into one."""
+    fused = fx2onnx.optimize(_encoder_attention(mask_keys="m"), level="onnxruntime")
+    perms = [list(n.attribute[0].ints) for n in fused.graph.node if n.op_type == "Transpose"]
+    assert "Attention" not in op_types(fused) and [0, 2, 3, 1] in perms and [0, 1, 3, 2] not in perms, perms
+
+
+def _post_norm(second_user: bool = False):
+    """A BERT layer's end: the projection's bias, the residual sum, LayerNormalization."""
+    nodes = [oh.make_node("MatMul", ["x", "w"], ["xw"]), oh.make_node("Add", ["xw", "bias"], ["xb"]),
+             oh.make_node("Add", ["xb", "skip"], ["r"]),
+             oh.make_node("LayerNormalization", ["r", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-12)]
+    outputs = [("y", FLOAT, ["b", "s", 16])]
+    if second_user:  # the sum used again: onnxruntime does not fuse it, the rule leaves it
+        nodes.append(oh.make_node("Relu", ["r"], ["z"]))
+        outputs.append(("z", FLOAT, ["b", "s", 16]))
+    inits = [("w", randn(16, 16)), ("bias", randn(16)), ("gamma", randn(16)), ("beta", randn(16))]
+    return make_model(nodes, [("x", FLOAT, ["b", "s", 16]), ("skip", FLOAT, ["b", "s", 16])], outputs, inits,
+                      value_info=[(n, FLOAT, ["b", "s", 16]) for n in ("xw", "xb", "r")])
+
+
+def _loaded_op_types(model: onnx.ModelProto) -> set[str]:
+    """The op types onnxruntime runs once it optimized the model at its default level (every client's)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        options = onnxruntime.SessionOptions()
+        options.optimized_model_filepath = os.path.join(tmp, "optimized.onnx")
+        onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return {n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node}
+
+
+def test_residual_sum_is_not_fused_by_onnxruntime():
+    model = _post_norm()
+    assert "SkipLayerNormalization" in _loaded_op_types(model)  # what the rule avoids
+    feeds = [{"x": randn(2, 3, 16), "skip": randn(2, 3, 16)}, {"x": randn(1, 5, 16), "skip": randn(1, 5, 16)}]
+    summed = check_rule(model, residual_sums, feeds, 1, atol=0)
+    assert op_types(summed)["Sum"] == 1 and "SkipLayerNormalization" not in _loaded_op_types(summed)
+    unfused = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"],
+                                           disabled_optimizers=["SkipLayerNormFusion"])
+    for f in feeds:  # the same additions as the graph before (run unfused): bit for bit
+        assert np.array_equal(run(summed, f)[0], unfused.run(None, f)[0])
+    _, count = apply_rule(_post_norm(second_user=True), residual_sums)
+    assert count == 0
