@@ -4,7 +4,8 @@ test folder writer keeps a ``bos_token_id`` a configuration requires."""
 
 from __future__ import annotations
 
-from fx2onnx.inputs.discover import Architecture, tiny_config
+from fx2onnx.inputs.discover import Architecture, _small_layer_types, tiny_config
+from fx2onnx.weights.repeat_layers import layer_stack
 from fx2onnx.testing.tokenizer import write_checkpoint_folder
 
 
@@ -20,6 +21,22 @@ def test_layer_lists_repeat_to_the_number_of_layers():
     # read-only: the sum of the encoder's and the decoder's counts
     prophetnet = tiny_config(_arch("prophetnet", "ProphetNetConfig", "ProphetNetForCausalLM"), num_hidden_layers=6)
     assert prophetnet.num_decoder_layers == 6
+
+
+def test_a_layer_pattern_repeats_so_that_layers_stamp():
+    # a period fitting three times is kept; a longer one becomes one layer of each kind, in their order
+    assert _small_layer_types(["a", "b", "a", "b", "a", "b", "a", "b"], 6) == ["a", "b"] * 3
+    assert _small_layer_types(["s"] * 5 + ["f"] + ["s"] * 5 + ["f"] + ["s", "s"], 6) == ["s", "f"] * 3
+    assert _small_layer_types(["c", "f", "s", "c", "s", "c"], 6) == ["c", "f", "s"] * 2
+    assert _small_layer_types(["s"] * 5 + ["f"], 2) == ["s", "f"]
+    # Gemma 3's five sliding layers for one global: six tiny layers in three periods, found by the stamping
+    import torch
+
+    gemma3 = tiny_config(_arch("gemma3_text", "Gemma3TextConfig", "Gemma3ForCausalLM"), num_hidden_layers=6)
+    assert gemma3.layer_types == ["sliding_attention", "full_attention"] * 3
+    with torch.device("meta"):
+        model = _arch("gemma3_text", "Gemma3TextConfig", "Gemma3ForCausalLM").model_class()(gemma3)
+    assert layer_stack(model, gemma3).period == 2
 
 
 def test_a_required_bos_token_id_is_the_tokenizer_s(tmp_path):

@@ -285,14 +285,24 @@ def _has(config: Any, key: str) -> bool:
     return key in config.__dict__ or key in getattr(type(config), "attribute_map", {})
 
 
+def _period(types: list[str]) -> list[str]:
+    """The shortest list whose repetition gives ``types``, a last period cut short included (Gemma 3's five
+    sliding layers for one global: a period of 6 in 26 layers)."""
+    for size in range(1, len(types) + 1):
+        if all(types[i] == types[i % size] for i in range(len(types))):
+            return types[:size]
+    return types
+
+
 def _small_layer_types(types: list[str], n: int) -> list[str]:
-    """``n`` layer types keeping every distinct kind of the original list (up to n)."""
-    distinct = list(dict.fromkeys(types))
-    out = distinct[:n]
-    while len(out) < n:
-        out.append(types[len(out) % len(types)])
-    # a hybrid model usually starts with its most frequent kind
-    return out
+    """``n`` layer types repeating the pattern of the original list: its period where three of them fit in ``n``
+    layers (stamping captures two periods and copies the others, :mod:`fx2onnx.weights.repeat_layers`), else one
+    layer of each kind in their order of first appearance as the period (Gemma 3's five sliding layers for one
+    global become a sliding and a global one alternating), so that a tiny model keeps every kind and repeats."""
+    period = _period(list(types))
+    if 3 * len(period) > n:
+        period = list(dict.fromkeys(types))[:n]
+    return [period[i % len(period)] for i in range(n)]
 
 
 #: per-layer lists an override may give for two layers: repeated periodically to the number of layers asked
