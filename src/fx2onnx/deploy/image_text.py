@@ -47,7 +47,7 @@ def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, s
     if config.model_type in PIXTRAL_MODEL_TYPES:
         return with_transformersjs_split(pixtral_pieces(model, config, dtype, seed), model, config, seed)
     if not has_own_pieces(config.model_type):
-        return generic_vision_pieces(model, config, dtype, seed)
+        return with_transformersjs_split(generic_vision_pieces(model, config, dtype, seed), model, config, seed)
     vision = config.vision_config
     g = torch.Generator().manual_seed(seed)
 

@@ -43,7 +43,7 @@ from .speech import Piece
 from .vision import VisionPiece, last_logits
 
 #: the model types whose folder gets transformers.js' split beside our decoder
-SPLIT_MODEL_TYPES = ("llava", "qwen2_vl", "qwen2_5_vl", "mistral3", "idefics3", "gemma3")
+SPLIT_MODEL_TYPES = ("llava", "qwen2_vl", "qwen2_5_vl", "mistral3", "idefics3", "gemma3", "paligemma")
 #: the model types whose vision encoder for transformers.js is its own piece (:class:`TiledVisionPiece`): Idefics 3,
 #: fed the processor's ``pixel_values (prompts, tiles, 3, H, W)`` by transformers.js, our loop the tiles only
 TILED_MODEL_TYPES = ("idefics3",)
@@ -51,6 +51,9 @@ TILED_MODEL_TYPES = ("idefics3",)
 #: the tokens' (0), the vision encoder its own piece (:class:`FlaggedVisionPiece`): Gemma 3, whose image tokens attend
 #: to each other in both directions (``token_type_ids``)
 FLAGGED_MODEL_TYPES = ("gemma3",)
+#: the prefix language models: the prompt (the image and the text, transformers' ``token_type_ids`` of 0 from the
+#: processor) attends to itself in both directions, the tokens generated after it causally (PaliGemma)
+PREFIX_MODEL_TYPES = ("paligemma",)
 #: where transformers.js starts the positions it computes for a model type (0 elsewhere, as transformers)
 POSITION_START = {"gemma3": 1}
 #: the inputs of the vision piece transformers.js names otherwise (Qwen2-VL's grid; our loop feeds either name)
@@ -138,6 +141,7 @@ class EmbedsDecoderPiece(torch.nn.Module):
         self.lm_head = model.lm_head
         self.base_model_prefix = "model"
         self.flagged = model.config.model_type in FLAGGED_MODEL_TYPES
+        self.prefix = model.config.model_type in PREFIX_MODEL_TYPES
         self.position_start = POSITION_START.get(model.config.model_type, 0)
 
     def forward(self, inputs_embeds, attention_mask, position_ids, past_key_values):
@@ -150,9 +154,30 @@ class EmbedsDecoderPiece(torch.nn.Module):
                              token_type_ids=token_types)
         else:
             text = getattr(self.model, "language_model", None) or self.model.text_model
+            if self.prefix:
+                attention_mask = prefix_mask(self.model.config.get_text_config(), inputs_embeds, attention_mask,
+                                             past_key_values, position_ids)
             out = text(inputs_embeds=inputs_embeds, attention_mask=attention_mask, position_ids=position_ids,
                        past_key_values=past_key_values, use_cache=True)
         return {"logits": last_logits(self.lm_head, out.last_hidden_state), "past_key_values": out.past_key_values}
+
+
+def prefix_mask(config: Any, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, past_key_values: Any,
+                position_ids: torch.Tensor) -> Any:
+    """The masks of a prefix language model (:data:`PREFIX_MODEL_TYPES`) fed only embeddings: the positions of this
+    call form one block attending to itself in both directions, which transformers' mask extends to the cache's
+    length as causal. So a prompt (no cache) is its own prefix, as transformers runs the processor's
+    ``token_type_ids`` of 0 on it; one token after it attends causally (``token_type_ids`` ignored after the prompt);
+    ``{"full_attention", "sliding_attention"}`` for a text model of a sliding window (PaliGemma 2)."""
+    from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask  # deferred: heavy
+
+    kwargs = dict(config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+                  past_key_values=past_key_values, position_ids=position_ids,
+                  block_sequence_ids=torch.zeros_like(inputs_embeds[..., 0], dtype=torch.int64))
+    mask = create_causal_mask(**kwargs)
+    if getattr(config, "sliding_window", None) is None:
+        return mask
+    return {"full_attention": mask, "sliding_attention": create_sliding_window_causal_mask(**kwargs)}
 
 
 def transformersjs_pieces(model: Any, config: Any, decoder: Piece, seed: int = 0) -> list[Piece]:
@@ -165,6 +190,8 @@ def transformersjs_pieces(model: Any, config: Any, decoder: Piece, seed: int = 0
     dtype = decoder.inputs["image_features"].dtype
     flagged = config.model_type in FLAGGED_MODEL_TYPES
     start = POSITION_START.get(config.model_type, 0)
+    # transformers.js reads the cache's length from the first layer's: a sliding layer keeps its whole cache
+    whole = "sliding_attention" in (getattr(config.get_text_config(), "layer_types", None) or [])
 
     def embeds(inputs: dict[str, Any]) -> dict[str, Any]:
         ids = inputs["input_ids"]
@@ -173,11 +200,12 @@ def transformersjs_pieces(model: Any, config: Any, decoder: Piece, seed: int = 0
         embeds = torch.randn(*ids.shape, hidden, generator=g)
         if flagged:
             embeds = torch.cat([embeds, (ids == image_token(config)).to(embeds.dtype)[..., None]], dim=-1)
+        if whole:
             out["past_key_values"] = whole_cache(out["past_key_values"])
         return {"inputs_embeds": embeds.to(dtype), **out}
 
     shapes = {k: v for k, v in decoder.dynamic_shapes.items() if k not in ("input_ids", "image_features")}
-    if flagged:  # a layer of a sliding window keeps its whole cache
+    if whole:
         shapes["past_key_values"] = [{0: "batch", 2: "past_seq"} for _ in shapes["past_key_values"]]
     embed = Piece("embed_tokens", "onnx/embed_tokens.onnx", EmbedTokensPiece(model),
                   {"input_ids": decoder.inputs["input_ids"]}, {"input_ids": decoder.inputs2["input_ids"]},
