@@ -39,6 +39,8 @@ def test_cache_in_place_matches_eager_and_generates(arch):
     ops = collections.Counter(n.op_type for n in onx.graph.node)
     layers = tiny.model.config.num_hidden_layers
     assert ops["GroupQueryAttention"] == layers and ops["Attention"] == 0, ops
+    if arch == "llama":  # transformers' causal mask: the padding bias alone, its indices and comparisons gone
+        assert not {"GatherND", "LessOrEqual", "And"} & set(ops), ops
     assert {p.key: p.value for p in onx.metadata_props}[IN_PLACE_METADATA_KEY] == "1"
     sets, names = in_place_input_sets([tiny.inputs, tiny.inputs2], ["first", "second"])
     assert len(sets) > 2  # a batch with a past and several new tokens was split for the kernel
@@ -90,11 +92,11 @@ def test_a_sliding_window_cache_stays_concatenated():
     assert report.ok, report
 
 
-def _decoder_with_features(mask: str):
+def _decoder_with_features(mask: str, dim: int = 4):
     """An attention whose query adds image features (an input fed unchanged at every step) and
     whose mask is causal (``attention_mask`` and a lower triangle), also true on the image tokens
     (``ids``: read from the token ids) or the padding mask alone (``prefix``: the prompt attends both ways)."""
-    heads, dim = 2, 4
+    heads = 2
     nodes = [
         oh.make_node("Cast", ["input_ids"], ["ids_f"], to=TensorProto.FLOAT),
         oh.make_node("Unsqueeze", ["ids_f", "axis2"], ["ids_3d"]),
@@ -111,7 +113,13 @@ def _decoder_with_features(mask: str):
         oh.make_node("Cast", ["lower"], ["causal"], to=TensorProto.BOOL),
         oh.make_node("And", ["padding", "causal"], ["causal_mask"]),
     ]
-    if mask == "ids":
+    if mask == "window":  # a sliding window of 3 keys: the query sees itself and the 2 keys before it
+        nodes += [oh.make_node("Sub", ["past", "two"], ["window_start"]),
+                  oh.make_node("Squeeze", ["window_start"], ["window_diagonal"]),
+                  oh.make_node("Trilu", ["ones", "window_diagonal"], ["recent"], upper=1),
+                  oh.make_node("Cast", ["recent"], ["recent_bool"], to=TensorProto.BOOL),
+                  oh.make_node("And", ["causal_mask", "recent_bool"], ["mask"])]
+    elif mask == "ids":
         nodes += [oh.make_node("Equal", ["input_ids", "image_token"], ["is_image"]),
                   oh.make_node("Unsqueeze", ["is_image", "axes12"], ["image4"]),
                   oh.make_node("Or", ["causal_mask", "image4"], ["mask"])]
@@ -125,7 +133,8 @@ def _decoder_with_features(mask: str):
          ("image_features", TensorProto.FLOAT, [1, 1, heads * dim]),
          ("past_key", TensorProto.FLOAT, [1, heads, "p", dim]), ("past_value", TensorProto.FLOAT, [1, heads, "p", dim])],
         [(n, TensorProto.FLOAT, None) for n in ("y", "present_key", "present_value")],
-        initializers=[("axis2", np.array([2])), ("axes12", np.array([1, 2])), ("image_token", np.array(7))],
+        initializers=[("axis2", np.array([2])), ("axes12", np.array([1, 2])), ("image_token", np.array(7)),
+                      ("two", np.array([2]))],
         opset=23,
     )
 
@@ -180,3 +189,26 @@ def test_cache_in_place_on_attention_of_4d_inputs_keeps_its_outputs():
         assert got[0].shape == (1, heads, new, dim)
         for e, g in zip(expected, got):
             np.testing.assert_allclose(g, e, atol=1e-5)
+
+
+def test_a_causal_mask_becomes_the_padding_bias_and_a_window_stays():
+    """A causal LM's mask (the padding mask and a lower triangle) is given to the kernel as the padding bias alone,
+    a few nodes (the kernel masks the later keys itself); a mask hiding keys below the diagonal too (a sliding
+    window) stays the bias: the same outputs as the model on a prompt and on a step after a past."""
+    import onnxruntime
+
+    named = lambda m: cache_in_place(m, constant_inputs=("image_features",))  # noqa: E731
+    rng = np.random.default_rng(0)
+    for mask, kept in (("causal", False), ("window", True)):
+        model = _decoder_with_features(mask, dim=8)  # the kernel's head size: a multiple of 8
+        rewritten, count = apply_rule(model, named)
+        assert count == 1 and ("Trilu" in op_types(rewritten)) == kept, (mask, op_types(rewritten))
+        for past, new in ((0, 5), (6, 1)):
+            feeds = {"input_ids": rng.integers(0, 9, (1, new)), "attention_mask": np.ones((1, past + new), np.int64),
+                     "image_features": rng.standard_normal((1, 1, 16), dtype=np.float32),
+                     "past_key": rng.standard_normal((1, 2, past, 8), dtype=np.float32),
+                     "past_value": rng.standard_normal((1, 2, past, 8), dtype=np.float32)}
+            expected = onnxruntime.InferenceSession(model.SerializeToString()).run(None, feeds)
+            got = onnxruntime.InferenceSession(rewritten.SerializeToString()).run(None, feeds)
+            for e, g in zip(expected, got):
+                np.testing.assert_allclose(g, e, atol=1e-5, err_msg=f"{mask}, past {past}")

@@ -125,6 +125,19 @@ def test_rotary_embedding(standard, opset, scaling):
              {"x": randn(1, 4, 6, 8), "pos": np.arange(10, 16, dtype=np.int64)[None]}]
     fused = check_rule(model, lambda m: fuse_rotary_embedding(m, standard=standard), feeds, 1)
     assert op_types(fused)["RotaryEmbedding"] == 1 and "Neg" not in op_types(fused)
+    # the standard operator takes the [batch, seq, 4] caches without position ids
+    rotary = next(n for n in fused.graph.node if n.op_type == "RotaryEmbedding")
+    assert len(rotary.input) == (3 if standard else 4)
+
+
+def test_rotary_embedding_at_opset_23_is_the_standard_operator_without_positions():
+    """The level onnxruntime on a model of opset 23: the standard operator (onnxruntime runs it), its caches
+    cos(f) and sin(f) as they are: 2 nodes beside it, where the contrib operator needs 9."""
+    feeds = [{"x": randn(2, 4, 3, 8), "pos": np.array([[5, 6, 7], [0, 1, 2]], np.int64)}]
+    fused = check_rule(_rotary_model(23), fuse_rotary_embedding, feeds, 1)
+    rotary = next(n for n in fused.graph.node if n.op_type == "RotaryEmbedding")
+    assert rotary.domain == "" and len(rotary.input) == 3
+    assert not {"Range", "Reshape", "ReduceProd"} & set(op_types(fused)), op_types(fused)
 
 
 @pytest.mark.parametrize("standard,opset", [(False, 18), (True, 23)])

@@ -11,6 +11,11 @@ Only the nodes the masks are computed from run: the shape of a value computed in
 (the embeddings of the tokens, say) is read from its symbolic shape, evaluated on the sizes the
 inputs are given, so no weight is needed (a value of unknown shape is computed: a weight larger
 than 1024 values stored outside the graph answers False, as anything that cannot run).
+
+:func:`masks_are_padding` runs them on left-padded prompts: a mask which, on and below the diagonal,
+is the padding mask (``attention_mask[b, j]``, a causal LM's) can be given to the kernel as the
+padding bias alone, computed in a few nodes (the kernel adds the causal part); a past of 40000 tokens
+is among the probes, so that a sliding window or chunks of any usual size show.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import onnx_ir as ir
 
 #: the probes: (past length, new tokens)
 _PROBES = ((0, 5), (3, 4))
+#: the probes of :func:`masks_are_padding`: (past length, new tokens, pads of each sequence of the batch)
+_PADDED_PROBES = ((0, 5, (0, 2)), (3, 4, (2, 0)), (6, 1, (0, 4)), (40000, 2, (3, 0)))
 
 
 def _dims(value: ir.Value, sizes: list[int], bindings: dict[str, int]) -> None:
@@ -41,18 +48,22 @@ def _evaluate_dim(dim: Any, bindings: dict[str, int]) -> int:
 
 
 def _feeds(graph: ir.Graph, mask_input: ir.Value, new_input: ir.Value, pasts: list[ir.Value], past: int,
-           new: int) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    """Inputs of batch 1 (the mask of ones, zeros elsewhere) and the sizes they bind."""
+           new: int, pads: tuple[int, ...] = (0,)) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """Inputs of a batch of ``len(pads)`` (the mask of ones after ``pads[b]`` zeros, zeros elsewhere) and
+    the sizes they bind."""
     bindings: dict[str, int] = {}
-    _dims(mask_input, [1, past + new], bindings)
-    _dims(new_input, [1, new], bindings)
+    batch = len(pads)
+    _dims(mask_input, [batch, past + new], bindings)
+    _dims(new_input, [batch, new], bindings)
     for value in pasts:
-        _dims(value, [1, value.shape[1] if isinstance(value.shape[1], int) else 1, past], bindings)
+        _dims(value, [batch, value.shape[1] if isinstance(value.shape[1], int) else 1, past], bindings)
     feeds = {}
     for value in graph.inputs:
         shape = [d if isinstance(d, int) else bindings.get(d.value, 1) for d in value.shape]
         fill = 1 if value is mask_input else 0
         feeds[value.name] = np.full(shape, fill, dtype=value.dtype.numpy())
+    for b, pad in enumerate(pads):
+        feeds[mask_input.name][b, :pad] = 0
     return feeds, bindings
 
 
@@ -117,26 +128,32 @@ def _mask_graph(graph: ir.Graph, masks: list[ir.Value], bindings: dict[str, int]
         [onnx.helper.make_tensor_value_info(m.name, m.dtype.value, None) for m in masks], tensors)
 
 
+def _run_masks(model: ir.Model, masks: list[ir.Value], mask_input: ir.Value, new_input: ir.Value,
+               pasts: list[ir.Value], past: int, new: int, pads: tuple[int, ...] = (0,)) -> list[np.ndarray] | None:
+    """The values of ``masks`` on a probe (see :func:`_feeds`), None when they cannot be run."""
+    import onnxruntime
+
+    try:
+        feeds, bindings = _feeds(model.graph, mask_input, new_input, pasts, past, new, pads)
+        proto = _mask_graph(model.graph, masks, bindings)
+        opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in model.opset_imports.items()]
+        probe = onnx.helper.make_model(proto, opset_imports=opsets, ir_version=10)
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        session = onnxruntime.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        names = {i.name for i in session.get_inputs()}
+        return session.run(None, {k: v for k, v in feeds.items() if k in names})
+    except Exception:  # noqa: BLE001 - anything that cannot run
+        return None
+
+
 def masks_are_causal(model: ir.Model, masks: list[ir.Value], mask_input: ir.Value, new_input: ir.Value,
                      pasts: list[ir.Value]) -> bool:
     """Whether no value of ``masks`` (boolean, or an additive float bias) lets a token see a later
     one, on a prompt of a few tokens after an empty past and after a past of three."""
-    import onnxruntime
-
-    graph = model.graph
     for past, new in _PROBES:
-        try:
-            feeds, bindings = _feeds(graph, mask_input, new_input, pasts, past, new)
-            proto = _mask_graph(graph, masks, bindings)
-            opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in model.opset_imports.items()]
-            probe = onnx.helper.make_model(proto, opset_imports=opsets, ir_version=10)
-            options = onnxruntime.SessionOptions()
-            options.log_severity_level = 3
-            session = onnxruntime.InferenceSession(probe.SerializeToString(), options,
-                                                   providers=["CPUExecutionProvider"])
-            names = {i.name for i in session.get_inputs()}
-            values = session.run(None, {k: v for k, v in feeds.items() if k in names})
-        except Exception:  # noqa: BLE001 - what cannot be run is not known to be causal
+        values = _run_masks(model, masks, mask_input, new_input, pasts, past, new)
+        if values is None:  # what cannot be run is not known to be causal
             return False
         later = np.arange(past + new)[None, :] > past + np.arange(new)[:, None]
         for value in values:
@@ -148,5 +165,36 @@ def masks_are_causal(model: ir.Model, masks: list[ir.Value], mask_input: ir.Valu
             except ValueError:
                 return False
             if allowed[..., later].any():
+                return False
+    return True
+
+
+def masks_are_padding(model: ir.Model, masks: list[ir.Value], mask_input: ir.Value, new_input: ir.Value,
+                      pasts: list[ir.Value]) -> bool:
+    """Whether every boolean mask of ``masks``, on and below the diagonal, is the padding mask
+    (``attention_mask[b, j]`` for every query), on left-padded probes after pasts of 0 to 40000 tokens:
+    a causal LM's mask, whose causal part a kernel masking later keys itself (``causal=1``) does not
+    need. A float mask (an additive bias: ALiBi's) answers False."""
+    if any(m.dtype != ir.DataType.BOOL for m in masks):
+        return False
+    batch = mask_input.shape[0] if mask_input.shape is not None else None
+    for past, new, pads in _PADDED_PROBES:
+        if isinstance(batch, int):  # a static batch: as many rows
+            pads = (pads * batch)[:batch]
+        values = _run_masks(model, masks, mask_input, new_input, pasts, past, new, pads)
+        if values is None:
+            return False
+        total = past + new
+        padding = np.arange(total)[None, :] >= np.array(pads)[:, None]  # (batch, total)
+        seen = np.arange(total)[None, :] <= past + np.arange(new)[:, None]  # (new, total): on and below the diagonal
+        for value in values:
+            if value.ndim != 4:
+                return False
+            try:
+                value = np.broadcast_to(value, (len(pads), value.shape[1], new, total))
+            except ValueError:
+                return False
+            expected = np.broadcast_to(padding[:, None, None, :], value.shape)
+            if (value != expected)[..., seen].any():
                 return False
     return True

@@ -24,6 +24,12 @@ The rewrite keeps the model's meaning for every input it accepts:
   folders check the rewritten model against eager on a prompt with an empty cache
   (:func:`fx2onnx.deploy.check.in_place_input_sets`). One new token sees every key before it
   either way;
+* a boolean mask which is, on and below the diagonal, the padding mask (transformers' causal mask and
+  ``attention_mask``, found by running it on left-padded probes:
+  :func:`fx2onnx.optimizer.rules._mask_probe.masks_are_padding`) becomes the padding bias alone,
+  ``Where(attention_mask[:, None, None, :], 0, lowest)`` expanded to the new tokens: the kernel adds the
+  causal part, the values it reads are the same, and a step runs 5 nodes instead of the ~20 of the
+  model's mask (the indices, the comparisons and the gather of transformers' mask functions);
 * ``seqlens_k`` is ``total - 1`` for every sequence: the pads stay in the buffer as they
   stayed in the concatenated cache;
 * the mask of every attention is computed from ``attention_mask`` alone (and from shapes): a
@@ -48,10 +54,11 @@ from typing import Collection
 
 import numpy as np
 import onnx_ir as ir
+from onnx_ir.passes import common
 
 from ...formats import IN_PLACE_METADATA_KEY  # noqa: F401 (the metadata the rule writes; the loop binds the cache in place when set)
 from ._graph import attr, ensure_opset, initializer, nodes_of, rank, replace
-from ._mask_probe import masks_are_causal
+from ._mask_probe import masks_are_causal, masks_are_padding
 
 #: the attributes of the standard ``Attention`` the rewrite carries over or accepts as defaults
 _KNOWN = {"q_num_heads", "kv_num_heads", "scale", "softcap", "is_causal", "softmax_precision"}
@@ -130,6 +137,32 @@ def _bias(graph: ir.Graph, before: ir.Node, mask: ir.Value, dtype: ir.DataType) 
     return where.outputs[0]
 
 
+def _padding_bias(graph: ir.Graph, before: ir.Node, mask_input: ir.Value, batch: ir.Node, new: ir.Node,
+                  total: ir.Node, dtype: ir.DataType) -> ir.Value:
+    """``Where(attention_mask[:, None, None, :], 0, lowest)`` expanded to ``(batch, 1, new, total)`` (the
+    kernel takes a bias of one row per query), inserted before ``before``."""
+    np_type = np.float32 if dtype == ir.DataType.FLOAT else np.float16
+    zero = initializer(graph, f"cache_in_place_zero_{np_type.__name__}", np.array(0, dtype=np_type))
+    low = initializer(graph, f"cache_in_place_low_{np_type.__name__}", np.array(np.finfo(np_type).min, dtype=np_type))
+    axes = initializer(graph, "cache_in_place_axes_1_2", np.array([1, 2], dtype=np.int64))
+    one = initializer(graph, "cache_in_place_one_int64", np.array([1], dtype=np.int64))
+    keep = ir.node("Cast", [mask_input], attributes={"to": ir.DataType.BOOL})
+    keep4 = ir.node("Unsqueeze", [keep.outputs[0], axes])
+    where = ir.node("Where", [keep4.outputs[0], zero, low])
+    shape = ir.node("Concat", [batch.outputs[0], one, new.outputs[0], total.outputs[0]], attributes={"axis": 0})
+    bias = ir.node("Expand", [where.outputs[0], shape.outputs[0]])
+    nodes = [keep, keep4, where, shape, bias]
+    for node, name in zip(nodes, ["keep", "keep_4d", "padding_bias_row", "bias_shape", "padding_bias"]):
+        node.outputs[0].name = f"cache_in_place_{name}_{np_type.__name__}"
+    keep.outputs[0].dtype, keep.outputs[0].shape = ir.DataType.BOOL, mask_input.shape
+    where.outputs[0].dtype = bias.outputs[0].dtype = dtype
+    shape.outputs[0].dtype, shape.outputs[0].shape = ir.DataType.INT64, ir.Shape([4])
+    batch_dim, total_dim = (mask_input.shape[0], mask_input.shape[1]) if mask_input.shape is not None else (None, None)
+    bias.outputs[0].shape = ir.Shape([batch_dim, 1, None, total_dim])
+    graph.insert_before(before, nodes)
+    return bias.outputs[0]
+
+
 def _reads_only(value: ir.Value, allowed: ir.Value) -> bool:
     """Whether ``value`` is computed from the values of ``allowed``, constants and shapes alone
     (the inputs of ``Shape`` and ``Size`` are not read; a node holding a subgraph is refused)."""
@@ -179,6 +212,8 @@ def cache_in_place(model: ir.Model, constant_inputs: Collection[str] = ()) -> in
     masks = list(dict.fromkeys(n.inputs[3] for n in attentions))
     if not masks_are_causal(model, masks, mask_input, new_input, [n.inputs[4] for n in attentions]):
         return 0
+    # a causal LM's mask: the padding mask on and below the diagonal, the kernel masks the keys above
+    padding_only = masks_are_padding(model, masks, mask_input, new_input, [n.inputs[4] for n in attentions])
     # the past is read elsewhere only through its shape, along the batch or the sequence
     shapes = []
     for past in pasts:
@@ -216,12 +251,14 @@ def cache_in_place(model: ir.Model, constant_inputs: Collection[str] = ()) -> in
         ir.convenience.replace_all_uses_with(shape.outputs[0], past_len.outputs[0])
         graph.remove(shape, safe=True)
 
-    biases: dict[ir.Value, ir.Value] = {}
+    biases: dict[ir.Value | ir.DataType, ir.Value] = {}
     for node in attentions:
         q, k, v, mask, past_key, past_value = node.inputs
-        if mask not in biases:  # one bias per mask, shared by the layers reading it
-            biases[mask] = _bias(graph, node, mask, q.dtype)
-        bias = biases[mask]
+        key = q.dtype if padding_only else mask  # one bias per mask (or type), shared by the layers reading it
+        if key not in biases:
+            biases[key] = _padding_bias(graph, first, mask_input, batch, new64, total64, q.dtype) \
+                if padding_only else _bias(graph, node, mask, q.dtype)
+        bias = biases[key]
         heads, kv_heads = _heads(node)
         attributes = {"num_heads": heads, "kv_num_heads": kv_heads, "causal": 1}
         if attr(node, "scale") is not None:
@@ -248,4 +285,6 @@ def cache_in_place(model: ir.Model, constant_inputs: Collection[str] = ()) -> in
             value.shape = ir.Shape([value.shape[0], value.shape[1], None, value.shape[3]])
     ensure_opset(model, "com.microsoft", 1)
     model.metadata_props[IN_PLACE_METADATA_KEY] = "1"
+    if padding_only:  # the model's mask is read no more (a caller saving the model runs no clean-up)
+        common.RemoveUnusedNodesPass()(model)
     return len(attentions)

@@ -19,8 +19,13 @@ A partial rotary embedding (phi, GPT-NeoX, StableLM: the first ``r`` values of e
 rotated, the others passed) ``Concat(rotary(Slice(x, 0, r)), Slice(x, r, end))`` becomes
 one node on ``x`` with ``rotary_embedding_dim=r``.
 
-* level ``onnxruntime``: ``com.microsoft.RotaryEmbedding``;
+* level ``onnxruntime``: ``com.microsoft.RotaryEmbedding``, the standard one on a model of opset >= 23;
 * level ``opset23``: the standard ``RotaryEmbedding``.
+
+The standard operator takes the caches as ``[batch, seq, h]`` without position ids: ``cos(f)`` and
+``sin(f)`` as they are, 2 nodes for the whole model instead of 9 (the reshapes into ``[batch*seq, h]``
+caches and the position ids ``arange(batch*seq)``: a tenth of a tiny decoder's step in onnxruntime).
+Where ``f`` has a batch of 1 broadcast over ``x``'s, the caches stay 2-D with position ids.
 """
 
 from __future__ import annotations
@@ -153,8 +158,11 @@ class _Caches:
         self.graph = graph
         self.built: dict[tuple[int, int, float, float], tuple] = {}
 
-    def get(self, cos: tuple, sin: tuple, x: ir.Value, anchor: ir.Node):
-        key = (id(cos[0]), id(sin[0]), cos[1], sin[1])
+    def get(self, cos: tuple, sin: tuple, x: ir.Value, anchor: ir.Node, positions: bool = True):
+        """(cos cache, sin cache, position ids); without ``positions`` (the standard operator), the
+        ``[batch, seq, h]`` caches and no position ids when ``f`` has ``x``'s batch."""
+        positions = positions or not _same_dim(cos[0], x, 0)
+        key = (id(cos[0]), id(sin[0]), cos[1], sin[1], positions)
         if key in self.built:
             return self.built[key]
         g = self.graph
@@ -174,7 +182,13 @@ class _Caches:
             v = source if computed else op(trig, source)
             if scale != 1.0:
                 v = op("Mul", v, initializer(g, f"rotary_scale_{trig}_{scale}", np.array(scale, dtype=np.float32)))
-            caches.append(op("Reshape", v, cache_shape))
+            caches.append(op("Reshape", v, cache_shape) if positions else v)
+        if not positions:
+            g.insert_before(anchor, new)
+            for n in new:
+                n.metadata_props.update(anchor.metadata_props)
+            self.built[key] = (caches[0], caches[1], None)
+            return self.built[key]
         bs = op("Shape", f, start=0, end=2)
         total = op("ReduceProd", bs, keepdims=1)
         positions = op("Range", c("rotary_zero", 0), op("Squeeze", total), c("rotary_one", 1))
@@ -210,11 +224,13 @@ def _partial(add: ir.Node, x: ir.Value) -> tuple[ir.Value, ir.Node, int] | None:
 
 
 def fuse_rotary_embedding(model: ir.Model, standard: bool = False) -> int:
-    """Replaces each rotary embedding by ``com.microsoft.RotaryEmbedding`` or, with
-    ``standard=True`` (opset >= 23), by ``RotaryEmbedding``; returns the count."""
+    """Replaces each rotary embedding by ``com.microsoft.RotaryEmbedding`` (a model of opset < 23) or by
+    ``RotaryEmbedding`` (``standard=True``, or a model of opset >= 23); returns the count."""
     graph = model.graph
     caches = _Caches(graph)
     count = 0
+    # onnxruntime runs the standard operator as its own (opset 23): it takes the caches without position ids
+    standard = standard or model.opset_imports.get("", 0) >= 23
     for add in [n for n in graph if n.op_type == "Add" and n.domain == ""]:
         found = _match(add)
         if found is None:
@@ -225,9 +241,10 @@ def fuse_rotary_embedding(model: ir.Model, standard: bool = False) -> int:
             x, anchor, r = partial
             attrs.update(rotary_embedding_dim=r, num_heads=static_dim(x, 1))
         # the nodes are visited in order: the caches go before the first rotary
-        cos_cache, sin_cache, pos = caches.get(cos, sin, x, add)
+        cos_cache, sin_cache, pos = caches.get(cos, sin, x, add, positions=not standard)
         if standard:
-            fused = ir.node("RotaryEmbedding", [x, cos_cache, sin_cache, pos], attrs, name=f"RotaryEmbedding_{count}")
+            fused = ir.node("RotaryEmbedding", [x, cos_cache, sin_cache] + ([pos] if pos is not None else []), attrs,
+                            name=f"RotaryEmbedding_{count}")
         else:
             fused = ir.node(
                 "RotaryEmbedding", [x, pos, cos_cache, sin_cache], attrs, domain="com.microsoft",
