@@ -2,7 +2,8 @@
 
 For each architecture of :func:`fx2onnx.inputs.discover.discover_architectures` (kind ``causal``: the model types
 of ``MODEL_FOR_CAUSAL_LM_MAPPING``), a tiny configuration with ``--layers`` layers is written as a float32
-``save_pretrained`` folder with a tokenizer (:func:`fx2onnx.testing.tokenizer.write_checkpoint_folder`), exported
+``save_pretrained`` folder with a tokenizer (:func:`fx2onnx.testing.tokenizer.write_checkpoint_folder`; its buffers
+hold what the model computes, :func:`computed_buffers`, as a real checkpoint's do), exported
 as a user does (``python -m fx2onnx export FOLDER --out OUT``, no flag: the check against eager included), then the
 folder generates greedily with :class:`fx2onnx.runtime.folder.FolderGenerator` and its tokens are compared with
 ``model.generate(..., do_sample=False)`` of transformers on the same checkpoint. A row says the step reached
@@ -88,6 +89,35 @@ def _error(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}"[:240]
 
 
+def computed_buffers(checkpoint: str) -> list[str]:
+    """Writes into a random checkpoint's ``model.safetensors`` the buffers its model computes (returns their names).
+
+    A random checkpoint gives every tensor random values, buffers included: MiniMax's decay factors and slopes
+    (its prefill reads the decay factors, its decoding step the slopes: random ones disagree, a folder starting
+    its recurrent state at zeros then differs from eager), Zaya's router biases (``from_pretrained`` sets the
+    skip expert's to -1 over the checkpoint's value, the folder keeps the checkpoint's). A checkpoint of a real
+    model holds them as its model computes them: the values the model's own initialization gives."""
+    import torch
+    import transformers
+    from safetensors.torch import load_file, save_file
+
+    path = os.path.join(checkpoint, "model.safetensors")
+    if not os.path.exists(path):  # a sharded checkpoint: not a tiny one
+        return []
+    config = transformers.AutoConfig.from_pretrained(checkpoint)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = getattr(transformers, config.architectures[0])._from_config(config, dtype=torch.float32)
+    buffers = dict(model.named_buffers())
+    tensors = load_file(path)
+    changed = [name for name, value in tensors.items() if name in buffers and value.is_floating_point()
+               and buffers[name].shape == value.shape and not torch.equal(buffers[name].to(value.dtype), value)]
+    if changed:
+        tensors.update({name: buffers[name].to(tensors[name].dtype).contiguous() for name in changed})
+        save_file(tensors, path, metadata={"format": "pt"})
+    return changed
+
+
 def run_one(task: tuple[str, int]) -> dict:
     """The row of one architecture: export its tiny folder, generate, compare with transformers."""
     import torch
@@ -109,6 +139,7 @@ def run_one(task: tuple[str, int]) -> dict:
         config.architectures = [row["class"]]
         checkpoint, out = os.path.join(work, "checkpoint"), os.path.join(work, "exported")
         write_checkpoint_folder(config, checkpoint, dtype="float32", std=0.3)
+        computed_buffers(checkpoint)
         row["step"] = "export"
         stdout, stderr = io.StringIO(), io.StringIO()
         t0 = time.perf_counter()
