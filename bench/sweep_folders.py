@@ -8,7 +8,9 @@ as a user does (``python -m fx2onnx export FOLDER --out OUT``, no flag: the chec
 folder generates greedily with :class:`fx2onnx.runtime.folder.FolderGenerator` and its tokens are compared with
 ``model.generate(..., do_sample=False)`` of transformers on the same checkpoint. A row says the step reached
 (``config``, ``export``, ``generate``, ``compare``), whether the layers were stamped, and the one-line reason of a
-failure (the ``error:`` line the command prints for a refused folder).
+failure (the ``error:`` line the command prints for a refused folder). Where transformers.js lists the model type,
+the folder also generates in transformers.js (Node); a folder whose ``fx2onnx.json`` says transformers.js cannot feed
+its cache is not run there, its row holds that reason (``transformersjs_refused``).
 
 The rows run with :func:`fx2onnx.runner.run_tasks` (one worker, one process per row, a per-row timeout)::
 
