@@ -6,7 +6,8 @@ clean-ups folded the view into heads, ``[0, 2, 1, 3]``, and sdpa's ``[0, 1, 3, 2
 fusion (:mod:`.attention`) does not read. The rule splits it back into the two; the fusion then takes the heads'
 view, the 3D layout removes it, and the clean-ups fold back what no fusion took::
 
-    scores = MatMul(q, Transpose(k4, [0, 2, 3, 1]))            # k4: [batch, seq, heads, head_size]
+    # k4: [batch, seq, heads, head_size]
+    scores = MatMul(q, Transpose(k4, [0, 2, 3, 1]))
     scores = MatMul(q, Transpose(Transpose(k4, [0, 2, 1, 3]), [0, 1, 3, 2]))
 
 ``residual_sums``: onnxruntime fuses at load time (``SkipLayerNormFusion``, graph optimization level 2 and up,
