@@ -6,10 +6,11 @@ folder. The same folder is exported by ``python -m fx2onnx export FOLDER --out O
 ``optimum-cli export onnx --model FOLDER --task TASK OUT`` in optimum's own environment
 (:mod:`fx2onnx.testing.optimum_env`: optimum-onnx pins transformers 4.57). Both results are then run here by
 onnxruntime on the same inputs: the first output of each against the eager model (transformers, float32), and the
-latency (median of the runs, warm) at 1 and 2 intra-op threads for a batch of 1 and of 8 (texts of 128 tokens,
-224x224 images, 1 s of 16 kHz audio, 800x800 images for DETR; T5: its encoder). Export times are wall-clock seconds
-of each command (each includes its own check against PyTorch); the files size counts every ``.onnx`` and external
-data file written::
+latency (median of the runs, warm; the two tools' runs in turns) at 1 and 2 intra-op threads for a batch of 1 and of 8
+(texts of 128 tokens, 224x224 images, 1 s of 16 kHz audio, 800x800 images for DETR; T5: its encoder); at 1 thread
+also the CPU time of a run (``cpu_ms``), which the other jobs of a loaded machine disturb less. Export times are
+wall-clock seconds of each command (each includes its own check against PyTorch); the files size counts every
+``.onnx`` and external data file written::
 
     nice -n 10 python bench/bench_optimum_tasks.py --json _doc/bench/optimum_tasks.json
 
@@ -128,17 +129,30 @@ def run(sess, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
                            for i in sess.get_inputs()})
 
 
-def latency(path: str, kind: str, threads: int, batch: int, budget: float) -> float:
-    """The median seconds of a run (one warm-up run, then up to 10 runs within ``budget`` seconds)."""
-    sess, feeds = session(path, threads), feeds_of(kind, batch)
-    run(sess, feeds)
-    times: list[float] = []
-    begin = time.perf_counter()
-    while len(times) < 10 and (len(times) < 3 or time.perf_counter() - begin < budget):
-        t0 = time.perf_counter()
+def latencies(paths: dict[str, str], kind: str, threads: int, batch: int, budget: float,
+              rounds: int = 10) -> dict[str, tuple[float, float | None]]:
+    """Each tool's median seconds of a run, wall clock and, at 1 thread, the CPU time of the calling thread
+    (onnxruntime computes there: what other jobs on the machine take away from the wall clock does not count).
+    The tools run in turns, one run each a round, the order reversed every other round (a load coming or going
+    weighs on both alike): one warm-up run each, then up to ``rounds`` rounds within ``budget`` seconds a tool
+    (3 rounds at least)."""
+    sessions = {tool: session(path, threads) for tool, path in paths.items()}
+    feeds = feeds_of(kind, batch)
+    for sess in sessions.values():
         run(sess, feeds)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    wall: dict[str, list[float]] = {tool: [] for tool in sessions}
+    cpu: dict[str, list[float]] = {tool: [] for tool in sessions}
+    begin = time.perf_counter()
+    for r in range(rounds):
+        if r >= 3 and time.perf_counter() - begin > budget * len(sessions):
+            break
+        for tool in (list(sessions) if r % 2 == 0 else list(reversed(sessions))):
+            t0, c0 = time.perf_counter(), time.thread_time()
+            run(sessions[tool], feeds)
+            wall[tool].append(time.perf_counter() - t0)
+            cpu[tool].append(time.thread_time() - c0)
+    return {tool: (float(np.median(wall[tool])), float(np.median(cpu[tool])) if threads == 1 else None)
+            for tool in sessions}
 
 
 def eager_difference(folder: str, name: str, paths: dict[str, str]) -> dict[str, float]:
@@ -207,9 +221,14 @@ def bench_one(name: str, budget: float, timeout: float) -> dict:
             row[tool]["files_mb"] = round(files_size(out) / 2**20, 1) if tool in paths else None
         for tool, diff in eager_difference(folder, name, paths).items():
             row[tool]["eager_max_abs_diff"] = diff
-        for tool, path in paths.items():
-            row[tool]["latency_ms"] = {f"t{t}_b{b}": round(1000 * latency(path, kind, t, b, budget), 2)
-                                       for t in THREADS for b in BATCHES}
+        for tool in paths:
+            row[tool]["latency_ms"], row[tool]["cpu_ms"] = {}, {}
+        for t in THREADS:
+            for b in BATCHES:
+                for tool, (seconds, cpu) in latencies(paths, kind, t, b, budget).items():
+                    row[tool]["latency_ms"][f"t{t}_b{b}"] = round(1000 * seconds, 2)
+                    if cpu is not None:
+                        row[tool]["cpu_ms"][f"t{t}_b{b}"] = round(1000 * cpu, 2)
     except Exception as e:  # noqa: BLE001 - a row per model
         row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]
     finally:
