@@ -59,8 +59,9 @@ from ..ort_values import ort_value_to_numpy
 from .sampling import Sampling
 
 #: the names of the states of transformers' linear caches (:mod:`fx2onnx.patches.linear_cache`),
-#: which start at zero: ``past_key_values_conv_3`` as to_onnx names them, ``past_conv.3`` as transformers.js does
-_RECURRENT = re.compile(r"(^|[_.])(conv|recurrent|ssm)[_.]\d")
+#: which start at zero: ``past_key_values_conv_3`` as to_onnx names them, ``past_conv.3`` as transformers.js does;
+#: ``past_key_values_linear_cache_3``, MiniMax's sum of ``K^T V`` (its prefill starts it at zeros)
+_RECURRENT = re.compile(r"(^|[_.])(conv|recurrent|ssm|linear_cache)[_.]\d")
 #: the output :func:`add_next_token` adds
 NEXT_TOKEN = "fx2onnx_next_token"
 #: inputs the loop computes itself, beside the cache
@@ -199,7 +200,7 @@ def _initial_shape(info: Any, batch_dim: Any) -> tuple[int, ...]:
         raise ValueError(
             f"Cache input {info.name!r} of shape {shape} is neither a key/value cache (one dynamic axis beside the "
             f"batch {batch_dim!r}: this one has {len(growing)}) nor a state of transformers' linear caches (conv_<i>, "
-            "recurrent_<i>, ssm_<i>: zero at the start; RWKV's state is not)."
+            "recurrent_<i>, ssm_<i>, linear_cache_<i>: zero at the start; RWKV's state is not)."
         )
     return tuple(-1 if i == 0 and batched else 0 if i in growing else int(d) for i, d in enumerate(shape))
 
@@ -432,6 +433,7 @@ class OnnxGenerator:
         full_mask = np.ones((batch, length + max_new_tokens), dtype=np.int64)
         full_mask[:, :length] = mask
         unfinished, stops = np.ones(batch, dtype=bool), bool(eos.size)
+        eos_set = set(eos.tolist())
         new_tokens: list[np.ndarray] = []
         times = GenerationTimes()
         step_mask, step_positions = mask, positions
@@ -444,6 +446,10 @@ class OnnxGenerator:
         capacity = length + min(max_new_tokens, self.cache_chunk)
         binding = self._bind_in_place(empty, capacity, fixed, fetch_names[0]) if self.in_place else None
         step_ids = ids
+        # with the cache in place, the token ids and positions of the steps after the prompt are written into two
+        # arrays bound once (binding an array took 7-9 us, a third of the loop's time on a tiny model)
+        one_ids = np.zeros((batch, 1), dtype=np.int64)
+        one_positions = np.zeros(later_positions.shape[1:], dtype=np.int64)
         # with the cache in place, the steps after the prompt write their first output (the logits of one position,
         # or the next token) into one array bound once: no value is wrapped nor copied to be read
         step_output: np.ndarray | None = None
@@ -456,11 +462,13 @@ class OnnxGenerator:
                 # onnxruntime's C++ binding and session: the Python wrappers wrap every output (the cache's too)
                 # in a Python object at each step; the arrays bound stay alive until the next step
                 native = binding._iobinding
-                native.bind_input("input_ids", step_ids)
+                if step < 2:  # the prompt's arrays, then the two written at every later step
+                    native.bind_ortvalue_input("input_ids", from_numpy(step_ids if step == 0 else one_ids, device))
+                    if sig.has_position_ids:
+                        native.bind_ortvalue_input(
+                            "position_ids", from_numpy(step_positions if step == 0 else one_positions, device))
                 if sig.has_attention_mask:
                     native.bind_input("attention_mask", step_mask)
-                if sig.has_position_ids:
-                    native.bind_input("position_ids", step_positions)
                 # bound again at each step (in its place, the first): onnxruntime allocates it, the logits
                 # change shape after the prompt
                 if step_output is None:
@@ -498,15 +506,18 @@ class OnnxGenerator:
             else:
                 sequences = np.concatenate([ids, *(t[:, None] for t in new_tokens)], axis=1)
                 next_tokens = chooser(_last_logits(fetches[0]), sequences, full_mask[:, : length + step])
-            if stops:
+            # compared with each end token (numpy's isin took 30-80 us a step); one sequence is running here
+            if stops and batch == 1:
+                unfinished[0] = int(next_tokens[0]) not in eos_set
+            elif stops:
                 next_tokens = np.where(unfinished, next_tokens, pad)
-                unfinished &= ~np.isin(next_tokens, eos)
+                unfinished &= ~(next_tokens[:, None] == eos).any(axis=1)
             new_tokens.append(next_tokens)
             if streamer is not None:
                 streamer(next_tokens)
             if binding is not None:
-                step_ids = np.ascontiguousarray(next_tokens[:, None])
-            elif fused and (not stops or unfinished.all()):
+                one_ids[:, 0] = next_tokens
+            elif fused and (not stops or batch == 1 or unfinished.all()):
                 feeds = fetches  # the next token and the cache, as onnxruntime returned them
             else:  # the logits were read, or a finished sequence is fed its pad token
                 step_ids = np.ascontiguousarray(next_tokens[:, None])
@@ -518,6 +529,8 @@ class OnnxGenerator:
             if batch > 1:
                 step_mask = np.ascontiguousarray(step_mask)
             step_positions = later_positions[step]
+            if binding is not None:
+                one_positions[...] = step_positions
             elapsed = time.perf_counter() - begin
             if step == 0:
                 times.prefill_total, times.prefill_model = elapsed, model_time
@@ -526,7 +539,7 @@ class OnnxGenerator:
                 times.decode_model += model_time
                 times.decode_steps += 1
                 times.step_overheads.append(elapsed - model_time)
-            if stops and not unfinished.any():
+            if stops and not (unfinished[0] if batch == 1 else unfinished.any()):
                 break
         self.last_times = times
         result = np.concatenate([ids, np.stack(new_tokens, axis=1)], axis=1)
