@@ -21,8 +21,10 @@ Idefics 3; Gemma 3). Gemma 3's image tokens attend to each other in both directi
 ``vision_encoder.onnx``), which transformers.js' merge copies with the row; the decoder reads the image tokens from it
 (``token_type_ids``) and drops it. transformers.js counts Gemma 3's positions from 1: its decoder subtracts 1
 (:data:`POSITION_START`). Its sliding layers keep their whole cache there (the window in the mask): transformers.js
-reads the length of the cache from the first layer's. Qwen3-VL is left out: transformers.js feeds its decoder the
-deepstack features.
+reads the length of the cache from the first layer's. PaliGemma (through the generic pieces,
+:mod:`fx2onnx.deploy.image_text_generic`) is a prefix language model: its prompt attends to itself in both
+directions (:func:`prefix_mask`). Qwen3-VL is left out: transformers.js feeds its decoder the deepstack features;
+LightOnOCR, LLaVA-OneVision, SmolVLM and LFM2-VL too: their vision piece is not captured yet.
 
 .. code-block:: python
 
