@@ -66,12 +66,29 @@ def _on_alarm(signum, frame) -> None:
     raise RowTimeout()
 
 
-def _export(exporter: str, case, path: str) -> None:
+def _export(exporter: str, case, path: str, failures: list | None = None) -> None:
+    """Exports ``case``; ``failures`` receives the capture strategies of ``torch.onnx.export`` which
+    failed (it tries torch.export non-strict, then strict, and raises the first one's error)."""
     if exporter == "to_onnx":
         fx2onnx.to_onnx(case.model, case.export_args, dynamic_shapes=case.dynamic_shapes, filename=path)
         return
+    from torch.onnx._internal.exporter import _capture_strategies
+
     dims = pytree.tree_map(lambda name: torch.export.Dim.DYNAMIC, case.dynamic_shapes)
-    program = torch.onnx.export(case.model, case.export_args, dynamic_shapes=dims, dynamo=True, verbose=False)
+    strategy = _capture_strategies.CaptureStrategy
+    call = strategy.__call__
+
+    def recording(self, *args, **kwargs):
+        result = call(self, *args, **kwargs)
+        if result.exception is not None and failures is not None:
+            failures.append(result)
+        return result
+
+    strategy.__call__ = recording
+    try:
+        program = torch.onnx.export(case.model, case.export_args, dynamic_shapes=dims, dynamo=True, verbose=False)
+    finally:
+        strategy.__call__ = call
     program.save(path)
 
 
@@ -178,6 +195,7 @@ def run_row(name: str, exporter: str, repeat: int = 5, atol: float = 1e-2, case=
     """One row: the steps reached by ``exporter`` on model ``name`` (built unless ``case`` is
     given) and the timings, stopped after ``timeout`` seconds (0: no limit)."""
     row: dict = dict(model=name, exporter=exporter, step="build", success=False, error=None)
+    failures: list = []
     previous = signal.signal(signal.SIGALRM, _on_alarm)
     signal.alarm(timeout)
     try:
@@ -187,7 +205,7 @@ def run_row(name: str, exporter: str, repeat: int = 5, atol: float = 1e-2, case=
             path = str(Path(folder) / "model.onnx")
             row["step"] = "capture"
             begin = time.perf_counter()
-            _export(exporter, case, path)
+            _export(exporter, case, path, failures)
             row["export_s"] = round(time.perf_counter() - begin, 1)
             row["step"] = "convert"
             session = _session(path, 1)
@@ -206,6 +224,10 @@ def run_row(name: str, exporter: str, repeat: int = 5, atol: float = 1e-2, case=
                 row[f"ort{threads}_ms"] = _median_ms(lambda: session.run(None, feeds), repeat)
     except RowTimeout:
         row["error"] = f"timeout: over {timeout} s (at {row['step']})"
+        if failures:  # the error torch.onnx.export raises in the end: its first strategy's
+            row["error"] = _first_line(failures[0].exception)
+            row["note"] = (f"{failures[0].strategy} failed; the capture tried after it ran over the row's "
+                           f"{timeout} s")
     except Exception as e:  # noqa: BLE001 - the row records the failure
         row["error"] = _first_line(e)
     finally:

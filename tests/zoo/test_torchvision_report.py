@@ -93,3 +93,10 @@ def test_page_says_what_an_export_detecting_nothing_gave():
     assert "the largest difference is 0.0002." in text
     failed = torchvision_page([dict(row, nothing_error="timeout: over 900 s")])
     assert "it fails: ``timeout: over 900 s``." in failed
+
+
+def test_page_renders_a_rows_note():
+    row = dict(model="retinanet_resnet50_fpn", exporter="dynamo", task="detection", success=False, step="capture",
+               error="GuardOnDataDependentSymNode: Could not guard", note="TorchExportNonStrictStrategy failed")
+    assert ("* ``retinanet_resnet50_fpn`` (``torch.onnx.export`` (dynamo)): TorchExportNonStrictStrategy failed."
+            in torchvision_page([row]))

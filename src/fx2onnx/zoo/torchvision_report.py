@@ -134,7 +134,10 @@ def torchvision_page(rows: list[dict[str, Any]]) -> str:
         empty = [by[(name, "to_onnx")] for name in names
                  if {"nothing_counts", "nothing_error"} & set(by.get((name, "to_onnx"), {}))]
         lines += [f"* ``{row['model']}``: {_nothing(row)}" for row in empty]
-        lines += [""] if noted or noisy or empty else []
+        # a row's own note (bench: torch.onnx.export's first capture failed, the next one ran out of time)
+        remarks = [by[(name, e)] for name in names for e in EXPORTERS if by.get((name, e), {}).get("note")]
+        lines += [f"* ``{row['model']}`` ({EXPORTERS[row['exporter']]}): {row['note']}." for row in remarks]
+        lines += [""] if noted or noisy or empty or remarks else []
     return "\n".join(lines) + "\n"
 
 
