@@ -594,3 +594,18 @@ def test_adaptive_avg_pool_float64(size):
     model = nn.AdaptiveAvgPool2d(size)
     x, x2 = torch.randn(2, 3, 8, 8, dtype=torch.float64), torch.randn(1, 3, 12, 8, dtype=torch.float64)
     check_export(model, (x,), dynamic_shapes=({0: "b", 2: "h"},), inputs2=((x2,), None), atol=1e-12)
+
+
+def test_float32_and_uint8_resampling_has_no_float64():
+    # onnxruntime-web has no float64 kernels: only a float64 image is resampled in float64 (its own dtype)
+    antialiased = Fn(lambda x: F.interpolate(x, size=(3, 5), mode="bilinear", antialias=True))
+    models = [UPSAMPLES["bicubic_down"][0], antialiased]
+    images = [_randn(2, 3, 8, 7)] * 2
+    models.append(Fn(lambda x: F.interpolate(x, size=(5, 3), mode="bicubic")))
+    images.append(torch.randint(0, 255, (2, 3, 8, 7), dtype=torch.uint8))
+    for model, x in zip(models, images):
+        graph = fx2onnx.to_onnx(model, (x,)).graph
+        assert not [n.op_type for n in graph.node for a in n.attribute if a.name == "to" and a.i == 11]
+        assert all(i.data_type != 11 for i in graph.initializer)  # onnx.TensorProto.DOUBLE
+    graph = fx2onnx.to_onnx(models[0], (images[0].double(),)).graph
+    assert any(a.i == 11 for n in graph.node for a in n.attribute if a.name == "to")  # its own dtype
