@@ -29,7 +29,7 @@ import onnx_ir as ir
 #: the probes: (past length, new tokens)
 _PROBES = ((0, 5), (3, 4))
 #: the probes of :func:`masks_are_padding`: (past length, new tokens, pads of each sequence of the batch)
-_PADDED_PROBES = ((0, 5, (0, 2)), (3, 4, (2, 0)), (6, 1, (0, 4)), (40000, 2, (3, 0)))
+_PADDED_PROBES = ((0, 5, (0, 2)), (3, 4, (2, 0)), (40000, 1, (3, 0)))
 
 
 def _dims(value: ir.Value, sizes: list[int], bindings: dict[str, int]) -> None:
