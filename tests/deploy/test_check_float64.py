@@ -68,3 +68,19 @@ def test_no_float64_keeps_the_float32_verdict(tmp_path, inputs):
     (check,) = check_against_eager(_onnx(str(tmp_path / "right.onnx")), model, inputs, torch.float32)
     assert not check.ok and check.float64_diff == []
     assert model.shift.dtype == torch.float32
+
+
+class CancelInFloat32(Cancel):
+    """The same, its sum cast to float32 and back as an RMSNorm's code does (``x.to(torch.float32)``, ``.float()``)."""
+
+    def forward(self, x):
+        return ((x + self.shift).to(torch.float32) - self.shift.float()).to(x.dtype)
+
+
+def test_float64_reference_keeps_float64_where_the_code_casts_to_float32(tmp_path, inputs):
+    # with the model's casts kept, its "float64" run would round as eager float32 does: eager float32 would be at 0
+    # from it and the right export (exact) refused
+    (check,) = check_against_eager(_onnx(str(tmp_path / "right.onnx")), CancelInFloat32().eval(), inputs,
+                                   torch.float32)
+    assert check.ok, check
+    assert max(check.float64_diff) < 1e-6 < max(check.eager32_float64_diff)
