@@ -226,6 +226,8 @@ def test_initial_shapes():
     assert _initial_shape(info("past_key_values_key_0", ["batch", 2, "past_seq", 8]), "batch") == (-1, 2, 0, 8)
     assert _initial_shape(info("past_key_values_conv_0", ["batch", 128, 4]), "batch") == (-1, 128, 4)
     assert _initial_shape(info("past_key_values_recurrent_1", ["batch", 4, 16, 16]), "batch") == (-1, 4, 16, 16)
+    # MiniMax's sum of K^T V: transformers' prefill starts it at zeros
+    assert _initial_shape(info("past_key_values_linear_cache_1", ["batch", 4, 16, 16]), "batch") == (-1, 4, 16, 16)
     with pytest.raises(ValueError, match="RWKV"):  # its running maximum starts at -1e38
         _initial_shape(info("state_4", ["batch", 64, 2]), "batch")
     with pytest.raises(ValueError, match="this one has 2"):
