@@ -11,7 +11,7 @@ other sizes than the vision piece's export), their decoder takes 3 rows of posit
 loop; Qwen2.5-VL's first vision block attends within windows of 2x2 merged features; Qwen3-VL's vision piece also
 gives the features its decoder adds to its first layer (deepstack). Mistral 3's processor pads the second image to
 the first one's size: the loop crops each one to its size and runs the vision piece once per image. The folders of
-LLaVA, Qwen2-VL, Qwen2.5-VL, Mistral 3, Idefics 3 and Gemma 3 (exported in float32) also hold the split transformers.js
+LLaVA, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Mistral 3, Idefics 3 and Gemma 3 (exported in float32) also hold the split transformers.js
 loads: it gives transformers' tokens in Node and in headless Chromium."""
 
 from __future__ import annotations
@@ -27,7 +27,12 @@ import torch
 import transformers
 
 from fx2onnx.__main__ import main
-from fx2onnx.deploy.transformersjs_split import FLAGGED_MODEL_TYPES, SPLIT_MODEL_TYPES, TILED_MODEL_TYPES
+from fx2onnx.deploy.transformersjs_split import (
+    FLAGGED_MODEL_TYPES,
+    SPLIT_MODEL_TYPES,
+    STACKED_MODEL_TYPES,
+    TILED_MODEL_TYPES,
+)
 from test_speech_generic import transformersjs_seq2seq
 
 
@@ -87,8 +92,9 @@ def test_export_writes_the_pieces(folders):
     # the vision piece where transformers.js reads it (fx2onnx.deploy.transformersjs_split)
     model_type = json.load(open(os.path.join(out, "config.json")))["model_type"]
     split = model_type in SPLIT_MODEL_TYPES
-    # Idefics 3 (tiles), Gemma 3 (a column marking the image's rows): transformers.js' is another piece
-    shared = split and model_type not in TILED_MODEL_TYPES + FLAGGED_MODEL_TYPES
+    # Idefics 3 (tiles), Gemma 3 (a column marking the image's rows), Qwen3-VL (the deepstack features as columns):
+    # transformers.js' is another piece
+    shared = split and model_type not in TILED_MODEL_TYPES + FLAGGED_MODEL_TYPES + STACKED_MODEL_TYPES
     assert pieces["vision"]["file"] == ("onnx/vision_encoder.onnx" if shared else "vision.onnx")
     assert os.path.isfile(os.path.join(out, "onnx", "vision_encoder.onnx")) == split
     assert ("decoder_model_merged" in pieces) == split  # exported in float32: transformers.js runs it
@@ -305,7 +311,8 @@ def test_qwen_vl_video_prompt_equals_transformers_greedy(folders, capsys, tmp_pa
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("folders", list(SPLIT_MODEL_TYPES), indirect=True)
+# PaliGemma's in test_transformersjs_prefix_lm.py
+@pytest.mark.parametrize("folders", [t for t in SPLIT_MODEL_TYPES if t in FAMILIES], indirect=True)
 def test_transformersjs_gives_transformers_tokens(folders, tmp_path):
     """The split transformers.js loads (onnx/embed_tokens.onnx, onnx/vision_encoder.onnx, onnx/decoder_model_merged.onnx)
     in its AutoModelForImageTextToText, in Node (tests/clients/transformersjs_image_text.mjs) and headless Chromium

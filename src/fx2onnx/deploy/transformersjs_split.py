@@ -23,8 +23,9 @@ Idefics 3; Gemma 3). Gemma 3's image tokens attend to each other in both directi
 (:data:`POSITION_START`). Its sliding layers keep their whole cache there (the window in the mask): transformers.js
 reads the length of the cache from the first layer's. PaliGemma (through the generic pieces,
 :mod:`fx2onnx.deploy.image_text_generic`) is a prefix language model: its prompt attends to itself in both
-directions (:func:`prefix_mask`). Qwen3-VL is left out: transformers.js feeds its decoder the deepstack features;
-LightOnOCR, LLaVA-OneVision, SmolVLM and LFM2-VL too: their vision piece is not captured yet.
+directions (:func:`prefix_mask`). Qwen3-VL's deepstack features, which its decoder adds to the image's rows of its
+first layers, ride in more columns of the embeddings (:data:`STACKED_MODEL_TYPES`: zeros on the tokens' rows, so the
+decoder adds them to every row). LightOnOCR, LLaVA-OneVision, SmolVLM and LFM2-VL too: their vision piece is not captured yet.
 
 .. code-block:: python
 
@@ -36,16 +37,19 @@ LightOnOCR, LLaVA-OneVision, SmolVLM and LFM2-VL too: their vision piece is not 
 from __future__ import annotations
 
 import copy
+import types
 from typing import Any
 
 import torch
 
 from ..inputs.vlm_inputs import image_token
+from .qwen_vl import QwenVisionPiece, _dense_deepstack
 from .speech import Piece
 from .vision import VisionPiece, last_logits
 
 #: the model types whose folder gets transformers.js' split beside our decoder
-SPLIT_MODEL_TYPES = ("llava", "qwen2_vl", "qwen2_5_vl", "mistral3", "idefics3", "gemma3", "paligemma")
+SPLIT_MODEL_TYPES = ("llava", "qwen2_vl", "qwen2_5_vl", "mistral3", "idefics3", "gemma3", "paligemma", "qwen3_vl",
+                     "qwen3_vl_moe")
 #: the model types whose vision encoder for transformers.js is its own piece (:class:`TiledVisionPiece`): Idefics 3,
 #: fed the processor's ``pixel_values (prompts, tiles, 3, H, W)`` by transformers.js, our loop the tiles only
 TILED_MODEL_TYPES = ("idefics3",)
@@ -53,6 +57,9 @@ TILED_MODEL_TYPES = ("idefics3",)
 #: the tokens' (0), the vision encoder its own piece (:class:`FlaggedVisionPiece`): Gemma 3, whose image tokens attend
 #: to each other in both directions (``token_type_ids``)
 FLAGGED_MODEL_TYPES = ("gemma3",)
+#: the model types whose vision features added to the first layers of the decoder (Qwen3-VL's deepstack) ride in
+#: more columns of the embeddings for transformers.js (:class:`StackedVisionPiece`), zeros on the tokens' rows
+STACKED_MODEL_TYPES = ("qwen3_vl", "qwen3_vl_moe")
 #: the prefix language models: the prompt (the image and the text, transformers' ``token_type_ids`` of 0 from the
 #: processor) attends to itself in both directions, the tokens generated after it causally (PaliGemma)
 PREFIX_MODEL_TYPES = ("paligemma",)
@@ -79,9 +86,10 @@ def with_transformersjs_split(pieces: list[Piece], model: Any, config: Any, seed
         return pieces
     vision, decoder = pieces
     split = transformersjs_pieces(model, config, decoder, seed)
-    if config.model_type in FLAGGED_MODEL_TYPES:
+    if config.model_type in FLAGGED_MODEL_TYPES + STACKED_MODEL_TYPES:
+        module = FlaggedVisionPiece(model) if config.model_type in FLAGGED_MODEL_TYPES else StackedVisionPiece(model)
         return [vision, decoder, *split,
-                Piece("vision_encoder", VISION_ENCODER_FILE, FlaggedVisionPiece(model), vision.inputs, vision.inputs2,
+                Piece("vision_encoder", VISION_ENCODER_FILE, module, vision.inputs, vision.inputs2,
                       vision.dynamic_shapes, list(vision.input_names), ["image_features"])]
     if config.model_type in TILED_MODEL_TYPES:
         def tiles(inputs: dict[str, Any], prompts: int) -> dict[str, Any]:
@@ -112,6 +120,22 @@ class FlaggedVisionPiece(VisionPiece):
         return with_flag(super().forward(pixel_values), 1.0)
 
 
+class StackedVisionPiece(QwenVisionPiece):
+    """:class:`fx2onnx.deploy.qwen_vl.QwenVisionPiece` of Qwen3-VL, its deepstack features as more columns:
+    ``(rows, hidden * (1 + deepstack))``."""
+
+    def forward(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
+        return torch.cat(super().forward(pixel_values, image_grid_thw), dim=-1)
+
+
+def deepstack_count(config: Any) -> int:
+    """The number of deepstack features of a Qwen3-VL ``config`` (0 for another model)."""
+    if config.model_type not in STACKED_MODEL_TYPES:
+        return 0
+    vision = config.vision_config
+    return len([i for i in getattr(vision, "deepstack_visual_indexes", None) or () if i < vision.depth])
+
+
 def with_flag(embeds: torch.Tensor, value: float) -> torch.Tensor:
     """``embeds (..., hidden)`` with one more column of ``value``."""
     return torch.cat([embeds, torch.full_like(embeds[..., :1], value)], dim=-1)
@@ -125,9 +149,12 @@ class EmbedTokensPiece(torch.nn.Module):
         self.model = model.model
         self.base_model_prefix = "model"
         self.flagged = model.config.model_type in FLAGGED_MODEL_TYPES
+        self.stacked = deepstack_count(model.config)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         embeds = self.model.get_input_embeddings()(input_ids)
+        if self.stacked:  # no deepstack feature on a token's row
+            return torch.cat([embeds, embeds.new_zeros(*embeds.shape[:-1], embeds.shape[-1] * self.stacked)], dim=-1)
         return with_flag(embeds, 0.0) if self.flagged else embeds
 
 
@@ -145,11 +172,23 @@ class EmbedsDecoderPiece(torch.nn.Module):
         self.flagged = model.config.model_type in FLAGGED_MODEL_TYPES
         self.prefix = model.config.model_type in PREFIX_MODEL_TYPES
         self.position_start = POSITION_START.get(model.config.model_type, 0)
+        self.stacked = deepstack_count(model.config)
+        if self.stacked:  # the deepstack features added without a boolean index
+            text = self.model.language_model
+            text._deepstack_process = types.MethodType(_dense_deepstack, text)
 
     def forward(self, inputs_embeds, attention_mask, position_ids, past_key_values):
         if self.position_start:
             position_ids = position_ids - self.position_start
-        if self.flagged:
+        if self.stacked:
+            # the deepstack features in the columns after the embeddings: added to every row (zeros on the tokens')
+            chunks = inputs_embeds.chunk(1 + self.stacked, dim=-1)
+            rows = torch.ones_like(inputs_embeds[..., 0], dtype=torch.bool)
+            out = self.model.language_model(
+                inputs_embeds=chunks[0], attention_mask=attention_mask, position_ids=position_ids,
+                past_key_values=past_key_values, use_cache=True, visual_pos_masks=rows,
+                deepstack_visual_embeds=[c.reshape(-1, c.shape[-1]) for c in chunks[1:]])
+        elif self.flagged:
             token_types = (inputs_embeds[..., -1] > 0.5).to(torch.int64)
             out = self.model(inputs_embeds=inputs_embeds[..., :-1], attention_mask=attention_mask,
                              position_ids=position_ids, past_key_values=past_key_values, use_cache=True,
@@ -182,6 +221,10 @@ def prefix_mask(config: Any, inputs_embeds: torch.Tensor, attention_mask: torch.
     return {"full_attention": mask, "sliding_attention": create_sliding_window_causal_mask(**kwargs)}
 
 
+#: the inputs of our decoder that transformers.js' decoder takes as embeddings
+FEATURE_INPUTS = ("input_ids", "image_features", "deepstack_features")
+
+
 def transformersjs_pieces(model: Any, config: Any, decoder: Piece, seed: int = 0) -> list[Piece]:
     """The ``embed_tokens`` and ``decoder_model_merged`` pieces of ``model``, with the input sets of our ``decoder``
     piece (:func:`fx2onnx.deploy.vision.decoder_piece`): its token ids for the embeddings, embeddings of their shape
@@ -197,16 +240,16 @@ def transformersjs_pieces(model: Any, config: Any, decoder: Piece, seed: int = 0
 
     def embeds(inputs: dict[str, Any]) -> dict[str, Any]:
         ids = inputs["input_ids"]
-        out = copy.deepcopy({k: v for k, v in inputs.items() if k not in ("input_ids", "image_features")})
+        out = copy.deepcopy({k: v for k, v in inputs.items() if k not in FEATURE_INPUTS})
         out["position_ids"] = out["position_ids"] + start
-        embeds = torch.randn(*ids.shape, hidden, generator=g)
+        embeds = torch.randn(*ids.shape, hidden * (1 + deepstack_count(config)), generator=g)
         if flagged:
             embeds = torch.cat([embeds, (ids == image_token(config)).to(embeds.dtype)[..., None]], dim=-1)
         if whole:
             out["past_key_values"] = whole_cache(out["past_key_values"])
         return {"inputs_embeds": embeds.to(dtype), **out}
 
-    shapes = {k: v for k, v in decoder.dynamic_shapes.items() if k not in ("input_ids", "image_features")}
+    shapes = {k: v for k, v in decoder.dynamic_shapes.items() if k not in FEATURE_INPUTS}
     if whole:
         shapes["past_key_values"] = [{0: "batch", 2: "past_seq"} for _ in shapes["past_key_values"]]
     embed = Piece("embed_tokens", "onnx/embed_tokens.onnx", EmbedTokensPiece(model),
