@@ -407,7 +407,10 @@ def tiny_task_config(arch: TaskArchitecture, **overrides: Any) -> Any:
 def tiny_task_model(arch: TaskArchitecture, seed: int = 0, **overrides: Any) -> tuple[Any, Any]:
     """``(model, config)`` of ``arch`` in eval mode, weights seeded: the matrices get a
     variance of 1 / fan-in (with the small initializations of transformers the outputs of
-    deep convolutional networks vanish and any export would compare as right)."""
+    deep convolutional networks vanish and any export would compare as right). The padding row of
+    an embedding stays zero, as training leaves it (transformers' initialization of some models,
+    Funnel's, zeroes it again after ``from_pretrained`` loads it: a random one would make the
+    reference differ from its own checkpoint)."""
     import torch
 
     config = tiny_task_config(arch, **overrides)
@@ -419,6 +422,9 @@ def tiny_task_model(arch: TaskArchitecture, seed: int = 0, **overrides: Any) -> 
             if p.dim() >= 2 and p.dtype.is_floating_point:
                 if p.numel():  # (an empty parameter: LW-DETR's unused projections)
                     p.copy_(torch.randn(p.shape, generator=generator) / p[0].numel() ** 0.5)
+        for module in model.modules():
+            if isinstance(module, torch.nn.Embedding) and module.padding_idx is not None:
+                module.weight[module.padding_idx].zero_()
     return model, config
 
 
