@@ -36,11 +36,16 @@ round, the rounds interleaved in a shuffled order; a row gives the best round, t
 range of the rounds, the spread of which says what a difference between two rows means. The rows
 without a median come from the first command printed below, before the draft ran in genai's setting
 (its ``draft`` rows ran with transformers' defaults) and before the backoff went down to one candidate
-(it halved them). The last full run (the third command from the end) ran on a machine loaded 15 to
-27 times its 2 cores: its rounds spread widely; the rows of the always-wrong candidates and the prices of
-the backoff below are kept from an earlier, quieter run. A checkpoint's own multi-token-prediction
-head (``generate --mtp``, :mod:`fx2onnx.runtime.mtp`) has its own section below: the benchmark
-Llama written as the GLM-4-MoE it is, with a head trained on the same corpus.
+(it halved them). The last full run ran on a machine loaded 15 to 27 times its 2 cores: its rounds
+spread widely; the rows of the always-wrong candidates and the prices of the backoff below are kept
+from an earlier, quieter run. The last two commands (``--modes`` greedy, paired steps, prompt lookup
+and draft; int4 then float32, 2 rounds, the machine loaded 15 to 23 times) measured the decoders
+exported after the graph lost its mask and position nodes (the int4 decoder: 121 nodes then 90;
+onnxruntime-genai's own builder makes 55 of the same checkpoint, its q, k, v and its residual sums
+fused) and the loop bound its token inputs once: both loops run the same folder, so the graph helps
+both, the loop ours alone. A checkpoint's own multi-token-prediction head (``generate --mtp``,
+:mod:`fx2onnx.runtime.mtp`) has its own section below: the benchmark Llama written as the GLM-4-MoE it
+is, with a head trained on the same corpus.
 """
 
 import json
