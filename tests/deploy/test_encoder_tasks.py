@@ -88,6 +88,9 @@ def test_the_task_of_a_folder_is_the_pipeline_task_of_its_class():
     assert folder_task(vit, "feature-extraction") == "feature-extraction"  # --task chooses among its tasks
     with pytest.raises(ValueError, match="not supported from a folder of ViTModel: its head is one of"):
         folder_task(vit, "image-classification")
+    # transformers' pipeline name of an instance / universal segmenter's task
+    mask2former = transformers.Mask2FormerConfig(architectures=["Mask2FormerForUniversalSegmentation"])
+    assert folder_task(mask2former, "image-segmentation") == folder_task(mask2former) == "universal-segmentation"
 
 
 @pytest.fixture(scope="module")
