@@ -181,6 +181,7 @@ def _export_two_layers(folder: str, model: torch.nn.Module, config: Any, task: s
         except KeyError as e:  # a parameter the checkpoint does not hold: the full capture says what to do
             raise LayersNotRepeatable(str(e)) from e
         short_model = model_from_config(short, options["dtype"], folder)
+        _same_weights_outside(short_model, model, stack.path)
         adopt_layer_attributes(short_model, model, stack)  # a constant derived from the number of layers
         to_onnx_from_checkpoint(folder, (), inputs, model=short_model,
                                 dynamic_shapes=dynamic_shapes,
@@ -191,6 +192,17 @@ def _export_two_layers(folder: str, model: torch.nn.Module, config: Any, task: s
         return False
     say(f"captured {stack.captured} of the {stack.count} layers of {stack.path}, the others copied in ONNX")
     return True
+
+
+def _same_weights_outside(short_model: torch.nn.Module, model: torch.nn.Module, path: str) -> None:
+    """Raises :class:`LayersNotRepeatable` when a weight outside the layers of ``path`` has another shape in the short
+    model than in the full one: it depends on the number of layers (Gemma 3n's per-layer embeddings, one slice per
+    layer), the short model cannot read the checkpoint's."""
+    full = {name: tuple(t.shape) for name, t in model.state_dict().items() if not name.startswith(path + ".")}
+    for name, tensor in short_model.state_dict().items():
+        if name in full and tuple(tensor.shape) != full[name]:
+            raise LayersNotRepeatable(f"{name} has the shape {list(tensor.shape)} with fewer layers, "
+                                      f"{list(full[name])} with all: it depends on their number")
 
 
 def last_logits_only(model: torch.nn.Module, input_sets: list[dict[str, Any]], dynamic_shapes: dict[str, Any],
