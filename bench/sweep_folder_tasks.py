@@ -284,8 +284,10 @@ def run_one(key: str) -> dict:
     try:
         arch = architecture(zoo_task, name)
         row["model"] = arch.model_class_name
-        # a text model pads with the tokenizer's [PAD] (id 0): a decoder's classifier finds its last token so
-        model, config = tiny_task_model(arch, **({"pad_token_id": 0} if task in TEXT_MAPPINGS else {}),
+        # a text model pads with the tokenizer's [PAD] (id 0): a decoder's classifier finds its last token so; its
+        # end of text is the tokenizer's [SEP] (id 3), once per text: BART's family classifies from that token
+        model, config = tiny_task_model(arch, **({"pad_token_id": 0, "eos_token_id": 3} if task in TEXT_MAPPINGS
+                                                 else {}),
                                         **SIZES.get(name, {}))
         config.architectures = [arch.model_class_name]
         checkpoint, out = os.path.join(work, "checkpoint"), os.path.join(work, "exported")
