@@ -331,7 +331,7 @@ def test_transformersjs_gives_transformers_tokens(folders, tmp_path):
     inputs = {k: v.tolist() for k, v in inputs.items()}
     assert transformersjs_seq2seq(out, inputs, 10, tmp_path, client="transformersjs_image_text.mjs") == expected
     # the same in the browser for two families (LLaVA's merge, Qwen2-VL's positions; each run is about 12 s; the
-    # others were run by hand: Qwen2.5-VL, Mistral 3, Idefics 3, Gemma 3 give the same tokens)
+    # others were run by hand: Qwen2.5-VL, Qwen3-VL, Mistral 3, Idefics 3, Gemma 3 give the same tokens)
     if shutil.which("chromium") and model_type in ("llava", "qwen2_vl"):
         assert transformersjs_seq2seq(out, inputs, 10, tmp_path, browser=True) == expected
 
