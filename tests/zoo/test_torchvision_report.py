@@ -31,7 +31,8 @@ def test_page_shows_both_exporters(tmp_path):
     assert "Keypoint R-CNN" not in text  # a note only where its model has a row
     keypoints = dict(model="keypointrcnn_resnet50_fpn", exporter="to_onnx", task="detection", success=False,
                      step="match", error="outputs differ from eager: 0.3 (keypoints)")
-    assert "* ``keypointrcnn_resnet50_fpn``: Keypoint R-CNN's boxes" in torchvision_page(rows + [keypoints])
+    noted = torchvision_page(rows + [keypoints])
+    assert "* ``keypointrcnn_resnet50_fpn``: Keypoint R-CNN is checked with heatmaps peaked" in noted
     # eager against itself on images moved by noise (bench --noise): a line under the table
     noisy = dict(rows[0], noise_eps=1e-5, noise_diff=None)
     assert ("* ``fasterrcnn_mobilenet_v3_large_fpn``: eager against eager on the same images moved by Gaussian "

@@ -30,15 +30,12 @@ NOTES = {
     "fasterrcnn_resnet50_fpn_v2": _V2,
     "maskrcnn_resnet50_fpn_v2": _V2,
     "keypointrcnn_resnet50_fpn": (
-        "Keypoint R-CNN's boxes, labels and scores match eager; its keypoints do not, and the cause is the "
-        "check, not the conversion: given the same inputs, every stage of the ONNX model's keypoint path "
-        "equals eager's (the pooled features exactly, the heatmaps to 1e-5, the keypoints' scores read from "
-        "them to 1e-5). A keypoint is the argmax of a heatmap resampled to ``ceil`` of its box's size: with random "
-        "weights the heatmaps are flat, a box 0.025 pixel away (rounding through a random ResNet-50) crosses "
-        "an integer width and the argmax jumps by 20 pixels, and heatmaps 1e-2 apart pick another of two "
-        "near-equal maxima. The row was measured on those flat heatmaps: the case now peaks each heatmap at a "
-        "corner of its box (``_peak_keypoints``; the keypoints then stay put when a box moves by 0.03 pixel), "
-        "and the row was not measured again on it."),
+        "Keypoint R-CNN is checked with heatmaps peaked at a corner of each box (``_peak_keypoints``). A keypoint "
+        "is the argmax of a heatmap resampled to ``ceil`` of its box's size: with random weights the heatmaps are "
+        "flat, and a box 0.025 pixel away (rounding through a random ResNet-50) crosses an integer width and "
+        "moves the argmax by 20 pixels. An earlier row on flat heatmaps differed so in its keypoints (1.06) while "
+        "every stage of the keypoint path equalled eager's given the same inputs (pooled features exactly, "
+        "heatmaps and the keypoints' scores to 1e-5)."),
     "fasterrcnn_resnet50_fpn": (
         "Faster R-CNN R50's difference is a near-tie, not a conversion bug. Five images of six match to 2e-4; "
         "on the sixth, onnxruntime keeps a detection (ranked 15th of 20) eager does not. Its region proposal "
