@@ -324,6 +324,15 @@ def _repeat_layer_lists(values: dict[str, Any], n_layers: int | None) -> None:
         values["attention_types"] = [[periods[0][0], n_layers // len(periods[0][0])]]
 
 
+def latent_attention_values(values: dict[str, Any]) -> None:
+    """The tiny sizes of multi-head latent attention (DeepSeek V2/V3) made consistent in place: its rotary size is
+    ``head_dim``, its keys are per head."""
+    if "qk_rope_head_dim" in values and "head_dim" in values:
+        values["head_dim"] = values["qk_rope_head_dim"]
+    if "kv_lora_rank" in values and "num_key_value_heads" in values:
+        values["num_key_value_heads"] = values.get("num_attention_heads", 4)
+
+
 def tiny_config(arch: Architecture, **overrides: Any) -> Any:
     """The configuration of ``arch`` with the generic overrides, the architecture's ones, then ``overrides``."""
     config_class = arch.config_class()
@@ -335,10 +344,7 @@ def tiny_config(arch: Architecture, **overrides: Any) -> Any:
         sliding = None
     if sliding is None:
         values.pop("sliding_window", None)  # sliding attention disabled by default: kept so
-    if "qk_rope_head_dim" in values and "head_dim" in values:
-        values["head_dim"] = values["qk_rope_head_dim"]  # multi-head latent attention: rotary size
-    if "kv_lora_rank" in values and "num_key_value_heads" in values:
-        values["num_key_value_heads"] = values.get("num_attention_heads", 4)  # keys are per head
+    latent_attention_values(values)
     if arch.kind == "causal" and _has(default, "is_decoder"):
         values["is_decoder"] = True  # encoders listed as causal LM (BERT...) are decoders then
     values.update(ARCHITECTURE_OVERRIDES.get(arch.name, {}))
