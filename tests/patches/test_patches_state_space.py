@@ -17,6 +17,7 @@ from torch.utils import _pytree as pytree
 pytest.importorskip("transformers")
 
 from fx2onnx import to_onnx, torch_export_patches  # noqa: E402
+from fx2onnx.inputs import discover  # noqa: E402
 from fx2onnx.inputs.discover import get_architecture  # noqa: E402
 from fx2onnx.zoo.zoo_inputs import build_zoo_model  # noqa: E402
 from fx2onnx.patches import register_cache_serialization, unregister_cache_serialization  # noqa: E402
@@ -146,9 +147,13 @@ def test_granitemoehybrid_with_cache():
 
 
 @pytest.mark.slow
-def test_patched_zamba_equals_eager_and_exports():
+def test_patched_zamba_equals_eager(monkeypatch):
     """Zamba's mixer of independent Mamba heads: with a filled cache, several new tokens start
-    from zeros and one token continues from the cached state, in one graph."""
+    from zeros and one token continues from the cached state, in one graph (its export runs in
+    the causal folders sweep: bench/sweep_folders.py)."""
+    # 4 layers: two hybrid layers among them (the shared transformer is tied between them)
+    zamba = dict(discover.ARCHITECTURE_OVERRIDES.get("zamba", {}), num_hidden_layers=4)
+    monkeypatch.setitem(discover.ARCHITECTURE_OVERRIDES, "zamba", zamba)
     zoo = _zoo("zamba", with_cache=True)
     for inputs in (zoo.copy_inputs(1), _one_token(zoo)):
         with torch.no_grad():
@@ -157,6 +162,3 @@ def test_patched_zamba_equals_eager_and_exports():
                 got = flatten_outputs(zoo.model(**copy.deepcopy(inputs)))
         assert "ZambaMambaMixer.forward" in {r.name for r in context.reports if r.status == "applied"}
         assert compare_outputs(expected, got, atol=0, rtol=0).ok
-    names, dims = _export_and_check(zoo, decoding_step=True)
-    assert [n for n in names if "conv" in n] and [n for n in names if "recurrent" in n]
-    assert {"batch", "seq"} <= set(dims)
