@@ -35,7 +35,9 @@ NOTES = {
         "flat, and a box 0.025 pixel away (rounding through a random ResNet-50) crosses an integer width and "
         "moves the argmax by 20 pixels. An earlier row on flat heatmaps differed so in its keypoints (1.06) while "
         "every stage of the keypoint path equalled eager's given the same inputs (pooled features exactly, "
-        "heatmaps and the keypoints' scores to 1e-5)."),
+        "heatmaps and the keypoints' scores to 1e-5). On peaked heatmaps the largest difference is in the "
+        "keypoints' scores (0.054, the heatmaps' values at the peaks, each a sum of large terms of both signs): "
+        "not investigated further yet."),
     "fasterrcnn_resnet50_fpn": (
         "Faster R-CNN R50's difference is a near-tie, not a conversion bug. Five images of six match to 2e-4; "
         "on the sixth, onnxruntime keeps a detection (ranked 15th of 20) eager does not. Its region proposal "
