@@ -34,6 +34,9 @@ class FolderExport:
     family: str | None = None
     #: the weight-only quantization of the matrices (``int4``, ``int8``; None: ``dtype`` everywhere)
     quantize: str | None = None
+    #: after a failed check: the weights transformers' ``from_pretrained`` changes after reading them, with their
+    #: max abs difference to the checkpoint (:func:`fx2onnx.weights.loading_changes.weights_changed_on_loading`)
+    loading_changes: list[tuple[str, float]] = dataclasses.field(default_factory=list)
 
     def kind(self) -> str:
         """The task, the family of pieces and the weights' types, as the summary says them."""
@@ -52,8 +55,13 @@ class FolderExport:
 
     def __str__(self) -> str:
         if not self.written:
+            changed = ""
+            if self.loading_changes:
+                named = ", ".join(f"{name} by {diff:.3g}" for name, diff in self.loading_changes[:3])
+                changed = (f"; transformers' from_pretrained changes {len(self.loading_changes)} weight(s) after "
+                           f"reading them ({named}): eager is not the checkpoint's model, the export is")
             return (f"nothing written at {self.out}: the check against eager failed ({self.kind()}, "
-                    f"{self.seconds:.1f} s); a previous folder there is kept")
+                    f"{self.seconds:.1f} s){changed}; a previous folder there is kept")
         return (f"wrote {self.out}: {len(self.files)} files, {self.nbytes / 2**20:.1f} MiB ({self.kind()}) "
                 f"in {self.seconds:.1f} s, peak memory {self.peak_rss / 2**30:.2f} GiB")
 
