@@ -13,7 +13,7 @@ import transformers
 from torch.utils import _pytree as pytree
 
 from fx2onnx.flatten import cache_flattening
-from fx2onnx.inputs.folder_inputs import task_inputs
+from fx2onnx.inputs.folder_inputs import NoCacheDecoding, task_inputs
 from fx2onnx.inputs.model_cache import cache_argument, decode_step_refusal, model_cache_inputs
 
 KV = {0: "batch", 2: "past_seq"}
@@ -59,8 +59,8 @@ def test_a_state_space_cache_is_its_cache_params():
 def test_a_model_without_a_cache_argument_is_refused_in_one_line():
     config = transformers.XLNetConfig(d_model=32, n_layer=1, n_head=2, d_inner=64, vocab_size=99,
                                       architectures=["XLNetLMHeadModel"])
-    with pytest.raises(ValueError, match=r"^XLNetLMHeadModel.forward takes its states as 'mems', not a transformers "
-                                         r"cache .*--no-cache") as refused:
+    with pytest.raises(NoCacheDecoding, match=r"^XLNetLMHeadModel.forward takes its states as 'mems', not a "
+                                              r"transformers cache .*cannot generate with a cache$") as refused:
         task_inputs(config, "text-generation", with_cache=True)
     assert "\n" not in str(refused.value)
 
@@ -74,7 +74,7 @@ def test_a_model_not_decoding_new_tokens_from_its_cache_is_named_in_one_line():
                                                num_decoder_attention_heads=2, vocab_size=99, ngram=2,
                                                architectures=["ProphetNetForCausalLM"])
     assert re.match(r"^ProphetNetForCausalLM cannot run 3 new token\(s\) after its cache \(AssertionError: .*"
-                    r"--no-cache$", decode_step_refusal(prophetnet))
+                    r"a folder's decoder needs it$", decode_step_refusal(prophetnet))
     cpmant = transformers.CpmAntConfig(hidden_size=32, dim_ff=64, dim_head=16, num_attention_heads=2,
                                        num_hidden_layers=1, vocab_size=99, prompt_length=4,
                                        architectures=["CpmAntForCausalLM"])

@@ -13,15 +13,16 @@ import dataclasses
 import inspect
 import json
 import os
+import shutil
 import time
 from typing import Any
 
 import torch
 
 from ..convert.errors import ConversionError, ExportError
-from ..inputs.folder_inputs import task_inputs
+from ..inputs.folder_inputs import NoCacheDecoding, task_inputs
 from ..inputs.full_cache import whole_past
-from ..inputs.model_cache import decode_step_refusal
+from ..inputs.model_cache import WHOLE_SEQUENCE, decode_step_refusal
 from ..runtime.folder import DECODER_FILE, FOLDER_METADATA
 from ..runtime.speculative import VERIFY_TOKENS
 from ..weights import checkpoint_weights, to_onnx_from_checkpoint
@@ -44,14 +45,61 @@ from .transformersjs import data_file_name, transformersjs_dtype, variant_file, 
 from .verify_logits import split_verify_logits
 
 
-def write_text_generation_folder(folder: str, out_dir: str, filename: str, config: Any, task: str, dtype: torch.dtype, begin: float,
-                  say: Any, *, with_cache: bool, optimize: str, quantize: str | None, block_size: int, symmetric: bool,
-                  opset: int | None, all_logits: bool, cache_in_place: bool, capture_all_layers: bool, validate: bool,
-                  atol: float, rtol: float, progress: bool) -> FolderExport:
+def write_text_generation_folder(folder: str, out_dir: str, filename: str, config: Any, task: str, dtype: torch.dtype,
+                                 begin: float, say: Any, *, with_cache: bool, **options: Any) -> FolderExport:
     """Writes the export of the causal LM of ``folder`` into the folder ``out_dir`` (the temporary folder of
     :func:`fx2onnx.deploy.export.export_folder`): one decoder with its cache at ``filename``, its states named as
     optimum names them, the folder's files copied, ``genai_config.json`` where onnxruntime-genai runs it and
-    ``fx2onnx.json``; checked against eager float32 when ``validate``."""
+    ``fx2onnx.json``; checked against eager float32 when ``validate``. A model which cannot decode new tokens after
+    a cache (:class:`fx2onnx.inputs.folder_inputs.NoCacheDecoding`: OpenAI GPT, XLNet, RWKV...) is exported without
+    one, said in a line: its folder's loop runs the whole sequence at every step."""
+    try:
+        return _write_decoder_folder(folder, out_dir, filename, config, task, dtype, begin, say,
+                                     with_cache=with_cache, **options)
+    except NoCacheDecoding as e:
+        if not with_cache:
+            raise
+        other = _generation_inputs_beyond_the_sequence(config)
+        if other:  # the loop without a cache would not give transformers' tokens
+            raise ValueError(f"{e}, and {other}: a folder without one would not give its tokens") from None
+        say(f"{e}: exported without a cache, its loop runs the whole sequence at every step")
+    for name in os.listdir(out_dir):  # what the attempt with a cache wrote (out_dir is the export's own staging)
+        path = os.path.join(out_dir, name)
+        shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    config.use_cache = False
+    return _write_decoder_folder(folder, out_dir, filename, config, task, dtype, begin, say, with_cache=False,
+                                 **options)
+
+
+def _generation_inputs_beyond_the_sequence(config: Any) -> str | None:
+    """What transformers' ``generate`` feeds the model of ``config`` beyond the tokens so far (XLM appends a mask
+    token, XLNet a permutation mask and a target mapping), read from its ``prepare_inputs_for_generation`` on the
+    meta device; None when it feeds the sequence, its mask and positions only."""
+    import transformers  # deferred: heavy
+
+    cls = getattr(transformers, (getattr(config, "architectures", None) or [""])[0], None)
+    if cls is None:
+        return None
+    with torch.device("meta"):
+        model = cls(config)
+    ids = torch.ones((1, 4), dtype=torch.int64)
+    try:
+        fed = model.prepare_inputs_for_generation(ids, attention_mask=torch.ones_like(ids), use_cache=False)
+    except Exception as e:  # noqa: BLE001 - the model's code raises what it raises
+        return f"its generate's inputs could not be read ({type(e).__name__})"
+    if not isinstance(fed.get("input_ids"), torch.Tensor) or not torch.equal(fed["input_ids"].cpu(), ids):
+        return "its generate changes the tokens it feeds the model"
+    extra = sorted(k for k, v in fed.items() if isinstance(v, torch.Tensor)
+                   and k not in ("input_ids", "attention_mask", "position_ids", "token_type_ids", "cache_position"))
+    return f"its generate feeds it {', '.join(extra)} too" if extra else None
+
+
+def _write_decoder_folder(folder: str, out_dir: str, filename: str, config: Any, task: str, dtype: torch.dtype,
+                          begin: float, say: Any, *, with_cache: bool, optimize: str, quantize: str | None,
+                          block_size: int, symmetric: bool, opset: int | None, all_logits: bool, cache_in_place: bool,
+                          capture_all_layers: bool, validate: bool, atol: float, rtol: float,
+                          progress: bool) -> FolderExport:
+    """:func:`write_text_generation_folder` with or without the cache, as ``with_cache`` says."""
     import transformers
 
     model_path = os.path.join(out_dir, filename)
@@ -86,8 +134,10 @@ def write_text_generation_folder(folder: str, out_dir: str, filename: str, confi
     except ExportError:
         # a model whose forward does not decode new tokens from its cache (CPM-Ant, ProphetNet): that line
         refusal = decode_step_refusal(config) if with_cache else None
-        if refusal:
+        if refusal and WHOLE_SEQUENCE in refusal:  # transformers' generate feeds it so: no folder reproduces it
             raise ValueError(refusal) from None
+        if refusal:
+            raise NoCacheDecoding(refusal) from None
         raise
     except (ValueError, OSError, ConversionError, KeyboardInterrupt, MemoryError):
         raise  # OSError: a full disk or a file size limit is said by the folder's writer, not a bug

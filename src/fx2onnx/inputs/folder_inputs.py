@@ -25,13 +25,19 @@ def infer_task(config: Any) -> str:
     )
 
 
+class NoCacheDecoding(ValueError):
+    """The causal LM cannot decode new tokens after a transformers cache (no cache argument, no cache returned, a
+    forward reading the whole sequence again): its folder's decoder runs without a cache."""
+
+
 #: the arguments of older models carrying their states in their own structures
 _OTHER_STATES = ("mems", "cache", "state", "past_buckets_states")
 
 
 def refuse_without_cache_argument(config: Any) -> None:
     """Raises ``ValueError`` (one line) when the class ``config.architectures`` names takes no cache argument
-    (OpenAI GPT, CPM-Ant's tuple of past states...): such a folder exports with ``--no-cache`` only."""
+    (OpenAI GPT, CPM-Ant's tuple of past states...): :class:`NoCacheDecoding`, such a folder exports without a
+    cache."""
     import transformers  # deferred: heavy
 
     architectures = getattr(config, "architectures", None) or []
@@ -43,8 +49,8 @@ def refuse_without_cache_argument(config: Any) -> None:
     if not {"past_key_values", "cache_params"} & set(parameters):
         own = next((f"its states as {name!r}, not a transformers cache" for name in _OTHER_STATES
                     if name in parameters), "no cache")
-        raise ValueError(f"{cls.__name__}.forward takes {own} (no past_key_values argument): its folder cannot "
-                         "generate with a cache; export it with --no-cache (one pass, no generation)")
+        raise NoCacheDecoding(f"{cls.__name__}.forward takes {own} (no past_key_values argument): its folder "
+                              "cannot generate with a cache")
 
 
 def task_inputs(
@@ -64,7 +70,7 @@ def task_inputs(
         try:
             return model_cache_inputs(config, dtype=dtype, seed=seed)
         except NoCacheReturned as e:  # the model ran, its states are not a cache it returns (RWKV, RecurrentGemma)
-            raise ValueError(str(e)) from None
+            raise NoCacheDecoding(str(e)) from None
         except PrefillError:
             pass  # the cache of keys and values the configuration describes
     generator = torch.Generator().manual_seed(seed)

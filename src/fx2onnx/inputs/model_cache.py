@@ -115,6 +115,11 @@ def prefill_cache(model: torch.nn.Module, batch: int, past: int, device: torch.d
     return cache
 
 
+#: the words of a :func:`decode_step_refusal` whose model reads its whole sequence again after a cache (CPM-Ant):
+#: transformers' ``generate`` feeds it so, which a decoder without a cache does not reproduce either
+WHOLE_SEQUENCE = "reads the whole sequence at every step"
+
+
 def decode_step_refusal(config: Any, sizes: tuple[int, int, int] = SIZES[0]) -> str | None:
     """Why the causal LM of ``config`` cannot serve a folder's decoder, where it cannot: the line saying that
     its forward does not decode new tokens from a cache (CPM-Ant reads the whole sequence again at every step,
@@ -145,14 +150,14 @@ def decode_step_refusal(config: Any, sizes: tuple[int, int, int] = SIZES[0]) -> 
                 logits = model(input_ids=ids, past_key_values=cache, use_cache=True, **kwargs).logits
         except Exception as e:  # noqa: BLE001 - the model's forward raises what its code raises
             if new == 1 and _reads_whole_sequence(model, batch, past, vocab):
-                return (f"{name} reads the whole sequence at every step, not the new tokens after its cache: a "
-                        "folder's decoder cannot run it; export with --no-cache")
+                return (f"{name} {WHOLE_SEQUENCE}, not the new tokens after its cache: a "
+                        "folder's decoder cannot run it")
             reason = str(e).splitlines()[0][:70] if str(e) else ""
             return (f"{name} cannot run {new} new token(s) after its cache ({type(e).__name__}: {reason}): a "
-                    "folder's decoder needs it; export with --no-cache")
+                    "folder's decoder needs it")
         if logits.shape[1] != new:
             return (f"{name} returns {logits.shape[1]} positions for {new} new token(s) after its cache (its forward "
-                    "reads the whole sequence at every step): a folder's decoder needs it; export with --no-cache")
+                    f"{WHOLE_SEQUENCE}): a folder's decoder needs it")
     return None
 
 

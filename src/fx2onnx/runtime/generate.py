@@ -109,12 +109,8 @@ class CacheSignature:
         if "input_ids" not in inputs:
             raise ValueError(f"The model has no input 'input_ids' (inputs: {list(inputs)}): it is not a decoder "
                              "taking token ids.")
-        if CACHE_METADATA_KEY not in metadata:
-            raise ValueError(
-                f"The model has no metadata {CACHE_METADATA_KEY!r} pairing its cache inputs with its outputs: "
-                "export it with fx2onnx.to_onnx and a cache (past_key_values=DynamicCache(...)) in kwargs."
-            )
-        pairs: dict[str, str] = json.loads(metadata[CACHE_METADATA_KEY])
+        # no metadata: a decoder without a cache (the loop runs the whole sequence at every step)
+        pairs: dict[str, str] = json.loads(metadata.get(CACHE_METADATA_KEY, "{}"))
         missing = [n for n in pairs if n not in inputs] + [n for n in pairs.values() if n not in outputs]
         if missing:
             raise ValueError(f"The cache pairs of the metadata name {missing}, absent from the model "
@@ -124,6 +120,11 @@ class CacheSignature:
             raise ValueError(f"The model has no inputs {absent} (inputs: {list(inputs)}).")
         unknown = [n for n in inputs if n not in pairs and n not in _TOKEN_INPUTS and n not in constants
                    and n != CACHE_BRANCH]
+        if unknown and CACHE_METADATA_KEY not in metadata:
+            raise ValueError(
+                f"The model has no metadata {CACHE_METADATA_KEY!r} pairing its cache inputs with its outputs and "
+                f"takes {unknown}: export it with fx2onnx.to_onnx and a cache (past_key_values=DynamicCache(...)) "
+                "in kwargs.")
         if unknown:
             raise ValueError(f"The generation loop cannot feed the inputs {unknown}: it feeds {list(_TOKEN_INPUTS)} "
                              "and the cache.")
@@ -377,6 +378,12 @@ class OnnxGenerator:
         (default :attr:`speculation`) proposes candidate tokens each run verifies several at a time, one
         sequence (:mod:`fx2onnx.runtime.speculative`): greedy, the same tokens."""
         speculation = self.speculation if speculation is None else speculation
+        if not self.signature.cache:  # a decoder without a cache: the whole sequence at every step
+            if speculation is not None or constants or position_ids is not None:
+                raise ValueError("The decoder has no cache: it generates without speculation, constants nor "
+                                 "position_ids.")
+            return _generate_without_cache(self, input_ids, max_new_tokens, attention_mask, eos_token_id,
+                                           pad_token_id, sampling, streamer)
         if speculation is not None:
             if constants or position_ids is not None:
                 raise ValueError("Speculative decoding runs a text decoder: no constants, no position_ids.")
@@ -548,6 +555,57 @@ class OnnxGenerator:
 
             return torch.from_numpy(result)
         return result
+
+
+def _generate_without_cache(self: Any, input_ids: Any, max_new_tokens: int, attention_mask: Any, eos_token_id: Any,
+                            pad_token_id: int | None, sampling: Any, streamer: Any) -> Any:
+    """:meth:`OnnxGenerator.generate` for a decoder without a cache (a model which cannot decode after one: OpenAI
+    GPT, XLNet, RWKV...): each step runs the whole sequence so far and reads the logits of its last position."""
+    ids, mask, as_torch = _check_inputs(input_ids, attention_mask, max_new_tokens)
+    sig = self.signature
+    if not sig.has_position_ids and (mask == 0).any():
+        raise ValueError("The model has no input 'position_ids': with left padding its positions would count "
+                         "the pads (transformers counts from the first token). Generate without padding.")
+    chooser = sampling.chooser() if sampling is not None and sampling.needs_logits else None
+    eos = np.array([] if eos_token_id is None else np.atleast_1d(eos_token_id), dtype=np.int64)
+    pad = int(eos[0]) if pad_token_id is None and eos.size else pad_token_id
+    unfinished = np.ones(ids.shape[0], dtype=bool)
+    sequences, full_mask = ids, mask
+    times = GenerationTimes()
+    for step in range(max_new_tokens):
+        begin = time.perf_counter()
+        feeds = {"input_ids": sequences}
+        if sig.has_attention_mask:
+            feeds["attention_mask"] = full_mask
+        if sig.has_position_ids:
+            feeds["position_ids"] = np.where(full_mask == 0, 0, np.cumsum(full_mask, axis=1) - 1).astype(np.int64)
+        (logits,) = self.session.run([sig.logits], feeds)
+        model_time = time.perf_counter() - begin
+        last = np.asarray(logits[:, -1, :], dtype=np.float32)
+        next_tokens = last.argmax(axis=-1).astype(np.int64) if chooser is None else chooser(last, sequences, full_mask)
+        if eos.size:
+            next_tokens = np.where(unfinished, next_tokens, pad)
+            unfinished &= ~(next_tokens[:, None] == eos).any(axis=1)
+        if streamer is not None:
+            streamer(next_tokens)
+        sequences = np.concatenate([sequences, next_tokens[:, None]], axis=1)
+        full_mask = np.concatenate([full_mask, np.ones((full_mask.shape[0], 1), dtype=np.int64)], axis=1)
+        elapsed = time.perf_counter() - begin
+        if step == 0:
+            times.prefill_total, times.prefill_model = elapsed, model_time
+        else:
+            times.decode_total += elapsed
+            times.decode_model += model_time
+            times.decode_steps += 1
+            times.step_overheads.append(elapsed - model_time)
+        if eos.size and not unfinished.any():
+            break
+    self.last_times = times
+    if as_torch:
+        import torch
+
+        return torch.from_numpy(sequences)
+    return sequences
 
 
 def _last_logits(value: Any) -> np.ndarray:
