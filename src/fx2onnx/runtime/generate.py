@@ -148,15 +148,16 @@ def _logits_name(outputs: Sequence[str], pairs: dict[str, str]) -> str:
 
 def add_next_token(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` with one more output, :data:`NEXT_TOKEN`: the argmax of the logits
-    of the last position, ``(batch, 1)`` int64, the ``input_ids`` of the next step.
+    of the last position, ``(batch, 1)`` int64, the ``input_ids`` of the next step (``model`` itself for a decoder
+    without a cache, whose loop reads the logits).
 
     The loop then reads ``batch`` integers a step instead of ``batch x vocabulary`` logits, and
     feeds the values onnxruntime returns back as they come (:class:`OnnxGenerator`). ArgMax
     keeps the first of equal values, as numpy's argmax does.
     """
     metadata = {p.key: p.value for p in model.metadata_props}
-    if CACHE_METADATA_KEY not in metadata:
-        raise ValueError(f"The model has no metadata {CACHE_METADATA_KEY!r}: export it with a cache.")
+    if CACHE_METADATA_KEY not in metadata:  # a decoder without a cache: its loop reads the logits
+        return model
     outputs = {o.name: o for o in model.graph.output}
     logits = _logits_name(list(outputs), json.loads(metadata[CACHE_METADATA_KEY]))
     copy = onnx.ModelProto()
