@@ -118,8 +118,9 @@ def test_existing_out_replaced_only_when_ours(exported, tmp_path, capsys):
     assert not partial_folders(empty) and not os.path.exists(tmp_path / f".empty{LOCK}")
 
 
-def test_a_failed_check_keeps_the_previous_folder(exported, tmp_path, capsys):
+def test_a_failed_check_keeps_the_previous_folder(exported, tmp_path, capsys, monkeypatch):
     checkpoint, out = exported
+    monkeypatch.setattr("fx2onnx.deploy.check.REDUCED_PRECISION_FACTOR", 0.0)  # no float64 second opinion's margin
     previous = str(tmp_path / "previous")
     shutil.copytree(out, previous)
     before = snapshot(previous)
@@ -132,8 +133,9 @@ def test_a_failed_check_keeps_the_previous_folder(exported, tmp_path, capsys):
 
 
 @pytest.mark.slow  # the fast tier keeps the case with a previous folder
-def test_a_failed_check_without_previous_folder_leaves_nothing(exported, tmp_path, capsys):
+def test_a_failed_check_without_previous_folder_leaves_nothing(exported, tmp_path, capsys, monkeypatch):
     checkpoint, _ = exported
+    monkeypatch.setattr("fx2onnx.deploy.check.REDUCED_PRECISION_FACTOR", 0.0)
     fresh = str(tmp_path / "fresh")
     assert main(["export", checkpoint, "--out", fresh, "--quiet", "--atol", "0", "--rtol", "0"]) == 1
     assert not os.path.exists(fresh) and not partial_folders(fresh)

@@ -63,7 +63,7 @@ def test_encoder_attention_becomes_one_attention():
     feeds = [_attention_feeds(3, 5), _attention_feeds(2, 7)]
     split = check_rule(model, split_key_transposes, feeds, 1)
     assert [list(n.attribute[0].ints) for n in split.graph.node if n.op_type == "Transpose"].count([0, 1, 3, 2]) == 1
-    fused = fx2onnx.optimize(model, level="onnxruntime")
+    fused = fx2onnx.optimize(model, level="onnxruntime", enable=["attention_key_transposes"])
     ops = op_types(fused)
     assert ops["Attention"] == 1 and not {"Softmax", "Transpose", "IsNaN"} & set(ops), ops
     for f in feeds:

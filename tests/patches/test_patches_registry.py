@@ -75,7 +75,8 @@ def test_every_target_exists_and_is_restored():
         # the rewrite and the custom patch target the same method: the last one wins
         assert Small().forward(torch.ones(2)).tolist() == [101.0, 101.0]
         during, nodes_during = _snapshot()
-        changed = [t for t in before if during[t] is not before[t]]
+        # a target found by its signature (the gated delta rules) is not found while replaced: changed too
+        changed = [t for t in before if during.get(t) is not before[t]]
         assert len(changed) == len(before)
         assert DynamicCache in nodes_during
     after, nodes_after = _snapshot()
