@@ -3,6 +3,7 @@
 import torch
 import transformers
 
+from fx2onnx.deploy.check import eager_float32
 from fx2onnx.deploy.result import FolderExport
 from fx2onnx.weights.loading_changes import weights_changed_on_loading
 
@@ -14,13 +15,13 @@ def test_funnel_padding_row_zeroed_after_loading_is_named(tmp_path):
     with torch.no_grad():  # a checkpoint whose padding row is not zero (random weights, or a converted one)
         model.funnel.embeddings.word_embeddings.weight[0].fill_(0.5)
     model.save_pretrained(tmp_path)
-    changes = weights_changed_on_loading(tmp_path)
+    changes = weights_changed_on_loading(tmp_path, eager_float32(str(tmp_path)))
     assert [name for name, _ in changes] == ["funnel.embeddings.word_embeddings.weight"]
     assert changes[0][1] == 0.5
     with torch.no_grad():
         model.funnel.embeddings.word_embeddings.weight[0].zero_()
     model.save_pretrained(tmp_path)
-    assert weights_changed_on_loading(tmp_path) == []
+    assert weights_changed_on_loading(tmp_path, eager_float32(str(tmp_path))) == []
 
 
 def test_the_failed_export_line_says_it():

@@ -30,7 +30,7 @@ from ..runtime.folder import DECODER_FILE, FOLDER_METADATA
 from ..runtime.integrity import folder_manifest
 from ..weights.export import _torch_dtype
 from ..weights.loading_changes import weights_changed_on_loading
-from .check import FolderCheck
+from .check import FolderCheck, eager_float32
 from .disk import NotEnoughSpaceError, check_free_space
 from .families import Family, FolderFacts, choose_family
 from .files import copy_folder_files
@@ -163,7 +163,7 @@ def export_folder(
             raise NotEnoughSpaceError(f"writing the export beside {out_dir!r} failed ({os.strerror(e.errno)}): free "
                                       "some space or give an --out on another disk; nothing was written.") from None
     files = folder_files(out_dir) if staging.committed else result.files
-    changes = weights_changed_on_loading(folder) if validate and not result.ok else []
+    changes = weights_changed_on_loading(folder, eager_float32(folder)) if validate and not result.ok else []
     return dataclasses.replace(result, out=out_dir, files=files, written=staging.committed, loading_changes=changes)
 
 

@@ -223,6 +223,16 @@ class GenerationTimes:
     #: seconds outside the model's run, one per decode step
     step_overheads: list[float] = dataclasses.field(default_factory=list)
 
+    def record(self, step: int, elapsed: float, model_time: float) -> None:
+        """Adds one step of a loop: the first one is the prefill, the others decode steps."""
+        if step == 0:
+            self.prefill_total, self.prefill_model = elapsed, model_time
+        else:
+            self.decode_total += elapsed
+            self.decode_model += model_time
+            self.decode_steps += 1
+            self.step_overheads.append(elapsed - model_time)
+
     @property
     def tokens_per_second(self) -> float:
         """New tokens per second, the prefill included."""
@@ -540,13 +550,7 @@ class OnnxGenerator:
             if binding is not None:
                 one_positions[...] = step_positions
             elapsed = time.perf_counter() - begin
-            if step == 0:
-                times.prefill_total, times.prefill_model = elapsed, model_time
-            else:
-                times.decode_total += elapsed
-                times.decode_model += model_time
-                times.decode_steps += 1
-                times.step_overheads.append(elapsed - model_time)
+            times.record(step, elapsed, model_time)
             if stops and not (unfinished[0] if batch == 1 else unfinished.any()):
                 break
         self.last_times = times
@@ -592,13 +596,7 @@ def _generate_without_cache(self: Any, input_ids: Any, max_new_tokens: int, atte
         sequences = np.concatenate([sequences, next_tokens[:, None]], axis=1)
         full_mask = np.concatenate([full_mask, np.ones((full_mask.shape[0], 1), dtype=np.int64)], axis=1)
         elapsed = time.perf_counter() - begin
-        if step == 0:
-            times.prefill_total, times.prefill_model = elapsed, model_time
-        else:
-            times.decode_total += elapsed
-            times.decode_model += model_time
-            times.decode_steps += 1
-            times.step_overheads.append(elapsed - model_time)
+        times.record(step, elapsed, model_time)
         if eos.size and not unfinished.any():
             break
     self.last_times = times
