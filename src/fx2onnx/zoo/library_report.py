@@ -332,15 +332,27 @@ def _folder_lines(entry: dict[str, Any], folder: dict[str, Any]) -> list[str]:
     return lines
 
 
+#: pipeline task -> the task of optimum's exporter it is counted in: optimum's feature-extraction exports the base
+#: model of any modality, transformers' pipelines run the text ones as feature-extraction, the image ones as
+#: image-feature-extraction
+COUNTED_IN = {"image-feature-extraction": "feature-extraction"}
+
+
 def _folder_table(folder: dict[str, Any]) -> list[str]:
     """Per pipeline task: the model types whose folder equals transformers' pipeline, exported, run, beside the
-    model types optimum's ONNX exporter registers for the task (and how many of those are equal here)."""
+    model types optimum's ONNX exporter registers for the task (and how many of those are equal here); *counted*:
+    the model types equal here for the task or a task counted in it (:data:`COUNTED_IN`)."""
     optimum = folder.get("optimum") or {}
     types = optimum.get("model_types", {})
     rows: dict[str, list[dict[str, Any]]] = {}
     for r in folder.get("rows", []):
         rows.setdefault(r["task"], []).append(r)
-    head = ["pipeline task", "equal", "exported", "run", "not run", "optimum registers", "of which equal"]
+    equal_types = {task: {r["architecture"].split("/", 1)[1].replace("_", "-") for r in mine if r.get("equal")}
+                   for task, mine in rows.items()}
+    counted = {task: set(found) for task, found in equal_types.items() if task not in COUNTED_IN}
+    for task, into in COUNTED_IN.items():
+        counted.setdefault(into, set()).update(equal_types.get(task, set()))
+    head = ["pipeline task", "equal", "exported", "run", "not run", "counted", "optimum registers", "of which counted"]
     lines = [".. list-table:: Folders per pipeline task, beside optimum", "    :header-rows: 1",
              "    :class: fx-summary", "", "    * - " + "\n      - ".join(head)]
     not_run: dict[str, int] = {}
@@ -349,16 +361,20 @@ def _folder_table(folder: dict[str, Any]) -> list[str]:
         not_run[task] = not_run.get(task, 0) + 1
     for task in sorted(set(rows) | set(not_run)):
         mine = rows.get(task, [])
-        equal = {r["architecture"].split("/", 1)[1].replace("_", "-") for r in mine if r.get("equal")}
-        theirs = set(types.get(task, []))
-        cells = [task, len(equal), sum(r.get("step") in ("run", "compare") for r in mine), len(mine),
-                 not_run.get(task, 0), len(theirs) if task in types else "?",
-                 len(equal & theirs) if task in types else "?"]
+        theirs, mine_counted = set(types.get(task, [])), counted.get(task, set())
+        cells = [task, len(equal_types.get(task, ())), sum(r.get("step") in ("run", "compare") for r in mine),
+                 len(mine), not_run.get(task, 0), f"in {COUNTED_IN[task]}" if task in COUNTED_IN else len(mine_counted),
+                 "-" if task in COUNTED_IN else len(theirs) if task in types else "?",
+                 "-" if task in COUNTED_IN else len(mine_counted & theirs) if task in types else "?"]
         lines.append("    * - " + "\n      - ".join(str(c) for c in cells))
     lines += ["", f"*equal*: model types whose tiny folder, exported with no flag, gives what ``transformers.pipeline`` "
               f"gives; *optimum registers*: the model types ``{optimum.get('version', 'optimum-onnx')}``'s "
               "``TasksManager`` lists for the task's ONNX export (its own environment; a registered model type is "
-              "not a checked one), its image-segmentation counting its semantic-segmentation.", ""]
+              "not a checked one), its image-segmentation counting its semantic-segmentation; *counted*: the model "
+              "types equal here counted for optimum's task: its feature-extraction exports the base model of any "
+              "modality, which transformers' pipelines run as feature-extraction (texts) or image-feature-extraction "
+              "(images), so a model type counts there when the folder of its base model equals the pipeline of its "
+              "modality (the audio base models have no pipeline in transformers and are not counted).", ""]
     return lines
 
 
