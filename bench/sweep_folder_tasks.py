@@ -46,7 +46,13 @@ TEXT_MAPPINGS = {"fill-mask": "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
                  "text-classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
                  "token-classification": "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",
                  "feature-extraction": "MODEL_MAPPING_NAMES"}
-FOLDER_TASKS.update({task: task for task in TEXT_MAPPINGS})
+#: the text encoders of transformers' feature-extraction (T5's encoder), preferred to the base model of a model type
+TEXT_ENCODING_MAPPING = "MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES"
+#: the image embedders, swept over every model type of transformers' image base models (AutoModel of an image)
+IMAGE_MAPPINGS = {"image-feature-extraction": "MODEL_FOR_IMAGE_MAPPING_NAMES"}
+#: the tasks swept over an auto mapping rather than the tasks page's rows
+MAPPED_TASKS = {**TEXT_MAPPINGS, **IMAGE_MAPPINGS}
+FOLDER_TASKS.update({task: task for task in MAPPED_TASKS})
 #: optimum's tasks counted for each pipeline task (its semantic segmentation is transformers' image-segmentation)
 OPTIMUM_TASKS = {"image-segmentation": ("image-segmentation", "semantic-segmentation")}
 LABELS = ["cat", "dog", "the sea"]
@@ -232,7 +238,7 @@ def difference(got, expected, task: str, path: str = "result") -> str | None:
 
 
 def text_pairs(task: str) -> dict[str, str]:
-    """model type -> class of the auto mapping of a text task (:data:`TEXT_MAPPINGS`); feature-extraction: the base
+    """model type -> class of the auto mapping of a task of :data:`MAPPED_TASKS`; feature-extraction: the base
     model of each model type a text task's mapping lists."""
     from transformers.models.auto import modeling_auto
 
@@ -240,16 +246,19 @@ def text_pairs(task: str) -> dict[str, str]:
         return {k: v if isinstance(v, str) else v[0] for k, v in getattr(modeling_auto, mapping).items()}
 
     if task != "feature-extraction":
-        return classes(TEXT_MAPPINGS[task])
+        return classes(MAPPED_TASKS[task])
     texts = {k for t in TEXT_MAPPINGS if t != task for k in classes(TEXT_MAPPINGS[t])}
-    return {k: v for k, v in classes(TEXT_MAPPINGS[task]).items() if k in texts}
+    # transformers' text encoder of a model type where its mapping names one (T5's encoder, not T5Model: the base
+    # model of an encoder-decoder wants decoder inputs the pipeline does not give)
+    encoders = classes(TEXT_ENCODING_MAPPING)
+    return {k: encoders.get(k, v) for k, v in classes(TEXT_MAPPINGS[task]).items() if k in texts}
 
 
 def architecture(zoo_task: str, name: str):
     """The architecture of a pair: a row of the tasks page, or a model type of a text task's auto mapping."""
     from fx2onnx.inputs.tasks import TaskArchitecture, _skip_reason, get_task_architecture
 
-    if zoo_task not in TEXT_MAPPINGS:
+    if zoo_task not in MAPPED_TASKS:
         return get_task_architecture(zoo_task, name)
     class_name = text_pairs(zoo_task)[name]
     arch = TaskArchitecture(zoo_task, name, class_name, _skip_reason(name, class_name))
@@ -313,7 +322,10 @@ def run_one(key: str) -> dict:
         got = fx2onnx.pipeline(out)(inputs, **options)
         row["step"] = "compare"
         try:
-            reference = transformers.pipeline(task, model=checkpoint, dtype=torch.float32)
+            # feature-extraction: the folder's own class (AutoModel would load T5Model from T5's encoder)
+            reference = transformers.pipeline(task, model=getattr(transformers, arch.model_class_name).from_pretrained(
+                checkpoint, dtype=torch.float32), tokenizer=checkpoint) if task == "feature-extraction" else \
+                transformers.pipeline(task, model=checkpoint, dtype=torch.float32)
             expected = reference(inputs, **options)
         except Exception as e:  # noqa: BLE001 - transformers' own pipeline fails: the reference is missing
             row["error"] = f"transformers' pipeline fails: {_error(e)}"
@@ -356,7 +368,7 @@ def pairs(only: set[str] | None = None, first: dict[str, list[str]] | None = Non
 
     by_task: dict[str, list[str]] = {}
     found = [(arch.task, arch.name) for arch in discover_tasks() if arch.task in FOLDER_TASKS and not arch.skip]
-    found += [(task, name) for task in TEXT_MAPPINGS for name in text_pairs(task)]
+    found += [(task, name) for task in MAPPED_TASKS for name in text_pairs(task)]
     for task, name in found:
         key = f"{task}/{name}"
         if not only or key in only or name in only or task in only:
