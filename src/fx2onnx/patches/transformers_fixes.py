@@ -37,6 +37,8 @@ Each one fixes a failure met with the installed transformers and tiny models:
   ``lengths.tolist()`` and runs one attention per image; the patch runs one attention over all the
   patches with a block-diagonal mask built from ``cu_seqlens`` as tensors (see
   :mod:`fx2onnx.patches.qwen_vl`).
+* Wav2Vec2-Conformer's relative positions (and Wav2Vec2-BERT's, SeamlessM4T's) are sliced from a table grown
+  by a branch on the number of frames (see :mod:`fx2onnx.patches.relative_positions`).
 * RT-DETR's forward (and its copies: RT-DETR v2, D-FINE, DEIMv2, PP-DocLayout) reads the
   batch with ``len(source_flatten)``, which specialized it (see :mod:`fx2onnx.patches.detr_batch`).
 * FSMT's ``make_padding_mask`` returns ``None`` when no token is padding
@@ -80,6 +82,7 @@ from .qwen_vl import (
     make_unsplit_image_features,
 )
 from .reformer import _make_axial_position_forward
+from .relative_positions import RELATIVE_POSITION_TABLES, guard_relative_positions, make_relative_positions
 from .registry import Patch, patch_if_imported, source_guard
 from .sdpa_skip import MASK_FUNCTIONS, guard_mask_function, make_mask_with_eager_skip
 
@@ -410,6 +413,17 @@ def transformers_patches() -> list[Patch]:
         doc="Moonshine's subsampled lengths by floor divisions (the same numbers): int() of a float division "
         "made torch.export freeze the length of the encoder's attention mask to the example's",
     ))
+    for module, table in RELATIVE_POSITION_TABLES:
+        patches.extend(patch_if_imported(
+            module, f"{table}.forward",
+            name=f"{table}.forward",
+            make=make_relative_positions,
+            expected_args=("self", "hidden_states"),
+            guard=guard_relative_positions,
+            doc="the conformer's relative positions computed for the frames given instead of sliced from a table "
+            "grown by a branch on their number, which torch.export narrowed to the table's (see "
+            "fx2onnx.patches.relative_positions)",
+        ))
     for module, model_class in DETR_BATCH_FORWARDS:
         patches.extend(patch_if_imported(
             f"transformers.models.{module}.modeling_{module}", f"{model_class}.forward",
