@@ -46,3 +46,29 @@ def test_a_convbert_folder_runs_padded_batches_as_the_pipeline(tmp_path):
     padded = ours.session.run(None, {n: encoded[n] for n in ours.input_names})[0]
     alone = ours._run(dict(encoded))
     assert np.abs(padded[0] - alone[0]).max() > 1e-3 and np.abs(padded[1] - alone[1]).max() < 1e-5
+
+
+@pytest.mark.slow
+def test_an_fnet_embedder_keeps_each_texts_own_tokens(tmp_path):
+    """FNet takes no attention mask: the embeddings of a batch of texts of other lengths are each text's tokens only,
+    as transformers' pipeline gives them (one text at a time)."""
+    import torch
+    import transformers
+
+    tokenizer = bert_tokenizer(("input_ids", "token_type_ids"))  # no mask, as FNet's tokenizer
+    config = transformers.FNetConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+                                     intermediate_size=64, max_position_embeddings=64, pad_token_id=0,
+                                     architectures=["FNetModel"])
+    torch.manual_seed(0)
+    transformers.utils.logging.disable_progress_bar()
+    checkpoint = str(tmp_path / "checkpoint")
+    transformers.FNetModel(config).eval().save_pretrained(checkpoint)
+    tokenizer.save_pretrained(checkpoint)
+    result = export_folder(checkpoint, tmp_path / "out")
+    assert result.ok and result.task == "feature-extraction", result.check_lines()
+    got = fx2onnx.pipeline(tmp_path / "out")(TEXTS)
+    expected = transformers.pipeline("feature-extraction", model=checkpoint, dtype=torch.float32)(TEXTS)
+    assert [np.asarray(g).shape for g in got] == [np.asarray(e).shape for e in expected]
+    assert np.asarray(got[0]).shape[1] < np.asarray(got[1]).shape[1]  # the shorter text: no pads
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), atol=1e-4)

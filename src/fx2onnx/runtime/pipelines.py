@@ -386,8 +386,9 @@ class Pipeline:
         tokenizer = self.processor
         if tokenizer.pad_token is None and len(texts) > 1:  # no padding: one text at a time, as the pipeline
             return [r for text in texts for r in self._text_task([text], top_k, aggregation)]
+        # the mask even where the model takes none (FNet): each text's own tokens, its pads left out
         encoded = tokenizer(texts, padding=True, return_tensors="np", return_special_tokens_mask=True,
-                            return_offsets_mapping=self.task == "token-classification")
+                            return_attention_mask=True, return_offsets_mapping=self.task == "token-classification")
         if self.sentence:  # one vector per text (truncated to the tokenizer's length, as sentence-transformers)
             encoded = tokenizer(texts, padding=True, truncation=True, return_tensors="np")
             pooled = self._run(encoded, all_outputs=True)[self.outputs.index("sentence_embedding")]
