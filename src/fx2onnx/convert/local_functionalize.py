@@ -12,8 +12,11 @@ read the new value. It leaves a mutation alone (``run_decompositions`` handles i
 anything else could observe it:
 
 * the tensor is, or is a view of, an input, a parameter, a buffer or a constant;
-* another view of the same storage (a base, a sibling view) is read after the mutation, or a
-  node whose aliasing is unknown (a higher-order operator, a Python function) reads any of them;
+* another view of the same storage (a base, a sibling view) is read after the mutation, unless the write goes
+  through ``select`` and ``slice`` views of a tensor the model computed (``boxes[:, 0] = w``, ``grid[..., 0] /= w``):
+  the new value is then scattered back into that tensor (``select_scatter``, ``slice_scatter``) and the later
+  readers read views of the result;
+* a node whose aliasing is unknown (a higher-order operator, a Python function) reads any of them;
 * the tensor is a mutated buffer or input of the program's signature;
 * the out-of-place variant does not exist, or its result differs in dtype or shape from the
   tensor's (an in-place add keeps the tensor's dtype, ``add`` promotes).
@@ -196,6 +199,111 @@ def _replace(ep: torch.export.ExportedProgram, groups: _AliasGroups, node: torch
     return True
 
 
+#: a view whose write goes back into its base through an out-of-place scatter
+_SCATTERS = {torch.ops.aten.select.int: torch.ops.aten.select_scatter.default,
+             torch.ops.aten.slice.Tensor: torch.ops.aten.slice_scatter.default}
+
+
+def _view_path(node: torch.fx.Node, members: set[torch.fx.Node]) -> list[torch.fx.Node] | None:
+    """The views from the group's base to ``node`` (``[]``: ``node`` is the base, a fresh tensor; a write's
+    result stands for the tensor it wrote); None when a step is not a view of its first argument."""
+    path: list[torch.fx.Node] = []
+    while True:
+        written = _written_arguments(node)
+        if written:
+            if len(written) != 1:
+                return None
+            node = written[0]
+            continue
+        inputs = _aliased_inputs(node)
+        if inputs == []:
+            return path[::-1]
+        if inputs is None or len(inputs) != 1 or not node.args or node.args[0] is not inputs[0] \
+                or node.target is operator.getitem or inputs[0] not in members:
+            return None
+        path.append(node)
+        node = inputs[0]
+
+
+def _call(graph: torch.fx.Graph, target: Any, args: tuple, kwargs: dict, like: torch.fx.Node) -> torch.fx.Node:
+    """``target(*args, **kwargs)`` inserted in ``graph`` with its fake value (raises when it has none)."""
+    fake = torch.fx.node.map_arg((args, kwargs), lambda n: n.meta["val"])
+    value = like.meta["val"]
+    with value.fake_mode if hasattr(value, "fake_mode") else torch._subclasses.FakeTensorMode():
+        result = target(*fake[0], **fake[1])
+    node = graph.call_function(target, args, kwargs)
+    node.meta.update({k: v for k, v in like.meta.items() if k != "val"})
+    node.meta["val"] = result
+    return node
+
+
+def _replace_through_views(ep: torch.export.ExportedProgram, groups: _AliasGroups, node: torch.fx.Node,
+                           order: dict) -> bool:
+    """Replaces ``node``, a write into a view of a tensor the model computed (``y[level, 0] = h``, ``y[..., 0] /= w``),
+    by its out-of-place variant scattered back into the base (``select_scatter``, ``slice_scatter``); the nodes read
+    after the write then read views of the new base. Only the first write of its group, the group a tree of views of
+    one fresh tensor: its earlier views hold the values the write sees."""
+    graph = ep.graph_module.graph
+    written = _written_arguments(node)
+    if not written or len(written) != 1:
+        return False
+    members = groups.members(written[0])
+    member_set = set(members)
+    if any(m.op in ("placeholder", "get_attr") or m in groups.unknown for m in members):
+        return False
+    names = {m.name for m in members}
+    for spec in ep.graph_signature.output_specs:
+        if spec.kind != torch.export.graph_signature.OutputKind.USER_OUTPUT and getattr(spec.arg, "name", None) in names:
+            return False
+    if any(order[m] < order[node] and _written_arguments(m) for m in members):
+        return False  # an earlier write of the group was left to torch
+    path = _view_path(written[0], member_set)
+    replacement = _out_of_place(node.target)
+    value = written[0].meta.get("val")
+    if path is None or replacement is None or not isinstance(value, torch.Tensor) \
+            or any(step.target not in _SCATTERS for step in path):
+        return False
+    # the nodes read after the write: each member computed before it, and the write itself
+    earlier = [m for m in members if order[m] < order[node] and any(order[u] > order[node] for u in m.users)]
+    paths = {m: _view_path(m, member_set) for m in earlier + [node]}
+    if any(p is None for p in paths.values()):
+        return False
+    try:
+        with graph.inserting_before(node):
+            new = _call(graph, replacement, node.args, node.kwargs, node)
+            if new.meta["val"].dtype != value.dtype or not _same_shape(new.meta["val"], value):
+                raise ValueError("the out-of-place result differs in dtype or shape")
+            for step in reversed(path):
+                new = _call(graph, _SCATTERS[step.target], (step.args[0], new, *step.args[1:]), step.kwargs, step)
+            views: dict[torch.fx.Node, torch.fx.Node] = {}
+            for member, steps in paths.items():
+                view = new
+                for step in steps:
+                    view = _call(graph, step.target, (view, *step.args[1:]), step.kwargs, step)
+                views[member] = view
+    except Exception:  # noqa: BLE001 - a value torch cannot compute here: left to run_decompositions
+        for n in reversed(list(graph.nodes)):
+            if n.op == "call_function" and not n.users and order.get(n) is None:
+                graph.erase_node(n)
+        return False
+    renamed: dict[str, str] = {}
+    for member in earlier:
+        for user in list(member.users):
+            if order.get(user, -1) > order[node]:
+                user.replace_input_with(member, views[member])
+                if user.op == "output":
+                    renamed[member.name] = views[member].name
+    for user in list(node.users):
+        if user.op == "output":
+            renamed[node.name] = views[node].name
+    node.replace_all_uses_with(views[node])
+    for spec in ep.graph_signature.output_specs:
+        if getattr(spec.arg, "name", None) in renamed:
+            spec.arg = type(spec.arg)(name=renamed[spec.arg.name])
+    graph.erase_node(node)
+    return True
+
+
 def functionalize_intermediates(ep: torch.export.ExportedProgram) -> list[str]:
     """Replaces, in place, the in-place operators on intermediate tensors of ``ep``'s graph (see the
     module's docstring); returns the names of the replaced operators, one per replacement."""
@@ -207,7 +315,7 @@ def functionalize_intermediates(ep: torch.export.ExportedProgram) -> list[str]:
         for node in list(graph.nodes):
             if node.op == "call_function" and _written_arguments(node):
                 name = str(node.target)
-                if _replace(ep, groups, node, order):
+                if _replace(ep, groups, node, order) or _replace_through_views(ep, groups, node, order):
                     replaced.append(name)
                     break
         else:
