@@ -121,6 +121,17 @@ def smaller_sizes(processor: Any, scale: int = CHECK_IMAGE_SCALE) -> dict[str, A
     return {"size": scaled} if scaled else {}
 
 
+def pads_to_max_length(processor: Any) -> bool:
+    """Whether the feature extractor pads every sound to its own length by default (Whisper's 3000 frames), as
+    transformers' pipeline calls it: the model takes that length only."""
+    call = getattr(type(processor), "__call__", None)
+    try:
+        padding = inspect.signature(call).parameters.get("padding") if call is not None else None
+    except (TypeError, ValueError):
+        return False
+    return padding is not None and padding.default == "max_length"
+
+
 def example_inputs(folder: str, modality: str, accepted: set[str], seed: int = 0,
                    two_towers: bool = False, frames: int = 8, one_query: bool = False,
                    any_size: bool = False) -> list[dict[str, torch.Tensor]]:
@@ -150,7 +161,8 @@ def example_inputs(folder: str, modality: str, accepted: set[str], seed: int = 0
         else:
             rate = int(getattr(processor, "sampling_rate", 16000))
             sounds = [rng.standard_normal(rate // 4 + 800 * (i + batch)).astype(np.float32) for i in range(batch)]
-            padding = {} if two_towers else dict(padding=True)  # CLAP pads each sound to its length itself
+            # CLAP pads each sound to its length itself, Whisper's extractor to its 30 s (the length its encoder takes)
+            padding = {} if two_towers or pads_to_max_length(processor) else dict(padding=True)
             out = processor(sounds, sampling_rate=rate, return_tensors="pt", **padding)
         if two_towers:  # the candidate labels: another batch (3 then 2), or one per image (a detector's queries)
             texts = SENTENCES[batch - 2] if one_query else LABEL_SENTENCES[batch - 2]
