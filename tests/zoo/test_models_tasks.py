@@ -60,6 +60,17 @@ def test_tiny_configuration_reaches_the_sub_configurations():
     assert backbone.num_hidden_layers == 4 and list(backbone.out_indices) == [1, 2, 3, 4]
 
 
+def test_tiny_task_configuration_takes_the_causal_zoos_fixes_of_a_model_type():
+    from fx2onnx.inputs.tasks import TaskArchitecture
+
+    # Jamba's two tiny layers hold an attention layer (its default period of 8 left none: its cache failed)
+    jamba = tiny_task_config(TaskArchitecture("feature-extraction", "jamba", "JambaModel"))
+    assert jamba.num_hidden_layers == 2 and "attention" in jamba.layers_block_type
+    # Cohere Compass' rotary parameters per layer type (its default has none: the model did not build)
+    compass = tiny_task_config(TaskArchitecture("feature-extraction", "cohere_compass_text", "CohereCompassTextModel"))
+    assert "full_attention" in compass.rope_parameters
+
+
 def test_image_text_inputs_have_one_placeholder_per_image_feature():
     arch = get_task_architecture("image-text-to-text", "llava")
     model, config = tiny_task_model(arch)

@@ -25,7 +25,8 @@ import dataclasses
 import re
 from typing import Any
 
-from .discover import GENERIC_OVERRIDES, TransformersClasses, _has, _small_layer_types, latent_attention_values
+from .discover import (ARCHITECTURE_OVERRIDES, GENERIC_OVERRIDES, TransformersClasses, _has, _small_layer_types,
+                       latent_attention_values)
 
 #: task -> the auto mappings of transformers listing its architectures
 TASKS: dict[str, tuple[str, ...]] = {
@@ -105,6 +106,12 @@ TASK_OVERRIDES: dict[str, dict[str, Any]] = {
     # (and 8 heads: the mask head of the segmentation model takes hidden size + heads channels,
     # a multiple of 8 for its group norms)
     "detr": dict(use_timm_backbone=False, num_attention_heads=8),
+    # the DETR family's backbone is timm's ResNet-50 (16 blocks, 23 M parameters; use_timm_backbone=False no
+    # longer replaces it): timm's ResNet-10-T, one block per stage, the same strides and feature maps
+    "table-transformer": dict(backbone_config=dict(backbone="resnet10t")),
+    "conditional_detr": dict(backbone_config=dict(backbone="resnet10t")),
+    "deformable_detr": dict(backbone_config=dict(backbone="resnet10t")),
+    "dab-detr": dict(backbone_config=dict(backbone="resnet10t")),
     # the projector's queries are keyed by the number of patches (1225 or 4900 at 490 / 980 pixels):
     # the tiny tower's 32x32 image is one patch
     "aria": dict(projector_patch_to_query_dict={1: 4}),
@@ -258,6 +265,13 @@ def _tiny_values(config: Any, name: str | None = None) -> dict[str, Any]:
         if sub is not None and hasattr(sub, "to_dict") and key != "rope_parameters":
             values[key] = {**sub.to_dict(), **_tiny_values(sub, getattr(sub, "model_type", None))}
     _vision_language_values(config, values)
+    # the fixes the causal zoo's tiny configuration of that model type needs (a hybrid's attention layer among the
+    # two, rotary parameters per layer type...), then the tasks' own; ``...`` drops a generic value
+    for key, value in (ARCHITECTURE_OVERRIDES.get(name, {}) if name else {}).items():
+        if value is ...:
+            values.pop(key, None)
+        else:
+            values[key] = value
     for key, value in (TASK_OVERRIDES.get(name, {}) if name else {}).items():
         if isinstance(value, dict) and isinstance(values.get(key), dict):
             values[key] = {**values[key], **value}  # a sub-configuration: merged
