@@ -8,7 +8,10 @@ mappings name for the model type, its size set to the tiny model's images; the W
 :mod:`fx2onnx.testing.encoder_folder` for the texts, its CTC tokenizer for the transcriptions), exported as a user
 does (``python -m fx2onnx export FOLDER --out OUT``, no flag), then ``fx2onnx.pipeline(OUT)`` and
 ``transformers.pipeline(task, model=FOLDER)`` run on the same inputs: scores within 1e-4, labels and texts equal,
-boxes within a pixel, masks equal on 99 % of the pixels, depth maps within 1e-4 of their range. A row says the step
+boxes within a pixel, masks equal on 99 % of the pixels, depth maps within 1e-4 of their range. A speech encoder-decoder of the
+tasks page (Whisper, Moonshine, Speech2Text...: its ``speech-seq2seq`` rows) is an automatic-speech-recognition row:
+its folder's generation loop transcribes each sound greedily (:data:`NEW_TOKENS` tokens) against the pipeline's
+greedy ``generate``, texts equal. A row says the step
 reached (``folder``, ``export``, ``run``, ``compare``) and the one-line reason of a failure.
 
 The rows run with :func:`fx2onnx.runner.run_tasks` (one worker, one process per row, a timeout per row), the tasks
@@ -53,6 +56,11 @@ IMAGE_MAPPINGS = {"image-feature-extraction": "MODEL_FOR_IMAGE_MAPPING_NAMES"}
 #: the tasks swept over an auto mapping rather than the tasks page's rows
 MAPPED_TASKS = {**TEXT_MAPPINGS, **IMAGE_MAPPINGS}
 FOLDER_TASKS.update({task: task for task in MAPPED_TASKS})
+#: a speech encoder-decoder (Whisper, Moonshine, Speech2Text...) transcribes through its generation loop: transformers'
+#: automatic-speech-recognition pipeline runs it as it runs a CTC model
+FOLDER_TASKS["speech-seq2seq"] = "automatic-speech-recognition"
+#: the tokens a speech encoder-decoder generates for each sound (the folder's loop and the pipeline's generate)
+NEW_TOKENS = 8
 #: optimum's tasks counted for each pipeline task (its semantic segmentation is transformers' image-segmentation)
 OPTIMUM_TASKS = {"image-segmentation": ("image-segmentation", "semantic-segmentation")}
 LABELS = ["cat", "dog", "the sea"]
@@ -63,7 +71,12 @@ PROCESSOR_OF = {"dinov2_with_registers": "dinov2", "rt_detr_v2": "rt_detr", "d_f
                 "videoprism_vision_model": "vivit"}
 #: the sizes a model type's tiny configuration needs beside the tasks page's (LiLT's layout embeddings split its width
 #: shrunk by 4 in six: a width of 64 fails in eager)
-SIZES = {"lilt": {"hidden_size": 96, "intermediate_size": 96}}
+SIZES = {"lilt": {"hidden_size": 96, "intermediate_size": 96},
+         # Whisper's feature extractor pads every sound to 3000 frames: its encoder's 1500 positions
+         "whisper": {"max_source_positions": 1500}}
+#: the feature extractor of a model type whose checkpoints name another than transformers' auto mapping
+#: (Wav2Vec2-BERT's read SeamlessM4T's log-mel features, the mapping names Wav2Vec2's raw samples)
+FEATURE_EXTRACTOR_OF = {"wav2vec2-bert": "SeamlessM4TFeatureExtractor"}
 #: the sentences of the text tasks (fill-mask: one mask each)
 SENTENCES = ["the cat sat on the mat", "paris is the capital of france, a city by the sea"]
 MASKED = ["the cat sat on the [MASK] .", "paris is the [MASK] of france"]
@@ -127,9 +140,9 @@ def _auto_class(mapping: dict, model_type: str):
     return None
 
 
-def write_processor(config, task: str, folder: str, model=None) -> None:
+def write_processor(config, task: str, folder: str, model=None, ctc: bool = True) -> None:
     """Saves in ``folder`` the processor a pipeline of ``task`` reads for ``config``'s model type (a text task: the
-    WordPiece tokenizer giving the inputs ``model`` takes)."""
+    WordPiece tokenizer giving the inputs ``model`` takes; ``ctc``: a speech recognizer's CTC tokenizer)."""
     import inspect
 
     from transformers.models.auto import feature_extraction_auto, image_processing_auto, video_processing_auto
@@ -143,7 +156,8 @@ def write_processor(config, task: str, folder: str, model=None) -> None:
                        ).save_pretrained(folder)
         return
     if task in ("automatic-speech-recognition", "audio-classification"):
-        cls = _auto_class(feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES, model_type)
+        cls = _auto_class({**feature_extraction_auto.FEATURE_EXTRACTOR_MAPPING_NAMES, **FEATURE_EXTRACTOR_OF},
+                          model_type)
         if cls is None:
             raise ValueError(f"no feature extractor class for model type {model_type!r}")
         accepted = inspect.signature(cls.__init__).parameters  # the tiny model's sizes where both name them
@@ -155,7 +169,7 @@ def write_processor(config, task: str, folder: str, model=None) -> None:
         if "num_mel_bins" not in accepted and "num_mel_bins" in sizes:  # the extractor's name of the mel bins
             sizes["feature_size"] = sizes.pop("num_mel_bins")
         cls(**{k: v for k, v in sizes.items() if k in accepted}).save_pretrained(folder)
-        if task == "automatic-speech-recognition":
+        if task == "automatic-speech-recognition" and ctc:
             ctc_processor(folder).tokenizer.save_pretrained(folder)
         return
     if task == "video-classification":
@@ -174,6 +188,34 @@ def write_processor(config, task: str, folder: str, model=None) -> None:
             raise ValueError(f"the tiny text vocabulary ({text.vocab_size}) is smaller than the sweep's tokenizer "
                              f"({len(tokenizer)})")
         tokenizer.save_pretrained(folder)
+
+
+def write_speech_seq2seq_folder(model, config, folder: str) -> None:
+    """Saves a speech encoder-decoder's folder: Whisper's as :func:`fx2onnx.testing.speech_folder.write_whisper_folder`
+    writes it (its tokenizer of special tokens, its generation config), another's weights with its feature extractor, a
+    byte-level BPE tokenizer (:func:`fx2onnx.testing.tokenizer.tiny_tokenizer`) and a decoder start token where its
+    configuration names none (as the generate column of the tasks page)."""
+    from fx2onnx.testing.speech_folder import write_whisper_folder
+    from fx2onnx.testing.tokenizer import tiny_tokenizer
+    from fx2onnx.zoo.task_generate import _zoo_start_token
+
+    if config.model_type == "whisper":
+        write_whisper_folder(config, folder, dtype="float32")
+        return
+    _zoo_start_token(model, config)
+    model.save_pretrained(folder)
+    write_processor(config, "automatic-speech-recognition", folder, model, ctc=False)
+    decoder = getattr(config, "decoder", None) or getattr(config, "text_config", None) or config
+    tiny_tokenizer(max(128, min(int(getattr(decoder, "vocab_size", 384) or 384), 384))).save_pretrained(folder)
+
+
+def transcribe(folder: str, sounds: list) -> list[dict]:
+    """The texts of a speech encoder-decoder's exported folder (its generation loop, greedy, :data:`NEW_TOKENS`
+    tokens), as transformers' automatic-speech-recognition pipeline returns them."""
+    from fx2onnx.runtime.families import open_generator
+
+    generator = open_generator(folder)
+    return [{"text": generator.transcribe(sound, max_new_tokens=NEW_TOKENS).text} for sound in sounds]
 
 
 def _inputs(task: str):
@@ -301,14 +343,18 @@ def run_one(key: str) -> dict:
         config.architectures = [arch.model_class_name]
         checkpoint, out = os.path.join(work, "checkpoint"), os.path.join(work, "exported")
         transformers.utils.logging.disable_progress_bar()
-        model.save_pretrained(checkpoint)
-        write_processor(config, task, checkpoint, model)
+        if zoo_task == "speech-seq2seq":
+            write_speech_seq2seq_folder(model, config, checkpoint)
+        else:
+            model.save_pretrained(checkpoint)
+            write_processor(config, task, checkpoint, model)
         row["step"] = "export"
         stdout, stderr = io.StringIO(), io.StringIO()
         t0 = time.perf_counter()
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             try:
-                code = cli(["export", checkpoint, "--out", out, *task_option(arch.model_class_name, task)])
+                chosen = zoo_task if zoo_task == "speech-seq2seq" else task  # the folder's task: the generator's
+                code = cli(["export", checkpoint, "--out", out, *task_option(arch.model_class_name, chosen)])
             except SystemExit as e:
                 code = e.code
         row["export_seconds"] = round(time.perf_counter() - t0, 1)
@@ -319,7 +365,12 @@ def run_one(key: str) -> dict:
         inputs = _inputs(task)
         options = {"candidate_labels": LABELS} if task == "zero-shot-image-classification" else \
             {"threshold": 0.0} if task == "object-detection" else {}
-        got = fx2onnx.pipeline(out)(inputs, **options)
+        if zoo_task == "speech-seq2seq":  # the folder's loop is greedy: so is the pipeline's generate (its default is
+            # a beam search of 5), as many new tokens
+            options = {"generate_kwargs": {"max_new_tokens": NEW_TOKENS, "do_sample": False, "num_beams": 1}}
+            got = transcribe(out, inputs)
+        else:
+            got = fx2onnx.pipeline(out)(inputs, **options)
         row["step"] = "compare"
         try:
             # feature-extraction: the folder's own class (AutoModel would load T5Model from T5's encoder)
