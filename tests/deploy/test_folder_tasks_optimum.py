@@ -43,3 +43,19 @@ def test_tasks_page_shows_optimum_counts_and_text_tasks():
     section = text[text.index(".. _lib-tasks-fill-mask:"):]
     assert "1 of 2 equal" in section and "``xlm_roberta``, step *export*: error: something" in section
     assert "Folder not run yet (1): ``roberta``" in section
+
+
+def test_the_page_names_optimum_model_types_transformers_no_longer_has():
+    import transformers
+
+    from fx2onnx.zoo.library_report import removed_model_types, tasks_page
+
+    types = {"automatic-speech-recognition": ["mctct", "wav2vec2", "speech-to-text"], "fill-mask": ["bert"]}
+    assert removed_model_types(types) == {"automatic-speech-recognition": ["mctct"]}  # removed in transformers 5
+    folder = {"date": "2026-12-07 10:00 UTC", "not_run": [], "tasks_of": {"ctc": "automatic-speech-recognition"},
+              "optimum": {"version": "optimum-onnx==0.1.0", "model_types": types},
+              "rows": [{"architecture": "ctc/wav2vec2", "task": "automatic-speech-recognition", "step": "compare",
+                        "equal": True}]}
+    text = tasks_page([], {"command": "x", "date": "2026-12-07", "discovered": {}}, folder)
+    assert f"transformers {transformers.__version__} no longer has" in text
+    assert "(automatic-speech-recognition: ``mctct``)" in text

@@ -338,6 +338,18 @@ def _folder_lines(entry: dict[str, Any], folder: dict[str, Any]) -> list[str]:
 COUNTED_IN = {"image-feature-extraction": "feature-extraction"}
 
 
+def removed_model_types(types: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Per task, the model types of ``types`` (optimum's, ``-`` for ``_``) the installed transformers no longer has
+    (MCTCT, removed in transformers 5): no folder can count them; ``{}`` without transformers."""
+    try:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES  # deferred: heavy
+    except ImportError:
+        return {}
+    known = {name.replace("_", "-") for name in CONFIG_MAPPING_NAMES}
+    return {task: sorted(t for t in found if t.replace("_", "-") not in known) for task, found in sorted(types.items())
+            if any(t.replace("_", "-") not in known for t in found)}
+
+
 def _folder_table(folder: dict[str, Any]) -> list[str]:
     """Per pipeline task: the model types whose folder equals transformers' pipeline, exported, run, beside the
     model types optimum's ONNX exporter registers for the task (and how many of those are equal here); *counted*:
@@ -374,8 +386,20 @@ def _folder_table(folder: dict[str, Any]) -> list[str]:
               "types equal here counted for optimum's task: its feature-extraction exports the base model of any "
               "modality, which transformers' pipelines run as feature-extraction (texts) or image-feature-extraction "
               "(images), so a model type counts there when the folder of its base model equals the pipeline of its "
-              "modality (the audio base models have no pipeline in transformers and are not counted).", ""]
+              "modality (the audio base models have no pipeline in transformers and are not counted)."
+              + _removed_sentence(removed_model_types(types)), ""]
     return lines
+
+
+def _removed_sentence(removed: dict[str, list[str]]) -> str:
+    """The model types optimum registers that the installed transformers no longer has, by task (or nothing)."""
+    if not removed:
+        return ""
+    import transformers  # deferred: heavy (removed_model_types found them with it)
+
+    listed = "; ".join(f"{task}: " + ", ".join(f"``{t}``" for t in found) for task, found in removed.items())
+    return (f" optimum still registers model types transformers {transformers.__version__} no longer has, which no "
+            f"folder of this version can count ({listed}).")
 
 
 def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any], folder: dict[str, Any] | None = None) -> str:
