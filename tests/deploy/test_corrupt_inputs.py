@@ -246,6 +246,7 @@ def _fuzz(pristine, tmp_path, capsys, cases: int, seed: int) -> dict[int, int]:
     return codes
 
 
+@pytest.mark.slow  # 6 s of random corruptions; the named corruptions stay in make test
 def test_random_corruptions_never_crash_nor_write(pristine, tmp_path, capsys):
     codes = _fuzz(pristine, tmp_path, capsys, cases=4, seed=0)
     assert codes.get(2, 0) >= 2, codes

@@ -41,6 +41,7 @@ def exported(layers: int, seed: int):
     return tiny, onx
 
 
+@pytest.mark.slow  # 12 s: the draft folder's export; make test-all runs it
 def test_prompt_lookup_and_draft_give_greedy_tokens():
     tiny, onx = exported(2, 0)
     draft, draft_onx = exported(1, 1)

@@ -347,7 +347,7 @@ def _feeds(session):
 
 
 @pytest.mark.parametrize("architecture", [
-    "llama",
+    pytest.param("llama", marks=pytest.mark.slow),  # 12 s; the stamping unit tests above stay fast
     pytest.param("qwen2", marks=pytest.mark.slow),
     pytest.param("phi3", marks=pytest.mark.slow),
     pytest.param("mistral", marks=pytest.mark.slow),  # a sliding cache: its count of tokens seen renamed

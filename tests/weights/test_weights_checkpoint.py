@@ -192,6 +192,7 @@ def test_folded_transposes_read_the_checkpoint_again(tmp_path):
         np.testing.assert_array_equal(v.const_value.numpy(), before[v.name])
 
 
+@pytest.mark.slow  # 8 s: a full folder export; make test-all runs it
 def test_tensors_transformers_converts_are_computed_from_the_checkpoint(tmp_path):
     """A Mixtral folder stores every expert apart (what ``save_pretrained`` and the hub write); the model
     stacks them into one tensor per layer (transformers' ``WeightConverter``): the reader runs the same
