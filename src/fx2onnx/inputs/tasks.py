@@ -88,6 +88,8 @@ TASK_OVERRIDES: dict[str, dict[str, Any]] = {
     "vit": dict(patch_size=8),
     "deit": dict(patch_size=8),
     "dinov2": dict(patch_size=8),
+    # a checkpoint's language, as set_default_language() saves it in config.json (none: the forward refuses to run)
+    "xmod": dict(default_language="en_XX"),
     # 4x4 patches pooled into 2x2 image tokens (the default 256 tokens need 16x16 patches at least)
     "gemma3": dict(mm_tokens_per_image=4, vision_config=dict(patch_size=8)),
     # the projector maps to projection_dim, which must be the text model's hidden size
