@@ -186,8 +186,13 @@ def test_florence2_tasks_equal_transformers(florence2, capsys):
     from fx2onnx.runtime.image_seq2seq import Seq2SeqImageGenerator
 
     checkpoint, out, images = florence2
-    assert json.load(open(os.path.join(out, "fx2onnx.json")))["pieces"]["encoder"]["inputs"] == [
-        "pixel_values", "attention_mask", "input_ids"]
+    # the four files transformers.js loads for Florence-2 (fx2onnx.deploy.prompt_merging_split), run by our loop
+    pieces = json.load(open(os.path.join(out, "fx2onnx.json")))["pieces"]
+    assert {k: (v["file"], v["inputs"][:2], v["outputs"][0]) for k, v in pieces.items()} == {
+        "vision_encoder": ("onnx/vision_encoder.onnx", ["pixel_values"], "image_features"),
+        "embed_tokens": ("onnx/embed_tokens.onnx", ["input_ids"], "inputs_embeds"),
+        "encoder": ("onnx/encoder_model.onnx", ["inputs_embeds", "attention_mask"], "last_hidden_state"),
+        "decoder": ("onnx/decoder_model_merged.onnx", ["inputs_embeds", "encoder_attention_mask"], "logits")}
     model = transformers.AutoModelForImageTextToText.from_pretrained(checkpoint, dtype=torch.float32).eval()
     processor = transformers.AutoProcessor.from_pretrained(checkpoint, local_files_only=True)
     pictures = [PIL.Image.open(i).convert("RGB") for i in images]
@@ -213,6 +218,30 @@ def test_florence2_tasks_equal_transformers(florence2, capsys):
     assert ours == caption
     assert main(["generate", out, "--image", images[0]]) == 2
     assert "reads a prompt with the image" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # the export of the fixture, then transformers.js in Node (~10 s)
+def test_florence2_in_transformersjs_gives_transformers_tokens(florence2, tmp_path):
+    """transformers.js' Florence2ForConditionalGeneration (Node) on the folder as written: its processor's ids have
+    no image placeholders (it puts the image features before the prompt's embeddings), so it is fed transformers'
+    processor's ids without them, the same pixels; a batch of two images gives transformers' greedy sequences."""
+    import PIL.Image
+
+    checkpoint, out, images = florence2
+    model = transformers.AutoModelForImageTextToText.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    processor = transformers.AutoProcessor.from_pretrained(checkpoint, local_files_only=True)
+    inputs = processor(text=["<OD>"] * 2, images=[PIL.Image.open(i).convert("RGB") for i in images],
+                       return_tensors="pt")
+    with torch.no_grad():
+        expected = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False).tolist()
+    assert len(set(expected[0])) > 3 and expected[0] != expected[1]  # tokens which vary, two answers
+    text = (inputs["input_ids"] != model.config.image_token_id).all(dim=0)
+    placeholders = int((~text).sum())
+    assert placeholders > 0 and not text[:placeholders].any()  # the placeholders come first
+    fed = {"input_ids": inputs["input_ids"][:, text].tolist(),
+           "attention_mask": inputs["attention_mask"][:, text].tolist(),
+           "pixel_values": inputs["pixel_values"].tolist()}
+    assert transformersjs_seq2seq(out, fed, NEW_TOKENS, tmp_path, client="transformersjs_image_text.mjs") == expected
 
 
 @pytest.mark.slow

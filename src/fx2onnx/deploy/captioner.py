@@ -146,12 +146,13 @@ class PromptMergingAsEncoderDecoder(torch.nn.Module):
     def forward(self, input_ids: torch.Tensor | None = None, pixel_values: torch.Tensor | None = None,
                 attention_mask: torch.Tensor | None = None, encoder_outputs: Any = None,
                 decoder_input_ids: torch.Tensor | None = None, past_key_values: Any = None,
-                use_cache: bool = True, logits_to_keep: int = 0) -> Any:
+                use_cache: bool = True, logits_to_keep: int = 0,
+                decoder_inputs_embeds: torch.Tensor | None = None) -> Any:
         if encoder_outputs is None:
             encoder_outputs = self.get_encoder()(pixel_values, input_ids, attention_mask)
         return self._model[0](encoder_outputs=encoder_outputs, attention_mask=attention_mask,
-                              decoder_input_ids=decoder_input_ids, past_key_values=past_key_values,
-                              use_cache=use_cache, logits_to_keep=logits_to_keep)
+                              decoder_input_ids=decoder_input_ids, decoder_inputs_embeds=decoder_inputs_embeds,
+                              past_key_values=past_key_values, use_cache=use_cache, logits_to_keep=logits_to_keep)
 
 
 def example_prompts(folder: str | None, model: Any, config: Any, seed: int = 0) -> list[dict[str, torch.Tensor]]:

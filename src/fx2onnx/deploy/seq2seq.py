@@ -155,7 +155,8 @@ class MergedReference(torch.nn.Module):
             cross = [inputs[past_name(i, "encoder", k)] for i in range(self.layers) for k in ("key", "value")]
         else:
             cross = list(self.cross(hidden, mask))
-        out = self.decoder(inputs["input_ids"], hidden, mask,
+        tokens = inputs["inputs_embeds"] if "inputs_embeds" in inputs else inputs["input_ids"]
+        out = self.decoder(tokens, hidden, mask,
                            [inputs[past_name(i, "decoder", "key")] for i in range(self.layers)],
                            [inputs[past_name(i, "decoder", "value")] for i in range(self.layers)],
                            cross[0::2], cross[1::2])
@@ -315,7 +316,9 @@ def merge_decoder(decoder_path: str, cross_path: str, out_path: str, facts: dict
     graph = decoder.graph
     inputs = {i.name: i for i in graph.input}
     outputs = {o.name: o for o in graph.output}
-    new_inputs = [inputs["input_ids"]] + ([inputs["encoder_attention_mask"]] if facts["mask"] else [])
+    # the decoder's tokens, or their embeddings (a decoder fed by embed_tokens.onnx: Florence-2's)
+    tokens = "inputs_embeds" if "inputs_embeds" in inputs else "input_ids"
+    new_inputs = [inputs[tokens]] + ([inputs["encoder_attention_mask"]] if facts["mask"] else [])
     new_inputs += [inputs["encoder_hidden_states"],
                    helper.make_tensor_value_info(CACHE_BRANCH, onnx.TensorProto.BOOL, [1])]
     new_outputs = [outputs["logits"]]
@@ -376,13 +379,16 @@ def export_seq2seq_pieces(folder: str, out_dir: str, config: Any, dtype: torch.d
     pieces, facts = make(model) if make is not None else seq2seq_pieces(model, config, folder, dtype)
     # the names transformers.js selects for these weights (encoder_model_q4.onnx for int4 matrices)
     pieces[0].filename = variant_file(ENCODER_FILE, quantize, str(dtype))
+    for piece in pieces[3:]:
+        piece.filename = variant_file(piece.filename, quantize, str(dtype))
     facts["decoder_file"] = variant_file(DECODER_FILE, quantize, str(dtype))
     os.makedirs(os.path.join(out_dir, "onnx"), exist_ok=True)
     for piece in pieces:
         export_piece(folder, out_dir, piece, config, dtype, optimize=optimize, quantize=quantize,
                      block_size=block_size, opset=opset, progress=progress, say=say, symmetric=symmetric, cache={})
-    encoder, cross, step = pieces
-    rename_external_data(os.path.join(out_dir, encoder.filename), data_file_name(encoder.filename))
+    encoder, cross, step = pieces[:3]
+    for piece in [encoder, *pieces[3:]]:  # the pieces after the decoder's: Florence-2's vision and embeddings
+        rename_external_data(os.path.join(out_dir, piece.filename), data_file_name(piece.filename))
     merge_decoder(os.path.join(out_dir, step.filename), os.path.join(out_dir, cross.filename),
                   os.path.join(out_dir, facts["decoder_file"]), facts)
     _remove(os.path.join(out_dir, step.filename))
@@ -399,7 +405,8 @@ def merged_input_sets(pieces: list[Piece], facts: dict[str, Any]) -> list[dict[s
     for inputs in (step.inputs, step.inputs2):
         flat = _ordered(inputs, step.input_names)
         for use_cache in (True, False):
-            merged: dict[str, Any] = {"input_ids": flat["input_ids"]}
+            tokens = "inputs_embeds" if "inputs_embeds" in flat else "input_ids"
+            merged: dict[str, Any] = {tokens: flat[tokens]}
             if facts["mask"]:
                 merged["encoder_attention_mask"] = flat["encoder_attention_mask"]
             merged["encoder_hidden_states"] = flat["encoder_hidden_states"]

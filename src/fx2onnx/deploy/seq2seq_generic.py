@@ -3,7 +3,8 @@
 :mod:`fx2onnx.deploy.seq2seq` writes Whisper's and T5's:
 
 * ``onnx/encoder_model.onnx``: the processor's inputs (``input_features``, ``input_values`` or ``pixel_values``;
-  ``attention_mask`` where the model reads it; Florence-2's ``input_ids`` too) -> ``last_hidden_state``;
+  ``attention_mask`` where the model reads it) -> ``last_hidden_state``; Florence-2's on ``inputs_embeds``, beside
+  ``vision_encoder.onnx`` and ``embed_tokens.onnx`` (the four files of :mod:`fx2onnx.deploy.prompt_merging_split`);
 * ``onnx/decoder_model_merged.onnx``: ``input_ids``, ``encoder_attention_mask`` (the processor's mask, as
   transformers.js and optimum feed it, where the model's forward derives the encoder's mask from it: Speech2Text,
   Florence-2), ``encoder_hidden_states``, ``use_cache_branch`` and the two caches of every layer
@@ -26,14 +27,18 @@ or audios of one length). A decoder which does not cache its cross-attention kee
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any
 
 import torch
 
+from ..formats import FOLDER_METADATA
 from .captioner import as_encoder_decoder, captioner_generation, is_cross_attention_captioner
 from .check import check_against_eager, eager_float32
+from .prompt_merging_split import LAYOUT as FOUR_FILE_LAYOUT
+from .prompt_merging_split import EmbedsDecoderPiece, check_four_files, four_file_metadata, four_file_pieces
 from .seq2seq import (
     BATCH,
     DECODER_SEQ,
@@ -57,6 +62,7 @@ from .speech_generic import (
     probe_layout,
     UnsplittableEncoderDecoder,
 )
+from .transformersjs import transformersjs_dtype, write_transformersjs_config
 
 
 class MergedEncoderPiece(GenericSpeechEncoderPiece):
@@ -201,7 +207,10 @@ def _make(folder: str, config: Any, dtype: torch.dtype) -> Any:
         reason = generic_split_reason(model, seen)
         if reason:  # before the example features are built
             raise UnsplittableEncoderDecoder(f"{getattr(config, 'model_type', type(model).__name__)}: {reason}.")
-        pieces, facts = generic_merged_pieces(model, seen, example_features(folder, model, seen, dtype), dtype)
+        features = example_features(folder, model, seen, dtype)
+        pieces, facts = generic_merged_pieces(model, seen, features, dtype)
+        if getattr(model, "merges_prompt", False):  # Florence-2: the four files transformers.js loads
+            pieces = four_file_pieces(pieces, facts, model, features, dtype)
         facts["pieces_module"] = model
         return pieces, facts
 
@@ -216,13 +225,18 @@ def check_generic_merged(folder: str, out_dir: str, pieces: list[Piece], facts: 
     layout = facts["layout"]
     seen = as_encoder_decoder(eager)
     encoder = pieces[0]
-    checks = check_against_eager(os.path.join(out_dir, encoder.filename), MergedEncoderPiece(seen, layout),
-                                 [encoder.inputs, encoder.inputs2], dtype, atol=atol, rtol=rtol)
+    four_files = len(pieces) > 3  # Florence-2's vision and embedding files (fx2onnx.deploy.prompt_merging_split)
+    if four_files:
+        checks, names = check_four_files(out_dir, pieces, seen, layout, dtype, atol, rtol)
+    else:
+        checks = check_against_eager(os.path.join(out_dir, encoder.filename), MergedEncoderPiece(seen, layout),
+                                     [encoder.inputs, encoder.inputs2], dtype, atol=atol, rtol=rtol)
+        names = ["encoder, first input set", "encoder, second input set"]
     eager.to(torch.float32)
-    reference = MergedReference(MergedCrossPiece(seen, layout), MergedDecoderPiece(seen, layout), facts["layers"])
+    decoder = (EmbedsDecoderPiece if four_files else MergedDecoderPiece)(seen, layout)
+    reference = MergedReference(MergedCrossPiece(seen, layout), decoder, facts["layers"])
     checks += check_against_eager(os.path.join(out_dir, facts["decoder_file"]), reference,
                                   merged_input_sets(pieces, facts), dtype, atol=atol, rtol=rtol)
-    names = ["encoder, first input set", "encoder, second input set"]
     names += [f"decoder_model_merged, {s} input set, {b}" for s in ("first", "second")
               for b in ("use_cache_branch true", "use_cache_branch false (cross keys computed)")]
     return checks, names
@@ -241,6 +255,19 @@ def write_generic_seq2seq_folder(folder: str, out_dir: str, filename: str, confi
     captioner = getattr(model, "_captioner", None)
     if captioner and is_cross_attention_captioner(captioner[0]):
         extra.update(captioner_generation(captioner[0]))
-    return finish_merged_folder(folder, out_dir, config, task, dtype, begin, say, pieces, facts, extra,
-                                check_generic_merged, family=("image encoder-decoder" if task == "image-text-to-text"
-                                                              else "speech encoder-decoder"), **options)
+    result = finish_merged_folder(folder, out_dir, config, task, dtype, begin, say, pieces, facts, extra,
+                                  check_generic_merged, family=("image encoder-decoder" if task == "image-text-to-text"
+                                                                else "speech encoder-decoder"), **options)
+    if len(pieces) > 3:  # the vision and embedding files in fx2onnx.json and transformers.js' block
+        path = os.path.join(out_dir, FOLDER_METADATA)
+        with open(path, encoding="utf-8") as f:
+            metadata = json.load(f)
+        metadata["layout"] = FOUR_FILE_LAYOUT
+        metadata["pieces"].update(four_file_metadata(pieces))
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(metadata, f, indent=2)
+        for piece in pieces[3:]:
+            write_transformersjs_config(out_dir, piece.filename,
+                                        os.path.isfile(os.path.join(out_dir, piece.filename + "_data")),
+                                        transformersjs_dtype(options.get("quantize"), str(dtype)))
+    return result

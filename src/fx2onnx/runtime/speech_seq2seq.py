@@ -174,11 +174,18 @@ class Seq2SeqSpeechGenerator(SpeechFolder):
         self.encoder_outputs = list(encoder["outputs"])
         cache = set(decoder.get("cache", {}))
         # use_cache_branch: the merged decoder of the layout of transformers.js and optimum, fed by the loop
-        self.constant_names = [n for n in decoder["inputs"] if n not in ("input_ids", CACHE_BRANCH) and n not in cache]
-        self.decoder = OnnxGenerator(os.path.join(self.folder, decoder["file"]), providers, options,
+        self.constant_names = [n for n in decoder["inputs"]
+                               if n not in ("input_ids", "inputs_embeds", CACHE_BRANCH) and n not in cache]
+        self.decoder = OnnxGenerator(self._decoder_model(os.path.join(self.folder, decoder["file"]), providers,
+                                                         options), providers, options,
                                      constant_inputs=self.constant_names)
         self.decoder_inputs = {i.name: i.type for i in self.decoder.session.get_inputs()}
         warn_old_layout(self.folder, self.decoder)  # encoder.onnx / decoder.onnx: runs here, not in the clients
+
+    def _decoder_model(self, path: str, providers: list[str], options: Any) -> Any:
+        """What :class:`fx2onnx.runtime.OnnxGenerator` runs as the decoder: its file (a decoder on token
+        embeddings is run with the folder's embedding file before it: :mod:`fx2onnx.runtime.image_seq2seq`)."""
+        return path
 
     def features(self, audio: Any) -> dict[str, np.ndarray]:
         """The encoder's inputs for one audio or a list (paths to WAV files or float arrays): the
