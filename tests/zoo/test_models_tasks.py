@@ -69,6 +69,8 @@ def test_tiny_task_configuration_takes_the_causal_zoos_fixes_of_a_model_type():
     # Cohere Compass' rotary parameters per layer type (its default has none: the model did not build)
     compass = tiny_task_config(TaskArchitecture("feature-extraction", "cohere_compass_text", "CohereCompassTextModel"))
     assert "full_attention" in compass.rope_parameters
+    # X-MOD's language, as a checkpoint saved after set_default_language() has it
+    assert tiny_task_config(TaskArchitecture("feature-extraction", "xmod", "XmodModel")).default_language == "en_XX"
 
 
 def test_image_text_inputs_have_one_placeholder_per_image_feature():
