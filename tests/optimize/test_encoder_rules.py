@@ -25,8 +25,11 @@ def randn(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-def _encoder_attention(mask_keys: str = "s"):
-    """sdpa of a BERT layer as fx2onnx writes it once cleaned up: the key's two transposes folded in one."""
+def _encoder_attention(mask_keys: str = "s", mask_rows: str | int = "s", query: tuple = ("b", "s")):
+    """sdpa of a BERT layer as fx2onnx writes it once cleaned up: the key's two transposes folded in one;
+    ``mask_rows``: the mask's dimension of the queries (1: a padding mask, BERT's or LayoutLM's
+    ``[batch, 1, 1, keys]``); ``query``: the query's batch and length (``(1, "n")``: learned queries
+    broadcast over the keys' batch, Granite Speech's projector)."""
     nodes = [oh.make_node("Reshape", [f"{x}3", "heads_shape"], [f"{x}4"]) for x in "qkv"]
     nodes += [oh.make_node("Transpose", ["q4"], ["q"], perm=[0, 2, 1, 3]),
               oh.make_node("Transpose", ["k4"], ["kt"], perm=[0, 2, 3, 1]),
@@ -40,21 +43,23 @@ def _encoder_attention(mask_keys: str = "s"):
               oh.make_node("Transpose", ["y4"], ["yt"], perm=[0, 2, 1, 3]),
               oh.make_node("Reshape", ["yt", "merged_shape"], ["y"])]
     width = HEADS * SIZE
-    inputs = [(f"{x}3", FLOAT, ["b", "s", width]) for x in "qkv"]
-    inputs.append(("mask", TensorProto.BOOL, ["b", 1, "s", mask_keys]))
+    inputs = [("q3", FLOAT, [*query, width])] + [(f"{x}3", FLOAT, ["b", "s", width]) for x in "kv"]
+    inputs.append(("mask", TensorProto.BOOL, ["b", 1, mask_rows, mask_keys]))
     inits = [("heads_shape", np.array([0, 0, HEADS, SIZE], np.int64)),
              ("merged_shape", np.array([0, 0, width], np.int64)),
              ("scale", np.array(1 / math.sqrt(SIZE), np.float32)), ("zero", np.array(0.0, np.float32)),
              ("neginf", np.array(-np.inf, np.float32))]
-    return make_model(nodes, inputs, [("y", FLOAT, ["b", "s", width])], inits, opset=23)
+    return make_model(nodes, inputs, [("y", FLOAT, ["b", query[1], width])], inits, opset=23)
 
 
-def _attention_feeds(b: int, s: int) -> dict:
+def _attention_feeds(b: int, s: int, rows: int | None = None, queries: tuple | None = None) -> dict:
     feeds = {f"{x}3": randn(b, s, HEADS * SIZE) for x in "qkv"}
+    if queries is not None:
+        feeds["q3"] = randn(*queries, HEADS * SIZE)
     lengths = [s - i for i in range(b)]
     lengths[-1] = 0  # a sequence of padding only: every row hides every key, zeros (torch's answer)
     keys = np.arange(s)[None, :] < np.array(lengths)[:, None]
-    feeds["mask"] = np.broadcast_to(keys[:, None, None, :], (b, 1, s, s)).copy()
+    feeds["mask"] = np.broadcast_to(keys[:, None, None, :], (b, 1, s if rows is None else rows, s)).copy()
     return feeds
 
 
@@ -63,13 +68,38 @@ def test_encoder_attention_becomes_one_attention():
     feeds = [_attention_feeds(3, 5), _attention_feeds(2, 7)]
     split = check_rule(model, split_key_transposes, feeds, 1)
     assert [list(n.attribute[0].ints) for n in split.graph.node if n.op_type == "Transpose"].count([0, 1, 3, 2]) == 1
-    fused = fx2onnx.optimize(model, level="onnxruntime", enable=["attention_key_transposes"])
+    fused = fx2onnx.optimize(model, level="onnxruntime")
     ops = op_types(fused)
     assert ops["Attention"] == 1 and not {"Softmax", "Transpose", "IsNaN"} & set(ops), ops
     for f in feeds:
         expected, got = run(model, f)[0], run(fused, f)[0]
         np.testing.assert_allclose(got, expected, atol=1e-5)
         assert np.abs(got[-1]).max() == 0
+
+
+def test_encoder_padding_mask_is_expanded_over_the_queries():
+    """A padding mask ``[batch, 1, 1, keys]`` broadcasts over the queries in the sum; onnxruntime's Attention
+    checks its dimension of the queries (LayoutLM's encoder failed there): the fusion expands it, from the
+    query's length read before its transposes (none left)."""
+    model = _encoder_attention(mask_rows=1)
+    fused = fx2onnx.optimize(model, level="onnxruntime")
+    ops = op_types(fused)
+    assert ops["Attention"] == 1 and ops["Expand"] == 1 and not {"Softmax", "Transpose"} & set(ops), ops
+    for b, s in ((3, 5), (2, 7), (1, 1)):
+        f = _attention_feeds(b, s, rows=1)
+        expected, got = run(model, f)[0], run(fused, f)[0]
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+        assert np.abs(got[-1]).max() == 0
+
+
+def test_attention_of_queries_broadcast_over_the_batch_stays_unfused():
+    """Queries of batch 1 against keys of any batch (Granite Speech's projector: learned queries, every block
+    of the audio): the product broadcasts, onnxruntime's Attention does not (it failed there): no fusion."""
+    model = _encoder_attention(mask_rows="n", query=(1, "n"))
+    fused = fx2onnx.optimize(model, level="onnxruntime")
+    assert "Attention" not in op_types(fused)
+    f = _attention_feeds(3, 5, rows=4, queries=(1, 4))
+    np.testing.assert_allclose(run(fused, f)[0], run(model, f)[0], atol=1e-5)
 
 
 def test_encoder_attention_left_unfused_keeps_one_transpose():

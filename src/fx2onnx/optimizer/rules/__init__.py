@@ -48,10 +48,8 @@ CLEANUP = [
 ]
 
 ONNXRUNTIME = [
-    # an encoder's key transposed once ([0, 2, 3, 1]) split back for the fusion (the clean-ups refold the others);
-    # off by default: the Attention it lets fuse fails in onnxruntime on LayoutLM's and Granite Speech's encoders
-    # (a shape check of attention_helper.h), not understood yet
-    Rule("attention_key_transposes", split_key_transposes, min_opset=23, default=False),
+    # an encoder's key transposed once ([0, 2, 3, 1]) split back for the fusion (the clean-ups refold the others)
+    Rule("attention_key_transposes", split_key_transposes, min_opset=23),
     Rule("attention", fuse_attention, min_opset=23),
     Rule("rotary_embedding", fuse_rotary_embedding),
     Rule("attention_3d_layout", attention_3d_layout, min_opset=23),

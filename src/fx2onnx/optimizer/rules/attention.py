@@ -11,8 +11,13 @@ concatenation and transformers' ``repeat_kv`` before it)::
 
 becomes ``Y, present_key, present_value = Attention(Q, key, value, mask, past_key,
 past_value, scale=scale)``: no Concat, no repeated heads, no score tensor left. The sum with the
-mask broadcasts, onnxruntime's ``Attention`` does not: the mask's last dimension must be the number
-of keys (past and new), or 1 (expanded to it); a mask of another length leaves the attention unfused.
+mask broadcasts, onnxruntime's ``Attention`` does not (``attention_helper.h``): the mask's last two
+dimensions must be the number of queries and of keys (past and new): a dimension of 1 there is expanded
+to it (a padding mask ``[batch, 1, 1, keys]``, BERT's and LayoutLM's), a mask of another length leaves
+the attention unfused, as a mask of another number of heads than the kv heads. The product of the query
+and the keys broadcasts their batches too, the ``Attention`` does not: a query of another batch than the
+keys (Granite Speech's projector: learned queries of batch 1 against every block of the audio) stays as
+it is.
 onnxruntime's own ``GroupQueryAttention`` refuses batch > 1 with a past and more than
 one new token, and ``MultiHeadAttention`` needs as many kv heads as query heads, so
 the level ``onnxruntime`` uses the standard operator too (onnxruntime >= 1.23 runs it
@@ -98,6 +103,8 @@ def _match(softmax: ir.Node):
     v = _unrepeat(out_matmul.inputs[1], heads)
     if k is None or v is None or static_dim(k, 1) != static_dim(v, 1):
         return None
+    if _may_broadcast(q.shape[0], k.shape[0]) or _may_broadcast(q.shape[0], v.shape[0]):
+        return None
     # the mask: Where(bool_mask, 0, -inf) or a float bias
     if mask is not None:
         where = producer(mask, "Where")
@@ -115,6 +122,7 @@ def fuse_attention(model: ir.Model) -> int:
         return 0
     graph = model.graph
     count = 0
+    expanded: dict[tuple, ir.Value] = {}  # the masks already expanded, shared by the layers
     for softmax in [n for n in graph if n.op_type == "Softmax" and n.domain == ""]:
         found = _match(softmax)
         if found is None:
@@ -128,8 +136,8 @@ def fuse_attention(model: ir.Model) -> int:
             past_k, new_k, past_v, new_v = None, k, None, v
         mask_nodes: list[ir.Node] = []
         if mask is not None:
-            mask = _mask_over_keys(graph, mask, k, past_k, new_k, mask_nodes)
-            if mask is None:  # a mask of another length than the keys: the attention stays as it is
+            mask = _mask_for_attention(graph, mask, q, k, past_k, new_k, mask_nodes, expanded)
+            if mask is None:  # a mask of another length than the queries or the keys: the attention stays as it is
                 continue
         inputs = [q, new_k, new_v, mask]
         if past_k is not None:
@@ -153,37 +161,91 @@ def _same_dim(a: Any, b: Any) -> bool:
     return isinstance(a, ir.SymbolicDim) and a.value is not None and a == b
 
 
-def _mask_over_keys(graph: ir.Graph, mask: ir.Value, k: ir.Value, past_k: ir.Value | None, new_k: ir.Value,
-                    new_nodes: list[ir.Node]) -> ir.Value | None:
-    """The mask the ``Attention`` takes: ``mask`` when its last dimension is the number of keys ``k``
-    (past and new ones), the mask expanded to it (nodes appended to ``new_nodes``) when its last
-    dimension is 1, None when neither can be proven from the shapes.
+def _may_broadcast(a: Any, b: Any) -> bool:
+    """Whether two batch dimensions may differ where a MatMul broadcasts them: a number against another
+    number or against a named dimension (two names: equal, or onnxruntime refuses them when it runs)."""
+    return not _same_dim(a, b) and (isinstance(a, int) or isinstance(b, int))
 
-    The sdpa pattern adds the mask to the scores, which broadcasts; onnxruntime's ``Attention``
-    requires the mask's last dimension to be the total sequence length. transformers' bidirectional
-    mask (a cross-attention without an encoder mask, under torch.export) is ``[1, 1, q, 1]``."""
+
+def _dim_key(dim: Any) -> Any:
+    """A dimension as a key (a number or a name), None when unnamed."""
+    if isinstance(dim, int):
+        return dim
+    return dim.value if isinstance(dim, ir.SymbolicDim) and dim.value is not None else None
+
+
+def _length(value: ir.Value, axis: int, new_nodes: list[ir.Node]) -> ir.Value:
+    """``Shape(value)[axis]`` (1D), read before the Transposes and views producing ``value`` (the 3D
+    layout removes them: the shape must not keep them computed)."""
+    while True:
+        tr = producer(value, "Transpose")
+        if tr is not None and attr(tr, "perm") is not None:
+            value, axis = tr.inputs[0], attr(tr, "perm")[axis]
+            continue
+        reshape = producer(value, "Reshape")
+        source = reshape.inputs[0] if reshape is not None else None
+        if (source is not None and source.shape is not None and value.shape is not None and axis < len(source.shape)
+                and all(_same_dim(source.shape[i], value.shape[i]) for i in range(axis + 1))):
+            value = source  # a view keeping the dimensions up to axis
+            continue
+        break
+    node = ir.node("Shape", [value], {"start": axis, "end": axis + 1})
+    new_nodes.append(node)
+    return node.outputs[0]
+
+
+def _mask_for_attention(graph: ir.Graph, mask: ir.Value, q: ir.Value, k: ir.Value, past_k: ir.Value | None,
+                        new_k: ir.Value, new_nodes: list[ir.Node], expanded: dict[tuple, ir.Value]) -> ir.Value | None:
+    """The mask the ``Attention`` takes: ``mask`` when its last two dimensions are the number of queries of
+    ``q`` and of keys ``k`` (past and new ones), the mask expanded to them (nodes appended to ``new_nodes``)
+    where they are 1, None when neither can be proven from the shapes, or when its heads (1 or the kv heads)
+    or its batch (1 or the query's) are not onnxruntime's.
+
+    The sdpa pattern adds the mask to the scores, which broadcasts; onnxruntime's ``Attention`` checks the
+    mask's last dimension against the total sequence length, the one before against the query's length
+    (``attention_helper.h``). transformers' bidirectional mask (a cross-attention without an encoder mask,
+    under torch.export) is ``[1, 1, q, 1]``, BERT's or LayoutLM's padding mask ``[batch, 1, 1, keys]``. A
+    mask expanded once serves every layer of the same lengths (``expanded``)."""
     r = rank(mask)
-    if r is None or rank(k) != 4 or not 2 <= r <= 4:
+    if r is None or rank(k) != 4 or rank(q) != 4 or not 2 <= r <= 4:
         return None
-    last, keys = mask.shape[-1], k.shape[2]
-    if _same_dim(last, keys):
+    dims = list(mask.shape)
+    if r >= 3 and dims[-3] not in (1, static_dim(k, 1)):
+        return None
+    if r == 4 and dims[0] != 1 and _may_broadcast(dims[0], q.shape[0]):
+        return None
+    queries, keys = q.shape[2], k.shape[2]
+    rows = not _same_dim(dims[-2], queries)  # to expand
+    columns = not _same_dim(dims[-1], keys)
+    if (rows and dims[-2] != 1) or (columns and dims[-1] != 1):
+        return None
+    if not rows and not columns:
         return mask
-    if last != 1:
-        return None
-    # a mask broadcast over the keys: Expand(mask, [1, ..., 1, total]), total read from the inputs
-    lengths = [ir.node("Shape", [t], {"start": 2, "end": 3}) for t in (past_k, new_k) if t is not None]
-    new_nodes.extend(lengths)
-    total = lengths[0].outputs[0]
-    if len(lengths) == 2:
-        add = ir.node("Add", [lengths[0].outputs[0], lengths[1].outputs[0]])
-        new_nodes.append(add)
-        total = add.outputs[0]
-    ones = initializer(graph, f"attention_mask_ones_{r - 1}", np.ones(r - 1, dtype=np.int64))
-    shape = ir.node("Concat", [ones, total], {"axis": 0})
+    key = (id(mask), _dim_key(queries) if rows else 0, _dim_key(keys) if columns else 0)
+    cacheable = None not in key  # named lengths: the same in every layer where they have the same name
+    if cacheable and key in expanded:
+        return expanded[key]
+    # Expand(mask, [1, ..., 1, queries or 1, keys or 1]), the lengths read from the inputs
+    ones = initializer(graph, "attention_mask_one", np.ones(1, dtype=np.int64))
+    parts = [initializer(graph, f"attention_mask_ones_{r - 2}", np.ones(r - 2, dtype=np.int64))]
+    parts.append(_length(q, 2, new_nodes) if rows else ones)
+    if columns:
+        lengths = [_length(t, 2, new_nodes) for t in (past_k, new_k) if t is not None]
+        total = lengths[0]
+        if len(lengths) == 2:
+            add = ir.node("Add", lengths)
+            new_nodes.append(add)
+            total = add.outputs[0]
+        parts.append(total)
+    else:
+        parts.append(ones)
+    shape = ir.node("Concat", parts, {"axis": 0})
     expand = ir.node("Expand", [mask, shape.outputs[0]])
     expand.outputs[0].type = mask.type
-    expand.outputs[0].shape = ir.Shape([*list(mask.shape)[:-1], keys])
+    expand.outputs[0].shape = ir.Shape([*dims[:-2], queries if rows else dims[-2], keys if columns else dims[-1]])
     new_nodes += [shape, expand]
+    if cacheable:
+        expanded[key] = expand.outputs[0]
     return expand.outputs[0]
 
 
