@@ -76,3 +76,26 @@ def test_more_families_generate_transformers_tokens(name):
     result = compare_folder_generation(model, config)
     assert result["equal"], result
     assert result["new_tokens"] == 8
+
+
+@pytest.mark.slow
+def test_smolvlm_vision_piece_keeps_the_batch_dynamic():
+    """SmolVLM's get_image_features (Idefics 3's copy) splits the features per prompt with tolist(), which
+    specialized the vision piece's batch at capture: the piece uses the replacement of fx2onnx.patches.idefics3
+    (the same features as one tensor), equal to the original's concatenation; the folder gives transformers'
+    tokens."""
+    from fx2onnx.deploy.image_text_generic import one_tensor_features_function
+    from fx2onnx.inputs.vlm_inputs import flat_image_features, image_features_function
+
+    model, config = _model("smolvlm")
+    vision, _ = generic_vision_pieces(model, config)
+    replaced, original = one_tensor_features_function(model), image_features_function(model)
+    assert replaced is not original
+    for inputs in (vision.inputs, vision.inputs2):
+        pixels, rest = inputs["pixel_values"], {k: v for k, v in inputs.items() if k != "pixel_values"}
+        with torch.no_grad():
+            torch.testing.assert_close(flat_image_features(replaced, pixels, **rest),
+                                       flat_image_features(original, pixels, **rest), atol=0, rtol=0)
+    result = compare_folder_generation(model, config)
+    assert result["equal"], result
+    assert result["new_tokens"] == 8

@@ -27,6 +27,7 @@ family). BLIP and Florence-2 go through :mod:`fx2onnx.deploy.captioner`, GIT thr
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from typing import Any
 
@@ -40,6 +41,7 @@ from ..inputs.vlm_inputs import (
     image_kind,
     image_token,
 )
+from ..patches.idefics3 import _make_image_features
 from ..weights.empty import empty_weights
 from .speech import Piece
 from .vision import decoder_piece
@@ -77,8 +79,23 @@ class GenericVisionPiece(torch.nn.Module):
         extras = {"image_sizes": image_sizes, "pixel_attention_mask": pixel_attention_mask,
                   "pixel_mask": pixel_mask, "spatial_shapes": spatial_shapes, "qformer_input_ids": qformer_input_ids,
                   "qformer_attention_mask": qformer_attention_mask, "target_sizes": target_sizes}
-        return flat_image_features(image_features_function(self._owner), pixel_values,
+        return flat_image_features(one_tensor_features_function(self._owner), pixel_values,
                                    **{k: v for k, v in extras.items() if v is not None})
+
+
+def one_tensor_features_function(model: Any) -> Any:
+    """``get_image_features`` of ``model``, or, where it splits the features per prompt with ``tolist()``
+    (Idefics 3's copy in SmolVLM, which torch.export's batch cannot follow: the capture specialized it), the
+    replacement of :mod:`fx2onnx.patches.idefics3` on its base model: the same features as one tensor."""
+    fn = image_features_function(model)
+    for owner in (model, getattr(model, "model", None)):  # the model's, or its base model's (which it calls)
+        try:
+            source = inspect.getsource(inspect.unwrap(type(owner).get_image_features))
+        except (OSError, TypeError, AttributeError):
+            continue
+        if "num_real_images_per_batch.tolist()" in source and hasattr(owner, "connector"):
+            return functools.partial(_make_image_features(owner.get_image_features), owner)
+    return fn
 
 
 def has_base_model(model: Any) -> bool:

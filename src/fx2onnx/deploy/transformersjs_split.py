@@ -25,7 +25,10 @@ reads the length of the cache from the first layer's. PaliGemma (through the gen
 :mod:`fx2onnx.deploy.image_text_generic`) is a prefix language model: its prompt attends to itself in both
 directions (:func:`prefix_mask`). Qwen3-VL's deepstack features, which its decoder adds to the image's rows of its
 first layers, ride in more columns of the embeddings (:data:`STACKED_MODEL_TYPES`: zeros on the tokens' rows, so the
-decoder adds them to every row; Qwen3-VL-MoE not yet run in transformers.js). LightOnOCR, LLaVA-OneVision, SmolVLM and LFM2-VL too: their vision piece is not captured yet.
+decoder adds them to every row; Qwen3-VL-MoE not yet run in transformers.js). Not split yet: SmolVLM (its generic
+vision piece captures and our loop gives transformers' tokens; transformers.js' split would be Idefics 3's tiled
+vision encoder, not written for it), LightOnOCR, LLaVA-OneVision and LFM2-VL (their vision piece is not captured:
+feature counts read from the image sizes' values, LFM2-VL's loop over the images).
 
 .. code-block:: python
 
