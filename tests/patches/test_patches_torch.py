@@ -88,3 +88,42 @@ def test_layout_without_guards():
     for seq_len in (1, 2, 4, 9):
         x, w = torch.randn(2, seq_len, 8), torch.randn(2, seq_len, 2, 1, 4)
         torch.testing.assert_close(ep.module()(x, w), SlidingWindows()(x, w))
+
+
+class FeatureMapGrid(torch.nn.Module):
+    """The sizes of a feature map as a tensor and its reference points (a multi-scale deformable attention's)."""
+
+    def forward(self, x):
+        height, width = x.shape[2], x.shape[3]
+        sizes = torch.as_tensor([(height, width)], dtype=torch.long, device=x.device)
+        points = torch.linspace(0.5, height - 0.5, height, dtype=x.dtype, device=x.device)
+        return x.mean(1) * points[:, None] + sizes.prod().to(x.dtype)
+
+
+def test_sizes_as_tensor_and_linspace_stay_symbolic():
+    dims = ({2: torch.export.Dim("height"), 3: torch.export.Dim("width")},)
+    # without the patches: both freeze the example's height (torch.export raises on the named dimension)
+    with pytest.raises(Exception, match="height"):
+        torch.export.export(FeatureMapGrid(), (torch.randn(1, 3, 8, 12),), dynamic_shapes=dims, strict=False)
+    with torch_export_patches(patch_torch=True):
+        ep = torch.export.export(FeatureMapGrid(), (torch.randn(1, 3, 8, 12),), dynamic_shapes=dims, strict=False)
+    for shape in ((1, 3, 8, 12), (1, 3, 7, 5), (1, 3, 1, 3), (1, 3, 33, 4)):
+        x = torch.randn(shape)
+        torch.testing.assert_close(ep.module()(x), FeatureMapGrid()(x))
+
+
+@pytest.mark.slow
+def test_sizes_as_tensor_and_linspace_in_onnx(tmp_path):
+    import numpy as np
+    import onnxruntime
+
+    import fx2onnx
+
+    path = str(tmp_path / "grid.onnx")
+    fx2onnx.to_onnx(FeatureMapGrid(), (torch.randn(1, 3, 8, 12),), dynamic_shapes=({2: "height", 3: "width"},),
+                    filename=path, patches=True)  # (a transformers model gets them from patches="auto")
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for shape in ((1, 3, 8, 12), (1, 3, 7, 5), (1, 3, 1, 3), (1, 3, 33, 4)):
+        x = torch.randn(shape)
+        (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+        np.testing.assert_allclose(got, FeatureMapGrid()(x).numpy(), rtol=1e-6, atol=1e-5)

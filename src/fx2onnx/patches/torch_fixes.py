@@ -1,6 +1,6 @@
 """Patches of torch used while exporting with dynamic shapes.
 
-Four patches, the first two enabled by an option of :func:`fx2onnx.torch_export_patches`:
+Six patches, the first two enabled by an option of :func:`fx2onnx.torch_export_patches`:
 
 * ``catch_constraints``: :func:`torch.export.export` raises ``Constraints
   violated`` when two dimensions the user named differently (``seq`` and
@@ -24,6 +24,13 @@ Four patches, the first two enabled by an option of :func:`fx2onnx.torch_export_
   the operands (never in eager mode) and a division whose rounding torch.export can
   decide, the patch returns the symbolic quotient instead of the tensor; anything
   else goes to torch's ``div``.
+* ``sizes_as_tensor`` (always): ``torch.as_tensor`` of a list holding symbolic sizes (the feature maps' heights
+  and widths of a multi-scale deformable attention: Mask2Former's pixel decoder) makes every size a constant of the
+  example in a non-strict export, silently: the graph is wrong for any other image size. With a symbolic integer in
+  the list (never in eager mode) the patch builds the tensor with ``torch.tensor``, which the export traces.
+* ``symbolic_linspace`` (always): ``torch.linspace`` with a symbolic number of steps (the reference points of the
+  same attention) freezes that number; the patch computes the same values from ``torch.arange`` (each point from the
+  nearer end, as torch's kernel does) when the steps are symbolic.
 
 Nothing else is patched: with torch 2.13, broadcasting two tensors whose
 dimensions are declared dynamic separately merges the dimensions (``Dim.DYNAMIC``)
@@ -154,6 +161,43 @@ def _make_integer_division_of_sizes(original: Any) -> Any:
     return div
 
 
+def _holds_symbolic_int(data: Any) -> bool:
+    import torch
+
+    if isinstance(data, (list, tuple)):
+        return any(_holds_symbolic_int(d) for d in data)
+    return isinstance(data, torch.SymInt)
+
+
+def _make_sizes_as_tensor(original: Any) -> Any:
+    import torch
+
+    def as_tensor(data: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(data, (list, tuple)) and _holds_symbolic_int(data):
+            dtype = args[0] if args else kwargs.get("dtype")
+            return torch.tensor(data, dtype=dtype, device=kwargs.get("device"))
+        return original(data, *args, **kwargs)
+
+    as_tensor.__wrapped__ = original  # type: ignore[attr-defined]
+    return as_tensor
+
+
+def _make_symbolic_linspace(original: Any) -> Any:
+    import torch
+
+    def linspace(start: Any, end: Any, steps: Any, *args: Any, **kwargs: Any) -> Any:
+        if not isinstance(steps, torch.SymInt) or args or isinstance(start, torch.Tensor) or \
+                isinstance(end, torch.Tensor):
+            return original(start, end, steps, *args, **kwargs)
+        dtype = kwargs.get("dtype") or torch.get_default_dtype()
+        index = torch.arange(steps, dtype=dtype, device=kwargs.get("device"))
+        step = (end - start) / torch.sym_max(steps - 1, 1)
+        return torch.where(index < steps // 2, start + index * step, end - (steps - 1 - index) * step)
+
+    linspace.__wrapped__ = original  # type: ignore[attr-defined]
+    return linspace
+
+
 def torch_patches(*, catch_constraints: bool = True, stop_if_static: int = 0) -> list[Patch]:
     """Returns the torch patches for the given options."""
     patches = [
@@ -172,6 +216,20 @@ def torch_patches(*, catch_constraints: bool = True, stop_if_static: int = 0) ->
             make=_make_integer_division_of_sizes,
             doc="torch.div of a symbolic size by an integer stays a symbolic integer, not a tensor whose "
             ".item() loses its relation to the size",
+        ),
+        Patch(
+            name="sizes_as_tensor",
+            kind="torch",
+            target="torch.as_tensor",
+            make=_make_sizes_as_tensor,
+            doc="torch.as_tensor of symbolic sizes traced as torch.tensor instead of frozen to the example's",
+        ),
+        Patch(
+            name="symbolic_linspace",
+            kind="torch",
+            target="torch.linspace",
+            make=_make_symbolic_linspace,
+            doc="torch.linspace with a symbolic number of steps computed from arange instead of frozen",
         ),
     ]
     if catch_constraints:
