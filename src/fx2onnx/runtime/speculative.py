@@ -31,7 +31,11 @@ at best, then part.
 
 When the candidates keep failing, the loop backs off to plain decoding (:class:`Backoff`): after a
 verifying run that kept none, it proposes nothing for 1, 2, 4... steps (at most 64), then one candidate;
-a run that keeps one resets it. The decoder must return the logits of several positions:
+a run that keeps one resets it. Each run verifies as many candidates as give the most tokens per CPU second
+(:class:`CandidateBudget`: the cost of a run of each size measured as it runs, the share of candidates kept):
+a verifying run's cost grows with its candidates (in int4 much faster than in float32), so that the source's
+count (``num_tokens``, ``num_assistant_tokens``) is a limit (``Speculation.adaptive = False``: the source's count,
+as transformers' loop). The decoder must return the logits of several positions:
 a folder's decoder does (``export`` writes the logits of the last :data:`VERIFY_TOKENS` positions in a
 second output, :data:`VERIFY_LOGITS`), or one exported with every position's logits.
 
@@ -162,6 +166,14 @@ class SequenceDecoder:
         self._positions = np.zeros((1, 0), dtype=np.int64)
         self._binding: Any = None
         self._past: list[Any] = []
+        # one-token runs (a draft's steps) with the cache in place: the token and its position written into two
+        # arrays bound once, the logits into an array bound once (no value wrapped), as the plain loop's steps
+        self._one_ids = np.zeros((1, 1), dtype=np.int64)
+        self._one_position = np.zeros((1, 1), dtype=np.int64)
+        self._one_rows: np.ndarray | None = None
+        self._one_rows_value: Any = None
+        #: the last run fed one token through the arrays bound once
+        self._one_bound = self._one_tried = False
 
     @property
     def max_candidates(self) -> int | None:
@@ -176,6 +188,7 @@ class SequenceDecoder:
         self._snapshots = []
         empty = [_empty_array(shape, 1, type_) for _, _, shape, type_ in sig.cache]
         if gen.in_place:
+            self._one_bound, self._one_rows, self._one_tried = False, None, False
             self._capacity = len(prompt) + room
             self._binding = gen._bind_in_place(empty, self._capacity, [], self.rows_output)
             for name in self.extra_outputs:  # after the cache's outputs: their places in get_outputs()
@@ -189,10 +202,13 @@ class SequenceDecoder:
 
     def run(self, tokens: Sequence[int]) -> np.ndarray:
         """Feeds ``tokens`` after the cache; returns the logits of their last positions (all of them
-        when the decoder keeps enough), ``(rows, vocabulary)`` float32."""
+        when the decoder keeps enough), ``(rows, vocabulary)`` float32 (a one-token run's may be a view of a
+        buffer the next run writes: read it before)."""
         gen, sig = self.generator, self.generator.signature
         n = len(tokens)
         total = self.length + n
+        if n == 1 and self._one_rows is not None and not self.extra_outputs and total <= self._capacity:
+            return self._run_one(int(tokens[0]), total)
         if self._ones.shape[1] < total:  # the mask and the positions of a run are views of these
             self._ones = np.ones((1, max(2 * total, 64)), dtype=np.int64)
             self._positions = np.arange(self._ones.shape[1], dtype=np.int64)[None]
@@ -215,10 +231,16 @@ class SequenceDecoder:
             binding.bind_output(self.rows_output, "cpu")
             for name in self.extra_outputs:
                 binding.bind_output(name, "cpu")
+            self._one_bound = False
             gen.session._sess.run_with_iobinding(native, gen._run_options)
             values = native.get_outputs()
             value = values[0]
             extras = [values[1 + len(sig.cache) + i] for i in range(len(self.extra_outputs))]
+            if n == 1 and self._one_rows is None and not self.extra_outputs and not self._one_tried:
+                self._one_tried = True  # None: a type read otherwise (bfloat16), the general path then
+                self._one_rows = gen._bind_step_output(binding, self.rows_output, value)
+                self._one_rows_value = getattr(gen, "_step_output", None)
+                binding.bind_output(self.rows_output, "cpu")  # bound to its array by the next one-token run
         else:
             from onnxruntime import OrtValue
 
@@ -233,6 +255,27 @@ class SequenceDecoder:
         self.length = total
         self.extras = [ort_value_to_numpy(v) for v in extras]
         rows = ort_value_to_numpy(value)[0]
+        return rows if rows.dtype == np.float32 else rows.astype(np.float32)
+
+    def _run_one(self, token: int, total: int) -> np.ndarray:
+        """:meth:`run` of one token with the cache in place: two arrays and the logits' array bound once."""
+        gen, sig = self.generator, self.generator.signature
+        native = self._binding._iobinding
+        self._one_ids[0, 0] = token
+        self._one_position[0, 0] = self.length
+        if not self._one_bound:
+            from_numpy = gen._C.OrtValue.ortvalue_from_numpy
+            native.bind_ortvalue_input("input_ids", from_numpy(self._one_ids, gen._device))
+            if sig.has_position_ids:
+                native.bind_ortvalue_input("position_ids", from_numpy(self._one_position, gen._device))
+            self._binding.bind_ortvalue_output(self.rows_output, self._one_rows_value)
+            self._one_bound = True
+        if sig.has_attention_mask:
+            native.bind_input("attention_mask", self._ones[:, :total])
+        gen.session._sess.run_with_iobinding(native, gen._run_options)
+        self.length = total
+        self.extras = []
+        rows = self._one_rows[0]
         return rows if rows.dtype == np.float32 else rows.astype(np.float32)
 
     def rollback(self, length: int) -> None:
@@ -291,11 +334,88 @@ class Backoff:
             self.cap = 1
 
 
+class CandidateBudget:
+    """How many candidates the next run verifies: the count giving the most tokens per CPU second, from
+    the cost of a run of each size seen so far and the acceptance seen.
+
+    A run feeding ``n`` tokens costs :meth:`cost` ``(n)`` CPU seconds (the least measured, process CPU time:
+    the machine's load reaches it less than wall time); ``k`` candidates, each kept with probability ``a``
+    once the one before was (``a`` from the decayed counts of kept candidates and of runs which refused one),
+    give ``1 + a + ... + a ** k`` tokens; a draft adds its cost per candidate. On the benchmark Llama in int4,
+    a run of 11 tokens costs 7.5 plain steps, one of 6 tokens 2.9: 4 or 5 candidates give more tokens per
+    second than 10. A size never measured is tried when it is next to the best one (the costs of the other
+    sizes interpolated): the counts settle in a few runs, and the costs are kept for the later generations
+    of the same decoder. ``limit`` caps the count (the source's ``num_tokens``)."""
+
+    #: the weight of the counts before each verifying run (the acceptance follows the text)
+    decay = 0.9
+
+    def __init__(self, generator: Any = None):
+        self.generator = generator
+        #: CPU seconds of a run feeding ``n`` tokens (the least seen)
+        self.costs: dict[int, float] = {}
+        #: the draft's CPU seconds per candidate (0 for prompt lookup)
+        self.proposal_cost = 0.0
+        self.kept, self.refused = 9.0, 1.0  # a prior of 0.9
+
+    def record_run(self, fed: int, seconds: float) -> None:
+        """A run of the decoder feeding ``fed`` tokens took ``seconds`` of CPU."""
+        if seconds > 0:
+            self.costs[fed] = min(seconds, self.costs.get(fed, seconds))
+
+    def record(self, proposed: int, accepted: int, proposal_seconds: float = 0.0) -> None:
+        """A verifying run kept ``accepted`` of ``proposed`` candidates, proposed in ``proposal_seconds``."""
+        self.kept = self.decay * self.kept + accepted
+        self.refused = self.decay * self.refused + (accepted < proposed)
+        if proposed and proposal_seconds > 0:
+            per = proposal_seconds / proposed
+            self.proposal_cost = per if not self.proposal_cost else 0.8 * self.proposal_cost + 0.2 * per
+
+    @property
+    def acceptance(self) -> float:
+        """The probability a candidate is kept once the one before it was."""
+        return self.kept / (self.kept + self.refused)
+
+    def cost(self, n: int) -> float | None:
+        """The CPU seconds of a run feeding ``n`` tokens: measured, or interpolated between the sizes measured
+        around it (below every size measured: proportional to the smallest; above: the largest's)."""
+        if n in self.costs:
+            return self.costs[n]
+        lower = max((m for m in self.costs if m < n), default=None)
+        upper = min((m for m in self.costs if m > n), default=None)
+        if lower is None and upper is None:
+            return None
+        if lower is None:
+            return self.costs[upper] * n / upper
+        if upper is None:
+            return self.costs[lower]
+        return self.costs[lower] + (self.costs[upper] - self.costs[lower]) * (n - lower) / (upper - lower)
+
+    def choose(self, limit: int, pending: int = 1) -> int:
+        """The candidates (from 1 to ``limit``) the next run verifies after its ``pending`` tokens."""
+        if limit <= 1 or not self.costs:
+            return limit
+        a = min(self.acceptance, 0.999)
+        scores = {}
+        for k in range(1, limit + 1):
+            cost = self.cost(pending + k)
+            scores[k] = (1 - a ** (k + 1)) / (1 - a) / (cost + self.proposal_cost * k)
+        best = max(scores, key=scores.__getitem__)
+        if pending + best in self.costs:  # its neighbours never measured are tried once
+            for k in (best + 1, best - 1):
+                if 1 <= k <= limit and pending + k not in self.costs:
+                    return k
+        return best
+
+
 class Speculation:
     """The verifying loop; a subclass proposes the candidates (:meth:`propose`)."""
 
     #: back off to plain decoding when candidates keep failing (see :class:`Backoff`)
     backoff: bool = True
+    #: choose each run's count of candidates from the cost of the runs and the acceptance seen
+    #: (:class:`CandidateBudget`); False: the source's count (transformers' loop)
+    adaptive: bool = True
     #: outputs of the decoder :meth:`observe` reads beside the logits
     target_outputs: tuple[str, ...] = ()
 
@@ -305,6 +425,11 @@ class Speculation:
         self.eos, self.chooser = eos, chooser
         #: the scores a draft sampled its candidates from, ``(candidates, vocabulary)`` (None: no draft, or greedy)
         self.candidate_scores: Any = None
+
+    @property
+    def max_count(self) -> int | None:
+        """The candidates a run gets at most from this source (None: no limit of its own)."""
+        return None
 
     def propose(self, tokens: list[int], k: int) -> list[int]:
         """At most ``k`` candidates to follow ``tokens`` (the prompt and the tokens generated)."""
@@ -347,6 +472,11 @@ class Speculation:
         target = SequenceDecoder(generator, self.target_outputs)
         self.reset(eos, chooser)
         backoff = Backoff() if self.backoff else None
+        budget = None
+        if self.adaptive:  # the costs measured stay with the decoder: kept for its next generations
+            budget = getattr(self, "_budget", None)
+            if budget is None or budget.generator is not generator:
+                budget = self._budget = CandidateBudget(generator)
         times = SpeculativeTimes()
         tokens, new = ids[0].tolist(), 0
         limit = target.max_candidates
@@ -358,15 +488,20 @@ class Speculation:
             self.candidate_scores = None
             if backoff is not None and backoff.cap is not None:
                 k = min(k, backoff.cap)
+            if budget is not None and k > 1:
+                k = budget.choose(min(k, self.max_count or k), len(tokens) - target.length)
+            cpu = time.process_time()
             # a recurrent state's first snapshot is the empty cache: the prompt runs alone, not run twice
             if k > 0 and not (target.recurrent and target.length == 0) and (backoff is None or backoff.allows()):
                 candidates = [int(c) for c in self.propose(tokens, k)][:k]
-            proposed = time.perf_counter()
+            proposed, proposal_cpu = time.perf_counter(), time.process_time()
             feed = tokens[target.length:] + candidates
             if target.length == 0:
                 rows = target.start(feed, min(max_new_tokens, generator.cache_chunk) + (target.max_rows or 0))
             else:
                 rows = target.run(feed)
+                if budget is not None:
+                    budget.record_run(len(feed), time.process_time() - proposal_cpu)
             model_time = time.perf_counter() - proposed
             accepted = self._select(rows[-len(candidates) - 1:], tokens, candidates)
             m = len(accepted) - 1
@@ -379,6 +514,8 @@ class Speculation:
             self.observe(target, start, len(feed) - len(candidates) + m, tokens + accepted)
             if candidates:
                 self.update(len(candidates), m)
+                if budget is not None:
+                    budget.record(len(candidates), m, proposal_cpu - cpu)
                 if backoff is not None:
                     backoff.record(m, len(candidates))
                 times.verifying_runs += 1
@@ -461,6 +598,10 @@ class PromptLookup(Speculation):
                              f"{num_tokens} and {max_matching_ngram_size}.")
         self.num_tokens, self.max_matching_ngram_size = num_tokens, max_matching_ngram_size
 
+    @property
+    def max_count(self) -> int | None:
+        return self.num_tokens
+
     def propose(self, tokens: list[int], k: int) -> list[int]:
         ids = np.asarray(tokens, dtype=np.int64)
         length = len(ids)
@@ -515,6 +656,10 @@ class DraftModel(Speculation):
             threshold = generation.get("assistant_confidence_threshold", 0.4)
         self.threshold = float(threshold)
         self._initial = self.num_assistant_tokens
+
+    @property
+    def max_count(self) -> int | None:
+        return self.num_assistant_tokens
 
     def reset(self, eos: set[int], chooser: Any = None) -> None:
         super().reset(eos, chooser)
