@@ -69,6 +69,26 @@ def test_view_as_real_of_a_product_with_a_pair_input():
     assert not any(i.type.tensor_type.elem_type == onnx.TensorProto.COMPLEX64 for i in onx.graph.input)
 
 
+class _RotaryUnderNoGrad(torch.nn.Module):
+    """DeepSeek V2's rotary embedding: complex frequencies computed in a no_grad block (a wrap_with_set_grad_enabled
+    node producing a complex tensor, then an item of its outputs)."""
+
+    @torch.no_grad()
+    def frequencies(self, x):
+        return torch.polar(torch.ones_like(x), x) * 0.5, x.abs()
+
+    def forward(self, x, y):
+        freqs, _ = self.frequencies(x)
+        return _r(_c(y) * freqs)
+
+
+def test_complex_values_of_a_no_grad_block():
+    x, y = _randn(2, 3), _randn(2, 3, 2, seed=1)
+    with torch.enable_grad():  # the block is a node of the graph only while gradients are enabled
+        check_export(_RotaryUnderNoGrad(), (x, y), dynamic_shapes=({0: "b"}, {0: "b"}),
+                     inputs2=((_randn(4, 3), _randn(4, 3, 2, seed=2)), None))
+
+
 def test_angle_of_real_values_keeps_nan():
     x = torch.tensor([-2.0, -0.0, 0.0, 3.0, float("nan"), float("-inf")])
     check_export(make(torch.angle, (x,)), (x,))

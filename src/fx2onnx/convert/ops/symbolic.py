@@ -38,6 +38,10 @@ def convert_getitem(ctx, node, seq, index):
     raise ctx.error(f"getitem on {type(seq).__name__} is not supported.")
 
 
+#: an item of a tuple of complex values (the outputs of a no_grad block) is the pair it holds
+convert_getitem.supports_complex = True
+
+
 def _sym_dtype(ctx):
     return ctx.out_dtype()
 

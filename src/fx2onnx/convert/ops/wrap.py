@@ -22,3 +22,7 @@ def convert_wrap_with_set_grad_enabled(ctx, node, enabled, body, *inputs):
     outputs = ctx.interpreter.run_nodes(ctx.builder, body.graph, env, owner=body)
     # the node returns a tuple when the body has several outputs, a value otherwise
     return outputs if isinstance(ctx.val(), (list, tuple)) else (outputs[0] if isinstance(outputs, (list, tuple)) else outputs)
+
+
+# a body computing complex values (DeepSeek V2's rotary embedding under no_grad) converts them as real pairs itself
+convert_wrap_with_set_grad_enabled.supports_complex = True
