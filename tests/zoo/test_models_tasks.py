@@ -69,6 +69,9 @@ def test_tiny_task_configuration_takes_the_causal_zoos_fixes_of_a_model_type():
     # Cohere Compass' rotary parameters per layer type (its default has none: the model did not build)
     compass = tiny_task_config(TaskArchitecture("feature-extraction", "cohere_compass_text", "CohereCompassTextModel"))
     assert "full_attention" in compass.rope_parameters
+    # Mistral 4's latent attention rotates half of the head: its head is twice the rotary size
+    mistral4 = tiny_task_config(TaskArchitecture("feature-extraction", "mistral4", "Mistral4Model"))
+    assert mistral4.head_dim * mistral4.rope_parameters["partial_rotary_factor"] == mistral4.qk_rope_head_dim
     # X-MOD's language, as a checkpoint saved after set_default_language() has it
     assert tiny_task_config(TaskArchitecture("feature-extraction", "xmod", "XmodModel")).default_language == "en_XX"
 

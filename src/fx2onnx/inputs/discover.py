@@ -324,11 +324,14 @@ def _repeat_layer_lists(values: dict[str, Any], n_layers: int | None) -> None:
         values["attention_types"] = [[periods[0][0], n_layers // len(periods[0][0])]]
 
 
-def latent_attention_values(values: dict[str, Any]) -> None:
+def latent_attention_values(values: dict[str, Any], default: Any = None) -> None:
     """The tiny sizes of multi-head latent attention (DeepSeek V2/V3) made consistent in place: its rotary size is
-    ``head_dim``, its keys are per head."""
+    ``head_dim`` times the rotary factor of the ``default`` configuration (Mistral 4 rotates half of it), its keys are
+    per head."""
     if "qk_rope_head_dim" in values and "head_dim" in values:
-        values["head_dim"] = values["qk_rope_head_dim"]
+        rope = getattr(default, "rope_parameters", None)
+        factor = rope.get("partial_rotary_factor") if isinstance(rope, dict) else None
+        values["head_dim"] = int(values["qk_rope_head_dim"] / (factor or 1.0))
     if "kv_lora_rank" in values and "num_key_value_heads" in values:
         values["num_key_value_heads"] = values.get("num_attention_heads", 4)
 
@@ -344,7 +347,7 @@ def tiny_config(arch: Architecture, **overrides: Any) -> Any:
         sliding = None
     if sliding is None:
         values.pop("sliding_window", None)  # sliding attention disabled by default: kept so
-    latent_attention_values(values)
+    latent_attention_values(values, default)
     if arch.kind == "causal" and _has(default, "is_decoder"):
         values["is_decoder"] = True  # encoders listed as causal LM (BERT...) are decoders then
     values.update(ARCHITECTURE_OVERRIDES.get(arch.name, {}))

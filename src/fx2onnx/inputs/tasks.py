@@ -239,7 +239,7 @@ def _tiny_values(config: Any, name: str | None = None) -> dict[str, Any]:
             values[key] = [GENERIC_OVERRIDES[key]] * len(current)
     if getattr(config, "sliding_window", 0) is None:
         values.pop("sliding_window", None)
-    latent_attention_values(values)
+    latent_attention_values(values, config)
     n_layers = next((values[k] for k in ("num_hidden_layers", "num_layers") if k in values), None)
     for key in [k for k in vars(config) if k.endswith("layer_types")]:  # layer_types, mlp_layer_types...
         layer_types = getattr(config, key, None)
