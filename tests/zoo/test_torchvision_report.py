@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from fx2onnx.zoo.torchvision_models import DETECTION, SEGMENTATION, match_detections
+from fx2onnx.zoo.torchvision_models import (
+    DETECTION,
+    IOU_TIE,
+    SEGMENTATION,
+    detection_differences,
+    match_detections,
+    moved_iou_thresholds,
+    suppressions,
+)
 from fx2onnx.zoo.torchvision_report import torchvision_page, write_torchvision_page
 
 ROWS = Path(__file__).resolve().parents[2] / "_doc" / "bench" / "torchvision_detection.json"
@@ -101,3 +109,37 @@ def test_page_renders_a_rows_note():
                error="GuardOnDataDependentSymNode: Could not guard", note="TorchExportNonStrictStrategy failed")
     assert ("* ``retinanet_resnet50_fpn`` (``torch.onnx.export`` (dynamo)): TorchExportNonStrictStrategy failed."
             in torchvision_page([row]))
+
+
+def test_keypoints_compared_only_where_both_boxes_resample_to_one_size():
+    """Keypoint R-CNN resamples each box's heatmaps to ceil of its size: a box whose width crosses an
+    integer in the other runtime has other keypoint scores, not compared; every other pair is."""
+    boxes = [[0.0, 0, 40.0, 30], [50, 50, 90.5, 80.5]]
+    want = dict(_detections(boxes, [0.9, 0.8], [[[5.0, 5, 1]], [[60, 60, 1]]]),
+                keypoints_scores=torch.tensor([[5.0], [4.0]]))
+    crossing = [[0.0, 0, 40.004, 30], [50, 50, 90.5, 80.5]]  # 40 pixels wide in eager, ceil 41 here
+    got = dict(_detections(crossing, [0.9, 0.8], [[[5.3, 5, 1]], [[60, 60, 1]]]),
+               keypoints_scores=torch.tensor([[4.5], [4.003]]))
+    found = detection_differences(want, got)
+    assert found["keypoints_scores"] == pytest.approx(3e-3, abs=1e-6)  # the second box only
+    assert found["keypoints"] == 0.0 and found["boxes"] == pytest.approx(0.004 / 90.5, rel=1e-2)
+    same = dict(got, boxes=want["boxes"])
+    assert detection_differences(want, same)["keypoints_scores"] == pytest.approx(0.5)
+
+
+def test_moved_iou_thresholds_restores_the_model():
+    """bench: eager with its suppressions' IoU thresholds moved, as the other side of a near-tie."""
+    model = torch.nn.Module()
+    model.rpn, model.roi_heads = torch.nn.Module(), torch.nn.Module()
+    model.rpn.nms_thresh, model.roi_heads.nms_thresh = 0.7, 0.5
+    assert suppressions(model) == [model.rpn, model.roi_heads]
+    with moved_iou_thresholds([model.rpn], -IOU_TIE):
+        assert (model.rpn.nms_thresh, model.roi_heads.nms_thresh) == (0.7 - IOU_TIE, 0.5)
+    assert (model.rpn.nms_thresh, model.roi_heads.nms_thresh) == (0.7, 0.5)
+
+
+def test_page_says_which_rows_matched_across_an_iou_tie():
+    row = dict(model="fasterrcnn_resnet50_fpn", exporter="to_onnx", task="detection", success=True, step="match",
+               max_diff=3e-4, export_s=800.0, iou_ties=1)
+    assert ("* ``fasterrcnn_resnet50_fpn``: on 1 image list of its check, onnxruntime's detections equal eager's "
+            "with the suppressions' IoU thresholds moved by 0.001") in torchvision_page([row])

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .torchvision_models import DETECTION, SEGMENTATION, V2_PROPOSALS
+from .torchvision_models import DETECTION, IOU_TIE, SEGMENTATION, V2_PROPOSALS
 
 EXPORTERS = {"to_onnx": "``to_onnx``", "dynamo": "``torch.onnx.export`` (dynamo)"}
 _V2 = (f"built with {V2_PROPOSALS} proposals per image (1000 by default): its box head convolves every "
@@ -39,14 +39,13 @@ NOTES = {
         "keypoints' scores (0.054, the heatmaps' values at the peaks, each a sum of large terms of both signs): "
         "not investigated further yet."),
     "fasterrcnn_resnet50_fpn": (
-        "Faster R-CNN R50's difference is a near-tie, not a conversion bug. Five images of six match to 2e-4; "
-        "on the sixth, onnxruntime keeps a detection (ranked 15th of 20) eager does not. Its region proposal "
-        "network suppresses, among 2,400 to 2,600 proposals per image, those overlapping a better one by an "
-        "IoU above 0.7; the suppressions' inputs match (scores to 5e-4, the same counts), and the proposals kept "
-        "by one side only overlap a better one by an IoU near 0.7 (0.699982 on one image): onnxruntime's boxes, "
-        "1e-4 away from eager's through a random ResNet-50, fall on the other side. Eager does the same against "
-        "itself: on the same images moved by noise of 1e-6 its detections move by 1e-4, as onnxruntime's, and "
-        "by noise of 1e-5 it keeps a detection only one side has on two images of six, that image included."),
+        "Faster R-CNN R50 matches across a near-tie, not a conversion bug. On one image of six onnxruntime keeps "
+        "a detection eager does not: its region proposal network suppresses, among 2,400 to "
+        "2,600 proposals per image, those overlapping a better one by an IoU above 0.7, and onnxruntime's boxes, "
+        "1e-4 away from eager's through a random ResNet-50, put a proposal on the other side of 0.7. With that "
+        "suppression's threshold at 0.699, eager keeps onnxruntime's detections (within the difference in the "
+        "table); at 0.6999 or 0.7001 it does not. Eager does the same against itself: on the same images moved "
+        "by noise of 1e-5 it keeps a detection only one side has on two images of six."),
 }
 
 
@@ -68,6 +67,15 @@ def _noise(row: dict[str, Any]) -> str:
              else f"the largest difference is {diff:.2g}")
     return (f"eager against eager on the same images moved by Gaussian noise of {row['noise_eps']:g}: {found} "
             "(an exported model cannot be closer to eager than eager is to itself at its own rounding).")
+
+
+def _ties(row: dict[str, Any]) -> str:
+    """Image lists matched by eager with its IoU thresholds moved (a suppression at a near-tie)."""
+    count = row["iou_ties"]
+    return (f"on {count} image list{'s' if count > 1 else ''} of its check, onnxruntime's detections equal "
+            f"eager's with the suppressions' IoU thresholds moved by {IOU_TIE:g} (a box kept or suppressed by "
+            "an IoU within that of the threshold, which boxes a few hundredths of a pixel apart move to the "
+            "other side).")
 
 
 def _nothing(row: dict[str, Any]) -> str:
@@ -100,7 +108,10 @@ def torchvision_page(rows: list[dict[str, Any]]) -> str:
         "with every image's height and width dynamic (the number of images of a detection model's list",
         "is fixed by the export), then run by onnxruntime on images of other sizes and compared with",
         "eager (detections paired up to the order of near-equal scores, a box at the cut kept by one side",
-        "only when its score is within 2e-3 of the other's lowest). ``to_onnx`` applies the patches",
+        "only when its score is within 2e-3 of the other's lowest; keypoints compared where both boxes",
+        "have the same ``ceil`` of width and height, the size their heatmaps are resampled to; detections",
+        f"which differ compared again with eager's IoU thresholds moved by {IOU_TIE:g}, the other side of a",
+        "near-tie suppression). ``to_onnx`` applies the patches",
         "of :mod:`fx2onnx.patches.torchvision_detection`; ``torch.onnx.export`` runs as a user would call it.",
         "The cell gives the largest difference, or the step which failed and the first line of the error;",
         "the export times are those of each exporter (seconds), the latencies those of the model",
@@ -130,13 +141,15 @@ def torchvision_page(rows: list[dict[str, Any]]) -> str:
         lines += [f"* ``{name}``: {NOTES[name]}" for name in noted]
         noisy = [by[(name, "to_onnx")] for name in names if "noise_eps" in by.get((name, "to_onnx"), {})]
         lines += [f"* ``{row['model']}``: {_noise(row)}" for row in noisy]
+        tied = [by[(name, "to_onnx")] for name in names if by.get((name, "to_onnx"), {}).get("iou_ties")]
+        lines += [f"* ``{row['model']}``: {_ties(row)}" for row in tied]
         empty = [by[(name, "to_onnx")] for name in names
                  if {"nothing_counts", "nothing_error"} & set(by.get((name, "to_onnx"), {}))]
         lines += [f"* ``{row['model']}``: {_nothing(row)}" for row in empty]
         # a row's own note (bench: torch.onnx.export's first capture failed, the next one ran out of time)
         remarks = [by[(name, e)] for name in names for e in EXPORTERS if by.get((name, e), {}).get("note")]
         lines += [f"* ``{row['model']}`` ({EXPORTERS[row['exporter']]}): {row['note']}." for row in remarks]
-        lines += [""] if noted or noisy or empty or remarks else []
+        lines += [""] if noted or noisy or tied or empty or remarks else []
     return "\n".join(lines) + "\n"
 
 
