@@ -220,11 +220,12 @@ def test_florence2_tasks_equal_transformers(florence2, capsys):
     assert "reads a prompt with the image" in capsys.readouterr().err
 
 
-@pytest.mark.slow  # the export of the fixture, then transformers.js in Node (~10 s)
+@pytest.mark.slow  # the export of the fixture, then transformers.js in Node and Chromium (~25 s)
 def test_florence2_in_transformersjs_gives_transformers_tokens(florence2, tmp_path):
     """transformers.js' Florence2ForConditionalGeneration (Node) on the folder as written: its processor's ids have
     no image placeholders (it puts the image features before the prompt's embeddings), so it is fed transformers'
-    processor's ids without them, the same pixels; a batch of two images gives transformers' greedy sequences."""
+    processor's ids without them, the same pixels; a batch of two images gives transformers' greedy sequences, in
+    Node and in headless Chromium."""
     import PIL.Image
 
     checkpoint, out, images = florence2
@@ -242,6 +243,8 @@ def test_florence2_in_transformersjs_gives_transformers_tokens(florence2, tmp_pa
            "attention_mask": inputs["attention_mask"][:, text].tolist(),
            "pixel_values": inputs["pixel_values"].tolist()}
     assert transformersjs_seq2seq(out, fed, NEW_TOKENS, tmp_path, client="transformersjs_image_text.mjs") == expected
+    if shutil.which("chromium"):  # headless Chromium: transformers.js' web build on onnxruntime-web (WASM)
+        assert transformersjs_seq2seq(out, fed, NEW_TOKENS, tmp_path, browser=True) == expected
 
 
 @pytest.mark.slow
