@@ -144,6 +144,11 @@ TASK_OVERRIDES: dict[str, dict[str, Any]] = {
     # windowed attention over a grid of patches: 14-pixel patches leave 2x2 on 32 pixels, less
     # than the 4x4 windows; 8-pixel patches and 2x2 windows of 2x2 patches
     "rf_detr": dict(backbone_config=dict(num_windows=2, patch_size=8)),
+    # no projector scale by default, so no feature level and nothing for the encoder (the checkpoints set [1.0]);
+    # 2x2 windows: the tiny 32-pixel images are no multiple of the default 4x4 windows' sides, the configuration
+    # refused them and the default configuration was built instead
+    "lw_detr": dict(projector_scale_factors=[1.0],
+                    backbone_config=dict(num_windows=4, num_windows_side=2, patch_size=8)),
     # the queries join the last num_blocks layers (4 by default): one of the two tiny layers
     "eomt": dict(num_blocks=1),
     "eomt_dinov3": dict(num_blocks=1),
