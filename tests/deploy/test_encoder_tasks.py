@@ -91,6 +91,8 @@ def test_the_task_of_a_folder_is_the_pipeline_task_of_its_class():
     # transformers' pipeline name of an instance / universal segmenter's task
     mask2former = transformers.Mask2FormerConfig(architectures=["Mask2FormerForUniversalSegmentation"])
     assert folder_task(mask2former, "image-segmentation") == folder_task(mask2former) == "universal-segmentation"
+    detr = transformers.DetrConfig(architectures=["DetrForSegmentation"])  # listed under both: its panoptic head
+    assert folder_task(detr, "image-segmentation") == folder_task(detr) == "universal-segmentation"
 
 
 @pytest.fixture(scope="module")

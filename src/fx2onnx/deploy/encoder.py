@@ -156,6 +156,9 @@ def example_inputs(folder: str, modality: str, accepted: set[str], seed: int = 0
                 out = processor(images=images, return_tensors="pt", **resize)
             except ValueError:  # a processor keeping each image's aspect ratio (ZoeDepth, EoMT): one size a batch
                 shape = (32, 40, 3) if batch == 2 else (48, 32, 3)  # each set its own size: both dynamic
+                unit = int(getattr(processor, "size_divisor", None) or 0)  # GLPN rounds sizes down to multiples
+                if unit > 16:
+                    shape = (2 * unit, 3 * unit, 3) if batch == 2 else (3 * unit, 2 * unit, 3)
                 same = [rng.integers(0, 256, shape, dtype=np.uint8) for _ in range(batch)]
                 out = processor(images=same, return_tensors="pt")
         else:

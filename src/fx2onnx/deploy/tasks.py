@@ -108,8 +108,11 @@ def folder_task(config: Any, task: str | None = None) -> str:
     if task not in EXPORTABLE_TASKS:
         raise ValueError(f"--task {task!r} is not supported from a folder: use one of {list(EXPORTABLE_TASKS)}.")
     found = [t for a in architectures for t in tasks_of_class(a)]
-    if task == "image-segmentation" and task not in found and "universal-segmentation" in found:
-        return "universal-segmentation"  # transformers' pipeline task of an instance or universal segmenter
+    if task == "image-segmentation" and "universal-segmentation" in found and (
+            task not in found or found.index("universal-segmentation") < found.index(task)):
+        # transformers' pipeline task of an instance or universal segmenter (DETR's panoptic segmenter is listed
+        # under both: its universal head, the masks the pipeline post-processes)
+        return "universal-segmentation"
     if task in PIPELINE_TASKS and task not in found and _SERVED_BY.get(task) not in found:  # the model's head is the task's: --task picks among its tasks
         raise ValueError(f"--task {task!r} is not supported from a folder of "
                          f"{architectures[0] if architectures else 'a model naming no class'}: its head is one of "
