@@ -99,3 +99,19 @@ def test_smolvlm_vision_piece_keeps_the_batch_dynamic():
     result = compare_folder_generation(model, config)
     assert result["equal"], result
     assert result["new_tokens"] == 8
+
+
+@pytest.mark.slow
+def test_lighton_ocr_runs_one_image_at_a_time():
+    """LightOnOCR (a Pixtral vision encoder, features counted from image_sizes' values: the generic vision piece
+    failed at capture) gets Mistral 3's pieces (fx2onnx.deploy.pixtral): the vision piece on one image of its own
+    size; the folder gives transformers' tokens."""
+    from fx2onnx.deploy.image_text import vision_pieces
+    from fx2onnx.deploy.pixtral import OneImageVisionPiece
+
+    model, config = _model("lighton_ocr")
+    vision = vision_pieces(model, config)[0]
+    assert isinstance(vision.module, OneImageVisionPiece) and vision.input_names == ["pixel_values"]
+    result = compare_folder_generation(model, config)
+    assert result["equal"], result
+    assert result["new_tokens"] == 8

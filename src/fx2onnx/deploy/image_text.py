@@ -35,7 +35,7 @@ from .vision import OWN_PIECES_MODEL_TYPES, VisionPiece, decoder_piece, image_to
 
 def has_own_pieces(model_type: str) -> bool:
     """Whether the pieces of ``model_type`` are written for its family (LLaVA, Gemma 3, Idefics 3, Qwen-VL,
-    Mistral 3), not by :mod:`fx2onnx.deploy.image_text_generic`."""
+    Mistral 3 and LightOnOCR), not by :mod:`fx2onnx.deploy.image_text_generic`."""
     return model_type in OWN_PIECES_MODEL_TYPES + QWEN_VL_MODEL_TYPES + PIXTRAL_MODEL_TYPES
 
 

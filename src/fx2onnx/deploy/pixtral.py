@@ -1,4 +1,4 @@
-"""The pieces of a Mistral 3 folder (a Pixtral vision tower): one image at a time.
+"""The pieces of a Mistral 3 or LightOnOCR folder (a Pixtral vision tower): one image at a time.
 
 Mistral 3's processor pads the images of a prompt to the largest of them and gives their sizes
 (``image_sizes``); the vision tower crops every image back to its size, runs its patches and
@@ -25,25 +25,31 @@ from .speech import Piece
 from .vision import VisionPiece, decoder_piece
 
 #: the model types exported by :func:`pixtral_pieces`
-PIXTRAL_MODEL_TYPES = ("mistral3",)
+PIXTRAL_MODEL_TYPES = ("mistral3", "lighton_ocr")
 
 
 class OneImageVisionPiece(VisionPiece):
-    """Mistral 3's vision tower and projector on one image: ``pixel_values (1, 3, H, W) -> image_features``."""
+    """The Pixtral vision tower and its projector on one image: ``pixel_values (1, 3, H, W) -> image_features``
+    (Mistral 3's ``vision_tower`` and ``multi_modal_projector`` on its selected layers; LightOnOCR's
+    ``vision_encoder`` and ``vision_projection`` on the last one)."""
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         base = self.model
+        tower = getattr(base, "vision_tower", None) or base.vision_encoder
+        projector = getattr(base, "multi_modal_projector", None) or base.vision_projection
         sizes = [tuple(pixel_values.shape[-2:])]  # the image's own size, symbolic
-        out = base.vision_tower(pixel_values.to(base.vision_tower.dtype), image_sizes=sizes, output_hidden_states=True,
-                                return_dict=True)
-        layer = base.config.vision_feature_layer
-        layers = [layer] if isinstance(layer, int) else layer
-        selected = torch.cat([out.hidden_states[i] for i in layers], dim=-1)
-        return base.multi_modal_projector(selected.squeeze(0), sizes)
+        out = tower(pixel_values.to(tower.dtype), image_sizes=sizes, output_hidden_states=True, return_dict=True)
+        layer = getattr(base.config, "vision_feature_layer", None)
+        if layer is None:
+            selected = out.last_hidden_state
+        else:
+            layers = [layer] if isinstance(layer, int) else layer
+            selected = torch.cat([out.hidden_states[i] for i in layers], dim=-1)
+        return projector(selected.squeeze(0), sizes)
 
 
 def pixtral_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
-    """The vision and decoder pieces of a Mistral 3 model: the vision piece exported on one image
+    """The vision and decoder pieces of a Mistral 3 or LightOnOCR model: the vision piece exported on one image
     and checked on one of another size (height and width dynamic, multiples of ``patch_size *
     spatial_merge_size``)."""
     g = torch.Generator().manual_seed(seed)

@@ -27,8 +27,9 @@ directions (:func:`prefix_mask`). Qwen3-VL's deepstack features, which its decod
 first layers, ride in more columns of the embeddings (:data:`STACKED_MODEL_TYPES`: zeros on the tokens' rows, so the
 decoder adds them to every row; Qwen3-VL-MoE not yet run in transformers.js). Not split yet: SmolVLM (its generic
 vision piece captures and our loop gives transformers' tokens; transformers.js' split would be Idefics 3's tiled
-vision encoder, not written for it), LightOnOCR, LLaVA-OneVision and LFM2-VL (their vision piece is not captured:
-feature counts read from the image sizes' values, LFM2-VL's loop over the images).
+vision encoder, not written for it), LightOnOCR (Mistral 3's pieces in our loop, not run in transformers.js),
+LLaVA-OneVision and LFM2-VL (their vision piece is not captured: feature counts read from the image sizes' values,
+LFM2-VL's loop over the images).
 
 .. code-block:: python
 
