@@ -19,3 +19,13 @@ def test_image_batches_split_images_of_other_sizes():
     np.testing.assert_array_equal(batches[0]["pixel_values"], image_batches(processor, [wide])[0]["pixel_values"])
     same = image_batches(processor, [wide, wide])
     assert [b["pixel_values"].shape for b in same] == [(2, 3, 32, 64)]
+
+
+def test_image_batches_run_alone_the_images_a_processor_pads_to_the_batch():
+    # DETR's and YOLOS' processors pad the images of a batch to the largest: the pads would change an embedding
+    processor = transformers.DetrImageProcessor(size={"shortest_edge": 32, "longest_edge": 64})
+    rng = np.random.default_rng(0)
+    wide, tall = (rng.integers(0, 256, s, dtype=np.uint8) for s in ((30, 60, 3), (60, 30, 3)))
+    batches = image_batches(processor, [wide, tall])
+    assert [b["pixel_values"].shape for b in batches] == [(1, 3, 32, 64), (1, 3, 64, 32)]
+    assert [b["pixel_mask"].all() for b in batches] == [True, True]  # no pads

@@ -93,7 +93,10 @@ def load_images(images: Any) -> list[Any]:
 
 def image_batches(processor: Any, images: list[Any]) -> list[dict[str, Any]]:
     """The arrays an image processor gives for ``images``, in order: one batch, or one per image when the processor
-    keeps each image's aspect ratio and its arrays do not stack (ZoeDepth, TextNet, EoMT)."""
+    keeps each image's aspect ratio and its arrays do not stack (ZoeDepth, TextNet, EoMT) or pads them to the largest
+    of the batch (DETR, YOLOS: the pads would change the outputs; transformers' pipeline runs each image alone)."""
+    if getattr(processor, "do_pad", False) and len(images) > 1:
+        return [dict(processor(images=[image], return_tensors="np")) for image in images]
     try:
         return [dict(processor(images=images, return_tensors="np"))]
     except ValueError:  # "Unable to convert output 'pixel_values' (type: list) to tensor"
