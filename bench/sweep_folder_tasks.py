@@ -69,7 +69,7 @@ LABELS = ["cat", "dog", "the sea"]
 #: published checkpoints name: D-FINE and RT-DETRv2 RT-DETR's, DAB-DETR Conditional DETR's...)
 PROCESSOR_OF = {"dinov2_with_registers": "dinov2", "rt_detr_v2": "rt_detr", "d_fine": "rt_detr", "deimv2": "rt_detr",
                 "dab-detr": "conditional_detr", "hgnet_v2": "resnet", "videomt": "eomt", "videoprism": "siglip",
-                "videoprism_vision_model": "vivit"}
+                "videoprism_vision_model": "vivit", "dinov3_convnext": "dinov3_vit"}
 #: the sizes a model type's tiny configuration needs beside the tasks page's (LiLT's layout embeddings split its width
 #: shrunk by 4 in six: a width of 64 fails in eager)
 SIZES = {"lilt": {"hidden_size": 96, "intermediate_size": 96},
@@ -135,7 +135,9 @@ def _sized(cls, side: int):
 def _auto_class(mapping: dict, model_type: str):
     import transformers
 
-    names = mapping.get(model_type) or mapping.get(PROCESSOR_OF.get(model_type, ""))
+    # a tower of a two-tower model (siglip_vision_model) takes the processor of its model (siglip)
+    names = mapping.get(model_type) or mapping.get(PROCESSOR_OF.get(model_type, "")) or mapping.get(
+        model_type.removesuffix("_vision_model"))
     if isinstance(names, dict):
         names = [names.get("torchvision"), names.get("pil")]
     elif isinstance(names, str):
