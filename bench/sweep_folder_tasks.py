@@ -32,6 +32,7 @@ import contextlib
 import io
 import itertools
 import json
+import math
 import os
 import shutil
 import sys
@@ -70,6 +71,28 @@ LABELS = ["cat", "dog", "the sea"]
 PROCESSOR_OF = {"dinov2_with_registers": "dinov2", "rt_detr_v2": "rt_detr", "d_fine": "rt_detr", "deimv2": "rt_detr",
                 "dab-detr": "conditional_detr", "hgnet_v2": "resnet", "videomt": "eomt", "videoprism": "siglip",
                 "videoprism_vision_model": "vivit", "dinov3_convnext": "dinov3_vit"}
+
+
+def _imagegpt_processor(config) -> dict:
+    """ImageGPT's color clusters (one per token but its start of sequence, in [-1, 1] as its checkpoints' own) and
+    images of a token per pixel within its positions."""
+    import numpy as np
+
+    side = math.isqrt(config.n_positions - 1)
+    clusters = np.random.default_rng(0).uniform(-1.0, 1.0, (config.vocab_size - 1, 3)).round(4)
+    return {"clusters": clusters.tolist(), "size": {"height": side, "width": side}}
+
+
+def _swin_segmenter_processor(config) -> dict:
+    """Images whose last Swin stage (1/32 of the image) is larger than its window, as a checkpoint's (384 pixels and
+    more, windows of 7 or 12): a stage no larger takes no shifted windows, a branch frozen at export."""
+    window = config.backbone_config.window_size
+    return {"size": {"shortest_edge": 32 * (window + 1), "longest_edge": 64 * (window + 1)}}
+
+
+#: the arguments a model type's processor made in code takes from the tiny configuration
+PROCESSOR_ARGUMENTS = {"imagegpt": _imagegpt_processor, "maskformer": _swin_segmenter_processor,
+                       "mask2former": _swin_segmenter_processor}
 #: the sizes a model type's tiny configuration needs beside the tasks page's (LiLT's layout embeddings split its width
 #: shrunk by 4 in six: a width of 64 fails in eager)
 SIZES = {"lilt": {"hidden_size": 96, "intermediate_size": 96},
@@ -116,8 +139,8 @@ def _as_dict(size) -> dict:
     return {k: getattr(size, k, None) for k in ("height", "width", "shortest_edge", "longest_edge")} if size else {}
 
 
-def _sized(cls, side: int):
-    """The processor ``cls`` with its sizes set to ``side`` pixels, the kind of its sizes kept."""
+def _sized(cls, side: int, **arguments):
+    """The processor ``cls`` with its sizes set to ``side`` pixels, the kind of its sizes kept (and ``arguments``)."""
     default, sizes = cls(), {}
     size = _as_dict(getattr(default, "size", None))
     if size:
@@ -129,7 +152,7 @@ def _sized(cls, side: int):
             sizes["size"] = {"longest_edge": side}
     if _as_dict(getattr(default, "crop_size", None)).get("height"):
         sizes["crop_size"] = {"height": side, "width": side}
-    return cls(**sizes)
+    return cls(**{**sizes, **arguments})
 
 
 def _auto_class(mapping: dict, model_type: str):
@@ -189,7 +212,8 @@ def write_processor(config, task: str, folder: str, model=None, ctc: bool = True
         cls = _auto_class(image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES, model_type)
         if cls is None:
             raise ValueError(f"no image processor class for model type {model_type!r}")
-    _sized(cls, _image_size(config)).save_pretrained(folder)
+    arguments = PROCESSOR_ARGUMENTS.get(model_type, lambda _: {})(config)
+    _sized(cls, _image_size(config), **arguments).save_pretrained(folder)
     if task == "zero-shot-image-classification":
         text = getattr(config, "text_config", config)
         tokenizer = bert_tokenizer(("input_ids",) if "siglip" in model_type else ("input_ids", "attention_mask"))
@@ -197,6 +221,17 @@ def write_processor(config, task: str, folder: str, model=None, ctc: bool = True
             raise ValueError(f"the tiny text vocabulary ({text.vocab_size}) is smaller than the sweep's tokenizer "
                              f"({len(tokenizer)})")
         tokenizer.save_pretrained(folder)
+
+
+def _image_scale(folder: str) -> int:
+    """How many times the sweep's images are enlarged for the processor of ``folder``: a processor rounding sizes
+    down to a multiple (GLPN's ``size_divisor``) gets images of at least two multiples on their shorter side."""
+    path = os.path.join(folder, "preprocessor_config.json")
+    if not os.path.exists(path):
+        return 1
+    with open(path, encoding="utf-8") as f:
+        divisor = json.load(f).get("size_divisor") or 0
+    return max(1, -(-2 * int(divisor) // 30))
 
 
 def write_speech_seq2seq_folder(model, config, folder: str) -> None:
@@ -238,7 +273,7 @@ def transcribe(folder: str, sounds: list) -> list[dict]:
     return [{"text": generator.transcribe(sound, max_new_tokens=NEW_TOKENS).text} for sound in sounds]
 
 
-def _inputs(task: str):
+def _inputs(task: str, scale: int = 1):
     import numpy as np
 
     if task in TEXT_MAPPINGS:
@@ -251,7 +286,8 @@ def _inputs(task: str):
         return [rng.integers(0, 256, (16, 40, 48, 3), dtype=np.uint8)]
     import PIL.Image
 
-    return [PIL.Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8)) for shape in ((30, 44, 3), (40, 38, 3))]
+    return [PIL.Image.fromarray(rng.integers(0, 256, (h * scale, w * scale, 3), dtype=np.uint8))
+            for h, w in ((30, 44), (40, 38))]
 
 
 def difference(got, expected, task: str, path: str = "result") -> str | None:
@@ -361,6 +397,8 @@ def run_one(key: str) -> dict:
                                                  else {}),
                                         **SIZES.get(name, {}))
         config.architectures = [arch.model_class_name]
+        if getattr(config, "id2label", None) is None and getattr(config, "num_labels", None):  # as a checkpoint has
+            config.id2label = {i: f"LABEL_{i}" for i in range(config.num_labels)}  # (PVT's config leaves them None)
         checkpoint, out = os.path.join(work, "checkpoint"), os.path.join(work, "exported")
         transformers.utils.logging.disable_progress_bar()
         if zoo_task == "speech-seq2seq":
@@ -382,7 +420,7 @@ def run_one(key: str) -> dict:
             row["error"] = _one_line(stdout.getvalue() + "\n" + stderr.getvalue())
             return row
         row["step"] = "run"
-        inputs = _inputs(task)
+        inputs = _inputs(task, _image_scale(checkpoint))
         options = {"candidate_labels": LABELS} if task == "zero-shot-image-classification" else \
             {"threshold": 0.0} if task == "object-detection" else {}
         if zoo_task == "speech-seq2seq":  # the folder's loop is greedy: so is the pipeline's generate (its default is
