@@ -1,6 +1,7 @@
-"""The model of a DETR panoptic segmenter's folder (``DetrForSegmentation``): ``onnx/model.onnx``, ``pixel_values``
-and ``pixel_mask`` -> ``logits``, ``pred_boxes`` and ``pred_masks`` (a class and a mask per query), the outputs
-DETR's image processor post-processes into panoptic, instance or semantic masks (transformers' image-segmentation
+"""The model of a DETR panoptic segmenter's folder (``DetrForSegmentation``; RF-DETR's instance segmenter names its
+outputs as DETR): ``onnx/model.onnx``, ``pixel_values`` and ``pixel_mask`` -> ``logits``, ``pred_boxes`` and
+``pred_masks`` (a class and a mask per query), the outputs DETR's image processor post-processes into panoptic,
+instance or semantic masks (transformers' image-segmentation
 pipeline; :class:`fx2onnx.runtime.pipelines.Pipeline` runs it with the outputs ``fx2onnx.json`` names).
 
 The universal segmenters of the encoder family (Mask2Former, MaskFormer) return ``class_queries_logits`` and
@@ -48,8 +49,8 @@ class DetrSegmentationPiece(torch.nn.Module):
 
 
 def is_detr_segmenter(model_type: str | None, task: str) -> bool:
-    """A folder of DETR's panoptic segmenter (its outputs named as DETR names them)."""
-    return task == "universal-segmentation" and model_type in ("detr", "conditional_detr")
+    """A folder of DETR's panoptic segmenter or of a segmenter naming its outputs as DETR does (RF-DETR's)."""
+    return task == "universal-segmentation" and model_type in ("detr", "conditional_detr", "rf_detr")
 
 
 def detr_piece(model: Any, folder: str) -> Piece:
