@@ -206,6 +206,22 @@ def test_folder_verifies_with_its_last_logits(folders, capsys):
 
 
 @pytest.mark.slow
+def test_one_token_runs_past_the_first_mask(folders):
+    """With the cache in place, one-token runs (a draft's steps, the model's plain steps between verifying runs)
+    go through arrays bound once: a generation longer than the first mask's 64 positions (a prompt of 5 tokens)
+    still gives plain greedy's tokens, with a draft and with candidates always wrong."""
+    gen = FolderGenerator(folders["model_onnx"])
+    assert gen.generator.in_place
+    ids = np.array([[5, 6, 7, 8, 9]])
+    plain = gen.generator.generate(ids, 90).tolist()
+    wrong = PromptLookup(4)
+    wrong.propose = lambda tokens, k: [(tokens[-1] + 1) % 300] * k
+    for speculation in (DraftModel(folders["draft_onnx"]), wrong):
+        assert gen.generator.generate(ids, 90, speculation=speculation).tolist() == plain
+        assert gen.generator.last_times.run_candidates.count(0) > 20
+
+
+@pytest.mark.slow
 def test_command_line_refusals(folders, tmp_path, capsys):
     out = folders["model_onnx"]
     other = tmp_path / "other"

@@ -207,11 +207,11 @@ class SequenceDecoder:
         gen, sig = self.generator, self.generator.signature
         n = len(tokens)
         total = self.length + n
-        if n == 1 and self._one_rows is not None and not self.extra_outputs and total <= self._capacity:
-            return self._run_one(int(tokens[0]), total)
         if self._ones.shape[1] < total:  # the mask and the positions of a run are views of these
             self._ones = np.ones((1, max(2 * total, 64)), dtype=np.int64)
             self._positions = np.arange(self._ones.shape[1], dtype=np.int64)[None]
+        if n == 1 and self._one_rows is not None and not self.extra_outputs and total <= self._capacity:
+            return self._run_one(int(tokens[0]), total)
         ids = np.array([tokens], dtype=np.int64)
         feeds = {"input_ids": ids}
         if sig.has_attention_mask:
@@ -354,8 +354,9 @@ class CandidateBudget:
         self.generator = generator
         #: CPU seconds of a run feeding ``n`` tokens (the least seen)
         self.costs: dict[int, float] = {}
-        #: the draft's CPU seconds per candidate (0 for prompt lookup)
+        #: the CPU seconds of proposing, per candidate (a draft's runs) or per run (a lookup: :attr:`per_candidate`)
         self.proposal_cost = 0.0
+        self.per_candidate = True
         self.kept, self.refused = 9.0, 1.0  # a prior of 0.9
 
     def record_run(self, fed: int, seconds: float) -> None:
@@ -368,7 +369,7 @@ class CandidateBudget:
         self.kept = self.decay * self.kept + accepted
         self.refused = self.decay * self.refused + (accepted < proposed)
         if proposed and proposal_seconds > 0:
-            per = proposal_seconds / proposed
+            per = proposal_seconds / proposed if self.per_candidate else proposal_seconds
             self.proposal_cost = per if not self.proposal_cost else 0.8 * self.proposal_cost + 0.2 * per
 
     @property
@@ -399,7 +400,7 @@ class CandidateBudget:
         scores = {}
         for k in range(1, limit + 1):
             cost = self.cost(pending + k)
-            scores[k] = (1 - a ** (k + 1)) / (1 - a) / (cost + self.proposal_cost * k)
+            scores[k] = (1 - a ** (k + 1)) / (1 - a) / (cost + self.proposal_cost * (k if self.per_candidate else 1))
         best = max(scores, key=scores.__getitem__)
         if pending + best in self.costs:  # its neighbours never measured are tried once
             for k in (best + 1, best - 1):
@@ -416,6 +417,8 @@ class Speculation:
     #: choose each run's count of candidates from the cost of the runs and the acceptance seen
     #: (:class:`CandidateBudget`); False: the source's count (transformers' loop)
     adaptive: bool = True
+    #: proposing costs a run per candidate (a draft model), not one search per run (prompt lookup)
+    proposes_by_runs: bool = False
     #: outputs of the decoder :meth:`observe` reads beside the logits
     target_outputs: tuple[str, ...] = ()
 
@@ -477,6 +480,7 @@ class Speculation:
             budget = getattr(self, "_budget", None)
             if budget is None or budget.generator is not generator:
                 budget = self._budget = CandidateBudget(generator)
+                budget.per_candidate = self.proposes_by_runs
         times = SpeculativeTimes()
         tokens, new = ids[0].tolist(), 0
         limit = target.max_candidates
@@ -628,6 +632,8 @@ class DraftModel(Speculation):
     :param draft: an :class:`OnnxGenerator`, an exported folder or the path of an ONNX decoder
     :param threads: onnxruntime's intra-op threads of a draft opened here
     """
+
+    proposes_by_runs = True
 
     def __init__(self, draft: Any, num_assistant_tokens: int | None = None,
                  num_assistant_tokens_schedule: str | None = None,
