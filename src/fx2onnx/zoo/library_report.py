@@ -339,8 +339,9 @@ COUNTED_IN = {"image-feature-extraction": "feature-extraction"}
 
 
 def removed_model_types(types: dict[str, list[str]]) -> dict[str, list[str]]:
-    """Per task, the model types of ``types`` (optimum's, ``-`` for ``_``) the installed transformers no longer has
-    (MCTCT, removed in transformers 5): no folder can count them; ``{}`` without transformers."""
+    """Per task, the model types of ``types`` (optimum's, ``-`` for ``_``) the installed transformers has no
+    configuration for (MCTCT, removed in transformers 5; optimum's own names of a part of a model, ``siglip-text``): no
+    folder can count them; ``{}`` without transformers."""
     try:
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES  # deferred: heavy
     except ImportError:
@@ -392,14 +393,16 @@ def _folder_table(folder: dict[str, Any]) -> list[str]:
 
 
 def _removed_sentence(removed: dict[str, list[str]]) -> str:
-    """The model types optimum registers that the installed transformers no longer has, by task (or nothing)."""
+    """The model types optimum registers that the installed transformers has no configuration for, by task (or
+    nothing)."""
     if not removed:
         return ""
     import transformers  # deferred: heavy (removed_model_types found them with it)
 
     listed = "; ".join(f"{task}: " + ", ".join(f"``{t}``" for t in found) for task, found in removed.items())
-    return (f" optimum still registers model types transformers {transformers.__version__} no longer has, which no "
-            f"folder of this version can count ({listed}).")
+    return (f" optimum registers model types transformers {transformers.__version__} has no configuration for "
+            "(removed since, as MCTCT, or optimum's names of a part of a model), which no folder can count "
+            f"({listed}).")
 
 
 def tasks_page(rows: Sequence[dict[str, Any]], meta: dict[str, Any], folder: dict[str, Any] | None = None) -> str:
