@@ -20,8 +20,9 @@ time), the mean acceptance length (new tokens per run of the model after the pro
 ``target_forward_passes``) and the tokens per run counted the same way for both loops (the prompt's run
 included), whether the tokens are plain greedy's; the best of ``--repeat`` rounds, their median and every
 round's value (the noise), every configuration once per round in a shuffled order, after a round of warm-up.
-The draft runs in genai's setting (10 candidates a run) and with transformers' defaults (up to 20, here 15,
-fewer once the draft's probability falls under 0.4). The backoff is also priced from counts: the model's time
+The draft runs in genai's setting (10 candidates a run, ours at most 10: each run verifies the count giving the
+most tokens per CPU second, :class:`fx2onnx.runtime.speculative.CandidateBudget`, as prompt lookup's at most 10)
+and with transformers' defaults (up to 20, here 15, fewer once the draft's probability falls under 0.4). The backoff is also priced from counts: the model's time
 of a run verifying k candidates over a plain step's (the fastest of 25, robust to the noise), summed over the
 runs of a row (``modeled_backoff_cost``). A plain decoding step is also timed beside genai's in paired short
 rounds, wall and CPU time (``--modes "greedy, paired steps"``, :func:`paired_steps`), which the machine's load
