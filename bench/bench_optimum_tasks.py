@@ -202,7 +202,7 @@ def bench_one(name: str, budget: float, timeout: float) -> dict:
     from fx2onnx.testing.optimum_env import optimum_environment
 
     _, task, kind, ours_file, theirs_file = MODELS[name]
-    row: dict = {"model": name, "task": task}
+    row: dict = {"model": name, "task": task, "load_average": [round(os.getloadavg()[0], 1)]}
     work = tempfile.mkdtemp(prefix="fx2onnx-optimum-bench-")
     try:
         folder, ours, theirs = (os.path.join(work, n) for n in ("checkpoint", "ours", "optimum"))
@@ -233,6 +233,7 @@ def bench_one(name: str, budget: float, timeout: float) -> dict:
         row["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    row["load_average"].append(round(os.getloadavg()[0], 1))  # the machine's, at the start and at the end
     return row
 
 
@@ -245,12 +246,16 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--json", default=None, help="the rows and their context written there")
     parser.add_argument("--budget", type=float, default=20.0, help="seconds of runs per latency (3 runs at least)")
     parser.add_argument("--timeout", type=float, default=1500.0, help="seconds per export")
+    parser.add_argument("--note", default=None, help="how the machine was while measuring, kept in the JSON")
     args = parser.parse_args(argv)
     names = args.only.split(",") if args.only else list(MODELS)
     kept: dict[str, dict] = {}
+    note = args.note
     if args.json and os.path.exists(args.json):
         with open(args.json, encoding="utf-8") as f:
-            kept = {r["model"]: r for r in json.load(f)["rows"]}
+            previous = json.load(f)
+        kept = {r["model"]: r for r in previous["rows"]}
+        note = note or previous.get("note")
     rows = []
     for name in names:
         row = bench_one(name, args.budget, args.timeout)
@@ -260,7 +265,7 @@ def main(argv=None) -> list[dict]:
         if args.json:
             document = {**sweep_context("nice -n 10 python bench/bench_optimum_tasks.py " + " ".join(
                 argv if argv is not None else sys.argv[1:])), "optimum": OPTIMUM_PINS,
-                "rows": [kept[n] for n in MODELS if n in kept]}
+                **({"note": note} if note else {}), "rows": [kept[n] for n in MODELS if n in kept]}
             with open(args.json, "w", encoding="utf-8") as f:
                 json.dump(document, f, indent=1)
                 f.write("\n")

@@ -19,10 +19,10 @@ audio, 800x800 images for DETR; T5's encoder for T5. The two tools' runs alterna
 reversed every other round), so a load coming or going weighs on both alike; at 1 thread the CPU
 time of a run is stored too, which the other jobs disturb less than the wall clock. The numbers
 come from ``_doc/bench/optimum_tasks.json``, measured on this project's 2-core machine while other
-jobs ran: they are noisy (the rows with a CPU time ran with a load average of 15 to 20 on its 2
-cores, the 2-thread settings the most disturbed; the others ran on a quieter machine, before the
-encoder rules of the optimizer; a ratio within a few percent says little). The model types each
-tool exports per task are counted on the :doc:`tasks page </models/tasks>`.
+jobs ran (the JSON's note and each row's load average say how loaded): the CPU times at 1 thread
+are the numbers to compare, the wall clocks and the 2-thread settings are noisy (a ratio within a
+few percent says little). The model types each tool exports per task are counted on the
+:doc:`tasks page </models/tasks>`.
 """
 
 import json
@@ -37,6 +37,8 @@ with open(os.path.join(root, "_doc", "bench", "optimum_tasks.json"), encoding="u
 print(f"{stored['date']}: {stored['command']}")
 print(f"machine: {stored['machine']}; optimum: {', '.join(stored['optimum'][:3])}")
 print(", ".join(f"{k} {v}" for k, v in stored.get("versions", {}).items()))
+if stored.get("note"):
+    print(stored["note"])
 rows = stored["rows"]
 tools = ("ours", "optimum")
 
@@ -92,6 +94,22 @@ for r in rows:
     cells = [f"{ours[s]:.0f}/{theirs[s]:.0f} {ours[s] / theirs[s]:.2f}x"
              if s in ours and s in theirs else "-" for s in settings[:2]]
     print(f"{r['model']:<15}" + "".join(f"{c:>21}" for c in cells))
+
+# %%
+# Per row: files no larger (to the tenth of a MB) and a CPU time no larger (to the hundredth) at 1 thread than
+# optimum's (batch 1 and 8), and the machine's load average when the row started and ended.
+
+for r in rows:
+    ours, theirs = r.get("ours", {}), r.get("optimum", {})
+    size = (ours.get("files_mb") is not None and theirs.get("files_mb") is not None
+            and ours["files_mb"] <= theirs["files_mb"])
+    cpu = [ours.get("cpu_ms", {}).get(s) / theirs["cpu_ms"][s]
+           for s in settings[:2] if s in (ours.get("cpu_ms") or {}) and s in (theirs.get("cpu_ms") or {})]
+    faster = bool(cpu) and max(round(c, 2) for c in cpu) <= 1.0
+    ratio = " ".join(f"{c:.2f}x" for c in cpu) or "-"
+    load = r.get("load_average")
+    print(f"{r['model']:<15} no larger: {'yes' if size else 'no':<4} no slower (CPU {ratio}): "
+          f"{'yes' if faster else 'no':<4} load {load if load else '-'}")
 
 # %%
 # The ratios, per model and setting.
