@@ -13,11 +13,12 @@ export function offline(folder) {
   return path.basename(path.resolve(folder));
 }
 
-// A Tensor of `type` ("int64", else float32) from nested arrays as JSON holds them.
+// A Tensor of `type` ("int64", "bool", else float32) from nested arrays as JSON holds them.
 export function tensor(type, nested) {
   const dims = [];
   for (let level = nested; Array.isArray(level); level = level[0]) dims.push(level.length);
   const flat = nested.flat(Infinity);
-  const data = type === "int64" ? BigInt64Array.from(flat.map(BigInt)) : Float32Array.from(flat);
+  const data = type === "int64" ? BigInt64Array.from(flat.map(BigInt))
+    : type === "bool" ? Uint8Array.from(flat.map(Number)) : Float32Array.from(flat);
   return new Tensor(type, data, dims);
 }

@@ -18,9 +18,11 @@ const name = offline(folder);
 
 const inputs = JSON.parse(fs.readFileSync(inputsFile, "utf8"));
 const model = await AutoModelForImageTextToText.from_pretrained(name, { local_files_only: true, dtype: "fp32", device: "cpu" });
-// pixel_values in float32, the others (ids, mask, Qwen2.5-VL's image_grid_thw) in int64
+// pixel_values in float32, Idefics 3's pixel_attention_mask in bool (as its processor in transformers.js makes it),
+// the others (ids, mask, Qwen2.5-VL's image_grid_thw) in int64
+const types = { pixel_values: "float32", pixel_attention_mask: "bool" };
 const feeds = Object.fromEntries(Object.entries(inputs).map(
-  ([name, value]) => [name, tensor(name === "pixel_values" ? "float32" : "int64", value)]));
+  ([name, value]) => [name, tensor(types[name] ?? "int64", value)]));
 const begin = performance.now();
 const output = await model.generate({ ...feeds, max_new_tokens: +newTokens, do_sample: false });
 const seconds = (performance.now() - begin) / 1000;

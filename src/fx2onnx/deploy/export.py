@@ -48,7 +48,7 @@ from .saved_model import (  # noqa: F401 (importable from here)
 from .speech import check_speech_pieces
 from .tasks import folder_task
 from .text_generation import last_logits_only  # noqa: F401 (importable from here)
-from .transformersjs import variant_file, write_transformersjs_config
+from .transformersjs import pieces_refusal, variant_file, write_transformersjs_config
 
 #: the optimization levels of the command line, ``none`` for no optimization
 OPTIMIZE_CHOICES = ("default", "onnxruntime", "opset23", "none")
@@ -245,7 +245,10 @@ def _export_pieces_folder(task: str, folder: str, out_dir: str, config: Any, dty
             write_transformersjs_config(out_dir, piece.filename,
                                         os.path.isfile(os.path.join(out_dir, piece.filename + "_data")))
     with open(os.path.join(out_dir, FOLDER_METADATA), "w", encoding="utf-8") as f:
+        # a folder without the files transformers.js loads says so (fx2onnx.deploy.transformersjs.folder_refusal)
+        refusal = pieces_refusal(model_type, [p.filename for p in pieces])
         json.dump({"task": task, **({"split": split} if split else {}), **extra,
+                   **({"transformersjs": refusal} if refusal else {}),
                    "pieces": {p.name: {"file": p.filename, "inputs": p.input_names, "outputs": p.output_names,
                                        "cache": p.cache,
                                        # a text encoder whose outputs change with padding (ConvBERT): one text a run

@@ -184,6 +184,16 @@ def write_transformersjs_config(out_dir: str | os.PathLike, model_file: str, ext
     return None
 
 
+def pieces_refusal(model_type: str | None, files: list[str]) -> str | None:
+    """Why transformers.js cannot run a folder of pieces whose weights' ``files`` (relative to the folder) hold none
+    under ``onnx/``, the only files it loads (an image-text family without its split,
+    :mod:`fx2onnx.deploy.transformersjs_split`), in one line; None where one is there."""
+    if any(f.startswith("onnx/") for f in files):
+        return None
+    return (f"this {model_type} folder holds none of the files transformers.js loads (onnx/...): the split it "
+            f"reads for this family is not written")
+
+
 def folder_refusal(folder: str | os.PathLike) -> str | None:
     """Why an exported folder says transformers.js cannot run it (``transformersjs`` in its ``fx2onnx.json``, written
     by :func:`write_transformersjs_config`), None where it does not say so."""

@@ -25,11 +25,11 @@ reads the length of the cache from the first layer's. PaliGemma (through the gen
 :mod:`fx2onnx.deploy.image_text_generic`) is a prefix language model: its prompt attends to itself in both
 directions (:func:`prefix_mask`). Qwen3-VL's deepstack features, which its decoder adds to the image's rows of its
 first layers, ride in more columns of the embeddings (:data:`STACKED_MODEL_TYPES`: zeros on the tokens' rows, so the
-decoder adds them to every row; Qwen3-VL-MoE not yet run in transformers.js). Not split yet: SmolVLM (its generic
-vision piece captures and our loop gives transformers' tokens; transformers.js' split would be Idefics 3's tiled
-vision encoder, not written for it), LightOnOCR (Mistral 3's pieces in our loop, not run in transformers.js),
-LLaVA-OneVision and LFM2-VL (their vision piece is not captured: feature counts read from the image sizes' values,
-LFM2-VL's loop over the images).
+decoder adds them to every row; Qwen3-VL-MoE's too, its decoder the mixture of experts). SmolVLM's vision encoder
+is its generic vision piece (:mod:`fx2onnx.deploy.image_text_generic`) on the processor's tiles ``(prompts, tiles, 3,
+H, W)`` and its boolean ``pixel_attention_mask``, the inputs transformers.js' Idefics 3 processor makes; LightOnOCR's
+is Mistral 3's (:mod:`fx2onnx.deploy.pixtral`). Not split yet: LLaVA-OneVision and LFM2-VL (their vision piece is
+not captured: feature counts read from the image sizes' values, LFM2-VL's loop over the images).
 
 .. code-block:: python
 
@@ -52,7 +52,8 @@ from .speech import Piece
 from .vision import VisionPiece, last_logits
 
 #: the model types whose folder gets transformers.js' split beside our decoder
-SPLIT_MODEL_TYPES = ("llava", "qwen2_vl", "qwen2_5_vl", "mistral3", "idefics3", "gemma3", "paligemma", "qwen3_vl")
+SPLIT_MODEL_TYPES = ("llava", "qwen2_vl", "qwen2_5_vl", "mistral3", "idefics3", "gemma3", "paligemma", "qwen3_vl",
+                     "smolvlm", "lighton_ocr", "qwen3_vl_moe")
 #: the model types whose vision encoder for transformers.js is its own piece (:class:`TiledVisionPiece`): Idefics 3,
 #: fed the processor's ``pixel_values (prompts, tiles, 3, H, W)`` by transformers.js, our loop the tiles only
 TILED_MODEL_TYPES = ("idefics3",)
@@ -62,7 +63,7 @@ TILED_MODEL_TYPES = ("idefics3",)
 FLAGGED_MODEL_TYPES = ("gemma3",)
 #: the model types whose vision features added to the first layers of the decoder (Qwen3-VL's deepstack) ride in
 #: more columns of the embeddings for transformers.js (:class:`StackedVisionPiece`), zeros on the tokens' rows
-STACKED_MODEL_TYPES = ("qwen3_vl",)
+STACKED_MODEL_TYPES = ("qwen3_vl", "qwen3_vl_moe")
 #: the prefix language models: the prompt (the image and the text, transformers' ``token_type_ids`` of 0 from the
 #: processor) attends to itself in both directions, the tokens generated after it causally (PaliGemma)
 PREFIX_MODEL_TYPES = ("paligemma",)
