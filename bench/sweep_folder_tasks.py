@@ -90,9 +90,17 @@ def _swin_segmenter_processor(config) -> dict:
     return {"size": {"shortest_edge": 32 * (window + 1), "longest_edge": 64 * (window + 1)}}
 
 
+def _square_processor(config) -> dict:
+    """Square images of the tiny size, as the checkpoints of a windowed ViT detector resize them (RF-DETR, LW-DETR:
+    their default processor keeps the aspect ratio, and the windows do not split the sizes it gives: eager fails)."""
+    side = _image_size(config)
+    return {"size": {"height": side, "width": side}}
+
+
 #: the arguments a model type's processor made in code takes from the tiny configuration
 PROCESSOR_ARGUMENTS = {"imagegpt": _imagegpt_processor, "maskformer": _swin_segmenter_processor,
-                       "mask2former": _swin_segmenter_processor}
+                       "mask2former": _swin_segmenter_processor, "rf_detr": _square_processor,
+                       "lw_detr": _square_processor}
 #: the sizes a model type's tiny configuration needs beside the tasks page's (LiLT's layout embeddings split its width
 #: shrunk by 4 in six: a width of 64 fails in eager)
 SIZES = {"lilt": {"hidden_size": 96, "intermediate_size": 96},

@@ -252,9 +252,9 @@ def _replace_through_views(ep: torch.export.ExportedProgram, groups: _AliasGroup
     if any(m.op in ("placeholder", "get_attr") or m in groups.unknown for m in members):
         return False
     names = {m.name for m in members}
-    for spec in ep.graph_signature.output_specs:
-        if spec.kind != torch.export.graph_signature.OutputKind.USER_OUTPUT and getattr(spec.arg, "name", None) in names:
-            return False
+    user = torch.export.graph_signature.OutputKind.USER_OUTPUT
+    if any(spec.kind != user and getattr(spec.arg, "name", None) in names for spec in ep.graph_signature.output_specs):
+        return False
     if any(order[m] < order[node] and _written_arguments(m) for m in members):
         return False  # an earlier write of the group was left to torch
     path = _view_path(written[0], member_set)

@@ -147,6 +147,8 @@ TASK_OVERRIDES: dict[str, dict[str, Any]] = {
     # no projector scale by default, so no feature level and nothing for the encoder (the checkpoints set [1.0]);
     # 2x2 windows: the tiny 32-pixel images are no multiple of the default 4x4 windows' sides, the configuration
     # refused them and the default configuration was built instead
+    # a threshold and a reading-order rank per label, none by default (the checkpoints list them): forward reads them
+    "pp_doclayout_v2": dict(class_thresholds=[0.5, 0.5], class_order=[0, 1]),
     "lw_detr": dict(projector_scale_factors=[1.0],
                     backbone_config=dict(num_windows=4, num_windows_side=2, patch_size=8)),
     # the queries join the last num_blocks layers (4 by default): one of the two tiny layers
