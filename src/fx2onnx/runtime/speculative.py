@@ -339,9 +339,8 @@ class CandidateBudget:
     the cost of a run of each size seen so far and the acceptance seen.
 
     A run feeding ``n`` tokens costs :meth:`cost` ``(n)`` CPU seconds (the least measured, process CPU time:
-    the machine's load reaches it less than wall time); ``k`` candidates, each kept with probability ``a``
-    once the one before was (``a`` from the decayed counts of kept candidates and of runs which refused one),
-    give ``1 + a + ... + a ** k`` tokens; a draft adds its cost per candidate. On the benchmark Llama in int4,
+    the machine's load reaches it less than wall time); ``k`` candidates give ``1 + a1 + a1 a2 + ... + a1 ... ak`` tokens (``ai``: the share of the candidates kept at place ``i`` once
+the ones before were, decayed counts); a draft adds its cost per candidate. On the benchmark Llama in int4,
     a run of 11 tokens costs 7.5 plain steps, one of 6 tokens 2.9: 4 or 5 candidates give more tokens per
     second than 10. A size never measured is tried when it is next to the best one (the costs of the other
     sizes interpolated): the counts settle in a few runs, and the costs are kept for the later generations
@@ -357,7 +356,10 @@ class CandidateBudget:
         #: the CPU seconds of proposing, per candidate (a draft's runs) or per run (a lookup: :attr:`per_candidate`)
         self.proposal_cost = 0.0
         self.per_candidate = True
-        self.kept, self.refused = 9.0, 1.0  # a prior of 0.9
+        #: decayed counts of the candidates kept and refused at each place of a run (0: the first candidate); a
+        #: lookup's candidates are kept all or none more often than one by one: the first is the likeliest refused
+        self.kept: list[float] = [0.0] * 64
+        self.refused: list[float] = [0.0] * 64
 
     def record_run(self, fed: int, seconds: float) -> None:
         """A run of the decoder feeding ``fed`` tokens took ``seconds`` of CPU."""
@@ -366,16 +368,23 @@ class CandidateBudget:
 
     def record(self, proposed: int, accepted: int, proposal_seconds: float = 0.0) -> None:
         """A verifying run kept ``accepted`` of ``proposed`` candidates, proposed in ``proposal_seconds``."""
-        self.kept = self.decay * self.kept + accepted
-        self.refused = self.decay * self.refused + (accepted < proposed)
+        for i in range(len(self.kept)):
+            self.kept[i] *= self.decay
+            self.refused[i] *= self.decay
+        for i in range(min(accepted + 1, proposed, len(self.kept))):
+            if i < accepted:
+                self.kept[i] += 1
+            else:
+                self.refused[i] += 1
         if proposed and proposal_seconds > 0:
             per = proposal_seconds / proposed if self.per_candidate else proposal_seconds
             self.proposal_cost = per if not self.proposal_cost else 0.8 * self.proposal_cost + 0.2 * per
 
-    @property
-    def acceptance(self) -> float:
-        """The probability a candidate is kept once the one before it was."""
-        return self.kept / (self.kept + self.refused)
+    def acceptance(self, place: int) -> float:
+        """The probability the candidate at ``place`` (0: the first) is kept once the ones before it were (a prior of
+        0.9 weighing one run)."""
+        place = min(place, len(self.kept) - 1)
+        return (self.kept[place] + 0.9) / (self.kept[place] + self.refused[place] + 1.0)
 
     def cost(self, n: int) -> float | None:
         """The CPU seconds of a run feeding ``n`` tokens: measured, or interpolated between the sizes measured
@@ -396,11 +405,12 @@ class CandidateBudget:
         """The candidates (from 1 to ``limit``) the next run verifies after its ``pending`` tokens."""
         if limit <= 1 or not self.costs:
             return limit
-        a = min(self.acceptance, 0.999)
-        scores = {}
+        scores, tokens, reached = {}, 1.0, 1.0
         for k in range(1, limit + 1):
+            reached *= self.acceptance(k - 1)  # the probability the k-th candidate is kept
+            tokens += reached
             cost = self.cost(pending + k)
-            scores[k] = (1 - a ** (k + 1)) / (1 - a) / (cost + self.proposal_cost * (k if self.per_candidate else 1))
+            scores[k] = tokens / (cost + self.proposal_cost * (k if self.per_candidate else 1))
         best = max(scores, key=scores.__getitem__)
         if pending + best in self.costs:  # its neighbours never measured are tried once
             for k in (best + 1, best - 1):
