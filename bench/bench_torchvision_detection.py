@@ -55,6 +55,7 @@ from fx2onnx.zoo.torchvision_models import (
     detecting_nothing,
     detection_differences,
     moved_iou_thresholds,
+    resize_scales,
     suppressions,
 )
 
@@ -109,13 +110,13 @@ def _feeds(session, args) -> dict:
     return dict(zip([i.name for i in session.get_inputs()], [x.numpy() for x in pytree.tree_leaves(args)]))
 
 
-def _found(case, want, got) -> dict[str, float]:
-    """The largest difference per output between eager's ``want`` and onnxruntime's ``got``."""
+def _found(case, args, want, got) -> dict[str, float]:
+    """The largest difference per output between eager's ``want`` and onnxruntime's ``got`` on ``args``."""
     if case.task == "segmentation":
         return {k: float((torch.from_numpy(got[k]) - want[k]).abs().max()) for k in want}
     found: dict[str, float] = {}
-    for w, o in zip(want, got):
-        for key, value in detection_differences(w, o).items():
+    for w, o, resize in zip(want, got, resize_scales(case.model, args[0])):
+        for key, value in detection_differences(w, o, resize=resize).items():
             found[key] = max(found.get(key, 0.0), value)
     return found
 
@@ -129,7 +130,7 @@ def _across_a_tie(case, args, got, found: dict[str, float]) -> tuple[dict[str, f
     for shift in (IOU_TIE, -IOU_TIE):
         for chosen in choices:
             with moved_iou_thresholds(chosen, shift), torch.no_grad():
-                moved = _found(case, case.model(*args), got)
+                moved = _found(case, args, case.model(*args), got)
             if all(math.isfinite(v) for v in moved.values()):
                 return moved, True
     return found, False
@@ -144,7 +145,7 @@ def _difference(case, session) -> tuple[float, str, int]:
         with torch.no_grad():
             want = case.model(*args)
         got = pytree.tree_unflatten(session.run(None, _feeds(session, args)), pytree.tree_structure(want))
-        found = _found(case, want, got)
+        found = _found(case, args, want, got)
         if case.task == "detection" and not all(math.isfinite(v) for v in found.values()):
             found, tied = _across_a_tie(case, args, got, found)
             ties += tied
@@ -166,7 +167,7 @@ def eager_noise(case, eps: float, seed: int = 0) -> float:
         if case.task == "segmentation":
             found = [float((got[k] - want[k]).abs().max()) for k in want]
         else:
-            found = [max(detection_differences(w, o).values(), default=0.0) for w, o in zip(want, got)]
+            found = [max(_found(case, args, want, got).values(), default=0.0)]
         worst = max([worst] + found)
     return worst
 
@@ -187,7 +188,7 @@ def nothing_row(name: str, timeout: int = 0) -> dict:
             with torch.no_grad():
                 want = case.model(*args)
             got = pytree.tree_unflatten(session.run(None, _feeds(session, args)), pytree.tree_structure(want))
-            diff = max(max(detection_differences(w, o).values(), default=0.0) for w, o in zip(want, got))
+            diff = max(_found(case, args, want, got).values(), default=0.0)
             found = dict(nothing_diff=diff if math.isfinite(diff) else None,
                          nothing_counts=[[int(w["boxes"].shape[0]) for w in want],
                                          [int(o["boxes"].shape[0]) for o in got]])

@@ -102,6 +102,7 @@ def test_page_says_what_an_export_detecting_nothing_gave():
     assert "the largest difference is 0.0002." in text
     failed = torchvision_page([dict(row, nothing_error="timeout: over 900 s")])
     assert "it fails: ``timeout: over 900 s``." in failed
+    assert "making every image detect nothing" in torchvision_page([dict(row, nothing_counts=[[0, 0], [0, 0]])])
 
 
 def test_page_renders_a_rows_note():
@@ -143,3 +144,12 @@ def test_page_says_which_rows_matched_across_an_iou_tie():
                max_diff=3e-4, export_s=800.0, iou_ties=1)
     assert ("* ``fasterrcnn_resnet50_fpn``: on 1 image list of its check, onnxruntime's detections equal eager's "
             "with the suppressions' IoU thresholds moved by 0.001") in torchvision_page([row])
+
+
+def test_keypoints_resampled_at_the_models_resized_size():
+    """The heatmaps are resampled to ceil of the box's size in the image the model resized: boxes 40.4
+    and 40.6 pixels wide are one size at the original scale, two (81 and 82) at twice it."""
+    want = dict(_detections([[0.0, 0, 40.4, 30]], [0.9], [[[5.0, 5, 1]]]), keypoints_scores=torch.tensor([[5.0]]))
+    got = dict(_detections([[0.0, 0, 40.6, 30]], [0.9], [[[5.0, 5, 1]]]), keypoints_scores=torch.tensor([[4.0]]))
+    assert detection_differences(want, got)["keypoints_scores"] == 1.0
+    assert detection_differences(want, got, resize=(2.0, 2.0))["keypoints_scores"] == 0.0

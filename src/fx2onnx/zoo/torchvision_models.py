@@ -218,9 +218,10 @@ def detecting_nothing(case: TorchvisionCase) -> TorchvisionCase:
     if case.task != "detection":
         raise ValueError(f"{case.name} is not a detection model")
     with torch.no_grad():
-        best = [float(d["scores"].max()) for d in case.model(*case.check_args[0])]
+        best = [float(d["scores"].max()) if d["scores"].numel() else 0.0 for d in case.model(*case.check_args[0])]
     owner = getattr(case.model, "roi_heads", case.model)  # the R-CNNs keep it in their box head
-    owner.score_thresh = sum(best) / 2
+    # an image detecting nothing already keeps nothing at a higher threshold
+    owner.score_thresh = max(sum(best) / 2, owner.score_thresh if min(best) == 0 else 0.0)
     return case
 
 
@@ -259,14 +260,22 @@ CUT_TIE = 2e-3
 SAME_BOX = 1e-2
 
 
-def _box_map_sizes(boxes: torch.Tensor) -> torch.Tensor:
+def _box_map_sizes(boxes: torch.Tensor, resize: tuple[float, float]) -> torch.Tensor:
     """``(K, 2)``: the width and height Keypoint R-CNN resamples each box's heatmaps to
-    (``heatmaps_to_keypoints``: ceil of the box's size, at least 1)."""
-    return (boxes[:, 2:] - boxes[:, :2]).clamp(min=1).ceil()
+    (``heatmaps_to_keypoints``: ceil of the box's size in the resized image, at least 1)."""
+    return ((boxes[:, 2:] - boxes[:, :2]) * torch.tensor(resize, dtype=boxes.dtype)).clamp(min=1).ceil()
+
+
+def resize_scales(model: torch.nn.Module, images: list[torch.Tensor]) -> list[tuple[float, float]]:
+    """The horizontal and vertical scales by which the transform of a detection model resizes each
+    image (the boxes it returns are scaled back by their inverse)."""
+    with torch.no_grad():
+        resized = model.transform(images)[0].image_sizes
+    return [(w / image.shape[-1], h / image.shape[-2]) for (h, w), image in zip(resized, images)]
 
 
 def detection_differences(want: dict[str, torch.Tensor], got: dict[str, Any],
-                          tie: float = CUT_TIE) -> dict[str, float]:
+                          tie: float = CUT_TIE, resize: tuple[float, float] = (1.0, 1.0)) -> dict[str, float]:
     """The largest difference per output between two detections of one image (dicts of ``boxes``,
     ``labels``, ``scores``...), rows paired up to their order: a row of ``want`` with the row of ``got`` of the
     same label whose box is the nearest (boxes of scores within rounding of each other may come
@@ -277,8 +286,9 @@ def detection_differences(want: dict[str, torch.Tensor], got: dict[str, Any],
     compared relatively to their largest coordinate (a box of 200 pixels computed by another
     runtime moves by a few hundredths of a pixel through a deep random network). Keypoints and
     their scores are compared on the pairs whose boxes have the same ``ceil`` of width and height:
-    Keypoint R-CNN resamples each box's heatmaps to that size, and a box within rounding of an
-    integer size gets another resampling, other scores, in the other runtime. Masks are
+    Keypoint R-CNN resamples each box's heatmaps to that size in the resized image (``resize``, see
+    :func:`resize_scales`), and a box within rounding of an integer size gets another resampling,
+    other scores, in the other runtime. Masks are
     compared as the fraction of pixels on a different side of 0.5: Mask R-CNN pastes each mask
     into a box rounded to integers, and a box a thousandth of a pixel away moves a mask's edge
     by one pixel."""
@@ -314,7 +324,8 @@ def detection_differences(want: dict[str, torch.Tensor], got: dict[str, Any],
     # Keypoint R-CNN reads a box's keypoints from its heatmaps resampled to ceil of its size: a box
     # whose width or height lies within rounding of an integer is resampled to another size by the
     # other runtime (scores moved by 0.01 to 3), its keypoints are not comparable
-    keypoint_rows = (_box_map_sizes(want["boxes"][rows]) == _box_map_sizes(got["boxes"][index])).all(1)
+    same_size = _box_map_sizes(want["boxes"][rows], resize) == _box_map_sizes(got["boxes"][index], resize)
+    keypoint_rows = same_size.all(1)
 
     def difference(key: str, value: torch.Tensor) -> float:
         value, other_value = value[rows], got[key][index]
@@ -332,6 +343,7 @@ def detection_differences(want: dict[str, torch.Tensor], got: dict[str, Any],
     return {k: difference(k, w) if w.numel() else 0.0 for k, w in want.items()}
 
 
-def match_detections(want: dict[str, torch.Tensor], got: dict[str, Any], tie: float = CUT_TIE) -> float:
+def match_detections(want: dict[str, torch.Tensor], got: dict[str, Any], tie: float = CUT_TIE,
+                     resize: tuple[float, float] = (1.0, 1.0)) -> float:
     """The largest of :func:`detection_differences` (0 when neither side detects anything)."""
-    return max(detection_differences(want, got, tie).values(), default=0.0)
+    return max(detection_differences(want, got, tie, resize).values(), default=0.0)

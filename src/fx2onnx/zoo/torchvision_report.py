@@ -30,14 +30,13 @@ NOTES = {
     "fasterrcnn_resnet50_fpn_v2": _V2,
     "maskrcnn_resnet50_fpn_v2": _V2,
     "keypointrcnn_resnet50_fpn": (
-        "Keypoint R-CNN is checked with heatmaps peaked at a corner of each box (``_peak_keypoints``). A keypoint "
-        "is the argmax of a heatmap resampled to ``ceil`` of its box's size: with random weights the heatmaps are "
-        "flat, and a box 0.025 pixel away (rounding through a random ResNet-50) crosses an integer width and "
-        "moves the argmax by 20 pixels. An earlier row on flat heatmaps differed so in its keypoints (1.06) while "
-        "every stage of the keypoint path equalled eager's given the same inputs (pooled features exactly, "
-        "heatmaps and the keypoints' scores to 1e-5). On peaked heatmaps the largest difference is in the "
-        "keypoints' scores (0.054, the heatmaps' values at the peaks, each a sum of large terms of both signs): "
-        "not investigated further yet."),
+        "Keypoint R-CNN is checked with heatmaps peaked at a corner of each box (``_peak_keypoints``; flat random "
+        "heatmaps make the argmax jump between near-equal maxima). A keypoint is read from its heatmap resampled "
+        "to ``ceil`` of its box's size in the image the model resized: a box within rounding of an integer size "
+        "there is resampled to another size by the other runtime, and its keypoints' scores move by 0.01 to 3. "
+        "Keypoints are compared on the boxes of one size in both runtimes (the boxes themselves on all). The "
+        "earlier row's difference of 0.054 in the keypoints' scores was such a box: eager's keypoint branch given "
+        "onnxruntime's boxes gives onnxruntime's keypoints' scores to 4e-5."),
     "fasterrcnn_resnet50_fpn": (
         "Faster R-CNN R50 matches across a near-tie, not a conversion bug. On one image of six onnxruntime keeps "
         "a detection eager does not: its region proposal network suppresses, among 2,400 to "
@@ -84,7 +83,8 @@ def _nothing(row: dict[str, Any]) -> str:
         return f"exported with one image detecting nothing, it fails: ``{row['nothing_error'][:120]}``."
     (want, got), diff = row["nothing_counts"], row.get("nothing_diff")
     found = "a detection kept by one side only" if diff is None else f"the largest difference is {diff:.2g}"
-    return (f"exported again with a score threshold making one image detect nothing (detections per image: "
+    which = "every image" if not any(want) else "one image"  # a check whose images detected nothing already
+    return (f"exported again with a score threshold making {which} detect nothing (detections per image: "
             f"eager {want}, onnxruntime {got}; the heads after the last suppression run on no box): {found}.")
 
 
