@@ -130,6 +130,34 @@ def test_text_classification_folder_equals_transformers(classifier, capsys):
     assert "is a folder of task 'text-classification': run it with python -m fx2onnx run" in capsys.readouterr().err
 
 
+def test_a_text_outside_the_range_the_export_narrowed_ends_in_one_line(classifier, tmp_path, capsys):
+    import onnx
+
+    from fx2onnx.runtime.input_ranges import FROZEN_INPUTS
+    from fx2onnx.runtime.integrity import folder_manifest
+
+    # the classifier's folder, its model holding the tokens 2 to 6 only, as an export narrowing them records it
+    out = str(tmp_path / "narrowed")
+    shutil.copytree(classifier[1], out)
+    path = os.path.join(out, "onnx", "model.onnx")
+    model = onnx.load(path, load_external_data=False)
+    narrowed = {"input_ids.shape[1]": {"kind": "dim_range", "position": 0, "axis": 1, "min": 2, "max": 6,
+                                       "weight_bound": False}}
+    onnx.helper.set_model_props(model, {FROZEN_INPUTS: json.dumps(narrowed)})
+    onnx.save(model, path)
+    metadata = json.load(open(os.path.join(out, "fx2onnx.json")))
+    metadata["files"] = folder_manifest(out)
+    json.dump(metadata, open(os.path.join(out, "fx2onnx.json"), "w"))
+    ours = fx2onnx.pipeline(out)
+    assert ours("a movie")[0]["label"]  # 4 tokens with [CLS] and [SEP]: inside the range
+    with pytest.raises(ValueError, match=r"The text gives input_ids of \d+ along axis 1: the exported model holds "
+                                         r"sizes 2 to 6 only \(the export narrowed it\); shorten the text"):
+        ours(TEXTS[1])
+    assert main(["run", out, TEXTS[1]]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "sizes 2 to 6 only" in err and err.count("\n") == 1, err
+
+
 def test_image_classification_folder_equals_transformers_and_refuses_bad_inputs(image_classifier, tmp_path, capsys):
     checkpoint, out, result = image_classifier
     assert result.task == "image-classification"

@@ -31,12 +31,16 @@ import numpy as np
 from ..formats import FOLDER_METADATA
 from .folder import _read_json, session_options
 from .entities import AGGREGATIONS, group_entities, tag_tokens
+from .input_ranges import check_input_ranges
 from .integrity import check_folder_files
 from .speech_base import read_wav
 from .vision import image_batches, read_image
 
 #: the model of a single-pass folder, where transformers.js and optimum look for it
 MODEL_FILE = "onnx/model.onnx"
+#: what to do with an input outside the sizes the export narrowed (:mod:`fx2onnx.runtime.input_ranges`)
+RANGE_FIXES = {"text": "shorten the text", "image": "give an image of the size the export was made on",
+               "audio": "cut the audio", "video": "give fewer or smaller frames"}
 #: task -> (what it reads: text, image or audio; the model's outputs it keeps)
 PIPELINE_TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "feature-extraction": ("text", ("last_hidden_state",)),
@@ -68,6 +72,9 @@ PIPELINE_TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "video-classification": ("video", ("logits",)),
 }
 #: the tasks whose folder holds several pieces, run by a pipeline class of their own module (named, not imported):
+#: what to do with an input outside the sizes the export narrowed (:mod:`fx2onnx.runtime.input_ranges`)
+RANGE_FIXES = {"text": "shorten the text", "image": "give an image of the size the export was made on",
+               "audio": "cut the audio", "video": "give fewer or smaller frames"}
 #: task -> (what it reads, the class)
 OWN_PIPELINES: dict[str, tuple[str, str]] = {
     # SAM's image encoder, then its prompt encoder and mask decoder on a grid of points
@@ -221,6 +228,7 @@ class Pipeline:
         if missing:
             raise ValueError(f"the {self.modality} processor of {self.folder!r} gives no {missing}: the folder's "
                              "processor files are not those it was exported with; export it again.")
+        check_input_ranges(self.session, feeds, f"The {self.modality}", RANGE_FIXES[self.modality])
         mask = np.asarray(feeds["attention_mask"]) if "attention_mask" in feeds else None
         pad = getattr(self.tokenizer, "pad_token_id", None) if self.per_text and mask is None else None
         if pad is not None and "input_ids" in feeds:  # a tokenizer giving no mask (FNet's): the ids but the pads
