@@ -2,8 +2,8 @@
 -> ``python -m fx2onnx export`` -> the split transformers.js loads (onnx/vision_encoder.onnx, onnx/embed_tokens.onnx,
 onnx/decoder_model_merged.onnx; fx2onnx.deploy.transformersjs_split), which our loop reads too: both give
 transformers' greedy tokens. SmolVLM's vision encoder takes the processor's tiles ``(prompts, tiles, 3, H, W)`` and
-its boolean ``pixel_attention_mask`` as transformers.js' Idefics 3 processor makes them; LightOnOCR's is Mistral 3's
-(one image); Qwen3-VL-MoE's is Qwen3-VL's, its decoder the mixture of experts."""
+its boolean ``pixel_attention_mask`` as transformers.js' Idefics 3 processor makes them (one tile, then two);
+LightOnOCR's is Mistral 3's (one image); Qwen3-VL-MoE's is Qwen3-VL's, its decoder the mixture of experts."""
 
 from __future__ import annotations
 
@@ -51,6 +51,17 @@ def _with_vision_markers(inputs: dict, config) -> dict:
             "mm_token_type_ids": torch.tensor([types])}
 
 
+def _two_tiles(inputs: dict, config) -> dict:
+    """SmolVLM's inputs with a second tile (the first one's pixels reversed, halved) and its placeholders."""
+    pixels = inputs["pixel_values"]
+    ids = inputs["input_ids"][0].tolist()
+    at = ids.index(config.image_token_id)
+    ids = torch.tensor([ids[:at + 1] + [config.image_token_id] * ids.count(config.image_token_id) + ids[at + 1:]])
+    return {**inputs, "pixel_values": torch.cat([pixels, pixels.flip(-1) * 0.5], 1),
+            "pixel_attention_mask": torch.cat([inputs["pixel_attention_mask"]] * 2, 1),
+            "input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
 @pytest.mark.slow  # an export (about 30 s on a loaded machine) and a Node run each
 @pytest.mark.parametrize("name", ["smolvlm", "lighton_ocr", "qwen3_vl_moe"])
 def test_split_in_transformersjs_and_our_loop_gives_transformers_tokens(name, tmp_path):
@@ -72,11 +83,18 @@ def test_split_in_transformersjs_and_our_loop_gives_transformers_tokens(name, tm
     vision = metadata["pieces"].get("vision_encoder") or metadata["pieces"]["vision"]  # Qwen3-VL's its own piece
     assert vision["file"] == "onnx/vision_encoder.onnx"
     assert "transformersjs" not in metadata and "transformers.js_config" in json.load(open(out + "/config.json"))
-    got = np.asarray(open_generator(out).generate_ids(inputs, NEW_TOKENS))
-    np.testing.assert_array_equal(got, expected)
-    js = transformersjs_seq2seq(out, {k: v.tolist() for k, v in inputs.items()}, NEW_TOKENS, tmp_path,
-                                client="transformersjs_image_text.mjs")
-    assert js == expected.tolist()
+    sets = [(inputs, expected)]
+    if name == "smolvlm":  # an image split into two tiles, as Idefics 3's processor splits one
+        tiled = _two_tiles(inputs, config)
+        with torch.no_grad():
+            sets.append((tiled, model.generate(**tiled, max_new_tokens=NEW_TOKENS, do_sample=False).numpy()))
+    for feeds, tokens in sets:
+        got = np.asarray(open_generator(out).generate_ids(feeds, NEW_TOKENS))
+        np.testing.assert_array_equal(got, tokens)
+        js = transformersjs_seq2seq(out, {k: v.int().tolist() if v.dtype == torch.bool else v.tolist()
+                                          for k, v in feeds.items()}, NEW_TOKENS, tmp_path,
+                                    client="transformersjs_image_text.mjs")
+        assert js == tokens.tolist()
 
 
 def test_a_folder_without_the_files_transformersjs_loads_says_so():

@@ -168,6 +168,23 @@ def recurrent_layer_types(config: Any) -> list[str]:
     return sorted({t for t in types if isinstance(t, str) and t in RECURRENT_LAYER_TYPES})
 
 
+#: the image inputs of a tiled processor (Idefics 3's: ``(prompts, tiles, 3, H, W)`` and its mask), tiles on dim 1
+TILED_INPUTS = ("pixel_values", "pixel_attention_mask")
+
+
+def tiled(inputs: dict[str, Any]) -> bool:
+    """Whether image ``inputs`` are a tiled processor's (tiles and the mask of their pixels: Idefics 3's, SmolVLM's;
+    not LLaVA-NeXT's patches, counted from ``image_sizes``)."""
+    return inputs["pixel_values"].dim() == 5 and "pixel_attention_mask" in inputs
+
+
+def with_tiles(tensor: torch.Tensor, count: int) -> torch.Tensor:
+    """``tensor``'s first tile and ``count - 1`` more (the first one's pixels reversed), tiles on dim 1: example
+    inputs with as many tiles as a processor splitting an image gives, a count the capture keeps dynamic."""
+    first = tensor[:, :1]
+    return torch.cat([first, *[first.flip(-1) for _ in range(count - 1)]], dim=1)
+
+
 def generic_vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
     """The vision and decoder pieces of an image-text-to-text model with a placeholder token and
     ``get_image_features`` (:func:`split_reason` is None), with example inputs of two shapes: two
@@ -191,6 +208,8 @@ def generic_vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.fl
             # InstructBLIP: the prompt of each image, tokenized for its Q-Former (of another length in each set)
             ids = torch.randint(3, 16, (count, 3 + count), generator=torch.Generator().manual_seed(seed))
             inputs.update(qformer_input_ids=ids, qformer_attention_mask=torch.ones_like(ids))
+        if tiled(inputs):  # Idefics 3's tiles (SmolVLM): a count of its own in each set
+            inputs = {k: with_tiles(v, count) if k in TILED_INPUTS else v for k, v in inputs.items()}
         return {k: v.to(dtype) if v.is_floating_point() else v for k, v in inputs.items()}
 
     try:
@@ -205,7 +224,8 @@ def generic_vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.fl
         raise refuse(f"its get_image_features did not run on example images without reading their values "
                      f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
     names = [n for n in ("pixel_values", *EXTRA_IMAGE_INPUTS) if n in first]
-    shapes = {n: {0: "images", **({1: "qformer_seq"} if n.startswith("qformer_") else {})} for n in names}
+    shapes = {n: {0: "images", **({1: "qformer_seq"} if n.startswith("qformer_") else {}),
+                  **({1: "tiles"} if n in TILED_INPUTS and tiled(first) else {})} for n in names}
     if "target_sizes" in names:  # MiniCPM-V: every image's patches packed in one row
         shapes["pixel_values"] = {3: "patches"}
     vision = Piece("vision", "vision.onnx", GenericVisionPiece(model), first, second, shapes, names,
