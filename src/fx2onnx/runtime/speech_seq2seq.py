@@ -40,6 +40,7 @@ import numpy as np
 
 from .folder import session_options, warn_old_layout
 from .generate import CACHE_BRANCH, OnnxGenerator
+from .input_ranges import check_input_ranges
 from .speech_base import NOT_SPEECH, SpeechFolder, SpeechResult, suppress_logits
 
 #: the decoder's input taking the feature extractor's attention mask (:mod:`fx2onnx.deploy.speech_generic`)
@@ -196,23 +197,6 @@ class Seq2SeqSpeechGenerator(SpeechFolder):
         out = fe(arrays, sampling_rate=int(fe.sampling_rate), return_tensors="np", **extra)
         return {k: np.asarray(v) for k, v in out.items()}
 
-    def _check_sizes(self, features: dict[str, np.ndarray]) -> None:
-        """A ValueError when a dimension of the features is outside the range the export narrowed it to
-        (the ``fx2onnx.frozen_inputs`` metadata: Speech2Text's table of positions bounds the frames)."""
-        import json
-
-        text = self.encoder.get_modelmeta().custom_metadata_map.get("fx2onnx.frozen_inputs")
-        names = list(self.encoder_inputs)
-        for path, entry in (json.loads(text) if text else {}).items():
-            if entry.get("kind") != "dim_range" or entry.get("position", len(names)) >= len(names):
-                continue
-            name = names[entry["position"]]
-            size = np.asarray(features[name]).shape[entry["axis"]]
-            if size < entry["min"] or (entry["max"] is not None and size > entry["max"]):
-                raise ValueError(f"The audio gives {name} of {size} along axis {entry['axis']}: the exported encoder "
-                                 f"holds sizes {entry['min']} to {entry['max']} only (its table of positions); cut "
-                                 "the audio.")
-
     def encode(self, features: dict[str, np.ndarray]) -> tuple[dict[str, Any], float]:
         """Runs the encoder: its outputs (onnxruntime values) and the seconds; the feature
         extractor's attention mask is added where the decoder takes it."""
@@ -220,7 +204,7 @@ class Seq2SeqSpeechGenerator(SpeechFolder):
         if missing:
             raise ValueError(f"The encoder takes {list(self.encoder_inputs)}: the features have no {missing} "
                              f"(they have {sorted(features)}).")
-        self._check_sizes(features)
+        check_input_ranges(self.encoder, features, "The audio", "cut the audio")
         feeds = {n: _ort_value(np.asarray(features[n]), t) for n, t in self.encoder_inputs.items()}
         begin = time.perf_counter()
         outputs = self.encoder.run_with_ort_values(self.encoder_outputs, feeds)
