@@ -15,8 +15,9 @@ The pieces are found by :func:`fx2onnx.deploy.speech_generic.probe_layout` (one 
 with an empty ``EncoderDecoderCache``): the encoder, the cross keys and values from the encoder's output and one
 decoder step with both caches given, the last two merged into one file
 (:func:`fx2onnx.deploy.seq2seq.merge_decoder`). A model whose encoder returns a mask of its own (Moonshine's,
-subsampled from the audio's) is exported without the audio's mask, as transformers.js and optimum run it (one audio,
-or audios of one length). A decoder which does not cache its cross-attention keeps the previous pair
+subsampled from the audio's) has a decoder without the audio's mask, as transformers.js and optimum run it (one
+audio, or audios of one length); its encoder takes the audio's mask where that mask changes it on an unpadded audio
+(Moonshine Streaming, Cohere ASR), as transformers' ASR pipeline passes it. A decoder which does not cache its cross-attention keeps the previous pair
 (``encoder.onnx`` / ``decoder.onnx``): :func:`merged_layout_reason` says why.
 
 .. code-block:: python
@@ -27,6 +28,8 @@ or audios of one length). A decoder which does not cache its cross-attention kee
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import os
 import time
@@ -35,6 +38,7 @@ from typing import Any
 import torch
 
 from ..formats import FOLDER_METADATA
+from ..weights.empty import empty_weights
 from .captioner import as_encoder_decoder, captioner_generation, is_cross_attention_captioner
 from .check import check_against_eager, eager_float32
 from .prompt_merging_split import LAYOUT as FOUR_FILE_LAYOUT
@@ -117,17 +121,53 @@ def merged_layout_reason(layout: SpeechLayout) -> str | None:
 def merged_layout(model: Any, config: Any, features: list[dict[str, torch.Tensor]]) -> tuple[
         SpeechLayout, list[dict[str, Any]], list[dict[str, torch.Tensor]]]:
     """``(layout, shapes of each set, features)`` of the merged split: an encoder returning a mask of its own
-    (Moonshine) is probed again without the features' mask."""
+    (Moonshine) is probed again with a decoder given no mask; its encoder keeps the features' mask where that mask
+    changes its output on an unpadded input (:func:`mask_changes_encoder`), as transformers' ASR pipeline passes it."""
     # the masks in int64, as transformers.js and optimum feed them
     features = [{k: v.to(torch.int64) if k == "attention_mask" else v for k, v in f.items()} for f in features]
     found = [probe_layout(model, config, f) for f in features]
     if found[0][0].encoder_mask and any("attention_mask" in f for f in features):
-        features = [{k: v for k, v in f.items() if k != "attention_mask"} for f in features]
-        found = [probe_layout(model, config, f) for f in features]
+        unmasked = [{k: v for k, v in f.items() if k != "attention_mask"} for f in features]
+        found = [probe_layout(model, config, f) for f in unmasked]
+        if mask_changes_encoder(model, features[0]):
+            found = [(dataclasses.replace(layout, features=(*layout.features, "attention_mask")), shapes)
+                     for layout, shapes in found]
+        else:
+            features = unmasked
     reason = merged_layout_reason(found[0][0])
     if reason:
         raise UnsplittableEncoderDecoder(f"{getattr(config, 'model_type', type(model).__name__)}: {reason}.")
     return found[0][0], [f[1] for f in found], features
+
+
+def mask_changes_encoder(model: Any, features: dict[str, torch.Tensor]) -> bool:
+    """Whether the encoder of ``model`` gives another output on the longest sound of ``features`` (unpadded) with the
+    feature extractor's mask than with none (Moonshine Streaming's sliding windows apply only with a mask, Cohere ASR's
+    extractor masks frames of an unpadded sound; Moonshine's mask only hides the pads). A model on the meta device
+    runs on seeded random weights."""
+    encoder = model.get_encoder()
+    if "attention_mask" not in inspect.signature(encoder.forward).parameters:
+        return False
+    row = int(features["attention_mask"].sum(dim=-1).argmax())
+    inputs = {k: v[row:row + 1] for k, v in features.items() if k != "attention_mask"}
+    mask = features["attention_mask"][row:row + 1]
+
+    def differs() -> bool:
+        with torch.no_grad():
+            bare = encoder(**inputs, return_dict=True).last_hidden_state
+            masked = encoder(**inputs, attention_mask=mask, return_dict=True).last_hidden_state
+        return bare.shape != masked.shape or not torch.allclose(bare, masked, rtol=1e-3, atol=1e-5)
+
+    if not any(p.is_meta for p in model.parameters()):
+        return differs()
+    generator = torch.Generator().manual_seed(0)
+    with empty_weights(model) as empty:
+        empty = set(empty)
+        tensors = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
+        for name, tensor in tensors:
+            if name in empty and tensor.is_floating_point():
+                tensor.data.copy_(torch.randn(tensor.shape, generator=generator) * 0.1)
+        return differs()
 
 
 def _axes(first: tuple[int, ...], second: tuple[int, ...], names: dict[int, str]) -> dict[int, str]:

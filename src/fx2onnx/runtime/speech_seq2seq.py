@@ -190,10 +190,13 @@ class Seq2SeqSpeechGenerator(SpeechFolder):
 
     def features(self, audio: Any) -> dict[str, np.ndarray]:
         """The encoder's inputs for one audio or a list (paths to WAV files or float arrays): the
-        folder's feature extractor's output (several audios padded to the longest)."""
+        folder's feature extractor's output (several audios padded to the longest; its attention mask where the
+        encoder takes one)."""
         fe = self.feature_extractor
         arrays = self.audio_arrays(audio)
-        extra = {"padding": "longest"} if len(arrays) > 1 else {}
+        extra: dict[str, Any] = {"padding": "longest"} if len(arrays) > 1 else {}
+        if "attention_mask" in self.encoder_inputs:  # as transformers' ASR pipeline asks for it
+            extra["return_attention_mask"] = True
         out = fe(arrays, sampling_rate=int(fe.sampling_rate), return_tensors="np", **extra)
         return {k: np.asarray(v) for k, v in out.items()}
 
