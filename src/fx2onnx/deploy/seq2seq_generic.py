@@ -17,8 +17,8 @@ decoder step with both caches given, the last two merged into one file
 (:func:`fx2onnx.deploy.seq2seq.merge_decoder`). A model whose encoder returns a mask of its own (Moonshine's,
 subsampled from the audio's) has a decoder without the audio's mask, as transformers.js and optimum run it (one
 audio, or audios of one length); its encoder takes the audio's mask where that mask changes it on an unpadded audio
-(Moonshine Streaming, Cohere ASR), as transformers' ASR pipeline passes it. A decoder which does not cache its cross-attention keeps the previous pair
-(``encoder.onnx`` / ``decoder.onnx``): :func:`merged_layout_reason` says why.
+(Moonshine Streaming, Cohere ASR), as transformers' ASR pipeline passes it. A decoder which does not cache its
+cross-attention keeps the previous pair (``encoder.onnx`` / ``decoder.onnx``): :func:`merged_layout_reason` says why.
 
 .. code-block:: python
 
