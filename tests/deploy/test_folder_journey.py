@@ -195,15 +195,19 @@ def test_a_batch_of_prompts_equals_transformers_greedy(qwen3_export, capsys):
 
 def test_bad_inputs_end_in_one_line(qwen3_export, tmp_path, capsys):
     checkpoint, out = qwen3_export
-    # a folder of a task the command does not export yet
-    config = transformers.AutoConfig.for_model("superglue")  # keypoint matching: no folder export yet
-    config.architectures = ["SuperGlueForKeypointMatching"]
+    # a folder of a model type the command refuses (keypoint matching: SuperPoint's keypoints, a run-time count)
+    config = transformers.SuperGlueConfig(
+        hidden_size=16, keypoint_encoder_sizes=[8], gnn_layers_types=["self"], num_attention_heads=2,
+        keypoint_detector_config=dict(model_type="superpoint", encoder_hidden_sizes=[4, 4, 8, 8],
+                                      decoder_hidden_size=16, descriptor_decoder_dim=16),
+        architectures=["SuperGlueForKeypointMatching"])
     other = tmp_path / "superglue"
-    config.save_pretrained(other)
+    transformers.SuperGlueForKeypointMatching(config).save_pretrained(other)
     capsys.readouterr()
     assert main(["export", str(other), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "keypoint-matching" in err and "SuperGlueForKeypointMatching" in err, err
+    assert "SuperPoint" in err and not os.path.exists(tmp_path / "o"), err
     # a folder without a tokenizer: a prompt is refused with the fix, token ids work
     bare = tmp_path / "bare"
     shutil.copytree(out, bare)

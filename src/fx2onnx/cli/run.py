@@ -86,6 +86,11 @@ def _lines(task: str, result: Any) -> list[str]:
         return [f"{a['answer']!r:<30} {a['score']:.4f}  words [{a['start']}:{a['end']}]" for a in result]
     if task == "table-question-answering":
         return [f"{result['answer']!r}  cells {result['coordinates']}"]
+    if task == "keypoint-matching":
+        if not result:
+            return ["(no match above the threshold)"]
+        return [f"({m['keypoint_image_0']['x']}, {m['keypoint_image_0']['y']}) -> "
+                f"({m['keypoint_image_1']['x']}, {m['keypoint_image_1']['y']})  {m['score']:.4f}" for m in result]
     if task == "text-to-audio":
         speech = _speech(result)
         return [f"audio: {speech['samples']} samples at {speech['sampling_rate']} Hz ({speech['seconds']:.2f} s)" +
@@ -146,6 +151,12 @@ def run(args: argparse.Namespace) -> int:
         options = dict(candidate_labels=args.labels, hypothesis_template=args.template)
     elif pipe.task == "object-detection":
         options = dict(threshold=0.5 if args.threshold is None else args.threshold)
+    elif pipe.task == "keypoint-matching":  # the images two by two: A B makes one pair, A B C D two
+        if len(inputs) % 2:
+            raise ValueError(f"a keypoint-matching folder matches images two by two: give an even number of --image "
+                             f"(got {len(inputs)}).")
+        inputs = [[inputs[i], inputs[i + 1]] for i in range(0, len(inputs), 2)]
+        options = dict(threshold=0.0 if args.threshold is None else args.threshold)
     if pipe.task == "token-classification":
         options["aggregation_strategy"] = args.aggregation or "none"
     elif args.aggregation:
@@ -171,8 +182,9 @@ def run(args: argparse.Namespace) -> int:
     elif args.subtask:
         raise ValueError(f"--subtask is an option of a segmentation folder, not of a {pipe.task} one.")
     if args.threshold is not None and not pipe.task.endswith("object-detection") and \
-            pipe.task not in SEGMENTATION_TASKS:
-        raise ValueError(f"--threshold is an option of a detection or segmentation folder, not of a {pipe.task} one.")
+            pipe.task not in (*SEGMENTATION_TASKS, "keypoint-matching"):
+        raise ValueError(f"--threshold is an option of a detection, segmentation or keypoint-matching folder, not of "
+                         f"a {pipe.task} one.")
     if pipe.task != "zero-shot-classification" and args.multi_label:
         raise ValueError(f"--multi-label is an option of a zero-shot-classification folder, not of a {pipe.task} one.")
     if not pipe.task.startswith("zero-shot") and (args.labels or args.template):
@@ -209,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for number, (value, result) in enumerate(zip(inputs, results), 1):
         if len(inputs) > 1:
-            print(f"[{number}] {value}")
+            print(f"[{number}] {' + '.join(value) if pipe.task == 'keypoint-matching' else value}")
         for line in _lines(pipe.task, result):
             print(("  " if len(inputs) > 1 else "") + line)
     return 0
@@ -223,7 +235,7 @@ def add_parser(commands: Any) -> None:
         "audio or video classification, zero-shot classification of texts, images or sounds (--labels), object "
         "detection, segmentation, mask generation (SAM), depth estimation, fill-mask, feature extraction, sentence "
         "embeddings, CTC speech recognition, text to speech: a WAV file, table question answering: --table, document question answering: "
-        "--word-boxes) on "
+        "--word-boxes, keypoint matching: --image A --image B, the images two by two) on "
         "onnxruntime, the inputs prepared by the folder's own tokenizer, image processor or feature extractor "
         "(offline), and prints what transformers' pipeline of the task returns. "
         "Several inputs make a batch.")
@@ -248,7 +260,7 @@ def add_parser(commands: Any) -> None:
                      "aggregation_strategy; default none: one entity per token)")
     cmd.add_argument("--threshold", type=float, default=None,
                      help="an object-detection folder: the lowest score of an object shown (default 0.5; 0.1 for "
-                     "zero-shot-object-detection)")
+                     "zero-shot-object-detection); a keypoint-matching folder: of a match (default 0)")
     cmd.add_argument("--subtask", default=None, metavar="panoptic|instance|semantic",
                      help="a segmentation folder: the masks made (default: the first its image processor makes)")
     cmd.add_argument("--table", default=None,

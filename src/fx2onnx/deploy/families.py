@@ -35,6 +35,7 @@ from .image_prefix import image_prefix_pieces, is_image_prefix_model
 from .detr_segmentation import export_detr_segmentation_pieces, is_detr_segmenter
 from .document_qa import export_document_qa_pieces
 from .image_text import export_vision_pieces, vision_pieces
+from .keypoint_matching import export_keypoint_matching_pieces
 from .mask_generation import export_mask_generation_pieces
 from .speech import Piece
 from .speech_generic import eager_pieces, export_generic_speech_pieces, meta_model_with_buffers
@@ -198,6 +199,10 @@ FAMILIES: tuple[Family, ...] = (
            lambda f: True, export_document_qa_pieces,
            "the start and end logits of two input sets of its tokenizer (a page, 1 and 2 questions) against eager "
            "float32"),
+    Family("image pair", "keypoint-matching", None,
+           "EfficientLoFTR: the matches of a pair of images (SuperGlue and LightGlue refused: a number of keypoints "
+           "known at run time)", lambda f: True, export_keypoint_matching_pieces,
+           "the matches, scores and keypoints of two pairs of its image processor (two sizes) against eager float32"),
 )
 
 

@@ -85,6 +85,8 @@ OWN_PIPELINES: dict[str, tuple[str, str]] = {
     "table-question-answering": ("text", "fx2onnx.runtime.table_qa.TableQuestionAnsweringPipeline"),
     # LayoutLM: the answer's words among the words of a page and their boxes
     "document-question-answering": ("text", "fx2onnx.runtime.document_qa.DocumentQuestionAnsweringPipeline"),
+    # EfficientLoFTR: the matches of a pair of images (the image processor's post_process_keypoint_matching)
+    "keypoint-matching": ("image", "fx2onnx.runtime.keypoint_matching.KeypointMatchingPipeline"),
 }
 #: the tasks of a model of two towers: the texts (candidate labels) and the images or sounds, each its own batch
 TWO_TOWER_TASKS = ("zero-shot-image-classification", "zero-shot-audio-classification", "zero-shot-object-detection")

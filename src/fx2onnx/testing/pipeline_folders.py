@@ -253,3 +253,19 @@ def write_maskformer_folder(folder: str | os.PathLike, seed: int = 0) -> str:
     torch.manual_seed(seed)
     return _save(transformers.MaskFormerForInstanceSegmentation(config).eval(),
                  transformers.MaskFormerImageProcessor(size={"height": 64, "width": 64}), os.fspath(folder))
+
+
+def write_efficientloftr_folder(folder: str | os.PathLike, seed: int = 0) -> str:
+    """Writes a ``save_pretrained`` folder of a tiny ``EfficientLoFTRForKeypointMatching`` (a RepVGG backbone of 4
+    stages up to 64 channels, one attention layer, every mutual best match kept: threshold 0) with its image processor
+    (pairs resized to 128x160); returns the folder."""
+    import torch
+    import transformers
+
+    config = transformers.EfficientLoFTRConfig(
+        stage_num_blocks=[1, 1, 1, 1], out_features=[16, 16, 32, 64], stage_stride=[2, 1, 2, 2], hidden_size=64,
+        num_attention_heads=8, num_attention_layers=1, coarse_matching_threshold=0.0,
+        architectures=["EfficientLoFTRForKeypointMatching"])
+    torch.manual_seed(seed)
+    return _save(transformers.EfficientLoFTRForKeypointMatching(config).eval(),
+                 transformers.EfficientLoFTRImageProcessor(size={"height": 128, "width": 160}), os.fspath(folder))
