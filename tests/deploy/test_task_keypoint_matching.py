@@ -15,22 +15,17 @@ import fx2onnx
 from fx2onnx.__main__ import main
 from fx2onnx.deploy import export_folder
 from fx2onnx.deploy.keypoint_matching import export_keypoint_matching_pieces
-from fx2onnx.testing.pipeline_folders import write_efficientloftr_folder
+from fx2onnx.testing.pipeline_folders import block_picture_views, write_efficientloftr_folder
 
 from test_encoder_tasks import _reference
 
 
 def _pair_files(folder, count=4):
-    """Crops of one picture of large blocks, each shifted a few pixels (pairs that overlap)."""
-    import PIL.Image
-
-    rng = np.random.default_rng(1)
-    picture = np.asarray(PIL.Image.fromarray(rng.integers(0, 256, (12, 15, 3), dtype=np.uint8)).resize(
-        (150, 120), PIL.Image.NEAREST))
+    """Overlapping crops of one picture of blocks, as PNG files."""
     paths = []
-    for i in range(count):
+    for i, view in enumerate(block_picture_views(count)):
         path = os.path.join(folder, f"view{i}.png")
-        PIL.Image.fromarray(np.ascontiguousarray(picture[3 * i:100 + 3 * i, 2 * i:130 + 2 * i])).save(path)
+        view.save(path)
         paths.append(path)
     return paths
 
@@ -40,7 +35,9 @@ def _same(ours, expected):
     for got, match in zip(ours, expected):
         assert got["keypoint_image_0"] == match["keypoint_image_0"], (got, match)
         assert got["keypoint_image_1"] == match["keypoint_image_1"], (got, match)
-        assert abs(got["score"] - match["score"]) <= 1e-4
+        assert abs(got["score"] - match["score"]) <= min(1e-4, 1e-3 * match["score"])
+    # keypoints and scores of their own: the comparison means something
+    assert len({(m["keypoint_image_0"]["x"], m["keypoint_image_0"]["y"]) for m in expected}) == len(expected)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +58,7 @@ def test_efficientloftr_folder_equals_transformers(efficientloftr, tmp_path, cap
     images = _pair_files(str(tmp_path))
     ours, reference = fx2onnx.pipeline(out), _reference("keypoint-matching", checkpoint)
     for pair in (images[:2], images[2:]):
-        for threshold in (0.0, 5e-6):
+        for threshold in (0.0, 1e-4):
             _same(ours(pair, threshold=threshold), reference(pair, threshold=threshold))
     batch = [images[:2], images[1:3]]
     for got, expected in zip(ours(batch), reference(batch)):

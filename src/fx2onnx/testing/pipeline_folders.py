@@ -255,10 +255,25 @@ def write_maskformer_folder(folder: str | os.PathLike, seed: int = 0) -> str:
                  transformers.MaskFormerImageProcessor(size={"height": 64, "width": 64}), os.fspath(folder))
 
 
+def block_picture_views(count: int, seed: int = 1) -> list[Any]:
+    """``count`` overlapping crops (100x130, each shifted by 3 and 2 pixels) of a random picture of 10x10 blocks:
+    image pairs a keypoint matcher finds matches in."""
+    import numpy as np
+    import PIL.Image
+
+    rng = np.random.default_rng(seed)
+    picture = np.asarray(PIL.Image.fromarray(rng.integers(0, 256, (12, 15, 3), dtype=np.uint8)).resize(
+        (150, 120), PIL.Image.NEAREST))
+    return [PIL.Image.fromarray(np.ascontiguousarray(picture[3 * i:100 + 3 * i, 2 * i:130 + 2 * i]))
+            for i in range(count)]
+
+
 def write_efficientloftr_folder(folder: str | os.PathLike, seed: int = 0) -> str:
     """Writes a ``save_pretrained`` folder of a tiny ``EfficientLoFTRForKeypointMatching`` (a RepVGG backbone of 4
     stages up to 64 channels, one attention layer, every mutual best match kept: threshold 0) with its image processor
-    (pairs resized to 128x160); returns the folder."""
+    (pairs resized to 128x160); returns the folder. Its batch norms' statistics are those of a pair of
+    :func:`block_picture_views` (random weights shrink the features to their biases: every cell alike, one keypoint
+    matched everywhere)."""
     import torch
     import transformers
 
@@ -267,5 +282,13 @@ def write_efficientloftr_folder(folder: str | os.PathLike, seed: int = 0) -> str
         num_attention_heads=8, num_attention_layers=1, coarse_matching_threshold=0.0,
         architectures=["EfficientLoFTRForKeypointMatching"])
     torch.manual_seed(seed)
-    return _save(transformers.EfficientLoFTRForKeypointMatching(config).eval(),
-                 transformers.EfficientLoFTRImageProcessor(size={"height": 128, "width": 160}), os.fspath(folder))
+    model = transformers.EfficientLoFTRForKeypointMatching(config).eval()
+    processor = transformers.EfficientLoFTRImageProcessor(size={"height": 128, "width": 160})
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    for norm in norms:  # one pass in training mode: the running statistics become the pair's
+        norm.momentum = None
+        norm.reset_running_stats()
+        norm.train()
+    with torch.no_grad():
+        model(**processor(images=block_picture_views(2, seed + 7), return_tensors="pt"))
+    return _save(model.eval(), processor, os.fspath(folder))
