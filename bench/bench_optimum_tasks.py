@@ -263,8 +263,9 @@ def main(argv=None) -> list[dict]:
         rows.append(row)
         kept[name] = row
         if args.json:
-            document = {**sweep_context("nice -n 10 python bench/bench_optimum_tasks.py " + " ".join(
-                argv if argv is not None else sys.argv[1:])), "optimum": OPTIMUM_PINS,
+            given = argv if argv is not None else sys.argv[1:]
+            command = " ".join("NOTE" if note and a == args.note else a for a in given)  # the note is kept apart
+            document = {**sweep_context("nice -n 10 python bench/bench_optimum_tasks.py " + command), "optimum": OPTIMUM_PINS,
                 **({"note": note} if note else {}), "rows": [kept[n] for n in MODELS if n in kept]}
             with open(args.json, "w", encoding="utf-8") as f:
                 json.dump(document, f, indent=1)

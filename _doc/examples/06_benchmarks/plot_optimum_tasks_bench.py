@@ -103,8 +103,8 @@ for r in rows:
     ours, theirs = r.get("ours", {}), r.get("optimum", {})
     size = (ours.get("files_mb") is not None and theirs.get("files_mb") is not None
             and ours["files_mb"] <= theirs["files_mb"])
-    cpu = [ours.get("cpu_ms", {}).get(s) / theirs["cpu_ms"][s]
-           for s in settings[:2] if s in (ours.get("cpu_ms") or {}) and s in (theirs.get("cpu_ms") or {})]
+    ours_cpu, theirs_cpu = ours.get("cpu_ms") or {}, theirs.get("cpu_ms") or {}
+    cpu = [ours_cpu[s] / theirs_cpu[s] for s in settings[:2] if s in ours_cpu and s in theirs_cpu]
     faster = bool(cpu) and max(round(c, 2) for c in cpu) <= 1.0
     ratio = " ".join(f"{c:.2f}x" for c in cpu) or "-"
     load = r.get("load_average")
