@@ -72,9 +72,6 @@ PIPELINE_TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "video-classification": ("video", ("logits",)),
 }
 #: the tasks whose folder holds several pieces, run by a pipeline class of their own module (named, not imported):
-#: what to do with an input outside the sizes the export narrowed (:mod:`fx2onnx.runtime.input_ranges`)
-RANGE_FIXES = {"text": "shorten the text", "image": "give an image of the size the export was made on",
-               "audio": "cut the audio", "video": "give fewer or smaller frames"}
 #: task -> (what it reads, the class)
 OWN_PIPELINES: dict[str, tuple[str, str]] = {
     # SAM's image encoder, then its prompt encoder and mask decoder on a grid of points
