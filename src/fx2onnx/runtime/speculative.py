@@ -339,8 +339,9 @@ class CandidateBudget:
     the cost of a run of each size seen so far and the acceptance seen.
 
     A run feeding ``n`` tokens costs :meth:`cost` ``(n)`` CPU seconds (the least measured, process CPU time:
-    the machine's load reaches it less than wall time); ``k`` candidates give ``1 + a1 + a1 a2 + ... + a1 ... ak`` tokens (``ai``: the share of the candidates kept at place ``i`` once
-the ones before were, decayed counts); a draft adds its cost per candidate. On the benchmark Llama in int4,
+    the machine's load reaches it less than wall time); ``k`` candidates give ``1 + a1 + a1 a2 + ... + a1 ... ak``
+    tokens (``ai``: the share of the candidates kept at place ``i`` once the ones before were, decayed counts); a
+    draft adds its cost per candidate. On the benchmark Llama in int4,
     a run of 11 tokens costs 7.5 plain steps, one of 6 tokens 2.9: 4 or 5 candidates give more tokens per
     second than 10. A size never measured is tried when it is next to the best one (the costs of the other
     sizes interpolated): the counts settle in a few runs, and the costs are kept for the later generations
