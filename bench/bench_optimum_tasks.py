@@ -44,6 +44,10 @@ MODELS = {
 }
 #: the measured settings
 THREADS, BATCHES = (1, 2), (1, 8)
+#: the pause before each run: onnxruntime's worker threads spin a while after a run ends; without the pause the other
+#: tool's run starts while they still hold a core (measured: wav2vec2-base, 2 threads, batch 1, 45 ms alone, 59-71 ms
+#: right after the other session's run)
+SETTLE_SECONDS = 0.05
 
 
 def config_of(name: str):
@@ -134,7 +138,7 @@ def latencies(paths: dict[str, str], kind: str, threads: int, batch: int, budget
     """Each tool's median seconds of a run, wall clock and, at 1 thread, the CPU time of the calling thread
     (onnxruntime computes there: what other jobs on the machine take away from the wall clock does not count).
     The tools run in turns, one run each a round, the order reversed every other round (a load coming or going
-    weighs on both alike): one warm-up run each, then up to ``rounds`` rounds within ``budget`` seconds a tool
+    weighs on both alike), each run after a pause of ``SETTLE_SECONDS``: one warm-up run each, then up to ``rounds`` rounds within ``budget`` seconds a tool
     (3 rounds at least)."""
     sessions = {tool: session(path, threads) for tool, path in paths.items()}
     feeds = feeds_of(kind, batch)
@@ -147,6 +151,7 @@ def latencies(paths: dict[str, str], kind: str, threads: int, batch: int, budget
         if r >= 3 and time.perf_counter() - begin > budget * len(sessions):
             break
         for tool in (list(sessions) if r % 2 == 0 else list(reversed(sessions))):
+            time.sleep(SETTLE_SECONDS)
             t0, c0 = time.perf_counter(), time.thread_time()
             run(sessions[tool], feeds)
             wall[tool].append(time.perf_counter() - t0)
