@@ -138,8 +138,8 @@ def latencies(paths: dict[str, str], kind: str, threads: int, batch: int, budget
     """Each tool's median seconds of a run, wall clock and, at 1 thread, the CPU time of the calling thread
     (onnxruntime computes there: what other jobs on the machine take away from the wall clock does not count).
     The tools run in turns, one run each a round, the order reversed every other round (a load coming or going
-    weighs on both alike), each run after a pause of ``SETTLE_SECONDS``: one warm-up run each, then up to ``rounds`` rounds within ``budget`` seconds a tool
-    (3 rounds at least)."""
+    weighs on both alike), each run after a pause of ``SETTLE_SECONDS``: one warm-up run each, then up to ``rounds``
+    rounds within ``budget`` seconds a tool (3 rounds at least)."""
     sessions = {tool: session(path, threads) for tool, path in paths.items()}
     feeds = feeds_of(kind, batch)
     for sess in sessions.values():
