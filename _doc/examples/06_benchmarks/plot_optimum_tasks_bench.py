@@ -16,12 +16,13 @@ check against PyTorch), the size of the files written, the largest difference of
 the eager model (transformers, float32, one input) and onnxruntime's latency (median, warm) at 1 and
 2 intra-op threads for a batch of 1 and of 8: texts of 128 tokens, 224x224 images, 1 s of 16 kHz
 audio, 800x800 images for DETR; T5's encoder for T5. The two tools' runs alternate (the order
-reversed every other round), so a load coming or going weighs on both alike; at 1 thread the CPU
-time of a run is stored too, which the other jobs disturb less than the wall clock. The numbers
-come from ``_doc/bench/optimum_tasks.json``, measured on this project's 2-core machine while other
-jobs ran (the JSON's note and each row's load average say how loaded): the CPU times at 1 thread
-are the numbers to compare, the wall clocks and the 2-thread settings are noisy (a ratio within a
-few percent says little). The model types each tool exports per task are counted on the
+reversed every other round), so a load coming or going weighs on both alike, each after a pause of
+50 ms: onnxruntime's worker threads spin a while after a run ends, and without the pause they held
+a core during the other tool's next run (at 2 threads that alone made either tool look up to 1.2x
+slower). At 1 thread the CPU time of a run is stored too, which other jobs disturb less than the
+wall clock. The numbers come from ``_doc/bench/optimum_tasks.json``, measured on this project's
+2-core machine (the JSON's note and each row's load average say how loaded): a ratio within a few
+percent says little. The model types each tool exports per task are counted on the
 :doc:`tasks page </models/tasks>`.
 """
 
