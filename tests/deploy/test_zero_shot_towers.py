@@ -70,6 +70,18 @@ def test_siglip_folder_equals_transformers(tmp_path_factory, tmp_path):
 
 
 @pytest.mark.slow
+def test_siglip2_folder_equals_transformers(tmp_path_factory, tmp_path):
+    checkpoint, out, result = _exported(tmp_path_factory, "Siglip2Model")
+    assert result.task == "zero-shot-image-classification"
+    piece = json.load(open(os.path.join(out, "fx2onnx.json")))["pieces"]["model"]
+    # NaFlex: the patches of each image resized to its own grid, padded, its mask and its grid's size beside them
+    assert piece["inputs"] == ["input_ids", "pixel_values", "pixel_attention_mask", "spatial_shapes"]
+    images = _image_files(str(tmp_path))
+    ours, reference = fx2onnx.pipeline(out), _reference("zero-shot-image-classification", checkpoint)
+    _same(ours(images, candidate_labels=LABELS), reference(images, candidate_labels=LABELS))
+
+
+@pytest.mark.slow
 def test_clap_folder_equals_transformers(tmp_path_factory, tmp_path, capsys):
     checkpoint, out, result = _exported(tmp_path_factory, "ClapModel")
     assert result.task == "zero-shot-audio-classification"  # no auto mapping names it: a text and an audio tower

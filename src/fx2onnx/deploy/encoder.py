@@ -76,11 +76,14 @@ class EncoderPiece(torch.nn.Module):
     def forward(self, input_ids: Any = None, attention_mask: Any = None, token_type_ids: Any = None,
                 pixel_values: Any = None, pixel_mask: Any = None, input_values: Any = None,
                 input_features: Any = None, is_longer: Any = None,
-                pixel_values_videos: Any = None) -> tuple[torch.Tensor, ...]:
+                pixel_values_videos: Any = None, pixel_attention_mask: Any = None,
+                spatial_shapes: Any = None) -> tuple[torch.Tensor, ...]:
         given = dict(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                      pixel_values=pixel_values, pixel_mask=pixel_mask, input_values=input_values,
                      input_features=input_features, is_longer=is_longer,
-                     pixel_values_videos=pixel_values_videos)  # V-JEPA 2's clips
+                     pixel_values_videos=pixel_values_videos,  # V-JEPA 2's clips
+                     # SigLIP 2's patches (NaFlex): which are padding, and each image's grid of patches
+                     pixel_attention_mask=pixel_attention_mask, spatial_shapes=spatial_shapes)
         result = self.model(**{k: v for k, v in given.items() if v is not None})
         if self.pooling is not None:  # a sentence-transformers folder: its pooling (and normalization) too
             tokens = result["last_hidden_state"]

@@ -44,6 +44,8 @@ Each one fixes a failure met with the installed transformers and tiny models:
 * FSMT's ``make_padding_mask`` returns ``None`` when no token is padding
   (``if not padding_mask.any()``): a branch on the data. The patch always returns
   the mask; an all-false mask masks nothing, so the outputs are the same.
+* SigLIP 2's position embeddings are resized image by image to sizes read with ``tolist()``
+  (see :mod:`fx2onnx.patches.siglip2`).
 * Gemma, Gemma 2 and PaliGemma build causal masks for attention modules that are not causal
   (``use_bidirectional_attention=True``, PaliGemma's default): eager SDPA skips the mask when
   nothing is padded and attends to every token, torch.export always keeps the causal mask. The
@@ -85,6 +87,7 @@ from .reformer import _make_axial_position_forward
 from .relative_positions import RELATIVE_POSITION_TABLES, guard_relative_positions, make_relative_positions
 from .registry import Patch, patch_if_imported, source_guard
 from .sdpa_skip import MASK_FUNCTIONS, guard_mask_function, make_mask_with_eager_skip
+from .siglip2 import _make_resize_positional_embeddings
 
 
 def _make_lazy_initialization(original: Any) -> Any:
@@ -424,6 +427,17 @@ def transformers_patches() -> list[Patch]:
             "grown by a branch on their number, which torch.export narrowed to the table's (see "
             "fx2onnx.patches.relative_positions)",
         ))
+    patches.extend(patch_if_imported(
+        "transformers.models.siglip2.modeling_siglip2", "Siglip2VisionEmbeddings.resize_positional_embeddings",
+        name="Siglip2VisionEmbeddings.resize_positional_embeddings",
+        make=_make_resize_positional_embeddings,
+        expected_args=("positional_embeddings", "spatial_shapes", "max_length"),
+        guard=source_guard("Siglip2VisionEmbeddings.resize_positional_embeddings", ".tolist()",
+                           absent="SigLIP 2's position embeddings are not resized from sizes read with tolist()"),
+        doc="SigLIP 2's position embeddings resized for every image at once by antialiased bilinear weights "
+        "computed from spatial_shapes as tensors, instead of a loop over the batch reading each size with "
+        "tolist(), which torch.export cannot capture (see fx2onnx.patches.siglip2)",
+    ))
     for module, model_class in DETR_BATCH_FORWARDS:
         patches.extend(patch_if_imported(
             f"transformers.models.{module}.modeling_{module}", f"{model_class}.forward",

@@ -128,12 +128,15 @@ def encoder_config(architecture: str, labels: tuple[str, ...] | None = None) -> 
                     bos_token_id=SPECIAL.index("[CLS]"), eos_token_id=SPECIAL.index("[SEP]"))
         return transformers.OwlViTConfig(text_config=text, vision_config=dict(towers, image_size=32, patch_size=8),
                                          projection_dim=32, architectures=[architecture])
-    if architecture in ("CLIPModel", "SiglipModel"):  # two towers of 2 layers of 32, the WordPiece vocabulary
+    if architecture in ("CLIPModel", "SiglipModel", "Siglip2Model"):  # two towers of 2 layers of 32, WordPieces
         towers = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
         text = dict(towers, vocab_size=len(bert_tokenizer()), max_position_embeddings=64, pad_token_id=0,
                     bos_token_id=SPECIAL.index("[CLS]"), eos_token_id=SPECIAL.index("[SEP]"))  # CLIP pools at the end
-        vision = dict(towers, image_size=32, patch_size=8)
-        config_class = transformers.CLIPConfig if architecture == "CLIPModel" else transformers.SiglipConfig
+        # SigLIP 2 (NaFlex): patches of 8 pixels, its position table of 4x4 resized to each image's grid
+        vision = dict(towers, num_patches=16, patch_size=8) if architecture == "Siglip2Model" else \
+            dict(towers, image_size=32, patch_size=8)
+        config_class = {"CLIPModel": transformers.CLIPConfig, "SiglipModel": transformers.SiglipConfig,
+                        "Siglip2Model": transformers.Siglip2Config}[architecture]
         extra = dict(projection_dim=16) if architecture == "CLIPModel" else {}
         return config_class(text_config=text, vision_config=vision, architectures=[architecture],
                             initializer_factor=4.0, **extra)
@@ -146,7 +149,7 @@ def encoder_config(architecture: str, labels: tuple[str, ...] | None = None) -> 
         return transformers.ClapConfig(text_config=text, audio_config=audio, projection_dim=16,
                                        architectures=[architecture])
     raise ValueError(f"No tiny configuration for {architecture}: give a Bert*, ViT*, Wav2Vec2*, Detr*, DPT*, "
-                     "Segformer*, VideoMAE*, CLIPModel, SiglipModel or ClapModel class.")
+                     "Segformer*, VideoMAE*, CLIPModel, SiglipModel, Siglip2Model or ClapModel class.")
 
 
 def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int = 0,
@@ -178,6 +181,9 @@ def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int
     elif architecture == "SiglipModel":  # SigLIP's tokenizer gives the ids only (padded to 64 by the pipeline)
         bert_tokenizer(("input_ids",)).save_pretrained(folder)
         transformers.SiglipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
+    elif architecture == "Siglip2Model":  # each image resized to a grid of at most 24 patches, padded to 24
+        bert_tokenizer(("input_ids",)).save_pretrained(folder)
+        transformers.Siglip2ImageProcessor(patch_size=8, max_num_patches=24).save_pretrained(folder)
     elif architecture.startswith("ViT"):
         transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
     elif architecture == "ClapModel":  # sounds of 1 s at most at 16 kHz, 16 mel bins (CLAP's: 10 s, 48 kHz, 64)
