@@ -17,7 +17,8 @@ The vision piece takes every input it names from the processor's outputs (Qwen2-
 computed from the grid (:func:`fx2onnx.runtime.mrope.rope_index`). Every output of the vision
 piece is fed to the decoder (Qwen3-VL's deepstack features after the image features). When the
 processor gives ``image_sizes`` the vision piece does not take (Mistral 3: images padded to the
-largest), each image cropped to its size runs alone, the features concatenated. Qwen2-VL's,
+largest), each image cropped to its size runs alone, the features concatenated; so does each image's grid of
+patches when it gives ``spatial_shapes`` the piece does not take (NaFlex: LFM2-VL). Qwen2-VL's,
 Qwen2.5-VL's and Qwen3-VL's folders also take videos (animated images read by :func:`read_video`): the vision
 piece runs on their patches and grids, their features go over the video placeholders in the
 order of the prompt, their temporal patches get their own time positions.
@@ -227,7 +228,10 @@ class VisionGenerator:
     def _processed(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The processor's outputs as the vision piece takes them: Idefics 3's ``(prompts, images or
         tiles, 3, H, W)`` one image after the other, without the all-zero images padding a prompt of
-        fewer tiles (``get_image_features`` drops them too); Qwen2-VL's ``(patches, values)`` kept."""
+        fewer tiles (``get_image_features`` drops them too); Qwen2-VL's ``(patches, values)`` kept; NaFlex's
+        ``(images, patches, values)`` kept, each image cropped to its grid later (:meth:`vision_outputs`)."""
+        if "spatial_shapes" in inputs:
+            return inputs
         pixel_mask = inputs.pop("pixel_attention_mask", None)
         if "pixel_values" not in inputs:  # videos only
             return inputs
@@ -260,6 +264,8 @@ class VisionGenerator:
         names = {i.name for i in self.vision.get_inputs()}
         if "image_sizes" in inputs and "image_sizes" not in names:
             return self._one_image_at_a_time(inputs)
+        if "spatial_shapes" in inputs and "spatial_shapes" not in names:
+            return self._one_grid_at_a_time(inputs)
         feeds = {}
         for info in self.vision.get_inputs():
             key = info.name if info.name in inputs else VISION_INPUT_ALIASES.get(info.name, info.name)
@@ -292,6 +298,22 @@ class VisionGenerator:
                              "image (3, H, W) per size expected.")
         outputs = [[ort_value_to_numpy(v) for v in self.vision_outputs({"pixel_values": pixels[i:i + 1, :, :h, :w]})]
                    for i, (h, w) in enumerate(sizes)]
+        joined = [np.concatenate(parts, axis=0) for parts in zip(*outputs)]
+        return [_as_constant(a) for a in joined]
+
+    def _one_grid_at_a_time(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """NaFlex (LFM2-VL): the processor padded every image's patches to the longest sequence; each one cropped to
+        its grid (``spatial_shapes``, rows and columns of patches) runs alone as ``(1, rows, cols, patch_values)``,
+        the outputs concatenated."""
+        pixels = np.asarray(inputs["pixel_values"])
+        grids = np.asarray(inputs["spatial_shapes"]).reshape(-1, 2)
+        if pixels.ndim != 3 or pixels.shape[0] != grids.shape[0]:
+            raise ValueError(f"pixel_values of shape {pixels.shape} and spatial_shapes of shape {grids.shape}: one "
+                             "sequence of patches (patches, values) per grid expected.")
+        outputs = []
+        for i, (rows, cols) in enumerate(grids):
+            grid = pixels[i:i + 1, :rows * cols].reshape(1, rows, cols, pixels.shape[-1])
+            outputs.append([ort_value_to_numpy(v) for v in self.vision_outputs({"pixel_values": grid})])
         joined = [np.concatenate(parts, axis=0) for parts in zip(*outputs)]
         return [_as_constant(a) for a in joined]
 
