@@ -1,6 +1,7 @@
 // Runs a transformers.js script in headless Chromium (onnxruntime-web, WASM) as a browser user would, offline: a page
 // served on 127.0.0.1 holds transformers.js' web build, onnxruntime-web's WASM files and the exported folder (as the
-// model "model" under /models/). The scripts of this folder give it the body of their page and print its result.
+// model "model" under /models/; several folders as "model0", "model1", ...). The scripts of this folder give it the
+// body of their page and print its result: one browser for several folders.
 import fs from "node:fs";
 import http from "node:http";
 import path from "node:path";
@@ -11,13 +12,16 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", ".
 const types = { ".js": "text/javascript", ".mjs": "text/javascript", ".json": "application/json",
                 ".wasm": "application/wasm", ".html": "text/html" };
 
-// `imports`: the names imported from transformers.js; `body`: the page's code after transformers.js is set up
-// offline, setting `window.result` (an object; an exception becomes `{error}`). Resolves to the result.
+// `folder`: one folder (the model "model") or an array of them ("model0", "model1", ...); `imports`: the names imported
+// from transformers.js; `body`: the page's code after transformers.js is set up offline, setting `window.result` (an
+// object; an exception becomes `{error}`). Resolves to the result.
 export async function runInChromium(folder, imports, body, chromium = "/usr/bin/chromium") {
+  const models = Array.isArray(folder) ? folder.map((f, i) => [`/models/model${i}/`, path.resolve(f)])
+                                       : [["/models/model/", path.resolve(folder)]];
   const routes = {  // URL prefix -> folder served
     "/transformers/": path.join(root, "@huggingface", "transformers", "dist"),
     "/ort/": path.join(root, "onnxruntime-web", "dist"),
-    "/models/model/": path.resolve(folder),
+    ...Object.fromEntries(models),
   };
   const page = `<!doctype html><html><body><script type="module">
 import { ${[...imports, "env"].join(", ")} } from "/transformers/transformers.js";

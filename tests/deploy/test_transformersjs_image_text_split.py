@@ -1,25 +1,36 @@
 """SmolVLM, LightOnOCR and Qwen3-VL-MoE folders in transformers.js: the task zoo's tiny model saved by transformers
 -> ``python -m fx2onnx export`` -> the split transformers.js loads (onnx/vision_encoder.onnx, onnx/embed_tokens.onnx,
 onnx/decoder_model_merged.onnx; fx2onnx.deploy.transformersjs_split), which our loop reads too: both give
-transformers' greedy tokens. SmolVLM's vision encoder takes the processor's tiles ``(prompts, tiles, 3, H, W)`` and
-its boolean ``pixel_attention_mask`` as transformers.js' Idefics 3 processor makes them (one tile, then two);
-LightOnOCR's is Mistral 3's (one image); Qwen3-VL-MoE's is Qwen3-VL's, its decoder the mixture of experts."""
+transformers' greedy tokens, in Node and (the three folders in one page of one browser) in headless Chromium through
+onnxruntime-web. SmolVLM's vision encoder takes the processor's tiles ``(prompts, tiles, 3, H, W)`` and its boolean
+``pixel_attention_mask`` as transformers.js' Idefics 3 processor makes them (one tile, two, then the ten of SmolVLM's
+processor made in code splitting an image larger than a tile); LightOnOCR's is Mistral 3's (the processor's images
+padded to the largest, with their ``image_sizes``); Qwen3-VL-MoE's is Qwen3-VL's, its decoder the mixture of
+experts. Each folder is exported once per module."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 
 import numpy as np
+import PIL.Image
 import pytest
 import torch
+import transformers
+from transformers.models.smolvlm import processing_smolvlm
 
 from fx2onnx.__main__ import main
 from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_model
 from fx2onnx.inputs.vlm_inputs import image_text_inputs
 from fx2onnx.runtime.families import open_generator
-from test_speech_generic import transformersjs_seq2seq
+from fx2onnx.testing.tokenizer import tiny_tokenizer
+from fx2onnx.testing.vlm_folder import IDEFICS3_TOKENS
+from test_speech_generic import ROOT, transformersjs_seq2seq
 
+NAMES = ["smolvlm", "lighton_ocr", "qwen3_vl_moe"]
 NEW_TOKENS = 8
 #: the standard deviation of the random matrices: tokens that vary (the zoo's initialization repeats one token)
 STD = 0.3
@@ -62,11 +73,30 @@ def _two_tiles(inputs: dict, config) -> dict:
             "input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
-@pytest.mark.slow  # an export (about 30 s on a loaded machine) and a Node run each
-@pytest.mark.parametrize("name", ["smolvlm", "lighton_ocr", "qwen3_vl_moe"])
-def test_split_in_transformersjs_and_our_loop_gives_transformers_tokens(name, tmp_path):
+def _smolvlm_processor(longest_edge: int, tile: int, per_tile: int):
+    """SmolVLM's processor made in code, as its checkpoints set it: the image resized to ``longest_edge`` pixels at
+    most, split into tiles of ``tile`` pixels (``do_image_splitting``) plus the whole image as a last tile; the tiny
+    tokenizer with Idefics 3's tokens."""
+    tok = tiny_tokenizer(384)
+    tok.add_special_tokens({"additional_special_tokens": IDEFICS3_TOKENS})
+    images = transformers.SmolVLMImageProcessor(size={"longest_edge": longest_edge},
+                                                max_image_size={"longest_edge": tile}, do_image_splitting=True)
+    return transformers.SmolVLMProcessor(image_processor=images, tokenizer=tok,
+                                         video_processor=transformers.SmolVLMVideoProcessor(), image_seq_len=per_tile)
+
+
+def _export(name: str, folder) -> dict:
+    """The tiny model of ``name`` exported by ``python -m fx2onnx export``: the model, its folder and the sets of
+    ``(inputs, transformers' greedy sequences)`` every client runs (SmolVLM's processor too, its image token the
+    processor's)."""
     model, config = _tiny_model(name)
     config.architectures = config.architectures or [type(model).__name__]
+    processor = None
+    if name == "smolvlm":  # 4 patches per tile merged into one feature; images split into tiles of 64 pixels
+        vision = config.vision_config
+        per_tile = (vision.image_size // vision.patch_size) ** 2 // config.scale_factor ** 2
+        processor = _smolvlm_processor(3 * vision.image_size, vision.image_size, per_tile)
+        config.image_token_id = model.image_token_id = model.model.image_token_id = processor.image_token_id
     inputs, _ = image_text_inputs(model, config, batch=1)
     inputs = {k: v for k, v in inputs.items() if k != "position_ids"}  # computed by generate and by the loops
     if hasattr(config, "vision_start_token_id"):  # written in config.json by save_pretrained below
@@ -75,26 +105,92 @@ def test_split_in_transformersjs_and_our_loop_gives_transformers_tokens(name, tm
     with torch.no_grad():
         expected = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False).numpy()
     assert len(set(expected[0, inputs["input_ids"].shape[1]:].tolist())) > 3  # the tokens vary: a real check
-    checkpoint, out = str(tmp_path / "checkpoint"), str(tmp_path / "onnx")
+    checkpoint, out = str(folder / "checkpoint"), str(folder / "onnx")
     model.save_pretrained(checkpoint)
+    if processor is not None:
+        processor.save_pretrained(checkpoint)
     assert main(["export", checkpoint, "--out", out, "--quiet"]) == 0  # every piece checked against eager
-    assert {"vision_encoder.onnx", "embed_tokens.onnx", "decoder_model_merged.onnx"} <= set(os.listdir(out + "/onnx"))
-    metadata = json.load(open(os.path.join(out, "fx2onnx.json")))
-    vision = metadata["pieces"].get("vision_encoder") or metadata["pieces"]["vision"]  # Qwen3-VL's its own piece
-    assert vision["file"] == "onnx/vision_encoder.onnx"
-    assert "transformersjs" not in metadata and "transformers.js_config" in json.load(open(out + "/config.json"))
     sets = [(inputs, expected)]
     if name == "smolvlm":  # an image split into two tiles, as Idefics 3's processor splits one
         tiled = _two_tiles(inputs, config)
         with torch.no_grad():
             sets.append((tiled, model.generate(**tiled, max_new_tokens=NEW_TOKENS, do_sample=False).numpy()))
-    for feeds, tokens in sets:
+    return {"model": model, "config": config, "out": out, "sets": sets, "processor": processor}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """``exported(name)``: :func:`_export` of ``name``, once per module (Node and Chromium run the same folders)."""
+    made = {}
+
+    def get(name: str) -> dict:
+        if name not in made:
+            made[name] = _export(name, tmp_path_factory.mktemp(name))
+        return made[name]
+
+    with pytest.MonkeyPatch.context() as patch:  # SmolVLM's processor asks for num2words, used by its videos only
+        patch.setattr(processing_smolvlm, "num2words", processing_smolvlm.num2words or str)
+        yield get
+
+
+def _as_lists(feeds: dict) -> dict:
+    """The inputs as the client scripts read them (JSON lists; a boolean mask as 0 and 1)."""
+    return {k: v.int().tolist() if v.dtype == torch.bool else v.tolist() for k, v in feeds.items()}
+
+
+@pytest.mark.slow  # an export (about 30 s on a loaded machine) and a Node run each
+@pytest.mark.parametrize("name", NAMES)
+def test_split_in_transformersjs_and_our_loop_gives_transformers_tokens(name, exported, tmp_path):
+    made = exported(name)
+    out = made["out"]
+    assert {"vision_encoder.onnx", "embed_tokens.onnx", "decoder_model_merged.onnx"} <= set(os.listdir(out + "/onnx"))
+    metadata = json.load(open(os.path.join(out, "fx2onnx.json")))
+    vision = metadata["pieces"].get("vision_encoder") or metadata["pieces"]["vision"]  # Qwen3-VL's its own piece
+    assert vision["file"] == "onnx/vision_encoder.onnx"
+    assert "transformersjs" not in metadata and "transformers.js_config" in json.load(open(out + "/config.json"))
+    for feeds, tokens in made["sets"]:
         got = np.asarray(open_generator(out).generate_ids(feeds, NEW_TOKENS))
         np.testing.assert_array_equal(got, tokens)
-        js = transformersjs_seq2seq(out, {k: v.int().tolist() if v.dtype == torch.bool else v.tolist()
-                                          for k, v in feeds.items()}, NEW_TOKENS, tmp_path,
-                                    client="transformersjs_image_text.mjs")
+        js = transformersjs_seq2seq(out, _as_lists(feeds), NEW_TOKENS, tmp_path, client="transformersjs_image_text.mjs")
         assert js == tokens.tolist()
+
+
+@pytest.mark.slow  # one browser for the three folders (the exports shared with the test above)
+@pytest.mark.skipif(shutil.which("chromium") is None or shutil.which("node") is None,
+                    reason="chromium or node is not installed (Debian's packages; .ci/run installs them)")
+def test_split_in_headless_chromium_gives_transformers_tokens(exported, tmp_path):
+    """The three folders in transformers.js' web build on onnxruntime-web (WASM), in one headless Chromium page served
+    on 127.0.0.1 (tests/clients/transformersjs_browser_seq2seq.mjs): transformers' greedy tokens for each."""
+    args, expected = [], []
+    for name in NAMES:
+        made = exported(name)
+        feeds, tokens = made["sets"][0]
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(_as_lists(feeds)))
+        args += [made["out"], str(path)]
+        expected.append(tokens.tolist())
+    done = subprocess.run(["node", os.path.join(ROOT, "tests", "clients", "transformersjs_browser_seq2seq.mjs"), *args,
+                           str(NEW_TOKENS)], capture_output=True, text=True, cwd=ROOT, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [json.loads(line)["sequences"] for line in done.stdout.strip().splitlines()[-len(NAMES):]] == expected
+
+
+@pytest.mark.slow  # the SmolVLM export shared with the tests above, transformers.js in Node
+def test_smolvlm_processor_splitting_an_image_into_tiles(exported, tmp_path):
+    """SmolVLM's processor (``do_image_splitting``) on an image larger than a tile: 3 x 3 tiles and the whole image, the
+    prompt's placeholders for each; our loop and transformers.js (Node) give transformers' greedy tokens."""
+    made = exported("smolvlm")
+    model, processor, out = made["model"], made["processor"], made["out"]
+    y, x = np.mgrid[0:150, 0:190] / 190.0
+    image = PIL.Image.fromarray((np.stack([x, y, x * y], -1) * 255).astype(np.uint8))
+    inputs = dict(processor(images=[[image]], text=["<image>describe the picture"], return_tensors="pt"))
+    assert inputs["pixel_values"].shape[:2] == (1, 10)  # 3 x 3 tiles and the whole image
+    with torch.no_grad():
+        expected = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False).numpy()
+    assert len(set(expected[0, inputs["input_ids"].shape[1]:].tolist())) > 3
+    np.testing.assert_array_equal(np.asarray(open_generator(out).generate_ids(inputs, NEW_TOKENS)), expected)
+    js = transformersjs_seq2seq(out, _as_lists(inputs), NEW_TOKENS, tmp_path, client="transformersjs_image_text.mjs")
+    assert js == expected.tolist()
 
 
 def test_a_folder_without_the_files_transformersjs_loads_says_so():
