@@ -97,10 +97,16 @@ def _square_processor(config) -> dict:
     return {"size": {"height": side, "width": side}}
 
 
+def _timm_processor(config) -> dict:
+    """timm's data configuration (``pretrained_cfg``, which ``config.json`` of a timm checkpoint holds, see
+    :func:`checkpoint_fields`): the processor's only argument."""
+    return {"pretrained_cfg": config.pretrained_cfg}
+
+
 #: the arguments a model type's processor made in code takes from the tiny configuration
 PROCESSOR_ARGUMENTS = {"imagegpt": _imagegpt_processor, "maskformer": _swin_segmenter_processor,
                        "mask2former": _swin_segmenter_processor, "rf_detr": _square_processor,
-                       "lw_detr": _square_processor}
+                       "lw_detr": _square_processor, "timm_wrapper": _timm_processor}
 #: the sizes a model type's tiny configuration needs beside the tasks page's (LiLT's layout embeddings split its width
 #: shrunk by 4 in six: a width of 64 fails in eager)
 SIZES = {"lilt": {"hidden_size": 96, "intermediate_size": 96},
@@ -149,7 +155,7 @@ def _as_dict(size) -> dict:
 
 def _sized(cls, side: int, **arguments):
     """The processor ``cls`` with its sizes set to ``side`` pixels, the kind of its sizes kept (and ``arguments``)."""
-    default, sizes = cls(), {}
+    default, sizes = cls(**arguments), {}
     size = _as_dict(getattr(default, "size", None))
     if size:
         if size.get("height") or size.get("width"):
@@ -161,6 +167,20 @@ def _sized(cls, side: int, **arguments):
     if _as_dict(getattr(default, "crop_size", None)).get("height"):
         sizes["crop_size"] = {"height": side, "width": side}
     return cls(**{**sizes, **arguments})
+
+
+def checkpoint_fields(config, task: str) -> None:
+    """Sets on the tiny ``config`` what ``config.json`` of a published checkpoint of its model type holds and a
+    default configuration leaves out: a text encoder-decoder's decoder start token (T5's classifier shifts the ids
+    right from it; its checkpoints start from the pad token), timm's data configuration (``pretrained_cfg``: the
+    image size of the tiny model, ImageNet's mean and deviation, the folder's image processor reads it)."""
+    if task in TEXT_MAPPINGS and getattr(config, "is_encoder_decoder", False) and \
+            getattr(config, "decoder_start_token_id", None) is None:
+        config.decoder_start_token_id = config.pad_token_id
+    if config.model_type == "timm_wrapper" and not getattr(config, "pretrained_cfg", None):
+        side = _image_size(config)
+        config.pretrained_cfg = {"input_size": [3, side, side], "interpolation": "bilinear", "crop_pct": 1.0,
+                                 "crop_mode": "center", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
 
 
 def _auto_class(mapping: dict, model_type: str):
@@ -405,6 +425,7 @@ def run_one(key: str) -> dict:
                                                  else {}),
                                         **SIZES.get(name, {}))
         config.architectures = [arch.model_class_name]
+        checkpoint_fields(config, task)
         if getattr(config, "id2label", None) is None and getattr(config, "num_labels", None):  # as a checkpoint has
             config.id2label = {i: f"LABEL_{i}" for i in range(config.num_labels)}  # (PVT's config leaves them None)
         checkpoint, out = os.path.join(work, "checkpoint"), os.path.join(work, "exported")

@@ -4,6 +4,7 @@ at a time: :func:`fx2onnx.runtime.vision.image_batches` gives one batch when the
 from __future__ import annotations
 
 import numpy as np
+import PIL.Image
 import transformers
 
 from fx2onnx.runtime.vision import image_batches
@@ -29,3 +30,17 @@ def test_image_batches_run_alone_the_images_a_processor_pads_to_the_batch():
     batches = image_batches(processor, [wide, tall])
     assert [b["pixel_values"].shape for b in batches] == [(1, 3, 32, 64), (1, 3, 64, 32)]
     assert [b["pixel_mask"].all() for b in batches] == [True, True]  # no pads
+
+
+def test_image_batches_of_a_processor_giving_torch_tensors_only():
+    # timm's processor refuses return_tensors="np": its torch tensors read back as numpy arrays, the same values
+    processor = transformers.TimmWrapperImageProcessor(pretrained_cfg={
+        "input_size": [3, 32, 32], "interpolation": "bilinear", "crop_pct": 1.0, "crop_mode": "center",
+        "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]})
+    rng = np.random.default_rng(0)
+    images = [PIL.Image.fromarray(rng.integers(0, 256, s, dtype=np.uint8)) for s in ((30, 60, 3), (60, 30, 3))]
+    batches = image_batches(processor, images)
+    assert len(batches) == 1 and isinstance(batches[0]["pixel_values"], np.ndarray)
+    assert batches[0]["pixel_values"].shape == (2, 3, 32, 32)
+    np.testing.assert_array_equal(batches[0]["pixel_values"],
+                                  processor(images=images, return_tensors="pt")["pixel_values"].numpy())

@@ -45,6 +45,8 @@ from .sampling import Sampling
 
 #: the tokens around an image's placeholders in a prompt, where the tokenizer has them (Qwen2-VL)
 VISION_MARKERS = ("<|vision_start|>", "<|vision_end|>")
+#: the image processors giving torch tensors only (timm's: ``return_tensors="pt"``), read back as numpy arrays
+TORCH_ONLY_PROCESSORS = ("TimmWrapperImageProcessor",)
 #: an input of the vision piece named as transformers.js feeds it -> the processor's output it is (Qwen2-VL's grid)
 VISION_INPUT_ALIASES = {"grid_thw": "image_grid_thw"}
 
@@ -92,16 +94,25 @@ def load_images(images: Any) -> list[Any]:
     return [read_image(i) if isinstance(i, (str, os.PathLike)) else i for i in images]
 
 
+def processed_images(processor: Any, images: list[Any]) -> dict[str, Any]:
+    """``processor(images=images)`` as numpy arrays (through torch tensors for a processor of
+    :data:`TORCH_ONLY_PROCESSORS`)."""
+    if type(processor).__name__ in TORCH_ONLY_PROCESSORS:
+        given = processor(images=images, return_tensors="pt")
+        return {k: v.numpy() if hasattr(v, "numpy") else v for k, v in given.items()}
+    return dict(processor(images=images, return_tensors="np"))
+
+
 def image_batches(processor: Any, images: list[Any]) -> list[dict[str, Any]]:
     """The arrays an image processor gives for ``images``, in order: one batch, or one per image when the processor
     keeps each image's aspect ratio and its arrays do not stack (ZoeDepth, TextNet, EoMT) or pads them to the largest
     of the batch (DETR, YOLOS: the pads would change the outputs; transformers' pipeline runs each image alone)."""
     if getattr(processor, "do_pad", False) and len(images) > 1:
-        return [dict(processor(images=[image], return_tensors="np")) for image in images]
+        return [processed_images(processor, [image]) for image in images]
     try:
-        return [dict(processor(images=images, return_tensors="np"))]
+        return [processed_images(processor, images)]
     except ValueError:  # "Unable to convert output 'pixel_values' (type: list) to tensor"
-        return [dict(processor(images=[image], return_tensors="np")) for image in images]
+        return [processed_images(processor, [image]) for image in images]
 
 
 def load_processor(folder: str) -> Any:
