@@ -1,6 +1,6 @@
 """The pieces of an image-text-to-text folder, chosen by family: LLaVA, Gemma 3 and Idefics 3
 (:mod:`fx2onnx.deploy.vision`), Qwen-VL (:mod:`fx2onnx.deploy.qwen_vl`), Mistral 3 (:mod:`fx2onnx.deploy.pixtral`),
-LFM2-VL (:mod:`fx2onnx.deploy.naflex`),
+LFM2-VL (:mod:`fx2onnx.deploy.naflex`), LLaVA-OneVision (:mod:`fx2onnx.deploy.anyres`),
 any other vision-language model through the generic split (:mod:`fx2onnx.deploy.image_text_generic`); and their
 export into a folder.
 
@@ -24,6 +24,7 @@ from ..patches import torch_export_patches
 from ..weights import to_onnx_from_checkpoint
 from ..weights.empty import parameters_on_meta
 from ..weights.save import load_without_weights
+from .anyres import ANYRES_MODEL_TYPES, anyres_pieces
 from .image_text_generic import generic_vision_pieces
 from .naflex import NAFLEX_MODEL_TYPES, naflex_pieces
 from .pixtral import PIXTRAL_MODEL_TYPES, pixtral_pieces
@@ -37,8 +38,9 @@ from .vision import OWN_PIECES_MODEL_TYPES, VisionPiece, decoder_piece, image_to
 
 def has_own_pieces(model_type: str) -> bool:
     """Whether the pieces of ``model_type`` are written for its family (LLaVA, Gemma 3, Idefics 3, Qwen-VL,
-    Mistral 3, LightOnOCR and LFM2-VL), not by :mod:`fx2onnx.deploy.image_text_generic`."""
-    return model_type in OWN_PIECES_MODEL_TYPES + QWEN_VL_MODEL_TYPES + PIXTRAL_MODEL_TYPES + NAFLEX_MODEL_TYPES
+    Mistral 3, LightOnOCR, LFM2-VL and LLaVA-OneVision), not by :mod:`fx2onnx.deploy.image_text_generic`."""
+    return model_type in (OWN_PIECES_MODEL_TYPES + QWEN_VL_MODEL_TYPES + PIXTRAL_MODEL_TYPES + NAFLEX_MODEL_TYPES
+                          + ANYRES_MODEL_TYPES)
 
 
 def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
@@ -50,6 +52,8 @@ def vision_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, s
         return with_transformersjs_split(pixtral_pieces(model, config, dtype, seed), model, config, seed)
     if config.model_type in NAFLEX_MODEL_TYPES:
         return naflex_pieces(model, config, dtype, seed)
+    if config.model_type in ANYRES_MODEL_TYPES:
+        return anyres_pieces(model, config, dtype, seed)
     if not has_own_pieces(config.model_type):
         return with_transformersjs_split(generic_vision_pieces(model, config, dtype, seed), model, config, seed)
     vision = config.vision_config

@@ -18,7 +18,8 @@ computed from the grid (:func:`fx2onnx.runtime.mrope.rope_index`). Every output 
 piece is fed to the decoder (Qwen3-VL's deepstack features after the image features). When the
 processor gives ``image_sizes`` the vision piece does not take (Mistral 3: images padded to the
 largest), each image cropped to its size runs alone, the features concatenated; so does each image's grid of
-patches when it gives ``spatial_shapes`` the piece does not take (NaFlex: LFM2-VL). Qwen2-VL's,
+patches when it gives ``spatial_shapes`` the piece does not take (NaFlex: LFM2-VL), and each image's tiles laid out
+on their grid when the piece takes ``grid_pixel_values`` (LLaVA-OneVision). Qwen2-VL's,
 Qwen2.5-VL's and Qwen3-VL's folders also take videos (animated images read by :func:`read_video`): the vision
 piece runs on their patches and grids, their features go over the video placeholders in the
 order of the prompt, their temporal patches get their own time positions.
@@ -49,6 +50,8 @@ VISION_MARKERS = ("<|vision_start|>", "<|vision_end|>")
 TORCH_ONLY_PROCESSORS = ("TimmWrapperImageProcessor",)
 #: an input of the vision piece named as transformers.js feeds it -> the processor's output it is (Qwen2-VL's grid)
 VISION_INPUT_ALIASES = {"grid_thw": "image_grid_thw"}
+#: the input of a vision piece taking one image's tiles laid out on their grid (:mod:`fx2onnx.deploy.anyres`)
+GRID_INPUT = "grid_pixel_values"
 
 
 def _as_constant(array: np.ndarray) -> np.ndarray:
@@ -240,9 +243,10 @@ class VisionGenerator:
         """The processor's outputs as the vision piece takes them: Idefics 3's ``(prompts, images or
         tiles, 3, H, W)`` one image after the other, without the all-zero images padding a prompt of
         fewer tiles (``get_image_features`` drops them too); Qwen2-VL's ``(patches, values)`` kept; NaFlex's
-        ``(images, patches, values)`` kept, each image cropped to its grid later (:meth:`vision_outputs`)."""
-        if "spatial_shapes" in inputs:
-            return inputs
+        ``(images, patches, values)`` and LLaVA-OneVision's ``(images, tiles, 3, H, W)`` kept, each image cropped to
+        its grid later (:meth:`vision_outputs`)."""
+        if "spatial_shapes" in inputs or "image_sizes" in inputs and np.ndim(inputs.get("pixel_values")) == 5:
+            return inputs  # each image's tiles laid out on their grid later (LLaVA-OneVision)
         pixel_mask = inputs.pop("pixel_attention_mask", None)
         if "pixel_values" not in inputs:  # videos only
             return inputs
@@ -273,6 +277,8 @@ class VisionGenerator:
         if isinstance(inputs, np.ndarray):
             inputs = {"pixel_values": inputs}
         names = {i.name for i in self.vision.get_inputs()}
+        if GRID_INPUT in names and GRID_INPUT not in inputs:
+            return self._tiles_on_their_grid(inputs)
         if "image_sizes" in inputs and "image_sizes" not in names:
             return self._one_image_at_a_time(inputs)
         if "spatial_shapes" in inputs and "spatial_shapes" not in names:
@@ -325,6 +331,31 @@ class VisionGenerator:
         for i, (rows, cols) in enumerate(grids):
             grid = pixels[i:i + 1, :rows * cols].reshape(1, rows, cols, pixels.shape[-1])
             outputs.append([ort_value_to_numpy(v) for v in self.vision_outputs({"pixel_values": grid})])
+        joined = [np.concatenate(parts, axis=0) for parts in zip(*outputs)]
+        return [_as_constant(a) for a in joined]
+
+    def _tiles_on_their_grid(self, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """LLaVA-OneVision: each image (the whole image, then its tiles, padded to the most tiles) runs alone, its tiles
+        laid out on the grid of the resolution its size picks (transformers' ``select_best_resolution`` among the
+        configuration's ``image_grid_pinpoints``), the outputs concatenated."""
+        from transformers.image_processing_utils import select_best_resolution  # deferred: heavy
+
+        pixels = np.asarray(inputs["pixel_values"])
+        sizes = np.asarray(inputs["image_sizes"]).reshape(-1, 2)
+        side = self.config["vision_config"]["image_size"]
+        if pixels.ndim != 5 or pixels.shape[0] != sizes.shape[0]:
+            raise ValueError(f"pixel_values of shape {pixels.shape} and image_sizes of shape {sizes.shape}: the tiles "
+                             "(tiles, 3, H, W) of one image per size expected.")
+        if np.any(np.asarray(inputs.get("batch_num_images", 1)) > 1):  # transformers tiles no image of these
+            raise ValueError("Several images in one prompt (batch_num_images > 1): this folder's vision piece takes "
+                             "one image a prompt; give each prompt one image.")
+        outputs = []
+        for i, size in enumerate(sizes):
+            height, width = select_best_resolution(tuple(int(v) for v in size), self.config["image_grid_pinpoints"])
+            rows, cols = height // side, width // side
+            feeds = {"pixel_values": pixels[i, :1], "image_sizes": sizes[i:i + 1],
+                     GRID_INPUT: pixels[i, 1:1 + rows * cols].reshape(rows, cols, *pixels.shape[2:])}
+            outputs.append([ort_value_to_numpy(v) for v in self.vision_outputs(feeds)])
         joined = [np.concatenate(parts, axis=0) for parts in zip(*outputs)]
         return [_as_constant(a) for a in joined]
 

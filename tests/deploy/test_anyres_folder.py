@@ -1,0 +1,97 @@
+"""LLaVA-OneVision ("anyres": each image resized, then cut into the tiles of the resolution that fits it best): the
+task zoo's tiny model (resolutions of 1 x 1 to 2 x 2 tiles, 4 x 4 features a tile) saved by transformers ->
+``python -m fx2onnx export`` with no flag -> our loop gives transformers' greedy tokens. The tiles' count and grid and
+the crop of the padding are read from the image sizes' values, which the capture cannot do: the vision piece takes one
+image, its tiles laid out on their grid (the shape), the crop a mask computed in the graph (fx2onnx.deploy.anyres);
+the loop picks each image's grid (transformers' select_best_resolution)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from fx2onnx.__main__ import main
+from fx2onnx.deploy.anyres import anyres_refusal, kept_mask
+from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_config
+from fx2onnx.runtime.families import open_generator
+
+NEW_TOKENS = 8
+#: the resolutions of the tiny model: grids of 1 x 1, 1 x 2, 2 x 1 and 2 x 2 tiles of 32 pixels
+PINPOINTS = [[32, 32], [32, 64], [64, 32], [64, 64]]
+
+
+def _tiny_model():
+    import transformers
+
+    config = tiny_task_config(get_task_architecture("image-text-to-text", "llava_onevision"))
+    config.vision_config.patch_size = 8  # 4 x 4 features a tile: a crop of the padding has rows to drop
+    config.image_grid_pinpoints = PINPOINTS
+    config.architectures = ["LlavaOnevisionForConditionalGeneration"]
+    torch.manual_seed(0)
+    model = transformers.LlavaOnevisionForConditionalGeneration(config).eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() >= 2:  # matrices, embeddings, convolutions; the norms kept
+                parameter.copy_(torch.randn(parameter.shape, generator=g) * 0.3)
+        model.model.image_newline.copy_(torch.randn(model.model.image_newline.shape, generator=g))
+    model.generation_config.pad_token_id = 0
+    return model, config
+
+
+def _inputs(model, config, sizes: list[tuple[int, int]]) -> dict:
+    """Images of ``sizes`` (the whole image and its tiles, random pixels, padded to 5) and a prompt holding as many
+    placeholders as transformers' features."""
+    g = torch.Generator().manual_seed(len(sizes))
+    pixels = torch.randn(len(sizes), 5, 3, 32, 32, generator=g)
+    image_sizes = torch.tensor(sizes)
+    with torch.no_grad():
+        features = model.model.get_image_features(pixel_values=pixels, image_sizes=image_sizes).pooler_output
+    count = sum(f.shape[0] for f in features)
+    ids = torch.tensor([[5, 9] + [config.image_token_index] * count + [11, 17, 23]])
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": pixels,
+            "image_sizes": image_sizes}
+
+
+@pytest.mark.slow  # an export (about 15 s on a loaded machine) and three generations
+def test_llava_onevision_folder_gives_transformers_tokens(tmp_path):
+    model, config = _tiny_model()
+    checkpoint, out = str(tmp_path / "checkpoint"), str(tmp_path / "onnx")
+    model.save_pretrained(checkpoint)
+    assert main(["export", checkpoint, "--out", out, "--quiet"]) == 0  # every piece checked against eager
+    vision = json.load(open(os.path.join(out, "fx2onnx.json")))["pieces"]["vision"]
+    assert vision["inputs"] == ["pixel_values", "grid_pixel_values", "image_sizes"]
+    generator = open_generator(out)
+    # a square image (2 x 2 tiles), a wide one (1 x 2, rows cropped) and a tall one beside a wide one
+    for sizes in ([(64, 64)], [(20, 64)], [(64, 24), (30, 60)]):
+        feeds = _inputs(model, config, sizes)
+        with torch.no_grad():
+            expected = model.generate(**feeds, max_new_tokens=NEW_TOKENS, do_sample=False).numpy()
+        assert len(set(expected[0, feeds["input_ids"].shape[1]:].tolist())) > 3  # the tokens vary: a real check
+        np.testing.assert_array_equal(np.asarray(generator.generate_ids(feeds, NEW_TOKENS)), expected)
+
+
+@pytest.mark.slow  # 7 s on a loaded machine: transformers' LLaVA-OneVision module imported
+def test_the_crop_mask_is_transformers_unpad():
+    """kept_mask keeps the rows or columns transformers' unpad_image keeps, on sizes of either orientation."""
+    from transformers.models.llava_onevision.modeling_llava_onevision import unpad_image
+
+    for size, grid in [((20, 64), (4, 8)), ((64, 24), (8, 4)), ((61, 96), (4, 6)), ((96, 32), (6, 4)),
+                       ((9, 99), (8, 8))]:
+        positions = torch.arange(grid[0] * grid[1], dtype=torch.float32).reshape(1, *grid)
+        kept = unpad_image(positions, torch.tensor(size))[0].flatten()
+        mask = kept_mask(torch.tensor(size), *grid)
+        assert torch.equal(positions[0][mask], kept), size
+
+
+@pytest.mark.slow  # 4 s on a loaded machine (the tiny configuration)
+def test_a_resolution_transformers_shrinks_is_refused():
+    config = tiny_task_config(get_task_architecture("image-text-to-text", "llava_onevision"))
+    config.image_grid_pinpoints = [[32 * r, 32 * c] for r in range(1, 7) for c in range(1, 7)]
+    assert "36 tiles, more than anyres_max_9" in anyres_refusal(config)
+    config.image_grid_pinpoints = PINPOINTS
+    assert anyres_refusal(config) is None
