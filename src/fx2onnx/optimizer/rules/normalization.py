@@ -8,6 +8,13 @@ last axis, ``Add(eps)``, ``Sqrt``, ``Reciprocal``, ``Mul(x, .)`` and ``Mul(weigh
   registered in the main domain), then ``SkipSimplifiedLayerNormalization`` absorbs the
   residual ``Add`` before it (onnxscript's rule);
 * level ``opset23``: the standard ``RMSNormalization``.
+
+Group normalization: onnxruntime (1.31) has no kernel for the standard ``GroupNormalization`` (opset 21): it
+expands the op's function into about 20 nodes. Its ``InstanceNormalization`` kernel computes the same statistics
+in one pass: ``[1, 512, 3199]`` (wav2vec2-base's first feature layer, one group a channel), 1 thread: 0.68 ms
+against 2.09 ms, 4.9 against 24.4 ms at batch 8; ``[1, 256, 64, 64]`` in 32 groups 0.87 against 1.40 ms. At
+level ``onnxruntime`` each float32 ``GroupNormalization`` becomes ``InstanceNormalization``: directly for one group
+a channel, else over the view ``[N, groups, -1]`` followed by the per-channel scale and bias.
 """
 
 from __future__ import annotations
@@ -101,3 +108,46 @@ def fuse_skip_rms_normalization(model: ir.Model) -> int:
     from onnxscript.rewriter.ort_fusions.skip_normalization import fuse_skip_rms_normalization as fuse
 
     return fuse(model)
+
+
+def group_norm_to_instance_norm(model: ir.Model) -> int:
+    """Each float32 ``GroupNormalization`` (opset 21: one scale and bias a channel) of a known number of channels
+    into ``InstanceNormalization`` (one group a channel) or ``Reshape`` to ``[N, groups, -1]``, ``InstanceNormalization``
+    without scale, ``Reshape`` back, ``Mul`` by the scale and ``Add`` of the bias; returns the count."""
+    graph = model.graph
+    if graph.opset_imports.get("", 0) < 21:  # opset 18's scale and bias are one a group
+        return 0
+    count = 0
+    for node in [n for n in graph if n.op_type == "GroupNormalization" and n.domain in ("", "ai.onnx")]:
+        x, scale, bias = (list(node.inputs) + [None, None, None])[:3]
+        r = rank(x)
+        groups, eps = attr(node, "num_groups"), float(attr(node, "epsilon", 1e-5))
+        if r is None or r < 3 or x.dtype != ir.DataType.FLOAT or scale is None or bias is None:
+            continue
+        channels = x.shape[1]
+        if not isinstance(channels, int) or not groups or channels % groups or attr(node, "stash_type", 1) != 1:
+            continue
+        if rank(scale) != 1 or rank(bias) != 1:
+            continue
+        if groups == channels:
+            new_nodes = [ir.node("InstanceNormalization", [x, scale, bias], {"epsilon": eps})]
+        else:
+            view = initializer(graph, f"group_norm_view_{groups}", np.array([0, groups, -1], dtype=np.int64))
+            ones = initializer(graph, f"group_norm_ones_{groups}", np.ones(groups, dtype=np.float32))
+            zeros = initializer(graph, f"group_norm_zeros_{groups}", np.zeros(groups, dtype=np.float32))
+            channel_shape = initializer(graph, f"group_norm_channel_shape_{r}",
+                                        np.array([-1] + [1] * (r - 2), dtype=np.int64))
+            shape = ir.node("Shape", [x])
+            grouped = ir.node("Reshape", [x, view])
+            normed = ir.node("InstanceNormalization", [grouped.outputs[0], ones, zeros], {"epsilon": eps})
+            back = ir.node("Reshape", [normed.outputs[0], shape.outputs[0]])
+            scale_c = ir.node("Reshape", [scale, channel_shape])
+            bias_c = ir.node("Reshape", [bias, channel_shape])
+            scaled = ir.node("Mul", [back.outputs[0], scale_c.outputs[0]])
+            shifted = ir.node("Add", [scaled.outputs[0], bias_c.outputs[0]])
+            new_nodes = [shape, grouped, normed, back, scale_c, bias_c, scaled, shifted]
+            for n in (back, scaled):
+                n.outputs[0].type, n.outputs[0].shape = x.type, x.shape
+        replace(graph, node, new_nodes, [node.outputs[0]], [new_nodes[-1].outputs[0]])
+        count += 1
+    return count
