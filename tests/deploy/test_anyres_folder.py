@@ -1,6 +1,7 @@
-"""LLaVA-OneVision ("anyres": each image resized, then cut into the tiles of the resolution that fits it best): the
-task zoo's tiny model (resolutions of 1 x 1 to 2 x 2 tiles, 4 x 4 features a tile) saved by transformers ->
-``python -m fx2onnx export`` with no flag -> our loop gives transformers' greedy tokens. The tiles' count and grid and
+"""LLaVA-OneVision ("anyres": each image resized, then cut into the tiles of the resolution that fits it best): a
+tiny folder made in code (random weights, resolutions of 1 x 1 to 2 x 2 tiles, 4 x 4 features a tile, its tokenizer
+and processor) -> ``python -m fx2onnx export`` with no flag -> our loop gives transformers' greedy tokens, on the
+processor's inputs for an image and on tiles made in the test. The tiles' count and grid and
 the crop of the padding are read from the image sizes' values, which the capture cannot do: the vision piece takes one
 image, its tiles laid out on their grid (the shape), the crop a mask computed in the graph (fx2onnx.deploy.anyres);
 the loop picks each image's grid (transformers' select_best_resolution)."""
@@ -11,6 +12,7 @@ import json
 import os
 
 import numpy as np
+import PIL.Image
 import pytest
 import torch
 
@@ -18,29 +20,19 @@ from fx2onnx.__main__ import main
 from fx2onnx.deploy.anyres import anyres_refusal, kept_mask
 from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_config
 from fx2onnx.runtime.families import open_generator
+from fx2onnx.testing.vlm_folder import write_llava_onevision_folder
 
 NEW_TOKENS = 8
 #: the resolutions of the tiny model: grids of 1 x 1, 1 x 2, 2 x 1 and 2 x 2 tiles of 32 pixels
 PINPOINTS = [[32, 32], [32, 64], [64, 32], [64, 64]]
 
 
-def _tiny_model():
-    import transformers
-
+def _tiny_config():
     config = tiny_task_config(get_task_architecture("image-text-to-text", "llava_onevision"))
     config.vision_config.patch_size = 8  # 4 x 4 features a tile: a crop of the padding has rows to drop
     config.image_grid_pinpoints = PINPOINTS
     config.architectures = ["LlavaOnevisionForConditionalGeneration"]
-    torch.manual_seed(0)
-    model = transformers.LlavaOnevisionForConditionalGeneration(config).eval()
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() >= 2:  # matrices, embeddings, convolutions; the norms kept
-                parameter.copy_(torch.randn(parameter.shape, generator=g) * 0.3)
-        model.model.image_newline.copy_(torch.randn(model.model.image_newline.shape, generator=g))
-    model.generation_config.pad_token_id = 0
-    return model, config
+    return config
 
 
 def _inputs(model, config, sizes: list[tuple[int, int]]) -> dict:
@@ -57,18 +49,24 @@ def _inputs(model, config, sizes: list[tuple[int, int]]) -> dict:
             "image_sizes": image_sizes}
 
 
-@pytest.mark.slow  # an export (about 15 s on a loaded machine) and three generations
+@pytest.mark.slow  # an export (about 15 s on a loaded machine) and four generations
 def test_llava_onevision_folder_gives_transformers_tokens(tmp_path):
-    model, config = _tiny_model()
+    import transformers
+
     checkpoint, out = str(tmp_path / "checkpoint"), str(tmp_path / "onnx")
-    model.save_pretrained(checkpoint)
+    write_llava_onevision_folder(_tiny_config(), checkpoint, std=0.3)  # random weights, tokenizer, processor
     assert main(["export", checkpoint, "--out", out, "--quiet"]) == 0  # every piece checked against eager
     vision = json.load(open(os.path.join(out, "fx2onnx.json")))["pieces"]["vision"]
     assert vision["inputs"] == ["pixel_values", "grid_pixel_values", "image_sizes"]
+    model = transformers.LlavaOnevisionForConditionalGeneration.from_pretrained(checkpoint).eval()
     generator = open_generator(out)
-    # a square image (2 x 2 tiles), a wide one (1 x 2, rows cropped) and a tall one beside a wide one
-    for sizes in ([(64, 64)], [(20, 64)], [(64, 24), (30, 60)]):
-        feeds = _inputs(model, config, sizes)
+    # the processor on a wide image of 20 x 64 pixels (1 x 2 tiles), as python -m fx2onnx generate --image runs it
+    image = PIL.Image.fromarray((np.random.default_rng(0).random((20, 64, 3)) * 255).astype("uint8"))
+    processed = generator.inputs("describe the image", [image])
+    sets = [{k: torch.from_numpy(v) for k, v in processed.items()}]
+    # a square image (2 x 2 tiles), a wide one (1 x 2, rows cropped), a tall one beside a wide one
+    sets += [_inputs(model, model.config, sizes) for sizes in ([(64, 64)], [(20, 64)], [(64, 24), (30, 60)])]
+    for feeds in sets:
         with torch.no_grad():
             expected = model.generate(**feeds, max_new_tokens=NEW_TOKENS, do_sample=False).numpy()
         assert len(set(expected[0, feeds["input_ids"].shape[1]:].tolist())) > 3  # the tokens vary: a real check
@@ -90,7 +88,7 @@ def test_the_crop_mask_is_transformers_unpad():
 
 @pytest.mark.slow  # 4 s on a loaded machine (the tiny configuration)
 def test_a_resolution_transformers_shrinks_is_refused():
-    config = tiny_task_config(get_task_architecture("image-text-to-text", "llava_onevision"))
+    config = _tiny_config()
     config.image_grid_pinpoints = [[32 * r, 32 * c] for r in range(1, 7) for c in range(1, 7)]
     assert "36 tiles, more than anyres_max_9" in anyres_refusal(config)
     config.image_grid_pinpoints = PINPOINTS

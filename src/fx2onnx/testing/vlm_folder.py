@@ -518,3 +518,27 @@ def write_git_folder(folder: str | os.PathLike, *, seed: int = 0, scale: float =
     images = transformers.CLIPImageProcessor(size={"height": 32, "width": 32}, do_center_crop=False)
     transformers.GitProcessor(image_processor=images, tokenizer=tok).save_pretrained(folder)
     images.save_pretrained(folder)  # preprocessor_config.json, as the published checkpoints
+
+
+def write_llava_onevision_folder(config: Any, folder: str | os.PathLike, dtype: str = "float32", *, seed: int = 0,
+                                 std: float | None = None) -> dict[str, Any]:
+    """Writes a ``save_pretrained`` folder of a LLaVA-OneVision model as :func:`write_llava_folder` does: the
+    tokenizer with :data:`IMAGE_TOKEN`, a :class:`transformers.LlavaOnevisionImageProcessor` at the vision tower's
+    size cutting every image into the tiles of ``config.image_grid_pinpoints`` (the whole image first) and the
+    :class:`transformers.LlavaOnevisionProcessor` expanding one ``<image>`` into that image's features."""
+    import transformers
+
+    size = config.vision_config.image_size
+
+    def processor(tok):
+        images = transformers.LlavaOnevisionImageProcessor(size={"height": size, "width": size},
+                                                           image_grid_pinpoints=config.image_grid_pinpoints)
+        return transformers.LlavaOnevisionProcessor(
+            image_processor=images, tokenizer=tok, image_token=IMAGE_TOKEN,
+            video_processor=transformers.LlavaOnevisionVideoProcessor(size={"height": size, "width": size}),
+            num_image_tokens=(size // config.vision_config.patch_size) ** 2,
+            vision_feature_select_strategy=config.vision_feature_select_strategy,
+            vision_aspect_ratio=config.vision_aspect_ratio)
+
+    return _write_folder(config, folder, dtype, seed, std, {"additional_special_tokens": IMAGE_TOKEN}, IMAGE_TOKEN,
+                         processor)
