@@ -15,6 +15,7 @@ from onnx import helper as oh
 from optimize_helpers import FLOAT, apply_rule, check_rule, make_model, op_types, run
 
 import fx2onnx
+from fx2onnx.optimizer.rules.attention import drop_full_masks
 from fx2onnx.optimizer.rules.encoder import residual_sums, split_key_transposes
 
 RNG = np.random.default_rng(0)
@@ -144,3 +145,33 @@ def test_residual_sum_is_not_fused_by_onnxruntime():
         assert np.array_equal(run(summed, f)[0], unfused.run(None, f)[0])
     _, count = apply_rule(_post_norm(second_user=True), residual_sums)
     assert count == 0
+
+
+def _attention_of_constant_mask(mask: np.ndarray) -> onnx.ModelProto:
+    """``Attention`` (3D layout) whose mask is a constant ``[1, 1, 1, 1]`` expanded to ``[batch, 1, queries, keys]``
+    (ViT's: transformers' mask there is True everywhere, expanded to the batch)."""
+    width = HEADS * SIZE
+    nodes = [oh.make_node("Shape", ["q3"], ["mask_b"], start=0, end=1),
+             oh.make_node("Shape", ["q3"], ["mask_q"], start=1, end=2),
+             oh.make_node("Shape", ["k3"], ["mask_k"], start=1, end=2),
+             oh.make_node("Concat", ["mask_b", "mask_one", "mask_q", "mask_k"], ["mask_shape"], axis=0),
+             oh.make_node("Expand", ["mask_value", "mask_shape"], ["mask"]),
+             oh.make_node("Attention", ["q3", "k3", "v3", "mask"], ["y"], q_num_heads=HEADS, kv_num_heads=HEADS,
+                          scale=1 / math.sqrt(SIZE))]
+    inputs = [(f"{x}3", FLOAT, ["b", "s", width]) for x in "qkv"]
+    inits = [("mask_value", mask), ("mask_one", np.array([1], np.int64))]
+    return make_model(nodes, inputs, [("y", FLOAT, ["b", "s", width])], inits, opset=23)
+
+
+def test_attention_mask_hiding_nothing_is_removed():
+    feeds = [{f"{x}3": randn(b, s, HEADS * SIZE) for x in "qkv"} for b, s in ((3, 5), (1, 1))]
+    for mask in (np.ones((1, 1, 1, 1), np.bool_), np.zeros((1, 1, 1, 1), np.float32)):
+        model = _attention_of_constant_mask(mask)
+        dropped = check_rule(model, drop_full_masks, feeds, 1, atol=0)
+        assert op_types(dropped) == {"Attention": 1} and len(dropped.graph.node[0].input) == 3
+
+
+def test_attention_mask_hiding_a_score_stays():
+    for mask in (np.array([True, False], np.bool_).reshape(1, 1, 1, 2), np.full((1, 1, 1, 1), -1.5, np.float32)):
+        _, count = apply_rule(_attention_of_constant_mask(mask), drop_full_masks)
+        assert count == 0

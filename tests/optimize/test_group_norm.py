@@ -38,7 +38,8 @@ def test_one_group_a_channel_becomes_instance_normalization():
 
 def test_groups_of_channels_normalized_over_a_view():
     model, inits = _group_norm(8, 2, ["h", "w"])
-    feeds = [{"x": (RNG.standard_normal((n, 8, h, w)) * 2 - 1).astype(np.float32)} for n, h, w in ((2, 5, 3), (1, 1, 4))]
+    sizes = ((2, 5, 3), (1, 1, 4))
+    feeds = [{"x": (RNG.standard_normal((n, 8, h, w)) * 2 - 1).astype(np.float32)} for n, h, w in sizes]
     fused = check_rule(model, group_norm_to_instance_norm, feeds, 1)
     ops = op_types(fused)
     assert ops["InstanceNormalization"] == 1 and "GroupNormalization" not in ops, ops

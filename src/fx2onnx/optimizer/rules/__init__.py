@@ -12,7 +12,7 @@ from typing import Callable
 import onnx_ir as ir
 
 from .activation import fuse_bias_gelu, fuse_gelu
-from .attention import attention_3d_layout, fuse_attention
+from .attention import attention_3d_layout, drop_full_masks, fuse_attention
 from .cache_in_place import cache_in_place
 from .cleanup import broadcast_expands, fold_reshapes, fold_transposes, remove_identities
 from .encoder import residual_sums, split_key_transposes
@@ -51,6 +51,7 @@ ONNXRUNTIME = [
     # an encoder's key transposed once ([0, 2, 3, 1]) split back for the fusion (the clean-ups refold the others)
     Rule("attention_key_transposes", split_key_transposes, min_opset=23),
     Rule("attention", fuse_attention, min_opset=23),
+    Rule("attention_full_masks", drop_full_masks, min_opset=23),
     Rule("rotary_embedding", fuse_rotary_embedding),
     Rule("attention_3d_layout", attention_3d_layout, min_opset=23),
     Rule("rms_normalization", fuse_rms_normalization),
@@ -88,6 +89,7 @@ ONNXRUNTIME = [
 OPSET23 = [
     Rule("attention_key_transposes", split_key_transposes, min_opset=23),
     Rule("attention", fuse_attention, min_opset=23),
+    Rule("attention_full_masks", drop_full_masks, min_opset=23),
     Rule("rotary_embedding", lambda m: fuse_rotary_embedding(m, standard=True), min_opset=23),
     Rule("attention_3d_layout", attention_3d_layout, min_opset=23),
     Rule("rms_normalization", lambda m: fuse_rms_normalization(m, op_type="RMSNormalization"), min_opset=23),

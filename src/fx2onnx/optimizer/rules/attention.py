@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from ._graph import attr, const_ints, const_scalar, initializer, producer, rank, replace, static_dim, users
+from ._graph import attr, const_array, const_ints, const_scalar, initializer, producer, rank, replace, static_dim, users
 
 
 def _unrepeat(value: ir.Value, heads: int) -> ir.Value | None:
@@ -151,6 +151,38 @@ def fuse_attention(model: ir.Model) -> int:
             _take_graph_output(graph, k, fused.outputs[1])
             _take_graph_output(graph, v, fused.outputs[2])
         count += 1
+    return count
+
+
+#: the nodes which only place the values of their first input: a mask made of one value stays so through them
+_PLACING_OPS = ("Expand", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Transpose", "Identity")
+
+
+def _keeps_every_score(mask: ir.Value) -> bool:
+    """Whether ``mask`` is a constant letting every score through unchanged (a boolean of True only, a float bias
+    of zeros only), possibly expanded or reshaped."""
+    node = mask.producer()
+    while node is not None and node.op_type in _PLACING_OPS and node.domain in ("", "ai.onnx"):
+        mask = node.inputs[0]
+        node = mask.producer()
+    array = const_array(mask)
+    if array is None or array.size == 0:
+        return False
+    if array.dtype == np.bool_:
+        return bool(array.all())
+    return array.dtype.kind == "f" and not np.any(array)
+
+
+def drop_full_masks(model: ir.Model) -> int:
+    """The mask of each ``Attention`` that hides nothing (a constant of True or of zeros, expanded: ViT's, whose
+    transformers' mask is all True) is removed; returns the count. onnxruntime's kernel otherwise turns the boolean
+    mask into a bias and adds it to every score (ViT-base, 197 tokens, 1 thread: 0.86 against 0.82 ms a layer);
+    the scores are the same (x + 0)."""
+    count = 0
+    for node in [n for n in model.graph if n.op_type == "Attention" and n.domain in ("", "ai.onnx")]:
+        if len(node.inputs) > 3 and node.inputs[3] is not None and _keeps_every_score(node.inputs[3]):
+            node.replace_input_with(3, None)
+            count += 1
     return count
 
 

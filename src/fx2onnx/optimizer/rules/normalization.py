@@ -112,8 +112,9 @@ def fuse_skip_rms_normalization(model: ir.Model) -> int:
 
 def group_norm_to_instance_norm(model: ir.Model) -> int:
     """Each float32 ``GroupNormalization`` (opset 21: one scale and bias a channel) of a known number of channels
-    into ``InstanceNormalization`` (one group a channel) or ``Reshape`` to ``[N, groups, -1]``, ``InstanceNormalization``
-    without scale, ``Reshape`` back, ``Mul`` by the scale and ``Add`` of the bias; returns the count."""
+    into ``InstanceNormalization`` (one group a channel) or ``Reshape`` to ``[N, groups, -1]``,
+    ``InstanceNormalization`` without scale, ``Reshape`` back, ``Mul`` by the scale and ``Add`` of the bias;
+    returns the count."""
     graph = model.graph
     if graph.opset_imports.get("", 0) < 21:  # opset 18's scale and bias are one a group
         return 0
