@@ -39,6 +39,8 @@ import sys
 import tempfile
 import time
 
+import folder_pipeline_tasks as extra
+
 #: the task of the tasks page -> the pipeline task of its folder
 FOLDER_TASKS = {"image-classification": "image-classification", "object-detection": "object-detection",
                 "audio-classification": "audio-classification", "ctc": "automatic-speech-recognition",
@@ -50,14 +52,16 @@ FOLDER_TASKS = {"image-classification": "image-classification", "object-detectio
 TEXT_MAPPINGS = {"fill-mask": "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
                  "text-classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
                  "token-classification": "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES",
-                 "feature-extraction": "MODEL_MAPPING_NAMES"}
+                 "feature-extraction": "MODEL_MAPPING_NAMES",
+                 # the sequence classifiers with an NLI label configuration (contradiction, neutral, entailment)
+                 "zero-shot-classification": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"}
 #: the text encoders of transformers' feature-extraction (T5's encoder), preferred to the base model of a model type
 TEXT_ENCODING_MAPPING = "MODEL_FOR_TEXT_ENCODING_MAPPING_NAMES"
 #: the image embedders, swept over every model type of transformers' image base models (AutoModel of an image)
 IMAGE_MAPPINGS = {"image-feature-extraction": "MODEL_FOR_IMAGE_MAPPING_NAMES"}
 #: the tasks swept over an auto mapping rather than the tasks page's rows
-MAPPED_TASKS = {**TEXT_MAPPINGS, **IMAGE_MAPPINGS}
-FOLDER_TASKS.update({task: task for task in MAPPED_TASKS})
+MAPPED_TASKS = {**TEXT_MAPPINGS, **IMAGE_MAPPINGS, **extra.MAPPINGS, **dict.fromkeys(extra.FIXED_PAIRS, "")}
+FOLDER_TASKS.update({task: task for task in (*MAPPED_TASKS, *extra.PAGE_TASKS)})
 #: a speech encoder-decoder (Whisper, Moonshine, Speech2Text...) transcribes through its generation loop: transformers'
 #: automatic-speech-recognition pipeline runs it as it runs a CTC model
 FOLDER_TASKS["speech-seq2seq"] = "automatic-speech-recognition"
@@ -211,6 +215,10 @@ def write_processor(config, task: str, folder: str, model=None, ctc: bool = True
     model_type = config.model_type
     if task in TEXT_MAPPINGS:
         accepted = inspect.signature(model.forward).parameters
+        # a model of one token type (GTE, MRA, Jina v3) reads no type ids: its checkpoints' tokenizer gives none (the
+        # pairs of zero-shot-classification would index a second type)
+        if getattr(config, "type_vocab_size", 2) == 1:
+            accepted = [n for n in accepted if n != "token_type_ids"]
         bert_tokenizer(tuple(n for n in ("input_ids", "attention_mask", "token_type_ids") if n in accepted)
                        ).save_pretrained(folder)
         return
@@ -371,6 +379,8 @@ def text_pairs(task: str) -> dict[str, str]:
     def classes(mapping: str) -> dict[str, str]:
         return {k: v if isinstance(v, str) else v[0] for k, v in getattr(modeling_auto, mapping).items()}
 
+    if task in extra.MAPPINGS or task in extra.FIXED_PAIRS:
+        return extra.mapped_pairs(task)
     if task != "feature-extraction":
         return classes(MAPPED_TASKS[task])
     texts = {k for t in TEXT_MAPPINGS if t != task for k in classes(TEXT_MAPPINGS[t])}
@@ -421,16 +431,23 @@ def run_one(key: str) -> dict:
         row["model"] = arch.model_class_name
         # a text model pads with the tokenizer's [PAD] (id 0): a decoder's classifier finds its last token so; its
         # end of text is the tokenizer's [SEP] (id 3), once per text: BART's family classifies from that token
-        model, config = tiny_task_model(arch, **({"pad_token_id": 0, "eos_token_id": 3} if task in TEXT_MAPPINGS
-                                                 else {}),
-                                        **SIZES.get(name, {}))
-        config.architectures = [arch.model_class_name]
-        checkpoint_fields(config, task)
-        if getattr(config, "id2label", None) is None and getattr(config, "num_labels", None):  # as a checkpoint has
-            config.id2label = {i: f"LABEL_{i}" for i in range(config.num_labels)}  # (PVT's config leaves them None)
         checkpoint, out = os.path.join(work, "checkpoint"), os.path.join(work, "exported")
         transformers.utils.logging.disable_progress_bar()
-        if zoo_task == "speech-seq2seq":
+        if task in extra.TASKS and task not in TEXT_MAPPINGS:
+            extra.write_folder(task, arch, checkpoint, SIZES.get(name, {}))
+            model = config = None
+        else:
+            labels = {"id2label": extra.NLI_LABELS, "label2id": {v: k for k, v in extra.NLI_LABELS.items()}} \
+                if task == "zero-shot-classification" else {}
+            model, config = tiny_task_model(arch, **({"pad_token_id": 0, "eos_token_id": 3} if task in TEXT_MAPPINGS
+                                                     else {}), **labels, **SIZES.get(name, {}))
+            config.architectures = [arch.model_class_name]
+            checkpoint_fields(config, task)
+            if getattr(config, "id2label", None) is None and getattr(config, "num_labels", None):  # as a checkpoint
+                config.id2label = {i: f"LABEL_{i}" for i in range(config.num_labels)}  # has (PVT's leaves them None)
+        if model is None:
+            pass
+        elif zoo_task == "speech-seq2seq":
             write_speech_seq2seq_folder(model, config, checkpoint)
         else:
             model.save_pretrained(checkpoint)
@@ -456,6 +473,8 @@ def run_one(key: str) -> dict:
             # a beam search of 5), as many new tokens
             options = {"generate_kwargs": {"max_new_tokens": NEW_TOKENS, "do_sample": False, "num_beams": 1}}
             got = transcribe(out, inputs)
+        elif task in extra.TASKS:
+            got = extra.call(task, fx2onnx.pipeline(out), reference=False)
         else:
             got = fx2onnx.pipeline(out)(inputs, **options)
         row["step"] = "compare"
@@ -464,7 +483,8 @@ def run_one(key: str) -> dict:
             reference = transformers.pipeline(task, model=getattr(transformers, arch.model_class_name).from_pretrained(
                 checkpoint, dtype=torch.float32), tokenizer=checkpoint) if task == "feature-extraction" else \
                 transformers.pipeline(task, model=checkpoint, dtype=torch.float32)
-            expected = reference(inputs, **options)
+            expected = extra.call(task, reference, reference=True) if task in extra.TASKS else \
+                reference(inputs, **options)
             if zoo_task == "speech-seq2seq":  # the texts (Cohere ASR's pipeline gives each sound's chunk index too)
                 expected = [{"text": e["text"]} for e in expected]
         except Exception as e:  # noqa: BLE001 - transformers' own pipeline fails: the reference is missing
@@ -535,6 +555,8 @@ def optimum_counts(stored: dict | None = None) -> dict:
         return stored or {}
     types = {task: sorted({t.replace("_", "-") for o in OPTIMUM_TASKS.get(task, (task,))
                            for t in registered.get(o, [])}) for task in sorted(set(FOLDER_TASKS.values()))}
+    # a task optimum names by a wider synonym (mask-generation: feature-extraction): the types of the task's mapping
+    types.update({task: found for task in types if (found := extra.optimum_types(task, registered)) is not None})
     return {"version": OPTIMUM_PINS[0], "model_types": types, "counts": {k: len(v) for k, v in types.items()}}
 
 
