@@ -1,7 +1,9 @@
-"""LFM2-VL (SigLIP 2's NaFlex tower): the task zoo's tiny model saved by transformers -> ``python -m fx2onnx export``
-with no flag -> our loop gives transformers' greedy tokens. The grids of patches are values (``spatial_shapes``) the
-capture cannot read: the vision piece takes one image's grid as the shape of ``pixel_values (1, rows, cols, values)``
-(fx2onnx.deploy.naflex), the loop crops every image's padded patches to its grid."""
+"""LFM2-VL (SigLIP 2's NaFlex tower): a tiny folder made in code (random weights, its tokenizer and processor) ->
+``python -m fx2onnx export`` with no flag -> our loop gives transformers' greedy tokens, on the processor's inputs (a
+small image whole; a large one cut into two tiles and a thumbnail of another grid) and on grids made in the test. The
+grids of patches are values (``spatial_shapes``) the capture cannot read: the vision piece takes one image's grid as
+the shape of ``pixel_values (1, rows, cols, values)`` (fx2onnx.deploy.naflex), the loop crops every image's padded
+patches to its grid."""
 
 from __future__ import annotations
 
@@ -9,48 +11,54 @@ import json
 import os
 
 import numpy as np
+import PIL.Image
 import pytest
 import torch
 
 from fx2onnx.__main__ import main
-from fx2onnx.inputs.vlm_inputs import image_text_inputs
+from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_config
 from fx2onnx.runtime.families import open_generator
-from test_transformersjs_image_text_split import _tiny_model
+from fx2onnx.testing.vlm_folder import write_lfm2_vl_folder
 
 NEW_TOKENS = 8
 
 
-def _two_grids(inputs: dict, config) -> dict:
-    """A second image of a grid of 2 x 6 patches (12 real ones padded to the first's 16) and its 3 placeholders."""
-    pixels = inputs["pixel_values"]
-    second = pixels.flip(1) * 0.5
-    second[:, 12:] = 0
-    ids = inputs["input_ids"][0].tolist()
-    at = len(ids) - ids[::-1].index(config.image_token_id)
-    ids = torch.tensor([ids[:at] + [7] + [config.image_token_id] * 3 + ids[at:]])
-    mask = torch.ones(1, pixels.shape[1], dtype=inputs["pixel_attention_mask"].dtype)
-    mask[:, 12:] = 0
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": torch.cat([pixels, second]),
-            "spatial_shapes": torch.tensor([[4, 4], [2, 6]]),
-            "pixel_attention_mask": torch.cat([inputs["pixel_attention_mask"], mask])}
+def _two_grids(config, values: int) -> dict:
+    """Two images made in the test: a grid of 4 x 4 patches and one of 2 x 6 (12 real ones padded to 16), their 4
+    and 3 placeholders."""
+    g = torch.Generator().manual_seed(0)
+    pixels = torch.randn(2, 16, values, generator=g)
+    pixels[1, 12:] = 0
+    mask = torch.ones(2, 16, dtype=torch.int64)
+    mask[1, 12:] = 0
+    image = config.image_token_id
+    ids = torch.tensor([[5, 9] + [image] * 4 + [11] + [image] * 3 + [17, 23]])
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": pixels,
+            "spatial_shapes": torch.tensor([[4, 4], [2, 6]]), "pixel_attention_mask": mask}
 
 
-@pytest.mark.slow  # an export (about 15 s on a loaded machine) and two generations
+@pytest.mark.slow  # an export (about 15 s on a loaded machine) and three generations
 def test_lfm2_vl_folder_gives_transformers_tokens(tmp_path):
-    model, config = _tiny_model("lfm2_vl")
-    config.architectures = config.architectures or [type(model).__name__]
-    inputs, _ = image_text_inputs(model, config, batch=1)
-    inputs = {k: v for k, v in inputs.items() if k != "position_ids"}
-    assert inputs["spatial_shapes"].tolist() == [[4, 4]]
-    model.generation_config.pad_token_id = model.generation_config.pad_token_id or 0
+    import transformers
+
+    config = tiny_task_config(get_task_architecture("image-text-to-text", "lfm2_vl"))
+    config.architectures = ["Lfm2VlForConditionalGeneration"]
     checkpoint, out = str(tmp_path / "checkpoint"), str(tmp_path / "onnx")
-    model.save_pretrained(checkpoint)
+    write_lfm2_vl_folder(config, checkpoint, std=0.3)  # random weights, tokenizer, processor (tiles of 64 pixels)
     assert main(["export", checkpoint, "--out", out, "--quiet"]) == 0  # every piece checked against eager
     vision = json.load(open(os.path.join(out, "fx2onnx.json")))["pieces"]["vision"]
     assert vision["inputs"] == ["pixel_values"]  # the grid is its shape
+    model = transformers.Lfm2VlForConditionalGeneration.from_pretrained(checkpoint).eval()
     generator = open_generator(out)
-    for feeds in (inputs, _two_grids(inputs, config)):
+    sets, grids = [], []
+    for shape in [(40, 56), (150, 100)]:  # as python -m fx2onnx generate --image runs the processor
+        image = PIL.Image.fromarray((np.random.default_rng(0).random((*shape, 3)) * 255).astype("uint8"))
+        sets.append({k: torch.from_numpy(v) for k, v in generator.inputs("describe the image", [image]).items()})
+        grids.append(sets[-1]["spatial_shapes"].tolist())
+    assert grids == [[[2, 4]], [[4, 4], [4, 4], [4, 2]]]  # a small image whole; two tiles and a thumbnail
+    sets.append(_two_grids(model.config, sets[0]["pixel_values"].shape[-1]))
+    for feeds in sets:
         with torch.no_grad():
             expected = model.generate(**feeds, max_new_tokens=NEW_TOKENS, do_sample=False).numpy()
-        assert len(set(expected[0, feeds["input_ids"].shape[1]:].tolist())) > 3  # the tokens vary: a real check
+        assert len(set(expected[0, feeds["input_ids"].shape[1]:].tolist())) >= 3  # the tokens vary: a real check
         np.testing.assert_array_equal(np.asarray(generator.generate_ids(feeds, NEW_TOKENS)), expected)

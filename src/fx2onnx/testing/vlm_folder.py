@@ -542,3 +542,28 @@ def write_llava_onevision_folder(config: Any, folder: str | os.PathLike, dtype: 
 
     return _write_folder(config, folder, dtype, seed, std, {"additional_special_tokens": IMAGE_TOKEN}, IMAGE_TOKEN,
                          processor)
+
+
+def write_lfm2_vl_folder(config: Any, folder: str | os.PathLike, dtype: str = "float32", *, seed: int = 0,
+                         std: float | None = None, tile_size: int = 64, max_tiles: int = 4) -> dict[str, Any]:
+    """Writes a ``save_pretrained`` folder of an LFM2-VL model as :func:`write_llava_folder` does: the tokenizer with
+    LFM2-VL's image tokens (``<image>``, the start, end and thumbnail markers, a marker per tile of at most
+    ``max_tiles``), a :class:`transformers.Lfm2VlImageProcessor` cutting a large image into tiles of ``tile_size``
+    pixels and a thumbnail (a small image whole), each a sequence of patches of its own grid, and the
+    :class:`transformers.Lfm2VlProcessor`."""
+    import transformers
+
+    tiles = [f"<|img_row_{r}_col_{c}|>" for r in range(1, max_tiles + 1) for c in range(1, max_tiles + 1)]
+    patch = config.vision_config.patch_size
+
+    def processor(tok):
+        side = tile_size // (patch * config.downsample_factor)
+        images = transformers.Lfm2VlImageProcessor(
+            encoder_patch_size=patch, tile_size=tile_size, downsample_factor=config.downsample_factor,
+            min_tiles=2, max_tiles=max_tiles, min_image_tokens=1, max_image_tokens=side * side,
+            size={"height": tile_size, "width": tile_size})
+        return transformers.Lfm2VlProcessor(image_processor=images, tokenizer=tok)
+
+    markers = ["<|image_start|>", "<|image_end|>", "<|img_thumbnail|>", *tiles]
+    return _write_folder(config, folder, dtype, seed, std, {"additional_special_tokens": [IMAGE_TOKEN, *markers]},
+                         IMAGE_TOKEN, processor)
