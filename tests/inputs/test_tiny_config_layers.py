@@ -45,3 +45,13 @@ def test_a_required_bos_token_id_is_the_tokenizer_s(tmp_path):
     config.architectures = ["ModernBertDecoderForCausalLM"]
     write_checkpoint_folder(config, tmp_path, dtype="float32")
     assert isinstance(config.bos_token_id, int) and config.bos_token_id < config.vocab_size
+
+
+def test_zamba_s_tiny_task_config_is_tiny():
+    # the generic shortening of its 76 layer types left 2 for 4 layers: the values were refused and the 7B default
+    # built (14 GB); its types come from the period: two hybrid layers sharing the transformer
+    from fx2onnx.inputs.tasks import TaskArchitecture, tiny_task_config
+
+    config = tiny_task_config(TaskArchitecture("text-classification", "zamba", "ZambaForSequenceClassification"))
+    assert config.hidden_size == 64 and config.num_hidden_layers == 4
+    assert config.layers_block_type == ["linear_attention", "linear_attention", "hybrid", "hybrid"]

@@ -143,8 +143,9 @@ ARCHITECTURE_OVERRIDES: dict[str, dict[str, Any]] = {
     "bamba": dict(attn_layer_indices=[1]),
     "granitemoehybrid": dict(layer_types=["linear_attention", "full_attention"]),
     "recurrent_gemma": dict(block_types=["recurrent", "attention"], attention_window_size=8),
-    # the shared transformer is tied between hybrid layers: two of them at least
-    "zamba": dict(attn_layer_period=1, attn_layer_offset=0, num_hidden_layers=4),
+    # the shared transformer is tied between hybrid layers: two of them at least (its layer types from the period,
+    # not the generic shortening of the default's 76, which left 2 types for 4 layers and the tiny values refused)
+    "zamba": dict(attn_layer_period=1, attn_layer_offset=0, num_hidden_layers=4, layers_block_type=...),
     "zamba2": dict(hybrid_layer_ids=[1]),
     # its cache sizes the query/key states with the hidden size times qk_dim_factor rounded up to 64, its layers
     # without rounding: the two agree where that product is a multiple of 64 (hidden 64: a factor of 1)
