@@ -62,3 +62,15 @@ def test_lfm2_vl_folder_gives_transformers_tokens(tmp_path):
             expected = model.generate(**feeds, max_new_tokens=NEW_TOKENS, do_sample=False).numpy()
         assert len(set(expected[0, feeds["input_ids"].shape[1]:].tolist())) >= 3  # the tokens vary: a real check
         np.testing.assert_array_equal(np.asarray(generator.generate_ids(feeds, NEW_TOKENS)), expected)
+
+
+@pytest.mark.slow  # 4 s on a loaded machine (the tiny configuration)
+def test_a_language_model_with_convolutions_is_refused():
+    """The published LFM2-VL checkpoints' language model mixes short convolutions with attention: the decoder piece
+    takes a key/value cache only, so the export refuses it in one line instead of writing a wrong decoder."""
+    from fx2onnx.deploy.naflex import naflex_pieces
+
+    config = tiny_task_config(get_task_architecture("image-text-to-text", "lfm2_vl"))
+    config.text_config.layer_types = ["conv", "full_attention"]
+    with pytest.raises(ValueError, match="has conv layers .* takes a key/value cache only"):
+        naflex_pieces(object(), config)
