@@ -203,6 +203,20 @@ def _auto_class(mapping: dict, model_type: str):
     return None
 
 
+def table_tokenizer(folder: str) -> None:
+    """Saves in ``folder`` TAPAS' tokenizer over the vocabulary of the sweep's WordPiece tokenizer: a text alone is a
+    question about an empty table, its token types the columns TAPAS reads (``(batch, sequence, 7)``)."""
+    import transformers
+
+    from fx2onnx.testing.encoder_folder import bert_tokenizer
+
+    os.makedirs(folder, exist_ok=True)
+    vocabulary = os.path.join(folder, "vocab.txt")
+    with open(vocabulary, "w", encoding="utf-8") as f:
+        f.writelines(f"{token}\n" for token, _ in sorted(bert_tokenizer().get_vocab().items(), key=lambda x: x[1]))
+    transformers.TapasTokenizer(vocabulary).save_pretrained(folder)
+
+
 def write_processor(config, task: str, folder: str, model=None, ctc: bool = True) -> None:
     """Saves in ``folder`` the processor a pipeline of ``task`` reads for ``config``'s model type (a text task: the
     WordPiece tokenizer giving the inputs ``model`` takes; ``ctc``: a speech recognizer's CTC tokenizer)."""
@@ -213,6 +227,9 @@ def write_processor(config, task: str, folder: str, model=None, ctc: bool = True
     from fx2onnx.testing.encoder_folder import bert_tokenizer, ctc_processor
 
     model_type = config.model_type
+    if task in TEXT_MAPPINGS and isinstance(getattr(config, "type_vocab_sizes", None), (list, tuple)):
+        table_tokenizer(folder)  # TAPAS: token types of several columns (segment, column, row, ranks...)
+        return
     if task in TEXT_MAPPINGS:
         accepted = inspect.signature(model.forward).parameters
         # a model of one token type (GTE, MRA, Jina v3) reads no type ids: its checkpoints' tokenizer gives none (the
