@@ -78,16 +78,19 @@ def test_candidate_budget_settles_on_the_count_of_most_tokens_per_second():
     the candidates kept, 5 candidates give the most tokens per step (5.3 tokens for 2.9 steps; 10: 8.6 for
     7.5); the budget starts at the source's count, tries the sizes next to the best one, then keeps it;
     with 30 % kept, one candidate a run; a draft's cost per candidate lowers the count."""
-    costs = {2: 1.24, 3: 1.69, 4: 2.07, 5: 2.5, 6: 2.9, 7: 4.0, 8: 5.0, 9: 6.0, 10: 6.7, 11: 7.47}
+    costs = {1: 1.0, 2: 1.24, 3: 1.69, 4: 2.07, 5: 2.5, 6: 2.9, 7: 4.0, 8: 5.0, 9: 6.0, 10: 6.7, 11: 7.47}
     budget = CandidateBudget()
     budget.kept, budget.refused = [95.0] * 64, [5.0] * 64
     chosen = []
     for _ in range(12):
         chosen.append(budget.choose(10))
         budget.record_run(1 + chosen[-1], costs[1 + chosen[-1]])
-    assert chosen == [10, 1, 2, 3, 4, 5, 6] + [5] * 5, chosen
+    # a plain step is tried once (the costs measured make it look cheap: proportional below 11 tokens)
+    assert chosen == [10, 0, 3, 4, 5, 6] + [5] * 6, chosen
     budget.kept, budget.refused = [30.0] * 64, [70.0] * 64
-    assert budget.choose(10) == 1
+    for n, cost in costs.items():
+        budget.record_run(n, cost)
+    assert budget.choose(10) == 1  # 1.3 tokens for 1.24 steps
     # the first candidate often refused, the next ones kept once it is (a lookup on text that does not repeat):
     # with float32's flat costs, 10 candidates
     flat = CandidateBudget()
@@ -102,6 +105,72 @@ def test_candidate_budget_settles_on_the_count_of_most_tokens_per_second():
     budget.record(10, 0)
     assert budget.acceptance(0) < 0.95
     assert CandidateBudget().choose(7) == 7  # nothing measured: the source's count
+
+
+def test_candidate_budget_proposes_nothing_when_candidates_do_not_pay():
+    """With 10 % of the candidates kept, no count gains over a plain step: plain steps, a probe of one
+    candidate after 1, 2, 4... (at most 32) of them; a probe keeping its candidate brings the next one after
+    one plain step, and a few such probes bring candidates back; a new generation starts without a pause."""
+    budget = CandidateBudget()
+    costs = {1: 1.0, 2: 1.24, 3: 1.69, 4: 2.07, 5: 2.5, 6: 2.9, 7: 4.0, 8: 5.0, 9: 6.0, 10: 6.7, 11: 7.47}
+    for n, cost in costs.items():
+        budget.record_run(n, cost)
+    budget.kept, budget.refused = [1.0] * 64, [9.0] * 64
+    chosen = []
+    for _ in range(160):
+        chosen.append(budget.choose(10))
+        if chosen[-1]:
+            budget.record(chosen[-1], 0)
+    assert set(chosen) == {0, 1}
+    probes = [i for i, k in enumerate(chosen) if k]
+    assert np.diff([-1] + probes).tolist()[:8] == [2, 3, 5, 9, 17, 33, 33, 33]
+    chosen = []
+    for _ in range(40):  # the text repeats now: every probe keeps its candidate
+        while budget.wait:
+            budget.choose(10)
+        chosen.append(budget.choose(10))
+        if chosen[-1]:
+            budget.record(chosen[-1], chosen[-1])
+    assert chosen[:2] == [1, 0] and chosen[-1] > 1, chosen
+    budget.kept, budget.refused = [1.0] * 64, [9.0] * 64
+    assert budget.choose(10) == 0 and budget.probe and budget.choose(10) == 1  # a probe until a run verifies
+    budget.start()
+    assert budget.wait == 0 and budget.pause == 1 and not budget.probe
+    # a draft's cost per candidate: candidates kept 60 % of the time, each costing 0.7 of a step, do not pay
+    draft = CandidateBudget()
+    draft.costs = {1: 1.0, 2: 1.02, 3: 1.04, 11: 1.9}
+    draft.kept, draft.refused = [6.0] * 64, [4.0] * 64
+    draft.proposal_cost = 0.7
+    assert draft.choose(10) == 0
+    draft.proposal_cost = 0.1
+    assert draft.choose(10) > 0
+
+
+def test_prompt_lookup_occurrences():
+    """The n-grams indexed as the sequence grows give the first occurrence (transformers') or the last one
+    (onnxruntime-genai's), the longest n-gram first, as a search of the whole sequence does; a sequence which
+    does not extend the one indexed is indexed again."""
+    rng = np.random.default_rng(0)
+
+    def searched(tokens: list[int], k: int, n: int, last: bool) -> list[int]:
+        for size in range(min(n, len(tokens) - 1), 0, -1):
+            starts = [i + size for i in range(len(tokens) - size) if tokens[i: i + size] == tokens[-size:]]
+            if starts:
+                start = starts[-1] if last else starts[0]
+                return tokens[start: start + k]
+        return []
+
+    for occurrence in ("first", "last"):
+        for n in (1, 2, 3):
+            lookup = PromptLookup(4, n, occurrence=occurrence)
+            lookup.reset(set())
+            for _ in range(30):
+                tokens = rng.integers(3, 9, size=int(rng.integers(1, 8))).tolist()
+                for t in rng.integers(3, 9, size=20).tolist():  # grown one token at a time, as a generation
+                    tokens.append(t)
+                    assert lookup.propose(tokens, 4) == searched(tokens, 4, n, occurrence == "last"), tokens
+    with pytest.raises(ValueError, match="occurrence"):
+        PromptLookup(4, occurrence="middle")
 
 
 @pytest.mark.slow
@@ -226,6 +295,26 @@ def test_one_token_runs_past_the_first_mask(folders):
     for speculation in (DraftModel(folders["draft_onnx"]), wrong):
         assert gen.generator.generate(ids, 90, speculation=speculation).tolist() == plain
         assert gen.generator.last_times.run_candidates.count(0) > 20
+
+
+@pytest.mark.slow
+def test_zero_candidates_give_greedy_tokens(folders):
+    """A budget whose candidates do not pay (each costs half a plain step, one in ten kept) makes plain steps, then
+    probes: plain greedy's tokens with prompt lookup (first and last occurrence) and with a draft whose cache
+    falls behind during the plain steps (its next run feeds the tokens it missed)."""
+    gen = FolderGenerator(folders["model_onnx"])
+    ids = np.array([list(range(5, 25)) * 2])
+    plain = gen.generator.generate(ids, 60).tolist()
+    speculations = (PromptLookup(10), PromptLookup(10, occurrence="last"), DraftModel(folders["draft_onnx"]))
+    for speculation in speculations:
+        budget = speculation._budget = CandidateBudget(gen.generator)
+        budget.per_candidate = speculation.proposes_by_runs
+        budget.costs = {n: 1.0 + 0.5 * (n - 1) for n in range(1, 17)}  # far above the runs' own: kept
+        budget.kept, budget.refused = [1.0] * 64, [9.0] * 64
+        assert gen.generator.generate(ids, 60, speculation=speculation).tolist() == plain
+        runs = gen.generator.last_times.run_candidates
+        first = next(i for i, k in enumerate(runs) if k)
+        assert runs[first + 1] == 0 and runs.count(0) > 20, runs
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ its candidates (no extra run).
 Two sources of candidates, as :epkg:`transformers` defines them:
 
 * :class:`PromptLookup` (``generate(..., prompt_lookup_num_tokens=N)``): the tokens that followed
-  the first earlier occurrence of the last ``max_matching_ngram_size`` (then fewer) tokens;
+  the first (or last) earlier occurrence of the last ``max_matching_ngram_size`` (then fewer) tokens;
 * :class:`DraftModel` (``generate(..., assistant_model=draft)``): a smaller decoder of the same
   vocabulary proposes ``num_assistant_tokens`` tokens greedily (fewer once its probability of a
   token falls under ``assistant_confidence_threshold``), its own cache rolled back the same way.
@@ -32,7 +32,9 @@ at best, then part.
 When the candidates keep failing, the loop backs off to plain decoding (:class:`Backoff`): after a
 verifying run that kept none, it proposes nothing for 1, 2, 4... steps (at most 64), then one candidate;
 a run that keeps one resets it. Each run verifies as many candidates as give the most tokens per CPU second
-(:class:`CandidateBudget`: the cost of a run of each size measured as it runs, the share of candidates kept):
+(:class:`CandidateBudget`: the cost of a run of each size measured as it runs, the share of candidates kept),
+none when no count gains over a plain step (a draft's runs counted: a weak draft then decodes plainly, a probe
+after 1, 2, 4... plain steps finding out when candidates pay again):
 a verifying run's cost grows with its candidates (in int4 much faster than in float32), so that the source's
 count (``num_tokens``, ``num_assistant_tokens``) is a limit (``Speculation.adaptive = False``: the source's count,
 as transformers' loop). The decoder must return the logits of several positions:
@@ -349,6 +351,8 @@ class CandidateBudget:
 
     #: the weight of the counts before each verifying run (the acceptance follows the text)
     decay = 0.9
+    #: the plain steps between two probes at most, when no count of candidates gains over a plain step
+    max_pause = 32
 
     def __init__(self, generator: Any = None):
         self.generator = generator
@@ -361,6 +365,12 @@ class CandidateBudget:
         #: lookup's candidates are kept all or none more often than one by one: the first is the likeliest refused
         self.kept: list[float] = [0.0] * 64
         self.refused: list[float] = [0.0] * 64
+        self.start()
+
+    def start(self) -> None:
+        """A new generation: no plain steps pending (the costs and the counts are kept)."""
+        #: plain steps left before the next verifying run (a probe), their next count, a probe due
+        self.wait, self.pause, self.probe = 0, 1, False
 
     def record_run(self, fed: int, seconds: float) -> None:
         """A run of the decoder feeding ``fed`` tokens took ``seconds`` of CPU."""
@@ -369,6 +379,9 @@ class CandidateBudget:
 
     def record(self, proposed: int, accepted: int, proposal_seconds: float = 0.0) -> None:
         """A verifying run kept ``accepted`` of ``proposed`` candidates, proposed in ``proposal_seconds``."""
+        self.probe = False
+        if proposed and accepted == proposed:  # candidates gain again: the next probe comes soon
+            self.pause = 1
         for i in range(len(self.kept)):
             self.kept[i] *= self.decay
             self.refused[i] *= self.decay
@@ -403,9 +416,17 @@ class CandidateBudget:
         return self.costs[lower] + (self.costs[upper] - self.costs[lower]) * (n - lower) / (upper - lower)
 
     def choose(self, limit: int, pending: int = 1) -> int:
-        """The candidates (from 1 to ``limit``) the next run verifies after its ``pending`` tokens."""
-        if limit <= 1 or not self.costs:
-            return limit
+        """The candidates (from 0, a plain step, to ``limit``) the next run verifies after its ``pending`` tokens.
+
+        When no count gives more tokens per CPU second than a plain step (its cost measured: tried once when it
+        might be better), the next steps are plain, ``1, 2, 4...`` (at most :attr:`max_pause`) steps before a
+        probe verifies the best count again (it updates the counts); a run keeping all its candidates makes the
+        next pause one step."""
+        if self.wait > 0:
+            self.wait -= 1
+            return 0
+        if limit < 1 or not self.costs:
+            return max(limit, 0)
         scores, tokens, reached = {}, 1.0, 1.0
         for k in range(1, limit + 1):
             reached *= self.acceptance(k - 1)  # the probability the k-th candidate is kept
@@ -413,6 +434,16 @@ class CandidateBudget:
             cost = self.cost(pending + k)
             scores[k] = tokens / (cost + self.proposal_cost * (k if self.per_candidate else 1))
         best = max(scores, key=scores.__getitem__)
+        if self.probe:  # a pause ended: its verifying run updates the counts
+            return best
+        plain = self.costs.get(pending)
+        if plain is None:  # never measured: tried once when it may be faster (proportional below the sizes seen)
+            if scores[best] * self.cost(pending) < 1.0:
+                return 0
+        elif scores[best] * plain <= 1.0:
+            self.wait, self.probe = self.pause - 1, True
+            self.pause = min(2 * self.pause, self.max_pause)
+            return 0
         if pending + best in self.costs:  # its neighbours never measured are tried once
             for k in (best + 1, best - 1):
                 if 1 <= k <= limit and pending + k not in self.costs:
@@ -492,6 +523,7 @@ class Speculation:
             if budget is None or budget.generator is not generator:
                 budget = self._budget = CandidateBudget(generator)
                 budget.per_candidate = self.proposes_by_runs
+            budget.start()
         times = SpeculativeTimes()
         tokens, new = ids[0].tolist(), 0
         limit = target.max_candidates
@@ -503,11 +535,13 @@ class Speculation:
             self.candidate_scores = None
             if backoff is not None and backoff.cap is not None:
                 k = min(k, backoff.cap)
-            if budget is not None and k > 1:
+            if backoff is not None and not backoff.allows():
+                k = 0
+            if budget is not None and k > 0:
                 k = budget.choose(min(k, self.max_count or k), len(tokens) - target.length)
             cpu = time.process_time()
             # a recurrent state's first snapshot is the empty cache: the prompt runs alone, not run twice
-            if k > 0 and not (target.recurrent and target.length == 0) and (backoff is None or backoff.allows()):
+            if k > 0 and not (target.recurrent and target.length == 0):
                 candidates = [int(c) for c in self.propose(tokens, k)][:k]
             proposed, proposal_cpu = time.perf_counter(), time.process_time()
             feed = tokens[target.length:] + candidates
@@ -603,29 +637,62 @@ class PromptLookup(Speculation):
 
     :param num_tokens: the candidates of a run at most (transformers' ``prompt_lookup_num_tokens``)
     :param max_matching_ngram_size: the longest n-gram matched (transformers' default 2): the last
-        ``n`` tokens are looked for from the start of the sequence, the first occurrence followed by
-        tokens gives them (cut before an end-of-sequence token), then ``n - 1``... down to 1
+        ``n`` tokens are looked for in the sequence, an occurrence followed by tokens gives them (cut before an
+        end-of-sequence token), then ``n - 1``... down to 1
+    :param occurrence: ``"first"`` (transformers': the earliest occurrence) or ``"last"`` (the latest one,
+        as onnxruntime-genai's n-gram decoding, which matches ``ngram_size - 1`` tokens and no fewer)
+
+    The occurrences are indexed as the sequence grows (each token once), not searched at every run.
     """
 
-    def __init__(self, num_tokens: int = 10, max_matching_ngram_size: int = 2):
+    def __init__(self, num_tokens: int = 10, max_matching_ngram_size: int = 2, occurrence: str = "first"):
         if num_tokens < 1 or max_matching_ngram_size < 1:
             raise ValueError(f"prompt lookup needs num_tokens >= 1 and max_matching_ngram_size >= 1, got "
                              f"{num_tokens} and {max_matching_ngram_size}.")
+        if occurrence not in ("first", "last"):
+            raise ValueError(f"occurrence={occurrence!r}: use 'first' (transformers') or 'last' (onnxruntime-genai's).")
         self.num_tokens, self.max_matching_ngram_size = num_tokens, max_matching_ngram_size
+        self.occurrence = occurrence
+        self.eos: set[int] = set()
+        self._forget()
+
+    def _forget(self) -> None:
+        #: for each n-gram size, the n-grams seen followed by a token -> the position after the chosen occurrence
+        self._found: list[dict[tuple[int, ...], int]] = [{} for _ in range(self.max_matching_ngram_size + 1)]
+        #: the tokens indexed, the last of them
+        self._count, self._last = 0, -1
+
+    def reset(self, eos: set[int], chooser: Any = None) -> None:
+        super().reset(eos, chooser)
+        self._forget()
 
     @property
     def max_count(self) -> int | None:
         return self.num_tokens
 
+    def _index(self, tokens: list[int]) -> None:
+        """Indexes the n-grams ``tokens`` added since the last call (a sequence not extending the one indexed
+        is indexed again)."""
+        if len(tokens) < self._count or (self._count and tokens[self._count - 1] != self._last):
+            self._forget()
+        first = self.occurrence == "first"
+        for p in range(max(self._count, 1), len(tokens)):  # the n-grams ending before position p: followed by it
+            for size in range(1, min(self.max_matching_ngram_size, p) + 1):
+                key = tuple(tokens[p - size: p])
+                if first:
+                    self._found[size].setdefault(key, p)
+                else:
+                    self._found[size][key] = p
+        if tokens:
+            self._count, self._last = len(tokens), tokens[-1]
+
     def propose(self, tokens: list[int], k: int) -> list[int]:
-        ids = np.asarray(tokens, dtype=np.int64)
-        length = len(ids)
+        self._index(tokens)
+        length = len(tokens)
         for size in range(min(self.max_matching_ngram_size, length - 1), 0, -1):
-            windows = np.lib.stride_tricks.sliding_window_view(ids, size)
-            starts = np.flatnonzero((windows == ids[-size:]).all(axis=1)) + size
-            starts = starts[starts < length]
-            if starts.size:
-                chosen = ids[starts[0]: min(starts[0] + min(self.num_tokens, k), length)].tolist()
+            start = self._found[size].get(tuple(tokens[length - size:]))
+            if start is not None:
+                chosen = tokens[start: min(start + min(self.num_tokens, k), length)]
                 for i, t in enumerate(chosen):
                     if t in self.eos:
                         return chosen[:i]
