@@ -54,6 +54,27 @@ def test_what_cannot_be_split_says_why():
         result
 
 
+@pytest.mark.slow  # importing Gemma 4's modules: 8 s on a loaded machine
+def test_per_layer_embeddings_are_refused_with_their_reason():
+    """Gemma 4 (and Gemma 3n) look up per-layer embeddings from the token ids: the decoder piece, fed the prompt's
+    embeddings with the image features over the placeholders, cannot compute them; the split says so first."""
+    import transformers
+
+    text = transformers.Gemma4TextConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=1024,
+                                         hidden_size_per_layer_input=16, vocab_size_per_layer_input=1024)
+    vision = transformers.Gemma4VisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                             num_attention_heads=2, num_key_value_heads=2, head_dim=16, patch_size=4,
+                                             pooling_kernel_size=2, position_embedding_size=64)
+    config = transformers.Gemma4Config(text_config=text, vision_config=vision, image_token_id=1023)
+    with torch.device("meta"):  # the reason is read from the modules, no weight needed
+        model = transformers.Gemma4ForConditionalGeneration(config)
+    reason = split_reason(model, config)
+    assert reason.startswith("its language model adds per-layer embeddings looked up from the token ids"), reason
+    with pytest.raises(UnsplittableModel, match="per-layer embeddings"):
+        generic_vision_pieces(model, config)
+
+
 @pytest.mark.slow  # make test keeps to its 5 minutes; CI runs make test-all
 def test_instructblip_q_former_reads_the_prompt():
     """BLIP-2's layout (towers beside a causal language model, no base model); InstructBLIP's Q-Former
@@ -102,16 +123,16 @@ def test_smolvlm_vision_piece_keeps_the_batch_dynamic():
 
 
 @pytest.mark.slow
-def test_lighton_ocr_runs_one_image_at_a_time():
+def test_lighton_ocr_runs_images_of_one_size():
     """LightOnOCR (a Pixtral vision encoder, features counted from image_sizes' values: the generic vision piece
-    failed at capture) gets Mistral 3's pieces (fx2onnx.deploy.pixtral): the vision piece on one image of its own
-    size; the folder gives transformers' tokens."""
+    failed at capture) gets Mistral 3's pieces (fx2onnx.deploy.pixtral): the vision piece on a batch of images of one
+    size (the loop crops a padded one to its size); the folder gives transformers' tokens."""
     from fx2onnx.deploy.image_text import vision_pieces
-    from fx2onnx.deploy.pixtral import OneImageVisionPiece
+    from fx2onnx.deploy.pixtral import ImagesVisionPiece
 
     model, config = _model("lighton_ocr")
     vision = vision_pieces(model, config)[0]
-    assert isinstance(vision.module, OneImageVisionPiece) and vision.input_names == ["pixel_values"]
+    assert isinstance(vision.module, ImagesVisionPiece) and vision.input_names == ["pixel_values"]
     result = compare_folder_generation(model, config)
     assert result["equal"], result
     assert result["new_tokens"] == 8

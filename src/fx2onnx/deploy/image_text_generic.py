@@ -145,6 +145,10 @@ def split_reason(model: Any, config: Any) -> str | None:
     if not has_base_model(model) and _causal_language_model(model) is None:
         return ("it has no base model with token embeddings and an lm_head, nor a decoder-only language_model with "
                 "its head (BLIP-2's)")
+    if per_layer_input_size(config):
+        return ("its language model adds per-layer embeddings looked up from the token ids (hidden_size_per_layer_input, "
+                "Gemma 3n's and Gemma 4's), which the decoder piece, fed the prompt's embeddings with the image features "
+                "written over the placeholders, does not compute")
     kind = image_kind(model)
     if kind not in GENERIC_KINDS:
         return f"its images are {kind!r} inputs (patches of a grid), split only for the Qwen-VL family"
@@ -155,6 +159,13 @@ def split_reason(model: Any, config: Any) -> str | None:
         return (f"its language model has {', '.join(recurrent)} layers (a recurrent state, not a key/value cache): "
                 "the decoder piece takes a key/value cache only")
     return None
+
+
+def per_layer_input_size(config: Any) -> int:
+    """The width of the per-layer embeddings the text model looks up from the token ids (Gemma 3n's, Gemma 4's
+    ``hidden_size_per_layer_input``; 0 without)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return int(getattr(text, "hidden_size_per_layer_input", 0) or 0)
 
 
 #: the layer types which keep a recurrent state instead of keys and values (linear attention, Mamba, short convolutions)

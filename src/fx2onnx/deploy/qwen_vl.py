@@ -1,5 +1,5 @@
-"""The pieces of a Qwen2-VL, Qwen2.5-VL or Qwen3-VL folder: a vision tower over the patches of every image, a
-decoder with 3D rotary positions.
+"""The pieces of a Qwen2-VL, Qwen2.5-VL or Qwen3-VL folder (and GLM-OCR's, built like Qwen2.5-VL's without its
+windows): a vision tower over the patches of every image, a decoder with 3D rotary positions.
 
 * ``vision.onnx``: ``pixel_values (patches, channels * temporal_patch * patch * patch)`` and
   ``image_grid_thw (images, 3)``, as the processor gives them (the patches of every image one
@@ -42,8 +42,9 @@ from ..patches.qwen_vl_geometry import (  # noqa: F401 (kept importable from her
 from .speech import Piece
 from .vision import ImageTextDecoderPiece, decoder_piece, last_logits
 
-#: the model types exported by :func:`qwen_vl_pieces`
-QWEN_VL_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+#: the model types exported by :func:`qwen_vl_pieces` (GLM-OCR: the same grid of patches, its 3D positions computed as
+#: Qwen2-VL's for images)
+QWEN_VL_MODEL_TYPES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm_ocr")
 
 
 class QwenVisionPiece(torch.nn.Module):

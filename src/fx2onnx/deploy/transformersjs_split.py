@@ -28,8 +28,12 @@ first layers, ride in more columns of the embeddings (:data:`STACKED_MODEL_TYPES
 decoder adds them to every row; Qwen3-VL-MoE's too, its decoder the mixture of experts). SmolVLM's vision encoder
 is its generic vision piece (:mod:`fx2onnx.deploy.image_text_generic`) on the processor's tiles ``(prompts, tiles, 3,
 H, W)`` and its boolean ``pixel_attention_mask``, the inputs transformers.js' Idefics 3 processor makes; LightOnOCR's
-is Mistral 3's (:mod:`fx2onnx.deploy.pixtral`). Not split yet: LLaVA-OneVision and LFM2-VL (their vision piece is
-not captured: feature counts read from the image sizes' values, LFM2-VL's loop over the images).
+is Mistral 3's (:mod:`fx2onnx.deploy.pixtral`). GLM-OCR's pieces are Qwen2.5-VL's (transformers.js runs it as one,
+its positions grouped by image placeholder). Not split yet: LLaVA-OneVision and LFM2-VL (their vision piece is
+not captured: feature counts read from the image sizes' values, LFM2-VL's loop over the images); Gemma 3n and Gemma 4,
+which transformers.js loads with an ``audio_encoder.onnx`` beside the vision encoder and whose ``embed_tokens.onnx``
+returns ``per_layer_inputs`` too (their folders are refused first: the decoder piece does not compute the per-layer
+embeddings, :func:`fx2onnx.deploy.image_text_generic.split_reason`).
 
 .. code-block:: python
 
@@ -53,7 +57,7 @@ from .vision import VisionPiece, last_logits
 
 #: the model types whose folder gets transformers.js' split beside our decoder
 SPLIT_MODEL_TYPES = ("llava", "qwen2_vl", "qwen2_5_vl", "mistral3", "idefics3", "gemma3", "paligemma", "qwen3_vl",
-                     "smolvlm", "lighton_ocr", "qwen3_vl_moe")
+                     "smolvlm", "lighton_ocr", "qwen3_vl_moe", "glm_ocr")
 #: the model types whose vision encoder for transformers.js is its own piece (:class:`TiledVisionPiece`): Idefics 3,
 #: fed the processor's ``pixel_values (prompts, tiles, 3, H, W)`` by transformers.js, our loop the tiles only
 TILED_MODEL_TYPES = ("idefics3",)

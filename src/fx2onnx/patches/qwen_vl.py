@@ -1,6 +1,7 @@
 """The vision attention of Qwen2-VL and the towers built like it, over all images at once.
 
-``VisionAttention.forward`` (Qwen2-VL; the same code in Qwen2.5-VL and Qwen3-VL) runs the patches
+``VisionAttention.forward`` (Qwen2-VL; the same code in Qwen2.5-VL and Qwen3-VL, GLM-OCR's with its heads
+normalized before the rotation) runs the patches
 of every image in one sequence, but attends within one image at a time: without flash attention
 it splits queries, keys and values by ``(cu_seqlens[1:] - cu_seqlens[:-1]).tolist()`` and runs
 one attention per image. ``tolist()`` reads the tensor's values: torch.export cannot capture it
@@ -33,6 +34,7 @@ SPLIT_ATTENTIONS = (
     ("transformers.models.qwen2_5_vl.modeling_qwen2_5_vl", "Qwen2_5_VLVisionAttention"),
     ("transformers.models.qwen3_vl.modeling_qwen3_vl", "Qwen3VLVisionAttention"),
     ("transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe", "Qwen3VLMoeVisionAttention"),
+    ("transformers.models.glm_ocr.modeling_glm_ocr", "GlmOcrVisionAttention"),
 )
 
 
@@ -70,6 +72,8 @@ def make_block_diagonal_attention(original: Any) -> Any:
         query, key, value = (
             self.qkv(hidden_states).reshape(seq_length, 3, self.num_heads, -1).permute(1, 0, 2, 3).unbind(0)
         )
+        if getattr(self, "q_norm", None) is not None:  # GLM-OCR normalizes each head before the rotation
+            query, key = self.q_norm(query), self.k_norm(key)
         cos, sin = position_embeddings
         query, key = rotary(query, key, cos, sin)
         query, key, value = (t.transpose(0, 1).unsqueeze(0) for t in (query, key, value))
@@ -97,6 +101,7 @@ SPLIT_FEATURES = (
     ("transformers.models.qwen2_5_vl.modeling_qwen2_5_vl", "Qwen2_5_VLModel"),
     ("transformers.models.qwen3_vl.modeling_qwen3_vl", "Qwen3VLModel"),
     ("transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe", "Qwen3VLMoeModel"),
+    ("transformers.models.glm_ocr.modeling_glm_ocr", "GlmOcrModel"),
 )
 
 
