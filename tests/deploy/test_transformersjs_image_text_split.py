@@ -4,9 +4,9 @@ onnx/decoder_model_merged.onnx; fx2onnx.deploy.transformersjs_split), which our 
 transformers' greedy tokens, in Node and (the three folders in one page of one browser) in headless Chromium through
 onnxruntime-web. SmolVLM's vision encoder takes the processor's tiles ``(prompts, tiles, 3, H, W)`` and its boolean
 ``pixel_attention_mask`` as transformers.js' Idefics 3 processor makes them (one tile, two, then the ten of SmolVLM's
-processor made in code splitting an image larger than a tile); LightOnOCR's is Mistral 3's (the processor's images
-padded to the largest, with their ``image_sizes``); Qwen3-VL-MoE's is Qwen3-VL's, its decoder the mixture of
-experts. Each folder is exported once per module."""
+processor made in code splitting an image larger than a tile); LightOnOCR's is Mistral 3's (a batch of images of one
+size, as transformers.js' Pixtral processor stacks them; our loop crops padded ones); Qwen3-VL-MoE's is Qwen3-VL's,
+its decoder the mixture of experts. Each folder is exported once per module."""
 
 from __future__ import annotations
 
@@ -85,6 +85,20 @@ def _smolvlm_processor(longest_edge: int, tile: int, per_tile: int):
                                          video_processor=transformers.SmolVLMVideoProcessor(), image_seq_len=per_tile)
 
 
+def _lighton_ocr_processor(side: int, longest_edge: int):
+    """LightOnOCR's processor made in code: Pixtral's image processor resizing an image to ``longest_edge`` pixels at
+    most, both sides multiples of ``side`` (a merged block of patches), the images of a call padded to the largest
+    (``image_sizes`` their own sizes); the tiny tokenizer with LightOnOCR's image tokens."""
+    tok = tiny_tokenizer(384)
+    names = {"image_token": "<|image_pad|>", "image_break_token": "<|vision_pad|>", "image_end_token": "<|vision_end|>"}
+    tok.add_special_tokens({"additional_special_tokens": list(names.values())})
+    tok._set_model_specific_special_tokens(special_tokens=names)
+    images = transformers.PixtralImageProcessor(patch_size={"height": side, "width": side},
+                                                size={"longest_edge": longest_edge})
+    return transformers.LightOnOcrProcessor(image_processor=images, tokenizer=tok, patch_size=side // 2,
+                                            spatial_merge_size=2)
+
+
 def _export(name: str, folder) -> dict:
     """The tiny model of ``name`` exported by ``python -m fx2onnx export``: the model, its folder and the sets of
     ``(inputs, transformers' greedy sequences)`` every client runs (SmolVLM's processor too, its image token the
@@ -97,6 +111,10 @@ def _export(name: str, folder) -> dict:
         per_tile = (vision.image_size // vision.patch_size) ** 2 // config.scale_factor ** 2
         processor = _smolvlm_processor(3 * vision.image_size, vision.image_size, per_tile)
         config.image_token_id = model.image_token_id = model.model.image_token_id = processor.image_token_id
+    if name == "lighton_ocr":  # 14-pixel patches merged 2 x 2: images of 112 pixels at most, in blocks of 28
+        side = config.vision_config.patch_size * config.spatial_merge_size
+        processor = _lighton_ocr_processor(side, 4 * side)
+        config.image_token_id = processor.image_token_id
     inputs, _ = image_text_inputs(model, config, batch=1)
     inputs = {k: v for k, v in inputs.items() if k != "position_ids"}  # computed by generate and by the loops
     if hasattr(config, "vision_start_token_id"):  # written in config.json by save_pretrained below
@@ -191,6 +209,42 @@ def test_smolvlm_processor_splitting_an_image_into_tiles(exported, tmp_path):
     np.testing.assert_array_equal(np.asarray(open_generator(out).generate_ids(inputs, NEW_TOKENS)), expected)
     js = transformersjs_seq2seq(out, _as_lists(inputs), NEW_TOKENS, tmp_path, client="transformersjs_image_text.mjs")
     assert js == expected.tolist()
+
+
+def _pictures(width: int, height: int, seed: int) -> PIL.Image.Image:
+    """A picture of ``width x height`` pixels: smooth colour gradients turned by ``seed``, no two alike."""
+    y, x = np.mgrid[0:height, 0:width] / max(width, height)
+    turn = np.random.default_rng(seed).uniform(0.5, 2.0, 3)
+    return PIL.Image.fromarray((np.stack([x * turn[0], y * turn[1], x * y * turn[2]], -1) % 1 * 255).astype(np.uint8))
+
+
+@pytest.mark.slow  # the LightOnOCR export shared with the tests above, transformers.js in Node
+def test_lighton_ocr_a_batch_of_two_images_of_other_sizes(exported, tmp_path):
+    """Two prompts, one image each, of other sizes (220x100 and 330x150) that LightOnOCR's processor resizes to one
+    (112x56, as transformers.js' Pixtral image processor stacks the images of a call): the vision encoder runs them as
+    a batch; our loop and transformers.js (Node) give transformers' greedy tokens for each prompt. Images the processor
+    pads to the larger one (``image_sizes`` differ) run in our loop, which crops each to its size: transformers'
+    tokens; transformers.js' processor never makes them (its Pixtral processor gives no ``image_sizes``), and
+    transformers.js 4.3 forgets a padded prompt's mask after the first new token of an image-text model (its past is
+    attended as ones: other tokens from the second or third on), which our loop does not."""
+    made = exported("lighton_ocr")
+    model, processor, out = made["model"], made["processor"], made["out"]
+    prompts = ["<|image_pad|>read the page"] * 2
+    processor.tokenizer.padding_side = "left"
+    for sizes, same in (([(220, 100), (330, 150)], True), ([(110, 50), (60, 100)], False)):
+        images = [[_pictures(width, height, i)] for i, (width, height) in enumerate(sizes)]
+        inputs = dict(processor(images=images, text=prompts, padding=True, return_tensors="pt"))
+        # one size: as many placeholders, no padding; two: the smaller image's prompt padded
+        assert same == (inputs["image_sizes"].unique(dim=0).shape[0] == 1) == bool(inputs["attention_mask"].all())
+        with torch.no_grad():
+            expected = model.generate(**inputs, max_new_tokens=NEW_TOKENS, do_sample=False).numpy()
+        new = expected[:, inputs["input_ids"].shape[1]:].tolist()
+        assert all(len(set(row)) > 3 for row in new) and new[0] != new[1]  # the tokens vary, each image its own
+        np.testing.assert_array_equal(np.asarray(open_generator(out).generate_ids(inputs, NEW_TOKENS)), expected)
+        if same:  # transformers.js feeds the pixels (its vision encoder takes no image_sizes)
+            js = transformersjs_seq2seq(out, _as_lists(inputs), NEW_TOKENS, tmp_path,
+                                        client="transformersjs_image_text.mjs")
+            assert js == expected.tolist()
 
 
 def test_a_folder_without_the_files_transformersjs_loads_says_so():
