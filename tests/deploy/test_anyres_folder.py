@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from fx2onnx.__main__ import main
-from fx2onnx.deploy.anyres import anyres_refusal, kept_mask
+from fx2onnx.deploy.anyres import kept_mask
 from fx2onnx.inputs.tasks import get_task_architecture, tiny_task_config
 from fx2onnx.runtime.families import open_generator
 from fx2onnx.testing.vlm_folder import write_llava_onevision_folder
@@ -27,8 +27,9 @@ NEW_TOKENS = 8
 PINPOINTS = [[32, 32], [32, 64], [64, 32], [64, 64]]
 
 
-def _tiny_config():
+def _tiny_config(aspect_ratio: str = "anyres_max_9"):
     config = tiny_task_config(get_task_architecture("image-text-to-text", "llava_onevision"))
+    config.vision_aspect_ratio = aspect_ratio
     config.vision_config.patch_size = 8  # 4 x 4 features a tile: a crop of the padding has rows to drop
     config.image_grid_pinpoints = PINPOINTS
     config.architectures = ["LlavaOnevisionForConditionalGeneration"]
@@ -50,11 +51,14 @@ def _inputs(model, config, sizes: list[tuple[int, int]]) -> dict:
 
 
 @pytest.mark.slow  # an export (about 15 s on a loaded machine) and four generations
-def test_llava_onevision_folder_gives_transformers_tokens(tmp_path):
+# anyres_max_9: no grid shrinks (at most 2 x 2 tiles); anyres_max_1: transformers shrinks every grid over 1 tile to a
+# size read from the image's (the published checkpoints' 6 x 6 tiles over anyres_max_9 alike)
+@pytest.mark.parametrize("aspect_ratio", ["anyres_max_9", "anyres_max_1"])
+def test_llava_onevision_folder_gives_transformers_tokens(aspect_ratio, tmp_path):
     import transformers
 
     checkpoint, out = str(tmp_path / "checkpoint"), str(tmp_path / "onnx")
-    write_llava_onevision_folder(_tiny_config(), checkpoint, std=0.3)  # random weights, tokenizer, processor
+    write_llava_onevision_folder(_tiny_config(aspect_ratio), checkpoint, std=0.3)  # random weights, tokenizer, processor
     assert main(["export", checkpoint, "--out", out, "--quiet"]) == 0  # every piece checked against eager
     vision = json.load(open(os.path.join(out, "fx2onnx.json")))["pieces"]["vision"]
     assert vision["inputs"] == ["pixel_values", "grid_pixel_values", "image_sizes"]
@@ -84,12 +88,3 @@ def test_the_crop_mask_is_transformers_unpad():
         kept = unpad_image(positions, torch.tensor(size))[0].flatten()
         mask = kept_mask(torch.tensor(size), *grid)
         assert torch.equal(positions[0][mask], kept), size
-
-
-@pytest.mark.slow  # 4 s on a loaded machine (the tiny configuration)
-def test_a_resolution_transformers_shrinks_is_refused():
-    config = _tiny_config()
-    config.image_grid_pinpoints = [[32 * r, 32 * c] for r in range(1, 7) for c in range(1, 7)]
-    assert "36 tiles, more than anyres_max_9" in anyres_refusal(config)
-    config.image_grid_pinpoints = PINPOINTS
-    assert anyres_refusal(config) is None

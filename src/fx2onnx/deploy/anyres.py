@@ -9,19 +9,17 @@ guard on data-dependent expression``). As for Mistral 3 (:mod:`fx2onnx.deploy.pi
 **in the loop** (:class:`fx2onnx.runtime.vision.VisionGenerator`: the grid of the best resolution, transformers'
 ``select_best_resolution``): the vision piece gets one image at a time, its tiles laid out as their grid,
 ``grid_pixel_values (rows, cols, 3, S, S)``, beside ``pixel_values (1, 3, S, S)`` (the whole image) and
-``image_sizes (1, 2)``; the grid is read from the shape (symbolic), the crop is a mask computed from the size's values
-in the graph (the rows or columns kept, the image's new-line feature after each row), so nothing reads a value:
+``image_sizes (1, 2)``; the grid is read from the shape (symbolic), the crop of the padding is computed from the size's
+values in the graph (the rows or columns kept: a size the graph reads at run time, no Python branch), then the resize
+transformers applies to a grid of more features than ``anyres_max_N`` allows (to its own size otherwise, which changes
+nothing), the image's new-line feature after each row:
 
 * ``vision.onnx``: ``pixel_values``, ``grid_pixel_values``, ``image_sizes`` -> ``image_features (features, hidden)``;
 * ``decoder.onnx``: the decoder of :mod:`fx2onnx.deploy.vision`.
-
-A resolution of more tiles than ``anyres_max_N`` allows makes transformers shrink the features to a size read from the
-values (an interpolation): such a configuration is refused in one line.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -80,39 +78,40 @@ class GridVisionPiece(torch.nn.Module):
                 image_sizes: torch.Tensor) -> torch.Tensor:
         rows, cols = grid_pixel_values.shape[0], grid_pixel_values.shape[1]
         features = self.tiles_features(torch.cat([pixel_values, grid_pixel_values.flatten(0, 1)]))
-        side = self.model.config.vision_config.image_size // self.model.config.vision_config.patch_size
+        config = self.model.config
+        side = config.vision_config.image_size // config.vision_config.patch_size
         hidden = features.shape[-1]
         grid = features[1:].view(rows, cols, side, side, hidden).permute(0, 2, 1, 3, 4)
         grid = grid.reshape(rows * side, cols * side, hidden)
-        newline = self.model.image_newline.to(grid.dtype)[None, None].expand(rows * side, 1, hidden)
-        grid = torch.cat([grid, newline], dim=1)  # (rows', cols' + 1, hidden)
         keep = kept_mask(image_sizes[0], rows * side, cols * side)
-        keep = torch.cat([keep, keep.any(dim=1, keepdim=True)], dim=1)  # a kept row keeps its new line
-        return torch.cat([features[0], grid[keep]], dim=0)
+        keep_rows, keep_cols = keep.any(dim=1), keep.any(dim=0)
+        grid = grid[keep_rows][:, keep_cols]  # the image without the resize's padding: a size read from the values
+        height, width = shrunk_size(keep_rows.sum(), keep_cols.sum(), side, config.vision_aspect_ratio)
+        # transformers shrinks a grid of more features than anyres_max_N allows; a resize to its own size is exact
+        grid = torch.nn.functional.interpolate(grid.permute(2, 0, 1)[None], [height, width], mode="bilinear")
+        grid = grid[0].permute(1, 2, 0)
+        newline = self.model.image_newline.to(grid.dtype)[None, None].expand(grid.shape[0], 1, hidden)
+        return torch.cat([features[0], torch.cat([grid, newline], dim=1).reshape(-1, hidden)], dim=0)
 
 
-def anyres_refusal(config: Any) -> str | None:
-    """Why a LLaVA-OneVision ``config`` cannot be exported one image at a time (a resolution whose features
-    transformers shrinks to a size read from the values), None when it can."""
-    ratio = str(getattr(config, "vision_aspect_ratio", "anyres_max_9"))
-    most = int(ratio.removeprefix("anyres_max_")) if ratio.startswith("anyres_max_") else None
-    size = config.vision_config.image_size
-    tiles = max(math.ceil(h / size) * math.ceil(w / size) for h, w in config.image_grid_pinpoints)
-    if most is not None and math.sqrt(tiles / most) > 1.1:
-        return (f"its resolutions reach {tiles} tiles, more than {ratio} allows: transformers shrinks their features "
-                "to a size read from the image's size (an interpolation the vision piece does not capture)")
-    return None
+def shrunk_size(height: torch.Tensor, width: torch.Tensor, side: int, aspect_ratio: str) -> tuple[Any, Any]:
+    """The size transformers resizes a ``(height, width)`` grid of features to (both tensors): itself, or divided by
+    its ratio to ``anyres_max_N`` tiles of ``side x side`` when over 1.1 (ints read from the values, checked
+    positive)."""
+    most = int(str(aspect_ratio).removeprefix("anyres_max_"))
+    ratio = torch.sqrt(height.to(torch.float64) * width.to(torch.float64) / (most * side * side))
+    shrink = ratio > 1.1
+    sizes = []
+    for size in (height, width):
+        value = torch.where(shrink, torch.floor(size / ratio), size.to(torch.float64)).to(torch.int64).item()
+        torch._check(value > 0)
+        sizes.append(value)
+    return sizes[0], sizes[1]
 
 
 def anyres_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
     """The vision and decoder pieces of a LLaVA-OneVision model: the vision piece exported on an image of a grid of
-    1 x 2 tiles and checked on one of 2 x 1 (rows and columns dynamic).
-
-    :raises ValueError: with :func:`anyres_refusal`
-    """
-    why = anyres_refusal(config)
-    if why:
-        raise ValueError(f"{type(model).__name__} cannot be exported one image at a time: {why}.")
+    2 x 3 tiles and checked on one of 3 x 2 (rows and columns dynamic)."""
     g = torch.Generator().manual_seed(seed)
     size = config.vision_config.image_size
 
