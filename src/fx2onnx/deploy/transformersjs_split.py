@@ -29,8 +29,10 @@ decoder adds them to every row; Qwen3-VL-MoE's too, its decoder the mixture of e
 is its generic vision piece (:mod:`fx2onnx.deploy.image_text_generic`) on the processor's tiles ``(prompts, tiles, 3,
 H, W)`` and its boolean ``pixel_attention_mask``, the inputs transformers.js' Idefics 3 processor makes; LightOnOCR's
 is Mistral 3's (:mod:`fx2onnx.deploy.pixtral`). GLM-OCR's pieces are Qwen2.5-VL's (transformers.js runs it as one,
-its positions grouped by image placeholder). Not split yet: LLaVA-OneVision and LFM2-VL (their vision piece is
-not captured: feature counts read from the image sizes' values, LFM2-VL's loop over the images); Gemma 3n and Gemma 4,
+its positions grouped by image placeholder). Not split yet: LLaVA-OneVision and LFM2-VL, whose vision pieces take one
+image at a time in our loop (:mod:`fx2onnx.deploy.anyres`, :mod:`fx2onnx.deploy.naflex`): transformers.js gives
+LLaVA-OneVision's vision encoder ``pixel_values`` alone (no ``image_sizes``: no grid, no crop) and LFM2-VL's every
+tile's padded patches at once (a loop over the tiles, each of its own grid, in the graph); Gemma 3n and Gemma 4,
 which transformers.js loads with an ``audio_encoder.onnx`` beside the vision encoder and whose ``embed_tokens.onnx``
 returns ``per_layer_inputs`` too (their folders are refused first: the decoder piece does not compute the per-layer
 embeddings, :func:`fx2onnx.deploy.image_text_generic.split_reason`).
