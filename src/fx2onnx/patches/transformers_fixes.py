@@ -46,6 +46,7 @@ Each one fixes a failure met with the installed transformers and tiny models:
   the mask; an all-false mask masks nothing, so the outputs are the same.
 * SigLIP 2's position embeddings are resized image by image to sizes read with ``tolist()``
   (see :mod:`fx2onnx.patches.siglip2`).
+* CANINE's local attention loops over chunks of the sequence (see :mod:`fx2onnx.patches.canine`).
 * Gemma, Gemma 2 and PaliGemma build causal masks for attention modules that are not causal
   (``use_bidirectional_attention=True``, PaliGemma's default): eager SDPA skips the mask when
   nothing is padded and attends to every token, torch.export always keeps the causal mask. The
@@ -60,6 +61,7 @@ from typing import Any
 
 import torch
 
+from .canine import _make_block_attention, _make_downsample_attention_mask
 from .detr_batch import (
     DETR_BATCH_FORWARDS,
     guard_symbolic_len_forward,
@@ -427,6 +429,27 @@ def transformers_patches() -> list[Patch]:
             "grown by a branch on their number, which torch.export narrowed to the table's (see "
             "fx2onnx.patches.relative_positions)",
         ))
+    patches.extend(patch_if_imported(
+        "transformers.models.canine.modeling_canine", "CanineAttention.forward",
+        name="CanineAttention.forward",
+        make=_make_block_attention,
+        expected_args=("self", "hidden_states", "attention_mask", "output_attentions"),
+        guard=source_guard("CanineAttention.forward", "for chunk_start in range(",
+                           absent="CANINE's local attention is not cut into chunks by a Python loop"),
+        doc="CANINE's local attention over blocks of characters as one attention with a block-diagonal mask, "
+        "instead of Python loops over the chunks which torch.export unrolled for the example's length (see "
+        "fx2onnx.patches.canine)",
+    ))
+    patches.extend(patch_if_imported(
+        "transformers.models.canine.modeling_canine", "CanineModel._downsample_attention_mask",
+        name="CanineModel._downsample_attention_mask",
+        make=_make_downsample_attention_mask,
+        expected_args=("self", "char_attention_mask", "downsampling_rate"),
+        guard=source_guard("CanineModel._downsample_attention_mask", "MaxPool1d",
+                           absent="CANINE's molecule mask is not pooled by MaxPool1d"),
+        doc="CANINE's molecule mask as a max over reshaped groups of characters instead of MaxPool1d, which "
+        "froze the sequence length (see fx2onnx.patches.canine)",
+    ))
     patches.extend(patch_if_imported(
         "transformers.models.siglip2.modeling_siglip2", "Siglip2VisionEmbeddings.resize_positional_embeddings",
         name="Siglip2VisionEmbeddings.resize_positional_embeddings",
