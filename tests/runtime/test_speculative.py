@@ -90,6 +90,7 @@ def test_candidate_budget_settles_on_the_count_of_most_tokens_per_second():
     budget.kept, budget.refused = [30.0] * 64, [70.0] * 64
     for n, cost in costs.items():
         budget.record_run(n, cost)
+    budget.changed()
     assert budget.choose(10) == 1  # 1.3 tokens for 1.24 steps
     # the first candidate often refused, the next ones kept once it is (a lookup on text that does not repeat):
     # with float32's flat costs, 10 candidates
@@ -100,6 +101,7 @@ def test_candidate_budget_settles_on_the_count_of_most_tokens_per_second():
     assert flat.choose(10) == 10
     budget.kept, budget.refused = [95.0] * 64, [5.0] * 64
     budget.proposal_cost = 0.5
+    budget.changed()
     assert budget.choose(10) < 5
     # the acceptance follows the last runs: kept counts decay
     budget.record(10, 0)
@@ -133,6 +135,7 @@ def test_candidate_budget_proposes_nothing_when_candidates_do_not_pay():
             budget.record(chosen[-1], chosen[-1])
     assert chosen[:2] == [1, 0] and chosen[-1] > 1, chosen
     budget.kept, budget.refused = [1.0] * 64, [9.0] * 64
+    budget.changed()
     assert budget.choose(10) == 0 and budget.probe and budget.choose(10) == 1  # a probe until a run verifies
     budget.start()
     assert budget.wait == 0 and budget.pause == 1 and not budget.probe
@@ -143,13 +146,14 @@ def test_candidate_budget_proposes_nothing_when_candidates_do_not_pay():
     draft.proposal_cost = 0.7
     assert draft.choose(10) == 0
     draft.proposal_cost = 0.1
+    draft.changed()
     assert draft.choose(10) > 0
 
 
 def test_prompt_lookup_occurrences():
     """The n-grams indexed as the sequence grows give the first occurrence (transformers') or the last one
-    (onnxruntime-genai's), the longest n-gram first, as a search of the whole sequence does; a sequence which
-    does not extend the one indexed is indexed again."""
+    (onnxruntime-genai's, its continuation repeated past the end), the longest n-gram first, as a search of the
+    whole sequence does."""
     rng = np.random.default_rng(0)
 
     def searched(tokens: list[int], k: int, n: int, last: bool) -> list[int]:
@@ -157,7 +161,8 @@ def test_prompt_lookup_occurrences():
             starts = [i + size for i in range(len(tokens) - size) if tokens[i: i + size] == tokens[-size:]]
             if starts:
                 start = starts[-1] if last else starts[0]
-                return tokens[start: start + k]
+                loop = tokens[start:]
+                return [loop[i % len(loop)] for i in range(k)] if last else tokens[start: start + k]
         return []
 
     for occurrence in ("first", "last"):

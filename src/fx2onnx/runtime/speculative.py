@@ -31,7 +31,7 @@ at best, then part.
 
 When the candidates keep failing, the loop backs off to plain decoding (:class:`Backoff`): after a
 verifying run that kept none, it proposes nothing for 1, 2, 4... steps (at most 64), then one candidate;
-a run that keeps one resets it. Each run verifies as many candidates as give the most tokens per CPU second
+a run that keeps one resets it. Each run verifies as many candidates as give the most tokens per second
 (:class:`CandidateBudget`: the cost of a run of each size measured as it runs, the share of candidates kept),
 none when no count gains over a plain step (a draft's runs counted: a weak draft then decodes plainly, a probe
 after 1, 2, 4... plain steps finding out when candidates pay again):
@@ -337,11 +337,12 @@ class Backoff:
 
 
 class CandidateBudget:
-    """How many candidates the next run verifies: the count giving the most tokens per CPU second, from
+    """How many candidates the next run verifies: the count giving the most tokens per second, from
     the cost of a run of each size seen so far and the acceptance seen.
 
-    A run feeding ``n`` tokens costs :meth:`cost` ``(n)`` CPU seconds (the least measured, process CPU time:
-    the machine's load reaches it less than wall time); ``k`` candidates give ``1 + a1 + a1 a2 + ... + a1 ... ak``
+    A run feeding ``n`` tokens costs :meth:`cost` ``(n)`` seconds (the least measured: the machine's load
+    reaches the fastest runs least; the process CPU clock, a system call summing every thread, cost 10-20 us a
+    read); ``k`` candidates give ``1 + a1 + a1 a2 + ... + a1 ... ak``
     tokens (``ai``: the share of the candidates kept at place ``i`` once the ones before were, decayed counts); a
     draft adds its cost per candidate. On the benchmark Llama in int4,
     a run of 11 tokens costs 7.5 plain steps, one of 6 tokens 2.9: 4 or 5 candidates give more tokens per
@@ -356,30 +357,37 @@ class CandidateBudget:
 
     def __init__(self, generator: Any = None):
         self.generator = generator
-        #: CPU seconds of a run feeding ``n`` tokens (the least seen)
+        #: seconds of a run feeding ``n`` tokens (the least seen)
         self.costs: dict[int, float] = {}
-        #: the CPU seconds of proposing, per candidate (a draft's runs) or per run (a lookup: :attr:`per_candidate`)
+        #: the seconds of proposing, per candidate (a draft's runs) or per run (a lookup: :attr:`per_candidate`)
         self.proposal_cost = 0.0
         self.per_candidate = True
         #: decayed counts of the candidates kept and refused at each place of a run (0: the first candidate); a
         #: lookup's candidates are kept all or none more often than one by one: the first is the likeliest refused
         self.kept: list[float] = [0.0] * 64
         self.refused: list[float] = [0.0] * 64
+        #: (limit, pending, the best count, its tokens per second) until the costs or the counts change
+        self._scored: tuple[int, int, int, float] | None = None
         self.start()
 
     def start(self) -> None:
         """A new generation: no plain steps pending (the costs and the counts are kept)."""
         #: plain steps left before the next verifying run (a probe), their next count, a probe due
-        self.wait, self.pause, self.probe = 0, 1, False
+        self.wait, self.pause, self.probe, self._scored = 0, 1, False, None
+
+    def changed(self) -> None:
+        """The costs, the counts or the proposal's cost were set by hand: the best count is computed again."""
+        self._scored = None
 
     def record_run(self, fed: int, seconds: float) -> None:
-        """A run of the decoder feeding ``fed`` tokens took ``seconds`` of CPU."""
-        if seconds > 0:
-            self.costs[fed] = min(seconds, self.costs.get(fed, seconds))
+        """A run of the decoder feeding ``fed`` tokens took ``seconds``."""
+        if seconds > 0 and seconds < self.costs.get(fed, float("inf")):
+            self.costs[fed] = seconds
+            self._scored = None
 
     def record(self, proposed: int, accepted: int, proposal_seconds: float = 0.0) -> None:
         """A verifying run kept ``accepted`` of ``proposed`` candidates, proposed in ``proposal_seconds``."""
-        self.probe = False
+        self.probe, self._scored = False, None
         if proposed and accepted == proposed:  # candidates gain again: the next probe comes soon
             self.pause = 1
         for i in range(len(self.kept)):
@@ -401,7 +409,7 @@ class CandidateBudget:
         return (self.kept[place] + 0.9) / (self.kept[place] + self.refused[place] + 1.0)
 
     def cost(self, n: int) -> float | None:
-        """The CPU seconds of a run feeding ``n`` tokens: measured, or interpolated between the sizes measured
+        """The seconds of a run feeding ``n`` tokens: measured, or interpolated between the sizes measured
         around it (below every size measured: proportional to the smallest; above: the largest's)."""
         if n in self.costs:
             return self.costs[n]
@@ -418,7 +426,7 @@ class CandidateBudget:
     def choose(self, limit: int, pending: int = 1) -> int:
         """The candidates (from 0, a plain step, to ``limit``) the next run verifies after its ``pending`` tokens.
 
-        When no count gives more tokens per CPU second than a plain step (its cost measured: tried once when it
+        When no count gives more tokens per second than a plain step (its cost measured: tried once when it
         might be better), the next steps are plain, ``1, 2, 4...`` (at most :attr:`max_pause`) steps before a
         probe verifies the best count again (it updates the counts); a run keeping all its candidates makes the
         next pause one step."""
@@ -427,20 +435,25 @@ class CandidateBudget:
             return 0
         if limit < 1 or not self.costs:
             return max(limit, 0)
-        scores, tokens, reached = {}, 1.0, 1.0
-        for k in range(1, limit + 1):
-            reached *= self.acceptance(k - 1)  # the probability the k-th candidate is kept
-            tokens += reached
-            cost = self.cost(pending + k)
-            scores[k] = tokens / (cost + self.proposal_cost * (k if self.per_candidate else 1))
-        best = max(scores, key=scores.__getitem__)
+        if self._scored is not None and self._scored[:2] == (limit, pending):
+            best, score = self._scored[2:]
+        else:
+            scores, tokens, reached = {}, 1.0, 1.0
+            for k in range(1, limit + 1):
+                reached *= self.acceptance(k - 1)  # the probability the k-th candidate is kept
+                tokens += reached
+                cost = self.cost(pending + k)
+                scores[k] = tokens / (cost + self.proposal_cost * (k if self.per_candidate else 1))
+            best = max(scores, key=scores.__getitem__)
+            score = scores[best]
+            self._scored = (limit, pending, best, score)
         if self.probe:  # a pause ended: its verifying run updates the counts
             return best
         plain = self.costs.get(pending)
         if plain is None:  # never measured: tried once when it may be faster (proportional below the sizes seen)
-            if scores[best] * self.cost(pending) < 1.0:
+            if score * self.cost(pending) < 1.0:
                 return 0
-        elif scores[best] * plain <= 1.0:
+        elif score * plain <= 1.0:
             self.wait, self.probe = self.pause - 1, True
             self.pause = min(2 * self.pause, self.max_pause)
             return 0
@@ -539,19 +552,20 @@ class Speculation:
                 k = 0
             if budget is not None and k > 0:
                 k = budget.choose(min(k, self.max_count or k), len(tokens) - target.length)
-            cpu = time.process_time()
+            chosen = time.perf_counter()
             # a recurrent state's first snapshot is the empty cache: the prompt runs alone, not run twice
             if k > 0 and not (target.recurrent and target.length == 0):
                 candidates = [int(c) for c in self.propose(tokens, k)][:k]
-            proposed, proposal_cpu = time.perf_counter(), time.process_time()
+            proposed = time.perf_counter()
             feed = tokens[target.length:] + candidates
             if target.length == 0:
                 rows = target.start(feed, min(max_new_tokens, generator.cache_chunk) + (target.max_rows or 0))
+                model_time = time.perf_counter() - proposed
             else:
                 rows = target.run(feed)
+                model_time = time.perf_counter() - proposed
                 if budget is not None:
-                    budget.record_run(len(feed), time.process_time() - proposal_cpu)
-            model_time = time.perf_counter() - proposed
+                    budget.record_run(len(feed), model_time)
             accepted = self._select(rows[-len(candidates) - 1:], tokens, candidates)
             m = len(accepted) - 1
             for i, t in enumerate(accepted):
@@ -564,7 +578,7 @@ class Speculation:
             if candidates:
                 self.update(len(candidates), m)
                 if budget is not None:
-                    budget.record(len(candidates), m, proposal_cpu - cpu)
+                    budget.record(len(candidates), m, proposed - chosen)
                 if backoff is not None:
                     backoff.record(m, len(candidates))
                 times.verifying_runs += 1
@@ -639,8 +653,9 @@ class PromptLookup(Speculation):
     :param max_matching_ngram_size: the longest n-gram matched (transformers' default 2): the last
         ``n`` tokens are looked for in the sequence, an occurrence followed by tokens gives them (cut before an
         end-of-sequence token), then ``n - 1``... down to 1
-    :param occurrence: ``"first"`` (transformers': the earliest occurrence) or ``"last"`` (the latest one,
-        as onnxruntime-genai's n-gram decoding, which matches ``ngram_size - 1`` tokens and no fewer)
+    :param occurrence: ``"first"`` (transformers': the earliest occurrence) or ``"last"`` (the latest one, as
+        onnxruntime-genai's n-gram decoding, which matches ``ngram_size - 1`` tokens and no fewer; its continuation
+        repeated when it reaches the end of the sequence: the loop the match closes is copied on)
 
     The occurrences are indexed as the sequence grows (each token once), not searched at every run.
     """
@@ -692,7 +707,10 @@ class PromptLookup(Speculation):
         for size in range(min(self.max_matching_ngram_size, length - 1), 0, -1):
             start = self._found[size].get(tuple(tokens[length - size:]))
             if start is not None:
-                chosen = tokens[start: min(start + min(self.num_tokens, k), length)]
+                count = min(self.num_tokens, k)
+                chosen = tokens[start: min(start + count, length)]
+                if self.occurrence == "last" and len(chosen) < count:  # the loop it closes goes on
+                    chosen = [chosen[i % len(chosen)] for i in range(count)]
                 for i, t in enumerate(chosen):
                     if t in self.eos:
                         return chosen[:i]
