@@ -9,8 +9,14 @@ the same checkpoint, both in transformers.js (Node, onnxruntime-node), float32 a
   ``tests/deploy/test_optimum.py`` makes, given by ``--optimum-python``), its ``model.onnx`` moved under ``onnx/``;
   its q4 file made as transformers.js' conversion scripts make it: onnxruntime's ``MatMulNBitsQuantizer`` (int4,
   blocks of 32, symmetric) on the float32 model;
-* each folder in ``bench/transformersjs_speed.mjs``: a warm-up, then rounds of one new token (first-token time) and of
-  ``--new`` tokens; decode speed = (new - 1) / (total - first token), the medians; file sizes of ``onnx/``.
+* each folder in ``bench/transformersjs_speed.mjs`` (one Node process per folder, the two exporters alternating which
+  runs first): a warm-up, then rounds of one new token (first-token time) and of ``--new`` tokens; decode speed =
+  (new - 1) / (total - first token), the medians; file sizes of ``onnx/``; the memory the process holds after the
+  rounds;
+* the same from the process' CPU time (``first_token_cpu_ms``, ``decode_tok_s_cpu``): at 1 thread it is the compute
+  and hardly moves with the load of other jobs, where the wall-clock speed does (on the shared machine the two
+  exporters' wall-clock rows swap places from one run to the next); at 2 threads it also counts the time
+  onnxruntime's workers spin, the wall-clock rows are the ones to read there.
 
 .. code-block:: bash
 
@@ -25,6 +31,7 @@ import datetime
 import json
 import logging
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -99,10 +106,13 @@ def measure(folder: str, dtype: str, threads: int, prompt: list[int], new: int, 
     if done.returncode:
         raise RuntimeError(done.stderr[-2000:])
     found = json.loads(done.stdout.strip().splitlines()[-1])
-    first = statistics.median(found["first_token_s"])
-    total = statistics.median(found["total_s"])
-    return {"first_token_ms": round(1000 * first, 2), "decode_tok_s": round((new - 1) / max(total - first, 1e-9), 1),
-            "new_ids": found["new_ids"]}
+    speeds = {}
+    for suffix, key in (("", "_s"), ("_cpu", "_cpu_s")):
+        first = statistics.median(found["first_token" + key])
+        total = statistics.median(found["total" + key])
+        speeds[f"first_token{suffix}_ms"] = round(1000 * first, 2)
+        speeds[f"decode_tok_s{suffix}"] = round((new - 1) / max(total - first, 1e-9), 2)
+    return {**speeds, "rss_mb": round(found["rss_mb"]), "new_ids": found["new_ids"]}
 
 
 def main() -> None:
@@ -118,6 +128,8 @@ def main() -> None:
                         help="the vocabulary (384: the tokenizer's; Qwen3-0.6B's is 151936, the tokenizer kept)")
     parser.add_argument("--std", type=float, default=0.1, help="the std of the random weights")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--machine", default="the project's shared 2-core machine, other jobs running (noisy)",
+                        help="the machine, as the JSON describes it")
     args = parser.parse_args()
     config = transformers.Qwen3Config(num_hidden_layers=args.layers, vocab_size=args.vocab, tie_word_embeddings=True,
                                       rope_theta=1_000_000.0, max_position_embeddings=40960,
@@ -150,13 +162,15 @@ def main() -> None:
                                        if f.startswith("model.onnx")) / 2**20
         sizes["optimum", "q4"] = sum(os.path.getsize(os.path.join(onnx_dir, f)) for f in os.listdir(onnx_dir)
                                      if f.startswith("model_q4")) / 2**20
-        for threads in [int(t) for t in args.threads.split(",")]:
-            for dtype in ("fp32", "q4"):
-                for exporter in ("fx2onnx", "optimum"):  # interleaved
-                    found = measure(folders[exporter, dtype], dtype, threads, prompt, args.new, args.rounds)
-                    rows.append({"exporter": exporter, "dtype": dtype, "threads": threads,
-                                 "size_mb": round(sizes[exporter, dtype], 2), **found})
-                    print({k: v for k, v in rows[-1].items() if k != "new_ids"}, flush=True)
+        pairs = [(threads, dtype) for threads in [int(t) for t in args.threads.split(",")] for dtype in ("fp32", "q4")]
+        for index, (threads, dtype) in enumerate(pairs):
+            # the exporters interleaved, each pair's first one alternating (a load that grows or falls during the run
+            # does not always favour the same one)
+            for exporter in ("fx2onnx", "optimum")[::1 if index % 2 == 0 else -1]:
+                found = measure(folders[exporter, dtype], dtype, threads, prompt, args.new, args.rounds)
+                rows.append({"exporter": exporter, "dtype": dtype, "threads": threads,
+                             "size_mb": round(sizes[exporter, dtype], 2), **found})
+                print({k: v for k, v in rows[-1].items() if k != "new_ids"}, flush=True)
     for row in rows:
         other = next(r for r in rows if r["dtype"] == row["dtype"] and r["threads"] == row["threads"]
                      and r["exporter"] != row["exporter"])
@@ -170,8 +184,8 @@ def main() -> None:
                        "prompt": len(prompt), "rounds": args.rounds,
                        "date": datetime.date.today().isoformat(),
                        "command": "python bench/bench_transformersjs.py " + " ".join(
-                           "PATH" if a.startswith("/") else a for a in sys.argv[1:]),
-                       "machine": "the project's shared 2-core machine, other jobs running (noisy)",
+                           shlex.quote("PATH" if a.startswith("/") else a) for a in sys.argv[1:]),
+                       "machine": args.machine,
                        "rows": [{k: v for k, v in r.items() if k != "new_ids"} for r in rows]}, f, indent=2)
 
 
