@@ -105,7 +105,9 @@ def write_folder(task: str, arch: Any, folder: str, sizes: dict[str, Any]) -> No
 
         import sweep_folder_tasks as sweep
 
-        cls = sweep._auto_class(image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES, arch.name)
+        # a video tracker (sam2_video) takes the image processor of its model (sam2)
+        cls = sweep._auto_class(image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES, arch.name) or \
+            sweep._auto_class(image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES, arch.name.removesuffix("_video"))
         if cls is None:
             raise ValueError(f"no image processor class for model type {arch.name!r}")
         sweep._sized(cls, sweep._image_size(config)).save_pretrained(folder)

@@ -12,7 +12,9 @@ boxes within a pixel, masks equal on 99 % of the pixels, depth maps within 1e-4 
 encoder-decoder of the tasks page (Whisper, Moonshine, Speech2Text...: its ``speech-seq2seq`` rows) is an
 automatic-speech-recognition row:
 its folder's generation loop transcribes each sound greedily (:data:`NEW_TOKENS` tokens) against the pipeline's
-greedy ``generate``, texts equal. A row says the step
+greedy ``generate``, texts equal. The tasks of inputs, options or outputs of their own (zero-shot object detection,
+mask generation, keypoint matching, zero-shot text and audio classification, text to audio, document and table question
+answering) take their folders and calls from ``bench/folder_pipeline_tasks.py``. A row says the step
 reached (``folder``, ``export``, ``run``, ``compare``) and the one-line reason of a failure.
 
 The rows run with :func:`fx2onnx.runner.run_tasks` (one worker, one process per row, a timeout per row), the tasks
