@@ -409,4 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # the module's own functions, not __main__'s: dask pickles __main__'s by value, with their globals
+    from fx2onnx.zoo import library_zoo
+
+    raise SystemExit(library_zoo.main())
