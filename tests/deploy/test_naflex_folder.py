@@ -64,13 +64,29 @@ def test_lfm2_vl_folder_gives_transformers_tokens(tmp_path):
         np.testing.assert_array_equal(np.asarray(generator.generate_ids(feeds, NEW_TOKENS)), expected)
 
 
-@pytest.mark.slow  # 4 s on a loaded machine (the tiny configuration)
-def test_a_language_model_with_convolutions_is_refused():
+@pytest.mark.slow  # an export and a generation (about 10 s)
+def test_a_language_model_with_convolutions_gives_transformers_tokens(tmp_path):
     """The published LFM2-VL checkpoints' language model mixes short convolutions with attention: the decoder piece
-    takes a key/value cache only, so the export refuses it in one line instead of writing a wrong decoder."""
-    from fx2onnx.deploy.naflex import naflex_pieces
+    takes the convolution states beside the keys and values (the cache the text model returns, as the text-only LFM2
+    decoder's), our loop starts them at zeros and feeds each step's back, and gives transformers' tokens on the
+    processor's image."""
+    import transformers
 
     config = tiny_task_config(get_task_architecture("image-text-to-text", "lfm2_vl"))
-    config.text_config.layer_types = ["conv", "full_attention"]
-    with pytest.raises(ValueError, match="has conv layers .* takes a key/value cache only"):
-        naflex_pieces(object(), config)
+    config.architectures = ["Lfm2VlForConditionalGeneration"]
+    config.text_config.num_hidden_layers = 3
+    config.text_config.layer_types = ["conv", "full_attention", "conv"]
+    checkpoint, out = str(tmp_path / "checkpoint"), str(tmp_path / "onnx")
+    write_lfm2_vl_folder(config, checkpoint, std=0.3)
+    assert main(["export", checkpoint, "--out", out, "--quiet"]) == 0  # every piece checked against eager
+    model = transformers.Lfm2VlForConditionalGeneration.from_pretrained(checkpoint).eval()
+    assert model.config.text_config.layer_types == ["conv", "full_attention", "conv"]
+    generator = open_generator(out)
+    states = [i.name for i in generator.decoder.session.get_inputs() if "conv" in i.name]
+    assert len(states) == 2, states  # one convolution state per conv layer
+    image = PIL.Image.fromarray((np.random.default_rng(0).random((40, 56, 3)) * 255).astype("uint8"))
+    feeds = {k: torch.from_numpy(v) for k, v in generator.inputs("describe the image", [image]).items()}
+    with torch.no_grad():
+        expected = model.generate(**feeds, max_new_tokens=NEW_TOKENS, do_sample=False).numpy()
+    assert len(set(expected[0, feeds["input_ids"].shape[1]:].tolist())) >= 3  # the tokens vary: a real check
+    np.testing.assert_array_equal(np.asarray(generator.generate_ids(feeds, NEW_TOKENS)), expected)

@@ -21,7 +21,6 @@ from typing import Any, Iterator
 
 import torch
 
-from .image_text_generic import recurrent_layer_types
 from .speech import Piece
 from .vision import decoder_piece
 
@@ -77,16 +76,10 @@ class OneGridVisionPiece(torch.nn.Module):
 def naflex_pieces(model: Any, config: Any, dtype: torch.dtype = torch.float32, seed: int = 0) -> list[Piece]:
     """The vision and decoder pieces of a NaFlex image-text model (LFM2-VL): the vision piece exported on one grid of
     4 x 6 patches and checked on one of 6 x 2 (rows and columns dynamic, multiples of the projector's
-    ``downsample_factor``).
-
-    :raises ValueError: when the language model keeps a recurrent state (the published LFM2-VL checkpoints' short
-        convolutions): the decoder piece takes a key/value cache only
+    ``downsample_factor``). A language model with short-convolution layers (the published checkpoints') gives the
+    decoder its convolution states beside the keys and values, as the text-only LFM2 decoder
+    (:func:`fx2onnx.deploy.vision.recurrent_states`).
     """
-    recurrent = recurrent_layer_types(config)
-    if recurrent:
-        raise ValueError(f"{type(model).__name__} cannot be split into a vision piece and a decoder: its language "
-                         f"model has {', '.join(recurrent)} layers (a recurrent state, not a key/value cache), and the "
-                         "image-text decoder piece takes a key/value cache only.")
     g = torch.Generator().manual_seed(seed)
     vision = config.vision_config
     values = vision.num_channels * vision.patch_size ** 2

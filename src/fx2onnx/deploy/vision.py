@@ -23,11 +23,13 @@ the same wrapper in eager float32.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
 
 from ..inputs.decoder import _decoder_inputs, _dynamic_shapes
+from ..inputs.model_cache import model_caches
 from ..inputs.vision_features import cache_dynamic_shapes, image_features
 from ..inputs.vlm_inputs import image_token, text_token_range
 from .._moved import moved_names
@@ -128,8 +130,13 @@ def decoder_piece(model: Any, config: Any, dtype: torch.dtype, g: torch.Generato
     token = image_token(config) if token is None else token
     _, high = text_token_range(config)
 
+    sizes = ((2, per_image + 2, 3), (3, 1, 5))  # (batch, new tokens, past tokens) of the two example inputs
+    states = recurrent_states(text, sizes, dtype, g)
+    # with convolution states, the ids, mask and positions of a text model of attention layers (the cache replaced)
+    kv_text = text if states is None else attention_only(text)
+
     def step(batch, seq, past, images):
-        inputs = _decoder_inputs(text, batch, seq, past, with_cache=True, position_ids=True, generator=g)
+        inputs = _decoder_inputs(kv_text, batch, seq, past, with_cache=True, position_ids=True, generator=g)
         inputs["input_ids"][:, :] = inputs["input_ids"].clamp(max=high - 1)  # below every special token
         rows = images * per_image
         if rows <= batch * seq:  # a prompt holding the images: their placeholders
@@ -145,7 +152,9 @@ def decoder_piece(model: Any, config: Any, dtype: torch.dtype, g: torch.Generato
                                             for _ in range(deepstack)]
         return inputs
 
-    first, second = step(2, per_image + 2, 3, 1), step(3, 1, 5, 2)
+    first, second = step(*sizes[0], 1), step(*sizes[1], 2)
+    if states:  # convolution states beside the keys and values: the cache the text model returns
+        (first["past_key_values"], second["past_key_values"]), state_shapes = states
     shapes = _dynamic_shapes({k: v for k, v in first.items() if k not in (features, "deepstack_features")}, text)
     shapes[features] = {0: features.replace("_features", "_rows")}
     if deepstack:
@@ -154,12 +163,42 @@ def decoder_piece(model: Any, config: Any, dtype: torch.dtype, g: torch.Generato
         shapes["position_ids"] = {1: "batch", 2: "seq"}
     layers = len(first["past_key_values"].layers)
     # a layer of a sliding window keeps fewer positions than the others once the prompt is longer (Gemma 3)
-    shapes["past_key_values"] = cache_dynamic_shapes(text, layers)
+    shapes["past_key_values"] = state_shapes if states else cache_dynamic_shapes(text, layers)
     if module is None:
         module = ImageTextDecoderPiece(model)
     decoder = Piece("decoder", "decoder.onnx", module, first, second, shapes, [], [], {})
     decoder.layers = layers  # type: ignore[attr-defined]
     return decoder
+
+
+#: the layer types of a text model which keep a state other than keys and values (LFM2's short convolutions)
+STATE_LAYER_TYPES = ("conv",)
+
+
+def recurrent_states(text: Any, sizes: tuple[tuple[int, int, int], ...], dtype: torch.dtype,
+                     g: torch.Generator) -> tuple[list[Any], list[Any]] | None:
+    """The example caches of a text model with layers of :data:`STATE_LAYER_TYPES` (LFM2-VL's language model mixes
+    short convolutions with attention) and their dynamic shapes, read from a prefill of its causal LM as the
+    text-generation folder reads them (:func:`fx2onnx.inputs.model_cache.model_caches`); None for a cache of keys
+    and values only."""
+    import transformers  # deferred: heavy
+
+    if not set(getattr(text, "layer_types", None) or []) & set(STATE_LAYER_TYPES):
+        return None
+    causal = transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(text.model_type)
+    if causal is None:
+        raise ValueError(f"the text model {text.model_type!r} keeps convolution states and has no causal LM class "
+                         "in transformers to read its cache from")
+    text = copy.deepcopy(text)
+    text.architectures = [causal]
+    return model_caches(text, sizes, dtype, g)
+
+
+def attention_only(text: Any) -> Any:
+    """A copy of the text configuration ``text`` whose layers are all attention (example ids, mask and positions)."""
+    text = copy.deepcopy(text)
+    text.layer_types = ["full_attention"] * len(text.layer_types)
+    return text
 
 
 #: the dispatch of an image-text folder moved to :mod:`fx2onnx.deploy.image_text` (kept here for one release)

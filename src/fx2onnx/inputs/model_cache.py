@@ -258,6 +258,19 @@ def model_cache_inputs(
         raise PrefillError(f"no cache read from the model ({type(e).__name__}: {reason})") from e
 
 
+def model_caches(config: Any, sizes: tuple[tuple[int, int, int], ...], dtype: torch.dtype,
+                 generator: torch.Generator) -> tuple[list[Any], list[Any]]:
+    """The caches the model of ``config`` returns after prefills of two ``sizes`` (``(batch, new tokens, past
+    tokens)`` each), their states seeded random values in ``dtype``, and their dynamic shapes: the cache of
+    :func:`model_cache_inputs` for a caller whose example inputs have other sizes (an image-text decoder piece
+    whose text model keeps convolution states). Raises :class:`PrefillError` as :func:`model_cache_inputs`."""
+    model, device = _probe_model(config)
+    caches = [prefill_cache(model, batch, past, device) for batch, _, past in sizes]
+    del model
+    specs = cache_dynamic_shapes(caches[0], caches[1], sizes)
+    return [random_like_cache(cache, dtype, generator) for cache in caches], specs
+
+
 def cache_argument(model_class: type) -> str:
     """The argument of ``model_class.forward`` taking the cache: ``past_key_values``, or ``cache_params`` for the
     state-space models (Mamba, Mamba2, FalconMamba)."""
