@@ -19,11 +19,16 @@ For each thread count (1, 2), each loop and mode: decode tokens/s (the new token
 time), the mean acceptance length (new tokens per run of the model after the prompt; genai's from its
 ``target_forward_passes``) and the tokens per run counted the same way for both loops (the prompt's run
 included), whether the tokens are plain greedy's; the best of ``--repeat`` rounds, their median and every
-round's value (the noise), every configuration once per round in a shuffled order, after a round of warm-up.
+round's value (the noise), every configuration once per round in a shuffled order, after a round of warm-up,
+each generation after a pause of ``SETTLE_SECONDS`` (the sessions of both loops live in one process: the last
+one's onnxruntime workers spin a while after its run and would hold a core at 2 threads); also the process CPU
+time per token after the first (``cpu_ms_per_token``: the least of the rounds, and their median), which the
+machine's load reaches less.
 The draft runs in genai's setting (10 candidates a run, ours at most 10: each run verifies the count giving the
-most tokens per CPU second, :class:`fx2onnx.runtime.speculative.CandidateBudget`, as prompt lookup's at most 10)
-and with transformers' defaults (up to 20, here 15, fewer once the draft's probability falls under 0.4). The backoff is also priced from counts: the model's time
-of a run verifying k candidates over a plain step's (the fastest of 25, robust to the noise), summed over the
+most tokens per second, none when no count beats a plain step, :class:`fx2onnx.runtime.speculative.CandidateBudget`,
+as prompt lookup's at most 10) and with transformers' defaults (up to 20, here 15, fewer once the draft's
+probability falls under 0.4). The backoff is also priced from counts: the model's time of a run verifying k candidates
+over a plain step's (the fastest of 25, robust to the noise), summed over the
 runs of a row (``modeled_backoff_cost``). A plain decoding step is also timed beside genai's in paired short
 rounds, wall and CPU time (``--modes "greedy, paired steps"``, :func:`paired_steps`), which the machine's load
 reaches less. Each row says the load average when it was measured. The floor beside it: the machine's memory
@@ -31,7 +36,8 @@ bandwidth (a numpy copy of 256 MB) over the weights' bytes, the tokens/s of one 
 token. Also the prefill cost of keeping 16 positions' logits instead of 1 (a folder exported with 1).
 
     python bench/bench_speculative.py [--json _doc/bench/speculative.json] [--precisions float32,int4] [--repeat 3]
-        [--threads 1] [--folders DIR (exported once, kept)]
+        [--threads 1] [--folders DIR (trained, written and exported once, kept)]
+    python bench/bench_speculative.py --folders DIR --prepare --precisions int4,float32   # only write DIR
 
 The machine is shared: numbers are noisy (the best of interleaved runs is kept).
 """
@@ -69,6 +75,10 @@ NEW = 128
 PAIRED = "greedy, paired steps"
 #: the modes of the rows of :func:`mtp_rows` (their ``section`` is "mtp")
 MTP = "multi-token prediction"
+#: the pause before each timed generation: onnxruntime's worker threads spin a while after a run ends, and the
+#: loops run several sessions in one process (ours, genai's, a draft's): the next generation would start while
+#: the last session's workers still hold a core (at 2 threads)
+SETTLE_SECONDS = 0.05
 
 
 class WrongLookup(PromptLookup):
@@ -131,6 +141,7 @@ def genai_run(model, prompt: list[int]) -> tuple[list[int], float, float, dict]:
 
     params = og.GeneratorParams(model)
     params.set_search_options(max_length=len(prompt) + NEW, do_sample=False)
+    time.sleep(SETTLE_SECONDS)
     begin = time.perf_counter()
     generator = og.Generator(model, params)
     generator.append_tokens(np.array([prompt], dtype=np.int32))
@@ -139,9 +150,10 @@ def genai_run(model, prompt: list[int]) -> tuple[list[int], float, float, dict]:
         generator.generate_next_token()
         tokens.append(int(generator.get_next_tokens()[0]))
         if first is None:
-            first = time.perf_counter()
-    end = time.perf_counter()
-    return tokens, end - first, end - begin, generator.get_speculative_stats()
+            first, first_cpu = time.perf_counter(), time.process_time()
+    end, end_cpu = time.perf_counter(), time.process_time()
+    stats = dict(generator.get_speculative_stats(), decode_cpu_s=end_cpu - first_cpu)
+    return tokens, end - first, end - begin, stats
 
 
 def bandwidth() -> float:
@@ -178,8 +190,13 @@ def main() -> None:
     parser.add_argument("--modes", default=None,
                         help="measure these modes only, separated by ';' (the other rows of --json are kept)")
     parser.add_argument("--folders", default=None,
-                        help="export the folders there when missing and keep them (default: a temporary folder)")
+                        help="write the checkpoints and export the folders there when missing, and keep them (a later "
+                             "run reuses them, no training; default: a temporary folder)")
+    parser.add_argument("--prepare", action="store_true",
+                        help="with --folders: train, write and export every precision's folders there, then stop")
     args = parser.parse_args()
+    if args.prepare and not args.folders:
+        parser.error("--prepare writes the folders into --folders DIR: name it")
     torch.set_num_threads(1)
     if args.train_draft:
         draft_llama(args.draft_steps, verbose=True)
@@ -187,17 +204,19 @@ def main() -> None:
     rows, root = [], args.folders or tempfile.mkdtemp(prefix="bench_speculative_")
     os.makedirs(root, exist_ok=True)
     try:
-        if args.quick:
-            target = draft = trained_llama(quick=True).model
-        else:
-            target, draft = trained_llama().model, draft_llama(args.draft_steps).model
-        write_checkpoint(target, os.path.join(root, "target"))
-        write_checkpoint(draft, os.path.join(root, "draft"))
+        checkpoints = [os.path.join(root, name, "config.json") for name in ("target", "draft")]
+        if not (args.folders and all(os.path.exists(p) for p in checkpoints)):  # written once into --folders
+            if args.quick:
+                target = draft = trained_llama(quick=True).model
+            else:
+                target, draft = trained_llama().model, draft_llama(args.draft_steps).model
+            write_checkpoint(target, os.path.join(root, "target"))
+            write_checkpoint(draft, os.path.join(root, "draft"))
         corpus = Corpus((QUICK_CONFIG if args.quick else CONFIG)["vocab_size"])
         seed_text = corpus.sample(1, 64, seed=7)[0].tolist()
         other = corpus.sample(1, 96, seed=8)[0].tolist()
-        floor_gbs = bandwidth()
-        if args.modes and MTP in args.modes.split(";"):
+        floor_gbs = 0.0 if args.prepare else bandwidth()
+        if args.modes and not args.prepare and MTP in args.modes.split(";"):
             rows += mtp_rows(root, {"repeating": seed_text, "non-repeating": other}, args.threads, args.repeat,
                              floor_gbs, args.quick)
         for precision in ([] if args.modes == MTP else args.precisions.split(",")):
@@ -209,6 +228,8 @@ def main() -> None:
                 if not (args.folders and os.path.exists(os.path.join(folders[name], "genai_config.json"))):
                     export_folder(os.path.join(root, source), folders[name], quantize=quantize, validate=False,
                                   **options)
+            if args.prepare:
+                continue
             data = "model_q4.onnx_data" if quantize == "int4" else "model.onnx_data"  # transformers.js' names
             if not os.path.exists(os.path.join(folders["default"], "onnx", data)):  # a folder of the former layout
                 data = "model.onnx_data"
@@ -243,6 +264,9 @@ def main() -> None:
             for name in os.listdir(root):
                 if name.startswith("g_"):
                     shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    if args.prepare:
+        print(f"folders written into {root}")
+        return
     for r in rows:
         print(json.dumps(r))
     if args.json:
@@ -311,26 +335,34 @@ def measure(folders: dict[str, str], texts: dict[str, list[int]], threads: int, 
         expected = None
         best: dict[tuple, dict] = {}
         rounds: dict[tuple, list[float]] = {}
+        cpu_rounds: dict[tuple, list[float]] = {}
         configurations = [("fx2onnx", key) for key in ours] + [("onnxruntime-genai", key) for key in genai]
         rng = np.random.default_rng(0)
         for round_ in range(repeat + 1):  # interleaved, in a shuffled order; the first round warms up
             for i in rng.permutation(len(configurations)):
                 loop, (folder, mode) = configurations[i]
                 if loop == "fx2onnx":
-                    result = ours[folder, mode].generate_text(prompt, NEW)
-                    t = result.times
+                    gen, stamps = ours[folder, mode], []
+                    time.sleep(SETTLE_SECONDS)
+                    out = gen.generator.generate(np.array([prompt]), NEW, eos_token_id=gen.eos_token_id,
+                                                 pad_token_id=gen.pad_token_id,
+                                                 streamer=lambda _: stamps or stamps.append(time.process_time()))
+                    cpu = time.process_time() - stamps[0]
+                    t, new_ids = gen.generator.last_times, out[0, len(prompt):].tolist()
                     runs = getattr(t, "target_runs", t.decode_steps) + 1
-                    row = dict(loop=loop, folder=folder, mode=mode, tokens=result.new_ids,
+                    row = dict(loop=loop, folder=folder, mode=mode, tokens=new_ids,
+                               cpu_ms_per_token=cpu / (len(new_ids) - 1) * 1e3,
                                decode_tok_s=t.decode_steps / t.decode_total,
                                total_tok_s=(t.decode_steps + 1) / (t.prefill_total + t.decode_total),
                                acceptance_length=getattr(t, "mean_acceptance_length", 1.0),
-                               tokens_per_run=len(result.new_ids) / runs, runs=runs,
+                               tokens_per_run=len(new_ids) / runs, runs=runs,
                                proposed=getattr(t, "proposed", 0), verifying_runs=getattr(t, "verifying_runs", 0),
                                run_candidates=list(getattr(t, "run_candidates", [])))
                 else:
                     tokens, decode_s, total_s, stats = genai_run(genai[folder, mode], prompt)
                     passes = stats.get("target_forward_passes", 0)
                     row = dict(loop=loop, folder=folder, mode=mode, tokens=tokens,
+                               cpu_ms_per_token=stats["decode_cpu_s"] / (len(tokens) - 1) * 1e3,
                                decode_tok_s=(len(tokens) - 1) / decode_s, total_tok_s=len(tokens) / total_s,
                                acceptance_length=(len(tokens) - 1) / (passes - 1) if passes > 1 else 1.0,
                                tokens_per_run=len(tokens) / passes if passes else 1.0, runs=passes or len(tokens),
@@ -338,6 +370,7 @@ def measure(folders: dict[str, str], texts: dict[str, list[int]], threads: int, 
                 key = (loop, folder, mode)
                 if round_:
                     rounds.setdefault(key, []).append(row["decode_tok_s"])
+                    cpu_rounds.setdefault(key, []).append(row["cpu_ms_per_token"])
                 if round_ and (key not in best or row["decode_tok_s"] > best[key]["decode_tok_s"]):
                     best[key] = row
         expected = best["fx2onnx", "default", "greedy"]["tokens"]
@@ -345,7 +378,10 @@ def measure(folders: dict[str, str], texts: dict[str, list[int]], threads: int, 
             same = row.pop("tokens") == expected
             spread = rounds[key]  # every round's decode tokens/s: the noise of the shared machine
             rows.append(dict(row, decode_tok_s_median=float(np.median(spread)),
-                             decode_tok_s_rounds=[round(v, 1) for v in spread], text=text, threads=threads, precision=precision, same_tokens=same,
+                             cpu_ms_per_token=min(cpu_rounds[key]),
+                             cpu_ms_per_token_median=float(np.median(cpu_rounds[key])),
+                             decode_tok_s_rounds=[round(v, 1) for v in spread], text=text, threads=threads,
+                             precision=precision, same_tokens=same,
                              weights_mb=round(weights_mb, 1), load=os.getloadavg()[0],
                              floor_tok_s=floor_gbs * 1e9 / (weights_mb * 2**20)))
             print(rows[-1], flush=True)
@@ -445,6 +481,7 @@ def mtp_rows(root: str, texts: dict[str, list[int]], threads_list: str, repeat: 
             for round_ in range(repeat + 1):  # the first round warms up
                 for i in rng.permutation(len(configurations)):
                     loop, folder, mode = key = configurations[i]
+                    time.sleep(SETTLE_SECONDS)
                     if loop == "fx2onnx":
                         result = ours[mode].generate_text(prompt, NEW)
                         t = result.times
@@ -532,6 +569,7 @@ def paired_steps(folder: str, prompt: list[int], threads: int, precision: str, r
     for round_ in range(rounds + 1):  # the first round warms up
         for i in rng.permutation(len(runs)):
             name = list(runs)[i]
+            time.sleep(SETTLE_SECONDS)
             steps = np.diff(np.array(runs[name]()), axis=0)[1:]
             if round_:
                 wall[name].append(float(np.median(steps[:, 0])) * 1e3)
