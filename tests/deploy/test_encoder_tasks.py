@@ -5,7 +5,6 @@ within 1e-4, labels and texts equal); bad inputs end in one ``error:`` line."""
 import json
 import os
 import shutil
-import subprocess
 import wave
 
 import numpy as np
@@ -336,34 +335,3 @@ def test_semantic_segmentation_equals_transformers(tmp_path_factory, tmp_path, c
     printed = json.loads(capsys.readouterr().out)
     assert [m["label"] for m in printed] == [m["label"] for m in reference(images[1])]
     assert abs(sum(m["share"] for m in printed) - 1) < 1e-5 and all(os.path.isfile(m["saved"]) for m in printed)
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed: transformers.js runs in Node")
-def test_the_folders_run_in_transformersjs(classifier, image_classifier, tmp_path):
-    """The same folders in transformers.js' pipelines (Node, onnxruntime-node): transformers' labels and scores (an
-    image already at the processor's size: the two libraries resize otherwise)."""
-    import PIL.Image
-
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if not os.path.isdir(os.path.join(root, "node_modules", "@huggingface", "transformers")):
-        pytest.fail("transformers.js is not installed: run make venv (npm ci --ignore-scripts at the root)")
-
-    def transformersjs(folder, task, inputs):
-        done = subprocess.run(["node", os.path.join(root, "tests", "clients", "transformersjs_pipeline.mjs"), folder,
-                               task, json.dumps(inputs), json.dumps({"top_k": 3})],
-                              capture_output=True, text=True, cwd=root, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-        return json.loads(done.stdout.strip().splitlines()[-1])
-
-    checkpoint, out, _ = classifier
-    config = json.load(open(os.path.join(out, "config.json")))
-    assert config["transformers.js_config"]["use_external_data_format"] == {"model.onnx": 1}
-    assert os.path.isfile(os.path.join(out, "onnx", "model.onnx_data"))
-    _same(transformersjs(out, "text-classification", TEXTS), _reference("text-classification", checkpoint)(TEXTS,
-                                                                                                           top_k=3))
-    checkpoint, out, _ = image_classifier
-    image = str(tmp_path / "image.png")
-    PIL.Image.fromarray(np.random.default_rng(2).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(image)
-    _same(transformersjs(out, "image-classification", [image]),
-          [_reference("image-classification", checkpoint)(image, top_k=3)])

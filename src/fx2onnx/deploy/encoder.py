@@ -173,7 +173,9 @@ def example_inputs(folder: str, modality: str, accepted: set[str], seed: int = 0
         if two_towers:  # the candidate labels: another batch (3 then 2), or one per image (a detector's queries)
             texts = SENTENCES[batch - 2] if one_query else LABEL_SENTENCES[batch - 2]
             out = dict(out, **_processor(folder, "text")(list(texts), padding=True, return_tensors="pt"))
-        sets.append({k: v for k, v in dict(out).items() if k in accepted and isinstance(v, torch.Tensor)})
+        # int32 masks (wav2vec2's feature extractor) as int64: transformers.js and optimum feed int64
+        sets.append({k: v.to(torch.int64) if v.dtype == torch.int32 else v for k, v in dict(out).items()
+                     if k in accepted and isinstance(v, torch.Tensor)})
     return sets
 
 

@@ -5,7 +5,9 @@ weights' file ``onnx/model.onnx_data`` (``use_external_data_format``: in the bro
 bytes of each file it names; in Node, onnxruntime-node reads the file the graph names). It reads the types and
 shapes of the cache from the session, so nothing else is needed for a decoder run on the CPU. Its tokenizer reads
 ``clean_up_tokenization_spaces`` as true when ``tokenizer_config.json`` does not say it, transformers 5 as false
-(``" ,"`` decoded ``","``): :func:`write_transformersjs_config` writes transformers' value.
+(``" ,"`` decoded ``","``): :func:`write_transformersjs_config` writes transformers' value. It reads a processor from
+``preprocessor_config.json`` and a tokenizer from ``tokenizer.json`` only: :func:`write_preprocessor_config` and
+:func:`write_ctc_tokenizer_json` write them where transformers 5 saved them otherwise.
 
 transformers.js names a decoder's cache inputs from ``config.json`` (``getCacheNames`` of its ``configs.js``), not
 from the session, so the config is written as it reads it where transformers reads the same configuration from it
@@ -158,6 +160,8 @@ def write_transformersjs_config(out_dir: str | os.PathLike, model_file: str, ext
     (the ``cache_pairs`` of ``fx2onnx.json``, :func:`transformersjs_cache_refusal`) gets no block and the reason in
     ``fx2onnx.json`` (``transformersjs``), which this returns (None: the block is written)."""
     _tokenizer_defaults(os.path.join(os.fspath(out_dir), "tokenizer_config.json"))
+    write_preprocessor_config(out_dir)
+    write_ctc_tokenizer_json(out_dir)
     path = os.path.join(os.fspath(out_dir), "config.json")
     if not os.path.isfile(path):
         return None
@@ -225,6 +229,63 @@ def _write_json(path: str, content: dict[str, Any]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(content, f, indent=2)
         f.write("\n")
+
+
+#: the blocks of ``processor_config.json`` holding what ``preprocessor_config.json`` holds on its own
+_PREPROCESSOR_BLOCKS = ("feature_extractor", "image_processor")
+
+
+def write_preprocessor_config(out_dir: str | os.PathLike) -> str | None:
+    """Writes ``preprocessor_config.json`` in ``out_dir`` from the feature extractor or image processor that
+    transformers 5 saves inside ``processor_config.json`` (a wav2vec2's processor: its ``feature_extractor`` block),
+    where the folder has no ``preprocessor_config.json``: transformers.js reads that file only (its audio pipelines
+    find no feature extractor otherwise); transformers reads both, the same values. Returns the file written (None:
+    nothing to write)."""
+    target = os.path.join(os.fspath(out_dir), "preprocessor_config.json")
+    source = os.path.join(os.fspath(out_dir), "processor_config.json")
+    if os.path.isfile(target) or not os.path.isfile(source):
+        return None
+    with open(source, encoding="utf-8") as f:
+        processor = json.load(f)
+    blocks = [processor[k] for k in _PREPROCESSOR_BLOCKS if isinstance(processor.get(k), dict)]
+    if len(blocks) != 1:  # none, or two (an image processor and a feature extractor): no single file holds them
+        return None
+    _write_json(target, blocks[0])  # no processor_class: transformers.js would then look for the tokenizer too
+    return target
+
+
+#: the tokenizer classes of CTC speech recognizers, saved as ``vocab.json`` only (no fast tokenizer)
+CTC_TOKENIZERS = ("Wav2Vec2CTCTokenizer",)
+
+
+def write_ctc_tokenizer_json(out_dir: str | os.PathLike) -> str | None:
+    """Writes ``tokenizer.json`` in ``out_dir`` for a CTC tokenizer saved as ``vocab.json`` (a wav2vec2's, class in
+    :data:`CTC_TOKENIZERS`), where the folder has none: transformers.js reads that file only. Its vocabulary and the
+    CTC decoder (repeats merged, pads dropped, the delimiter read as a space); no token special: transformers'
+    speech recognition pipeline decodes CTC ids keeping ``<s>``, ``</s>`` and ``<unk>``, and transformers.js drops
+    the special tokens it is told of. transformers keeps reading ``vocab.json`` (its class has no fast tokenizer).
+    Returns the file written (None: nothing to write)."""
+    folder = os.fspath(out_dir)
+    target, vocab_path = os.path.join(folder, "tokenizer.json"), os.path.join(folder, "vocab.json")
+    config_path = os.path.join(folder, "tokenizer_config.json")
+    if os.path.isfile(target) or not os.path.isfile(vocab_path) or not os.path.isfile(config_path):
+        return None
+    with open(config_path, encoding="utf-8") as f:
+        config = json.load(f)
+    if config.get("tokenizer_class") not in CTC_TOKENIZERS:
+        return None
+    with open(vocab_path, encoding="utf-8") as f:
+        vocab = json.load(f)
+    if not isinstance(vocab, dict) or not all(isinstance(v, int) for v in vocab.values()):
+        return None  # a vocabulary per language (target_lang): no single one to write
+    import tokenizers
+
+    unk, pad = config.get("unk_token", "<unk>"), config.get("pad_token", "<pad>")
+    delimiter = config.get("word_delimiter_token", "|")
+    tokenizer = tokenizers.Tokenizer(tokenizers.models.WordPiece(vocab, unk_token=unk))
+    tokenizer.decoder = tokenizers.decoders.CTC(pad_token=pad, word_delimiter_token=delimiter, cleanup=True)
+    tokenizer.save(target)
+    return target
 
 
 def _tokenizer_defaults(path: str) -> None:

@@ -163,6 +163,8 @@ def _open_model(pipeline: Any, metadata: dict, piece: dict, providers: Sequence[
     pipeline.session = onnxruntime.InferenceSession(os.path.join(pipeline.folder, piece["file"]),
                                                     session_options(threads),
                                                     providers=list(providers or ["CPUExecutionProvider"]))
+    #: the integer inputs the graph takes as int64 (a feature extractor's int32 mask is fed as such)
+    pipeline.int64_inputs = {i.name for i in pipeline.session.get_inputs() if i.type == "tensor(int64)"}
     pipeline.config = _read_json(os.path.join(pipeline.folder, "config.json"))
     pipeline._processor = None
     pipeline._tokenizer = None
@@ -235,8 +237,16 @@ class Pipeline:
         if self.per_text and mask is not None and not mask.all():
             outputs = self._run_unpadded(feeds, mask.astype(bool))
         else:
-            outputs = self.session.run(list(self.outputs), {n: np.asarray(feeds[n]) for n in self.input_names})
+            outputs = self.session.run(list(self.outputs), {n: self._feed(n, feeds[n]) for n in self.input_names})
         return outputs if all_outputs else outputs[0]
+
+    def _feed(self, name: str, value: Any) -> np.ndarray:
+        """``value`` as the graph takes input ``name``: an int32 mask (wav2vec2's feature extractor) as int64 where
+        the graph takes int64 (the folders since the masks are exported as int64, as transformers.js feeds them)."""
+        value = np.asarray(value)
+        if name in getattr(self, "int64_inputs", ()) and value.dtype.kind in "iub" and value.dtype != np.int64:
+            return value.astype(np.int64)
+        return value
 
     def _run_unpadded(self, feeds: dict[str, Any], mask: np.ndarray) -> list[np.ndarray]:
         """The outputs of a padded batch, each text run alone on its tokens (``mask``): a token's output back at its
@@ -244,7 +254,7 @@ class Pipeline:
         length = mask.shape[1]
         rows = []
         for row, keep in enumerate(mask):
-            alone = {n: np.asarray(feeds[n])[row:row + 1] for n in self.input_names}
+            alone = {n: self._feed(n, feeds[n])[row:row + 1] for n in self.input_names}
             alone = {n: v[:, keep] if v.ndim > 1 and v.shape[1] == length else v for n, v in alone.items()}
             rows.append(self.session.run(list(self.outputs), alone))
         outputs = []

@@ -178,8 +178,10 @@ def write_encoder_folder(architecture: str, folder: str | os.PathLike, seed: int
         bert_tokenizer(("input_ids", "attention_mask")).save_pretrained(folder)
         transformers.CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
                                         ).save_pretrained(folder)
-    elif architecture == "SiglipModel":  # SigLIP's tokenizer gives the ids only (padded to 64 by the pipeline)
-        bert_tokenizer(("input_ids",)).save_pretrained(folder)
+    elif architecture == "SiglipModel":  # SigLIP's tokenizer gives the ids only, padded to its 64 by the pipelines
+        tokenizer = bert_tokenizer(("input_ids",))
+        tokenizer.model_max_length = 64  # as the published ones: transformers.js pads to it
+        tokenizer.save_pretrained(folder)
         transformers.SiglipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
     elif architecture == "Siglip2Model":  # each image resized to a grid of at most 24 patches, padded to 24
         bert_tokenizer(("input_ids",)).save_pretrained(folder)
