@@ -212,3 +212,51 @@ def test_a_causal_mask_becomes_the_padding_bias_and_a_window_stays():
             got = onnxruntime.InferenceSession(rewritten.SerializeToString()).run(None, feeds)
             for e, g in zip(expected, got):
                 np.testing.assert_allclose(g, e, atol=1e-5, err_msg=f"{mask}, past {past}")
+
+
+def test_the_padding_probes_feed_the_mask_inputs_alone():
+    """The probes of the masks (a past of 40000 tokens among them) feed the inputs the masks read, never the pasts
+    of every layer: a batch of 2 pasts of 40000 tokens a layer held 10 GB for Qwen3-0.6B's 28 layers. The past
+    length read from the shape of a past (transformers' cache length) is a constant of the probe."""
+    import onnx_ir as ir
+
+    from fx2onnx.optimizer.rules._mask_probe import _PADDED_PROBES, masks_are_padding, probe_inputs
+
+    layers, heads, dim = 4, 2, 8
+    nodes = [
+        oh.make_node("Cast", ["attention_mask"], ["keep"], to=TensorProto.BOOL),
+        oh.make_node("Unsqueeze", ["keep", "axes12"], ["padding"]),
+        oh.make_node("Shape", ["input_ids"], ["new"], start=1, end=2),
+        oh.make_node("Shape", ["past_key_0"], ["past"], start=2, end=3),
+        oh.make_node("Add", ["past", "new"], ["total"]),
+        oh.make_node("Concat", ["new", "total"], ["square"], axis=0),
+        oh.make_node("ConstantOfShape", ["square"], ["ones"], value=onh.from_array(np.array([1], dtype=np.int64))),
+        oh.make_node("Squeeze", ["past"], ["diagonal"]),
+        oh.make_node("Trilu", ["ones", "diagonal"], ["lower"], upper=0),
+        oh.make_node("Cast", ["lower"], ["causal"], to=TensorProto.BOOL),
+        oh.make_node("And", ["padding", "causal"], ["mask"]),
+        oh.make_node("Cast", ["input_ids"], ["ids_f"], to=TensorProto.FLOAT),
+        oh.make_node("Unsqueeze", ["ids_f", "axis2"], ["ids_3d"]),
+        oh.make_node("Expand", ["ids_3d", "hidden"], ["q"]),
+    ]
+    for i in range(layers):
+        nodes.append(oh.make_node("Attention", ["q", "q", "q", "mask", f"past_key_{i}", f"past_value_{i}"],
+                                  [f"y_{i}", f"present_key_{i}", f"present_value_{i}"],
+                                  q_num_heads=heads, kv_num_heads=heads))
+    pasts = [(f"past_{kv}_{i}", TensorProto.FLOAT, ["b", heads, "p", dim])
+             for i in range(layers) for kv in ("key", "value")]
+    tokens = [("input_ids", TensorProto.INT64, ["b", "s"]), ("attention_mask", TensorProto.INT64, ["b", "t"])]
+    model = ir.from_proto(make_model(
+        nodes, tokens + pasts, [(f"y_{i}", TensorProto.FLOAT, None) for i in range(layers)],
+        initializers=[("axis2", np.array([2])), ("axes12", np.array([1, 2])),
+                      ("hidden", np.array([1, 1, heads * dim]))],
+        opset=23))
+    inputs = {v.name: v for v in model.graph.inputs}
+    mask = next(n for n in model.graph if n.op_type == "Attention").inputs[3]
+    past_keys = [inputs[f"past_key_{i}"] for i in range(layers)]
+    past, new, pads = max(_PADDED_PROBES, key=lambda probe: probe[0])
+    assert past >= 40000
+    _, feeds = probe_inputs(model, [mask], inputs["attention_mask"], inputs["input_ids"], past_keys, past, new, pads)
+    assert sorted(feeds) == ["attention_mask"]  # the token count and the past length are constants of the probe
+    assert feeds["attention_mask"].shape == (len(pads), past + new)
+    assert masks_are_padding(model, [mask], inputs["attention_mask"], inputs["input_ids"], past_keys)

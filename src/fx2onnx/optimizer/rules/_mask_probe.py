@@ -47,24 +47,35 @@ def _evaluate_dim(dim: Any, bindings: dict[str, int]) -> int:
     return int(eval(dim.value, {"__builtins__": {}}, {**names, **bindings}))  # noqa: S307 - names and operators only
 
 
-def _feeds(graph: ir.Graph, mask_input: ir.Value, new_input: ir.Value, pasts: list[ir.Value], past: int,
-           new: int, pads: tuple[int, ...] = (0,)) -> tuple[dict[str, np.ndarray], dict[str, int]]:
-    """Inputs of a batch of ``len(pads)`` (the mask of ones after ``pads[b]`` zeros, zeros elsewhere) and
-    the sizes they bind."""
+def _bindings(mask_input: ir.Value, new_input: ir.Value, pasts: list[ir.Value], past: int, new: int,
+              batch: int) -> dict[str, int]:
+    """The sizes a probe of ``batch`` sequences binds: ``past`` tokens in the cache, ``new`` given."""
     bindings: dict[str, int] = {}
-    batch = len(pads)
     _dims(mask_input, [batch, past + new], bindings)
     _dims(new_input, [batch, new], bindings)
     for value in pasts:
         _dims(value, [batch, value.shape[1] if isinstance(value.shape[1], int) else 1, past], bindings)
+    return bindings
+
+
+def _input_shape(value: ir.Value, bindings: dict[str, int]) -> list[int]:
+    """The shape a probe gives the graph input ``value`` (a dimension no probe binds: 1)."""
+    return [d if isinstance(d, int) else bindings.get(d.value, 1) for d in value.shape]
+
+
+def _feeds(inputs: list[ir.Value], mask_input: ir.Value, bindings: dict[str, int],
+           pads: tuple[int, ...] = (0,)) -> dict[str, np.ndarray]:
+    """Values of ``inputs`` for a batch of ``len(pads)`` (the mask of ones after ``pads[b]`` zeros, zeros
+    elsewhere): only the inputs the masks read, the pasts are not among them (a past of 40000 tokens for
+    every layer would hold gigabytes)."""
     feeds = {}
-    for value in graph.inputs:
-        shape = [d if isinstance(d, int) else bindings.get(d.value, 1) for d in value.shape]
+    for value in inputs:
         fill = 1 if value is mask_input else 0
-        feeds[value.name] = np.full(shape, fill, dtype=value.dtype.numpy())
-    for b, pad in enumerate(pads):
-        feeds[mask_input.name][b, :pad] = 0
-    return feeds, bindings
+        feeds[value.name] = np.full(_input_shape(value, bindings), fill, dtype=value.dtype.numpy())
+    if mask_input.name in feeds:
+        for b, pad in enumerate(pads):
+            feeds[mask_input.name][b, :pad] = 0
+    return feeds
 
 
 def _static_shape(value: ir.Value, bindings: dict[str, int]) -> list[int] | None:
@@ -77,9 +88,10 @@ def _static_shape(value: ir.Value, bindings: dict[str, int]) -> list[int] | None
         return None
 
 
-def _mask_graph(graph: ir.Graph, masks: list[ir.Value], bindings: dict[str, int]) -> onnx.GraphProto:
-    """The nodes computing ``masks``, each ``Shape`` of a value computed in the graph replaced by
-    its evaluated symbolic shape."""
+def _mask_graph(graph: ir.Graph, masks: list[ir.Value],
+                bindings: dict[str, int]) -> tuple[onnx.GraphProto, list[ir.Value]]:
+    """The nodes computing ``masks``, each ``Shape`` replaced by its evaluated symbolic shape (a graph
+    input's: the shape the probe feeds), and the graph inputs they read."""
     nodes: list[onnx.NodeProto] = []
     inputs: dict[str, ir.Value] = {}
     initializers: dict[str, ir.Value] = {}
@@ -96,8 +108,11 @@ def _mask_graph(graph: ir.Graph, masks: list[ir.Value], bindings: dict[str, int]
         if node.graph is not graph:
             raise ValueError("a mask computed in a subgraph")
         kept.append(node)
-        shape = _static_shape(node.inputs[0], bindings) if node.op_type == "Shape" else None
-        if shape is not None and node.inputs[0].producer() is not None:
+        shape = None
+        if node.op_type == "Shape":
+            source = node.inputs[0]
+            shape = _input_shape(source, bindings) if source.is_graph_input() else _static_shape(source, bindings)
+        if shape is not None:
             start = node.attributes["start"].value if "start" in node.attributes else 0
             end = node.attributes["end"].value if "end" in node.attributes else None
             array = np.array(shape[start:end], dtype=np.int64)
@@ -122,10 +137,23 @@ def _mask_graph(graph: ir.Graph, masks: list[ir.Value], bindings: dict[str, int]
         if isinstance(value.const_value, ir.ExternalTensor) and value.const_value.size > 1024:
             raise ValueError(f"{value.name} is a weight")
         tensors.append(onnx.numpy_helper.from_array(value.const_value.numpy(), value.name))
-    return onnx.helper.make_graph(
+    proto = onnx.helper.make_graph(
         nodes, "masks",
         [onnx.helper.make_tensor_value_info(v.name, v.dtype.value, None) for v in inputs.values()],
         [onnx.helper.make_tensor_value_info(m.name, m.dtype.value, None) for m in masks], tensors)
+    return proto, list(inputs.values())
+
+
+def probe_inputs(model: ir.Model, masks: list[ir.Value], mask_input: ir.Value, new_input: ir.Value,
+                 pasts: list[ir.Value], past: int, new: int,
+                 pads: tuple[int, ...] = (0,)) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The model computing ``masks`` alone and its inputs on a probe (see :func:`_feeds`); raises
+    ValueError when the masks cannot be separated from the weights."""
+    bindings = _bindings(mask_input, new_input, pasts, past, new, len(pads))
+    proto, inputs = _mask_graph(model.graph, masks, bindings)
+    opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in model.opset_imports.items()]
+    probe = onnx.helper.make_model(proto, opset_imports=opsets, ir_version=10)
+    return probe, _feeds(inputs, mask_input, bindings, pads)
 
 
 def _run_masks(model: ir.Model, masks: list[ir.Value], mask_input: ir.Value, new_input: ir.Value,
@@ -134,10 +162,7 @@ def _run_masks(model: ir.Model, masks: list[ir.Value], mask_input: ir.Value, new
     import onnxruntime
 
     try:
-        feeds, bindings = _feeds(model.graph, mask_input, new_input, pasts, past, new, pads)
-        proto = _mask_graph(model.graph, masks, bindings)
-        opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in model.opset_imports.items()]
-        probe = onnx.helper.make_model(proto, opset_imports=opsets, ir_version=10)
+        probe, feeds = probe_inputs(model, masks, mask_input, new_input, pasts, past, new, pads)
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3
         session = onnxruntime.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
