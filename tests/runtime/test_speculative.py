@@ -111,8 +111,9 @@ def test_candidate_budget_settles_on_the_count_of_most_tokens_per_second():
 
 def test_candidate_budget_proposes_nothing_when_candidates_do_not_pay():
     """With 10 % of the candidates kept, no count gains over a plain step: plain steps, a probe of one
-    candidate after 1, 2, 4... (at most 32) of them; a probe keeping its candidate brings the next one after
-    one plain step, and a few such probes bring candidates back; a new generation starts without a pause."""
+    candidate after 1, 2, 4... (at most 32) of them; probes keeping their candidate bring candidates back; a new
+    generation starts without a pause; when even every candidate kept would not pay (a costly draft), 256 plain
+    steps before the next probe."""
     budget = CandidateBudget()
     costs = {1: 1.0, 2: 1.24, 3: 1.69, 4: 2.07, 5: 2.5, 6: 2.9, 7: 4.0, 8: 5.0, 9: 6.0, 10: 6.7, 11: 7.47}
     for n, cost in costs.items():
@@ -144,7 +145,12 @@ def test_candidate_budget_proposes_nothing_when_candidates_do_not_pay():
     draft.costs = {1: 1.0, 2: 1.02, 3: 1.04, 11: 1.9}
     draft.kept, draft.refused = [6.0] * 64, [4.0] * 64
     draft.proposal_cost = 0.7
-    assert draft.choose(10) == 0
+    assert draft.choose(10) == 0 and draft.wait == 0  # 100 % kept would pay: the next step probes
+    draft.proposal_cost = 1.2
+    draft.changed()
+    draft.start()
+    assert draft.choose(10) == 0 and draft.wait == CandidateBudget.hopeless_pause - 1
+    draft.start()
     draft.proposal_cost = 0.1
     draft.changed()
     assert draft.choose(10) > 0
@@ -316,6 +322,7 @@ def test_zero_candidates_give_greedy_tokens(folders):
         budget.per_candidate = speculation.proposes_by_runs
         budget.costs = {n: 1.0 + 0.5 * (n - 1) for n in range(1, 17)}  # far above the runs' own: kept
         budget.kept, budget.refused = [1.0] * 64, [9.0] * 64
+        budget.hopeless_pause = budget.max_pause  # probes as often as when the counts decide (the costs do here)
         assert gen.generator.generate(ids, 60, speculation=speculation).tolist() == plain
         runs = gen.generator.last_times.run_candidates
         first = next(i for i, k in enumerate(runs) if k)

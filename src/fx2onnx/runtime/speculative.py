@@ -33,8 +33,8 @@ When the candidates keep failing, the loop backs off to plain decoding (:class:`
 verifying run that kept none, it proposes nothing for 1, 2, 4... steps (at most 64), then one candidate;
 a run that keeps one resets it. Each run verifies as many candidates as give the most tokens per second
 (:class:`CandidateBudget`: the cost of a run of each size measured as it runs, the share of candidates kept),
-none when no count gains over a plain step (a draft's runs counted: a weak draft then decodes plainly, a probe
-after 1, 2, 4... plain steps finding out when candidates pay again):
+none when no count gains over a plain step (a draft's runs counted: a weak or costly draft then decodes plainly,
+a probe after 1, 2, 4... 32 plain steps finding out when candidates pay again):
 a verifying run's cost grows with its candidates (in int4 much faster than in float32), so that the source's
 count (``num_tokens``, ``num_assistant_tokens``) is a limit (``Speculation.adaptive = False``: the source's count,
 as transformers' loop). The decoder must return the logits of several positions:
@@ -340,9 +340,9 @@ class CandidateBudget:
     """How many candidates the next run verifies: the count giving the most tokens per second, from
     the cost of a run of each size seen so far and the acceptance seen.
 
-    A run feeding ``n`` tokens costs :meth:`cost` ``(n)`` seconds (the least measured: the machine's load
-    reaches the fastest runs least; the process CPU clock, a system call summing every thread, cost 10-20 us a
-    read); ``k`` candidates give ``1 + a1 + a1 a2 + ... + a1 ... ak``
+    A run feeding ``n`` tokens costs :meth:`cost` ``(n)`` seconds (the least measured, the CPU time of the calling
+    thread, where onnxruntime runs: the machine's load reaches it less than the wall clock; the process CPU clock
+    reads every thread's, the workers spinning on other cores, much slower on a busy machine); ``k`` candidates give ``1 + a1 + a1 a2 + ... + a1 ... ak``
     tokens (``ai``: the share of the candidates kept at place ``i`` once the ones before were, decayed counts); a
     draft adds its cost per candidate. On the benchmark Llama in int4,
     a run of 11 tokens costs 7.5 plain steps, one of 6 tokens 2.9: 4 or 5 candidates give more tokens per
@@ -354,6 +354,9 @@ class CandidateBudget:
     decay = 0.9
     #: the plain steps between two probes at most, when no count of candidates gains over a plain step
     max_pause = 32
+    #: the plain steps before a probe when no count would gain even with every candidate kept (the costs alone
+    #: decide: a draft as costly as its candidates' worth, int4's verifying runs)
+    hopeless_pause = 256
 
     def __init__(self, generator: Any = None):
         self.generator = generator
@@ -388,8 +391,6 @@ class CandidateBudget:
     def record(self, proposed: int, accepted: int, proposal_seconds: float = 0.0) -> None:
         """A verifying run kept ``accepted`` of ``proposed`` candidates, proposed in ``proposal_seconds``."""
         self.probe, self._scored = False, None
-        if proposed and accepted == proposed:  # candidates gain again: the next probe comes soon
-            self.pause = 1
         for i in range(len(self.kept)):
             self.kept[i] *= self.decay
             self.refused[i] *= self.decay
@@ -428,8 +429,9 @@ class CandidateBudget:
 
         When no count gives more tokens per second than a plain step (its cost measured: tried once when it
         might be better), the next steps are plain, ``1, 2, 4...`` (at most :attr:`max_pause`) steps before a
-        probe verifies the best count again (it updates the counts); a run keeping all its candidates makes the
-        next pause one step."""
+        probe verifies the best count again (it updates the counts: a few kept bring the candidates back, and the
+        pauses start again from one step; a draft costing more than its candidates give keeps pausing however many
+        it gets right)."""
         if self.wait > 0:
             self.wait -= 1
             return 0
@@ -456,7 +458,12 @@ class CandidateBudget:
         elif score * plain <= 1.0:
             self.wait, self.probe = self.pause - 1, True
             self.pause = min(2 * self.pause, self.max_pause)
+            per = self.proposal_cost if self.per_candidate else 0.0
+            fixed = 0.0 if self.per_candidate else self.proposal_cost
+            if all((1 + k) * plain <= self.cost(pending + k) + per * k + fixed for k in range(1, limit + 1)):
+                self.wait = self.hopeless_pause - 1  # every candidate kept would not pay either
             return 0
+        self.pause = 1  # candidates pay: the next pause is short
         if pending + best in self.costs:  # its neighbours never measured are tried once
             for k in (best + 1, best - 1):
                 if 1 <= k <= limit and pending + k not in self.costs:
@@ -538,6 +545,7 @@ class Speculation:
                 budget.per_candidate = self.proposes_by_runs
             budget.start()
         times = SpeculativeTimes()
+        clock = time.thread_time  # the CPU time of this thread, where onnxruntime runs (its workers beside it)
         tokens, new = ids[0].tolist(), 0
         limit = target.max_candidates
         begin = time.perf_counter()
@@ -552,20 +560,19 @@ class Speculation:
                 k = 0
             if budget is not None and k > 0:
                 k = budget.choose(min(k, self.max_count or k), len(tokens) - target.length)
-            chosen = time.perf_counter()
+            chosen = clock()
             # a recurrent state's first snapshot is the empty cache: the prompt runs alone, not run twice
             if k > 0 and not (target.recurrent and target.length == 0):
                 candidates = [int(c) for c in self.propose(tokens, k)][:k]
-            proposed = time.perf_counter()
+            proposed, proposal_cpu = time.perf_counter(), clock()
             feed = tokens[target.length:] + candidates
             if target.length == 0:
                 rows = target.start(feed, min(max_new_tokens, generator.cache_chunk) + (target.max_rows or 0))
-                model_time = time.perf_counter() - proposed
             else:
                 rows = target.run(feed)
-                model_time = time.perf_counter() - proposed
                 if budget is not None:
-                    budget.record_run(len(feed), model_time)
+                    budget.record_run(len(feed), clock() - proposal_cpu)
+            model_time = time.perf_counter() - proposed
             accepted = self._select(rows[-len(candidates) - 1:], tokens, candidates)
             m = len(accepted) - 1
             for i, t in enumerate(accepted):
@@ -578,7 +585,7 @@ class Speculation:
             if candidates:
                 self.update(len(candidates), m)
                 if budget is not None:
-                    budget.record(len(candidates), m, proposed - chosen)
+                    budget.record(len(candidates), m, proposal_cpu - chosen)
                 if backoff is not None:
                     backoff.record(m, len(candidates))
                 times.verifying_runs += 1
