@@ -345,10 +345,10 @@ class CandidateBudget:
     CPU clock reads every thread's, the workers spinning on other cores, much slower on a busy machine); ``k``
     candidates give ``1 + a1 + a1 a2 + ... + a1 ... ak`` tokens (``ai``: the share of the candidates kept at place
     ``i`` once the ones before were, decayed counts); a draft adds its cost per candidate. When no count beats a
-    plain step, none (:meth:`choose`). On the benchmark Llama in int4, a run of 11 tokens costs 7.5 plain steps, one of 6 tokens 2.9: 4 or 5 candidates give more tokens per
-    second than 10. A size never measured is tried when it is next to the best one (the costs of the other
-    sizes interpolated): the counts settle in a few runs, and the costs are kept for the later generations
-    of the same decoder. ``limit`` caps the count (the source's ``num_tokens``)."""
+    plain step, none (:meth:`choose`). On the benchmark Llama in int4, a run of 11 tokens costs 7.5 plain
+    steps, one of 6 tokens 2.9: 4 or 5 candidates give more tokens per second than 10. A size never measured is
+    tried when it is next to the best one (the costs of the other sizes interpolated): the counts settle in a few
+    runs, and the costs are kept for the later generations of the same decoder. ``limit`` caps the count (the source's ``num_tokens``)."""
 
     #: the weight of the counts before each verifying run (the acceptance follows the text)
     decay = 0.9
