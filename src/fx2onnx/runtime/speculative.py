@@ -348,7 +348,8 @@ class CandidateBudget:
     plain step, none (:meth:`choose`). On the benchmark Llama in int4, a run of 11 tokens costs 7.5 plain
     steps, one of 6 tokens 2.9: 4 or 5 candidates give more tokens per second than 10. A size never measured is
     tried when it is next to the best one (the costs of the other sizes interpolated): the counts settle in a few
-    runs, and the costs are kept for the later generations of the same decoder. ``limit`` caps the count (the source's ``num_tokens``)."""
+    runs, and the costs are kept for the later generations of the same decoder. ``limit`` caps the count (the
+    source's ``num_tokens``)."""
 
     #: the weight of the counts before each verifying run (the acceptance follows the text)
     decay = 0.9
