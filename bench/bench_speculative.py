@@ -156,6 +156,13 @@ def genai_run(model, prompt: list[int]) -> tuple[list[int], float, float, dict]:
     return tokens, end - first, end - begin, stats
 
 
+def genai_passes(stats: dict) -> int:
+    """The runs of the model in onnxruntime-genai's speculative stats: its verifying runs
+    (``target_forward_passes``) and the plain steps where n-gram lookup found nothing
+    (``standard_fallback_steps``, not counted in the former)."""
+    return int(stats.get("target_forward_passes", 0)) + int(stats.get("standard_fallback_steps", 0))
+
+
 def bandwidth() -> float:
     """GB/s of a numpy copy of 256 MB (read + write), the best of 5."""
     a = np.ones(2**26, dtype=np.float32)
@@ -360,7 +367,7 @@ def measure(folders: dict[str, str], texts: dict[str, list[int]], threads: int, 
                                run_candidates=list(getattr(t, "run_candidates", [])))
                 else:
                     tokens, decode_s, total_s, stats = genai_run(genai[folder, mode], prompt)
-                    passes = stats.get("target_forward_passes", 0)
+                    passes = genai_passes(stats)
                     row = dict(loop=loop, folder=folder, mode=mode, tokens=tokens,
                                cpu_ms_per_token=stats["decode_cpu_s"] / (len(tokens) - 1) * 1e3,
                                decode_tok_s=(len(tokens) - 1) / decode_s, total_tok_s=len(tokens) / total_s,
@@ -496,7 +503,7 @@ def mtp_rows(root: str, texts: dict[str, list[int]], threads_list: str, repeat: 
                         else:
                             tokens, decode_s, _, stats = genai_run(
                                 plain_model if folder == "default" else half_model, prompt)
-                        passes = stats.get("target_forward_passes", 0) or len(tokens)
+                        passes = genai_passes(stats) or len(tokens)
                         row = dict(tokens=tokens, decode_tok_s=(len(tokens) - 1) / decode_s,
                                    tokens_per_run=len(tokens) / passes, runs=passes,
                                    proposed=int(stats.get("draft_tokens_proposed", 0)),
