@@ -140,8 +140,9 @@ def example_inputs(folder: str, modality: str, accepted: set[str], seed: int = 0
                    any_size: bool = False) -> list[dict[str, torch.Tensor]]:
     """Two input sets made by the folder's processor (batch 2 then 3, other lengths), keeping the inputs the model
     takes (``accepted``); ``two_towers``: the tokenizer's inputs too, on hypotheses (3 then 2); ``frames``: the
-    frames a video model reads; ``one_query``: one text per image (a zero-shot detector's); ``any_size``: the model
-    reads images of any size (a detector): the processor makes them smaller (:func:`smaller_sizes`)."""
+    frames a video model reads; ``one_query``: a zero-shot detector's texts, as many for each image (its queries: two,
+    then one); ``any_size``: the model reads images of any size (a detector): the processor makes them smaller
+    (:func:`smaller_sizes`)."""
     processor = _processor(folder, modality)
     resize = smaller_sizes(processor) if any_size and modality == "image" else {}
     rng = np.random.default_rng(seed)
@@ -170,8 +171,10 @@ def example_inputs(folder: str, modality: str, accepted: set[str], seed: int = 0
             # CLAP pads each sound to its length itself, Whisper's extractor to its 30 s (the length its encoder takes)
             padding = {} if two_towers or pads_to_max_length(processor) else dict(padding=True)
             out = processor(sounds, sampling_rate=rate, return_tensors="pt", **padding)
-        if two_towers:  # the candidate labels: another batch (3 then 2), or one per image (a detector's queries)
-            texts = SENTENCES[batch - 2] if one_query else LABEL_SENTENCES[batch - 2]
+        if two_towers:  # the candidate labels: another batch (3 then 2), or a detector's queries
+            # 2 per image then 1: the count is dynamic (transformers.js feeds every label of an image in one run)
+            texts = [t for t in SENTENCES[batch - 2] for _ in range(4 - batch)] if one_query else \
+                LABEL_SENTENCES[batch - 2]
             out = dict(out, **_processor(folder, "text")(list(texts), padding=True, return_tensors="pt"))
         # int32 masks (wav2vec2's feature extractor) as int64: transformers.js and optimum feed int64
         sets.append({k: v.to(torch.int64) if v.dtype == torch.int32 else v for k, v in dict(out).items()
@@ -192,7 +195,7 @@ def encoder_pieces(model: torch.nn.Module, task: str, folder: str,
     if not getattr(getattr(model.config, "audio_config", None), "enable_fusion", True):
         accepted.discard("is_longer")  # CLAP without fusion reads no is_longer: the graph would drop it
     two_towers = task in TWO_TOWER_TASKS
-    one_query = task == "zero-shot-object-detection"  # a text per image: one batch
+    one_query = task == "zero-shot-object-detection"  # the same number of texts for each image: its queries
     inputs, inputs2 = example_inputs(folder, modality, accepted, two_towers=two_towers,
                                      frames=int(getattr(model.config, "num_frames", 8) or 8), one_query=one_query,
                                      any_size=task == "object-detection")
@@ -202,8 +205,6 @@ def encoder_pieces(model: torch.nn.Module, task: str, folder: str,
         inputs["pixel_values"].shape[-2:] != inputs2["pixel_values"].shape[-2:]
 
     def dims(name: str) -> dict[int, str]:
-        if one_query:
-            return DYNAMIC_DIMS["text" if name in TEXT_INPUTS else modality]
         if two_towers:
             return TOWER_DIMS["text" if name in TEXT_INPUTS else modality]
         return DYNAMIC_DIMS["sized image" if task == "object-detection" or sized else modality]
