@@ -586,7 +586,8 @@ class Speculation:
             if candidates:
                 self.update(len(candidates), m)
                 if budget is not None:
-                    budget.record(len(candidates), m, proposal_cpu - chosen)
+                    # the first run's proposal holds a draft's own prompt run: not a cost of its candidates
+                    budget.record(len(candidates), m, proposal_cpu - chosen if times.prefill_total else 0.0)
                 if backoff is not None:
                     backoff.record(m, len(candidates))
                 times.verifying_runs += 1
