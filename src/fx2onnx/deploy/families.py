@@ -44,6 +44,7 @@ from .seq2seq_generic import write_generic_seq2seq_folder
 from .text_generation import write_text_generation_folder
 from .table_qa import export_table_qa_pieces
 from .text_to_audio import export_text_to_audio_pieces
+from .text_to_audio_codebooks import CODEBOOK_MODEL_TYPES, write_codebooks_folder
 
 
 @dataclasses.dataclass
@@ -186,6 +187,11 @@ FAMILIES: tuple[Family, ...] = (
            "SAM: the image encoder, then the prompt encoder and mask decoder on points (optimum's two files)",
            lambda f: True, export_mask_generation_pieces,
            "the image encoder and the prompt encoder and mask decoder on two input sets against eager float32"),
+    Family("codebooks", "text-to-audio", "codebooks",
+           "MusicGen: a text encoder, a decoder over codebooks with its cache, the audio codec's decoder",
+           lambda f: f.model_type in CODEBOOK_MODEL_TYPES, None,
+           "the text encoder, the audio decoder and the merged decoder (its two branches) against eager float32",
+           write_folder=write_codebooks_folder),
     Family("waveform", "text-to-audio", None, "VITS and MMS-TTS: one pass from the text to the waveform",
            lambda f: True, export_text_to_audio_pieces,
            "the waveform and spectrogram of two input sets of its tokenizer (two and three texts, padded) "

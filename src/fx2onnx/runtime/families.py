@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from ..formats import FOLDER_METADATA
 from .folder import _read_json
-from .pipelines import OWN_PIPELINES, PIPELINE_TASKS
+from .pipelines import OWN_PIPELINES, PIPELINE_TASKS, SPLIT_PIPELINES
 
 #: (task, split) -> the class running such a folder (``split`` None: the task's first family)
 GENERATORS: dict[tuple[str, str | None], str] = {
@@ -36,6 +36,7 @@ GENERATORS: dict[tuple[str, str | None], str] = {
     **{(task, None): "fx2onnx.runtime.pipelines.Pipeline" for task in PIPELINE_TASKS},
     # the tasks of several pieces, each run by its own pipeline class
     **{(task, None): path for task, (_, path) in OWN_PIPELINES.items()},
+    **SPLIT_PIPELINES,
     # DETR's panoptic segmenter: the pipeline reads the outputs fx2onnx.json names (logits, pred_masks)
     ("universal-segmentation", "detr"): "fx2onnx.runtime.pipelines.Pipeline",
 }

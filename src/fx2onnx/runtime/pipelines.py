@@ -85,6 +85,10 @@ OWN_PIPELINES: dict[str, tuple[str, str]] = {
     # EfficientLoFTR: the matches of a pair of images (the image processor's post_process_keypoint_matching)
     "keypoint-matching": ("image", "fx2onnx.runtime.keypoint_matching.KeypointMatchingPipeline"),
 }
+#: (task, split) -> the pipeline class of a folder cut otherwise than its task's first family
+SPLIT_PIPELINES: dict[tuple[str, str], str] = {
+    ("text-to-audio", "codebooks"): "fx2onnx.runtime.text_to_audio_codebooks.CodebookTextToAudioPipeline",
+}
 #: the tasks of a model of two towers: the texts (candidate labels) and the images or sounds, each its own batch
 TWO_TOWER_TASKS = ("zero-shot-image-classification", "zero-shot-audio-classification", "zero-shot-object-detection")
 #: the hypothesis template of the candidate labels, by task (transformers' pipelines' defaults)
@@ -623,9 +627,11 @@ class Pipeline:
 def pipeline(folder: str | os.PathLike, providers: Sequence[str] | None = None, threads: int | None = None) -> Any:
     """The pipeline of a folder ``export`` wrote for a single-pass encoder task (:data:`PIPELINE_TASKS`): call it
     on a text, an image or an audio (a path or an array), or a list of them; a folder of
-    :data:`OWN_PIPELINES` opens its own class."""
-    task = _read_json(os.path.join(os.fspath(folder), FOLDER_METADATA)).get("task")
-    if task in OWN_PIPELINES:
-        module, _, name = OWN_PIPELINES[task][1].rpartition(".")
+    :data:`OWN_PIPELINES` (or of :data:`SPLIT_PIPELINES`, by its task and split) opens its own class."""
+    metadata = _read_json(os.path.join(os.fspath(folder), FOLDER_METADATA))
+    task = metadata.get("task")
+    path = SPLIT_PIPELINES.get((task, metadata.get("split"))) or OWN_PIPELINES.get(task, (None, None))[1]
+    if path is not None:
+        module, _, name = path.rpartition(".")
         return getattr(importlib.import_module(module), name)(folder, providers, threads)
     return Pipeline(folder, providers, threads)

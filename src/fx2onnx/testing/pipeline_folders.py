@@ -2,7 +2,7 @@
 SAM with its image processor (mask-generation), a tiny VITS with its character tokenizer (text-to-audio), a tiny TAPAS with its
 WordPiece table tokenizer (table-question-answering), a tiny OWLv2 (zero-shot-object-detection), a tiny LayoutLM with the WordPiece
 tokenizer and a tiny LayoutLMv3 with a byte-level BPE one (document-question-answering), a tiny DETR panoptic segmenter and a tiny MaskFormer
-(image-segmentation); what a published folder holds, without a download.
+(image-segmentation), a tiny MusicGen (text-to-audio over codebooks); what a published folder holds, without a download.
 
 .. code-block:: python
 
@@ -292,3 +292,54 @@ def write_efficientloftr_folder(folder: str | os.PathLike, seed: int = 0) -> str
     with torch.no_grad():
         model(**processor(images=block_picture_views(2, seed + 7), return_tensors="pt"))
     return _save(model.eval(), processor, os.fspath(folder))
+
+
+def musicgen_config(vocab_size: int, pad: int, eos: int) -> Any:
+    """A tiny MusicGen: a T5 text encoder (2 layers, width 32), a decoder of 2 layers (width 48, so the text
+    encoder's states go through ``enc_to_dec_proj``) over 4 codebooks of 64 codes, an EnCodec of 8 filters
+    upsampling 4 x 2 at 8 kHz (a bandwidth of 40 kbps: 4 quantizers at 1000 frames a second)."""
+    import transformers
+
+    text = transformers.T5Config(vocab_size=vocab_size, d_model=32, d_kv=8, num_heads=4, num_layers=2, d_ff=64,
+                                 pad_token_id=pad, eos_token_id=eos, decoder_start_token_id=pad)
+    audio = transformers.EncodecConfig(sampling_rate=8000, hidden_size=16, num_filters=8, upsampling_ratios=[4, 2],
+                                       codebook_size=64, codebook_dim=16, num_lstm_layers=1,
+                                       target_bandwidths=[40.0], kernel_size=3, last_kernel_size=3,
+                                       residual_kernel_size=3)
+    decoder = transformers.MusicgenDecoderConfig(vocab_size=64, max_position_embeddings=128, num_hidden_layers=2,
+                                                 ffn_dim=96, num_attention_heads=4, hidden_size=48, num_codebooks=4,
+                                                 pad_token_id=64, bos_token_id=64, initializer_factor=0.5)
+    return transformers.MusicgenConfig(text_encoder=text.to_dict(), audio_encoder=audio.to_dict(),
+                                       decoder=decoder.to_dict(), architectures=["MusicgenForConditionalGeneration"])
+
+
+def write_musicgen_folder(folder: str | os.PathLike, seed: int = 0, guidance_scale: float | None = 3.0,
+                          do_sample: bool = True) -> str:
+    """Writes a ``save_pretrained`` folder of the tiny MusicGen of :func:`musicgen_config` with the tokenizer of
+    :func:`~fx2onnx.testing.tokenizer.tiny_tokenizer`, its codec's codebooks drawn, and a generation config as the
+    published ones' (sampling unless ``do_sample`` is False, classifier-free guidance ``guidance_scale``) but of
+    24 steps; returns the folder."""
+    import torch
+    import transformers
+
+    from .tokenizer import tiny_tokenizer
+
+    folder = os.fspath(folder)
+    tok = tiny_tokenizer()
+    torch.manual_seed(seed)
+    model = transformers.MusicgenForConditionalGeneration(
+        musicgen_config(len(tok), tok.pad_token_id, tok.eos_token_id)).eval()
+    with torch.no_grad():  # the codec's codebooks are zeros until trained: drawn, each code its own sound
+        for layer in model.audio_encoder.quantizer.layers:
+            layer.codebook.embed.normal_()
+            layer.codebook.embed_avg.copy_(layer.codebook.embed)
+    model.generation_config = transformers.GenerationConfig(
+        do_sample=do_sample, guidance_scale=guidance_scale, max_length=24, decoder_start_token_id=64, pad_token_id=64,
+        bos_token_id=64)
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        model.save_pretrained(folder)
+    finally:
+        transformers.utils.logging.enable_progress_bar()
+    tok.save_pretrained(folder)
+    return folder
