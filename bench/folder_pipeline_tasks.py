@@ -13,6 +13,7 @@ of the pixels).
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 #: pipeline task -> transformers' auto mapping of its model types (a task of the tasks page: its rows instead)
@@ -62,20 +63,14 @@ def _clap(folder: str) -> str:
     return write_encoder_folder("ClapModel", folder)
 
 
-def _musicgen(folder: str) -> str:
-    from fx2onnx.testing.pipeline_folders import write_musicgen_folder
-
-    # greedy search on both sides: the folder's loop is greedy, the pipeline follows the generation config
-    return write_musicgen_folder(folder, do_sample=False)
-
-
 def _writers() -> dict[tuple[str, str], Callable[[str], Any]]:
     from fx2onnx.testing import pipeline_folders as p
+    from fx2onnx.testing.speecht5_folder import write_speecht5_folder
 
     return {("zero-shot-object-detection", "owlv2"): p.write_owlv2_folder,
+            ("text-to-audio", "speecht5"): write_speecht5_folder,
             ("zero-shot-object-detection", "owlvit"): _owlvit, ("mask-generation", "sam"): p.write_sam_folder,
             ("text-to-audio", "vits"): p.write_vits_folder, ("table-question-answering", "tapas"): p.write_tapas_folder,
-            ("text-to-audio", "musicgen"): _musicgen,
             ("document-question-answering", "layoutlm"): p.write_layoutlm_folder,
             ("document-question-answering", "layoutlmv3"): p.write_layoutlmv3_folder,
             ("keypoint-matching", "efficientloftr"): p.write_efficientloftr_folder,
@@ -161,6 +156,15 @@ def _as_mask_images(result: dict[str, Any]) -> dict[str, Any]:
     return {"masks": masks, "scores": array(result["scores"]).astype(np.float32)}
 
 
+def reference_options(folder: str) -> dict[str, Any]:
+    """The options of transformers' pipeline on ``folder``: a SpeechT5 folder's vocoder (``vocoder/``, the pipeline
+    would download microsoft/speecht5_hifigan)."""
+    import transformers
+
+    path = os.path.join(folder, "vocoder")
+    return {"vocoder": transformers.SpeechT5HifiGan.from_pretrained(path)} if os.path.isdir(path) else {}
+
+
 def call(task: str, pipe: Any, reference: bool) -> Any:
     """What the pipeline ``pipe`` of ``task`` returns on the sweep's inputs (``reference``: transformers' own, whose
     document question answering takes ``image=None`` beside the words)."""
@@ -178,6 +182,12 @@ def call(task: str, pipe: Any, reference: bool) -> Any:
     if task == "zero-shot-audio-classification":
         return [pipe(sound, candidate_labels=LABELS) for sound in _sounds()]
     if task == "text-to-audio":
+        if reference and pipe.model.config.model_type == "speecht5":  # the folder's voice, as the pipeline takes it
+            import numpy as np
+            import torch
+
+            voice = np.load(os.path.join(pipe.model.name_or_path, "speaker_embeddings.npy"))
+            return [pipe(text, forward_params={"speaker_embeddings": torch.tensor(voice)[None]}) for text in TEXTS]
         return [pipe(text) for text in TEXTS]
     if task == "document-question-answering":
         image = {"image": None} if reference else {}

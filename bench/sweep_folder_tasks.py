@@ -501,7 +501,8 @@ def run_one(key: str) -> dict:
             # feature-extraction: the folder's own class (AutoModel would load T5Model from T5's encoder)
             reference = transformers.pipeline(task, model=getattr(transformers, arch.model_class_name).from_pretrained(
                 checkpoint, dtype=torch.float32), tokenizer=checkpoint) if task == "feature-extraction" else \
-                transformers.pipeline(task, model=checkpoint, dtype=torch.float32)
+                transformers.pipeline(task, model=checkpoint, dtype=torch.float32,
+                                      **extra.reference_options(checkpoint))  # a SpeechT5 folder's vocoder
             expected = extra.call(task, reference, reference=True) if task in extra.TASKS else \
                 reference(inputs, **options)
             if zoo_task == "speech-seq2seq":  # the texts (Cohere ASR's pipeline gives each sound's chunk index too)

@@ -29,9 +29,11 @@ from ..weights.empty import parameters_on_meta
 from .encoder import SENTENCES, _processor
 from .onnx_pieces import export_onnx_pieces
 from .speech import Piece
+from .speecht5 import export_speecht5_pieces
 
-#: the model types exported as one pass from the text to the waveform
-TEXT_TO_AUDIO_MODEL_TYPES = ("vits",)
+#: the model types exported: VITS as one pass from the text to the waveform, SpeechT5 as an encoder, a spectrogram
+#: decoder with its cache and the postnet with the vocoder of the folder's ``vocoder/`` (:mod:`.speecht5`)
+TEXT_TO_AUDIO_MODEL_TYPES = ("vits", "speecht5")
 #: the highest opset whose RandomNormalLike onnxruntime implements (the model draws its noise in the graph)
 RANDOM_OPSET = 21
 #: the outputs, as optimum names them
@@ -105,11 +107,13 @@ def export_text_to_audio_pieces(folder: str, out_dir: str, config: Any, dtype: t
     if config.model_type not in TEXT_TO_AUDIO_MODEL_TYPES:
         raise ValueError(f"{config.architectures[0]} is a text-to-audio model of type {config.model_type!r}: "
                          f"exporting such a folder supports {list(TEXT_TO_AUDIO_MODEL_TYPES)} (one pass from the "
-                         "text to the waveform) today.")
+                         "text to the waveform; SpeechT5 with its vocoder) today.")
     opset = RANDOM_OPSET if options["opset"] is None else options["opset"]
     if opset > RANDOM_OPSET:
         raise ValueError(f"{config.architectures[0]} draws its noise in the graph (RandomNormalLike), which onnxruntime "
                          f"runs up to opset {RANDOM_OPSET}: give --opset {RANDOM_OPSET} or less.")
+    if config.model_type == "speecht5":  # its prenet's dropout draws a mask in the graph (RandomUniformLike)
+        return export_speecht5_pieces(folder, out_dir, config, dtype, dict(options, opset=opset))
     with parameters_on_meta():
         model = getattr(transformers, config.architectures[0])._from_config(config, dtype=dtype).eval()
     piece = waveform_piece(model, folder)
