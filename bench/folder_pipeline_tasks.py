@@ -63,6 +63,13 @@ def _clap(folder: str) -> str:
     return write_encoder_folder("ClapModel", folder)
 
 
+def _musicgen(folder: str) -> str:
+    from fx2onnx.testing.pipeline_folders import write_musicgen_folder
+
+    # greedy search on both sides: the folder's loop is greedy, the pipeline follows the generation config
+    return write_musicgen_folder(folder, do_sample=False)
+
+
 def _writers() -> dict[tuple[str, str], Callable[[str], Any]]:
     from fx2onnx.testing import pipeline_folders as p
     from fx2onnx.testing.speecht5_folder import write_speecht5_folder
@@ -71,6 +78,7 @@ def _writers() -> dict[tuple[str, str], Callable[[str], Any]]:
             ("text-to-audio", "speecht5"): write_speecht5_folder,
             ("zero-shot-object-detection", "owlvit"): _owlvit, ("mask-generation", "sam"): p.write_sam_folder,
             ("text-to-audio", "vits"): p.write_vits_folder, ("table-question-answering", "tapas"): p.write_tapas_folder,
+            ("text-to-audio", "musicgen"): _musicgen,
             ("document-question-answering", "layoutlm"): p.write_layoutlm_folder,
             ("document-question-answering", "layoutlmv3"): p.write_layoutlmv3_folder,
             ("keypoint-matching", "efficientloftr"): p.write_efficientloftr_folder,
