@@ -30,6 +30,7 @@ from .encoder import SENTENCES, _processor
 from .onnx_pieces import export_onnx_pieces
 from .speech import Piece
 from .speecht5 import export_speecht5_pieces
+from .text_to_audio_codebooks import CODEBOOK_MODEL_TYPES
 
 #: the model types exported: VITS as one pass from the text to the waveform, SpeechT5 as an encoder, a spectrogram
 #: decoder with its cache and the postnet with the vocoder of the folder's ``vocoder/`` (:mod:`.speecht5`)
@@ -107,7 +108,8 @@ def export_text_to_audio_pieces(folder: str, out_dir: str, config: Any, dtype: t
     if config.model_type not in TEXT_TO_AUDIO_MODEL_TYPES:
         raise ValueError(f"{config.architectures[0]} is a text-to-audio model of type {config.model_type!r}: "
                          f"exporting such a folder supports {list(TEXT_TO_AUDIO_MODEL_TYPES)} (one pass from the "
-                         "text to the waveform; SpeechT5 with its vocoder) today.")
+                         f"text to the waveform; SpeechT5 with its vocoder) and {list(CODEBOOK_MODEL_TYPES)} (codes "
+                         "of several codebooks, text_to_audio_codebooks) today.")
     opset = RANDOM_OPSET if options["opset"] is None else options["opset"]
     if opset > RANDOM_OPSET:
         raise ValueError(f"{config.architectures[0]} draws its noise in the graph (RandomNormalLike), which onnxruntime "
