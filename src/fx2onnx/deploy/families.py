@@ -43,7 +43,7 @@ from .seq2seq import write_seq2seq_folder
 from .seq2seq_generic import write_generic_seq2seq_folder
 from .text_generation import write_text_generation_folder
 from .table_qa import export_table_qa_pieces
-from .text_to_audio import export_text_to_audio_pieces
+from .text_to_audio import SPECTROGRAM_MODEL_TYPES, export_spectrogram_pieces, export_text_to_audio_pieces
 from .text_to_audio_codebooks import CODEBOOK_MODEL_TYPES, write_codebooks_folder
 
 
@@ -192,6 +192,10 @@ FAMILIES: tuple[Family, ...] = (
            lambda f: f.model_type in CODEBOOK_MODEL_TYPES, None,
            "the text encoder, the audio decoder and the merged decoder (its two branches) against eager float32",
            write_folder=write_codebooks_folder),
+    Family("spectrogram", "text-to-audio", "spectrogram",
+           "SpeechT5 with the vocoder of its folder's vocoder/: a text encoder, a spectrogram decoder with its cache, "
+           "the postnet and the vocoder", lambda f: f.model_type in SPECTROGRAM_MODEL_TYPES, export_spectrogram_pieces,
+           "the encoder, the decoder's step and the postnet with the vocoder against eager float32"),
     Family("waveform", "text-to-audio", None, "VITS and MMS-TTS: one pass from the text to the waveform",
            lambda f: True, export_text_to_audio_pieces,
            "the waveform and spectrogram of two input sets of its tokenizer (two and three texts, padded) "

@@ -32,9 +32,11 @@ from .speech import Piece
 from .speecht5 import export_speecht5_pieces
 from .text_to_audio_codebooks import CODEBOOK_MODEL_TYPES
 
-#: the model types exported: VITS as one pass from the text to the waveform, SpeechT5 as an encoder, a spectrogram
-#: decoder with its cache and the postnet with the vocoder of the folder's ``vocoder/`` (:mod:`.speecht5`)
-TEXT_TO_AUDIO_MODEL_TYPES = ("vits", "speecht5")
+#: the model types exported as one pass from the text to the waveform (VITS, MMS-TTS)
+TEXT_TO_AUDIO_MODEL_TYPES = ("vits",)
+#: the model types exported as an encoder, a spectrogram decoder with its cache and the postnet with the vocoder of
+#: the folder's ``vocoder/`` (:mod:`.speecht5`: the family ``spectrogram``)
+SPECTROGRAM_MODEL_TYPES = ("speecht5",)
 #: the highest opset whose RandomNormalLike onnxruntime implements (the model draws its noise in the graph)
 RANDOM_OPSET = 21
 #: the outputs, as optimum names them
@@ -99,6 +101,24 @@ def waveform_piece(model: Any, folder: str) -> Piece:
                  {n: {0: "batch", 1: "sequence"} for n in names}, names, list(OUTPUTS))
 
 
+def _random_opset(config: Any, options: dict[str, Any]) -> int:
+    """The opset of a model drawing random values in its graph: :data:`RANDOM_OPSET` unless ``--opset`` says less."""
+    opset = RANDOM_OPSET if options["opset"] is None else options["opset"]
+    if opset > RANDOM_OPSET:
+        raise ValueError(f"{config.architectures[0]} draws random values in the graph (RandomNormalLike, "
+                         f"RandomUniformLike), which onnxruntime runs up to opset {RANDOM_OPSET}: give --opset "
+                         f"{RANDOM_OPSET} or less.")
+    return opset
+
+
+def export_spectrogram_pieces(folder: str, out_dir: str, config: Any, dtype: torch.dtype,
+                              options: dict[str, Any]) -> tuple[list[Piece], Any]:
+    """Exports a SpeechT5 folder with its ``vocoder/`` (:func:`.speecht5.export_speecht5_pieces`: its prenet's
+    dropout draws a mask in the graph, RandomUniformLike)."""
+    opset = _random_opset(config, options)
+    return export_speecht5_pieces(folder, out_dir, config, dtype, dict(options, opset=opset))
+
+
 def export_text_to_audio_pieces(folder: str, out_dir: str, config: Any, dtype: torch.dtype,
                                 options: dict[str, Any]) -> tuple[list[Piece], Any]:
     """Exports the model of a VITS folder into ``out_dir/onnx/model.onnx`` (the weights streamed from the
@@ -108,14 +128,9 @@ def export_text_to_audio_pieces(folder: str, out_dir: str, config: Any, dtype: t
     if config.model_type not in TEXT_TO_AUDIO_MODEL_TYPES:
         raise ValueError(f"{config.architectures[0]} is a text-to-audio model of type {config.model_type!r}: "
                          f"exporting such a folder supports {list(TEXT_TO_AUDIO_MODEL_TYPES)} (one pass from the "
-                         f"text to the waveform; SpeechT5 with its vocoder) and {list(CODEBOOK_MODEL_TYPES)} (codes "
-                         "of several codebooks, text_to_audio_codebooks) today.")
-    opset = RANDOM_OPSET if options["opset"] is None else options["opset"]
-    if opset > RANDOM_OPSET:
-        raise ValueError(f"{config.architectures[0]} draws its noise in the graph (RandomNormalLike), which onnxruntime "
-                         f"runs up to opset {RANDOM_OPSET}: give --opset {RANDOM_OPSET} or less.")
-    if config.model_type == "speecht5":  # its prenet's dropout draws a mask in the graph (RandomUniformLike)
-        return export_speecht5_pieces(folder, out_dir, config, dtype, dict(options, opset=opset))
+                         f"text to the waveform), {list(SPECTROGRAM_MODEL_TYPES)} (a spectrogram decoder and its "
+                         f"vocoder) and {list(CODEBOOK_MODEL_TYPES)} (codes of several codebooks) today.")
+    opset = _random_opset(config, options)
     with parameters_on_meta():
         model = getattr(transformers, config.architectures[0])._from_config(config, dtype=dtype).eval()
     piece = waveform_piece(model, folder)

@@ -88,6 +88,7 @@ OWN_PIPELINES: dict[str, tuple[str, str]] = {
 #: (task, split) -> the pipeline class of a folder cut otherwise than its task's first family
 SPLIT_PIPELINES: dict[tuple[str, str], str] = {
     ("text-to-audio", "codebooks"): "fx2onnx.runtime.text_to_audio_codebooks.CodebookTextToAudioPipeline",
+    ("text-to-audio", "spectrogram"): "fx2onnx.runtime.speecht5.SpeechT5Pipeline",
 }
 #: the tasks of a model of two towers: the texts (candidate labels) and the images or sounds, each its own batch
 TWO_TOWER_TASKS = ("zero-shot-image-classification", "zero-shot-audio-classification", "zero-shot-object-detection")

@@ -1,6 +1,6 @@
 """Texts to the waveform transformers' text-to-audio pipeline returns, with a VITS folder written by ``export``
-(``onnx/model.onnx``: :mod:`fx2onnx.deploy.text_to_audio`), and a WAV file of it; a SpeechT5 folder opens
-:class:`fx2onnx.runtime.speecht5.SpeechT5Pipeline` (its encoder, decoder loop, postnet and vocoder).
+(``onnx/model.onnx``: :mod:`fx2onnx.deploy.text_to_audio`), and a WAV file of it (a SpeechT5 folder, split
+``spectrogram``, runs :class:`fx2onnx.runtime.speecht5.SpeechT5Pipeline`: :func:`fx2onnx.pipeline` opens it).
 
 One text at a time, as the pipeline: the folder's tokenizer, the model, ``{"audio": samples (float32),
 "sampling_rate": rate}`` (the rate of ``config.json``). :func:`write_wav` saves it as 16-bit PCM.
@@ -21,8 +21,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..formats import FOLDER_METADATA
-from .folder import _read_json
 from .pipelines import Pipeline, open_task_folder
 
 
@@ -44,15 +42,6 @@ class TextToAudioPipeline(Pipeline):
     :param providers: onnxruntime providers (default: CPU)
     :param threads: onnxruntime's intra-op threads (default: onnxruntime's choice)
     """
-
-    def __new__(cls, folder: str | os.PathLike, *args: Any, **kwargs: Any) -> Any:  # noqa: D102
-        # a SpeechT5 folder (encoder, decoder, postnet and vocoder): its own loop (fx2onnx.runtime.speecht5)
-        metadata = _read_json(os.path.join(os.fspath(folder), FOLDER_METADATA))
-        if cls is TextToAudioPipeline and "postnet_and_vocoder" in metadata.get("pieces", {}):
-            from .speecht5 import SpeechT5Pipeline  # deferred: it derives from this class
-
-            return super().__new__(SpeechT5Pipeline)
-        return super().__new__(cls)
 
     def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None,  # noqa: D107
                  threads: int | None = None):
