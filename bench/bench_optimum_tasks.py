@@ -48,6 +48,8 @@ THREADS, BATCHES = (1, 2), (1, 8)
 #: tool's run starts while they still hold a core (measured: wav2vec2-base, 2 threads, batch 1, 45 ms alone, 59-71 ms
 #: right after the other session's run)
 SETTLE_SECONDS = 0.05
+#: the most rounds of runs a latency takes (each tool once a round), within the budget
+ROUNDS = 10
 
 
 def config_of(name: str):
@@ -136,7 +138,7 @@ def run(sess, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 
 def latencies(paths: dict[str, str], kind: str, threads: int, batch: int, budget: float,
-              rounds: int = 10) -> dict[str, tuple[float, float | None]]:
+              rounds: int = ROUNDS) -> dict[str, tuple[float, float | None]]:
     """Each tool's median seconds of a run, wall clock and, at 1 thread, the CPU time of the calling thread
     (onnxruntime computes there: what other jobs on the machine take away from the wall clock does not count).
     The tools run in turns, one run each a round, the order reversed every other round (a load coming or going
@@ -204,7 +206,7 @@ def export(command: list[str], env: dict | None, timeout: float) -> tuple[float,
     return seconds, None
 
 
-def bench_one(name: str, budget: float, timeout: float) -> dict:
+def bench_one(name: str, budget: float, timeout: float, rounds: int = ROUNDS) -> dict:
     """The row of one model: both exports, their sizes, their difference to eager, their latencies."""
     from fx2onnx.testing.optimum_env import optimum_environment
 
@@ -232,7 +234,7 @@ def bench_one(name: str, budget: float, timeout: float) -> dict:
             row[tool]["latency_ms"], row[tool]["cpu_ms"] = {}, {}
         for t in THREADS:
             for b in BATCHES:
-                for tool, (seconds, cpu) in latencies(paths, kind, t, b, budget).items():
+                for tool, (seconds, cpu) in latencies(paths, kind, t, b, budget, rounds).items():
                     row[tool]["latency_ms"][f"t{t}_b{b}"] = round(1000 * seconds, 2)
                     if cpu is not None:
                         row[tool]["cpu_ms"][f"t{t}_b{b}"] = round(1000 * cpu, 2)
@@ -252,6 +254,7 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--only", default=None, help="comma-separated names of " + ", ".join(MODELS))
     parser.add_argument("--json", default=None, help="the rows and their context written there")
     parser.add_argument("--budget", type=float, default=20.0, help="seconds of runs per latency (3 runs at least)")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="the most rounds of runs a latency takes")
     parser.add_argument("--timeout", type=float, default=1500.0, help="seconds per export")
     parser.add_argument("--note", default=None, help="how the machine was while measuring, kept in the JSON")
     args = parser.parse_args(argv)
@@ -265,7 +268,7 @@ def main(argv=None) -> list[dict]:
         note = note or previous.get("note")
     rows = []
     for name in names:
-        row = bench_one(name, args.budget, args.timeout)
+        row = bench_one(name, args.budget, args.timeout, args.rounds)
         print(json.dumps(row), flush=True)
         rows.append(row)
         kept[name] = row
