@@ -7,10 +7,13 @@ import json
 import os
 
 import pytest
+import torch
+import transformers
 
 import fx2onnx
 from fx2onnx.__main__ import main
 from fx2onnx.deploy import export_folder
+from fx2onnx.deploy.encoder import export_encoder_pieces
 from fx2onnx.testing.pipeline_folders import write_owlv2_folder
 
 from test_encoder_tasks import _image_files, _reference
@@ -24,6 +27,14 @@ def _same_boxes(got, expected):
     for g, e in zip(sorted(got, key=key), sorted(expected, key=key)):
         assert g["label"] == e["label"] and abs(g["score"] - e["score"]) <= 1e-4, (g, e)
         assert all(abs(g["box"][k] - e["box"][k]) <= 1 for k in e["box"]), (g, e)
+
+
+def test_a_zero_shot_detector_fusing_its_towers_is_refused_in_one_line(tmp_path):
+    config = transformers.GroundingDinoConfig(architectures=["GroundingDinoForObjectDetection"])
+    with pytest.raises(ValueError, match=r"type 'grounding-dino'.*supports \['owlvit', 'owlv2'\]") as error:
+        export_encoder_pieces("zero-shot-object-detection", str(tmp_path), str(tmp_path / "out"), config,
+                              torch.float32, {})
+    assert "\n" not in str(error.value)
 
 
 @pytest.mark.slow  # two towers and a box head

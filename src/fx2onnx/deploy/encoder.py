@@ -57,6 +57,10 @@ TOWER_DIMS = {"text": {0: "text_batch", 1: "sequence"}, "image": {0: "image_batc
 TEXT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 #: the outputs of a sentence-transformers folder, as optimum names them
 SENTENCE_OUTPUTS = ("token_embeddings", "sentence_embedding")
+#: the zero-shot detectors exported: an image tower and a text tower scored box by box (OWL-ViT's outputs, read by
+#: transformers' post_process_object_detection); Grounding DINO's family fuses the two towers and post-processes
+#: otherwise
+ZERO_SHOT_DETECTION_MODEL_TYPES = ("owlvit", "owlv2")
 #: the hypotheses of the example inputs of a two-tower model (3 labels, then 2)
 LABEL_SENTENCES = (("a photo of a cat", "a photo of a dog", "the sea"), ("a robot", "a night in paris"))
 
@@ -260,6 +264,10 @@ def export_encoder_pieces(task: str, folder: str, out_dir: str, config: Any, dty
         raise ValueError(f"{config.architectures[0]} has no 'entailment' label (config.json's label2id: "
                          f"{sorted(getattr(config, 'label2id', {}) or {})}): zero-shot-classification takes a natural "
                          "language inference classifier.")
+    if task == "zero-shot-object-detection" and config.model_type not in ZERO_SHOT_DETECTION_MODEL_TYPES:
+        raise ValueError(f"{config.architectures[0]} is a zero-shot detector of type {config.model_type!r}: exporting "
+                         f"such a folder supports {list(ZERO_SHOT_DETECTION_MODEL_TYPES)} (an image tower and a text "
+                         "tower scored box by box) today.")
     with parameters_on_meta():  # the buffers computed (BERT's position and token type ids)
         model = getattr(transformers, config.architectures[0])._from_config(config, dtype=dtype).eval()
     # BART's classifier, tagger and base model start their decoder from the input ids: one pass, not a generator;
