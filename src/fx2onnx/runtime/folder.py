@@ -110,6 +110,17 @@ def session_options(threads: int | None = None) -> Any:
     return options
 
 
+def piece_sessions(folder: str, pieces: dict[str, dict[str, Any]], providers: Sequence[str] | None,
+                   threads: int | None) -> dict[str, Any]:
+    """One onnxruntime session per entry of ``pieces`` (``fx2onnx.json``'s piece entries, by name: each names its
+    ``file``), with the options of the folder loops (:func:`session_options`)."""
+    import onnxruntime
+
+    options, providers = session_options(threads), list(providers or ["CPUExecutionProvider"])
+    return {name: onnxruntime.InferenceSession(os.path.join(folder, piece["file"]), options, providers=providers)
+            for name, piece in pieces.items()}
+
+
 def open_pieces(
     folder: str, task: str, first: str, refusal: str, providers: Sequence[str] | None, threads: int | None,
 ) -> tuple[dict[str, Any], Any, list[str], OnnxGenerator]:

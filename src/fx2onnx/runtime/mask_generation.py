@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..formats import FOLDER_METADATA
-from .folder import _read_json, session_options
+from .folder import _read_json, piece_sessions
 from .integrity import check_folder_files
 from .pipelines import Pipeline
 
@@ -42,8 +42,6 @@ class MaskGenerationPipeline(Pipeline):
 
     def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None,  # noqa: D107
                  threads: int | None = None):
-        import onnxruntime
-
         self.folder = os.fspath(folder)
         metadata = _read_json(os.path.join(self.folder, FOLDER_METADATA))
         self.task, pieces = metadata.get("task"), metadata.get("pieces", {})
@@ -52,9 +50,7 @@ class MaskGenerationPipeline(Pipeline):
                              f"the pieces {list(PIECES)}.")
         check_folder_files(self.folder, metadata)
         self.modality, self.outputs, self.sentence = "image", ("iou_scores", "pred_masks"), False
-        options, providers = session_options(threads), list(providers or ["CPUExecutionProvider"])
-        self.sessions = {name: onnxruntime.InferenceSession(os.path.join(self.folder, pieces[name]["file"]), options,
-                                                            providers=providers) for name in PIECES}
+        self.sessions = piece_sessions(self.folder, {name: pieces[name] for name in PIECES}, providers, threads)
         self.config = _read_json(os.path.join(self.folder, "config.json"))
         self.id2label: dict[int, str] = {}
         self._processor: Any = None

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..formats import FOLDER_METADATA
-from .folder import _read_json, session_options
+from .folder import _read_json, piece_sessions
 from .integrity import check_folder_files
 from .text_to_audio import TextToAudioPipeline
 
@@ -47,16 +47,12 @@ class SpeechT5Pipeline(TextToAudioPipeline):
 
     def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None,  # noqa: D107
                  threads: int | None = None):
-        import onnxruntime
-
         self.folder = os.fspath(folder)
         metadata = _read_json(os.path.join(self.folder, FOLDER_METADATA))
         self.task, self.pieces = metadata.get("task"), metadata.get("pieces", {})
         check_folder_files(self.folder, metadata)
         self.modality, self.sentence, self.per_text, self.id2label = "text", False, False, {}
-        self.sessions = {name: onnxruntime.InferenceSession(
-            os.path.join(self.folder, piece["file"]), session_options(threads),
-            providers=list(providers or ["CPUExecutionProvider"])) for name, piece in self.pieces.items()}
+        self.sessions = piece_sessions(self.folder, self.pieces, providers, threads)
         self.session = self.sessions["encoder"]
         self.input_names, self.outputs = list(self.pieces["encoder"]["inputs"]), ("waveform",)
         self.int64_inputs = {i.name for i in self.session.get_inputs() if i.type == "tensor(int64)"}
@@ -94,19 +90,7 @@ class SpeechT5Pipeline(TextToAudioPipeline):
         if given:
             raise ValueError(f"a text-to-audio folder takes no {sorted(given)}.")
         speaker = self._speaker(speaker_embeddings)
-        single = not isinstance(inputs, (list, tuple))
-        texts = self._texts([inputs] if single else list(inputs))
-        if not texts:
-            raise ValueError("nothing to run: give at least one text.")
-        results = []
-        for text in texts:
-            encoded = self.processor([text], return_tensors="np")
-            if encoded["input_ids"].shape[-1] == 0:
-                raise ValueError(f"the tokenizer of {self.folder!r} keeps no token of {text!r:.60}: give a text in "
-                                 "the characters of its vocabulary.")
-            waveform = self._speak(dict(encoded), speaker, **loop)
-            results.append({"audio": waveform.astype(np.float32).squeeze(), "sampling_rate": self.sampling_rate})
-        return results[0] if single else results
+        return self._speak_texts(inputs, lambda encoded: self._speak(encoded, speaker, **loop))
 
     def _speak(self, encoded: dict[str, Any], speaker: np.ndarray, threshold: float, minlenratio: float,
                maxlenratio: float) -> np.ndarray:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import wave
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -55,6 +55,11 @@ class TextToAudioPipeline(Pipeline):
         given = {k: v for k, v in unused.items() if v is not None}
         if given:
             raise ValueError(f"a text-to-audio folder takes no {sorted(given)}.")
+        return self._speak_texts(inputs, self._run)
+
+    def _speak_texts(self, inputs: Any, waveform_of: Callable[[dict[str, Any]], np.ndarray]) -> Any:
+        """``waveform_of`` each tokenized text of ``inputs`` (a text or a list), one at a time as the pipeline:
+        ``{"audio": samples, "sampling_rate": rate}`` per text; one line when a text keeps no token."""
         single = not isinstance(inputs, (list, tuple))
         texts = self._texts([inputs] if single else list(inputs))
         if not texts:
@@ -65,6 +70,6 @@ class TextToAudioPipeline(Pipeline):
             if encoded["input_ids"].shape[-1] == 0:
                 raise ValueError(f"the tokenizer of {self.folder!r} keeps no token of {text!r:.60}: give a text in "
                                  "the characters of its vocabulary.")
-            waveform = self._run(dict(encoded))
+            waveform = waveform_of(dict(encoded))
             results.append({"audio": waveform.astype(np.float32).squeeze(), "sampling_rate": self.sampling_rate})
         return results[0] if single else results

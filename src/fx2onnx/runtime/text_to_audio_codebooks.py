@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..formats import FOLDER_METADATA
-from .folder import _read_json, session_options
+from .folder import _read_json, piece_sessions
 from .integrity import check_folder_files
 
 #: onnxruntime's type names -> numpy's
@@ -56,8 +56,6 @@ class CodebookTextToAudioPipeline:
 
     def __init__(self, folder: str | os.PathLike, providers: Sequence[str] | None = None,  # noqa: D107
                  threads: int | None = None):
-        import onnxruntime
-
         self.folder = os.fspath(folder)
         metadata = _read_json(os.path.join(self.folder, FOLDER_METADATA))
         self.task = metadata.get("task")
@@ -65,13 +63,9 @@ class CodebookTextToAudioPipeline:
             raise ValueError(f"{self.folder!r} is a folder of task {self.task!r}, not a MusicGen text-to-audio one.")
         check_folder_files(self.folder, metadata)
         pieces = metadata["pieces"]
-
-        def session(piece: dict[str, Any]) -> Any:
-            return onnxruntime.InferenceSession(os.path.join(self.folder, piece["file"]), session_options(threads),
-                                                providers=list(providers or ["CPUExecutionProvider"]))
-
-        self.encoder, self.decoder = session(pieces["encoder"]), session(pieces["decoder"])
-        self.audio_decoder = session(metadata["audio_decoder"])
+        sessions = piece_sessions(self.folder, {"encoder": pieces["encoder"], "decoder": pieces["decoder"],
+                                                "audio_decoder": metadata["audio_decoder"]}, providers, threads)
+        self.encoder, self.decoder, self.audio_decoder = (sessions[n] for n in ("encoder", "decoder", "audio_decoder"))
         self.codebooks = int(metadata["codebooks"])
         self.config = _read_json(os.path.join(self.folder, "config.json"))
         generation_path = os.path.join(self.folder, "generation_config.json")
