@@ -175,6 +175,22 @@ def _layers_heads(model: Any, hidden: torch.Tensor, mask: torch.Tensor | None, s
         return [tuple(t.shape) for t in CrossPiece(model, start)(hidden, mask)]
 
 
+#: the (batch, length) of the two text input sets of an encoder's check
+TEXT_SIZES = ((2, 5), (3, 7))
+
+
+def padded_text_sets(vocab: int, generator: torch.Generator) -> list[dict[str, torch.Tensor]]:
+    """Two sets of random ``input_ids`` and their ``attention_mask`` of the sizes :data:`TEXT_SIZES`, the last row of
+    each padded by two tokens."""
+    sets = []
+    for batch, length in TEXT_SIZES:
+        mask = torch.ones(batch, length, dtype=torch.int64)
+        mask[-1, length - 2:] = 0  # a padded row
+        sets.append({"input_ids": torch.randint(0, vocab, (batch, length), generator=generator),
+                     "attention_mask": mask})
+    return sets
+
+
 def seq2seq_pieces(model: Any, config: Any, folder: str | None, dtype: torch.dtype,
                    seed: int = 0) -> tuple[list[Piece], dict[str, Any]]:
     """The encoder, cross and decoder pieces of ``model`` with two input sets each, and the facts of the merge
@@ -188,13 +204,8 @@ def seq2seq_pieces(model: Any, config: Any, folder: str | None, dtype: torch.dty
     d_model = int(getattr(config, "d_model", None) or config.hidden_size)
     vocab = int(config.vocab_size)
     if text:
-        sizes = [(2, 5), (3, 7)]
-        encoder_sets = []
-        for batch, length in sizes:
-            mask = torch.ones(batch, length, dtype=torch.int64)
-            mask[-1, length - 2:] = 0  # a padded row
-            encoder_sets.append({"input_ids": torch.randint(0, vocab, (batch, length), generator=g),
-                                 "attention_mask": mask})
+        sizes = list(TEXT_SIZES)
+        encoder_sets = padded_text_sets(vocab, g)
         encoder_dims = {"input_ids": {0: BATCH, 1: ENCODER_SEQ}, "attention_mask": {0: BATCH, 1: ENCODER_SEQ}}
         hidden_dims: dict[int, str] = {0: BATCH, 1: ENCODER_SEQ}
     else:  # Whisper: the feature extractor's features, a static number of frames

@@ -34,7 +34,8 @@ import torch
 from .check import check_against_eager, eager_float32
 from .result import FolderExport
 from .seq2seq import (BATCH, DECODER_SEQ, ENCODER_FILE, ENCODER_SEQ, PAST, CrossPiece, DecoderPiece, MergedReference,
-                      _Wrapper, export_seq2seq_pieces, finish_merged_folder, merged_decoder_names, merged_input_sets)
+                      TEXT_SIZES, _Wrapper, export_seq2seq_pieces, finish_merged_folder, merged_decoder_names,
+                      merged_input_sets, padded_text_sets)
 from .speech import Piece
 
 #: the model types whose folder is exported as these pieces
@@ -149,13 +150,8 @@ def codebook_pieces(model: Any, config: Any, start: int, dtype: torch.dtype,
     codes, text_vocab = int(config.decoder.vocab_size), int(config.text_encoder.vocab_size)
     width = int(config.text_encoder.hidden_size if hasattr(config.text_encoder, "hidden_size")
                 else config.text_encoder.d_model)
-    sizes = [(2, 5), (3, 7)]
-    encoder_sets = []
-    for batch, length in sizes:
-        mask = torch.ones(batch, length, dtype=torch.int64)
-        mask[-1, length - 2:] = 0  # a padded row
-        encoder_sets.append({"input_ids": torch.randint(0, text_vocab, (batch, length), generator=g),
-                             "attention_mask": mask})
+    sizes = list(TEXT_SIZES)
+    encoder_sets = padded_text_sets(text_vocab, g)
     text_dims = {0: BATCH, 1: ENCODER_SEQ}
 
     def hidden_and_mask(s: int) -> dict[str, torch.Tensor]:
