@@ -67,24 +67,25 @@ def vits_config(noise: bool = False) -> Any:
 def write_vits_folder(folder: str | os.PathLike, seed: int = 0, noise: bool = False) -> str:
     """Writes a ``save_pretrained`` folder of the tiny VITS of :func:`vits_config` with an MMS-TTS-like character
     tokenizer (a blank between characters, no phonemizer); returns the folder."""
-    import json
-
     import torch
     import transformers
 
     folder = os.fspath(folder)
     torch.manual_seed(seed)
     model = transformers.VitsModel(vits_config(noise)).eval()
-    transformers.utils.logging.disable_progress_bar()
-    try:
-        model.save_pretrained(folder)
-    finally:
-        transformers.utils.logging.enable_progress_bar()
+    return _save(model, vits_tokenizer(folder, add_blank=True), folder)
+
+
+def vits_tokenizer(folder: str, add_blank: bool) -> Any:
+    """A character :class:`transformers.VitsTokenizer` of :data:`VITS_CHARACTERS` (its ``vocab.json`` written in
+    ``folder``; no phonemizer), a blank between characters when ``add_blank`` (MMS-TTS)."""
+    import transformers
+
+    os.makedirs(folder, exist_ok=True)
     vocab = os.path.join(folder, "vocab.json")
     with open(vocab, "w", encoding="utf-8") as f:
         json.dump({c: i for i, c in enumerate(VITS_CHARACTERS)}, f)
-    transformers.VitsTokenizer(vocab, add_blank=True, normalize=True, phonemize=False).save_pretrained(folder)
-    return folder
+    return transformers.VitsTokenizer(vocab, add_blank=add_blank, normalize=True, phonemize=False)
 
 
 #: the words the TAPAS tokenizer knows beyond those of :data:`fx2onnx.testing.encoder_folder.WORDS`
@@ -336,10 +337,4 @@ def write_musicgen_folder(folder: str | os.PathLike, seed: int = 0, guidance_sca
     model.generation_config = transformers.GenerationConfig(
         do_sample=do_sample, guidance_scale=guidance_scale, max_length=24, decoder_start_token_id=64, pad_token_id=64,
         bos_token_id=64)
-    transformers.utils.logging.disable_progress_bar()
-    try:
-        model.save_pretrained(folder)
-    finally:
-        transformers.utils.logging.enable_progress_bar()
-    tok.save_pretrained(folder)
-    return folder
+    return _save(model, tok, folder)

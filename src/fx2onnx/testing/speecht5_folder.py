@@ -8,14 +8,13 @@ length limit on a short one; the vocoder's weights are scaled so that the wavefo
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from typing import Any
 
 import numpy as np
 
-from .pipeline_folders import VITS_CHARACTERS
+from .pipeline_folders import VITS_CHARACTERS, vits_tokenizer
 
 #: the size of the speaker embedding (512 in microsoft/speecht5_tts)
 SPEAKER_DIM = 8
@@ -70,10 +69,7 @@ def write_speecht5_folder(folder: str | os.PathLike, seed: int = 0, vocoder: boo
             speecht5_vocoder(seed + 1).save_pretrained(os.path.join(folder, "vocoder"))
     finally:
         transformers.utils.logging.enable_progress_bar()
-    vocab = os.path.join(folder, "vocab.json")
-    with open(vocab, "w", encoding="utf-8") as f:
-        json.dump({c: i for i, c in enumerate(VITS_CHARACTERS)}, f)
-    transformers.VitsTokenizer(vocab, add_blank=False, normalize=True, phonemize=False).save_pretrained(folder)
+    vits_tokenizer(folder, add_blank=False).save_pretrained(folder)
     if speaker:
         np.save(os.path.join(folder, "speaker_embeddings.npy"),
                 np.random.default_rng(seed).standard_normal(SPEAKER_DIM).astype(np.float32))
