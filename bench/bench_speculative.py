@@ -25,7 +25,7 @@ one's onnxruntime workers spin a while after its run and would hold a core at 2 
 time per token after the first (``cpu_ms_per_token``: the least of the rounds, and their median), which the
 machine's load reaches less.
 The draft runs in genai's setting (10 candidates a run, ours at most 10: each run verifies the count giving the
-most tokens per second, none when no count beats a plain step, :class:`fx2onnx.runtime.speculative.CandidateBudget`,
+most tokens per second, none when no count beats a plain step, :class:`fx2onnx.runtime.candidate_budget.CandidateBudget`,
 as prompt lookup's at most 10) and with transformers' defaults (up to 20, here 15, fewer once the draft's
 probability falls under 0.4). The backoff is also priced from counts: the model's time of a run verifying k candidates
 over a plain step's (the fastest of 25, robust to the noise), summed over the

@@ -21,8 +21,9 @@ from fx2onnx.zoo import get_tiny_model  # noqa: E402
 from fx2onnx.testing.tokenizer import tiny_qwen3_config, write_checkpoint_folder  # noqa: E402
 from fx2onnx.runtime import OnnxGenerator  # noqa: E402
 from fx2onnx.runtime.folder import FolderGenerator, session_options  # noqa: E402
+from fx2onnx.runtime.candidate_budget import Backoff, CandidateBudget  # noqa: E402
 from fx2onnx.runtime.speculative import (  # noqa: E402
-    VERIFY_LOGITS, VERIFY_METADATA_KEY, VERIFY_TOKENS, Backoff, CandidateBudget, DraftModel, PromptLookup,
+    VERIFY_LOGITS, VERIFY_METADATA_KEY, VERIFY_TOKENS, DraftModel, PromptLookup,
 )
 
 #: a prompt which repeats itself: a random tiny model then loops, and the lookup finds its continuation
