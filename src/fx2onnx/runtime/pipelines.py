@@ -257,9 +257,10 @@ class Pipeline:
         """The outputs of a padded batch, each text run alone on its tokens (``mask``): a token's output back at its
         place, zeros at the pads."""
         length = mask.shape[1]
+        fed = {n: self._feed(n, feeds[n]) for n in self.input_names}
         rows = []
         for row, keep in enumerate(mask):
-            alone = {n: self._feed(n, feeds[n])[row:row + 1] for n in self.input_names}
+            alone = {n: fed[n][row:row + 1] for n in self.input_names}
             alone = {n: v[:, keep] if v.ndim > 1 and v.shape[1] == length else v for n, v in alone.items()}
             rows.append(self.session.run(list(self.outputs), alone))
         outputs = []
